@@ -1,0 +1,69 @@
+#include "capture/lowered_step.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/ir/op_def.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::capture {
+namespace {
+
+// One host-to-device copy of the whole input region: batches and scalars change between steps
+// by rewriting the pinned staging, which the copy (eager or captured) reads when it runs.
+class InputCopy : public ops::GpuKernel {
+ public:
+  InputCopy(void* device, const void* host, size_t bytes)
+      : device_(device), host_(host), bytes_(bytes) {}
+  absl::Status Launch(cudaStream_t stream) const override {
+    return runtime::CudaStatus(
+        cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync", "node 'copy_inputs'");
+  }
+  std::string Describe() const override { return absl::StrCat("memcpy H2D ", bytes_, " bytes"); }
+
+ private:
+  void* device_;
+  const void* host_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
+                                                     const StepResources& res) {
+  const Graph& g = plan.graph();
+  std::vector<LoweredLaunch> launches;
+  launches.push_back({"copy_inputs", 0,
+                      std::make_unique<InputCopy>(res.arena + plan.memory.input_offset,
+                                                  res.input_staging, plan.memory.input_bytes)});
+  for (const passes::ScheduledLaunch& scheduled : plan.launches) {
+    const Node& node = g.node(scheduled.node);
+    ops::LoweringContext ctx;
+    ctx.kernels = res.kernels;
+    ctx.lt = res.lt;
+    ctx.device = res.device;
+    ctx.workspace = res.workspace;
+    ctx.workspace_bytes = res.workspace_bytes;
+    ctx.allow_tf32 = res.allow_tf32;
+    for (const Value& v : node.inputs) {
+      const passes::Buffer* b = plan.memory.Find(v);
+      if (b == nullptr) return absl::InternalError(absl::StrCat("no buffer for an input of '", node.name, "'"));
+      ctx.input_specs.push_back(g.spec(v));
+      ctx.inputs.push_back(res.arena + b->offset);
+    }
+    for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
+      const passes::Buffer* b = plan.memory.Find({node.id, o});
+      if (b == nullptr) return absl::InternalError(absl::StrCat("no buffer for an output of '", node.name, "'"));
+      ctx.outputs.push_back(res.arena + b->offset);
+    }
+    if (node.op->lower == nullptr) {
+      return absl::UnimplementedError(absl::StrCat("op '", node.op_name(), "' node '", node.name,
+                                                   "' has no GPU lowering"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> kernel, node.op->lower(ctx, node));
+    launches.push_back({node.name, scheduled.lane, std::move(kernel)});
+  }
+  return launches;
+}
+
+}  // namespace reprise::capture

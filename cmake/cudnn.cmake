@@ -1,0 +1,10 @@
+# cuDNN ships beside the CUDA toolkit here (and in the Python environment on the GPU host).
+find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include /usr/include)
+find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib /usr/lib/x86_64-linux-gnu)
+if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+  message(FATAL_ERROR "cuDNN not found: install cuDNN 9 for CUDA 13 (libcudnn9-dev-cuda-13)")
+endif()
+add_library(reprise::cudnn INTERFACE IMPORTED)
+target_include_directories(reprise::cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
+target_link_libraries(reprise::cudnn INTERFACE ${CUDNN_LIBRARY})
+message(STATUS "cuDNN: ${CUDNN_LIBRARY}")

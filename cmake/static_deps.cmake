@@ -1,0 +1,23 @@
+# Debian's Abseil config points its targets at shared libraries; the static archives sit beside
+# them. With REPRISE_STATIC_DEPS, repoint every imported absl:: target at its archive so that the
+# binaries carry Abseil inside them (GoogleTest is already a static archive there).
+if(REPRISE_STATIC_DEPS)
+  get_directory_property(_imported IMPORTED_TARGETS)
+  foreach(_target IN LISTS _imported)
+    if(NOT _target MATCHES "^absl::")
+      continue()
+    endif()
+    get_target_property(_type ${_target} TYPE)
+    if(NOT _type STREQUAL "SHARED_LIBRARY")
+      continue()
+    endif()
+    get_target_property(_configs ${_target} IMPORTED_CONFIGURATIONS)
+    foreach(_config IN LISTS _configs)
+      get_target_property(_location ${_target} IMPORTED_LOCATION_${_config})
+      string(REGEX REPLACE "\\.so(\\.[0-9.]+)?$" ".a" _archive "${_location}")
+      if(EXISTS "${_archive}")
+        set_target_properties(${_target} PROPERTIES IMPORTED_LOCATION_${_config} "${_archive}")
+      endif()
+    endforeach()
+  endforeach()
+endif()

@@ -1,0 +1,11 @@
+// The whole public API of reprise.
+#ifndef REPRISE_INCLUDE_REPRISE_REPRISE_H_
+#define REPRISE_INCLUDE_REPRISE_REPRISE_H_
+
+#include "reprise/graph.h"
+#include "reprise/models.h"
+#include "reprise/nn.h"
+#include "reprise/tensor.h"
+#include "reprise/trainer.h"
+
+#endif  // REPRISE_INCLUDE_REPRISE_REPRISE_H_

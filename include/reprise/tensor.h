@@ -1,0 +1,52 @@
+// Element types, shapes and tensor specifications: the static facts of every value in a graph.
+#ifndef REPRISE_INCLUDE_REPRISE_TENSOR_H_
+#define REPRISE_INCLUDE_REPRISE_TENSOR_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace reprise {
+
+// Element type of a tensor. float64 exists for reference checks on the CPU.
+enum class DType : uint8_t { kFloat32, kFloat64, kInt32 };
+
+absl::string_view DTypeName(DType dtype);
+int64_t DTypeSize(DType dtype);
+
+// A static shape: a list of non-negative extents. Rank 0 is a scalar.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[i]; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t NumElements() const;
+  std::string ToString() const;  // "[32, 256]"
+
+  bool operator==(const Shape& other) const { return dims_ == other.dims_; }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+// Shape and element type of one value.
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+
+  int64_t NumElements() const { return shape.NumElements(); }
+  int64_t bytes() const { return shape.NumElements() * DTypeSize(dtype); }
+  std::string ToString() const;  // "f32[32, 256]"
+  bool operator==(const TensorSpec& other) const = default;
+};
+
+}  // namespace reprise
+
+#endif  // REPRISE_INCLUDE_REPRISE_TENSOR_H_

@@ -1,0 +1,118 @@
+// Trainer: compiles a graph's training step (forward, backward, SGD with momentum) into one plan
+// and runs it on a GPU, either op by op (sync, bulked) or as one replayed CUDA graph.
+//
+//   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, {}));
+//   for (...) {
+//     RETURN_IF_ERROR(trainer->SetInput("features", batch));
+//     RETURN_IF_ERROR(trainer->SetInput("labels", labels));
+//     RETURN_IF_ERROR(trainer->Step());
+//   }
+//   ASSIGN_OR_RETURN(float loss, trainer->Loss());
+#ifndef REPRISE_INCLUDE_REPRISE_TRAINER_H_
+#define REPRISE_INCLUDE_REPRISE_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+
+namespace reprise {
+
+// How a step runs. All three run the same plan.
+enum class ExecMode : uint8_t {
+  kSync,    // Launch op by op, synchronising after each: the unbulked baseline.
+  kBulked,  // Launch op by op with no synchronisation inside the step.
+  kGraph,   // Capture the step once into a CUDA graph; each Step() is one replay.
+};
+absl::string_view ExecModeName(ExecMode mode);
+absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name);  // "sync", "bulked", "graph"
+
+struct SgdOptions {
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;  // Added to the gradient as weight_decay · w (PyTorch's SGD).
+};
+
+struct TrainOptions {
+  ExecMode mode = ExecMode::kGraph;
+  SgdOptions sgd;
+  bool allow_tf32 = false;   // Let matmuls use TF32 tensor cores.
+  int device = 0;            // CUDA device ordinal.
+  uint64_t seed = 0;         // Seeds the parameter initialisers.
+  std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
+};
+
+// Counters that make the engine's behaviour visible: nothing it does is silent.
+struct TrainerStats {
+  int64_t steps = 0;
+  int64_t graph_replays = 0;
+  int64_t graph_captures = 0;
+  int64_t graph_instantiations = 0;
+  int64_t graph_nodes = 0;          // Nodes in the captured CUDA graph (0 before capture).
+  int64_t launches_per_step = 0;    // Launches in the plan, the input copy included.
+  int64_t arena_bytes = 0;          // One device allocation holds every tensor.
+  int64_t parameter_bytes = 0;
+  int64_t optimizer_state_bytes = 0;
+  int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.
+  int64_t workspace_bytes = 0;
+  int64_t kernels_compiled = 0;
+  int64_t kernel_cache_hits = 0;
+  double kernel_compile_ms = 0;
+  std::string ToString() const;
+};
+
+class Trainer {
+ public:
+  // Builds the training step for `loss` (a scalar of `graph`) and prepares it to run: autodiff,
+  // passes, memory plan, kernels compiled, cuBLASLt plans chosen. Nothing is compiled, allocated
+  // or chosen later. FailedPrecondition without a usable GPU.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Graph& graph, Value loss,
+                                                         const TrainOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Binds the next step's value of an input (float32 or int32 by the input's dtype). The data is
+  // copied; the caller's buffer may be reused at once. NotFound for an unknown name,
+  // InvalidArgument for a wrong dtype, a wrong size or a label outside [0, classes).
+  absl::Status SetInput(absl::string_view name, absl::Span<const float> data);
+  absl::Status SetInput(absl::string_view name, absl::Span<const int32_t> data);
+  absl::Status SetLearningRate(float learning_rate);
+
+  // Runs one training step. Asynchronous: it returns once the step is queued.
+  absl::Status Step();
+  // Waits for the queued steps to finish.
+  absl::Status Synchronize();
+  // Runs `steps` steps with the bound inputs, each between two CUDA events; returns each step's
+  // device time in ms. For benchmarks: no host work runs between the steps.
+  absl::StatusOr<std::vector<float>> TimeSteps(int steps);
+
+  // The loss of the last step (waits for it).
+  absl::StatusOr<float> Loss();
+  // A value named in TrainOptions::fetch, as computed by the last step.
+  absl::StatusOr<std::vector<float>> Read(Value value);
+
+  std::vector<std::string> ParameterNames() const;
+  absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);
+  absl::Status SetParameter(absl::string_view name, absl::Span<const float> data);
+
+  TrainerStats stats() const;
+  // The graph the step runs: the user's forward, its backward and the optimizer.
+  const Graph& training_graph() const;
+
+  class Impl;
+
+ private:
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace reprise
+
+#endif  // REPRISE_INCLUDE_REPRISE_TRAINER_H_

@@ -1,0 +1,32 @@
+#include "reprise/models.h"
+
+#include "absl/strings/str_cat.h"
+#include "reprise/nn.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::models {
+
+absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config) {
+  if (config.batch <= 0 || config.input_features <= 0 || config.depth < 0 || config.width <= 0 ||
+      config.classes <= 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MLP needs batch, input_features, width > 0, depth >= 0 and classes > 1; got batch=",
+        config.batch, " input_features=", config.input_features, " depth=", config.depth,
+        " width=", config.width, " classes=", config.classes));
+  }
+  Mlp mlp;
+  Graph& g = mlp.graph;
+  ASSIGN_OR_RETURN(mlp.features,
+                   g.AddInput("features", {Shape{config.batch, config.input_features}}));
+  ASSIGN_OR_RETURN(mlp.labels, g.AddInput("labels", {Shape{config.batch}, DType::kInt32}));
+  Value h = mlp.features;
+  for (int64_t i = 0; i < config.depth; ++i) {
+    ASSIGN_OR_RETURN(h, nn::Linear(g, h, config.width, absl::StrCat("fc", i)));
+    ASSIGN_OR_RETURN(h, nn::Relu(g, h, absl::StrCat("fc", i, ".relu")));
+  }
+  ASSIGN_OR_RETURN(mlp.logits, nn::Linear(g, h, config.classes, absl::StrCat("fc", config.depth)));
+  ASSIGN_OR_RETURN(mlp.loss, nn::SoftmaxCrossEntropy(g, mlp.logits, mlp.labels, "loss"));
+  return mlp;
+}
+
+}  // namespace reprise::models

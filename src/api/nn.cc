@@ -1,0 +1,46 @@
+#include "reprise/nn.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::nn {
+
+absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::string_view name,
+                             bool bias) {
+  ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));
+  if (x_spec.shape.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear '", name,
+                                                   "': input must be [batch, features], got ",
+                                                   x_spec.ToString()));
+  }
+  if (out_features <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear '", name, "': out_features must be positive, got ", out_features));
+  }
+  const int64_t in_features = x_spec.shape.dim(1);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  ASSIGN_OR_RETURN(Value w, graph.AddParameter(absl::StrCat(name, ".weight"),
+                                               {Shape{out_features, in_features}, x_spec.dtype},
+                                               Initializer::Uniform(-bound, bound)));
+  ASSIGN_OR_RETURN(Value y, graph.AddOp1(ops::MatmulOp(), absl::StrCat(name, ".matmul"), {x, w},
+                                         {{"transpose_b", true}}));
+  if (!bias) return y;
+  ASSIGN_OR_RETURN(Value b, graph.AddParameter(absl::StrCat(name, ".bias"),
+                                               {Shape{out_features}, x_spec.dtype},
+                                               Initializer::Uniform(-bound, bound)));
+  return graph.AddOp1(ops::BiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b});
+}
+
+absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name) {
+  return graph.AddOp1(ops::ReluOp(), name, {x});
+}
+
+absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
+                                          absl::string_view name) {
+  return graph.AddOp1(ops::SoftmaxCrossEntropyOp(), name, {logits, labels});
+}
+
+}  // namespace reprise::nn

@@ -1,0 +1,334 @@
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/api/trainer_impl.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/host_tensor.h"
+#include "src/ir/initializer.h"
+#include "src/ir/op_def.h"
+#include "src/ops/ops.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph& graph, Value loss,
+                                                                     const TrainOptions& options) {
+  ASSIGN_OR_RETURN(int devices, runtime::VisibleDeviceCount());
+  if (devices == 0) {
+    return absl::FailedPreconditionError("Trainer needs a CUDA device and none is visible");
+  }
+  if (options.device < 0 || options.device >= devices) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", options.device, " requested, but ",
+                                                   devices, " are visible"));
+  }
+  ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
+                   autodiff::BuildTrainingGraph(graph, loss, options.sgd));
+  ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), options.fetch));
+  auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
+  RETURN_IF_ERROR(impl->InitDevice());
+  RETURN_IF_ERROR(impl->InitPersistentTensors());
+
+  capture::StepResources res;
+  res.device = &impl->device_;
+  res.kernels = impl->kernels_.get();
+  res.lt = &*impl->lt_;
+  res.arena = static_cast<char*>(impl->arena_->data());
+  res.workspace = impl->workspace_->data();
+  res.workspace_bytes = impl->workspace_->bytes();
+  res.input_staging = impl->staging_->data();
+  res.allow_tf32 = options.allow_tf32;
+  ASSIGN_OR_RETURN(impl->launches_, capture::LowerPlan(impl->plan_, res));
+  if (options.mode == ExecMode::kGraph) {
+    ASSIGN_OR_RETURN(capture::CapturedStep step,
+                     capture::CapturedStep::Capture(impl->launches_, impl->stream_->get()));
+    impl->captured_.emplace(std::move(step));
+  }
+  return impl;
+}
+
+absl::Status Trainer::Impl::InitDevice() {
+  ASSIGN_OR_RETURN(device_, runtime::UseDevice(options_.device));
+  if (device_.cc_major < 8) {
+    return absl::FailedPreconditionError(absl::StrCat("device ", device_.name, " has compute capability ",
+                                                      device_.cc_major, ".", device_.cc_minor,
+                                                      "; reprise needs 8.0 or newer"));
+  }
+  ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
+  ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
+  ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
+  kernels_ = std::make_unique<runtime::KernelStore>(device_.ArchFlag());
+  ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
+  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(kWorkspaceBytes));
+  ASSIGN_OR_RETURN(staging_, runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
+  // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
+  return runtime::CudaStatus(cudaMemset(arena_->data(), 0xff, plan_.memory.arena_bytes),
+                             "cudaMemset", "arena");
+}
+
+absl::Status Trainer::Impl::InitPersistentTensors() {
+  const Graph& g = plan_.graph();
+  std::memset(staging_->data(), 0, staging_->bytes());
+  for (const Node& node : g.nodes()) {
+    if (!ir::IsLeaf(node)) continue;
+    const passes::Buffer* b = plan_.memory.Find({node.id, 0});
+    ir::HostTensor host(node.outputs[0]);
+    ir::FillInitial(node.init, options_.seed, node.name, host);
+    if (b->cls == passes::BufferClass::kInput) {
+      std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset),
+                  host.raw(), b->bytes);
+    } else {
+      RETURN_IF_ERROR(runtime::CudaStatus(
+          cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset, host.raw(), b->bytes,
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy", absl::StrCat("initialising '", node.name, "'")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Impl::WaitForLastStep() {
+  if (!step_queued_) return absl::OkStatus();
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaEventSynchronize(step_done_->get()),
+                                      "cudaEventSynchronize", "waiting for the last step"));
+  step_queued_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Impl::CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const {
+  for (const Node& n : plan_.graph().nodes()) {
+    if (n.op != &ops::SoftmaxCrossEntropyOp() || n.inputs[1].node != input_node) continue;
+    const int64_t classes = plan_.graph().spec(n.inputs[0]).shape.dim(1);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] < 0 || labels[i] >= classes) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", plan_.graph().node(input_node).name,
+                                                       "': label ", labels[i], " at index ", i,
+                                                       " is outside [0, ", classes, ") of '",
+                                                       n.name, "'"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
+                                     DType dtype) {
+  auto id = plan_.graph().FindNode(name);
+  if (!id.ok() || plan_.graph().node(*id).op != &ir::InputOp()) {
+    return absl::NotFoundError(absl::StrCat("no input named '", name, "'"));
+  }
+  const TensorSpec& spec = plan_.graph().node(*id).outputs[0];
+  if (spec.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                   "; got ", DTypeName(dtype), " data"));
+  }
+  if (static_cast<int64_t>(count) != spec.NumElements()) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                   " (", spec.NumElements(), " elements); got ",
+                                                   count));
+  }
+  if (dtype == DType::kInt32) {
+    RETURN_IF_ERROR(CheckLabels(*id, {static_cast<const int32_t*>(data), count}));
+  }
+  RETURN_IF_ERROR(WaitForLastStep());
+  const passes::Buffer* b = plan_.memory.Find({*id, 0});
+  std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset), data,
+              b->bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Impl::Step() {
+  cudaStream_t stream = stream_->get();
+  if (captured_.has_value()) {
+    RETURN_IF_ERROR(captured_->Replay(stream));
+  } else {
+    RETURN_IF_ERROR(capture::RunEager(launches_, stream, options_.mode == ExecMode::kSync));
+  }
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(step_done_->get(), stream), "cudaEventRecord",
+                                      "end of step"));
+  step_queued_ = true;
+  ++steps_;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Impl::Synchronize() {
+  RETURN_IF_ERROR(WaitForLastStep());
+  return runtime::CudaStatus(cudaStreamSynchronize(stream_->get()), "cudaStreamSynchronize",
+                             "Trainer::Synchronize");
+}
+
+absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
+  if (steps <= 0) return absl::InvalidArgumentError("TimeSteps needs a positive step count");
+  std::vector<runtime::Event> marks;
+  for (int i = 0; i <= steps; ++i) {
+    ASSIGN_OR_RETURN(runtime::Event e, runtime::Event::Create(cudaEventDefault));
+    marks.push_back(std::move(e));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  for (int i = 0; i < steps; ++i) {
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(marks[i].get(), stream_->get()),
+                                        "cudaEventRecord", "TimeSteps"));
+    RETURN_IF_ERROR(Step());
+  }
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(marks[steps].get(), stream_->get()),
+                                      "cudaEventRecord", "TimeSteps"));
+  RETURN_IF_ERROR(Synchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < steps; ++i) {
+    ASSIGN_OR_RETURN(float t, runtime::ElapsedMs(marks[i], marks[i + 1]));
+    ms.push_back(t);
+  }
+  return ms;
+}
+
+absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
+  const passes::Buffer* b = plan_.memory.Find(value);
+  if (b == nullptr || (b->cls != passes::BufferClass::kFetched &&
+                       b->cls != passes::BufferClass::kParameter &&
+                       b->cls != passes::BufferClass::kOptimizerState)) {
+    return absl::InvalidArgumentError(
+        "value is not readable after a step: name it in TrainOptions::fetch");
+  }
+  if (plan_.graph().spec(value).dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError("only f32 values can be read as floats");
+  }
+  RETURN_IF_ERROR(Synchronize());
+  std::vector<float> out(b->bytes / sizeof(float));
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      cudaMemcpy(out.data(), static_cast<char*>(arena_->data()) + b->offset, b->bytes,
+                 cudaMemcpyDeviceToHost),
+      "cudaMemcpy", absl::StrCat("reading '", plan_.graph().node(value.node).name, "'")));
+  return out;
+}
+
+absl::StatusOr<const passes::Buffer*> Trainer::Impl::ParameterBuffer(absl::string_view name) const {
+  auto id = plan_.graph().FindNode(name);
+  if (!id.ok() || plan_.graph().node(*id).op != &ir::ParameterOp()) {
+    return absl::NotFoundError(absl::StrCat("no parameter named '", name, "'"));
+  }
+  return plan_.memory.Find({*id, 0});
+}
+
+absl::StatusOr<std::vector<float>> Trainer::Impl::GetParameter(absl::string_view name) {
+  ASSIGN_OR_RETURN(const passes::Buffer* b, ParameterBuffer(name));
+  return ReadFloat(b->value);
+}
+
+absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<const float> data) {
+  ASSIGN_OR_RETURN(const passes::Buffer* b, ParameterBuffer(name));
+  if (data.size() * sizeof(float) != static_cast<size_t>(b->bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ",
+                                                   plan_.graph().spec(b->value).ToString(),
+                                                   "; got ", data.size(), " values"));
+  }
+  RETURN_IF_ERROR(Synchronize());
+  return runtime::CudaStatus(cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset, data.data(),
+                                        b->bytes, cudaMemcpyHostToDevice),
+                             "cudaMemcpy", absl::StrCat("writing '", name, "'"));
+}
+
+std::vector<std::string> Trainer::Impl::ParameterNames() const {
+  std::vector<std::string> names;
+  for (int32_t id : plan_.graph().NodesOf("parameter")) names.push_back(plan_.graph().node(id).name);
+  return names;
+}
+
+TrainerStats Trainer::Impl::stats() const {
+  TrainerStats s;
+  s.steps = steps_;
+  if (captured_.has_value()) {
+    s.graph_replays = captured_->replays();
+    s.graph_captures = 1;
+    s.graph_instantiations = 1;
+    s.graph_nodes = captured_->num_nodes();
+  }
+  s.launches_per_step = static_cast<int64_t>(launches_.size());
+  s.arena_bytes = plan_.memory.arena_bytes;
+  auto bytes = [&](passes::BufferClass c) {
+    auto it = plan_.memory.bytes_by_class.find(c);
+    return it == plan_.memory.bytes_by_class.end() ? int64_t{0} : it->second;
+  };
+  s.parameter_bytes = bytes(passes::BufferClass::kParameter);
+  s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
+  s.activation_peak_bytes = plan_.memory.transient_peak;
+  s.workspace_bytes = workspace_.has_value() ? workspace_->bytes() : 0;
+  const runtime::KernelStore::Stats k = kernels_->stats();
+  s.kernels_compiled = k.compiles;
+  s.kernel_cache_hits = k.memory_hits;
+  s.kernel_compile_ms = k.compile_ms;
+  return s;
+}
+
+std::string TrainerStats::ToString() const {
+  return absl::StrFormat(
+      "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d | "
+      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
+      "%.2f MiB | kernels compiled %d (%.0f ms), cache hits %d",
+      steps, graph_captures, graph_instantiations, graph_replays, graph_nodes, launches_per_step,
+      arena_bytes / 1048576.0, parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
+      activation_peak_bytes / 1048576.0, workspace_bytes / 1048576.0, kernels_compiled,
+      kernel_compile_ms, kernel_cache_hits);
+}
+
+// Trainer: the public face forwards to Impl. ---------------------------------------------------
+
+absl::string_view ExecModeName(ExecMode mode) {
+  switch (mode) {
+    case ExecMode::kSync: return "sync";
+    case ExecMode::kBulked: return "bulked";
+    case ExecMode::kGraph: return "graph";
+  }
+  return "?";
+}
+
+absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name) {
+  for (ExecMode m : {ExecMode::kSync, ExecMode::kBulked, ExecMode::kGraph}) {
+    if (name == ExecModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name,
+                                                 "': expected sync, bulked or graph"));
+}
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Graph& graph, Value loss,
+                                                         const TrainOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Create(graph, loss, options));
+  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
+}
+
+absl::Status Trainer::SetInput(absl::string_view name, absl::Span<const float> data) {
+  return impl_->SetInput(name, data.data(), data.size(), DType::kFloat32);
+}
+absl::Status Trainer::SetInput(absl::string_view name, absl::Span<const int32_t> data) {
+  return impl_->SetInput(name, data.data(), data.size(), DType::kInt32);
+}
+absl::Status Trainer::SetLearningRate(float learning_rate) {
+  return SetInput(autodiff::kLearningRate, absl::MakeConstSpan(&learning_rate, 1));
+}
+absl::Status Trainer::Step() { return impl_->Step(); }
+absl::Status Trainer::Synchronize() { return impl_->Synchronize(); }
+absl::StatusOr<std::vector<float>> Trainer::TimeSteps(int steps) { return impl_->TimeSteps(steps); }
+absl::StatusOr<float> Trainer::Loss() {
+  ASSIGN_OR_RETURN(std::vector<float> loss, impl_->ReadFloat(impl_->loss()));
+  return loss[0];
+}
+absl::StatusOr<std::vector<float>> Trainer::Read(Value value) { return impl_->ReadFloat(value); }
+std::vector<std::string> Trainer::ParameterNames() const { return impl_->ParameterNames(); }
+absl::StatusOr<std::vector<float>> Trainer::GetParameter(absl::string_view name) {
+  return impl_->GetParameter(name);
+}
+absl::Status Trainer::SetParameter(absl::string_view name, absl::Span<const float> data) {
+  return impl_->SetParameter(name, data);
+}
+TrainerStats Trainer::stats() const { return impl_->stats(); }
+const Graph& Trainer::training_graph() const { return impl_->plan().graph(); }
+
+}  // namespace reprise

@@ -1,0 +1,64 @@
+// Trainer::Impl: owns the plan, the device resources and the executor of one training step.
+#ifndef REPRISE_SRC_API_TRAINER_IMPL_H_
+#define REPRISE_SRC_API_TRAINER_IMPL_H_
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "capture/executor.h"
+#include "capture/lowered_step.h"
+#include "reprise/trainer.h"
+#include "src/passes/plan.h"
+#include "src/runtime/device.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/lt_matmul.h"
+#include "src/runtime/owners.h"
+
+namespace reprise {
+
+class Trainer::Impl {
+ public:
+  static absl::StatusOr<std::unique_ptr<Impl>> Create(const Graph& graph, Value loss,
+                                                      const TrainOptions& options);
+
+  absl::Status SetInput(absl::string_view name, const void* data, size_t count, DType dtype);
+  absl::Status Step();
+  absl::Status Synchronize();
+  absl::StatusOr<std::vector<float>> TimeSteps(int steps);
+  absl::StatusOr<std::vector<float>> ReadFloat(Value value);
+  absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);
+  absl::Status SetParameter(absl::string_view name, absl::Span<const float> data);
+  std::vector<std::string> ParameterNames() const;
+  TrainerStats stats() const;
+  const passes::Plan& plan() const { return plan_; }
+  Value loss() const { return plan_.training.loss; }
+
+ private:
+  Impl(TrainOptions options, passes::Plan plan) : options_(std::move(options)), plan_(std::move(plan)) {}
+  absl::Status InitDevice();
+  absl::Status InitPersistentTensors();
+  absl::StatusOr<const passes::Buffer*> ParameterBuffer(absl::string_view name) const;
+  // Waits until no queued step still reads the input staging or writes the arena.
+  absl::Status WaitForLastStep();
+  absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
+
+  TrainOptions options_;
+  passes::Plan plan_;
+  runtime::DeviceInfo device_;
+  std::optional<runtime::Stream> stream_;
+  std::optional<runtime::Event> step_done_;
+  std::optional<runtime::LtHandle> lt_;
+  std::unique_ptr<runtime::KernelStore> kernels_;
+  std::optional<runtime::DeviceBuffer> arena_;
+  std::optional<runtime::DeviceBuffer> workspace_;
+  std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
+  std::vector<capture::LoweredLaunch> launches_;
+  std::optional<capture::CapturedStep> captured_;
+  int64_t steps_ = 0;
+  bool step_queued_ = false;
+};
+
+}  // namespace reprise
+
+#endif  // REPRISE_SRC_API_TRAINER_IMPL_H_

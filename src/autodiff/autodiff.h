@@ -1,0 +1,40 @@
+// Autodiff: extends a copy of the forward graph with its backward pass (one gradient rule per op,
+// matmul gradients as separate dgrad and wgrad nodes) and the SGD-with-momentum update of every
+// parameter, as ordinary graph nodes.
+#ifndef REPRISE_SRC_AUTODIFF_AUTODIFF_H_
+#define REPRISE_SRC_AUTODIFF_AUTODIFF_H_
+
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "reprise/graph.h"
+#include "reprise/trainer.h"
+
+namespace reprise::autodiff {
+
+// Names of the scalar inputs that carry the optimizer's hyperparameters.
+inline constexpr char kLearningRate[] = "learning_rate";
+inline constexpr char kMomentum[] = "momentum";
+inline constexpr char kWeightDecay[] = "weight_decay";
+
+struct TrainingGraph {
+  Graph graph;  // Node ids of the forward graph are kept: a forward Value means the same here.
+  Value loss;
+  std::vector<int32_t> parameters;                 // Parameter node ids, in graph order.
+  absl::flat_hash_map<int32_t, Value> gradients;   // Parameter node id -> its gradient.
+  std::vector<int32_t> optimizer_nodes;
+};
+
+// Gradients of `loss` (a scalar of `forward`) with respect to every parameter it depends on.
+// Returns the graph without optimizer nodes; used by tests and by BuildTrainingGraph.
+absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss);
+
+// Backward plus one sgd_momentum node per parameter. Each update runs after every other reader
+// of its parameter (control edges), so the step reads the weights it started with.
+absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value loss,
+                                                 const SgdOptions& sgd);
+
+}  // namespace reprise::autodiff
+
+#endif  // REPRISE_SRC_AUTODIFF_AUTODIFF_H_

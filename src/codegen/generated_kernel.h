@@ -1,0 +1,58 @@
+// CUDA C++ source for kernels that NVRTC compiles at Trainer creation. Generated sources take
+// their sizes as arguments, so one compiled kernel serves every shape.
+#ifndef REPRISE_SRC_CODEGEN_GENERATED_KERNEL_H_
+#define REPRISE_SRC_CODEGEN_GENERATED_KERNEL_H_
+
+#include <string>
+#include <vector>
+
+namespace reprise::codegen {
+
+struct GeneratedKernel {
+  std::string name;  // The extern "C" __global__ function in `code`.
+  std::string code;
+};
+
+// How an input of a pointwise kernel is indexed by the flat output index i.
+enum class Broadcast { kFull, kRow /* in[i % cols] */, kScalar /* in[0] */ };
+
+struct PointwiseInput {
+  std::string name;  // The variable the expression reads.
+  Broadcast broadcast = Broadcast::kFull;
+};
+
+// out[i] = expression(inputs at i) for i < n, float32. `expression` is CUDA C++ over the input
+// names, e.g. "fmaxf(x, 0.0f)". Signature: (const float* in..., float* out, long long n,
+// long long cols).
+GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseInput>& inputs,
+                          const std::string& expression);
+
+// The pointwise kernels the ops use, each a Pointwise() instance.
+GeneratedKernel BiasAdd();   // x + b (b by row)
+GeneratedKernel Relu();      // max(x, 0)
+GeneratedKernel ReluGrad();  // y > 0 ? dy : 0, inputs (dy, y)
+GeneratedKernel Add();       // a + b
+
+// db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order.
+// Signature: (const float* dy, float* db, long long rows, long long cols).
+GeneratedKernel ColumnSum();
+
+// loss[0] = mean over rows of logsumexp(z[r, :]) - z[r, label[r]]; one block, fixed order.
+// Signature: (const float* z, const int* labels, float* loss, int rows, int cols).
+GeneratedKernel SoftmaxCrossEntropy();
+
+// dz[r, c] = dloss[0] * (softmax(z[r, :])[c] - (c == label[r])) / rows; one warp per row.
+// Signature: (const float* z, const int* labels, const float* dloss, float* dz, int rows, int cols).
+GeneratedKernel SoftmaxCrossEntropyGrad();
+
+// PyTorch's SGD with momentum, in place: g' = g + wd·w; v = mu·v + g'; w = w - lr·v.
+// Signature: (float* w, const float* g, float* v, const float* lr, const float* mu,
+// const float* wd, long long n).
+GeneratedKernel SgdMomentum();
+
+// Every kernel source the engine can generate, for compile checks.
+std::vector<GeneratedKernel> AllKernels();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_GENERATED_KERNEL_H_

@@ -1,0 +1,59 @@
+#include "src/ir/initializer.h"
+
+namespace reprise::ir {
+namespace {
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t NameHash(absl::string_view name) {  // FNV-1a: only spreads streams, needs no strength.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+template <typename T>
+void Fill(const Initializer& init, uint64_t state, absl::Span<T> out) {
+  for (T& x : out) {
+    double v = 0;
+    switch (init.kind) {
+      case Initializer::Kind::kZeros:
+        v = 0;
+        break;
+      case Initializer::Kind::kConstant:
+        v = init.value;
+        break;
+      case Initializer::Kind::kUniform: {
+        const double unit = static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53;
+        v = init.low + (init.high - init.low) * unit;
+        break;
+      }
+    }
+    // Round through float so an f64 reference starts from the same values as an f32 run.
+    x = static_cast<T>(static_cast<float>(v));
+  }
+}
+
+}  // namespace
+
+void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
+                 HostTensor& tensor) {
+  const uint64_t state = seed * 0x9e3779b97f4a7c15ull ^ NameHash(name);
+  switch (tensor.dtype()) {
+    case DType::kFloat32:
+      Fill(init, state, tensor.data<float>());
+      break;
+    case DType::kFloat64:
+      Fill(init, state, tensor.data<double>());
+      break;
+    case DType::kInt32:
+      Fill(init, state, tensor.data<int32_t>());
+      break;
+  }
+}
+
+}  // namespace reprise::ir

@@ -1,0 +1,76 @@
+// OpDef: everything the engine knows about one op, in one table entry: shape and dtype rule,
+// gradient rule, CPU reference and GPU lowering. The ir layer sees only the signatures; each op
+// family's file in src/ops/ fills in its entries, so adding an op touches one file.
+#ifndef REPRISE_SRC_IR_OP_DEF_H_
+#define REPRISE_SRC_IR_OP_DEF_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+#include "src/ir/host_tensor.h"
+
+namespace reprise::ops {
+class GpuKernel;          // One launchable piece of a plan (src/ops/gpu_kernel.h).
+struct LoweringContext;   // Device, buffers and options a lowering needs.
+}  // namespace reprise::ops
+
+namespace reprise::ir {
+
+// Checks attributes and input specs, returns the output specs. Messages name the shapes; the
+// graph prefixes the op and node.
+using InferFn = absl::StatusOr<std::vector<TensorSpec>> (*)(const Attrs& attrs,
+                                                            absl::Span<const TensorSpec> inputs);
+
+// Adds the gradient nodes of `node` to `graph`. `output_grads` holds one gradient per output
+// (invalid where none flows); returns one gradient per input, invalid where `needs_grad` is false.
+using GradFn = absl::StatusOr<std::vector<Value>> (*)(Graph& graph, const Node& node,
+                                                      absl::Span<const Value> output_grads,
+                                                      const std::vector<bool>& needs_grad);
+
+// Reference implementation. Float inputs are all float32 or all float64 (the reference executor
+// can promote a whole graph); mutated inputs are written in place.
+using CpuFn = absl::Status (*)(const Node& node, absl::Span<HostTensor* const> inputs,
+                               absl::Span<HostTensor* const> outputs);
+
+using LowerFn = absl::StatusOr<std::unique_ptr<ops::GpuKernel>> (*)(
+    const ops::LoweringContext& context, const Node& node);
+
+// What recomputing the op would cost (for mirroring) and how the planner treats it.
+enum class OpKind : uint8_t {
+  kLeaf,       // input, parameter, state, constant: storage, no launch.
+  kPointwise,  // Elementwise: cheap to recompute, fusable.
+  kReduction,  // Cheap, but reads a whole tensor per output.
+  kMatmul,     // Expensive.
+  kOptimizer,  // Writes parameters and state in place.
+};
+
+struct OpDef {
+  absl::string_view name;
+  OpKind kind = OpKind::kPointwise;
+  InferFn infer = nullptr;           // Null only for leaves.
+  GradFn grad = nullptr;             // Null: no gradient flows through (an error if one must).
+  CpuFn cpu = nullptr;
+  LowerFn lower = nullptr;           // Null only for leaves.
+  std::vector<int> mutated_inputs;  // Inputs written in place; they must be parameters or state.
+};
+
+// Leaf ops: storage that the plan places, no computation.
+const OpDef& InputOp();
+const OpDef& ParameterOp();
+const OpDef& StateOp();
+const OpDef& ConstantOp();
+bool IsLeaf(const Node& node);
+
+// Returns a copy of `node`'s float attribute / int attribute, or InvalidArgument.
+absl::StatusOr<double> FloatAttr(const Attrs& attrs, absl::string_view key);
+absl::StatusOr<int64_t> IntAttr(const Attrs& attrs, absl::string_view key);
+bool BoolAttrOr(const Attrs& attrs, absl::string_view key, bool fallback);
+
+}  // namespace reprise::ir
+
+#endif  // REPRISE_SRC_IR_OP_DEF_H_

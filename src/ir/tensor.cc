@@ -1,0 +1,41 @@
+#include "reprise/tensor.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace reprise {
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat64:
+      return "f64";
+    case DType::kInt32:
+      return "i32";
+  }
+  return "?";
+}
+
+int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+int64_t Shape::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
+
+std::string TensorSpec::ToString() const { return absl::StrCat(DTypeName(dtype), shape.ToString()); }
+
+}  // namespace reprise

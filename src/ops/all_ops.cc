@@ -1,0 +1,12 @@
+#include "src/ops/ops.h"
+
+namespace reprise::ops {
+
+std::vector<const ir::OpDef*> AllOps() {
+  return {&MatmulOp(),    &BiasAddOp(),   &ReluOp(),
+          &ReluGradOp(),  &AddOp(),       &ColumnSumOp(),
+          &SoftmaxCrossEntropyOp(),       &SoftmaxCrossEntropyGradOp(),
+          &SgdMomentumOp()};
+}
+
+}  // namespace reprise::ops

@@ -1,0 +1,62 @@
+#include "src/ops/gpu_kernel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+
+std::vector<void*> KernelArgs::Pointers() const {
+  std::vector<void*> pointers;
+  for (const uint64_t& slot : slots_) pointers.push_back(const_cast<uint64_t*>(&slot));
+  return pointers;
+}
+
+runtime::KernelSource ToKernelSource(const codegen::GeneratedKernel& kernel) {
+  return runtime::KernelSource{kernel.name, kernel.code, {}};
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
+    const LoweringContext& context, const std::string& node_name,
+    const codegen::GeneratedKernel& source, dim3 grid, dim3 block, unsigned shared_bytes,
+    KernelArgs args) {
+  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  if (!function.ok()) {
+    return absl::Status(function.status().code(),
+                        absl::StrCat("node '", node_name, "': ", function.status().message()));
+  }
+  auto kernel = std::unique_ptr<NvrtcKernel>(new NvrtcKernel());
+  kernel->node_name_ = node_name;
+  kernel->kernel_name_ = source.name;
+  kernel->function_ = *function;
+  kernel->grid_ = grid;
+  kernel->block_ = block;
+  kernel->shared_bytes_ = shared_bytes;
+  kernel->args_ = std::move(args);
+  kernel->arg_pointers_ = kernel->args_.Pointers();
+  return std::unique_ptr<GpuKernel>(std::move(kernel));
+}
+
+absl::Status NvrtcKernel::Launch(cudaStream_t stream) const {
+  CUresult result = cuLaunchKernel(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y,
+                                   block_.z, shared_bytes_, stream,
+                                   const_cast<void**>(arg_pointers_.data()), nullptr);
+  return runtime::CudaStatus(result, absl::StrCat("cuLaunchKernel(", kernel_name_, ")"),
+                             absl::StrCat("node '", node_name_, "'"));
+}
+
+std::string NvrtcKernel::Describe() const {
+  return absl::StrCat("nvrtc ", kernel_name_, " grid=", grid_.x, " block=", block_.x,
+                      shared_bytes_ ? absl::StrCat(" smem=", shared_bytes_) : "");
+}
+
+dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device) {
+  const int64_t needed = (n + block - 1) / block;
+  const int64_t most = static_cast<int64_t>(device.sm_count) * 8;
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, most))));
+}
+
+}  // namespace reprise::ops

@@ -1,0 +1,93 @@
+// GpuKernel: one launch of a plan, lowered from one node with its device addresses resolved.
+// Launch() only enqueues work on the given stream; it never allocates, compiles, synchronises or
+// picks algorithms, so it is safe to record under CUDA graph capture.
+#ifndef REPRISE_SRC_OPS_GPU_KERNEL_H_
+#define REPRISE_SRC_OPS_GPU_KERNEL_H_
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "src/codegen/generated_kernel.h"
+#include "src/runtime/device.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/lt_matmul.h"
+
+namespace reprise::ops {
+
+class GpuKernel {
+ public:
+  virtual ~GpuKernel() = default;
+  virtual absl::Status Launch(cudaStream_t stream) const = 0;
+  // One line for dumps and error messages: what runs and with which launch shape.
+  virtual std::string Describe() const = 0;
+};
+
+// What a lowering needs: shared device resources and this node's device addresses.
+struct LoweringContext {
+  runtime::KernelStore* kernels = nullptr;
+  const runtime::LtHandle* lt = nullptr;
+  const runtime::DeviceInfo* device = nullptr;
+  void* workspace = nullptr;  // cuBLASLt workspace of the node's lane.
+  size_t workspace_bytes = 0;
+  bool allow_tf32 = false;
+  std::vector<TensorSpec> input_specs;
+  std::vector<void*> inputs;   // Device address of each input, in node order.
+  std::vector<void*> outputs;  // Device address of each output.
+};
+
+// Packs kernel arguments by value so that the pointer array cuLaunchKernel reads stays valid.
+class KernelArgs {
+ public:
+  template <typename T>
+  KernelArgs& Add(T value) {
+    static_assert(sizeof(T) <= 8, "kernel arguments are pointers or scalars");
+    slots_.push_back(0);
+    std::memcpy(&slots_.back(), &value, sizeof(T));
+    return *this;
+  }
+  // Valid until the next Add.
+  std::vector<void*> Pointers() const;
+
+ private:
+  std::vector<uint64_t> slots_;
+};
+
+// A kernel compiled by NVRTC through the kernel store, launched with fixed arguments.
+class NvrtcKernel : public GpuKernel {
+ public:
+  // Compiles (or finds) `source` and binds the launch; errors name `node_name`.
+  static absl::StatusOr<std::unique_ptr<GpuKernel>> Create(const LoweringContext& context,
+                                                           const std::string& node_name,
+                                                           const codegen::GeneratedKernel& source,
+                                                           dim3 grid, dim3 block,
+                                                           unsigned shared_bytes, KernelArgs args);
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;
+
+ private:
+  NvrtcKernel() = default;
+  std::string node_name_, kernel_name_;
+  CUfunction function_ = nullptr;
+  dim3 grid_, block_;
+  unsigned shared_bytes_ = 0;
+  KernelArgs args_;
+  std::vector<void*> arg_pointers_;
+};
+
+// Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
+dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
+
+// The NVRTC source options every generated kernel is compiled with.
+runtime::KernelSource ToKernelSource(const codegen::GeneratedKernel& kernel);
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_GPU_KERNEL_H_

@@ -1,0 +1,145 @@
+// softmax_cross_entropy: mean over the batch of -log softmax(logits)[label], and its gradient.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/generated_kernel.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckRank(in[0], 2, "logits"));
+  RETURN_IF_ERROR(CheckFloat(in[0], "logits"));
+  RETURN_IF_ERROR(CheckRank(in[1], 1, "labels"));
+  RETURN_IF_ERROR(CheckDType(in[1], DType::kInt32, "labels"));
+  if (in[1].shape.dim(0) != in[0].shape.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("labels ", in[1].ToString(),
+                                                   " do not match the batch of logits ",
+                                                   in[0].ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferXent(const Attrs&, absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  return std::vector<TensorSpec>{{Shape{}, in[0].dtype}};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs&,
+                                                      absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  if (in[2].shape.rank() != 0 || in[2].dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dloss must be a scalar of the logits' dtype, got ", in[2].ToString()));
+  }
+  return std::vector<TensorSpec>{in[0]};
+}
+
+absl::StatusOr<std::vector<Value>> GradXent(Graph& g, const Node& node,
+                                            absl::Span<const Value> dout,
+                                            const std::vector<bool>& needs) {
+  std::vector<Value> grads(2);  // Labels get none.
+  if (needs[0]) {
+    ASSIGN_OR_RETURN(grads[0], g.AddOp1(SoftmaxCrossEntropyGradOp(),
+                                        absl::StrCat(node.name, ".grad"),
+                                        {node.inputs[0], node.inputs[1], dout[0]}));
+  }
+  return grads;
+}
+
+// Per row: m = max z, s = Σ exp(z - m); loss_r = log s + m - z[label].
+template <typename T>
+absl::Status ForEachRow(const ir::HostTensor& z, const ir::HostTensor& labels,
+                        const std::function<void(int64_t, const T*, T, T, int)>& fn) {
+  const int64_t rows = z.spec().shape.dim(0), cols = z.spec().shape.dim(1);
+  auto zs = z.data<T>();
+  auto ls = labels.data<int32_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (ls[r] < 0 || ls[r] >= cols) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", ls[r], " of row ", r, " is outside [0, ", cols, ")"));
+    }
+    const T* zr = zs.data() + r * cols;
+    T m = zr[0];
+    for (int64_t c = 1; c < cols; ++c) m = std::max(m, zr[c]);
+    T s = 0;
+    for (int64_t c = 0; c < cols; ++c) s += std::exp(zr[c] - m);
+    fn(r, zr, m, s, ls[r]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuXent(const Node&, absl::Span<ir::HostTensor* const> in,
+                     absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    T total = 0;
+    RETURN_IF_ERROR(ForEachRow<T>(*in[0], *in[1], [&](int64_t, const T* zr, T m, T s, int label) {
+      total += std::log(s) + m - zr[label];
+    }));
+    out[0]->data<T>()[0] = total / static_cast<T>(in[0]->spec().shape.dim(0));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status CpuXentGrad(const Node&, absl::Span<ir::HostTensor* const> in,
+                         absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    const int64_t rows = in[0]->spec().shape.dim(0), cols = in[0]->spec().shape.dim(1);
+    const T scale = in[2]->data<T>()[0] / static_cast<T>(rows);
+    auto dz = out[0]->data<T>();
+    return ForEachRow<T>(*in[0], *in[1], [&](int64_t r, const T* zr, T m, T s, int label) {
+      for (int64_t c = 0; c < cols; ++c) {
+        dz[r * cols + c] = scale * (std::exp(zr[c] - m) / s - (c == label ? T(1) : T(0)));
+      }
+    });
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx, const Node& node) {
+  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
+  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
+  const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
+  if (shared > 48 * 1024) {
+    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
+                                                 " exceeds the loss kernel's limit of 12288 rows"));
+  }
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]).Add(rows).Add(cols);
+  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropy(), dim3(1), dim3(512),
+                             shared, std::move(args));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& ctx,
+                                                         const Node& node) {
+  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
+  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
+  args.Add(rows).Add(cols);
+  const int warps_per_block = 8;
+  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropyGrad(),
+                             dim3((rows + warps_per_block - 1) / warps_per_block),
+                             dim3(32 * warps_per_block), 0, std::move(args));
+}
+
+}  // namespace
+
+const ir::OpDef& SoftmaxCrossEntropyOp() {
+  static const ir::OpDef op{.name = "softmax_cross_entropy", .kind = ir::OpKind::kReduction,
+                            .infer = InferXent, .grad = GradXent, .cpu = CpuXent,
+                            .lower = LowerXent};
+  return op;
+}
+const ir::OpDef& SoftmaxCrossEntropyGradOp() {
+  static const ir::OpDef op{.name = "softmax_cross_entropy_grad", .kind = ir::OpKind::kReduction,
+                            .infer = InferXentGrad, .cpu = CpuXentGrad, .lower = LowerXentGrad};
+  return op;
+}
+
+}  // namespace reprise::ops

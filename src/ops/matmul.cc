@@ -1,0 +1,152 @@
+// matmul: C = op(A)·op(B) on row-major 2-D tensors. Its gradient is two separate matmul nodes,
+// the data gradient (of input 0) and the weight gradient (of input 1), so that nothing but their
+// data orders them.
+#include "absl/strings/str_cat.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/runtime/lt_matmul.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+struct MatmulDims {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+absl::StatusOr<MatmulDims> DimsOf(const Attrs& attrs, const TensorSpec& a, const TensorSpec& b) {
+  RETURN_IF_ERROR(CheckRank(a, 2, "A"));
+  RETURN_IF_ERROR(CheckRank(b, 2, "B"));
+  RETURN_IF_ERROR(CheckFloat(a, "A"));
+  if (a.dtype != b.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("A and B differ in dtype: ", a.ToString(), " and ", b.ToString()));
+  }
+  MatmulDims d;
+  d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
+  d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
+  d.m = d.ta ? a.shape.dim(1) : a.shape.dim(0);
+  d.k = d.ta ? a.shape.dim(0) : a.shape.dim(1);
+  const int64_t kb = d.tb ? b.shape.dim(1) : b.shape.dim(0);
+  d.n = d.tb ? b.shape.dim(0) : b.shape.dim(1);
+  if (d.k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inner dimensions differ: A ", a.ToString(), (d.ta ? " transposed" : ""), " and B ",
+        b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
+  }
+  return d;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferMatmul(const Attrs& attrs,
+                                                    absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  ASSIGN_OR_RETURN(MatmulDims d, DimsOf(attrs, in[0], in[1]));
+  return std::vector<TensorSpec>{{Shape{d.m, d.n}, in[0].dtype}};
+}
+
+absl::StatusOr<Value> AddMatmul(Graph& g, const std::string& name, Value a, Value b, bool ta,
+                                bool tb, const char* role) {
+  return g.AddOp1(MatmulOp(), name, {a, b},
+                  {{"transpose_a", ta}, {"transpose_b", tb}, {"role", std::string(role)}});
+}
+
+// With C = op(A)·op(B): dA = dC·op(B)ᵀ and dB = op(A)ᵀ·dC, each written back in A's and B's
+// stored orientation.
+absl::StatusOr<std::vector<Value>> GradMatmul(Graph& g, const Node& node,
+                                              absl::Span<const Value> dout,
+                                              const std::vector<bool>& needs) {
+  const Value a = node.inputs[0], b = node.inputs[1], dc = dout[0];
+  const bool ta = ir::BoolAttrOr(node.attrs, "transpose_a", false);
+  const bool tb = ir::BoolAttrOr(node.attrs, "transpose_b", false);
+  std::vector<Value> grads(2);
+  const std::string dgrad = absl::StrCat(node.name, ".dgrad");
+  const std::string wgrad = absl::StrCat(node.name, ".wgrad");
+  if (needs[0]) {
+    absl::StatusOr<Value> da = !ta ? AddMatmul(g, dgrad, dc, b, false, !tb, "dgrad")
+                                   : AddMatmul(g, dgrad, b, dc, tb, true, "dgrad");
+    RETURN_IF_ERROR(da.status());
+    grads[0] = *da;
+  }
+  if (needs[1]) {
+    absl::StatusOr<Value> db = !tb ? AddMatmul(g, wgrad, a, dc, !ta, false, "wgrad")
+                                   : AddMatmul(g, wgrad, dc, a, true, ta, "wgrad");
+    RETURN_IF_ERROR(db.status());
+    grads[1] = *db;
+  }
+  return grads;
+}
+
+absl::Status CpuMatmul(const Node& node, absl::Span<ir::HostTensor* const> in,
+                       absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, in[0]->spec(), in[1]->spec()));
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    auto a = in[0]->data<T>(), b = in[1]->data<T>();
+    auto c = out[0]->data<T>();
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        double sum = 0;  // A double accumulator keeps the reference far below fp32 error.
+        for (int64_t p = 0; p < d.k; ++p) {
+          const T av = d.ta ? a[p * d.m + i] : a[i * d.k + p];
+          const T bv = d.tb ? b[j * d.k + p] : b[p * d.n + j];
+          sum += static_cast<double>(av) * static_cast<double>(bv);
+        }
+        c[i * d.n + j] = static_cast<T>(sum);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+class MatmulKernel : public GpuKernel {
+ public:
+  MatmulKernel(std::string node_name, runtime::LtMatmul matmul, const LoweringContext& ctx)
+      : node_name_(std::move(node_name)),
+        matmul_(std::move(matmul)),
+        a_(static_cast<const float*>(ctx.inputs[0])),
+        b_(static_cast<const float*>(ctx.inputs[1])),
+        c_(static_cast<float*>(ctx.outputs[0])),
+        workspace_(ctx.workspace) {}
+
+  absl::Status Launch(cudaStream_t stream) const override {
+    absl::Status status = matmul_.Run(stream, a_, b_, c_, workspace_);
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat("node '", node_name_, "': ", status.message()));
+  }
+  std::string Describe() const override { return absl::StrCat("cublasLt ", matmul_.Describe()); }
+
+ private:
+  std::string node_name_;
+  runtime::LtMatmul matmul_;
+  const float* a_;
+  const float* b_;
+  float* c_;
+  void* workspace_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ctx,
+                                                       const Node& node) {
+  ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
+  runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb};
+  auto matmul = runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes);
+  if (!matmul.ok()) {
+    return absl::Status(matmul.status().code(),
+                        absl::StrCat("node '", node.name, "': ", matmul.status().message()));
+  }
+  return std::unique_ptr<GpuKernel>(new MatmulKernel(node.name, *std::move(matmul), ctx));
+}
+
+}  // namespace
+
+const ir::OpDef& MatmulOp() {
+  static const ir::OpDef op{.name = "matmul",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferMatmul,
+                            .grad = GradMatmul,
+                            .cpu = CpuMatmul,
+                            .lower = LowerMatmul};
+  return op;
+}
+
+}  // namespace reprise::ops

@@ -1,0 +1,58 @@
+// Memory plan: one arena for the whole step. Persistent tensors (parameters, optimizer state,
+// constants, fetched values) get fixed places; the step's inputs sit together so one copy per
+// step fills them; every other tensor gets an offset by liveness, reusing the space of tensors
+// that are dead. No two tensors that are alive at the same time overlap.
+#ifndef REPRISE_SRC_PASSES_MEMORY_PLAN_H_
+#define REPRISE_SRC_PASSES_MEMORY_PLAN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+#include "src/passes/schedule.h"
+
+namespace reprise::passes {
+
+inline constexpr int64_t kBufferAlignment = 256;  // cuBLASLt and vector loads like 256-byte bases.
+
+enum class BufferClass : uint8_t {
+  kParameter,
+  kOptimizerState,
+  kConstant,
+  kFetched,     // Kept after the step for the user to read (the loss, fetched values).
+  kInput,
+  kActivation,  // Transient: placed by liveness.
+};
+absl::string_view BufferClassName(BufferClass c);
+
+struct Buffer {
+  Value value;
+  BufferClass cls;
+  int64_t offset = 0;  // In the arena.
+  int64_t bytes = 0;
+  int first = 0, last = 0;  // Live from launch `first` to launch `last` (persistent: all).
+};
+
+struct MemoryPlan {
+  std::vector<Buffer> buffers;
+  absl::flat_hash_map<Value, int> index;  // Value -> position in `buffers`.
+  int64_t arena_bytes = 0;
+  int64_t input_offset = 0, input_bytes = 0;          // The contiguous input region.
+  int64_t transient_offset = 0, transient_peak = 0;   // The liveness-planned region.
+  absl::flat_hash_map<BufferClass, int64_t> bytes_by_class;
+
+  const Buffer* Find(Value v) const;
+};
+
+// Plans every output of every node in `graph` for the launch order `schedule`. `kept` values
+// stay readable after the step.
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
+                                      absl::Span<const ScheduledLaunch> schedule,
+                                      absl::Span<const Value> kept);
+
+}  // namespace reprise::passes
+
+#endif  // REPRISE_SRC_PASSES_MEMORY_PLAN_H_

@@ -1,0 +1,54 @@
+#include "tests/cpu/test_graphs.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/initializer.h"
+#include "src/ir/reference_executor.h"
+
+namespace reprise::testing {
+
+Initializer TestInit() { return Initializer::Uniform(-1.0, 1.0); }
+
+void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
+                                           const std::vector<int32_t>& labels, uint64_t seed) {
+  auto training = autodiff::BuildBackward(graph, loss);
+  ASSERT_TRUE(training.ok()) << training.status();
+  ir::ReferenceExecutor exec(training->graph, /*float64=*/true, seed);
+  if (!labels.empty()) {
+    ASSERT_TRUE(exec.SetLeaf("labels", labels).ok());
+  }
+  for (int32_t id : graph.NodesOf("input")) {  // Random features: zeros would hide gradients.
+    if (graph.node(id).outputs[0].dtype == DType::kInt32) continue;
+    ir::FillInitial(TestInit(), seed, graph.node(id).name, **exec.Leaf(graph.node(id).name));
+  }
+  ASSERT_TRUE(exec.Run().ok());
+  ASSERT_FALSE(training->parameters.empty());
+  for (int32_t param : training->parameters) {
+    const std::string name = training->graph.node(param).name;
+    auto grad = exec.Tensor(training->gradients.at(param));
+    ASSERT_TRUE(grad.ok());
+    const std::vector<double> analytic((*grad)->data<double>().begin(),
+                                       (*grad)->data<double>().end());
+    auto w = exec.Leaf(name);
+    ASSERT_TRUE(w.ok());
+    auto values = (*w)->data<double>();
+    const double h = 1e-6;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double saved = values[i];
+      auto loss_at = [&](double x) {
+        values[i] = x;
+        EXPECT_TRUE(exec.Run().ok());
+        return (*exec.Tensor(loss))->data<double>()[0];
+      };
+      const double numeric = (loss_at(saved + h) - loss_at(saved - h)) / (2 * h);
+      values[i] = saved;
+      EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+          << name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace reprise::testing

@@ -1,0 +1,23 @@
+// Small graphs and checks the CPU tests share.
+#ifndef REPRISE_TESTS_CPU_TEST_GRAPHS_H_
+#define REPRISE_TESTS_CPU_TEST_GRAPHS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "reprise/graph.h"
+
+namespace reprise::testing {
+
+// Checks every parameter gradient that autodiff builds for `loss` against central finite
+// differences of the loss, all in float64 on the CPU reference. `labels` feeds the int32 input
+// named "labels"; float inputs get random values.
+void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
+                                           const std::vector<int32_t>& labels, uint64_t seed);
+
+// Uniform(-1, 1): test parameters with values well away from zero on both sides.
+Initializer TestInit();
+
+}  // namespace reprise::testing
+
+#endif  // REPRISE_TESTS_CPU_TEST_GRAPHS_H_

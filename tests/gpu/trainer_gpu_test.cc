@@ -1,0 +1,163 @@
+// The training step on the GPU: graph replay gives the same bits as the bulked run of the same
+// plan, inputs and learning rate change between replays without re-instantiation, the step
+// matches the CPU reference, bad bindings are clear errors, and nothing leaks.
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/reference_executor.h"
+#include "src/runtime/device.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 32, kFeatures = 16, kClasses = 5;
+
+models::MlpConfig SmallMlp() {
+  return {.batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 64, .classes = kClasses};
+}
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+// Labels follow a fixed random linear rule of the features, so there is something to learn.
+Batch MakeBatch(std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  Batch b{std::vector<float>(kBatch * kFeatures), std::vector<int32_t>(kBatch)};
+  for (float& v : b.x) v = normal(rng);
+  for (int i = 0; i < kBatch; ++i) {
+    float best = -1e9f;
+    for (int c = 0; c < kClasses; ++c) {
+      float score = 0;
+      for (int j = 0; j < kFeatures; ++j) score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
+      if (score > best) best = score, b.y[i] = c;
+    }
+  }
+  return b;
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
+  TrainOptions options;
+  options.mode = mode;
+  options.seed = 42;
+  auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? *std::move(trainer) : nullptr;
+}
+
+// Trains `steps` steps, changing the batch every step and the learning rate every 10.
+std::vector<float> Train(Trainer& t, int steps) {
+  std::mt19937 rng(5);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    Batch b = MakeBatch(rng);
+    EXPECT_TRUE(t.SetInput("features", b.x).ok());
+    EXPECT_TRUE(t.SetInput("labels", b.y).ok());
+    if (s % 10 == 0) EXPECT_TRUE(t.SetLearningRate(0.05f / (1 + s / 10)).ok());
+    EXPECT_TRUE(t.Step().ok());
+    losses.push_back(*t.Loss());
+  }
+  return losses;
+}
+
+TEST(TrainerGpuTest, GraphReplayEqualsBulkedBitwiseAndLossFalls) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  ASSERT_TRUE(mlp.ok());
+  auto bulked = MakeTrainer(*mlp, ExecMode::kBulked);
+  auto graph = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(bulked && graph);
+  const std::vector<float> bulked_losses = Train(*bulked, 100);
+  const std::vector<float> graph_losses = Train(*graph, 100);
+  EXPECT_EQ(bulked_losses, graph_losses);
+  for (const std::string& name : graph->ParameterNames()) {
+    EXPECT_EQ(*bulked->GetParameter(name), *graph->GetParameter(name)) << name;
+  }
+  float first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) first += graph_losses[i], last += graph_losses[90 + i];
+  EXPECT_LT(last, 0.6f * first);
+  const TrainerStats stats = graph->stats();
+  EXPECT_EQ(stats.graph_replays, 100);
+  EXPECT_EQ(stats.graph_instantiations, 1);
+  EXPECT_EQ(stats.graph_nodes, stats.launches_per_step);
+}
+
+TEST(TrainerGpuTest, SyncModeEqualsBulkedBitwise) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto sync = MakeTrainer(*mlp, ExecMode::kSync);
+  auto bulked = MakeTrainer(*mlp, ExecMode::kBulked);
+  ASSERT_TRUE(sync && bulked);
+  EXPECT_EQ(Train(*sync, 20), Train(*bulked, 20));
+}
+
+TEST(TrainerGpuTest, StepsMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto gpu = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(gpu);
+  auto training = autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, SgdOptions{});
+  ASSERT_TRUE(training.ok());
+  ir::ReferenceExecutor cpu(training->graph, /*float64=*/false, /*seed=*/42);
+  std::mt19937 rng(9);
+  for (int s = 0; s < 5; ++s) {
+    Batch b = MakeBatch(rng);
+    ASSERT_TRUE(gpu->SetInput("features", b.x).ok());
+    ASSERT_TRUE(gpu->SetInput("labels", b.y).ok());
+    ASSERT_TRUE(gpu->Step().ok());
+    ASSERT_TRUE(cpu.SetLeaf("features", std::vector<double>(b.x.begin(), b.x.end())).ok());
+    ASSERT_TRUE(cpu.SetLeaf("labels", b.y).ok());
+    ASSERT_TRUE(cpu.Run().ok());
+    const float cpu_loss = (*cpu.Tensor(mlp->loss))->data<float>()[0];
+    EXPECT_NEAR(*gpu->Loss(), cpu_loss, 1e-5f * std::max(1.0f, std::abs(cpu_loss))) << "step " << s;
+  }
+  for (const std::string& name : gpu->ParameterNames()) {
+    std::vector<float> g = *gpu->GetParameter(name);
+    auto c = (*cpu.Leaf(name))->data<float>();
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < g.size(); ++i) err += (g[i] - c[i]) * (g[i] - c[i]), norm += c[i] * c[i];
+    EXPECT_LT(std::sqrt(err / norm), 1e-5) << name;
+  }
+}
+
+TEST(TrainerGpuTest, BadBindingsAreClearErrors) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto t = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(t);
+  std::vector<float> short_x(kBatch * kFeatures - 1);
+  EXPECT_THAT(t->SetInput("features", short_x).message(), HasSubstr("f32[32, 16]"));
+  EXPECT_EQ(t->SetInput("nope", short_x).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(t->SetInput("labels", std::vector<float>(kBatch)).message(), HasSubstr("i32"));
+  std::vector<int32_t> bad_labels(kBatch, 0);
+  bad_labels[3] = kClasses;
+  EXPECT_THAT(t->SetInput("labels", bad_labels).message(), HasSubstr("outside [0, 5)"));
+  EXPECT_EQ(t->GetParameter("fc9.weight").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(t->SetParameter("fc0.weight", std::vector<float>(3)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->Read(mlp->logits).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TrainerGpuTest, CreatingAndDestroyingTrainersLeaksNoDeviceMemory) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  { auto warm = MakeTrainer(*mlp, ExecMode::kGraph); }  // Context and library handles settle.
+  auto before = runtime::DeviceMemoryInUse();
+  ASSERT_TRUE(before.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto t = MakeTrainer(*mlp, ExecMode::kGraph);
+    ASSERT_TRUE(t);
+    Train(*t, 3);
+  }
+  EXPECT_EQ(*runtime::DeviceMemoryInUse(), *before);
+}
+
+}  // namespace
+}  // namespace reprise

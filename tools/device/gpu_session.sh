@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One full session on the GPU host, from the repository root of a staged checkout:
+#   bash tools/device/gpu_session.sh [tests|bench|all]
+# Runs the GPU tests (plain and under compute-sanitizer), the main job, and the benchmarks of
+# reprise beside PyTorch and JAX, writing logs and JSON under $OUT.
+set -uo pipefail
+what=${1:-all}
+out=/tmp/reprise-session  # Everything lands here, then travels back as one archive in $OUT.
+mkdir -p "$out"
+trap 'tar czf "${OUT:-/tmp}/session.tgz" -C "$out" .' EXIT
+source .stage/env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if [[ $what == tests || $what == all ]]; then
+  reprise_gpu_tests 2>&1 | tee "$out/gpu_tests.log" | tail -n 40
+  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 reprise_gpu_tests \
+    --gtest_brief=1 > "$out/memcheck.log" 2>&1
+  echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -n 3 | tr '\n' ' ')"
+  train_mlp 2>&1 | tee "$out/train_mlp.log" | tail -n 12
+fi
+if [[ $what == bench || $what == all ]]; then
+  for cfg in "8 256 32" "4 1024 256"; do
+    set -- $cfg
+    reprise-bench --depth "$1" --width "$2" --batch "$3" --iters 1000 --warmup 100 \
+      --json "$out/reprise_d$1_w$2_b$3.json" 2>&1 | tail -n 5
+    python3 tools/bench/torch_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 \
+      --json "$out/torch_d$1_w$2_b$3.json" 2>&1 | grep -E '^torch|rror' | tail -n 5
+    python3 tools/bench/jax_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 \
+      --json "$out/jax_d$1_w$2_b$3.json" 2>&1 | grep -E '^jax|rror' | tail -n 3
+  done
+fi

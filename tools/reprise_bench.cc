@@ -1,0 +1,136 @@
+// reprise-bench: ms per training step of a model, for each execution mode, timed with CUDA events
+// after warm-up (median and p90 of many steps). Prints a table; --json writes the numbers.
+//
+//   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "reprise/reprise.h"
+#include "src/runtime/device.h"
+#include "src/util/status_macros.h"
+
+ABSL_FLAG(std::string, model, "mlp", "model: mlp");
+ABSL_FLAG(int, depth, 8, "hidden layers (mlp)");
+ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
+ABSL_FLAG(int, batch, 32, "batch size");
+ABSL_FLAG(int, classes, 10, "classes");
+ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph or all");
+ABSL_FLAG(int, iters, 500, "timed steps per mode");
+ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
+ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
+ABSL_FLAG(std::string, json, "", "write results to this JSON file");
+
+namespace {
+
+struct Result {
+  std::string mode;
+  double median_ms = 0, p90_ms = 0;
+  int64_t launches = 0, graph_nodes = 0, arena_bytes = 0;
+};
+
+double Percentile(std::vector<float> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
+  if (absl::GetFlag(FLAGS_model) != "mlp") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model),
+                                                   "': this version knows mlp"));
+  }
+  const int batch = absl::GetFlag(FLAGS_batch), width = absl::GetFlag(FLAGS_width);
+  const int classes = absl::GetFlag(FLAGS_classes);
+  ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
+                   reprise::models::BuildMlp({.batch = batch, .input_features = width,
+                                              .depth = absl::GetFlag(FLAGS_depth),
+                                              .width = width, .classes = classes}));
+  reprise::TrainOptions options;
+  options.mode = mode;
+  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, options));
+  std::mt19937 rng(7);  // Fresh random data, never zeros.
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int32_t> label(0, classes - 1);
+  std::vector<float> x(static_cast<size_t>(batch) * width);
+  std::vector<int32_t> y(batch);
+  for (float& v : x) v = normal(rng);
+  for (int32_t& v : y) v = label(rng);
+  RETURN_IF_ERROR(trainer->SetInput("features", x));
+  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
+  ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
+  const reprise::TrainerStats stats = trainer->stats();
+  return Result{std::string(reprise::ExecModeName(mode)), Percentile(ms, 0.5), Percentile(ms, 0.9),
+                stats.launches_per_step, stats.graph_nodes, stats.arena_bytes};
+}
+
+absl::Status Main() {
+  std::vector<reprise::ExecMode> modes;
+  if (absl::GetFlag(FLAGS_mode) == "all") {
+    modes = {reprise::ExecMode::kSync, reprise::ExecMode::kBulked, reprise::ExecMode::kGraph};
+  } else {
+    ASSIGN_OR_RETURN(reprise::ExecMode m, reprise::ParseExecMode(absl::GetFlag(FLAGS_mode)));
+    modes = {m};
+  }
+  if (absl::GetFlag(FLAGS_iters) <= 0 || absl::GetFlag(FLAGS_warmup) <= 0) {
+    return absl::InvalidArgumentError("--iters and --warmup must be positive");
+  }
+  ASSIGN_OR_RETURN(int devices, reprise::runtime::VisibleDeviceCount());
+  if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
+  ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
+  const std::string config = absl::StrFormat(
+      "%s depth=%d width=%d batch=%d classes=%d tf32=%d", absl::GetFlag(FLAGS_model),
+      absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
+      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32));
+  std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
+  std::printf("%-8s %12s %12s %14s %10s %12s\n", "mode", "median ms", "p90 ms", "samples/s",
+              "launches", "graph nodes");
+  std::vector<std::string> json_results;
+  for (reprise::ExecMode mode : modes) {
+    ASSIGN_OR_RETURN(Result r, Measure(mode));
+    const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
+    std::printf("%-8s %12.4f %12.4f %14.0f %10lld %12lld\n", r.mode.c_str(), r.median_ms, r.p90_ms,
+                samples, static_cast<long long>(r.launches), static_cast<long long>(r.graph_nodes));
+    json_results.push_back(absl::StrFormat(
+        "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
+        "\"launches_per_step\": %d, \"graph_nodes\": %d, \"arena_bytes\": %d}",
+        r.mode, r.median_ms, r.p90_ms, samples, r.launches, r.graph_nodes, r.arena_bytes));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << absl::StrFormat(
+        "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
+        "\"%s\", \"depth\": %d, \"width\": %d, \"batch\": %d, \"classes\": %d, \"tf32\": %s, "
+        "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
+        device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
+        absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
+        absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
+        absl::GetFlag(FLAGS_tf32) ? "true" : "false", absl::GetFlag(FLAGS_iters),
+        absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
+    if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = Main();
+  if (!status.ok()) {
+    std::fprintf(stderr, "reprise-bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
