@@ -28,7 +28,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
     return absl::Status(function.status().code(),
                         absl::StrCat("node '", node_name, "': ", function.status().message()));
   }
+  ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
   auto kernel = std::unique_ptr<NvrtcKernel>(new NvrtcKernel());
+  kernel->launch_ = driver->launch_kernel;
   kernel->node_name_ = node_name;
   kernel->kernel_name_ = source.name;
   kernel->function_ = *function;
@@ -41,7 +43,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
 }
 
 absl::Status NvrtcKernel::Launch(cudaStream_t stream) const {
-  CUresult result = cuLaunchKernel(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y,
+  CUresult result = launch_(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y,
                                    block_.z, shared_bytes_, stream,
                                    const_cast<void**>(arg_pointers_.data()), nullptr);
   return runtime::CudaStatus(result, absl::StrCat("cuLaunchKernel(", kernel_name_, ")"),

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
@@ -76,6 +77,7 @@ class NvrtcKernel : public GpuKernel {
   NvrtcKernel() = default;
   std::string node_name_, kernel_name_;
   CUfunction function_ = nullptr;
+  decltype(&::cuLaunchKernel) launch_ = nullptr;  // From the driver, found at run time.
   dim3 grid_, block_;
   unsigned shared_bytes_ = 0;
   KernelArgs args_;

@@ -10,8 +10,8 @@ namespace {
 
 // "<context>: <call> failed: <name>: <description>"; the description is dropped where a library
 // only gives a name.
-absl::Status MakeStatus(absl::StatusCode code, std::string_view call, std::string_view context,
-                        std::string_view name, std::string_view description) {
+absl::Status MakeStatus(absl::StatusCode code, absl::string_view call, absl::string_view context,
+                        absl::string_view name, absl::string_view description) {
   std::string message;
   if (!context.empty()) absl::StrAppend(&message, context, ": ");
   absl::StrAppend(&message, call, " failed: ", name);
@@ -99,13 +99,12 @@ absl::StatusCode CodeFor(cudnnStatus_t code) {
 
 }  // namespace
 
-absl::Status CudaStatus(cudaError_t code, std::string_view call, std::string_view context) {
+absl::Status CudaStatus(cudaError_t code, absl::string_view call, absl::string_view context) {
   if (code == cudaSuccess) return absl::OkStatus();
-  return MakeStatus(CodeFor(code), call, context, cudaGetErrorName(code),
-                    cudaGetErrorString(code));
+  return MakeStatus(CodeFor(code), call, context, cudaGetErrorName(code), cudaGetErrorString(code));
 }
 
-absl::Status CudaStatus(CUresult code, std::string_view call, std::string_view context) {
+absl::Status CudaStatus(CUresult code, absl::string_view call, absl::string_view context) {
   if (code == CUDA_SUCCESS) return absl::OkStatus();
   // The names come from the driver; without one (or for a code it does not know) use the number.
   const char* name = nullptr;
@@ -119,18 +118,18 @@ absl::Status CudaStatus(CUresult code, std::string_view call, std::string_view c
                     description ? description : "");
 }
 
-absl::Status CudaStatus(cublasStatus_t code, std::string_view call, std::string_view context) {
+absl::Status CudaStatus(cublasStatus_t code, absl::string_view call, absl::string_view context) {
   if (code == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return MakeStatus(CodeFor(code), call, context, cublasLtGetStatusName(code),
                     cublasLtGetStatusString(code));
 }
 
-absl::Status CudaStatus(nvrtcResult code, std::string_view call, std::string_view context) {
+absl::Status CudaStatus(nvrtcResult code, absl::string_view call, absl::string_view context) {
   if (code == NVRTC_SUCCESS) return absl::OkStatus();
   return MakeStatus(CodeFor(code), call, context, nvrtcGetErrorString(code), "");
 }
 
-absl::Status CudaStatus(cudnnStatus_t code, std::string_view call, std::string_view context) {
+absl::Status CudaStatus(cudnnStatus_t code, absl::string_view call, absl::string_view context) {
   if (code == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
   // cuDNN 9 keeps a per-thread explanation of its last failure; it says far more than the name.
   char detail[512] = {0};

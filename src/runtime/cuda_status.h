@@ -15,20 +15,20 @@
 #include <cudnn.h>
 #include <nvrtc.h>
 
-#include <string_view>
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
 
 // `call` names the API call (or the work, e.g. "kernel launch"); `context` says for what, e.g.
 // "node 'relu_3'". An empty context drops the "<context>: " prefix.
-absl::Status CudaStatus(cudaError_t code, std::string_view call, std::string_view context = "");
-absl::Status CudaStatus(CUresult code, std::string_view call, std::string_view context = "");
-absl::Status CudaStatus(cublasStatus_t code, std::string_view call, std::string_view context = "");
-absl::Status CudaStatus(nvrtcResult code, std::string_view call, std::string_view context = "");
-absl::Status CudaStatus(cudnnStatus_t code, std::string_view call, std::string_view context = "");
+absl::Status CudaStatus(cudaError_t code, absl::string_view call, absl::string_view context = "");
+absl::Status CudaStatus(CUresult code, absl::string_view call, absl::string_view context = "");
+absl::Status CudaStatus(cublasStatus_t code, absl::string_view call,
+                        absl::string_view context = "");
+absl::Status CudaStatus(nvrtcResult code, absl::string_view call, absl::string_view context = "");
+absl::Status CudaStatus(cudnnStatus_t code, absl::string_view call, absl::string_view context = "");
 
 }  // namespace reprise::runtime
 

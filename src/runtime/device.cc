@@ -13,9 +13,9 @@ template <typename Fn>
 absl::Status Resolve(const char* symbol, Fn* fn) {
   void* address = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  RETURN_IF_ERROR(CudaStatus(cudaGetDriverEntryPointByVersion(symbol, &address, CUDA_VERSION,
-                                                              cudaEnableDefault, &found),
-                             "cudaGetDriverEntryPointByVersion", symbol));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaGetDriverEntryPointByVersion(symbol, &address, CUDA_VERSION, cudaEnableDefault, &found),
+      "cudaGetDriverEntryPointByVersion", symbol));
   if (found != cudaDriverEntryPointSuccess || address == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("the CUDA driver lacks ", symbol, " for CUDA ", CUDA_VERSION));
@@ -83,7 +83,8 @@ absl::StatusOr<int64_t> DeviceMemoryInUse() {
 
 absl::StatusOr<const DriverApi*> Driver() {
   // Thread-safe one-time initialisation; a failure is kept, as retrying cannot make a driver.
-  static const absl::StatusOr<DriverApi>* const api = new absl::StatusOr<DriverApi>(ResolveDriver());
+  static const absl::StatusOr<DriverApi>* const api =
+      new absl::StatusOr<DriverApi>(ResolveDriver());
   if (!api->ok()) return api->status();
   return &api->value();
 }

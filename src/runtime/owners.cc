@@ -59,7 +59,8 @@ absl::StatusOr<GraphExec> GraphExec::Create(const Graph& graph) {
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
   void* data = nullptr;
   if (bytes > 0) {
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes), absl::StrCat("device buffer of ", bytes, " bytes"));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes),
+                         absl::StrCat("device buffer of ", bytes, " bytes"));
   }
   return DeviceBuffer(data, bytes);
 }
@@ -73,7 +74,7 @@ absl::StatusOr<PinnedBuffer> PinnedBuffer::Create(size_t bytes) {
   return PinnedBuffer(data, bytes);
 }
 
-absl::StatusOr<Module> Module::Create(std::string_view cubin) {
+absl::StatusOr<Module> Module::Create(absl::string_view cubin) {
   if (cubin.empty()) return absl::InvalidArgumentError("cannot load an empty CUBIN");
   ASSIGN_OR_RETURN(const DriverApi* driver, Driver());
   CUmodule module = nullptr;
@@ -82,12 +83,13 @@ absl::StatusOr<Module> Module::Create(std::string_view cubin) {
   return Module(module);
 }
 
-absl::StatusOr<CUfunction> Module::Function(std::string_view name) const {
+absl::StatusOr<CUfunction> Module::Function(absl::string_view name) const {
   ASSIGN_OR_RETURN(const DriverApi* driver, Driver());
   const std::string terminated(name);
   CUfunction function = nullptr;
-  RETURN_IF_ERROR(CudaStatus(driver->module_get_function(&function, module_.get(), terminated.c_str()),
-                             "cuModuleGetFunction", absl::StrCat("kernel '", name, "'")));
+  RETURN_IF_ERROR(
+      CudaStatus(driver->module_get_function(&function, module_.get(), terminated.c_str()),
+                 "cuModuleGetFunction", absl::StrCat("kernel '", name, "'")));
   return function;
 }
 

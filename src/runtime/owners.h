@@ -13,9 +13,9 @@
 
 #include <cstddef>
 #include <memory>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace reprise::runtime {
 
@@ -123,9 +123,9 @@ class PinnedBuffer {
 // while the module and its functions are used, and when the module is destroyed.
 class Module {
  public:
-  static absl::StatusOr<Module> Create(std::string_view cubin);
+  static absl::StatusOr<Module> Create(absl::string_view cubin);
   // kNotFound when the module has no function of that name.
-  absl::StatusOr<CUfunction> Function(std::string_view name) const;
+  absl::StatusOr<CUfunction> Function(absl::string_view name) const;
   CUmodule get() const { return module_.get(); }
 
  private:

@@ -21,9 +21,8 @@ constexpr std::array<uint32_t, 64> kRoundConstants = {
 
 // Section 5.3.3: the first 32 bits of the fractional parts of the square roots of the first 8
 // primes.
-constexpr std::array<uint32_t, 8> kInitialState = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
-                                                   0xa54ff53a, 0x510e527f, 0x9b05688c,
-                                                   0x1f83d9ab, 0x5be0cd19};
+constexpr std::array<uint32_t, 8> kInitialState = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
 constexpr uint32_t RotateRight(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
@@ -91,7 +90,7 @@ void Sha256Hasher::Compress(const uint8_t* block) {
   state_[7] += h;
 }
 
-void Sha256Hasher::Update(std::string_view data) {
+void Sha256Hasher::Update(absl::string_view data) {
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   size_t left = data.size();
   total_bytes_ += left;
@@ -131,7 +130,7 @@ Sha256Digest Sha256Hasher::Finish() {
   return digest;
 }
 
-Sha256Digest Sha256(std::string_view data) {
+Sha256Digest Sha256(absl::string_view data) {
   Sha256Hasher hasher;
   hasher.Update(data);
   return hasher.Finish();

@@ -11,8 +11,8 @@
 #include <array>
 #include <cstdint>
 #include <string>
-#include <string_view>
 
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace reprise::runtime {
@@ -23,7 +23,7 @@ using Sha256Digest = std::array<uint8_t, 32>;
 class Sha256Hasher {
  public:
   Sha256Hasher();
-  void Update(std::string_view data);
+  void Update(absl::string_view data);
   // Pads and returns the digest; the hasher must not be used afterwards except to Reset().
   Sha256Digest Finish();
   void Reset();
@@ -33,11 +33,11 @@ class Sha256Hasher {
 
   std::array<uint32_t, 8> state_;
   std::array<uint8_t, 64> buffer_;
-  size_t buffered_ = 0;      // Bytes waiting in buffer_.
+  size_t buffered_ = 0;       // Bytes waiting in buffer_.
   uint64_t total_bytes_ = 0;  // Message length so far.
 };
 
-Sha256Digest Sha256(std::string_view data);
+Sha256Digest Sha256(absl::string_view data);
 
 // Lower-case hexadecimal, two characters per byte.
 std::string ToHex(absl::Span<const uint8_t> bytes);

@@ -12,7 +12,8 @@ weight_decay) step. fp32, TF32 off unless --tf32. Modes:
 Each step is timed with CUDA events after warm-up (graph modes include the copy of the
 next batch into the static inputs); inputs rotate over a few pre-generated random
 batches. peak_bytes = torch.cuda.max_memory_allocated during the mode, including those
-batches (config.input_bytes). Exit status: 0 ok, 1 cannot run, 2 some mode failed.
+batches (config.input_bytes) and whatever earlier modes left allocated (base_bytes,
+e.g. cuBLAS workspaces; use --modes X for one mode per process). Exit status: 0 ok, 1 cannot run, 2 some mode failed.
 
   python3 tools/bench/torch_mlp.py --depth 4 --width 1024 --batch 256 --json t.json
 """
@@ -150,7 +151,7 @@ def run_mode(mode, a, xs, ys):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    step = None
+    base, step = torch.cuda.memory_allocated(), None  # base: held over from earlier modes
     try:
         t0 = time.perf_counter()
         step, info = SETUP[mode](a, xs, ys)
@@ -159,7 +160,7 @@ def run_mode(mode, a, xs, ys):
         ms = sorted(time_steps(step, a.warmup, a.iters))
         return {"median_ms": statistics.median(ms),
                 "p90_ms": statistics.quantiles(ms, n=10, method="inclusive")[8],
-                "peak_bytes": torch.cuda.max_memory_allocated(),
+                "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": base,
                 "setup_s": setup_s, **info}
     except Exception as e:  # report and go on with the next mode
         return {"error": f"{type(e).__name__}: {e}"}

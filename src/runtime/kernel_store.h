@@ -1,0 +1,108 @@
+// The kernel store: CUDA C++ source -> NVRTC -> CUBIN -> loaded function, each step done once.
+//
+// Lookup goes down through layers and fills the ones above on the way back:
+//   function table (this process, this context) -> CUBIN kept in memory -> lower layer
+//   (optional CubinLayer, e.g. the on-disk cache) -> NVRTC.
+// Entries are keyed by a SHA-256 of everything that changes the CUBIN (see Key()).
+#ifndef REPRISE_SRC_RUNTIME_KERNEL_STORE_H_
+#define REPRISE_SRC_RUNTIME_KERNEL_STORE_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "src/runtime/owners.h"
+
+namespace reprise::runtime {
+
+struct KernelSource {
+  std::string name;  // The __global__ extern "C" function to look up in the compiled module.
+  std::string code;
+  std::vector<std::string> options;  // NVRTC options beyond the store's own.
+};
+
+struct CompiledKernel {
+  std::string cubin;
+  std::string log;  // NVRTC's log; warnings, if any.
+  double compile_ms = 0;
+};
+
+// Compiles `source` to a CUBIN for `arch` (e.g. "sm_90") with IEEE-exact math (no
+// --use_fast_math), C++17 and the source's options. Needs no GPU. kInvalidArgument, with the
+// kernel name and NVRTC's log in the message, when the source does not compile.
+absl::StatusOr<CompiledKernel> CompileWithNvrtc(const KernelSource& source, absl::string_view arch);
+
+// A store of CUBINs below the in-process one, typically on disk and shared between processes.
+// Implementations must be thread-safe and must never return an entry they cannot vouch for.
+class CubinLayer {
+ public:
+  virtual ~CubinLayer() = default;
+  // The CUBIN stored under `key`, or nullopt on a miss or an entry that failed its checks.
+  virtual std::optional<std::string> Find(absl::string_view key) = 0;
+  // Best effort: a failure to store only costs a later compile.
+  virtual void Store(absl::string_view key, absl::string_view cubin) = 0;
+};
+
+// Serves one CUDA context: functions are loaded into the context current at the first request
+// for them, and modules are unloaded when the store is destroyed, so that context must still be
+// current then. Thread-safe; concurrent requests for one kernel compile it once, while different
+// kernels compile in parallel.
+class KernelStore {
+ public:
+  explicit KernelStore(std::string arch, std::unique_ptr<CubinLayer> lower = nullptr);
+  ~KernelStore();
+  KernelStore(const KernelStore&) = delete;
+  KernelStore& operator=(const KernelStore&) = delete;
+
+  // The loaded function for `source`; compiles and loads on first use. Compile errors are
+  // kInvalidArgument (see CompileWithNvrtc) and are retried on the next request.
+  absl::StatusOr<CUfunction> GetFunction(const KernelSource& source);
+
+  struct Stats {
+    int64_t memory_hits = 0;  // Requests answered by the function table.
+    int64_t lower_hits = 0;   // CUBINs found in the lower layer.
+    int64_t compiles = 0;     // NVRTC compilations that succeeded.
+    int64_t loads = 0;        // Modules loaded.
+    double compile_ms = 0;
+    double load_ms = 0;
+  };
+  Stats stats() const;
+
+  const std::string& arch() const { return arch_; }
+
+  // Hex SHA-256 over a length-prefixed encoding of the store's format version, the NVRTC
+  // version, `arch`, the kernel name, each option and the code.
+  static std::string Key(const KernelSource& source, absl::string_view arch);
+
+ private:
+  struct Entry {
+    absl::Mutex mu;
+    std::optional<std::string> cubin ABSL_GUARDED_BY(mu);
+    std::optional<Module> module ABSL_GUARDED_BY(mu);
+    CUfunction function ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  // Fills entry.cubin from the lower layer or NVRTC.
+  absl::Status ObtainCubin(const KernelSource& source, const std::string& key, Entry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(entry.mu);
+
+  const std::string arch_;
+  const std::unique_ptr<CubinLayer> lower_;
+  mutable absl::Mutex mu_;
+  // Entries are never erased, so a pointer taken under mu_ stays valid after it is released.
+  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace reprise::runtime
+
+#endif  // REPRISE_SRC_RUNTIME_KERNEL_STORE_H_

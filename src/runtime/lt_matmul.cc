@@ -1,0 +1,141 @@
+#include "src/runtime/lt_matmul.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::runtime {
+namespace {
+
+// cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise.
+constexpr uintptr_t kAlignment = 256;
+
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreference_t preference) const {
+    (void)cublasLtMatmulPreferenceDestroy(preference);
+  }
+};
+
+std::string ShapeText(const MatmulShape& s) {
+  const std::string a = s.transpose_a ? absl::StrCat("[", s.k, "x", s.m, "]^T")
+                                      : absl::StrCat("[", s.m, "x", s.k, "]");
+  const std::string b = s.transpose_b ? absl::StrCat("[", s.n, "x", s.k, "]^T")
+                                      : absl::StrCat("[", s.k, "x", s.n, "]");
+  return absl::StrCat(a, "·", b);
+}
+
+}  // namespace
+
+void LtHandle::Deleter::operator()(cublasLtHandle_t handle) const { (void)cublasLtDestroy(handle); }
+
+absl::StatusOr<LtHandle> LtHandle::Create() {
+  cublasLtHandle_t handle = nullptr;
+  CUDA_RETURN_IF_ERROR(cublasLtCreate(&handle), "new cuBLASLt handle");
+  return LtHandle(handle);
+}
+
+void LtMatmul::DescDeleter::operator()(cublasLtMatmulDesc_t desc) const {
+  (void)cublasLtMatmulDescDestroy(desc);
+}
+
+void LtMatmul::LayoutDeleter::operator()(cublasLtMatrixLayout_t layout) const {
+  (void)cublasLtMatrixLayoutDestroy(layout);
+}
+
+// cuBLASLt is column-major, and a row-major X[r,c] in memory is the column-major X^T[c,r]. So we
+// ask cuBLASLt for C^T[n,m] = op(B)^T op(A)^T: its first operand is our B and its second our A,
+// each with our own transpose flag, and no data moves. (CUBLASLT_ORDER_ROW layouts would say the
+// same thing but reach fewer kernels.) In cuBLASLt's terms: M = n, N = m, K = k.
+absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape shape,
+                                          bool allow_tf32, size_t workspace_bytes) {
+  const std::string context = absl::StrCat("matmul ", ShapeText(shape));
+  if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
+  }
+  LtMatmul mm;
+  mm.handle_ = handle.get();
+  mm.shape_ = shape;
+  mm.allow_tf32_ = allow_tf32;
+  mm.workspace_bytes_ = workspace_bytes;
+
+  cublasLtMatmulDesc_t desc = nullptr;
+  CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(
+          &desc, allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      context);
+  mm.desc_.reset(desc);
+  const cublasOperation_t op_b = shape.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = shape.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)),
+      context);
+  CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)),
+      context);
+
+  // Column-major views of our row-major buffers: rows, columns, leading dimension.
+  const auto make_layout = [&](uint64_t rows, uint64_t cols, Layout& out) -> absl::Status {
+    cublasLtMatrixLayout_t layout = nullptr;
+    CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, rows, cols, rows),
+                         context);
+    out.reset(layout);
+    return absl::OkStatus();
+  };
+  const uint64_t m = shape.m, n = shape.n, k = shape.k;
+  // B stored [k,n] is the column-major [n,k] = op(B)^T; stored [n,k] it is [k,n], transposed.
+  RETURN_IF_ERROR(shape.transpose_b ? make_layout(k, n, mm.lt_a_) : make_layout(n, k, mm.lt_a_));
+  // A stored [m,k] is the column-major [k,m] = op(A)^T; stored [k,m] it is [m,k], transposed.
+  RETURN_IF_ERROR(shape.transpose_a ? make_layout(m, k, mm.lt_b_) : make_layout(k, m, mm.lt_b_));
+  RETURN_IF_ERROR(make_layout(n, m, mm.lt_c_));
+
+  cublasLtMatmulPreference_t raw_preference = nullptr;
+  CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw_preference), context);
+  std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter> preference(raw_preference);
+  const uint64_t max_workspace = workspace_bytes;
+  CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+                           preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                           &max_workspace, sizeof(max_workspace)),
+                       context);
+
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  CUDA_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(
+                           mm.handle_, desc, mm.lt_a_.get(), mm.lt_b_.get(), mm.lt_c_.get(),
+                           mm.lt_c_.get(), preference.get(), 1, &result, &found),
+                       context);
+  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    return absl::NotFoundError(absl::StrCat(context, ": cuBLASLt has no algorithm within ",
+                                            workspace_bytes, " bytes of workspace"));
+  }
+  mm.algo_ = result.algo;
+  return mm;
+}
+
+absl::Status LtMatmul::Run(cudaStream_t stream, const float* a, const float* b, float* c,
+                           void* workspace) const {
+  for (const void* p :
+       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(c)}) {
+    if (p == nullptr || reinterpret_cast<uintptr_t>(p) % kAlignment != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Describe(), ": operands must be non-null and 256-byte aligned"));
+    }
+  }
+  if (workspace_bytes_ > 0 && workspace == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(Describe(), ": workspace is null"));
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  return CudaStatus(
+      cublasLtMatmul(handle_, desc_.get(), &alpha, b, lt_a_.get(), a, lt_b_.get(), &beta, c,
+                     lt_c_.get(), c, lt_c_.get(), &algo_, workspace, workspace_bytes_, stream),
+      "cublasLtMatmul", Describe());
+}
+
+std::string LtMatmul::Describe() const {
+  return absl::StrCat("matmul ", ShapeText(shape_), " tf32=", allow_tf32_ ? 1 : 0,
+                      " ws=", workspace_bytes_);
+}
+
+}  // namespace reprise::runtime

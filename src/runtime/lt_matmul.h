@@ -1,0 +1,93 @@
+// cuBLASLt matrix products of row-major fp32 tensors, planned once and run many times.
+//
+// Create() does all the choosing (descriptors, layouts, the algorithm from cuBLASLt's heuristic)
+// so that Run() only enqueues the product: no heuristics, no allocation, no synchronisation. That
+// makes Run() safe under CUDA graph capture, and keeps one algorithm, so repeated runs give the
+// same bits.
+//
+//   ASSIGN_OR_RETURN(LtHandle lt, LtHandle::Create());
+//   ASSIGN_OR_RETURN(LtMatmul mm, LtMatmul::Create(lt, {m, n, k, false, true}, false, ws_bytes));
+//   RETURN_IF_ERROR(mm.Run(stream, a, b, c, workspace));
+#ifndef REPRISE_SRC_RUNTIME_LT_MATMUL_H_
+#define REPRISE_SRC_RUNTIME_LT_MATMUL_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace reprise::runtime {
+
+// C[m,n] = op(A) op(B), all row-major and contiguous. op(A) is [m,k]: A is stored [m,k], or
+// [k,m] when transpose_a. op(B) is [k,n]: B is stored [k,n], or [n,k] when transpose_b.
+struct MatmulShape {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+
+// Owns a cuBLASLt handle; needs a current device. Must outlive every LtMatmul made with it.
+class LtHandle {
+ public:
+  static absl::StatusOr<LtHandle> Create();
+  cublasLtHandle_t get() const { return handle_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(cublasLtHandle_t handle) const;
+  };
+  explicit LtHandle(cublasLtHandle_t handle) : handle_(handle) {}
+  std::unique_ptr<cublasLtContext, Deleter> handle_;
+};
+
+class LtMatmul {
+ public:
+  // Plans the product. With `allow_tf32` the inputs are rounded to TF32 inside the product
+  // (about 1e-3 relative error, much faster); without it the product is full fp32. The
+  // algorithm chosen needs at most `workspace_bytes` of workspace. Errors: kInvalidArgument for
+  // a non-positive dimension; kNotFound when cuBLASLt offers no algorithm.
+  static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
+                                         size_t workspace_bytes);
+
+  // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
+  // the memory plan give) and `workspace` must hold the workspace_bytes given to Create().
+  absl::Status Run(cudaStream_t stream, const float* a, const float* b, float* c,
+                   void* workspace) const;
+
+  const MatmulShape& shape() const { return shape_; }
+  // E.g. "matmul [33x65]·[65x17]^T tf32=0 ws=0": for dumps and error messages.
+  std::string Describe() const;
+
+ private:
+  struct DescDeleter {
+    void operator()(cublasLtMatmulDesc_t desc) const;
+  };
+  struct LayoutDeleter {
+    void operator()(cublasLtMatrixLayout_t layout) const;
+  };
+  using Desc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
+  using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
+
+  LtMatmul() = default;
+
+  cublasLtHandle_t handle_ = nullptr;
+  MatmulShape shape_;
+  bool allow_tf32_ = false;
+  size_t workspace_bytes_ = 0;
+  Desc desc_;
+  // cuBLASLt's operands, which are ours swapped (see lt_matmul.cc): lt_a_ describes B.
+  Layout lt_a_, lt_b_, lt_c_;
+  cublasLtMatmulAlgo_t algo_ = {};
+};
+
+}  // namespace reprise::runtime
+
+#endif  // REPRISE_SRC_RUNTIME_LT_MATMUL_H_
