@@ -67,7 +67,7 @@ extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int r = warp; r < rows; r += warps) {
     const float* zr = z + (long long)r * cols;
-    float m = -INFINITY;
+    float m = -__int_as_float(0x7f800000);
     for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
     for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     float s = 0.0f;
@@ -75,7 +75,7 @@ extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) {
       const int label = labels[r];
-      row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : NAN;
+      row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
     }
   }
   __syncthreads();
@@ -99,7 +99,7 @@ extern "C" __global__ void reprise_softmax_xent_grad(const float* __restrict__ z
   if (r >= rows) return;
   const float* zr = z + (long long)r * cols;
   float* dzr = dz + (long long)r * cols;
-  float m = -INFINITY;
+  float m = -__int_as_float(0x7f800000);
   for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = 0.0f;

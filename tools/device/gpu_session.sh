@@ -12,7 +12,7 @@ source .stage/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
   reprise_gpu_tests 2>&1 | tee "$out/gpu_tests.log" | tail -n 40
-  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 reprise_gpu_tests \
+  compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 3 reprise_gpu_tests \
     --gtest_brief=1 > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -n 3 | tr '\n' ' ')"
   train_mlp 2>&1 | tee "$out/train_mlp.log" | tail -n 12
