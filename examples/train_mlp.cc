@@ -83,9 +83,9 @@ absl::Status Train() {
   // The same plan three ways; bulked and graph must agree bit for bit.
   std::printf("\nms/step (median of 200 CUDA-event-timed steps after 20 warm-up):\n");
   std::vector<float> bulked_weights, graph_weights;
+  data.Next(batch, x, y);  // One batch for all three modes, so their weights can be compared.
   for (ExecMode mode : {ExecMode::kSync, ExecMode::kBulked, ExecMode::kGraph}) {
     ASSIGN_OR_RETURN(Run timed, MakeRun(mode));
-    data.Next(batch, x, y);
     RETURN_IF_ERROR(timed.trainer->SetInput("features", x));
     RETURN_IF_ERROR(timed.trainer->SetInput("labels", y));
     RETURN_IF_ERROR(timed.trainer->TimeSteps(20).status());

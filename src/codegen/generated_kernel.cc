@@ -42,16 +42,24 @@ GeneratedKernel Add() {
 }
 
 GeneratedKernel ColumnSum() {
-  // One thread per column walks the rows: adjacent threads read adjacent columns (coalesced),
-  // and every column is summed in the same order each time (deterministic).
+  // A 32x32 block: 32 adjacent columns (coalesced reads) times 32 row slices, so each thread's
+  // serial chain is rows/32 long; the slices are then added in a fixed order (deterministic).
   return {"reprise_column_sum", R"(
 extern "C" __global__ void reprise_column_sum(const float* __restrict__ dy, float* __restrict__ db,
                                               long long rows, long long cols) {
-  const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  __shared__ float partial[32][33];
+  const long long c = blockIdx.x * 32LL + threadIdx.x;
   float sum = 0.0f;
-  for (long long r = 0; r < rows; ++r) sum += dy[r * cols + c];
-  db[c] = sum;
+  if (c < cols) {
+    for (long long r = threadIdx.y; r < rows; r += 32) sum += dy[r * cols + c];
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];
+    db[c] = total;
+  }
 }
 )"};
 }

@@ -33,8 +33,8 @@ GeneratedKernel Relu();      // max(x, 0)
 GeneratedKernel ReluGrad();  // y > 0 ? dy : 0, inputs (dy, y)
 GeneratedKernel Add();       // a + b
 
-// db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order.
-// Signature: (const float* dy, float* db, long long rows, long long cols).
+// db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order. Launch
+// with blocks of 32x32 threads, one block per 32 columns. Signature: (const float* dy, float* db, long long rows, long long cols).
 GeneratedKernel ColumnSum();
 
 // loss[0] = mean over rows of logsumexp(z[r, :]) - z[r, label[r]]; one block, fixed order.

@@ -23,7 +23,7 @@ absl::Status CpuColumnSum(const Node&, absl::Span<ir::HostTensor* const> in,
     auto db = out[0]->data<T>();
     const int64_t cols = db.size(), rows = dy.size() / cols;
     for (int64_t c = 0; c < cols; ++c) {
-      T sum = 0;  // Row order, as the kernel adds.
+      T sum = 0;
       for (int64_t r = 0; r < rows; ++r) sum += dy[r * cols + c];
       db[c] = sum;
     }
@@ -37,10 +37,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerColumnSum(const LoweringContext&
   const long long cols = ctx.input_specs[0].shape.dim(1);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(rows).Add(cols);
-  const int block = 128;
   return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(),
-                             dim3(static_cast<unsigned>((cols + block - 1) / block)), dim3(block),
-                             0, std::move(args));
+                             dim3(static_cast<unsigned>((cols + 31) / 32)), dim3(32, 32), 0,
+                             std::move(args));
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
   return trainer.ok() ? *std::move(trainer) : nullptr;
 }
 
-// Trains `steps` steps, changing the batch every step and the learning rate every 10.
+// Trains `steps` steps, changing the batch every step and the learning rate every 10 steps
+// (0.1, 0.15, 0.2, 0.1, ...).
 std::vector<float> Train(Trainer& t, int steps) {
   std::mt19937 rng(5);
   std::vector<float> losses;
@@ -60,7 +61,7 @@ std::vector<float> Train(Trainer& t, int steps) {
     Batch b = MakeBatch(rng);
     EXPECT_TRUE(t.SetInput("features", b.x).ok());
     EXPECT_TRUE(t.SetInput("labels", b.y).ok());
-    if (s % 10 == 0) EXPECT_TRUE(t.SetLearningRate(0.05f / (1 + s / 10)).ok());
+    if (s % 10 == 0) EXPECT_TRUE(t.SetLearningRate(0.1f + 0.05f * (s / 10 % 3)).ok());
     EXPECT_TRUE(t.Step().ok());
     losses.push_back(*t.Loss());
   }
@@ -82,11 +83,12 @@ TEST(TrainerGpuTest, GraphReplayEqualsBulkedBitwiseAndLossFalls) {
   }
   float first = 0, last = 0;
   for (int i = 0; i < 10; ++i) first += graph_losses[i], last += graph_losses[90 + i];
-  EXPECT_LT(last, 0.6f * first);
+  EXPECT_LT(last, 0.6f * first) << ::testing::PrintToString(graph_losses);
   const TrainerStats stats = graph->stats();
   EXPECT_EQ(stats.graph_replays, 100);
   EXPECT_EQ(stats.graph_instantiations, 1);
-  EXPECT_EQ(stats.graph_nodes, stats.launches_per_step);
+  // cuBLASLt may add nodes of its own (a split-K reduction, a memset) beside each matmul.
+  EXPECT_GE(stats.graph_nodes, stats.launches_per_step);
 }
 
 TEST(TrainerGpuTest, SyncModeEqualsBulkedBitwise) {

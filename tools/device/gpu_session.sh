@@ -7,7 +7,7 @@ set -uo pipefail
 what=${1:-all}
 out=/tmp/reprise-session  # Everything lands here, then travels back as one archive in $OUT.
 mkdir -p "$out"
-trap 'tar czf "${OUT:-/tmp}/session.tgz" -C "$out" .' EXIT
+save() { tar czf "${OUT:-/tmp}/session.tgz" -C "$out" .; }  # After each phase: a timeout keeps what ran.
 source .stage/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 if [[ $what == tests || $what == all ]]; then
@@ -16,6 +16,7 @@ if [[ $what == tests || $what == all ]]; then
     --gtest_brief=1 > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -n 3 | tr '\n' ' ')"
   train_mlp 2>&1 | tee "$out/train_mlp.log" | tail -n 12
+  save
 fi
 if [[ $what == bench || $what == all ]]; then
   for cfg in "8 256 32" "4 1024 256"; do
@@ -26,5 +27,6 @@ if [[ $what == bench || $what == all ]]; then
       --json "$out/torch_d$1_w$2_b$3.json" 2>&1 | grep -E '^torch|rror' | tail -n 5
     python3 tools/bench/jax_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 \
       --json "$out/jax_d$1_w$2_b$3.json" 2>&1 | grep -E '^jax|rror' | tail -n 3
+    save
   done
 fi
