@@ -12,7 +12,8 @@ absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t str
     RETURN_IF_ERROR(launch.kernel->Launch(stream));
     if (sync_each) {
       const std::string context = absl::StrCat("node '", launch.node_name, "'");
-      RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize", context));
+      RETURN_IF_ERROR(
+          runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize", context));
       RETURN_IF_ERROR(runtime::CudaStatus(cudaGetLastError(), "kernel launch", context));
     }
   }
@@ -21,9 +22,9 @@ absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t str
 
 absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunch> launches,
                                                    cudaStream_t stream) {
-  RETURN_IF_ERROR(runtime::CudaStatus(
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture",
-      "capture of the training step"));
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                          "cudaStreamBeginCapture", "capture of the training step"));
   absl::Status recorded = RunEager(launches, stream, /*sync_each=*/false);
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
@@ -32,7 +33,8 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
     return absl::Status(recorded.code(),
                         absl::StrCat("cannot capture the step: ", recorded.message()));
   }
-  RETURN_IF_ERROR(runtime::CudaStatus(ended, "cudaStreamEndCapture", "capture of the training step"));
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(ended, "cudaStreamEndCapture", "capture of the training step"));
   size_t num_nodes = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "captured step"));

@@ -16,8 +16,8 @@ class InputCopy : public ops::GpuKernel {
       : device_(device), host_(host), bytes_(bytes) {}
   absl::Status Launch(cudaStream_t stream) const override {
     return runtime::CudaStatus(
-        cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync", "node 'copy_inputs'");
+        cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync",
+        "node 'copy_inputs'");
   }
   std::string Describe() const override { return absl::StrCat("memcpy H2D ", bytes_, " bytes"); }
 
@@ -47,18 +47,20 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.allow_tf32 = res.allow_tf32;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);
-      if (b == nullptr) return absl::InternalError(absl::StrCat("no buffer for an input of '", node.name, "'"));
+      if (b == nullptr)
+        return absl::InternalError(absl::StrCat("no buffer for an input of '", node.name, "'"));
       ctx.input_specs.push_back(g.spec(v));
       ctx.inputs.push_back(res.arena + b->offset);
     }
     for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
       const passes::Buffer* b = plan.memory.Find({node.id, o});
-      if (b == nullptr) return absl::InternalError(absl::StrCat("no buffer for an output of '", node.name, "'"));
+      if (b == nullptr)
+        return absl::InternalError(absl::StrCat("no buffer for an output of '", node.name, "'"));
       ctx.outputs.push_back(res.arena + b->offset);
     }
     if (node.op->lower == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("op '", node.op_name(), "' node '", node.name,
-                                                   "' has no GPU lowering"));
+      return absl::UnimplementedError(
+          absl::StrCat("op '", node.op_name(), "' node '", node.name, "' has no GPU lowering"));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> kernel, node.op->lower(ctx, node));
     launches.push_back({node.name, scheduled.lane, std::move(kernel)});

@@ -17,8 +17,8 @@ struct StepResources {
   const runtime::DeviceInfo* device = nullptr;
   runtime::KernelStore* kernels = nullptr;
   const runtime::LtHandle* lt = nullptr;
-  char* arena = nullptr;                // Device base of the plan's arena.
-  void* workspace = nullptr;            // cuBLASLt workspace (lane 0).
+  char* arena = nullptr;      // Device base of the plan's arena.
+  void* workspace = nullptr;  // cuBLASLt workspace (lane 0).
   size_t workspace_bytes = 0;
   const void* input_staging = nullptr;  // Pinned host mirror of the arena's input region.
   bool allow_tf32 = false;

@@ -45,17 +45,20 @@ absl::StatusOr<Run> MakeRun(ExecMode mode) {
   return run;
 }
 
-int Argmax(const float* row, int n) { return static_cast<int>(std::max_element(row, row + n) - row); }
+int Argmax(const float* row, int n) {
+  return static_cast<int>(std::max_element(row, row + n) - row);
+}
 
 absl::Status Train() {
   const int batch = absl::GetFlag(FLAGS_batch), classes = absl::GetFlag(FLAGS_classes);
   const int steps = absl::GetFlag(FLAGS_steps);
   ASSIGN_OR_RETURN(Run run, MakeRun(ExecMode::kGraph));
   reprise::Trainer& trainer = *run.trainer;
-  std::printf("MLP %d x %d on %d-arm spirals, batch %d, SGD lr %.3g momentum 0.9, %d steps, "
-              "captured as one CUDA graph\n",
-              absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), classes, batch,
-              absl::GetFlag(FLAGS_lr), steps);
+  std::printf(
+      "MLP %d x %d on %d-arm spirals, batch %d, SGD lr %.3g momentum 0.9, %d steps, "
+      "captured as one CUDA graph\n",
+      absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), classes, batch,
+      absl::GetFlag(FLAGS_lr), steps);
   reprise::examples::Spirals data(classes, /*seed=*/1);
   std::vector<float> x;
   std::vector<int32_t> y;
@@ -111,8 +114,9 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
-    std::fprintf(stderr, "train_mlp: no CUDA device visible; it needs an NVIDIA GPU (compute "
-                         "capability 8.0 or newer)\n");
+    std::fprintf(stderr,
+                 "train_mlp: no CUDA device visible; it needs an NVIDIA GPU (compute "
+                 "capability 8.0 or newer)\n");
     return 2;
   }
   absl::Status status = Train();

@@ -46,15 +46,17 @@ double Percentile(std::vector<float> v, double q) {
 
 absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
   if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model),
-                                                   "': this version knows mlp"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
   }
   const int batch = absl::GetFlag(FLAGS_batch), width = absl::GetFlag(FLAGS_width);
   const int classes = absl::GetFlag(FLAGS_classes);
   ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
-                   reprise::models::BuildMlp({.batch = batch, .input_features = width,
+                   reprise::models::BuildMlp({.batch = batch,
+                                              .input_features = width,
                                               .depth = absl::GetFlag(FLAGS_depth),
-                                              .width = width, .classes = classes}));
+                                              .width = width,
+                                              .classes = classes}));
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
@@ -71,8 +73,12 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
   const reprise::TrainerStats stats = trainer->stats();
-  return Result{std::string(reprise::ExecModeName(mode)), Percentile(ms, 0.5), Percentile(ms, 0.9),
-                stats.launches_per_step, stats.graph_nodes, stats.arena_bytes};
+  return Result{std::string(reprise::ExecModeName(mode)),
+                Percentile(ms, 0.5),
+                Percentile(ms, 0.9),
+                stats.launches_per_step,
+                stats.graph_nodes,
+                stats.arena_bytes};
 }
 
 absl::Status Main() {

@@ -25,8 +25,8 @@ namespace {
 
 absl::StatusOr<std::string> Dump() {
   if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model),
-                                                   "': this version knows mlp"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
   }
   if (absl::GetFlag(FLAGS_format) != "text") {
     return absl::UnimplementedError(absl::StrCat("--format ", absl::GetFlag(FLAGS_format),
@@ -44,11 +44,12 @@ absl::StatusOr<std::string> Dump() {
                    reprise::autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
   if (stage == "training") return training.graph.ToString();
   if (stage == "plan") {
-    ASSIGN_OR_RETURN(reprise::passes::Plan plan, reprise::passes::BuildPlan(std::move(training), {}));
+    ASSIGN_OR_RETURN(reprise::passes::Plan plan,
+                     reprise::passes::BuildPlan(std::move(training), {}));
     return reprise::passes::PlanToString(plan);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown --stage '", stage,
-                                                 "': expected ir, training or plan"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --stage '", stage, "': expected ir, training or plan"));
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ using Attrs = std::map<std::string, AttrValue>;  // Ordered, so dumps and hashes
 struct Initializer {
   enum class Kind : uint8_t { kZeros, kConstant, kUniform };
   Kind kind = Kind::kZeros;
-  double value = 0;       // kConstant
+  double value = 0;          // kConstant
   double low = 0, high = 0;  // kUniform
 
   static Initializer Zeros() { return {}; }
@@ -57,12 +57,12 @@ struct Initializer {
 struct Node {
   int32_t id = -1;
   const ir::OpDef* op = nullptr;
-  std::string name;                      // Unique in the graph.
+  std::string name;  // Unique in the graph.
   std::vector<Value> inputs;
   std::vector<TensorSpec> outputs;
   Attrs attrs;
-  std::vector<int32_t> control_inputs;   // Nodes that must run before this one (in-place writers).
-  Initializer init;                      // For inputs (default value), parameters, state, constants.
+  std::vector<int32_t> control_inputs;  // Nodes that must run before this one (in-place writers).
+  Initializer init;                     // For inputs (default value), parameters, state, constants.
 
   absl::string_view op_name() const;
 };

@@ -54,9 +54,9 @@ struct TrainerStats {
   int64_t graph_replays = 0;
   int64_t graph_captures = 0;
   int64_t graph_instantiations = 0;
-  int64_t graph_nodes = 0;          // Nodes in the captured CUDA graph (0 before capture).
-  int64_t launches_per_step = 0;    // Launches in the plan, the input copy included.
-  int64_t arena_bytes = 0;          // One device allocation holds every tensor.
+  int64_t graph_nodes = 0;        // Nodes in the captured CUDA graph (0 before capture).
+  int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
+  int64_t arena_bytes = 0;        // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.

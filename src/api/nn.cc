@@ -12,9 +12,8 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
                              bool bias) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));
   if (x_spec.shape.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear '", name,
-                                                   "': input must be [batch, features], got ",
-                                                   x_spec.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear '", name, "': input must be [batch, features], got ", x_spec.ToString()));
   }
   if (out_features <= 0) {
     return absl::InvalidArgumentError(
@@ -28,9 +27,9 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
   ASSIGN_OR_RETURN(Value y, graph.AddOp1(ops::MatmulOp(), absl::StrCat(name, ".matmul"), {x, w},
                                          {{"transpose_b", true}}));
   if (!bias) return y;
-  ASSIGN_OR_RETURN(Value b, graph.AddParameter(absl::StrCat(name, ".bias"),
-                                               {Shape{out_features}, x_spec.dtype},
-                                               Initializer::Uniform(-bound, bound)));
+  ASSIGN_OR_RETURN(
+      Value b, graph.AddParameter(absl::StrCat(name, ".bias"), {Shape{out_features}, x_spec.dtype},
+                                  Initializer::Uniform(-bound, bound)));
   return graph.AddOp1(ops::BiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b});
 }
 

@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::FailedPreconditionError("Trainer needs a CUDA device and none is visible");
   }
   if (options.device < 0 || options.device >= devices) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", options.device, " requested, but ",
-                                                   devices, " are visible"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", options.device, " requested, but ", devices, " are visible"));
   }
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                    autodiff::BuildTrainingGraph(graph, loss, options.sgd));
@@ -56,9 +56,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
 absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(device_, runtime::UseDevice(options_.device));
   if (device_.cc_major < 8) {
-    return absl::FailedPreconditionError(absl::StrCat("device ", device_.name, " has compute capability ",
-                                                      device_.cc_major, ".", device_.cc_minor,
-                                                      "; reprise needs 8.0 or newer"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", device_.name, " has compute capability ", device_.cc_major, ".",
+                     device_.cc_minor, "; reprise needs 8.0 or newer"));
   }
   ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
@@ -66,7 +66,8 @@ absl::Status Trainer::Impl::InitDevice() {
   kernels_ = std::make_unique<runtime::KernelStore>(device_.ArchFlag());
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
   ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(kWorkspaceBytes));
-  ASSIGN_OR_RETURN(staging_, runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
+  ASSIGN_OR_RETURN(staging_,
+                   runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
   return runtime::CudaStatus(cudaMemset(arena_->data(), 0xff, plan_.memory.arena_bytes),
                              "cudaMemset", "arena");
@@ -84,10 +85,10 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
       std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset),
                   host.raw(), b->bytes);
     } else {
-      RETURN_IF_ERROR(runtime::CudaStatus(
-          cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset, host.raw(), b->bytes,
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy", absl::StrCat("initialising '", node.name, "'")));
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset,
+                                                     host.raw(), b->bytes, cudaMemcpyHostToDevice),
+                                          "cudaMemcpy",
+                                          absl::StrCat("initialising '", node.name, "'")));
     }
   }
   return absl::OkStatus();
@@ -101,16 +102,16 @@ absl::Status Trainer::Impl::WaitForLastStep() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Impl::CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const {
+absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
+                                        absl::Span<const int32_t> labels) const {
   for (const Node& n : plan_.graph().nodes()) {
     if (n.op != &ops::SoftmaxCrossEntropyOp() || n.inputs[1].node != input_node) continue;
     const int64_t classes = plan_.graph().spec(n.inputs[0]).shape.dim(1);
     for (size_t i = 0; i < labels.size(); ++i) {
       if (labels[i] < 0 || labels[i] >= classes) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", plan_.graph().node(input_node).name,
-                                                       "': label ", labels[i], " at index ", i,
-                                                       " is outside [0, ", classes, ") of '",
-                                                       n.name, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", plan_.graph().node(input_node).name, "': label ", labels[i],
+                         " at index ", i, " is outside [0, ", classes, ") of '", n.name, "'"));
       }
     }
   }
@@ -129,9 +130,8 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
                                                    "; got ", DTypeName(dtype), " data"));
   }
   if (static_cast<int64_t>(count) != spec.NumElements()) {
-    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
-                                                   " (", spec.NumElements(), " elements); got ",
-                                                   count));
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(), " (",
+                                                   spec.NumElements(), " elements); got ", count));
   }
   if (dtype == DType::kInt32) {
     RETURN_IF_ERROR(CheckLabels(*id, {static_cast<const int32_t*>(data), count}));
@@ -189,9 +189,9 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
 
 absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   const passes::Buffer* b = plan_.memory.Find(value);
-  if (b == nullptr || (b->cls != passes::BufferClass::kFetched &&
-                       b->cls != passes::BufferClass::kParameter &&
-                       b->cls != passes::BufferClass::kOptimizerState)) {
+  if (b == nullptr ||
+      (b->cls != passes::BufferClass::kFetched && b->cls != passes::BufferClass::kParameter &&
+       b->cls != passes::BufferClass::kOptimizerState)) {
     return absl::InvalidArgumentError(
         "value is not readable after a step: name it in TrainOptions::fetch");
   }
@@ -235,7 +235,8 @@ absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<cons
 
 std::vector<std::string> Trainer::Impl::ParameterNames() const {
   std::vector<std::string> names;
-  for (int32_t id : plan_.graph().NodesOf("parameter")) names.push_back(plan_.graph().node(id).name);
+  for (int32_t id : plan_.graph().NodesOf("parameter"))
+    names.push_back(plan_.graph().node(id).name);
   return names;
 }
 
@@ -280,9 +281,12 @@ std::string TrainerStats::ToString() const {
 
 absl::string_view ExecModeName(ExecMode mode) {
   switch (mode) {
-    case ExecMode::kSync: return "sync";
-    case ExecMode::kBulked: return "bulked";
-    case ExecMode::kGraph: return "graph";
+    case ExecMode::kSync:
+      return "sync";
+    case ExecMode::kBulked:
+      return "bulked";
+    case ExecMode::kGraph:
+      return "graph";
   }
   return "?";
 }
@@ -291,8 +295,8 @@ absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name) {
   for (ExecMode m : {ExecMode::kSync, ExecMode::kBulked, ExecMode::kGraph}) {
     if (name == ExecModeName(m)) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name,
-                                                 "': expected sync, bulked or graph"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode '", name, "': expected sync, bulked or graph"));
 }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -35,7 +35,8 @@ class Trainer::Impl {
   Value loss() const { return plan_.training.loss; }
 
  private:
-  Impl(TrainOptions options, passes::Plan plan) : options_(std::move(options)), plan_(std::move(plan)) {}
+  Impl(TrainOptions options, passes::Plan plan)
+      : options_(std::move(options)), plan_(std::move(plan)) {}
   absl::Status InitDevice();
   absl::Status InitPersistentTensors();
   absl::StatusOr<const passes::Buffer*> ParameterBuffer(absl::string_view name) const;

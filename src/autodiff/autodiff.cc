@@ -34,7 +34,8 @@ absl::StatusOr<Value> SumContributions(Graph& g, const std::string& base,
                                        const std::vector<Value>& parts) {
   Value sum = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
-    ASSIGN_OR_RETURN(sum, g.AddOp1(ops::AddOp(), absl::StrCat(base, ".grad_sum", i), {sum, parts[i]}));
+    ASSIGN_OR_RETURN(sum,
+                     g.AddOp1(ops::AddOp(), absl::StrCat(base, ".grad_sum", i), {sum, parts[i]}));
   }
   return sum;
 }
@@ -52,8 +53,9 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
   Graph& g = t.graph;
   const Relevance rel = FindRelevant(forward, loss);
   absl::flat_hash_map<Value, std::vector<Value>> contributions;
-  ASSIGN_OR_RETURN(Value seed, g.AddConstant(absl::StrCat(forward.node(loss.node).name, ".seed_grad"),
-                                             loss_spec, Initializer::Constant(1.0)));
+  ASSIGN_OR_RETURN(
+      Value seed, g.AddConstant(absl::StrCat(forward.node(loss.node).name, ".seed_grad"), loss_spec,
+                                Initializer::Constant(1.0)));
   contributions[loss].push_back(seed);
 
   for (int32_t id = loss.node; id >= 0; --id) {
@@ -77,12 +79,13 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
     }
     if (!needs_any) continue;
     if (node.op->grad == nullptr) {
-      return absl::UnimplementedError(absl::StrCat("op '", node.op_name(), "' node '", node.name,
-                                                   "' has no gradient rule"));
+      return absl::UnimplementedError(
+          absl::StrCat("op '", node.op_name(), "' node '", node.name, "' has no gradient rule"));
     }
     ASSIGN_OR_RETURN(std::vector<Value> input_grads, node.op->grad(g, node, output_grads, needs));
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (needs[i] && input_grads[i].valid()) contributions[node.inputs[i]].push_back(input_grads[i]);
+      if (needs[i] && input_grads[i].valid())
+        contributions[node.inputs[i]].push_back(input_grads[i]);
     }
   }
 
@@ -101,17 +104,17 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
   ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss));
   Graph& g = t.graph;
   const TensorSpec scalar{Shape{}, DType::kFloat32};
-  ASSIGN_OR_RETURN(Value lr, g.AddInput(kLearningRate, scalar,
-                                        Initializer::Constant(sgd.learning_rate)));
+  ASSIGN_OR_RETURN(Value lr,
+                   g.AddInput(kLearningRate, scalar, Initializer::Constant(sgd.learning_rate)));
   ASSIGN_OR_RETURN(Value mu, g.AddInput(kMomentum, scalar, Initializer::Constant(sgd.momentum)));
-  ASSIGN_OR_RETURN(Value wd, g.AddInput(kWeightDecay, scalar,
-                                        Initializer::Constant(sgd.weight_decay)));
+  ASSIGN_OR_RETURN(Value wd,
+                   g.AddInput(kWeightDecay, scalar, Initializer::Constant(sgd.weight_decay)));
   for (int32_t param : t.parameters) {
     const Node& p = g.node(param);
     const std::string name = p.name;
     const TensorSpec spec = p.outputs[0];
-    ASSIGN_OR_RETURN(Value velocity, g.AddState(absl::StrCat(name, ".momentum"), spec,
-                                                Initializer::Zeros()));
+    ASSIGN_OR_RETURN(Value velocity,
+                     g.AddState(absl::StrCat(name, ".momentum"), spec, Initializer::Zeros()));
     ASSIGN_OR_RETURN(std::vector<Value> none,
                      g.AddOp(ops::SgdMomentumOp(), absl::StrCat(name, ".sgd"),
                              {Value{param, 0}, t.gradients[param], velocity, lr, mu, wd}));

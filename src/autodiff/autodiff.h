@@ -21,8 +21,8 @@ inline constexpr char kWeightDecay[] = "weight_decay";
 struct TrainingGraph {
   Graph graph;  // Node ids of the forward graph are kept: a forward Value means the same here.
   Value loss;
-  std::vector<int32_t> parameters;                 // Parameter node ids, in graph order.
-  absl::flat_hash_map<int32_t, Value> gradients;   // Parameter node id -> its gradient.
+  std::vector<int32_t> parameters;                // Parameter node ids, in graph order.
+  absl::flat_hash_map<int32_t, Value> gradients;  // Parameter node id -> its gradient.
   std::vector<int32_t> optimizer_nodes;
 };
 

@@ -13,7 +13,8 @@ GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseIn
     const char* index = in.broadcast == Broadcast::kFull  ? "i"
                         : in.broadcast == Broadcast::kRow ? "i % cols"
                                                           : "0";
-    loads.push_back(absl::StrCat("    const float ", in.name, " = ", in.name, "_ptr[", index, "];"));
+    loads.push_back(
+        absl::StrCat("    const float ", in.name, " = ", in.name, "_ptr[", index, "];"));
   }
   params.push_back("float* __restrict__ out");
   params.push_back("long long n");
@@ -142,8 +143,14 @@ extern "C" __global__ void reprise_sgd_momentum(float* __restrict__ w, const flo
 }
 
 std::vector<GeneratedKernel> AllKernels() {
-  return {BiasAdd(), Relu(),  ReluGrad(), Add(), ColumnSum(), SoftmaxCrossEntropy(),
-          SoftmaxCrossEntropyGrad(), SgdMomentum()};
+  return {BiasAdd(),
+          Relu(),
+          ReluGrad(),
+          Add(),
+          ColumnSum(),
+          SoftmaxCrossEntropy(),
+          SoftmaxCrossEntropyGrad(),
+          SgdMomentum()};
 }
 
 }  // namespace reprise::codegen

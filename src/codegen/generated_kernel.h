@@ -34,7 +34,8 @@ GeneratedKernel ReluGrad();  // y > 0 ? dy : 0, inputs (dy, y)
 GeneratedKernel Add();       // a + b
 
 // db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order. Launch
-// with blocks of 32x32 threads, one block per 32 columns. Signature: (const float* dy, float* db, long long rows, long long cols).
+// with blocks of 32x32 threads, one block per 32 columns. Signature: (const float* dy, float* db,
+// long long rows, long long cols).
 GeneratedKernel ColumnSum();
 
 // loss[0] = mean over rows of logsumexp(z[r, :]) - z[r, label[r]]; one block, fixed order.
@@ -42,7 +43,8 @@ GeneratedKernel ColumnSum();
 GeneratedKernel SoftmaxCrossEntropy();
 
 // dz[r, c] = dloss[0] * (softmax(z[r, :])[c] - (c == label[r])) / rows; one warp per row.
-// Signature: (const float* z, const int* labels, const float* dloss, float* dz, int rows, int cols).
+// Signature: (const float* z, const int* labels, const float* dloss, float* dz, int rows, int
+// cols).
 GeneratedKernel SoftmaxCrossEntropyGrad();
 
 // PyTorch's SGD with momentum, in place: g' = g + wd·w; v = mu·v + g'; w = w - lr·v.

@@ -18,8 +18,8 @@ absl::Status Graph::CheckValue(Value v, absl::string_view use) const {
   }
   const Node& n = nodes_[v.node];
   if (v.output < 0 || v.output >= static_cast<int>(n.outputs.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(use, ": node '", n.name, "' has no output ",
-                                                   v.output));
+    return absl::InvalidArgumentError(
+        absl::StrCat(use, ": node '", n.name, "' has no output ", v.output));
   }
   return absl::OkStatus();
 }
@@ -31,14 +31,13 @@ absl::StatusOr<Value> Graph::AddLeaf(const ir::OpDef& op, absl::string_view name
   }
   for (int64_t d : spec.shape.dims()) {
     if (d <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(op.name, " '", name, "': shape ",
-                                                     spec.shape.ToString(),
-                                                     " has a non-positive extent"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          op.name, " '", name, "': shape ", spec.shape.ToString(), " has a non-positive extent"));
     }
   }
   if (init.kind == Initializer::Kind::kUniform && !(init.low <= init.high)) {
-    return absl::InvalidArgumentError(absl::StrCat(op.name, " '", name,
-                                                   "': uniform initialiser needs low <= high"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op.name, " '", name, "': uniform initialiser needs low <= high"));
   }
   ASSIGN_OR_RETURN(std::vector<Value> out, AddOp(op, name, {}, {}));
   Node& node = nodes_[out[0].node];
@@ -54,8 +53,8 @@ absl::StatusOr<Value> Graph::AddInput(absl::string_view name, TensorSpec spec,
 absl::StatusOr<Value> Graph::AddParameter(absl::string_view name, TensorSpec spec,
                                           Initializer init) {
   if (spec.dtype != DType::kFloat32) {
-    return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' must be f32, not ",
-                                                   spec.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", name, "' must be f32, not ", spec.ToString()));
   }
   return AddLeaf(ir::ParameterOp(), name, std::move(spec), init);
 }
@@ -72,8 +71,8 @@ absl::StatusOr<std::vector<Value>> Graph::AddOp(const ir::OpDef& op, absl::strin
   const int32_t id = num_nodes();
   std::string node_name = name.empty() ? absl::StrCat(op.name, "_", id) : std::string(name);
   if (by_name_.contains(node_name)) {
-    return absl::AlreadyExistsError(absl::StrCat("a node named '", node_name,
-                                                 "' is already in the graph"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("a node named '", node_name, "' is already in the graph"));
   }
   const std::string where = absl::StrCat("op '", op.name, "' node '", node_name, "'");
   std::vector<TensorSpec> input_specs;
@@ -117,16 +116,16 @@ absl::StatusOr<Value> Graph::AddOp1(const ir::OpDef& op, absl::string_view name,
                                     std::vector<Value> inputs, Attrs attrs) {
   ASSIGN_OR_RETURN(std::vector<Value> out, AddOp(op, name, std::move(inputs), std::move(attrs)));
   if (out.size() != 1) {
-    return absl::InternalError(absl::StrCat("op '", op.name, "' has ", out.size(),
-                                            " outputs, not one"));
+    return absl::InternalError(
+        absl::StrCat("op '", op.name, "' has ", out.size(), " outputs, not one"));
   }
   return out[0];
 }
 
 absl::Status Graph::AddControlEdge(int32_t before, int32_t after) {
   if (before < 0 || before >= num_nodes() || after < 0 || after >= num_nodes()) {
-    return absl::InvalidArgumentError(absl::StrCat("control edge ", before, " -> ", after,
-                                                   " names a node outside the graph"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("control edge ", before, " -> ", after, " names a node outside the graph"));
   }
   if (before >= after) {
     // Nodes are added in a topological order; an edge backwards would make a cycle possible.
@@ -170,9 +169,12 @@ std::string AttrToString(const AttrValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, std::string>) return x;
-        else return absl::StrCat(x);
+        if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return x;
+        else
+          return absl::StrCat(x);
       },
       v);
 }

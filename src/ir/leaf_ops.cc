@@ -26,7 +26,8 @@ bool IsLeaf(const Node& node) { return node.op->kind == OpKind::kLeaf; }
 
 absl::StatusOr<double> FloatAttr(const Attrs& attrs, absl::string_view key) {
   auto it = attrs.find(std::string(key));
-  if (it == attrs.end()) return absl::InvalidArgumentError(absl::StrCat("missing attribute '", key, "'"));
+  if (it == attrs.end())
+    return absl::InvalidArgumentError(absl::StrCat("missing attribute '", key, "'"));
   if (const double* v = std::get_if<double>(&it->second)) return *v;
   if (const int64_t* v = std::get_if<int64_t>(&it->second)) return static_cast<double>(*v);
   return absl::InvalidArgumentError(absl::StrCat("attribute '", key, "' is not a number"));
@@ -34,7 +35,8 @@ absl::StatusOr<double> FloatAttr(const Attrs& attrs, absl::string_view key) {
 
 absl::StatusOr<int64_t> IntAttr(const Attrs& attrs, absl::string_view key) {
   auto it = attrs.find(std::string(key));
-  if (it == attrs.end()) return absl::InvalidArgumentError(absl::StrCat("missing attribute '", key, "'"));
+  if (it == attrs.end())
+    return absl::InvalidArgumentError(absl::StrCat("missing attribute '", key, "'"));
   if (const int64_t* v = std::get_if<int64_t>(&it->second)) return *v;
   return absl::InvalidArgumentError(absl::StrCat("attribute '", key, "' is not an integer"));
 }

@@ -15,8 +15,8 @@
 #include "src/ir/host_tensor.h"
 
 namespace reprise::ops {
-class GpuKernel;          // One launchable piece of a plan (src/ops/gpu_kernel.h).
-struct LoweringContext;   // Device, buffers and options a lowering needs.
+class GpuKernel;         // One launchable piece of a plan (src/ops/gpu_kernel.h).
+struct LoweringContext;  // Device, buffers and options a lowering needs.
 }  // namespace reprise::ops
 
 namespace reprise::ir {
@@ -52,10 +52,10 @@ enum class OpKind : uint8_t {
 struct OpDef {
   absl::string_view name;
   OpKind kind = OpKind::kPointwise;
-  InferFn infer = nullptr;           // Null only for leaves.
-  GradFn grad = nullptr;             // Null: no gradient flows through (an error if one must).
+  InferFn infer = nullptr;  // Null only for leaves.
+  GradFn grad = nullptr;    // Null: no gradient flows through (an error if one must).
   CpuFn cpu = nullptr;
-  LowerFn lower = nullptr;           // Null only for leaves.
+  LowerFn lower = nullptr;          // Null only for leaves.
   std::vector<int> mutated_inputs;  // Inputs written in place; they must be parameters or state.
 };
 

@@ -21,8 +21,8 @@ ReferenceExecutor::ReferenceExecutor(const Graph& graph, bool float64, uint64_t 
 absl::StatusOr<HostTensor*> ReferenceExecutor::Tensor(Value v) {
   if (v.node < 0 || v.node >= graph_.num_nodes() ||
       v.output >= static_cast<int>(values_[v.node].size())) {
-    return absl::InvalidArgumentError(absl::StrCat("value ", v.node, ":", v.output,
-                                                   " is not in the graph"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value ", v.node, ":", v.output, " is not in the graph"));
   }
   return &values_[v.node][v.output];
 }
@@ -38,8 +38,8 @@ absl::StatusOr<HostTensor*> ReferenceExecutor::Leaf(absl::string_view name) {
 absl::Status ReferenceExecutor::SetLeaf(absl::string_view name, absl::Span<const double> data) {
   ASSIGN_OR_RETURN(HostTensor * t, Leaf(name));
   if (static_cast<int64_t>(data.size()) != t->size()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "' holds ", t->size(),
-                                                   " elements, got ", data.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' holds ", t->size(), " elements, got ", data.size()));
   }
   for (size_t i = 0; i < data.size(); ++i) {
     switch (t->dtype()) {

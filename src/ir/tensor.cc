@@ -36,6 +36,8 @@ int64_t Shape::NumElements() const {
 
 std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
 
-std::string TensorSpec::ToString() const { return absl::StrCat(DTypeName(dtype), shape.ToString()); }
+std::string TensorSpec::ToString() const {
+  return absl::StrCat(DTypeName(dtype), shape.ToString());
+}
 
 }  // namespace reprise

@@ -3,9 +3,14 @@
 namespace reprise::ops {
 
 std::vector<const ir::OpDef*> AllOps() {
-  return {&MatmulOp(),    &BiasAddOp(),   &ReluOp(),
-          &ReluGradOp(),  &AddOp(),       &ColumnSumOp(),
-          &SoftmaxCrossEntropyOp(),       &SoftmaxCrossEntropyGradOp(),
+  return {&MatmulOp(),
+          &BiasAddOp(),
+          &ReluOp(),
+          &ReluGradOp(),
+          &AddOp(),
+          &ColumnSumOp(),
+          &SoftmaxCrossEntropyOp(),
+          &SoftmaxCrossEntropyGradOp(),
           &SgdMomentumOp()};
 }
 

@@ -43,9 +43,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
 }
 
 absl::Status NvrtcKernel::Launch(cudaStream_t stream) const {
-  CUresult result = launch_(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y,
-                                   block_.z, shared_bytes_, stream,
-                                   const_cast<void**>(arg_pointers_.data()), nullptr);
+  CUresult result =
+      launch_(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y, block_.z, shared_bytes_,
+              stream, const_cast<void**>(arg_pointers_.data()), nullptr);
   return runtime::CudaStatus(result, absl::StrCat("cuLaunchKernel(", kernel_name_, ")"),
                              absl::StrCat("node '", node_name_, "'"));
 }

@@ -17,9 +17,8 @@ absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckRank(in[1], 1, "labels"));
   RETURN_IF_ERROR(CheckDType(in[1], DType::kInt32, "labels"));
   if (in[1].shape.dim(0) != in[0].shape.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("labels ", in[1].ToString(),
-                                                   " do not match the batch of logits ",
-                                                   in[0].ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "labels ", in[1].ToString(), " do not match the batch of logits ", in[0].ToString()));
   }
   return absl::OkStatus();
 }
@@ -46,9 +45,9 @@ absl::StatusOr<std::vector<Value>> GradXent(Graph& g, const Node& node,
                                             const std::vector<bool>& needs) {
   std::vector<Value> grads(2);  // Labels get none.
   if (needs[0]) {
-    ASSIGN_OR_RETURN(grads[0], g.AddOp1(SoftmaxCrossEntropyGradOp(),
-                                        absl::StrCat(node.name, ".grad"),
-                                        {node.inputs[0], node.inputs[1], dout[0]}));
+    ASSIGN_OR_RETURN(grads[0],
+                     g.AddOp1(SoftmaxCrossEntropyGradOp(), absl::StrCat(node.name, ".grad"),
+                              {node.inputs[0], node.inputs[1], dout[0]}));
   }
   return grads;
 }
@@ -131,14 +130,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& 
 }  // namespace
 
 const ir::OpDef& SoftmaxCrossEntropyOp() {
-  static const ir::OpDef op{.name = "softmax_cross_entropy", .kind = ir::OpKind::kReduction,
-                            .infer = InferXent, .grad = GradXent, .cpu = CpuXent,
+  static const ir::OpDef op{.name = "softmax_cross_entropy",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferXent,
+                            .grad = GradXent,
+                            .cpu = CpuXent,
                             .lower = LowerXent};
   return op;
 }
 const ir::OpDef& SoftmaxCrossEntropyGradOp() {
-  static const ir::OpDef op{.name = "softmax_cross_entropy_grad", .kind = ir::OpKind::kReduction,
-                            .infer = InferXentGrad, .cpu = CpuXentGrad, .lower = LowerXentGrad};
+  static const ir::OpDef op{.name = "softmax_cross_entropy_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferXentGrad,
+                            .cpu = CpuXentGrad,
+                            .lower = LowerXentGrad};
   return op;
 }
 

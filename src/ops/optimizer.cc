@@ -53,8 +53,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgd(const LoweringContext& ctx, 
 }  // namespace
 
 const ir::OpDef& SgdMomentumOp() {
-  static const ir::OpDef op{.name = "sgd_momentum", .kind = ir::OpKind::kOptimizer,
-                            .infer = InferSgd, .cpu = CpuSgd, .lower = LowerSgd,
+  static const ir::OpDef op{.name = "sgd_momentum",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferSgd,
+                            .cpu = CpuSgd,
+                            .lower = LowerSgd,
                             .mutated_inputs = {0, 2}};
   return op;
 }

@@ -18,29 +18,29 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPointwise(const LoweringContext&
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   args.Add(ctx.outputs[0]).Add(static_cast<long long>(n)).Add(static_cast<long long>(cols));
-  return NvrtcKernel::Create(ctx, node.name, kernel, GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
+  return NvrtcKernel::Create(ctx, node.name, kernel, GridFor(n, 256, *ctx.device), dim3(256), 0,
+                             std::move(args));
 }
 
 absl::Status CheckSame(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
   if (!(a == b)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must have the same shape and dtype: ", a.ToString(), " and ",
-                     b.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must have the same shape and dtype: ", a.ToString(), " and ", b.ToString()));
   }
   return absl::OkStatus();
 }
 
 // bias_add ------------------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<TensorSpec>> InferBiasAdd(const Attrs&, absl::Span<const TensorSpec> in) {
+absl::StatusOr<std::vector<TensorSpec>> InferBiasAdd(const Attrs&,
+                                                     absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
   RETURN_IF_ERROR(CheckRank(in[0], 2, "x"));
   RETURN_IF_ERROR(CheckRank(in[1], 1, "bias"));
   RETURN_IF_ERROR(CheckFloat(in[0], "x"));
   if (in[1].dtype != in[0].dtype || in[1].shape.dim(0) != in[0].shape.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat("bias ", in[1].ToString(),
-                                                   " does not match the columns of x ",
-                                                   in[0].ToString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bias ", in[1].ToString(), " does not match the columns of x ", in[0].ToString()));
   }
   return std::vector<TensorSpec>{in[0]};
 }
@@ -51,8 +51,8 @@ absl::StatusOr<std::vector<Value>> GradBiasAdd(Graph& g, const Node& node,
   std::vector<Value> grads(2);
   if (needs[0]) grads[0] = dout[0];
   if (needs[1]) {
-    ASSIGN_OR_RETURN(grads[1], g.AddOp1(ColumnSumOp(), absl::StrCat(node.name, ".bias_grad"),
-                                        {dout[0]}));
+    ASSIGN_OR_RETURN(grads[1],
+                     g.AddOp1(ColumnSumOp(), absl::StrCat(node.name, ".bias_grad"), {dout[0]}));
   }
   return grads;
 }
@@ -156,23 +156,26 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdd(const LoweringContext& ctx, 
 }  // namespace
 
 const ir::OpDef& BiasAddOp() {
-  static const ir::OpDef op{.name = "bias_add", .infer = InferBiasAdd, .grad = GradBiasAdd,
-                            .cpu = CpuBiasAdd, .lower = LowerBiasAdd};
+  static const ir::OpDef op{.name = "bias_add",
+                            .infer = InferBiasAdd,
+                            .grad = GradBiasAdd,
+                            .cpu = CpuBiasAdd,
+                            .lower = LowerBiasAdd};
   return op;
 }
 const ir::OpDef& ReluOp() {
-  static const ir::OpDef op{.name = "relu", .infer = InferUnary, .grad = GradRelu,
-                            .cpu = CpuRelu, .lower = LowerRelu};
+  static const ir::OpDef op{
+      .name = "relu", .infer = InferUnary, .grad = GradRelu, .cpu = CpuRelu, .lower = LowerRelu};
   return op;
 }
 const ir::OpDef& ReluGradOp() {
-  static const ir::OpDef op{.name = "relu_grad", .infer = InferBinarySame, .cpu = CpuReluGrad,
-                            .lower = LowerReluGrad};
+  static const ir::OpDef op{
+      .name = "relu_grad", .infer = InferBinarySame, .cpu = CpuReluGrad, .lower = LowerReluGrad};
   return op;
 }
 const ir::OpDef& AddOp() {
-  static const ir::OpDef op{.name = "add", .infer = InferBinarySame, .grad = GradAdd,
-                            .cpu = CpuAdd, .lower = LowerAdd};
+  static const ir::OpDef op{
+      .name = "add", .infer = InferBinarySame, .grad = GradAdd, .cpu = CpuAdd, .lower = LowerAdd};
   return op;
 }
 

@@ -45,8 +45,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerColumnSum(const LoweringContext&
 }  // namespace
 
 const ir::OpDef& ColumnSumOp() {
-  static const ir::OpDef op{.name = "column_sum", .kind = ir::OpKind::kReduction,
-                            .infer = InferColumnSum, .cpu = CpuColumnSum,
+  static const ir::OpDef op{.name = "column_sum",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferColumnSum,
+                            .cpu = CpuColumnSum,
                             .lower = LowerColumnSum};
   return op;
 }

@@ -10,7 +10,9 @@
 namespace reprise::passes {
 namespace {
 
-int64_t AlignUp(int64_t x) { return (x + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
+int64_t AlignUp(int64_t x) {
+  return (x + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
 
 BufferClass ClassOf(const Node& node, bool kept) {
   if (node.op == &ir::ParameterOp()) return BufferClass::kParameter;
@@ -34,12 +36,18 @@ int64_t FirstFit(const std::map<int64_t, int64_t>& live, int64_t bytes) {
 
 absl::string_view BufferClassName(BufferClass c) {
   switch (c) {
-    case BufferClass::kParameter: return "parameter";
-    case BufferClass::kOptimizerState: return "optimizer_state";
-    case BufferClass::kConstant: return "constant";
-    case BufferClass::kFetched: return "fetched";
-    case BufferClass::kInput: return "input";
-    case BufferClass::kActivation: return "activation";
+    case BufferClass::kParameter:
+      return "parameter";
+    case BufferClass::kOptimizerState:
+      return "optimizer_state";
+    case BufferClass::kConstant:
+      return "constant";
+    case BufferClass::kFetched:
+      return "fetched";
+    case BufferClass::kInput:
+      return "input";
+    case BufferClass::kActivation:
+      return "activation";
   }
   return "?";
 }
@@ -96,10 +104,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
     if (plan.buffers[i].cls == BufferClass::kActivation) transient.push_back(i);
   }
-  std::stable_sort(transient.begin(), transient.end(), [&](int a, int b) {
-    return plan.buffers[a].first < plan.buffers[b].first;
-  });
-  std::map<int64_t, int64_t> live;  // offset -> aligned size, within the transient region
+  std::stable_sort(transient.begin(), transient.end(),
+                   [&](int a, int b) { return plan.buffers[a].first < plan.buffers[b].first; });
+  std::map<int64_t, int64_t> live;   // offset -> aligned size, within the transient region
   std::multimap<int, int64_t> ends;  // last use -> offset
   for (int i : transient) {
     Buffer& b = plan.buffers[i];

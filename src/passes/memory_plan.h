@@ -22,7 +22,7 @@ enum class BufferClass : uint8_t {
   kParameter,
   kOptimizerState,
   kConstant,
-  kFetched,     // Kept after the step for the user to read (the loss, fetched values).
+  kFetched,  // Kept after the step for the user to read (the loss, fetched values).
   kInput,
   kActivation,  // Transient: placed by liveness.
 };
@@ -40,8 +40,8 @@ struct MemoryPlan {
   std::vector<Buffer> buffers;
   absl::flat_hash_map<Value, int> index;  // Value -> position in `buffers`.
   int64_t arena_bytes = 0;
-  int64_t input_offset = 0, input_bytes = 0;          // The contiguous input region.
-  int64_t transient_offset = 0, transient_peak = 0;   // The liveness-planned region.
+  int64_t input_offset = 0, input_bytes = 0;         // The contiguous input region.
+  int64_t transient_offset = 0, transient_peak = 0;  // The liveness-planned region.
   absl::flat_hash_map<BufferClass, int64_t> bytes_by_class;
 
   const Buffer* Find(Value v) const;

@@ -44,8 +44,8 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph) {
     }
   }
   if (static_cast<int>(order.size()) != non_leaf) {
-    return absl::InvalidArgumentError(absl::StrCat("the graph has a cycle: scheduled ", order.size(),
-                                                   " of ", non_leaf, " nodes"));
+    return absl::InvalidArgumentError(absl::StrCat("the graph has a cycle: scheduled ",
+                                                   order.size(), " of ", non_leaf, " nodes"));
   }
   return order;
 }

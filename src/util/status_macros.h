@@ -10,18 +10,18 @@
 #define REPRISE_CONCAT(a, b) REPRISE_CONCAT_INNER(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                          \
-  do {                                                                 \
+#define RETURN_IF_ERROR(expr)                                           \
+  do {                                                                  \
     if (::absl::Status reprise_status = (expr); !reprise_status.ok()) { \
-      return reprise_status;                                           \
-    }                                                                  \
+      return reprise_status;                                            \
+    }                                                                   \
   } while (false)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` declares x from an OK StatusOr, or returns its status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   REPRISE_ASSIGN_OR_RETURN_IMPL(REPRISE_CONCAT(reprise_statusor_, __LINE__), lhs, expr)
 #define REPRISE_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
-  auto statusor = (expr);                                 \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -1,9 +1,10 @@
 // The structure autodiff builds: separate dgrad and wgrad nodes, no dgrad into the features, and
 // each optimizer update ordered after every reader of its weight.
+#include "src/autodiff/autodiff.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
-#include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/passes/schedule.h"
 
@@ -11,7 +12,8 @@ namespace reprise {
 namespace {
 
 TEST(AutodiffTest, MatmulGradientsAreSeparateDgradAndWgradNodes) {
-  auto mlp = models::BuildMlp({.batch = 4, .input_features = 5, .depth = 2, .width = 6, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 4, .input_features = 5, .depth = 2, .width = 6, .classes = 3});
   auto t = autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {});
   ASSERT_TRUE(t.ok()) << t.status();
   const Graph& g = t->graph;
@@ -29,7 +31,8 @@ TEST(AutodiffTest, MatmulGradientsAreSeparateDgradAndWgradNodes) {
 }
 
 TEST(AutodiffTest, UpdatesRunAfterEveryReaderOfTheirWeight) {
-  auto mlp = models::BuildMlp({.batch = 4, .input_features = 5, .depth = 3, .width = 6, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 4, .input_features = 5, .depth = 3, .width = 6, .classes = 3});
   auto t = autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {});
   ASSERT_TRUE(t.ok());
   auto order = passes::Schedule(t->graph);
@@ -50,7 +53,8 @@ TEST(AutodiffTest, UpdatesRunAfterEveryReaderOfTheirWeight) {
 }
 
 TEST(AutodiffTest, NonScalarLossIsRejected) {
-  auto mlp = models::BuildMlp({.batch = 4, .input_features = 5, .depth = 1, .width = 6, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 4, .input_features = 5, .depth = 1, .width = 6, .classes = 3});
   auto t = autodiff::BuildTrainingGraph(mlp->graph, mlp->logits, {});
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t.status().message(), ::testing::HasSubstr("f32[4, 3]"));

@@ -10,7 +10,8 @@ namespace reprise {
 namespace {
 
 TEST(CpuTrainingTest, SgdOnLinearlySeparableDataLowersTheLoss) {
-  auto mlp = models::BuildMlp({.batch = 16, .input_features = 4, .depth = 1, .width = 16, .classes = 2});
+  auto mlp =
+      models::BuildMlp({.batch = 16, .input_features = 4, .depth = 1, .width = 16, .classes = 2});
   ASSERT_TRUE(mlp.ok());
   auto t = autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {.learning_rate = 0.1f});
   ASSERT_TRUE(t.ok()) << t.status();
@@ -36,7 +37,8 @@ TEST(CpuTrainingTest, SgdOnLinearlySeparableDataLowersTheLoss) {
 }
 
 TEST(CpuTrainingTest, LabelOutsideTheClassesIsAnErrorNamingTheNode) {
-  auto mlp = models::BuildMlp({.batch = 2, .input_features = 2, .depth = 1, .width = 4, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 2, .input_features = 2, .depth = 1, .width = 4, .classes = 3});
   ir::ReferenceExecutor exec(mlp->graph, false, 1);
   ASSERT_TRUE(exec.SetLeaf("labels", std::vector<int32_t>{0, 3}).ok());
   absl::Status s = exec.Run();

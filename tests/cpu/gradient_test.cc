@@ -63,7 +63,8 @@ TEST(GradientTest, SoftmaxCrossEntropyMatchesFiniteDifferences) {
 }
 
 TEST(GradientTest, ThreeLayerMlpMatchesFiniteDifferences) {
-  auto mlp = models::BuildMlp({.batch = 4, .input_features = 5, .depth = 2, .width = 6, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 4, .input_features = 5, .depth = 2, .width = 6, .classes = 3});
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   ExpectGradientsMatchFiniteDifferences(mlp->graph, mlp->loss, kLabels, 6);
 }

@@ -83,7 +83,8 @@ TEST(GraphTest, NonPositiveExtentsAndBadMlpConfigsAreRejected) {
 }
 
 TEST(GraphTest, MlpHasExpectedLayersAndPrints) {
-  auto mlp = models::BuildMlp({.batch = 8, .input_features = 4, .depth = 2, .width = 16, .classes = 3});
+  auto mlp =
+      models::BuildMlp({.batch = 8, .input_features = 4, .depth = 2, .width = 16, .classes = 3});
   ASSERT_TRUE(mlp.ok());
   EXPECT_EQ(mlp->graph.spec(mlp->logits).ToString(), "f32[8, 3]");
   EXPECT_EQ(mlp->graph.spec(mlp->loss).ToString(), "f32[]");

@@ -46,7 +46,9 @@ autodiff::TrainingGraph RandomTrainingGraph(std::mt19937& rng) {
 bool Overlap(const Buffer& a, const Buffer& b) {
   return a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
 }
-bool LiveTogether(const Buffer& a, const Buffer& b) { return a.first <= b.last && b.first <= a.last; }
+bool LiveTogether(const Buffer& a, const Buffer& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
 
 TEST(MemoryPlanTest, NoTwoLiveBuffersOverlapOnRandomGraphs) {
   std::mt19937 rng(20261123);
@@ -62,9 +64,9 @@ TEST(MemoryPlanTest, NoTwoLiveBuffersOverlapOnRandomGraphs) {
       for (size_t j = i + 1; j < buffers.size(); ++j) {
         const Buffer& b = buffers[j];
         if (a.bytes == 0 || b.bytes == 0 || !LiveTogether(a, b)) continue;
-        ASSERT_FALSE(Overlap(a, b)) << "trial " << trial << ": "
-                                    << plan->graph().node(a.value.node).name << " and "
-                                    << plan->graph().node(b.value.node).name;
+        ASSERT_FALSE(Overlap(a, b))
+            << "trial " << trial << ": " << plan->graph().node(a.value.node).name << " and "
+            << plan->graph().node(b.value.node).name;
       }
     }
   }

@@ -2,9 +2,9 @@
 // random values, and every output is compared (fp32: relative error under 1e-5).
 #include <random>
 
-#include "gtest/gtest.h"
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
+#include "gtest/gtest.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
@@ -44,7 +44,8 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
     const passes::Buffer* b = memory->Find({n.id, 0});
     const void* host = (*cpu.Tensor({n.id, 0}))->raw();
     if (b->cls == passes::BufferClass::kInput) {
-      std::memcpy(static_cast<char*>(staging->data()) + b->offset - memory->input_offset, host, b->bytes);
+      std::memcpy(static_cast<char*>(staging->data()) + b->offset - memory->input_offset, host,
+                  b->bytes);
     } else {
       ASSERT_EQ(cudaMemcpy(base + b->offset, host, b->bytes, cudaMemcpyHostToDevice), cudaSuccess);
     }
@@ -53,8 +54,8 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   plan.training.graph = g;
   plan.launches = *schedule;
   plan.memory = *memory;
-  capture::StepResources res{&*device, &kernels, &*lt, base, workspace->data(), workspace->bytes(),
-                             staging->data(), false};
+  capture::StepResources res{&*device,           &kernels,        &*lt, base, workspace->data(),
+                             workspace->bytes(), staging->data(), false};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   ASSERT_TRUE(capture::RunEager(*launches, stream->get(), /*sync_each=*/true).ok());
@@ -69,7 +70,8 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       const passes::Buffer* b = memory->Find(v);
       const ir::HostTensor* want = *cpu.Tensor(v);
       ir::HostTensor got(want->spec());
-      ASSERT_EQ(cudaMemcpy(got.raw(), base + b->offset, b->bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.raw(), base + b->offset, b->bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
       double err = 0, norm = 0;
       for (int64_t i = 0; i < want->size(); ++i) {
         const double d = got.data<float>()[i] - want->data<float>()[i];
@@ -93,7 +95,8 @@ TEST_P(MatmulGpuTest, MatchesCpuReference) {
   Graph g;
   Value a = *g.AddParameter("a", {ta ? Shape{k, m} : Shape{m, k}}, Random());
   Value b = *g.AddParameter("b", {tb ? Shape{n, k} : Shape{k, n}}, Random());
-  ASSERT_TRUE(g.AddOp1(ops::MatmulOp(), "mm", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}).ok());
+  ASSERT_TRUE(
+      g.AddOp1(ops::MatmulOp(), "mm", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}}).ok());
   ir::ReferenceExecutor cpu(g, false, 1);
   ExpectGpuMatchesCpu(g, cpu, 1e-5);
 }

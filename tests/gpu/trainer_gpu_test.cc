@@ -19,7 +19,8 @@ using ::testing::HasSubstr;
 constexpr int kBatch = 32, kFeatures = 16, kClasses = 5;
 
 models::MlpConfig SmallMlp() {
-  return {.batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 64, .classes = kClasses};
+  return {
+      .batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 64, .classes = kClasses};
 }
 
 struct Batch {
@@ -36,7 +37,8 @@ Batch MakeBatch(std::mt19937& rng) {
     float best = -1e9f;
     for (int c = 0; c < kClasses; ++c) {
       float score = 0;
-      for (int j = 0; j < kFeatures; ++j) score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
+      for (int j = 0; j < kFeatures; ++j)
+        score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
       if (score > best) best = score, b.y[i] = c;
     }
   }
