@@ -65,10 +65,23 @@ extern "C" __global__ void reprise_column_sum(const float* __restrict__ dy, floa
 )"};
 }
 
+// One warp's max and Σ exp(z - max) over a row, shared by the loss and its gradient so both
+// see the same bits.
+const std::string kRowMaxAndSumExp = R"(
+__device__ void RowMaxAndSumExp(const float* zr, int cols, int lane, float& m, float& s) {
+  m = -__int_as_float(0x7f800000);
+  for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  s = 0.0f;
+  for (int c = lane; c < cols; c += 32) s += expf(zr[c] - m);
+  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+}
+)";
+
 GeneratedKernel SoftmaxCrossEntropy() {
   // One block: each warp takes rows, writes per-row losses to shared memory, then thread 0 adds
   // them in row order so the sum never depends on scheduling.
-  return {"reprise_softmax_xent", R"(
+  return {"reprise_softmax_xent", kRowMaxAndSumExp + R"(
 extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
                                                 const int* __restrict__ labels,
                                                 float* __restrict__ loss, int rows, int cols) {
@@ -76,12 +89,8 @@ extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int r = warp; r < rows; r += warps) {
     const float* zr = z + (long long)r * cols;
-    float m = -__int_as_float(0x7f800000);
-    for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float s = 0.0f;
-    for (int c = lane; c < cols; c += 32) s += expf(zr[c] - m);
-    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float m, s;
+    RowMaxAndSumExp(zr, cols, lane, m, s);
     if (lane == 0) {
       const int label = labels[r];
       row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
@@ -98,7 +107,7 @@ extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
 }
 
 GeneratedKernel SoftmaxCrossEntropyGrad() {
-  return {"reprise_softmax_xent_grad", R"(
+  return {"reprise_softmax_xent_grad", kRowMaxAndSumExp + R"(
 extern "C" __global__ void reprise_softmax_xent_grad(const float* __restrict__ z,
                                                      const int* __restrict__ labels,
                                                      const float* __restrict__ dloss,
@@ -108,12 +117,8 @@ extern "C" __global__ void reprise_softmax_xent_grad(const float* __restrict__ z
   if (r >= rows) return;
   const float* zr = z + (long long)r * cols;
   float* dzr = dz + (long long)r * cols;
-  float m = -__int_as_float(0x7f800000);
-  for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float s = 0.0f;
-  for (int c = lane; c < cols; c += 32) s += expf(zr[c] - m);
-  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  float m, s;
+  RowMaxAndSumExp(zr, cols, lane, m, s);
   const float scale = dloss[0] / rows;
   const int label = labels[r];
   for (int c = lane; c < cols; c += 32) {
