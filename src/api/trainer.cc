@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
                    autodiff::BuildTrainingGraph(graph, loss, options.sgd));
   ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), options.fetch));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
+  for (const Node& n : impl->plan_.graph().nodes()) {
+    if (n.op != &ops::SoftmaxCrossEntropyOp()) continue;
+    impl->label_limits_[n.inputs[1].node] = {impl->plan_.graph().spec(n.inputs[0]).shape.dim(1),
+                                             n.name};
+  }
   RETURN_IF_ERROR(impl->InitDevice());
   RETURN_IF_ERROR(impl->InitPersistentTensors());
 
@@ -49,6 +54,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     ASSIGN_OR_RETURN(capture::CapturedStep step,
                      capture::CapturedStep::Capture(impl->launches_, impl->stream_->get()));
     impl->captured_.emplace(std::move(step));
+    ++impl->graph_captures_;
+    ++impl->graph_instantiations_;
   }
   return impl;
 }
@@ -104,15 +111,14 @@ absl::Status Trainer::Impl::WaitForLastStep() {
 
 absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
                                         absl::Span<const int32_t> labels) const {
-  for (const Node& n : plan_.graph().nodes()) {
-    if (n.op != &ops::SoftmaxCrossEntropyOp() || n.inputs[1].node != input_node) continue;
-    const int64_t classes = plan_.graph().spec(n.inputs[0]).shape.dim(1);
-    for (size_t i = 0; i < labels.size(); ++i) {
-      if (labels[i] < 0 || labels[i] >= classes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input '", plan_.graph().node(input_node).name, "': label ", labels[i],
-                         " at index ", i, " is outside [0, ", classes, ") of '", n.name, "'"));
-      }
+  auto it = label_limits_.find(input_node);
+  if (it == label_limits_.end()) return absl::OkStatus();
+  const LabelLimit& limit = it->second;
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= limit.classes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", plan_.graph().node(input_node).name, "': label ", labels[i], " at index ", i,
+          " is outside [0, ", limit.classes, ") of '", limit.consumer, "'"));
     }
   }
   return absl::OkStatus();
@@ -245,8 +251,8 @@ TrainerStats Trainer::Impl::stats() const {
   s.steps = steps_;
   if (captured_.has_value()) {
     s.graph_replays = captured_->replays();
-    s.graph_captures = 1;
-    s.graph_instantiations = 1;
+    s.graph_captures = graph_captures_;
+    s.graph_instantiations = graph_instantiations_;
     s.graph_nodes = captured_->num_nodes();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());

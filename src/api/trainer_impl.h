@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
@@ -56,7 +58,15 @@ class Trainer::Impl {
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
   std::vector<capture::LoweredLaunch> launches_;
   std::optional<capture::CapturedStep> captured_;
+  // Label inputs -> the class count of the loss they feed, found once so SetInput stays cheap.
+  struct LabelLimit {
+    int64_t classes;
+    std::string consumer;
+  };
+  absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   int64_t steps_ = 0;
+  int64_t graph_captures_ = 0;
+  int64_t graph_instantiations_ = 0;
   bool step_queued_ = false;
 };
 
