@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<Value>> Graph::AddOp(const ir::OpDef& op, absl::strin
                           absl::StrCat(where, ": ", inferred.status().message()));
     }
     outputs = *std::move(inferred);
-    for (int index : op.mutated_inputs) {
+    for (int index : ir::MutatedInputs(op, attrs, static_cast<int>(inputs.size()))) {
       const Node& target = nodes_[inputs[index].node];
       if (target.op != &ir::ParameterOp() && target.op != &ir::StateOp()) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": writes input ", index, " ('",

@@ -24,6 +24,11 @@ const OpDef& ConstantOp() {
 }
 bool IsLeaf(const Node& node) { return node.op->kind == OpKind::kLeaf; }
 
+std::vector<int> MutatedInputs(const OpDef& op, const Attrs& attrs, int num_inputs) {
+  if (op.mutated_inputs_of != nullptr) return op.mutated_inputs_of(attrs, num_inputs);
+  return op.mutated_inputs;
+}
+
 absl::StatusOr<double> FloatAttr(const Attrs& attrs, absl::string_view key) {
   auto it = attrs.find(std::string(key));
   if (it == attrs.end())

@@ -57,7 +57,16 @@ struct OpDef {
   CpuFn cpu = nullptr;
   LowerFn lower = nullptr;          // Null only for leaves.
   std::vector<int> mutated_inputs;  // Inputs written in place; they must be parameters or state.
+  // For ops whose arity depends on attributes (multi-tensor optimizers, fused steps): the inputs
+  // written in place, given the node's attributes and input count. Overrides mutated_inputs.
+  std::vector<int> (*mutated_inputs_of)(const Attrs& attrs, int num_inputs) = nullptr;
 };
+
+// The inputs `op` writes in place for a node with these attributes and this many inputs.
+std::vector<int> MutatedInputs(const OpDef& op, const Attrs& attrs, int num_inputs);
+inline std::vector<int> MutatedInputs(const Node& node) {
+  return MutatedInputs(*node.op, node.attrs, static_cast<int>(node.inputs.size()));
+}
 
 // Leaf ops: storage that the plan places, no computation.
 const OpDef& InputOp();

@@ -64,7 +64,7 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
     std::vector<Value> checked;
     if (!ir::IsLeaf(n)) {
       for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) checked.push_back({n.id, o});
-      for (int m : n.op->mutated_inputs) checked.push_back(n.inputs[m]);
+      for (int m : ir::MutatedInputs(n)) checked.push_back(n.inputs[m]);
     }
     for (const Value& v : checked) {
       const passes::Buffer* b = memory->Find(v);
