@@ -43,6 +43,7 @@ struct TrainOptions {
   ExecMode mode = ExecMode::kGraph;
   SgdOptions sgd;
   bool allow_tf32 = false;   // Let matmuls use TF32 tensor cores.
+  bool fuse = true;          // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().

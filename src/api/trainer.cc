@@ -30,10 +30,12 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   }
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                    autodiff::BuildTrainingGraph(graph, loss, options.sgd));
-  ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), options.fetch));
+  ASSIGN_OR_RETURN(passes::Plan plan,
+                   passes::BuildPlan(std::move(training), options.fetch, {.fuse = options.fuse}));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   for (const Node& n : impl->plan_.graph().nodes()) {
-    if (n.op != &ops::SoftmaxCrossEntropyOp()) continue;
+    if (n.op != &ops::SoftmaxCrossEntropyOp() && n.op != &ops::SoftmaxCrossEntropyWithGradOp())
+      continue;
     impl->label_limits_[n.inputs[1].node] = {impl->plan_.graph().spec(n.inputs[0]).shape.dim(1),
                                              n.name};
   }
@@ -193,7 +195,8 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
   return ms;
 }
 
-absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
+absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value user_value) {
+  ASSIGN_OR_RETURN(const Value value, plan_.MapValue(user_value));
   const passes::Buffer* b = plan_.memory.Find(value);
   if (b == nullptr ||
       (b->cls != passes::BufferClass::kFetched && b->cls != passes::BufferClass::kParameter &&

@@ -78,6 +78,8 @@ __device__ void RowMaxAndSumExp(const float* zr, int cols, int lane, float& m, f
 }
 )";
 
+const std::string& RowMaxAndSumExpSource() { return kRowMaxAndSumExp; }
+
 GeneratedKernel SoftmaxCrossEntropy() {
   // One block: each warp takes rows, writes per-row losses to shared memory, then thread 0 adds
   // them in row order so the sum never depends on scheduling.

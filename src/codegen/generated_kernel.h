@@ -52,6 +52,10 @@ GeneratedKernel SoftmaxCrossEntropyGrad();
 // const float* wd, long long n).
 GeneratedKernel SgdMomentum();
 
+// The device helper RowMaxAndSumExp(zr, cols, lane, m, s): one warp's max and Σ exp(z - max)
+// over a row. Every loss kernel uses it, so the loss and its gradient see the same bits.
+const std::string& RowMaxAndSumExpSource();
+
 // Every kernel source the engine can generate, for compile checks.
 std::vector<GeneratedKernel> AllKernels();
 

@@ -49,6 +49,18 @@ enum class OpKind : uint8_t {
   kOptimizer,  // Writes parameters and state in place.
 };
 
+// How a pointwise op computes one element, so that a fused kernel can chain several: a CUDA
+// expression over $0, $1, ... (float values of the inputs at this element) and how each input is
+// indexed by the element.
+enum class Operand : uint8_t {
+  kElement,    // Same shape as the output: in[i].
+  kRowVector,  // One value per column of a rank-2 output: in[i % cols].
+};
+struct PointwiseForm {
+  absl::string_view expression;  // Empty: the op cannot be chained.
+  std::vector<Operand> operands;
+};
+
 struct OpDef {
   absl::string_view name;
   OpKind kind = OpKind::kPointwise;
@@ -60,6 +72,7 @@ struct OpDef {
   // For ops whose arity depends on attributes (multi-tensor optimizers, fused steps): the inputs
   // written in place, given the node's attributes and input count. Overrides mutated_inputs.
   std::vector<int> (*mutated_inputs_of)(const Attrs& attrs, int num_inputs) = nullptr;
+  PointwiseForm pointwise;  // For kPointwise ops that fused kernels may chain.
 };
 
 // The inputs `op` writes in place for a node with these attributes and this many inputs.

@@ -1,3 +1,4 @@
+#include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
 
 namespace reprise::ops {
@@ -11,7 +12,11 @@ std::vector<const ir::OpDef*> AllOps() {
           &ColumnSumOp(),
           &SoftmaxCrossEntropyOp(),
           &SoftmaxCrossEntropyGradOp(),
-          &SgdMomentumOp()};
+          &SgdMomentumOp(),
+          &MatmulBiasOp(),
+          &SoftmaxCrossEntropyWithGradOp(),
+          &SgdMomentumMultiOp(),
+          &FusedPointwiseOp()};
 }
 
 }  // namespace reprise::ops

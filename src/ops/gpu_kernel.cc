@@ -9,9 +9,16 @@
 
 namespace reprise::ops {
 
+KernelArgs& KernelArgs::AddBytes(const void* data, size_t bytes) {
+  std::vector<uint64_t>& slot = slots_.emplace_back((bytes + 7) / 8, 0);
+  std::memcpy(slot.data(), data, bytes);
+  return *this;
+}
+
 std::vector<void*> KernelArgs::Pointers() const {
   std::vector<void*> pointers;
-  for (const uint64_t& slot : slots_) pointers.push_back(const_cast<uint64_t*>(&slot));
+  for (const std::vector<uint64_t>& slot : slots_)
+    pointers.push_back(const_cast<uint64_t*>(slot.data()));
   return pointers;
 }
 

@@ -49,16 +49,16 @@ class KernelArgs {
  public:
   template <typename T>
   KernelArgs& Add(T value) {
-    static_assert(sizeof(T) <= 8, "kernel arguments are pointers or scalars");
-    slots_.push_back(0);
-    std::memcpy(&slots_.back(), &value, sizeof(T));
-    return *this;
+    static_assert(sizeof(T) <= 8, "kernel arguments are pointers or scalars; use AddBytes");
+    return AddBytes(&value, sizeof(T));
   }
-  // Valid until the next Add.
+  // A by-value struct argument (e.g. a table of tensors), copied.
+  KernelArgs& AddBytes(const void* data, size_t bytes);
+  // Valid while this object lives and is not added to.
   std::vector<void*> Pointers() const;
 
  private:
-  std::vector<uint64_t> slots_;
+  std::vector<std::vector<uint64_t>> slots_;  // uint64 keeps every argument 8-byte aligned.
 };
 
 // A kernel compiled by NVRTC through the kernel store, launched with fixed arguments.

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -127,7 +128,45 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& 
                              dim3(32 * warps_per_block), 0, std::move(args));
 }
 
+// softmax_cross_entropy_with_grad: (z, labels, dloss) -> (loss, dz), the fused pair.
+absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs& attrs,
+                                                          absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> grad, InferXentGrad(attrs, in));
+  return std::vector<TensorSpec>{{Shape{}, in[0].dtype}, grad[0]};
+}
+
+absl::Status CpuXentWithGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
+                             absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(CpuXent(node, in.subspan(0, 2), out.subspan(0, 1)));
+  return CpuXentGrad(node, in, out.subspan(1, 1));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentWithGrad(const LoweringContext& ctx,
+                                                             const Node& node) {
+  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
+  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
+  const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
+  if (shared > 48 * 1024) {
+    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
+                                                 " exceeds the loss kernel's limit of 12288 rows"));
+  }
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]);
+  args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
+  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropyWithGrad(), dim3(1),
+                             dim3(512), shared, std::move(args));
+}
+
 }  // namespace
+
+const ir::OpDef& SoftmaxCrossEntropyWithGradOp() {
+  static const ir::OpDef op{.name = "softmax_cross_entropy_with_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferXentWithGrad,
+                            .cpu = CpuXentWithGrad,
+                            .lower = LowerXentWithGrad};
+  return op;
+}
 
 const ir::OpDef& SoftmaxCrossEntropyOp() {
   static const ir::OpDef op{.name = "softmax_cross_entropy",

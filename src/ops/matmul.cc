@@ -129,7 +129,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ct
                                                        const Node& node) {
   ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
   runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb};
-  auto matmul = runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes);
+  runtime::MatmulEpilogue epilogue;
+  if (node.op == &MatmulBiasOp()) {
+    epilogue.kind = ir::BoolAttrOr(node.attrs, "relu", false)
+                        ? runtime::MatmulEpilogue::Kind::kReluBias
+                        : runtime::MatmulEpilogue::Kind::kBias;
+    epilogue.bias = static_cast<const float*>(ctx.inputs[2]);
+  }
+  auto matmul =
+      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
   if (!matmul.ok()) {
     return absl::Status(matmul.status().code(),
                         absl::StrCat("node '", node.name, "': ", matmul.status().message()));
@@ -137,7 +145,44 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ct
   return std::unique_ptr<GpuKernel>(new MatmulKernel(node.name, *std::move(matmul), ctx));
 }
 
+// matmul_bias: the fused forward of a linear layer, C = op(A)·op(B) + bias [then relu].
+absl::StatusOr<std::vector<TensorSpec>> InferMatmulBias(const Attrs& attrs,
+                                                        absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(MatmulDims d, DimsOf(attrs, in[0], in[1]));
+  if (in[2].shape.rank() != 1 || in[2].shape.dim(0) != d.n || in[2].dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bias ", in[2].ToString(), " must hold one value per output column (", d.n, ")"));
+  }
+  return std::vector<TensorSpec>{{Shape{d.m, d.n}, in[0].dtype}};
+}
+
+// The reference is the unfused ops' references in sequence.
+absl::Status CpuMatmulBias(const Node& node, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out) {
+  ir::HostTensor product(out[0]->spec());
+  ir::HostTensor* product_ptr = &product;
+  RETURN_IF_ERROR(CpuMatmul(node, in.subspan(0, 2), absl::MakeSpan(&product_ptr, 1)));
+  ir::HostTensor* bias_in[] = {&product, in[2]};
+  const Node stub;
+  if (!ir::BoolAttrOr(node.attrs, "relu", false))
+    return BiasAddOp().cpu(stub, absl::MakeSpan(bias_in), out);
+  ir::HostTensor biased(out[0]->spec());
+  ir::HostTensor* biased_ptr = &biased;
+  RETURN_IF_ERROR(BiasAddOp().cpu(stub, absl::MakeSpan(bias_in), absl::MakeSpan(&biased_ptr, 1)));
+  return ReluOp().cpu(stub, absl::MakeSpan(&biased_ptr, 1), out);
+}
+
 }  // namespace
+
+const ir::OpDef& MatmulBiasOp() {
+  static const ir::OpDef op{.name = "matmul_bias",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferMatmulBias,
+                            .cpu = CpuMatmulBias,
+                            .lower = LowerMatmul};
+  return op;
+}
 
 const ir::OpDef& MatmulOp() {
   static const ir::OpDef op{.name = "matmul",

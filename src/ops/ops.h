@@ -29,6 +29,18 @@ const ir::OpDef& SoftmaxCrossEntropyGradOp();  // (logits, labels, dloss f32 [])
 // (w, g, v, lr, momentum, weight_decay) -> nothing; writes w and v in place.
 const ir::OpDef& SgdMomentumOp();
 
+// Fused ops: the fuse pass (src/passes/fuse.h) writes them; each one's reference runs the
+// references of the ops it replaces. Attribute "fused_nodes" lists the nodes it replaced.
+// matmul.cc. (A, B, bias) -> op(A)·op(B) + bias, then max(·, 0) when attr relu: cuBLASLt
+// epilogue. Attrs transpose_a, transpose_b, relu.
+const ir::OpDef& MatmulBiasOp();
+// loss.cc. (logits, labels, dloss) -> (loss, dlogits): both loss kernels in one.
+const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
+// optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay) -> nothing; every
+// (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize tensors.
+const ir::OpDef& SgdMomentumMultiOp();
+// fused_pointwise.h: a chain of pointwise ops in one kernel.
+
 // All non-leaf ops, for tests that sweep over every op.
 std::vector<const ir::OpDef*> AllOps();
 

@@ -156,26 +156,41 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdd(const LoweringContext& ctx, 
 }  // namespace
 
 const ir::OpDef& BiasAddOp() {
-  static const ir::OpDef op{.name = "bias_add",
-                            .infer = InferBiasAdd,
-                            .grad = GradBiasAdd,
-                            .cpu = CpuBiasAdd,
-                            .lower = LowerBiasAdd};
+  static const ir::OpDef op{
+      .name = "bias_add",
+      .infer = InferBiasAdd,
+      .grad = GradBiasAdd,
+      .cpu = CpuBiasAdd,
+      .lower = LowerBiasAdd,
+      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kRowVector}}};
   return op;
 }
 const ir::OpDef& ReluOp() {
-  static const ir::OpDef op{
-      .name = "relu", .infer = InferUnary, .grad = GradRelu, .cpu = CpuRelu, .lower = LowerRelu};
+  static const ir::OpDef op{.name = "relu",
+                            .infer = InferUnary,
+                            .grad = GradRelu,
+                            .cpu = CpuRelu,
+                            .lower = LowerRelu,
+                            .pointwise = {"($0 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement}}};
   return op;
 }
 const ir::OpDef& ReluGradOp() {
   static const ir::OpDef op{
-      .name = "relu_grad", .infer = InferBinarySame, .cpu = CpuReluGrad, .lower = LowerReluGrad};
+      .name = "relu_grad",
+      .infer = InferBinarySame,
+      .cpu = CpuReluGrad,
+      .lower = LowerReluGrad,
+      .pointwise = {"($1 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement, ir::Operand::kElement}}};
   return op;
 }
 const ir::OpDef& AddOp() {
   static const ir::OpDef op{
-      .name = "add", .infer = InferBinarySame, .grad = GradAdd, .cpu = CpuAdd, .lower = LowerAdd};
+      .name = "add",
+      .infer = InferBinarySame,
+      .grad = GradAdd,
+      .cpu = CpuAdd,
+      .lower = LowerAdd,
+      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kElement}}};
   return op;
 }
 

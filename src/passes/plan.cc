@@ -6,13 +6,39 @@
 
 namespace reprise::passes {
 
-absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch) {
+absl::StatusOr<Value> Plan::MapValue(Value user_value) const {
+  if (values.empty()) {
+    RETURN_IF_ERROR(graph().SpecOf(user_value).status());
+    return user_value;
+  }
+  auto it = values.find(user_value);
+  if (it == values.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "value ", user_value.output, " of node ", user_value.node,
+        " is computed inside a fused kernel and not kept; name it in TrainOptions::fetch"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch,
+                               const PlanOptions& options) {
   Plan plan;
-  plan.training = std::move(training);
-  plan.kept.push_back(plan.training.loss);
+  std::vector<Value> kept = {training.loss};
   for (const Value& v : fetch) {
-    RETURN_IF_ERROR(plan.graph().SpecOf(v).status());
-    plan.kept.push_back(v);
+    RETURN_IF_ERROR(training.graph.SpecOf(v).status());
+    kept.push_back(v);
+  }
+  if (options.fuse) {
+    ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, options.fusion));
+    plan.training = std::move(fused.training);
+    plan.values = std::move(fused.values);
+    plan.fused_groups = std::move(fused.groups);
+  } else {
+    plan.training = std::move(training);
+  }
+  for (const Value& v : kept) {
+    ASSIGN_OR_RETURN(Value mapped, plan.MapValue(v));
+    plan.kept.push_back(mapped);
   }
   ASSIGN_OR_RETURN(plan.launches, Schedule(plan.graph()));
   ASSIGN_OR_RETURN(plan.memory, PlanMemory(plan.graph(), plan.launches, plan.kept));
@@ -31,8 +57,12 @@ std::string PlanToString(const Plan& plan) {
       outs.push_back(absl::StrCat(n.outputs[o].ToString(), "@", b ? b->offset : -1));
     }
     absl::StrAppend(&out, "launch ", i + 1, ": lane ", plan.launches[i].lane, " ", n.name, " = ",
-                    n.op_name(), " -> ", outs.empty() ? "(in place)" : absl::StrJoin(outs, ", "),
-                    "\n");
+                    n.op_name(), " -> ", outs.empty() ? "(in place)" : absl::StrJoin(outs, ", "));
+    auto fused = n.attrs.find("fused_nodes");
+    if (fused != n.attrs.end() && std::holds_alternative<std::string>(fused->second)) {
+      absl::StrAppend(&out, "  [fuses ", std::get<std::string>(fused->second), "]");
+    }
+    absl::StrAppend(&out, "\n");
   }
   absl::StrAppend(&out, "arena ", plan.memory.arena_bytes, " bytes; transient peak ",
                   plan.memory.transient_peak, " bytes\n");

@@ -8,22 +8,36 @@
 
 #include "absl/status/statusor.h"
 #include "src/autodiff/autodiff.h"
+#include "src/passes/fuse.h"
 #include "src/passes/memory_plan.h"
 #include "src/passes/schedule.h"
 
 namespace reprise::passes {
 
+struct PlanOptions {
+  bool fuse = true;  // Run the fuse pass; off, every node is its own launch.
+  FuseOptions fusion;
+};
+
 struct Plan {
-  autodiff::TrainingGraph training;
+  autodiff::TrainingGraph training;       // After fusion: the graph the launches run.
   std::vector<ScheduledLaunch> launches;  // Compute launches; the input copy precedes them.
   MemoryPlan memory;
   std::vector<Value> kept;  // The loss and the fetched values.
+  // Values of the unfused training graph (and so of the user's graph) -> values here; empty
+  // when nothing was fused.
+  absl::flat_hash_map<Value, Value> values;
+  std::vector<std::pair<std::string, std::vector<std::string>>> fused_groups;
 
   const Graph& graph() const { return training.graph; }
+  // The plan's value for a value of the user's graph; NotFound if fusion removed it.
+  absl::StatusOr<Value> MapValue(Value user_value) const;
 };
 
-// Schedules and places `training`; `fetch` are forward values to keep after the step.
-absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch);
+// Fuses (per `options`), schedules and places `training`; `fetch` are forward values to keep
+// after the step.
+absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch,
+                               const PlanOptions& options = {});
 
 // One line per launch (lane, node, op, output specs and offsets), then the arena summary.
 std::string PlanToString(const Plan& plan);

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 
@@ -24,6 +25,18 @@ std::string ShapeText(const MatmulShape& s) {
   const std::string b = s.transpose_b ? absl::StrCat("[", s.n, "x", s.k, "]^T")
                                       : absl::StrCat("[", s.k, "x", s.n, "]");
   return absl::StrCat(a, "·", b);
+}
+
+absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
+  switch (kind) {
+    case MatmulEpilogue::Kind::kNone:
+      return "";
+    case MatmulEpilogue::Kind::kBias:
+      return " +bias";
+    case MatmulEpilogue::Kind::kReluBias:
+      return " +bias,relu";
+  }
+  return "";
 }
 
 }  // namespace
@@ -49,16 +62,24 @@ void LtMatmul::LayoutDeleter::operator()(cublasLtMatrixLayout_t layout) const {
 // each with our own transpose flag, and no data moves. (CUBLASLT_ORDER_ROW layouts would say the
 // same thing but reach fewer kernels.) In cuBLASLt's terms: M = n, N = m, K = k.
 absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape shape,
-                                          bool allow_tf32, size_t workspace_bytes) {
-  const std::string context = absl::StrCat("matmul ", ShapeText(shape));
+                                          bool allow_tf32, size_t workspace_bytes,
+                                          MatmulEpilogue epilogue) {
+  const std::string context =
+      absl::StrCat("matmul ", ShapeText(shape), EpilogueText(epilogue.kind));
   if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
+  }
+  if (epilogue.kind != MatmulEpilogue::Kind::kNone &&
+      (epilogue.bias == nullptr || reinterpret_cast<uintptr_t>(epilogue.bias) % kAlignment != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": the bias must be non-null and 256-byte aligned"));
   }
   LtMatmul mm;
   mm.handle_ = handle.get();
   mm.shape_ = shape;
   mm.allow_tf32_ = allow_tf32;
   mm.workspace_bytes_ = workspace_bytes;
+  mm.epilogue_ = epilogue;
 
   cublasLtMatmulDesc_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(
@@ -74,6 +95,23 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   CUDA_RETURN_IF_ERROR(
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)),
       context);
+  if (epilogue.kind != MatmulEpilogue::Kind::kNone) {
+    // In cuBLASLt's column-major terms our output columns are its rows, which is the dimension
+    // its bias vector runs along: the bias needs no transposition.
+    const cublasLtEpilogue_t lt_epilogue = epilogue.kind == MatmulEpilogue::Kind::kBias
+                                               ? CUBLASLT_EPILOGUE_BIAS
+                                               : CUBLASLT_EPILOGUE_RELU_BIAS;
+    CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                        &lt_epilogue, sizeof(lt_epilogue)),
+                         context);
+    CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &epilogue.bias, sizeof(epilogue.bias)),
+                         context);
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &bias_type, sizeof(bias_type)),
+                         context);
+  }
 
   // Column-major views of our row-major buffers: rows, columns, leading dimension.
   const auto make_layout = [&](uint64_t rows, uint64_t cols, Layout& out) -> absl::Status {
@@ -134,8 +172,8 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const float* a, const float* b, 
 }
 
 std::string LtMatmul::Describe() const {
-  return absl::StrCat("matmul ", ShapeText(shape_), " tf32=", allow_tf32_ ? 1 : 0,
-                      " ws=", workspace_bytes_);
+  return absl::StrCat("matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
+                      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
 }
 
 }  // namespace reprise::runtime

@@ -34,6 +34,14 @@ struct MatmulShape {
   bool transpose_b = false;
 };
 
+// What cuBLASLt applies to the product before storing it. The bias is a vector of n floats
+// (one per output column), added to every row; with kReluBias the sum then goes through max(·, 0).
+struct MatmulEpilogue {
+  enum class Kind : uint8_t { kNone, kBias, kReluBias };
+  Kind kind = Kind::kNone;
+  const float* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
+};
+
 // Owns a cuBLASLt handle; needs a current device. Must outlive every LtMatmul made with it.
 class LtHandle {
  public:
@@ -53,9 +61,9 @@ class LtMatmul {
   // Plans the product. With `allow_tf32` the inputs are rounded to TF32 inside the product
   // (about 1e-3 relative error, much faster); without it the product is full fp32. The
   // algorithm chosen needs at most `workspace_bytes` of workspace. Errors: kInvalidArgument for
-  // a non-positive dimension; kNotFound when cuBLASLt offers no algorithm.
+  // a non-positive dimension or a missing bias; kNotFound when cuBLASLt offers no algorithm.
   static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
-                                         size_t workspace_bytes);
+                                         size_t workspace_bytes, MatmulEpilogue epilogue = {});
 
   // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
   // the memory plan give) and `workspace` must hold the workspace_bytes given to Create().
@@ -82,6 +90,7 @@ class LtMatmul {
   MatmulShape shape_;
   bool allow_tf32_ = false;
   size_t workspace_bytes_ = 0;
+  MatmulEpilogue epilogue_;
   Desc desc_;
   // cuBLASLt's operands, which are ours swapped (see lt_matmul.cc): lt_a_ describes B.
   Layout lt_a_, lt_b_, lt_c_;

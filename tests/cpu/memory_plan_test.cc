@@ -75,7 +75,9 @@ TEST(MemoryPlanTest, NoTwoLiveBuffersOverlapOnRandomGraphs) {
 TEST(MemoryPlanTest, InputsAreContiguousAndActivationsReuseSpace) {
   auto mlp = models::BuildMlp({.batch = 32, .input_features = 64, .depth = 6, .width = 64});
   ASSERT_TRUE(mlp.ok());
-  auto plan = passes::BuildPlan(*autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {}), {});
+  // Unfused, so that every activation is a buffer of its own.
+  auto plan = passes::BuildPlan(*autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {}), {},
+                                {.fuse = false});
   ASSERT_TRUE(plan.ok());
   int64_t activation_sum = 0;
   for (const Buffer& b : plan->memory.buffers) {

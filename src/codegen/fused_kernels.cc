@@ -1,0 +1,132 @@
+#include "src/codegen/fused_kernels.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace reprise::codegen {
+namespace {
+
+// Declarations of the loaded inputs and the computed steps for element (row r, column c) at
+// flat index i.
+std::string ElementBody(const FusedPointwiseSpec& spec) {
+  std::string body;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    absl::StrAppend(&body, "    const float in", i, " = in", i, "_ptr[",
+                    spec.inputs[i] == Broadcast::kRow ? "c" : "i", "];\n");
+  }
+  for (size_t k = 0; k < spec.expressions.size(); ++k) {
+    absl::StrAppend(&body, "    const float s", k, " = ", spec.expressions[k], ";\n");
+  }
+  for (size_t o = 0; o < spec.outputs.size(); ++o) {
+    absl::StrAppend(&body, "    out", o, "[i] = s", spec.outputs[o], ";\n");
+  }
+  return body;
+}
+
+std::vector<std::string> Parameters(const FusedPointwiseSpec& spec) {
+  std::vector<std::string> params;
+  for (size_t i = 0; i < spec.inputs.size(); ++i)
+    params.push_back(absl::StrCat("const float* __restrict__ in", i, "_ptr"));
+  for (size_t o = 0; o < spec.outputs.size(); ++o)
+    params.push_back(absl::StrCat("float* __restrict__ out", o));
+  return params;
+}
+
+}  // namespace
+
+GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec) {
+  std::vector<std::string> params = Parameters(spec);
+  if (spec.column_sum < 0) {
+    const std::string name = "reprise_fused_pointwise";
+    params.push_back("long long n");
+    params.push_back("long long cols");
+    return {name,
+            absl::StrCat("extern \"C\" __global__ void ", name, "(", absl::StrJoin(params, ", "),
+                         ") {\n",
+                         "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+                         "i < n;\n",
+                         "       i += (long long)gridDim.x * blockDim.x) {\n",
+                         "    const long long c = i % cols;\n    (void)c;\n", ElementBody(spec),
+                         "  }\n}\n")};
+  }
+  // The column-sum form walks the same (column, row slice) grid as ColumnSum(), so each partial
+  // sum and the final sum of the 32 slices happen in the same order.
+  const std::string name = "reprise_fused_pointwise_colsum";
+  params.push_back("float* __restrict__ column_sum");
+  params.push_back("long long rows");
+  params.push_back("long long cols");
+  return {name,
+          absl::StrCat("extern \"C\" __global__ void ", name, "(", absl::StrJoin(params, ", "),
+                       ") {\n", "  __shared__ float partial[32][33];\n",
+                       "  const long long c = blockIdx.x * 32LL + threadIdx.x;\n",
+                       "  float sum = 0.0f;\n", "  if (c < cols) {\n",
+                       "    for (long long r = threadIdx.y; r < rows; r += 32) {\n",
+                       "    const long long i = r * cols + c;\n", ElementBody(spec), "    sum += s",
+                       spec.column_sum, ";\n", "    }\n", "  }\n",
+                       "  partial[threadIdx.y][threadIdx.x] = sum;\n", "  __syncthreads();\n",
+                       "  if (threadIdx.y == 0 && c < cols) {\n", "    float total = 0.0f;\n",
+                       "    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];\n",
+                       "    column_sum[c] = total;\n", "  }\n}\n")};
+}
+
+GeneratedKernel SoftmaxCrossEntropyWithGrad() {
+  return {"reprise_softmax_xent_with_grad", RowMaxAndSumExpSource() + R"(
+extern "C" __global__ void reprise_softmax_xent_with_grad(const float* __restrict__ z,
+                                                          const int* __restrict__ labels,
+                                                          const float* __restrict__ dloss,
+                                                          float* __restrict__ loss,
+                                                          float* __restrict__ dz, int rows,
+                                                          int cols) {
+  extern __shared__ float row_loss[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const float scale = dloss[0] / rows;
+  for (int r = warp; r < rows; r += warps) {
+    const float* zr = z + (long long)r * cols;
+    float* dzr = dz + (long long)r * cols;
+    float m, s;
+    RowMaxAndSumExp(zr, cols, lane, m, s);
+    const int label = labels[r];
+    if (lane == 0) {
+      row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
+    }
+    for (int c = lane; c < cols; c += 32) {
+      const float p = expf(zr[c] - m) / s;
+      dzr[c] = scale * (p - (c == label ? 1.0f : 0.0f));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int r = 0; r < rows; ++r) total += row_loss[r];
+    loss[0] = total / rows;
+  }
+}
+)"};
+}
+
+GeneratedKernel SgdMomentumMulti() {
+  const std::string size = absl::StrCat(kSgdTableSize);
+  return {"reprise_sgd_momentum_multi",
+          absl::StrCat("struct SgdTable {\n  float* w[", size, "];\n  const float* g[", size,
+                       "];\n  float* v[", size, "];\n  long long n[", size, "];\n};\n", R"(
+extern "C" __global__ void reprise_sgd_momentum_multi(SgdTable table, const float* __restrict__ lr,
+                                                      const float* __restrict__ mu,
+                                                      const float* __restrict__ wd) {
+  const int t = blockIdx.y;
+  float* __restrict__ w = table.w[t];
+  const float* __restrict__ g = table.g[t];
+  float* __restrict__ v = table.v[t];
+  const long long n = table.n[t];
+  const float rate = lr[0], momentum = mu[0], decay = wd[0];
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float grad = __fadd_rn(g[i], __fmul_rn(decay, w[i]));
+    const float vel = __fadd_rn(__fmul_rn(momentum, v[i]), grad);
+    v[i] = vel;
+    w[i] = __fsub_rn(w[i], __fmul_rn(rate, vel));
+  }
+}
+)")};
+}
+
+}  // namespace reprise::codegen

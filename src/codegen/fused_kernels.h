@@ -1,0 +1,43 @@
+// CUDA C++ source for the kernels the fuse pass creates: chains of pointwise ops (with an
+// optional bias-gradient column sum), the loss with its gradient, and the multi-tensor SGD.
+#ifndef REPRISE_SRC_CODEGEN_FUSED_KERNELS_H_
+#define REPRISE_SRC_CODEGEN_FUSED_KERNELS_H_
+
+#include <string>
+#include <vector>
+
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+// A chain of pointwise steps over one output shape [rows, cols]. Step k defines the float
+// variable s<k> from an expression over the inputs in0, in1, ... and earlier steps.
+struct FusedPointwiseSpec {
+  std::vector<Broadcast> inputs;         // kFull or kRow, one per input.
+  std::vector<std::string> expressions;  // Step k's expression, already over in<i> and s<j>.
+  std::vector<int> outputs;              // Steps stored, in output order.
+  int column_sum = -1;                   // Step whose column sums are the last output, or -1.
+};
+
+// Without a column sum: a grid-stride loop, signature (const float* in..., float* out...,
+// long long n, long long cols). With one: blocks of 32x32 threads, one block per 32 columns,
+// summing rows in the same order as ColumnSum() (so the bits match the unfused kernels);
+// signature (const float* in..., float* out..., float* column_sum, long long rows,
+// long long cols).
+GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec);
+
+// The loss and its gradient in one block: loss[0] as SoftmaxCrossEntropy(), dz as
+// SoftmaxCrossEntropyGrad(), bit for bit. Signature: (const float* z, const int* labels,
+// const float* dloss, float* loss, float* dz, int rows, int cols); shared memory rows floats.
+GeneratedKernel SoftmaxCrossEntropyWithGrad();
+
+// SGD with momentum over up to kSgdTableSize tensors per launch, element for element the same
+// arithmetic as SgdMomentum(). blockIdx.y picks the tensor. Signature: (SgdTable table,
+// const float* lr, const float* mu, const float* wd), where SgdTable is
+// { float* w[N]; const float* g[N]; float* v[N]; long long n[N]; }.
+inline constexpr int kSgdTableSize = 32;
+GeneratedKernel SgdMomentumMulti();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_FUSED_KERNELS_H_

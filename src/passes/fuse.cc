@@ -1,0 +1,264 @@
+#include "src/passes/fuse.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/ops/fused_pointwise.h"
+#include "src/ops/ops.h"
+#include "src/passes/rewrite.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::passes {
+namespace {
+
+bool Chainable(const Node& node) {
+  return node.op->kind == ir::OpKind::kPointwise && !node.op->pointwise.expression.empty();
+}
+
+// Finds the groups, each node in at most one.
+class GroupFinder {
+ public:
+  GroupFinder(const Graph& graph, absl::Span<const Value> kept)
+      : g_(graph), consumers_(graph), kept_(kept.begin(), kept.end()), taken_(graph.num_nodes()) {}
+
+  void LossWithGrad();
+  void GemmEpilogues();
+  void PointwiseChains();
+  void MultiTensorSgd();
+  std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
+
+ private:
+  std::vector<int32_t> Readers(Value v) const {
+    auto it = consumers_.readers.find(v);
+    return it == consumers_.readers.end() ? std::vector<int32_t>{} : it->second;
+  }
+  // The one node reading `v`, if `v` has exactly one reader, is not kept and that reader is free.
+  const Node* SoleReader(Value v) const {
+    const std::vector<int32_t> readers = Readers(v);
+    if (kept_.contains(v) || readers.size() != 1 || taken_[readers[0]]) return nullptr;
+    return &g_.node(readers[0]);
+  }
+  bool NeededOutside(Value v, const absl::flat_hash_set<int32_t>& members) const {
+    if (kept_.contains(v)) return true;
+    for (int32_t r : Readers(v)) {
+      if (!members.contains(r)) return true;
+    }
+    return false;
+  }
+  bool TryAdd(NodeGroup group) {
+    const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
+    if (!Placeable(g_, consumers_, members)) return false;
+    for (int32_t m : members) taken_[m] = true;
+    groups_.push_back(std::move(group));
+    return true;
+  }
+  // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
+  void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
+
+  const Graph& g_;
+  const Consumers consumers_;
+  const absl::flat_hash_set<Value> kept_;
+  std::vector<bool> taken_;
+  std::vector<NodeGroup> groups_;
+};
+
+void GroupFinder::LossWithGrad() {
+  for (const Node& loss : g_.nodes()) {
+    if (loss.op != &ops::SoftmaxCrossEntropyOp() || taken_[loss.id]) continue;
+    for (int32_t r : Readers(loss.inputs[0])) {
+      const Node& grad = g_.node(r);
+      if (grad.op != &ops::SoftmaxCrossEntropyGradOp() || taken_[r] ||
+          grad.inputs[1] != loss.inputs[1])
+        continue;
+      TryAdd({.members = {loss.id, grad.id},
+              .op = &ops::SoftmaxCrossEntropyWithGradOp(),
+              .name = absl::StrCat(loss.name, "+grad"),
+              .inputs = {loss.inputs[0], loss.inputs[1], grad.inputs[2]},
+              .outputs = {Value{loss.id, 0}, Value{grad.id, 0}}});
+      break;
+    }
+  }
+}
+
+void GroupFinder::GemmEpilogues() {
+  for (const Node& mm : g_.nodes()) {
+    if (mm.op != &ops::MatmulOp() || taken_[mm.id]) continue;
+    const Node* bias = SoleReader(Value{mm.id, 0});
+    if (bias == nullptr || bias->op != &ops::BiasAddOp() || bias->inputs[0] != Value{mm.id, 0})
+      continue;
+    const Node* relu = SoleReader(Value{bias->id, 0});
+    if (relu != nullptr && relu->op != &ops::ReluOp()) relu = nullptr;
+    const Node& last = relu ? *relu : *bias;
+    NodeGroup group{.members = {mm.id, bias->id},
+                    .op = &ops::MatmulBiasOp(),
+                    .name = absl::StrCat(mm.name, "+bias", relu ? "+relu" : ""),
+                    .attrs = {{"transpose_a", ir::BoolAttrOr(mm.attrs, "transpose_a", false)},
+                              {"transpose_b", ir::BoolAttrOr(mm.attrs, "transpose_b", false)},
+                              {"relu", relu != nullptr}},
+                    .inputs = {mm.inputs[0], mm.inputs[1], bias->inputs[1]},
+                    .outputs = {Value{last.id, 0}}};
+    if (relu) group.members.push_back(relu->id);
+    TryAdd(std::move(group));
+  }
+}
+
+void GroupFinder::GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members,
+                            int32_t& column_sum) const {
+  const TensorSpec element = g_.node(seed).outputs[0];
+  members = {seed};
+  column_sum = -1;
+  for (bool grew = true; grew;) {
+    grew = false;
+    std::vector<int32_t> candidates;
+    for (int32_t m : members) {
+      for (int32_t r : Readers(Value{m, 0})) {
+        if (!members.contains(r) && !taken_[r] && r != column_sum) candidates.push_back(r);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end());
+    for (int32_t c : candidates) {
+      const Node& node = g_.node(c);
+      const bool is_sum = node.op == &ops::ColumnSumOp() && column_sum < 0 &&
+                          element.shape.rank() == 2 && members.contains(node.inputs[0].node);
+      if (!is_sum && !(Chainable(node) && node.outputs[0] == element)) continue;
+      absl::flat_hash_set<int32_t> trial = members;
+      if (column_sum >= 0) trial.insert(column_sum);
+      trial.insert(c);
+      if (!Placeable(g_, consumers_, trial)) continue;
+      if (is_sum) {
+        column_sum = c;
+      } else {
+        members.insert(c);
+      }
+      grew = true;
+      break;
+    }
+  }
+}
+
+void GroupFinder::PointwiseChains() {
+  for (const Node& seed : g_.nodes()) {
+    if (taken_[seed.id] || !Chainable(seed)) continue;
+    absl::flat_hash_set<int32_t> member_set;
+    int32_t column_sum = -1;
+    GrowChain(seed.id, member_set, column_sum);
+    if (member_set.size() == 1 && column_sum < 0) continue;
+    std::vector<int32_t> steps(member_set.begin(), member_set.end());
+    std::sort(steps.begin(), steps.end());
+    absl::flat_hash_set<int32_t> all = member_set;
+    if (column_sum >= 0) all.insert(column_sum);
+
+    NodeGroup group{.op = &ops::FusedPointwiseOp()};
+    ops::PointwiseProgram program;
+    absl::flat_hash_map<int32_t, int> step_of;
+    for (int32_t id : steps) {
+      const Node& node = g_.node(id);
+      ops::PointwiseProgram::Step step{.op = node.op};
+      for (const Value& v : node.inputs) {
+        if (member_set.contains(v.node)) {
+          step.operands.push_back(ops::PointwiseProgram::StepOperand(step_of[v.node]));
+          continue;
+        }
+        auto it = std::find(group.inputs.begin(), group.inputs.end(), v);
+        step.operands.push_back(static_cast<int>(it - group.inputs.begin()));
+        if (it == group.inputs.end()) group.inputs.push_back(v);
+      }
+      step_of[id] = static_cast<int>(program.steps.size());
+      program.steps.push_back(std::move(step));
+      if (NeededOutside(Value{id, 0}, all)) {
+        program.outputs.push_back(step_of[id]);
+        group.outputs.push_back(Value{id, 0});
+      }
+    }
+    if (program.outputs.empty() && column_sum < 0) {  // Nobody reads it; it still runs.
+      program.outputs.push_back(static_cast<int>(steps.size()) - 1);
+      group.outputs.push_back(Value{steps.back(), 0});
+    }
+    std::vector<std::string> names;
+    for (int32_t id : steps) names.push_back(g_.node(id).name);
+    if (column_sum >= 0) {
+      program.column_sum = step_of[g_.node(column_sum).inputs[0].node];
+      group.outputs.push_back(Value{column_sum, 0});
+      names.push_back(g_.node(column_sum).name);
+    }
+    group.members.assign(all.begin(), all.end());
+    group.attrs = program.ToAttrs();
+    group.name = names.size() <= 3 ? absl::StrJoin(names, "+")
+                                   : absl::StrCat(names[0], "+", names.size() - 1, "_more");
+    TryAdd(std::move(group));
+  }
+}
+
+void GroupFinder::MultiTensorSgd() {
+  // One group per (learning rate, momentum, weight decay) triple, in node order.
+  std::map<std::tuple<int32_t, int32_t, int32_t>, std::vector<int32_t>> by_hyper;
+  for (const Node& node : g_.nodes()) {
+    if (node.op != &ops::SgdMomentumOp() || taken_[node.id]) continue;
+    by_hyper[{node.inputs[3].node, node.inputs[4].node, node.inputs[5].node}].push_back(node.id);
+  }
+  int index = 0;
+  for (const auto& [hyper, members] : by_hyper) {
+    if (members.size() < 2) continue;
+    NodeGroup group{
+        .members = members,
+        .op = &ops::SgdMomentumMultiOp(),
+        .name = index == 0 ? "sgd_momentum.all" : absl::StrCat("sgd_momentum.all", index),
+        .attrs = {{"tensors", static_cast<int64_t>(members.size())}}};
+    for (int32_t m : members) {
+      const Node& node = g_.node(m);
+      group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + 3);
+    }
+    const Node& first = g_.node(members[0]);
+    group.inputs.insert(group.inputs.end(), first.inputs.begin() + 3, first.inputs.end());
+    if (TryAdd(std::move(group))) ++index;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
+                                   absl::Span<const Value> kept, const FuseOptions& options) {
+  GroupFinder finder(training.graph, kept);
+  if (options.loss_with_grad) finder.LossWithGrad();
+  if (options.gemm_epilogues) finder.GemmEpilogues();
+  if (options.pointwise_chains) finder.PointwiseChains();
+  if (options.multi_tensor_optimizer) finder.MultiTensorSgd();
+  const std::vector<NodeGroup> groups = finder.TakeGroups();
+  ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(training.graph, groups, kept));
+
+  FusedTraining fused;
+  autodiff::TrainingGraph& t = fused.training;
+  t.graph = std::move(rewritten.graph);
+  auto value = [&](Value v) -> absl::StatusOr<Value> {
+    auto it = rewritten.values.find(v);
+    if (it == rewritten.values.end()) return absl::InternalError("the loss was fused away");
+    return it->second;
+  };
+  ASSIGN_OR_RETURN(t.loss, value(training.loss));
+  for (int32_t p : training.parameters) {
+    const int32_t id = rewritten.nodes.at(p);
+    t.parameters.push_back(id);
+    auto grad = rewritten.values.find(training.gradients.at(p));
+    if (grad != rewritten.values.end()) t.gradients[id] = grad->second;
+  }
+  absl::flat_hash_set<int32_t> optimizers;
+  for (int32_t o : training.optimizer_nodes) {
+    if (optimizers.insert(rewritten.nodes.at(o)).second)
+      t.optimizer_nodes.push_back(rewritten.nodes.at(o));
+  }
+  fused.values = std::move(rewritten.values);
+  for (const NodeGroup& group : groups) {
+    std::vector<int32_t> members = group.members;
+    std::sort(members.begin(), members.end());
+    std::vector<std::string> names;
+    for (int32_t m : members) names.push_back(training.graph.node(m).name);
+    fused.groups.emplace_back(group.name, std::move(names));
+  }
+  return fused;
+}
+
+}  // namespace reprise::passes

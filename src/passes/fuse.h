@@ -1,0 +1,41 @@
+// Fuse: fewer, larger launches for the same step. Replaces groups of training-graph nodes by fused
+// ops (src/ops/ops.h, src/ops/fused_pointwise.h):
+//   matmul -> bias_add [-> relu]             => matmul_bias (cuBLASLt epilogue)
+//   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
+//   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
+//   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
+// A value the rest of the step or the user reads stays materialised; nothing else does.
+#ifndef REPRISE_SRC_PASSES_FUSE_H_
+#define REPRISE_SRC_PASSES_FUSE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "src/autodiff/autodiff.h"
+
+namespace reprise::passes {
+
+struct FuseOptions {
+  bool gemm_epilogues = true;
+  bool loss_with_grad = true;
+  bool pointwise_chains = true;
+  bool multi_tensor_optimizer = true;
+};
+
+struct FusedTraining {
+  autodiff::TrainingGraph training;
+  absl::flat_hash_map<Value, Value> values;  // Value of the input graph -> value here.
+  // Each fused node: its name and the nodes it replaced, for dumps.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+};
+
+// `kept` are values of `training` that must stay readable (the loss, fetched values).
+absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
+                                   absl::Span<const Value> kept, const FuseOptions& options);
+
+}  // namespace reprise::passes
+
+#endif  // REPRISE_SRC_PASSES_FUSE_H_

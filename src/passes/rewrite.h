@@ -1,0 +1,55 @@
+// Graph rewriting: replaces groups of nodes by one node each (the fuse pass's fused kernels),
+// building a new graph with every other node copied in the same order.
+#ifndef REPRISE_SRC_PASSES_REWRITE_H_
+#define REPRISE_SRC_PASSES_REWRITE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+#include "src/ir/op_def.h"
+
+namespace reprise::passes {
+
+// Nodes of the old graph that become one node of `op`.
+struct NodeGroup {
+  std::vector<int32_t> members;  // Non-leaf nodes of the old graph.
+  const ir::OpDef* op = nullptr;
+  std::string name;
+  Attrs attrs;                 // The rewrite adds "fused_nodes", the members' names.
+  std::vector<Value> inputs;   // Old values from outside the group, in the op's input order.
+  std::vector<Value> outputs;  // The old value each output of the new node stands for.
+};
+
+struct RewrittenGraph {
+  Graph graph;
+  absl::flat_hash_map<Value, Value> values;     // Old value -> new; absent if fused away.
+  absl::flat_hash_map<int32_t, int32_t> nodes;  // Old node -> new node (members -> their group).
+};
+
+// Who reads each value and which nodes wait on each node, for the group finders.
+struct Consumers {
+  explicit Consumers(const Graph& graph);
+  absl::flat_hash_map<Value, std::vector<int32_t>> readers;
+  std::vector<std::vector<int32_t>> control_successors;
+};
+
+// True when `members` can become one node placed at its last member: no other node between its
+// first and last member reads a member's value or waits for a member (else the new node would
+// have to run both before and after that node).
+bool Placeable(const Graph& graph, const Consumers& consumers,
+               const absl::flat_hash_set<int32_t>& members);
+
+// Rebuilds `graph` with each group replaced by one node at its last member's position.
+// InvalidArgument if groups overlap, a group is not Placeable, or a member's value read outside
+// its group (or listed in `kept`) is not among the group's outputs.
+absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<const NodeGroup> groups,
+                                             absl::Span<const Value> kept);
+
+}  // namespace reprise::passes
+
+#endif  // REPRISE_SRC_PASSES_REWRITE_H_

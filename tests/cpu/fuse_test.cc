@@ -1,0 +1,198 @@
+// The fuse pass: which nodes it groups, that the fused training step computes the same bits as
+// the unfused one on the CPU reference, and that what the user fetches stays readable.
+#include "src/passes/fuse.h"
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "src/codegen/fused_kernels.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/fused_pointwise.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/ops.h"
+#include "src/passes/plan.h"
+#include "src/runtime/kernel_store.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Training {
+  models::Mlp mlp;
+  autodiff::TrainingGraph training;
+};
+
+Training MlpTraining(int depth, int width, int batch, int classes) {
+  Training t;
+  t.mlp = *models::BuildMlp({.batch = batch,
+                             .input_features = width,
+                             .depth = depth,
+                             .width = width,
+                             .classes = classes});
+  t.training = *autodiff::BuildTrainingGraph(t.mlp.graph, t.mlp.loss, {0.05f, 0.9f, 0.01f});
+  return t;
+}
+
+std::map<std::string, int> OpCounts(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes()) {
+    if (!ir::IsLeaf(n)) ++counts[std::string(n.op_name())];
+  }
+  return counts;
+}
+
+TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
+  Training t = MlpTraining(8, 64, 16, 10);
+  auto fused = passes::Fuse(t.training, {t.training.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  EXPECT_EQ(counts.at("matmul_bias"), 9);                      // Every forward layer.
+  EXPECT_EQ(counts.at("softmax_cross_entropy_with_grad"), 1);  // Loss and its gradient.
+  EXPECT_EQ(counts.at("fused_pointwise"), 8);                  // relu_grad + bias gradient.
+  EXPECT_EQ(counts.at("sgd_momentum_multi"), 1);
+  EXPECT_EQ(counts.at("matmul"), 9 + 8);  // Weight gradients and data gradients.
+  EXPECT_EQ(counts.at("column_sum"), 1);  // The output layer's bias gradient.
+  EXPECT_EQ(counts.count("relu"), 0u);
+  EXPECT_EQ(counts.count("sgd_momentum"), 0u);
+  EXPECT_EQ(fused->groups.size(), 9u + 1 + 8 + 1);
+  const Node& sgd = fused->training.graph.node(fused->training.optimizer_nodes.at(0));
+  EXPECT_THAT(std::get<std::string>(sgd.attrs.at("fused_nodes")), HasSubstr("fc8.bias.sgd"));
+}
+
+// Runs `steps` training steps of `g` on the CPU reference with fixed inputs; returns the loss
+// after each step and the parameters at the end, keyed by name.
+struct CpuRun {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<double>> parameters;
+};
+
+CpuRun RunCpu(const Graph& g, Value loss, bool float64, int steps) {
+  ir::ReferenceExecutor cpu(g, float64, 7);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  const TensorSpec features = (*cpu.Leaf("features"))->spec();
+  const TensorSpec labels = (*cpu.Leaf("labels"))->spec();
+  CpuRun run;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<double> x(features.NumElements());
+    for (double& v : x) v = uniform(rng);
+    std::vector<int32_t> l(labels.NumElements());
+    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>((i * 7 + s) % 10);
+    EXPECT_TRUE(cpu.SetLeaf("features", x).ok());
+    EXPECT_TRUE(cpu.SetLeaf("labels", l).ok());
+    EXPECT_TRUE(cpu.Run().ok());
+    const ir::HostTensor* value = *cpu.Tensor(loss);
+    run.losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
+  }
+  for (int32_t id : g.NodesOf("parameter")) {
+    const ir::HostTensor* p = *cpu.Tensor({id, 0});
+    std::vector<double>& out = run.parameters[g.node(id).name];
+    for (int64_t i = 0; i < p->size(); ++i)
+      out.push_back(float64 ? p->data<double>()[i] : p->data<float>()[i]);
+  }
+  return run;
+}
+
+class FusedMatchesUnfusedTest : public ::testing::TestWithParam<bool> {};
+
+// The fused ops' references run the replaced ops' references in the same order, so even in
+// float32 the fused step gives the same bits.
+TEST_P(FusedMatchesUnfusedTest, ThreeTrainingStepsGiveTheSameBits) {
+  const bool float64 = GetParam();
+  Training t = MlpTraining(3, 24, 8, 10);
+  auto fused = passes::Fuse(t.training, {t.training.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const CpuRun plain = RunCpu(t.training.graph, t.training.loss, float64, 3);
+  const CpuRun merged = RunCpu(fused->training.graph, fused->training.loss, float64, 3);
+  EXPECT_EQ(plain.losses, merged.losses);
+  EXPECT_LT(plain.losses.back(), plain.losses.front() + 1.0);
+  ASSERT_EQ(plain.parameters.size(), merged.parameters.size());
+  for (const auto& [name, values] : plain.parameters) {
+    EXPECT_EQ(values, merged.parameters.at(name)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Float32AndFloat64, FusedMatchesUnfusedTest, ::testing::Bool());
+
+TEST(FuseTest, FetchedPreActivationStaysMaterialisedAndMapped) {
+  Training t = MlpTraining(2, 16, 4, 3);
+  const Value pre = Value{*t.mlp.graph.FindNode("fc0.bias_add"), 0};
+  auto plan = passes::BuildPlan(t.training, {pre});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto mapped = plan->MapValue(pre);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(plan->graph().node(mapped->node).op_name(), "matmul_bias");
+  EXPECT_NE(plan->memory.Find(*mapped), nullptr);
+  // The relu could not join the epilogue: its input is kept.
+  EXPECT_TRUE(plan->graph().FindNode("fc0.relu").ok());
+  // A value fused away is a clear error, not a wrong buffer.
+  auto gone = plan->MapValue(Value{*t.mlp.graph.FindNode("fc1.matmul"), 0});
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(gone.status().message(), HasSubstr("TrainOptions::fetch"));
+}
+
+TEST(FuseTest, FusionOffKeepsEveryNode) {
+  Training t = MlpTraining(2, 16, 4, 3);
+  auto plan = passes::BuildPlan(t.training, {}, {.fuse = false});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->graph().num_nodes(), t.training.graph.num_nodes());
+  EXPECT_TRUE(plan->fused_groups.empty());
+  auto fused = passes::BuildPlan(t.training, {});
+  ASSERT_TRUE(fused.ok());
+  EXPECT_LT(fused->launches.size(), plan->launches.size());
+  EXPECT_THAT(passes::PlanToString(*fused), HasSubstr("[fuses fc0.matmul,fc0.bias_add,fc0.relu]"));
+}
+
+TEST(PointwiseProgramTest, RoundTripsThroughAttributes) {
+  ops::PointwiseProgram program;
+  program.steps.push_back({&ops::ReluGradOp(), {0, 1}});
+  program.steps.push_back({&ops::BiasAddOp(), {ops::PointwiseProgram::StepOperand(0), 2}});
+  program.outputs = {1};
+  program.column_sum = 0;
+  auto back = ops::PointwiseProgram::FromAttrs(program.ToAttrs());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->steps.size(), 2u);
+  EXPECT_EQ(back->steps[1].op, &ops::BiasAddOp());
+  EXPECT_EQ(back->steps[1].operands, (std::vector<int>{-1, 2}));
+  EXPECT_EQ(back->outputs, std::vector<int>{1});
+  EXPECT_EQ(back->column_sum, 0);
+}
+
+TEST(PointwiseProgramTest, BadProgramsAreClearErrors) {
+  Attrs attrs = {{"steps", std::string("matmul:0,1")},
+                 {"outputs", std::string("0")},
+                 {"column_sum", int64_t{-1}}};
+  EXPECT_THAT(ops::PointwiseProgram::FromAttrs(attrs).status().message(),
+              HasSubstr("'matmul' is not a chainable pointwise op"));
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{4, 3}});
+  attrs["steps"] = std::string("relu:s0");
+  auto bad = g.AddOp(ops::FusedPointwiseOp(), "f", {x}, attrs);
+  EXPECT_THAT(bad.status().message(), HasSubstr("neither an input nor an earlier step"));
+  attrs["steps"] = std::string("relu:0");
+  attrs["outputs"] = std::string("3");
+  EXPECT_THAT(g.AddOp(ops::FusedPointwiseOp(), "f", {x}, attrs).status().message(),
+              HasSubstr("output step 3 does not exist"));
+}
+
+TEST(FusedKernelsTest, EveryFusedKernelFormCompilesForSm90) {
+  codegen::FusedPointwiseSpec chain{.inputs = {codegen::Broadcast::kFull, codegen::Broadcast::kRow},
+                                    .expressions = {"in0 + in1", "(s0 > 0.0f ? s0 : 0.0f)"},
+                                    .outputs = {1}};
+  codegen::FusedPointwiseSpec with_sum = chain;
+  with_sum.column_sum = 0;
+  for (const codegen::GeneratedKernel& kernel :
+       {codegen::FusedPointwise(chain), codegen::FusedPointwise(with_sum),
+        codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+    EXPECT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
+  }
+}
+
+}  // namespace
+}  // namespace reprise
