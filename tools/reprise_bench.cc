@@ -29,6 +29,8 @@ ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph or all");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
+ABSL_FLAG(std::string, fusion, "both",
+          "on, off or both: run the fuse pass (rows without it say /unfused)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 
 namespace {
@@ -44,7 +46,7 @@ double Percentile(std::vector<float> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
+absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
   if (absl::GetFlag(FLAGS_model) != "mlp") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
@@ -60,6 +62,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.fuse = fuse;
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -73,7 +76,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode) {
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
   const reprise::TrainerStats stats = trainer->stats();
-  return Result{std::string(reprise::ExecModeName(mode)),
+  return Result{absl::StrCat(reprise::ExecModeName(mode), fuse ? "" : "/unfused"),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
                 stats.launches_per_step,
@@ -100,19 +103,29 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
       absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
-  std::printf("%-8s %12s %12s %14s %10s %12s\n", "mode", "median ms", "p90 ms", "samples/s",
+  std::printf("%-16s %12s %12s %14s %10s %12s\n", "mode", "median ms", "p90 ms", "samples/s",
               "launches", "graph nodes");
-  std::vector<std::string> json_results;
-  for (reprise::ExecMode mode : modes) {
-    ASSIGN_OR_RETURN(Result r, Measure(mode));
-    const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
-    std::printf("%-8s %12.4f %12.4f %14.0f %10lld %12lld\n", r.mode.c_str(), r.median_ms, r.p90_ms,
-                samples, static_cast<long long>(r.launches), static_cast<long long>(r.graph_nodes));
-    json_results.push_back(absl::StrFormat(
-        "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
-        "\"launches_per_step\": %d, \"graph_nodes\": %d, \"arena_bytes\": %d}",
-        r.mode, r.median_ms, r.p90_ms, samples, r.launches, r.graph_nodes, r.arena_bytes));
+  std::vector<bool> fusions;
+  const std::string fusion = absl::GetFlag(FLAGS_fusion);
+  if (fusion == "on" || fusion == "both") fusions.push_back(true);
+  if (fusion == "off" || fusion == "both") fusions.push_back(false);
+  if (fusions.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fusion must be on, off or both, not '", fusion, "'"));
   }
+  std::vector<std::string> json_results;
+  for (bool fuse : fusions)
+    for (reprise::ExecMode mode : modes) {
+      ASSIGN_OR_RETURN(Result r, Measure(mode, fuse));
+      const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
+      std::printf("%-16s %12.4f %12.4f %14.0f %10lld %12lld\n", r.mode.c_str(), r.median_ms,
+                  r.p90_ms, samples, static_cast<long long>(r.launches),
+                  static_cast<long long>(r.graph_nodes));
+      json_results.push_back(absl::StrFormat(
+          "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
+          "\"launches_per_step\": %d, \"graph_nodes\": %d, \"arena_bytes\": %d}",
+          r.mode, r.median_ms, r.p90_ms, samples, r.launches, r.graph_nodes, r.arena_bytes));
+    }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
     out << absl::StrFormat(

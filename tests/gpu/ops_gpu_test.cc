@@ -13,76 +13,11 @@
 #include "src/passes/schedule.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/owners.h"
+#include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
 namespace {
-
-// Runs every non-leaf node of `g` on the GPU with leaves taken from `cpu`, then compares each
-// node's outputs, and each in-place written leaf, with the CPU reference run of the same graph.
-void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance) {
-  auto schedule = passes::Schedule(g);
-  ASSERT_TRUE(schedule.ok());
-  std::vector<Value> everything;
-  for (const Node& n : g.nodes()) {
-    for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) everything.push_back({n.id, o});
-  }
-  auto memory = passes::PlanMemory(g, *schedule, everything);
-  ASSERT_TRUE(memory.ok());
-  auto device = runtime::UseDevice(0);
-  ASSERT_TRUE(device.ok());
-  auto arena = runtime::DeviceBuffer::Create(memory->arena_bytes);
-  auto workspace = runtime::DeviceBuffer::Create(8 << 20);
-  auto staging = runtime::PinnedBuffer::Create(std::max<int64_t>(1, memory->input_bytes));
-  auto stream = runtime::Stream::Create();
-  auto lt = runtime::LtHandle::Create();
-  ASSERT_TRUE(arena.ok() && workspace.ok() && staging.ok() && stream.ok() && lt.ok());
-  runtime::KernelStore kernels(device->ArchFlag());
-  char* base = static_cast<char*>(arena->data());
-  for (const Node& n : g.nodes()) {  // Leaves: inputs into staging, the rest into the arena.
-    if (!ir::IsLeaf(n)) continue;
-    const passes::Buffer* b = memory->Find({n.id, 0});
-    const void* host = (*cpu.Tensor({n.id, 0}))->raw();
-    if (b->cls == passes::BufferClass::kInput) {
-      std::memcpy(static_cast<char*>(staging->data()) + b->offset - memory->input_offset, host,
-                  b->bytes);
-    } else {
-      ASSERT_EQ(cudaMemcpy(base + b->offset, host, b->bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  passes::Plan plan;
-  plan.training.graph = g;
-  plan.launches = *schedule;
-  plan.memory = *memory;
-  capture::StepResources res{&*device,           &kernels,        &*lt, base, workspace->data(),
-                             workspace->bytes(), staging->data(), false};
-  auto launches = capture::LowerPlan(plan, res);
-  ASSERT_TRUE(launches.ok()) << launches.status();
-  ASSERT_TRUE(capture::RunEager(*launches, stream->get(), /*sync_each=*/true).ok());
-  ASSERT_TRUE(cpu.Run().ok());
-  for (const Node& n : g.nodes()) {
-    std::vector<Value> checked;
-    if (!ir::IsLeaf(n)) {
-      for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) checked.push_back({n.id, o});
-      for (int m : ir::MutatedInputs(n)) checked.push_back(n.inputs[m]);
-    }
-    for (const Value& v : checked) {
-      const passes::Buffer* b = memory->Find(v);
-      const ir::HostTensor* want = *cpu.Tensor(v);
-      ir::HostTensor got(want->spec());
-      ASSERT_EQ(cudaMemcpy(got.raw(), base + b->offset, b->bytes, cudaMemcpyDeviceToHost),
-                cudaSuccess);
-      double err = 0, norm = 0;
-      for (int64_t i = 0; i < want->size(); ++i) {
-        const double d = got.data<float>()[i] - want->data<float>()[i];
-        err += d * d;
-        norm += static_cast<double>(want->data<float>()[i]) * want->data<float>()[i];
-        ASSERT_FALSE(std::isnan(got.data<float>()[i])) << n.name << "[" << i << "]";
-      }
-      EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name;
-    }
-  }
-}
 
 Initializer Random() { return Initializer::Uniform(-1, 1); }
 

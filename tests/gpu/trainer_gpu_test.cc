@@ -45,9 +45,10 @@ Batch MakeBatch(std::mt19937& rng) {
   return b;
 }
 
-std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
+std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode, bool fuse = true) {
   TrainOptions options;
   options.mode = mode;
+  options.fuse = fuse;
   options.seed = 42;
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
@@ -100,6 +101,29 @@ TEST(TrainerGpuTest, SyncModeEqualsBulkedBitwise) {
   auto bulked = MakeTrainer(*mlp, ExecMode::kBulked);
   ASSERT_TRUE(sync && bulked);
   EXPECT_EQ(Train(*sync, 20), Train(*bulked, 20));
+}
+
+// Fusion changes the GEMM epilogue's rounding, so fused and unfused agree to fp32 accuracy; each
+// of them is still bitwise reproducible (the sync/bulked/graph tests run fused).
+TEST(TrainerGpuTest, FusedAndUnfusedStepsAgree) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto fused = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/true);
+  auto unfused = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/false);
+  ASSERT_TRUE(fused && unfused);
+  const std::vector<float> a = Train(*fused, 20), b = Train(*unfused, 20);
+  for (int s = 0; s < 20; ++s)
+    EXPECT_NEAR(a[s], b[s], 1e-4f * std::max(1.0f, b[s])) << "step " << s;
+  for (const std::string& name : fused->ParameterNames()) {
+    std::vector<float> f = *fused->GetParameter(name), u = *unfused->GetParameter(name);
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < f.size(); ++i) err += (f[i] - u[i]) * (f[i] - u[i]), norm += u[i] * u[i];
+    EXPECT_LT(std::sqrt(err / norm), 1e-4) << name;
+  }
+  EXPECT_LT(fused->stats().launches_per_step, unfused->stats().launches_per_step / 2 + 2);
+  auto unfused_sync = MakeTrainer(*mlp, ExecMode::kSync, /*fuse=*/false);
+  auto unfused_bulked = MakeTrainer(*mlp, ExecMode::kBulked, /*fuse=*/false);
+  EXPECT_EQ(Train(*unfused_sync, 10), Train(*unfused_bulked, 10));
 }
 
 TEST(TrainerGpuTest, StepsMatchTheCpuReference) {

@@ -1,0 +1,17 @@
+// Runs a small graph's nodes on the GPU and compares every output with the CPU reference.
+#ifndef REPRISE_TESTS_GPU_GPU_OP_CHECK_H_
+#define REPRISE_TESTS_GPU_GPU_OP_CHECK_H_
+
+#include "reprise/graph.h"
+#include "src/ir/reference_executor.h"
+
+namespace reprise {
+
+// Runs every non-leaf node of `g` on the GPU (each its own launch, in schedule order) with
+// leaves taken from `cpu`, then compares each node's outputs, and each in-place written leaf,
+// with the CPU reference run of the same graph: relative L2 error at most `tolerance`.
+void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance);
+
+}  // namespace reprise
+
+#endif  // REPRISE_TESTS_GPU_GPU_OP_CHECK_H_
