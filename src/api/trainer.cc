@@ -195,8 +195,7 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
   return ms;
 }
 
-absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value user_value) {
-  ASSIGN_OR_RETURN(const Value value, plan_.MapValue(user_value));
+absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   const passes::Buffer* b = plan_.memory.Find(value);
   if (b == nullptr ||
       (b->cls != passes::BufferClass::kFetched && b->cls != passes::BufferClass::kParameter &&
@@ -333,7 +332,10 @@ absl::StatusOr<float> Trainer::Loss() {
   ASSIGN_OR_RETURN(std::vector<float> loss, impl_->ReadFloat(impl_->loss()));
   return loss[0];
 }
-absl::StatusOr<std::vector<float>> Trainer::Read(Value value) { return impl_->ReadFloat(value); }
+absl::StatusOr<std::vector<float>> Trainer::Read(Value value) {
+  ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(value));
+  return impl_->ReadFloat(planned);
+}
 std::vector<std::string> Trainer::ParameterNames() const { return impl_->ParameterNames(); }
 absl::StatusOr<std::vector<float>> Trainer::GetParameter(absl::string_view name) {
   return impl_->GetParameter(name);
