@@ -1,31 +1,121 @@
 #include "capture/executor.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::capture {
+namespace {
+
+absl::Status SyncAfter(const LoweredLaunch& launch, cudaStream_t stream) {
+  const std::string context = absl::StrCat("node '", launch.node_name, "'");
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize", context));
+  return runtime::CudaStatus(cudaGetLastError(), "kernel launch", context);
+}
+
+}  // namespace
+
+absl::StatusOr<Lanes> Lanes::Create(absl::Span<const LoweredLaunch> launches) {
+  Lanes lanes;
+  int count = 1;
+  lanes.done_.resize(launches.size());
+  for (const LoweredLaunch& launch : launches) {
+    count = std::max(count, launch.lane + 1);
+    for (int w : launch.waits) {
+      if (w < 0 || w >= static_cast<int>(launches.size())) {
+        return absl::InternalError(
+            absl::StrCat("launch '", launch.node_name, "' waits for launch ", w));
+      }
+      if (!lanes.done_[w].has_value()) {
+        ASSIGN_OR_RETURN(lanes.done_[w], runtime::Event::Create());
+      }
+    }
+  }
+  for (int lane = 1; lane < count; ++lane) {
+    ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
+    lanes.streams_.push_back(std::move(stream));
+    ASSIGN_OR_RETURN(runtime::Event join, runtime::Event::Create());
+    lanes.joins_.push_back(std::move(join));
+  }
+  if (count > 1) {
+    ASSIGN_OR_RETURN(lanes.fork_, runtime::Event::Create());
+  }
+  return lanes;
+}
+
+absl::Status Lanes::Run(absl::Span<const LoweredLaunch> launches, cudaStream_t origin,
+                        bool sync_each,
+                        std::vector<std::vector<cudaGraphNode_t>>* last_nodes) const {
+  const char* kWhere = "lane fork/join";
+  if (fork_.has_value()) {
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaEventRecord(fork_->get(), origin), "cudaEventRecord", kWhere));
+    for (const runtime::Stream& s : streams_) {
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamWaitEvent(s.get(), fork_->get(), 0),
+                                          "cudaStreamWaitEvent", kWhere));
+    }
+  }
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LoweredLaunch& launch = launches[i];
+    if (launch.lane >= count()) {
+      return absl::InternalError(absl::StrCat("launch '", launch.node_name, "' is on lane ",
+                                              launch.lane, " of ", count()));
+    }
+    cudaStream_t stream = launch.lane == 0 ? origin : streams_[launch.lane - 1].get();
+    for (int w : launch.waits) {
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamWaitEvent(stream, done_[w]->get(), 0),
+                                          "cudaStreamWaitEvent",
+                                          absl::StrCat("node '", launch.node_name, "'")));
+    }
+    RETURN_IF_ERROR(launch.kernel->Launch(stream));
+    if (last_nodes != nullptr) {
+      cudaStreamCaptureStatus status;
+      const cudaGraphNode_t* deps = nullptr;
+      size_t count = 0;
+      RETURN_IF_ERROR(runtime::CudaStatus(
+          cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count),
+          "cudaStreamGetCaptureInfo", absl::StrCat("node '", launch.node_name, "'")));
+      last_nodes->emplace_back(deps, deps + count);
+    }
+    if (done_[i].has_value()) {
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(done_[i]->get(), stream),
+                                          "cudaEventRecord",
+                                          absl::StrCat("node '", launch.node_name, "'")));
+    }
+    if (sync_each) RETURN_IF_ERROR(SyncAfter(launch, stream));
+  }
+  for (size_t lane = 0; lane < streams_.size(); ++lane) {
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(joins_[lane].get(), streams_[lane].get()),
+                                        "cudaEventRecord", kWhere));
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamWaitEvent(origin, joins_[lane].get(), 0),
+                                        "cudaStreamWaitEvent", kWhere));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t stream,
                       bool sync_each) {
   for (const LoweredLaunch& launch : launches) {
-    RETURN_IF_ERROR(launch.kernel->Launch(stream));
-    if (sync_each) {
-      const std::string context = absl::StrCat("node '", launch.node_name, "'");
-      RETURN_IF_ERROR(
-          runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize", context));
-      RETURN_IF_ERROR(runtime::CudaStatus(cudaGetLastError(), "kernel launch", context));
+    if (launch.lane != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("launch '", launch.node_name, "' is on lane ",
+                                                     launch.lane, ": run it with Lanes"));
     }
+    RETURN_IF_ERROR(launch.kernel->Launch(stream));
+    if (sync_each) RETURN_IF_ERROR(SyncAfter(launch, stream));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunch> launches,
-                                                   cudaStream_t stream) {
+                                                   const Lanes& lanes, cudaStream_t stream) {
   RETURN_IF_ERROR(
       runtime::CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                           "cudaStreamBeginCapture", "capture of the training step"));
-  absl::Status recorded = RunEager(launches, stream, /*sync_each=*/false);
+  std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
+  absl::Status recorded = lanes.Run(launches, stream, /*sync_each=*/false, &launch_nodes);
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
   runtime::Graph graph = runtime::Graph::Adopt(raw);
@@ -39,7 +129,9 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "captured step"));
   ASSIGN_OR_RETURN(runtime::GraphExec exec, runtime::GraphExec::Create(graph));
-  return CapturedStep(std::move(graph), std::move(exec), static_cast<int64_t>(num_nodes));
+  CapturedStep step(std::move(graph), std::move(exec), static_cast<int64_t>(num_nodes));
+  step.launch_nodes_ = std::move(launch_nodes);
+  return step;
 }
 
 absl::Status CapturedStep::Replay(cudaStream_t stream) {

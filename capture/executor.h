@@ -1,11 +1,13 @@
 // Running a lowered step: eagerly (with or without a synchronisation after each launch), or as a
-// CUDA graph captured once from the very same launch sequence and replayed.
+// CUDA graph captured once from the very same launch sequence and replayed. Lanes run on streams
+// of their own, ordered by events; captured, the same waits become the graph's fork/join edges.
 #ifndef REPRISE_CAPTURE_EXECUTOR_H_
 #define REPRISE_CAPTURE_EXECUTOR_H_
 
 #include <cuda_runtime.h>
 
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -15,29 +17,54 @@
 
 namespace reprise::capture {
 
-// Enqueues every launch on `stream`. With `sync_each`, waits after each one and reports a fault
-// against the node that caused it.
+// The streams of lanes 1, 2, ... and the events that order a step's launches across lanes. Lane
+// 0 is the caller's stream: the step forks from it and joins back into it, so whatever follows
+// on that stream sees the whole step done.
+class Lanes {
+ public:
+  static absl::StatusOr<Lanes> Create(absl::Span<const LoweredLaunch> launches);
+  int count() const { return static_cast<int>(streams_.size()) + 1; }
+
+  // Enqueues every launch on its lane. With `sync_each`, waits after each launch and reports a
+  // fault against the node that caused it. Under capture, `last_nodes` (if given) receives for
+  // each launch the graph nodes its lane depended on right after it: the launch's last nodes.
+  absl::Status Run(absl::Span<const LoweredLaunch> launches, cudaStream_t origin, bool sync_each,
+                   std::vector<std::vector<cudaGraphNode_t>>* last_nodes = nullptr) const;
+
+ private:
+  Lanes() = default;
+  std::vector<runtime::Stream> streams_;
+  std::vector<std::optional<runtime::Event>> done_;  // After launch i, if someone waits for it.
+  std::optional<runtime::Event> fork_;
+  std::vector<runtime::Event> joins_;  // End of lane 1, 2, ...
+};
+
+// Single-lane form: every launch on `stream`; InvalidArgument if a launch is on another lane.
 absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t stream,
                       bool sync_each);
 
 // The step recorded under stream capture into one CUDA graph and instantiated once.
 class CapturedStep {
  public:
-  // Records `launches` on `stream` (no work runs) and instantiates the graph. A launch that
-  // cannot be captured fails with its node's name; capture is then ended and nothing is kept.
+  // Records `launches` on `stream` and the lanes' streams (no work runs) and instantiates the
+  // graph. A launch that cannot be captured fails with its node's name; capture is then ended and
+  // nothing is kept.
   static absl::StatusOr<CapturedStep> Capture(absl::Span<const LoweredLaunch> launches,
-                                              cudaStream_t stream);
+                                              const Lanes& lanes, cudaStream_t stream);
   // One launch of the whole step.
   absl::Status Replay(cudaStream_t stream);
 
   int64_t num_nodes() const { return num_nodes_; }
   int64_t replays() const { return replays_; }
   const runtime::Graph& graph() const { return graph_; }
+  // For each launch, the captured graph's nodes that end it (edges leave a launch only there).
+  const std::vector<std::vector<cudaGraphNode_t>>& launch_nodes() const { return launch_nodes_; }
 
  private:
   CapturedStep(runtime::Graph graph, runtime::GraphExec exec, int64_t num_nodes)
       : graph_(std::move(graph)), exec_(std::move(exec)), num_nodes_(num_nodes) {}
   runtime::Graph graph_;
+  std::vector<std::vector<cudaGraphNode_t>> launch_nodes_;
   runtime::GraphExec exec_;
   int64_t num_nodes_ = 0;
   int64_t replays_ = 0;

@@ -33,7 +33,9 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                                                      const StepResources& res) {
   const Graph& g = plan.graph();
   std::vector<LoweredLaunch> launches;
-  launches.push_back({"copy_inputs", 0,
+  launches.push_back({"copy_inputs",
+                      0,
+                      {},
                       std::make_unique<InputCopy>(res.arena + plan.memory.input_offset,
                                                   res.input_staging, plan.memory.input_bytes)});
   for (const passes::ScheduledLaunch& scheduled : plan.launches) {
@@ -43,6 +45,13 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.lt = res.lt;
     ctx.device = res.device;
     ctx.workspace = res.workspace;
+    if (scheduled.lane > 0) {
+      if (scheduled.lane > static_cast<int>(res.lane_workspaces.size())) {
+        return absl::InternalError(
+            absl::StrCat("no workspace for lane ", scheduled.lane, " of '", node.name, "'"));
+      }
+      ctx.workspace = res.lane_workspaces[scheduled.lane - 1];
+    }
     ctx.workspace_bytes = res.workspace_bytes;
     ctx.allow_tf32 = res.allow_tf32;
     for (const Value& v : node.inputs) {
@@ -63,7 +72,9 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
           absl::StrCat("op '", node.op_name(), "' node '", node.name, "' has no GPU lowering"));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> kernel, node.op->lower(ctx, node));
-    launches.push_back({node.name, scheduled.lane, std::move(kernel)});
+    std::vector<int> waits;  // The input copy is launch 0 of the lowered list.
+    for (int w : scheduled.waits) waits.push_back(w + 1);
+    launches.push_back({node.name, scheduled.lane, std::move(waits), std::move(kernel)});
   }
   return launches;
 }

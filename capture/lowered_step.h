@@ -22,11 +22,14 @@ struct StepResources {
   size_t workspace_bytes = 0;
   const void* input_staging = nullptr;  // Pinned host mirror of the arena's input region.
   bool allow_tf32 = false;
+  // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
+  std::vector<void*> lane_workspaces;
 };
 
 struct LoweredLaunch {
   std::string node_name;
   int lane = 0;
+  std::vector<int> waits;  // Indices of launches (in the lowered list) on other lanes.
   std::unique_ptr<ops::GpuKernel> kernel;
 };
 

@@ -29,6 +29,7 @@ ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph or all");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
+ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "both",
           "on, off or both: run the fuse pass (rows without it say /unfused)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
@@ -63,6 +64,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   options.fuse = fuse;
+  options.lanes = absl::GetFlag(FLAGS_lanes);
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -99,9 +101,9 @@ absl::Status Main() {
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
-      "%s depth=%d width=%d batch=%d classes=%d tf32=%d", absl::GetFlag(FLAGS_model),
+      "%s depth=%d width=%d batch=%d classes=%d tf32=%d lanes=%d", absl::GetFlag(FLAGS_model),
       absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
-      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32));
+      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %12s %12s %14s %10s %12s\n", "mode", "median ms", "p90 ms", "samples/s",
               "launches", "graph nodes");
@@ -131,12 +133,13 @@ absl::Status Main() {
     out << absl::StrFormat(
         "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
         "\"%s\", \"depth\": %d, \"width\": %d, \"batch\": %d, \"classes\": %d, \"tf32\": %s, "
+        "\"lanes\": %d, "
         "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
         absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
-        absl::GetFlag(FLAGS_tf32) ? "true" : "false", absl::GetFlag(FLAGS_iters),
-        absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
+        absl::GetFlag(FLAGS_tf32) ? "true" : "false", absl::GetFlag(FLAGS_lanes),
+        absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }
   return absl::OkStatus();

@@ -20,6 +20,7 @@ ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(std::string, stage, "plan", "ir, training or plan");
 ABSL_FLAG(std::string, format, "text", "text");
+ABSL_FLAG(int, lanes, 2, "1 or 2 lanes (stage plan)");
 ABSL_FLAG(bool, fuse, true, "run the fuse pass before planning (stage plan)");
 
 namespace {
@@ -45,9 +46,10 @@ absl::StatusOr<std::string> Dump() {
                    reprise::autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
   if (stage == "training") return training.graph.ToString();
   if (stage == "plan") {
-    ASSIGN_OR_RETURN(
-        reprise::passes::Plan plan,
-        reprise::passes::BuildPlan(std::move(training), {}, {.fuse = absl::GetFlag(FLAGS_fuse)}));
+    ASSIGN_OR_RETURN(reprise::passes::Plan plan,
+                     reprise::passes::BuildPlan(
+                         std::move(training), {},
+                         {.fuse = absl::GetFlag(FLAGS_fuse), .lanes = absl::GetFlag(FLAGS_lanes)}));
     return reprise::passes::PlanToString(plan);
   }
   return absl::InvalidArgumentError(

@@ -42,8 +42,12 @@ struct SgdOptions {
 struct TrainOptions {
   ExecMode mode = ExecMode::kGraph;
   SgdOptions sgd;
-  bool allow_tf32 = false;   // Let matmuls use TF32 tensor cores.
-  bool fuse = true;          // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
+  bool allow_tf32 = false;  // Let matmuls use TF32 tensor cores.
+  bool fuse = true;         // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
+  // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
+  // second lane beside the data-gradient chain (fork/join branches of the captured graph); 0
+  // (auto) picks 2 when the model has weight gradients.
+  int lanes = 0;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
@@ -57,7 +61,8 @@ struct TrainerStats {
   int64_t graph_instantiations = 0;
   int64_t graph_nodes = 0;        // Nodes in the captured CUDA graph (0 before capture).
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
-  int64_t arena_bytes = 0;        // One device allocation holds every tensor.
+  int64_t lanes = 1;
+  int64_t arena_bytes = 0;  // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.

@@ -30,8 +30,20 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   }
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                    autodiff::BuildTrainingGraph(graph, loss, options.sgd));
-  ASSIGN_OR_RETURN(passes::Plan plan,
-                   passes::BuildPlan(std::move(training), options.fetch, {.fuse = options.fuse}));
+  if (options.lanes < 0 || options.lanes > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::lanes must be 0 (auto), 1 or 2, got ", options.lanes));
+  }
+  int lanes = options.lanes;
+  if (lanes == 0) {
+    lanes = 1;
+    for (const Node& n : training.graph.nodes()) {
+      auto role = n.attrs.find("role");
+      if (role != n.attrs.end() && role->second == AttrValue(std::string("wgrad"))) lanes = 2;
+    }
+  }
+  ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), options.fetch,
+                                                        {.fuse = options.fuse, .lanes = lanes}));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   for (const Node& n : impl->plan_.graph().nodes()) {
     if (n.op != &ops::SoftmaxCrossEntropyOp() && n.op != &ops::SoftmaxCrossEntropyWithGradOp())
@@ -48,13 +60,19 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   res.lt = &*impl->lt_;
   res.arena = static_cast<char*>(impl->arena_->data());
   res.workspace = impl->workspace_->data();
-  res.workspace_bytes = impl->workspace_->bytes();
+  res.workspace_bytes = kWorkspaceBytes;
+  for (int lane = 1; lane < lanes; ++lane) {
+    res.lane_workspaces.push_back(static_cast<char*>(impl->workspace_->data()) +
+                                  lane * kWorkspaceBytes);
+  }
   res.input_staging = impl->staging_->data();
   res.allow_tf32 = options.allow_tf32;
   ASSIGN_OR_RETURN(impl->launches_, capture::LowerPlan(impl->plan_, res));
+  ASSIGN_OR_RETURN(impl->lanes_, capture::Lanes::Create(impl->launches_));
   if (options.mode == ExecMode::kGraph) {
-    ASSIGN_OR_RETURN(capture::CapturedStep step,
-                     capture::CapturedStep::Capture(impl->launches_, impl->stream_->get()));
+    ASSIGN_OR_RETURN(
+        capture::CapturedStep step,
+        capture::CapturedStep::Capture(impl->launches_, *impl->lanes_, impl->stream_->get()));
     impl->captured_.emplace(std::move(step));
     ++impl->graph_captures_;
     ++impl->graph_instantiations_;
@@ -74,7 +92,9 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
   kernels_ = std::make_unique<runtime::KernelStore>(device_.ArchFlag());
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
-  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(kWorkspaceBytes));
+  int lanes = 1;
+  for (const passes::ScheduledLaunch& l : plan_.launches) lanes = std::max(lanes, l.lane + 1);
+  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(lanes * kWorkspaceBytes));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
@@ -156,7 +176,7 @@ absl::Status Trainer::Impl::Step() {
   if (captured_.has_value()) {
     RETURN_IF_ERROR(captured_->Replay(stream));
   } else {
-    RETURN_IF_ERROR(capture::RunEager(launches_, stream, options_.mode == ExecMode::kSync));
+    RETURN_IF_ERROR(lanes_->Run(launches_, stream, options_.mode == ExecMode::kSync));
   }
   RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(step_done_->get(), stream), "cudaEventRecord",
                                       "end of step"));
@@ -258,6 +278,7 @@ TrainerStats Trainer::Impl::stats() const {
     s.graph_nodes = captured_->num_nodes();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
+  s.lanes = lanes_.has_value() ? lanes_->count() : 1;
   s.arena_bytes = plan_.memory.arena_bytes;
   auto bytes = [&](passes::BufferClass c) {
     auto it = plan_.memory.bytes_by_class.find(c);
@@ -276,13 +297,14 @@ TrainerStats Trainer::Impl::stats() const {
 
 std::string TrainerStats::ToString() const {
   return absl::StrFormat(
-      "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d | "
+      "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d "
+      "on %d lane(s) | "
       "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
       "%.2f MiB | kernels compiled %d (%.0f ms), cache hits %d",
       steps, graph_captures, graph_instantiations, graph_replays, graph_nodes, launches_per_step,
-      arena_bytes / 1048576.0, parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
-      activation_peak_bytes / 1048576.0, workspace_bytes / 1048576.0, kernels_compiled,
-      kernel_compile_ms, kernel_cache_hits);
+      lanes, arena_bytes / 1048576.0, parameter_bytes / 1048576.0,
+      optimizer_state_bytes / 1048576.0, activation_peak_bytes / 1048576.0,
+      workspace_bytes / 1048576.0, kernels_compiled, kernel_compile_ms, kernel_cache_hits);
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------

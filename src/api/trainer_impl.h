@@ -35,6 +35,11 @@ class Trainer::Impl {
   std::vector<std::string> ParameterNames() const;
   TrainerStats stats() const;
   const passes::Plan& plan() const { return plan_; }
+  // For tests and dumps: the lowered launches and, in graph mode, the captured step.
+  const std::vector<capture::LoweredLaunch>& launches() const { return launches_; }
+  const capture::CapturedStep* captured() const {
+    return captured_.has_value() ? &*captured_ : nullptr;
+  }
   Value loss() const { return plan_.training.loss; }
 
  private:
@@ -58,6 +63,7 @@ class Trainer::Impl {
   std::optional<runtime::DeviceBuffer> workspace_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
   std::vector<capture::LoweredLaunch> launches_;
+  std::optional<capture::Lanes> lanes_;
   std::optional<capture::CapturedStep> captured_;
   // Label inputs -> the class count of the loss they feed, found once so SetInput stays cheap.
   struct LabelLimit {

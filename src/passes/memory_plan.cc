@@ -73,7 +73,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
     for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
       const Value v{node.id, out};
       Buffer b{v, ClassOf(node, kept_set.contains(v)), 0, node.outputs[out].bytes(), 0, end};
-      if (b.cls == BufferClass::kActivation) b.first = b.last = position[node.id];
+      if (b.cls == BufferClass::kActivation) {
+        b.first = b.last = position[node.id];
+        b.uses = {position[node.id]};
+      }
       plan.index[v] = static_cast<int>(plan.buffers.size());
       plan.buffers.push_back(b);
     }
@@ -81,7 +84,10 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   for (const Node& node : graph.nodes()) {
     for (const Value& v : node.inputs) {
       Buffer& b = plan.buffers[plan.index[v]];
-      if (b.cls == BufferClass::kActivation) b.last = std::max(b.last, position[node.id]);
+      if (b.cls == BufferClass::kActivation) {
+        b.last = std::max(b.last, position[node.id]);
+        b.uses.push_back(position[node.id]);
+      }
     }
   }
 
@@ -106,21 +112,31 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   }
   std::stable_sort(transient.begin(), transient.end(),
                    [&](int a, int b) { return plan.buffers[a].first < plan.buffers[b].first; });
-  std::map<int64_t, int64_t> live;   // offset -> aligned size, within the transient region
-  std::multimap<int, int64_t> ends;  // last use -> offset
+  const HappensBefore happens_before(schedule);
+  // A placed buffer is free for `launch` once every use of it happens before that launch.
+  auto dead_before = [&](const Buffer& b, int launch) {
+    for (int use : b.uses) {
+      if (!happens_before(use, launch)) return false;
+    }
+    return true;
+  };
+  std::vector<int> placed;
   for (int i : transient) {
     Buffer& b = plan.buffers[i];
-    // A buffer whose last use came before this launch is free; one read by this launch is not.
-    while (!ends.empty() && ends.begin()->first < b.first) {
-      live.erase(ends.begin()->second);
-      ends.erase(ends.begin());
+    // Two buffers may share an offset range (a big one and a small one that reused its head),
+    // so keep the largest extent per offset.
+    std::map<int64_t, int64_t> live;  // offset -> aligned size, within the transient region
+    for (int j : placed) {
+      const Buffer& other = plan.buffers[j];
+      if (dead_before(other, b.first)) continue;
+      int64_t& extent = live[other.offset - plan.transient_offset];
+      extent = std::max(extent, AlignUp(std::max<int64_t>(other.bytes, 1)));
     }
     const int64_t size = AlignUp(std::max<int64_t>(b.bytes, 1));
     const int64_t offset = FirstFit(live, size);
-    live[offset] = size;
-    ends.emplace(b.last, offset);
     b.offset = plan.transient_offset + offset;
     plan.transient_peak = std::max(plan.transient_peak, offset + size);
+    placed.push_back(i);
   }
   plan.bytes_by_class[BufferClass::kActivation] = plan.transient_peak;
   plan.arena_bytes = plan.transient_offset + plan.transient_peak;

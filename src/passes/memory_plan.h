@@ -34,6 +34,7 @@ struct Buffer {
   int64_t offset = 0;  // In the arena.
   int64_t bytes = 0;
   int first = 0, last = 0;  // Live from launch `first` to launch `last` (persistent: all).
+  std::vector<int> uses;    // Transient: the launches that write or read it.
 };
 
 struct MemoryPlan {
@@ -48,7 +49,9 @@ struct MemoryPlan {
 };
 
 // Plans every output of every node in `graph` for the launch order `schedule`. `kept` values
-// stay readable after the step.
+// stay readable after the step. With several lanes, a transient buffer's space is reused only
+// by a buffer whose producer runs after every use of it in every run (HappensBefore), so two
+// launches that may run at the same time never share memory.
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
                                       absl::Span<const ScheduledLaunch> schedule,
                                       absl::Span<const Value> kept);

@@ -40,7 +40,7 @@ absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<cons
     ASSIGN_OR_RETURN(Value mapped, plan.MapValue(v));
     plan.kept.push_back(mapped);
   }
-  ASSIGN_OR_RETURN(plan.launches, Schedule(plan.graph()));
+  ASSIGN_OR_RETURN(plan.launches, Schedule(plan.graph(), {.lanes = options.lanes}));
   ASSIGN_OR_RETURN(plan.memory, PlanMemory(plan.graph(), plan.launches, plan.kept));
   return plan;
 }
@@ -56,8 +56,13 @@ std::string PlanToString(const Plan& plan) {
       const Buffer* b = plan.memory.Find({n.id, o});
       outs.push_back(absl::StrCat(n.outputs[o].ToString(), "@", b ? b->offset : -1));
     }
-    absl::StrAppend(&out, "launch ", i + 1, ": lane ", plan.launches[i].lane, " ", n.name, " = ",
-                    n.op_name(), " -> ", outs.empty() ? "(in place)" : absl::StrJoin(outs, ", "));
+    std::string waits;
+    for (int w : plan.launches[i].waits)
+      absl::StrAppend(&waits, waits.empty() ? " (waits " : ", ", w + 1);
+    if (!waits.empty()) waits += ")";
+    absl::StrAppend(&out, "launch ", i + 1, ": lane ", plan.launches[i].lane, waits, " ", n.name,
+                    " = ", n.op_name(), " -> ",
+                    outs.empty() ? "(in place)" : absl::StrJoin(outs, ", "));
     auto fused = n.attrs.find("fused_nodes");
     if (fused != n.attrs.end() && std::holds_alternative<std::string>(fused->second)) {
       absl::StrAppend(&out, "  [fuses ", std::get<std::string>(fused->second), "]");

@@ -17,6 +17,7 @@ namespace reprise::passes {
 struct PlanOptions {
   bool fuse = true;  // Run the fuse pass; off, every node is its own launch.
   FuseOptions fusion;
+  int lanes = 1;  // See ScheduleOptions.
 };
 
 struct Plan {

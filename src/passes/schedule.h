@@ -1,11 +1,14 @@
-// Schedule: the order of launches and the lane of each. Today one lane; the order runs each
-// optimizer update as soon as it may, so gradients die early and the memory plan can reuse them.
+// Schedule: the order of launches and the lane of each. The order runs each optimizer update as
+// soon as it may, so gradients die early and the memory plan can reuse them. With two lanes the
+// weight gradients (and optimizer updates) run on lane 1 beside the data-gradient chain on lane
+// 0; lanes become streams in eager mode and fork/join branches of the captured graph.
 #ifndef REPRISE_SRC_PASSES_SCHEDULE_H_
 #define REPRISE_SRC_PASSES_SCHEDULE_H_
 
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "reprise/graph.h"
 
 namespace reprise::passes {
@@ -13,12 +16,32 @@ namespace reprise::passes {
 struct ScheduledLaunch {
   int32_t node = -1;
   int lane = 0;
-  std::vector<int> waits;  // Launch indices on other lanes this one waits for.
+  // Launches (indices into the schedule) on other lanes this one waits for: for each other lane,
+  // the latest launch it needs, if a previous launch on its own lane did not already wait for it.
+  std::vector<int> waits;
+};
+
+struct ScheduleOptions {
+  int lanes = 1;  // 1, or 2 (weight gradients and optimizer updates on lane 1).
 };
 
 // A topological order over the non-leaf nodes (data and control edges), optimizer updates first
-// among the ready nodes, otherwise lowest node id first. Deterministic.
-absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph);
+// among the ready nodes, otherwise lowest node id first, with lanes and waits. Deterministic.
+absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
+                                                      const ScheduleOptions& options = {});
+
+// Whether launch a has finished before launch b starts in every run of the schedule: same lane
+// and earlier, or reached through a chain of waits.
+class HappensBefore {
+ public:
+  explicit HappensBefore(absl::Span<const ScheduledLaunch> schedule);
+  bool operator()(int a, int b) const;
+
+ private:
+  std::vector<int> lane_;
+  // clock_[b][l]: the latest launch on lane l known finished when b starts (-1: none).
+  std::vector<std::vector<int>> clock_;
+};
 
 }  // namespace reprise::passes
 

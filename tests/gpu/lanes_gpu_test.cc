@@ -1,0 +1,144 @@
+// Two lanes: weight gradients run beside the data-gradient chain as separate branches of the
+// captured graph, and the step computes the same bits as with one lane.
+#include <queue>
+#include <random>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/api/trainer_impl.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+models::MlpConfig Mlp() {
+  return {.batch = 32, .input_features = 24, .depth = 4, .width = 64, .classes = 6};
+}
+
+TrainOptions Options(ExecMode mode, int lanes, bool fuse = true) {
+  TrainOptions options;
+  options.mode = mode;
+  options.lanes = lanes;
+  options.fuse = fuse;
+  options.seed = 3;
+  return options;
+}
+
+std::vector<float> Train(Trainer& t, int steps) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> x(32 * 24);
+    for (float& v : x) v = normal(rng);
+    std::vector<int32_t> y(32);
+    for (int i = 0; i < 32; ++i) y[i] = (x[i * 24] > 0) + 2 * (x[i * 24 + 1] > 0);
+    EXPECT_TRUE(t.SetInput("features", x).ok());
+    EXPECT_TRUE(t.SetInput("labels", y).ok());
+    EXPECT_TRUE(t.Step().ok());
+    losses.push_back(*t.Loss());
+  }
+  return losses;
+}
+
+class LanesGpuTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LanesGpuTest, TwoLanesGiveTheBitsOfOne) {
+  REPRISE_REQUIRE_GPU();
+  const bool fuse = GetParam();
+  auto mlp = models::BuildMlp(Mlp());
+  ASSERT_TRUE(mlp.ok());
+  auto one = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 1, fuse));
+  auto two = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 2, fuse));
+  auto two_bulked = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kBulked, 2, fuse));
+  ASSERT_TRUE(one.ok() && two.ok() && two_bulked.ok()) << two.status();
+  EXPECT_EQ((*two)->stats().lanes, 2);
+  const std::vector<float> a = Train(**one, 50), b = Train(**two, 50), c = Train(**two_bulked, 50);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(b, c);
+  for (const std::string& name : (*one)->ParameterNames()) {
+    EXPECT_EQ(*(*one)->GetParameter(name), *(*two)->GetParameter(name)) << name;
+  }
+  EXPECT_EQ((*two)->stats().graph_instantiations, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndUnfused, LanesGpuTest, ::testing::Bool());
+
+// Every node reachable from `from` through the graph's edges.
+absl::flat_hash_set<cudaGraphNode_t> Reachable(cudaGraph_t graph,
+                                               const std::vector<cudaGraphNode_t>& from) {
+  size_t count = 0;
+  EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count), cudaSuccess);
+  std::vector<cudaGraphNode_t> src(count), dst(count);
+  std::vector<cudaGraphEdgeData> data(count);
+  EXPECT_EQ(cudaGraphGetEdges(graph, src.data(), dst.data(), data.data(), &count), cudaSuccess);
+  absl::flat_hash_map<cudaGraphNode_t, std::vector<cudaGraphNode_t>> next;
+  for (size_t i = 0; i < count; ++i) next[src[i]].push_back(dst[i]);
+  absl::flat_hash_set<cudaGraphNode_t> seen(from.begin(), from.end());
+  std::queue<cudaGraphNode_t> todo;
+  for (cudaGraphNode_t n : from) todo.push(n);
+  while (!todo.empty()) {
+    cudaGraphNode_t n = todo.front();
+    todo.pop();
+    for (cudaGraphNode_t m : next[n]) {
+      if (seen.insert(m).second) todo.push(m);
+    }
+  }
+  return seen;
+}
+
+// Counts layers whose dgrad and wgrad launches are joined by a path in the captured graph.
+int LayersWithDgradWgradPath(int lanes) {
+  auto mlp = models::BuildMlp(Mlp());
+  auto impl = Trainer::Impl::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, lanes));
+  EXPECT_TRUE(impl.ok()) << impl.status();
+  if (!impl.ok()) return -1;
+  const capture::CapturedStep* step = (*impl)->captured();
+  const auto& launches = (*impl)->launches();
+  EXPECT_EQ(step->launch_nodes().size(), launches.size());
+  auto nodes_of = [&](const std::string& name) {
+    for (size_t i = 0; i < launches.size(); ++i) {
+      if (launches[i].node_name == name) return step->launch_nodes()[i];
+    }
+    return std::vector<cudaGraphNode_t>{};
+  };
+  int joined = 0, layers = 0;
+  for (int layer = 1; layer <= Mlp().depth; ++layer) {
+    const std::string prefix = absl::StrCat("fc", layer, ".matmul.");
+    const std::vector<cudaGraphNode_t> dgrad = nodes_of(prefix + "dgrad");
+    const std::vector<cudaGraphNode_t> wgrad = nodes_of(prefix + "wgrad");
+    EXPECT_FALSE(dgrad.empty() || wgrad.empty()) << prefix;
+    ++layers;
+    const auto from_dgrad = Reachable(step->graph().get(), dgrad);
+    const auto from_wgrad = Reachable(step->graph().get(), wgrad);
+    bool path = false;
+    for (cudaGraphNode_t n : wgrad) path = path || from_dgrad.contains(n);
+    for (cudaGraphNode_t n : dgrad) path = path || from_wgrad.contains(n);
+    joined += path;
+  }
+  EXPECT_EQ(layers, Mlp().depth);
+  return joined;
+}
+
+TEST(LanesGpuTest, DgradAndWgradAreUnorderedBranchesOfTheCapturedGraph) {
+  REPRISE_REQUIRE_GPU();
+  EXPECT_EQ(LayersWithDgradWgradPath(2), 0);
+  // The check can fail: with one lane every pair is ordered.
+  EXPECT_EQ(LayersWithDgradWgradPath(1), Mlp().depth);
+}
+
+TEST(LanesGpuTest, BadLaneCountIsAClearError) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(Mlp());
+  auto t = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 3));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "lanes must be 0 (auto), 1 or 2"));
+}
+
+}  // namespace
+}  // namespace reprise
