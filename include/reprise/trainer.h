@@ -67,9 +67,11 @@ struct TrainerStats {
   int64_t optimizer_state_bytes = 0;
   int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.
   int64_t workspace_bytes = 0;
-  int64_t kernels_compiled = 0;
-  int64_t kernel_cache_hits = 0;
-  double kernel_compile_ms = 0;
+  int64_t kernels_compiled = 0;      // NVRTC compiles (cold kernels).
+  int64_t kernel_cache_hits = 0;     // Requests answered by the in-process function table.
+  double kernel_compile_ms = 0;      // Summed over compiles, which run in parallel.
+  int64_t kernel_disk_hits = 0;      // Kernels loaded from the on-disk cache instead of compiled.
+  int64_t kernel_cache_corrupt = 0;  // Bad on-disk entries deleted and compiled again.
   std::string ToString() const;
 };
 

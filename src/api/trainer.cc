@@ -4,17 +4,31 @@
 #include "absl/strings/str_format.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/generated_kernel.h"
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/disk_cache.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
+
+// Every generated kernel, whether or not this plan uses it: lowering asks for kernels node by
+// node, so the plan's own list is not known before it; the whole list is short and compiles
+// (or loads from the disk cache) in parallel.
+std::vector<runtime::KernelSource> KernelsToPrefetch() {
+  std::vector<runtime::KernelSource> sources;
+  for (const codegen::GeneratedKernel& kernel : codegen::AllKernels()) {
+    sources.push_back(ops::ToKernelSource(kernel));
+  }
+  return sources;
+}
 
 }  // namespace
 
@@ -53,6 +67,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   }
   RETURN_IF_ERROR(impl->InitDevice());
   RETURN_IF_ERROR(impl->InitPersistentTensors());
+  RETURN_IF_ERROR(impl->kernels_->Prefetch(KernelsToPrefetch()));
 
   capture::StepResources res;
   res.device = &impl->device_;
@@ -90,7 +105,9 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
-  kernels_ = std::make_unique<runtime::KernelStore>(device_.ArchFlag());
+  kernels_ = std::make_unique<runtime::KernelStore>(
+      device_.ArchFlag(),
+      runtime::DiskCacheFromEnvironment(runtime::CacheEnvironment::FromProcess()));
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
   int lanes = 1;
   for (const passes::ScheduledLaunch& l : plan_.launches) lanes = std::max(lanes, l.lane + 1);
@@ -292,6 +309,8 @@ TrainerStats Trainer::Impl::stats() const {
   s.kernels_compiled = k.compiles;
   s.kernel_cache_hits = k.memory_hits;
   s.kernel_compile_ms = k.compile_ms;
+  s.kernel_disk_hits = k.lower_hits;
+  s.kernel_cache_corrupt = k.corrupt_discarded;
   return s;
 }
 
@@ -300,11 +319,13 @@ std::string TrainerStats::ToString() const {
       "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d "
       "on %d lane(s) | "
       "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
-      "%.2f MiB | kernels compiled %d (%.0f ms), cache hits %d",
+      "%.2f MiB | kernels compiled %d (%.0f ms), cache hits %d, disk hits %d, corrupt entries "
+      "discarded %d",
       steps, graph_captures, graph_instantiations, graph_replays, graph_nodes, launches_per_step,
       lanes, arena_bytes / 1048576.0, parameter_bytes / 1048576.0,
       optimizer_state_bytes / 1048576.0, activation_peak_bytes / 1048576.0,
-      workspace_bytes / 1048576.0, kernels_compiled, kernel_compile_ms, kernel_cache_hits);
+      workspace_bytes / 1048576.0, kernels_compiled, kernel_compile_ms, kernel_cache_hits,
+      kernel_disk_hits, kernel_cache_corrupt);
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------

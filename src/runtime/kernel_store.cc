@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/sha256.h"
+#include "src/util/parallel_for.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -88,6 +89,11 @@ absl::StatusOr<CompiledKernel> CompileWithNvrtc(const KernelSource& source,
   if (result.cubin.empty()) {
     return absl::InternalError(absl::StrCat(context, ": NVRTC returned an empty CUBIN"));
   }
+  RETURN_IF_ERROR(CudaStatus(nvrtcGetPTXSize(program.get(), &size), "nvrtcGetPTXSize", context));
+  result.ptx.resize(size);
+  RETURN_IF_ERROR(
+      CudaStatus(nvrtcGetPTX(program.get(), result.ptx.data()), "nvrtcGetPTX", context));
+  if (!result.ptx.empty() && result.ptx.back() == '\0') result.ptx.pop_back();
   result.compile_ms = MsSince(start);
   return result;
 }
@@ -111,50 +117,115 @@ std::string KernelStore::Key(const KernelSource& source, absl::string_view arch)
 }
 
 KernelStore::Stats KernelStore::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  Stats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats = stats_;
+  }
+  if (lower_ != nullptr) {
+    const CubinLayer::Stats lower = lower_->stats();
+    stats.corrupt_discarded = lower.corrupt_discarded;
+    stats.lower_store_failures = lower.store_failures;
+  }
+  return stats;
 }
 
-absl::Status KernelStore::ObtainCubin(const KernelSource& source, const std::string& key,
-                                      Entry& entry) {
+KernelStore::Entry& KernelStore::EntryFor(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Entry>& slot = entries_[key];
+  if (slot == nullptr) slot = std::make_unique<Entry>();
+  return *slot;
+}
+
+absl::Status KernelStore::EnsureBinary(const KernelSource& source, const std::string& key,
+                                       Entry& entry) {
+  if (entry.binary.has_value()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.cubin_hits;
+    return absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.cubin_misses;
+  }
   if (lower_ != nullptr) {
-    if (std::optional<std::string> cubin = lower_->Find(key); cubin.has_value()) {
-      entry.cubin = std::move(cubin);
-      absl::MutexLock lock(&mu_);
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<KernelBinary> found = lower_->Find(key);
+    const double lower_ms = MsSince(start);
+    // A lower layer answers for a key; the name check guards against a layer that does not.
+    const bool hit = found.has_value() && found->name == source.name && !found->cubin.empty();
+    if (hit) entry.binary = std::move(found);
+    absl::MutexLock lock(&mu_);
+    stats_.lower_ms += lower_ms;
+    if (hit) {
       ++stats_.lower_hits;
       return absl::OkStatus();
     }
+    ++stats_.lower_misses;
   }
-  ASSIGN_OR_RETURN(CompiledKernel compiled, CompileWithNvrtc(source, arch_));
-  if (lower_ != nullptr) lower_->Store(key, compiled.cubin);
-  entry.cubin = std::move(compiled.cubin);
+  absl::StatusOr<CompiledKernel> compiled = CompileWithNvrtc(source, arch_);
+  if (!compiled.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++stats_.compile_failures;
+    return compiled.status();
+  }
+  entry.binary = KernelBinary{.name = source.name,
+                              .arch = arch_,
+                              .cubin = std::move(compiled->cubin),
+                              .ptx = std::move(compiled->ptx)};
+  double lower_ms = 0;
+  if (lower_ != nullptr) {
+    const auto start = std::chrono::steady_clock::now();
+    lower_->Store(key, *entry.binary);
+    lower_ms = MsSince(start);
+  }
   absl::MutexLock lock(&mu_);
   ++stats_.compiles;
-  stats_.compile_ms += compiled.compile_ms;
+  stats_.compile_ms += compiled->compile_ms;
+  stats_.lower_ms += lower_ms;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelBinary> KernelStore::GetBinary(const KernelSource& source) {
+  const std::string key = Key(source, arch_);
+  Entry& entry = EntryFor(key);
+  absl::MutexLock entry_lock(&entry.mu);
+  RETURN_IF_ERROR(EnsureBinary(source, key, entry));
+  return *entry.binary;
+}
+
+absl::Status KernelStore::Prefetch(absl::Span<const KernelSource> sources) {
+  std::vector<absl::Status> statuses(sources.size());
+  ParallelFor(static_cast<int64_t>(sources.size()), HardwareThreads(), [&](int64_t i) {
+    const KernelSource& source = sources[i];
+    const std::string key = Key(source, arch_);
+    Entry& entry = EntryFor(key);
+    absl::MutexLock entry_lock(&entry.mu);
+    statuses[i] = EnsureBinary(source, key, entry);
+  });
+  for (absl::Status& status : statuses) RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 
 absl::StatusOr<CUfunction> KernelStore::GetFunction(const KernelSource& source) {
   const std::string key = Key(source, arch_);
-  Entry* entry = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    std::unique_ptr<Entry>& slot = entries_[key];
-    if (slot == nullptr) slot = std::make_unique<Entry>();
-    entry = slot.get();
-  }
+  Entry& entry = EntryFor(key);
   // Held across the compile: a second request for this kernel waits here instead of compiling
   // it again; other kernels only share mu_, which is never held for long.
-  absl::MutexLock entry_lock(&entry->mu);
-  if (entry->function != nullptr) {
+  absl::MutexLock entry_lock(&entry.mu);
+  if (entry.function != nullptr) {
     absl::MutexLock lock(&mu_);
     ++stats_.memory_hits;
-    return entry->function;
+    return entry.function;
   }
-  if (!entry->cubin.has_value()) RETURN_IF_ERROR(ObtainCubin(source, key, *entry));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.memory_misses;
+  }
+  RETURN_IF_ERROR(EnsureBinary(source, key, entry));
 
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Module> loaded = Module::Create(*entry->cubin);
+  absl::StatusOr<Module> loaded = Module::Create(entry.binary->cubin);
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         absl::StrCat("kernel '", source.name, "': ", loaded.status().message()));
@@ -162,8 +233,8 @@ absl::StatusOr<CUfunction> KernelStore::GetFunction(const KernelSource& source) 
   Module module = *std::move(loaded);
   ASSIGN_OR_RETURN(CUfunction function, module.Function(source.name));
   const double load_ms = MsSince(start);
-  entry->module = std::move(module);
-  entry->function = function;
+  entry.module = std::move(module);
+  entry.function = function;
   absl::MutexLock lock(&mu_);
   ++stats_.loads;
   stats_.load_ms += load_ms;

@@ -1,9 +1,12 @@
-// The kernel store: CUDA C++ source -> NVRTC -> CUBIN -> loaded function, each step done once.
+// The kernel store: CUDA C++ source -> NVRTC -> CUBIN (and PTX) -> loaded function, each step
+// done once.
 //
-// Lookup goes down through layers and fills the ones above on the way back:
+// Lookup goes down through layers, fastest first, and fills the ones above on the way back:
 //   function table (this process, this context) -> CUBIN kept in memory -> lower layer
-//   (optional CubinLayer, e.g. the on-disk cache) -> NVRTC.
-// Entries are keyed by a SHA-256 of everything that changes the CUBIN (see Key()).
+//   (optional CubinLayer, e.g. the on-disk DiskCache) -> NVRTC.
+// Entries are keyed by a SHA-256 of everything that changes the CUBIN (see Key()). Prefetch()
+// fills the CUBIN layer for many kernels on parallel threads, so that a cold start compiles them
+// at once; loading modules stays on the thread that asks for functions.
 #ifndef REPRISE_SRC_RUNTIME_KERNEL_STORE_H_
 #define REPRISE_SRC_RUNTIME_KERNEL_STORE_H_
 
@@ -20,6 +23,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "src/runtime/kernel_binary.h"
 #include "src/runtime/owners.h"
 
 namespace reprise::runtime {
@@ -32,24 +37,34 @@ struct KernelSource {
 
 struct CompiledKernel {
   std::string cubin;
+  std::string ptx;
   std::string log;  // NVRTC's log; warnings, if any.
   double compile_ms = 0;
 };
 
-// Compiles `source` to a CUBIN for `arch` (e.g. "sm_90") with IEEE-exact math (no
+// Compiles `source` to a CUBIN and PTX for `arch` (e.g. "sm_90") with IEEE-exact math (no
 // --use_fast_math), C++17 and the source's options. Needs no GPU. kInvalidArgument, with the
 // kernel name and NVRTC's log in the message, when the source does not compile.
 absl::StatusOr<CompiledKernel> CompileWithNvrtc(const KernelSource& source, absl::string_view arch);
 
-// A store of CUBINs below the in-process one, typically on disk and shared between processes.
+// A store of compiled kernels (CUBIN and PTX) below the in-process one, typically on disk and
+// shared between processes.
 // Implementations must be thread-safe and must never return an entry they cannot vouch for.
 class CubinLayer {
  public:
   virtual ~CubinLayer() = default;
-  // The CUBIN stored under `key`, or nullopt on a miss or an entry that failed its checks.
-  virtual std::optional<std::string> Find(absl::string_view key) = 0;
+  // The binary stored under `key`, or nullopt on a miss or an entry that failed its checks.
+  virtual std::optional<KernelBinary> Find(absl::string_view key) = 0;
   // Best effort: a failure to store only costs a later compile.
-  virtual void Store(absl::string_view key, absl::string_view cubin) = 0;
+  virtual void Store(absl::string_view key, const KernelBinary& binary) = 0;
+
+  struct Stats {
+    int64_t corrupt_discarded = 0;  // Entries that failed their checks and were deleted.
+    int64_t stores = 0;
+    int64_t store_failures = 0;
+    int64_t pruned = 0;  // Entries removed to keep the layer under its size cap.
+  };
+  virtual Stats stats() const { return {}; }
 };
 
 // Serves one CUDA context: functions are loaded into the context current at the first request
@@ -67,17 +82,39 @@ class KernelStore {
   // kInvalidArgument (see CompileWithNvrtc) and are retried on the next request.
   absl::StatusOr<CUfunction> GetFunction(const KernelSource& source);
 
+  // Obtains the CUBIN of every source (from memory, the lower layer or NVRTC) on up to
+  // HardwareThreads() threads, without loading anything: needs no GPU and no current context.
+  // Every source is attempted; the error returned is the first failing source's, in order.
+  absl::Status Prefetch(absl::Span<const KernelSource> sources);
+
+  // The CUBIN and PTX of `source`, obtained as Prefetch does.
+  absl::StatusOr<KernelBinary> GetBinary(const KernelSource& source);
+
+  // Hits and misses per layer, top down. A GetFunction counts at the function table, and on a
+  // miss there at the CUBIN layer; Prefetch and GetBinary start at the CUBIN layer. A CUBIN miss
+  // goes to the lower layer (if any), and a miss there to NVRTC.
   struct Stats {
-    int64_t memory_hits = 0;  // Requests answered by the function table.
-    int64_t lower_hits = 0;   // CUBINs found in the lower layer.
-    int64_t compiles = 0;     // NVRTC compilations that succeeded.
-    int64_t loads = 0;        // Modules loaded.
-    double compile_ms = 0;
+    int64_t memory_hits = 0;    // Function table: requests answered with a loaded function.
+    int64_t memory_misses = 0;  // Function table: requests that had to load a module.
+    int64_t cubin_hits = 0;     // CUBINs already in this process.
+    int64_t cubin_misses = 0;
+    int64_t lower_hits = 0;  // CUBINs found in the lower layer (the disk).
+    int64_t lower_misses = 0;
+    int64_t compiles = 0;          // NVRTC compilations that succeeded.
+    int64_t compile_failures = 0;  // NVRTC compilations that failed.
+    int64_t loads = 0;             // Modules loaded.
+    // Lower-layer entries that failed their checks and were deleted (then compiled again).
+    int64_t corrupt_discarded = 0;
+    int64_t lower_store_failures = 0;
+    double compile_ms = 0;  // Summed over compiles, which may run in parallel.
+    double lower_ms = 0;    // Time spent in the lower layer's Find and Store.
     double load_ms = 0;
   };
   Stats stats() const;
 
   const std::string& arch() const { return arch_; }
+  // The lower layer, or null.
+  const CubinLayer* lower() const { return lower_.get(); }
 
   // Hex SHA-256 over a length-prefixed encoding of the store's format version, the NVRTC
   // version, `arch`, the kernel name, each option and the code.
@@ -86,13 +123,15 @@ class KernelStore {
  private:
   struct Entry {
     absl::Mutex mu;
-    std::optional<std::string> cubin ABSL_GUARDED_BY(mu);
+    std::optional<KernelBinary> binary ABSL_GUARDED_BY(mu);
     std::optional<Module> module ABSL_GUARDED_BY(mu);
     CUfunction function ABSL_GUARDED_BY(mu) = nullptr;
   };
 
-  // Fills entry.cubin from the lower layer or NVRTC.
-  absl::Status ObtainCubin(const KernelSource& source, const std::string& key, Entry& entry)
+  // The entry for `key`, created empty on first use.
+  Entry& EntryFor(const std::string& key);
+  // Fills entry.binary, if empty, from the lower layer or NVRTC; counts at the CUBIN layer down.
+  absl::Status EnsureBinary(const KernelSource& source, const std::string& key, Entry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(entry.mu);
 
   const std::string arch_;

@@ -7,7 +7,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/runtime/device.h"
+#include "src/runtime/disk_cache.h"
 #include "src/runtime/owners.h"
+#include "tests/cpu/cache_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise::runtime {
@@ -69,6 +71,50 @@ TEST_F(KernelStoreTest, LaunchedKernelComputesAxpy) {
   for (int i = 0; i < kN; ++i) {
     ASSERT_FLOAT_EQ(out[i], a * x[i] + y[i]) << "at " << i;
   }
+}
+
+TEST_F(KernelStoreTest, PrefetchedKernelLoadsWithoutCompiling) {
+  KernelStore store(device_.ArchFlag());
+  REPRISE_ASSERT_OK(store.Prefetch({Axpy()}));
+  REPRISE_ASSERT_OK(store.GetFunction(Axpy()).status());
+  const KernelStore::Stats stats = store.stats();
+  EXPECT_EQ(stats.compiles, 1);
+  EXPECT_EQ(stats.cubin_hits, 1);  // GetFunction found the prefetched CUBIN.
+  EXPECT_EQ(stats.memory_misses, 1);
+  EXPECT_EQ(stats.loads, 1);
+}
+
+TEST_F(KernelStoreTest, KernelFromTheDiskLoadsAndRuns) {
+  testing::ScopedTempDir dir;
+  {
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto disk, DiskCache::Open({.dir = dir.path()}));
+    KernelStore first(device_.ArchFlag(), std::move(disk));
+    REPRISE_ASSERT_OK(first.Prefetch({Axpy()}));
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto disk, DiskCache::Open({.dir = dir.path()}));
+  KernelStore store(device_.ArchFlag(), std::move(disk));
+  REPRISE_ASSERT_OK_AND_ASSIGN(CUfunction function, store.GetFunction(Axpy()));
+  EXPECT_EQ(store.stats().compiles, 0);
+  EXPECT_EQ(store.stats().lower_hits, 1);
+
+  constexpr int kN = 256;
+  std::vector<float> x(kN, 2.0f), y(kN, 1.0f);
+  REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dx, DeviceBuffer::Create(kN * sizeof(float)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dy, DeviceBuffer::Create(kN * sizeof(float)));
+  REPRISE_ASSERT_OK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+  REPRISE_ASSERT_OK(cudaMemcpy(dy.data(), y.data(), dy.bytes(), cudaMemcpyHostToDevice));
+  REPRISE_ASSERT_OK_AND_ASSIGN(Stream stream, Stream::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(const DriverApi* driver, Driver());
+  int n = kN;
+  float a = 3.0f;
+  void* x_ptr = dx.data();
+  void* y_ptr = dy.data();
+  void* args[] = {&n, &a, &x_ptr, &y_ptr};
+  REPRISE_ASSERT_OK(
+      driver->launch_kernel(function, 2, 1, 1, 128, 1, 1, 0, stream.get(), args, nullptr));
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+  REPRISE_ASSERT_OK(cudaMemcpy(y.data(), dy.data(), dy.bytes(), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(y[i], 7.0f) << "at " << i;
 }
 
 TEST_F(KernelStoreTest, SecondRequestIsAMemoryHit) {
