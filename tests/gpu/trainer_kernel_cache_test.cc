@@ -53,10 +53,10 @@ TEST(TrainerKernelCacheTest, SecondTrainerLoadsEveryKernelFromDisk) {
   REPRISE_REQUIRE_GPU();
   testing::ScopedTempDir dir;
   ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
-  const int64_t kernels = static_cast<int64_t>(codegen::AllKernels().size());
-
+  // Every generated kernel is prefetched; the plan's fused kernels come on top.
   REPRISE_ASSERT_OK_AND_ASSIGN(TrainerStats cold, CreateTrainerStats());
-  EXPECT_EQ(cold.kernels_compiled, kernels);
+  const int64_t kernels = cold.kernels_compiled;
+  EXPECT_GE(kernels, static_cast<int64_t>(codegen::AllKernels().size()));
   EXPECT_EQ(cold.kernel_disk_hits, 0);
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::VerifyResult stored,
                                runtime::VerifyCacheFolder(dir.path()));
@@ -91,7 +91,7 @@ TEST(TrainerKernelCacheTest, OffLeavesTheDiskAlone) {
   ScopedEnv env("REPRISE_CACHE_DIR", "off");
   REPRISE_ASSERT_OK_AND_ASSIGN(TrainerStats stats, CreateTrainerStats());
   EXPECT_EQ(stats.kernel_disk_hits, 0);
-  EXPECT_EQ(stats.kernels_compiled, static_cast<int64_t>(codegen::AllKernels().size()));
+  EXPECT_GE(stats.kernels_compiled, static_cast<int64_t>(codegen::AllKernels().size()));
 }
 
 }  // namespace
