@@ -1,9 +1,12 @@
 // reprise-bench: ms per training step of a model, for each execution mode, timed with CUDA events
-// after warm-up (median and p90 of many steps). Prints a table; --json writes the numbers.
+// after warm-up (median and p90 of many steps), with the host time of one Step() call, launches
+// per step and device memory. Prints a table; --json writes the numbers; --compare-torch runs
+// tools/bench/torch_mlp.py for the same configuration on the same GPU and prints the ratios.
 //
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -33,13 +36,19 @@ ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "both",
           "on, off or both: run the fuse pass (rows without it say /unfused)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
+ABSL_FLAG(bool, compare_torch, false,
+          "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
 namespace {
 
 struct Result {
   std::string mode;
   double median_ms = 0, p90_ms = 0;
+  double host_us_per_step = 0;  // Median host time of one Step() call.
   int64_t launches = 0, graph_nodes = 0, arena_bytes = 0;
+  int64_t device_bytes = 0;      // Device memory the trainer holds (arena, workspaces, handles).
+  double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
+  int64_t kernels_compiled = 0, kernel_disk_hits = 0;
 };
 
 double Percentile(std::vector<float> v, double q) {
@@ -60,6 +69,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
                                               .depth = absl::GetFlag(FLAGS_depth),
                                               .width = width,
                                               .classes = classes}));
+  ASSIGN_OR_RETURN(const int64_t memory_before, reprise::runtime::DeviceMemoryInUse());
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
@@ -77,13 +87,60 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
   RETURN_IF_ERROR(trainer->SetInput("labels", y));
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
+  // Host cost of Step() alone: the calls only enqueue, so time each call, then drain the queue.
+  std::vector<float> host_us;
+  for (int i = 0; i < std::min(absl::GetFlag(FLAGS_iters), 200); ++i) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(trainer->Step());
+    host_us.push_back(static_cast<float>(absl::ToDoubleMicroseconds(absl::Now() - start)));
+  }
+  RETURN_IF_ERROR(trainer->Synchronize());
+  ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
   return Result{absl::StrCat(reprise::ExecModeName(mode), fuse ? "" : "/unfused"),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
+                Percentile(host_us, 0.5),
                 stats.launches_per_step,
                 stats.graph_nodes,
-                stats.arena_bytes};
+                stats.arena_bytes,
+                memory_after - memory_before,
+                stats.kernel_acquire_ms,
+                stats.kernels_compiled,
+                stats.kernel_disk_hits};
+}
+
+// Runs the PyTorch script for this configuration and prints each of its modes beside reprise's
+// fused graph mode. The script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode.
+absl::Status CompareTorch(double graph_ms) {
+  const std::string command = absl::StrFormat(
+      "python3 tools/bench/torch_mlp.py --depth %d --width %d --batch %d --classes %d --iters %d "
+      "--warmup %d%s 2>&1",
+      absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
+      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
+      absl::GetFlag(FLAGS_tf32) ? " --tf32" : "");
+  std::fprintf(stderr, "reprise-bench: running %s\n", command.c_str());
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::UnavailableError("--compare-torch: cannot start python3");
+  std::printf("\n%-16s %11s %22s\n", "torch mode", "median ms", "reprise graph / torch");
+  char line[1024];
+  bool any = false;
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    char mode[64];
+    double median = 0;
+    const char* at = std::strstr(line, "median_ms=");
+    if (std::strncmp(line, "torch ", 6) != 0 || at == nullptr ||
+        std::sscanf(line + 6, "%63s", mode) != 1 || std::sscanf(at, "median_ms=%lf", &median) != 1)
+      continue;
+    any = true;
+    std::printf("%-16s %11.4f %22.3f\n", mode, median, graph_ms > 0 ? graph_ms / median : 0.0);
+  }
+  const int status = pclose(pipe);
+  if (!any) {
+    return absl::UnavailableError(absl::StrCat(
+        "--compare-torch: tools/bench/torch_mlp.py gave no timings (exit ", status, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Main() {
@@ -105,8 +162,8 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
       absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
-  std::printf("%-16s %12s %12s %14s %10s %12s\n", "mode", "median ms", "p90 ms", "samples/s",
-              "launches", "graph nodes");
+  std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s\n", "mode", "median ms", "p90 ms",
+              "samples/s", "host us", "launches", "graph nodes", "device MiB");
   std::vector<bool> fusions;
   const std::string fusion = absl::GetFlag(FLAGS_fusion);
   if (fusion == "on" || fusion == "both") fusions.push_back(true);
@@ -116,8 +173,11 @@ absl::Status Main() {
         absl::StrCat("--fusion must be on, off or both, not '", fusion, "'"));
   }
   std::vector<std::string> json_results;
+  double graph_ms = 0;
   for (bool fuse : fusions)
     for (reprise::ExecMode mode : modes) {
+      std::fprintf(stderr, "reprise-bench: measuring %s%s ...\n",
+                   std::string(reprise::ExecModeName(mode)).c_str(), fuse ? "" : " unfused");
       ASSIGN_OR_RETURN(Result r, Measure(mode, fuse));
       const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
       std::printf("%-16s %12.4f %12.4f %14.0f %10lld %12lld\n", r.mode.c_str(), r.median_ms,
@@ -128,6 +188,7 @@ absl::Status Main() {
           "\"launches_per_step\": %d, \"graph_nodes\": %d, \"arena_bytes\": %d}",
           r.mode, r.median_ms, r.p90_ms, samples, r.launches, r.graph_nodes, r.arena_bytes));
     }
+  if (absl::GetFlag(FLAGS_compare_torch)) RETURN_IF_ERROR(CompareTorch(graph_ms));
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
     out << absl::StrFormat(

@@ -67,6 +67,7 @@ struct TrainerStats {
   int64_t optimizer_state_bytes = 0;
   int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.
   int64_t workspace_bytes = 0;
+  double kernel_acquire_ms = 0;      // Create's wall time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0;      // NVRTC compiles (cold kernels).
   int64_t kernel_cache_hits = 0;     // Requests answered by the in-process function table.
   double kernel_compile_ms = 0;      // Summed over compiles, which run in parallel.

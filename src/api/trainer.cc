@@ -1,15 +1,22 @@
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
+#include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/disk_cache.h"
 #include "src/util/status_macros.h"
@@ -19,15 +26,42 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
 
-// Every generated kernel, whether or not this plan uses it: lowering asks for kernels node by
-// node, so the plan's own list is not known before it; the whole list is short and compiles
-// (or loads from the disk cache) in parallel.
-std::vector<runtime::KernelSource> KernelsToPrefetch() {
+// Every fixed generated kernel, whether or not this plan uses it, and the plan's fused chains:
+// they compile (or load from the disk cache) in parallel, so lowering finds them all in memory.
+absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph& graph) {
   std::vector<runtime::KernelSource> sources;
   for (const codegen::GeneratedKernel& kernel : codegen::AllKernels()) {
     sources.push_back(ops::ToKernelSource(kernel));
   }
+  for (const codegen::GeneratedKernel& kernel :
+       {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
+    sources.push_back(ops::ToKernelSource(kernel));
+  }
+  for (const Node& node : graph.nodes()) {
+    if (node.op != &ops::FusedPointwiseOp()) continue;
+    ASSIGN_OR_RETURN(runtime::KernelSource source, ops::FusedPointwiseKernel(node));
+    sources.push_back(std::move(source));
+  }
   return sources;
+}
+
+// One kernel store per device and cache folder for the whole process, so a second Trainer finds
+// every kernel already loaded. Never destroyed: its modules live as long as the CUDA context.
+std::shared_ptr<runtime::KernelStore> SharedKernelStore(const runtime::DeviceInfo& device) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* stores =
+      new absl::flat_hash_map<std::string, std::shared_ptr<runtime::KernelStore>>();
+  const runtime::CacheEnvironment env = runtime::CacheEnvironment::FromProcess();
+  const absl::StatusOr<runtime::CacheConfig> config = runtime::ResolveCacheConfig(env);
+  const std::string key = absl::StrCat(
+      device.ordinal, "|", config.ok() ? (config->enabled ? config->dir : "off") : "unusable");
+  absl::MutexLock lock(&mu);
+  std::shared_ptr<runtime::KernelStore>& store = (*stores)[key];
+  if (store == nullptr) {
+    store = std::make_shared<runtime::KernelStore>(device.ArchFlag(),
+                                                   runtime::DiskCacheFromEnvironment(env));
+  }
+  return store;
 }
 
 }  // namespace
@@ -67,7 +101,11 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   }
   RETURN_IF_ERROR(impl->InitDevice());
   RETURN_IF_ERROR(impl->InitPersistentTensors());
-  RETURN_IF_ERROR(impl->kernels_->Prefetch(KernelsToPrefetch()));
+  const absl::Time acquire_start = absl::Now();
+  impl->kernel_stats_at_create_ = impl->kernels_->stats();
+  ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch,
+                   KernelsToPrefetch(impl->plan_.graph()));
+  RETURN_IF_ERROR(impl->kernels_->Prefetch(prefetch));
 
   capture::StepResources res;
   res.device = &impl->device_;
@@ -83,6 +121,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   res.input_staging = impl->staging_->data();
   res.allow_tf32 = options.allow_tf32;
   ASSIGN_OR_RETURN(impl->launches_, capture::LowerPlan(impl->plan_, res));
+  impl->kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
+  impl->kernel_stats_after_create_ = impl->kernels_->stats();
   ASSIGN_OR_RETURN(impl->lanes_, capture::Lanes::Create(impl->launches_));
   if (options.mode == ExecMode::kGraph) {
     ASSIGN_OR_RETURN(
@@ -105,9 +145,7 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
-  kernels_ = std::make_unique<runtime::KernelStore>(
-      device_.ArchFlag(),
-      runtime::DiskCacheFromEnvironment(runtime::CacheEnvironment::FromProcess()));
+  kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
   int lanes = 1;
   for (const passes::ScheduledLaunch& l : plan_.launches) lanes = std::max(lanes, l.lane + 1);
@@ -305,12 +343,15 @@ TrainerStats Trainer::Impl::stats() const {
   s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
   s.activation_peak_bytes = plan_.memory.transient_peak;
   s.workspace_bytes = workspace_.has_value() ? workspace_->bytes() : 0;
-  const runtime::KernelStore::Stats k = kernels_->stats();
-  s.kernels_compiled = k.compiles;
-  s.kernel_cache_hits = k.memory_hits;
-  s.kernel_compile_ms = k.compile_ms;
-  s.kernel_disk_hits = k.lower_hits;
-  s.kernel_cache_corrupt = k.corrupt_discarded;
+  // What this trainer's creation asked of the process-wide store.
+  const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
+  const runtime::KernelStore::Stats& after = kernel_stats_after_create_;
+  s.kernels_compiled = after.compiles - before.compiles;
+  s.kernel_cache_hits = after.memory_hits - before.memory_hits;
+  s.kernel_compile_ms = after.compile_ms - before.compile_ms;
+  s.kernel_disk_hits = after.lower_hits - before.lower_hits;
+  s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
+  s.kernel_acquire_ms = kernel_acquire_ms_;
   return s;
 }
 
@@ -319,13 +360,14 @@ std::string TrainerStats::ToString() const {
       "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d "
       "on %d lane(s) | "
       "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
-      "%.2f MiB | kernels compiled %d (%.0f ms), cache hits %d, disk hits %d, corrupt entries "
-      "discarded %d",
+      "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk hits "
+      "%d, "
+      "corrupt entries discarded %d",
       steps, graph_captures, graph_instantiations, graph_replays, graph_nodes, launches_per_step,
       lanes, arena_bytes / 1048576.0, parameter_bytes / 1048576.0,
       optimizer_state_bytes / 1048576.0, activation_peak_bytes / 1048576.0,
-      workspace_bytes / 1048576.0, kernels_compiled, kernel_compile_ms, kernel_cache_hits,
-      kernel_disk_hits, kernel_cache_corrupt);
+      workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled, kernel_compile_ms,
+      kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt);
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------

@@ -58,7 +58,9 @@ class Trainer::Impl {
   std::optional<runtime::Stream> stream_;
   std::optional<runtime::Event> step_done_;
   std::optional<runtime::LtHandle> lt_;
-  std::unique_ptr<runtime::KernelStore> kernels_;
+  std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
+  runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
+  double kernel_acquire_ms_ = 0;
   std::optional<runtime::DeviceBuffer> arena_;
   std::optional<runtime::DeviceBuffer> workspace_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.

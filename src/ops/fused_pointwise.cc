@@ -170,6 +170,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx
 
 }  // namespace
 
+absl::StatusOr<runtime::KernelSource> FusedPointwiseKernel(const Node& node) {
+  ASSIGN_OR_RETURN(PointwiseProgram program, PointwiseProgram::FromAttrs(node.attrs));
+  return ToKernelSource(
+      codegen::FusedPointwise(KernelSpec(program, static_cast<int>(node.inputs.size()))));
+}
+
 Attrs PointwiseProgram::ToAttrs() const {
   std::vector<std::string> steps_text;
   for (const Step& step : steps) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "reprise/graph.h"
 #include "src/ir/op_def.h"
+#include "src/runtime/kernel_store.h"
 
 namespace reprise::ops {
 
@@ -28,6 +29,9 @@ struct PointwiseProgram {
 };
 
 const ir::OpDef& FusedPointwiseOp();
+
+// The kernel a fused_pointwise node lowers to, so that it can be compiled ahead of lowering.
+absl::StatusOr<runtime::KernelSource> FusedPointwiseKernel(const Node& node);
 
 }  // namespace reprise::ops
 
