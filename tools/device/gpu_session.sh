@@ -19,12 +19,25 @@ if [[ $what == tests || $what == all ]]; then
   save
 fi
 if [[ $what == bench || $what == all ]]; then
+  # Kernel acquisition: cold (empty cache folder), warm (a new process over the filled folder);
+  # hot is the second mode of one process (the process-wide store), e.g. bulked after sync.
+  kc=$(mktemp -d)
+  for phase in cold warm; do
+    REPRISE_CACHE_DIR=$kc reprise-bench --depth 8 --width 256 --batch 32 --iters 10 --warmup 5 \
+      --mode all --fusion on --json "$out/kernels_$phase.json" 2>&1 | grep -E 'acquired' | sed "s/^/$phase: /"
+  done
   for cfg in "8 256 32" "4 1024 256"; do
     set -- $cfg
-    reprise-bench --depth "$1" --width "$2" --batch "$3" --iters 1000 --warmup 100 \
-      --json "$out/reprise_d$1_w$2_b$3.json" 2>&1 | tail -n 5
-    python3 tools/bench/torch_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 \
-      --json "$out/torch_d$1_w$2_b$3.json" 2>&1 | grep -E '^torch|rror' | tail -n 5
+    for tf32 in "" "--tf32"; do
+      tag="d$1_w$2_b$3${tf32:+_tf32}"
+      reprise-bench --depth "$1" --width "$2" --batch "$3" --iters 1000 --warmup 100 $tf32 \
+        --json "$out/reprise_$tag.json" 2>/dev/null | tail -n 7
+      reprise-bench --depth "$1" --width "$2" --batch "$3" --iters 1000 --warmup 100 $tf32 \
+        --mode graph --fusion on --lanes 1 --json "$out/reprise_lanes1_$tag.json" 2>/dev/null | tail -n 1
+      python3 tools/bench/torch_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 $tf32 \
+        --json "$out/torch_$tag.json" 2>&1 | grep -E '^torch|rror' | tail -n 5
+      save
+    done
     python3 tools/bench/jax_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 \
       --json "$out/jax_d$1_w$2_b$3.json" 2>&1 | grep -E '^jax|rror' | tail -n 3
     save
