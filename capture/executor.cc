@@ -109,12 +109,13 @@ absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t str
   return absl::OkStatus();
 }
 
-absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunch> launches,
-                                                   const Lanes& lanes, cudaStream_t stream) {
+absl::StatusOr<runtime::Graph> CapturedStep::Record(
+    absl::Span<const LoweredLaunch> launches, const Lanes& lanes, cudaStream_t stream,
+    std::vector<std::vector<cudaGraphNode_t>>& launch_nodes) {
   RETURN_IF_ERROR(
       runtime::CudaStatus(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
                           "cudaStreamBeginCapture", "capture of the training step"));
-  std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
+  launch_nodes.clear();
   absl::Status recorded = lanes.Run(launches, stream, /*sync_each=*/false, &launch_nodes);
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &raw);
@@ -125,6 +126,13 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
   }
   RETURN_IF_ERROR(
       runtime::CudaStatus(ended, "cudaStreamEndCapture", "capture of the training step"));
+  return graph;
+}
+
+absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunch> launches,
+                                                   const Lanes& lanes, cudaStream_t stream) {
+  std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
+  ASSIGN_OR_RETURN(runtime::Graph graph, Record(launches, lanes, stream, launch_nodes));
   size_t num_nodes = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "captured step"));
@@ -132,6 +140,56 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
   CapturedStep step(std::move(graph), std::move(exec), static_cast<int64_t>(num_nodes));
   step.launch_nodes_ = std::move(launch_nodes);
   return step;
+}
+
+absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
+                                     cudaStream_t stream) {
+  std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
+  ASSIGN_OR_RETURN(runtime::Graph graph, Record(launches, lanes, stream, launch_nodes));
+  ++captures_;
+  size_t num_nodes = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
+                                      "cudaGraphGetNodes", "re-captured step"));
+  cudaGraphExecUpdateResultInfo info = {};
+  if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
+    // The executable keeps naming its nodes by the graph it was instantiated from, so that graph
+    // stays (its copy destinations, which SetCopySource looks up, are unchanged).
+    ++exec_updates_;
+    return absl::OkStatus();
+  }
+  (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
+  ASSIGN_OR_RETURN(exec_, runtime::GraphExec::Create(graph));
+  ++instantiations_;
+  graph_ = std::move(graph);
+  launch_nodes_ = std::move(launch_nodes);
+  num_nodes_ = static_cast<int64_t>(num_nodes);
+  return absl::OkStatus();
+}
+
+absl::Status CapturedStep::SetCopySource(void* destination, const void* source, size_t bytes) {
+  size_t count = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph_.get(), nullptr, &count),
+                                      "cudaGraphGetNodes", "binding update"));
+  std::vector<cudaGraphNode_t> nodes(count);
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph_.get(), nodes.data(), &count),
+                                      "cudaGraphGetNodes", "binding update"));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType",
+                                        "binding update"));
+    if (type != cudaGraphNodeTypeMemcpy) continue;
+    cudaMemcpy3DParms params = {};
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphMemcpyNodeGetParams(node, &params),
+                                        "cudaGraphMemcpyNodeGetParams", "binding update"));
+    if (params.dstPtr.ptr != destination) continue;
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), node, destination,
+                                                               source, bytes, cudaMemcpyDefault),
+                            "cudaGraphExecMemcpyNodeSetParams1D", "binding update"));
+    ++node_updates_;
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError("no copy node of the captured step writes that input");
 }
 
 absl::Status CapturedStep::Replay(cudaStream_t stream) {

@@ -54,6 +54,20 @@ class CapturedStep {
   // One launch of the whole step.
   absl::Status Replay(cudaStream_t stream);
 
+  // Records `launches` again after a change of topology (a binding added or removed) and brings
+  // the executable graph up to date: in place with cudaGraphExecUpdate when the driver accepts
+  // it, else by instantiating anew. Each path is counted.
+  absl::Status Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
+                         cudaStream_t stream);
+  // Points the captured copy into `destination` at a new source, in the executable graph itself:
+  // no capture, no instantiation. NotFound if no copy node writes `destination`.
+  absl::Status SetCopySource(void* destination, const void* source, size_t bytes);
+
+  int64_t exec_updates() const { return exec_updates_; }
+  int64_t instantiations() const { return instantiations_; }
+  int64_t node_updates() const { return node_updates_; }
+  int64_t captures() const { return captures_; }
+
   int64_t num_nodes() const { return num_nodes_; }
   int64_t replays() const { return replays_; }
   const runtime::Graph& graph() const { return graph_; }
@@ -63,11 +77,16 @@ class CapturedStep {
  private:
   CapturedStep(runtime::Graph graph, runtime::GraphExec exec, int64_t num_nodes)
       : graph_(std::move(graph)), exec_(std::move(exec)), num_nodes_(num_nodes) {}
+  // Records the step into a new graph; `launch_nodes` gets each launch's last nodes.
+  static absl::StatusOr<runtime::Graph> Record(
+      absl::Span<const LoweredLaunch> launches, const Lanes& lanes, cudaStream_t stream,
+      std::vector<std::vector<cudaGraphNode_t>>& launch_nodes);
   runtime::Graph graph_;
   std::vector<std::vector<cudaGraphNode_t>> launch_nodes_;
   runtime::GraphExec exec_;
   int64_t num_nodes_ = 0;
   int64_t replays_ = 0;
+  int64_t captures_ = 1, instantiations_ = 1, exec_updates_ = 0, node_updates_ = 0;
 };
 
 }  // namespace reprise::capture

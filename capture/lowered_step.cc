@@ -1,33 +1,46 @@
 #include "capture/lowered_step.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::capture {
-namespace {
-
-// One host-to-device copy of the whole input region: batches and scalars change between steps
-// by rewriting the pinned staging, which the copy (eager or captured) reads when it runs.
-class InputCopy : public ops::GpuKernel {
- public:
-  InputCopy(void* device, const void* host, size_t bytes)
-      : device_(device), host_(host), bytes_(bytes) {}
-  absl::Status Launch(cudaStream_t stream) const override {
-    return runtime::CudaStatus(
-        cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync",
-        "node 'copy_inputs'");
+absl::Status InputCopy::Launch(cudaStream_t stream) const {
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
+                          "cudaMemcpyAsync", "node 'copy_inputs'"));
+  for (const Bound& b : bound_) {
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaMemcpyAsync(b.slot, b.source, b.bytes, cudaMemcpyDefault, stream),
+                            "cudaMemcpyAsync", "node 'copy_inputs' (bound input)"));
   }
-  std::string Describe() const override { return absl::StrCat("memcpy H2D ", bytes_, " bytes"); }
+  return absl::OkStatus();
+}
 
- private:
-  void* device_;
-  const void* host_;
-  size_t bytes_;
-};
+std::string InputCopy::Describe() const {
+  std::string text = absl::StrCat("memcpy H2D ", bytes_, " bytes");
+  if (!bound_.empty()) absl::StrAppend(&text, " + ", bound_.size(), " bound input copies");
+  return text;
+}
 
-}  // namespace
+void InputCopy::Bind(void* slot, const void* source, size_t bytes) {
+  auto it =
+      std::find_if(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.slot == slot; });
+  if (source == nullptr) {
+    if (it != bound_.end()) bound_.erase(it);
+  } else if (it != bound_.end()) {
+    it->source = source;
+  } else {
+    bound_.push_back({slot, source, bytes});
+  }
+}
+
+bool InputCopy::IsBound(const void* slot) const {
+  return std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.slot == slot; });
+}
 
 absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                                                      const StepResources& res) {

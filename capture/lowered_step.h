@@ -26,6 +26,31 @@ struct StepResources {
   std::vector<void*> lane_workspaces;
 };
 
+// Launch 0 of every lowered step: one host-to-device copy of the whole input region from the
+// pinned staging (batches and scalars change by rewriting the staging), then one copy per input
+// bound to memory the caller owns (device or pinned host), which overwrites that input's slot.
+class InputCopy : public ops::GpuKernel {
+ public:
+  InputCopy(void* device, const void* host, size_t bytes)
+      : device_(device), host_(host), bytes_(bytes) {}
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;
+  // Copies `bytes` from `source` into `slot` after the staging copy; nullptr removes the binding.
+  void Bind(void* slot, const void* source, size_t bytes);
+  bool IsBound(const void* slot) const;
+
+ private:
+  struct Bound {
+    void* slot;
+    const void* source;
+    size_t bytes;
+  };
+  void* device_;
+  const void* host_;
+  size_t bytes_;
+  std::vector<Bound> bound_;  // In binding order, so re-captures keep the same node order.
+};
+
 struct LoweredLaunch {
   std::string node_name;
   int lane = 0;
@@ -33,7 +58,8 @@ struct LoweredLaunch {
   std::unique_ptr<ops::GpuKernel> kernel;
 };
 
-// Compiles every kernel and picks every cuBLASLt algorithm now, so running needs neither.
+// Compiles every kernel and picks every cuBLASLt algorithm now, so running needs neither. Launch 0
+// is always an InputCopy.
 absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                                                      const StepResources& resources);
 

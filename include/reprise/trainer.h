@@ -59,8 +59,10 @@ struct TrainerStats {
   int64_t graph_replays = 0;
   int64_t graph_captures = 0;
   int64_t graph_instantiations = 0;
-  int64_t graph_nodes = 0;        // Nodes in the captured CUDA graph (0 before capture).
-  int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
+  int64_t graph_exec_updates = 0;  // Re-captures applied in place by cudaGraphExecUpdate.
+  int64_t graph_node_updates = 0;  // Bindings patched into the executable graph's copy nodes.
+  int64_t graph_nodes = 0;         // Nodes in the captured CUDA graph (0 before capture).
+  int64_t launches_per_step = 0;   // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
@@ -93,6 +95,22 @@ class Trainer {
   absl::Status SetInput(absl::string_view name, absl::Span<const float> data);
   absl::Status SetInput(absl::string_view name, absl::Span<const int32_t> data);
   absl::Status SetLearningRate(float learning_rate);
+
+  // Zero-copy input: the engine's own pinned host buffer for input `name`, which the next Step()
+  // copies to the device; write the batch straight into it. Waits until no queued step still
+  // reads it. Valid for the Trainer's life. NotFound / InvalidArgument (wrong dtype) as SetInput;
+  // no label range check is made on data written this way.
+  absl::StatusOr<absl::Span<float>> InputBuffer(absl::string_view name);
+  absl::StatusOr<absl::Span<int32_t>> InputBufferInt32(absl::string_view name);
+
+  // Binds input `name` to memory the caller owns: from now on each Step() copies the input from
+  // `data` (device memory of this Trainer's GPU, or pinned host memory; `bytes` must be the
+  // input's size), read when the step runs. The caller keeps it valid and unchanged until the
+  // step is done. Rebinding to another pointer patches the captured graph in place; the first
+  // binding of an input (and unbinding, with nullptr) re-captures, counted in stats().
+  // InvalidArgument for a wrong size or pageable host memory, NotFound for an unknown name. Labels
+  // read this way are not range-checked (the data is read on the device).
+  absl::Status BindInput(absl::string_view name, const void* data, size_t bytes);
 
   // Runs one training step. Asynchronous: it returns once the step is queued.
   absl::Status Step();

@@ -129,8 +129,6 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
         capture::CapturedStep step,
         capture::CapturedStep::Capture(impl->launches_, *impl->lanes_, impl->stream_->get()));
     impl->captured_.emplace(std::move(step));
-    ++impl->graph_captures_;
-    ++impl->graph_instantiations_;
   }
   return impl;
 }
@@ -203,10 +201,9 @@ absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
 
 absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
                                      DType dtype) {
-  auto id = plan_.graph().FindNode(name);
-  if (!id.ok() || plan_.graph().node(*id).op != &ir::InputOp()) {
-    return absl::NotFoundError(absl::StrCat("no input named '", name, "'"));
-  }
+  ASSIGN_OR_RETURN(const int32_t input, FindInput(name));
+  RETURN_IF_ERROR(CheckNotBound(input));
+  const int32_t* id = &input;
   const TensorSpec& spec = plan_.graph().node(*id).outputs[0];
   if (spec.dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
@@ -328,8 +325,10 @@ TrainerStats Trainer::Impl::stats() const {
   s.steps = steps_;
   if (captured_.has_value()) {
     s.graph_replays = captured_->replays();
-    s.graph_captures = graph_captures_;
-    s.graph_instantiations = graph_instantiations_;
+    s.graph_captures = captured_->captures();
+    s.graph_instantiations = captured_->instantiations();
+    s.graph_exec_updates = captured_->exec_updates();
+    s.graph_node_updates = captured_->node_updates();
     s.graph_nodes = captured_->num_nodes();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
@@ -357,17 +356,19 @@ TrainerStats Trainer::Impl::stats() const {
 
 std::string TrainerStats::ToString() const {
   return absl::StrFormat(
-      "steps %d | graph: captures %d, instantiations %d, replays %d, nodes %d | launches/step %d "
+      "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
+      "replays %d, nodes %d | launches/step %d "
       "on %d lane(s) | "
       "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
       "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk hits "
       "%d, "
       "corrupt entries discarded %d",
-      steps, graph_captures, graph_instantiations, graph_replays, graph_nodes, launches_per_step,
-      lanes, arena_bytes / 1048576.0, parameter_bytes / 1048576.0,
-      optimizer_state_bytes / 1048576.0, activation_peak_bytes / 1048576.0,
-      workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled, kernel_compile_ms,
-      kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt);
+      steps, graph_captures, graph_instantiations, graph_exec_updates, graph_node_updates,
+      graph_replays, graph_nodes, launches_per_step, lanes, arena_bytes / 1048576.0,
+      parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
+      activation_peak_bytes / 1048576.0, workspace_bytes / 1048576.0, kernel_acquire_ms,
+      kernels_compiled, kernel_compile_ms, kernel_cache_hits, kernel_disk_hits,
+      kernel_cache_corrupt);
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------
@@ -409,6 +410,21 @@ absl::Status Trainer::SetInput(absl::string_view name, absl::Span<const int32_t>
 }
 absl::Status Trainer::SetLearningRate(float learning_rate) {
   return SetInput(autodiff::kLearningRate, absl::MakeConstSpan(&learning_rate, 1));
+}
+absl::StatusOr<absl::Span<float>> Trainer::InputBuffer(absl::string_view name) {
+  ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kFloat32));
+  ASSIGN_OR_RETURN(int32_t id, impl_->plan().graph().FindNode(name));
+  return absl::MakeSpan(static_cast<float*>(data),
+                        impl_->plan().graph().node(id).outputs[0].NumElements());
+}
+absl::StatusOr<absl::Span<int32_t>> Trainer::InputBufferInt32(absl::string_view name) {
+  ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kInt32));
+  ASSIGN_OR_RETURN(int32_t id, impl_->plan().graph().FindNode(name));
+  return absl::MakeSpan(static_cast<int32_t*>(data),
+                        impl_->plan().graph().node(id).outputs[0].NumElements());
+}
+absl::Status Trainer::BindInput(absl::string_view name, const void* data, size_t bytes) {
+  return impl_->BindInput(name, data, bytes);
 }
 absl::Status Trainer::Step() { return impl_->Step(); }
 absl::Status Trainer::Synchronize() { return impl_->Synchronize(); }

@@ -25,6 +25,8 @@ class Trainer::Impl {
                                                       const TrainOptions& options);
 
   absl::Status SetInput(absl::string_view name, const void* data, size_t count, DType dtype);
+  absl::StatusOr<void*> InputBuffer(absl::string_view name, DType dtype);
+  absl::Status BindInput(absl::string_view name, const void* data, size_t bytes);
   absl::Status Step();
   absl::Status Synchronize();
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
@@ -51,6 +53,11 @@ class Trainer::Impl {
   // Waits until no queued step still reads the input staging or writes the arena.
   absl::Status WaitForLastStep();
   absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
+  // The input node called `name`, or NotFound.
+  absl::StatusOr<int32_t> FindInput(absl::string_view name) const;
+  void* InputSlot(int32_t input) const;  // The input's place in the arena.
+  // FailedPrecondition if the input is bound to caller memory (SetInput would be overwritten).
+  absl::Status CheckNotBound(int32_t input) const;
 
   TrainOptions options_;
   passes::Plan plan_;
@@ -74,8 +81,6 @@ class Trainer::Impl {
   };
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   int64_t steps_ = 0;
-  int64_t graph_captures_ = 0;
-  int64_t graph_instantiations_ = 0;
   bool step_queued_ = false;
 };
 

@@ -1,0 +1,83 @@
+// Trainer::Impl's input bindings: the engine's own staging as a zero-copy buffer, and inputs
+// bound to memory the caller owns, patched into the captured graph without re-instantiating.
+#include "absl/strings/str_cat.h"
+#include "src/api/trainer_impl.h"
+#include "src/ir/op_def.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise {
+
+absl::StatusOr<int32_t> Trainer::Impl::FindInput(absl::string_view name) const {
+  auto id = plan_.graph().FindNode(name);
+  if (!id.ok() || plan_.graph().node(*id).op != &ir::InputOp()) {
+    return absl::NotFoundError(absl::StrCat("no input named '", name, "'"));
+  }
+  return *id;
+}
+
+void* Trainer::Impl::InputSlot(int32_t id) const {
+  return static_cast<char*>(arena_->data()) + plan_.memory.Find({id, 0})->offset;
+}
+
+absl::Status Trainer::Impl::CheckNotBound(int32_t id) const {
+  const auto* copy = static_cast<const capture::InputCopy*>(launches_[0].kernel.get());
+  if (!copy->IsBound(InputSlot(id))) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("input '", plan_.graph().node(id).name,
+                   "' is bound to caller memory (BindInput); unbind it with nullptr first"));
+}
+
+absl::StatusOr<void*> Trainer::Impl::InputBuffer(absl::string_view name, DType dtype) {
+  ASSIGN_OR_RETURN(const int32_t id, FindInput(name));
+  RETURN_IF_ERROR(CheckNotBound(id));
+  const TensorSpec& spec = plan_.graph().node(id).outputs[0];
+  if (spec.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                   "; asked for a ", DTypeName(dtype), " buffer"));
+  }
+  RETURN_IF_ERROR(WaitForLastStep());
+  const passes::Buffer* b = plan_.memory.Find({id, 0});
+  return static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset);
+}
+
+absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, size_t bytes) {
+  ASSIGN_OR_RETURN(const int32_t id, FindInput(name));
+  const TensorSpec& spec = plan_.graph().node(id).outputs[0];
+  if (data != nullptr) {
+    if (static_cast<int64_t>(bytes) != spec.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                     " (", spec.bytes(), " bytes); bound ", bytes,
+                                                     " bytes"));
+    }
+    cudaPointerAttributes attributes = {};
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaPointerGetAttributes(&attributes, data),
+                                        "cudaPointerGetAttributes",
+                                        absl::StrCat("binding input '", name, "'")));
+    const bool device_here =
+        attributes.type == cudaMemoryTypeDevice && attributes.device == device_.ordinal;
+    const bool reachable = device_here || attributes.type == cudaMemoryTypeHost ||
+                           attributes.type == cudaMemoryTypeManaged;
+    if (!reachable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", name, "': bind device memory of GPU ", device_.ordinal,
+          " or pinned host memory (cudaHostAlloc/cudaHostRegister); this pointer is ",
+          attributes.type == cudaMemoryTypeDevice ? "on another GPU" : "pageable host memory"));
+    }
+  }
+  RETURN_IF_ERROR(WaitForLastStep());
+  auto* copy = static_cast<capture::InputCopy*>(launches_[0].kernel.get());
+  void* slot = InputSlot(id);
+  const bool was_bound = copy->IsBound(slot);
+  copy->Bind(slot, data, static_cast<size_t>(spec.bytes()));
+  if (!captured_.has_value()) return absl::OkStatus();  // Eager modes read the binding as they run.
+  if (was_bound && data != nullptr &&
+      captured_->SetCopySource(slot, data, static_cast<size_t>(spec.bytes())).ok()) {
+    return absl::OkStatus();
+  }
+  // A new or removed copy, or a source the node cannot be switched to (another memory type).
+  (void)cudaGetLastError();
+  return captured_->Recapture(launches_, *lanes_, stream_->get());
+}
+
+}  // namespace reprise
