@@ -36,6 +36,12 @@ class Trainer::Impl {
   TrainerStats stats() const;
   const passes::Plan& plan() const { return plan_; }
   Value loss() const { return plan_.training.loss; }
+  // For dumps (src/api/model_dump.h): the lowered launches, and the captured step in
+  // ExecMode::kGraph (null otherwise).
+  absl::Span<const capture::LoweredLaunch> launches() const { return launches_; }
+  const capture::CapturedStep* captured_step() const {
+    return captured_.has_value() ? &*captured_ : nullptr;
+  }
 
  private:
   Impl(TrainOptions options, passes::Plan plan)
