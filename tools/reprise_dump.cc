@@ -1,70 +1,69 @@
-// reprise-dump: prints a model's graph at a stage of compilation, with no GPU needed.
-//   reprise-dump --model mlp --depth 2 --width 64 --stage ir|training|plan
-// This first version writes text; other formats and the captured CUDA graph come later and are
-// refused with a clear message until then.
+// reprise-dump: a model's graph at a stage of compilation, for reading and for other tools.
+//   reprise-dump --model mlp --depth 2 --width 64 --stage ir|training|plan|cuda-graph
+//                --format text|json|dot|svg [-o FILE] [--fuse=true|false] [--lanes 1|2]
+// ir, training and plan need no GPU; cuda-graph captures the step on one. The work is
+// DumpModel (src/api/model_dump.h); this file only maps flags onto its request.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_cat.h"
-#include "reprise/reprise.h"
-#include "src/autodiff/autodiff.h"
-#include "src/passes/plan.h"
-#include "src/util/status_macros.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "src/api/model_dump.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp");
 ABSL_FLAG(int, depth, 2, "hidden layers (mlp)");
 ABSL_FLAG(int, width, 64, "hidden width and input features (mlp)");
 ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
-ABSL_FLAG(std::string, stage, "plan", "ir, training or plan");
-ABSL_FLAG(std::string, format, "text", "text");
-ABSL_FLAG(int, lanes, 2, "1 or 2 lanes (stage plan)");
-ABSL_FLAG(bool, fuse, true, "run the fuse pass before planning (stage plan)");
-
-namespace {
-
-absl::StatusOr<std::string> Dump() {
-  if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
-  }
-  if (absl::GetFlag(FLAGS_format) != "text") {
-    return absl::UnimplementedError(absl::StrCat("--format ", absl::GetFlag(FLAGS_format),
-                                                 " is not implemented yet; use --format text"));
-  }
-  ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
-                   reprise::models::BuildMlp({.batch = absl::GetFlag(FLAGS_batch),
-                                              .input_features = absl::GetFlag(FLAGS_width),
-                                              .depth = absl::GetFlag(FLAGS_depth),
-                                              .width = absl::GetFlag(FLAGS_width),
-                                              .classes = absl::GetFlag(FLAGS_classes)}));
-  const std::string stage = absl::GetFlag(FLAGS_stage);
-  if (stage == "ir") return mlp.graph.ToString();
-  ASSIGN_OR_RETURN(reprise::autodiff::TrainingGraph training,
-                   reprise::autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
-  if (stage == "training") return training.graph.ToString();
-  if (stage == "plan") {
-    ASSIGN_OR_RETURN(reprise::passes::Plan plan,
-                     reprise::passes::BuildPlan(
-                         std::move(training), {},
-                         {.fuse = absl::GetFlag(FLAGS_fuse), .lanes = absl::GetFlag(FLAGS_lanes)}));
-    return reprise::passes::PlanToString(plan);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown --stage '", stage, "': expected ir, training or plan"));
-}
-
-}  // namespace
+ABSL_FLAG(std::string, stage, "plan", "ir, training, plan or cuda-graph (needs a GPU)");
+ABSL_FLAG(std::string, format, "text",
+          "text, json (schema: docs/dump_schema.md), dot, or svg (needs Graphviz 'dot')");
+ABSL_FLAG(std::string, o, "", "write the dump to this file instead of standard output");
+ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
+ABSL_FLAG(int, lanes, 2, "1 or 2 lanes (stages plan and cuda-graph)");
+ABSL_FLAG(bool, cuda_debug_dot, false,
+          "with --stage cuda-graph --format dot: CUDA's own DOT (cudaGraphDebugDotPrint), "
+          "annotated in comments, instead of reprise's");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<std::string> text = Dump();
-  if (!text.ok()) {
-    std::fprintf(stderr, "reprise-dump: %s\n", text.status().ToString().c_str());
+  absl::SetProgramUsageMessage(
+      "reprise-dump --model mlp [--depth N --width N --batch N --classes N] "
+      "--stage ir|training|plan|cuda-graph --format text|json|dot|svg [-o FILE] [--fuse=false]");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "reprise-dump: unexpected argument(s): %s\n",
+                 absl::StrJoin(rest.begin() + 1, rest.end(), " ").c_str());
     return 1;
   }
-  std::fputs(text->c_str(), stdout);
+  reprise::DumpRequest request;
+  request.model = absl::GetFlag(FLAGS_model);
+  request.mlp = {.batch = absl::GetFlag(FLAGS_batch),
+                 .input_features = absl::GetFlag(FLAGS_width),
+                 .depth = absl::GetFlag(FLAGS_depth),
+                 .width = absl::GetFlag(FLAGS_width),
+                 .classes = absl::GetFlag(FLAGS_classes)};
+  request.stage = absl::GetFlag(FLAGS_stage);
+  request.format = absl::GetFlag(FLAGS_format);
+  request.fuse = absl::GetFlag(FLAGS_fuse);
+  request.lanes = absl::GetFlag(FLAGS_lanes);
+  request.output = absl::GetFlag(FLAGS_o);
+  request.cuda_debug_dot = absl::GetFlag(FLAGS_cuda_debug_dot);
+
+  absl::StatusOr<std::string> text = reprise::DumpModel(request);
+  absl::Status status = text.status();
+  if (status.ok()) {
+    if (request.output.empty() || request.output == "-") {
+      std::fputs(text->c_str(), stdout);
+    } else {
+      status = reprise::WriteDump(request.output, *text);
+    }
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "reprise-dump: %s\n", status.ToString().c_str());
+    return 1;
+  }
   return 0;
 }

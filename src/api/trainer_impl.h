@@ -37,7 +37,8 @@ class Trainer::Impl {
   std::vector<std::string> ParameterNames() const;
   TrainerStats stats() const;
   const passes::Plan& plan() const { return plan_; }
-  // For tests and dumps: the lowered launches and, in graph mode, the captured step.
+  // For tests and dumps (src/api/model_dump.h): the lowered launches and, in ExecMode::kGraph, the
+  // captured step (null otherwise).
   const std::vector<capture::LoweredLaunch>& launches() const { return launches_; }
   const capture::CapturedStep* captured() const {
     return captured_.has_value() ? &*captured_ : nullptr;

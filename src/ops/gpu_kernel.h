@@ -29,6 +29,9 @@ class GpuKernel {
   virtual absl::Status Launch(cudaStream_t stream) const = 0;
   // One line for dumps and error messages: what runs and with which launch shape.
   virtual std::string Describe() const = 0;
+  // Names of the NVRTC kernels one Launch() runs, in order; empty for library calls (cuBLASLt) and
+  // copies, whose kernels are not ours to name. Dumps match them to captured CUDA graph nodes.
+  virtual std::vector<std::string> GeneratedKernelNames() const { return {}; }
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.
@@ -72,6 +75,7 @@ class NvrtcKernel : public GpuKernel {
                                                            unsigned shared_bytes, KernelArgs args);
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
+  std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
 
  private:
   NvrtcKernel() = default;

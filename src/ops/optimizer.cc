@@ -120,6 +120,13 @@ class LaunchSequence : public GpuKernel {
       absl::StrAppend(&out, out.empty() ? "" : "; ", part->Describe());
     return out;
   }
+  std::vector<std::string> GeneratedKernelNames() const override {
+    std::vector<std::string> names;
+    for (const auto& part : parts_) {
+      for (std::string& name : part->GeneratedKernelNames()) names.push_back(std::move(name));
+    }
+    return names;
+  }
 
  private:
   std::vector<std::unique_ptr<GpuKernel>> parts_;

@@ -1,0 +1,151 @@
+#include "src/api/model_dump.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "capture/graph_dump.h"
+#include "src/api/captured_step_dump.h"
+#include "src/autodiff/autodiff.h"
+#include "src/passes/plan.h"
+#include "src/passes/plan_dump.h"
+#include "src/util/status_macros.h"
+
+namespace reprise {
+namespace {
+
+constexpr DumpStage kStages[] = {DumpStage::kIr, DumpStage::kTraining, DumpStage::kPlan,
+                                 DumpStage::kCudaGraph};
+
+bool IsStandardOutput(const std::string& path) { return path.empty() || path == "-"; }
+
+// Whether `path` could be opened for writing, without creating or truncating it.
+absl::Status CheckWritable(const std::string& path) {
+  if (IsStandardOutput(path)) return absl::OkStatus();
+  struct stat info;
+  if (stat(path.c_str(), &info) == 0) {
+    if (S_ISDIR(info.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("-o '", path, "' is a directory"));
+    }
+    if (access(path.c_str(), W_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-o '", path, "' is not writable: ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o '", path, "': directory '", dir, "' does not exist"));
+  }
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o '", path, "': directory '", dir, "' is not writable: ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DumpCudaGraph(const models::Mlp& mlp, const DumpRequest& request,
+                                          passes::DumpFormat format) {
+  TrainOptions options;
+  options.fuse = request.fuse;
+  options.lanes = request.lanes;
+  ASSIGN_OR_RETURN(CapturedStepDump step,
+                   CaptureStepForDump(mlp.graph, mlp.loss, options, request.cuda_debug_dot));
+  if (request.cuda_debug_dot) return step.cuda_debug_dot;
+  return capture::FormatCudaGraph(step.plan, step.graph, format);
+}
+
+}  // namespace
+
+absl::string_view DumpStageName(DumpStage stage) {
+  switch (stage) {
+    case DumpStage::kIr:
+      return "ir";
+    case DumpStage::kTraining:
+      return "training";
+    case DumpStage::kPlan:
+      return "plan";
+    case DumpStage::kCudaGraph:
+      return "cuda-graph";
+  }
+  return "?";
+}
+
+absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
+  for (DumpStage s : kStages) {
+    if (name == DumpStageName(s)) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --stage '", name, "': expected ir, training, plan or cuda-graph"));
+}
+
+absl::Status ValidateDumpRequest(const DumpRequest& request) {
+  if (request.model != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --model '", request.model, "': expected mlp"));
+  }
+  ASSIGN_OR_RETURN(DumpStage stage, ParseDumpStage(request.stage));
+  ASSIGN_OR_RETURN(passes::DumpFormat format, passes::ParseDumpFormat(request.format));
+  if (request.cuda_debug_dot &&
+      (stage != DumpStage::kCudaGraph || format != passes::DumpFormat::kDot)) {
+    return absl::InvalidArgumentError(
+        "--cuda_debug_dot needs --stage cuda-graph --format dot (it is CUDA's own DOT)");
+  }
+  if (request.lanes < 1 || request.lanes > 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--lanes must be 1 or 2, got ", request.lanes));
+  }
+  RETURN_IF_ERROR(CheckWritable(request.output));
+  RETURN_IF_ERROR(passes::CheckFormatAvailable(format));
+  if (stage == DumpStage::kCudaGraph) return CheckDeviceForCapture();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
+  RETURN_IF_ERROR(ValidateDumpRequest(request));
+  ASSIGN_OR_RETURN(DumpStage stage, ParseDumpStage(request.stage));
+  ASSIGN_OR_RETURN(passes::DumpFormat format, passes::ParseDumpFormat(request.format));
+  ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp(request.mlp));
+  switch (stage) {
+    case DumpStage::kIr:
+      return passes::DumpForward(mlp.graph, mlp.loss, format);
+    case DumpStage::kTraining: {
+      ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
+                       autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
+      return passes::DumpTraining(training, format);
+    }
+    case DumpStage::kPlan: {
+      ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
+                       autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
+      ASSIGN_OR_RETURN(passes::Plan plan,
+                       passes::BuildPlan(std::move(training), {}, {.fuse = request.fuse, .lanes = request.lanes}));
+      return passes::DumpPlan(plan, format);
+    }
+    case DumpStage::kCudaGraph:
+      return DumpCudaGraph(mlp, request, format);
+  }
+  return absl::InvalidArgumentError("unknown dump stage");
+}
+
+absl::Status WriteDump(const std::string& path, absl::string_view text) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
+  }
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) {
+    return absl::InternalError(
+        absl::StrCat("cannot write '", path, "': ", strerror(written ? errno : write_errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace reprise

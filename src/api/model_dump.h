@@ -1,0 +1,51 @@
+// reprise-dump as a library: builds a ready model, takes it to the asked stage of compilation and
+// dumps it in the asked format (src/passes/plan_dump.h for ir, training and plan; the captured CUDA
+// graph through captured_step_dump.h). The tool maps its flags onto DumpRequest one to one, so the
+// tests check the very validation a user meets.
+//
+//   ASSIGN_OR_RETURN(std::string json, DumpModel({.stage = "plan", .format = "json"}));
+#ifndef REPRISE_SRC_API_MODEL_DUMP_H_
+#define REPRISE_SRC_API_MODEL_DUMP_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "reprise/models.h"
+
+namespace reprise {
+
+enum class DumpStage : uint8_t { kIr, kTraining, kPlan, kCudaGraph };
+
+absl::string_view DumpStageName(DumpStage stage);  // "ir", "training", "plan", "cuda-graph"
+// InvalidArgument naming the unknown stage and the known ones.
+absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name);
+
+struct DumpRequest {
+  std::string model = "mlp";  // The only ready model so far.
+  models::MlpConfig mlp;
+  std::string stage = "plan";   // ir, training, plan or cuda-graph.
+  std::string format = "text";  // text, json, dot or svg.
+  bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).
+  int lanes = 2;                // 1 or 2 (stages plan and cuda-graph).
+  std::string output;           // -o: the file to write; empty or "-" for standard output.
+  bool cuda_debug_dot = false;  // cuda-graph in dot: CUDA's own DOT instead of reprise's.
+};
+
+// Checks `request` before anything is built: InvalidArgument for an unknown model, stage or
+// format, an option that does not fit the stage, or an output path that cannot be written;
+// FailedPrecondition for svg without Graphviz and for the cuda-graph stage without a GPU. Each
+// message names the flag.
+absl::Status ValidateDumpRequest(const DumpRequest& request);
+
+// Validates `request`, builds the model and returns the dump's text (the caller writes it).
+absl::StatusOr<std::string> DumpModel(const DumpRequest& request);
+
+// Writes `text` to `path`; Internal, naming the path and the system's reason, when it cannot.
+absl::Status WriteDump(const std::string& path, absl::string_view text);
+
+}  // namespace reprise
+
+#endif  // REPRISE_SRC_API_MODEL_DUMP_H_

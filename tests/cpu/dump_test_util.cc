@@ -1,0 +1,29 @@
+#include "tests/cpu/dump_test_util.h"
+
+#include <cstdlib>
+#include <utility>
+
+namespace reprise::testing {
+
+MlpStages SmallMlpStages(bool fuse, int lanes) {
+  MlpStages s;
+  s.mlp = models::BuildMlp(kSmallMlp).value();
+  s.training = autodiff::BuildTrainingGraph(s.mlp.graph, s.mlp.loss, {}).value();
+  s.plan = passes::BuildPlan(s.training, {}, {.fuse = fuse, .lanes = lanes}).value();
+  return s;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  setenv(name, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_.has_value()) {
+    setenv(name_.c_str(), old_->c_str(), 1);
+  } else {
+    unsetenv(name_.c_str());
+  }
+}
+
+}  // namespace reprise::testing

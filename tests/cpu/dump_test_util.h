@@ -1,0 +1,40 @@
+// What the dump tests share: the small MLP (depth 2, width 8) at every host-side stage, and a way
+// to run a test with another PATH (to hide Graphviz).
+#ifndef REPRISE_TESTS_CPU_DUMP_TEST_UTIL_H_
+#define REPRISE_TESTS_CPU_DUMP_TEST_UTIL_H_
+
+#include <optional>
+#include <string>
+
+#include "reprise/models.h"
+#include "src/autodiff/autodiff.h"
+#include "src/passes/plan.h"
+
+namespace reprise::testing {
+
+inline constexpr models::MlpConfig kSmallMlp = {
+    .batch = 32, .input_features = 8, .depth = 2, .width = 8, .classes = 10};
+
+struct MlpStages {
+  models::Mlp mlp;                   // Stage ir.
+  autodiff::TrainingGraph training;  // Stage training.
+  passes::Plan plan;                 // Stage plan (fused unless asked not to).
+};
+MlpStages SmallMlpStages(bool fuse = true, int lanes = 2);
+
+// Sets an environment variable for the life of the object, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace reprise::testing
+
+#endif  // REPRISE_TESTS_CPU_DUMP_TEST_UTIL_H_

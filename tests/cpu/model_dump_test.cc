@@ -1,0 +1,142 @@
+// reprise-dump's library: each request the tool can make, and the clear error for each bad one
+// (unknown model, stage or format; an option that does not fit; an output that cannot be written;
+// svg without Graphviz; the cuda-graph stage without a GPU).
+#include "src/api/model_dump.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/passes/plan_dump.h"
+#include "src/runtime/device.h"
+#include "src/util/graphviz.h"
+#include "tests/cpu/dump_test_util.h"
+#include "tests/cpu/json_reader.h"
+
+namespace reprise {
+namespace {
+
+using ::reprise::testing::kSmallMlp;
+using ::reprise::testing::MlpStages;
+using ::reprise::testing::ScopedEnv;
+using ::reprise::testing::SmallMlpStages;
+using ::testing::HasSubstr;
+
+DumpRequest SmallRequest(std::string stage, std::string format) {
+  DumpRequest r;
+  r.mlp = kSmallMlp;
+  r.stage = std::move(stage);
+  r.format = std::move(format);
+  return r;
+}
+
+void ExpectError(const DumpRequest& request, absl::StatusCode code, absl::string_view text) {
+  const absl::Status validated = ValidateDumpRequest(request);
+  EXPECT_EQ(validated.code(), code) << validated;
+  EXPECT_THAT(validated.message(), HasSubstr(text));
+  EXPECT_EQ(DumpModel(request).status(), validated);  // DumpModel validates first.
+}
+
+TEST(ModelDumpTest, ParsesEveryStageByName) {
+  for (DumpStage s :
+       {DumpStage::kIr, DumpStage::kTraining, DumpStage::kPlan, DumpStage::kCudaGraph}) {
+    auto parsed = ParseDumpStage(DumpStageName(s));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, s);
+  }
+}
+
+TEST(ModelDumpTest, TextOfEachHostStageIsTheStagesText) {
+  const MlpStages s = SmallMlpStages();
+  EXPECT_EQ(DumpModel(SmallRequest("ir", "text")).value(), s.mlp.graph.ToString());
+  EXPECT_EQ(DumpModel(SmallRequest("training", "text")).value(), s.training.graph.ToString());
+  EXPECT_EQ(DumpModel(SmallRequest("plan", "text")).value(), passes::PlanToString(s.plan));
+  DumpRequest unfused = SmallRequest("plan", "text");
+  unfused.fuse = false;
+  EXPECT_EQ(DumpModel(unfused).value(), passes::PlanToString(SmallMlpStages(false).plan));
+}
+
+TEST(ModelDumpTest, EveryHostStageDumpsInJsonAndDot) {
+  for (const char* stage : {"ir", "training", "plan"}) {
+    SCOPED_TRACE(stage);
+    auto json = DumpModel(SmallRequest(stage, "json"));
+    ASSERT_TRUE(json.ok()) << json.status();
+    auto parsed = testing::ParseJson(*json);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ((*parsed)["stage"].string, stage);
+    EXPECT_EQ((*parsed)["parameter_count"].integer, 234);
+    auto dot = DumpModel(SmallRequest(stage, "dot"));
+    ASSERT_TRUE(dot.ok()) << dot.status();
+    EXPECT_THAT(*dot, HasSubstr("digraph reprise {"));
+  }
+}
+
+TEST(ModelDumpTest, UnknownModelStageAndFormatAreNamed) {
+  DumpRequest model = SmallRequest("plan", "text");
+  model.model = "resnet";
+  ExpectError(model, absl::StatusCode::kInvalidArgument, "unknown --model 'resnet'");
+  ExpectError(SmallRequest("lowered", "text"), absl::StatusCode::kInvalidArgument,
+              "unknown --stage 'lowered': expected ir, training, plan or cuda-graph");
+  ExpectError(SmallRequest("plan", "png"), absl::StatusCode::kInvalidArgument,
+              "unknown --format 'png'");
+}
+
+TEST(ModelDumpTest, UnwritableOutputIsNamed) {
+  DumpRequest missing_dir = SmallRequest("plan", "json");
+  missing_dir.output = "/nonexistent-reprise-test-dir/plan.json";
+  ExpectError(missing_dir, absl::StatusCode::kInvalidArgument,
+              "directory '/nonexistent-reprise-test-dir' does not exist");
+  DumpRequest directory = SmallRequest("plan", "json");
+  directory.output = ::testing::TempDir();
+  ExpectError(directory, absl::StatusCode::kInvalidArgument, "is a directory");
+}
+
+TEST(ModelDumpTest, WritesTheDumpToTheOutputFile) {
+  DumpRequest request = SmallRequest("ir", "json");
+  request.output = ::testing::TempDir() + "/reprise_model_dump_test.json";
+  ASSERT_TRUE(ValidateDumpRequest(request).ok());
+  auto text = DumpModel(request);
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_TRUE(WriteDump(request.output, *text).ok());
+  std::ifstream in(request.output);
+  std::stringstream read;
+  read << in.rdbuf();
+  EXPECT_EQ(read.str(), *text);
+  std::remove(request.output.c_str());
+}
+
+TEST(ModelDumpTest, SvgWithoutGraphvizIsAClearError) {
+  ScopedEnv path("PATH", "/nonexistent-reprise-test-dir");
+  ExpectError(SmallRequest("plan", "svg"), absl::StatusCode::kFailedPrecondition,
+              "Graphviz 'dot' not found on PATH; use --format dot");
+}
+
+TEST(ModelDumpTest, SvgWithGraphvizIsRendered) {
+  if (util::FindDotProgram().empty()) GTEST_SKIP() << "Graphviz 'dot' is not on PATH";
+  auto svg = DumpModel(SmallRequest("plan", "svg"));
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_THAT(*svg, HasSubstr("<svg"));
+}
+
+TEST(ModelDumpTest, CudaDebugDotOnlyFitsTheCudaGraphStageInDot) {
+  DumpRequest request = SmallRequest("plan", "dot");
+  request.cuda_debug_dot = true;
+  ExpectError(request, absl::StatusCode::kInvalidArgument,
+              "--cuda_debug_dot needs --stage cuda-graph --format dot");
+}
+
+TEST(ModelDumpTest, CudaGraphStageWithoutAGpuIsAFailedPrecondition) {
+  absl::StatusOr<int> devices = runtime::VisibleDeviceCount();
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  if (*devices > 0) GTEST_SKIP() << "a GPU is visible; tests/gpu/graph_dump_gpu_test.cc covers it";
+  ExpectError(SmallRequest("cuda-graph", "text"), absl::StatusCode::kFailedPrecondition,
+              "--stage cuda-graph needs a CUDA device and none is visible");
+}
+
+}  // namespace
+}  // namespace reprise
