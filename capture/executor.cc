@@ -181,7 +181,12 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
     cudaMemcpy3DParms params = {};
     RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphMemcpyNodeGetParams(node, &params),
                                         "cudaGraphMemcpyNodeGetParams", "binding update"));
-    if (params.dstPtr.ptr != destination) continue;
+    // The staging copy may start at the same address; bound copies alone are cudaMemcpyDefault
+    // copies of exactly one input.
+    if (params.dstPtr.ptr != destination || params.kind != cudaMemcpyDefault ||
+        params.extent.width != bytes) {
+      continue;
+    }
     RETURN_IF_ERROR(
         runtime::CudaStatus(cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), node, destination,
                                                                source, bytes, cudaMemcpyDefault),

@@ -59,8 +59,9 @@ class CapturedStep {
   // it, else by instantiating anew. Each path is counted.
   absl::Status Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
                          cudaStream_t stream);
-  // Points the captured copy into `destination` at a new source, in the executable graph itself:
-  // no capture, no instantiation. NotFound if no copy node writes `destination`.
+  // Points the captured bound-input copy (a cudaMemcpyDefault copy of `bytes`) into
+  // `destination` at a new source, in the executable graph itself: no capture, no instantiation.
+  // NotFound if no such copy node writes `destination`.
   absl::Status SetCopySource(void* destination, const void* source, size_t bytes);
 
   int64_t exec_updates() const { return exec_updates_; }

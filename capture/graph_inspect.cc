@@ -143,8 +143,9 @@ LaunchSignature SignatureOf(const LoweredLaunch& launch) {
   return s;
 }
 
-absl::StatusOr<CudaGraphDump> InspectCudaGraph(cudaGraph_t graph,
-                                               absl::Span<const LoweredLaunch> launches) {
+absl::StatusOr<CudaGraphDump> InspectCudaGraph(
+    cudaGraph_t graph, absl::Span<const LoweredLaunch> launches,
+    absl::Span<const std::vector<cudaGraphNode_t>> launch_last_nodes) {
   const std::string context = "reading the captured step's CUDA graph";
   size_t num_nodes = 0;
   CUDA_RETURN_IF_ERROR(cudaGraphGetNodes(graph, nullptr, &num_nodes), context);
@@ -176,6 +177,37 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(cudaGraph_t graph,
     edges.emplace_back(f->second, t->second);
   }
   const std::vector<int> position = CaptureOrder(n, edges);
+  // Exact owners from the capture's record of where each launch ended (index in creation order).
+  std::vector<int> owner(n, -1);
+  if (launch_last_nodes.size() == launches.size()) {
+    std::vector<std::vector<int>> predecessors(n);
+    for (const auto& [f, t] : edges) predecessors[t].push_back(f);
+    std::vector<bool> last(n, false);
+    for (const auto& ends : launch_last_nodes) {
+      for (cudaGraphNode_t h : ends) {
+        if (auto it = created.find(h); it != created.end()) last[it->second] = true;
+      }
+    }
+    for (size_t l = 0; l < launch_last_nodes.size(); ++l) {
+      std::vector<int> todo;
+      for (cudaGraphNode_t h : launch_last_nodes[l]) {
+        auto it = created.find(h);
+        if (it != created.end() && owner[it->second] < 0) {
+          owner[it->second] = static_cast<int>(l);
+          todo.push_back(it->second);
+        }
+      }
+      while (!todo.empty()) {
+        const int node = todo.back();
+        todo.pop_back();
+        for (int p : predecessors[node]) {
+          if (last[p] || owner[p] >= 0) continue;
+          owner[p] = static_cast<int>(l);
+          todo.push_back(p);
+        }
+      }
+    }
+  }
 
   CudaGraphDump dump;
   for (const LoweredLaunch& launch : launches) dump.launches.push_back(SignatureOf(launch));
@@ -193,7 +225,10 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(cudaGraph_t graph,
     t = position[t];
   }
   std::sort(edges.begin(), edges.end());
-  const std::vector<NodeOrigin> origins = AttributeNodes(nodes, dump.launches);
+  std::vector<NodeOrigin> origins = AttributeNodes(nodes, dump.launches);
+  for (int i = 0; i < n; ++i) {
+    if (owner[i] >= 0) origins[position[i]] = {owner[i], Attribution::kExact, {}};
+  }
   for (int i = 0; i < n; ++i) dump.nodes.push_back({std::move(nodes[i]), origins[i]});
   dump.edges = std::move(edges);
   return dump;

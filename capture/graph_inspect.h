@@ -26,9 +26,12 @@ LaunchSignature SignatureOf(const LoweredLaunch& launch);
 // The nodes of `graph` in capture order (creation order where that is topological, as stream
 // capture makes it; otherwise a topological order that keeps it as far as it can), their edges,
 // and each node's launch among `launches` (the sequence that was captured). A kernel whose name
-// the driver does not give has an empty kernel_name.
-absl::StatusOr<CudaGraphDump> InspectCudaGraph(cudaGraph_t graph,
-                                               absl::Span<const LoweredLaunch> launches);
+// the driver does not give has an empty kernel_name. With `launch_last_nodes` (what capture saw
+// each launch end with, CapturedStep::launch_nodes()), every node is attributed exactly: a launch
+// owns its last nodes and every node before them back to another launch's last nodes.
+absl::StatusOr<CudaGraphDump> InspectCudaGraph(
+    cudaGraph_t graph, absl::Span<const LoweredLaunch> launches,
+    absl::Span<const std::vector<cudaGraphNode_t>> launch_last_nodes = {});
 
 // CUDA's own DOT of `graph` (every debug flag on), written by cudaGraphDebugDotPrint to a temporary
 // file and read back. CUDA names its nodes its own way, so the annotation is a `//` comment block

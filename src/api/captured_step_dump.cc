@@ -34,7 +34,8 @@ absl::StatusOr<CapturedStepDump> CaptureStepForDump(const Graph& graph, Value lo
     return absl::InternalError("the trainer was built in graph mode but captured no step");
   }
   CapturedStepDump dump;
-  ASSIGN_OR_RETURN(dump.graph, capture::InspectCudaGraph(step->graph().get(), trainer->launches()));
+  ASSIGN_OR_RETURN(dump.graph, capture::InspectCudaGraph(step->graph().get(), trainer->launches(),
+                                                         step->launch_nodes()));
   if (cuda_debug_dot) {
     ASSIGN_OR_RETURN(dump.cuda_debug_dot,
                      capture::CudaGraphDebugDot(step->graph().get(), dump.graph));
