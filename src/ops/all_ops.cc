@@ -1,3 +1,4 @@
+#include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 
 namespace reprise::ops {
@@ -11,7 +12,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &ColumnSumOp(),
           &SoftmaxCrossEntropyOp(),
           &SoftmaxCrossEntropyGradOp(),
-          &SgdMomentumOp()};
+          &SgdMomentumOp(),
+          &MlpTrainStepOp()};
 }
 
 }  // namespace reprise::ops
