@@ -8,9 +8,10 @@
 //   [3] learning_rate f32 []         [4] momentum f32 []      [5] weight_decay f32 []
 //   [6 + 4l + 0..3] for l = 0..L-1:  W_l f32 [out_l, in_l] (in_0 = F, in_l = out_{l-1}),
 //                                    b_l f32 [out_l], velocity of W_l, velocity of b_l
-//   [6 + 4L] barrier i32 [64]: zero-initialised state for the kernel's grid barrier ([0] arrival
-//            count, [32] generation). Every launch leaves the count at 0, so it is never reset;
-//            launches sharing one barrier tensor must not overlap in time.
+//   [6 + 4L] barrier i32 [64]: zero-initialised state of the kernel's grid barrier. Word 0: bit 31
+//            flips at every grid barrier, the low 31 bits count arrivals and are 0 again after
+//            each, so the state is never reset by the host and serves every later launch (of any
+//            grid). Words 1..63 are reserved. Launches sharing one barrier must not overlap.
 // outputs: [0] loss f32 [] (mean softmax cross-entropy of the step's starting weights)
 //          [1] logits f32 [B, C] (C = out_{L-1})
 //          [2] workspace f32 [n]: activations and gradients (MlpTrainStepWorkspaceFloats).
@@ -18,10 +19,15 @@
 //
 // GPU limits (kUnimplemented from the lowering, and from CheckMlpTrainStepSupported without a
 // GPU): f32 only; batch and every width at most 65536; every weight matrix and the workspace
-// under 2^31 elements; the last layer's whole W_{L-1} (C x (in_{L-1} rounded up to 4, + 4 when
-// that is a multiple of 32) floats) plus a few rows must fit in one block's shared memory (227 KB
-// on an H100: e.g. C <= 200 classes for 256 inputs, <= 50 for 1024). Other shapes run, with
-// reductions chunked through shared memory.
+// under 2^31 elements; the whole of W_{L-1} (C rows of in_{L-1} floats, padded) plus a row of
+// activations must fit in one block's shared memory: with an H100's 227 KB, at most 219 classes
+// for 256 inputs to the last layer, 55 for 1024, 13 for 4096. Every other shape runs; larger
+// reductions are chunked through shared memory.
+//
+// Speed (H100, median per CUDA-graph replay, this kernel alone): MLP 8x256 batch 32, 10 classes:
+// 61.6 us (the unfused cuBLASLt graph: 233 us). MLP 4x1024 batch 256: 396 us, which is slower
+// than the unfused graph (373 us): its tiles re-read operands from L2 and run on CUDA cores at
+// about a fifth of fp32 peak. Fuse small MLPs; leave large ones to cuBLASLt.
 #ifndef REPRISE_SRC_OPS_MLP_STEP_H_
 #define REPRISE_SRC_OPS_MLP_STEP_H_
 
