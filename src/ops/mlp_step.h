@@ -25,7 +25,7 @@
 // reductions are chunked through shared memory.
 //
 // Speed (H100, median per CUDA-graph replay, this kernel alone): MLP 8x256 batch 32, 10 classes:
-// 61.6 us (the unfused cuBLASLt graph: 233 us). MLP 4x1024 batch 256: 396 us, which is slower
+// 60-62 us (the unfused cuBLASLt graph: 233 us). MLP 4x1024 batch 256: 396 us, which is slower
 // than the unfused graph (373 us): its tiles re-read operands from L2 and run on CUDA cores at
 // about a fifth of fp32 peak. Fuse small MLPs; leave large ones to cuBLASLt.
 #ifndef REPRISE_SRC_OPS_MLP_STEP_H_
