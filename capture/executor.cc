@@ -50,16 +50,17 @@ absl::Status Lanes::Run(absl::Span<const LoweredLaunch> launches, cudaStream_t o
                         bool sync_each,
                         std::vector<std::vector<cudaGraphNode_t>>* last_nodes) const {
   const char* kWhere = "lane fork/join";
-  if (fork_.has_value()) {
-    RETURN_IF_ERROR(
-        runtime::CudaStatus(cudaEventRecord(fork_->get(), origin), "cudaEventRecord", kWhere));
-    for (const runtime::Stream& s : streams_) {
-      RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamWaitEvent(s.get(), fork_->get(), 0),
-                                          "cudaStreamWaitEvent", kWhere));
-    }
-  }
   for (size_t i = 0; i < launches.size(); ++i) {
     const LoweredLaunch& launch = launches[i];
+    // The other lanes fork after launch 0, the input copy, which any launch may read.
+    if (i == 1 && fork_.has_value()) {
+      RETURN_IF_ERROR(
+          runtime::CudaStatus(cudaEventRecord(fork_->get(), origin), "cudaEventRecord", kWhere));
+      for (const runtime::Stream& s : streams_) {
+        RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamWaitEvent(s.get(), fork_->get(), 0),
+                                            "cudaStreamWaitEvent", kWhere));
+      }
+    }
     if (launch.lane >= count()) {
       return absl::InternalError(absl::StrCat("launch '", launch.node_name, "' is on lane ",
                                               launch.lane, " of ", count()));

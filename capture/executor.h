@@ -18,8 +18,9 @@
 namespace reprise::capture {
 
 // The streams of lanes 1, 2, ... and the events that order a step's launches across lanes. Lane
-// 0 is the caller's stream: the step forks from it and joins back into it, so whatever follows
-// on that stream sees the whole step done.
+// 0 is the caller's stream: the other lanes fork from it after launch 0 (the input copy, which
+// any launch may read) and join back into it at the end, so whatever follows on that stream sees
+// the whole step done.
 class Lanes {
  public:
   static absl::StatusOr<Lanes> Create(absl::Span<const LoweredLaunch> launches);

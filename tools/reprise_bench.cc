@@ -33,8 +33,9 @@ ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 concurrent lanes");
-ABSL_FLAG(std::string, fusion, "both",
-          "on, off or both: run the fuse pass (rows without it say /unfused)");
+ABSL_FLAG(std::string, fusion, "all",
+          "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
+          "kernel), off, or all three; rows say /per-layer and /unfused");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
@@ -56,7 +57,12 @@ double Percentile(std::vector<float> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
+enum class Fusion { kOn, kPerLayer, kOff };
+absl::string_view FusionSuffix(Fusion f) {
+  return f == Fusion::kOn ? "" : f == Fusion::kPerLayer ? "/per-layer" : "/unfused";
+}
+
+absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   if (absl::GetFlag(FLAGS_model) != "mlp") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
@@ -73,7 +79,8 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.fuse = fuse;
+  options.fuse = fusion != Fusion::kOff;
+  options.whole_step = fusion == Fusion::kOn;
   options.lanes = absl::GetFlag(FLAGS_lanes);
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
@@ -97,7 +104,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, bool fuse) {
   RETURN_IF_ERROR(trainer->Synchronize());
   ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
-  return Result{absl::StrCat(reprise::ExecModeName(mode), fuse ? "" : "/unfused"),
+  return Result{absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion)),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
                 Percentile(host_us, 0.5),
@@ -164,20 +171,22 @@ absl::Status Main() {
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB");
-  std::vector<bool> fusions;
+  std::vector<Fusion> fusions;
   const std::string fusion = absl::GetFlag(FLAGS_fusion);
-  if (fusion == "on" || fusion == "both") fusions.push_back(true);
-  if (fusion == "off" || fusion == "both") fusions.push_back(false);
+  if (fusion == "on" || fusion == "all") fusions.push_back(Fusion::kOn);
+  if (fusion == "per-layer" || fusion == "all") fusions.push_back(Fusion::kPerLayer);
+  if (fusion == "off" || fusion == "all") fusions.push_back(Fusion::kOff);
   if (fusions.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--fusion must be on, off or both, not '", fusion, "'"));
+        absl::StrCat("--fusion must be on, per-layer, off or all, not '", fusion, "'"));
   }
   std::vector<std::string> json_results;
   double graph_ms = 0;
-  for (bool fuse : fusions) {
+  for (Fusion fuse : fusions) {
     for (reprise::ExecMode mode : modes) {
       std::fprintf(stderr, "reprise-bench: measuring %s%s ...\n",
-                   std::string(reprise::ExecModeName(mode)).c_str(), fuse ? "" : " unfused");
+                   std::string(reprise::ExecModeName(mode)).c_str(),
+                   std::string(FusionSuffix(fuse)).c_str());
       ASSIGN_OR_RETURN(Result r, Measure(mode, fuse));
       const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
       std::printf("%-16s %11.4f %11.4f %12.0f %10.2f %9lld %11lld %11.1f\n", r.mode.c_str(),

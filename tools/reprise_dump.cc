@@ -23,7 +23,9 @@ ABSL_FLAG(std::string, format, "text",
           "text, json (schema: docs/dump_schema.md), dot, or svg (needs Graphviz 'dot')");
 ABSL_FLAG(std::string, o, "", "write the dump to this file instead of standard output");
 ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
-ABSL_FLAG(int, lanes, 2, "1 or 2 lanes (stages plan and cuda-graph)");
+ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 lanes (stages plan and cuda-graph)");
+ABSL_FLAG(bool, whole_step, true,
+          "allow the whole-step MLP kernel when it fits (stages plan and cuda-graph)");
 ABSL_FLAG(bool, cuda_debug_dot, false,
           "with --stage cuda-graph --format dot: CUDA's own DOT (cudaGraphDebugDotPrint), "
           "annotated in comments, instead of reprise's");
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   request.format = absl::GetFlag(FLAGS_format);
   request.fuse = absl::GetFlag(FLAGS_fuse);
   request.lanes = absl::GetFlag(FLAGS_lanes);
+  request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.output = absl::GetFlag(FLAGS_o);
   request.cuda_debug_dot = absl::GetFlag(FLAGS_cuda_debug_dot);
 

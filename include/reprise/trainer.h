@@ -44,6 +44,9 @@ struct TrainOptions {
   SgdOptions sgd;
   bool allow_tf32 = false;  // Let matmuls use TF32 tensor cores.
   bool fuse = true;         // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
+  // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
+  // kernel where it is faster than library GEMMs; false keeps one launch per layer and pass.
+  bool whole_step = true;
   // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 0
   // (auto) picks 2 when the model has weight gradients.

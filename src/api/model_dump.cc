@@ -56,6 +56,7 @@ absl::StatusOr<std::string> DumpCudaGraph(const models::Mlp& mlp, const DumpRequ
   TrainOptions options;
   options.fuse = request.fuse;
   options.lanes = request.lanes;
+  options.whole_step = request.whole_step;
   ASSIGN_OR_RETURN(CapturedStepDump step,
                    CaptureStepForDump(mlp.graph, mlp.loss, options, request.cuda_debug_dot));
   if (request.cuda_debug_dot) return step.cuda_debug_dot;
@@ -86,6 +87,12 @@ absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
       absl::StrCat("unknown --stage '", name, "': expected ir, training, plan or cuda-graph"));
 }
 
+static passes::PlanOptions PlanOptionsOf(const DumpRequest& request) {
+  passes::PlanOptions options{.fuse = request.fuse, .lanes = request.lanes};
+  options.fusion.whole_mlp_step = request.whole_step;
+  return options;
+}
+
 absl::Status ValidateDumpRequest(const DumpRequest& request) {
   if (request.model != "mlp") {
     return absl::InvalidArgumentError(
@@ -98,8 +105,9 @@ absl::Status ValidateDumpRequest(const DumpRequest& request) {
     return absl::InvalidArgumentError(
         "--cuda_debug_dot needs --stage cuda-graph --format dot (it is CUDA's own DOT)");
   }
-  if (request.lanes < 1 || request.lanes > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("--lanes must be 1 or 2, got ", request.lanes));
+  if (request.lanes < 0 || request.lanes > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lanes must be 0 (auto), 1 or 2, got ", request.lanes));
   }
   RETURN_IF_ERROR(CheckWritable(request.output));
   RETURN_IF_ERROR(passes::CheckFormatAvailable(format));
@@ -124,7 +132,7 @@ absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
       ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                        autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
       ASSIGN_OR_RETURN(passes::Plan plan,
-                       passes::BuildPlan(std::move(training), {}, {.fuse = request.fuse, .lanes = request.lanes}));
+                       passes::BuildPlan(std::move(training), {}, PlanOptionsOf(request)));
       return passes::DumpPlan(plan, format);
     }
     case DumpStage::kCudaGraph:

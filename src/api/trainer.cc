@@ -15,6 +15,7 @@
 #include "src/ir/op_def.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
@@ -82,16 +83,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::InvalidArgumentError(
         absl::StrCat("TrainOptions::lanes must be 0 (auto), 1 or 2, got ", options.lanes));
   }
-  int lanes = options.lanes;
-  if (lanes == 0) {
-    lanes = 1;
-    for (const Node& n : training.graph.nodes()) {
-      auto role = n.attrs.find("role");
-      if (role != n.attrs.end() && role->second == AttrValue(std::string("wgrad"))) lanes = 2;
-    }
-  }
-  ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), options.fetch,
-                                                        {.fuse = options.fuse, .lanes = lanes}));
+  // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
+  ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
+  passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
+  plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
+  plan_options.fusion.whole_mlp_step = options.whole_step;
+  ASSIGN_OR_RETURN(passes::Plan plan,
+                   passes::BuildPlan(std::move(training), options.fetch, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   for (const Node& n : impl->plan_.graph().nodes()) {
     if (n.op != &ops::SoftmaxCrossEntropyOp() && n.op != &ops::SoftmaxCrossEntropyWithGradOp())
@@ -114,7 +112,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   res.arena = static_cast<char*>(impl->arena_->data());
   res.workspace = impl->workspace_->data();
   res.workspace_bytes = kWorkspaceBytes;
-  for (int lane = 1; lane < lanes; ++lane) {
+  for (int lane = 1; lane < impl->plan_.lanes(); ++lane) {
     res.lane_workspaces.push_back(static_cast<char*>(impl->workspace_->data()) +
                                   lane * kWorkspaceBytes);
   }
@@ -145,9 +143,7 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
-  int lanes = 1;
-  for (const passes::ScheduledLaunch& l : plan_.launches) lanes = std::max(lanes, l.lane + 1);
-  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(lanes * kWorkspaceBytes));
+  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(plan_.lanes() * kWorkspaceBytes));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.

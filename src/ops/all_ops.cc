@@ -1,4 +1,5 @@
 #include "src/ops/fused_pointwise.h"
+#include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 
 namespace reprise::ops {
@@ -16,7 +17,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),
-          &FusedPointwiseOp()};
+          &FusedPointwiseOp(),
+          &MlpTrainStepOp()};
 }
 
 }  // namespace reprise::ops

@@ -62,6 +62,70 @@ std::string NvrtcKernel::Describe() const {
                       shared_bytes_ ? absl::StrCat(" smem=", shared_bytes_) : "");
 }
 
+absl::StatusOr<std::unique_ptr<CooperativeKernel>> CooperativeKernel::Create(
+    const LoweringContext& context, const std::string& node_name,
+    const codegen::GeneratedKernel& source, int grid, dim3 block, unsigned shared_bytes,
+    KernelArgs args) {
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  if (!function.ok()) {
+    return absl::Status(function.status().code(),
+                        absl::StrCat(where, ": ", function.status().message()));
+  }
+  ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(shared_bytes)),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
+  int per_sm = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->occupancy_max_active_blocks(
+          &per_sm, *function, static_cast<int>(block.x * block.y * block.z), shared_bytes),
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor", where));
+  if (per_sm < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": kernel ", source.name, " with ", block.x * block.y * block.z, " threads and ",
+        shared_bytes, " bytes of shared memory does not fit on a multiprocessor"));
+  }
+  auto kernel = std::unique_ptr<CooperativeKernel>(new CooperativeKernel());
+  kernel->launch_ = driver->launch_kernel_ex;
+  kernel->node_name_ = node_name;
+  kernel->kernel_name_ = source.name;
+  kernel->function_ = *function;
+  kernel->grid_ = std::max(1, std::min(grid, per_sm * context.device->sm_count));
+  kernel->block_ = block;
+  kernel->shared_bytes_ = shared_bytes;
+  kernel->args_ = std::move(args);
+  kernel->arg_pointers_ = kernel->args_.Pointers();
+  return kernel;
+}
+
+absl::Status CooperativeKernel::Launch(cudaStream_t stream) const {
+  CUlaunchAttribute cooperative{};
+  cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  cooperative.value.cooperative = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(grid_);
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = block_.x;
+  config.blockDimY = block_.y;
+  config.blockDimZ = block_.z;
+  config.sharedMemBytes = shared_bytes_;
+  config.hStream = stream;
+  config.attrs = &cooperative;
+  config.numAttrs = 1;
+  return runtime::CudaStatus(
+      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
+      absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", cooperative)"),
+      absl::StrCat("node '", node_name_, "'"));
+}
+
+std::string CooperativeKernel::Describe() const {
+  return absl::StrCat("nvrtc ", kernel_name_, " cooperative grid=", grid_, " block=", block_.x,
+                      " smem=", shared_bytes_);
+}
+
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device) {
   const int64_t needed = (n + block - 1) / block;
   const int64_t most = static_cast<int64_t>(device.sm_count) * 8;

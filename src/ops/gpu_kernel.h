@@ -88,6 +88,34 @@ class NvrtcKernel : public GpuKernel {
   std::vector<void*> arg_pointers_;
 };
 
+// A kernel compiled by NVRTC and launched cooperatively (cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_COOPERATIVE): every block is resident at once, so blocks may wait for each
+// other (grid barriers). Capturable in CUDA graphs like any kernel launch.
+class CooperativeKernel : public GpuKernel {
+ public:
+  // Compiles (or finds) `source`, allows it `shared_bytes` of dynamic shared memory and launches
+  // min(grid, blocks that fit at once on the device) blocks. kUnimplemented, naming the node,
+  // when not even one block fits on a multiprocessor.
+  static absl::StatusOr<std::unique_ptr<CooperativeKernel>> Create(
+      const LoweringContext& context, const std::string& node_name,
+      const codegen::GeneratedKernel& source, int grid, dim3 block, unsigned shared_bytes,
+      KernelArgs args);
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;
+  int grid() const { return grid_; }
+
+ private:
+  CooperativeKernel() = default;
+  std::string node_name_, kernel_name_;
+  CUfunction function_ = nullptr;
+  decltype(&::cuLaunchKernelEx) launch_ = nullptr;
+  int grid_ = 0;
+  dim3 block_;
+  unsigned shared_bytes_ = 0;
+  KernelArgs args_;
+  std::vector<void*> arg_pointers_;
+};
+
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 

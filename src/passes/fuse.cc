@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
+#include "src/passes/fuse_mlp_step.h"
 #include "src/passes/rewrite.h"
 #include "src/util/status_macros.h"
 
@@ -222,15 +223,24 @@ void GroupFinder::MultiTensorSgd() {
 
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options) {
-  GroupFinder finder(training.graph, kept);
-  if (options.loss_with_grad) finder.LossWithGrad();
-  if (options.gemm_epilogues) finder.GemmEpilogues();
-  if (options.pointwise_chains) finder.PointwiseChains();
-  if (options.multi_tensor_optimizer) finder.MultiTensorSgd();
-  const std::vector<NodeGroup> groups = finder.TakeGroups();
-  ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(training.graph, groups, kept));
-
   FusedTraining fused;
+  Graph source = training.graph;  // The whole-step match adds its barrier state here.
+  std::vector<NodeGroup> groups;
+  if (options.whole_mlp_step) {
+    std::optional<NodeGroup> whole = MatchMlpTrainStep(
+        source, training, kept, options.mlp_step_target, &fused.whole_step_declined);
+    if (whole.has_value()) groups.push_back(*std::move(whole));
+  }
+  if (groups.empty()) {
+    GroupFinder finder(training.graph, kept);
+    if (options.loss_with_grad) finder.LossWithGrad();
+    if (options.gemm_epilogues) finder.GemmEpilogues();
+    if (options.pointwise_chains) finder.PointwiseChains();
+    if (options.multi_tensor_optimizer) finder.MultiTensorSgd();
+    groups = finder.TakeGroups();
+  }
+  ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(source, groups, kept));
+
   autodiff::TrainingGraph& t = fused.training;
   t.graph = std::move(rewritten.graph);
   auto value = [&](Value v) -> absl::StatusOr<Value> {

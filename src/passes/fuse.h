@@ -4,6 +4,7 @@
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
+// or, for a small ReLU MLP, the whole step        => mlp_train_step (one persistent kernel)
 // A value the rest of the step or the user reads stays materialised; nothing else does.
 #ifndef REPRISE_SRC_PASSES_FUSE_H_
 #define REPRISE_SRC_PASSES_FUSE_H_
@@ -15,10 +16,15 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/mlp_step_kernel.h"
 
 namespace reprise::passes {
 
 struct FuseOptions {
+  // A small ReLU MLP's whole step as one persistent kernel (src/passes/fuse_mlp_step.h), planned
+  // for `mlp_step_target` (default: an H100); when it applies, nothing else is left to fuse.
+  bool whole_mlp_step = true;
+  codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
   bool loss_with_grad = true;
   bool pointwise_chains = true;
@@ -30,6 +36,7 @@ struct FusedTraining {
   absl::flat_hash_map<Value, Value> values;  // Value of the input graph -> value here.
   // Each fused node: its name and the nodes it replaced, for dumps.
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  std::string whole_step_declined;  // Why the whole-step kernel did not apply, if it did not.
 };
 
 // `kept` are values of `training` that must stay readable (the loss, fetched values).

@@ -1,10 +1,18 @@
 #include "src/passes/plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
+
+int Plan::lanes() const {
+  int count = 1;
+  for (const ScheduledLaunch& launch : launches) count = std::max(count, launch.lane + 1);
+  return count;
+}
 
 absl::StatusOr<Value> Plan::MapValue(Value user_value) const {
   if (values.empty()) {

@@ -31,6 +31,7 @@ struct Plan {
   std::vector<std::pair<std::string, std::vector<std::string>>> fused_groups;
 
   const Graph& graph() const { return training.graph; }
+  int lanes() const;  // 1 + the highest lane of any launch.
   // The plan's value for a value of the user's graph; NotFound if fusion removed it.
   absl::StatusOr<Value> MapValue(Value user_value) const;
 };

@@ -119,14 +119,17 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     return absl::OkStatus();
   };
 
+  // Leaves first (a group may read a leaf added after its members, such as a fused kernel's
+  // own state), then the other nodes in their order.
+  for (const Node& node : graph.nodes()) {
+    if (!ir::IsLeaf(node)) continue;
+    ASSIGN_OR_RETURN(Value v, CopyLeaf(g, node));
+    out.values[Value{node.id, 0}] = v;
+    out.nodes[node.id] = v.node;
+  }
   for (const Node& node : graph.nodes()) {
     const int group = group_of[node.id];
-    if (ir::IsLeaf(node)) {
-      ASSIGN_OR_RETURN(Value v, CopyLeaf(g, node));
-      out.values[Value{node.id, 0}] = v;
-      out.nodes[node.id] = v.node;
-      continue;
-    }
+    if (ir::IsLeaf(node)) continue;
     if (group < 0) {
       std::vector<Value> inputs;
       for (const Value& v : node.inputs) {
@@ -168,6 +171,7 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     }
     const int32_t id = g.num_nodes() - 1;
     for (size_t o = 0; o < values.size(); ++o) {
+      if (!spec.outputs[o].valid()) continue;  // A new value (e.g. scratch) with no old one.
       if (!(g.spec(values[o]) == graph.spec(spec.outputs[o]))) {
         return absl::InternalError(absl::StrCat("fused group '", spec.name, "': output ", o, " is ",
                                                 g.spec(values[o]).ToString(), ", replacing ",

@@ -20,9 +20,10 @@ struct NodeGroup {
   std::vector<int32_t> members;  // Non-leaf nodes of the old graph.
   const ir::OpDef* op = nullptr;
   std::string name;
-  Attrs attrs;                 // The rewrite adds "fused_nodes", the members' names.
-  std::vector<Value> inputs;   // Old values from outside the group, in the op's input order.
-  std::vector<Value> outputs;  // The old value each output of the new node stands for.
+  Attrs attrs;                // The rewrite adds "fused_nodes", the members' names.
+  std::vector<Value> inputs;  // Old values from outside the group, in the op's input order.
+  // The old value each output of the new node stands for; invalid for a new value (scratch).
+  std::vector<Value> outputs;
 };
 
 struct RewrittenGraph {
@@ -44,7 +45,8 @@ struct Consumers {
 bool Placeable(const Graph& graph, const Consumers& consumers,
                const absl::flat_hash_set<int32_t>& members);
 
-// Rebuilds `graph` with each group replaced by one node at its last member's position.
+// Rebuilds `graph`: every leaf first, then the other nodes in order, each group replaced by one
+// node at its last member's position.
 // InvalidArgument if groups overlap, a group is not Placeable, or a member's value read outside
 // its group (or listed in `kept`) is not among the group's outputs.
 absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<const NodeGroup> groups,

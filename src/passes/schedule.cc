@@ -12,14 +12,15 @@ namespace reprise::passes {
 
 namespace {
 
+bool IsWeightGradient(const Node& node) {
+  auto it = node.attrs.find("role");
+  return it != node.attrs.end() && std::holds_alternative<std::string>(it->second) &&
+         std::get<std::string>(it->second) == "wgrad";
+}
+
 int LaneOf(const Node& node, int lanes) {
   if (lanes < 2) return 0;
-  const bool wgrad = [&] {
-    auto it = node.attrs.find("role");
-    return it != node.attrs.end() && std::holds_alternative<std::string>(it->second) &&
-           std::get<std::string>(it->second) == "wgrad";
-  }();
-  return wgrad || node.op->kind == ir::OpKind::kOptimizer ? 1 : 0;
+  return IsWeightGradient(node) || node.op->kind == ir::OpKind::kOptimizer ? 1 : 0;
 }
 
 // Fills lanes and the fewest waits that order every cross-lane dependency.
@@ -83,8 +84,14 @@ bool HappensBefore::operator()(int a, int b) const {
 
 absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
                                                       const ScheduleOptions& options) {
-  if (options.lanes < 1 || options.lanes > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("lanes must be 1 or 2, got ", options.lanes));
+  if (options.lanes < 0 || options.lanes > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lanes must be 0 (auto), 1 or 2, got ", options.lanes));
+  }
+  int lanes = options.lanes;
+  if (lanes == 0) {  // Auto: a second lane only pays where weight gradients can run beside.
+    lanes = 1;
+    for (const Node& node : graph.nodes()) lanes = IsWeightGradient(node) ? 2 : lanes;
   }
   const int n = graph.num_nodes();
   std::vector<int> pending(n, 0);
@@ -125,7 +132,7 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     return absl::InvalidArgumentError(absl::StrCat("the graph has a cycle: scheduled ",
                                                    order.size(), " of ", non_leaf, " nodes"));
   }
-  AssignLanes(graph, options.lanes, order);
+  AssignLanes(graph, lanes, order);
   return order;
 }
 

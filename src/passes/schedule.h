@@ -22,7 +22,9 @@ struct ScheduledLaunch {
 };
 
 struct ScheduleOptions {
-  int lanes = 1;  // 1, or 2 (weight gradients and optimizer updates on lane 1).
+  // 1, 2 (weight gradients and optimizer updates on lane 1) or 0: 2 if the graph has weight
+  // gradients, else 1.
+  int lanes = 1;
 };
 
 // A topological order over the non-leaf nodes (data and control edges), optimizer updates first

@@ -32,6 +32,10 @@ absl::StatusOr<DriverApi> ResolveDriver() {
   RETURN_IF_ERROR(Resolve("cuModuleGetFunction", &api.module_get_function));
   RETURN_IF_ERROR(Resolve("cuModuleUnload", &api.module_unload));
   RETURN_IF_ERROR(Resolve("cuLaunchKernel", &api.launch_kernel));
+  RETURN_IF_ERROR(Resolve("cuLaunchKernelEx", &api.launch_kernel_ex));
+  RETURN_IF_ERROR(
+      Resolve("cuOccupancyMaxActiveBlocksPerMultiprocessor", &api.occupancy_max_active_blocks));
+  RETURN_IF_ERROR(Resolve("cuFuncSetAttribute", &api.func_set_attribute));
   return api;
 }
 
@@ -71,6 +75,7 @@ absl::StatusOr<DeviceInfo> UseDevice(int ordinal) {
   info.cc_minor = props.minor;
   info.sm_count = props.multiProcessorCount;
   info.total_memory = static_cast<int64_t>(props.totalGlobalMem);
+  info.max_shared_per_block = static_cast<int64_t>(props.sharedMemPerBlockOptin);
   return info;
 }
 

@@ -24,7 +24,8 @@ struct DeviceInfo {
   int cc_major = 0;
   int cc_minor = 0;
   int sm_count = 0;
-  int64_t total_memory = 0;  // Bytes.
+  int64_t total_memory = 0;          // Bytes.
+  int64_t max_shared_per_block = 0;  // Dynamic shared memory one block may opt in to, bytes.
 
   // The NVRTC target for this device, e.g. "sm_90".
   std::string ArchFlag() const;
@@ -46,6 +47,9 @@ struct DriverApi {
   decltype(&::cuModuleGetFunction) module_get_function;
   decltype(&::cuModuleUnload) module_unload;
   decltype(&::cuLaunchKernel) launch_kernel;
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex;  // Cooperative launches.
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_active_blocks;
+  decltype(&::cuFuncSetAttribute) func_set_attribute;
 };
 
 // Resolved once per process. kFailedPrecondition when there is no usable driver.

@@ -9,7 +9,9 @@ MlpStages SmallMlpStages(bool fuse, int lanes) {
   MlpStages s;
   s.mlp = models::BuildMlp(kSmallMlp).value();
   s.training = autodiff::BuildTrainingGraph(s.mlp.graph, s.mlp.loss, {}).value();
-  s.plan = passes::BuildPlan(s.training, {}, {.fuse = fuse, .lanes = lanes}).value();
+  passes::PlanOptions options{.fuse = fuse, .lanes = lanes};
+  options.fusion.whole_mlp_step = false;
+  s.plan = passes::BuildPlan(s.training, {}, options).value();
   return s;
 }
 

@@ -20,7 +20,8 @@ struct MlpStages {
   autodiff::TrainingGraph training;  // Stage training.
   passes::Plan plan;                 // Stage plan (fused unless asked not to).
 };
-MlpStages SmallMlpStages(bool fuse = true, int lanes = 2);
+// Fused per layer (the whole-step MLP kernel off), so the dumps show several kinds of groups.
+MlpStages SmallMlpStages(bool fuse = true, int lanes = 0);
 
 // Sets an environment variable for the life of the object, then restores it.
 class ScopedEnv {

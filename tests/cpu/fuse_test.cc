@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,9 +47,15 @@ std::map<std::string, int> OpCounts(const Graph& g) {
   return counts;
 }
 
+passes::FuseOptions PerLayer() {
+  passes::FuseOptions options;
+  options.whole_mlp_step = false;
+  return options;
+}
+
 TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
   Training t = MlpTraining(8, 64, 16, 10);
-  auto fused = passes::Fuse(t.training, {t.training.loss}, {});
+  auto fused = passes::Fuse(t.training, {t.training.loss}, PerLayer());
   ASSERT_TRUE(fused.ok()) << fused.status();
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
   EXPECT_EQ(counts.at("matmul_bias"), 9);                      // Every forward layer.
@@ -98,14 +105,17 @@ CpuRun RunCpu(const Graph& g, Value loss, bool float64, int steps) {
   return run;
 }
 
-class FusedMatchesUnfusedTest : public ::testing::TestWithParam<bool> {};
+class FusedMatchesUnfusedTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
-// The fused ops' references run the replaced ops' references in the same order, so even in
-// float32 the fused step gives the same bits.
+// The fused ops' references (the per-layer ones and the whole-step one) compute what the
+// replaced ops' references compute in the same order, so even in float32 the fused step gives
+// the same bits.
 TEST_P(FusedMatchesUnfusedTest, ThreeTrainingStepsGiveTheSameBits) {
-  const bool float64 = GetParam();
+  const auto [float64, whole_step] = GetParam();
   Training t = MlpTraining(3, 24, 8, 10);
-  auto fused = passes::Fuse(t.training, {t.training.loss}, {});
+  passes::FuseOptions options;
+  options.whole_mlp_step = whole_step;
+  auto fused = passes::Fuse(t.training, {t.training.loss}, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   const CpuRun plain = RunCpu(t.training.graph, t.training.loss, float64, 3);
   const CpuRun merged = RunCpu(fused->training.graph, fused->training.loss, float64, 3);
@@ -117,7 +127,34 @@ TEST_P(FusedMatchesUnfusedTest, ThreeTrainingStepsGiveTheSameBits) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Float32AndFloat64, FusedMatchesUnfusedTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Float32AndFloat64PerLayerAndWholeStep, FusedMatchesUnfusedTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+
+TEST(FuseTest, SmallMlpBecomesOneWholeStepNode) {
+  Training t = MlpTraining(8, 256, 32, 10);
+  auto fused = passes::Fuse(t.training, {t.training.loss, t.mlp.logits}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  EXPECT_EQ(counts, (std::map<std::string, int>{{"mlp_train_step", 1}}));
+  EXPECT_TRUE(fused->training.graph.FindNode("mlp_train_step.barrier").ok());
+  EXPECT_TRUE(fused->values.contains(t.mlp.logits));
+  EXPECT_TRUE(fused->whole_step_declined.empty());
+}
+
+TEST(FuseTest, WholeStepIsDeclinedWithAReason) {
+  // Large products: library GEMMs are faster.
+  Training big = MlpTraining(4, 1024, 256, 10);
+  auto fused = passes::Fuse(big.training, {big.training.loss}, {});
+  ASSERT_TRUE(fused.ok());
+  EXPECT_THAT(fused->whole_step_declined, HasSubstr("multiply-adds"));
+  EXPECT_EQ(OpCounts(fused->training.graph).count("mlp_train_step"), 0u);
+  // A fetched hidden activation lives inside the step.
+  Training t = MlpTraining(2, 16, 4, 3);
+  const Value hidden{*t.mlp.graph.FindNode("fc0.relu"), 0};
+  fused = passes::Fuse(t.training, {t.training.loss, hidden}, {});
+  ASSERT_TRUE(fused.ok());
+  EXPECT_THAT(fused->whole_step_declined, HasSubstr("fetched value"));
+}
 
 TEST(FuseTest, FetchedPreActivationStaysMaterialisedAndMapped) {
   Training t = MlpTraining(2, 16, 4, 3);
@@ -142,7 +179,7 @@ TEST(FuseTest, FusionOffKeepsEveryNode) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->graph().num_nodes(), t.training.graph.num_nodes());
   EXPECT_TRUE(plan->fused_groups.empty());
-  auto fused = passes::BuildPlan(t.training, {});
+  auto fused = passes::BuildPlan(t.training, {}, {.fusion = PerLayer()});
   ASSERT_TRUE(fused.ok());
   EXPECT_LT(fused->launches.size(), plan->launches.size());
   EXPECT_THAT(passes::PlanToString(*fused), HasSubstr("[fuses fc0.matmul,fc0.bias_add,fc0.relu]"));

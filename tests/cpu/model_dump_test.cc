@@ -32,6 +32,7 @@ DumpRequest SmallRequest(std::string stage, std::string format) {
   r.mlp = kSmallMlp;
   r.stage = std::move(stage);
   r.format = std::move(format);
+  r.whole_step = false;  // These tests look at the per-layer fused groups.
   return r;
 }
 

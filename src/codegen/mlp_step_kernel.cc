@@ -1,0 +1,406 @@
+#include "src/codegen/mlp_step_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::codegen {
+namespace {
+
+#include "src/codegen/mlp_step_device.inc"
+
+enum Kind { kFwd = 0, kDgrad = 1, kWgrad = 2 };
+
+// Host mirrors of the device library's layout rules (mlp_step_device.inc); the generated
+// static_asserts catch any drift.
+int64_t Ceil4(int64_t x) { return (x + 3) / 4 * 4; }
+int64_t PadRow(int64_t x) { return Ceil4(x) % 32 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t Align32(int64_t x) { return (x + 31) / 32 * 32; }
+
+int64_t GemmSmemFloats(int kind, int64_t p, const MlpGemmTile& t) {
+  const bool aip = kind != kWgrad, bip = kind == kFwd;
+  const int64_t pcp = Ceil4(t.pc);
+  const int64_t lda = aip ? PadRow(pcp) : Ceil4(t.tm);
+  const int64_t a = aip ? t.tm * lda : pcp * lda;
+  const int64_t ldb = bip ? PadRow(pcp) : Ceil4(t.tn);
+  const int64_t b = bip ? t.tn * ldb : pcp * ldb;
+  const int64_t stages = CeilDiv(p, t.pc) > 1 ? 2 : 1;
+  const int64_t lde = Ceil4(t.tn);
+  const int64_t ext = kind == kFwd     ? lde
+                      : kind == kDgrad ? t.tm * lde
+                                       : 2 * t.tm * lde + 2 * Ceil4(t.tm);
+  return stages * (a + b) + Ceil4(int64_t{t.split} * t.tm * t.tn) + ext;
+}
+
+int64_t HeadSplit(int64_t rows, int64_t k, int64_t c, int threads) {
+  return std::max<int64_t>(1, std::min<int64_t>(threads / (rows * c), Ceil4(k) / 4));
+}
+
+int64_t HeadSmemFloats(int64_t rows, int64_t k, int64_t c, int threads) {
+  const int64_t ldk = PadRow(k), ldc = Ceil4(c);
+  return rows * ldk + c * ldk + Ceil4(HeadSplit(rows, k, c, threads) * rows * c) + rows * ldc +
+         ldc + Ceil4(2 * rows);
+}
+
+// Completes a tm x tn tile (register tile, split, chunk) or returns nullopt where it cannot fit.
+std::optional<MlpGemmTile> MakeTile(int kind, int64_t m, int64_t n, int64_t p, int tm, int tn,
+                                    int threads, int64_t budget) {
+  MlpGemmTile t;
+  t.tm = tm;
+  t.tn = tn;
+  const int outputs = tm * tn;
+  if (outputs > 32 * threads) return std::nullopt;
+  if (outputs > threads) {
+    const int q = outputs / threads;
+    t.rn = std::min(tn, std::min(q, 4));
+    t.rm = q / t.rn;
+    if (t.rm > tm) {
+      t.rm = tm;
+      t.rn = q / tm;
+    }
+    if (t.rm > 8 || t.rn > 8) return std::nullopt;
+  }
+  const int slices = std::max(1, threads / ((tm / t.rm) * (tn / t.rn)));
+  t.tiles = static_cast<int>(CeilDiv(m, tm) * CeilDiv(n, tn));
+  std::vector<int64_t> chunks = {p};
+  for (int64_t pc : {512, 256, 128, 64, 32, 16, 8, 4}) {
+    if (pc < p) chunks.push_back(pc);
+  }
+  for (int64_t pc : chunks) {
+    t.pc = static_cast<int>(pc);
+    t.split = static_cast<int>(std::min<int64_t>(slices, Ceil4(pc) / 4));
+    if (GemmSmemFloats(kind, p, t) <= budget) return t;
+  }
+  return std::nullopt;
+}
+
+// A rough model, in SM cycles, of one task: a fixed latency, the block barriers of each chunk,
+// FMA issue (inflated for small register tiles, whose shared-memory reads dominate) and L2 reads
+// (early operands are mostly hidden behind the grid barrier when there is one chunk).
+double TaskCost(int64_t p, bool a_late, const MlpGemmTile& t) {
+  const double pp = static_cast<double>(Ceil4(p));
+  const double issue = t.tm * t.tn * pp / 128.0 * (1.0 + double(t.rm + t.rn) / (t.rm * t.rn));
+  const double chain = pp / t.split * 4.0;
+  const double compute = std::max(issue, chain);
+  const double a_bytes = t.tm * pp * 4, b_bytes = t.tn * pp * 4;
+  const double late = a_late ? a_bytes : 0, early = (a_late ? 0 : a_bytes) + b_bytes;
+  const bool one_chunk = t.pc >= p;
+  const double load = (late + early * (one_chunk ? 0.25 : 1.0)) / 64.0;
+  const double syncs = 200.0 * CeilDiv(p, t.pc);
+  return 1300.0 + syncs + (one_chunk ? compute + load : std::max(compute, load));
+}
+
+struct Candidate {
+  MlpGemmTile tile;
+  double cost = 0;  // Of one task.
+};
+
+// A GEMM of one phase: what it computes and every tiling that fits.
+struct PhaseGemm {
+  int kind;
+  int64_t m, n, p;
+  bool a_late;
+  std::string what;
+  std::vector<Candidate> candidates;
+};
+
+absl::Status FindCandidates(PhaseGemm& g, const MlpStepTarget& target, int64_t budget) {
+  for (int tm = 1; tm <= 128 && tm < 2 * g.m; tm *= 2) {
+    for (int tn = 1; tn <= 128 && tn < 2 * g.n; tn *= 2) {
+      std::optional<MlpGemmTile> t =
+          MakeTile(g.kind, g.m, g.n, g.p, tm, tn, target.threads, budget);
+      if (t.has_value()) g.candidates.push_back({*t, TaskCost(g.p, g.a_late, *t)});
+    }
+  }
+  if (g.candidates.empty()) {
+    return absl::UnimplementedError(absl::StrCat(g.what, " [", g.m, " x ", g.n, ", reduction ", g.p,
+                                                 "]: no tile fits in ", budget * 4,
+                                                 " bytes of shared memory"));
+  }
+  return absl::OkStatus();
+}
+
+// The busiest block's time when block b runs tasks b, b + grid, ... of [first's, second's].
+double Makespan(const Candidate& first, const Candidate* second, int grid) {
+  const int t1 = first.tile.tiles, total = t1 + (second ? second->tile.tiles : 0);
+  double worst = 0;
+  for (int b = 0; b < std::min(grid, total); ++b) {
+    double sum = 0;
+    for (int t = b; t < total; t += grid) sum += t < t1 ? first.cost : second->cost;
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+// Tiles for the one or two GEMMs that share a phase, chosen together.
+absl::Status ChoosePhaseTiles(std::vector<PhaseGemm>& gemms, const MlpStepTarget& target,
+                              int64_t budget, std::vector<MlpGemmTile>* chosen) {
+  for (PhaseGemm& g : gemms) RETURN_IF_ERROR(FindCandidates(g, target, budget));
+  double best = std::numeric_limits<double>::infinity();
+  chosen->assign(gemms.size(), {});
+  for (const Candidate& c1 : gemms[0].candidates) {
+    if (gemms.size() == 1) {
+      const double cost = Makespan(c1, nullptr, target.grid);
+      if (cost < best) best = cost, (*chosen)[0] = c1.tile;
+      continue;
+    }
+    for (const Candidate& c2 : gemms[1].candidates) {
+      const double cost = Makespan(c1, &c2, target.grid);
+      if (cost < best) best = cost, (*chosen)[0] = c1.tile, (*chosen)[1] = c2.tile;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether wgrad of layer l reads a dz written in the phase just before it: dz_{L-1} comes from
+// the head, dz_0 from the phase before the last; every other dz is two phases old.
+bool WgradLate(int l, int layers) { return l == layers - 1 || l == 0; }
+
+std::string B(bool v) { return v ? "true" : "false"; }
+
+std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late) {
+  return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
+                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", false>");
+}
+
+std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
+
+std::string GemmArgsOf(const std::string& a, const std::string& b, const std::string& out,
+                       const std::string& bias, const std::string& mask, const std::string& vel,
+                       const std::string& bias_param, const std::string& bias_vel) {
+  return absl::StrCat("GemmArgs{", Ptr(a), ", ", Ptr(b), ", ", Ptr(out), ", ", Ptr(bias), ", ",
+                      Ptr(mask), ", ", Ptr(vel), ", ", Ptr(bias_param), ", ", Ptr(bias_vel), "}");
+}
+
+}  // namespace
+
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths) {
+  const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
+  int64_t total = Align32(batch);  // Row losses.
+  for (int64_t l = 1; l < layers; ++l) total += Align32(batch * widths[l]);
+  for (int64_t l = 0; l < layers; ++l) total += Align32(batch * widths[l + 1]);
+  return total;
+}
+
+absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
+                                        const MlpStepTarget& target) {
+  const int layers = static_cast<int>(widths.size()) - 1;
+  if (layers < 1 || batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an MLP step needs a batch and at least one layer; got batch ", batch, " and ",
+                     widths.size(), " widths"));
+  }
+  if (target.grid < 1 ||
+      (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad MLP step target: grid ", target.grid, ", threads ", target.threads));
+  }
+  constexpr int64_t kMaxExtent = 65536;
+  constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+  if (batch > kMaxExtent) {
+    return absl::UnimplementedError(
+        absl::StrCat("batch ", batch, " exceeds the fused MLP step's limit of ", kMaxExtent));
+  }
+  for (int l = 0; l <= layers; ++l) {
+    if (widths[l] < 1 || widths[l] > kMaxExtent) {
+      return absl::UnimplementedError(absl::StrCat("width ", widths[l], " of layer boundary ", l,
+                                                   " is outside the fused MLP step's [1, ",
+                                                   kMaxExtent, "]"));
+    }
+    if (l < layers && widths[l] * widths[l + 1] > kMaxElements) {
+      return absl::UnimplementedError(absl::StrCat("W_", l, " has more than 2^31 - 1 elements"));
+    }
+  }
+  MlpStepPlan plan;
+  plan.batch = static_cast<int>(batch);
+  for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
+  plan.target = target;
+  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths);
+  if (plan.workspace_floats > kMaxElements) {
+    return absl::UnimplementedError(
+        absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
+  }
+  plan.h_offset.assign(layers, 0);
+  plan.dz_offset.assign(layers, 0);
+  int64_t offset = 0;
+  for (int l = 1; l < layers; ++l) {
+    plan.h_offset[l] = offset;
+    offset += Align32(batch * widths[l]);
+  }
+  for (int l = 0; l < layers; ++l) {
+    plan.dz_offset[l] = offset;
+    offset += Align32(batch * widths[l + 1]);
+  }
+  plan.row_loss_offset = offset;
+
+  const int64_t budget = target.max_shared_bytes / 4 - 32;  // 32 floats of loss-sum scratch.
+  const auto& d = widths;
+  int64_t smem = 0;
+  plan.forward.resize(std::max(0, layers - 1));
+  for (int l = 0; l + 1 < layers; ++l) {
+    std::vector<PhaseGemm> gemms = {
+        {kFwd, batch, d[l + 1], d[l], l > 0, absl::StrCat("forward GEMM of layer ", l), {}}};
+    std::vector<MlpGemmTile> tiles;
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, &tiles));
+    plan.forward[l] = tiles[0];
+    smem = std::max(smem, GemmSmemFloats(kFwd, d[l], tiles[0]));
+  }
+  const int64_t k = d[layers - 1], c = d[layers];
+  int rows = static_cast<int>(std::min<int64_t>(batch, CeilDiv(batch, target.grid)));
+  while (rows > 1 && HeadSmemFloats(rows, k, c, target.threads) > budget) rows = (rows + 1) / 2;
+  if (HeadSmemFloats(rows, k, c, target.threads) > budget) {
+    return absl::UnimplementedError(
+        absl::StrCat("the last layer (", c, " classes x ", k, " inputs) needs ",
+                     HeadSmemFloats(rows, k, c, target.threads) * 4 + 128,
+                     " bytes of shared memory per block; the fused MLP step keeps all of W_",
+                     layers - 1, " in one block and has ", target.max_shared_bytes));
+  }
+  plan.head_rows = rows;
+  smem = std::max(smem, HeadSmemFloats(rows, k, c, target.threads));
+
+  plan.dgrad.resize(layers);
+  plan.wgrad.resize(layers);
+  // Backward phase b runs dgrad of layer L-2-b beside wgrad of layer L-1-b while L-2-b >= 1; the
+  // last one runs wgrad of layers 1 and 0 (L = 1: wgrad of layer 0 alone).
+  for (int b = 0; b < std::max(1, layers - 1); ++b) {
+    const int dl = layers - 2 - b, wl = layers - 1 - b;
+    std::vector<PhaseGemm> gemms;
+    std::vector<int> wgrad_layers = {wl};
+    if (dl >= 1) {
+      gemms.push_back({kDgrad,
+                       batch,
+                       d[dl],
+                       d[dl + 1],
+                       true,
+                       absl::StrCat("data-gradient GEMM of layer ", dl),
+                       {}});
+    } else if (layers >= 2) {
+      wgrad_layers.push_back(0);
+    }
+    for (int l : wgrad_layers) {
+      gemms.push_back({kWgrad,
+                       d[l + 1],
+                       d[l],
+                       batch,
+                       WgradLate(l, layers),
+                       absl::StrCat("weight-gradient GEMM of layer ", l),
+                       {}});
+    }
+    std::vector<MlpGemmTile> tiles;
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, &tiles));
+    size_t next = 0;
+    if (dl >= 1) {
+      plan.dgrad[dl] = tiles[next++];
+      smem = std::max(smem, GemmSmemFloats(kDgrad, d[dl + 1], plan.dgrad[dl]));
+    }
+    for (int l : wgrad_layers) {
+      plan.wgrad[l] = tiles[next++];
+      smem = std::max(smem, GemmSmemFloats(kWgrad, batch, plan.wgrad[l]));
+    }
+  }
+  plan.shared_bytes = (smem + 32) * 4;
+  plan.phases = layers >= 2 ? 2 * layers - 1 : 2;
+  plan.barriers = plan.phases - 1;
+  return plan;
+}
+
+GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
+  const int layers = plan.layers();
+  const auto& d = plan.widths;
+  const int64_t batch = plan.batch;
+  std::string code = kMlpPrimitives;
+  absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
+                  ";\nconstexpr bool kAligned = ", B(plan.target.aligned),
+                  ";\nconstexpr int kBatch = ", batch,
+                  ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - 32,
+                  ";\n}  // namespace mlp\n", kMlpLibrary);
+
+  std::vector<std::string> params = {"const float* x",        "const int* labels",
+                                     "const float* dloss",    "const float* lr",
+                                     "const float* momentum", "const float* weight_decay"};
+  for (int l = 0; l < layers; ++l) {
+    params.push_back(absl::StrCat("float* w", l));
+    params.push_back(absl::StrCat("float* b", l));
+    params.push_back(absl::StrCat("float* vw", l));
+    params.push_back(absl::StrCat("float* vb", l));
+  }
+  for (const char* p : {"unsigned* barrier", "float* loss", "float* logits", "float* ws"}) {
+    params.push_back(p);
+  }
+  absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
+                  ", 1)\nreprise_mlp_step(", absl::StrJoin(params, ", "), ") {\n",
+                  "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
+                  "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
+                  ";\n  c.loss = loss;\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
+                  "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
+  auto h = [&](int l) { return l == 0 ? std::string("x") : absl::StrCat("h", l); };
+  auto dz = [&](int l) { return absl::StrCat("dz", l); };
+  for (int l = 1; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
+  }
+  for (int l = 0; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
+  }
+  int phase = 0;
+  const int last_phase = plan.phases - 1;
+  auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
+  for (int l = 0; l + 1 < layers; ++l, ++phase) {
+    absl::StrAppend(
+        &code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
+        GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
+        " G;\n    GemmPhase<G, NoGemm, ", flags(), ", false>(",
+        GemmArgsOf(h(l), absl::StrCat("w", l), h(l + 1), absl::StrCat("b", l), "", "", "", ""),
+        ", GemmArgs{}, c, arrival);\n  }\n");
+  }
+  {
+    const int last = layers - 1;
+    absl::StrAppend(&code, "  {  // Phase ", phase,
+                    ": the last layer, the loss and its gradient.\n", "    typedef Head<", batch,
+                    ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ", B(layers >= 2),
+                    ", ", B(layers >= 2), "> H;\n", "    HeadArgs a{", h(last), ", w", last, ", b",
+                    last, ", labels, logits, dz", last, ", ",
+                    layers >= 2 ? absl::StrCat("dz", last - 1) : "nullptr", ", ws + ",
+                    plan.row_loss_offset, ", dloss[0] / static_cast<float>(", batch,
+                    ")};\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+    ++phase;
+  }
+  auto wgrad_args = [&](int l) {
+    return GemmArgsOf(absl::StrCat("dz", l), h(l), absl::StrCat("w", l), "", "",
+                      absl::StrCat("vw", l), absl::StrCat("b", l), absl::StrCat("vb", l));
+  };
+  auto wgrad_type = [&](int l, bool a_late) {
+    return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
+  };
+  for (int b = 0; b < std::max(1, layers - 1); ++b, ++phase) {
+    const int dl = layers - 2 - b, wl = layers - 1 - b;
+    std::string g1, a1, g2 = "NoGemm", a2 = "GemmArgs{}";
+    if (layers == 1) {
+      g1 = wgrad_type(0, WgradLate(0, layers));
+      a1 = wgrad_args(0);
+    } else if (dl >= 1) {
+      g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
+      a1 = GemmArgsOf(dz(dl), absl::StrCat("w", dl), dz(dl - 1), "", h(dl), "", "", "");
+      g2 = wgrad_type(wl, WgradLate(wl, layers));
+      a2 = wgrad_args(wl);
+    } else {  // The last phase: wgrad of layers 1 and 0.
+      g1 = wgrad_type(wl, WgradLate(wl, layers));
+      a1 = wgrad_args(wl);
+      g2 = wgrad_type(0, WgradLate(0, layers));
+      a2 = wgrad_args(0);
+    }
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", b, ".\n", "    typedef ",
+                    g1, " G1;\n    typedef ", g2, " G2;\n    GemmPhase<G1, G2, ", flags(), ", ",
+                    B(b == 0), ">(", a1, ", ", a2, ", c, arrival);\n  }\n");
+  }
+  absl::StrAppend(&code, "}\n");
+  return {"reprise_mlp_step", std::move(code)};
+}
+
+}  // namespace reprise::codegen

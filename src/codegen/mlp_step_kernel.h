@@ -1,0 +1,87 @@
+// The whole training step of a small ReLU MLP (forward, softmax cross-entropy, backward and SGD
+// with momentum) as ONE persistent CUDA kernel, generated for one set of shapes. Its phases are
+// separated by grid-wide barriers, so it must be launched cooperatively (all blocks co-resident).
+//
+// Phases (L linear layers; d_0 = features, d_L = classes; B = batch):
+//   forward l = 0..L-2    h_{l+1} = relu(h_l W_l^T + b_l), tiles over [B, d_{l+1}]
+//   head                  logits, softmax, per-row loss, dz_{L-1}, and dz_{L-2} (rows of B)
+//   backward k = 0..L-2   dgrad of layer L-2-k (if >= 1) beside wgrad + bias grad + SGD of layer
+//                         L-1-k; the last one adds wgrad + SGD of layer 0. k = 0 also sums the
+//                         loss.
+// (L = 1: head, then wgrad of layer 0.) So 2L-1 phases and 2L-2 barriers for L >= 2. Every weight
+// is updated one phase after its last reader, so each update uses the step's starting weights.
+//
+// Determinism: no floating-point atomics; every sum has a fixed order; data written by other
+// blocks in the same launch is read only through L2 (cp.async.cg / ld.global.cg).
+#ifndef REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
+#define REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+// What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
+// `grid` blocks of `threads` threads.
+struct MlpStepTarget {
+  int grid = 132;                         // Blocks launched (one per SM: an H100 has 132).
+  int threads = 256;                      // Threads per block.
+  int64_t max_shared_bytes = 227 * 1024;  // Dynamic shared memory one block may use (opt-in).
+  bool aligned = true;  // Every tensor base is 16-byte aligned: 16-byte copies where shapes allow.
+};
+
+// One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
+// rm x rn outputs of one of `split` slices of the reduction (summed in slice order).
+struct MlpGemmTile {
+  int tm = 1, tn = 1, pc = 4, rm = 1, rn = 1, split = 1;
+  int tiles = 0;  // Tasks of this GEMM.
+};
+
+struct MlpStepPlan {
+  int batch = 0;
+  std::vector<int> widths;  // d_0 .. d_L.
+  MlpStepTarget target;
+  std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2.
+  std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head).
+  std::vector<MlpGemmTile> wgrad;    // [l], l = 0..L-1.
+  int head_rows = 1;                 // Batch rows per head task.
+  int64_t shared_bytes = 0;          // Dynamic shared memory per block.
+  // Workspace (f32 elements, each buffer 128-byte aligned): h_l for l = 1..L-1, dz_l for
+  // l = 0..L-1, the per-row losses.
+  std::vector<int64_t> h_offset;   // [l], l = 1..L-1 used.
+  std::vector<int64_t> dz_offset;  // [l], l = 0..L-1.
+  int64_t row_loss_offset = 0;
+  int64_t workspace_floats = 0;
+  int phases = 0;
+  int barriers = 0;
+
+  int layers() const { return static_cast<int>(widths.size()) - 1; }
+};
+
+// Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,
+// the low 31 bits count arrivals and are 0 between barriers and launches. The rest is reserved.
+inline constexpr int64_t kMlpStepBarrierWords = 64;
+
+// f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths);
+
+// Picks tiles for every phase. kUnimplemented, saying which limit, where the shapes exceed what
+// the kernel supports on `target` (shared memory for the head or a GEMM tile, 32-bit indexing);
+// kInvalidArgument for non-positive sizes.
+absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
+                                        const MlpStepTarget& target);
+
+// The kernel "reprise_mlp_step" for `plan`. Parameters, in the op's input order then its
+// outputs: (const float* x, const int* labels, const float* dloss, const float* lr,
+// const float* momentum, const float* weight_decay, then per layer float* W, float* b,
+// float* W_velocity, float* b_velocity, then unsigned* barrier, float* loss, float* logits,
+// float* workspace). Launch with plan.target.threads threads and plan.shared_bytes of dynamic
+// shared memory, cooperatively.
+GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_

@@ -1,0 +1,296 @@
+// mlp_train_step: shape rule, CPU reference (the unfused training graph's arithmetic, op by op)
+// and the cooperative GPU lowering.
+#include "src/ops/mlp_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+constexpr int kFixedInputs = 6;
+
+std::string InputName(int index, int layers) {
+  static const char* const kFixed[] = {"features",      "labels",   "dloss",
+                                       "learning_rate", "momentum", "weight_decay"};
+  if (index < kFixedInputs) return kFixed[index];
+  if (index == kFixedInputs + 4 * layers) return "barrier";
+  const int l = (index - kFixedInputs) / 4;
+  switch ((index - kFixedInputs) % 4) {
+    case 0:
+      return absl::StrCat("W_", l);
+    case 1:
+      return absl::StrCat("b_", l);
+    case 2:
+      return absl::StrCat("velocity of W_", l);
+    default:
+      return absl::StrCat("velocity of b_", l);
+  }
+}
+
+absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec& got) {
+  return absl::InvalidArgumentError(absl::StrCat("input ", index, " (", InputName(index, layers),
+                                                 ") must be ", what, ", got ", got.ToString()));
+}
+
+// Checks arity and every input; returns L and fills `widths` with F, out_0, ..., out_{L-1}.
+absl::StatusOr<int> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in,
+                                std::vector<int64_t>* widths) {
+  if (layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute 'layers' must be >= 1, got ", layers));
+  }
+  const int l_count = static_cast<int>(layers);
+  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * l_count + 1));
+  const TensorSpec& x = in[0];
+  if (x.shape.rank() != 2 || (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)) {
+    return Bad(0, l_count, "a float matrix [batch, features]", x);
+  }
+  const DType dt = x.dtype;
+  const int64_t batch = x.shape.dim(0);
+  const TensorSpec labels{Shape{batch}, DType::kInt32};
+  if (!(in[1] == labels)) return Bad(1, l_count, labels.ToString(), in[1]);
+  for (int i = 2; i < kFixedInputs; ++i) {
+    if (!(in[i] == TensorSpec{Shape{}, dt})) {
+      return Bad(i, l_count, absl::StrCat("a ", DTypeName(dt), " scalar"), in[i]);
+    }
+  }
+  widths->assign(1, x.shape.dim(1));
+  for (int l = 0; l < l_count; ++l) {
+    const int base = kFixedInputs + 4 * l;
+    const TensorSpec& w = in[base];
+    if (w.shape.rank() != 2 || w.dtype != dt || w.shape.dim(1) != widths->back()) {
+      return Bad(
+          base, l_count,
+          absl::StrCat(DTypeName(dt), " [out, ", widths->back(), "] (its inputs are ",
+                       l == 0 ? "the features" : absl::StrCat("layer ", l - 1, "'s outputs"), ")"),
+          w);
+    }
+    const TensorSpec bias{Shape{w.shape.dim(0)}, dt};
+    if (!(in[base + 1] == bias)) return Bad(base + 1, l_count, bias.ToString(), in[base + 1]);
+    if (!(in[base + 2] == w)) return Bad(base + 2, l_count, w.ToString(), in[base + 2]);
+    if (!(in[base + 3] == bias)) return Bad(base + 3, l_count, bias.ToString(), in[base + 3]);
+    widths->push_back(w.shape.dim(0));
+  }
+  const int bar = kFixedInputs + 4 * l_count;
+  const TensorSpec barrier{Shape{codegen::kMlpStepBarrierWords}, DType::kInt32};
+  if (!(in[bar] == barrier)) return Bad(bar, l_count, barrier.ToString(), in[bar]);
+  return l_count;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferMlpStep(const Attrs& attrs,
+                                                     absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(attrs, "layers"));
+  std::vector<int64_t> widths;
+  ASSIGN_OR_RETURN(int l_count, CheckInputs(layers, in, &widths));
+  const int64_t batch = in[0].shape.dim(0);
+  return std::vector<TensorSpec>{
+      {Shape{}, in[0].dtype},
+      {Shape{batch, widths[l_count]}, in[0].dtype},
+      {Shape{MlpTrainStepWorkspaceFloats(batch, widths)}, DType::kFloat32}};
+}
+
+std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
+  std::vector<int> mutated;
+  for (int i = kFixedInputs; i < num_inputs; ++i) mutated.push_back(i);
+  return mutated;
+}
+
+// The unfused graph's arithmetic in the same order and precision: matmuls accumulate in double
+// and round once; bias add, ReLU, the loss, column sums and SGD run in T.
+template <typename T>
+absl::Status StepOnCpu(int layers, absl::Span<ir::HostTensor* const> in,
+                       absl::Span<ir::HostTensor* const> out) {
+  const int64_t batch = in[0]->spec().shape.dim(0);
+  std::vector<int64_t> d = {in[0]->spec().shape.dim(1)};
+  for (int l = 0; l < layers; ++l) d.push_back(in[kFixedInputs + 4 * l]->spec().shape.dim(0));
+  auto param = [&](int l, int which) { return in[kFixedInputs + 4 * l + which]->data<T>(); };
+  const int64_t classes = d[layers];
+  auto labels = in[1]->data<int32_t>();
+  for (int64_t r = 0; r < batch; ++r) {
+    if (labels[r] < 0 || labels[r] >= classes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", labels[r], " of row ", r, " is outside [0, ", classes, ")"));
+    }
+  }
+  // h[l] is layer l's input [batch, d[l]]; h[layers] holds the logits.
+  std::vector<std::vector<T>> h(layers + 1);
+  h[0].assign(in[0]->data<T>().begin(), in[0]->data<T>().end());
+  for (int l = 0; l < layers; ++l) {
+    auto w = param(l, 0), b = param(l, 1);
+    h[l + 1].resize(batch * d[l + 1]);
+    for (int64_t i = 0; i < batch; ++i) {
+      for (int64_t j = 0; j < d[l + 1]; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < d[l]; ++p) {
+          sum += static_cast<double>(h[l][i * d[l] + p]) * static_cast<double>(w[j * d[l] + p]);
+        }
+        T y = static_cast<T>(sum);
+        y = y + b[j];
+        if (l + 1 < layers) y = y > T(0) ? y : T(0);
+        h[l + 1][i * d[l + 1] + j] = y;
+      }
+    }
+  }
+  const std::vector<T>& z = h[layers];
+  std::copy(z.begin(), z.end(), out[1]->data<T>().begin());
+  // dz[l]: the gradient at layer l's output before its activation, [batch, d[l + 1]].
+  std::vector<std::vector<T>> dz(layers);
+  dz[layers - 1].resize(batch * classes);
+  const T scale = in[2]->data<T>()[0] / static_cast<T>(batch);
+  T total = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const T* zr = z.data() + r * classes;
+    T m = zr[0];
+    for (int64_t c = 1; c < classes; ++c) m = std::max(m, zr[c]);
+    T s = 0;
+    for (int64_t c = 0; c < classes; ++c) s += std::exp(zr[c] - m);
+    total += std::log(s) + m - zr[labels[r]];
+    for (int64_t c = 0; c < classes; ++c) {
+      dz[layers - 1][r * classes + c] =
+          scale * (std::exp(zr[c] - m) / s - (c == labels[r] ? T(1) : T(0)));
+    }
+  }
+  out[0]->data<T>()[0] = total / static_cast<T>(batch);
+  std::vector<std::vector<T>> dw(layers), db(layers);
+  for (int l = layers - 1; l >= 0; --l) {
+    const int64_t n_out = d[l + 1], n_in = d[l];
+    // Row by row so the inner loop is contiguous; each element still sums over i in order.
+    dw[l].resize(n_out * n_in);
+    std::vector<double> acc(n_in);
+    for (int64_t j = 0; j < n_out; ++j) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t i = 0; i < batch; ++i) {
+        const double a = static_cast<double>(dz[l][i * n_out + j]);
+        const T* hr = h[l].data() + i * n_in;
+        for (int64_t p = 0; p < n_in; ++p) acc[p] += a * static_cast<double>(hr[p]);
+      }
+      for (int64_t p = 0; p < n_in; ++p) dw[l][j * n_in + p] = static_cast<T>(acc[p]);
+    }
+    db[l].resize(n_out);
+    for (int64_t j = 0; j < n_out; ++j) {
+      T sum = 0;
+      for (int64_t i = 0; i < batch; ++i) sum += dz[l][i * n_out + j];
+      db[l][j] = sum;
+    }
+    if (l == 0) break;
+    auto w = param(l, 0);
+    dz[l - 1].resize(batch * n_in);
+    for (int64_t i = 0; i < batch; ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n_out; ++j) {
+        const double a = static_cast<double>(dz[l][i * n_out + j]);
+        const T* wr = w.data() + j * n_in;
+        for (int64_t p = 0; p < n_in; ++p) acc[p] += a * static_cast<double>(wr[p]);
+      }
+      for (int64_t p = 0; p < n_in; ++p) {
+        dz[l - 1][i * n_in + p] = h[l][i * n_in + p] > T(0) ? static_cast<T>(acc[p]) : T(0);
+      }
+    }
+  }
+  const T lr = in[3]->data<T>()[0], mu = in[4]->data<T>()[0], wd = in[5]->data<T>()[0];
+  auto sgd = [&](absl::Span<T> w, const std::vector<T>& g, absl::Span<T> v) {
+    for (size_t i = 0; i < w.size(); ++i) {  // As CpuSgd: separate roundings.
+      const T grad = g[i] + wd * w[i];
+      const T vel = mu * v[i] + grad;
+      v[i] = vel;
+      w[i] = w[i] - lr * vel;
+    }
+  };
+  for (int l = 0; l < layers; ++l) {
+    sgd(param(l, 0), dw[l], param(l, 2));
+    sgd(param(l, 1), db[l], param(l, 3));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuMlpStep(const Node& node, absl::Span<ir::HostTensor* const> in,
+                        absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(node.attrs, "layers"));
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    return StepOnCpu<T>(static_cast<int>(layers), in, out);
+  });
+}
+
+absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs,
+                                             const codegen::MlpStepTarget& target) {
+  if (inputs.size() < kFixedInputs + 5 || (inputs.size() - kFixedInputs - 1) % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an mlp_train_step takes 6 + 4 L + 1 inputs for L >= 1 layers, got ", inputs.size()));
+  }
+  const int64_t layers = static_cast<int64_t>(inputs.size() - kFixedInputs - 1) / 4;
+  std::vector<int64_t> widths;
+  RETURN_IF_ERROR(CheckInputs(layers, inputs, &widths).status());
+  if (inputs[0].dtype != DType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat("the fused MLP step runs in f32 only, got ", inputs[0].ToString()));
+  }
+  return codegen::PlanMlpStep(inputs[0].shape.dim(0), widths, target);
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& ctx,
+                                                        const Node& node) {
+  codegen::MlpStepTarget target = MlpTrainStepTargetFor(*ctx.device);
+  for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  auto plan = PlanFor(ctx.input_specs, target);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrCat("node '", node.name, "': ", plan.status().message()));
+  }
+  KernelArgs args;
+  for (void* p : ctx.inputs) args.Add(p);
+  for (void* p : ctx.outputs) args.Add(p);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CooperativeKernel> kernel,
+      CooperativeKernel::Create(ctx, node.name, codegen::MlpStepKernel(*plan), plan->target.grid,
+                                dim3(plan->target.threads),
+                                static_cast<unsigned>(plan->shared_bytes), std::move(args)));
+  return std::unique_ptr<GpuKernel>(std::move(kernel));
+}
+
+}  // namespace
+
+int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths) {
+  return codegen::MlpStepWorkspaceFloats(batch, widths);
+}
+
+codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device) {
+  codegen::MlpStepTarget target;
+  target.grid = std::max(1, device.sm_count);
+  target.threads = 256;
+  target.max_shared_bytes =
+      device.max_shared_per_block > 0 ? device.max_shared_per_block : 48 << 10;
+  return target;
+}
+
+absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
+                                        const codegen::MlpStepTarget& target) {
+  return PlanFor(inputs, target).status();
+}
+
+bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
+                           const codegen::MlpStepTarget& target, std::string* why) {
+  const absl::Status status = CheckMlpTrainStepSupported(inputs, target);
+  if (!status.ok() && why != nullptr) *why = std::string(status.message());
+  return status.ok();
+}
+
+const ir::OpDef& MlpTrainStepOp() {
+  static const ir::OpDef op{.name = "mlp_train_step",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferMlpStep,
+                            .cpu = CpuMlpStep,
+                            .lower = LowerMlpStep,
+                            .mutated_inputs_of = MutatedMlpStep};
+  return op;
+}
+
+}  // namespace reprise::ops

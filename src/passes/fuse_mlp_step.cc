@@ -1,0 +1,143 @@
+#include "src/passes/fuse_mlp_step.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "src/ops/mlp_step.h"
+#include "src/ops/ops.h"
+
+namespace reprise::passes {
+namespace {
+
+bool Flag(const Node& node, const char* key) { return ir::BoolAttrOr(node.attrs, key, false); }
+
+struct Layer {
+  int32_t weight = -1, bias = -1;  // Parameter nodes.
+};
+
+}  // namespace
+
+std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::TrainingGraph& training,
+                                           absl::Span<const Value> kept,
+                                           const codegen::MlpStepTarget& target, std::string* why) {
+  auto fail = [&](std::string reason) -> std::optional<NodeGroup> {
+    if (why != nullptr) *why = std::move(reason);
+    return std::nullopt;
+  };
+  const Graph& g = training.graph;
+  const Node& loss = g.node(training.loss.node);
+  if (loss.op != &ops::SoftmaxCrossEntropyOp())
+    return fail("the loss is not softmax cross-entropy");
+  const Value labels = loss.inputs[1];
+  if (g.node(labels.node).op != &ir::InputOp()) return fail("the labels are not an input");
+
+  // Walk the forward chain back from the logits: bias_add(matmul(h, W^T), b) [<- relu <- ...].
+  std::vector<Layer> layers;
+  Value h = loss.inputs[0];
+  const Value logits = h;
+  for (bool last = true;; last = false) {
+    const Node* node = &g.node(h.node);
+    if (!last) {
+      if (node->op != &ops::ReluOp()) break;
+      node = &g.node(node->inputs[0].node);
+    }
+    if (node->op != &ops::BiasAddOp())
+      return fail(absl::StrCat("'", node->name, "' is not a bias add"));
+    const Node& mm = g.node(node->inputs[0].node);
+    if (mm.op != &ops::MatmulOp() || Flag(mm, "transpose_a") || !Flag(mm, "transpose_b"))
+      return fail(absl::StrCat("'", mm.name, "' is not x·Wᵀ"));
+    const Node& w = g.node(mm.inputs[1].node);
+    const Node& b = g.node(node->inputs[1].node);
+    if (w.op != &ir::ParameterOp() || b.op != &ir::ParameterOp())
+      return fail("a layer's weight or bias is not a parameter");
+    layers.push_back({w.id, b.id});
+    h = mm.inputs[0];
+    if (g.node(h.node).op == &ir::InputOp()) break;
+  }
+  const Value features = h;
+  if (g.node(features.node).op != &ir::InputOp() || g.spec(features).shape.rank() != 2)
+    return fail("the first layer does not read a rank-2 input");
+  std::reverse(layers.begin(), layers.end());
+
+  // Everything the step keeps must be an output of the fused node.
+  for (const Value& v : kept) {
+    if (v != training.loss && v != logits) return fail("a fetched value lives inside the step");
+  }
+  // Every parameter is a layer's, each updated by one sgd_momentum with shared hyperparameters.
+  if (training.parameters.size() != 2 * layers.size())
+    return fail("the model has parameters outside the layer chain");
+  absl::flat_hash_map<int32_t, const Node*> sgd_of;
+  const Node* grad = nullptr;
+  for (const Node& node : g.nodes()) {
+    if (ir::IsLeaf(node)) continue;
+    if (node.op == &ops::SgdMomentumOp()) sgd_of[node.inputs[0].node] = &node;
+    if (node.op == &ops::SoftmaxCrossEntropyGradOp()) grad = &node;
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
+      return fail("an optimizer other than SGD with momentum");
+  }
+  if (grad == nullptr) return fail("no loss gradient");
+  std::vector<Value> inputs = {features, labels, grad->inputs[2]};
+  const Node* first_sgd = nullptr;
+  for (const Layer& layer : layers) {
+    for (int32_t p : {layer.weight, layer.bias}) {
+      auto it = sgd_of.find(p);
+      if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
+      if (first_sgd == nullptr) first_sgd = it->second;
+      for (int k = 3; k < 6; ++k) {
+        if (it->second->inputs[k] != first_sgd->inputs[k])
+          return fail("parameters with different hyperparameters");
+      }
+    }
+  }
+  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.end());
+  for (const Layer& layer : layers) {
+    const Node& w_sgd = *sgd_of.at(layer.weight);
+    const Node& b_sgd = *sgd_of.at(layer.bias);
+    inputs.push_back(Value{layer.weight, 0});
+    inputs.push_back(Value{layer.bias, 0});
+    inputs.push_back(w_sgd.inputs[2]);
+    inputs.push_back(b_sgd.inputs[2]);
+  }
+  // Autodiff of this chain gives exactly 9L - 1 nodes: 3L - 1 forward, the loss and its
+  // gradient, per layer a weight gradient, a bias gradient and two updates, and per hidden layer
+  // a data gradient and a ReLU gradient. Anything more is work the fused kernel would not do.
+  const int64_t num_layers = static_cast<int64_t>(layers.size());
+  int64_t non_leaf = 0;
+  for (const Node& node : g.nodes()) non_leaf += ir::IsLeaf(node) ? 0 : 1;
+  if (non_leaf != 9 * num_layers - 1) {
+    return fail(absl::StrCat("the step has ", non_leaf, " nodes; an MLP of ", num_layers,
+                             " layers has ", 9 * num_layers - 1));
+  }
+  // The kernel runs its products on CUDA cores, one tile set per phase: it wins while launch
+  // latency dominates, not once the products are large (4x1024 at batch 256 runs slower fused).
+  int64_t multiply_adds = 0;
+  for (const Layer& layer : layers) multiply_adds += g.node(layer.weight).outputs[0].NumElements();
+  multiply_adds *= g.spec(features).shape.dim(0);
+  if (multiply_adds > kMlpStepMaxForwardMultiplyAdds) {
+    return fail(absl::StrCat("the forward pass has ", multiply_adds,
+                             " multiply-adds; library GEMMs win above ",
+                             kMlpStepMaxForwardMultiplyAdds));
+  }
+  std::vector<TensorSpec> specs;
+  for (const Value& v : inputs) specs.push_back(g.spec(v));
+  specs.push_back({Shape{64}, DType::kInt32});  // The barrier.
+  std::string unsupported;
+  if (!ops::MlpTrainStepSupported(specs, target, &unsupported)) return fail(unsupported);
+
+  auto barrier =
+      graph.AddState("mlp_train_step.barrier", {Shape{64}, DType::kInt32}, Initializer::Zeros());
+  if (!barrier.ok()) return fail(std::string(barrier.status().message()));
+  inputs.push_back(*barrier);
+  NodeGroup group{.op = &ops::MlpTrainStepOp(),
+                  .name = "mlp_train_step",
+                  .attrs = {{"layers", static_cast<int64_t>(layers.size())}},
+                  .inputs = std::move(inputs),
+                  .outputs = {training.loss, logits, Value{}}};
+  for (const Node& node : g.nodes()) {
+    if (!ir::IsLeaf(node)) group.members.push_back(node.id);
+  }
+  return group;
+}
+
+}  // namespace reprise::passes
