@@ -92,10 +92,16 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
                    passes::BuildPlan(std::move(training), options.fetch, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   for (const Node& n : impl->plan_.graph().nodes()) {
-    if (n.op != &ops::SoftmaxCrossEntropyOp() && n.op != &ops::SoftmaxCrossEntropyWithGradOp())
+    // Ops that index by a label: its input 1, the class count from the logits.
+    int64_t classes = 0;
+    if (n.op == &ops::SoftmaxCrossEntropyOp() || n.op == &ops::SoftmaxCrossEntropyWithGradOp()) {
+      classes = impl->plan_.graph().spec(n.inputs[0]).shape.dim(1);
+    } else if (n.op == &ops::MlpTrainStepOp()) {
+      classes = n.outputs[1].shape.dim(1);
+    } else {
       continue;
-    impl->label_limits_[n.inputs[1].node] = {impl->plan_.graph().spec(n.inputs[0]).shape.dim(1),
-                                             n.name};
+    }
+    impl->label_limits_[n.inputs[1].node] = {classes, n.name};
   }
   RETURN_IF_ERROR(impl->InitDevice());
   RETURN_IF_ERROR(impl->InitPersistentTensors());

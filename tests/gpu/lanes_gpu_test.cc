@@ -25,6 +25,7 @@ TrainOptions Options(ExecMode mode, int lanes, bool fuse = true) {
   options.mode = mode;
   options.lanes = lanes;
   options.fuse = fuse;
+  options.whole_step = false;  // Lanes split per-layer launches; the whole-step kernel has none.
   options.seed = 3;
   return options;
 }

@@ -45,10 +45,12 @@ Batch MakeBatch(std::mt19937& rng) {
   return b;
 }
 
-std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode, bool fuse = true) {
+std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode, bool fuse = true,
+                                     bool whole_step = true) {
   TrainOptions options;
   options.mode = mode;
   options.fuse = fuse;
+  options.whole_step = whole_step;
   options.seed = 42;
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
@@ -108,22 +110,32 @@ TEST(TrainerGpuTest, SyncModeEqualsBulkedBitwise) {
 TEST(TrainerGpuTest, FusedAndUnfusedStepsAgree) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(SmallMlp());
-  auto fused = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/true);
+  auto whole = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/true, /*whole_step=*/true);
+  auto per_layer = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/true, /*whole_step=*/false);
   auto unfused = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/false);
-  ASSERT_TRUE(fused && unfused);
-  const std::vector<float> a = Train(*fused, 20), b = Train(*unfused, 20);
-  for (int s = 0; s < 20; ++s)
-    EXPECT_NEAR(a[s], b[s], 1e-4f * std::max(1.0f, b[s])) << "step " << s;
-  for (const std::string& name : fused->ParameterNames()) {
-    std::vector<float> f = *fused->GetParameter(name), u = *unfused->GetParameter(name);
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < f.size(); ++i) err += (f[i] - u[i]) * (f[i] - u[i]), norm += u[i] * u[i];
-    EXPECT_LT(std::sqrt(err / norm), 1e-4) << name;
+  ASSERT_TRUE(whole && per_layer && unfused);
+  EXPECT_EQ(whole->stats().launches_per_step, 2);  // The input copy and the whole step.
+  EXPECT_LT(per_layer->stats().launches_per_step, unfused->stats().launches_per_step / 2 + 2);
+  const std::vector<float> reference = Train(*unfused, 20);
+  for (Trainer* fused : {whole.get(), per_layer.get()}) {
+    const std::vector<float> losses = Train(*fused, 20);
+    for (int s = 0; s < 20; ++s) {
+      EXPECT_NEAR(losses[s], reference[s], 1e-4f * std::max(1.0f, reference[s])) << "step " << s;
+    }
+    for (const std::string& name : fused->ParameterNames()) {
+      std::vector<float> f = *fused->GetParameter(name), u = *unfused->GetParameter(name);
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < f.size(); ++i)
+        err += (f[i] - u[i]) * (f[i] - u[i]), norm += u[i] * u[i];
+      EXPECT_LT(std::sqrt(err / norm), 1e-4) << name;
+    }
   }
-  EXPECT_LT(fused->stats().launches_per_step, unfused->stats().launches_per_step / 2 + 2);
   auto unfused_sync = MakeTrainer(*mlp, ExecMode::kSync, /*fuse=*/false);
   auto unfused_bulked = MakeTrainer(*mlp, ExecMode::kBulked, /*fuse=*/false);
   EXPECT_EQ(Train(*unfused_sync, 10), Train(*unfused_bulked, 10));
+  auto per_layer_bulked = MakeTrainer(*mlp, ExecMode::kBulked, /*fuse=*/true, false);
+  auto per_layer_graph = MakeTrainer(*mlp, ExecMode::kGraph, /*fuse=*/true, false);
+  EXPECT_EQ(Train(*per_layer_bulked, 10), Train(*per_layer_graph, 10));
 }
 
 TEST(TrainerGpuTest, StepsMatchTheCpuReference) {
