@@ -102,6 +102,7 @@ class CooperativeKernel : public GpuKernel {
       KernelArgs args);
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
+  std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
   int grid() const { return grid_; }
 
  private:
