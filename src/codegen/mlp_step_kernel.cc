@@ -5,9 +5,11 @@
 #include <limits>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::codegen {
@@ -189,8 +191,32 @@ int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths
   return total;
 }
 
+namespace {
+absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
+                                              const MlpStepTarget& target);
+}  // namespace
+
+// The tile search takes tens of ms, and the fuse pass, shape inference and lowering each ask for
+// the same plan, so plans are remembered for the process, by shapes and target.
 absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
                                         const MlpStepTarget& target) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
+  const std::string key =
+      absl::StrCat(batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
+                   ",", target.max_shared_bytes, ",", target.aligned);
+  {
+    absl::MutexLock lock(&mu);
+    if (auto it = plans->find(key); it != plans->end()) return it->second;
+  }
+  absl::StatusOr<MlpStepPlan> plan = SearchMlpStepPlan(batch, widths, target);
+  absl::MutexLock lock(&mu);
+  return plans->emplace(key, std::move(plan)).first->second;
+}
+
+namespace {
+absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
+                                              const MlpStepTarget& target) {
   const int layers = static_cast<int>(widths.size()) - 1;
   if (layers < 1 || batch < 1) {
     return absl::InvalidArgumentError(
@@ -310,6 +336,7 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
   plan.barriers = plan.phases - 1;
   return plan;
 }
+}  // namespace
 
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
   const int layers = plan.layers();
