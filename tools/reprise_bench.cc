@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
+#include "src/runtime/kernel_activity.h"
 #include "src/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp");
@@ -50,6 +51,7 @@ struct Result {
   int64_t device_bytes = 0;      // Device memory the trainer holds (arena, workspaces, handles).
   double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0, kernel_disk_hits = 0;
+  double busy_fraction = -1;  // GPU busy time (CUPTI) over step time; -1 without CUPTI.
 };
 
 double Percentile(std::vector<float> v, double q) {
@@ -102,6 +104,19 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
     host_us.push_back(static_cast<float>(absl::ToDoubleMicroseconds(absl::Now() - start)));
   }
   RETURN_IF_ERROR(trainer->Synchronize());
+  // Busy fraction: kernel and copy time CUPTI saw, merged, over the same steps' event time.
+  double busy_fraction = -1;
+  if (auto activity = reprise::runtime::KernelActivity::Start(); activity.ok()) {
+    ASSIGN_OR_RETURN(std::vector<float> watched,
+                     trainer->TimeSteps(std::min(absl::GetFlag(FLAGS_iters), 200)));
+    ASSIGN_OR_RETURN(reprise::runtime::KernelActivity::Summary summary, (*activity)->Stop());
+    double total_ms = 0;
+    for (float t : watched) total_ms += t;
+    if (total_ms > 0) busy_fraction = summary.busy_ms / total_ms;
+  } else {
+    std::fprintf(stderr, "reprise-bench: no busy fraction: %s\n",
+                 activity.status().ToString().c_str());
+  }
   ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
   return Result{absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion)),
@@ -114,7 +129,8 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
                 memory_after - memory_before,
                 stats.kernel_acquire_ms,
                 stats.kernels_compiled,
-                stats.kernel_disk_hits};
+                stats.kernel_disk_hits,
+                busy_fraction};
 }
 
 // Runs the PyTorch script for this configuration and prints each of its modes beside reprise's
@@ -169,8 +185,8 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
       absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
-  std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s\n", "mode", "median ms", "p90 ms",
-              "samples/s", "host us", "launches", "graph nodes", "device MiB");
+  std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s\n", "mode", "median ms", "p90 ms",
+              "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy");
   std::vector<Fusion> fusions;
   const std::string fusion = absl::GetFlag(FLAGS_fusion);
   if (fusion == "on" || fusion == "all") fusions.push_back(Fusion::kOn);
@@ -189,10 +205,12 @@ absl::Status Main() {
                    std::string(FusionSuffix(fuse)).c_str());
       ASSIGN_OR_RETURN(Result r, Measure(mode, fuse));
       const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
-      std::printf("%-16s %11.4f %11.4f %12.0f %10.2f %9lld %11lld %11.1f\n", r.mode.c_str(),
+      const std::string busy =
+          r.busy_fraction < 0 ? "n/a" : absl::StrFormat("%.0f%%", 100 * r.busy_fraction);
+      std::printf("%-16s %11.4f %11.4f %12.0f %10.2f %9lld %11lld %11.1f %6s\n", r.mode.c_str(),
                   r.median_ms, r.p90_ms, samples, r.host_us_per_step,
                   static_cast<long long>(r.launches), static_cast<long long>(r.graph_nodes),
-                  r.device_bytes / 1048576.0);
+                  r.device_bytes / 1048576.0, busy.c_str());
       std::fprintf(
           stderr, "reprise-bench: %s kernels acquired in %.1f ms (%lld compiled, %lld from disk)\n",
           r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
@@ -202,10 +220,11 @@ absl::Status Main() {
           "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
           "\"host_us_per_step\": %.3f, \"launches_per_step\": %d, \"graph_nodes\": %d, "
           "\"arena_bytes\": %d, \"device_bytes\": %d, \"kernel_acquire_ms\": %.3f, "
-          "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d}",
+          "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s}",
           r.mode, r.median_ms, r.p90_ms, samples, r.host_us_per_step, r.launches, r.graph_nodes,
           r.arena_bytes, r.device_bytes, r.kernel_acquire_ms, r.kernels_compiled,
-          r.kernel_disk_hits));
+          r.kernel_disk_hits,
+          r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction)));
     }
   }
   if (absl::GetFlag(FLAGS_compare_torch)) RETURN_IF_ERROR(CompareTorch(graph_ms));
