@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
+ABSL_FLAG(bool, busy, false,
+          "also measure the GPU busy fraction with CUPTI (after the timings; once CUPTI is "
+          "attached, later rows' host times in the same process grow, so time them separately)");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -106,7 +109,9 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   RETURN_IF_ERROR(trainer->Synchronize());
   // Busy fraction: kernel and copy time CUPTI saw, merged, over the same steps' event time.
   double busy_fraction = -1;
-  if (auto activity = reprise::runtime::KernelActivity::Start(); activity.ok()) {
+  if (!absl::GetFlag(FLAGS_busy)) {
+    // Not asked for: CUPTI would slow the host side of every later measurement.
+  } else if (auto activity = reprise::runtime::KernelActivity::Start(); activity.ok()) {
     ASSIGN_OR_RETURN(std::vector<float> watched,
                      trainer->TimeSteps(std::min(absl::GetFlag(FLAGS_iters), 200)));
     ASSIGN_OR_RETURN(reprise::runtime::KernelActivity::Summary summary, (*activity)->Stop());

@@ -23,13 +23,12 @@ TEST(BenchJsonGpuTest, EveryFieldIsWrittenAndPlausible) {
   REPRISE_REQUIRE_GPU();
   const std::filesystem::path bench = SelfDirectory() / "reprise-bench";
   if (!std::filesystem::exists(bench)) GTEST_SKIP() << "reprise-bench is not beside this test";
-  const std::string json_path =
-      (std::filesystem::temp_directory_path() / ("reprise_bench_" + std::to_string(getpid()) +
-                                                 ".json"))
-          .string();
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("reprise_bench_" + std::to_string(getpid()) + ".json"))
+                                    .string();
   const std::string command = bench.string() +
                               " --depth 2 --width 64 --batch 32 --iters 30 --warmup 5 --mode graph"
-                              " --fusion all --json " +
+                              " --fusion all --busy --json " +
                               json_path + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream in(json_path);
