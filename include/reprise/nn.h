@@ -18,6 +18,14 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
 
 absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name = "");
 
+// Inverted dropout while training: each element is zeroed with probability `rate` and the rest are
+// scaled by 1 / (1 - rate). Masks come from a counter-based generator keyed by `seed` and the
+// layer's name and counted by a device-side step ("rng.step", added once per graph and advanced
+// by the training step itself), so every step draws a new mask with no host work, and the same
+// seed gives the same masks in every mode. InvalidArgument for a rate outside [0, 1).
+absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_view name,
+                              uint64_t seed = 0);
+
 // Mean over the batch of -log softmax(logits)[label]; logits f32 [batch, classes], labels i32
 // [batch]. Returns a scalar.
 absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "src/autodiff/autodiff.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -35,6 +36,28 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
 
 absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name) {
   return graph.AddOp1(ops::ReluOp(), name, {x});
+}
+
+absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_view name,
+                              uint64_t seed) {
+  if (!(rate >= 0 && rate < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dropout '", name, "': rate must be in [0, 1), got ", rate));
+  }
+  Value step;
+  if (auto found = graph.FindNode(autodiff::kStepCounter); found.ok()) {
+    step = Value{*found, 0};
+  } else {
+    ASSIGN_OR_RETURN(step, graph.AddState(autodiff::kStepCounter, {Shape{2}, DType::kInt32},
+                                          Initializer::Zeros()));
+  }
+  // Each layer's own stream of numbers: FNV-1a of its name.
+  uint32_t stream = 2166136261u;
+  for (char c : name) stream = (stream ^ static_cast<uint8_t>(c)) * 16777619u;
+  return graph.AddOp1(ops::DropoutOp(), name, {x, step},
+                      {{"rate", rate},
+                       {"seed", static_cast<int64_t>(seed)},
+                       {"stream", static_cast<int64_t>(stream)}});
 }
 
 absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,

@@ -99,6 +99,25 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
   return t;
 }
 
+namespace {
+
+// Control edges from every other reader of `leaf` to `writer`, which updates it in place: the
+// step reads the value it started with.
+absl::Status RunAfterEveryReader(Graph& g, int32_t leaf, int32_t writer) {
+  for (const Node& reader : g.nodes()) {
+    if (reader.id == writer) continue;
+    for (const Value& v : reader.inputs) {
+      if (v.node == leaf) {
+        RETURN_IF_ERROR(g.AddControlEdge(reader.id, writer));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value loss,
                                                  const SgdOptions& sgd) {
   ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss));
@@ -119,16 +138,16 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
                      g.AddOp(ops::SgdMomentumOp(), absl::StrCat(name, ".sgd"),
                              {Value{param, 0}, t.gradients[param], velocity, lr, mu, wd}));
     const int32_t update = g.num_nodes() - 1;
-    for (const Node& reader : g.nodes()) {
-      if (reader.id == update) continue;
-      for (const Value& v : reader.inputs) {
-        if (v.node == param) {
-          RETURN_IF_ERROR(g.AddControlEdge(reader.id, update));
-          break;
-        }
-      }
-    }
+    RETURN_IF_ERROR(RunAfterEveryReader(g, param, update));
     t.optimizer_nodes.push_back(update);
+  }
+  // The step counter moves on once every random op of this step has read it.
+  if (auto counter = g.FindNode(kStepCounter); counter.ok()) {
+    ASSIGN_OR_RETURN(std::vector<Value> none,
+                     g.AddOp(ops::AdvanceStepOp(), "rng.advance", {Value{*counter, 0}}));
+    const int32_t advance = g.num_nodes() - 1;
+    RETURN_IF_ERROR(RunAfterEveryReader(g, *counter, advance));
+    t.optimizer_nodes.push_back(advance);
   }
   return t;
 }

@@ -17,6 +17,8 @@ namespace reprise::autodiff {
 inline constexpr char kLearningRate[] = "learning_rate";
 inline constexpr char kMomentum[] = "momentum";
 inline constexpr char kWeightDecay[] = "weight_decay";
+// The device-side step counter random ops read (state i32[2]); the training step advances it.
+inline constexpr char kStepCounter[] = "rng.step";
 
 struct TrainingGraph {
   Graph graph;  // Node ids of the forward graph are kept: a forward Value means the same here.

@@ -1,5 +1,7 @@
 #include "src/codegen/generated_kernel.h"
 
+#include "src/codegen/random_kernels.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -157,7 +159,9 @@ std::vector<GeneratedKernel> AllKernels() {
           ColumnSum(),
           SoftmaxCrossEntropy(),
           SoftmaxCrossEntropyGrad(),
-          SgdMomentum()};
+          SgdMomentum(),
+          Dropout(),
+          AdvanceStep()};
 }
 
 }  // namespace reprise::codegen

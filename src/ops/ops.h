@@ -29,6 +29,13 @@ const ir::OpDef& SoftmaxCrossEntropyGradOp();  // (logits, labels, dloss f32 [])
 // (w, g, v, lr, momentum, weight_decay) -> nothing; writes w and v in place.
 const ir::OpDef& SgdMomentumOp();
 
+// dropout.cc. Counter-based dropout (src/codegen/random_kernels.h); attrs rate, seed, stream.
+// (x, step i32[2]) -> x with dropped elements zero and kept ones scaled by 1 / (1 - rate).
+const ir::OpDef& DropoutOp();
+const ir::OpDef& DropoutGradOp();  // (dy, step) -> dx, the same mask: same attrs as the forward.
+// (step i32[2]) -> nothing; step += 1 in place. Runs after every reader of the counter.
+const ir::OpDef& AdvanceStepOp();
+
 // Fused ops: the fuse pass (src/passes/fuse.h) writes them; each one's reference runs the
 // references of the ops it replaces. Attribute "fused_nodes" lists the nodes it replaced.
 // matmul.cc. (A, B, bias) -> op(A)·op(B) + bias, then max(·, 0) when attr relu: cuBLASLt
