@@ -1,6 +1,6 @@
 // reprise-bench: ms per training step of a model, for each execution mode, timed with CUDA events
 // after warm-up (median and p90 of many steps), with the host time of one Step() call, launches
-// per step and device memory. Prints a table; --json writes the numbers; --compare-torch runs
+// per step and device memory. Prints a table; --json writes the numbers; --compare_torch runs
 // tools/bench/torch_mlp.py for the same configuration on the same GPU and prints the ratios.
 //
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
@@ -149,7 +149,7 @@ absl::Status CompareTorch(double graph_ms) {
       absl::GetFlag(FLAGS_tf32) ? " --tf32" : "");
   std::fprintf(stderr, "reprise-bench: running %s\n", command.c_str());
   FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return absl::UnavailableError("--compare-torch: cannot start python3");
+  if (pipe == nullptr) return absl::UnavailableError("--compare_torch: cannot start python3");
   std::printf("\n%-16s %11s %22s\n", "torch mode", "median ms", "reprise graph / torch");
   char line[1024];
   bool any = false;
@@ -166,7 +166,7 @@ absl::Status CompareTorch(double graph_ms) {
   const int status = pclose(pipe);
   if (!any) {
     return absl::UnavailableError(absl::StrCat(
-        "--compare-torch: tools/bench/torch_mlp.py gave no timings (exit ", status, ")"));
+        "--compare_torch: tools/bench/torch_mlp.py gave no timings (exit ", status, ")"));
   }
   return absl::OkStatus();
 }
