@@ -70,7 +70,7 @@ GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec) {
 }
 
 GeneratedKernel SoftmaxCrossEntropyWithGrad() {
-  return {"reprise_softmax_xent_with_grad", RowMaxAndSumExpSource() + R"(
+  return {"reprise_softmax_xent_with_grad", LossRowHelpersSource() + R"(
 extern "C" __global__ void reprise_softmax_xent_with_grad(const float* __restrict__ z,
                                                           const int* __restrict__ labels,
                                                           const float* __restrict__ dloss,
@@ -86,20 +86,11 @@ extern "C" __global__ void reprise_softmax_xent_with_grad(const float* __restric
     float m, s;
     RowMaxAndSumExp(zr, cols, lane, m, s);
     const int label = labels[r];
-    if (lane == 0) {
-      row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
-    }
-    for (int c = lane; c < cols; c += 32) {
-      const float p = expf(zr[c] - m) / s;
-      dzr[c] = scale * (p - (c == label ? 1.0f : 0.0f));
-    }
+    if (lane == 0) row_loss[r] = RowLoss(zr, cols, label, m, s);
+    RowGradient(zr, dzr, cols, lane, label, m, s, scale);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int r = 0; r < rows; ++r) total += row_loss[r];
-    loss[0] = total / rows;
-  }
+  if (threadIdx.x == 0) loss[0] = MeanOfRows(row_loss, rows);
 }
 )"};
 }

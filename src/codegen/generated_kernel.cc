@@ -1,9 +1,8 @@
 #include "src/codegen/generated_kernel.h"
 
-#include "src/codegen/random_kernels.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/random_kernels.h"
 
 namespace reprise::codegen {
 
@@ -67,9 +66,10 @@ extern "C" __global__ void reprise_column_sum(const float* __restrict__ dy, floa
 )"};
 }
 
-// One warp's max and Σ exp(z - max) over a row, shared by the loss and its gradient so both
-// see the same bits.
-const std::string kRowMaxAndSumExp = R"(
+// Device helpers of every loss kernel: one warp's max and Σ exp(z - max) over a row, the row's
+// loss, its gradient, and the mean of the row losses in row order. Shared, so the loss kernels
+// (fused or not) compute the same bits.
+const std::string kLossRowHelpers = R"(
 __device__ void RowMaxAndSumExp(const float* zr, int cols, int lane, float& m, float& s) {
   m = -__int_as_float(0x7f800000);
   for (int c = lane; c < cols; c += 32) m = fmaxf(m, zr[c]);
@@ -78,14 +78,29 @@ __device__ void RowMaxAndSumExp(const float* zr, int cols, int lane, float& m, f
   for (int c = lane; c < cols; c += 32) s += expf(zr[c] - m);
   for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
 }
+__device__ float RowLoss(const float* zr, int cols, int label, float m, float s) {
+  return (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
+}
+__device__ void RowGradient(const float* zr, float* dzr, int cols, int lane, int label, float m,
+                            float s, float scale) {
+  for (int c = lane; c < cols; c += 32) {
+    const float p = expf(zr[c] - m) / s;
+    dzr[c] = scale * (p - (c == label ? 1.0f : 0.0f));
+  }
+}
+__device__ float MeanOfRows(const float* row_loss, int rows) {
+  float total = 0.0f;
+  for (int r = 0; r < rows; ++r) total += row_loss[r];
+  return total / rows;
+}
 )";
 
-const std::string& RowMaxAndSumExpSource() { return kRowMaxAndSumExp; }
+const std::string& LossRowHelpersSource() { return kLossRowHelpers; }
 
 GeneratedKernel SoftmaxCrossEntropy() {
   // One block: each warp takes rows, writes per-row losses to shared memory, then thread 0 adds
   // them in row order so the sum never depends on scheduling.
-  return {"reprise_softmax_xent", kRowMaxAndSumExp + R"(
+  return {"reprise_softmax_xent", kLossRowHelpers + R"(
 extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
                                                 const int* __restrict__ labels,
                                                 float* __restrict__ loss, int rows, int cols) {
@@ -95,23 +110,16 @@ extern "C" __global__ void reprise_softmax_xent(const float* __restrict__ z,
     const float* zr = z + (long long)r * cols;
     float m, s;
     RowMaxAndSumExp(zr, cols, lane, m, s);
-    if (lane == 0) {
-      const int label = labels[r];
-      row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - zr[label] : __int_as_float(0x7fc00000);
-    }
+    if (lane == 0) row_loss[r] = RowLoss(zr, cols, labels[r], m, s);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int r = 0; r < rows; ++r) total += row_loss[r];
-    loss[0] = total / rows;
-  }
+  if (threadIdx.x == 0) loss[0] = MeanOfRows(row_loss, rows);
 }
 )"};
 }
 
 GeneratedKernel SoftmaxCrossEntropyGrad() {
-  return {"reprise_softmax_xent_grad", kRowMaxAndSumExp + R"(
+  return {"reprise_softmax_xent_grad", kLossRowHelpers + R"(
 extern "C" __global__ void reprise_softmax_xent_grad(const float* __restrict__ z,
                                                      const int* __restrict__ labels,
                                                      const float* __restrict__ dloss,
@@ -123,12 +131,7 @@ extern "C" __global__ void reprise_softmax_xent_grad(const float* __restrict__ z
   float* dzr = dz + (long long)r * cols;
   float m, s;
   RowMaxAndSumExp(zr, cols, lane, m, s);
-  const float scale = dloss[0] / rows;
-  const int label = labels[r];
-  for (int c = lane; c < cols; c += 32) {
-    const float p = expf(zr[c] - m) / s;
-    dzr[c] = scale * (p - (c == label ? 1.0f : 0.0f));
-  }
+  RowGradient(zr, dzr, cols, lane, labels[r], m, s, dloss[0] / rows);
 }
 )"};
 }

@@ -52,9 +52,11 @@ GeneratedKernel SoftmaxCrossEntropyGrad();
 // const float* wd, long long n).
 GeneratedKernel SgdMomentum();
 
-// The device helper RowMaxAndSumExp(zr, cols, lane, m, s): one warp's max and Σ exp(z - max)
-// over a row. Every loss kernel uses it, so the loss and its gradient see the same bits.
-const std::string& RowMaxAndSumExpSource();
+// Device helpers every loss kernel uses, so fused and unfused losses compute the same bits:
+// RowMaxAndSumExp(zr, cols, lane, m, s) (one warp's max and Σ exp(z - max) over a row),
+// RowLoss(zr, cols, label, m, s), RowGradient(zr, dzr, cols, lane, label, m, s, scale) and
+// MeanOfRows(row_loss, rows).
+const std::string& LossRowHelpersSource();
 
 // Every kernel source the engine can generate, for compile checks.
 std::vector<GeneratedKernel> AllKernels();

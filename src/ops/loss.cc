@@ -101,14 +101,20 @@ absl::Status CpuXentGrad(const Node&, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx, const Node& node) {
-  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
-  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
+// Shared memory of the one-block loss kernels: one float per row, at most the default 48 KiB.
+absl::StatusOr<unsigned> RowLossBytes(int rows, const Node& node) {
   const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
   if (shared > 48 * 1024) {
     return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
                                                  " exceeds the loss kernel's limit of 12288 rows"));
   }
+  return shared;
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx, const Node& node) {
+  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
+  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
+  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]).Add(rows).Add(cols);
   return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropy(), dim3(1), dim3(512),
@@ -145,11 +151,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentWithGrad(const LoweringConte
                                                              const Node& node) {
   const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
   const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
-  const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
-  if (shared > 48 * 1024) {
-    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
-                                                 " exceeds the loss kernel's limit of 12288 rows"));
-  }
+  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]);
   args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
