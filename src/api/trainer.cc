@@ -83,6 +83,19 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::InvalidArgumentError(
         absl::StrCat("TrainOptions::lanes must be 0 (auto), 1 or 2, got ", options.lanes));
   }
+  // Label inputs and the class count of the loss that indexes by them, read from the unfused
+  // graph so that no fused op needs to say which of its inputs are labels.
+  struct LabelUse {
+    std::string input;
+    int64_t classes;
+    std::string consumer;
+  };
+  std::vector<LabelUse> label_uses;
+  for (const Node& n : training.graph.nodes()) {
+    if (n.op != &ops::SoftmaxCrossEntropyOp()) continue;
+    label_uses.push_back({training.graph.node(n.inputs[1].node).name,
+                          training.graph.spec(n.inputs[0]).shape.dim(1), n.name});
+  }
   // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
@@ -91,17 +104,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   ASSIGN_OR_RETURN(passes::Plan plan,
                    passes::BuildPlan(std::move(training), options.fetch, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
-  for (const Node& n : impl->plan_.graph().nodes()) {
-    // Ops that index by a label: its input 1, the class count from the logits.
-    int64_t classes = 0;
-    if (n.op == &ops::SoftmaxCrossEntropyOp() || n.op == &ops::SoftmaxCrossEntropyWithGradOp()) {
-      classes = impl->plan_.graph().spec(n.inputs[0]).shape.dim(1);
-    } else if (n.op == &ops::MlpTrainStepOp()) {
-      classes = n.outputs[1].shape.dim(1);
-    } else {
-      continue;
-    }
-    impl->label_limits_[n.inputs[1].node] = {classes, n.name};
+  for (const LabelUse& use : label_uses) {
+    ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
+    impl->label_limits_[input] = {use.classes, use.consumer};
   }
   RETURN_IF_ERROR(impl->InitDevice());
   RETURN_IF_ERROR(impl->InitPersistentTensors());
