@@ -162,12 +162,14 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   ASSIGN_OR_RETURN(exec_, runtime::GraphExec::Create(graph));
   ++instantiations_;
   graph_ = std::move(graph);
+  copy_nodes_.clear();  // Handles of the old graph.
   launch_nodes_ = std::move(launch_nodes);
   num_nodes_ = static_cast<int64_t>(num_nodes);
   return absl::OkStatus();
 }
 
-absl::Status CapturedStep::SetCopySource(void* destination, const void* source, size_t bytes) {
+absl::StatusOr<cudaGraphNode_t> CapturedStep::FindCopyNode(void* destination, size_t bytes) {
+  if (auto it = copy_nodes_.find(destination); it != copy_nodes_.end()) return it->second;
   size_t count = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph_.get(), nullptr, &count),
                                       "cudaGraphGetNodes", "binding update"));
@@ -188,14 +190,20 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
         params.extent.width != bytes) {
       continue;
     }
-    RETURN_IF_ERROR(
-        runtime::CudaStatus(cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), node, destination,
-                                                               source, bytes, cudaMemcpyDefault),
-                            "cudaGraphExecMemcpyNodeSetParams1D", "binding update"));
-    ++node_updates_;
-    return absl::OkStatus();
+    copy_nodes_[destination] = node;
+    return node;
   }
   return absl::NotFoundError("no copy node of the captured step writes that input");
+}
+
+absl::Status CapturedStep::SetCopySource(void* destination, const void* source, size_t bytes) {
+  ASSIGN_OR_RETURN(cudaGraphNode_t node, FindCopyNode(destination, bytes));
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), node, destination, source,
+                                                             bytes, cudaMemcpyDefault),
+                          "cudaGraphExecMemcpyNodeSetParams1D", "binding update"));
+  ++node_updates_;
+  return absl::OkStatus();
 }
 
 absl::Status CapturedStep::Replay(cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -83,8 +84,12 @@ class CapturedStep {
   static absl::StatusOr<runtime::Graph> Record(
       absl::Span<const LoweredLaunch> launches, const Lanes& lanes, cudaStream_t stream,
       std::vector<std::vector<cudaGraphNode_t>>& launch_nodes);
+  // The bound-input copy node writing `destination` (searched once, then remembered).
+  absl::StatusOr<cudaGraphNode_t> FindCopyNode(void* destination, size_t bytes);
+
   runtime::Graph graph_;
   std::vector<std::vector<cudaGraphNode_t>> launch_nodes_;
+  absl::flat_hash_map<void*, cudaGraphNode_t> copy_nodes_;  // Nodes of graph_ found so far.
   runtime::GraphExec exec_;
   int64_t num_nodes_ = 0;
   int64_t replays_ = 0;
