@@ -56,6 +56,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ops::LoweringContext ctx;
     ctx.kernels = res.kernels;
     ctx.lt = res.lt;
+    ctx.cudnn = res.cudnn;
     ctx.device = res.device;
     ctx.workspace = res.workspace;
     if (scheduled.lane > 0) {
@@ -67,6 +68,8 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     }
     ctx.workspace_bytes = res.workspace_bytes;
     ctx.allow_tf32 = res.allow_tf32;
+    ctx.deterministic = res.deterministic;
+    ctx.measure_conv_algorithms = res.measure_conv_algorithms;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);
       if (b == nullptr)

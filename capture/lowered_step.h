@@ -17,11 +17,14 @@ struct StepResources {
   const runtime::DeviceInfo* device = nullptr;
   runtime::KernelStore* kernels = nullptr;
   const runtime::LtHandle* lt = nullptr;
+  const runtime::CudnnHandle* cudnn = nullptr;
   char* arena = nullptr;      // Device base of the plan's arena.
-  void* workspace = nullptr;  // cuBLASLt workspace (lane 0).
+  void* workspace = nullptr;  // cuBLASLt and cuDNN workspace (lane 0).
   size_t workspace_bytes = 0;
   const void* input_staging = nullptr;  // Pinned host mirror of the arena's input region.
   bool allow_tf32 = false;
+  bool deterministic = false;
+  bool measure_conv_algorithms = false;
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
   std::vector<void*> lane_workspaces;
 };

@@ -42,7 +42,14 @@ struct SgdOptions {
 struct TrainOptions {
   ExecMode mode = ExecMode::kGraph;
   SgdOptions sgd;
-  bool allow_tf32 = false;  // Let matmuls use TF32 tensor cores.
+  bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
+  // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
+  // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
+  bool deterministic = false;
+  // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
+  // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
+  // is made once and remembered for that shape in the process.
+  bool measure_conv_algorithms = false;
   bool fuse = true;         // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
   // kernel where it is faster than library GEMMs; false keeps one launch per layer and pass.

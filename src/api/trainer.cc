@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   res.device = &impl->device_;
   res.kernels = impl->kernels_.get();
   res.lt = &*impl->lt_;
+  res.cudnn = &*impl->cudnn_;
   res.arena = static_cast<char*>(impl->arena_->data());
   res.workspace = impl->workspace_->data();
   res.workspace_bytes = kWorkspaceBytes;
@@ -129,6 +130,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   }
   res.input_staging = impl->staging_->data();
   res.allow_tf32 = options.allow_tf32;
+  res.deterministic = options.deterministic;
+  res.measure_conv_algorithms = options.measure_conv_algorithms;
   ASSIGN_OR_RETURN(impl->launches_, capture::LowerPlan(impl->plan_, res));
   impl->kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   impl->kernel_stats_after_create_ = impl->kernels_->stats();
@@ -152,6 +155,7 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
+  ASSIGN_OR_RETURN(cudnn_, runtime::CudnnHandle::Create());
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
   ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(plan_.lanes() * kWorkspaceBytes));

@@ -12,6 +12,7 @@
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
 #include "src/passes/plan.h"
+#include "src/runtime/cudnn_handle.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/lt_matmul.h"
@@ -66,6 +67,7 @@ class Trainer::Impl {
   std::optional<runtime::Stream> stream_;
   std::optional<runtime::Event> step_done_;
   std::optional<runtime::LtHandle> lt_;
+  std::optional<runtime::CudnnHandle> cudnn_;
   std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   double kernel_acquire_ms_ = 0;

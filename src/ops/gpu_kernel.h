@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/runtime/cudnn_handle.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/lt_matmul.h"
@@ -38,10 +39,15 @@ class GpuKernel {
 struct LoweringContext {
   runtime::KernelStore* kernels = nullptr;
   const runtime::LtHandle* lt = nullptr;
+  const runtime::CudnnHandle* cudnn = nullptr;
   const runtime::DeviceInfo* device = nullptr;
-  void* workspace = nullptr;  // cuBLASLt workspace of the node's lane.
+  void* workspace = nullptr;  // cuBLASLt and cuDNN workspace of the node's lane.
   size_t workspace_bytes = 0;
   bool allow_tf32 = false;
+  // Library algorithms must give the same bits on every run (no atomics-based reductions).
+  bool deterministic = false;
+  // Pick cuDNN convolution algorithms by timing them on the device, not by heuristics.
+  bool measure_conv_algorithms = false;
   std::vector<TensorSpec> input_specs;
   std::vector<void*> inputs;   // Device address of each input, in node order.
   std::vector<void*> outputs;  // Device address of each output.

@@ -25,11 +25,12 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   auto device = runtime::UseDevice(0);
   ASSERT_TRUE(device.ok());
   auto arena = runtime::DeviceBuffer::Create(memory->arena_bytes);
-  auto workspace = runtime::DeviceBuffer::Create(8 << 20);
+  auto workspace = runtime::DeviceBuffer::Create(64 << 20);
   auto staging = runtime::PinnedBuffer::Create(std::max<int64_t>(1, memory->input_bytes));
   auto stream = runtime::Stream::Create();
   auto lt = runtime::LtHandle::Create();
-  ASSERT_TRUE(arena.ok() && workspace.ok() && staging.ok() && stream.ok() && lt.ok());
+  auto cudnn = runtime::CudnnHandle::Create();
+  ASSERT_TRUE(arena.ok() && workspace.ok() && staging.ok() && stream.ok() && lt.ok() && cudnn.ok());
   runtime::KernelStore kernels(device->ArchFlag());
   char* base = static_cast<char*>(arena->data());
   for (const Node& n : g.nodes()) {  // Leaves: inputs into staging, the rest into the arena.
@@ -47,8 +48,14 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   plan.training.graph = g;
   plan.launches = *schedule;
   plan.memory = *memory;
-  capture::StepResources res{&*device,           &kernels,        &*lt, base, workspace->data(),
-                             workspace->bytes(), staging->data(), false};
+  capture::StepResources res{.device = &*device,
+                             .kernels = &kernels,
+                             .lt = &*lt,
+                             .cudnn = &*cudnn,
+                             .arena = base,
+                             .workspace = workspace->data(),
+                             .workspace_bytes = workspace->bytes(),
+                             .input_staging = staging->data()};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   ASSERT_TRUE(capture::RunEager(*launches, stream->get(), /*sync_each=*/true).ok());
