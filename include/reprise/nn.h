@@ -18,6 +18,49 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
 
 absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name = "");
 
+// y = a + b, same shapes (a residual connection).
+absl::StatusOr<Value> Add(Graph& graph, Value a, Value b, absl::string_view name = "");
+
+struct Conv2dOptions {
+  int64_t kernel = 3;  // Square kernel.
+  int64_t stride = 1;
+  int64_t padding = 0;  // Zeros on every side.
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = false;
+  Layout layout = Layout::kNCHW;
+  // Weights start U(-bound, bound); 0 picks PyTorch's default for Conv2d, 1 / sqrt(fan_in).
+  double weight_bound = 0;
+};
+// 2-D convolution of x ([N, C, H, W], or [N, H, W, C] with Layout::kNHWC). The weight
+// "<name>.weight" is [out, C / groups, k, k] (PyTorch's) or [out, k, k, C / groups] for NHWC; the
+// optional bias "<name>.bias" is [out]. InvalidArgument when the shapes do not fit (channels not
+// divisible by groups, a stride or kernel that leaves no output).
+absl::StatusOr<Value> Conv2d(Graph& graph, Value x, int64_t out_channels, absl::string_view name,
+                             const Conv2dOptions& options = {});
+
+struct BatchNormOptions {
+  double epsilon = 1e-5;
+  double momentum = 0.1;  // Weight of the batch statistics in the running averages (PyTorch's).
+  Layout layout = Layout::kNCHW;
+  bool training = true;  // false: normalise with the running statistics.
+};
+// Batch normalisation over N, H and W per channel. Parameters "<name>.weight" (ones) and
+// "<name>.bias" (zeros); state "<name>.running_mean" (zeros) and "<name>.running_var" (ones),
+// which a training step updates in place with the unbiased batch variance, as PyTorch does.
+absl::StatusOr<Value> BatchNorm(Graph& graph, Value x, absl::string_view name,
+                                const BatchNormOptions& options = {});
+
+// Max over k×k windows; padding never wins (it counts as -inf).
+absl::StatusOr<Value> MaxPool2d(Graph& graph, Value x, int64_t kernel, int64_t stride,
+                                int64_t padding, absl::string_view name,
+                                Layout layout = Layout::kNCHW);
+// Mean over height and width: [N, C, H, W] (or NHWC) -> [N, C].
+absl::StatusOr<Value> GlobalAvgPool(Graph& graph, Value x, absl::string_view name,
+                                    Layout layout = Layout::kNCHW);
+// [d0, d1, ...] -> [d0, d1·d2·...], in stored order.
+absl::StatusOr<Value> Flatten(Graph& graph, Value x, absl::string_view name = "");
+
 // Inverted dropout while training: each element is zeroed with probability `rate` and the rest are
 // scaled by 1 / (1 - rate). Masks come from a counter-based generator keyed by `seed` and the
 // layer's name and counted by a device-side step ("rng.step", added once per graph and advanced

@@ -17,6 +17,11 @@ enum class DType : uint8_t { kFloat32, kFloat64, kInt32 };
 absl::string_view DTypeName(DType dtype);
 int64_t DTypeSize(DType dtype);
 
+// Order of a 4-D image tensor's dimensions: batch, channels, height, width (PyTorch's default) or
+// channels last, which tensor-core convolutions prefer.
+enum class Layout : uint8_t { kNCHW, kNHWC };
+absl::string_view LayoutName(Layout layout);  // "NCHW", "NHWC": the ops' "layout" attribute.
+
 // A static shape: a list of non-negative extents. Rank 0 is a scalar.
 class Shape {
  public:

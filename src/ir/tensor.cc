@@ -28,6 +28,10 @@ int64_t DTypeSize(DType dtype) {
   return 0;
 }
 
+absl::string_view LayoutName(Layout layout) {
+  return layout == Layout::kNHWC ? "NHWC" : "NCHW";
+}
+
 int64_t Shape::NumElements() const {
   int64_t n = 1;
   for (int64_t d : dims_) n *= d;
