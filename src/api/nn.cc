@@ -38,6 +38,10 @@ absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name) {
   return graph.AddOp1(ops::ReluOp(), name, {x});
 }
 
+absl::StatusOr<Value> Add(Graph& graph, Value a, Value b, absl::string_view name) {
+  return graph.AddOp1(ops::AddOp(), name, {a, b});
+}
+
 absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_view name,
                               uint64_t seed) {
   if (!(rate >= 0 && rate < 1)) {
