@@ -88,6 +88,15 @@ struct TrainerStats {
   std::string ToString() const;
 };
 
+// How Trainer::LoadWeights matches a file's tensors to the graph's.
+struct LoadWeightsOptions {
+  // Leave a graph tensor the file lacks as it is, instead of failing.
+  bool allow_missing = false;
+  // Ignore a file tensor the graph does not have, as PyTorch state dicts carry
+  // "<layer>.num_batches_tracked"; false makes it an error.
+  bool allow_unexpected = true;
+};
+
 class Trainer {
  public:
   // Builds the training step for `loss` (a scalar of `graph`) and prepares it to run: autodiff,
@@ -138,6 +147,33 @@ class Trainer {
   std::vector<std::string> ParameterNames() const;
   absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);
   absl::Status SetParameter(absl::string_view name, absl::Span<const float> data);
+
+  // Writes the weights to a safetensors file (8-byte header length, JSON header, raw
+  // little-endian data), which PyTorch reads with safetensors.torch.load_file: every parameter,
+  // every optimizer state tensor and every other state tensor, under its graph name as is:
+  //   "<layer>.weight", "<layer>.bias"  parameters, in their graph shapes (a Linear's weight is
+  //                                     [out, in], as torch.nn.Linear's), so a model built with
+  //                                     PyTorch's layer names matches its module's state dict;
+  //   "<param>.momentum"                SGD's velocity, PyTorch's optimizer.state[p]
+  //                                     ["momentum_buffer"] (the same update: dampening 0);
+  //   "<layer>.running_mean", ...       batch-norm statistics and other state, such as the random
+  //                                     ops' step counter "rng.step" (I32[2]).
+  // f32, f64 and i32 tensors are stored as F32, F64 and I32; the metadata is {"format": "pt"}.
+  // Inputs and constants are not weights and are not written; nor is state a fused kernel keeps
+  // for itself. Waits for the queued steps. The file is written to a temporary file beside
+  // `path` and renamed into place, so a reader never sees a part of it. Internal when writing
+  // fails.
+  absl::Status SaveWeights(const std::string& path);
+  // Reads tensors by name from a safetensors file into the parameters and state (see
+  // SaveWeights for the names), after the queued steps. The captured step stays valid: the
+  // weights are written in place, where its kernels already read them. Every tensor is checked
+  // before any is written, so a refused file changes nothing. InvalidArgument, naming the tensor
+  // and both specs, when a dtype or shape differs (F64 or BF16 data for an F32 tensor is refused,
+  // not converted); InvalidArgument naming them for graph tensors the file lacks (unless
+  // allow_missing) and file tensors the graph lacks (if not allow_unexpected). NotFound, DataLoss
+  // or InvalidArgument, naming the file, when it is missing, truncated or malformed.
+  using LoadWeightsOptions = ::reprise::LoadWeightsOptions;  // Either spelling names it.
+  absl::Status LoadWeights(const std::string& path, const LoadWeightsOptions& options = {});
 
   TrainerStats stats() const;
   // The graph the step runs: the user's forward, its backward and the optimizer.

@@ -114,9 +114,11 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step;
+  std::vector<std::string> weight_names = WeightNamesOf(training.graph);
   ASSIGN_OR_RETURN(passes::Plan plan,
                    passes::BuildPlan(std::move(training), options.fetch, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
+  impl->weight_names_ = std::move(weight_names);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
     impl->label_limits_[input] = {use.classes, use.consumer};

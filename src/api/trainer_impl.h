@@ -36,6 +36,11 @@ class Trainer::Impl {
   absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);
   absl::Status SetParameter(absl::string_view name, absl::Span<const float> data);
   std::vector<std::string> ParameterNames() const;
+  absl::Status SaveWeights(const std::string& path);  // In trainer_weights.cc.
+  absl::Status LoadWeights(const std::string& path, const LoadWeightsOptions& options);
+  // The parameters and state of `training` (the graph before fusion, which may add state of its
+  // own to the plan's), by name: what SaveWeights writes and LoadWeights reads.
+  static std::vector<std::string> WeightNamesOf(const Graph& training);
   TrainerStats stats() const;
   const passes::Plan& plan() const { return plan_; }
   // For tests and dumps (src/api/model_dump.h): the lowered launches and, in ExecMode::kGraph, the
@@ -60,6 +65,8 @@ class Trainer::Impl {
   void* InputSlot(int32_t input) const;  // The input's place in the arena.
   // FailedPrecondition if the input is bound to caller memory (SetInput would be overwritten).
   absl::Status CheckNotBound(int32_t input) const;
+  // The arena buffers of weight_names_, in that order.
+  absl::StatusOr<std::vector<const passes::Buffer*>> WeightBuffers() const;
 
   TrainOptions options_;
   passes::Plan plan_;
@@ -83,6 +90,7 @@ class Trainer::Impl {
     std::string consumer;
   };
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
+  std::vector<std::string> weight_names_;  // WeightNamesOf the unfused training graph.
   int64_t steps_ = 0;
   bool step_queued_ = false;
 };

@@ -6,7 +6,7 @@
 //
 // This layer moves raw bytes: it knows each dtype's size, and converts nothing.
 //
-//   std::vector<util::TensorView> tensors = {{"fc0.weight", SafetensorsDType::kF32, {4, 3}, bytes}};
+//   std::vector<util::TensorView> tensors = {{"fc0.weight", kF32, {4, 3}, bytes}};
 //   RETURN_IF_ERROR(util::WriteSafetensors(path, tensors, {{"format", "pt"}}));
 //   ASSIGN_OR_RETURN(util::SafetensorsFile file, util::ReadSafetensors(path));
 //   const util::SafetensorsEntry* w = file.Find("fc0.weight");

@@ -1,0 +1,157 @@
+// Trainer::Impl's weights in and out: parameters and state copied between the arena and a
+// safetensors file. The arena never moves, so a load needs no re-capture: the captured kernels
+// read the new values from the same addresses at the next replay.
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/api/trainer_impl.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/safetensors.h"
+#include "src/util/status_macros.h"
+
+namespace reprise {
+namespace {
+
+util::SafetensorsDType FileDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return util::SafetensorsDType::kF32;
+    case DType::kFloat64:
+      return util::SafetensorsDType::kF64;
+    case DType::kInt32:
+      return util::SafetensorsDType::kI32;
+  }
+  return util::SafetensorsDType::kF32;
+}
+
+std::string FileSpec(const TensorSpec& spec) {
+  return absl::StrCat(util::SafetensorsDTypeName(FileDType(spec.dtype)), spec.shape.ToString());
+}
+
+// "'a', 'b' and 3 more": a long list of names stays readable.
+std::string NameList(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  std::vector<std::string> quoted;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) {
+    quoted.push_back(absl::StrCat("'", names[i], "'"));
+  }
+  std::string out = absl::StrJoin(quoted, ", ");
+  if (names.size() > kShown) absl::StrAppend(&out, " and ", names.size() - kShown, " more");
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> Trainer::Impl::WeightNamesOf(const Graph& training) {
+  std::vector<std::string> names;
+  for (const char* op : {"parameter", "state"}) {
+    for (int32_t id : training.NodesOf(op)) names.push_back(training.node(id).name);
+  }
+  return names;
+}
+
+absl::StatusOr<std::vector<const passes::Buffer*>> Trainer::Impl::WeightBuffers() const {
+  std::vector<const passes::Buffer*> buffers;
+  for (const std::string& name : weight_names_) {
+    absl::StatusOr<int32_t> id = plan_.graph().FindNode(name);
+    const passes::Buffer* b = id.ok() ? plan_.memory.Find({*id, 0}) : nullptr;
+    if (b == nullptr) {
+      return absl::InternalError(absl::StrCat("weight '", name, "' has no place in the arena"));
+    }
+    buffers.push_back(b);
+  }
+  return buffers;
+}
+
+absl::Status Trainer::Impl::SaveWeights(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> buffers, WeightBuffers());
+  RETURN_IF_ERROR(Synchronize());
+  const char* arena = static_cast<const char*>(arena_->data());
+  std::vector<std::string> host(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    host[i].resize(buffers[i]->bytes);
+    RETURN_IF_ERROR(runtime::CudaStatus(
+        cudaMemcpyAsync(host[i].data(), arena + buffers[i]->offset, buffers[i]->bytes,
+                        cudaMemcpyDeviceToHost, stream_->get()),
+        "cudaMemcpyAsync", absl::StrCat("saving '", weight_names_[i], "'")));
+  }
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream_->get()),
+                                      "cudaStreamSynchronize", "SaveWeights"));
+  std::vector<util::TensorView> views;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const TensorSpec& spec = plan_.graph().spec(buffers[i]->value);
+    views.push_back({weight_names_[i], FileDType(spec.dtype), spec.shape.dims(), host[i]});
+  }
+  return util::WriteSafetensors(path, views, {{"format", "pt"}});
+}
+
+absl::Status Trainer::Impl::LoadWeights(const std::string& path,
+                                        const LoadWeightsOptions& options) {
+  ASSIGN_OR_RETURN(const util::SafetensorsFile file, util::ReadSafetensors(path));
+  ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> buffers, WeightBuffers());
+  // Everything is checked before anything is written, so a refused file changes no weight.
+  struct Copy {
+    const passes::Buffer* buffer;
+    absl::string_view data;
+  };
+  std::vector<Copy> copies;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string& name = weight_names_[i];
+    const util::SafetensorsEntry* entry = file.Find(name);
+    if (entry == nullptr) {
+      missing.push_back(name);
+      continue;
+    }
+    const TensorSpec& spec = plan_.graph().spec(buffers[i]->value);
+    if (entry->dtype != FileDType(spec.dtype) || entry->shape != spec.shape.dims()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", name, "' is ", entry->SpecString(), " in the file but ",
+                       FileSpec(spec), " in the graph (no conversion is made)"));
+    }
+    copies.push_back({buffers[i], file.Data(*entry)});
+  }
+  if (!missing.empty() && !options.allow_missing) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the file has no tensor ", NameList(missing),
+                     " of the graph (LoadWeightsOptions::allow_missing leaves them as they are)"));
+  }
+  if (!options.allow_unexpected) {
+    const absl::flat_hash_set<std::string> known(weight_names_.begin(), weight_names_.end());
+    std::vector<std::string> unexpected;
+    for (const util::SafetensorsEntry& entry : file.entries) {
+      if (!known.contains(entry.name)) unexpected.push_back(entry.name);
+    }
+    if (!unexpected.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the graph has no tensor ", NameList(unexpected),
+                       " of the file (LoadWeightsOptions::allow_unexpected ignores them)"));
+    }
+  }
+  // Stream-ordered after the last step and before the next; waited for here because `file`
+  // holds the source bytes.
+  RETURN_IF_ERROR(Synchronize());
+  char* arena = static_cast<char*>(arena_->data());
+  for (const Copy& copy : copies) {
+    RETURN_IF_ERROR(runtime::CudaStatus(
+        cudaMemcpyAsync(arena + copy.buffer->offset, copy.data.data(), copy.data.size(),
+                        cudaMemcpyHostToDevice, stream_->get()),
+        "cudaMemcpyAsync",
+        absl::StrCat("loading '", plan_.graph().node(copy.buffer->value.node).name, "'")));
+  }
+  return runtime::CudaStatus(cudaStreamSynchronize(stream_->get()), "cudaStreamSynchronize",
+                             "LoadWeights");
+}
+
+// The public face. ------------------------------------------------------------------------------
+
+absl::Status Trainer::SaveWeights(const std::string& path) { return impl_->SaveWeights(path); }
+
+absl::Status Trainer::LoadWeights(const std::string& path, const LoadWeightsOptions& options) {
+  return impl_->LoadWeights(path, options);
+}
+
+}  // namespace reprise
