@@ -65,10 +65,10 @@ struct ConvOptions {
   // TF32 tensor cores allowed (CUDNN_DEFAULT_MATH / CUDNN_TENSOR_OP_MATH); otherwise strict fp32
   // (CUDNN_FMA_MATH only).
   bool allow_tf32 = false;
-  bool deterministic = false;    // Only algorithms cuDNN reports as CUDNN_DETERMINISTIC.
-  bool measure = false;          // Time candidates on the device (cudnnFind*AlgorithmEx).
-  size_t workspace_limit = 0;    // Bytes of workspace the algorithm may use.
-  std::string device;            // Which GPU (name, compute capability): part of the cache key.
+  bool deterministic = false;  // Only algorithms cuDNN reports as CUDNN_DETERMINISTIC.
+  bool measure = false;        // Time candidates on the device (cudnnFind*AlgorithmEx).
+  size_t workspace_limit = 0;  // Bytes of workspace the algorithm may use.
+  std::string device;          // Which GPU (name, compute capability): part of the cache key.
 };
 
 // One algorithm choice: the cuDNN algorithm enum of its kind, the math type it runs with and the
@@ -115,12 +115,12 @@ class ConvAlgorithmCache {
 };
 
 // Move-only owners of cuDNN's descriptors. `context` names the caller in error messages.
-class CudnnTensorDescriptor {
+class ConvTensorDescriptor {
  public:
   // A dense 4-D tensor of logical size [n, c, h, w], stored in `layout` order.
-  static absl::StatusOr<CudnnTensorDescriptor> Create(Layout layout, DType dtype, int64_t n,
-                                                      int64_t c, int64_t h, int64_t w,
-                                                      absl::string_view context);
+  static absl::StatusOr<ConvTensorDescriptor> Create(Layout layout, DType dtype, int64_t n,
+                                                     int64_t c, int64_t h, int64_t w,
+                                                     absl::string_view context);
   cudnnTensorDescriptor_t get() const { return desc_.get(); }
 
  private:
@@ -130,12 +130,12 @@ class CudnnTensorDescriptor {
   std::unique_ptr<cudnnTensorStruct, Deleter> desc_;
 };
 
-class CudnnFilterDescriptor {
+class ConvFilterDescriptor {
  public:
   // A filter of k outputs, c inputs (per group) and r x s taps, stored KCRS or KRSC by `layout`.
-  static absl::StatusOr<CudnnFilterDescriptor> Create(Layout layout, DType dtype, int64_t k,
-                                                      int64_t c, int64_t r, int64_t s,
-                                                      absl::string_view context);
+  static absl::StatusOr<ConvFilterDescriptor> Create(Layout layout, DType dtype, int64_t k,
+                                                     int64_t c, int64_t r, int64_t s,
+                                                     absl::string_view context);
   cudnnFilterStruct* get() const { return desc_.get(); }
 
  private:
@@ -145,12 +145,11 @@ class CudnnFilterDescriptor {
   std::unique_ptr<cudnnFilterStruct, Deleter> desc_;
 };
 
-class CudnnConvolutionDescriptor {
+class ConvDescriptor {
  public:
   // Strides, padding, dilation and groups of `shape`, with `math` as the math type.
-  static absl::StatusOr<CudnnConvolutionDescriptor> Create(const ConvShape& shape,
-                                                           cudnnMathType_t math,
-                                                           absl::string_view context);
+  static absl::StatusOr<ConvDescriptor> Create(const ConvShape& shape, cudnnMathType_t math,
+                                               absl::string_view context);
   cudnnConvolutionStruct* get() const { return desc_.get(); }
   absl::Status SetMathType(cudnnMathType_t math, absl::string_view context) const;
 
@@ -197,8 +196,8 @@ class CudnnConv {
   std::string Describe() const;
 
  private:
-  CudnnConv(ConvKind kind, const ConvShape& shape, CudnnTensorDescriptor x,
-            CudnnFilterDescriptor w, CudnnTensorDescriptor y, CudnnConvolutionDescriptor conv)
+  CudnnConv(ConvKind kind, const ConvShape& shape, ConvTensorDescriptor x, ConvFilterDescriptor w,
+            ConvTensorDescriptor y, ConvDescriptor conv)
       : kind_(kind),
         shape_(shape),
         x_(std::move(x)),
@@ -208,10 +207,10 @@ class CudnnConv {
 
   ConvKind kind_;
   ConvShape shape_;
-  CudnnTensorDescriptor x_;
-  CudnnFilterDescriptor w_;
-  CudnnTensorDescriptor y_;
-  CudnnConvolutionDescriptor conv_;
+  ConvTensorDescriptor x_;
+  ConvFilterDescriptor w_;
+  ConvTensorDescriptor y_;
+  ConvDescriptor conv_;
   ConvAlgorithm algorithm_;
 };
 

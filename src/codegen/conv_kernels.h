@@ -1,0 +1,31 @@
+// CUDA C++ source for the per-channel kernels of convolutional layers: the channel bias and its
+// gradient (src/ops/conv.h). Sizes are arguments, so one compiled kernel serves every shape and
+// both layouts. NHWC bias gradients reuse ColumnSum() (rows N·H·W, columns C).
+#ifndef REPRISE_SRC_CODEGEN_CONV_KERNELS_H_
+#define REPRISE_SRC_CODEGEN_CONV_KERNELS_H_
+
+#include <vector>
+
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+// y[i] = x[i] + b[(i / inner) % channels], float32, a grid-stride loop over n elements: inner is
+// H·W for NCHW and 1 for NHWC. Signature: (const float* x, const float* b, float* y,
+// long long n, long long channels, long long inner).
+GeneratedKernel ChannelBiasAdd();
+
+// db[c] = Σ over o < outer, j < inner of dy[(o·channels + c)·inner + j]: the NCHW bias gradient
+// (outer N, inner H·W). One block of kChannelSumBlock threads per channel; each thread sums a
+// fixed strided slice and the block adds the slices as a fixed tree, so the bits never depend on
+// scheduling. Signature: (const float* dy, float* db, long long outer, long long channels,
+// long long inner).
+inline constexpr int kChannelSumBlock = 256;
+GeneratedKernel ChannelSum();
+
+// Both, for compile checks and prefetching.
+std::vector<GeneratedKernel> ConvKernels();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_CONV_KERNELS_H_

@@ -1,0 +1,253 @@
+// conv2d, conv2d_dgrad, conv2d_wgrad: shape rules, gradient rule, CPU reference and cuDNN
+// lowering. All three visit the same taps (output element, input element, filter element); they
+// differ only in which two operands they multiply and which one they accumulate into.
+#include "src/ops/conv.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/conv_shape.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/runtime/cudnn_conv.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+using runtime::ConvKind;
+using runtime::ConvShape;
+
+// Shape rules ----------------------------------------------------------------------------------
+
+absl::StatusOr<ConvShape> ShapeOf(ConvKind kind, const Attrs& attrs,
+                                  absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  switch (kind) {
+    case ConvKind::kForward:
+      return Conv2dShape(attrs, in[0], in[1]);
+    case ConvKind::kBackwardData:
+      return Conv2dDgradShape(attrs, in[0], in[1]);
+    case ConvKind::kBackwardFilter:
+      return Conv2dWgradShape(attrs, in[0], in[1]);
+  }
+  return absl::InternalError("unknown convolution kind");
+}
+
+template <ConvKind kind>
+absl::StatusOr<std::vector<TensorSpec>> InferConv(const Attrs& attrs,
+                                                  absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const ConvShape s, ShapeOf(kind, attrs, in));
+  switch (kind) {
+    case ConvKind::kForward:
+      return std::vector<TensorSpec>{{ActivationShape(s.layout, s.n, s.k, s.p, s.q), s.dtype}};
+    case ConvKind::kBackwardData:
+      return std::vector<TensorSpec>{{ActivationShape(s.layout, s.n, s.c, s.h, s.w), s.dtype}};
+    case ConvKind::kBackwardFilter:
+      return std::vector<TensorSpec>{
+          {FilterShape(s.layout, s.k, s.c / s.groups, s.r, s.s), s.dtype}};
+  }
+  return absl::InternalError("unknown convolution kind");
+}
+
+// Gradient rule ---------------------------------------------------------------------------------
+
+// dx = conv2d_dgrad(dy, w) and dw = conv2d_wgrad(x, dy), each with the forward's attributes and
+// the extents that dy alone does not determine.
+absl::StatusOr<std::vector<Value>> GradConv2d(Graph& g, const Node& node,
+                                              absl::Span<const Value> dout,
+                                              const std::vector<bool>& needs) {
+  const Value x = node.inputs[0], w = node.inputs[1], dy = dout[0];
+  ASSIGN_OR_RETURN(const ConvShape s, Conv2dShape(node.attrs, g.spec(x), g.spec(w)));
+  std::vector<Value> grads(2);
+  if (needs[0]) {
+    Attrs attrs = node.attrs;
+    attrs["input_h"] = s.h;
+    attrs["input_w"] = s.w;
+    attrs["role"] = std::string("dgrad");
+    ASSIGN_OR_RETURN(grads[0], g.AddOp1(Conv2dDgradOp(), absl::StrCat(node.name, ".dgrad"), {dy, w},
+                                        std::move(attrs)));
+  }
+  if (needs[1]) {
+    Attrs attrs = node.attrs;
+    attrs["kernel_h"] = s.r;
+    attrs["kernel_w"] = s.s;
+    attrs["role"] = std::string("wgrad");
+    ASSIGN_OR_RETURN(grads[1], g.AddOp1(Conv2dWgradOp(), absl::StrCat(node.name, ".wgrad"), {x, dy},
+                                        std::move(attrs)));
+  }
+  return grads;
+}
+
+// CPU reference ---------------------------------------------------------------------------------
+
+// Element strides of a 4-D tensor's logical dimensions (n or k, c, h or r, w or s).
+struct Strides {
+  int64_t outer, c, h, w;
+};
+
+Strides ActivationStrides(Layout layout, int64_t c, int64_t h, int64_t w) {
+  if (layout == Layout::kNHWC) return {h * w * c, 1, w * c, c};
+  return {c * h * w, h * w, w, 1};
+}
+
+// A filter's logical dimensions are (k, c per group, r, s).
+Strides FilterStrides(Layout layout, int64_t c, int64_t r, int64_t s) {
+  if (layout == Layout::kNHWC) return {r * s * c, 1, s * c, c};
+  return {c * r * s, r * s, s, 1};
+}
+
+// Calls tap(x_index, w_index, y_index) for every product term of the forward convolution:
+// y[n, k, p, q] += x[n, g·C/G + c, p·stride - pad + r·dilation, ...] · w[k, c, r, s], where
+// g = k / (K/G), skipping taps that fall in the padding.
+template <typename Tap>
+void ForEachTap(const ConvShape& g, Tap&& tap) {
+  const int64_t cg = g.c / g.groups, kg = g.k / g.groups;
+  const Strides xs = ActivationStrides(g.layout, g.c, g.h, g.w);
+  const Strides ys = ActivationStrides(g.layout, g.k, g.p, g.q);
+  const Strides ws = FilterStrides(g.layout, cg, g.r, g.s);
+  for (int64_t n = 0; n < g.n; ++n) {
+    for (int64_t k = 0; k < g.k; ++k) {
+      const int64_t first_channel = (k / kg) * cg;
+      for (int64_t p = 0; p < g.p; ++p) {
+        for (int64_t q = 0; q < g.q; ++q) {
+          const int64_t yi = n * ys.outer + k * ys.c + p * ys.h + q * ys.w;
+          for (int64_t c = 0; c < cg; ++c) {
+            for (int64_t r = 0; r < g.r; ++r) {
+              const int64_t h = p * g.stride_h - g.pad_h + r * g.dilation_h;
+              if (h < 0 || h >= g.h) continue;
+              for (int64_t s = 0; s < g.s; ++s) {
+                const int64_t w = q * g.stride_w - g.pad_w + s * g.dilation_w;
+                if (w < 0 || w >= g.w) continue;
+                tap(n * xs.outer + (first_channel + c) * xs.c + h * xs.h + w * xs.w,
+                    k * ws.outer + c * ws.c + r * ws.h + s * ws.w, yi);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Operands in node order: fwd (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw.
+template <ConvKind kind>
+absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
+                     absl::Span<ir::HostTensor* const> out) {
+  const TensorSpec specs[] = {in[0]->spec(), in[1]->spec()};
+  ASSIGN_OR_RETURN(const ConvShape shape, ShapeOf(kind, node.attrs, specs));
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    auto a = in[0]->data<T>(), b = in[1]->data<T>();
+    auto result = out[0]->data<T>();
+    std::vector<double> sum(result.size(), 0.0);  // Double keeps the reference far below fp32.
+    ForEachTap(shape, [&](int64_t xi, int64_t wi, int64_t yi) {
+      if constexpr (kind == ConvKind::kForward) {
+        sum[yi] += static_cast<double>(a[xi]) * static_cast<double>(b[wi]);
+      } else if constexpr (kind == ConvKind::kBackwardData) {
+        sum[xi] += static_cast<double>(a[yi]) * static_cast<double>(b[wi]);
+      } else {
+        sum[wi] += static_cast<double>(a[xi]) * static_cast<double>(b[yi]);
+      }
+    });
+    for (size_t i = 0; i < sum.size(); ++i) result[i] = static_cast<T>(sum[i]);
+    return absl::OkStatus();
+  });
+}
+
+// GPU lowering ----------------------------------------------------------------------------------
+
+// One cuDNN call with descriptors and algorithm fixed at lowering; Launch only binds the stream.
+class CudnnConvKernel : public GpuKernel {
+ public:
+  CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx)
+      : where_(std::move(where)),
+        conv_(std::move(conv)),
+        cudnn_(ctx.cudnn),
+        a_(ctx.inputs[0]),
+        b_(ctx.inputs[1]),
+        out_(ctx.outputs[0]),
+        workspace_(ctx.workspace) {}
+
+  absl::Status Launch(cudaStream_t stream) const override {
+    RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
+    return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_);
+  }
+  std::string Describe() const override { return conv_.Describe(); }
+
+ private:
+  std::string where_;  // "node '<name>'", for errors.
+  runtime::CudnnConv conv_;
+  const runtime::CudnnHandle* cudnn_;
+  const void* a_;
+  const void* b_;
+  void* out_;
+  void* workspace_;
+};
+
+// Which GPU, for the algorithm cache: the choice depends on the architecture.
+std::string DeviceKey(const runtime::DeviceInfo* device) {
+  if (device == nullptr) return "";
+  return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
+}
+
+template <ConvKind kind>
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx, const Node& node) {
+  std::string where = absl::StrCat("node '", node.name, "'");
+  absl::StatusOr<ConvShape> checked = ShapeOf(kind, node.attrs, ctx.input_specs);
+  if (!checked.ok()) {
+    return absl::Status(checked.status().code(),
+                        absl::StrCat(where, ": ", checked.status().message()));
+  }
+  const ConvShape& shape = *checked;
+  if (shape.dtype != DType::kFloat32) {
+    return absl::UnimplementedError(absl::StrCat(where, ": ", node.op_name(),
+                                                 " runs on the GPU in float32 only, got ",
+                                                 DTypeName(shape.dtype)));
+  }
+  if (ctx.cudnn == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
+  }
+  const runtime::ConvOptions options{.allow_tf32 = ctx.allow_tf32,
+                                     .deterministic = ctx.deterministic,
+                                     .measure = ctx.measure_conv_algorithms,
+                                     .workspace_limit = ctx.workspace_bytes,
+                                     .device = DeviceKey(ctx.device)};
+  const runtime::CudnnConv::Buffers buffers{ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
+                                            ctx.workspace};
+  ASSIGN_OR_RETURN(runtime::CudnnConv conv,
+                   runtime::CudnnConv::Create(*ctx.cudnn, kind, shape, options, buffers, where));
+  return std::unique_ptr<GpuKernel>(new CudnnConvKernel(std::move(where), std::move(conv), ctx));
+}
+
+}  // namespace
+
+const ir::OpDef& Conv2dOp() {
+  static const ir::OpDef op{.name = "conv2d",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferConv<ConvKind::kForward>,
+                            .grad = GradConv2d,
+                            .cpu = CpuConv<ConvKind::kForward>,
+                            .lower = LowerConv<ConvKind::kForward>};
+  return op;
+}
+
+const ir::OpDef& Conv2dDgradOp() {
+  static const ir::OpDef op{.name = "conv2d_dgrad",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferConv<ConvKind::kBackwardData>,
+                            .cpu = CpuConv<ConvKind::kBackwardData>,
+                            .lower = LowerConv<ConvKind::kBackwardData>};
+  return op;
+}
+
+const ir::OpDef& Conv2dWgradOp() {
+  static const ir::OpDef op{.name = "conv2d_wgrad",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferConv<ConvKind::kBackwardFilter>,
+                            .cpu = CpuConv<ConvKind::kBackwardFilter>,
+                            .lower = LowerConv<ConvKind::kBackwardFilter>};
+  return op;
+}
+
+}  // namespace reprise::ops

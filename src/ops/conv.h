@@ -1,0 +1,44 @@
+// 2-D convolution ops: the forward, its data gradient (dgrad) and filter gradient (wgrad) as
+// separate nodes (like matmul, so that nothing but their data orders them), and the per-channel
+// bias of a convolution with its gradient. CPU references are direct loops with double
+// accumulators; GPU lowerings call cuDNN (src/runtime/cudnn_conv.h) and, for the channel ops,
+// NVRTC kernels (src/codegen/conv_kernels.h).
+//
+// Attributes of the three convolution ops (int64 unless noted; missing ones take the default):
+//   stride_h, stride_w (1), pad_h, pad_w (0), dilation_h, dilation_w (1), groups (1),
+//   layout (string, "NCHW"): "NCHW" | "NHWC".
+// NCHW: x [N, C, H, W], w [K, C/groups, R, S] (PyTorch's), y [N, K, P, Q].
+// NHWC: x [N, H, W, C], w [K, R, S, C/groups],             y [N, P, Q, K].
+// P = (H + 2·pad_h - dilation_h·(R - 1) - 1) / stride_h + 1, and Q likewise.
+//
+//   ASSIGN_OR_RETURN(Value y, g.AddOp1(ops::Conv2dOp(), "conv1", {x, w},
+//                                      {{"stride_h", int64_t{2}}, {"stride_w", int64_t{2}},
+//                                       {"pad_h", int64_t{3}}, {"pad_w", int64_t{3}}}));
+#ifndef REPRISE_SRC_OPS_CONV_H_
+#define REPRISE_SRC_OPS_CONV_H_
+
+#include "src/ir/op_def.h"
+
+namespace reprise::ops {
+
+// conv2d: (x, w) -> y. Shape errors (InvalidArgument) name the shapes: rank other than 4, a
+// channel mismatch (C != w's C/groups · groups), K or C not divisible by groups, an empty output
+// ("zero output size"), a non-float dtype, an unknown layout. Gradient: conv2d_dgrad for x,
+// conv2d_wgrad for w.
+const ir::OpDef& Conv2dOp();
+// conv2d_dgrad: (dy, w) -> dx. The forward's attributes plus input_h, input_w (x's H and W, which
+// dy does not determine when stride > 1); attr role "dgrad".
+const ir::OpDef& Conv2dDgradOp();
+// conv2d_wgrad: (x, dy) -> dw. The forward's attributes plus kernel_h, kernel_w (R and S); attr
+// role "wgrad", which the scheduler puts on the second lane.
+const ir::OpDef& Conv2dWgradOp();
+// channel_bias_add: (x, b [C]) -> x + b broadcast along the channel dimension of a 4-D x; attr
+// layout. Gradient: dy for x, channel_sum(dy) for b.
+const ir::OpDef& ChannelBiasAddOp();
+// channel_sum: (dy) -> db [C], the sum over N, H and W of a 4-D dy; attr layout. Deterministic on
+// the GPU (fixed summation order, no atomics).
+const ir::OpDef& ChannelSumOp();
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_CONV_H_

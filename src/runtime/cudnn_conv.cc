@@ -1,0 +1,451 @@
+#include "src/runtime/cudnn_conv.h"
+
+#include <climits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+// cuDNN 9 marks its legacy convolution API deprecated; it is still the shortest path to a fixed,
+// capturable convolution call, so this file opts out of the warnings it may give.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace reprise::runtime {
+namespace {
+
+absl::StatusOr<cudnnDataType_t> DataTypeOf(DType dtype, absl::string_view context) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case DType::kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": cuDNN convolutions take float tensors, not ", DTypeName(dtype)));
+  }
+}
+
+cudnnTensorFormat_t FormatOf(Layout layout) {
+  return layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
+// cuDNN's legacy descriptors hold ints.
+absl::StatusOr<int> ToInt(int64_t value, absl::string_view what, absl::string_view context) {
+  if (value < 0 || value > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": ", what, " = ", value, " does not fit cuDNN's int dimensions"));
+  }
+  return static_cast<int>(value);
+}
+
+absl::string_view MathName(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor_op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor_op_conversion";
+    case CUDNN_FMA_MATH:
+      return "fma";
+  }
+  return "unknown";
+}
+
+// CUDNN_DEFAULT_MATH lets fp32 convolutions use TF32 tensor cores; only CUDNN_FMA_MATH is strict
+// fp32. Down-conversion to fp16 (ALLOW_CONVERSION) is never wanted for fp32 training.
+bool MathAllowed(cudnnMathType_t math, bool allow_tf32) {
+  if (math == CUDNN_FMA_MATH) return true;
+  return allow_tf32 && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
+}
+
+// The first of cuDNN's ranked candidates that qualifies. `workspace_of` asks cuDNN for the exact
+// workspace of an algorithm with its math type set on the descriptor. The three perf structs of
+// the three kinds have the same fields.
+template <typename Perf, typename WorkspaceOf>
+absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates,
+                                              const ConvDescriptor& conv,
+                                              const ConvOptions& options, ConvKind kind,
+                                              WorkspaceOf workspace_of, absl::string_view context) {
+  std::vector<std::string> seen;
+  for (const Perf& perf : candidates) {
+    seen.push_back(
+        absl::StrCat("algo ", static_cast<int>(perf.algo), " (", cudnnGetErrorString(perf.status),
+                     ", ", MathName(perf.mathType), ", ", perf.memory, " bytes",
+                     perf.determinism == CUDNN_DETERMINISTIC ? ", deterministic" : "", ")"));
+    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+    if (!MathAllowed(perf.mathType, options.allow_tf32)) continue;
+    if (options.deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
+    if (perf.memory > options.workspace_limit) continue;
+    RETURN_IF_ERROR(conv.SetMathType(perf.mathType, context));
+    ASSIGN_OR_RETURN(const size_t workspace, workspace_of(perf.algo));
+    if (workspace > options.workspace_limit) continue;
+    return ConvAlgorithm{static_cast<int>(perf.algo), perf.mathType, workspace};
+  }
+  return absl::NotFoundError(absl::StrCat(
+      context, ": no cuDNN ", ConvKindName(kind), " algorithm qualifies (",
+      options.allow_tf32 ? "tf32 allowed" : "strict fp32",
+      options.deterministic ? ", deterministic" : "", ", workspace <= ", options.workspace_limit,
+      " bytes) among ", candidates.size(), " candidates",
+      seen.empty() ? "" : absl::StrCat(": ", absl::StrJoin(seen, "; "))));
+}
+
+}  // namespace
+
+absl::string_view ConvKindName(ConvKind kind) {
+  switch (kind) {
+    case ConvKind::kForward:
+      return "fwd";
+    case ConvKind::kBackwardData:
+      return "dgrad";
+    case ConvKind::kBackwardFilter:
+      return "wgrad";
+  }
+  return "unknown";
+}
+
+std::string ConvShape::ToString() const {
+  const int64_t cg = groups > 0 ? c / groups : c;
+  const bool nhwc = layout == Layout::kNHWC;
+  const auto dims = [&](int64_t a, int64_t b, int64_t c2, int64_t d) {
+    return nhwc ? absl::StrCat("[", a, ", ", c2, ", ", d, ", ", b, "]")
+                : absl::StrCat("[", a, ", ", b, ", ", c2, ", ", d, "]");
+  };
+  return absl::StrCat(LayoutName(layout), " ", DTypeName(dtype), " x", dims(n, c, h, w), " w",
+                      dims(k, cg, r, s), " y", dims(n, k, p, q), " stride ", stride_h, "x",
+                      stride_w, " pad ", pad_h, "x", pad_w, " dilation ", dilation_h, "x",
+                      dilation_w, " groups ", groups);
+}
+
+// ConvAlgorithmCache ----------------------------------------------------------------------------
+
+ConvAlgorithmCache& ConvAlgorithmCache::Global() {
+  static ConvAlgorithmCache* cache = new ConvAlgorithmCache();
+  return *cache;
+}
+
+std::optional<ConvAlgorithm> ConvAlgorithmCache::Find(const ConvAlgorithmKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+ConvAlgorithm ConvAlgorithmCache::Insert(const ConvAlgorithmKey& key,
+                                         const ConvAlgorithm& algorithm) {
+  absl::MutexLock lock(&mu_);
+  return entries_.try_emplace(key, algorithm).first->second;
+}
+
+size_t ConvAlgorithmCache::size() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+// Descriptors -----------------------------------------------------------------------------------
+
+absl::StatusOr<ConvTensorDescriptor> ConvTensorDescriptor::Create(Layout layout, DType dtype,
+                                                                  int64_t n, int64_t c, int64_t h,
+                                                                  int64_t w,
+                                                                  absl::string_view context) {
+  ASSIGN_OR_RETURN(const cudnnDataType_t type, DataTypeOf(dtype, context));
+  ASSIGN_OR_RETURN(const int in, ToInt(n, "n", context));
+  ASSIGN_OR_RETURN(const int ic, ToInt(c, "c", context));
+  ASSIGN_OR_RETURN(const int ih, ToInt(h, "h", context));
+  ASSIGN_OR_RETURN(const int iw, ToInt(w, "w", context));
+  ConvTensorDescriptor out;
+  cudnnTensorDescriptor_t desc = nullptr;
+  CUDA_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&desc), context);
+  out.desc_.reset(desc);
+  RETURN_IF_ERROR(
+      CudaStatus(cudnnSetTensor4dDescriptor(desc, FormatOf(layout), type, in, ic, ih, iw),
+                 "cudnnSetTensor4dDescriptor", context));
+  return out;
+}
+
+void ConvTensorDescriptor::Deleter::operator()(cudnnTensorStruct* desc) const {
+  (void)cudnnDestroyTensorDescriptor(desc);
+}
+
+absl::StatusOr<ConvFilterDescriptor> ConvFilterDescriptor::Create(Layout layout, DType dtype,
+                                                                  int64_t k, int64_t c, int64_t r,
+                                                                  int64_t s,
+                                                                  absl::string_view context) {
+  ASSIGN_OR_RETURN(const cudnnDataType_t type, DataTypeOf(dtype, context));
+  ASSIGN_OR_RETURN(const int ik, ToInt(k, "k", context));
+  ASSIGN_OR_RETURN(const int ic, ToInt(c, "c / groups", context));
+  ASSIGN_OR_RETURN(const int ir, ToInt(r, "r", context));
+  ASSIGN_OR_RETURN(const int is, ToInt(s, "s", context));
+  ConvFilterDescriptor out;
+  cudnnFilterDescriptor_t desc = nullptr;
+  CUDA_RETURN_IF_ERROR(cudnnCreateFilterDescriptor(&desc), context);
+  out.desc_.reset(desc);
+  RETURN_IF_ERROR(
+      CudaStatus(cudnnSetFilter4dDescriptor(desc, type, FormatOf(layout), ik, ic, ir, is),
+                 "cudnnSetFilter4dDescriptor", context));
+  return out;
+}
+
+void ConvFilterDescriptor::Deleter::operator()(cudnnFilterStruct* desc) const {
+  (void)cudnnDestroyFilterDescriptor(desc);
+}
+
+absl::StatusOr<ConvDescriptor> ConvDescriptor::Create(const ConvShape& shape, cudnnMathType_t math,
+                                                      absl::string_view context) {
+  ASSIGN_OR_RETURN(const cudnnDataType_t type, DataTypeOf(shape.dtype, context));
+  ASSIGN_OR_RETURN(const int pad_h, ToInt(shape.pad_h, "pad_h", context));
+  ASSIGN_OR_RETURN(const int pad_w, ToInt(shape.pad_w, "pad_w", context));
+  ASSIGN_OR_RETURN(const int stride_h, ToInt(shape.stride_h, "stride_h", context));
+  ASSIGN_OR_RETURN(const int stride_w, ToInt(shape.stride_w, "stride_w", context));
+  ASSIGN_OR_RETURN(const int dilation_h, ToInt(shape.dilation_h, "dilation_h", context));
+  ASSIGN_OR_RETURN(const int dilation_w, ToInt(shape.dilation_w, "dilation_w", context));
+  ASSIGN_OR_RETURN(const int groups, ToInt(shape.groups, "groups", context));
+  ConvDescriptor out;
+  cudnnConvolutionDescriptor_t desc = nullptr;
+  CUDA_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&desc), context);
+  out.desc_.reset(desc);
+  // The accumulation type is the data type: fp32 accumulates in fp32.
+  RETURN_IF_ERROR(
+      CudaStatus(cudnnSetConvolution2dDescriptor(desc, pad_h, pad_w, stride_h, stride_w, dilation_h,
+                                                 dilation_w, CUDNN_CROSS_CORRELATION, type),
+                 "cudnnSetConvolution2dDescriptor", context));
+  RETURN_IF_ERROR(CudaStatus(cudnnSetConvolutionGroupCount(desc, groups),
+                             "cudnnSetConvolutionGroupCount", context));
+  RETURN_IF_ERROR(out.SetMathType(math, context));
+  return out;
+}
+
+absl::Status ConvDescriptor::SetMathType(cudnnMathType_t math, absl::string_view context) const {
+  return CudaStatus(cudnnSetConvolutionMathType(desc_.get(), math), "cudnnSetConvolutionMathType",
+                    context);
+}
+
+void ConvDescriptor::Deleter::operator()(cudnnConvolutionStruct* desc) const {
+  (void)cudnnDestroyConvolutionDescriptor(desc);
+}
+
+// CudnnConv -------------------------------------------------------------------------------------
+
+namespace {
+
+struct Descriptors {
+  const ConvTensorDescriptor& x;
+  const ConvFilterDescriptor& w;
+  const ConvTensorDescriptor& y;
+  const ConvDescriptor& conv;
+};
+
+absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& d,
+                                            const ConvOptions& options,
+                                            const CudnnConv::Buffers& buffers,
+                                            absl::string_view context) {
+  int max_count = 0;
+  RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count),
+                             "cudnnGetConvolutionForwardAlgorithmMaxCount", context));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(std::max(max_count, 1));
+  int returned = 0;
+  if (options.measure) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnFindConvolutionForwardAlgorithmEx(
+            h, d.x.get(), buffers.a, d.w.get(), buffers.b, d.conv.get(), d.y.get(), buffers.out,
+            max_count, &returned, perfs.data(), buffers.workspace, options.workspace_limit),
+        "cudnnFindConvolutionForwardAlgorithmEx", context));
+  } else {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                               max_count, &returned, perfs.data()),
+        "cudnnGetConvolutionForwardAlgorithm_v7", context));
+  }
+  perfs.resize(returned);
+  const auto workspace_of = [&](cudnnConvolutionFwdAlgo_t algo) -> absl::StatusOr<size_t> {
+    size_t bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionForwardWorkspaceSize(
+                                   h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), algo, &bytes),
+                               "cudnnGetConvolutionForwardWorkspaceSize", context));
+    return bytes;
+  };
+  return FirstQualifying(perfs, d.conv, options, ConvKind::kForward, workspace_of, context);
+}
+
+absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descriptors& d,
+                                                 const ConvOptions& options,
+                                                 const CudnnConv::Buffers& buffers,
+                                                 absl::string_view context) {
+  int max_count = 0;
+  RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count),
+                             "cudnnGetConvolutionBackwardDataAlgorithmMaxCount", context));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(std::max(max_count, 1));
+  int returned = 0;
+  if (options.measure) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, d.w.get(), buffers.b, d.y.get(), buffers.a, d.conv.get(), d.x.get(), buffers.out,
+            max_count, &returned, perfs.data(), buffers.workspace, options.workspace_limit),
+        "cudnnFindConvolutionBackwardDataAlgorithmEx", context));
+  } else {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.get(), d.y.get(), d.conv.get(),
+                                                    d.x.get(), max_count, &returned, perfs.data()),
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7", context));
+  }
+  perfs.resize(returned);
+  const auto workspace_of = [&](cudnnConvolutionBwdDataAlgo_t algo) -> absl::StatusOr<size_t> {
+    size_t bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                   h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), algo, &bytes),
+                               "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
+    return bytes;
+  };
+  return FirstQualifying(perfs, d.conv, options, ConvKind::kBackwardData, workspace_of, context);
+}
+
+absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descriptors& d,
+                                                   const ConvOptions& options,
+                                                   const CudnnConv::Buffers& buffers,
+                                                   absl::string_view context) {
+  int max_count = 0;
+  RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count),
+                             "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", context));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(std::max(max_count, 1));
+  int returned = 0;
+  if (options.measure) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, d.x.get(), buffers.a, d.y.get(), buffers.b, d.conv.get(), d.w.get(), buffers.out,
+            max_count, &returned, perfs.data(), buffers.workspace, options.workspace_limit),
+        "cudnnFindConvolutionBackwardFilterAlgorithmEx", context));
+  } else {
+    RETURN_IF_ERROR(CudaStatus(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), max_count, &returned, perfs.data()),
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7", context));
+  }
+  perfs.resize(returned);
+  const auto workspace_of = [&](cudnnConvolutionBwdFilterAlgo_t algo) -> absl::StatusOr<size_t> {
+    size_t bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                   h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), algo, &bytes),
+                               "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
+    return bytes;
+  };
+  return FirstQualifying(perfs, d.conv, options, ConvKind::kBackwardFilter, workspace_of, context);
+}
+
+}  // namespace
+
+absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind kind,
+                                            const ConvShape& shape, const ConvOptions& options,
+                                            const Buffers& buffers, absl::string_view context) {
+  if (shape.dtype != DType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat(context, ": cuDNN convolutions run in float32 only, got ",
+                     DTypeName(shape.dtype), " (", shape.ToString(), ")"));
+  }
+  if (shape.groups < 1 || shape.c % shape.groups != 0 || shape.k % shape.groups != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": groups must divide both channel counts: ", shape.ToString()));
+  }
+  if (options.measure && (buffers.a == nullptr || buffers.b == nullptr || buffers.out == nullptr ||
+                          (options.workspace_limit > 0 && buffers.workspace == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": measuring convolution algorithms needs the device buffers"));
+  }
+  ASSIGN_OR_RETURN(ConvTensorDescriptor x,
+                   ConvTensorDescriptor::Create(shape.layout, shape.dtype, shape.n, shape.c,
+                                                shape.h, shape.w, context));
+  ASSIGN_OR_RETURN(ConvFilterDescriptor w,
+                   ConvFilterDescriptor::Create(shape.layout, shape.dtype, shape.k,
+                                                shape.c / shape.groups, shape.r, shape.s, context));
+  ASSIGN_OR_RETURN(ConvTensorDescriptor y,
+                   ConvTensorDescriptor::Create(shape.layout, shape.dtype, shape.n, shape.k,
+                                                shape.p, shape.q, context));
+  ASSIGN_OR_RETURN(ConvDescriptor conv,
+                   ConvDescriptor::Create(
+                       shape, options.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, context));
+
+  // cuDNN's own output size must be ours, or the descriptors disagree with the buffers.
+  int dims[4] = {};
+  RETURN_IF_ERROR(
+      CudaStatus(cudnnGetConvolution2dForwardOutputDim(conv.get(), x.get(), w.get(), &dims[0],
+                                                       &dims[1], &dims[2], &dims[3]),
+                 "cudnnGetConvolution2dForwardOutputDim", context));
+  if (dims[0] != shape.n || dims[1] != shape.k || dims[2] != shape.p || dims[3] != shape.q) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": cuDNN computes output [", dims[0],
+                                                   ", ", dims[1], ", ", dims[2], ", ", dims[3],
+                                                   "] (N, K, P, Q) for ", shape.ToString()));
+  }
+
+  CudnnConv planned(kind, shape, std::move(x), std::move(w), std::move(y), std::move(conv));
+  const ConvAlgorithmKey key{.kind = kind,
+                             .shape = shape,
+                             .allow_tf32 = options.allow_tf32,
+                             .deterministic = options.deterministic,
+                             .measured = options.measure,
+                             .workspace_limit = options.workspace_limit,
+                             .device = options.device};
+  std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
+  if (!algorithm.has_value()) {
+    const Descriptors d{planned.x_, planned.w_, planned.y_, planned.conv_};
+    if (options.measure) {
+      // Timing runs on the handle's stream: a stream of our own choosing that is alive now,
+      // synchronised before the lanes use the buffers it wrote.
+      RETURN_IF_ERROR(handle.Bind(cudaStreamPerThread, context));
+    }
+    absl::StatusOr<ConvAlgorithm> found =
+        kind == ConvKind::kForward ? SearchForward(handle.get(), d, options, buffers, context)
+        : kind == ConvKind::kBackwardData
+            ? SearchBackwardData(handle.get(), d, options, buffers, context)
+            : SearchBackwardFilter(handle.get(), d, options, buffers, context);
+    if (options.measure) {
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread), context);
+    }
+    RETURN_IF_ERROR(found.status());
+    algorithm = ConvAlgorithmCache::Global().Insert(key, *found);
+  }
+  planned.algorithm_ = *algorithm;
+  RETURN_IF_ERROR(planned.conv_.SetMathType(algorithm->math, context));
+  return planned;
+}
+
+absl::Status CudnnConv::Run(const CudnnHandle& handle, const void* a, const void* b, void* out,
+                            void* workspace, absl::string_view context) const {
+  if (algorithm_.workspace_bytes > 0 && workspace == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": ", Describe(), " needs ",
+                                                   algorithm_.workspace_bytes,
+                                                   " bytes of workspace, got none"));
+  }
+  const float one = 1.0f, zero = 0.0f;  // y = 1·conv + 0·y: overwrite, never read, the output.
+  switch (kind_) {
+    case ConvKind::kForward:
+      return CudaStatus(
+          cudnnConvolutionForward(handle.get(), &one, x_.get(), a, w_.get(), b, conv_.get(),
+                                  static_cast<cudnnConvolutionFwdAlgo_t>(algorithm_.algo),
+                                  workspace, algorithm_.workspace_bytes, &zero, y_.get(), out),
+          "cudnnConvolutionForward", context);
+    case ConvKind::kBackwardData:
+      return CudaStatus(
+          cudnnConvolutionBackwardData(handle.get(), &one, w_.get(), b, y_.get(), a, conv_.get(),
+                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm_.algo),
+                                       workspace, algorithm_.workspace_bytes, &zero, x_.get(), out),
+          "cudnnConvolutionBackwardData", context);
+    case ConvKind::kBackwardFilter:
+      return CudaStatus(cudnnConvolutionBackwardFilter(
+                            handle.get(), &one, x_.get(), a, y_.get(), b, conv_.get(),
+                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm_.algo),
+                            workspace, algorithm_.workspace_bytes, &zero, w_.get(), out),
+                        "cudnnConvolutionBackwardFilter", context);
+  }
+  return absl::InternalError(absl::StrCat(context, ": unknown convolution kind"));
+}
+
+std::string CudnnConv::Describe() const {
+  return absl::StrCat("cudnn conv ", ConvKindName(kind_), " algo ", algorithm_.algo, " ws ",
+                      algorithm_.workspace_bytes, " math ", MathName(algorithm_.math));
+}
+
+}  // namespace reprise::runtime
+
+#pragma GCC diagnostic pop
