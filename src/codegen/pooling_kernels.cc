@@ -1,0 +1,162 @@
+#include "src/codegen/pooling_kernels.h"
+
+#include <string>
+
+namespace reprise::codegen {
+namespace {
+
+// Index helpers of dense image tensors, shared by the pooling kernels.
+const std::string kImageIndexing = R"(
+__device__ __forceinline__ long long ImageOffset(long long b, long long ch, long long r,
+                                                 long long q, long long c, long long h,
+                                                 long long w, int channels_last) {
+  return channels_last ? ((b * h + r) * w + q) * c + ch : ((b * c + ch) * h + r) * w + q;
+}
+__device__ __forceinline__ void ImageCoords(long long i, long long c, long long h, long long w,
+                                            int channels_last, long long& b, long long& ch,
+                                            long long& r, long long& q) {
+  if (channels_last) {
+    ch = i % c; i /= c; q = i % w; i /= w; r = i % h; b = i / h;
+  } else {
+    q = i % w; i /= w; r = i % h; i /= h; ch = i % c; b = i / c;
+  }
+}
+)";
+
+}  // namespace
+
+GeneratedKernel MaxPool2d() {
+  return {"reprise_max_pool2d", kImageIndexing + R"(
+extern "C" __global__ void reprise_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
+                                              long long n, long long c, long long h, long long w,
+                                              long long oh, long long ow, int kh, int kw, int sh,
+                                              int sw, int ph, int pw, int channels_last) {
+  const long long total = n * c * oh * ow;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long b, ch, r, q;
+    ImageCoords(i, c, oh, ow, channels_last, b, ch, r, q);
+    float best = 0.0f;
+    bool found = false;
+    for (int a = 0; a < kh; ++a) {
+      const long long row = r * sh - ph + a;
+      if (row < 0 || row >= h) continue;
+      for (int e = 0; e < kw; ++e) {
+        const long long col = q * sw - pw + e;
+        if (col < 0 || col >= w) continue;
+        const float v = x[ImageOffset(b, ch, row, col, c, h, w, channels_last)];
+        if (!found || v > best || (v != v && best == best)) best = v;
+        found = true;
+      }
+    }
+    y[i] = best;
+  }
+}
+)"};
+}
+
+GeneratedKernel MaxPool2dGrad() {
+  return {"reprise_max_pool2d_grad", kImageIndexing + R"(
+extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
+                                                   const float* __restrict__ x,
+                                                   const float* __restrict__ y,
+                                                   float* __restrict__ dx, long long n, long long c,
+                                                   long long h, long long w, long long oh,
+                                                   long long ow, int kh, int kw, int sh, int sw,
+                                                   int ph, int pw, int channels_last) {
+  const long long total = n * c * h * w;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    long long b, ch, ih, iw;
+    ImageCoords(i, c, h, w, channels_last, b, ch, ih, iw);
+    // Window (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
+    const long long low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const long long r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const long long q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const long long r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    float sum = 0.0f;
+    for (long long r = r0; r <= r1; ++r) {
+      for (long long q = q0; q <= q1; ++q) {
+        const long long yi = ImageOffset(b, ch, r, q, c, oh, ow, channels_last);
+        const float m = y[yi];
+        long long first_row = -1, first_col = -1;
+        for (int a = 0; a < kh && first_row < 0; ++a) {
+          const long long row = r * sh - ph + a;
+          if (row < 0 || row >= h) continue;
+          for (int e = 0; e < kw; ++e) {
+            const long long col = q * sw - pw + e;
+            if (col < 0 || col >= w) continue;
+            const float v = x[ImageOffset(b, ch, row, col, c, h, w, channels_last)];
+            if (v == m || (v != v && m != m)) {
+              first_row = row;
+              first_col = col;
+              break;
+            }
+          }
+        }
+        if (first_row == ih && first_col == iw) sum += dy[yi];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+)"};
+}
+
+GeneratedKernel GlobalAvgPoolNchw() {
+  return {"reprise_global_avg_pool_nchw", R"(
+extern "C" __global__ void reprise_global_avg_pool_nchw(const float* __restrict__ x,
+                                                        float* __restrict__ y, long long rows,
+                                                        long long hw) {
+  const int lane = threadIdx.x % 32;
+  const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+  for (long long row = blockIdx.x * (long long)(blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const float* xr = x + row * hw;
+    float s = 0.0f;
+    for (long long p = lane; p < hw; p += 32) s += xr[p];
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) y[row] = s / (float)hw;
+  }
+}
+)"};
+}
+
+GeneratedKernel GlobalAvgPoolNhwc() {
+  return {"reprise_global_avg_pool_nhwc", R"(
+extern "C" __global__ void reprise_global_avg_pool_nhwc(const float* __restrict__ x,
+                                                        float* __restrict__ y, long long n,
+                                                        long long c, long long hw) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n * c;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float* xb = x + (i / c) * hw * c + i % c;
+    float s = 0.0f;
+    for (long long p = 0; p < hw; ++p) s += xb[p * c];
+    y[i] = s / (float)hw;
+  }
+}
+)"};
+}
+
+GeneratedKernel GlobalAvgPoolGrad() {
+  return {"reprise_global_avg_pool_grad", R"(
+extern "C" __global__ void reprise_global_avg_pool_grad(const float* __restrict__ dy,
+                                                        float* __restrict__ dx, long long n,
+                                                        long long c, long long hw,
+                                                        int channels_last) {
+  const long long total = n * c * hw;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long row = channels_last ? (i / (hw * c)) * c + i % c : i / hw;
+    dx[i] = dy[row] / (float)hw;
+  }
+}
+)"};
+}
+
+std::vector<GeneratedKernel> PoolingKernels() {
+  return {MaxPool2d(), MaxPool2dGrad(), GlobalAvgPoolNchw(), GlobalAvgPoolNhwc(),
+          GlobalAvgPoolGrad()};
+}
+
+}  // namespace reprise::codegen
