@@ -1,9 +1,11 @@
 // reprise-bench: ms per training step of a model, for each execution mode, timed with CUDA events
 // after warm-up (median and p90 of many steps), with the host time of one Step() call, launches
 // per step and device memory. Prints a table; --json writes the numbers; --compare_torch runs
-// tools/bench/torch_mlp.py for the same configuration on the same GPU and prints the ratios.
+// tools/bench/torch_mlp.py (or torch_resnet.py) for the same configuration on the same GPU and
+// prints the ratios.
 //
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
+//   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --mode graph --fusion on
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -24,11 +26,15 @@
 #include "src/runtime/kernel_activity.h"
 #include "src/util/status_macros.h"
 
-ABSL_FLAG(std::string, model, "mlp", "model: mlp");
-ABSL_FLAG(int, depth, 8, "hidden layers (mlp)");
+ABSL_FLAG(std::string, model, "mlp", "model: mlp or resnet");
+ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
 ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
+ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
+ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
+ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
+ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
 ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph or all");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
@@ -67,19 +73,53 @@ absl::string_view FusionSuffix(Fusion f) {
   return f == Fusion::kOn ? "" : f == Fusion::kPerLayer ? "/per-layer" : "/unfused";
 }
 
-absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
-  if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --model '", absl::GetFlag(FLAGS_model), "': this version knows mlp"));
+// The benchmarked model with one random batch for each of its inputs.
+struct Model {
+  reprise::Graph graph;
+  reprise::Value loss;
+  std::string feature_input;
+  int64_t feature_count = 0;
+  int64_t classes = 0;
+};
+
+absl::StatusOr<Model> BuildModel() {
+  const std::string name = absl::GetFlag(FLAGS_model);
+  const int batch = absl::GetFlag(FLAGS_batch), classes = absl::GetFlag(FLAGS_classes);
+  if (name == "mlp") {
+    const int width = absl::GetFlag(FLAGS_width);
+    ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
+                     reprise::models::BuildMlp({.batch = batch,
+                                                .input_features = width,
+                                                .depth = absl::GetFlag(FLAGS_depth),
+                                                .width = width,
+                                                .classes = classes}));
+    return Model{std::move(mlp.graph), mlp.loss, "features", int64_t{batch} * width, classes};
   }
-  const int batch = absl::GetFlag(FLAGS_batch), width = absl::GetFlag(FLAGS_width);
-  const int classes = absl::GetFlag(FLAGS_classes);
-  ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
-                   reprise::models::BuildMlp({.batch = batch,
-                                              .input_features = width,
-                                              .depth = absl::GetFlag(FLAGS_depth),
-                                              .width = width,
-                                              .classes = classes}));
+  if (name == "resnet") {
+    const std::string layout = absl::GetFlag(FLAGS_layout);
+    if (layout != "nchw" && layout != "nhwc") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--layout must be nchw or nhwc, not '", layout, "'"));
+    }
+    const int size = absl::GetFlag(FLAGS_image_size);
+    ASSIGN_OR_RETURN(
+        reprise::models::ResNet net,
+        reprise::models::BuildResNet(
+            {.depth = absl::GetFlag(FLAGS_depth),
+             .batch = batch,
+             .classes = classes,
+             .image_size = size,
+             .layout = layout == "nhwc" ? reprise::Layout::kNHWC : reprise::Layout::kNCHW}));
+    return Model{std::move(net.graph), net.loss, "images", int64_t{batch} * 3 * size * size,
+                 classes};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --model '", name, "': this version knows mlp and resnet"));
+}
+
+absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
+  const int batch = absl::GetFlag(FLAGS_batch);
+  ASSIGN_OR_RETURN(Model model, BuildModel());
   ASSIGN_OR_RETURN(const int64_t memory_before, reprise::runtime::DeviceMemoryInUse());
   reprise::TrainOptions options;
   options.mode = mode;
@@ -87,15 +127,17 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
   options.lanes = absl::GetFlag(FLAGS_lanes);
-  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, options));
+  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
-  std::uniform_int_distribution<int32_t> label(0, classes - 1);
-  std::vector<float> x(static_cast<size_t>(batch) * width);
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(model.classes) - 1);
+  std::vector<float> x(model.feature_count);
   std::vector<int32_t> y(batch);
   for (float& v : x) v = normal(rng);
   for (int32_t& v : y) v = label(rng);
-  RETURN_IF_ERROR(trainer->SetInput("features", x));
+  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
   RETURN_IF_ERROR(trainer->SetInput("labels", y));
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
@@ -141,12 +183,19 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
 // Runs the PyTorch script for this configuration and prints each of its modes beside reprise's
 // fused graph mode. The script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode.
 absl::Status CompareTorch(double graph_ms) {
-  const std::string command = absl::StrFormat(
-      "python3 tools/bench/torch_mlp.py --depth %d --width %d --batch %d --classes %d --iters %d "
-      "--warmup %d%s 2>&1",
-      absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
-      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
-      absl::GetFlag(FLAGS_tf32) ? " --tf32" : "");
+  const bool resnet = absl::GetFlag(FLAGS_model) == "resnet";
+  const std::string model_flags =
+      resnet
+          ? absl::StrFormat("torch_resnet.py --depth %d --image-size %d --layout %s --precision %s",
+                            absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_image_size),
+                            absl::GetFlag(FLAGS_layout),
+                            absl::GetFlag(FLAGS_tf32) ? "tf32" : "fp32")
+          : absl::StrFormat("torch_mlp.py --depth %d --width %d%s", absl::GetFlag(FLAGS_depth),
+                            absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_tf32) ? " --tf32" : "");
+  const std::string command =
+      absl::StrFormat("python3 tools/bench/%s --batch %d --classes %d --iters %d --warmup %d 2>&1",
+                      model_flags, absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
+                      absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup));
   std::fprintf(stderr, "reprise-bench: running %s\n", command.c_str());
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return absl::UnavailableError("--compare_torch: cannot start python3");
@@ -165,8 +214,8 @@ absl::Status CompareTorch(double graph_ms) {
   }
   const int status = pclose(pipe);
   if (!any) {
-    return absl::UnavailableError(absl::StrCat(
-        "--compare_torch: tools/bench/torch_mlp.py gave no timings (exit ", status, ")"));
+    return absl::UnavailableError(
+        absl::StrCat("--compare_torch: ", command, " gave no timings (exit ", status, ")"));
   }
   return absl::OkStatus();
 }
@@ -186,8 +235,9 @@ absl::Status Main() {
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
-      "%s depth=%d width=%d batch=%d classes=%d tf32=%d lanes=%d", absl::GetFlag(FLAGS_model),
-      absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_batch),
+      "%s depth=%d width=%d image_size=%d layout=%s batch=%d classes=%d tf32=%d lanes=%d",
+      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
+      absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout), absl::GetFlag(FLAGS_batch),
       absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s\n", "mode", "median ms", "p90 ms",
@@ -237,14 +287,16 @@ absl::Status Main() {
     std::ofstream out(path);
     out << absl::StrFormat(
         "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
-        "\"%s\", \"depth\": %d, \"width\": %d, \"batch\": %d, \"classes\": %d, \"tf32\": %s, "
+        "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
+        "\"batch\": %d, \"classes\": %d, \"tf32\": %s, "
         "\"lanes\": %d, "
         "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
-        absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
-        absl::GetFlag(FLAGS_tf32) ? "true" : "false", absl::GetFlag(FLAGS_lanes),
-        absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
+        absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout), absl::GetFlag(FLAGS_batch),
+        absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
+        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
+        absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }
   return absl::OkStatus();

@@ -13,8 +13,10 @@
 #include "absl/strings/str_join.h"
 #include "src/api/model_dump.h"
 
-ABSL_FLAG(std::string, model, "mlp", "model: mlp");
-ABSL_FLAG(int, depth, 2, "hidden layers (mlp)");
+ABSL_FLAG(std::string, model, "mlp", "model: mlp or resnet");
+ABSL_FLAG(int, depth, 2, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
+ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
+ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(int, width, 64, "hidden width and input features (mlp)");
 ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
@@ -32,12 +34,18 @@ ABSL_FLAG(bool, cuda_debug_dot, false,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "reprise-dump --model mlp [--depth N --width N --batch N --classes N] "
+      "reprise-dump --model mlp|resnet [--depth N --width N --image_size N --layout nchw|nhwc "
+      "--batch N --classes N] "
       "--stage ir|training|plan|cuda-graph --format text|json|dot|svg [-o FILE] [--fuse=false]");
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr, "reprise-dump: unexpected argument(s): %s\n",
                  absl::StrJoin(rest.begin() + 1, rest.end(), " ").c_str());
+    return 1;
+  }
+  if (const std::string layout = absl::GetFlag(FLAGS_layout);
+      layout != "nchw" && layout != "nhwc") {
+    std::fprintf(stderr, "reprise-dump: --layout must be nchw or nhwc, not '%s'\n", layout.c_str());
     return 1;
   }
   reprise::DumpRequest request;
@@ -47,6 +55,12 @@ int main(int argc, char** argv) {
                  .depth = absl::GetFlag(FLAGS_depth),
                  .width = absl::GetFlag(FLAGS_width),
                  .classes = absl::GetFlag(FLAGS_classes)};
+  request.resnet = {.depth = absl::GetFlag(FLAGS_depth),
+                    .batch = absl::GetFlag(FLAGS_batch),
+                    .classes = absl::GetFlag(FLAGS_classes),
+                    .image_size = absl::GetFlag(FLAGS_image_size),
+                    .layout = absl::GetFlag(FLAGS_layout) == "nhwc" ? reprise::Layout::kNHWC
+                                                                    : reprise::Layout::kNCHW};
   request.stage = absl::GetFlag(FLAGS_stage);
   request.format = absl::GetFlag(FLAGS_format);
   request.fuse = absl::GetFlag(FLAGS_fuse);

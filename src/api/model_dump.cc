@@ -51,14 +51,29 @@ absl::Status CheckWritable(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> DumpCudaGraph(const models::Mlp& mlp, const DumpRequest& request,
+// The requested ready model as a graph and its loss.
+struct Model {
+  Graph graph;
+  Value loss;
+};
+
+absl::StatusOr<Model> BuildModel(const DumpRequest& request) {
+  if (request.model == "resnet") {
+    ASSIGN_OR_RETURN(models::ResNet net, models::BuildResNet(request.resnet));
+    return Model{std::move(net.graph), net.loss};
+  }
+  ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp(request.mlp));
+  return Model{std::move(mlp.graph), mlp.loss};
+}
+
+absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest& request,
                                           passes::DumpFormat format) {
   TrainOptions options;
   options.fuse = request.fuse;
   options.lanes = request.lanes;
   options.whole_step = request.whole_step;
   ASSIGN_OR_RETURN(CapturedStepDump step,
-                   CaptureStepForDump(mlp.graph, mlp.loss, options, request.cuda_debug_dot));
+                   CaptureStepForDump(model.graph, model.loss, options, request.cuda_debug_dot));
   if (request.cuda_debug_dot) return step.cuda_debug_dot;
   return capture::FormatCudaGraph(step.plan, step.graph, format);
 }
@@ -94,9 +109,9 @@ static passes::PlanOptions PlanOptionsOf(const DumpRequest& request) {
 }
 
 absl::Status ValidateDumpRequest(const DumpRequest& request) {
-  if (request.model != "mlp") {
+  if (request.model != "mlp" && request.model != "resnet") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown --model '", request.model, "': expected mlp"));
+        absl::StrCat("unknown --model '", request.model, "': expected mlp or resnet"));
   }
   ASSIGN_OR_RETURN(DumpStage stage, ParseDumpStage(request.stage));
   ASSIGN_OR_RETURN(passes::DumpFormat format, passes::ParseDumpFormat(request.format));
@@ -119,24 +134,24 @@ absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
   RETURN_IF_ERROR(ValidateDumpRequest(request));
   ASSIGN_OR_RETURN(DumpStage stage, ParseDumpStage(request.stage));
   ASSIGN_OR_RETURN(passes::DumpFormat format, passes::ParseDumpFormat(request.format));
-  ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp(request.mlp));
+  ASSIGN_OR_RETURN(Model model, BuildModel(request));
   switch (stage) {
     case DumpStage::kIr:
-      return passes::DumpForward(mlp.graph, mlp.loss, format);
+      return passes::DumpForward(model.graph, model.loss, format);
     case DumpStage::kTraining: {
       ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                       autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
+                       autodiff::BuildTrainingGraph(model.graph, model.loss, {}));
       return passes::DumpTraining(training, format);
     }
     case DumpStage::kPlan: {
       ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                       autodiff::BuildTrainingGraph(mlp.graph, mlp.loss, {}));
+                       autodiff::BuildTrainingGraph(model.graph, model.loss, {}));
       ASSIGN_OR_RETURN(passes::Plan plan,
                        passes::BuildPlan(std::move(training), {}, PlanOptionsOf(request)));
       return passes::DumpPlan(plan, format);
     }
     case DumpStage::kCudaGraph:
-      return DumpCudaGraph(mlp, request, format);
+      return DumpCudaGraph(model, request, format);
   }
   return absl::InvalidArgumentError("unknown dump stage");
 }

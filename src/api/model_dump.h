@@ -24,8 +24,9 @@ absl::string_view DumpStageName(DumpStage stage);  // "ir", "training", "plan", 
 absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name);
 
 struct DumpRequest {
-  std::string model = "mlp";  // The only ready model so far.
+  std::string model = "mlp";  // mlp or resnet.
   models::MlpConfig mlp;
+  models::ResNetConfig resnet;
   std::string stage = "plan";   // ir, training, plan or cuda-graph.
   std::string format = "text";  // text, json, dot or svg.
   bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).

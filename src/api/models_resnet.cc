@@ -84,10 +84,9 @@ absl::StatusOr<std::vector<int>> BlocksPerStage(int depth) {
 absl::StatusOr<ResNet> BuildResNet(const ResNetConfig& config) {
   ASSIGN_OR_RETURN(const std::vector<int> blocks, BlocksPerStage(config.depth));
   if (config.batch <= 0 || config.classes <= 1 || config.image_size < 32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ResNet needs batch > 0, classes > 1 and image_size >= 32; got batch=",
-                     config.batch, " classes=", config.classes,
-                     " image_size=", config.image_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ResNet needs batch > 0, classes > 1 and image_size >= 32; got batch=", config.batch,
+        " classes=", config.classes, " image_size=", config.image_size));
   }
   if (config.dtype != DType::kFloat32 && config.dtype != DType::kFloat64) {
     return absl::UnimplementedError(absl::StrCat("ResNet in ", DTypeName(config.dtype),
@@ -96,8 +95,7 @@ absl::StatusOr<ResNet> BuildResNet(const ResNetConfig& config) {
   ResNet net;
   Graph& g = net.graph;
   const int64_t n = config.batch, s = config.image_size;
-  const Shape image_shape =
-      config.layout == Layout::kNHWC ? Shape{n, s, s, 3} : Shape{n, 3, s, s};
+  const Shape image_shape = config.layout == Layout::kNHWC ? Shape{n, s, s, 3} : Shape{n, 3, s, s};
   ASSIGN_OR_RETURN(net.images, g.AddInput("images", {image_shape, config.dtype}));
   ASSIGN_OR_RETURN(net.labels, g.AddInput("labels", {Shape{n}, DType::kInt32}));
   Builder b{g, config.layout};

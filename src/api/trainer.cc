@@ -8,8 +8,10 @@
 #include "absl/time/time.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/conv_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/pooling_kernels.h"
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
@@ -30,14 +32,19 @@ constexpr size_t kGemmWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation f
 // shapes, and costs little beside a convolutional network's activations.
 constexpr size_t kConvWorkspaceBytes = 256 << 20;
 
-// Per-lane workspace: cuDNN convolutions (4-D tensors) get the larger one.
-size_t WorkspaceBytesFor(const Graph& graph) {
+// Whether the graph holds 4-D (image) tensors: a convolutional network.
+bool HasImages(const Graph& graph) {
   for (const Node& node : graph.nodes()) {
     for (const TensorSpec& out : node.outputs) {
-      if (out.shape.rank() == 4) return kConvWorkspaceBytes;
+      if (out.shape.rank() == 4) return true;
     }
   }
-  return kGemmWorkspaceBytes;
+  return false;
+}
+
+// Per-lane workspace: cuDNN convolutions get the larger one.
+size_t WorkspaceBytesFor(const Graph& graph) {
+  return HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes;
 }
 
 // Every fixed generated kernel, whether or not this plan uses it, and the plan's fused chains:
@@ -50,6 +57,13 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   for (const codegen::GeneratedKernel& kernel :
        {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
     sources.push_back(ops::ToKernelSource(kernel));
+  }
+  if (HasImages(graph)) {  // The convolutional layers' own kernels.
+    for (const auto& kernels : {codegen::ConvKernels(), codegen::PoolingKernels()}) {
+      for (const codegen::GeneratedKernel& kernel : kernels) {
+        sources.push_back(ops::ToKernelSource(kernel));
+      }
+    }
   }
   for (const Node& node : graph.nodes()) {
     if (node.op != &ops::FusedPointwiseOp()) continue;
@@ -173,8 +187,8 @@ absl::Status Trainer::Impl::InitDevice() {
   ASSIGN_OR_RETURN(cudnn_, runtime::CudnnHandle::Create());
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
-  ASSIGN_OR_RETURN(workspace_, runtime::DeviceBuffer::Create(plan_.lanes() *
-                                                               WorkspaceBytesFor(plan_.graph())));
+  ASSIGN_OR_RETURN(workspace_,
+                   runtime::DeviceBuffer::Create(plan_.lanes() * WorkspaceBytesFor(plan_.graph())));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.

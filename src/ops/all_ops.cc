@@ -1,6 +1,9 @@
+#include "src/ops/batch_norm.h"
+#include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
+#include "src/ops/pooling.h"
 
 namespace reprise::ops {
 
@@ -17,6 +20,20 @@ std::vector<const ir::OpDef*> AllOps() {
           &DropoutOp(),
           &DropoutGradOp(),
           &AdvanceStepOp(),
+          &Conv2dOp(),
+          &Conv2dDgradOp(),
+          &Conv2dWgradOp(),
+          &ChannelBiasAddOp(),
+          &ChannelSumOp(),
+          &BatchNormTrainOp(),
+          &BatchNormGradOp(),
+          &BatchNormInferOp(),
+          &MaxPool2dOp(),
+          &MaxPool2dGradOp(),
+          &GlobalAvgPoolOp(),
+          &GlobalAvgPoolGradOp(),
+          &FlattenOp(),
+          &ReshapeOp(),
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),

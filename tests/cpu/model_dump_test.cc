@@ -79,12 +79,27 @@ TEST(ModelDumpTest, EveryHostStageDumpsInJsonAndDot) {
 
 TEST(ModelDumpTest, UnknownModelStageAndFormatAreNamed) {
   DumpRequest model = SmallRequest("plan", "text");
-  model.model = "resnet";
-  ExpectError(model, absl::StatusCode::kInvalidArgument, "unknown --model 'resnet'");
+  model.model = "transformer";
+  ExpectError(model, absl::StatusCode::kInvalidArgument, "unknown --model 'transformer'");
   ExpectError(SmallRequest("lowered", "text"), absl::StatusCode::kInvalidArgument,
               "unknown --stage 'lowered': expected ir, training, plan or cuda-graph");
   ExpectError(SmallRequest("plan", "png"), absl::StatusCode::kInvalidArgument,
               "unknown --format 'png'");
+}
+
+TEST(ModelDumpTest, ResNetPlanShowsConvolutionsBatchNormsAndTheirGradients) {
+  DumpRequest r;
+  r.model = "resnet";
+  r.resnet = {.depth = 18, .batch = 2, .classes = 4, .image_size = 32};
+  r.stage = "plan";
+  r.format = "text";
+  auto text = DumpModel(r);
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* expected : {"conv2d", "conv2d_dgrad", "conv2d_wgrad", "batch_norm_train",
+                               "batch_norm_grad", "max_pool2d", "global_avg_pool",
+                               "layer4.1.conv2.conv"}) {
+    EXPECT_THAT(*text, HasSubstr(expected));
+  }
 }
 
 TEST(ModelDumpTest, UnwritableOutputIsNamed) {
