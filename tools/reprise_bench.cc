@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "reprise/reprise.h"
@@ -35,7 +37,7 @@ ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
-ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph or all");
+ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --profile)");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
@@ -47,6 +49,9 @@ ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 ABSL_FLAG(bool, busy, false,
           "also measure the GPU busy fraction with CUPTI (after the timings; once CUPTI is "
           "attached, later rows' host times in the same process grow, so time them separately)");
+ABSL_FLAG(int, profile, 0,
+          "print where the step's time goes: per kind of launch, and the N slowest launches "
+          "(each launch timed alone, in plan order on one stream)");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -180,6 +185,49 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
                 busy_fraction};
 }
 
+// Each launch's median time, summed per kind of kernel (the first two words of its description),
+// then the slowest launches.
+absl::Status Profile() {
+  ASSIGN_OR_RETURN(Model model, BuildModel());
+  reprise::TrainOptions options;
+  options.mode = reprise::ExecMode::kBulked;
+  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.lanes = absl::GetFlag(FLAGS_lanes);
+  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
+  std::vector<float> x(model.feature_count, 0.5f);
+  std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
+  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
+  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times, trainer->ProfileLaunches(10));
+  std::map<std::string, std::pair<double, int>> by_kind;
+  double total = 0;
+  for (const auto& t : times) {
+    const std::vector<std::string> words = absl::StrSplit(t.kernel, ' ');
+    const std::string kind = words.size() >= 2 ? absl::StrCat(words[0], " ", words[1]) : t.kernel;
+    by_kind[kind].first += t.median_ms;
+    by_kind[kind].second += 1;
+    total += t.median_ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("profile: %zu launches, %.3f ms in sum (launches timed one by one)\n", times.size(),
+              total);
+  for (const auto& [kind, stat] : kinds) {
+    std::printf("  %-40s %4d launches %9.3f ms %5.1f%%\n", kind.c_str(), stat.second, stat.first,
+                100 * stat.first / total);
+  }
+  std::sort(times.begin(), times.end(),
+            [](const auto& a, const auto& b) { return a.median_ms > b.median_ms; });
+  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_profile), times.size()); ++i) {
+    std::printf("  %8.3f ms  lane %d  %-36s %s\n", times[i].median_ms, times[i].lane,
+                times[i].node.c_str(), times[i].kernel.c_str());
+  }
+  return absl::OkStatus();
+}
+
 // Runs the PyTorch script for this configuration and prints each of its modes beside reprise's
 // fused graph mode. The script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode.
 absl::Status CompareTorch(double graph_ms) {
@@ -222,7 +270,9 @@ absl::Status CompareTorch(double graph_ms) {
 
 absl::Status Main() {
   std::vector<reprise::ExecMode> modes;
-  if (absl::GetFlag(FLAGS_mode) == "all") {
+  if (absl::GetFlag(FLAGS_mode) == "none") {
+    // Only --profile or --compare_torch.
+  } else if (absl::GetFlag(FLAGS_mode) == "all") {
     modes = {reprise::ExecMode::kSync, reprise::ExecMode::kBulked, reprise::ExecMode::kGraph};
   } else {
     ASSIGN_OR_RETURN(reprise::ExecMode m, reprise::ParseExecMode(absl::GetFlag(FLAGS_mode)));
@@ -282,6 +332,7 @@ absl::Status Main() {
           r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction)));
     }
   }
+  if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());
   if (absl::GetFlag(FLAGS_compare_torch)) RETURN_IF_ERROR(CompareTorch(graph_ms));
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);

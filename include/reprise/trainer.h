@@ -139,6 +139,16 @@ class Trainer {
   // device time in ms. For benchmarks: no host work runs between the steps.
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
 
+  // Where a step's device time goes: every launch of the plan run in order on one stream between
+  // CUDA events, `repeats` times, reduced to the median per launch (lanes do not overlap here).
+  struct LaunchTime {
+    std::string node;    // The plan's node (a fused kernel is named for its first node).
+    std::string kernel;  // What runs: "cudnn conv fwd algo 1 ...", "nvrtc reprise_relu ...".
+    int lane = 0;
+    float median_ms = 0;
+  };
+  absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(int repeats);
+
   // The loss of the last step (waits for it).
   absl::StatusOr<float> Loss();
   // A value named in TrainOptions::fetch, as computed by the last step.

@@ -6,6 +6,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "capture/launch_profile.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
 #include "src/codegen/conv_kernels.h"
@@ -308,6 +309,17 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
   return ms;
 }
 
+absl::StatusOr<std::vector<Trainer::LaunchTime>> Trainer::Impl::ProfileLaunches(int repeats) {
+  RETURN_IF_ERROR(Synchronize());
+  ASSIGN_OR_RETURN(std::vector<capture::LaunchTime> times,
+                   capture::ProfileLaunches(launches_, stream_->get(), repeats));
+  std::vector<Trainer::LaunchTime> out;
+  for (capture::LaunchTime& t : times) {
+    out.push_back({std::move(t.node), std::move(t.kernel), t.lane, t.median_ms});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   const passes::Buffer* b = plan_.memory.Find(value);
   if (b == nullptr ||
@@ -470,6 +482,9 @@ absl::Status Trainer::BindInput(absl::string_view name, const void* data, size_t
 absl::Status Trainer::Step() { return impl_->Step(); }
 absl::Status Trainer::Synchronize() { return impl_->Synchronize(); }
 absl::StatusOr<std::vector<float>> Trainer::TimeSteps(int steps) { return impl_->TimeSteps(steps); }
+absl::StatusOr<std::vector<Trainer::LaunchTime>> Trainer::ProfileLaunches(int repeats) {
+  return impl_->ProfileLaunches(repeats);
+}
 absl::StatusOr<float> Trainer::Loss() {
   ASSIGN_OR_RETURN(std::vector<float> loss, impl_->ReadFloat(impl_->loss()));
   return loss[0];

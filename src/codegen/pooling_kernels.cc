@@ -7,14 +7,13 @@ namespace {
 
 // Index helpers of dense image tensors, shared by the pooling kernels.
 const std::string kImageIndexing = R"(
-__device__ __forceinline__ long long ImageOffset(long long b, long long ch, long long r,
-                                                 long long q, long long c, long long h,
-                                                 long long w, int channels_last) {
+template <typename I>
+__device__ __forceinline__ I ImageOffset(I b, I ch, I r, I q, I c, I h, I w, int channels_last) {
   return channels_last ? ((b * h + r) * w + q) * c + ch : ((b * c + ch) * h + r) * w + q;
 }
-__device__ __forceinline__ void ImageCoords(long long i, long long c, long long h, long long w,
-                                            int channels_last, long long& b, long long& ch,
-                                            long long& r, long long& q) {
+template <typename I>
+__device__ __forceinline__ void ImageCoords(I i, I c, I h, I w, int channels_last, I& b, I& ch,
+                                            I& r, I& q) {
   if (channels_last) {
     ch = i % c; i /= c; q = i % w; i /= w; r = i % h; b = i / h;
   } else {
@@ -25,26 +24,27 @@ __device__ __forceinline__ void ImageCoords(long long i, long long c, long long 
 
 }  // namespace
 
+// The max-pooling kernels index in 32-bit arithmetic when the tensors allow it: 64-bit division
+// costs several times more, and these kernels are all index arithmetic.
 GeneratedKernel MaxPool2d() {
   return {"reprise_max_pool2d", kImageIndexing + R"(
-extern "C" __global__ void reprise_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
-                                              long long n, long long c, long long h, long long w,
-                                              long long oh, long long ow, int kh, int kw, int sh,
-                                              int sw, int ph, int pw, int channels_last) {
-  const long long total = n * c * oh * ow;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    long long b, ch, r, q;
-    ImageCoords(i, c, oh, ow, channels_last, b, ch, r, q);
+template <typename I>
+__device__ void MaxPool2dBody(const float* __restrict__ x, float* __restrict__ y, I n, I c, I h,
+                              I w, I oh, I ow, int kh, int kw, int sh, int sw, int ph, int pw,
+                              int channels_last) {
+  const I total = n * c * oh * ow;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    I b, ch, r, q;
+    ImageCoords<I>(i, c, oh, ow, channels_last, b, ch, r, q);
     float best = 0.0f;
     bool found = false;
     for (int a = 0; a < kh; ++a) {
-      const long long row = r * sh - ph + a;
+      const I row = r * sh - ph + a;
       if (row < 0 || row >= h) continue;
       for (int e = 0; e < kw; ++e) {
-        const long long col = q * sw - pw + e;
+        const I col = q * sw - pw + e;
         if (col < 0 || col >= w) continue;
-        const float v = x[ImageOffset(b, ch, row, col, c, h, w, channels_last)];
+        const float v = x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)];
         if (!found || v > best || (v != v && best == best)) best = v;
         found = true;
       }
@@ -52,41 +52,52 @@ extern "C" __global__ void reprise_max_pool2d(const float* __restrict__ x, float
     y[i] = best;
   }
 }
+extern "C" __global__ void reprise_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
+                                              long long n, long long c, long long h, long long w,
+                                              long long oh, long long ow, int kh, int kw, int sh,
+                                              int sw, int ph, int pw, int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dBody<int>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
+  } else {
+    MaxPool2dBody<long long>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
+  }
+}
 )"};
 }
 
 GeneratedKernel MaxPool2dGrad() {
   return {"reprise_max_pool2d_grad", kImageIndexing + R"(
-extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
-                                                   const float* __restrict__ x,
-                                                   const float* __restrict__ y,
-                                                   float* __restrict__ dx, long long n, long long c,
-                                                   long long h, long long w, long long oh,
-                                                   long long ow, int kh, int kw, int sh, int sw,
-                                                   int ph, int pw, int channels_last) {
-  const long long total = n * c * h * w;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    long long b, ch, ih, iw;
-    ImageCoords(i, c, h, w, channels_last, b, ch, ih, iw);
+template <typename I>
+__device__ void MaxPool2dGradBody(const float* __restrict__ dy, const float* __restrict__ x,
+                                  const float* __restrict__ y, float* __restrict__ dx, I n, I c,
+                                  I h, I w, I oh, I ow, int kh, int kw, int sh, int sw, int ph,
+                                  int pw, int channels_last) {
+  const I total = n * c * h * w;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    I b, ch, ih, iw;
+    ImageCoords<I>(i, c, h, w, channels_last, b, ch, ih, iw);
+    const float xi = x[i];
     // Window (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
-    const long long low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
-    const long long r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
-    const long long q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
-    const long long r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
     float sum = 0.0f;
-    for (long long r = r0; r <= r1; ++r) {
-      for (long long q = q0; q <= q1; ++q) {
-        const long long yi = ImageOffset(b, ch, r, q, c, oh, ow, channels_last);
+    for (I r = r0; r <= r1; ++r) {
+      for (I q = q0; q <= q1; ++q) {
+        const I yi = ImageOffset<I>(b, ch, r, q, c, oh, ow, channels_last);
         const float m = y[yi];
-        long long first_row = -1, first_col = -1;
+        // Only an element equal to its window's maximum can receive the window's gradient; then
+        // it must also be the window's first such element.
+        if (!(xi == m || (xi != xi && m != m))) continue;
+        I first_row = -1, first_col = -1;
         for (int a = 0; a < kh && first_row < 0; ++a) {
-          const long long row = r * sh - ph + a;
+          const I row = r * sh - ph + a;
           if (row < 0 || row >= h) continue;
           for (int e = 0; e < kw; ++e) {
-            const long long col = q * sw - pw + e;
+            const I col = q * sw - pw + e;
             if (col < 0 || col >= w) continue;
-            const float v = x[ImageOffset(b, ch, row, col, c, h, w, channels_last)];
+            const float v = x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)];
             if (v == m || (v != v && m != m)) {
               first_row = row;
               first_col = col;
@@ -98,6 +109,21 @@ extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
       }
     }
     dx[i] = sum;
+  }
+}
+extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
+                                                   const float* __restrict__ x,
+                                                   const float* __restrict__ y,
+                                                   float* __restrict__ dx, long long n, long long c,
+                                                   long long h, long long w, long long oh,
+                                                   long long ow, int kh, int kw, int sh, int sw,
+                                                   int ph, int pw, int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dGradBody<int>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
+                           channels_last);
+  } else {
+    MaxPool2dGradBody<long long>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
+                                 channels_last);
   }
 }
 )"};

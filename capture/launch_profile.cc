@@ -1,0 +1,47 @@
+#include "capture/launch_profile.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/cuda_status.h"
+#include "src/runtime/owners.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::capture {
+
+absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(absl::Span<const LoweredLaunch> launches,
+                                                        cudaStream_t stream, int repeats) {
+  if (repeats <= 0) return absl::InvalidArgumentError("ProfileLaunches needs repeats > 0");
+  std::vector<runtime::Event> marks;
+  for (size_t i = 0; i <= launches.size(); ++i) {
+    ASSIGN_OR_RETURN(runtime::Event e, runtime::Event::Create(cudaEventDefault));
+    marks.push_back(std::move(e));
+  }
+  std::vector<std::vector<float>> samples(launches.size());
+  for (int r = 0; r <= repeats; ++r) {  // Run 0 warms caches and clocks; it is not kept.
+    for (size_t i = 0; i < launches.size(); ++i) {
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(marks[i].get(), stream),
+                                          "cudaEventRecord", "ProfileLaunches"));
+      RETURN_IF_ERROR(launches[i].kernel->Launch(stream));
+    }
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(marks.back().get(), stream),
+                                        "cudaEventRecord", "ProfileLaunches"));
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize",
+                                        "ProfileLaunches"));
+    if (r == 0) continue;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      ASSIGN_OR_RETURN(float ms, runtime::ElapsedMs(marks[i], marks[i + 1]));
+      samples[i].push_back(ms);
+    }
+  }
+  std::vector<LaunchTime> times;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    std::vector<float>& s = samples[i];
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    times.push_back(
+        {launches[i].node_name, launches[i].kernel->Describe(), launches[i].lane, s[s.size() / 2]});
+  }
+  return times;
+}
+
+}  // namespace reprise::capture

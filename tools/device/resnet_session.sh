@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# ResNet work on the GPU host, from the repository root of a staged checkout:
+#   bash tools/device/resnet_session.sh [tests] [train] [check] [bench] [torch] [compile]
+# Each word runs one phase; logs and JSON land in /tmp/reprise-resnet and travel back as
+# $OUT/resnet.tgz after every phase, so a timeout keeps what ran.
+set -uo pipefail
+out=/tmp/reprise-resnet
+mkdir -p "$out"
+save() { tar czf "${OUT:-/tmp}/resnet.tgz" -C "$out" .; }
+source .stage/env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+for phase in "$@"; do
+  case $phase in
+    tests)
+      timeout 300 reprise_gpu_tests --gtest_brief=1 2>&1 | tee "$out/gpu_tests.log" | tail -n 60 ;;
+    train)
+      timeout 200 train_resnet --depth 18 --image_size 64 --steps 100 2>&1 | tee "$out/train_resnet.log" | tail -n 14 ;;
+    check)
+      for cfg in "18 64 8 nchw" "18 64 8 nhwc" "50 224 32 nchw"; do
+        set -- $cfg
+        dir=$(mktemp -d)
+        timeout 120 train_resnet --check_dir "$dir" --depth $1 --image_size $2 --batch $3 --layout $4 --classes 10 2>&1 | tail -n 2
+        extra=""; [[ $1 == 50 ]] && extra="--reference f64"
+        timeout 200 python3 tools/bench/torch_resnet_check.py "$dir" $extra 2>&1 | tee "$out/check_$1_$2_$4.log" | tail -n 9
+      done ;;
+    bench)
+      for layout in nchw nhwc; do
+        timeout 200 reprise-bench --model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout $layout \
+          --mode all --fusion on --iters 50 --warmup 10 --json "$out/reprise_r50_b32_tf32_$layout.json" 2>&1 | grep -v '^reprise-bench: measuring'
+      done ;;
+    torch)
+      for layout in nchw nhwc; do
+        timeout 200 python3 tools/bench/torch_resnet.py --depth 50 --batch 32 --precision tf32 --layout $layout \
+          --modes eager,graph --iters 50 --warmup 10 --json "$out/torch_r50_b32_tf32_$layout.json" 2>&1 | grep -E '^torch|rror'
+      done ;;
+    compile)
+      timeout 400 python3 tools/bench/torch_resnet.py --depth 50 --batch 32 --precision tf32 --layout nchw \
+        --modes compile_graph --iters 50 --warmup 10 --json "$out/torch_r50_b32_tf32_compile.json" 2>&1 | grep -E '^torch|rror' ;;
+  esac
+  save
+done
