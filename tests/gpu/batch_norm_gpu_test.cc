@@ -1,6 +1,7 @@
-// Batch normalization's cuDNN lowerings against the CPU reference, in both layouts: y, the saved
-// statistics, the running statistics cuDNN updates in place (PyTorch's unbiased running
-// variance), the gradient, and inference with the running statistics.
+// Batch normalization's GPU lowerings against the CPU reference, in both layouts: y, the saved
+// statistics, the running statistics updated in place (PyTorch's unbiased running variance), the
+// gradient, and inference with the running statistics. NCHW and inference run cuDNN; NHWC
+// training runs our own kernels (src/ops/batch_norm_nhwc.h).
 #include <string>
 #include <tuple>
 
@@ -82,7 +83,12 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, BatchNormGpuTest,
     ::testing::Values(BnCase{Layout::kNCHW, 3, 4, 5, 5}, BnCase{Layout::kNHWC, 3, 4, 5, 5},
                       BnCase{Layout::kNCHW, 8, 64, 14, 14}, BnCase{Layout::kNHWC, 8, 64, 14, 14},
-                      BnCase{Layout::kNHWC, 5, 3, 7, 9}, BnCase{Layout::kNCHW, 32, 16, 1, 1}),
+                      BnCase{Layout::kNHWC, 5, 3, 7, 9}, BnCase{Layout::kNCHW, 32, 16, 1, 1},
+                      // NHWC training runs our own kernels: scalar columns (C % 4 != 0), wide
+                      // channels over few rows, and many rows over many chunks.
+                      BnCase{Layout::kNHWC, 4, 10, 6, 6}, BnCase{Layout::kNHWC, 2, 37, 5, 5},
+                      BnCase{Layout::kNHWC, 2, 2048, 7, 7}, BnCase{Layout::kNHWC, 64, 8, 28, 28},
+                      BnCase{Layout::kNHWC, 3, 5, 1, 1}),
     CaseName);
 
 }  // namespace

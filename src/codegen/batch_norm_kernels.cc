@@ -1,0 +1,389 @@
+#include "src/codegen/batch_norm_kernels.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace reprise::codegen {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Helpers of the tiled kernels, for one vector width: vector loads and stores, the row walk and
+// the block's fixed-order reduction.
+std::string Prelude(int vec) {
+  return absl::StrCat("#define BN_VEC ", vec, "\n", R"(
+struct BnVec {
+  float v[BN_VEC];
+};
+__device__ __forceinline__ BnVec BnLoad(const float* p) {
+  BnVec r;
+#if BN_VEC == 4
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  r.v[0] = t.x; r.v[1] = t.y; r.v[2] = t.z; r.v[3] = t.w;
+#else
+  r.v[0] = *p;
+#endif
+  return r;
+}
+__device__ __forceinline__ void BnStore(float* p, const BnVec& a) {
+#if BN_VEC == 4
+  *reinterpret_cast<float4*>(p) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
+#else
+  *p = a.v[0];
+#endif
+}
+
+// This thread's first channel. Threads past the last channel hold none, but still take part in
+// the block's reduction.
+__device__ __forceinline__ int BnColumn() {
+  return (blockIdx.x * blockDim.x + threadIdx.x) * BN_VEC;
+}
+
+// Walks this thread's rows of its block's chunk (first row threadIdx.y, stride blockDim.y) in
+// increasing order: body.Load for U = Body::kUnroll rows, then body.Use for the same U in order,
+// so that U rows of loads are in flight per thread.
+template <typename Body>
+__device__ __forceinline__ void BnWalkRows(long long rows, long long rows_per_chunk, Body& body) {
+  const long long step = blockDim.y;
+  const long long end = min(rows, (blockIdx.y + 1) * rows_per_chunk);
+  constexpr int U = Body::kUnroll;
+  long long r = blockIdx.y * rows_per_chunk + threadIdx.y;
+  for (; r + (U - 1) * step < end; r += U * step) {
+    typename Body::Regs regs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) body.Load(r + u * step, regs[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) body.Use(r + u * step, regs[u]);
+  }
+  for (; r < end; r += step) {
+    typename Body::Regs regs;
+    body.Load(r, regs);
+    body.Use(r, regs);
+  }
+}
+
+// Sums a and b over threadIdx.y in a fixed pairwise tree (blockDim.y is a power of two) and
+// stores the block's totals as partial[0][chunk][col..] and partial[1][chunk][col..].
+__device__ __forceinline__ void BnReduceAndStore(double (&a)[BN_VEC], double (&b)[BN_VEC],
+                                                 double* __restrict__ partial, int channels,
+                                                 int col) {
+  __shared__ double sa[256 * BN_VEC], sb[256 * BN_VEC];
+  const int t = (threadIdx.y * blockDim.x + threadIdx.x) * BN_VEC;
+#pragma unroll
+  for (int k = 0; k < BN_VEC; ++k) sa[t + k] = a[k], sb[t + k] = b[k];
+  for (int half = blockDim.y / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.y < half) {
+      const int o = t + half * blockDim.x * BN_VEC;
+#pragma unroll
+      for (int k = 0; k < BN_VEC; ++k) {
+        a[k] += sa[o + k], b[k] += sb[o + k];
+        sa[t + k] = a[k], sb[t + k] = b[k];
+      }
+    }
+  }
+  if (threadIdx.y == 0 && col < channels) {
+    const long long at = (long long)blockIdx.y * channels + col;
+    const long long second = (long long)gridDim.y * channels;
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) partial[at + k] = a[k], partial[second + at + k] = b[k];
+  }
+}
+)");
+}
+
+// Sums the two partial arrays over chunks for the finalize kernels, launched with blocks of
+// 32x32 threads: thread x is a channel, thread y adds chunks y, y + 32, ... in order, then a
+// fixed pairwise tree over y. Thread y == 0 returns true with the totals; 32 lanes per channel
+// keep the chain of dependent loads short when there are hundreds of chunks.
+const char kSumChunks[] = R"(
+__device__ __forceinline__ bool BnSumChunks(const double* __restrict__ partial, int chunks,
+                                            int channels, int c, double& a, double& b) {
+  __shared__ double sa[32 * 32], sb[32 * 32];
+  a = 0.0, b = 0.0;
+  if (c < channels) {
+    const long long second = (long long)chunks * channels;
+    for (int k = threadIdx.y; k < chunks; k += 32) {
+      a += partial[(long long)k * channels + c];
+      b += partial[second + (long long)k * channels + c];
+    }
+  }
+  const int t = threadIdx.y * 32 + threadIdx.x;
+  sa[t] = a, sb[t] = b;
+  for (int half = 16; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.y < half) {
+      a += sa[t + half * 32], b += sb[t + half * 32];
+      sa[t] = a, sb[t] = b;
+    }
+  }
+  return threadIdx.y == 0 && c < channels;
+}
+)";
+
+std::string Suffixed(const std::string& name, int vec) { return absl::StrCat(name, "_v", vec); }
+
+}  // namespace
+
+BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec) {
+  BatchNormTiling t;
+  t.vec = vec;
+  const int64_t threads_across = CeilDiv(channels, vec);
+  t.block_x = 1;
+  while (t.block_x < 32 && t.block_x < threads_across) t.block_x *= 2;
+  t.block_y = kBatchNormThreads / t.block_x;
+  t.column_tiles = CeilDiv(channels, int64_t{vec} * t.block_x);
+  int64_t chunks = std::min(CeilDiv(kBatchNormTargetBlocks, t.column_tiles), kBatchNormMaxChunks);
+  chunks = std::min(chunks, CeilDiv(rows, t.block_y * kBatchNormMinRowsPerThread));
+  chunks = std::max<int64_t>(chunks, 1);
+  t.rows_per_chunk = CeilDiv(rows, chunks);
+  t.chunks = CeilDiv(rows, t.rows_per_chunk);  // No empty chunk.
+  t.scratch_bytes = BatchNormCoefficientOffset(t.chunks, channels) + 3 * channels * 4;
+  return t;
+}
+
+int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
+  return 2 * chunks * channels * static_cast<int64_t>(sizeof(double));
+}
+
+GeneratedKernel BatchNormStats(int vec) {
+  const std::string name = Suffixed("reprise_bn_stats", vec);
+  return {name, Prelude(vec) + R"(
+struct BnStatsBody {
+  static constexpr int kUnroll = 4;
+  const float* x;
+  int channels, col;
+  double sum[BN_VEC], squares[BN_VEC];
+  struct Regs {
+    BnVec x;
+  };
+  __device__ void Load(long long r, Regs& a) const { a.x = BnLoad(x + r * channels + col); }
+  __device__ void Use(long long, const Regs& a) {
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      const double v = a.x.v[k];
+      sum[k] += v;
+      squares[k] = fma(v, v, squares[k]);
+    }
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const float* __restrict__ x, double* __restrict__ partial, long long rows,
+                   int channels, long long rows_per_chunk) {
+  BnStatsBody body{x, channels, BnColumn(), {}, {}};
+  if (body.col < channels) BnWalkRows(rows, rows_per_chunk, body);
+  BnReduceAndStore(body.sum, body.squares, partial, channels, body.col);
+}
+)"};
+}
+
+GeneratedKernel BatchNormFinalize() {
+  return {"reprise_bn_finalize", std::string(kSumChunks) + R"(
+extern "C" __global__ void __launch_bounds__(1024)
+    reprise_bn_finalize(const double* __restrict__ partial, int chunks, int channels,
+                        long long rows, double epsilon, double momentum,
+                        const float* __restrict__ gamma, float* __restrict__ running_mean,
+                        float* __restrict__ running_var, float* __restrict__ saved_mean,
+                        float* __restrict__ saved_invstd, float* __restrict__ coef) {
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  double sum, squares;
+  if (!BnSumChunks(partial, chunks, channels, c, sum, squares)) return;
+  const double m = (double)rows;
+  const double mean = sum / m;
+  const double var = fmax(squares / m - mean * mean, 0.0);  // Biased.
+  const double invstd = 1.0 / sqrt(var + epsilon);
+  saved_mean[c] = (float)mean;
+  saved_invstd[c] = (float)invstd;
+  coef[c] = (float)(gamma[c] * invstd);
+  // PyTorch's running update, with the unbiased variance.
+  running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
+  running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
+}
+)"};
+}
+
+GeneratedKernel BatchNormApply(int vec) {
+  const std::string name = Suffixed("reprise_bn_apply", vec);
+  return {name, Prelude(vec) + R"(
+struct BnApplyBody {
+  static constexpr int kUnroll = 4;
+  const float* x;
+  const float* residual;
+  float* y;
+  int channels, col, relu;
+  float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
+  struct Regs {
+    BnVec x, residual;
+  };
+  __device__ void Load(long long r, Regs& a) const {
+    a.x = BnLoad(x + r * channels + col);
+    if (residual != nullptr) a.residual = BnLoad(residual + r * channels + col);
+  }
+  __device__ void Use(long long r, const Regs& a) const {
+    BnVec out;
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      float v = fmaf(a.x.v[k] - mean[k], scale[k], shift[k]);
+      if (residual != nullptr) v += a.residual.v[k];
+      out.v[k] = relu ? fmaxf(v, 0.0f) : v;
+    }
+    BnStore(y + r * channels + col, out);
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const float* __restrict__ x, const float* __restrict__ residual,
+                   const float* __restrict__ mean, const float* __restrict__ coef,
+                   const float* __restrict__ beta, float* __restrict__ y, long long rows,
+                   int channels, long long rows_per_chunk, int relu) {
+  BnApplyBody body{x, residual, y, channels, BnColumn(), relu};
+  if (body.col >= channels) return;
+#pragma unroll
+  for (int k = 0; k < BN_VEC; ++k) {
+    body.mean[k] = mean[body.col + k];
+    body.scale[k] = coef[body.col + k];
+    body.shift[k] = beta[body.col + k];
+  }
+  BnWalkRows(rows, rows_per_chunk, body);
+}
+)"};
+}
+
+GeneratedKernel BatchNormGradStats(int vec) {
+  const std::string name = Suffixed("reprise_bn_grad_stats", vec);
+  return {name, Prelude(vec) + R"(
+struct BnGradStatsBody {
+  // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
+  static constexpr int kUnroll = 2;
+  const float* dy;
+  const float* act_out;
+  const float* x;
+  int channels, col;
+  double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
+  struct Regs {
+    BnVec dy, x, act;
+  };
+  __device__ void Load(long long r, Regs& a) const {
+    const long long i = r * channels + col;
+    a.dy = BnLoad(dy + i);
+    a.x = BnLoad(x + i);
+    if (act_out != nullptr) a.act = BnLoad(act_out + i);
+  }
+  __device__ void Use(long long, const Regs& a) {
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      const double g = act_out == nullptr || a.act.v[k] > 0.0f ? a.dy.v[k] : 0.0f;
+      sum[k] += g;
+      dot[k] = fma(g, (double)a.x.v[k] - mean[k], dot[k]);
+    }
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const float* __restrict__ dy, const float* __restrict__ act_out,
+                   const float* __restrict__ x, const float* __restrict__ mean,
+                   double* __restrict__ partial, long long rows, int channels,
+                   long long rows_per_chunk) {
+  BnGradStatsBody body{dy, act_out, x, channels, BnColumn(), {}, {}, {}};
+  if (body.col < channels) {
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) body.mean[k] = mean[body.col + k];
+    BnWalkRows(rows, rows_per_chunk, body);
+  }
+  BnReduceAndStore(body.sum, body.dot, partial, channels, body.col);
+}
+)"};
+}
+
+GeneratedKernel BatchNormGradFinalize() {
+  return {"reprise_bn_grad_finalize", std::string(kSumChunks) + R"(
+extern "C" __global__ void __launch_bounds__(1024)
+    reprise_bn_grad_finalize(const double* __restrict__ partial, int chunks, int channels,
+                             long long rows, const float* __restrict__ gamma,
+                             const float* __restrict__ invstd, float* __restrict__ dgamma,
+                             float* __restrict__ dbeta, float* __restrict__ coef) {
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  double sum, dot;
+  if (!BnSumChunks(partial, chunks, channels, c, sum, dot)) return;
+  const double m = (double)rows, s = invstd[c];
+  const double d_gamma = dot * s;  // Σ g·x̂.
+  const double scale = gamma[c] * s;
+  dbeta[c] = (float)sum;
+  dgamma[c] = (float)d_gamma;
+  // dx = scale·(g - Σg/M - x̂·Σg·x̂/M) = coef0·g - coef1 - coef2·(x - mean).
+  coef[c] = (float)scale;
+  coef[channels + c] = (float)(scale * sum / m);
+  coef[2 * channels + c] = (float)(scale * s * d_gamma / m);
+}
+)"};
+}
+
+GeneratedKernel BatchNormGradApply(int vec) {
+  const std::string name = Suffixed("reprise_bn_grad_apply", vec);
+  return {name, Prelude(vec) + R"(
+struct BnGradApplyBody {
+  static constexpr int kUnroll = 4;
+  const float* dy;
+  const float* act_out;
+  const float* x;
+  float* dx;
+  float* masked_dy;
+  int channels, col;
+  float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
+  struct Regs {
+    BnVec dy, x, act;
+  };
+  __device__ void Load(long long r, Regs& in) const {
+    const long long i = r * channels + col;
+    in.dy = BnLoad(dy + i);
+    in.x = BnLoad(x + i);
+    if (act_out != nullptr) in.act = BnLoad(act_out + i);
+  }
+  __device__ void Use(long long r, const Regs& in) const {
+    BnVec g, out;
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      g.v[k] = act_out == nullptr || in.act.v[k] > 0.0f ? in.dy.v[k] : 0.0f;
+      out.v[k] = fmaf(a[k], g.v[k], -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
+    }
+    const long long i = r * channels + col;
+    BnStore(dx + i, out);
+    if (masked_dy != nullptr) BnStore(masked_dy + i, g);
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const float* __restrict__ dy, const float* __restrict__ act_out,
+                   const float* __restrict__ x, const float* __restrict__ mean,
+                   const float* __restrict__ coef, float* __restrict__ dx,
+                   float* __restrict__ masked_dy, long long rows, int channels,
+                   long long rows_per_chunk) {
+  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn()};
+  if (body.col >= channels) return;
+#pragma unroll
+  for (int k = 0; k < BN_VEC; ++k) {
+    body.mean[k] = mean[body.col + k];
+    body.a[k] = coef[body.col + k];
+    body.b[k] = coef[channels + body.col + k];
+    body.c[k] = coef[2 * channels + body.col + k];
+  }
+  BnWalkRows(rows, rows_per_chunk, body);
+}
+)"};
+}
+
+std::vector<GeneratedKernel> BatchNormKernels() {
+  std::vector<GeneratedKernel> kernels = {BatchNormFinalize(), BatchNormGradFinalize()};
+  for (int vec : {4, 1}) {
+    kernels.push_back(BatchNormStats(vec));
+    kernels.push_back(BatchNormApply(vec));
+    kernels.push_back(BatchNormGradStats(vec));
+    kernels.push_back(BatchNormGradApply(vec));
+  }
+  return kernels;
+}
+
+}  // namespace reprise::codegen

@@ -1,0 +1,95 @@
+// CUDA C++ source for channels-last batch normalization in float32 (src/ops/batch_norm_nhwc.h):
+// x is viewed as a row-major [rows = N·H·W, C] matrix, and every kernel works on 2-D tiles of it.
+//
+// Launch shape, shared by the row-walking kernels (stats and apply, forward and backward):
+// blocks of kBatchNormThreads threads shaped (block_x, block_y); thread x covers `vec` adjacent
+// channels (consecutive threads read consecutive channels, so loads coalesce), thread y walks the
+// rows of its block's chunk with stride block_y. grid = (column_tiles, chunks). All of it comes
+// from BatchNormTilingFor(rows, C, vec), i.e. from the shapes alone, never from the device: the
+// summation order, hence the bits, are the same on every run and every GPU.
+//
+// Scratch (the lane's workspace), for chunks k and channels c:
+//   double partial[2][chunks][C]  at byte 0: per-chunk sums (Σx, Σx² forward; Σg, Σg·(x - mean)
+//                                 backward), each a fixed-order tree within its block
+//   float  coef[3][C]             at BatchNormCoefficientOffset: per-channel factors that the
+//                                 finalize kernel hands to the apply kernel
+// No atomics anywhere; sums run in double (fp64 is plentiful next to the memory traffic, and
+// Σx² - M·mean² then loses nothing that matters in float32).
+#ifndef REPRISE_SRC_CODEGEN_BATCH_NORM_KERNELS_H_
+#define REPRISE_SRC_CODEGEN_BATCH_NORM_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+inline constexpr int kBatchNormThreads = 256;
+// Four resident blocks (the tiled kernels' launch bounds) on each of an H100's 132
+// multiprocessors: one wave. A constant, not the device's SM count, so that chunking (and the
+// bits) do not depend on the GPU.
+inline constexpr int64_t kBatchNormTargetBlocks = 4 * 132;
+inline constexpr int64_t kBatchNormMaxChunks = 512;
+// Rows each thread walks at least (the tiled kernels unroll by up to this), unless the tensor
+// is smaller.
+inline constexpr int64_t kBatchNormMinRowsPerThread = 4;
+
+struct BatchNormTiling {
+  int vec = 1;      // Channels per thread: 4 (float4 loads) or 1.
+  int block_x = 0;  // Threads across channels: a power of two <= 32.
+  int block_y = 0;  // Threads across rows: kBatchNormThreads / block_x.
+  int64_t column_tiles = 0;
+  int64_t chunks = 0;
+  int64_t rows_per_chunk = 0;
+  int64_t scratch_bytes = 0;  // Partials and coefficients, laid out as above.
+};
+
+// The launch shape for x [rows, channels] read `vec` (4 or 1) channels per thread; rows,
+// channels >= 1, and channels % vec == 0.
+BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec);
+
+// Byte offset of coef[3][C] in the scratch.
+int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
+
+// Forward pass, three launches:
+// (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
+//     Signature: (const float* x, double* partial, long long rows, int channels,
+//     long long rows_per_chunk).
+GeneratedKernel BatchNormStats(int vec);
+// (b) Per channel: sums the chunks (blocks of 32x32 threads, 32 channels each, ceil(C/32) of
+//     them; 32 lanes per channel in a fixed order), then mean, biased var, saved_mean = mean,
+//     saved_invstd = 1/sqrt(var + eps), coef[0][c] = gamma·invstd, and the running statistics in
+//     place (running_var with the unbiased var·M/(M-1)). Signature: (const double* partial, int
+//     chunks, int channels, long long rows, double epsilon, double momentum, const float* gamma,
+//     float* running_mean, float* running_var, float* saved_mean, float* saved_invstd, float*
+//     coef).
+GeneratedKernel BatchNormFinalize();
+// (c) y = act((x - mean)·coef[0] + beta (+ residual)), act = relu when `relu` != 0; residual may
+//     be null. Tiled launch. Signature: (const float* x, const float* residual,
+//     const float* mean, const float* coef, const float* beta, float* y, long long rows,
+//     int channels, long long rows_per_chunk, int relu).
+GeneratedKernel BatchNormApply(int vec);
+
+// Backward pass, three launches, with g = act_out ? (act_out > 0 ? dy : 0) : dy:
+// (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean). Tiled launch. Signature:
+//     (const float* dy, const float* act_out, const float* x, const float* mean,
+//     double* partial, long long rows, int channels, long long rows_per_chunk).
+GeneratedKernel BatchNormGradStats(int vec);
+// (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
+//     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
+//     Signature: (const double* partial, int chunks, int channels, long long rows,
+//     const float* gamma, const float* invstd, float* dgamma, float* dbeta, float* coef).
+GeneratedKernel BatchNormGradFinalize();
+// (c) dx = coef[0]·g - coef[1] - coef[2]·(x - mean), and masked_dy = g when masked_dy is not
+//     null. Tiled launch. Signature: (const float* dy, const float* act_out, const float* x,
+//     const float* mean, const float* coef, float* dx, float* masked_dy, long long rows,
+//     int channels, long long rows_per_chunk).
+GeneratedKernel BatchNormGradApply(int vec);
+
+// Every kernel above in both vector widths, for compile checks and for warming the kernel store.
+std::vector<GeneratedKernel> BatchNormKernels();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_BATCH_NORM_KERNELS_H_

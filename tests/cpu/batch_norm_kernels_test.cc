@@ -1,0 +1,95 @@
+// The channels-last batch-norm kernels compile with NVRTC for sm_90 with no GPU present, and the
+// tiling rule gives the launch shapes and scratch sizes worked out by hand below.
+#include "src/codegen/batch_norm_kernels.h"
+
+#include "gtest/gtest.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/runtime/kernel_store.h"
+
+namespace reprise {
+namespace {
+
+using codegen::BatchNormTiling;
+using codegen::BatchNormTilingFor;
+
+TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
+  const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
+  ASSERT_EQ(kernels.size(), 10u);
+  for (const codegen::GeneratedKernel& kernel : kernels) {
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    EXPECT_FALSE(compiled->cubin.empty()) << kernel.name;
+    EXPECT_NE(kernel.code.find(kernel.name), std::string::npos) << kernel.name;
+  }
+}
+
+TEST(BatchNormKernelsTest, VectorWidthsHaveDistinctNames) {
+  EXPECT_EQ(codegen::BatchNormStats(4).name, "reprise_bn_stats_v4");
+  EXPECT_EQ(codegen::BatchNormStats(1).name, "reprise_bn_stats_v1");
+  EXPECT_EQ(codegen::BatchNormGradApply(4).name, "reprise_bn_grad_apply_v4");
+}
+
+// ResNet-50's 56x56 layers at batch 32: 64 float4 columns fill one 32-wide block row twice; 528
+// target blocks over 2 column tiles give 264 chunks of 381 rows.
+TEST(BatchNormTilingTest, LargeTensorAimsAtFourBlocksPerSm) {
+  const BatchNormTiling t = BatchNormTilingFor(32 * 56 * 56, 256, 4);
+  EXPECT_EQ(t.block_x, 32);
+  EXPECT_EQ(t.block_y, 8);
+  EXPECT_EQ(t.column_tiles, 2);
+  EXPECT_EQ(t.chunks, 264);
+  EXPECT_EQ(t.rows_per_chunk, 381);
+  EXPECT_EQ(t.scratch_bytes, 264 * 256 * 16 + 3 * 256 * 4);
+  EXPECT_EQ(codegen::BatchNormCoefficientOffset(t.chunks, 256), 264 * 256 * 16);
+}
+
+// 64 channels as float4 need 16 threads across, so blocks are 16x16; chunks stop at 512.
+TEST(BatchNormTilingTest, ChunksAreCapped) {
+  const BatchNormTiling t = BatchNormTilingFor(32 * 112 * 112, 64, 4);
+  EXPECT_EQ(t.block_x, 16);
+  EXPECT_EQ(t.block_y, 16);
+  EXPECT_EQ(t.column_tiles, 1);
+  EXPECT_EQ(t.chunks, 512);
+  EXPECT_EQ(t.rows_per_chunk, 784);
+}
+
+// 7x7 at batch 2 with 2048 channels: 98 rows, and each of the 8 row threads walks at least 4
+// rows, so 4 chunks of 25 rows.
+TEST(BatchNormTilingTest, FewRowsGiveFewChunks) {
+  const BatchNormTiling t = BatchNormTilingFor(98, 2048, 4);
+  EXPECT_EQ(t.column_tiles, 16);
+  EXPECT_EQ(t.chunks, 4);
+  EXPECT_EQ(t.rows_per_chunk, 25);
+  EXPECT_EQ(t.scratch_bytes, 4 * 2048 * 16 + 3 * 2048 * 4);
+}
+
+TEST(BatchNormTilingTest, ScalarColumnsAndTinyTensors) {
+  const BatchNormTiling odd = BatchNormTilingFor(1000, 10, 1);
+  EXPECT_EQ(odd.block_x, 16);
+  EXPECT_EQ(odd.block_y, 16);
+  EXPECT_EQ(odd.column_tiles, 1);
+  EXPECT_EQ(odd.chunks, 16);
+  EXPECT_EQ(odd.rows_per_chunk, 63);
+  const BatchNormTiling one = BatchNormTilingFor(2, 1, 1);
+  EXPECT_EQ(one.block_x, 1);
+  EXPECT_EQ(one.block_y, 256);
+  EXPECT_EQ(one.chunks, 1);
+  EXPECT_EQ(one.rows_per_chunk, 2);
+}
+
+// Every row belongs to exactly one chunk, and no chunk is empty.
+TEST(BatchNormTilingTest, ChunksCoverTheRowsExactly) {
+  for (int64_t rows : {2, 3, 97, 1568, 6272, 25088, 100352, 401408, 1000003}) {
+    for (int64_t channels : {1, 3, 64, 1000, 2048}) {
+      const BatchNormTiling t = BatchNormTilingFor(rows, channels, channels % 4 == 0 ? 4 : 1);
+      EXPECT_GE(t.chunks, 1);
+      EXPECT_LE(t.chunks, codegen::kBatchNormMaxChunks);
+      EXPECT_GE(t.chunks * t.rows_per_chunk, rows);
+      EXPECT_LT((t.chunks - 1) * t.rows_per_chunk, rows);
+      EXPECT_EQ(t.block_x * t.block_y, codegen::kBatchNormThreads);
+      EXPECT_GE(t.column_tiles * t.block_x * t.vec, channels);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace reprise
