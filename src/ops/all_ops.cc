@@ -1,4 +1,5 @@
 #include "src/ops/batch_norm.h"
+#include "src/ops/batch_norm_act.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/mlp_step.h"
@@ -34,6 +35,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &GlobalAvgPoolGradOp(),
           &FlattenOp(),
           &ReshapeOp(),
+          &BatchNormActTrainOp(),
+          &BatchNormActGradOp(),
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),

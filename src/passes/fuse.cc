@@ -7,6 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/ops/batch_norm.h"
+#include "src/ops/batch_norm_act.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse_mlp_step.h"
@@ -27,6 +29,7 @@ class GroupFinder {
       : g_(graph), consumers_(graph), kept_(kept.begin(), kept.end()), taken_(graph.num_nodes()) {}
 
   void LossWithGrad();
+  void BatchNormActivations();
   void GemmEpilogues();
   void PointwiseChains();
   void MultiTensorSgd();
@@ -82,6 +85,62 @@ void GroupFinder::LossWithGrad() {
               .outputs = {Value{loss.id, 0}, Value{grad.id, 0}}});
       break;
     }
+  }
+}
+
+// Channels-last batch norms whose output feeds a ReLU (directly or through a residual add) take
+// the add and the ReLU into their last kernel; the ReLU's gradient joins the batch-norm gradient.
+// NCHW batch norms run in cuDNN, which has no such forms for float32.
+void GroupFinder::BatchNormActivations() {
+  auto nhwc = [](const Node& n) {
+    auto it = n.attrs.find("layout");
+    return it != n.attrs.end() && std::get<std::string>(it->second) == "NHWC" &&
+           n.outputs[0].dtype == DType::kFloat32;
+  };
+  for (const Node& bn : g_.nodes()) {
+    if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !nhwc(bn)) continue;
+    const Node* next = SoleReader(Value{bn.id, 0});
+    if (next == nullptr) continue;
+    const Node* add = nullptr;
+    Value residual;
+    if (next->op == &ops::AddOp()) {
+      add = next;
+      residual = add->inputs[0] == Value{bn.id, 0} ? add->inputs[1] : add->inputs[0];
+      if (residual == Value{bn.id, 0}) continue;
+      next = SoleReader(Value{add->id, 0});
+      if (next == nullptr) continue;
+    }
+    if (next->op != &ops::ReluOp()) continue;
+    NodeGroup group{.members = {bn.id, next->id},
+                    .op = &ops::BatchNormActTrainOp(),
+                    .name = absl::StrCat(bn.name, add ? "+add" : "", "+relu"),
+                    .attrs = bn.attrs,
+                    .inputs = bn.inputs,
+                    .outputs = {Value{next->id, 0}, Value{bn.id, 1}, Value{bn.id, 2}}};
+    group.attrs["residual"] = add != nullptr;
+    if (add) {
+      group.members.push_back(add->id);
+      group.inputs.push_back(residual);
+    }
+    TryAdd(std::move(group));
+  }
+  for (const Node& grad : g_.nodes()) {
+    if (grad.op != &ops::BatchNormGradOp() || taken_[grad.id] || !nhwc(grad)) continue;
+    const Node& relu_grad = g_.node(grad.inputs[0].node);
+    if (relu_grad.op != &ops::ReluGradOp() || taken_[relu_grad.id] || ir::IsLeaf(relu_grad))
+      continue;
+    const absl::flat_hash_set<int32_t> members = {relu_grad.id, grad.id};
+    const bool masked_output = NeededOutside(Value{relu_grad.id, 0}, members);
+    NodeGroup group{.members = {relu_grad.id, grad.id},
+                    .op = &ops::BatchNormActGradOp(),
+                    .name = absl::StrCat(relu_grad.name, "+", grad.name),
+                    .attrs = grad.attrs,
+                    .inputs = {relu_grad.inputs[0], relu_grad.inputs[1], grad.inputs[1],
+                               grad.inputs[2], grad.inputs[3], grad.inputs[4]},
+                    .outputs = {Value{grad.id, 0}, Value{grad.id, 1}, Value{grad.id, 2}}};
+    group.attrs["masked_output"] = masked_output;
+    if (masked_output) group.outputs.push_back(Value{relu_grad.id, 0});
+    TryAdd(std::move(group));
   }
 }
 
@@ -234,6 +293,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
   if (groups.empty()) {
     GroupFinder finder(training.graph, kept);
     if (options.loss_with_grad) finder.LossWithGrad();
+    if (options.batch_norm_activations) finder.BatchNormActivations();
     if (options.gemm_epilogues) finder.GemmEpilogues();
     if (options.pointwise_chains) finder.PointwiseChains();
     if (options.multi_tensor_optimizer) finder.MultiTensorSgd();

@@ -2,6 +2,8 @@
 // ops (src/ops/ops.h, src/ops/fused_pointwise.h):
 //   matmul -> bias_add [-> relu]             => matmul_bias (cuBLASLt epilogue)
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
+//   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
+//   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
 // or, for a small ReLU MLP, the whole step        => mlp_train_step (one persistent kernel)
@@ -27,6 +29,7 @@ struct FuseOptions {
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
   bool loss_with_grad = true;
+  bool batch_norm_activations = true;
   bool pointwise_chains = true;
   bool multi_tensor_optimizer = true;
 };

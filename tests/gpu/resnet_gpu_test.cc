@@ -93,9 +93,12 @@ TEST(ResNetGpuTest, GraphEqualsBulkedBitwiseOverFiftyStepsAndLossFalls) {
   }
 }
 
-TEST(ResNetGpuTest, FirstStepsMatchTheCpuReference) {
+class ResNetLayoutGpuTest : public ::testing::TestWithParam<Layout> {};
+
+// NCHW runs cuDNN's batch norm; NHWC runs ours, fused with the residual add and ReLU.
+TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheCpuReference) {
   REPRISE_REQUIRE_GPU();
-  auto net = models::BuildResNet(SmallResNet());
+  auto net = models::BuildResNet(SmallResNet(GetParam()));
   ASSERT_TRUE(net.ok());
   auto gpu = MakeTrainer(*net, ExecMode::kGraph);
   ASSERT_TRUE(gpu);
@@ -127,6 +130,10 @@ TEST(ResNetGpuTest, FirstStepsMatchTheCpuReference) {
     EXPECT_LT(std::sqrt(err / std::max(norm, 1e-30)), 1e-3) << name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothLayouts, ResNetLayoutGpuTest,
+                         ::testing::Values(Layout::kNCHW, Layout::kNHWC),
+                         [](const auto& info) { return std::string(LayoutName(info.param)); });
 
 }  // namespace
 }  // namespace reprise

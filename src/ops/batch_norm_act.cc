@@ -1,0 +1,148 @@
+#include "src/ops/batch_norm_act.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/batch_norm.h"
+#include "src/ops/batch_norm_nhwc.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/ops/pooling.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+bool HasResidual(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "residual", false); }
+bool HasMaskedOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "masked_output", false); }
+
+absl::Status CheckSameSpec(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
+  if (a == b) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " must match x: ", a.ToString(), " vs ", b.ToString()));
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in) {
+  const size_t arity = HasResidual(attrs) ? 6 : 5;
+  if (in.size() != arity) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", arity, " inputs, got ", in.size()));
+  }
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormTrainOp().infer(attrs, in.subspan(0, 5)));
+  if (HasResidual(attrs)) RETURN_IF_ERROR(CheckSameSpec(in[5], in[0], "residual"));
+  return out;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
+                                                  absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 6));
+  RETURN_IF_ERROR(CheckSameSpec(in[1], in[0], "act_out"));
+  const std::vector<TensorSpec> bn_in = {in[0], in[2], in[3], in[4], in[5]};
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormGradOp().infer(attrs, bn_in));
+  if (HasMaskedOutput(attrs)) out.push_back(in[0]);
+  return out;
+}
+
+// batch_norm_train, then add and relu, each by its own reference.
+absl::Status CpuTrain(const Node& node, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const> out) {
+  ir::HostTensor normalized(out[0]->spec());
+  ir::HostTensor* bn_out[] = {&normalized, out[1], out[2]};
+  RETURN_IF_ERROR(BatchNormTrainOp().cpu(node, in.subspan(0, 5), absl::MakeSpan(bn_out)));
+  const Node stub;
+  ir::HostTensor* pre_act = &normalized;
+  ir::HostTensor summed(out[0]->spec());
+  if (HasResidual(node.attrs)) {
+    ir::HostTensor* add_in[] = {&normalized, in[5]};
+    ir::HostTensor* add_out[] = {&summed};
+    RETURN_IF_ERROR(AddOp().cpu(stub, absl::MakeSpan(add_in), absl::MakeSpan(add_out)));
+    pre_act = &summed;
+  }
+  return ReluOp().cpu(stub, absl::MakeSpan(&pre_act, 1), out.subspan(0, 1));
+}
+
+// relu_grad, then batch_norm_grad.
+absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
+                     absl::Span<ir::HostTensor* const> out) {
+  ir::HostTensor masked(in[0]->spec());
+  ir::HostTensor* g = HasMaskedOutput(node.attrs) ? out[3] : &masked;
+  ir::HostTensor* relu_in[] = {in[0], in[1]};
+  const Node stub;
+  RETURN_IF_ERROR(ReluGradOp().cpu(stub, absl::MakeSpan(relu_in), absl::MakeSpan(&g, 1)));
+  ir::HostTensor* bn_in[] = {g, in[2], in[3], in[4], in[5]};
+  return BatchNormGradOp().cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
+}
+
+absl::StatusOr<ImageDims> NhwcDims(const LoweringContext& ctx, const Node& node, int x_index) {
+  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
+  if (layout != Layout::kNHWC) {
+    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': ", node.op_name(),
+                                                 " runs only in NHWC layout on the GPU"));
+  }
+  return ImageDimsOf(ctx.input_specs[x_index], layout, "x");
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx,
+                                                      const Node& node) {
+  ASSIGN_OR_RETURN(ImageDims x, NhwcDims(ctx, node, 0));
+  NhwcBatchNormForward args;
+  args.x = static_cast<const float*>(ctx.inputs[0]);
+  args.gamma = static_cast<const float*>(ctx.inputs[1]);
+  args.beta = static_cast<const float*>(ctx.inputs[2]);
+  args.running_mean = static_cast<float*>(ctx.inputs[3]);
+  args.running_var = static_cast<float*>(ctx.inputs[4]);
+  if (HasResidual(node.attrs)) args.residual = static_cast<const float*>(ctx.inputs[5]);
+  args.y = static_cast<float*>(ctx.outputs[0]);
+  args.saved_mean = static_cast<float*>(ctx.outputs[1]);
+  args.saved_invstd = static_cast<float*>(ctx.outputs[2]);
+  args.rows = x.n * x.h * x.w;
+  args.channels = x.c;
+  args.epsilon = node.attrs.contains("epsilon") ? *ir::FloatAttr(node.attrs, "epsilon") : 1e-5;
+  args.momentum = node.attrs.contains("momentum") ? *ir::FloatAttr(node.attrs, "momentum") : 0.1;
+  args.relu = true;
+  return LowerNhwcBatchNormTrain(ctx, node.name, args);
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(ImageDims x, NhwcDims(ctx, node, 2));
+  NhwcBatchNormBackward args;
+  args.dy = static_cast<const float*>(ctx.inputs[0]);
+  args.act_out = static_cast<const float*>(ctx.inputs[1]);
+  args.x = static_cast<const float*>(ctx.inputs[2]);
+  args.gamma = static_cast<const float*>(ctx.inputs[3]);
+  args.saved_mean = static_cast<const float*>(ctx.inputs[4]);
+  args.saved_invstd = static_cast<const float*>(ctx.inputs[5]);
+  args.dx = static_cast<float*>(ctx.outputs[0]);
+  args.dgamma = static_cast<float*>(ctx.outputs[1]);
+  args.dbeta = static_cast<float*>(ctx.outputs[2]);
+  if (HasMaskedOutput(node.attrs)) args.masked_dy = static_cast<float*>(ctx.outputs[3]);
+  args.rows = x.n * x.h * x.w;
+  args.channels = x.c;
+  return LowerNhwcBatchNormGrad(ctx, node.name, args);
+}
+
+}  // namespace
+
+const ir::OpDef& BatchNormActTrainOp() {
+  static const ir::OpDef op{.name = "batch_norm_act_train",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferTrain,
+                            .cpu = CpuTrain,
+                            .lower = LowerTrain,
+                            .mutated_inputs = {3, 4}};
+  return op;
+}
+
+const ir::OpDef& BatchNormActGradOp() {
+  static const ir::OpDef op{.name = "batch_norm_act_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferGrad,
+                            .cpu = CpuGrad,
+                            .lower = LowerGrad};
+  return op;
+}
+
+}  // namespace reprise::ops

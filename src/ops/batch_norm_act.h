@@ -1,0 +1,27 @@
+// Fused batch norm with its activation, written by the fuse pass (src/passes/fuse.h) for
+// channels-last (NHWC) float32 tensors, where the batch norm runs as our own kernels
+// (src/ops/batch_norm_nhwc.h): the residual add and ReLU ride in the kernel that writes y, and the
+// ReLU's gradient in the kernels that read dy, so neither costs a pass over memory of its own.
+// Each reference runs the references of the ops it replaces.
+#ifndef REPRISE_SRC_OPS_BATCH_NORM_ACT_H_
+#define REPRISE_SRC_OPS_BATCH_NORM_ACT_H_
+
+#include "src/ir/op_def.h"
+
+namespace reprise::ops {
+
+// batch_norm_act_train: (x, gamma, beta, running_mean, running_var[, residual])
+//   -> (relu(batch_norm(x) [+ residual]), saved_mean, saved_invstd).
+// Attrs: batch_norm_train's (epsilon, momentum, layout) and bool residual (a sixth input, added
+// before the ReLU). Writes the running statistics in place as batch_norm_train does.
+const ir::OpDef& BatchNormActTrainOp();
+
+// batch_norm_act_grad: (dy, act_out, x, gamma, saved_mean, saved_invstd)
+//   -> (dx, dgamma, dbeta[, g]) where g = act_out > 0 ? dy : 0 (relu_grad) is the gradient that
+// batch_norm_grad receives. Attrs: batch_norm_grad's and bool masked_output (the fourth output,
+// for a residual branch that reads g too).
+const ir::OpDef& BatchNormActGradOp();
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_BATCH_NORM_ACT_H_

@@ -1,0 +1,96 @@
+// The fuse pass on a channels-last ResNet: each batch norm that feeds a ReLU (directly or through
+// the residual add) takes the add and the ReLU in, its gradient takes the ReLU's gradient, and the
+// fused step computes the same bits as the unfused one on the CPU reference.
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/op_def.h"
+#include "src/ir/reference_executor.h"
+#include "src/passes/fuse.h"
+
+namespace reprise {
+namespace {
+
+std::map<std::string, int> OpCounts(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes()) {
+    if (!ir::IsLeaf(n)) ++counts[std::string(n.op_name())];
+  }
+  return counts;
+}
+
+autodiff::TrainingGraph ResNet18Training(Layout layout) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = layout});
+  EXPECT_TRUE(net.ok()) << net.status();
+  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
+  EXPECT_TRUE(training.ok()) << training.status();
+  return *std::move(training);
+}
+
+TEST(FuseBatchNormTest, NhwcBatchNormsTakeTheirAddAndReluAndTheReluGradient) {
+  const autodiff::TrainingGraph t = ResNet18Training(Layout::kNHWC);
+  auto fused = passes::Fuse(t, {t.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  // The stem and two per basic block (its first, and its second with the residual add).
+  EXPECT_EQ(counts.at("batch_norm_act_train"), 17);
+  EXPECT_EQ(counts.at("batch_norm_act_grad"), 17);
+  // The three downsample batch norms feed the add, not a ReLU: they stay as they are.
+  EXPECT_EQ(counts.at("batch_norm_train"), 3);
+  EXPECT_EQ(counts.at("batch_norm_grad"), 3);
+  EXPECT_EQ(counts.count("relu"), 0u);
+  EXPECT_EQ(counts.count("relu_grad"), 0u);
+}
+
+TEST(FuseBatchNormTest, NchwBatchNormsAreLeftToCudnn) {
+  const autodiff::TrainingGraph t = ResNet18Training(Layout::kNCHW);
+  auto fused = passes::Fuse(t, {t.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  EXPECT_EQ(counts.count("batch_norm_act_train"), 0u);
+  EXPECT_EQ(counts.at("batch_norm_train"), 20);
+}
+
+std::vector<double> LossesOf(const Graph& g, Value loss, bool float64,
+                             std::map<std::string, std::vector<double>>* parameters) {
+  ir::ReferenceExecutor cpu(g, float64, 7);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  std::vector<double> x(2 * 32 * 32 * 3), losses;
+  for (int step = 0; step < 2; ++step) {
+    for (double& v : x) v = normal(rng);
+    EXPECT_TRUE(cpu.SetLeaf("images", x).ok());
+    EXPECT_TRUE(cpu.SetLeaf("labels", std::vector<int32_t>{step % 3, 2}).ok());
+    EXPECT_TRUE(cpu.Run().ok());
+    const ir::HostTensor* value = *cpu.Tensor(loss);
+    losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
+  }
+  for (int32_t id : g.NodesOf("parameter")) {
+    const ir::HostTensor* p = *cpu.Tensor({id, 0});
+    std::vector<double>& out = (*parameters)[g.node(id).name];
+    for (int64_t i = 0; i < p->size(); ++i)
+      out.push_back(float64 ? p->data<double>()[i] : p->data<float>()[i]);
+  }
+  return losses;
+}
+
+TEST(FuseBatchNormTest, FusedStepsGiveTheSameBitsOnTheCpuReference) {
+  const autodiff::TrainingGraph t = ResNet18Training(Layout::kNHWC);
+  auto fused = passes::Fuse(t, {t.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  for (bool float64 : {false, true}) {
+    std::map<std::string, std::vector<double>> plain_params, fused_params;
+    EXPECT_EQ(LossesOf(t.graph, t.loss, float64, &plain_params),
+              LossesOf(fused->training.graph, fused->training.loss, float64, &fused_params));
+    EXPECT_EQ(plain_params, fused_params);
+  }
+}
+
+}  // namespace
+}  // namespace reprise
