@@ -33,6 +33,16 @@ enum class ExecMode : uint8_t {
 absl::string_view ExecModeName(ExecMode mode);
 absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name);  // "sync", "bulked", "graph"
 
+// Whether an NCHW convolutional network runs channels-last (NHWC) inside, where cuDNN's
+// tensor-core convolutions are several times faster. Inputs, parameter names and shapes
+// (GetParameter, SaveWeights, LoadWeights) and fetched values stay as the graph declares them;
+// results differ from the NCHW run only by floating-point reassociation.
+enum class ChannelsLast : uint8_t {
+  kAuto,  // On when the graph has an NCHW float32 convolution.
+  kOn,    // On whenever the graph has an NCHW image op (convolution, batch norm, pooling).
+  kOff,   // Every op runs in the layout the graph gives it.
+};
+
 struct SgdOptions {
   float learning_rate = 0.01f;
   float momentum = 0.9f;
@@ -58,6 +68,7 @@ struct TrainOptions {
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 0
   // (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
+  ChannelsLast channels_last = ChannelsLast::kAuto;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
@@ -151,7 +162,8 @@ class Trainer {
 
   // The loss of the last step (waits for it).
   absl::StatusOr<float> Loss();
-  // A value named in TrainOptions::fetch, as computed by the last step.
+  // A value named in TrainOptions::fetch, as computed by the last step, in the layout the graph
+  // declares (also when the step runs channels-last inside).
   absl::StatusOr<std::vector<float>> Read(Value value);
 
   std::vector<std::string> ParameterNames() const;

@@ -13,6 +13,7 @@
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/codegen/pooling_kernels.h"
+#include "src/codegen/transpose_kernels.h"
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
@@ -20,6 +21,7 @@
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
+#include "src/passes/channels_last.h"
 #include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/disk_cache.h"
@@ -60,7 +62,8 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
     sources.push_back(ops::ToKernelSource(kernel));
   }
   if (HasImages(graph)) {  // The convolutional layers' own kernels.
-    for (const auto& kernels : {codegen::ConvKernels(), codegen::PoolingKernels()}) {
+    for (const auto& kernels :
+         {codegen::ConvKernels(), codegen::PoolingKernels(), codegen::TransposeKernels()}) {
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }
@@ -105,8 +108,11 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::InvalidArgumentError(
         absl::StrCat("device ", options.device, " requested, but ", devices, " are visible"));
   }
+  // NCHW networks run channels-last inside; fetched values keep the user's layout.
+  ASSIGN_OR_RETURN(passes::ChannelsLastGraph layout,
+                   passes::ApplyChannelsLast(graph, loss, options.fetch, options.channels_last));
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                   autodiff::BuildTrainingGraph(graph, loss, options.sgd));
+                   autodiff::BuildTrainingGraph(layout.graph, layout.loss, options.sgd));
   if (options.lanes < 0 || options.lanes > 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainOptions::lanes must be 0 (auto), 1 or 2, got ", options.lanes));
@@ -131,8 +137,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   plan_options.fusion.whole_mlp_step = options.whole_step;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
   ASSIGN_OR_RETURN(passes::Plan plan,
-                   passes::BuildPlan(std::move(training), options.fetch, plan_options));
+                   passes::BuildPlan(std::move(training), layout.kept, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
+  impl->user_values_ = std::move(layout.map);
   impl->weight_names_ = std::move(weight_names);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
@@ -490,7 +497,8 @@ absl::StatusOr<float> Trainer::Loss() {
   return loss[0];
 }
 absl::StatusOr<std::vector<float>> Trainer::Read(Value value) {
-  ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(value));
+  ASSIGN_OR_RETURN(const Value converted, impl_->user_values().Map(value));
+  ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(converted));
   return impl_->ReadFloat(planned);
 }
 std::vector<std::string> Trainer::ParameterNames() const { return impl_->ParameterNames(); }

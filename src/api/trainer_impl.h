@@ -11,6 +11,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
+#include "src/passes/channels_last.h"
 #include "src/passes/plan.h"
 #include "src/runtime/cudnn_handle.h"
 #include "src/runtime/device.h"
@@ -51,6 +52,8 @@ class Trainer::Impl {
     return captured_.has_value() ? &*captured_ : nullptr;
   }
   Value loss() const { return plan_.training.loss; }
+  // Values of the user's graph -> values of the graph the plan was built from.
+  const passes::LayoutValueMap& user_values() const { return user_values_; }
 
  private:
   Impl(TrainOptions options, passes::Plan plan)
@@ -92,6 +95,7 @@ class Trainer::Impl {
   };
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   std::vector<std::string> weight_names_;  // WeightNamesOf the unfused training graph.
+  passes::LayoutValueMap user_values_;     // From the channels-last pass.
   int64_t steps_ = 0;
   bool step_queued_ = false;
 };

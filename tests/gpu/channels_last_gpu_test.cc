@@ -1,0 +1,115 @@
+// ResNet-18 built NCHW and trained channels-last inside (TrainOptions::channels_last) against the
+// same network trained NCHW: the same losses and weights up to reassociation, PyTorch's parameter
+// shapes, and fetched 4-D values read back in NCHW.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 4, kSize = 32, kClasses = 3;
+
+double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * static_cast<double>(got[i] - want[i]);
+    norm += want[i] * static_cast<double>(want[i]);
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+int CountConvs(const Graph& g, const std::string& layout) {
+  int count = 0;
+  for (const Node& node : g.nodes()) {
+    if (node.op_name() != "conv2d") continue;
+    auto it = node.attrs.find("layout");
+    const std::string have = it == node.attrs.end() ? "NCHW" : std::get<std::string>(it->second);
+    count += have == layout ? 1 : 0;
+  }
+  return count;
+}
+
+TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
+  REPRISE_REQUIRE_GPU();
+  auto net =
+      models::BuildResNet({.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize});
+  ASSERT_TRUE(net.ok()) << net.status();
+  const Value relu1{*net->graph.FindNode("relu1"), 0};  // [4, 64, 16, 16], NCHW.
+  std::unique_ptr<Trainer> trainers[2];
+  for (int i = 0; i < 2; ++i) {
+    TrainOptions options;
+    options.channels_last = i == 0 ? ChannelsLast::kOn : ChannelsLast::kOff;
+    options.deterministic = true;
+    options.sgd.learning_rate = 0.005f;
+    options.seed = 42;
+    options.fetch = {relu1};
+    auto trainer = Trainer::Create(net->graph, net->loss, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    trainers[i] = *std::move(trainer);
+  }
+  Trainer& on = *trainers[0];
+  Trainer& off = *trainers[1];
+  EXPECT_EQ(CountConvs(on.training_graph(), "NHWC"), 20);
+  EXPECT_EQ(CountConvs(on.training_graph(), "NCHW"), 0);
+  EXPECT_EQ(CountConvs(off.training_graph(), "NCHW"), 20);
+
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(kBatch * 3 * kSize * kSize);
+  std::vector<int32_t> y(kBatch);
+  for (int step = 0; step < 3; ++step) {
+    for (float& v : x) v = normal(rng);
+    for (int32_t& label : y) label = static_cast<int32_t>(rng() % kClasses);
+    float losses[2];
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(trainers[i]->SetInput("images", x).ok());
+      ASSERT_TRUE(trainers[i]->SetInput("labels", y).ok());
+      ASSERT_TRUE(trainers[i]->Step().ok());
+      losses[i] = *trainers[i]->Loss();
+    }
+    EXPECT_NEAR(losses[0], losses[1], 1e-4f * std::abs(losses[1])) << "step " << step;
+  }
+
+  // PyTorch's names and shapes: GetParameter and the graph's parameters are NCHW either way.
+  ASSERT_EQ(on.ParameterNames(), off.ParameterNames());
+  for (const std::string& name : on.ParameterNames()) {
+    const Node& user = net->graph.node(*net->graph.FindNode(name));
+    const Graph& g = on.training_graph();
+    EXPECT_EQ(g.node(*g.FindNode(name)).outputs[0], user.outputs[0]) << name;
+    auto a = on.GetParameter(name);
+    auto b = off.GetParameter(name);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    ASSERT_EQ(static_cast<int64_t>(a->size()), user.outputs[0].NumElements()) << name;
+    // As the CPU-reference test: where rounding moves a ReLU input across zero, a whole gradient
+    // element changes, so compare with room for that.
+    EXPECT_LT(RelativeL2(*a, *b), 1e-3) << name;
+  }
+
+  // A fetched 4-D value reads in NCHW.
+  auto fetched_on = on.Read(relu1);
+  auto fetched_off = off.Read(relu1);
+  ASSERT_TRUE(fetched_on.ok()) << fetched_on.status();
+  ASSERT_TRUE(fetched_off.ok()) << fetched_off.status();
+  ASSERT_EQ(fetched_on->size(), fetched_off->size());
+  EXPECT_LT(RelativeL2(*fetched_on, *fetched_off), 1e-3);
+
+  // A 4-D value that lives only channels-last says how to read it.
+  const Value conv1{*net->graph.FindNode("conv1.conv"), 0};
+  auto hidden = on.Read(conv1);
+  EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(hidden.status().message(), HasSubstr("TrainOptions::fetch"));
+}
+
+}  // namespace
+}  // namespace reprise
