@@ -36,6 +36,8 @@ ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
+ABSL_FLAG(std::string, channels_last, "auto",
+          "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
 ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --profile)");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
@@ -76,6 +78,15 @@ double Percentile(std::vector<float> v, double q) {
 enum class Fusion { kOn, kPerLayer, kOff };
 absl::string_view FusionSuffix(Fusion f) {
   return f == Fusion::kOn ? "" : f == Fusion::kPerLayer ? "/per-layer" : "/unfused";
+}
+
+absl::StatusOr<reprise::ChannelsLast> ChannelsLastFlag() {
+  const std::string value = absl::GetFlag(FLAGS_channels_last);
+  if (value == "auto") return reprise::ChannelsLast::kAuto;
+  if (value == "on") return reprise::ChannelsLast::kOn;
+  if (value == "off") return reprise::ChannelsLast::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--channels_last must be auto, on or off, not '", value, "'"));
 }
 
 // The benchmarked model with one random batch for each of its inputs.
@@ -134,6 +145,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -195,6 +207,7 @@ absl::Status Profile() {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
@@ -285,10 +298,12 @@ absl::Status Main() {
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
-      "%s depth=%d width=%d image_size=%d layout=%s batch=%d classes=%d tf32=%d lanes=%d",
+      "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
+      "lanes=%d",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
-      absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout), absl::GetFlag(FLAGS_batch),
-      absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
+      absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
+      absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
+      absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy");
@@ -339,12 +354,14 @@ absl::Status Main() {
     out << absl::StrFormat(
         "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
         "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
+        "\"channels_last\": \"%s\", "
         "\"batch\": %d, \"classes\": %d, \"tf32\": %s, "
         "\"lanes\": %d, "
         "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
-        absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout), absl::GetFlag(FLAGS_batch),
+        absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
+        absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
         absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
         absl::StrJoin(json_results, ", "));

@@ -9,6 +9,7 @@
 #include "capture/launch_profile.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"

@@ -5,6 +5,7 @@
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/transpose.h"
 
 namespace reprise::ops {
 
@@ -37,6 +38,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &ReshapeOp(),
           &BatchNormActTrainOp(),
           &BatchNormActGradOp(),
+          &TransposeOp(),
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),

@@ -23,6 +23,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode) {
   TrainOptions options;
   options.mode = mode;
   options.deterministic = true;
+  options.channels_last = ChannelsLast::kOff;  // NCHW runs NCHW: cuDNN's batch norm is tested.
   options.sgd.learning_rate = 0.005f;
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);
