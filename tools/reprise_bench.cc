@@ -36,7 +36,7 @@ ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
-ABSL_FLAG(std::string, channels_last, "auto",
+ABSL_FLAG(std::string, channels_last, "off",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
 ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --profile)");

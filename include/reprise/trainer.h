@@ -68,7 +68,9 @@ struct TrainOptions {
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 0
   // (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
-  ChannelsLast channels_last = ChannelsLast::kAuto;
+  // kOff until the channels-last path (transposes, our NHWC batch-norm kernels) has passed its GPU
+  // tests; then kAuto.
+  ChannelsLast channels_last = ChannelsLast::kOff;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
