@@ -369,9 +369,15 @@ absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<cons
                                                    "; got ", data.size(), " values"));
   }
   RETURN_IF_ERROR(Synchronize());
-  return runtime::CudaStatus(cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset, data.data(),
-                                        b->bytes, cudaMemcpyHostToDevice),
-                             "cudaMemcpy", absl::StrCat("writing '", name, "'"));
+  // On the step's stream, and waited for: a plain cudaMemcpy from pageable memory may return
+  // before the copy lands, and the step's stream does not order itself after the legacy stream.
+  const std::string context = absl::StrCat("writing '", name, "'");
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      cudaMemcpyAsync(static_cast<char*>(arena_->data()) + b->offset, data.data(), b->bytes,
+                      cudaMemcpyHostToDevice, stream_->get()),
+      "cudaMemcpyAsync", context));
+  return runtime::CudaStatus(cudaStreamSynchronize(stream_->get()), "cudaStreamSynchronize",
+                             context);
 }
 
 std::vector<std::string> Trainer::Impl::ParameterNames() const {
