@@ -43,7 +43,7 @@ ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --pr
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
-ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 concurrent lanes");
+ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");

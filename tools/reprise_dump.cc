@@ -25,7 +25,7 @@ ABSL_FLAG(std::string, format, "text",
           "text, json (schema: docs/dump_schema.md), dot, or svg (needs Graphviz 'dot')");
 ABSL_FLAG(std::string, o, "", "write the dump to this file instead of standard output");
 ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
-ABSL_FLAG(int, lanes, 0, "0 (auto), 1 or 2 lanes (stages plan and cuda-graph)");
+ABSL_FLAG(int, lanes, 0, "0 (auto) or 1 to 4 lanes (stages plan and cuda-graph)");
 ABSL_FLAG(bool, whole_step, true,
           "allow the whole-step MLP kernel when it fits (stages plan and cuda-graph)");
 ABSL_FLAG(bool, cuda_debug_dot, false,

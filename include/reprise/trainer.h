@@ -60,13 +60,14 @@ struct TrainOptions {
   // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
   // is made once and remembered for that shape in the process.
   bool measure_conv_algorithms = false;
-  bool fuse = true;         // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
+  bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
   // kernel where it is faster than library GEMMs; false keeps one launch per layer and pass.
   bool whole_step = true;
   // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
-  // second lane beside the data-gradient chain (fork/join branches of the captured graph); 0
-  // (auto) picks 2 when the model has weight gradients.
+  // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
+  // also put side branches off the critical path (a residual block's downsample convolution and
+  // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
   // kOff until the channels-last path (transposes, our NHWC batch-norm kernels) has passed its GPU
   // tests; then kAuto.

@@ -120,9 +120,9 @@ absl::Status ValidateDumpRequest(const DumpRequest& request) {
     return absl::InvalidArgumentError(
         "--cuda_debug_dot needs --stage cuda-graph --format dot (it is CUDA's own DOT)");
   }
-  if (request.lanes < 0 || request.lanes > 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--lanes must be 0 (auto), 1 or 2, got ", request.lanes));
+  if (request.lanes < 0 || request.lanes > passes::kMaxLanes) {
+    return absl::InvalidArgumentError(absl::StrCat("--lanes must be 0 (auto) or 1 to ",
+                                                   passes::kMaxLanes, ", got ", request.lanes));
   }
   RETURN_IF_ERROR(CheckWritable(request.output));
   RETURN_IF_ERROR(passes::CheckFormatAvailable(format));

@@ -30,7 +30,7 @@ struct DumpRequest {
   std::string stage = "plan";   // ir, training, plan or cuda-graph.
   std::string format = "text";  // text, json, dot or svg.
   bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).
-  int lanes = 0;                // 0 (auto), 1 or 2 (stages plan and cuda-graph).
+  int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   std::string output;           // -o: the file to write; empty or "-" for standard output.
   bool cuda_debug_dot = false;  // cuda-graph in dot: CUDA's own DOT instead of reprise's.

@@ -114,9 +114,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
                    passes::ApplyChannelsLast(graph, loss, options.fetch, options.channels_last));
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                    autodiff::BuildTrainingGraph(layout.graph, layout.loss, options.sgd));
-  if (options.lanes < 0 || options.lanes > 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TrainOptions::lanes must be 0 (auto), 1 or 2, got ", options.lanes));
+  if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
+                                                   passes::kMaxLanes, ", got ", options.lanes));
   }
   // Label inputs and the class count of the loss that indexes by them, read from the unfused
   // graph so that no fused op needs to say which of its inputs are labels.

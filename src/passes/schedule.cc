@@ -18,17 +18,76 @@ bool IsWeightGradient(const Node& node) {
          std::get<std::string>(it->second) == "wgrad";
 }
 
-int LaneOf(const Node& node, int lanes) {
-  if (lanes < 2) return 0;
-  return IsWeightGradient(node) || node.op->kind == ir::OpKind::kOptimizer ? 1 : 0;
+// Weight gradients and optimizer updates: lane 1 whenever there are two lanes or more.
+bool OnWeightLane(const Node& node) {
+  return IsWeightGradient(node) || node.op->kind == ir::OpKind::kOptimizer;
 }
+
+// Estimated device cost of a node, to find the step's critical path: bytes written, weighted up
+// for the ops whose time grows with more than their output (GEMMs, convolutions).
+int64_t CostOf(const Node& node) {
+  int64_t bytes = 0;
+  for (const TensorSpec& out : node.outputs) bytes += out.bytes();
+  return std::max<int64_t>(1, node.op->kind == ir::OpKind::kMatmul ? 8 * bytes : bytes);
+}
+
+// With three or more lanes: the nodes off the critical path (the longest chain by CostOf), apart
+// from weight gradients and optimizer updates, go to lanes 2, 3, ...: a side branch (ResNet's
+// downsample convolution, its data gradient) runs beside the main chain. A side node follows its
+// side producer's lane, so a branch stays on one lane; new branches take the side lanes in turn.
+std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch> order, int lanes) {
+  const int n = graph.num_nodes();
+  // Longest chain ending at the node, in cost, over the nodes lanes 0 and 2+ may hold: weight
+  // gradients and updates have lane 1 whatever the path, so they neither end nor carry it.
+  std::vector<int64_t> longest(n, 0);
+  std::vector<int32_t> via(n, -1);
+  for (const ScheduledLaunch& launch : order) {  // A topological order.
+    const Node& node = graph.node(launch.node);
+    if (OnWeightLane(node)) continue;
+    int64_t best = 0;
+    auto consider = [&](int32_t producer) {
+      if (ir::IsLeaf(graph.node(producer)) || longest[producer] <= best) return;
+      best = longest[producer];
+      via[node.id] = producer;
+    };
+    for (const Value& v : node.inputs) consider(v.node);
+    for (int32_t c : node.control_inputs) consider(c);
+    longest[node.id] = best + CostOf(node);
+  }
+  std::vector<bool> critical(n, false);
+  int32_t end = -1;
+  for (const ScheduledLaunch& launch : order) {
+    if (end < 0 || longest[launch.node] > longest[end]) end = launch.node;
+  }
+  for (int32_t v = end; v >= 0; v = via[v]) critical[v] = true;
+  std::vector<int> lane(n, 0);
+  int next_side = 0;
+  for (const ScheduledLaunch& launch : order) {
+    const Node& node = graph.node(launch.node);
+    if (OnWeightLane(node)) {
+      lane[node.id] = 1;
+      continue;
+    }
+    if (critical[node.id]) continue;
+    int chosen = -1;
+    for (const Value& v : node.inputs) {
+      if (!ir::IsLeaf(graph.node(v.node)) && lane[v.node] >= 2) chosen = lane[v.node];
+    }
+    if (chosen < 0) chosen = 2 + (next_side++ % (lanes - 2));
+    lane[node.id] = chosen;
+  }
+  return lane;
+}
+
+int LaneOf(const Node& node, int lanes) { return lanes >= 2 && OnWeightLane(node) ? 1 : 0; }
 
 // Fills lanes and the fewest waits that order every cross-lane dependency.
 void AssignLanes(const Graph& graph, int lanes, std::vector<ScheduledLaunch>& order) {
   std::vector<int> position(graph.num_nodes(), -1);
+  const std::vector<int> side = lanes > 2 ? SideLanes(graph, order, lanes) : std::vector<int>{};
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     position[order[i].node] = i;
-    order[i].lane = LaneOf(graph.node(order[i].node), lanes);
+    order[i].lane = lanes > 2 ? side[order[i].node] : LaneOf(graph.node(order[i].node), lanes);
   }
   // waited[l][m]: the latest launch on lane m that lane l has already waited for.
   std::vector<std::vector<int>> waited(lanes, std::vector<int>(lanes, -1));
@@ -84,9 +143,9 @@ bool HappensBefore::operator()(int a, int b) const {
 
 absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
                                                       const ScheduleOptions& options) {
-  if (options.lanes < 0 || options.lanes > 2) {
+  if (options.lanes < 0 || options.lanes > kMaxLanes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("lanes must be 0 (auto), 1 or 2, got ", options.lanes));
+        absl::StrCat("lanes must be 0 (auto) or 1 to ", kMaxLanes, ", got ", options.lanes));
   }
   int lanes = options.lanes;
   if (lanes == 0) {  // Auto: a second lane only pays where weight gradients can run beside.

@@ -1,7 +1,8 @@
 // Schedule: the order of launches and the lane of each. The order runs each optimizer update as
 // soon as it may, so gradients die early and the memory plan can reuse them. With two lanes the
 // weight gradients (and optimizer updates) run on lane 1 beside the data-gradient chain on lane
-// 0; lanes become streams in eager mode and fork/join branches of the captured graph.
+// 0; with more, side branches off the critical path get lanes of their own. Lanes become streams
+// in eager mode and fork/join branches of the captured graph.
 #ifndef REPRISE_SRC_PASSES_SCHEDULE_H_
 #define REPRISE_SRC_PASSES_SCHEDULE_H_
 
@@ -21,9 +22,12 @@ struct ScheduledLaunch {
   std::vector<int> waits;
 };
 
+inline constexpr int kMaxLanes = 4;
+
 struct ScheduleOptions {
-  // 1, 2 (weight gradients and optimizer updates on lane 1) or 0: 2 if the graph has weight
-  // gradients, else 1.
+  // 1; 2 (weight gradients and optimizer updates on lane 1); 3 or 4 (also the nodes off the
+  // critical path, such as a residual block's downsample branch, on lanes 2, 3); or 0: 2 if the
+  // graph has weight gradients, else 1. Lanes that nothing lands on are not used.
   int lanes = 1;
 };
 

@@ -85,7 +85,7 @@ TEST_P(MemoryPlanLanesTest, NoTwoLiveBuffersOverlapOnRandomGraphs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(OneAndTwoLanes, MemoryPlanLanesTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(OneToFourLanes, MemoryPlanLanesTest, ::testing::Values(1, 2, 3, 4));
 
 TEST(MemoryPlanTest, InputsAreContiguousAndActivationsReuseSpace) {
   auto mlp = models::BuildMlp({.batch = 32, .input_features = 64, .depth = 6, .width = 64});

@@ -1,5 +1,6 @@
-// Two lanes: weight gradients run beside the data-gradient chain as separate branches of the
-// captured graph, and the step computes the same bits as with one lane.
+// Lanes: weight gradients run beside the data-gradient chain as separate branches of the captured
+// graph (and with three or four lanes, side branches beside the main chain), and the step computes
+// the same bits as with one lane.
 #include <queue>
 #include <random>
 #include <string>
@@ -136,9 +137,43 @@ TEST(LanesGpuTest, DgradAndWgradAreUnorderedBranchesOfTheCapturedGraph) {
 TEST(LanesGpuTest, BadLaneCountIsAClearError) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(Mlp());
-  auto t = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 3));
+  auto t = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 5));
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(t.status().message(), "lanes must be 0 (auto), 1 or 2"));
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "lanes must be 0 (auto) or 1 to 4"));
+}
+
+// Three and four lanes put ResNet's downsample branches (and their gradients) beside the main
+// chain; the arithmetic is unchanged, so the bits are those of one lane.
+TEST(LanesGpuTest, ResNetOnThreeAndFourLanesGivesTheBitsOfOne) {
+  REPRISE_REQUIRE_GPU();
+  auto net = models::BuildResNet({.depth = 18, .batch = 4, .classes = 4, .image_size = 32});
+  ASSERT_TRUE(net.ok()) << net.status();
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (int lanes : {1, 3, 4}) {
+    TrainOptions options = Options(ExecMode::kGraph, lanes);
+    options.deterministic = true;
+    auto t = Trainer::Create(net->graph, net->loss, options);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ((*t)->stats().lanes, lanes);
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(4 * 3 * 32 * 32), run;
+    for (int s = 0; s < 5; ++s) {
+      for (float& v : x) v = normal(rng);
+      EXPECT_TRUE((*t)->SetInput("images", x).ok());
+      EXPECT_TRUE((*t)->SetInput("labels", std::vector<int32_t>{0, 1, 2, s % 4}).ok());
+      EXPECT_TRUE((*t)->Step().ok());
+      run.push_back(*(*t)->Loss());
+    }
+    losses.push_back(run);
+    trainers.push_back(*std::move(t));
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(losses[0], losses[2]);
+  for (const std::string& name : trainers[0]->ParameterNames()) {
+    EXPECT_EQ(*trainers[0]->GetParameter(name), *trainers[2]->GetParameter(name)) << name;
+  }
 }
 
 }  // namespace

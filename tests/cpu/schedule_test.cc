@@ -1,0 +1,84 @@
+// The schedule's lanes: weight gradients and optimizer updates on lane 1, and with three or more
+// lanes the side branches off the critical path on lanes of their own, with waits that order
+// every dependency across lanes.
+#include "src/passes/schedule.h"
+
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/op_def.h"
+
+namespace reprise {
+namespace {
+
+autodiff::TrainingGraph ResNet18() {
+  auto net = models::BuildResNet({.depth = 18, .batch = 2, .classes = 3, .image_size = 32});
+  EXPECT_TRUE(net.ok()) << net.status();
+  return *autodiff::BuildTrainingGraph(net->graph, net->loss, {});
+}
+
+int LaneOfNode(const Graph& g, absl::Span<const passes::ScheduledLaunch> order,
+               const std::string& name) {
+  const int32_t id = *g.FindNode(name);
+  for (const passes::ScheduledLaunch& l : order) {
+    if (l.node == id) return l.lane;
+  }
+  return -1;
+}
+
+// Every dependency between launches on different lanes is covered by a chain of waits.
+void ExpectEveryDependencyOrdered(const Graph& g, absl::Span<const passes::ScheduledLaunch> order) {
+  std::vector<int> position(g.num_nodes(), -1);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) position[order[i].node] = i;
+  const passes::HappensBefore before(order);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) {
+    const Node& node = g.node(order[i].node);
+    for (const Value& v : node.inputs) {
+      if (position[v.node] >= 0) {
+        EXPECT_TRUE(before(position[v.node], i)) << g.node(v.node).name << " -> " << node.name;
+      }
+    }
+  }
+}
+
+TEST(ScheduleTest, ThreeLanesPutTheDownsampleBranchBesideTheMainChain) {
+  const autodiff::TrainingGraph t = ResNet18();
+  auto order = passes::Schedule(t.graph, {.lanes = 3});
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(LaneOfNode(t.graph, *order, "layer2.0.downsample.0.conv"), 2);
+  EXPECT_EQ(LaneOfNode(t.graph, *order, "layer2.0.downsample.1"), 2);
+  EXPECT_EQ(LaneOfNode(t.graph, *order, "layer2.0.conv1.conv"), 0);
+  EXPECT_EQ(LaneOfNode(t.graph, *order, "layer2.0.conv1.conv.wgrad"), 1);
+  EXPECT_EQ(LaneOfNode(t.graph, *order, "layer2.0.conv1.conv.dgrad"), 0);
+  ExpectEveryDependencyOrdered(t.graph, *order);
+}
+
+TEST(ScheduleTest, TwoLanesKeepEverythingButWeightGradientsAndUpdatesOnLaneZero) {
+  const autodiff::TrainingGraph t = ResNet18();
+  auto order = passes::Schedule(t.graph, {.lanes = 2});
+  ASSERT_TRUE(order.ok()) << order.status();
+  for (const passes::ScheduledLaunch& l : *order) {
+    const Node& node = t.graph.node(l.node);
+    const bool side =
+        node.op->kind == ir::OpKind::kOptimizer ||
+        (node.attrs.contains("role") && std::get<std::string>(node.attrs.at("role")) == "wgrad");
+    EXPECT_EQ(l.lane, side ? 1 : 0) << node.name;
+  }
+  ExpectEveryDependencyOrdered(t.graph, *order);
+}
+
+TEST(ScheduleTest, FourLanesOrderEveryDependencyAndTooManyIsAnError) {
+  const autodiff::TrainingGraph t = ResNet18();
+  auto order = passes::Schedule(t.graph, {.lanes = 4});
+  ASSERT_TRUE(order.ok()) << order.status();
+  int highest = 0;
+  for (const passes::ScheduledLaunch& l : *order) highest = std::max(highest, l.lane);
+  EXPECT_EQ(highest, 3);
+  ExpectEveryDependencyOrdered(t.graph, *order);
+  auto too_many = passes::Schedule(t.graph, {.lanes = 5});
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.status().message().find("1 to 4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace reprise
