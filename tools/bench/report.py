@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns reprise-bench, torch_mlp.py and jax_mlp.py JSON files into the markdown table of
+"""Turns reprise-bench, torch_mlp.py, torch_resnet.py and jax_mlp.py JSON files into the markdown table of
 docs/benchmarks.md (ms per step, one row per configuration) and, with --plot, a PNG bar chart.
 
   python3 tools/bench/report.py docs/results/*.json --plot docs/results/mlp.png
@@ -18,8 +18,7 @@ def load(paths):
                 data = json.load(f)
         except (OSError, ValueError) as e:
             sys.exit(f"report: cannot read {path}: {e}")
-        c = data.get("config", {})
-        key = (c.get("depth"), c.get("width"), c.get("batch"), bool(c.get("tf32", False)))
+        key = workload(data.get("config", {}))
         framework = data.get("framework") or ("reprise" if data.get("tool") == "reprise-bench" else "?")
         for mode, r in data.get("results", {}).items():
             column = f"{framework} {mode}"
@@ -32,10 +31,22 @@ def load(paths):
     return rows, columns
 
 
+def workload(c):
+    """The row a result belongs to, named from its configuration: an MLP's depth × width, or a
+    ResNet's depth, image size and layout (reprise records model "resnet"; torch_resnet.py records
+    image_size and precision), with the batch and TF32."""
+    tf32 = bool(c.get("tf32", False)) or c.get("precision") == "tf32"
+    precision = " (TF32)" if tf32 else (" (bf16)" if c.get("precision") == "bf16" else "")
+    if c.get("model") == "resnet" or (c.get("model") != "mlp" and "image_size" in c):
+        layout = str(c.get("layout", "nchw")).upper()
+        return (f"ResNet-{c.get('depth')} {c.get('image_size')}² {layout}, batch {c.get('batch')}"
+                + precision)
+    return f"MLP {c.get('depth')}×{c.get('width')}, batch {c.get('batch')}" + precision
+
+
 def table(rows, columns):
     lines = ["| workload | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for (depth, width, batch, tf32), values in sorted(rows.items(), key=lambda kv: str(kv[0])):
-        name = f"MLP {depth}×{width}, batch {batch}" + (" (TF32)" if tf32 else "")
+    for name, values in sorted(rows.items()):
         cells = []
         for column in columns:
             v = values.get(column)
@@ -52,13 +63,12 @@ def plot(rows, columns, path):
     except ImportError:
         print("report: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
-    keys = sorted(rows, key=str)
+    keys = sorted(rows)
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(columns)), 4))
     width = 0.8 / max(1, len(keys))
     for i, key in enumerate(keys):
         values = [rows[key].get(c) if isinstance(rows[key].get(c), (int, float)) else 0 for c in columns]
-        ax.bar([x + i * width for x in range(len(columns))], values, width,
-               label=f"MLP {key[0]}x{key[1]} b{key[2]}" + (" tf32" if key[3] else ""))
+        ax.bar([x + i * width for x in range(len(columns))], values, width, label=key)
     ax.set_xticks([x + width * (len(keys) - 1) / 2 for x in range(len(columns))])
     ax.set_xticklabels(columns, rotation=30, ha="right")
     ax.set_ylabel("ms per training step")
