@@ -42,6 +42,25 @@ bool InputCopy::IsBound(const void* slot) const {
   return std::any_of(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.slot == slot; });
 }
 
+namespace {
+
+// Lowerings read float32 unless their op says it handles 16-bit floats: refuse the others by name
+// rather than run them on the wrong bytes.
+absl::Status CheckLowPrecisionLowering(const Node& node, absl::Span<const TensorSpec> inputs) {
+  if (node.op->low_precision) return absl::OkStatus();
+  auto check = [&](const TensorSpec& spec) -> absl::Status {
+    if (!IsLowPrecision(spec.dtype)) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrCat("op '", node.op_name(), "' node '", node.name,
+                                                 "' has no GPU lowering for ", spec.ToString(),
+                                                 " yet"));
+  };
+  for (const TensorSpec& spec : inputs) RETURN_IF_ERROR(check(spec));
+  for (const TensorSpec& spec : node.outputs) RETURN_IF_ERROR(check(spec));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                                                      const StepResources& res) {
   const Graph& g = plan.graph();
@@ -87,6 +106,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
       return absl::UnimplementedError(
           absl::StrCat("op '", node.op_name(), "' node '", node.name, "' has no GPU lowering"));
     }
+    RETURN_IF_ERROR(CheckLowPrecisionLowering(node, ctx.input_specs));
     ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> kernel, node.op->lower(ctx, node));
     std::vector<int> waits;  // The input copy is launch 0 of the lowered list.
     for (int w : scheduled.waits) waits.push_back(w + 1);

@@ -11,11 +11,15 @@
 
 namespace reprise {
 
-// Element type of a tensor. float64 exists for reference checks on the CPU.
-enum class DType : uint8_t { kFloat32, kFloat64, kInt32 };
+// Element type of a tensor. float64 exists for reference checks on the CPU; bfloat16 and float16
+// are the 16-bit floats of mixed-precision training (the CPU reference computes them in float32
+// and rounds each result to nearest even).
+enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kBFloat16, kFloat16 };
 
 absl::string_view DTypeName(DType dtype);
 int64_t DTypeSize(DType dtype);
+bool IsFloat(DType dtype);          // Any of the float types.
+bool IsLowPrecision(DType dtype);   // bfloat16 or float16.
 
 // Order of a 4-D image tensor's dimensions: batch, channels, height, width (PyTorch's default) or
 // channels last, which tensor-core convolutions prefer.

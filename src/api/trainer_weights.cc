@@ -23,6 +23,10 @@ util::SafetensorsDType FileDType(DType dtype) {
       return util::SafetensorsDType::kF64;
     case DType::kInt32:
       return util::SafetensorsDType::kI32;
+    case DType::kBFloat16:
+      return util::SafetensorsDType::kBF16;
+    case DType::kFloat16:
+      return util::SafetensorsDType::kF16;
   }
   return util::SafetensorsDType::kF32;
 }

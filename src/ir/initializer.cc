@@ -1,5 +1,9 @@
 #include "src/ir/initializer.h"
 
+#include <vector>
+
+#include "src/ir/low_precision.h"
+
 namespace reprise::ir {
 namespace {
 
@@ -53,6 +57,13 @@ void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
     case DType::kInt32:
       Fill(init, state, tensor.data<int32_t>());
       break;
+    case DType::kBFloat16:
+    case DType::kFloat16: {  // Drawn as float32, then rounded to the 16-bit type.
+      std::vector<float> values(tensor.size());
+      Fill(init, state, absl::MakeSpan(values));
+      for (int64_t i = 0; i < tensor.size(); ++i) SetFloatElement(tensor, i, values[i]);
+      break;
+    }
   }
 }
 

@@ -73,6 +73,10 @@ struct OpDef {
   // written in place, given the node's attributes and input count. Overrides mutated_inputs.
   std::vector<int> (*mutated_inputs_of)(const Attrs& attrs, int num_inputs) = nullptr;
   PointwiseForm pointwise;  // For kPointwise ops that fused kernels may chain.
+  // The CPU reference and the GPU lowering read and write bfloat16 and float16 themselves. For
+  // other ops the reference executor runs 16-bit tensors through float32 (rounding each result),
+  // and a GPU lowering of such a node is refused as unimplemented.
+  bool low_precision = false;
 };
 
 // The inputs `op` writes in place for a node with these attributes and this many inputs.

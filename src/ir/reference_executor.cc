@@ -2,10 +2,52 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ir/initializer.h"
+#include "src/ir/low_precision.h"
 #include "src/ir/op_def.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ir {
+
+namespace {
+
+// Runs `n`'s reference with every 16-bit float tensor widened to float32, then rounds the results
+// (and the inputs it writes in place) back: what a kernel computing in float32 and storing 16 bits
+// does.
+absl::Status RunInFloat32(const Node& n, std::vector<HostTensor*>& in,
+                          std::vector<HostTensor*>& out) {
+  bool any = false;
+  for (HostTensor* t : in) any = any || IsLowPrecision(t->dtype());
+  for (HostTensor* t : out) any = any || IsLowPrecision(t->dtype());
+  if (!any) return n.op->cpu(n, in, out);
+  auto widen = [](HostTensor* t, std::vector<HostTensor>& wide) -> absl::StatusOr<HostTensor*> {
+    if (!IsLowPrecision(t->dtype())) return t;
+    wide.emplace_back(TensorSpec{t->spec().shape, DType::kFloat32});
+    RETURN_IF_ERROR(ConvertFloats(*t, wide.back()));
+    return &wide.back();
+  };
+  std::vector<HostTensor> wide_in, wide_out;
+  wide_in.reserve(in.size());
+  wide_out.reserve(out.size());
+  std::vector<HostTensor*> in32, out32;
+  for (HostTensor* t : in) {
+    ASSIGN_OR_RETURN(HostTensor * w, widen(t, wide_in));
+    in32.push_back(w);
+  }
+  for (HostTensor* t : out) {
+    ASSIGN_OR_RETURN(HostTensor * w, widen(t, wide_out));
+    out32.push_back(w);
+  }
+  RETURN_IF_ERROR(n.op->cpu(n, in32, out32));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out32[i] != out[i]) RETURN_IF_ERROR(ConvertFloats(*out32[i], *out[i]));
+  }
+  for (int m : MutatedInputs(n)) {
+    if (in32[m] != in[m]) RETURN_IF_ERROR(ConvertFloats(*in32[m], *in[m]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 ReferenceExecutor::ReferenceExecutor(const Graph& graph, bool float64, uint64_t seed)
     : graph_(graph), values_(graph.num_nodes()) {
@@ -52,6 +94,10 @@ absl::Status ReferenceExecutor::SetLeaf(absl::string_view name, absl::Span<const
       case DType::kInt32:
         t->data<int32_t>()[i] = static_cast<int32_t>(data[i]);
         break;
+      case DType::kBFloat16:
+      case DType::kFloat16:
+        SetFloatElement(*t, i, data[i]);
+        break;
     }
   }
   return absl::OkStatus();
@@ -73,7 +119,7 @@ absl::Status ReferenceExecutor::Run() {
     std::vector<HostTensor*> in, out;
     for (const Value& v : n.inputs) in.push_back(&values_[v.node][v.output]);
     for (HostTensor& t : values_[n.id]) out.push_back(&t);
-    absl::Status s = n.op->cpu(n, in, out);
+    absl::Status s = n.op->low_precision ? n.op->cpu(n, in, out) : RunInFloat32(n, in, out);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("op '", n.op_name(), "' node '", n.name,
                                                  "' (CPU reference): ", s.message()));

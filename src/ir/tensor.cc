@@ -13,6 +13,10 @@ absl::string_view DTypeName(DType dtype) {
       return "f64";
     case DType::kInt32:
       return "i32";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "f16";
   }
   return "?";
 }
@@ -24,8 +28,17 @@ int64_t DTypeSize(DType dtype) {
       return 4;
     case DType::kFloat64:
       return 8;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return 2;
   }
   return 0;
+}
+
+bool IsFloat(DType dtype) { return dtype != DType::kInt32; }
+
+bool IsLowPrecision(DType dtype) {
+  return dtype == DType::kBFloat16 || dtype == DType::kFloat16;
 }
 
 absl::string_view LayoutName(Layout layout) {

@@ -1,5 +1,6 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
+#include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/mlp_step.h"
@@ -39,6 +40,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchNormActTrainOp(),
           &BatchNormActGradOp(),
           &TransposeOp(),
+          &CastOp(),
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),

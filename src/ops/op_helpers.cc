@@ -19,7 +19,7 @@ absl::Status CheckRank(const TensorSpec& spec, int rank, absl::string_view what)
 }
 
 absl::Status CheckFloat(const TensorSpec& spec, absl::string_view what) {
-  if (spec.dtype != DType::kFloat32 && spec.dtype != DType::kFloat64) {
+  if (!IsFloat(spec.dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " must be a float tensor, got ", spec.ToString()));
   }

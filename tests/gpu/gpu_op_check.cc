@@ -6,6 +6,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "gtest/gtest.h"
+#include "src/ir/low_precision.h"
 #include "src/ir/op_def.h"
 #include "src/passes/memory_plan.h"
 #include "src/passes/schedule.h"
@@ -74,10 +75,11 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                 cudaSuccess);
       double err = 0, norm = 0;
       for (int64_t i = 0; i < want->size(); ++i) {
-        const double d = got.data<float>()[i] - want->data<float>()[i];
-        err += d * d;
-        norm += static_cast<double>(want->data<float>()[i]) * want->data<float>()[i];
-        ASSERT_FALSE(std::isnan(got.data<float>()[i])) << n.name << "[" << i << "]";
+        // Any element type: 16-bit floats and int32 compare as their values.
+        const double g = ir::FloatElement(got, i), w = ir::FloatElement(*want, i);
+        err += (g - w) * (g - w);
+        norm += w * w;
+        ASSERT_FALSE(std::isnan(g)) << n.name << "[" << i << "]";
       }
       EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name;
     }

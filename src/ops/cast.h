@@ -1,0 +1,21 @@
+// cast: (x) -> x converted to the element type in attr "dtype" ("f32", "bf16", "f16"; "f64" on
+// the CPU), rounding to nearest even. Its gradient casts dy back to x's type. The mixed-precision
+// pass (src/passes/mixed_precision.h) puts casts where float32 master weights meet 16-bit compute.
+#ifndef REPRISE_SRC_OPS_CAST_H_
+#define REPRISE_SRC_OPS_CAST_H_
+
+#include "absl/status/statusor.h"
+#include "src/ir/op_def.h"
+
+namespace reprise::ops {
+
+const ir::OpDef& CastOp();
+
+// The "dtype" attribute's value for a float type, and back; InvalidArgument for a name that is not
+// a float type.
+std::string DTypeAttr(DType dtype);
+absl::StatusOr<DType> ParseFloatDType(absl::string_view name);
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_CAST_H_

@@ -1,0 +1,51 @@
+// The cast kernel gives the CPU reference's bits (round to nearest even both ways), and a node
+// over 16-bit floats whose op has no such lowering is refused by name when the Trainer is made.
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/cast.h"
+#include "src/ops/ops.h"
+#include "tests/gpu/gpu_op_check.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(CastGpuTest, RoundTripsThroughBFloat16AndHalfMatchTheCpuBitForBit) {
+  REPRISE_REQUIRE_GPU();
+  Graph g;
+  Value x = *g.AddParameter("x", {Shape{1000, 33}}, Initializer::Uniform(-300, 300));
+  for (const char* type : {"bf16", "f16"}) {
+    Value low =
+        *g.AddOp1(ops::CastOp(), absl::StrCat("to_", type), {x}, {{"dtype", std::string(type)}});
+    ASSERT_TRUE(
+        g.AddOp1(ops::CastOp(), absl::StrCat("from_", type), {low}, {{"dtype", std::string("f32")}})
+            .ok());
+  }
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 5);
+  ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
+}
+
+TEST(CastGpuTest, SixteenBitMatmulWithoutALoweringIsRefusedByName) {
+  REPRISE_REQUIRE_GPU();
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{8, 16}});
+  Value y = *g.AddInput("labels", {Shape{8}, DType::kInt32});
+  Value w = *g.AddParameter("w", {Shape{16, 4}}, Initializer::Uniform(-1, 1));
+  Value x16 = *g.AddOp1(ops::CastOp(), "x16", {x}, {{"dtype", std::string("bf16")}});
+  Value w16 = *g.AddOp1(ops::CastOp(), "w16", {w}, {{"dtype", std::string("bf16")}});
+  Value z16 = *g.AddOp1(ops::MatmulOp(), "mm", {x16, w16});
+  Value z = *g.AddOp1(ops::CastOp(), "z", {z16}, {{"dtype", std::string("f32")}});
+  Value loss = *nn::SoftmaxCrossEntropy(g, z, y, "loss");
+  auto trainer = Trainer::Create(g, loss, {});
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(trainer.status().message(), HasSubstr("node 'mm'"));
+  EXPECT_THAT(trainer.status().message(), HasSubstr("bf16"));
+}
+
+}  // namespace
+}  // namespace reprise
