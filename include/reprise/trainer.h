@@ -43,6 +43,23 @@ enum class ChannelsLast : uint8_t {
   kOff,   // Every op runs in the layout the graph gives it.
 };
 
+// Backward mirroring: recomputing cheap forward values (pointwise ops, batch-norm outputs, max
+// pooling; never convolutions or matmuls) in the backward pass, where that lowers the activation
+// peak, i.e. the liveness-planned transient memory (src/passes/mirror.h). Results are the same:
+// bit for bit on the CPU reference.
+struct MirrorOptions {
+  enum class Policy : uint8_t {
+    kOff,     // Keep every value the backward pass reads.
+    kAuto,    // Mirror while the peak keeps falling: the largest saving for cheap recomputation.
+    kBudget,  // The least recomputation that brings the activation peak to budget_bytes or below.
+  };
+  Policy policy = Policy::kOff;
+  int64_t budget_bytes = 0;  // kBudget only.
+};
+// "off", "auto" or a byte count (a budget), as the tools' --mirror flags take it.
+absl::StatusOr<MirrorOptions> ParseMirrorOptions(absl::string_view text);
+std::string MirrorOptionsToString(const MirrorOptions& options);  // "off", "auto" or the bytes.
+
 struct SgdOptions {
   float learning_rate = 0.01f;
   float momentum = 0.9f;
@@ -53,6 +70,12 @@ struct TrainOptions {
   ExecMode mode = ExecMode::kGraph;
   SgdOptions sgd;
   bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
+  // kFloat32, or kBFloat16 for mixed precision: the forward and backward compute in bfloat16 while
+  // parameters, optimizer state, batch-norm statistics and the loss stay float32
+  // (src/passes/mixed_precision.h). The GPU lowerings of bfloat16 ops are not written yet, so
+  // Create refuses such a graph naming the first op without one; kFloat16 (which also needs loss
+  // scaling) is refused.
+  DType compute_dtype = DType::kFloat32;
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
   bool deterministic = false;
@@ -72,6 +95,8 @@ struct TrainOptions {
   // kOff until the channels-last path (transposes, our NHWC batch-norm kernels) has passed its GPU
   // tests; then kAuto.
   ChannelsLast channels_last = ChannelsLast::kOff;
+  // kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
+  MirrorOptions mirror;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
@@ -91,7 +116,9 @@ struct TrainerStats {
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
   int64_t optimizer_state_bytes = 0;
-  int64_t activation_peak_bytes = 0;  // Peak of the liveness-planned transient region.
+  int64_t activation_peak_bytes = 0;             // Peak of the liveness-planned transient region.
+  int64_t activation_peak_unmirrored_bytes = 0;  // The same peak planned without mirroring.
+  int64_t mirrored_nodes = 0;                    // Forward nodes recomputed in the backward pass.
   int64_t workspace_bytes = 0;
   double kernel_acquire_ms = 0;      // Create's wall time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0;      // NVRTC compiles (cold kernels).

@@ -23,6 +23,7 @@
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/passes/channels_last.h"
+#include "src/passes/mixed_precision.h"
 #include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/disk_cache.h"
@@ -112,8 +113,18 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   // NCHW networks run channels-last inside; fetched values keep the user's layout.
   ASSIGN_OR_RETURN(passes::ChannelsLastGraph layout,
                    passes::ApplyChannelsLast(graph, loss, options.fetch, options.channels_last));
+  // Mixed precision computes in 16 bits with float32 master weights (the loss and reads in f32).
+  if (options.compute_dtype == DType::kFloat16) {
+    return absl::UnimplementedError(
+        "TrainOptions::compute_dtype f16 needs dynamic loss scaling, which is not implemented yet; "
+        "use bf16");
+  }
+  ASSIGN_OR_RETURN(passes::MixedPrecisionGraph mixed,
+                   passes::ConvertToMixedPrecision(layout.graph, layout.loss, layout.kept,
+                                                   options.compute_dtype));
+  for (auto& [user, value] : layout.map.values) value = mixed.values.at(value);
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                   autodiff::BuildTrainingGraph(layout.graph, layout.loss, options.sgd));
+                   autodiff::BuildTrainingGraph(mixed.graph, mixed.loss, options.sgd));
   if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", options.lanes));
@@ -138,7 +149,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   plan_options.fusion.whole_mlp_step = options.whole_step;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
   ASSIGN_OR_RETURN(passes::Plan plan,
-                   passes::BuildPlan(std::move(training), layout.kept, plan_options));
+                   passes::BuildPlan(std::move(training), mixed.kept, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   impl->user_values_ = std::move(layout.map);
   impl->weight_names_ = std::move(weight_names);

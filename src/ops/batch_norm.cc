@@ -48,7 +48,10 @@ absl::StatusOr<BnParams> BnParamsOf(const Attrs& attrs) {
 // InvalidArgument unless `v` is a vector of x's channels with x's dtype.
 absl::Status CheckPerChannel(const TensorSpec& v, const ImageDims& x, const TensorSpec& x_spec,
                              absl::string_view what) {
-  if (v.shape.rank() != 1 || v.shape.dim(0) != x.c || v.dtype != x_spec.dtype) {
+  // Mixed precision keeps the per-channel tensors float32 beside 16-bit data.
+  const bool dtype_fits =
+      v.dtype == x_spec.dtype || (IsLowPrecision(x_spec.dtype) && v.dtype == DType::kFloat32);
+  if (v.shape.rank() != 1 || v.shape.dim(0) != x.c || !dtype_fits) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " must be ", TensorSpec{Shape{x.c}, x_spec.dtype}.ToString(),
                      " (one value per channel of x ", x_spec.ToString(), " in ",
@@ -83,7 +86,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
                      "unbiased running variance, got x ",
                      in[0].ToString()));
   }
-  const TensorSpec per_channel{Shape{x.c}, in[0].dtype};
+  const TensorSpec per_channel{Shape{x.c}, in[1].dtype};  // gamma's: float32 in mixed precision.
   return std::vector<TensorSpec>{in[0], per_channel, per_channel};
 }
 
@@ -94,7 +97,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
     return absl::InvalidArgumentError(
         absl::StrCat("dy ", in[0].ToString(), " must match x ", in[1].ToString()));
   }
-  const TensorSpec per_channel{Shape{x.c}, in[1].dtype};
+  const TensorSpec per_channel{Shape{x.c}, in[2].dtype};  // gamma's.
   return std::vector<TensorSpec>{in[1], per_channel, per_channel};
 }
 
@@ -153,12 +156,13 @@ absl::Status CpuTrain(const Node& node, absl::Span<ir::HostTensor* const> in,
       ForEachInChannel(d, ch, [&](int64_t i) { squares += (x[i] - mean) * (x[i] - mean); });
       const double var = squares / m;  // Biased: what the batch is normalised with.
       const double invstd = 1.0 / std::sqrt(var + p.epsilon);
-      const double scale = invstd * gamma[ch];
-      ForEachInChannel(d, ch, [&](int64_t i) {
-        y[i] = static_cast<T>((x[i] - mean) * scale + static_cast<double>(beta[ch]));
-      });
       saved_mean[ch] = static_cast<T>(mean);
       saved_invstd[ch] = static_cast<T>(invstd);
+      // y from the statistics as saved, so that batch_norm_apply (which recomputes y from them
+      // in the backward pass) gives the same bits.
+      ForEachInChannel(d, ch, [&](int64_t i) {
+        y[i] = BatchNormOutput(x[i], saved_mean[ch], saved_invstd[ch], gamma[ch], beta[ch]);
+      });
       // PyTorch's running update: the unbiased variance, as an estimate of the population's.
       running_mean[ch] = static_cast<T>((1 - p.momentum) * running_mean[ch] + p.momentum * mean);
       running_var[ch] =

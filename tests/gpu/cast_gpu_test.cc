@@ -47,5 +47,22 @@ TEST(CastGpuTest, SixteenBitMatmulWithoutALoweringIsRefusedByName) {
   EXPECT_THAT(trainer.status().message(), HasSubstr("bf16"));
 }
 
+// Mixed precision builds its bfloat16 graph, then stops at the first op without a bfloat16
+// lowering rather than run float32 kernels on 16-bit data; float16 is refused outright.
+TEST(CastGpuTest, MixedPrecisionTrainersAreRefusedUntilTheirLoweringsExist) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp({.batch = 8, .input_features = 16, .depth = 1, .width = 32});
+  ASSERT_TRUE(mlp.ok());
+  TrainOptions options;
+  options.compute_dtype = DType::kBFloat16;
+  auto bf16 = Trainer::Create(mlp->graph, mlp->loss, options);
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(bf16.status().message(), HasSubstr("bf16"));
+  options.compute_dtype = DType::kFloat16;
+  auto f16 = Trainer::Create(mlp->graph, mlp->loss, options);
+  EXPECT_EQ(f16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(f16.status().message(), HasSubstr("loss scaling"));
+}
+
 }  // namespace
 }  // namespace reprise
