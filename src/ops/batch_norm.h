@@ -36,6 +36,15 @@ const ir::OpDef& BatchNormGradOp();
 // No gradient rule.
 const ir::OpDef& BatchNormInferOp();
 
+// One element of batch_norm_train's y from the statistics as saved: (x - mean) · (invstd · gamma)
+// + beta in double, rounded once. batch_norm_apply computes the same, so both give the same bits.
+template <typename T>
+T BatchNormOutput(T x, T saved_mean, T saved_invstd, T gamma, T beta) {
+  const double scale = static_cast<double>(saved_invstd) * static_cast<double>(gamma);
+  return static_cast<T>((static_cast<double>(x) - static_cast<double>(saved_mean)) * scale +
+                        static_cast<double>(beta));
+}
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_BATCH_NORM_H_
