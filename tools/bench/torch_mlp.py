@@ -17,7 +17,9 @@ e.g. cuBLAS workspaces; use --modes X for one mode per process). Exit status: 0 
 
   python3 tools/bench/torch_mlp.py --depth 4 --width 1024 --batch 256 --json t.json
 """
-import argparse, datetime, gc, inspect, json, statistics, sys, time
+import argparse, datetime, json, sys
+
+import torch_step
 
 try:
     import torch
@@ -27,7 +29,6 @@ except ImportError as e:  # reported in main()
 
 MODES = ("eager", "graph", "compile_graph")
 NUM_BATCHES = 4     # distinct input batches, rotated
-CAPTURE_WARMUP = 3  # side-stream iterations before capture (as in the PyTorch docs)
 
 
 def parse_args():
@@ -78,44 +79,15 @@ def setup_eager(a, xs, ys):
     return step, {"optimizer": "SGD(foreach=True)"}
 
 
-def capture_step(model, opt, xs, ys):
-    """Whole-step CUDA graph capture, following the recipe in PyTorch's CUDA semantics docs."""
-    loss_fn = nn.CrossEntropyLoss()
-    static_x, static_y = xs[0].clone(), ys[0].clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up (lazy init, momentum buffers) outside the capture
-        for _ in range(CAPTURE_WARMUP):
-            opt.zero_grad(set_to_none=True)
-            loss_fn(model(static_x), static_y).backward()
-            opt.step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    # zero_grad(set_to_none=True) right before capture, as in the docs: the captured
-    # backward then allocates .grad from the graph's pool and *writes* (not accumulates)
-    # it on every replay, which is what zero_grad + backward does each eager step.
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(g):
-        static_loss = loss_fn(model(static_x), static_y)
-        static_loss.backward()
-        opt.step()
-
-    def step(i):
-        static_x.copy_(xs[i % NUM_BATCHES])
-        static_y.copy_(ys[i % NUM_BATCHES])
-        g.replay()
-    step.keep_alive = (g, static_loss)
-    return step
+def loss_of(model, x, y):
+    return nn.CrossEntropyLoss()(model(x), y)
 
 
 def setup_graph(a, xs, ys):
     model = build_model(a)
-    if "capturable" in inspect.signature(torch.optim.SGD).parameters:
-        kw, name = {"capturable": True}, "SGD(capturable=True)"
-    else:
-        kw, name = {"foreach": True}, "SGD(foreach=True)"
+    kw, name = torch_step.capturable_sgd_kwargs()
     opt = make_sgd(model.parameters(), a, **kw)
-    return capture_step(model, opt, xs, ys), {"optimizer": name}
+    return torch_step.capture_step(model, opt, loss_of, xs, ys), {"optimizer": name}
 
 
 def setup_compile_graph(a, xs, ys):
@@ -126,51 +98,10 @@ def setup_compile_graph(a, xs, ys):
     nn.CrossEntropyLoss()(model(xs[0]), ys[0]).backward()
     opt.step()
     torch.cuda.synchronize()
-    return capture_step(model, opt, xs, ys), {"optimizer": "SGD(fused=True)"}
+    return torch_step.capture_step(model, opt, loss_of, xs, ys), {"optimizer": "SGD(fused=True)"}
 
 
 SETUP = {"eager": setup_eager, "graph": setup_graph, "compile_graph": setup_compile_graph}
-
-
-def time_steps(step, warmup, iters):
-    for i in range(warmup):
-        step(i)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        step(warmup + i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
-def run_mode(mode, a, xs, ys):
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base, step = torch.cuda.memory_allocated(), None  # base: held over from earlier modes
-    try:
-        t0 = time.perf_counter()
-        step, info = SETUP[mode](a, xs, ys)
-        torch.cuda.synchronize()
-        setup_s = time.perf_counter() - t0
-        ms = sorted(time_steps(step, a.warmup, a.iters))
-        return {"median_ms": statistics.median(ms),
-                "p90_ms": statistics.quantiles(ms, n=10, method="inclusive")[8],
-                "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": base,
-                "setup_s": setup_s, **info}
-    except Exception as e:  # report and go on with the next mode
-        return {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        del step
-        if mode == "compile_graph":
-            torch._dynamo.reset()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
 
 
 def main():
@@ -195,7 +126,8 @@ def main():
 
     results = {}
     for mode in a.modes:
-        r = results[mode] = run_mode(mode, a, xs, ys)
+        r = results[mode] = torch_step.run_mode(mode, lambda: SETUP[mode](a, xs, ys), a.warmup,
+                                                a.iters)
         head = f"torch {mode} depth={a.depth} width={a.width} batch={a.batch}"
         if "error" in r:
             print(f"{head} error={r['error']!r}", flush=True)

@@ -27,7 +27,9 @@ mode failed. One line per mode on stdout:
 
   python3 tools/bench/torch_resnet.py --depth 50 --batch 32 --precision tf32 --json t.json
 """
-import argparse, contextlib, datetime, gc, inspect, json, statistics, sys, time
+import argparse, contextlib, datetime, json, sys, time
+
+import torch_step
 
 try:
     import torch
@@ -41,7 +43,6 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 LAYOUTS = ("nchw", "nhwc")
 MODEL_SOURCES = ("auto", "torchvision", "builtin")
 NUM_BATCHES = 4     # distinct input batches, rotated
-CAPTURE_WARMUP = 3  # side-stream iterations before capture (as in the PyTorch docs)
 # Blocks per stage, and whether the blocks are bottlenecks (1x1-3x3-1x1, 4x channels).
 RESNET_STAGES = {18: ((2, 2, 2, 2), False), 34: ((3, 4, 6, 3), False),
                  50: ((3, 4, 6, 3), True), 101: ((3, 4, 23, 3), True),
@@ -226,44 +227,11 @@ def setup_eager(a, xs, ys):
     return step, {"optimizer": "SGD(foreach=True)"}
 
 
-def capture_step(a, model, opt, xs, ys):
-    """Whole-step CUDA graph capture, following the recipe in PyTorch's CUDA semantics docs."""
-    loss_of = make_loss(a)
-    static_x, static_y = xs[0].clone(), ys[0].clone()  # clone keeps channels_last
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm up (lazy init, cuDNN benchmark, momentum buffers) outside
-        for _ in range(CAPTURE_WARMUP):
-            opt.zero_grad(set_to_none=True)
-            loss_of(model, static_x, static_y).backward()
-            opt.step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    # zero_grad(set_to_none=True) right before capture, as in the docs: the captured
-    # backward then allocates .grad from the graph's pool and *writes* (not accumulates)
-    # it on every replay, which is what zero_grad + backward does each eager step.
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(g):
-        static_loss = loss_of(model, static_x, static_y)
-        static_loss.backward()
-        opt.step()
-
-    def step(i):
-        static_x.copy_(xs[i % NUM_BATCHES])
-        static_y.copy_(ys[i % NUM_BATCHES])
-        g.replay()
-    step.keep_alive = (g, static_loss)
-    return step
-
-
 def setup_graph(a, xs, ys):
     model = build_model(a)
-    if "capturable" in inspect.signature(torch.optim.SGD).parameters:
-        kw, name = {"capturable": True}, "SGD(capturable=True)"
-    else:
-        kw, name = {"foreach": True}, "SGD(foreach=True)"
+    kw, name = torch_step.capturable_sgd_kwargs()
     opt = make_sgd(model.parameters(), a, **kw)
-    return capture_step(a, model, opt, xs, ys), {"optimizer": name}
+    return torch_step.capture_step(model, opt, make_loss(a), xs, ys), {"optimizer": name}
 
 
 def setup_compile_graph(a, xs, ys):
@@ -277,7 +245,8 @@ def setup_compile_graph(a, xs, ys):
     opt.step()
     torch.cuda.synchronize()
     progress(f"compile_graph: compiled in {time.perf_counter() - t0:.1f} s; capturing")
-    return capture_step(a, model, opt, xs, ys), {"optimizer": "SGD(fused=True)"}
+    return (torch_step.capture_step(model, opt, make_loss(a), xs, ys),
+            {"optimizer": "SGD(fused=True)"})
 
 
 SETUP = {"eager": setup_eager, "graph": setup_graph, "compile_graph": setup_compile_graph}
@@ -287,49 +256,11 @@ def progress(msg):
     print(f"torch_resnet: {msg}", file=sys.stderr, flush=True)
 
 
-def time_steps(step, warmup, iters):
-    for i in range(warmup):
-        step(i)
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        step(warmup + i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
 def run_mode(mode, a, xs, ys):
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base, step = torch.cuda.memory_allocated(), None  # base: held over from earlier modes
-    try:
-        progress(f"{mode}: setting up")
-        t0 = time.perf_counter()
-        step, info = SETUP[mode](a, xs, ys)
-        torch.cuda.synchronize()
-        setup_s = time.perf_counter() - t0
-        progress(f"{mode}: set up in {setup_s:.1f} s; {a.warmup} warm-up and {a.iters} timed steps")
-        ms = sorted(time_steps(step, a.warmup, a.iters))
-        median = statistics.median(ms)
-        return {"median_ms": median,
-                "p90_ms": statistics.quantiles(ms, n=10, method="inclusive")[8],
-                "images_per_s": a.batch / (median / 1000.0),
-                "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": base,
-                "setup_s": setup_s, **info}
-    except Exception as e:  # report and go on with the next mode
-        return {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        del step
-        if mode == "compile_graph":
-            torch._dynamo.reset()
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+    r = torch_step.run_mode(mode, lambda: SETUP[mode](a, xs, ys), a.warmup, a.iters, progress)
+    if "median_ms" in r:
+        r["images_per_s"] = a.batch / (r["median_ms"] / 1000.0)
+    return r
 
 
 def main():
