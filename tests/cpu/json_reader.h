@@ -1,5 +1,5 @@
-// A minimal strict JSON parser (RFC 8259) for tests that read back what JsonWriter and the dumps
-// write. Test-only: it favours clear errors over speed.
+// JSON for tests that read back what JsonWriter, the dumps and the bench write: the engine's own
+// strict parser (src/util/json_value.h) seen as a plain struct whose lookups chain, v["a"]["b"].
 #ifndef REPRISE_TESTS_CPU_JSON_READER_H_
 #define REPRISE_TESTS_CPU_JSON_READER_H_
 
