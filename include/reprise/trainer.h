@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "reprise/graph.h"
+#include "reprise/optimizer.h"
 
 namespace reprise {
 
@@ -69,6 +71,9 @@ struct SgdOptions {
 struct TrainOptions {
   ExecMode mode = ExecMode::kGraph;
   SgdOptions sgd;
+  // When set, replaces `sgd`: SGD, SGD with Nesterov, Adam or AdamW, with gradient clipping and a
+  // learning-rate schedule, all computed on the device (reprise/optimizer.h).
+  std::optional<OptimizerOptions> optimizer;
   bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
   // kFloat32, or kBFloat16 for mixed precision: the forward and backward compute in bfloat16 while
   // parameters, optimizer state, batch-norm statistics and the loss stay float32
@@ -208,8 +213,11 @@ class Trainer {
   //                                     PyTorch's layer names matches its module's state dict;
   //   "<param>.momentum"                SGD's velocity, PyTorch's optimizer.state[p]
   //                                     ["momentum_buffer"] (the same update: dampening 0);
+  //   "<param>.exp_avg", "<param>.exp_avg_sq"  Adam's and AdamW's moments, as PyTorch names them;
   //   "<layer>.running_mean", ...       batch-norm statistics and other state, such as the random
-  //                                     ops' step counter "rng.step" (I32[2]).
+  //                                     ops' step counter "rng.step" (I32[2]), which is also
+  //                                     the step Adam's bias correction and the learning-rate
+  //                                     schedule read.
   // f32, f64 and i32 tensors are stored as F32, F64 and I32; the metadata is {"format": "pt"}.
   // Inputs and constants are not weights and are not written; nor is state a fused kernel keeps
   // for itself. Waits for the queued steps. The file is written to a temporary file beside

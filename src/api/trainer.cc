@@ -9,10 +9,12 @@
 #include "capture/launch_profile.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/optimizer_kernels.h"
 #include "src/codegen/pooling_kernels.h"
 #include "src/codegen/transpose_kernels.h"
 #include "src/ir/host_tensor.h"
@@ -52,6 +54,17 @@ size_t WorkspaceBytesFor(const Graph& graph) {
   return HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes;
 }
 
+// Whether the plan runs optimizer kernels beyond plain SGD's (src/codegen/optimizer_kernels.h).
+bool UsesOptimizerKernels(const Graph& graph) {
+  for (const Node& node : graph.nodes()) {
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::AdvanceStepOp() &&
+        ((node.op != &ops::SgdMomentumOp() && node.op != &ops::SgdMomentumMultiOp()) ||
+         node.attrs.contains("nesterov")))
+      return true;
+  }
+  return false;
+}
+
 // Every fixed generated kernel, whether or not this plan uses it, and the plan's fused chains:
 // they compile (or load from the disk cache) in parallel, so lowering finds them all in memory.
 absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph& graph) {
@@ -62,6 +75,11 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   for (const codegen::GeneratedKernel& kernel :
        {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
     sources.push_back(ops::ToKernelSource(kernel));
+  }
+  if (UsesOptimizerKernels(graph)) {  // Adam, Nesterov, clipping or a schedule.
+    for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
+      sources.push_back(ops::ToKernelSource(kernel));
+    }
   }
   if (HasImages(graph)) {  // The convolutional layers' own kernels.
     for (const auto& kernels :
@@ -123,8 +141,10 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
                    passes::ConvertToMixedPrecision(layout.graph, layout.loss, layout.kept,
                                                    options.compute_dtype));
   for (auto& [user, value] : layout.map.values) value = mixed.values.at(value);
-  ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                   autodiff::BuildTrainingGraph(mixed.graph, mixed.loss, options.sgd));
+  ASSIGN_OR_RETURN(
+      autodiff::TrainingGraph training,
+      autodiff::BuildTrainingGraphWith(mixed.graph, mixed.loss,
+                                       options.optimizer.value_or(autodiff::FromSgd(options.sgd))));
   if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", options.lanes));

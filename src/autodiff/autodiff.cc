@@ -1,6 +1,7 @@
 #include "src/autodiff/autodiff.h"
 
 #include "absl/strings/str_cat.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -99,10 +100,6 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
   return t;
 }
 
-namespace {
-
-// Control edges from every other reader of `leaf` to `writer`, which updates it in place: the
-// step reads the value it started with.
 absl::Status RunAfterEveryReader(Graph& g, int32_t leaf, int32_t writer) {
   for (const Node& reader : g.nodes()) {
     if (reader.id == writer) continue;
@@ -116,32 +113,17 @@ absl::Status RunAfterEveryReader(Graph& g, int32_t leaf, int32_t writer) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value loss,
                                                  const SgdOptions& sgd) {
+  return BuildTrainingGraphWith(forward, loss, FromSgd(sgd));
+}
+
+absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
+                                                     const OptimizerOptions& optimizer) {
   ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss));
   Graph& g = t.graph;
-  const TensorSpec scalar{Shape{}, DType::kFloat32};
-  ASSIGN_OR_RETURN(Value lr,
-                   g.AddInput(kLearningRate, scalar, Initializer::Constant(sgd.learning_rate)));
-  ASSIGN_OR_RETURN(Value mu, g.AddInput(kMomentum, scalar, Initializer::Constant(sgd.momentum)));
-  ASSIGN_OR_RETURN(Value wd,
-                   g.AddInput(kWeightDecay, scalar, Initializer::Constant(sgd.weight_decay)));
-  for (int32_t param : t.parameters) {
-    const Node& p = g.node(param);
-    const std::string name = p.name;
-    const TensorSpec spec = p.outputs[0];
-    ASSIGN_OR_RETURN(Value velocity,
-                     g.AddState(absl::StrCat(name, ".momentum"), spec, Initializer::Zeros()));
-    ASSIGN_OR_RETURN(std::vector<Value> none,
-                     g.AddOp(ops::SgdMomentumOp(), absl::StrCat(name, ".sgd"),
-                             {Value{param, 0}, t.gradients[param], velocity, lr, mu, wd}));
-    const int32_t update = g.num_nodes() - 1;
-    RETURN_IF_ERROR(RunAfterEveryReader(g, param, update));
-    t.optimizer_nodes.push_back(update);
-  }
-  // The step counter moves on once every random op of this step has read it.
+  RETURN_IF_ERROR(AddOptimizer(optimizer, t));
+  // The step counter moves on once every random op and optimizer node of this step has read it.
   if (auto counter = g.FindNode(kStepCounter); counter.ok()) {
     ASSIGN_OR_RETURN(std::vector<Value> none,
                      g.AddOp(ops::AdvanceStepOp(), "rng.advance", {Value{*counter, 0}}));

@@ -1,5 +1,5 @@
 // Autodiff: extends a copy of the forward graph with its backward pass (one gradient rule per op,
-// matmul gradients as separate dgrad and wgrad nodes) and the SGD-with-momentum update of every
+// matmul gradients as separate dgrad and wgrad nodes) and the optimizer's update of every
 // parameter, as ordinary graph nodes.
 #ifndef REPRISE_SRC_AUTODIFF_AUTODIFF_H_
 #define REPRISE_SRC_AUTODIFF_AUTODIFF_H_
@@ -17,7 +17,8 @@ namespace reprise::autodiff {
 inline constexpr char kLearningRate[] = "learning_rate";
 inline constexpr char kMomentum[] = "momentum";
 inline constexpr char kWeightDecay[] = "weight_decay";
-// The device-side step counter random ops read (state i32[2]); the training step advances it.
+// The device-side step counter (state i32[2]) that random ops, Adam's bias correction and the
+// learning-rate schedule read; the training step advances it.
 inline constexpr char kStepCounter[] = "rng.step";
 
 struct TrainingGraph {
@@ -36,6 +37,15 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss);
 // of its parameter (control edges), so the step reads the weights it started with.
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value loss,
                                                  const SgdOptions& sgd);
+
+// Backward plus the optimizer `optimizer` describes (src/autodiff/optimizer_graph.h), and the
+// advance of the device step counter after its last reader. InvalidArgument for bad options.
+absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
+                                                     const OptimizerOptions& optimizer);
+
+// Control edges from every other reader of `leaf` to `writer`, which updates it in place: the
+// step reads the value it started with.
+absl::Status RunAfterEveryReader(Graph& g, int32_t leaf, int32_t writer);
 
 }  // namespace reprise::autodiff
 

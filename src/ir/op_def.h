@@ -46,7 +46,8 @@ enum class OpKind : uint8_t {
   kPointwise,  // Elementwise: cheap to recompute, fusable.
   kReduction,  // Cheap, but reads a whole tensor per output.
   kMatmul,     // Expensive.
-  kOptimizer,  // Writes parameters and state in place.
+  kOptimizer,  // The optimizer: updates writing parameters and state in place, and the per-step
+               // scalars they read (scheduled rate, clip coefficient).
 };
 
 // How a pointwise op computes one element, so that a fused kernel can chain several: a CUDA

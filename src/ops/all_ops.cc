@@ -20,6 +20,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &SoftmaxCrossEntropyOp(),
           &SoftmaxCrossEntropyGradOp(),
           &SgdMomentumOp(),
+          &AdamOp(),
+          &GradSumSquaresOp(),
+          &ClipCoefficientOp(),
+          &LrScheduleOp(),
           &DropoutOp(),
           &DropoutGradOp(),
           &AdvanceStepOp(),
@@ -44,6 +48,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &MatmulBiasOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),
+          &AdamMultiOp(),
           &FusedPointwiseOp(),
           &MlpTrainStepOp()};
 }

@@ -26,8 +26,28 @@ const ir::OpDef& SoftmaxCrossEntropyOp();      // (logits f32 [B, C], labels i32
 const ir::OpDef& SoftmaxCrossEntropyGradOp();  // (logits, labels, dloss f32 []) -> f32 [B, C]
 
 // optimizer.cc
-// (w, g, v, lr, momentum, weight_decay) -> nothing; writes w and v in place.
+// (w, g, v, lr, momentum, weight_decay[, clip]) -> nothing; writes w and v in place. Attr
+// nesterov (bool). clip: a clip coefficient the gradient is multiplied by first.
 const ir::OpDef& SgdMomentumOp();
+
+// adam.cc. (w, g, m, v, lr, step i32[2], beta1, beta2, epsilon, weight_decay[, clip]) -> nothing;
+// writes w, m and v in place. Attr decoupled (bool): AdamW's weight decay instead of Adam's.
+const ir::OpDef& AdamOp();
+// (w0, g0, m0, v0, w1, ..., lr, step, beta1, beta2, epsilon, weight_decay[, clip]) -> nothing;
+// every tensor updated as adam does. Attrs tensors, decoupled.
+const ir::OpDef& AdamMultiOp();
+
+// grad_norm.cc. (g0, g1, ...) -> f32[P]: sums of squares of the gradients' chunks (P chunks of
+// codegen::kNormChunk elements), in a fixed order.
+const ir::OpDef& GradSumSquaresOp();
+// (partials f32[P], max_norm f32[]) -> (norm f32[], coefficient f32[]): the 2-norm over all
+// gradients and min(1, max_norm / (norm + 1e-6)).
+const ir::OpDef& ClipCoefficientOp();
+
+// lr_schedule.cc. (base lr f32[], step i32[2]) -> lr f32[]: the rate of this step. Attrs
+// warmup_steps, decay ("constant", "cosine", "step"), total_steps and min_factor (cosine),
+// step_size and gamma (step).
+const ir::OpDef& LrScheduleOp();
 
 // dropout.cc. Counter-based dropout (src/codegen/random_kernels.h); attrs rate, seed, stream.
 // (x, step i32[2]) -> x with dropped elements zero and kept ones scaled by 1 / (1 - rate).
@@ -43,8 +63,9 @@ const ir::OpDef& AdvanceStepOp();
 const ir::OpDef& MatmulBiasOp();
 // loss.cc. (logits, labels, dloss) -> (loss, dlogits): both loss kernels in one.
 const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
-// optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay) -> nothing; every
-// (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize tensors.
+// optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay[, clip]) -> nothing;
+// every (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize tensors.
+// Attrs tensors, nesterov.
 const ir::OpDef& SgdMomentumMultiOp();
 // fused_pointwise.h: a chain of pointwise ops in one kernel.
 

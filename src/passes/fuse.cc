@@ -32,7 +32,7 @@ class GroupFinder {
   void BatchNormActivations();
   void GemmEpilogues();
   void PointwiseChains();
-  void MultiTensorSgd();
+  void MultiTensorUpdates();  // sgd_momentum and adam.
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:
@@ -60,6 +60,9 @@ class GroupFinder {
     groups_.push_back(std::move(group));
     return true;
   }
+  // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
+  void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
+                   absl::string_view name);
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
 
@@ -253,27 +256,39 @@ void GroupFinder::PointwiseChains() {
   }
 }
 
-void GroupFinder::MultiTensorSgd() {
-  // One group per (learning rate, momentum, weight decay) triple, in node order.
-  std::map<std::tuple<int32_t, int32_t, int32_t>, std::vector<int32_t>> by_hyper;
+void GroupFinder::MultiTensorUpdates() {
+  MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all");
+  MultiTensor(ops::AdamOp(), ops::AdamMultiOp(), 4, "adam.all");
+}
+
+void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
+                              absl::string_view name) {
+  // One group per set of shared inputs (rate, momentum or betas, weight decay, clip coefficient)
+  // and attributes, so parameters without weight decay get a group of their own.
+  std::map<std::pair<std::vector<std::pair<int32_t, int32_t>>, Attrs>, std::vector<int32_t>>
+      by_hyper;
   for (const Node& node : g_.nodes()) {
-    if (node.op != &ops::SgdMomentumOp() || taken_[node.id]) continue;
-    by_hyper[{node.inputs[3].node, node.inputs[4].node, node.inputs[5].node}].push_back(node.id);
+    if (node.op != &single || taken_[node.id]) continue;
+    std::vector<std::pair<int32_t, int32_t>> shared;
+    for (size_t i = per_tensor; i < node.inputs.size(); ++i)
+      shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
+    by_hyper[{shared, node.attrs}].push_back(node.id);
   }
   int index = 0;
   for (const auto& [hyper, members] : by_hyper) {
     if (members.size() < 2) continue;
-    NodeGroup group{
-        .members = members,
-        .op = &ops::SgdMomentumMultiOp(),
-        .name = index == 0 ? "sgd_momentum.all" : absl::StrCat("sgd_momentum.all", index),
-        .attrs = {{"tensors", static_cast<int64_t>(members.size())}}};
+    NodeGroup group{.members = members,
+                    .op = &multi,
+                    .name = index == 0 ? std::string(name) : absl::StrCat(name, index),
+                    .attrs = hyper.second};
+    group.attrs["tensors"] = static_cast<int64_t>(members.size());
     for (int32_t m : members) {
       const Node& node = g_.node(m);
-      group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + 3);
+      group.inputs.insert(group.inputs.end(), node.inputs.begin(),
+                          node.inputs.begin() + per_tensor);
     }
     const Node& first = g_.node(members[0]);
-    group.inputs.insert(group.inputs.end(), first.inputs.begin() + 3, first.inputs.end());
+    group.inputs.insert(group.inputs.end(), first.inputs.begin() + per_tensor, first.inputs.end());
     if (TryAdd(std::move(group))) ++index;
   }
 }
@@ -296,7 +311,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     if (options.batch_norm_activations) finder.BatchNormActivations();
     if (options.gemm_epilogues) finder.GemmEpilogues();
     if (options.pointwise_chains) finder.PointwiseChains();
-    if (options.multi_tensor_optimizer) finder.MultiTensorSgd();
+    if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();
     groups = finder.TakeGroups();
   }
   ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(source, groups, kept));

@@ -6,6 +6,7 @@
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
+//   every adam sharing hyperparameters       => adam_multi (one launch per 32 tensors)
 // or, for a small ReLU MLP, the whole step        => mlp_train_step (one persistent kernel)
 // A value the rest of the step or the user reads stays materialised; nothing else does.
 #ifndef REPRISE_SRC_PASSES_FUSE_H_

@@ -71,7 +71,11 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   const Node* grad = nullptr;
   for (const Node& node : g.nodes()) {
     if (ir::IsLeaf(node)) continue;
-    if (node.op == &ops::SgdMomentumOp()) sgd_of[node.inputs[0].node] = &node;
+    if (node.op == &ops::SgdMomentumOp()) {
+      if (node.inputs.size() != 6 || Flag(node, "nesterov"))
+        return fail("SGD with Nesterov momentum or gradient clipping");
+      sgd_of[node.inputs[0].node] = &node;
+    }
     if (node.op == &ops::SoftmaxCrossEntropyGradOp()) grad = &node;
     if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
       return fail("an optimizer other than SGD with momentum");

@@ -1,0 +1,79 @@
+// Optimizer choices for TrainOptions::optimizer: SGD with momentum (optionally Nesterov), Adam and
+// AdamW, global gradient-norm clipping and a learning-rate schedule. What changes from step to
+// step (the scheduled rate, Adam's bias correction, the clip coefficient) is computed on the
+// device from the device-side step counter and the gradients, so a captured step replays with no
+// host work and no graph update.
+//
+//   TrainOptions options;
+//   options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW,
+//                                        .learning_rate = 1e-3f,
+//                                        .weight_decay = 0.01f,
+//                                        .decay_rank1 = false,  // No decay on biases, BN.
+//                                        .max_grad_norm = 1.0f,
+//                                        .schedule = {.warmup_steps = 100,
+//                                                     .decay = LrDecay::kCosine,
+//                                                     .total_steps = 10000}};
+#ifndef REPRISE_INCLUDE_REPRISE_OPTIMIZER_H_
+#define REPRISE_INCLUDE_REPRISE_OPTIMIZER_H_
+
+#include <cstdint>
+
+namespace reprise {
+
+enum class OptimizerKind : uint8_t {
+  kSgd,  // PyTorch's torch.optim.SGD (dampening 0): v = μ·v + g; w -= lr·v (or Nesterov's step).
+  kAdam,   // torch.optim.Adam: weight decay is added to the gradient (L2).
+  kAdamW,  // torch.optim.AdamW: weight decay is decoupled, w *= 1 - lr·weight_decay.
+};
+
+// How the rate decays after the warm-up.
+enum class LrDecay : uint8_t {
+  kConstant,  // The base rate.
+  kCosine,    // From the base rate to min_lr_factor times it, over total_steps (half a cosine).
+  kStep,      // Times gamma every step_size steps.
+};
+
+// The learning rate of update s (s = 0 for the first Step(), counted on the device) is the base
+// rate (TrainOptions' learning_rate, or Trainer::SetLearningRate) times
+//   (s + 1) / warmup_steps                                      while s < warmup_steps;
+// after that, with d = s - warmup_steps:
+//   kConstant  1
+//   kCosine    m + (1 - m)·(1 + cos(π·min(1, d / (total_steps - warmup_steps)))) / 2,
+//              m = min_lr_factor (PyTorch's CosineAnnealingLR with eta_min = m·lr)
+//   kStep      gamma^floor(d / step_size) (PyTorch's StepLR).
+// The schedule is fixed when the trainer is created; only the base rate is bound per step.
+struct LrSchedule {
+  int64_t warmup_steps = 0;  // 0: no warm-up.
+  LrDecay decay = LrDecay::kConstant;
+  int64_t total_steps = 0;  // kCosine: steps from the first to the floor, warm-up included.
+  float min_lr_factor = 0;  // kCosine: the floor, as a fraction of the base rate, in [0, 1].
+  int64_t step_size = 0;    // kStep: steps between decays, at least 1.
+  float gamma = 0.1f;       // kStep: the factor per decay, in (0, 1].
+};
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.01f;  // The base rate: a bound input (Trainer::SetLearningRate).
+  // kSgd.
+  float momentum = 0.9f;  // At least 0.
+  bool nesterov = false;  // Nesterov's momentum (needs momentum > 0).
+  // kAdam, kAdamW. Betas in [0, 1), epsilon at least 0.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  // At least 0. kSgd and kAdam add weight_decay·w to the gradient; kAdamW multiplies w by
+  // 1 - lr·weight_decay before the update.
+  float weight_decay = 0;
+  // Whether rank-1 parameters (biases, batch-norm scales and shifts) are decayed too. true is
+  // PyTorch's default of one parameter group; false is the usual AdamW setup of a second group
+  // with weight_decay 0.
+  bool decay_rank1 = true;
+  // Global gradient-norm clipping: every gradient is scaled by min(1, max_grad_norm / (‖g‖ +
+  // 1e-6)), ‖g‖ the 2-norm over all gradients together (torch.nn.utils.clip_grad_norm_). 0: off.
+  float max_grad_norm = 0;
+  LrSchedule schedule;
+};
+
+}  // namespace reprise
+
+#endif  // REPRISE_INCLUDE_REPRISE_OPTIMIZER_H_

@@ -1,0 +1,43 @@
+// The optimizer part of the training graph: one update node per parameter (sgd_momentum or adam),
+// the scalar inputs that carry the hyperparameters, and the nodes that compute each step's
+// scalars on the device: the scheduled learning rate (lr_schedule, from the device step counter)
+// and the global gradient-norm clip coefficient (grad_sum_squares, clip_coefficient).
+#ifndef REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
+#define REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
+
+#include "absl/status/status.h"
+#include "reprise/optimizer.h"
+#include "reprise/trainer.h"
+#include "src/autodiff/autodiff.h"
+
+namespace reprise::autodiff {
+
+// Names of the further scalar inputs (beside kLearningRate, kMomentum, kWeightDecay).
+inline constexpr char kBeta1[] = "beta1";
+inline constexpr char kBeta2[] = "beta2";
+inline constexpr char kEpsilon[] = "epsilon";
+inline constexpr char kMaxGradNorm[] = "max_grad_norm";
+// The constant 0 weight decay of rank-1 parameters when OptimizerOptions::decay_rank1 is false.
+inline constexpr char kNoWeightDecay[] = "weight_decay.none";
+// The scheduled rate and the global norm's nodes.
+inline constexpr char kScheduledRate[] = "learning_rate.scheduled";
+inline constexpr char kGradNorm[] = "grad_norm";
+
+// The OptimizerOptions that SgdOptions stand for.
+OptimizerOptions FromSgd(const SgdOptions& sgd);
+
+// InvalidArgument naming the field and its value for options no optimizer can run with: a
+// negative or non-finite rate, momentum, weight decay, epsilon or clip norm; a beta outside
+// [0, 1); Nesterov without momentum; a warm-up longer than the schedule, a cosine floor outside
+// [0, 1], a step decay with step_size < 1 or gamma outside (0, 1].
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& options);
+
+// Adds the optimizer to `t` (its backward pass built): inputs, state ("<param>.momentum" for SGD,
+// "<param>.exp_avg" and "<param>.exp_avg_sq" for Adam), per-step scalar nodes and one update per
+// parameter, run after every other reader of the parameter. Adam and schedules read the device
+// step counter kStepCounter, added as state if the graph has none; the caller advances it.
+absl::Status AddOptimizer(const OptimizerOptions& options, TrainingGraph& t);
+
+}  // namespace reprise::autodiff
+
+#endif  // REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_

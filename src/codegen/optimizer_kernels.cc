@@ -1,0 +1,329 @@
+#include "src/codegen/optimizer_kernels.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace reprise::codegen {
+namespace {
+
+constexpr double kPi = 3.141592653589793;
+
+// Device twins of the host functions below, operation for operation. Products that feed a sum
+// are rounded explicitly (__dmul_rn, __fmul_rn): NVRTC would otherwise contract them into FMAs,
+// which the host does not use.
+std::string Helpers() {
+  return absl::StrCat("#define REPRISE_TABLE ", kOptimizerTableSize,
+                      "\n#define REPRISE_NORM_BLOCK ", kNormBlock, "\n#define REPRISE_NORM_CHUNK ",
+                      kNormChunk, R"(
+__device__ unsigned long long StepOf(const int* step) {
+  return (unsigned long long)(unsigned)step[0] | ((unsigned long long)(unsigned)step[1] << 32);
+}
+__device__ double PowInt(double base, unsigned long long e) {
+  double result = 1.0;
+  while (e != 0ull) {
+    if (e & 1ull) result = __dmul_rn(result, base);
+    base = __dmul_rn(base, base);
+    e >>= 1;
+  }
+  return result;
+}
+__device__ float OneMinus(float b) { return (float)(1.0 - (double)b); }
+struct AdamStep {
+  float step_size, bc2_sqrt, decay, wd_l2, b1, omb1, b2, omb2, eps, clip;
+};
+__device__ AdamStep MakeAdamStep(const float* lr, const int* step, const float* beta1,
+                                 const float* beta2, const float* eps, const float* wd,
+                                 const float* clip, int decoupled) {
+  AdamStep a;
+  const unsigned long long t = StepOf(step) + 1ull;
+  const double rate = lr[0];
+  a.step_size = (float)(rate / (1.0 - PowInt(beta1[0], t)));
+  a.bc2_sqrt = (float)sqrt(1.0 - PowInt(beta2[0], t));
+  a.decay = decoupled ? (float)(1.0 - __dmul_rn(rate, (double)wd[0])) : 1.0f;
+  a.wd_l2 = decoupled ? 0.0f : wd[0];
+  a.b1 = beta1[0];
+  a.omb1 = OneMinus(a.b1);
+  a.b2 = beta2[0];
+  a.omb2 = OneMinus(a.b2);
+  a.eps = eps[0];
+  a.clip = clip != nullptr ? clip[0] : 1.0f;
+  return a;
+}
+__device__ void AdamElement(const AdamStep& a, float& w, float grad, float& m, float& v) {
+  float g = __fmul_rn(a.clip, grad);
+  if (a.wd_l2 != 0.0f) g = __fadd_rn(g, __fmul_rn(a.wd_l2, w));
+  const float decayed = __fmul_rn(w, a.decay);
+  const float mm = __fadd_rn(__fmul_rn(a.b1, m), __fmul_rn(a.omb1, g));
+  const float vv = __fadd_rn(__fmul_rn(a.b2, v), __fmul_rn(a.omb2, __fmul_rn(g, g)));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), a.bc2_sqrt), a.eps);
+  m = mm;
+  v = vv;
+  w = __fsub_rn(decayed, __fmul_rn(a.step_size, __fdiv_rn(mm, denom)));
+}
+__device__ void SgdElement(float lr, float mu, float wd, float clip, int nesterov, float& w,
+                           float grad, float& v) {
+  const float g = __fadd_rn(__fmul_rn(clip, grad), __fmul_rn(wd, w));
+  const float vel = __fadd_rn(__fmul_rn(mu, v), g);
+  v = vel;
+  const float dir = nesterov ? __fadd_rn(g, __fmul_rn(mu, vel)) : vel;
+  w = __fsub_rn(w, __fmul_rn(lr, dir));
+}
+)");
+}
+
+}  // namespace
+
+double PowInt(double base, uint64_t exponent) {
+  double result = 1.0;
+  while (exponent != 0) {
+    if (exponent & 1) result *= base;
+    base *= base;
+    exponent >>= 1;
+  }
+  return result;
+}
+
+double LrFactor(const ScheduleParams& p, uint64_t step) {
+  const uint64_t warmup = static_cast<uint64_t>(p.warmup_steps);
+  if (step < warmup) return static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const uint64_t d = step - warmup;
+  switch (p.decay) {
+    case ScheduleDecay::kCosine: {
+      const uint64_t span = static_cast<uint64_t>(p.total_steps) - warmup;
+      const double progress = d >= span ? 1.0 : static_cast<double>(d) / static_cast<double>(span);
+      const double half = 0.5 * (1.0 + std::cos(kPi * progress));
+      const double scaled = (1.0 - p.min_factor) * half;
+      return p.min_factor + scaled;
+    }
+    case ScheduleDecay::kStep:
+      return PowInt(p.gamma, d / static_cast<uint64_t>(p.step_size));
+    case ScheduleDecay::kConstant:
+      break;
+  }
+  return 1.0;
+}
+
+AdamStep AdamStepOf(double lr, double beta1, double beta2, double weight_decay, bool decoupled,
+                    uint64_t step) {
+  const uint64_t t = step + 1;
+  AdamStep a;
+  a.step_size = lr / (1.0 - PowInt(beta1, t));
+  a.bc2_sqrt = std::sqrt(1.0 - PowInt(beta2, t));
+  const double product = lr * weight_decay;
+  a.decay = decoupled ? 1.0 - product : 1.0;
+  return a;
+}
+
+double ClipCoefficient(double norm, double max_norm) {
+  const double c = max_norm / (norm + 1e-6);
+  return c > 1.0 ? 1.0 : c;
+}
+
+GeneratedKernel LrSchedule() {
+  return {"reprise_lr_schedule", Helpers() + R"(
+__device__ double LrFactor(unsigned long long s, long long warmup, int decay, long long total,
+                           double floor_factor, long long step_size, double gamma) {
+  if (s < (unsigned long long)warmup) return (double)(s + 1ull) / (double)warmup;
+  const unsigned long long d = s - (unsigned long long)warmup;
+  if (decay == 1) {
+    const unsigned long long span = (unsigned long long)total - (unsigned long long)warmup;
+    const double progress = d >= span ? 1.0 : (double)d / (double)span;
+    const double half = __dmul_rn(0.5, 1.0 + cos(__dmul_rn(3.141592653589793, progress)));
+    return __dadd_rn(floor_factor, __dmul_rn(1.0 - floor_factor, half));
+  }
+  if (decay == 2) return PowInt(gamma, d / (unsigned long long)step_size);
+  return 1.0;
+}
+extern "C" __global__ void reprise_lr_schedule(const float* __restrict__ lr,
+                                               const int* __restrict__ step,
+                                               float* __restrict__ out, long long warmup,
+                                               int decay, long long total, double floor_factor,
+                                               long long step_size, double gamma) {
+  const double factor =
+      LrFactor(StepOf(step), warmup, decay, total, floor_factor, step_size, gamma);
+  out[0] = (float)((double)lr[0] * factor);
+}
+)"};
+}
+
+GeneratedKernel SgdUpdate() {
+  return {"reprise_sgd_update", Helpers() + R"(
+extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float* __restrict__ g,
+                                              float* __restrict__ v, const float* __restrict__ lr,
+                                              const float* __restrict__ mu,
+                                              const float* __restrict__ wd,
+                                              const float* __restrict__ clip, int nesterov,
+                                              long long n) {
+  const float rate = lr[0], momentum = mu[0], decay = wd[0];
+  const float scale = clip != nullptr ? clip[0] : 1.0f;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], vi = v[i];
+    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
+    w[i] = wi;
+    v[i] = vi;
+  }
+}
+)"};
+}
+
+GeneratedKernel SgdUpdateMulti() {
+  return {"reprise_sgd_update_multi", Helpers() + R"(
+struct SgdTable {
+  float* w[REPRISE_TABLE];
+  const float* g[REPRISE_TABLE];
+  float* v[REPRISE_TABLE];
+  long long n[REPRISE_TABLE];
+};
+extern "C" __global__ void reprise_sgd_update_multi(SgdTable table, const float* __restrict__ lr,
+                                                    const float* __restrict__ mu,
+                                                    const float* __restrict__ wd,
+                                                    const float* __restrict__ clip, int nesterov) {
+  const int t = blockIdx.y;
+  float* __restrict__ w = table.w[t];
+  const float* __restrict__ g = table.g[t];
+  float* __restrict__ v = table.v[t];
+  const long long n = table.n[t];
+  const float rate = lr[0], momentum = mu[0], decay = wd[0];
+  const float scale = clip != nullptr ? clip[0] : 1.0f;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], vi = v[i];
+    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
+    w[i] = wi;
+    v[i] = vi;
+  }
+}
+)"};
+}
+
+GeneratedKernel Adam() {
+  return {"reprise_adam", Helpers() + R"(
+extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __restrict__ g,
+                                        float* __restrict__ m, float* __restrict__ v,
+                                        const float* __restrict__ lr, const int* __restrict__ step,
+                                        const float* __restrict__ beta1,
+                                        const float* __restrict__ beta2,
+                                        const float* __restrict__ eps,
+                                        const float* __restrict__ wd,
+                                        const float* __restrict__ clip, int decoupled,
+                                        long long n) {
+  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    AdamElement(a, wi, g[i], mi, vi);
+    w[i] = wi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+)"};
+}
+
+GeneratedKernel AdamMulti() {
+  return {"reprise_adam_multi", Helpers() + R"(
+struct AdamTable {
+  float* w[REPRISE_TABLE];
+  const float* g[REPRISE_TABLE];
+  float* m[REPRISE_TABLE];
+  float* v[REPRISE_TABLE];
+  long long n[REPRISE_TABLE];
+};
+extern "C" __global__ void reprise_adam_multi(AdamTable table, const float* __restrict__ lr,
+                                              const int* __restrict__ step,
+                                              const float* __restrict__ beta1,
+                                              const float* __restrict__ beta2,
+                                              const float* __restrict__ eps,
+                                              const float* __restrict__ wd,
+                                              const float* __restrict__ clip, int decoupled) {
+  const int t = blockIdx.y;
+  float* __restrict__ w = table.w[t];
+  const float* __restrict__ g = table.g[t];
+  float* __restrict__ m = table.m[t];
+  float* __restrict__ v = table.v[t];
+  const long long n = table.n[t];
+  if (blockIdx.x * (long long)blockDim.x >= n) return;
+  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    AdamElement(a, wi, g[i], mi, vi);
+    w[i] = wi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+)"};
+}
+
+GeneratedKernel GradSumSquares() {
+  return {"reprise_grad_sum_squares", Helpers() + R"(
+struct NormTable {
+  const float* g[REPRISE_TABLE];
+  long long n[REPRISE_TABLE];
+  long long first[REPRISE_TABLE];
+};
+extern "C" __global__ void reprise_grad_sum_squares(NormTable table, float* __restrict__ partials) {
+  __shared__ float sums[REPRISE_NORM_BLOCK];
+  const int t = blockIdx.y;
+  const long long n = table.n[t];
+  const long long start = (long long)blockIdx.x * REPRISE_NORM_CHUNK;
+  if (start >= n) return;  // The whole block leaves together.
+  const float* __restrict__ g = table.g[t] + start;
+  const long long count = n - start;
+  float acc = 0.0f;
+  for (int k = 0; k < REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK; ++k) {
+    const long long i = (long long)k * REPRISE_NORM_BLOCK + threadIdx.x;
+    if (i < count) {
+      const float x = g[i];
+      acc = __fadd_rn(acc, __fmul_rn(x, x));
+    }
+  }
+  sums[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = REPRISE_NORM_BLOCK / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) sums[threadIdx.x] = __fadd_rn(sums[threadIdx.x], sums[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[table.first[t] + blockIdx.x] = sums[0];
+}
+)"};
+}
+
+GeneratedKernel ClipCoefficientKernel() {
+  return {"reprise_clip_coefficient", Helpers() + R"(
+extern "C" __global__ void reprise_clip_coefficient(const float* __restrict__ partials,
+                                                    long long count,
+                                                    const float* __restrict__ max_norm,
+                                                    float* __restrict__ norm,
+                                                    float* __restrict__ coef) {
+  __shared__ double sums[REPRISE_NORM_BLOCK];
+  double acc = 0.0;
+  for (long long p = threadIdx.x; p < count; p += REPRISE_NORM_BLOCK) {
+    acc = __dadd_rn(acc, (double)partials[p]);
+  }
+  sums[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = REPRISE_NORM_BLOCK / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) sums[threadIdx.x] = __dadd_rn(sums[threadIdx.x], sums[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double total = sqrt(sums[0]);
+    const double c = (double)max_norm[0] / (total + 1e-6);
+    norm[0] = (float)total;
+    coef[0] = (float)(c > 1.0 ? 1.0 : c);
+  }
+}
+)"};
+}
+
+std::vector<GeneratedKernel> OptimizerKernels() {
+  return {LrSchedule(), SgdUpdate(),      SgdUpdateMulti(),       Adam(),
+          AdamMulti(),  GradSumSquares(), ClipCoefficientKernel()};
+}
+
+}  // namespace reprise::codegen

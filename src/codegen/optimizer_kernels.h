@@ -1,0 +1,118 @@
+// CUDA C++ source for the optimizer kernels beyond plain SGD (Nesterov and clipped SGD, Adam and
+// AdamW, the global gradient norm, the learning-rate schedule), with the host arithmetic their
+// CPU references share. Per-step scalars (the scheduled rate, Adam's bias corrections) are
+// computed in double from the 64-bit device step counter with correctly rounded operations only,
+// and element updates use explicitly rounded float operations (no contraction into FMAs), so the
+// CPU reference computes the GPU's bits, and single-tensor and multi-tensor kernels agree.
+#ifndef REPRISE_SRC_CODEGEN_OPTIMIZER_KERNELS_H_
+#define REPRISE_SRC_CODEGEN_OPTIMIZER_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+// base^exponent by repeated squaring: only multiplications, the same bits on host and device.
+// Relative error about `exponent` ulps.
+double PowInt(double base, uint64_t exponent);
+
+// The learning-rate schedule of reprise/optimizer.h, as kernel arguments.
+enum class ScheduleDecay : int { kConstant = 0, kCosine = 1, kStep = 2 };
+struct ScheduleParams {
+  int64_t warmup_steps = 0;
+  ScheduleDecay decay = ScheduleDecay::kConstant;
+  int64_t total_steps = 0;
+  double min_factor = 0;
+  int64_t step_size = 1;
+  double gamma = 1;
+};
+// The factor the base rate is multiplied by at update `step` (0-based).
+double LrFactor(const ScheduleParams& p, uint64_t step);
+
+// Adam's per-step scalars for the update at device step `step` (the first update has step 0).
+struct AdamStep {
+  double step_size = 0;  // lr / (1 - beta1^t), t = step + 1
+  double bc2_sqrt = 0;   // sqrt(1 - beta2^t)
+  double decay = 1;      // AdamW: 1 - lr·weight_decay; Adam: 1.
+};
+AdamStep AdamStepOf(double lr, double beta1, double beta2, double weight_decay, bool decoupled,
+                    uint64_t step);
+
+// The global-norm reduction works in chunks of kNormChunk elements, one block of kNormBlock
+// threads each: thread j sums the squares of elements j, j + kNormBlock, ... of its chunk, then
+// the block adds its threads' sums in a fixed tree. ChunkSumSquares is that order on the host.
+inline constexpr int kNormBlock = 256;
+inline constexpr int kNormChunk = 16 * kNormBlock;
+template <typename T>
+T ChunkSumSquares(const T* x, int64_t n) {  // n <= kNormChunk
+  T lanes[kNormBlock] = {};
+  for (int k = 0; k < kNormChunk / kNormBlock; ++k) {
+    for (int j = 0; j < kNormBlock; ++j) {
+      const int64_t i = int64_t{k} * kNormBlock + j;
+      if (i < n) lanes[j] += x[i] * x[i];
+    }
+  }
+  for (int s = kNormBlock / 2; s > 0; s /= 2) {
+    for (int j = 0; j < s; ++j) lanes[j] += lanes[j + s];
+  }
+  return lanes[0];
+}
+// Σ partials in double, in the clip kernel's order (kNormBlock strided sums, then a tree).
+template <typename T>
+double SumPartials(const T* partials, int64_t count) {
+  double lanes[kNormBlock] = {};
+  for (int64_t p = 0; p < count; ++p) lanes[p % kNormBlock] += static_cast<double>(partials[p]);
+  for (int s = kNormBlock / 2; s > 0; s /= 2) {
+    for (int j = 0; j < s; ++j) lanes[j] += lanes[j + s];
+  }
+  return lanes[0];
+}
+// min(1, max_norm / (norm + 1e-6)); NaN stays NaN.
+double ClipCoefficient(double norm, double max_norm);
+
+// Tensors per launch of the multi-tensor kernels (their tables travel as kernel arguments).
+inline constexpr int kOptimizerTableSize = 32;
+
+// out[0] = lr[0] · LrFactor(step). One thread. Signature: (const float* lr, const int* step,
+// float* out, long long warmup_steps, int decay, long long total_steps, double min_factor,
+// long long step_size, double gamma).
+GeneratedKernel LrSchedule();
+
+// SGD with momentum, optionally Nesterov and clipped: g' = clip·g + wd·w; v = μ·v + g';
+// w -= lr·(nesterov ? g' + μ·v : v). clip may be null (1). Signature: (float* w, const float* g,
+// float* v, const float* lr, const float* mu, const float* wd, const float* clip, int nesterov,
+// long long n).
+GeneratedKernel SgdUpdate();
+// The same over a table of tensors, blockIdx.y picking one. Signature: (SgdTable table, lr, mu,
+// wd, clip, int nesterov), SgdTable as in fused_kernels.h with kOptimizerTableSize entries.
+GeneratedKernel SgdUpdateMulti();
+
+// Adam / AdamW (decoupled != 0) in place: g' = clip·g (+ wd·w for Adam); w *= decay (AdamW);
+// m = β1·m + (1-β1)·g'; v = β2·v + (1-β2)·g'²; w -= step_size·m / (sqrt(v) / bc2_sqrt + ε).
+// Signature: (float* w, const float* g, float* m, float* v, const float* lr, const int* step,
+// const float* beta1, const float* beta2, const float* eps, const float* wd, const float* clip,
+// int decoupled, long long n); clip may be null.
+GeneratedKernel Adam();
+// The same over an AdamTable { float* w[N]; const float* g[N]; float* m[N]; float* v[N];
+// long long n[N]; } (N = kOptimizerTableSize), blockIdx.y picking the tensor. Signature:
+// (AdamTable table, lr, step, beta1, beta2, eps, wd, clip, int decoupled).
+GeneratedKernel AdamMulti();
+
+// Stage 1 of the global norm: partials[first[t] + c] = ChunkSumSquares(chunk c of tensor t).
+// Blocks of kNormBlock threads, grid (most chunks of a tensor, tensors). Signature:
+// (NormTable table, float* partials), NormTable { const float* g[N]; long long n[N];
+// long long first[N]; }.
+GeneratedKernel GradSumSquares();
+// Stage 2, one block of kNormBlock threads: norm[0] = sqrt(SumPartials), coef[0] =
+// ClipCoefficient(norm, max_norm[0]). Signature: (const float* partials, long long count,
+// const float* max_norm, float* norm, float* coef).
+GeneratedKernel ClipCoefficientKernel();
+
+// Every kernel above, for compile checks and prefetching.
+std::vector<GeneratedKernel> OptimizerKernels();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_OPTIMIZER_KERNELS_H_

@@ -1,0 +1,137 @@
+// grad_sum_squares and clip_coefficient: the global gradient norm of torch.nn.utils.
+// clip_grad_norm_ in two deterministic stages (no atomics): per-chunk sums of squares over every
+// gradient, then one block adding them in a fixed order and turning the norm into the clip
+// coefficient that the updates read from device memory.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/optimizer_kernels.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+int64_t ChunksOf(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
+
+absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs&,
+                                                        absl::Span<const TensorSpec> in) {
+  if (in.empty()) return absl::InvalidArgumentError("expected at least one gradient");
+  int64_t partials = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
+    partials += ChunksOf(in[i].NumElements());
+  }
+  if (partials == 0) return absl::InvalidArgumentError("the gradients have no elements");
+  return std::vector<TensorSpec>{{Shape{partials}, in[0].dtype}};
+}
+
+absl::Status CpuSumSquares(const Node&, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
+    auto partials = out[0]->data<T>();
+    size_t p = 0;
+    for (const ir::HostTensor* g : in) {
+      auto x = g->data<T>();
+      const int64_t n = static_cast<int64_t>(x.size());
+      for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
+        partials[p++] = codegen::ChunkSumSquares(x.data() + start,
+                                                 std::min<int64_t>(codegen::kNormChunk, n - start));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext& ctx,
+                                                           const Node& node) {
+  constexpr int kTable = codegen::kOptimizerTableSize;
+  struct Table {
+    const void* g[kTable];
+    long long n[kTable];
+    long long first[kTable];
+  };
+  const int64_t tensors = static_cast<int64_t>(ctx.inputs.size());
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  int64_t first_partial = 0;
+  for (int64_t first = 0; first < tensors; first += kTable) {
+    Table table = {};
+    const int count = static_cast<int>(std::min<int64_t>(kTable, tensors - first));
+    int64_t most_chunks = 1;
+    for (int i = 0; i < count; ++i) {
+      table.g[i] = ctx.inputs[first + i];
+      table.n[i] = ctx.input_specs[first + i].NumElements();
+      table.first[i] = first_partial;
+      first_partial += ChunksOf(table.n[i]);
+      most_chunks = std::max<int64_t>(most_chunks, ChunksOf(table.n[i]));
+    }
+    KernelArgs args;
+    args.AddBytes(&table, sizeof(table));
+    args.Add(ctx.outputs[0]);
+    dim3 grid(static_cast<unsigned>(most_chunks), static_cast<unsigned>(count));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
+                     NvrtcKernel::Create(ctx, node.name, codegen::GradSumSquares(), grid,
+                                         dim3(codegen::kNormBlock), 0, std::move(args)));
+    parts.push_back(std::move(part));
+  }
+  return Sequence(std::move(parts));
+}
+
+// clip_coefficient ----------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferClip(const Attrs&, absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  RETURN_IF_ERROR(CheckRank(in[0], 1, "partial sums"));
+  RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "partial sums"));
+  if (in[1].shape.rank() != 0 || in[1].dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_norm must be an f32 scalar, got ", in[1].ToString()));
+  }
+  const TensorSpec scalar{Shape{}, in[0].dtype};
+  return std::vector<TensorSpec>{scalar, scalar};
+}
+
+absl::Status CpuClip(const Node&, absl::Span<ir::HostTensor* const> in,
+                     absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    auto partials = in[0]->data<T>();
+    const double norm = std::sqrt(codegen::SumPartials(partials.data(), partials.size()));
+    const double max_norm = in[1]->data<T>()[0];
+    out[0]->data<T>()[0] = static_cast<T>(norm);
+    out[1]->data<T>()[0] = static_cast<T>(codegen::ClipCoefficient(norm, max_norm));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerClip(const LoweringContext& ctx, const Node& node) {
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(static_cast<long long>(ctx.input_specs[0].NumElements()));
+  args.Add(ctx.inputs[1]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
+  return NvrtcKernel::Create(ctx, node.name, codegen::ClipCoefficientKernel(), dim3(1),
+                             dim3(codegen::kNormBlock), 0, std::move(args));
+}
+
+}  // namespace
+
+const ir::OpDef& GradSumSquaresOp() {
+  static const ir::OpDef op{.name = "grad_sum_squares",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferSumSquares,
+                            .cpu = CpuSumSquares,
+                            .lower = LowerSumSquares};
+  return op;
+}
+
+const ir::OpDef& ClipCoefficientOp() {
+  static const ir::OpDef op{.name = "clip_coefficient",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferClip,
+                            .cpu = CpuClip,
+                            .lower = LowerClip};
+  return op;
+}
+
+}  // namespace reprise::ops

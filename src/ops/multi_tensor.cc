@@ -1,0 +1,56 @@
+#include "src/ops/multi_tensor.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/ir/op_def.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+
+absl::StatusOr<int64_t> MultiTensorCount(const Attrs& attrs, int num_inputs, int per_tensor,
+                                         int min_shared, int max_shared) {
+  ASSIGN_OR_RETURN(int64_t tensors, ir::IntAttr(attrs, "tensors"));
+  const int64_t shared = num_inputs - per_tensor * tensors;
+  if (tensors < 1 || shared < min_shared || shared > max_shared) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", per_tensor, " inputs per tensor for ", tensors, " tensors plus ",
+                     min_shared, min_shared == max_shared ? "" : absl::StrCat(" to ", max_shared),
+                     " shared inputs, got ", num_inputs, " inputs"));
+  }
+  return tensors;
+}
+
+std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
+                                    absl::Span<const int> per_tensor_mutated) {
+  absl::StatusOr<int64_t> tensors = ir::IntAttr(attrs, "tensors");
+  std::vector<int> mutated;
+  for (int64_t t = 0; tensors.ok() && t < *tensors; ++t) {
+    for (int m : per_tensor_mutated) mutated.push_back(static_cast<int>(per_tensor * t + m));
+  }
+  return mutated;
+}
+
+absl::Status LaunchSequence::Launch(cudaStream_t stream) const {
+  for (const auto& part : parts_) RETURN_IF_ERROR(part->Launch(stream));
+  return absl::OkStatus();
+}
+
+std::string LaunchSequence::Describe() const {
+  std::string out;
+  for (const auto& part : parts_) absl::StrAppend(&out, out.empty() ? "" : "; ", part->Describe());
+  return out;
+}
+
+std::vector<std::string> LaunchSequence::GeneratedKernelNames() const {
+  std::vector<std::string> names;
+  for (const auto& part : parts_) {
+    for (std::string& name : part->GeneratedKernelNames()) names.push_back(std::move(name));
+  }
+  return names;
+}
+
+std::unique_ptr<GpuKernel> Sequence(std::vector<std::unique_ptr<GpuKernel>> parts) {
+  if (parts.size() == 1) return std::move(parts[0]);
+  return std::make_unique<LaunchSequence>(std::move(parts));
+}
+
+}  // namespace reprise::ops

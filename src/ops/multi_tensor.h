@@ -1,0 +1,55 @@
+// What the multi-tensor optimizer ops share: their input layout (k inputs per tensor, then the
+// inputs every tensor shares), the inputs they write, and a GpuKernel that runs one launch per
+// table of tensors.
+#ifndef REPRISE_SRC_OPS_MULTI_TENSOR_H_
+#define REPRISE_SRC_OPS_MULTI_TENSOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+#include "src/ops/gpu_kernel.h"
+
+namespace reprise::ops {
+
+// Inputs: per_tensor for each of attrs["tensors"] tensors, then shared inputs, whose count must
+// lie in [min_shared, max_shared]. Returns the tensor count.
+absl::StatusOr<int64_t> MultiTensorCount(const Attrs& attrs, int num_inputs, int per_tensor,
+                                         int min_shared, int max_shared);
+
+// The inputs of tensor t followed by the shared ones: what the single-tensor op sees.
+template <typename T>
+std::vector<T> SingleTensorInputs(absl::Span<T const> in, int64_t tensors, int per_tensor,
+                                  int64_t t) {
+  std::vector<T> single(in.begin() + per_tensor * t, in.begin() + per_tensor * (t + 1));
+  single.insert(single.end(), in.begin() + per_tensor * tensors, in.end());
+  return single;
+}
+
+// The written inputs of every tensor: `per_tensor_mutated` (offsets within a tensor's inputs)
+// for each of attrs["tensors"] tensors (none when the attribute is missing).
+std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
+                                    absl::Span<const int> per_tensor_mutated);
+
+// Runs its parts one after another: one launch per table of tensors.
+class LaunchSequence : public GpuKernel {
+ public:
+  explicit LaunchSequence(std::vector<std::unique_ptr<GpuKernel>> parts)
+      : parts_(std::move(parts)) {}
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;
+  std::vector<std::string> GeneratedKernelNames() const override;
+
+ private:
+  std::vector<std::unique_ptr<GpuKernel>> parts_;
+};
+
+// One part as is, several as a LaunchSequence.
+std::unique_ptr<GpuKernel> Sequence(std::vector<std::unique_ptr<GpuKernel>> parts);
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_MULTI_TENSOR_H_

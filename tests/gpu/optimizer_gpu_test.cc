@@ -1,0 +1,317 @@
+// The optimizers on the GPU: each new op's kernels against the CPU reference, and a 200-step MLP
+// run with AdamW, clipping and a warm-up + cosine schedule whose graph replays give the bulked
+// run's bits with no graph update or re-instantiation after the first capture, whose first steps
+// match the CPU reference, and whose saved weights carry Adam's moments and the device step.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/autodiff/optimizer_graph.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/ops.h"
+#include "src/util/safetensors.h"
+#include "tests/cpu/cache_test_util.h"
+#include "tests/gpu/gpu_op_check.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+const TensorSpec kScalar{Shape{}, DType::kFloat32};
+
+Initializer Random() { return Initializer::Uniform(-1, 1); }
+
+// The shared inputs of an adam node; `clip` adds a clip coefficient.
+std::vector<Value> AdamShared(Graph& g, bool clip) {
+  std::vector<Value> shared = {*g.AddInput("lr", kScalar, Initializer::Constant(0.01)),
+                               *g.AddState("step", {Shape{2}, DType::kInt32}, Initializer::Zeros()),
+                               *g.AddInput("beta1", kScalar, Initializer::Constant(0.9)),
+                               *g.AddInput("beta2", kScalar, Initializer::Constant(0.999)),
+                               *g.AddInput("eps", kScalar, Initializer::Constant(1e-8)),
+                               *g.AddInput("wd", kScalar, Initializer::Constant(0.05))};
+  if (clip) shared.push_back(*g.AddInput("clip", kScalar, Initializer::Constant(0.3)));
+  return shared;
+}
+
+std::vector<Value> AdamTensor(Graph& g, const std::string& name, Shape shape) {
+  return {*g.AddParameter(name, {shape}, Random()), *g.AddConstant(name + ".g", {shape}, Random()),
+          *g.AddState(name + ".m", {shape}, Random()),
+          *g.AddState(name + ".v", {shape}, Initializer::Uniform(0, 1))};
+}
+
+std::vector<Value> Concat(std::vector<Value> a, const std::vector<Value>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The kernels round each operation as the CPU reference does; the tolerance only allows for a
+// double cosine or power differing in its last bit.
+constexpr double kTolerance = 1e-6;
+
+TEST(OptimizerGpuTest, AdamAndAdamWMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  for (bool clip : {false, true}) {
+    Graph g;
+    const std::vector<Value> shared = AdamShared(g, clip);
+    ASSERT_TRUE(g.AddOp(ops::AdamOp(), "adam", Concat(AdamTensor(g, "a", Shape{1000}), shared),
+                        {{"decoupled", false}})
+                    .ok());
+    ASSERT_TRUE(g.AddOp(ops::AdamOp(), "adamw", Concat(AdamTensor(g, "b", Shape{33, 7}), shared),
+                        {{"decoupled", true}})
+                    .ok());
+    ir::ReferenceExecutor cpu(g, false, 4);
+    ASSERT_TRUE(cpu.SetLeaf("step", std::vector<int32_t>{41, 0}).ok());
+    ExpectGpuMatchesCpu(g, cpu, kTolerance);
+  }
+}
+
+TEST(OptimizerGpuTest, AdamMultiMatchesTheCpuReferenceAcrossTables) {
+  REPRISE_REQUIRE_GPU();
+  Graph g;
+  std::vector<Value> per_tensor;
+  const int64_t tensors = 40;  // Two launches of up to 32.
+  for (int t = 0; t < tensors; ++t) {
+    per_tensor = Concat(per_tensor,
+                        AdamTensor(g, "t" + std::to_string(t), Shape{t == 3 ? 70000 : 1 + 37 * t}));
+  }
+  ASSERT_TRUE(g.AddOp(ops::AdamMultiOp(), "adam.all", Concat(per_tensor, AdamShared(g, true)),
+                      {{"decoupled", true}, {"tensors", tensors}})
+                  .ok());
+  ir::ReferenceExecutor cpu(g, false, 5);
+  ASSERT_TRUE(cpu.SetLeaf("step", std::vector<int32_t>{0, 0}).ok());
+  ExpectGpuMatchesCpu(g, cpu, kTolerance);
+}
+
+TEST(OptimizerGpuTest, NesterovAndClippedSgdMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  for (bool multi : {false, true}) {
+    Graph g;
+    std::vector<Value> per_tensor;
+    for (int t = 0; t < 3; ++t) {
+      const Shape shape{100 + 1000 * t};
+      const std::string name = "w" + std::to_string(t);
+      per_tensor = Concat(per_tensor, {*g.AddParameter(name, {shape}, Random()),
+                                       *g.AddConstant(name + ".g", {shape}, Random()),
+                                       *g.AddState(name + ".v", {shape}, Random())});
+    }
+    std::vector<Value> shared;
+    for (auto [name, value] : {std::pair{"lr", 0.1}, {"mu", 0.9}, {"wd", 0.01}, {"clip", 0.4}}) {
+      shared.push_back(*g.AddInput(name, kScalar, Initializer::Constant(value)));
+    }
+    if (multi) {
+      ASSERT_TRUE(g.AddOp(ops::SgdMomentumMultiOp(), "sgd.all", Concat(per_tensor, shared),
+                          {{"nesterov", true}, {"tensors", int64_t{3}}})
+                      .ok());
+    } else {
+      for (int t = 0; t < 3; ++t) {
+        std::vector<Value> in(per_tensor.begin() + 3 * t, per_tensor.begin() + 3 * t + 3);
+        ASSERT_TRUE(g.AddOp(ops::SgdMomentumOp(), "sgd" + std::to_string(t), Concat(in, shared),
+                            {{"nesterov", true}})
+                        .ok());
+      }
+    }
+    ir::ReferenceExecutor cpu(g, false, 6);
+    ExpectGpuMatchesCpu(g, cpu, kTolerance);
+  }
+}
+
+TEST(OptimizerGpuTest, GlobalNormAndClipCoefficientMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  for (double max_norm : {0.5, 1e6}) {
+    Graph g;
+    std::vector<Value> grads;
+    for (int64_t n : {70000, 33, 4096, 1, 4097}) {
+      grads.push_back(*g.AddConstant("g" + std::to_string(n), {Shape{n}}, Random()));
+    }
+    Value partials = *g.AddOp1(ops::GradSumSquaresOp(), "partials", grads);
+    Value max = *g.AddInput("max_norm", kScalar, Initializer::Constant(max_norm));
+    ASSERT_TRUE(g.AddOp(ops::ClipCoefficientOp(), "clip", {partials, max}).ok());
+    ir::ReferenceExecutor cpu(g, false, 7);
+    ExpectGpuMatchesCpu(g, cpu, kTolerance);
+  }
+}
+
+TEST(OptimizerGpuTest, LrScheduleMatchesTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const Attrs schedules[] = {
+      {{"warmup_steps", int64_t{10}},
+       {"decay", std::string("cosine")},
+       {"total_steps", int64_t{100}},
+       {"min_factor", 0.1},
+       {"step_size", int64_t{0}},
+       {"gamma", 1.0}},
+      {{"warmup_steps", int64_t{0}},
+       {"decay", std::string("step")},
+       {"total_steps", int64_t{0}},
+       {"min_factor", 0.0},
+       {"step_size", int64_t{7}},
+       {"gamma", 0.5}},
+  };
+  for (const Attrs& attrs : schedules) {
+    for (int32_t step : {0, 5, 37, 150}) {
+      Graph g;
+      Value lr = *g.AddInput("lr", kScalar, Initializer::Constant(0.3));
+      Value counter = *g.AddState("step", {Shape{2}, DType::kInt32}, Initializer::Zeros());
+      ASSERT_TRUE(g.AddOp1(ops::LrScheduleOp(), "rate", {lr, counter}, attrs).ok());
+      ir::ReferenceExecutor cpu(g, false, 1);
+      ASSERT_TRUE(cpu.SetLeaf("step", std::vector<int32_t>{step, 0}).ok());
+      ExpectGpuMatchesCpu(g, cpu, kTolerance);
+    }
+  }
+}
+
+// The training run ---------------------------------------------------------------------------
+
+constexpr int kBatch = 32, kFeatures = 16, kClasses = 5;
+
+models::MlpConfig SmallMlp() {
+  return {
+      .batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 64, .classes = kClasses};
+}
+
+OptimizerOptions AdamWClippedCosine() {
+  return {.kind = OptimizerKind::kAdamW,
+          .learning_rate = 3e-3f,
+          .weight_decay = 0.01f,
+          .decay_rank1 = false,
+          .max_grad_norm = 1.0f,
+          .schedule = {.warmup_steps = 20,
+                       .decay = LrDecay::kCosine,
+                       .total_steps = 200,
+                       .min_lr_factor = 0.1f}};
+}
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+// Labels follow a fixed linear rule of the features, so there is something to learn.
+Batch MakeBatch(std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  Batch b{std::vector<float>(kBatch * kFeatures), std::vector<int32_t>(kBatch)};
+  for (float& v : b.x) v = normal(rng);
+  for (int i = 0; i < kBatch; ++i) {
+    float best = -1e9f;
+    for (int c = 0; c < kClasses; ++c) {
+      float score = 0;
+      for (int j = 0; j < kFeatures; ++j)
+        score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
+      if (score > best) best = score, b.y[i] = c;
+    }
+  }
+  return b;
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
+  TrainOptions options;
+  options.mode = mode;
+  options.seed = 42;
+  options.optimizer = AdamWClippedCosine();
+  auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? *std::move(trainer) : nullptr;
+}
+
+// `steps` steps on fresh batches; the base rate is rebound half way, as a user would.
+std::vector<float> Train(Trainer& t, int steps) {
+  std::mt19937 rng(5);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    Batch b = MakeBatch(rng);
+    EXPECT_TRUE(t.SetInput("features", b.x).ok());
+    EXPECT_TRUE(t.SetInput("labels", b.y).ok());
+    if (s == steps / 2) EXPECT_TRUE(t.SetLearningRate(2e-3f).ok());
+    EXPECT_TRUE(t.Step().ok());
+    losses.push_back(*t.Loss());
+  }
+  return losses;
+}
+
+TEST(OptimizerGpuTest, AdamWClippedCosineReplaysBitwiseWithNoGraphUpdates) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  ASSERT_TRUE(mlp.ok());
+  auto bulked = MakeTrainer(*mlp, ExecMode::kBulked);
+  auto graph = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(bulked && graph);
+  const std::vector<float> bulked_losses = Train(*bulked, 200);
+  const std::vector<float> graph_losses = Train(*graph, 200);
+  EXPECT_EQ(bulked_losses, graph_losses);
+  // Every parameter, both moments and the step counter, bit for bit.
+  testing::ScopedTempDir dir;
+  ASSERT_TRUE(bulked->SaveWeights(dir.path() + "/bulked.safetensors").ok());
+  ASSERT_TRUE(graph->SaveWeights(dir.path() + "/graph.safetensors").ok());
+  EXPECT_TRUE(testing::ReadFile(dir.path() + "/bulked.safetensors") ==
+              testing::ReadFile(dir.path() + "/graph.safetensors"));
+  float first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) first += graph_losses[i], last += graph_losses[190 + i];
+  EXPECT_LT(last, 0.6f * first) << ::testing::PrintToString(graph_losses);
+  const TrainerStats stats = graph->stats();
+  EXPECT_EQ(stats.graph_replays, 200);
+  EXPECT_EQ(stats.graph_captures, 1);
+  EXPECT_EQ(stats.graph_instantiations, 1);
+  EXPECT_EQ(stats.graph_exec_updates, 0);
+  EXPECT_EQ(stats.graph_node_updates, 0);
+  // A few launches update every parameter: two adam_multi (decayed, undecayed), the norm's two
+  // stages, the schedule and the counter.
+  int adam_multi = 0, adam = 0;
+  for (const Node& node : graph->training_graph().nodes()) {
+    adam_multi += node.op == &ops::AdamMultiOp();
+    adam += node.op == &ops::AdamOp();
+  }
+  EXPECT_EQ(adam_multi, 2);
+  EXPECT_EQ(adam, 0);
+}
+
+TEST(OptimizerGpuTest, FirstStepsMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto gpu = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(gpu);
+  auto training = autodiff::BuildTrainingGraphWith(mlp->graph, mlp->loss, AdamWClippedCosine());
+  ASSERT_TRUE(training.ok()) << training.status();
+  ir::ReferenceExecutor cpu(training->graph, /*float64=*/false, /*seed=*/42);
+  std::mt19937 rng(9);
+  for (int s = 0; s < 8; ++s) {
+    Batch b = MakeBatch(rng);
+    ASSERT_TRUE(gpu->SetInput("features", b.x).ok());
+    ASSERT_TRUE(gpu->SetInput("labels", b.y).ok());
+    ASSERT_TRUE(gpu->Step().ok());
+    ASSERT_TRUE(cpu.SetLeaf("features", std::vector<double>(b.x.begin(), b.x.end())).ok());
+    ASSERT_TRUE(cpu.SetLeaf("labels", b.y).ok());
+    ASSERT_TRUE(cpu.Run().ok());
+    const float cpu_loss = (*cpu.Tensor(mlp->loss))->data<float>()[0];
+    EXPECT_NEAR(*gpu->Loss(), cpu_loss, 1e-4f * std::max(1.0f, std::abs(cpu_loss))) << "step " << s;
+  }
+}
+
+TEST(OptimizerGpuTest, SavedWeightsCarryAdamsMomentsAndTheDeviceStep) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  auto trainer = MakeTrainer(*mlp, ExecMode::kGraph);
+  ASSERT_TRUE(trainer);
+  Train(*trainer, 7);
+  testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/adamw.safetensors";
+  ASSERT_TRUE(trainer->SaveWeights(path).ok());
+  auto file = util::ReadSafetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (const char* name : {"fc0.weight.exp_avg", "fc0.weight.exp_avg_sq", "fc3.bias.exp_avg"}) {
+    EXPECT_NE(file->Find(name), nullptr) << name;
+  }
+  const util::SafetensorsEntry* step = file->Find(autodiff::kStepCounter);
+  ASSERT_NE(step, nullptr);
+  int32_t words[2];
+  std::memcpy(words, file->Data(*step).data(), sizeof(words));
+  EXPECT_EQ(words[0], 7);
+  EXPECT_EQ(words[1], 0);
+}
+
+}  // namespace
+}  // namespace reprise
