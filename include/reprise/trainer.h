@@ -1,4 +1,4 @@
-// Trainer: compiles a graph's training step (forward, backward, SGD with momentum) into one plan
+// Trainer: compiles a graph's training step (forward, backward, optimizer update) into one plan
 // and runs it on a GPU, either op by op (sync, bulked) or as one replayed CUDA graph.
 //
 //   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(mlp.graph, mlp.loss, {}));
@@ -159,6 +159,8 @@ class Trainer {
   // InvalidArgument for a wrong dtype, a wrong size or a label outside [0, classes).
   absl::Status SetInput(absl::string_view name, absl::Span<const float> data);
   absl::Status SetInput(absl::string_view name, absl::Span<const int32_t> data);
+  // Binds the next steps' base learning rate; a schedule (OptimizerOptions::schedule) multiplies
+  // it on the device. Same errors as SetInput.
   absl::Status SetLearningRate(float learning_rate);
 
   // Zero-copy input: the engine's own pinned host buffer for input `name`, which the next Step()
