@@ -63,7 +63,7 @@ TEST(ResNetTest, BadConfigurationsAreClearErrors) {
 TEST(ResNetTest, CpuTrainingStepsLowerTheLossOnAFixedBatch) {
   auto net = models::BuildResNet({.depth = 18, .batch = 4, .classes = 3, .image_size = 32});
   ASSERT_TRUE(net.ok()) << net.status();
-  auto t = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
+  auto t = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.01f});
   ASSERT_TRUE(t.ok()) << t.status();
   ir::ReferenceExecutor exec(t->graph, /*float64=*/false, /*seed=*/3);
   std::mt19937 rng(11);
