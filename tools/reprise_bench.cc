@@ -6,6 +6,7 @@
 //
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --mode graph --fusion on
+//   reprise-bench --model resnet --depth 50 --batch 64 --mode graph --fusion on --mirror auto
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,9 @@ ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(std::string, channels_last, "off",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
+ABSL_FLAG(std::string, mirror, "off",
+          "off, auto or a byte budget for the activation peak: recompute cheap forward values in "
+          "the backward pass");
 ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --profile)");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
@@ -68,6 +72,7 @@ struct Result {
   double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0, kernel_disk_hits = 0;
   double busy_fraction = -1;  // GPU busy time (CUPTI) over step time; -1 without CUPTI.
+  int64_t activation_peak_bytes = 0, activation_peak_unmirrored_bytes = 0, mirrored_nodes = 0;
 };
 
 double Percentile(std::vector<float> v, double q) {
@@ -146,6 +151,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -183,7 +189,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   }
   ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
-  return Result{absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion)),
+  Result result{absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion)),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
                 Percentile(host_us, 0.5),
@@ -195,6 +201,10 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
                 stats.kernels_compiled,
                 stats.kernel_disk_hits,
                 busy_fraction};
+  result.activation_peak_bytes = stats.activation_peak_bytes;
+  result.activation_peak_unmirrored_bytes = stats.activation_peak_unmirrored_bytes;
+  result.mirrored_nodes = stats.mirrored_nodes;
+  return result;
 }
 
 // Each launch's median time, summed per kind of kernel (the first two words of its description),
@@ -208,6 +218,7 @@ absl::Status Profile() {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
@@ -299,14 +310,15 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
       "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
-      "lanes=%d",
+      "lanes=%d mirror=%s",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
       absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
       absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
-      absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes));
+      absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
-  std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s\n", "mode", "median ms", "p90 ms",
-              "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy");
+  std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
+              "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
+              "activation MiB");
   std::vector<Fusion> fusions;
   const std::string fusion = absl::GetFlag(FLAGS_fusion);
   if (fusion == "on" || fusion == "all") fusions.push_back(Fusion::kOn);
@@ -327,10 +339,16 @@ absl::Status Main() {
       const double samples = absl::GetFlag(FLAGS_batch) / (r.median_ms / 1000.0);
       const std::string busy =
           r.busy_fraction < 0 ? "n/a" : absl::StrFormat("%.0f%%", 100 * r.busy_fraction);
-      std::printf("%-16s %11.4f %11.4f %12.0f %10.2f %9lld %11lld %11.1f %6s\n", r.mode.c_str(),
-                  r.median_ms, r.p90_ms, samples, r.host_us_per_step,
+      // The activation peak, and without mirroring where nodes are mirrored.
+      const std::string activation =
+          r.mirrored_nodes == 0
+              ? absl::StrFormat("%.1f", r.activation_peak_bytes / 1048576.0)
+              : absl::StrFormat("%.1f (%.1f)", r.activation_peak_bytes / 1048576.0,
+                                r.activation_peak_unmirrored_bytes / 1048576.0);
+      std::printf("%-16s %11.4f %11.4f %12.0f %10.2f %9lld %11lld %11.1f %6s %17s\n",
+                  r.mode.c_str(), r.median_ms, r.p90_ms, samples, r.host_us_per_step,
                   static_cast<long long>(r.launches), static_cast<long long>(r.graph_nodes),
-                  r.device_bytes / 1048576.0, busy.c_str());
+                  r.device_bytes / 1048576.0, busy.c_str(), activation.c_str());
       std::fprintf(
           stderr, "reprise-bench: %s kernels acquired in %.1f ms (%lld compiled, %lld from disk)\n",
           r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
@@ -340,11 +358,14 @@ absl::Status Main() {
           "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
           "\"host_us_per_step\": %.3f, \"launches_per_step\": %d, \"graph_nodes\": %d, "
           "\"arena_bytes\": %d, \"device_bytes\": %d, \"kernel_acquire_ms\": %.3f, "
-          "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s}",
+          "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s, "
+          "\"activation_peak_bytes\": %d, \"activation_peak_unmirrored_bytes\": %d, "
+          "\"mirrored_nodes\": %d}",
           r.mode, r.median_ms, r.p90_ms, samples, r.host_us_per_step, r.launches, r.graph_nodes,
           r.arena_bytes, r.device_bytes, r.kernel_acquire_ms, r.kernels_compiled,
           r.kernel_disk_hits,
-          r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction)));
+          r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction),
+          r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes));
     }
   }
   if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());
@@ -356,15 +377,15 @@ absl::Status Main() {
         "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
         "\"channels_last\": \"%s\", "
         "\"batch\": %d, \"classes\": %d, \"tf32\": %s, "
-        "\"lanes\": %d, "
+        "\"lanes\": %d, \"mirror\": \"%s\", "
         "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
         absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
         absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
-        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
-        absl::StrJoin(json_results, ", "));
+        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
+        absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // reprise-dump: a model's graph at a stage of compilation, for reading and for other tools.
 //   reprise-dump --model mlp --depth 2 --width 64 --stage ir|training|plan|cuda-graph
 //                --format text|json|dot|svg [-o FILE] [--fuse=true|false] [--lanes 1|2]
+//                [--mirror off|auto|BYTES]
 // ir, training and plan need no GPU; cuda-graph captures the step on one. The work is
 // DumpModel (src/api/model_dump.h); this file only maps flags onto its request.
 #include <cstdio>
@@ -28,6 +29,9 @@ ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
 ABSL_FLAG(int, lanes, 0, "0 (auto) or 1 to 4 lanes (stages plan and cuda-graph)");
 ABSL_FLAG(bool, whole_step, true,
           "allow the whole-step MLP kernel when it fits (stages plan and cuda-graph)");
+ABSL_FLAG(std::string, mirror, "off",
+          "off, auto or a byte budget for the activation peak: recompute cheap forward values "
+          "in the backward pass (stages plan and cuda-graph; the plan marks them)");
 ABSL_FLAG(bool, cuda_debug_dot, false,
           "with --stage cuda-graph --format dot: CUDA's own DOT (cudaGraphDebugDotPrint), "
           "annotated in comments, instead of reprise's");
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
   request.fuse = absl::GetFlag(FLAGS_fuse);
   request.lanes = absl::GetFlag(FLAGS_lanes);
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
+  request.mirror = absl::GetFlag(FLAGS_mirror);
   request.output = absl::GetFlag(FLAGS_o);
   request.cuda_debug_dot = absl::GetFlag(FLAGS_cuda_debug_dot);
 

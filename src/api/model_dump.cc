@@ -72,6 +72,7 @@ absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest&
   options.fuse = request.fuse;
   options.lanes = request.lanes;
   options.whole_step = request.whole_step;
+  ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
   ASSIGN_OR_RETURN(CapturedStepDump step,
                    CaptureStepForDump(model.graph, model.loss, options, request.cuda_debug_dot));
   if (request.cuda_debug_dot) return step.cuda_debug_dot;
@@ -102,9 +103,10 @@ absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
       absl::StrCat("unknown --stage '", name, "': expected ir, training, plan or cuda-graph"));
 }
 
-static passes::PlanOptions PlanOptionsOf(const DumpRequest& request) {
+static absl::StatusOr<passes::PlanOptions> PlanOptionsOf(const DumpRequest& request) {
   passes::PlanOptions options{.fuse = request.fuse, .lanes = request.lanes};
   options.fusion.whole_mlp_step = request.whole_step;
+  ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
   return options;
 }
 
@@ -123,6 +125,9 @@ absl::Status ValidateDumpRequest(const DumpRequest& request) {
   if (request.lanes < 0 || request.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("--lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", request.lanes));
+  }
+  if (absl::Status mirror = ParseMirrorOptions(request.mirror).status(); !mirror.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.message()));
   }
   RETURN_IF_ERROR(CheckWritable(request.output));
   RETURN_IF_ERROR(passes::CheckFormatAvailable(format));
@@ -146,8 +151,8 @@ absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
     case DumpStage::kPlan: {
       ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                        autodiff::BuildTrainingGraph(model.graph, model.loss, {}));
-      ASSIGN_OR_RETURN(passes::Plan plan,
-                       passes::BuildPlan(std::move(training), {}, PlanOptionsOf(request)));
+      ASSIGN_OR_RETURN(const passes::PlanOptions options, PlanOptionsOf(request));
+      ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), {}, options));
       return passes::DumpPlan(plan, format);
     }
     case DumpStage::kCudaGraph:

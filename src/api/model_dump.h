@@ -32,6 +32,7 @@ struct DumpRequest {
   bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).
   int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
+  std::string mirror = "off";   // off, auto or a byte budget (stages plan and cuda-graph).
   std::string output;           // -o: the file to write; empty or "-" for standard output.
   bool cuda_debug_dot = false;  // cuda-graph in dot: CUDA's own DOT instead of reprise's.
 };

@@ -167,6 +167,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step;
+  plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
   ASSIGN_OR_RETURN(passes::Plan plan,
                    passes::BuildPlan(std::move(training), mixed.kept, plan_options));
@@ -439,6 +440,8 @@ TrainerStats Trainer::Impl::stats() const {
   s.parameter_bytes = bytes(passes::BufferClass::kParameter);
   s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
   s.activation_peak_bytes = plan_.memory.transient_peak;
+  s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
+  s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
   s.workspace_bytes = workspace_.has_value() ? workspace_->bytes() : 0;
   // What this trainer's creation asked of the process-wide store.
   const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
@@ -457,16 +460,17 @@ std::string TrainerStats::ToString() const {
       "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
       "replays %d, nodes %d | launches/step %d "
       "on %d lane(s) | "
-      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f), workspace "
+      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f, %.2f "
+      "without mirroring %d nodes), workspace "
       "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk hits "
       "%d, "
       "corrupt entries discarded %d",
       steps, graph_captures, graph_instantiations, graph_exec_updates, graph_node_updates,
       graph_replays, graph_nodes, launches_per_step, lanes, arena_bytes / 1048576.0,
       parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
-      activation_peak_bytes / 1048576.0, workspace_bytes / 1048576.0, kernel_acquire_ms,
-      kernels_compiled, kernel_compile_ms, kernel_cache_hits, kernel_disk_hits,
-      kernel_cache_corrupt);
+      activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
+      mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
+      kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt);
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------

@@ -50,7 +50,7 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
                                                    "' must be an f32 scalar, got ",
                                                    loss_spec.ToString()));
   }
-  TrainingGraph t{forward, loss, {}, {}, {}};
+  TrainingGraph t{forward, loss, {}, {}, {}, forward.num_nodes()};
   Graph& g = t.graph;
   const Relevance rel = FindRelevant(forward, loss);
   absl::flat_hash_map<Value, std::vector<Value>> contributions;

@@ -27,6 +27,7 @@ struct TrainingGraph {
   std::vector<int32_t> parameters;                // Parameter node ids, in graph order.
   absl::flat_hash_map<int32_t, Value> gradients;  // Parameter node id -> its gradient.
   std::vector<int32_t> optimizer_nodes;
+  int32_t forward_nodes = 0;  // Nodes [0, forward_nodes) are the forward graph's (for mirroring).
 };
 
 // Gradients of `loss` (a scalar of `forward`) with respect to every parameter it depends on.

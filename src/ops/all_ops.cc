@@ -1,5 +1,6 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
+#include "src/ops/batch_norm_apply.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
@@ -43,6 +44,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &ReshapeOp(),
           &BatchNormActTrainOp(),
           &BatchNormActGradOp(),
+          &BatchNormApplyOp(),
           &TransposeOp(),
           &CastOp(),
           &MatmulBiasOp(),

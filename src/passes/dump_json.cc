@@ -163,6 +163,16 @@ void WritePlanMembers(const Plan& plan, absl::string_view stage, JsonWriter& w) 
   w.Key("kept").BeginArray(JsonWriter::kInline);
   for (const Value& v : plan.kept) WriteValue(g, v, w);
   w.EndArray();
+  w.Key("mirror").BeginObject();
+  w.Key("activation_peak_unmirrored").Int(plan.activation_peak_unmirrored);
+  w.Key("evaluations").Int(plan.mirror_evaluations);
+  w.Key("mirrored").BeginArray();
+  for (const auto& [original, twin] : plan.mirrored) {
+    w.BeginObject(JsonWriter::kInline).Key("node").String(original).Key("mirror").String(twin);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
   w.EndObject();
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
+#include "src/ops/batch_norm_apply.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse_mlp_step.h"
@@ -30,6 +31,7 @@ class GroupFinder {
 
   void LossWithGrad();
   void BatchNormActivations();
+  void BatchNormApplyActivations();
   void GemmEpilogues();
   void PointwiseChains();
   void MultiTensorUpdates();  // sgd_momentum and adam.
@@ -143,6 +145,41 @@ void GroupFinder::BatchNormActivations() {
                     .outputs = {Value{grad.id, 0}, Value{grad.id, 1}, Value{grad.id, 2}}};
     group.attrs["masked_output"] = masked_output;
     if (masked_output) group.outputs.push_back(Value{relu_grad.id, 0});
+    TryAdd(std::move(group));
+  }
+}
+
+// A batch norm recomputed by the mirror pass (batch_norm_apply, either layout) takes the twins of
+// the residual add and ReLU that follow it: one pass over memory for the whole recomputation.
+void GroupFinder::BatchNormApplyActivations() {
+  for (const Node& apply : g_.nodes()) {
+    if (apply.op != &ops::BatchNormApplyOp() || taken_[apply.id] ||
+        ir::BoolAttrOr(apply.attrs, "relu", false) || IsLowPrecision(apply.outputs[0].dtype))
+      continue;
+    const Node* next = SoleReader(Value{apply.id, 0});
+    if (next == nullptr) continue;
+    const Node* add = nullptr;
+    Value residual;
+    if (next->op == &ops::AddOp()) {
+      add = next;
+      residual = add->inputs[0] == Value{apply.id, 0} ? add->inputs[1] : add->inputs[0];
+      if (residual == Value{apply.id, 0}) continue;
+      next = SoleReader(Value{add->id, 0});
+      if (next == nullptr) continue;
+    }
+    if (next->op != &ops::ReluOp()) continue;
+    NodeGroup group{.members = {apply.id, next->id},
+                    .op = &ops::BatchNormApplyOp(),
+                    .name = absl::StrCat(apply.name, add ? "+add" : "", "+relu"),
+                    .attrs = apply.attrs,
+                    .inputs = apply.inputs,
+                    .outputs = {Value{next->id, 0}}};
+    group.attrs["relu"] = true;
+    group.attrs["residual"] = add != nullptr;
+    if (add) {
+      group.members.push_back(add->id);
+      group.inputs.push_back(residual);
+    }
     TryAdd(std::move(group));
   }
 }
@@ -308,7 +345,10 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
   if (groups.empty()) {
     GroupFinder finder(training.graph, kept);
     if (options.loss_with_grad) finder.LossWithGrad();
-    if (options.batch_norm_activations) finder.BatchNormActivations();
+    if (options.batch_norm_activations) {
+      finder.BatchNormActivations();
+      finder.BatchNormApplyActivations();
+    }
     if (options.gemm_epilogues) finder.GemmEpilogues();
     if (options.pointwise_chains) finder.PointwiseChains();
     if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();

@@ -4,6 +4,7 @@
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
+//   batch_norm_apply [-> add] -> relu          => batch_norm_apply with relu (mirrored batch norms)
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
 //   every adam sharing hyperparameters       => adam_multi (one launch per 32 tensors)

@@ -1,11 +1,13 @@
 #include "src/passes/memory_plan.h"
 
 #include <algorithm>
-#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
+#include "src/util/status_macros.h"
 
 namespace reprise::passes {
 namespace {
@@ -22,8 +24,9 @@ BufferClass ClassOf(const Node& node, bool kept) {
   return kept ? BufferClass::kFetched : BufferClass::kActivation;
 }
 
-// First fit over the gaps between live blocks, sorted by offset.
-int64_t FirstFit(const std::map<int64_t, int64_t>& live, int64_t bytes) {
+// First fit over the gaps between live blocks (offset, size), sorted by offset; blocks may
+// overlap (a big one and a small one that reused its head).
+int64_t FirstFit(const std::vector<std::pair<int64_t, int64_t>>& live, int64_t bytes) {
   int64_t cursor = 0;
   for (const auto& [offset, size] : live) {
     if (offset - cursor >= bytes) return cursor;
@@ -31,6 +34,8 @@ int64_t FirstFit(const std::map<int64_t, int64_t>& live, int64_t bytes) {
   }
   return cursor;
 }
+
+int64_t AlignedSize(const Buffer& b) { return AlignUp(std::max<int64_t>(b.bytes, 1)); }
 
 }  // namespace
 
@@ -57,14 +62,15 @@ const Buffer* MemoryPlan::Find(Value v) const {
   return it == index.end() ? nullptr : &buffers[it->second];
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
-                                      absl::Span<const ScheduledLaunch> schedule,
-                                      absl::Span<const Value> kept) {
+namespace {
+
+// Every output of every node as a buffer with its class, its liveness and no place yet.
+absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const ScheduledLaunch> schedule,
+                                   absl::Span<const Value> kept) {
   const absl::flat_hash_set<Value> kept_set(kept.begin(), kept.end());
   std::vector<int> position(graph.num_nodes(), -1);
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) position[schedule[i].node] = i;
   const int end = static_cast<int>(schedule.size());
-
   MemoryPlan plan;
   for (const Node& node : graph.nodes()) {
     if (!ir::IsLeaf(node) && position[node.id] < 0) {
@@ -90,6 +96,30 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
       }
     }
   }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> LiveTransientBytes(const Graph& graph,
+                                           absl::Span<const ScheduledLaunch> schedule,
+                                           absl::Span<const Value> kept) {
+  ASSIGN_OR_RETURN(const MemoryPlan plan, Buffers(graph, schedule, kept));
+  std::vector<int64_t> change(schedule.size() + 1, 0);  // Bytes allocated (+), freed (-) there.
+  for (const Buffer& b : plan.buffers) {
+    if (b.cls != BufferClass::kActivation) continue;
+    change[b.first] += AlignedSize(b);
+    change[b.last + 1] -= AlignedSize(b);
+  }
+  int64_t live = 0, peak = 0;
+  for (int64_t bytes : change) peak = std::max(peak, live += bytes);
+  return peak;
+}
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
+                                      absl::Span<const ScheduledLaunch> schedule,
+                                      absl::Span<const Value> kept) {
+  ASSIGN_OR_RETURN(MemoryPlan plan, Buffers(graph, schedule, kept));
 
   // Persistent classes first, then the input region, then the transient region.
   int64_t cursor = 0;
@@ -110,34 +140,57 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
     if (plan.buffers[i].cls == BufferClass::kActivation) transient.push_back(i);
   }
-  std::stable_sort(transient.begin(), transient.end(),
-                   [&](int a, int b) { return plan.buffers[a].first < plan.buffers[b].first; });
   const HappensBefore happens_before(schedule);
-  // A placed buffer is free for `launch` once every use of it happens before that launch.
+  // Two transient buffers may share bytes when every use of one happens before the other is
+  // written.
   auto dead_before = [&](const Buffer& b, int launch) {
     for (int use : b.uses) {
       if (!happens_before(use, launch)) return false;
     }
     return true;
   };
-  std::vector<int> placed;
-  for (int i : transient) {
-    Buffer& b = plan.buffers[i];
-    // Two buffers may share an offset range (a big one and a small one that reused its head),
-    // so keep the largest extent per offset.
-    std::map<int64_t, int64_t> live;  // offset -> aligned size, within the transient region
-    for (int j : placed) {
-      const Buffer& other = plan.buffers[j];
-      if (dead_before(other, b.first)) continue;
-      int64_t& extent = live[other.offset - plan.transient_offset];
-      extent = std::max(extent, AlignUp(std::max<int64_t>(other.bytes, 1)));
+  bool one_lane = true;
+  for (const ScheduledLaunch& launch : schedule) one_lane = one_lane && launch.lane == 0;
+  auto apart = [&](const Buffer& a, const Buffer& b) {
+    if (a.first <= b.last && b.first <= a.last) return false;  // Both alive at one launch.
+    if (one_lane) return true;  // In order: disjoint intervals never meet.
+    return dead_before(a, b.first) || dead_before(b, a.first);
+  };
+  // First fit in `order`; returns the offsets (within the transient region) and the peak.
+  auto place = [&](const std::vector<int>& order) {
+    std::vector<int64_t> offsets(plan.buffers.size(), 0);
+    int64_t peak = 0;
+    std::vector<int> placed;
+    std::vector<std::pair<int64_t, int64_t>> live;  // (offset, aligned size) in the region
+    for (int i : order) {
+      const Buffer& b = plan.buffers[i];
+      live.clear();
+      for (int j : placed) {
+        if (!apart(plan.buffers[j], b)) live.emplace_back(offsets[j], AlignedSize(plan.buffers[j]));
+      }
+      std::sort(live.begin(), live.end());
+      const int64_t size = AlignedSize(b);
+      offsets[i] = FirstFit(live, size);
+      peak = std::max(peak, offsets[i] + size);
+      placed.push_back(i);
     }
-    const int64_t size = AlignUp(std::max<int64_t>(b.bytes, 1));
-    const int64_t offset = FirstFit(live, size);
-    b.offset = plan.transient_offset + offset;
-    plan.transient_peak = std::max(plan.transient_peak, offset + size);
-    placed.push_back(i);
+    return std::make_pair(std::move(offsets), peak);
+  };
+  // Two orders, keeping the smaller peak: by first use (buffers fill the holes of earlier dead
+  // ones as they come), and largest first (big buffers are laid out before small ones can
+  // fragment the space between them: what a step whose backward recomputes values needs).
+  std::vector<int> by_first = transient, by_size = transient;
+  std::stable_sort(by_first.begin(), by_first.end(),
+                   [&](int a, int b) { return plan.buffers[a].first < plan.buffers[b].first; });
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int a, int b) { return plan.buffers[a].bytes > plan.buffers[b].bytes; });
+  auto [offsets, peak] = place(by_first);
+  if (auto [size_offsets, size_peak] = place(by_size); size_peak < peak) {
+    offsets = std::move(size_offsets);
+    peak = size_peak;
   }
+  for (int i : transient) plan.buffers[i].offset = plan.transient_offset + offsets[i];
+  plan.transient_peak = peak;
   plan.bytes_by_class[BufferClass::kActivation] = plan.transient_peak;
   plan.arena_bytes = plan.transient_offset + plan.transient_peak;
   return plan;

@@ -1,7 +1,8 @@
 // Memory plan: one arena for the whole step. Persistent tensors (parameters, optimizer state,
 // constants, fetched values) get fixed places; the step's inputs sit together so one copy per
 // step fills them; every other tensor gets an offset by liveness, reusing the space of tensors
-// that are dead. No two tensors that are alive at the same time overlap.
+// that are dead (first fit, by first use or largest first, whichever peaks lower). No two tensors
+// that are alive at the same time overlap.
 #ifndef REPRISE_SRC_PASSES_MEMORY_PLAN_H_
 #define REPRISE_SRC_PASSES_MEMORY_PLAN_H_
 
@@ -55,6 +56,12 @@ struct MemoryPlan {
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
                                       absl::Span<const ScheduledLaunch> schedule,
                                       absl::Span<const Value> kept);
+
+// The most transient bytes (each aligned as placed) alive at any launch of `schedule`: a lower
+// bound on PlanMemory's transient_peak, found without placing anything (linear time).
+absl::StatusOr<int64_t> LiveTransientBytes(const Graph& graph,
+                                           absl::Span<const ScheduledLaunch> schedule,
+                                           absl::Span<const Value> kept);
 
 }  // namespace reprise::passes
 

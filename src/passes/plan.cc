@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -28,14 +29,12 @@ absl::StatusOr<Value> Plan::MapValue(Value user_value) const {
   return it->second;
 }
 
-absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch,
-                               const PlanOptions& options) {
+namespace {
+
+// Everything after mirroring: fuse, schedule and (if `place`) the memory plan.
+absl::StatusOr<Plan> PlanMirrored(autodiff::TrainingGraph training, absl::Span<const Value> kept,
+                                  const PlanOptions& options, bool place = true) {
   Plan plan;
-  std::vector<Value> kept = {training.loss};
-  for (const Value& v : fetch) {
-    RETURN_IF_ERROR(training.graph.SpecOf(v).status());
-    kept.push_back(v);
-  }
   if (options.fuse) {
     ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, options.fusion));
     plan.training = std::move(fused.training);
@@ -49,12 +48,47 @@ absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<cons
     plan.kept.push_back(mapped);
   }
   ASSIGN_OR_RETURN(plan.launches, Schedule(plan.graph(), {.lanes = options.lanes}));
-  ASSIGN_OR_RETURN(plan.memory, PlanMemory(plan.graph(), plan.launches, plan.kept));
+  if (place) {
+    ASSIGN_OR_RETURN(plan.memory, PlanMemory(plan.graph(), plan.launches, plan.kept));
+  }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch,
+                               const PlanOptions& options) {
+  std::vector<Value> kept = {training.loss};
+  for (const Value& v : fetch) {
+    RETURN_IF_ERROR(training.graph.SpecOf(v).status());
+    kept.push_back(v);
+  }
+  MirrorReport report;
+  if (options.mirror.policy != MirrorOptions::Policy::kOff) {
+    // Forward values keep their ids through mirroring, so `kept` holds for every candidate.
+    auto peak = [&](const autodiff::TrainingGraph& candidate,
+                    bool place) -> absl::StatusOr<PeakEstimate> {
+      ASSIGN_OR_RETURN(Plan p, PlanMirrored(candidate, kept, options, place));
+      ASSIGN_OR_RETURN(int64_t live, LiveTransientBytes(p.graph(), p.launches, p.kept));
+      return PeakEstimate{live, place ? p.memory.transient_peak : -1};
+    };
+    ASSIGN_OR_RETURN(MirroredTraining mirrored, Mirror(training, kept, options.mirror, peak));
+    training = std::move(mirrored.training);
+    report = std::move(mirrored.report);
+  }
+  ASSIGN_OR_RETURN(Plan plan, PlanMirrored(std::move(training), kept, options));
+  plan.activation_peak_unmirrored = options.mirror.policy == MirrorOptions::Policy::kOff
+                                        ? plan.memory.transient_peak
+                                        : report.peak_unmirrored;
+  plan.mirrored = std::move(report.mirrored);
+  plan.mirror_evaluations = report.evaluations;
   return plan;
 }
 
 std::string PlanToString(const Plan& plan) {
   const Graph& g = plan.graph();
+  absl::flat_hash_map<std::string, std::string> original_of;  // Twin -> the node it recomputes.
+  for (const auto& [original, twin] : plan.mirrored) original_of[twin] = original;
   std::string out = absl::StrCat("launch 0: lane 0 copy_inputs ", plan.memory.input_bytes,
                                  " bytes -> @", plan.memory.input_offset, "\n");
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -72,13 +106,26 @@ std::string PlanToString(const Plan& plan) {
                     " = ", n.op_name(), " -> ",
                     outs.empty() ? "(in place)" : absl::StrJoin(outs, ", "));
     auto fused = n.attrs.find("fused_nodes");
+    std::vector<std::string> members = {n.name};
     if (fused != n.attrs.end() && std::holds_alternative<std::string>(fused->second)) {
       absl::StrAppend(&out, "  [fuses ", std::get<std::string>(fused->second), "]");
+      members = absl::StrSplit(std::get<std::string>(fused->second), ',');
     }
+    std::vector<std::string> recomputed;
+    for (const std::string& member : members) {
+      if (auto it = original_of.find(member); it != original_of.end())
+        recomputed.push_back(it->second);
+    }
+    if (!recomputed.empty())
+      absl::StrAppend(&out, "  [mirror of ", absl::StrJoin(recomputed, ","), "]");
     absl::StrAppend(&out, "\n");
   }
   absl::StrAppend(&out, "arena ", plan.memory.arena_bytes, " bytes; transient peak ",
                   plan.memory.transient_peak, " bytes\n");
+  if (plan.mirror_evaluations > 0) {  // The mirror pass ran.
+    absl::StrAppend(&out, "mirror: ", plan.mirrored.size(), " nodes recomputed; transient peak ",
+                    plan.activation_peak_unmirrored, " bytes without mirroring\n");
+  }
   return out;
 }
 

@@ -10,11 +10,15 @@
 #include "src/autodiff/autodiff.h"
 #include "src/passes/fuse.h"
 #include "src/passes/memory_plan.h"
+#include "src/passes/mirror.h"
 #include "src/passes/schedule.h"
 
 namespace reprise::passes {
 
 struct PlanOptions {
+  // Recompute cheap forward values in the backward pass where that lowers the activation peak
+  // (src/passes/mirror.h); runs first, each candidate planned by the rest of this pipeline.
+  MirrorOptions mirror;
   bool fuse = true;  // Run the fuse pass; off, every node is its own launch.
   FuseOptions fusion;
   int lanes = 1;  // See ScheduleOptions.
@@ -25,10 +29,15 @@ struct Plan {
   std::vector<ScheduledLaunch> launches;  // Compute launches; the input copy precedes them.
   MemoryPlan memory;
   std::vector<Value> kept;  // The loss and the fetched values.
-  // Values of the unfused training graph (and so of the user's graph) -> values here; empty
-  // when nothing was fused.
+  // Values of the unfused (mirrored) training graph, whose forward values are the user's graph's,
+  // -> values here; empty when nothing was fused.
   absl::flat_hash_map<Value, Value> values;
   std::vector<std::pair<std::string, std::vector<std::string>>> fused_groups;
+  // Mirroring: the activation peak this plan would have without it (memory.transient_peak when
+  // nothing is mirrored), and each recomputed forward node as (original, twin) names.
+  int64_t activation_peak_unmirrored = 0;
+  std::vector<std::pair<std::string, std::string>> mirrored;
+  int mirror_evaluations = 0;  // Candidate graphs the mirror pass planned.
 
   const Graph& graph() const { return training.graph; }
   int lanes() const;  // 1 + the highest lane of any launch.
@@ -36,8 +45,9 @@ struct Plan {
   absl::StatusOr<Value> MapValue(Value user_value) const;
 };
 
-// Fuses (per `options`), schedules and places `training`; `fetch` are forward values to keep
-// after the step.
+// Mirrors, fuses (per `options`), schedules and places `training`, as autodiff built it; `fetch`
+// are forward values to keep after the step. Errors of the mirror pass (a budget no plan meets)
+// pass through.
 absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<const Value> fetch,
                                const PlanOptions& options = {});
 

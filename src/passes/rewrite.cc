@@ -35,8 +35,6 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
   return true;
 }
 
-namespace {
-
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
   const TensorSpec& spec = node.outputs[0];
   if (node.op == &ir::InputOp()) return g.AddInput(node.name, spec, node.init);
@@ -44,6 +42,8 @@ absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
   if (node.op == &ir::StateOp()) return g.AddState(node.name, spec, node.init);
   return g.AddConstant(node.name, spec, node.init);
 }
+
+namespace {
 
 absl::Status CheckGroup(const Graph& graph, const Consumers& consumers, const NodeGroup& group,
                         const absl::flat_hash_set<int32_t>& members,

@@ -45,6 +45,9 @@ struct Consumers {
 bool Placeable(const Graph& graph, const Consumers& consumers,
                const absl::flat_hash_set<int32_t>& members);
 
+// Adds a copy of leaf `node` (input, parameter, state or constant) to `g`.
+absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node);
+
 // Rebuilds `graph`: every leaf first, then the other nodes in order, each group replaced by one
 // node at its last member's position.
 // InvalidArgument if groups overlap, a group is not Placeable, or a member's value read outside

@@ -1,0 +1,96 @@
+// batch_norm_apply: shape rule, CPU reference (batch_norm_train's per-element formula) and GPU
+// lowering (src/codegen/conv_kernels.h's BatchNormRecompute, both layouts).
+#include "src/ops/batch_norm_apply.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/conv_kernels.h"
+#include "src/ops/batch_norm.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/ops/pooling.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+bool HasResidual(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "residual", false); }
+bool HasRelu(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu", false); }
+
+absl::StatusOr<std::vector<TensorSpec>> InferApply(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, HasResidual(attrs) ? 6 : 5));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
+  ASSIGN_OR_RETURN(const ImageDims x, ImageDimsOf(in[0], layout, "x"));
+  const char* names[] = {"gamma", "beta", "saved_mean", "saved_invstd"};
+  for (int i = 1; i < 5; ++i) {
+    // Mixed precision keeps the per-channel tensors float32 beside 16-bit data.
+    const bool dtype_fits = in[i].dtype == in[0].dtype ||
+                            (IsLowPrecision(in[0].dtype) && in[i].dtype == DType::kFloat32);
+    if (in[i].shape.rank() != 1 || in[i].shape.dim(0) != x.c || !dtype_fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(names[i - 1], " must be ", TensorSpec{Shape{x.c}, in[0].dtype}.ToString(),
+                       " (one value per channel of x ", in[0].ToString(), " in ",
+                       LayoutName(layout), "), got ", in[i].ToString()));
+    }
+  }
+  if (HasResidual(attrs) && !(in[5] == in[0])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("residual ", in[5].ToString(), " must match x ", in[0].ToString()));
+  }
+  return std::vector<TensorSpec>{in[0]};
+}
+
+absl::Status CpuApply(const Node& node, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims d, ImageDimsOf(in[0]->spec(), layout, "x"));
+  const bool residual = HasResidual(node.attrs), relu = HasRelu(node.attrs);
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    absl::Span<const T> x = in[0]->data<T>(), gamma = in[1]->data<T>(), beta = in[2]->data<T>();
+    absl::Span<const T> mean = in[3]->data<T>(), invstd = in[4]->data<T>();
+    auto y = out[0]->data<T>();
+    // Element i of the stored tensor is in channel (i / inner) % C, whatever the layout.
+    const int64_t inner = layout == Layout::kNCHW ? d.h * d.w : 1;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      const int64_t c = (i / inner) % d.c;
+      T v = BatchNormOutput(x[i], mean[c], invstd[c], gamma[c], beta[c]);
+      if (residual) v = v + in[5]->data<T>()[i];  // As the add op rounds.
+      if (relu) v = v > T(0) ? v : T(0);          // As the relu op does.
+      y[i] = v;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerApply(const LoweringContext& ctx,
+                                                      const Node& node) {
+  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims d, ImageDimsOf(ctx.input_specs[0], layout, "x"));
+  const int64_t n = d.NumElements();
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(HasResidual(node.attrs) ? ctx.inputs[5] : nullptr);
+  args.Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.inputs[3]).Add(ctx.inputs[4]);
+  args.Add(ctx.outputs[0]).Add(static_cast<long long>(n)).Add(static_cast<long long>(d.c));
+  args.Add(static_cast<long long>(layout == Layout::kNCHW ? d.h * d.w : 1));
+  args.Add(HasRelu(node.attrs) ? 1 : 0);
+  return NvrtcKernel::Create(ctx, node.name, codegen::BatchNormRecompute(),
+                             GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
+}
+
+}  // namespace
+
+const ir::OpDef& BatchNormApplyOp() {
+  static const ir::OpDef op{.name = "batch_norm_apply",
+                            .kind = ir::OpKind::kPointwise,
+                            .infer = InferApply,
+                            .cpu = CpuApply,
+                            .lower = LowerApply};
+  return op;
+}
+
+}  // namespace reprise::ops
