@@ -197,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const double invstd = 1.0 / sqrt(var + epsilon);
   saved_mean[c] = (float)mean;
   saved_invstd[c] = (float)invstd;
-  coef[c] = (float)(gamma[c] * invstd);
+  coef[c] = gamma[c] * saved_invstd[c];  // From the saved invstd: what batch_norm_apply uses.
   // PyTorch's running update, with the unbiased variance.
   running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
   running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));

@@ -59,7 +59,8 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 GeneratedKernel BatchNormStats(int vec);
 // (b) Per channel: sums the chunks (blocks of 32x32 threads, 32 channels each, ceil(C/32) of
 //     them; 32 lanes per channel in a fixed order), then mean, biased var, saved_mean = mean,
-//     saved_invstd = 1/sqrt(var + eps), coef[0][c] = gamma·invstd, and the running statistics in
+//     saved_invstd = 1/sqrt(var + eps), coef[0][c] = gamma·saved_invstd (in float, as
+//     batch_norm_apply recomputes it), and the running statistics in
 //     place (running_var with the unbiased var·M/(M-1)). Signature: (const double* partial, int
 //     chunks, int channels, long long rows, double epsilon, double momentum, const float* gamma,
 //     float* running_mean, float* running_var, float* saved_mean, float* saved_invstd, float*

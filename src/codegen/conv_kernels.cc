@@ -67,9 +67,11 @@ __device__ __forceinline__ float Recompute(const float* __restrict__ x,
                                            const float* __restrict__ mean,
                                            const float* __restrict__ invstd, long long i,
                                            unsigned c, int relu) {
-  float v = (x[i] - mean[c]) * (invstd[c] * gamma[c]) + beta[c];
+  // The expression of the NHWC batch-norm kernels (batch_norm_kernels.h), whose coefficient is
+  // gamma·saved_invstd in float too: a recomputed NHWC output has the forward's bits.
+  float v = fmaf(x[i] - mean[c], invstd[c] * gamma[c], beta[c]);
   if (residual != nullptr) v += residual[i];
-  return relu ? (v > 0.0f ? v : 0.0f) : v;
+  return relu ? fmaxf(v, 0.0f) : v;
 }
 
 extern "C" __global__ void reprise_batch_norm_recompute(

@@ -25,8 +25,8 @@ GeneratedKernel ChannelSum();
 
 // batch_norm_apply (src/ops/batch_norm_apply.h): a batch norm's output recomputed from its saved
 // statistics, c = (i / inner) % channels as above:
-//   v = (x[i] - mean[c])·(invstd[c]·gamma[c]) + beta[c]; v += residual[i] if residual is not
-//   null; y[i] = relu ? (v > 0 ? v : 0) : v.
+//   v = fma(x[i] - mean[c], invstd[c]·gamma[c], beta[c]); v += residual[i] if residual is not
+//   null; y[i] = relu ? max(v, 0) : v: in float, as the NHWC batch-norm kernels compute y.
 // A grid-stride loop. Signature: (const float* x, const float* residual, const float* gamma,
 // const float* beta, const float* mean, const float* invstd, float* y, long long n,
 // long long channels, long long inner, int relu).
