@@ -460,8 +460,8 @@ std::string TrainerStats::ToString() const {
       "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
       "replays %d, nodes %d | launches/step %d "
       "on %d lane(s) | "
-      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f, %.2f "
-      "without mirroring %d nodes), workspace "
+      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f; %.2f "
+      "unmirrored, %d nodes mirrored), workspace "
       "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk hits "
       "%d, "
       "corrupt entries discarded %d",

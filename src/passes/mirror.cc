@@ -189,8 +189,8 @@ absl::StatusOr<MirroredTraining> Mirror(const autodiff::TrainingGraph& training,
       ASSIGN_OR_RETURN(planned, search.PlannedPeak(chosen));
       return absl::InvalidArgumentError(
           absl::StrCat("mirror budget ", options.budget_bytes,
-                       " bytes is below the smallest activation peak ", "mirroring reaches, ",
-                       planned, " bytes (", unmirrored.planned, " bytes without mirroring)"));
+                       " bytes is below the smallest activation peak mirroring reaches, ", planned,
+                       " bytes (", unmirrored.planned, " bytes without mirroring)"));
     }
     // Least recomputation: drop the groups that the result does without, latest first.
     const NodeSet before_pruning = chosen;
