@@ -18,8 +18,8 @@ enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kBFloat16, kFloat16 };
 
 absl::string_view DTypeName(DType dtype);
 int64_t DTypeSize(DType dtype);
-bool IsFloat(DType dtype);          // Any of the float types.
-bool IsLowPrecision(DType dtype);   // bfloat16 or float16.
+bool IsFloat(DType dtype);         // Any of the float types.
+bool IsLowPrecision(DType dtype);  // bfloat16 or float16.
 
 // Order of a 4-D image tensor's dimensions: batch, channels, height, width (PyTorch's default) or
 // channels last, which tensor-core convolutions prefer.

@@ -37,13 +37,9 @@ int64_t DTypeSize(DType dtype) {
 
 bool IsFloat(DType dtype) { return dtype != DType::kInt32; }
 
-bool IsLowPrecision(DType dtype) {
-  return dtype == DType::kBFloat16 || dtype == DType::kFloat16;
-}
+bool IsLowPrecision(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
-absl::string_view LayoutName(Layout layout) {
-  return layout == Layout::kNHWC ? "NHWC" : "NCHW";
-}
+absl::string_view LayoutName(Layout layout) { return layout == Layout::kNHWC ? "NHWC" : "NCHW"; }
 
 int64_t Shape::NumElements() const {
   int64_t n = 1;

@@ -1,5 +1,5 @@
-// CudnnHandle: the owner of one cuDNN handle. A plan's cuDNN launches share it: each launch binds it
-// to its lane's stream first (cudnnSetStream is host state, and launches are recorded one at a
+// CudnnHandle: the owner of one cuDNN handle. A plan's cuDNN launches share it: each launch binds
+// it to its lane's stream first (cudnnSetStream is host state, and launches are recorded one at a
 // time), so one handle serves every lane.
 //
 //   ASSIGN_OR_RETURN(CudnnHandle cudnn, CudnnHandle::Create());

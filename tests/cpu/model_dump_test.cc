@@ -95,9 +95,9 @@ TEST(ModelDumpTest, ResNetPlanShowsConvolutionsBatchNormsAndTheirGradients) {
   r.format = "text";
   auto text = DumpModel(r);
   ASSERT_TRUE(text.ok()) << text.status();
-  for (const char* expected : {"conv2d", "conv2d_dgrad", "conv2d_wgrad", "batch_norm_train",
-                               "batch_norm_grad", "max_pool2d", "global_avg_pool",
-                               "layer4.1.conv2.conv"}) {
+  for (const char* expected :
+       {"conv2d", "conv2d_dgrad", "conv2d_wgrad", "batch_norm_train", "batch_norm_grad",
+        "max_pool2d", "global_avg_pool", "layer4.1.conv2.conv"}) {
     EXPECT_THAT(*text, HasSubstr(expected));
   }
 }
