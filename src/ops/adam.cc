@@ -107,23 +107,13 @@ std::vector<int> MultiMutated(const Attrs& attrs, int) {
 absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
                                                        absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  for (int64_t t = 0; t < tensors; ++t) {
-    auto checked = InferAdam({}, SingleTensorInputs(in, tensors, kPerTensor, t));
-    if (!checked.ok()) {
-      return absl::Status(checked.status().code(),
-                          absl::StrCat("tensor ", t, ": ", checked.status().message()));
-    }
-  }
-  return std::vector<TensorSpec>{};
+  return InferEachTensor(in, tensors, kPerTensor, InferAdam);
 }
 
 absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
                           absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, static_cast<int>(in.size())));
-  for (int64_t t = 0; t < tensors; ++t) {
-    RETURN_IF_ERROR(CpuAdam(node, SingleTensorInputs(in, tensors, kPerTensor, t), out));
-  }
-  return absl::OkStatus();
+  return RunEachTensor(node, in, out, tensors, kPerTensor, CpuAdam);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext& ctx,

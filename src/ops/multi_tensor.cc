@@ -19,6 +19,28 @@ absl::StatusOr<int64_t> MultiTensorCount(const Attrs& attrs, int num_inputs, int
   return tensors;
 }
 
+absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(absl::Span<const TensorSpec> in,
+                                                        int64_t tensors, int per_tensor,
+                                                        ir::InferFn single) {
+  for (int64_t t = 0; t < tensors; ++t) {
+    auto checked = single({}, SingleTensorInputs(in, tensors, per_tensor, t));
+    if (!checked.ok()) {
+      return absl::Status(checked.status().code(),
+                          absl::StrCat("tensor ", t, ": ", checked.status().message()));
+    }
+  }
+  return std::vector<TensorSpec>{};
+}
+
+absl::Status RunEachTensor(const Node& node, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out, int64_t tensors, int per_tensor,
+                           ir::CpuFn single) {
+  for (int64_t t = 0; t < tensors; ++t) {
+    RETURN_IF_ERROR(single(node, SingleTensorInputs(in, tensors, per_tensor, t), out));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
                                     absl::Span<const int> per_tensor_mutated) {
   absl::StatusOr<int64_t> tensors = ir::IntAttr(attrs, "tensors");

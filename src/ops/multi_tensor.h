@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "reprise/graph.h"
+#include "src/ir/op_def.h"
 #include "src/ops/gpu_kernel.h"
 
 namespace reprise::ops {
@@ -28,6 +29,15 @@ std::vector<T> SingleTensorInputs(absl::Span<T const> in, int64_t tensors, int p
   single.insert(single.end(), in.begin() + per_tensor * tensors, in.end());
   return single;
 }
+
+// The single-tensor op's shape rule (or reference) applied to each tensor's inputs in turn; errors
+// name the tensor. The multi-tensor op has no outputs.
+absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(absl::Span<const TensorSpec> in,
+                                                        int64_t tensors, int per_tensor,
+                                                        ir::InferFn single);
+absl::Status RunEachTensor(const Node& node, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out, int64_t tensors, int per_tensor,
+                           ir::CpuFn single);
 
 // The written inputs of every tensor: `per_tensor_mutated` (offsets within a tensor's inputs)
 // for each of attrs["tensors"] tensors (none when the attribute is missing).

@@ -89,23 +89,13 @@ std::vector<int> MultiMutated(const Attrs& attrs, int) {
 absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  for (int64_t t = 0; t < tensors; ++t) {
-    auto checked = InferSgd({}, SingleTensorInputs(in, tensors, kPerTensor, t));
-    if (!checked.ok()) {
-      return absl::Status(checked.status().code(),
-                          absl::StrCat("tensor ", t, ": ", checked.status().message()));
-    }
-  }
-  return std::vector<TensorSpec>{};
+  return InferEachTensor(in, tensors, kPerTensor, InferSgd);
 }
 
 absl::Status CpuSgdMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
                          absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, static_cast<int>(in.size())));
-  for (int64_t t = 0; t < tensors; ++t) {
-    RETURN_IF_ERROR(CpuSgd(node, SingleTensorInputs(in, tensors, kPerTensor, t), out));
-  }
-  return absl::OkStatus();
+  return RunEachTensor(node, in, out, tensors, kPerTensor, CpuSgd);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& ctx,
