@@ -223,6 +223,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NhwcBatchNormDirectTest,
                          ::testing::Values(DirectCase{32 * 56 * 56, 256, 0},
                                            DirectCase{8 * 28 * 28, 64, 0}, DirectCase{98, 2048, 0},
                                            DirectCase{1000, 10, 0}, DirectCase{300, 16, 1},
+                                           DirectCase{8, 512, 0}, DirectCase{32, 256, 0},
                                            DirectCase{7, 3, 0}),
                          CaseName);
 

@@ -1,6 +1,5 @@
-// The captured CUDA graph of the small MLP's step, read back: at least one kernel node per compute
-// launch (cuBLASLt may add more per GEMM: a memset, a split-K reduction), every NVRTC kernel of
-// the plan among the kernel nodes and attributed exactly, and every format of the dump written.
+// The captured CUDA graph of a step (the small MLP's, a small ResNet's on four lanes), read back:
+// every launch of the plan accounted for, and every format of the dump written.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -22,15 +21,10 @@ using ::testing::HasSubstr;
 constexpr models::MlpConfig kSmallMlp = {
     .batch = 32, .input_features = 8, .depth = 2, .width = 8, .classes = 10};
 
-class GraphDumpGpuTest : public ::testing::TestWithParam<bool> {};  // Parameter: fuse.
-
-TEST_P(GraphDumpGpuTest, EveryComputeLaunchHasAKernelNodeAndEveryNvrtcKernelIsNamed) {
-  REPRISE_REQUIRE_GPU();
-  REPRISE_ASSERT_OK_AND_ASSIGN(models::Mlp mlp, models::BuildMlp(kSmallMlp));
-  TrainOptions options;
-  options.fuse = GetParam();
-  REPRISE_ASSERT_OK_AND_ASSIGN(CapturedStepDump step,
-                               CaptureStepForDump(mlp.graph, mlp.loss, options, false));
+// The captured graph of `step` accounts for every launch of its plan: at least one kernel node per
+// compute launch (cuBLASLt and cuDNN may add more: a memset, a split-K reduction), every NVRTC
+// kernel of the plan among the kernel nodes, and each node attributed exactly to its launch.
+void ExpectEveryLaunchAccountedFor(const CapturedStepDump& step) {
   const capture::CudaGraphDump& g = step.graph;
 
   // The lowered launches are the input copy and then the plan's launches, in order.
@@ -70,6 +64,36 @@ TEST_P(GraphDumpGpuTest, EveryComputeLaunchHasAKernelNodeAndEveryNvrtcKernelIsNa
   if (one_lane) {
     EXPECT_EQ(g.edges.size(), g.nodes.size() - 1);
   }
+}
+
+class GraphDumpGpuTest : public ::testing::TestWithParam<bool> {};  // Parameter: fuse.
+
+TEST_P(GraphDumpGpuTest, EveryComputeLaunchHasAKernelNodeAndEveryNvrtcKernelIsNamed) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Mlp mlp, models::BuildMlp(kSmallMlp));
+  TrainOptions options;
+  options.fuse = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(CapturedStepDump step,
+                               CaptureStepForDump(mlp.graph, mlp.loss, options, false));
+  ExpectEveryLaunchAccountedFor(step);
+}
+
+// A ResNet's step: cuDNN convolutions, our batch-norm kernels (three per launch) and several lanes.
+TEST_P(GraphDumpGpuTest, ResNetStepOnFourLanesIsAccountedFor) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::ResNet net,
+                               models::BuildResNet({.depth = 18,
+                                                    .batch = 2,
+                                                    .classes = 4,
+                                                    .image_size = 32,
+                                                    .layout = Layout::kNHWC}));
+  TrainOptions options;
+  options.fuse = GetParam();
+  options.lanes = 4;
+  REPRISE_ASSERT_OK_AND_ASSIGN(CapturedStepDump step,
+                               CaptureStepForDump(net.graph, net.loss, options, false));
+  ExpectEveryLaunchAccountedFor(step);
+  EXPECT_GT(step.plan.lanes(), 1);
 }
 
 TEST_P(GraphDumpGpuTest, EveryFormatIsWritten) {

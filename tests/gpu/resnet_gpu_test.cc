@@ -13,7 +13,7 @@
 namespace reprise {
 namespace {
 
-constexpr int kBatch = 8, kSize = 32, kClasses = 4;
+constexpr int kBatch = 8, kSize = 64, kClasses = 4;  // 64: layer4 normalises over 2x2x8 values.
 
 models::ResNetConfig SmallResNet(Layout layout = Layout::kNCHW) {
   return {.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize, .layout = layout};

@@ -13,6 +13,28 @@ for phase in "$@"; do
   case $phase in
     tests)
       timeout 300 reprise_gpu_tests --gtest_brief=1 2>&1 | tee "$out/gpu_tests.log" | tail -n 60 ;;
+    memcheck)
+      timeout 500 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 3 \
+        reprise_gpu_tests --gtest_brief=1 > "$out/memcheck.log" 2>&1
+      echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -n 3 | tr '\n' ' ')" ;;
+    racecheck)
+      timeout 300 compute-sanitizer --tool racecheck --error-exitcode 3 reprise_gpu_tests --gtest_brief=1 \
+        --gtest_filter='*Lane*:*BatchNorm*:*Mirror*' > "$out/racecheck.log" 2>&1
+      echo "racecheck exit $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$out/racecheck.log" | tail -n 3 | tr '\n' ' ')" ;;
+    fast)
+      # The channels-last paths: NHWC with the generated BN kernels, and NCHW converted by the pass.
+      for args in "--layout nhwc" "--layout nchw --channels_last on"; do
+        tag=$(echo $args | tr -d ' -' )
+        timeout 200 reprise-bench --model resnet --depth 50 --batch 32 --classes 1000 --tf32 $args \
+          --mode all --iters 50 --warmup 10 --profile 25 --json "$out/reprise_r50_b32_tf32_$tag.json" 2>&1 \
+          | grep -v '^reprise-bench: measuring' | tee "$out/fast_$tag.log" | head -n 60
+      done ;;
+    mirror)
+      for mirror in off auto; do
+        timeout 200 reprise-bench --model resnet --depth 50 --batch 64 --classes 1000 --tf32 --layout nhwc \
+          --mirror $mirror --mode graph --iters 30 --warmup 10 --json "$out/reprise_r50_b64_mirror_$mirror.json" 2>&1 \
+          | grep -v '^reprise-bench: measuring'
+      done ;;
     train)
       timeout 200 train_resnet --depth 18 --image_size 64 --steps 100 2>&1 | tee "$out/train_resnet.log" | tail -n 14 ;;
     check)
