@@ -37,7 +37,7 @@ ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
-ABSL_FLAG(std::string, channels_last, "off",
+ABSL_FLAG(std::string, channels_last, "auto",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
 ABSL_FLAG(std::string, mirror, "off",

@@ -75,9 +75,11 @@ struct OpDef {
   std::vector<int> (*mutated_inputs_of)(const Attrs& attrs, int num_inputs) = nullptr;
   PointwiseForm pointwise;  // For kPointwise ops that fused kernels may chain.
   // The CPU reference and the GPU lowering read and write bfloat16 and float16 themselves. For
-  // other ops the reference executor runs 16-bit tensors through float32 (rounding each result),
-  // and a GPU lowering of such a node is refused as unimplemented.
+  // other ops the reference executor runs 16-bit tensors through float32 (rounding each result).
   bool low_precision = false;
+  // The GPU lowering reads and writes bfloat16 (computing in float32). A GPU lowering of a 16-bit
+  // node whose op has neither flag is refused as unimplemented, naming the node.
+  bool bf16_lowering = false;
 };
 
 // The inputs `op` writes in place for a node with these attributes and this many inputs.
