@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/update_agreement.h"
 
 namespace reprise {
 namespace {
@@ -66,6 +67,8 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   EXPECT_EQ(CountConvs(on.training_graph(), "NCHW"), 0);
   EXPECT_EQ(CountConvs(off.training_graph(), "NCHW"), 20);
 
+  std::vector<std::vector<float>> initial;
+  for (const std::string& name : on.ParameterNames()) initial.push_back(*on.GetParameter(name));
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
   std::vector<float> x(kBatch * 3 * kSize * kSize);
@@ -80,7 +83,10 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
       ASSERT_TRUE(trainers[i]->Step().ok());
       losses[i] = *trainers[i]->Loss();
     }
-    EXPECT_NEAR(losses[0], losses[1], 1e-4f * std::abs(losses[1])) << "step " << step;
+    // The first loss is the same forward reassociated; later ones follow updates that differ as
+    // update_agreement.h says.
+    const float tolerance = step == 0 ? 1e-5f : 2e-3f;
+    EXPECT_NEAR(losses[0], losses[1], tolerance * std::abs(losses[1])) << "step " << step;
   }
 
   // PyTorch's names and shapes: GetParameter and the graph's parameters are NCHW either way.
@@ -93,10 +99,15 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
     auto b = off.GetParameter(name);
     ASSERT_TRUE(a.ok() && b.ok()) << name;
     ASSERT_EQ(static_cast<int64_t>(a->size()), user.outputs[0].NumElements()) << name;
-    // As the CPU-reference test: where rounding moves a ReLU input across zero, a whole gradient
-    // element changes, so compare with room for that.
-    EXPECT_LT(RelativeL2(*a, *b), 1e-3) << name;
   }
+  const std::vector<std::string> names = on.ParameterNames();
+  testing::ExpectUpdatesAgree(
+      names,
+      [&](const std::string& name) {
+        return initial[std::find(names.begin(), names.end(), name) - names.begin()];
+      },
+      [&](const std::string& name) { return *on.GetParameter(name); },
+      [&](const std::string& name) { return *off.GetParameter(name); });
 
   // A fetched 4-D value reads in NCHW.
   auto fetched_on = on.Read(relu1);
@@ -104,7 +115,7 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   ASSERT_TRUE(fetched_on.ok()) << fetched_on.status();
   ASSERT_TRUE(fetched_off.ok()) << fetched_off.status();
   ASSERT_EQ(fetched_on->size(), fetched_off->size());
-  EXPECT_LT(RelativeL2(*fetched_on, *fetched_off), 1e-3);
+  EXPECT_LT(RelativeL2(*fetched_on, *fetched_off), 1e-2);  // After three steps' updates.
 
   // A 4-D value that lives only channels-last says how to read it.
   const Value conv1{*net->graph.FindNode("conv1.conv"), 0};

@@ -23,7 +23,7 @@ for phase in "$@"; do
       echo "racecheck exit $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$out/racecheck.log" | tail -n 3 | tr '\n' ' ')" ;;
     fast)
       # The channels-last paths: NHWC with the generated BN kernels, and NCHW converted by the pass.
-      for args in "--layout nhwc" "--layout nchw --channels_last on"; do
+      for args in "--layout nhwc" "--layout nchw"; do
         tag=$(echo $args | tr -d ' -' )
         timeout 200 reprise-bench --model resnet --depth 50 --batch 32 --classes 1000 --tf32 $args \
           --mode all --iters 50 --warmup 10 --profile 25 --json "$out/reprise_r50_b32_tf32_$tag.json" 2>&1 \
@@ -35,6 +35,12 @@ for phase in "$@"; do
           --mirror $mirror --mode graph --iters 30 --warmup 10 --json "$out/reprise_r50_b64_mirror_$mirror.json" 2>&1 \
           | grep -v '^reprise-bench: measuring'
       done ;;
+    dump)
+      timeout 120 reprise-dump --model resnet --depth 50 --batch 32 --layout nhwc --stage cuda-graph --format json \
+        -o "$out/dump_r50_cuda_graph.json" 2>&1 | tail -n 3
+      timeout 120 reprise-dump --model resnet --depth 50 --batch 32 --layout nhwc --stage cuda-graph --format text \
+        -o "$out/dump_r50_cuda_graph.txt" 2>&1 | tail -n 3
+      head -c 600 "$out/dump_r50_cuda_graph.txt"; echo ;;
     train)
       timeout 200 train_resnet --depth 18 --image_size 64 --steps 100 2>&1 | tee "$out/train_resnet.log" | tail -n 14 ;;
     check)
