@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --pr
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
+ABSL_FLAG(bool, bf16, false,
+          "mixed precision: compute in bfloat16 with float32 master weights (TrainOptions::"
+          "compute_dtype)");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
@@ -145,6 +148,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
   options.lanes = absl::GetFlag(FLAGS_lanes);
@@ -214,6 +218,7 @@ absl::Status Profile() {
   reprise::TrainOptions options;
   options.mode = reprise::ExecMode::kBulked;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
@@ -261,7 +266,9 @@ absl::Status CompareTorch(double graph_ms) {
           ? absl::StrFormat("torch_resnet.py --depth %d --image-size %d --layout %s --precision %s",
                             absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_image_size),
                             absl::GetFlag(FLAGS_layout),
-                            absl::GetFlag(FLAGS_tf32) ? "tf32" : "fp32")
+                            absl::GetFlag(FLAGS_bf16)   ? "bf16"
+                            : absl::GetFlag(FLAGS_tf32) ? "tf32"
+                                                        : "fp32")
           : absl::StrFormat("torch_mlp.py --depth %d --width %d%s", absl::GetFlag(FLAGS_depth),
                             absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_tf32) ? " --tf32" : "");
   const std::string command =
@@ -310,11 +317,12 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
       "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
-      "lanes=%d mirror=%s",
+      "bf16=%d lanes=%d mirror=%s",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
       absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
       absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
-      absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror));
+      absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_bf16), absl::GetFlag(FLAGS_lanes),
+      absl::GetFlag(FLAGS_mirror));
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
@@ -376,7 +384,7 @@ absl::Status Main() {
         "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
         "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
         "\"channels_last\": \"%s\", "
-        "\"batch\": %d, \"classes\": %d, \"tf32\": %s, "
+        "\"batch\": %d, \"classes\": %d, \"tf32\": %s, \"bf16\": %s, "
         "\"lanes\": %d, \"mirror\": \"%s\", "
         "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
@@ -384,7 +392,7 @@ absl::Status Main() {
         absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
         absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
-        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
+        absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
         absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }

@@ -77,9 +77,8 @@ struct TrainOptions {
   bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
   // kFloat32, or kBFloat16 for mixed precision: the forward and backward compute in bfloat16 while
   // parameters, optimizer state, batch-norm statistics and the loss stay float32
-  // (src/passes/mixed_precision.h). The GPU lowerings of bfloat16 ops are not written yet, so
-  // Create refuses such a graph naming the first op without one; kFloat16 (which also needs loss
-  // scaling) is refused.
+  // (src/passes/mixed_precision.h). An op without a bfloat16 GPU lowering (OpDef::bf16_lowering)
+  // is refused at Create, naming the node; kFloat16 (which also needs loss scaling) is refused.
   DType compute_dtype = DType::kFloat32;
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.

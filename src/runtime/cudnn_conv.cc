@@ -22,6 +22,8 @@ absl::StatusOr<cudnnDataType_t> DataTypeOf(DType dtype, absl::string_view contex
       return CUDNN_DATA_FLOAT;
     case DType::kFloat64:
       return CUDNN_DATA_DOUBLE;
+    case DType::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(context, ": cuDNN convolutions take float tensors, not ", DTypeName(dtype)));
@@ -56,10 +58,16 @@ absl::string_view MathName(cudnnMathType_t math) {
 }
 
 // CUDNN_DEFAULT_MATH lets fp32 convolutions use TF32 tensor cores; only CUDNN_FMA_MATH is strict
-// fp32. Down-conversion to fp16 (ALLOW_CONVERSION) is never wanted for fp32 training.
-bool MathAllowed(cudnnMathType_t math, bool allow_tf32) {
+// fp32. Down-conversion to fp16 (ALLOW_CONVERSION) is never wanted for fp32 training. bfloat16
+// data is meant for tensor cores.
+bool MathAllowed(cudnnMathType_t math, bool tensor_cores) {
   if (math == CUDNN_FMA_MATH) return true;
-  return allow_tf32 && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
+  return tensor_cores && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
+}
+
+// Strict fp32: float32 data without TF32.
+bool StrictFloat32(const ConvShape& shape, const ConvOptions& options) {
+  return shape.dtype == DType::kFloat32 && !options.allow_tf32;
 }
 
 // FFT and Winograd algorithms compute in a transformed domain whose rounding error scales with the
@@ -91,8 +99,9 @@ bool TransformDomain(ConvKind kind, int algo) {
 template <typename Perf, typename WorkspaceOf>
 absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates,
                                               const ConvDescriptor& conv,
-                                              const ConvOptions& options, ConvKind kind,
-                                              WorkspaceOf workspace_of, absl::string_view context) {
+                                              const ConvOptions& options, bool strict,
+                                              ConvKind kind, WorkspaceOf workspace_of,
+                                              absl::string_view context) {
   std::vector<std::string> seen;
   for (const Perf& perf : candidates) {
     seen.push_back(
@@ -100,8 +109,8 @@ absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidate
                      ", ", MathName(perf.mathType), ", ", perf.memory, " bytes",
                      perf.determinism == CUDNN_DETERMINISTIC ? ", deterministic" : "", ")"));
     if (perf.status != CUDNN_STATUS_SUCCESS) continue;
-    if (!MathAllowed(perf.mathType, options.allow_tf32)) continue;
-    if (!options.allow_tf32 && TransformDomain(kind, static_cast<int>(perf.algo))) continue;
+    if (!MathAllowed(perf.mathType, !strict)) continue;
+    if (strict && TransformDomain(kind, static_cast<int>(perf.algo))) continue;
     if (options.deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
     if (perf.memory > options.workspace_limit) continue;
     RETURN_IF_ERROR(conv.SetMathType(perf.mathType, context));
@@ -111,7 +120,7 @@ absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidate
   }
   return absl::NotFoundError(absl::StrCat(
       context, ": no cuDNN ", ConvKindName(kind), " algorithm qualifies (",
-      options.allow_tf32 ? "tf32 allowed" : "strict fp32, no FFT or Winograd",
+      strict ? "strict fp32, no FFT or Winograd" : "tensor cores allowed",
       options.deterministic ? ", deterministic" : "", ", workspace <= ", options.workspace_limit,
       " bytes) among ", candidates.size(), " candidates",
       seen.empty() ? "" : absl::StrCat(": ", absl::StrJoin(seen, "; "))));
@@ -227,14 +236,15 @@ absl::StatusOr<ConvDescriptor> ConvDescriptor::Create(const ConvShape& shape, cu
   ASSIGN_OR_RETURN(const int dilation_h, ToInt(shape.dilation_h, "dilation_h", context));
   ASSIGN_OR_RETURN(const int dilation_w, ToInt(shape.dilation_w, "dilation_w", context));
   ASSIGN_OR_RETURN(const int groups, ToInt(shape.groups, "groups", context));
+  const cudnnDataType_t accumulate = type == CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : type;
   ConvDescriptor out;
   cudnnConvolutionDescriptor_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&desc), context);
   out.desc_.reset(desc);
-  // The accumulation type is the data type: fp32 accumulates in fp32.
+  // fp32 and fp64 accumulate in their own type, bfloat16 in fp32.
   RETURN_IF_ERROR(
       CudaStatus(cudnnSetConvolution2dDescriptor(desc, pad_h, pad_w, stride_h, stride_w, dilation_h,
-                                                 dilation_w, CUDNN_CROSS_CORRELATION, type),
+                                                 dilation_w, CUDNN_CROSS_CORRELATION, accumulate),
                  "cudnnSetConvolution2dDescriptor", context));
   RETURN_IF_ERROR(CudaStatus(cudnnSetConvolutionGroupCount(desc, groups),
                              "cudnnSetConvolutionGroupCount", context));
@@ -260,6 +270,7 @@ struct Descriptors {
   const ConvFilterDescriptor& w;
   const ConvTensorDescriptor& y;
   const ConvDescriptor& conv;
+  bool strict_fp32;  // StrictFloat32: no tensor cores, no transform-domain algorithms.
 };
 
 absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& d,
@@ -291,7 +302,8 @@ absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& 
                                "cudnnGetConvolutionForwardWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, ConvKind::kForward, workspace_of, context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kForward, workspace_of,
+                         context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descriptors& d,
@@ -323,7 +335,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descript
                                "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, ConvKind::kBackwardData, workspace_of, context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardData, workspace_of,
+                         context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descriptors& d,
@@ -355,7 +368,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
                                "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, ConvKind::kBackwardFilter, workspace_of, context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardFilter, workspace_of,
+                         context);
 }
 
 }  // namespace
@@ -363,9 +377,9 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
 absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind kind,
                                             const ConvShape& shape, const ConvOptions& options,
                                             const Buffers& buffers, absl::string_view context) {
-  if (shape.dtype != DType::kFloat32) {
+  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
     return absl::UnimplementedError(
-        absl::StrCat(context, ": cuDNN convolutions run in float32 only, got ",
+        absl::StrCat(context, ": cuDNN convolutions run in float32 or bfloat16, got ",
                      DTypeName(shape.dtype), " (", shape.ToString(), ")"));
   }
   if (shape.groups < 1 || shape.c % shape.groups != 0 || shape.k % shape.groups != 0) {
@@ -388,7 +402,8 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
                                                 shape.p, shape.q, context));
   ASSIGN_OR_RETURN(ConvDescriptor conv,
                    ConvDescriptor::Create(
-                       shape, options.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH, context));
+                       shape, StrictFloat32(shape, options) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH,
+                       context));
 
   // cuDNN's own output size must be ours, or the descriptors disagree with the buffers.
   int dims[4] = {};
@@ -412,7 +427,8 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
                              .device = options.device};
   std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
   if (!algorithm.has_value()) {
-    const Descriptors d{planned.x_, planned.w_, planned.y_, planned.conv_};
+    const Descriptors d{planned.x_, planned.w_, planned.y_, planned.conv_,
+                        StrictFloat32(shape, options)};
     if (options.measure) {
       // Timing runs on the handle's stream: a stream of our own choosing that is alive now,
       // synchronised before the lanes use the buffers it wrote.

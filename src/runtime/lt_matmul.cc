@@ -69,6 +69,12 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
   }
+  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": operands must be float32 or bfloat16, not ",
+                                                   DTypeName(shape.dtype)));
+  }
+  const bool bf16 = shape.dtype == DType::kBFloat16;
+  const cudaDataType_t data_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   if (epilogue.kind != MatmulEpilogue::Kind::kNone &&
       (epilogue.bias == nullptr || reinterpret_cast<uintptr_t>(epilogue.bias) % kAlignment != 0)) {
     return absl::InvalidArgumentError(
@@ -84,7 +90,8 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   cublasLtMatmulDesc_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(
-          &desc, allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          &desc, allow_tf32 && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+          CUDA_R_32F),
       context);
   mm.desc_.reset(desc);
   const cublasOperation_t op_b = shape.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -107,7 +114,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &epilogue.bias, sizeof(epilogue.bias)),
                          context);
-    const cudaDataType_t bias_type = CUDA_R_32F;
+    const cudaDataType_t bias_type = data_type;
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                         &bias_type, sizeof(bias_type)),
                          context);
@@ -116,7 +123,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   // Column-major views of our row-major buffers: rows, columns, leading dimension.
   const auto make_layout = [&](uint64_t rows, uint64_t cols, Layout& out) -> absl::Status {
     cublasLtMatrixLayout_t layout = nullptr;
-    CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, rows, cols, rows),
+    CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, data_type, rows, cols, rows),
                          context);
     out.reset(layout);
     return absl::OkStatus();
@@ -151,10 +158,9 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   return mm;
 }
 
-absl::Status LtMatmul::Run(cudaStream_t stream, const float* a, const float* b, float* c,
+absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, void* c,
                            void* workspace) const {
-  for (const void* p :
-       {static_cast<const void*>(a), static_cast<const void*>(b), static_cast<const void*>(c)}) {
+  for (const void* p : {a, b, static_cast<const void*>(c)}) {
     if (p == nullptr || reinterpret_cast<uintptr_t>(p) % kAlignment != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(Describe(), ": operands must be non-null and 256-byte aligned"));
@@ -173,7 +179,8 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const float* a, const float* b, 
 
 std::string LtMatmul::Describe() const {
   return absl::StrCat("matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
-                      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
+                      shape_.dtype == DType::kBFloat16 ? " bf16" : "", " tf32=", allow_tf32_ ? 1 : 0,
+                      " ws=", workspace_bytes_);
 }
 
 }  // namespace reprise::runtime

@@ -1,4 +1,5 @@
-// cuBLASLt matrix products of row-major fp32 tensors, planned once and run many times.
+// cuBLASLt matrix products of row-major fp32 or bf16 tensors (accumulating in fp32), planned once
+// and run many times.
 //
 // Create() does all the choosing (descriptors, layouts, the algorithm from cuBLASLt's heuristic)
 // so that Run() only enqueues the product: no heuristics, no allocation, no synchronisation. That
@@ -21,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "reprise/tensor.h"
 
 namespace reprise::runtime {
 
@@ -32,14 +34,16 @@ struct MatmulShape {
   int64_t k = 0;
   bool transpose_a = false;
   bool transpose_b = false;
+  DType dtype = DType::kFloat32;  // Of A, B and C: float32 or bfloat16.
 };
 
-// What cuBLASLt applies to the product before storing it. The bias is a vector of n floats
-// (one per output column), added to every row; with kReluBias the sum then goes through max(·, 0).
+// What cuBLASLt applies to the product before storing it. The bias is a vector of n values of C's
+// type (one per output column), added to every row; with kReluBias the sum then goes through
+// max(·, 0).
 struct MatmulEpilogue {
   enum class Kind : uint8_t { kNone, kBias, kReluBias };
   Kind kind = Kind::kNone;
-  const float* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
+  const void* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
 };
 
 // Owns a cuBLASLt handle; needs a current device. Must outlive every LtMatmul made with it.
@@ -61,13 +65,15 @@ class LtMatmul {
   // Plans the product. With `allow_tf32` the inputs are rounded to TF32 inside the product
   // (about 1e-3 relative error, much faster); without it the product is full fp32. The
   // algorithm chosen needs at most `workspace_bytes` of workspace. Errors: kInvalidArgument for
-  // a non-positive dimension or a missing bias; kNotFound when cuBLASLt offers no algorithm.
+  // a non-positive dimension, a missing bias or a dtype other than float32 and bfloat16
+  // (bfloat16 ignores allow_tf32: its products run on tensor cores); kNotFound when cuBLASLt
+  // offers no algorithm.
   static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
                                          size_t workspace_bytes, MatmulEpilogue epilogue = {});
 
   // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
   // the memory plan give) and `workspace` must hold the workspace_bytes given to Create().
-  absl::Status Run(cudaStream_t stream, const float* a, const float* b, float* c,
+  absl::Status Run(cudaStream_t stream, const void* a, const void* b, void* c,
                    void* workspace) const;
 
   const MatmulShape& shape() const { return shape_; }
