@@ -199,9 +199,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                         absl::StrCat(where, ": ", checked.status().message()));
   }
   const ConvShape& shape = *checked;
-  if (shape.dtype != DType::kFloat32) {
+  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
     return absl::UnimplementedError(absl::StrCat(where, ": ", node.op_name(),
-                                                 " runs on the GPU in float32 only, got ",
+                                                 " runs on the GPU in float32 or bfloat16, got ",
                                                  DTypeName(shape.dtype)));
   }
   if (ctx.cudnn == nullptr) {
@@ -228,7 +228,8 @@ const ir::OpDef& Conv2dOp() {
                             .infer = InferConv<ConvKind::kForward>,
                             .grad = GradConv2d,
                             .cpu = CpuConv<ConvKind::kForward>,
-                            .lower = LowerConv<ConvKind::kForward>};
+                            .lower = LowerConv<ConvKind::kForward>,
+                            .bf16_lowering = true};
   return op;
 }
 
@@ -237,7 +238,8 @@ const ir::OpDef& Conv2dDgradOp() {
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferConv<ConvKind::kBackwardData>,
                             .cpu = CpuConv<ConvKind::kBackwardData>,
-                            .lower = LowerConv<ConvKind::kBackwardData>};
+                            .lower = LowerConv<ConvKind::kBackwardData>,
+                            .bf16_lowering = true};
   return op;
 }
 
@@ -246,7 +248,8 @@ const ir::OpDef& Conv2dWgradOp() {
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferConv<ConvKind::kBackwardFilter>,
                             .cpu = CpuConv<ConvKind::kBackwardFilter>,
-                            .lower = LowerConv<ConvKind::kBackwardFilter>};
+                            .lower = LowerConv<ConvKind::kBackwardFilter>,
+                            .bf16_lowering = true};
   return op;
 }
 

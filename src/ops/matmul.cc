@@ -104,9 +104,9 @@ class MatmulKernel : public GpuKernel {
   MatmulKernel(std::string node_name, runtime::LtMatmul matmul, const LoweringContext& ctx)
       : node_name_(std::move(node_name)),
         matmul_(std::move(matmul)),
-        a_(static_cast<const float*>(ctx.inputs[0])),
-        b_(static_cast<const float*>(ctx.inputs[1])),
-        c_(static_cast<float*>(ctx.outputs[0])),
+        a_(ctx.inputs[0]),
+        b_(ctx.inputs[1]),
+        c_(ctx.outputs[0]),
         workspace_(ctx.workspace) {}
 
   absl::Status Launch(cudaStream_t stream) const override {
@@ -119,22 +119,22 @@ class MatmulKernel : public GpuKernel {
  private:
   std::string node_name_;
   runtime::LtMatmul matmul_;
-  const float* a_;
-  const float* b_;
-  float* c_;
+  const void* a_;
+  const void* b_;
+  void* c_;
   void* workspace_;
 };
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ctx,
                                                        const Node& node) {
   ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
-  runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb};
+  runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb, ctx.input_specs[0].dtype};
   runtime::MatmulEpilogue epilogue;
   if (node.op == &MatmulBiasOp()) {
     epilogue.kind = ir::BoolAttrOr(node.attrs, "relu", false)
                         ? runtime::MatmulEpilogue::Kind::kReluBias
                         : runtime::MatmulEpilogue::Kind::kBias;
-    epilogue.bias = static_cast<const float*>(ctx.inputs[2]);
+    epilogue.bias = ctx.inputs[2];
   }
   auto matmul =
       runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
@@ -180,7 +180,8 @@ const ir::OpDef& MatmulBiasOp() {
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferMatmulBias,
                             .cpu = CpuMatmulBias,
-                            .lower = LowerMatmul};
+                            .lower = LowerMatmul,
+                            .bf16_lowering = true};
   return op;
 }
 
@@ -190,7 +191,8 @@ const ir::OpDef& MatmulOp() {
                             .infer = InferMatmul,
                             .grad = GradMatmul,
                             .cpu = CpuMatmul,
-                            .lower = LowerMatmul};
+                            .lower = LowerMatmul,
+                            .bf16_lowering = true};
   return op;
 }
 

@@ -13,6 +13,9 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/conv.h"
 #include "src/ops/ops.h"
+#include "src/passes/channels_last.h"
+#include "src/passes/plan.h"
+#include "reprise/trainer.h"
 
 namespace reprise {
 namespace {
@@ -115,6 +118,45 @@ TEST(MixedPrecisionTest, BFloat16MlpLossAgreesWithFloat32) {
   const float bf16 = loss_of(mixed->graph, mixed->loss);
   EXPECT_NE(bf16, f32);                // Rounded, so not the same bits...
   EXPECT_NEAR(bf16, f32, 1e-2 * f32);  // ...but close.
+}
+
+}  // namespace
+}  // namespace reprise
+
+namespace reprise {
+namespace {
+
+// Every launch of a bfloat16 ResNet's plan, as Trainer::Create builds it (channels-last inside,
+// mixed precision, autodiff, fusion), has a GPU lowering for its 16-bit tensors: nothing is
+// refused at Create for want of one.
+TEST(MixedPrecisionTest, EveryLaunchOfABFloat16ResNetPlanHasABFloat16Lowering) {
+  for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) {
+    auto net = models::BuildResNet(
+        {.depth = 18, .batch = 4, .classes = 3, .image_size = 32, .layout = layout});
+    ASSERT_TRUE(net.ok()) << net.status();
+    auto inside = passes::ApplyChannelsLast(net->graph, net->loss, {}, ChannelsLast::kAuto);
+    ASSERT_TRUE(inside.ok()) << inside.status();
+    auto mixed = passes::ConvertToMixedPrecision(inside->graph, inside->loss, inside->kept,
+                                                 DType::kBFloat16);
+    ASSERT_TRUE(mixed.ok()) << mixed.status();
+    auto training = autodiff::BuildTrainingGraph(mixed->graph, mixed->loss, {});
+    ASSERT_TRUE(training.ok()) << training.status();
+    auto plan = passes::BuildPlan(*std::move(training), {}, {});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Graph& g = plan->graph();
+    int bf16_launches = 0;
+    for (const passes::ScheduledLaunch& launch : plan->launches) {
+      const Node& n = g.node(launch.node);
+      bool bf16 = false;
+      for (const Value& v : n.inputs) bf16 |= g.spec(v).dtype == DType::kBFloat16;
+      for (const TensorSpec& out : n.outputs) bf16 |= out.dtype == DType::kBFloat16;
+      if (!bf16) continue;
+      ++bf16_launches;
+      EXPECT_TRUE(n.op->bf16_lowering || n.op->low_precision)
+          << LayoutName(layout) << ": op '" << n.op_name() << "' node '" << n.name << "'";
+    }
+    EXPECT_GT(bf16_launches, 50);
+  }
 }
 
 }  // namespace
