@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ResNet work on the GPU host, from the repository root of a staged checkout:
-#   bash tools/device/resnet_session.sh [tests] [train] [check] [bench] [torch] [compile]
+#   bash tools/device/resnet_session.sh [tests] [memcheck] [racecheck] [dump] [fast] [mirror] [bf16]
+#                                        [train] [check] [bench] [torch] [compile]
 # Each word runs one phase; logs and JSON land in /tmp/reprise-resnet and travel back as
 # $OUT/resnet.tgz after every phase, so a timeout keeps what ran.
 set -uo pipefail
@@ -41,6 +42,12 @@ for phase in "$@"; do
       timeout 120 reprise-dump --model resnet --depth 50 --batch 32 --layout nhwc --stage cuda-graph --format text \
         -o "$out/dump_r50_cuda_graph.txt" 2>&1 | tail -n 3
       head -c 600 "$out/dump_r50_cuda_graph.txt"; echo ;;
+    bf16)
+      timeout 200 reprise-bench --model resnet --depth 50 --batch 32 --classes 1000 --bf16 --tf32 --layout nhwc \
+        --mode graph --iters 50 --warmup 10 --profile 15 --json "$out/reprise_r50_b32_bf16_nhwc.json" 2>&1 \
+        | grep -v '^reprise-bench: measuring' | tee "$out/bf16_nhwc.log" | head -n 40
+      timeout 200 python3 tools/bench/torch_resnet.py --depth 50 --batch 32 --precision bf16 --layout nhwc \
+        --modes eager,graph --iters 50 --warmup 10 --json "$out/torch_r50_b32_bf16_nhwc.json" 2>&1 | grep -E '^torch|rror' ;;
     train)
       timeout 200 train_resnet --depth 18 --image_size 64 --steps 100 2>&1 | tee "$out/train_resnet.log" | tail -n 14 ;;
     check)
