@@ -4,34 +4,39 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
 
 namespace reprise::codegen {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Helpers of the tiled kernels, for one vector width: vector loads and stores, the row walk and
-// the block's fixed-order reduction.
-std::string Prelude(int vec) {
-  return absl::StrCat("#define BN_VEC ", vec, "\n", R"(
+// Helpers of the tiled kernels, for one element type and vector width: loads that widen to float
+// and stores that round from it (element_type.h), the row walk and the block's fixed-order
+// reduction. For float32 the loads and stores are plain float and float4 accesses, so the float32
+// kernels compute what they did before bfloat16 existed.
+std::string Prelude(int vec, DType dtype) {
+  return absl::StrCat(ElementTypeSource(dtype), "#define BN_VEC ", vec, "\n", R"(
 struct BnVec {
   float v[BN_VEC];
 };
-__device__ __forceinline__ BnVec BnLoad(const float* p) {
+// Load4 and Store4 need 16-byte (float32) or 8-byte (bfloat16) alignment: the lowering picks
+// BN_VEC 1 where a tensor or a row start lacks it.
+__device__ __forceinline__ BnVec BnLoad(const elem_t* p) {
   BnVec r;
 #if BN_VEC == 4
-  const float4 t = *reinterpret_cast<const float4*>(p);
+  const float4 t = Load4(p);
   r.v[0] = t.x; r.v[1] = t.y; r.v[2] = t.z; r.v[3] = t.w;
 #else
-  r.v[0] = *p;
+  r.v[0] = ToFloat(*p);
 #endif
   return r;
 }
-__device__ __forceinline__ void BnStore(float* p, const BnVec& a) {
+__device__ __forceinline__ void BnStore(elem_t* p, const BnVec& a) {
 #if BN_VEC == 4
-  *reinterpret_cast<float4*>(p) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
+  Store4(p, make_float4(a.v[0], a.v[1], a.v[2], a.v[3]));
 #else
-  *p = a.v[0];
+  *p = FromFloat(a.v[0]);
 #endif
 }
 
@@ -123,7 +128,42 @@ __device__ __forceinline__ bool BnSumChunks(const double* __restrict__ partial, 
 }
 )";
 
-std::string Suffixed(const std::string& name, int vec) { return absl::StrCat(name, "_v", vec); }
+// reprise_bn_apply_v4 (float32) or reprise_bn_apply_v4_bf16: one kernel-store entry per width
+// and type.
+std::string KernelName(absl::string_view base, int vec, DType dtype) {
+  return ElementKernelName(absl::StrCat(base, "_v", vec), dtype);
+}
+
+// y = act((x - mean)·scale + shift (+ residual)) over one thread's rows, in float, rounded once
+// at the store. The forward's apply and batch_norm_apply's recompute both run it, so a
+// recomputed y has the forward's bits.
+const char kApplyBody[] = R"(
+struct BnApplyBody {
+  static constexpr int kUnroll = 4;
+  const elem_t* x;
+  const elem_t* residual;
+  elem_t* y;
+  int channels, col, relu;
+  float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
+  struct Regs {
+    BnVec x, residual;
+  };
+  __device__ void Load(long long r, Regs& a) const {
+    a.x = BnLoad(x + r * channels + col);
+    if (residual != nullptr) a.residual = BnLoad(residual + r * channels + col);
+  }
+  __device__ void Use(long long r, const Regs& a) const {
+    BnVec out;
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      float v = fmaf(a.x.v[k] - mean[k], scale[k], shift[k]);
+      if (residual != nullptr) v += a.residual.v[k];
+      out.v[k] = relu ? fmaxf(v, 0.0f) : v;
+    }
+    BnStore(y + r * channels + col, out);
+  }
+};
+)";
 
 }  // namespace
 
@@ -148,12 +188,12 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
   return 2 * chunks * channels * static_cast<int64_t>(sizeof(double));
 }
 
-GeneratedKernel BatchNormStats(int vec) {
-  const std::string name = Suffixed("reprise_bn_stats", vec);
-  return {name, Prelude(vec) + R"(
+GeneratedKernel BatchNormStats(int vec, DType dtype) {
+  const std::string name = KernelName("reprise_bn_stats", vec, dtype);
+  return {name, Prelude(vec, dtype) + R"(
 struct BnStatsBody {
   static constexpr int kUnroll = 4;
-  const float* x;
+  const elem_t* x;
   int channels, col;
   double sum[BN_VEC], squares[BN_VEC];
   struct Regs {
@@ -171,7 +211,7 @@ struct BnStatsBody {
 };
 
 extern "C" __global__ void __launch_bounds__(256, 4)
-    )" + name + R"((const float* __restrict__ x, double* __restrict__ partial, long long rows,
+    )" + name + R"((const elem_t* __restrict__ x, double* __restrict__ partial, long long rows,
                    int channels, long long rows_per_chunk) {
   BnStatsBody body{x, channels, BnColumn(), {}, {}};
   if (body.col < channels) BnWalkRows(rows, rows_per_chunk, body);
@@ -205,39 +245,13 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormApply(int vec) {
-  const std::string name = Suffixed("reprise_bn_apply", vec);
-  return {name, Prelude(vec) + R"(
-struct BnApplyBody {
-  static constexpr int kUnroll = 4;
-  const float* x;
-  const float* residual;
-  float* y;
-  int channels, col, relu;
-  float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
-  struct Regs {
-    BnVec x, residual;
-  };
-  __device__ void Load(long long r, Regs& a) const {
-    a.x = BnLoad(x + r * channels + col);
-    if (residual != nullptr) a.residual = BnLoad(residual + r * channels + col);
-  }
-  __device__ void Use(long long r, const Regs& a) const {
-    BnVec out;
-#pragma unroll
-    for (int k = 0; k < BN_VEC; ++k) {
-      float v = fmaf(a.x.v[k] - mean[k], scale[k], shift[k]);
-      if (residual != nullptr) v += a.residual.v[k];
-      out.v[k] = relu ? fmaxf(v, 0.0f) : v;
-    }
-    BnStore(y + r * channels + col, out);
-  }
-};
-
+GeneratedKernel BatchNormApply(int vec, DType dtype) {
+  const std::string name = KernelName("reprise_bn_apply", vec, dtype);
+  return {name, Prelude(vec, dtype) + kApplyBody + R"(
 extern "C" __global__ void __launch_bounds__(256, 4)
-    )" + name + R"((const float* __restrict__ x, const float* __restrict__ residual,
+    )" + name + R"((const elem_t* __restrict__ x, const elem_t* __restrict__ residual,
                    const float* __restrict__ mean, const float* __restrict__ coef,
-                   const float* __restrict__ beta, float* __restrict__ y, long long rows,
+                   const float* __restrict__ beta, elem_t* __restrict__ y, long long rows,
                    int channels, long long rows_per_chunk, int relu) {
   BnApplyBody body{x, residual, y, channels, BnColumn(), relu};
   if (body.col >= channels) return;
@@ -252,15 +266,38 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormGradStats(int vec) {
-  const std::string name = Suffixed("reprise_bn_grad_stats", vec);
-  return {name, Prelude(vec) + R"(
+GeneratedKernel BatchNormApplySaved(int vec, DType dtype) {
+  const std::string name = KernelName("reprise_bn_apply_saved", vec, dtype);
+  return {name, Prelude(vec, dtype) + kApplyBody + R"(
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const elem_t* __restrict__ x, const elem_t* __restrict__ residual,
+                   const float* __restrict__ gamma, const float* __restrict__ beta,
+                   const float* __restrict__ mean, const float* __restrict__ invstd,
+                   elem_t* __restrict__ y, long long rows, int channels,
+                   long long rows_per_chunk, int relu) {
+  BnApplyBody body{x, residual, y, channels, BnColumn(), relu};
+  if (body.col >= channels) return;
+#pragma unroll
+  for (int k = 0; k < BN_VEC; ++k) {
+    body.mean[k] = mean[body.col + k];
+    // gamma·saved_invstd in float: the forward's finalize forms coef[0] the same way.
+    body.scale[k] = gamma[body.col + k] * invstd[body.col + k];
+    body.shift[k] = beta[body.col + k];
+  }
+  BnWalkRows(rows, rows_per_chunk, body);
+}
+)"};
+}
+
+GeneratedKernel BatchNormGradStats(int vec, DType dtype) {
+  const std::string name = KernelName("reprise_bn_grad_stats", vec, dtype);
+  return {name, Prelude(vec, dtype) + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
-  const float* dy;
-  const float* act_out;
-  const float* x;
+  const elem_t* dy;
+  const elem_t* act_out;
+  const elem_t* x;
   int channels, col;
   double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
   struct Regs {
@@ -283,8 +320,8 @@ struct BnGradStatsBody {
 };
 
 extern "C" __global__ void __launch_bounds__(256, 4)
-    )" + name + R"((const float* __restrict__ dy, const float* __restrict__ act_out,
-                   const float* __restrict__ x, const float* __restrict__ mean,
+    )" + name + R"((const elem_t* __restrict__ dy, const elem_t* __restrict__ act_out,
+                   const elem_t* __restrict__ x, const float* __restrict__ mean,
                    double* __restrict__ partial, long long rows, int channels,
                    long long rows_per_chunk) {
   BnGradStatsBody body{dy, act_out, x, channels, BnColumn(), {}, {}, {}};
@@ -321,16 +358,16 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormGradApply(int vec) {
-  const std::string name = Suffixed("reprise_bn_grad_apply", vec);
-  return {name, Prelude(vec) + R"(
+GeneratedKernel BatchNormGradApply(int vec, DType dtype) {
+  const std::string name = KernelName("reprise_bn_grad_apply", vec, dtype);
+  return {name, Prelude(vec, dtype) + R"(
 struct BnGradApplyBody {
   static constexpr int kUnroll = 4;
-  const float* dy;
-  const float* act_out;
-  const float* x;
-  float* dx;
-  float* masked_dy;
+  const elem_t* dy;
+  const elem_t* act_out;
+  const elem_t* x;
+  elem_t* dx;
+  elem_t* masked_dy;
   int channels, col;
   float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
   struct Regs {
@@ -351,15 +388,16 @@ struct BnGradApplyBody {
     }
     const long long i = r * channels + col;
     BnStore(dx + i, out);
+    // g is dy's value or zero: stored in dy's type, it is exact.
     if (masked_dy != nullptr) BnStore(masked_dy + i, g);
   }
 };
 
 extern "C" __global__ void __launch_bounds__(256, 4)
-    )" + name + R"((const float* __restrict__ dy, const float* __restrict__ act_out,
-                   const float* __restrict__ x, const float* __restrict__ mean,
-                   const float* __restrict__ coef, float* __restrict__ dx,
-                   float* __restrict__ masked_dy, long long rows, int channels,
+    )" + name + R"((const elem_t* __restrict__ dy, const elem_t* __restrict__ act_out,
+                   const elem_t* __restrict__ x, const float* __restrict__ mean,
+                   const float* __restrict__ coef, elem_t* __restrict__ dx,
+                   elem_t* __restrict__ masked_dy, long long rows, int channels,
                    long long rows_per_chunk) {
   BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn()};
   if (body.col >= channels) return;
@@ -377,11 +415,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 
 std::vector<GeneratedKernel> BatchNormKernels() {
   std::vector<GeneratedKernel> kernels = {BatchNormFinalize(), BatchNormGradFinalize()};
-  for (int vec : {4, 1}) {
-    kernels.push_back(BatchNormStats(vec));
-    kernels.push_back(BatchNormApply(vec));
-    kernels.push_back(BatchNormGradStats(vec));
-    kernels.push_back(BatchNormGradApply(vec));
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (int vec : {4, 1}) {
+      kernels.push_back(BatchNormStats(vec, dtype));
+      kernels.push_back(BatchNormApply(vec, dtype));
+      kernels.push_back(BatchNormApplySaved(vec, dtype));
+      kernels.push_back(BatchNormGradStats(vec, dtype));
+      kernels.push_back(BatchNormGradApply(vec, dtype));
+    }
   }
   return kernels;
 }

@@ -1,5 +1,11 @@
-// CUDA C++ source for channels-last batch normalization in float32 (src/ops/batch_norm_nhwc.h):
-// x is viewed as a row-major [rows = N·H·W, C] matrix, and every kernel works on 2-D tiles of it.
+// CUDA C++ source for channels-last batch normalization (src/ops/batch_norm_nhwc.h): x is viewed as
+// a row-major [rows = N·H·W, C] matrix, and every kernel works on 2-D tiles of it.
+//
+// Element types: the [rows, C] arrays (x, residual, y, dy, act_out, dx, masked_dy) hold the
+// `dtype` a kernel is generated for, float32 or bfloat16 (src/codegen/element_type.h: the
+// bfloat16 kernels are named with a "_bf16" suffix). Per-channel arrays (gamma, beta, statistics,
+// dgamma, dbeta, coef) are float32 for both. Arithmetic is float, sums double, whatever the type;
+// only loads widen and stores round.
 //
 // Launch shape, shared by the row-walking kernels (stats and apply, forward and backward):
 // blocks of kBatchNormThreads threads shaped (block_x, block_y); thread x covers `vec` adjacent
@@ -21,6 +27,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
 namespace reprise::codegen {
@@ -36,7 +43,7 @@ inline constexpr int64_t kBatchNormMaxChunks = 512;
 inline constexpr int64_t kBatchNormMinRowsPerThread = 4;
 
 struct BatchNormTiling {
-  int vec = 1;      // Channels per thread: 4 (float4 loads) or 1.
+  int vec = 1;      // Channels per thread: 4 (one 16- or 8-byte load) or 1.
   int block_x = 0;  // Threads across channels: a power of two <= 32.
   int block_y = 0;  // Threads across rows: kBatchNormThreads / block_x.
   int64_t column_tiles = 0;
@@ -52,43 +59,55 @@ BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec);
 // Byte offset of coef[3][C] in the scratch.
 int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 
+// The tiled kernels below take `vec` (4 or 1) and the element type `dtype` (kFloat32 or
+// kBFloat16); `elem_t` in a signature is float or bfloat16's 16 bits accordingly. Names:
+// reprise_bn_<kernel>_v<vec>, plus "_bf16" for bfloat16.
+//
 // Forward pass, three launches:
 // (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
-//     Signature: (const float* x, double* partial, long long rows, int channels,
+//     Signature: (const elem_t* x, double* partial, long long rows, int channels,
 //     long long rows_per_chunk).
-GeneratedKernel BatchNormStats(int vec);
-// (b) Per channel: sums the chunks (blocks of 32x32 threads, 32 channels each, ceil(C/32) of
-//     them; 32 lanes per channel in a fixed order), then mean, biased var, saved_mean = mean,
-//     saved_invstd = 1/sqrt(var + eps), coef[0][c] = gamma·saved_invstd (in float, as
-//     batch_norm_apply recomputes it), and the running statistics in
-//     place (running_var with the unbiased var·M/(M-1)). Signature: (const double* partial, int
-//     chunks, int channels, long long rows, double epsilon, double momentum, const float* gamma,
-//     float* running_mean, float* running_var, float* saved_mean, float* saved_invstd, float*
-//     coef).
+GeneratedKernel BatchNormStats(int vec, DType dtype);
+// (b) Per channel, one kernel for every element type: sums the chunks (blocks of 32x32 threads,
+//     32 channels each, ceil(C/32) of them; 32 lanes per channel in a fixed order), then mean,
+//     biased var, saved_mean = mean, saved_invstd = 1/sqrt(var + eps), coef[0][c] =
+//     gamma·saved_invstd (in float, as batch_norm_apply recomputes it), and the running
+//     statistics in place (running_var with the unbiased var·M/(M-1)). Signature: (const double*
+//     partial, int chunks, int channels, long long rows, double epsilon, double momentum,
+//     const float* gamma, float* running_mean, float* running_var, float* saved_mean,
+//     float* saved_invstd, float* coef).
 GeneratedKernel BatchNormFinalize();
 // (c) y = act((x - mean)·coef[0] + beta (+ residual)), act = relu when `relu` != 0; residual may
-//     be null. Tiled launch. Signature: (const float* x, const float* residual,
-//     const float* mean, const float* coef, const float* beta, float* y, long long rows,
+//     be null. Tiled launch. Signature: (const elem_t* x, const elem_t* residual,
+//     const float* mean, const float* coef, const float* beta, elem_t* y, long long rows,
 //     int channels, long long rows_per_chunk, int relu).
-GeneratedKernel BatchNormApply(int vec);
+GeneratedKernel BatchNormApply(int vec, DType dtype);
+
+// batch_norm_apply in NHWC: (c) with coef[0] formed in the kernel as gamma·saved_invstd in float,
+// as (b) forms it, so a recomputed y has the forward's bits. One tiled launch, no scratch.
+// Signature: (const elem_t* x, const elem_t* residual, const float* gamma, const float* beta,
+// const float* saved_mean, const float* saved_invstd, elem_t* y, long long rows, int channels,
+// long long rows_per_chunk, int relu).
+GeneratedKernel BatchNormApplySaved(int vec, DType dtype);
 
 // Backward pass, three launches, with g = act_out ? (act_out > 0 ? dy : 0) : dy:
 // (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean). Tiled launch. Signature:
-//     (const float* dy, const float* act_out, const float* x, const float* mean,
+//     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     double* partial, long long rows, int channels, long long rows_per_chunk).
-GeneratedKernel BatchNormGradStats(int vec);
+GeneratedKernel BatchNormGradStats(int vec, DType dtype);
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,
 //     const float* gamma, const float* invstd, float* dgamma, float* dbeta, float* coef).
 GeneratedKernel BatchNormGradFinalize();
 // (c) dx = coef[0]·g - coef[1] - coef[2]·(x - mean), and masked_dy = g when masked_dy is not
-//     null. Tiled launch. Signature: (const float* dy, const float* act_out, const float* x,
-//     const float* mean, const float* coef, float* dx, float* masked_dy, long long rows,
+//     null. Tiled launch. Signature: (const elem_t* dy, const elem_t* act_out, const elem_t* x,
+//     const float* mean, const float* coef, elem_t* dx, elem_t* masked_dy, long long rows,
 //     int channels, long long rows_per_chunk).
-GeneratedKernel BatchNormGradApply(int vec);
+GeneratedKernel BatchNormGradApply(int vec, DType dtype);
 
-// Every kernel above in both vector widths, for compile checks and for warming the kernel store.
+// Every kernel above in both vector widths and both element types (2 finalize kernels and
+// 5 tiled ones × 2 widths × 2 types), for compile checks and for warming the kernel store.
 std::vector<GeneratedKernel> BatchNormKernels();
 
 }  // namespace reprise::codegen

@@ -282,15 +282,29 @@ class CudnnBatchNorm : public GpuKernel {
   std::string describe_;
 };
 
+// The cuDNN path is float32 only. Mixed precision's bfloat16 batch norms run channels-last on our
+// own kernels instead, so a bfloat16 one here says where it can run.
+absl::Status CheckCudnnDType(const Node& node, absl::Span<const TensorSpec> specs, Layout layout) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.dtype == DType::kBFloat16) {
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", node.name, "': ", node.op_name(), " in ", LayoutName(layout),
+          " runs on cuDNN in float32 only, got ", spec.ToString(),
+          "; bfloat16 batch norm runs on the GPU as NHWC training (channels-last layout)"));
+    }
+  }
+  return CheckGpuFloat32(node, specs);
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchNorm(const LoweringContext& ctx,
                                                           const Node& node, Phase phase) {
   const std::string where = absl::StrCat("node '", node.name, "'");
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
+  RETURN_IF_ERROR(CheckCudnnDType(node, ctx.input_specs, p.layout));
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle, and the plan has none"));
   }
-  ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
   if (p.epsilon < CUDNN_BN_MIN_EPSILON) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": epsilon ", p.epsilon, " is below cuDNN's minimum CUDNN_BN_MIN_EPSILON (",
@@ -313,48 +327,50 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchNorm(const LoweringContext&
 
 #pragma GCC diagnostic pop
 
-// Channels-last training runs on our own kernels (batch_norm_nhwc.h): cuDNN's NHWC batch norm is
-// ~100x below memory bandwidth. NCHW and inference stay on cuDNN.
+// Channels-last training runs on our own kernels (batch_norm_nhwc.h), in float32 or bfloat16:
+// cuDNN's NHWC batch norm is ~100x below memory bandwidth. NCHW and inference stay on cuDNN.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx,
                                                       const Node& node) {
   ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
   if (p.layout != Layout::kNHWC) return LowerBatchNorm(ctx, node, Phase::kTrain);
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0}));
   ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   auto in = [&](int i) { return static_cast<float*>(ctx.inputs[i]); };
   auto out = [&](int i) { return static_cast<float*>(ctx.outputs[i]); };
   return LowerNhwcBatchNormTrain(ctx, node.name,
-                                 {.x = in(0),
+                                 {.x = ctx.inputs[0],
                                   .gamma = in(1),
                                   .beta = in(2),
                                   .running_mean = in(3),
                                   .running_var = in(4),
-                                  .y = out(0),
+                                  .y = ctx.outputs[0],
                                   .saved_mean = out(1),
                                   .saved_invstd = out(2),
                                   .rows = d.n * d.h * d.w,
                                   .channels = d.c,
                                   .epsilon = p.epsilon,
-                                  .momentum = p.momentum});
+                                  .momentum = p.momentum,
+                                  .dtype = dtype});
 }
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
   if (p.layout != Layout::kNHWC) return LowerBatchNorm(ctx, node, Phase::kGrad);
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0, 1}));
   ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[1], p.layout, "x"));
   auto in = [&](int i) { return static_cast<const float*>(ctx.inputs[i]); };
   auto out = [&](int i) { return static_cast<float*>(ctx.outputs[i]); };
   return LowerNhwcBatchNormGrad(ctx, node.name,
-                                {.dy = in(0),
-                                 .x = in(1),
+                                {.dy = ctx.inputs[0],
+                                 .x = ctx.inputs[1],
                                  .gamma = in(2),
                                  .saved_mean = in(3),
                                  .saved_invstd = in(4),
-                                 .dx = out(0),
+                                 .dx = ctx.outputs[0],
                                  .dgamma = out(1),
                                  .dbeta = out(2),
                                  .rows = d.n * d.h * d.w,
-                                 .channels = d.c});
+                                 .channels = d.c,
+                                 .dtype = dtype});
 }
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerInfer(const LoweringContext& ctx,
                                                       const Node& node) {
@@ -370,7 +386,8 @@ const ir::OpDef& BatchNormTrainOp() {
                             .grad = GradTrain,
                             .cpu = CpuTrain,
                             .lower = LowerTrain,
-                            .mutated_inputs = {3, 4}};
+                            .mutated_inputs = {3, 4},
+                            .bf16_lowering = true};  // NHWC only: NCHW refuses it by name.
   return op;
 }
 const ir::OpDef& BatchNormGradOp() {
@@ -378,7 +395,8 @@ const ir::OpDef& BatchNormGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferGrad,
                             .cpu = CpuGrad,
-                            .lower = LowerGrad};
+                            .lower = LowerGrad,
+                            .bf16_lowering = true};  // As batch_norm_train.
   return op;
 }
 const ir::OpDef& BatchNormInferOp() {

@@ -1,5 +1,6 @@
 #include "src/ops/batch_norm_act.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -75,52 +76,64 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
   return BatchNormGradOp().cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
 }
 
-absl::StatusOr<ImageDims> NhwcDims(const LoweringContext& ctx, const Node& node, int x_index) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+// x's extents, after checking the layout (these ops run only as our NHWC kernels) and the
+// element types (float32 or bfloat16 data at `data_inputs`, float32 per-channel tensors).
+struct NhwcData {
+  ImageDims x;
+  DType dtype;
+};
+absl::StatusOr<NhwcData> NhwcDataOf(const LoweringContext& ctx, const Node& node, int x_index,
+                                    std::initializer_list<int> data_inputs) {
   ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
   if (layout != Layout::kNHWC) {
     return absl::UnimplementedError(absl::StrCat("node '", node.name, "': ", node.op_name(),
                                                  " runs only in NHWC layout on the GPU"));
   }
-  return ImageDimsOf(ctx.input_specs[x_index], layout, "x");
+  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, data_inputs));
+  ASSIGN_OR_RETURN(ImageDims x, ImageDimsOf(ctx.input_specs[x_index], layout, "x"));
+  return NhwcData{x, dtype};
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx,
                                                       const Node& node) {
-  ASSIGN_OR_RETURN(ImageDims x, NhwcDims(ctx, node, 0));
+  const bool residual = HasResidual(node.attrs);
+  ASSIGN_OR_RETURN(const NhwcData data,
+                   residual ? NhwcDataOf(ctx, node, 0, {0, 5}) : NhwcDataOf(ctx, node, 0, {0}));
   NhwcBatchNormForward args;
-  args.x = static_cast<const float*>(ctx.inputs[0]);
+  args.x = ctx.inputs[0];
   args.gamma = static_cast<const float*>(ctx.inputs[1]);
   args.beta = static_cast<const float*>(ctx.inputs[2]);
   args.running_mean = static_cast<float*>(ctx.inputs[3]);
   args.running_var = static_cast<float*>(ctx.inputs[4]);
-  if (HasResidual(node.attrs)) args.residual = static_cast<const float*>(ctx.inputs[5]);
-  args.y = static_cast<float*>(ctx.outputs[0]);
+  if (residual) args.residual = ctx.inputs[5];
+  args.y = ctx.outputs[0];
   args.saved_mean = static_cast<float*>(ctx.outputs[1]);
   args.saved_invstd = static_cast<float*>(ctx.outputs[2]);
-  args.rows = x.n * x.h * x.w;
-  args.channels = x.c;
+  args.rows = data.x.n * data.x.h * data.x.w;
+  args.channels = data.x.c;
   args.epsilon = node.attrs.contains("epsilon") ? *ir::FloatAttr(node.attrs, "epsilon") : 1e-5;
   args.momentum = node.attrs.contains("momentum") ? *ir::FloatAttr(node.attrs, "momentum") : 0.1;
   args.relu = true;
+  args.dtype = data.dtype;
   return LowerNhwcBatchNormTrain(ctx, node.name, args);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(ImageDims x, NhwcDims(ctx, node, 2));
+  ASSIGN_OR_RETURN(const NhwcData data, NhwcDataOf(ctx, node, 2, {0, 1, 2}));
   NhwcBatchNormBackward args;
-  args.dy = static_cast<const float*>(ctx.inputs[0]);
-  args.act_out = static_cast<const float*>(ctx.inputs[1]);
-  args.x = static_cast<const float*>(ctx.inputs[2]);
+  args.dy = ctx.inputs[0];
+  args.act_out = ctx.inputs[1];
+  args.x = ctx.inputs[2];
   args.gamma = static_cast<const float*>(ctx.inputs[3]);
   args.saved_mean = static_cast<const float*>(ctx.inputs[4]);
   args.saved_invstd = static_cast<const float*>(ctx.inputs[5]);
-  args.dx = static_cast<float*>(ctx.outputs[0]);
+  args.dx = ctx.outputs[0];
   args.dgamma = static_cast<float*>(ctx.outputs[1]);
   args.dbeta = static_cast<float*>(ctx.outputs[2]);
-  if (HasMaskedOutput(node.attrs)) args.masked_dy = static_cast<float*>(ctx.outputs[3]);
-  args.rows = x.n * x.h * x.w;
-  args.channels = x.c;
+  if (HasMaskedOutput(node.attrs)) args.masked_dy = ctx.outputs[3];
+  args.rows = data.x.n * data.x.h * data.x.w;
+  args.channels = data.x.c;
+  args.dtype = data.dtype;
   return LowerNhwcBatchNormGrad(ctx, node.name, args);
 }
 
@@ -132,7 +145,8 @@ const ir::OpDef& BatchNormActTrainOp() {
                             .infer = InferTrain,
                             .cpu = CpuTrain,
                             .lower = LowerTrain,
-                            .mutated_inputs = {3, 4}};
+                            .mutated_inputs = {3, 4},
+                            .bf16_lowering = true};
   return op;
 }
 
@@ -141,7 +155,8 @@ const ir::OpDef& BatchNormActGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferGrad,
                             .cpu = CpuGrad,
-                            .lower = LowerGrad};
+                            .lower = LowerGrad,
+                            .bf16_lowering = true};
   return op;
 }
 

@@ -14,8 +14,10 @@ namespace reprise::ops {
 // per element (src/ops/batch_norm.h), so y has batch_norm_train's bits on the CPU reference; the
 // add and the ReLU round as the add and relu ops do. Attrs: layout ("NCHW" or "NHWC"), bool
 // residual (the sixth input), bool relu; batch_norm_train's epsilon and momentum are accepted and
-// ignored. No gradient rule: it only appears in the backward pass. GPU: one NVRTC kernel for
-// both layouts, float32.
+// ignored. No gradient rule: it only appears in the backward pass. GPU: one NVRTC kernel; NHWC
+// runs the forward's apply code (src/ops/batch_norm_nhwc.h), so y has the forward's bits, with
+// float32 or bfloat16 x, residual and y beside float32 per-channel tensors; NCHW is float32 only
+// (bfloat16 is refused as kUnimplemented, naming the node).
 const ir::OpDef& BatchNormApplyOp();
 
 }  // namespace reprise::ops

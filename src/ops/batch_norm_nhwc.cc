@@ -1,5 +1,6 @@
 #include "src/ops/batch_norm_nhwc.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/batch_norm_kernels.h"
+#include "src/codegen/element_type.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -36,45 +38,58 @@ class BatchNormLaunches : public GpuKernel {
   std::vector<std::unique_ptr<GpuKernel>> parts_;
 };
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// What one lowering asks of Plan: its op (for messages), the element type of its [rows, channels]
+// arrays, sizes, and whether it needs the scratch in the lane's workspace.
+struct Request {
+  absl::string_view op;
+  DType dtype;
+  int64_t rows, min_rows, channels;
+  bool needs_scratch = true;
+};
 
-// float4 loads need C % 4 == 0 (a row starts on a 16-byte boundary) and every row-walked tensor
-// 16-byte aligned; otherwise scalar loads.
-int VectorWidth(int64_t channels, std::initializer_list<const void*> tensors) {
+// Four channels per thread need C % 4 == 0 (then every row starts 4 elements apart) and every
+// row-walked tensor aligned for Load4 and Store4: 16 bytes for float32, 8 for bfloat16.
+// Otherwise one channel per thread.
+int VectorWidth(int64_t channels, DType dtype, std::initializer_list<const void*> tensors) {
   if (channels % 4 != 0) return 1;
+  const uintptr_t alignment = 4 * codegen::ElementBytes(dtype);
   for (const void* p : tensors) {
-    if (p != nullptr && !Aligned16(p)) return 1;
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % alignment != 0) return 1;
   }
   return 4;
 }
 
-// The checks both passes share, then the tiling with its scratch, which must fit in the lane's
-// workspace.
+// The checks every lowering shares, then the tiling; its scratch must fit in the lane's
+// workspace when the request needs it.
 absl::StatusOr<codegen::BatchNormTiling> Plan(const LoweringContext& ctx, const std::string& where,
-                                              absl::string_view op, int64_t rows, int64_t min_rows,
-                                              int64_t channels, int vec,
+                                              const Request& r, int vec,
                                               std::initializer_list<const void*> required) {
-  if (rows < min_rows || channels < 1 || channels > INT_MAX) {
+  if (!codegen::IsKernelElementType(r.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", r.op, " nhwc reads float32 or bfloat16 data, got ", DTypeName(r.dtype)));
+  }
+  if (r.rows < r.min_rows || r.channels < 1 || r.channels > INT_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", op, " nhwc needs rows >= ", min_rows,
-                     " and 1 <= channels <= ", INT_MAX, ", got rows=", rows, " c=", channels));
+        absl::StrCat(where, ": ", r.op, " nhwc needs rows >= ", r.min_rows,
+                     " and 1 <= channels <= ", INT_MAX, ", got rows=", r.rows, " c=", r.channels));
   }
   for (const void* p : required) {
     if (p == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", op, " nhwc is missing a required device address"));
+          absl::StrCat(where, ": ", r.op, " nhwc is missing a required device address"));
     }
   }
-  const codegen::BatchNormTiling t = codegen::BatchNormTilingFor(rows, channels, vec);
-  if (ctx.workspace == nullptr || static_cast<size_t>(t.scratch_bytes) > ctx.workspace_bytes) {
+  const codegen::BatchNormTiling t = codegen::BatchNormTilingFor(r.rows, r.channels, vec);
+  if (r.needs_scratch &&
+      (ctx.workspace == nullptr || static_cast<size_t>(t.scratch_bytes) > ctx.workspace_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        where, ": ", op, " nhwc rows=", rows, " c=", channels, " needs ", t.scratch_bytes,
+        where, ": ", r.op, " nhwc rows=", r.rows, " c=", r.channels, " needs ", t.scratch_bytes,
         " bytes of scratch (", t.chunks, " chunks) in the lane's workspace, which has ",
         ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
   }
   if (ctx.kernels == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(where, ": ", op, " nhwc needs a kernel store, and the plan has none"));
+        absl::StrCat(where, ": ", r.op, " nhwc needs a kernel store, and the plan has none"));
   }
   return t;
 }
@@ -85,21 +100,43 @@ dim3 TiledGrid(const codegen::BatchNormTiling& t) {
 dim3 TiledBlock(const codegen::BatchNormTiling& t) { return dim3(t.block_x, t.block_y); }
 dim3 ChannelGrid(int64_t channels) { return dim3(static_cast<unsigned>((channels + 31) / 32)); }
 
-std::string Describe(absl::string_view op, const codegen::BatchNormTiling& t, int64_t rows,
-                     int64_t channels, absl::string_view extras) {
-  return absl::StrCat("nvrtc ", op, " nhwc rows=", rows, " c=", channels, " vec=", t.vec,
-                      " chunks=", t.chunks, extras, " (3 kernels)");
+// "nvrtc batch_norm_train nhwc rows=.. c=.. vec=4 chunks=.. (3 kernels)"; bfloat16 lowerings say
+// " bf16" after "nhwc" (float32 ones read as they did before bfloat16 existed).
+std::string Describe(const Request& r, const codegen::BatchNormTiling& t, absl::string_view extras,
+                     int kernels) {
+  return absl::StrCat("nvrtc ", r.op, " nhwc",
+                      r.dtype == DType::kFloat32 ? "" : absl::StrCat(" ", DTypeName(r.dtype)),
+                      " rows=", r.rows, " c=", r.channels, " vec=", t.vec, " chunks=", t.chunks,
+                      extras, " (", kernels, kernels == 1 ? " kernel)" : " kernels)");
 }
 
 }  // namespace
+
+absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
+                                   std::initializer_list<int> data_inputs) {
+  const DType data = inputs[*data_inputs.begin()].dtype;
+  for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
+    const bool is_data = std::find(data_inputs.begin(), data_inputs.end(), i) != data_inputs.end();
+    const bool fits = is_data ? codegen::IsKernelElementType(data) && inputs[i].dtype == data
+                              : inputs[i].dtype == DType::kFloat32;
+    if (!fits) {
+      return absl::UnimplementedError(absl::StrCat(
+          "node '", node.name, "': ", node.op_name(),
+          " runs on the GPU with float32 or bfloat16 data and float32 per-channel tensors, got ",
+          inputs[i].ToString(), " for input ", i));
+    }
+  }
+  return data;
+}
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const LoweringContext& ctx,
                                                                    const std::string& node_name,
                                                                    const NhwcBatchNormForward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
-  const int vec = VectorWidth(a.channels, {a.x, a.residual, a.y});
+  const Request request{"batch_norm_train", a.dtype, a.rows, 2, a.channels};
+  const int vec = VectorWidth(a.channels, a.dtype, {a.x, a.residual, a.y});
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t,
-                   Plan(ctx, where, "batch_norm_train", a.rows, 2, a.channels, vec,
+                   Plan(ctx, where, request, vec,
                         {a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.y, a.saved_mean,
                          a.saved_invstd}));
   double* partial = static_cast<double*>(ctx.workspace);
@@ -112,8 +149,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
   KernelArgs stats;
   stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk);
   ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec), TiledGrid(t),
-                                       TiledBlock(t), 0, std::move(stats)));
+                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec, a.dtype),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
       .Add(static_cast<int>(t.chunks))
@@ -143,23 +180,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
       .Add(rows_per_chunk)
       .Add(a.relu ? 1 : 0);
   ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApply(vec), TiledGrid(t),
-                                       TiledBlock(t), 0, std::move(apply)));
+                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApply(vec, a.dtype),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
-  return std::unique_ptr<GpuKernel>(new BatchNormLaunches(
-      Describe("batch_norm_train", t, a.rows, a.channels, extras), std::move(parts)));
+  return std::unique_ptr<GpuKernel>(
+      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts)));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const LoweringContext& ctx,
                                                                   const std::string& node_name,
                                                                   const NhwcBatchNormBackward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
-  const int vec = VectorWidth(a.channels, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
-  ASSIGN_OR_RETURN(
-      codegen::BatchNormTiling t,
-      Plan(ctx, where, "batch_norm_grad", a.rows, 1, a.channels, vec,
-           {a.dy, a.x, a.gamma, a.saved_mean, a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
+  const Request request{"batch_norm_grad", a.dtype, a.rows, 1, a.channels};
+  const int vec = VectorWidth(a.channels, a.dtype, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
+  ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
+                                                    {a.dy, a.x, a.gamma, a.saved_mean,
+                                                     a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
   double* partial = static_cast<double*>(ctx.workspace);
   float* coef = reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) +
                                          codegen::BatchNormCoefficientOffset(t.chunks, a.channels));
@@ -177,7 +214,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(channels)
       .Add(rows_per_chunk);
   ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradStats(vec),
+                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradStats(vec, a.dtype),
                                        TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
@@ -205,12 +242,47 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(channels)
       .Add(rows_per_chunk);
   ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradApply(vec),
+                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradApply(vec, a.dtype),
                                        TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras = absl::StrCat(a.act_out != nullptr ? " +relu_mask" : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
-  return std::unique_ptr<GpuKernel>(new BatchNormLaunches(
-      Describe("batch_norm_grad", t, a.rows, a.channels, extras), std::move(parts)));
+  return std::unique_ptr<GpuKernel>(
+      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts)));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
+    const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormRecompute& a) {
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  const Request request{.op = "batch_norm_apply",
+                        .dtype = a.dtype,
+                        .rows = a.rows,
+                        .min_rows = 1,
+                        .channels = a.channels,
+                        .needs_scratch = false};
+  const int vec = VectorWidth(a.channels, a.dtype, {a.x, a.residual, a.y});
+  ASSIGN_OR_RETURN(
+      codegen::BatchNormTiling t,
+      Plan(ctx, where, request, vec, {a.x, a.gamma, a.beta, a.saved_mean, a.saved_invstd, a.y}));
+  KernelArgs args;
+  args.Add(a.x)
+      .Add(a.residual)
+      .Add(a.gamma)
+      .Add(a.beta)
+      .Add(a.saved_mean)
+      .Add(a.saved_invstd)
+      .Add(a.y)
+      .Add(static_cast<long long>(a.rows))
+      .Add(static_cast<int>(a.channels))
+      .Add(static_cast<long long>(t.rows_per_chunk))
+      .Add(a.relu ? 1 : 0);
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  ASSIGN_OR_RETURN(parts.emplace_back(),
+                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApplySaved(vec, a.dtype),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(args)));
+  const std::string extras =
+      absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
+  return std::unique_ptr<GpuKernel>(
+      new BatchNormLaunches(Describe(request, t, extras, 1), std::move(parts)));
 }
 
 }  // namespace reprise::ops

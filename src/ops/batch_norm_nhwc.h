@@ -1,8 +1,11 @@
 // Channels-last batch normalization on our own NVRTC kernels (src/codegen/batch_norm_kernels.h)
 // rather than cuDNN's legacy NHWC batch norm, which runs ~100x below memory bandwidth. x is
-// [rows = N·H·W, channels] row-major, float32. Each lowering is three launches (partial sums,
-// per-channel finalize, pointwise apply) with the lane's workspace as scratch; results are
-// deterministic and depend on the shapes only, not on the GPU.
+// [rows = N·H·W, channels] row-major. The [rows, channels] arrays hold `dtype`: float32, or
+// bfloat16 under mixed precision; per-channel arrays are float32 either way (as PyTorch's and
+// cuDNN's mixed-precision batch norms keep them), and all arithmetic is float (sums double).
+// Each training lowering is three launches (partial sums, per-channel finalize, pointwise apply)
+// with the lane's workspace as scratch; results are deterministic and depend on the shapes only,
+// not on the GPU.
 //
 // The optional residual, ReLU and masked gradient let a fuse pass fold
 // relu(batch_norm(x) + residual) and its backward into these kernels. No output may overlap an
@@ -12,60 +15,97 @@
 #define REPRISE_SRC_OPS_BATCH_NORM_NHWC_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "reprise/graph.h"
+#include "reprise/tensor.h"
 #include "src/ops/gpu_kernel.h"
 
 namespace reprise::ops {
 
-// Device addresses and sizes of one training forward. Per-channel arrays hold `channels` floats.
-// y = act((x - mean)·invstd·gamma + beta + residual), act = max(·, 0) when relu; saved_mean and
-// saved_invstd = 1/sqrt(biased var + epsilon) as batch_norm_train (src/ops/batch_norm.h) defines
-// them; running_mean and running_var are updated in place (unbiased variance).
+// The element type of a channels-last batch-norm node's [rows, channels] data on the GPU: the
+// dtype of its inputs at `data_inputs` (at least one), which must be all float32 or all bfloat16,
+// while every other input (a per-channel tensor) must be float32. kUnimplemented naming the node
+// and the offending spec otherwise (float64 and float16 have no GPU batch norm, nor have bfloat16
+// per-channel tensors: mixed precision keeps them float32).
+absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
+                                   std::initializer_list<int> data_inputs);
+
+// Device addresses and sizes of one training forward. x, residual and y are [rows, channels] of
+// `dtype`; per-channel arrays hold `channels` floats. y = act((x - mean)·invstd·gamma + beta +
+// residual), act = max(·, 0) when relu, computed in float and rounded once to `dtype`; saved_mean
+// and saved_invstd = 1/sqrt(biased var + epsilon) as batch_norm_train (src/ops/batch_norm.h)
+// defines them; running_mean and running_var are updated in place (unbiased variance).
 struct NhwcBatchNormForward {
-  const float* x;
+  const void* x;
   const float* gamma;
   const float* beta;
   float* running_mean;
   float* running_var;
-  const float* residual = nullptr;  // Added before the activation when set.
-  float* y;
+  const void* residual = nullptr;  // Added before the activation when set.
+  void* y;
   float* saved_mean;
   float* saved_invstd;
   int64_t rows = 0, channels = 0;
   double epsilon = 1e-5, momentum = 0.1;
   bool relu = false;
+  DType dtype = DType::kFloat32;  // Of x, residual and y: kFloat32 or kBFloat16.
 };
 
-// The three launches of one forward. Errors name `node_name`: kInvalidArgument for rows < 2,
-// channels < 1 or a missing address; kResourceExhausted when the scratch does not fit in
-// ctx.workspace_bytes; kFailedPrecondition without a kernel store; compile errors as the kernel
-// store reports them.
+// The three launches of one forward. Errors name `node_name`: kInvalidArgument for a dtype other
+// than float32 or bfloat16, rows < 2, channels < 1 or a missing address; kResourceExhausted when
+// the scratch does not fit in ctx.workspace_bytes; kFailedPrecondition without a kernel store;
+// compile errors as the kernel store reports them.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(
     const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormForward& args);
 
 // Device addresses and sizes of one backward, batch_norm_grad's with g in place of dy:
 // g = act_out ? (act_out > 0 ? dy : 0) : dy, dbeta = Σg, dgamma = Σg·x̂,
-// dx = gamma·invstd·(g - (dbeta + x̂·dgamma)/rows).
+// dx = gamma·invstd·(g - (dbeta + x̂·dgamma)/rows). dy, act_out, x, dx and masked_dy are
+// [rows, channels] of `dtype`; the rest are float32 per channel.
 struct NhwcBatchNormBackward {
-  const float* dy;
-  const float* act_out = nullptr;  // ReLU output: gradient masked by act_out > 0.
-  const float* x;
+  const void* dy;
+  const void* act_out = nullptr;  // ReLU output: gradient masked by act_out > 0.
+  const void* x;
   const float* gamma;
   const float* saved_mean;
   const float* saved_invstd;
-  float* dx;
+  void* dx;
   float* dgamma;
   float* dbeta;
-  float* masked_dy = nullptr;  // When set, receives the masked gradient g.
+  void* masked_dy = nullptr;  // When set, receives the masked gradient g.
   int64_t rows = 0, channels = 0;
+  DType dtype = DType::kFloat32;  // Of the [rows, channels] arrays: kFloat32 or kBFloat16.
 };
 
 // The three launches of one backward; errors as LowerNhwcBatchNormTrain's (rows >= 1 suffices).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(
     const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormBackward& args);
+
+// batch_norm_apply (src/ops/batch_norm_apply.h) in channels-last: the forward's apply launch from
+// saved statistics, y = act((x - saved_mean)·(gamma·saved_invstd) + beta (+ residual)) with the
+// forward's expression, so y has batch_norm_train's bits. x, residual and y are [rows, channels]
+// of `dtype`; the rest are float32 per channel.
+struct NhwcBatchNormRecompute {
+  const void* x;
+  const float* gamma;
+  const float* beta;
+  const float* saved_mean;
+  const float* saved_invstd;
+  const void* residual = nullptr;  // Added before the activation when set.
+  void* y;
+  int64_t rows = 0, channels = 0;
+  bool relu = false;
+  DType dtype = DType::kFloat32;  // Of x, residual and y: kFloat32 or kBFloat16.
+};
+
+// One launch, no scratch. Errors as LowerNhwcBatchNormTrain's, less the workspace (rows >= 1).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
+    const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormRecompute& args);
 
 }  // namespace reprise::ops
 

@@ -1,6 +1,9 @@
-// The channels-last batch-norm kernels compile with NVRTC for sm_90 with no GPU present, and the
-// tiling rule gives the launch shapes and scratch sizes worked out by hand below.
+// The channels-last batch-norm kernels, float32 and bfloat16, compile with NVRTC for sm_90 with no
+// GPU present, and the tiling rule gives the launch shapes and scratch sizes worked out by hand
+// below.
 #include "src/codegen/batch_norm_kernels.h"
+
+#include <set>
 
 #include "gtest/gtest.h"
 #include "src/ops/gpu_kernel.h"
@@ -14,8 +17,11 @@ using codegen::BatchNormTilingFor;
 
 TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
-  ASSERT_EQ(kernels.size(), 10u);
+  // Two finalize kernels, and five tiled ones in two widths and two element types.
+  ASSERT_EQ(kernels.size(), 22u);
+  std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
+    EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty()) << kernel.name;
@@ -23,10 +29,29 @@ TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   }
 }
 
-TEST(BatchNormKernelsTest, VectorWidthsHaveDistinctNames) {
-  EXPECT_EQ(codegen::BatchNormStats(4).name, "reprise_bn_stats_v4");
-  EXPECT_EQ(codegen::BatchNormStats(1).name, "reprise_bn_stats_v1");
-  EXPECT_EQ(codegen::BatchNormGradApply(4).name, "reprise_bn_grad_apply_v4");
+// Float32 kernels keep the names they had before bfloat16 (dumps and kernel caches know them);
+// bfloat16 ones differ, so both live in one kernel store.
+TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
+  EXPECT_EQ(codegen::BatchNormStats(4, DType::kFloat32).name, "reprise_bn_stats_v4");
+  EXPECT_EQ(codegen::BatchNormStats(1, DType::kFloat32).name, "reprise_bn_stats_v1");
+  EXPECT_EQ(codegen::BatchNormGradApply(4, DType::kFloat32).name, "reprise_bn_grad_apply_v4");
+  EXPECT_EQ(codegen::BatchNormStats(4, DType::kBFloat16).name, "reprise_bn_stats_v4_bf16");
+  EXPECT_EQ(codegen::BatchNormApply(1, DType::kBFloat16).name, "reprise_bn_apply_v1_bf16");
+  EXPECT_EQ(codegen::BatchNormApplySaved(4, DType::kBFloat16).name,
+            "reprise_bn_apply_saved_v4_bf16");
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16).name, "reprise_bn_grad_stats_v4_bf16");
+  EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16).name, "reprise_bn_grad_apply_v1_bf16");
+}
+
+// The bfloat16 kernels read and write 16-bit elements through element_type.h's helpers; the
+// float32 ones hold no bfloat16 conversion at all.
+TEST(BatchNormKernelsTest, BFloat16KernelsConvertAtLoadsAndStores) {
+  const codegen::GeneratedKernel bf16 = codegen::BatchNormGradApply(4, DType::kBFloat16);
+  EXPECT_NE(bf16.code.find("typedef unsigned short elem_t;"), std::string::npos);
+  EXPECT_NE(bf16.code.find("cvt.rn.bf16"), std::string::npos);
+  const codegen::GeneratedKernel f32 = codegen::BatchNormGradApply(4, DType::kFloat32);
+  EXPECT_NE(f32.code.find("typedef float elem_t;"), std::string::npos);
+  EXPECT_EQ(f32.code.find("bf16"), std::string::npos);
 }
 
 // ResNet-50's 56x56 layers at batch 32: 64 float4 columns fill one 32-wide block row twice; 528

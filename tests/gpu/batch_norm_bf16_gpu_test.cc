@@ -1,0 +1,498 @@
+// The channels-last batch-norm launchers with bfloat16 data and float32 per-channel tensors, as
+// mixed precision runs them: the forward with a residual and ReLU, the backward masked by the
+// forward's ReLU output and writing the masked gradient, and batch_norm_apply's recompute.
+// Checked against float64 computed from the bfloat16 inputs (every bfloat16 output within one
+// bfloat16 ulp of it, float32 statistics to 1e-5), against the float32 kernels on the same values
+// (the same float arithmetic: equal statistics, outputs equal to the float32 ones rounded), and
+// for identical bits on a second run. The graph-level test below runs the ops through the plan's
+// lowering against the CPU reference.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "src/ir/low_precision.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/batch_norm.h"
+#include "src/ops/batch_norm_act.h"
+#include "src/ops/batch_norm_apply.h"
+#include "src/ops/batch_norm_nhwc.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/owners.h"
+#include "tests/gpu/gpu_op_check.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+struct Bf16Case {
+  int64_t rows, channels;
+  int offset;  // Elements by which the row-walked tensors start past an allocation's start.
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Bf16Case>& info) {
+  const Bf16Case& k = info.param;
+  return absl::StrCat("rows", k.rows, "_c", k.channels,
+                      k.offset ? absl::StrCat("_offset", k.offset) : "");
+}
+
+// Four channels per thread need C % 4 == 0 and 8-byte aligned bfloat16 rows.
+bool ExpectVec4(const Bf16Case& k) { return k.channels % 4 == 0 && (k.offset * 2) % 8 == 0; }
+
+// Uniform values rounded to bfloat16, held as floats (exactly representable in both types).
+std::vector<float> RandomBf16Values(int64_t n, float low, float high, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> v(n);
+  for (float& f : v) f = ir::BFloat16ToFloat(ir::FloatToBFloat16(dist(rng)));
+  return v;
+}
+
+std::vector<float> RandomFloats(int64_t n, float low, float high, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(low, high);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// What memory holds for element type E: float for float32, the 16 bits for bfloat16.
+float Widen(float v) { return v; }
+float Widen(uint16_t bits) { return ir::BFloat16ToFloat(bits); }
+template <typename E>
+E Narrow(float v) {
+  if constexpr (std::is_same_v<E, float>) {
+    return v;
+  } else {
+    return ir::FloatToBFloat16(v);
+  }
+}
+template <typename E>
+constexpr DType DTypeOf() {
+  return std::is_same_v<E, float> ? DType::kFloat32 : DType::kBFloat16;
+}
+
+// An array on the device, `offset` elements into its allocation.
+template <typename E>
+struct DeviceArray {
+  runtime::DeviceBuffer buffer;
+  E* data = nullptr;
+  int64_t size = 0;
+};
+
+template <typename E>
+absl::StatusOr<DeviceArray<E>> Allocate(int64_t n, int offset) {
+  ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer,
+                   runtime::DeviceBuffer::Create((n + offset) * sizeof(E)));
+  E* data = static_cast<E*>(buffer.data()) + offset;
+  return DeviceArray<E>{std::move(buffer), data, n};
+}
+
+template <typename E>
+absl::Status Upload(const DeviceArray<E>& a, const std::vector<float>& values) {
+  std::vector<E> host(values.size());
+  for (size_t i = 0; i < values.size(); ++i) host[i] = Narrow<E>(values[i]);
+  return runtime::CudaStatus(
+      cudaMemcpy(a.data, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice),
+      "cudaMemcpy");
+}
+
+template <typename E>
+std::vector<E> Download(const DeviceArray<E>& a) {
+  std::vector<E> host(a.size);
+  EXPECT_EQ(cudaMemcpy(host.data(), a.data, a.size * sizeof(E), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+// The inputs of one layer, as floats; the [rows, C] ones hold bfloat16 values.
+struct Inputs {
+  std::vector<float> x, residual, dy, gamma, beta, running_mean, running_var;
+};
+
+Inputs MakeInputs(int64_t m, int64_t c) {
+  const int64_t n = m * c;
+  return {RandomBf16Values(n, -3, 5, 1), RandomBf16Values(n, -1, 1, 2),
+          RandomBf16Values(n, -1, 1, 3), RandomFloats(c, 0.5, 1.5, 4),
+          RandomFloats(c, -1, 1, 5),     RandomFloats(c, -1, 1, 6),
+          RandomFloats(c, 0.5, 2, 7)};
+}
+
+// Every output of one forward, backward and recompute.
+template <typename E>
+struct Results {
+  std::vector<E> y, dx, masked, recomputed;
+  std::vector<float> running_mean, running_var, saved_mean, saved_invstd, dgamma, dbeta;
+};
+
+template <typename E>
+bool SameBits(const Results<E>& a, const Results<E>& b) {
+  auto same = [](const auto& u, const auto& v) {
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0;
+  };
+  return same(a.y, b.y) && same(a.dx, b.dx) && same(a.masked, b.masked) &&
+         same(a.recomputed, b.recomputed) && same(a.running_mean, b.running_mean) &&
+         same(a.running_var, b.running_var) && same(a.saved_mean, b.saved_mean) &&
+         same(a.saved_invstd, b.saved_invstd) && same(a.dgamma, b.dgamma) && same(a.dbeta, b.dbeta);
+}
+
+// A device, its kernel store, a stream and a workspace for the launchers.
+struct Gpu {
+  runtime::DeviceInfo device;
+  std::unique_ptr<runtime::KernelStore> kernels;
+  runtime::Stream stream;
+  runtime::DeviceBuffer workspace;
+
+  ops::LoweringContext Context() const {
+    ops::LoweringContext ctx;
+    ctx.kernels = kernels.get();
+    ctx.device = &device;
+    ctx.workspace = workspace.data();
+    ctx.workspace_bytes = workspace.bytes();
+    return ctx;
+  }
+};
+
+absl::StatusOr<Gpu> StartGpu() {
+  ASSIGN_OR_RETURN(runtime::DeviceInfo device, runtime::UseDevice(0));
+  auto kernels = std::make_unique<runtime::KernelStore>(device.ArchFlag());
+  ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
+  ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace, runtime::DeviceBuffer::Create(64 << 20));
+  return Gpu{std::move(device), std::move(kernels), std::move(stream), std::move(workspace)};
+}
+
+// Lowers the forward (+residual +relu), the backward (+relu mask +masked_dy) and the recompute
+// with element type E, runs all three twice from the same running statistics, and returns both
+// runs. `describe` receives the forward's description.
+template <typename E>
+absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const Gpu& gpu, int64_t m, int64_t c, int offset,
+                                                   const Inputs& in, std::string* describe) {
+  const int64_t n = m * c;
+  // Row-walked: x, residual, y, dy, dx, masked, recomputed.
+  std::vector<DeviceArray<E>> big;
+  for (int i = 0; i < 7; ++i) {
+    ASSIGN_OR_RETURN(DeviceArray<E> a, Allocate<E>(n, offset));
+    big.push_back(std::move(a));
+  }
+  // Per channel: gamma, beta, running mean and var, saved mean and invstd, dgamma, dbeta.
+  std::vector<DeviceArray<float>> small;
+  for (int i = 0; i < 8; ++i) {
+    ASSIGN_OR_RETURN(DeviceArray<float> a, Allocate<float>(c, 0));
+    small.push_back(std::move(a));
+  }
+  const DeviceArray<E>&x = big[0], &residual = big[1], &y = big[2], &dy = big[3], &dx = big[4],
+        &masked = big[5], &recomputed = big[6];
+  const DeviceArray<float>&gamma = small[0], &beta = small[1], &rm = small[2], &rv = small[3],
+        &mean = small[4], &invstd = small[5], &dgamma = small[6], &dbeta = small[7];
+  RETURN_IF_ERROR(Upload(x, in.x));
+  RETURN_IF_ERROR(Upload(residual, in.residual));
+  RETURN_IF_ERROR(Upload(dy, in.dy));
+  RETURN_IF_ERROR(Upload(gamma, in.gamma));
+  RETURN_IF_ERROR(Upload(beta, in.beta));
+
+  const ops::LoweringContext ctx = gpu.Context();
+  constexpr DType kType = DTypeOf<E>();
+  ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> forward,
+                   ops::LowerNhwcBatchNormTrain(ctx, "bn",
+                                                {.x = x.data,
+                                                 .gamma = gamma.data,
+                                                 .beta = beta.data,
+                                                 .running_mean = rm.data,
+                                                 .running_var = rv.data,
+                                                 .residual = residual.data,
+                                                 .y = y.data,
+                                                 .saved_mean = mean.data,
+                                                 .saved_invstd = invstd.data,
+                                                 .rows = m,
+                                                 .channels = c,
+                                                 .relu = true,
+                                                 .dtype = kType}));
+  ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> backward,
+                   ops::LowerNhwcBatchNormGrad(ctx, "bn.grad",
+                                               {.dy = dy.data,
+                                                .act_out = y.data,
+                                                .x = x.data,
+                                                .gamma = gamma.data,
+                                                .saved_mean = mean.data,
+                                                .saved_invstd = invstd.data,
+                                                .dx = dx.data,
+                                                .dgamma = dgamma.data,
+                                                .dbeta = dbeta.data,
+                                                .masked_dy = masked.data,
+                                                .rows = m,
+                                                .channels = c,
+                                                .dtype = kType}));
+  ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> recompute,
+                   ops::LowerNhwcBatchNormRecompute(ctx, "bn.twin",
+                                                    {.x = x.data,
+                                                     .gamma = gamma.data,
+                                                     .beta = beta.data,
+                                                     .saved_mean = mean.data,
+                                                     .saved_invstd = invstd.data,
+                                                     .residual = residual.data,
+                                                     .y = recomputed.data,
+                                                     .rows = m,
+                                                     .channels = c,
+                                                     .relu = true,
+                                                     .dtype = kType}));
+  *describe = forward->Describe();
+  EXPECT_EQ(forward->GeneratedKernelNames().size(), 3u);
+  EXPECT_EQ(backward->GeneratedKernelNames().size(), 3u);
+  EXPECT_EQ(recompute->GeneratedKernelNames().size(), 1u);
+  if (kType == DType::kBFloat16) {
+    for (const auto* kernel : {forward.get(), backward.get(), recompute.get()}) {
+      const std::vector<std::string> names = kernel->GeneratedKernelNames();
+      // The tiled kernels are bfloat16 ones; finalize serves both types.
+      EXPECT_TRUE(absl::EndsWith(names.front(), "_bf16")) << names.front();
+      EXPECT_TRUE(absl::EndsWith(names.back(), "_bf16")) << names.back();
+    }
+  }
+
+  std::array<Results<E>, 2> runs;
+  for (Results<E>& r : runs) {
+    RETURN_IF_ERROR(Upload(rm, in.running_mean));
+    RETURN_IF_ERROR(Upload(rv, in.running_var));
+    RETURN_IF_ERROR(forward->Launch(gpu.stream.get()));
+    RETURN_IF_ERROR(backward->Launch(gpu.stream.get()));
+    RETURN_IF_ERROR(recompute->Launch(gpu.stream.get()));
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaStreamSynchronize(gpu.stream.get()), "cudaStreamSynchronize"));
+    r.y = Download(y);
+    r.dx = Download(dx);
+    r.masked = Download(masked);
+    r.recomputed = Download(recomputed);
+    r.running_mean = Download(rm);
+    r.running_var = Download(rv);
+    r.saved_mean = Download(mean);
+    r.saved_invstd = Download(invstd);
+    r.dgamma = Download(dgamma);
+    r.dbeta = Download(dbeta);
+  }
+  return runs;
+}
+
+double RelativeL2(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+template <typename E>
+std::vector<double> AsDoubles(const std::vector<E>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = Widen(v[i]);
+  return d;
+}
+
+// A bfloat16 output computed in float and rounded once: relative L2 error at most 1e-2, and every
+// element within one bfloat16 ulp of the float64 value (plus 1e-5 for the float arithmetic where
+// the value nearly cancels).
+void ExpectBf16Near(const std::vector<uint16_t>& got, const std::vector<double>& want,
+                    const std::string& what) {
+  const std::vector<double> g = AsDoubles(got);
+  EXPECT_LE(RelativeL2(g, want), 1e-2) << what;
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double a = std::abs(want[i]);
+    const double ulp = a < 0x1p-126 ? 0x1p-133 : std::ldexp(1.0, std::ilogb(a) - 7);
+    if (std::abs(g[i] - want[i]) > ulp + 1e-5 && bad++ < 5) {
+      ADD_FAILURE() << what << "[" << i << "] = " << g[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+class BatchNormBf16Test : public ::testing::TestWithParam<Bf16Case> {};
+
+TEST_P(BatchNormBf16Test, FusedFlagsMatchFloat64AndRepeatBitForBit) {
+  REPRISE_REQUIRE_GPU();
+  const Bf16Case k = GetParam();
+  const int64_t m = k.rows, c = k.channels, n = m * c;
+  REPRISE_ASSERT_OK_AND_ASSIGN(Gpu gpu, StartGpu());
+  const Inputs in = MakeInputs(m, c);
+  std::string describe;
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto runs, RunTwice<uint16_t>(gpu, m, c, k.offset, in, &describe));
+  EXPECT_NE(describe.find(ExpectVec4(k) ? "vec=4" : "vec=1"), std::string::npos) << describe;
+  EXPECT_NE(describe.find("nhwc bf16"), std::string::npos) << describe;
+  EXPECT_TRUE(SameBits(runs[0], runs[1]));
+  const Results<uint16_t>& r = runs[0];
+  // The recompute runs the forward's expression on the forward's statistics.
+  EXPECT_EQ(r.recomputed, r.y);
+
+  // Forward in float64 from the bfloat16 inputs.
+  const std::vector<float>&x = in.x, &gamma = in.gamma, &beta = in.beta;
+  std::vector<double> want_y(n), want_mean(c), want_invstd(c), want_rm(c), want_rv(c);
+  for (int64_t j = 0; j < c; ++j) {
+    double sum = 0, squares = 0;
+    for (int64_t row = 0; row < m; ++row) sum += x[row * c + j];
+    const double mean = sum / m;
+    for (int64_t row = 0; row < m; ++row) {
+      squares += (x[row * c + j] - mean) * (x[row * c + j] - mean);
+    }
+    const double var = squares / m, invstd = 1 / std::sqrt(var + 1e-5);
+    for (int64_t row = 0; row < m; ++row) {
+      const int64_t i = row * c + j;
+      want_y[i] = std::max(0.0, (x[i] - mean) * invstd * gamma[j] + beta[j] + in.residual[i]);
+    }
+    want_mean[j] = mean;
+    want_invstd[j] = invstd;
+    want_rm[j] = 0.9 * in.running_mean[j] + 0.1 * mean;
+    want_rv[j] = 0.9 * in.running_var[j] + 0.1 * var * m / (m - 1);
+  }
+  ExpectBf16Near(r.y, want_y, "y");
+  EXPECT_LE(RelativeL2(AsDoubles(r.saved_mean), want_mean), 1e-5);
+  EXPECT_LE(RelativeL2(AsDoubles(r.saved_invstd), want_invstd), 1e-5);
+  EXPECT_LE(RelativeL2(AsDoubles(r.running_mean), want_rm), 1e-5);
+  EXPECT_LE(RelativeL2(AsDoubles(r.running_var), want_rv), 1e-5);
+
+  // Backward in float64 from what the GPU's backward read: its bfloat16 y as the ReLU mask, its
+  // saved statistics.
+  std::vector<double> want_dx(n), want_masked(n), want_dgamma(c), want_dbeta(c);
+  for (int64_t j = 0; j < c; ++j) {
+    const double mean = r.saved_mean[j], invstd = r.saved_invstd[j];
+    double sum = 0, dot = 0;
+    for (int64_t row = 0; row < m; ++row) {
+      const int64_t i = row * c + j;
+      want_masked[i] = Widen(r.y[i]) > 0 ? in.dy[i] : 0;
+      sum += want_masked[i];
+      dot += want_masked[i] * (x[i] - mean) * invstd;
+    }
+    for (int64_t row = 0; row < m; ++row) {
+      const int64_t i = row * c + j;
+      const double xhat = (x[i] - mean) * invstd;
+      want_dx[i] = gamma[j] * invstd * (want_masked[i] - (sum + xhat * dot) / m);
+    }
+    want_dgamma[j] = dot;
+    want_dbeta[j] = sum;
+  }
+  ExpectBf16Near(r.dx, want_dx, "dx");
+  EXPECT_EQ(AsDoubles(r.masked), want_masked);  // dy's own values, or zero.
+  EXPECT_LE(RelativeL2(AsDoubles(r.dgamma), want_dgamma), 1e-5);
+  EXPECT_LE(RelativeL2(AsDoubles(r.dbeta), want_dbeta), 1e-5);
+}
+
+// The bfloat16 kernels do the float32 kernels' arithmetic and only round at the stores: on the
+// same (bfloat16-representable) values and the same vector width, every float32 statistic has the
+// same bits, and every bfloat16 output is the float32 kernels' output rounded to nearest even.
+TEST_P(BatchNormBf16Test, EqualsTheFloat32KernelsRounded) {
+  REPRISE_REQUIRE_GPU();
+  const Bf16Case k = GetParam();
+  const int64_t m = k.rows, c = k.channels;
+  REPRISE_ASSERT_OK_AND_ASSIGN(Gpu gpu, StartGpu());
+  const Inputs in = MakeInputs(m, c);
+  std::string bf16_describe, f32_describe;
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto bf16,
+                               RunTwice<uint16_t>(gpu, m, c, k.offset, in, &bf16_describe));
+  // One float of offset makes float32 rows unaligned for float4, as the bfloat16 case's offset
+  // does for its 8-byte loads: both run the same vector width, hence the same summation order.
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      auto f32, RunTwice<float>(gpu, m, c, ExpectVec4(k) ? 0 : 1, in, &f32_describe));
+  const char* vec = ExpectVec4(k) ? "vec=4" : "vec=1";
+  ASSERT_NE(bf16_describe.find(vec), std::string::npos) << bf16_describe;
+  ASSERT_NE(f32_describe.find(vec), std::string::npos) << f32_describe;
+  EXPECT_EQ(f32_describe.find("bf16"), std::string::npos) << f32_describe;
+  const Results<uint16_t>& b = bf16[0];
+  const Results<float>& f = f32[0];
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> out(v.size());
+    std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+    return out;
+  };
+  EXPECT_EQ(bits(b.saved_mean), bits(f.saved_mean));
+  EXPECT_EQ(bits(b.saved_invstd), bits(f.saved_invstd));
+  EXPECT_EQ(bits(b.running_mean), bits(f.running_mean));
+  EXPECT_EQ(bits(b.running_var), bits(f.running_var));
+  EXPECT_EQ(bits(b.dgamma), bits(f.dgamma));
+  EXPECT_EQ(bits(b.dbeta), bits(f.dbeta));
+  auto rounded = [](const std::vector<float>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = ir::FloatToBFloat16(v[i]);
+    return bits;
+  };
+  EXPECT_EQ(b.y, rounded(f.y));
+  EXPECT_EQ(b.dx, rounded(f.dx));
+  EXPECT_EQ(b.masked, rounded(f.masked));
+  EXPECT_EQ(b.recomputed, rounded(f.recomputed));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
+                         ::testing::Values(Bf16Case{8 * 28 * 28, 64, 0}, Bf16Case{98, 2048, 0},
+                                           Bf16Case{300, 16, 1}, Bf16Case{300, 16, 4},
+                                           Bf16Case{8, 512, 0}, Bf16Case{1000, 10, 0},
+                                           Bf16Case{7, 3, 0}),
+                         CaseName);
+
+// Through the plan's lowering (capture/lowered_step.cc lets bfloat16 through on bf16_lowering):
+// a channels-last mixed-precision layer, fused and plain, with its recompute, against the CPU
+// reference (16-bit tensors through float32). One tolerance serves every output, so it is the
+// bfloat16 outputs' 1e-2; the float32 statistics are held to 1e-5 by the tests above.
+struct GraphCase {
+  int64_t n, h, w, c;
+};
+
+class BatchNormBf16GraphTest : public ::testing::TestWithParam<GraphCase> {};
+
+TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const GraphCase k = GetParam();
+  const Shape image{k.n, k.h, k.w, k.c};
+  const TensorSpec data{image, DType::kBFloat16};
+  Graph g;
+  const Value x = *g.AddConstant("x", data, Initializer::Uniform(-3, 5));
+  const Value residual = *g.AddConstant("residual", data, Initializer::Uniform(-1, 1));
+  const Value dy = *g.AddConstant("dy", data, Initializer::Uniform(-1, 1));
+  const Value gamma = *g.AddParameter("gamma", {Shape{k.c}}, Initializer::Uniform(0.5, 1.5));
+  const Value beta = *g.AddParameter("beta", {Shape{k.c}}, Initializer::Uniform(-1, 1));
+  // Each training node updates running statistics of its own, so their order does not matter.
+  auto state = [&](const std::string& name, double low, double high) {
+    return *g.AddState(name, {Shape{k.c}}, Initializer::Uniform(low, high));
+  };
+  const Attrs nhwc = {{"layout", std::string("NHWC")}, {"epsilon", 1e-5}, {"momentum", 0.1}};
+  Attrs with_residual = nhwc, with_mask = nhwc, apply_attrs = nhwc;
+  with_residual["residual"] = true;
+  with_mask["masked_output"] = true;
+  apply_attrs["residual"] = true;
+  apply_attrs["relu"] = true;
+
+  auto act = g.AddOp(ops::BatchNormActTrainOp(), "bn_act",
+                     {x, gamma, beta, state("rm_act", -1, 1), state("rv_act", 0.5, 2), residual},
+                     with_residual);
+  ASSERT_TRUE(act.ok()) << act.status();
+  auto act_grad = g.AddOp(ops::BatchNormActGradOp(), "bn_act.grad",
+                          {dy, (*act)[0], x, gamma, (*act)[1], (*act)[2]}, with_mask);
+  ASSERT_TRUE(act_grad.ok()) << act_grad.status();
+  auto plain = g.AddOp(ops::BatchNormTrainOp(), "bn",
+                       {x, gamma, beta, state("rm", -1, 1), state("rv", 0.5, 2)}, nhwc);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto plain_grad =
+      g.AddOp(ops::BatchNormGradOp(), "bn.grad", {dy, x, gamma, (*plain)[1], (*plain)[2]}, nhwc);
+  ASSERT_TRUE(plain_grad.ok()) << plain_grad.status();
+  auto apply = g.AddOp1(ops::BatchNormApplyOp(), "bn_act.twin",
+                        {x, gamma, beta, (*act)[1], (*act)[2], residual}, apply_attrs);
+  ASSERT_TRUE(apply.ok()) << apply.status();
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 11);
+  ExpectGpuMatchesCpu(g, cpu, 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16GraphTest,
+                         ::testing::Values(GraphCase{8, 14, 14, 64}, GraphCase{2, 7, 7, 2048},
+                                           GraphCase{4, 6, 6, 10}, GraphCase{3, 5, 1, 1}),
+                         [](const ::testing::TestParamInfo<GraphCase>& info) {
+                           const GraphCase& k = info.param;
+                           return absl::StrCat(k.n, "x", k.h, "x", k.w, "x", k.c);
+                         });
+
+}  // namespace
+}  // namespace reprise
