@@ -1,36 +1,43 @@
 #include "src/codegen/conv_kernels.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
 
 namespace reprise::codegen {
 
-GeneratedKernel ChannelBiasAdd() {
+GeneratedKernel ChannelBiasAdd(DType dtype) {
   // 64-bit division is slow on the GPU; tensors under 2^32 elements (all but the largest) take the
   // 32-bit path, chosen once for the whole grid.
-  return {"reprise_channel_bias_add", R"(
-extern "C" __global__ void reprise_channel_bias_add(const float* __restrict__ x,
-                                                    const float* __restrict__ b,
-                                                    float* __restrict__ y, long long n,
-                                                    long long channels, long long inner) {
+  const std::string name = ElementKernelName("reprise_channel_bias_add", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, const elem_t* __restrict__ b, elem_t* __restrict__ y,
+    long long n, long long channels, long long inner) {
   const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   const long long step = (long long)gridDim.x * blockDim.x;
   if (n <= 0xffffffffLL) {
     const unsigned c32 = (unsigned)channels, inner32 = (unsigned)inner;
-    for (long long i = start; i < n; i += step) y[i] = x[i] + b[((unsigned)i / inner32) % c32];
+    for (long long i = start; i < n; i += step) {
+      y[i] = FromFloat(ToFloat(x[i]) + ToFloat(b[((unsigned)i / inner32) % c32]));
+    }
   } else {
-    for (long long i = start; i < n; i += step) y[i] = x[i] + b[(i / inner) % channels];
+    for (long long i = start; i < n; i += step) {
+      y[i] = FromFloat(ToFloat(x[i]) + ToFloat(b[(i / inner) % channels]));
+    }
   }
 }
-)"};
+)")};
 }
 
-GeneratedKernel ChannelSum() {
+GeneratedKernel ChannelSum(DType dtype) {
   // Threads walk the channel's (o, j) elements in flat order, so neighbours read neighbouring
   // addresses within each H·W plane.
-  return {"reprise_channel_sum", absl::StrCat("#define BLOCK ", kChannelSumBlock, R"(
-extern "C" __global__ void reprise_channel_sum(const float* __restrict__ dy,
-                                               float* __restrict__ db, long long outer,
-                                               long long channels, long long inner) {
+  const std::string name = ElementKernelName("reprise_channel_sum", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "#define BLOCK ", kChannelSumBlock,
+                             "\nextern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, elem_t* __restrict__ db, long long outer, long long channels,
+    long long inner) {
   __shared__ float partial[BLOCK];
   const long long c = blockIdx.x;
   const long long count = outer * inner;
@@ -39,12 +46,12 @@ extern "C" __global__ void reprise_channel_sum(const float* __restrict__ dy,
     const unsigned count32 = (unsigned)count, inner32 = (unsigned)inner;
     for (unsigned e = threadIdx.x; e < count32; e += BLOCK) {
       const unsigned o = e / inner32, j = e - o * inner32;
-      sum += dy[((long long)o * channels + c) * inner + j];
+      sum += ToFloat(dy[((long long)o * channels + c) * inner + j]);
     }
   } else {
     for (long long e = threadIdx.x; e < count; e += BLOCK) {
       const long long o = e / inner, j = e - o * inner;
-      sum += dy[(o * channels + c) * inner + j];
+      sum += ToFloat(dy[(o * channels + c) * inner + j]);
     }
   }
   partial[threadIdx.x] = sum;
@@ -53,7 +60,7 @@ extern "C" __global__ void reprise_channel_sum(const float* __restrict__ dy,
     if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) db[c] = partial[0];
+  if (threadIdx.x == 0) db[c] = FromFloat(partial[0]);
 }
 )")};
 }
@@ -98,7 +105,8 @@ extern "C" __global__ void reprise_batch_norm_recompute(
 }
 
 std::vector<GeneratedKernel> ConvKernels() {
-  return {ChannelBiasAdd(), ChannelSum(), BatchNormRecompute()};
+  return {ChannelBiasAdd(), ChannelSum(), BatchNormRecompute(), ChannelBiasAdd(DType::kBFloat16),
+          ChannelSum(DType::kBFloat16)};
 }
 
 }  // namespace reprise::codegen

@@ -6,22 +6,26 @@
 
 #include <vector>
 
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
 namespace reprise::codegen {
 
-// y[i] = x[i] + b[(i / inner) % channels], float32, a grid-stride loop over n elements: inner is
-// H·W for NCHW and 1 for NHWC. Signature: (const float* x, const float* b, float* y,
-// long long n, long long channels, long long inner).
-GeneratedKernel ChannelBiasAdd();
+// The channel bias and its sum come in float32 and bfloat16 (src/codegen/element_type.h: elem_t
+// is what the tensors hold; arithmetic is in float), named ElementKernelName(base, dtype).
 
-// db[c] = Σ over o < outer, j < inner of dy[(o·channels + c)·inner + j]: the NCHW bias gradient
-// (outer N, inner H·W). One block of kChannelSumBlock threads per channel; each thread sums a
-// fixed strided slice and the block adds the slices as a fixed tree, so the bits never depend on
-// scheduling. Signature: (const float* dy, float* db, long long outer, long long channels,
-// long long inner).
+// reprise_channel_bias_add: y[i] = x[i] + b[(i / inner) % channels], a grid-stride loop over n
+// elements: inner is H·W for NCHW and 1 for NHWC. Signature: (const elem_t* x, const elem_t* b,
+// elem_t* y, long long n, long long channels, long long inner).
+GeneratedKernel ChannelBiasAdd(DType dtype = DType::kFloat32);
+
+// reprise_channel_sum: db[c] = Σ over o < outer, j < inner of dy[(o·channels + c)·inner + j]: the
+// NCHW bias gradient (outer N, inner H·W), summed in float and rounded once at the store. One
+// block of kChannelSumBlock threads per channel; each thread sums a fixed strided slice and the
+// block adds the slices as a fixed tree, so the bits never depend on scheduling. Signature:
+// (const elem_t* dy, elem_t* db, long long outer, long long channels, long long inner).
 inline constexpr int kChannelSumBlock = 256;
-GeneratedKernel ChannelSum();
+GeneratedKernel ChannelSum(DType dtype = DType::kFloat32);
 
 // batch_norm_apply (src/ops/batch_norm_apply.h): a batch norm's output recomputed from its saved
 // statistics, c = (i / inner) % channels as above:

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/element_type.h"
 
 namespace reprise::codegen {
 namespace {
@@ -11,14 +12,14 @@ namespace {
 std::string ElementBody(const FusedPointwiseSpec& spec) {
   std::string body;
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    absl::StrAppend(&body, "    const float in", i, " = in", i, "_ptr[",
-                    spec.inputs[i] == Broadcast::kRow ? "c" : "i", "];\n");
+    absl::StrAppend(&body, "    const float in", i, " = ToFloat(in", i, "_ptr[",
+                    spec.inputs[i] == Broadcast::kRow ? "c" : "i", "]);\n");
   }
   for (size_t k = 0; k < spec.expressions.size(); ++k) {
     absl::StrAppend(&body, "    const float s", k, " = ", spec.expressions[k], ";\n");
   }
   for (size_t o = 0; o < spec.outputs.size(); ++o) {
-    absl::StrAppend(&body, "    out", o, "[i] = s", spec.outputs[o], ";\n");
+    absl::StrAppend(&body, "    out", o, "[i] = FromFloat(s", spec.outputs[o], ");\n");
   }
   return body;
 }
@@ -26,9 +27,9 @@ std::string ElementBody(const FusedPointwiseSpec& spec) {
 std::vector<std::string> Parameters(const FusedPointwiseSpec& spec) {
   std::vector<std::string> params;
   for (size_t i = 0; i < spec.inputs.size(); ++i)
-    params.push_back(absl::StrCat("const float* __restrict__ in", i, "_ptr"));
+    params.push_back(absl::StrCat("const elem_t* __restrict__ in", i, "_ptr"));
   for (size_t o = 0; o < spec.outputs.size(); ++o)
-    params.push_back(absl::StrCat("float* __restrict__ out", o));
+    params.push_back(absl::StrCat("elem_t* __restrict__ out", o));
   return params;
 }
 
@@ -37,12 +38,12 @@ std::vector<std::string> Parameters(const FusedPointwiseSpec& spec) {
 GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec) {
   std::vector<std::string> params = Parameters(spec);
   if (spec.column_sum < 0) {
-    const std::string name = "reprise_fused_pointwise";
+    const std::string name = ElementKernelName("reprise_fused_pointwise", spec.dtype);
     params.push_back("long long n");
     params.push_back("long long cols");
     return {name,
-            absl::StrCat("extern \"C\" __global__ void ", name, "(", absl::StrJoin(params, ", "),
-                         ") {\n",
+            absl::StrCat(ElementTypeSource(spec.dtype), "extern \"C\" __global__ void ", name, "(",
+                         absl::StrJoin(params, ", "), ") {\n",
                          "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
                          "i < n;\n",
                          "       i += (long long)gridDim.x * blockDim.x) {\n",
@@ -50,23 +51,24 @@ GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec) {
                          "  }\n}\n")};
   }
   // The column-sum form walks the same (column, row slice) grid as ColumnSum(), so each partial
-  // sum and the final sum of the 32 slices happen in the same order.
-  const std::string name = "reprise_fused_pointwise_colsum";
-  params.push_back("float* __restrict__ column_sum");
+  // sum and the final sum of the 32 slices happen in the same order. It sums the steps' float
+  // values, as the CPU reference of the fused node does, and rounds the total once.
+  const std::string name = ElementKernelName("reprise_fused_pointwise_colsum", spec.dtype);
+  params.push_back("elem_t* __restrict__ column_sum");
   params.push_back("long long rows");
   params.push_back("long long cols");
-  return {name,
-          absl::StrCat("extern \"C\" __global__ void ", name, "(", absl::StrJoin(params, ", "),
-                       ") {\n", "  __shared__ float partial[32][33];\n",
-                       "  const long long c = blockIdx.x * 32LL + threadIdx.x;\n",
-                       "  float sum = 0.0f;\n", "  if (c < cols) {\n",
-                       "    for (long long r = threadIdx.y; r < rows; r += 32) {\n",
-                       "    const long long i = r * cols + c;\n", ElementBody(spec), "    sum += s",
-                       spec.column_sum, ";\n", "    }\n", "  }\n",
-                       "  partial[threadIdx.y][threadIdx.x] = sum;\n", "  __syncthreads();\n",
-                       "  if (threadIdx.y == 0 && c < cols) {\n", "    float total = 0.0f;\n",
-                       "    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];\n",
-                       "    column_sum[c] = total;\n", "  }\n}\n")};
+  return {name, absl::StrCat(ElementTypeSource(spec.dtype), "extern \"C\" __global__ void ", name,
+                             "(", absl::StrJoin(params, ", "), ") {\n",
+                             "  __shared__ float partial[32][33];\n",
+                             "  const long long c = blockIdx.x * 32LL + threadIdx.x;\n",
+                             "  float sum = 0.0f;\n", "  if (c < cols) {\n",
+                             "    for (long long r = threadIdx.y; r < rows; r += 32) {\n",
+                             "    const long long i = r * cols + c;\n", ElementBody(spec),
+                             "    sum += s", spec.column_sum, ";\n", "    }\n", "  }\n",
+                             "  partial[threadIdx.y][threadIdx.x] = sum;\n", "  __syncthreads();\n",
+                             "  if (threadIdx.y == 0 && c < cols) {\n", "    float total = 0.0f;\n",
+                             "    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];\n",
+                             "    column_sum[c] = FromFloat(total);\n", "  }\n}\n")};
 }
 
 GeneratedKernel SoftmaxCrossEntropyWithGrad() {

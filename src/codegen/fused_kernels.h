@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
 namespace reprise::codegen {
@@ -17,13 +18,17 @@ struct FusedPointwiseSpec {
   std::vector<std::string> expressions;  // Step k's expression, already over in<i> and s<j>.
   std::vector<int> outputs;              // Steps stored, in output order.
   int column_sum = -1;                   // Step whose column sums are the last output, or -1.
+  // What every input and output holds: float32 or bfloat16 (src/codegen/element_type.h). The
+  // steps compute in float either way; bfloat16 rounds only where a value is stored, so a chain
+  // of several steps can differ from its unfused bfloat16 ops by their intermediate roundings.
+  DType dtype = DType::kFloat32;
 };
 
-// Without a column sum: a grid-stride loop, signature (const float* in..., float* out...,
-// long long n, long long cols). With one: blocks of 32x32 threads, one block per 32 columns,
-// summing rows in the same order as ColumnSum() (so the bits match the unfused kernels);
-// signature (const float* in..., float* out..., float* column_sum, long long rows,
-// long long cols).
+// The kernel is named ElementKernelName("reprise_fused_pointwise[_colsum]", spec.dtype). Without
+// a column sum: a grid-stride loop, signature (const elem_t* in..., elem_t* out..., long long n,
+// long long cols). With one: blocks of 32x32 threads, one block per 32 columns, summing rows in
+// the same order as ColumnSum() (so the float32 bits match the unfused kernels); signature
+// (const elem_t* in..., elem_t* out..., elem_t* column_sum, long long rows, long long cols).
 GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec);
 
 // The loss and its gradient in one block: loss[0] as SoftmaxCrossEntropy(), dz as

@@ -2,68 +2,72 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/element_type.h"
 #include "src/codegen/random_kernels.h"
 
 namespace reprise::codegen {
 
 GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseInput>& inputs,
-                          const std::string& expression) {
+                          const std::string& expression, DType dtype) {
+  const std::string kernel = ElementKernelName(name, dtype);
   std::vector<std::string> params, loads;
   for (const PointwiseInput& in : inputs) {
-    params.push_back(absl::StrCat("const float* __restrict__ ", in.name, "_ptr"));
+    params.push_back(absl::StrCat("const elem_t* __restrict__ ", in.name, "_ptr"));
     const char* index = in.broadcast == Broadcast::kFull  ? "i"
                         : in.broadcast == Broadcast::kRow ? "i % cols"
                                                           : "0";
     loads.push_back(
-        absl::StrCat("    const float ", in.name, " = ", in.name, "_ptr[", index, "];"));
+        absl::StrCat("    const float ", in.name, " = ToFloat(", in.name, "_ptr[", index, "]);"));
   }
-  params.push_back("float* __restrict__ out");
+  params.push_back("elem_t* __restrict__ out");
   params.push_back("long long n");
   params.push_back("long long cols");
   std::string code = absl::StrCat(
-      "extern \"C\" __global__ void ", name, "(", absl::StrJoin(params, ", "), ") {\n",
-      "  (void)cols;\n",
+      ElementTypeSource(dtype), "extern \"C\" __global__ void ", kernel, "(",
+      absl::StrJoin(params, ", "), ") {\n", "  (void)cols;\n",
       "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n",
       "       i += (long long)gridDim.x * blockDim.x) {\n", absl::StrJoin(loads, "\n"), "\n",
-      "    out[i] = ", expression, ";\n", "  }\n}\n");
-  return {name, std::move(code)};
+      "    out[i] = FromFloat(", expression, ");\n", "  }\n}\n");
+  return {kernel, std::move(code)};
 }
 
-GeneratedKernel BiasAdd() {
-  return Pointwise("reprise_bias_add", {{"x", Broadcast::kFull}, {"b", Broadcast::kRow}}, "x + b");
+GeneratedKernel BiasAdd(DType dtype) {
+  return Pointwise("reprise_bias_add", {{"x", Broadcast::kFull}, {"b", Broadcast::kRow}}, "x + b",
+                   dtype);
 }
-GeneratedKernel Relu() {
-  return Pointwise("reprise_relu", {{"x", Broadcast::kFull}}, "x > 0.0f ? x : 0.0f");
+GeneratedKernel Relu(DType dtype) {
+  return Pointwise("reprise_relu", {{"x", Broadcast::kFull}}, "x > 0.0f ? x : 0.0f", dtype);
 }
-GeneratedKernel ReluGrad() {
+GeneratedKernel ReluGrad(DType dtype) {
   return Pointwise("reprise_relu_grad", {{"dy", Broadcast::kFull}, {"y", Broadcast::kFull}},
-                   "y > 0.0f ? dy : 0.0f");
+                   "y > 0.0f ? dy : 0.0f", dtype);
 }
-GeneratedKernel Add() {
-  return Pointwise("reprise_add", {{"a", Broadcast::kFull}, {"b", Broadcast::kFull}}, "a + b");
+GeneratedKernel Add(DType dtype) {
+  return Pointwise("reprise_add", {{"a", Broadcast::kFull}, {"b", Broadcast::kFull}}, "a + b",
+                   dtype);
 }
 
-GeneratedKernel ColumnSum() {
+GeneratedKernel ColumnSum(DType dtype) {
   // A 32x32 block: 32 adjacent columns (coalesced reads) times 32 row slices, so each thread's
   // serial chain is rows/32 long; the slices are then added in a fixed order (deterministic).
-  return {"reprise_column_sum", R"(
-extern "C" __global__ void reprise_column_sum(const float* __restrict__ dy, float* __restrict__ db,
-                                              long long rows, long long cols) {
+  const std::string name = ElementKernelName("reprise_column_sum", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, elem_t* __restrict__ db, long long rows, long long cols) {
   __shared__ float partial[32][33];
   const long long c = blockIdx.x * 32LL + threadIdx.x;
   float sum = 0.0f;
   if (c < cols) {
-    for (long long r = threadIdx.y; r < rows; r += 32) sum += dy[r * cols + c];
+    for (long long r = threadIdx.y; r < rows; r += 32) sum += ToFloat(dy[r * cols + c]);
   }
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
     for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];
-    db[c] = total;
+    db[c] = FromFloat(total);
   }
 }
-)"};
+)")};
 }
 
 // Device helpers of every loss kernel: one warp's max and Σ exp(z - max) over a row, the row's
@@ -160,6 +164,11 @@ std::vector<GeneratedKernel> AllKernels() {
           ReluGrad(),
           Add(),
           ColumnSum(),
+          BiasAdd(DType::kBFloat16),
+          Relu(DType::kBFloat16),
+          ReluGrad(DType::kBFloat16),
+          Add(DType::kBFloat16),
+          ColumnSum(DType::kBFloat16),
           SoftmaxCrossEntropy(),
           SoftmaxCrossEntropyGrad(),
           SgdMomentum(),

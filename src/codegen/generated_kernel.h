@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "reprise/tensor.h"
+
 namespace reprise::codegen {
 
 struct GeneratedKernel {
@@ -21,22 +23,25 @@ struct PointwiseInput {
   Broadcast broadcast = Broadcast::kFull;
 };
 
-// out[i] = expression(inputs at i) for i < n, float32. `expression` is CUDA C++ over the input
-// names, e.g. "fmaxf(x, 0.0f)". Signature: (const float* in..., float* out, long long n,
+// out[i] = expression(inputs at i) for i < n, the tensors of `dtype` (float32 or bfloat16; see
+// src/codegen/element_type.h). `expression` is CUDA C++ over the input names as float values,
+// e.g. "fmaxf(x, 0.0f)"; the result is rounded once, at the store. The kernel is named
+// ElementKernelName(name, dtype). Signature: (const elem_t* in..., elem_t* out, long long n,
 // long long cols).
 GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseInput>& inputs,
-                          const std::string& expression);
+                          const std::string& expression, DType dtype = DType::kFloat32);
 
-// The pointwise kernels the ops use, each a Pointwise() instance.
-GeneratedKernel BiasAdd();   // x + b (b by row)
-GeneratedKernel Relu();      // max(x, 0)
-GeneratedKernel ReluGrad();  // y > 0 ? dy : 0, inputs (dy, y)
-GeneratedKernel Add();       // a + b
+// The pointwise kernels the ops use, each a Pointwise() instance, float32 or bfloat16.
+GeneratedKernel BiasAdd(DType dtype = DType::kFloat32);   // x + b (b by row)
+GeneratedKernel Relu(DType dtype = DType::kFloat32);      // max(x, 0)
+GeneratedKernel ReluGrad(DType dtype = DType::kFloat32);  // y > 0 ? dy : 0, inputs (dy, y)
+GeneratedKernel Add(DType dtype = DType::kFloat32);       // a + b
 
-// db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order. Launch
-// with blocks of 32x32 threads, one block per 32 columns. Signature: (const float* dy, float* db,
-// long long rows, long long cols).
-GeneratedKernel ColumnSum();
+// db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order, in float
+// for either element type (bfloat16 rounds once, at the store). Launch with blocks of 32x32
+// threads, one block per 32 columns. Signature: (const elem_t* dy, elem_t* db, long long rows,
+// long long cols).
+GeneratedKernel ColumnSum(DType dtype = DType::kFloat32);
 
 // loss[0] = mean over rows of logsumexp(z[r, :]) - z[r, label[r]]; one block, fixed order.
 // Signature: (const float* z, const int* labels, float* loss, int rows, int cols).
@@ -58,7 +63,8 @@ GeneratedKernel SgdMomentum();
 // MeanOfRows(row_loss, rows).
 const std::string& LossRowHelpersSource();
 
-// Every kernel source the engine can generate, for compile checks.
+// Every kernel source the engine can generate, for compile checks and prefetching: the
+// pointwise kernels and the column sum in float32 and in bfloat16.
 std::vector<GeneratedKernel> AllKernels();
 
 }  // namespace reprise::codegen

@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
+
 namespace reprise::codegen {
 namespace {
 
@@ -26,10 +29,11 @@ __device__ __forceinline__ void ImageCoords(I i, I c, I h, I w, int channels_las
 
 // The max-pooling kernels index in 32-bit arithmetic when the tensors allow it: 64-bit division
 // costs several times more, and these kernels are all index arithmetic.
-GeneratedKernel MaxPool2d() {
-  return {"reprise_max_pool2d", kImageIndexing + R"(
+GeneratedKernel MaxPool2d(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
 template <typename I>
-__device__ void MaxPool2dBody(const float* __restrict__ x, float* __restrict__ y, I n, I c, I h,
+__device__ void MaxPool2dBody(const elem_t* __restrict__ x, elem_t* __restrict__ y, I n, I c, I h,
                               I w, I oh, I ow, int kh, int kw, int sh, int sw, int ph, int pw,
                               int channels_last) {
   const I total = n * c * oh * ow;
@@ -44,39 +48,41 @@ __device__ void MaxPool2dBody(const float* __restrict__ x, float* __restrict__ y
       for (int e = 0; e < kw; ++e) {
         const I col = q * sw - pw + e;
         if (col < 0 || col >= w) continue;
-        const float v = x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)];
+        const float v = ToFloat(x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)]);
         if (!found || v > best || (v != v && best == best)) best = v;
         found = true;
       }
     }
-    y[i] = best;
+    y[i] = FromFloat(best);  // Exact for numbers: best is one of x's values.
   }
 }
-extern "C" __global__ void reprise_max_pool2d(const float* __restrict__ x, float* __restrict__ y,
-                                              long long n, long long c, long long h, long long w,
-                                              long long oh, long long ow, int kh, int kw, int sh,
-                                              int sw, int ph, int pw, int channels_last) {
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long n, long long c, long long h,
+    long long w, long long oh, long long ow, int kh, int kw, int sh, int sw, int ph, int pw,
+    int channels_last) {
   if (n * c * h * w < (1LL << 31)) {
     MaxPool2dBody<int>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
   } else {
     MaxPool2dBody<long long>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
   }
 }
-)"};
+)")};
 }
 
-GeneratedKernel MaxPool2dGrad() {
-  return {"reprise_max_pool2d_grad", kImageIndexing + R"(
+GeneratedKernel MaxPool2dGrad(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d_grad", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
 template <typename I>
-__device__ void MaxPool2dGradBody(const float* __restrict__ dy, const float* __restrict__ x,
-                                  const float* __restrict__ y, float* __restrict__ dx, I n, I c,
+__device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
+                                  const elem_t* __restrict__ y, elem_t* __restrict__ dx, I n, I c,
                                   I h, I w, I oh, I ow, int kh, int kw, int sh, int sw, int ph,
                                   int pw, int channels_last) {
   const I total = n * c * h * w;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
     I b, ch, ih, iw;
     ImageCoords<I>(i, c, h, w, channels_last, b, ch, ih, iw);
-    const float xi = x[i];
+    const float xi = ToFloat(x[i]);
     // Window (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
     const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
     const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
@@ -86,7 +92,7 @@ __device__ void MaxPool2dGradBody(const float* __restrict__ dy, const float* __r
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
         const I yi = ImageOffset<I>(b, ch, r, q, c, oh, ow, channels_last);
-        const float m = y[yi];
+        const float m = ToFloat(y[yi]);
         // Only an element equal to its window's maximum can receive the window's gradient; then
         // it must also be the window's first such element.
         if (!(xi == m || (xi != xi && m != m))) continue;
@@ -97,7 +103,7 @@ __device__ void MaxPool2dGradBody(const float* __restrict__ dy, const float* __r
           for (int e = 0; e < kw; ++e) {
             const I col = q * sw - pw + e;
             if (col < 0 || col >= w) continue;
-            const float v = x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)];
+            const float v = ToFloat(x[ImageOffset<I>(b, ch, row, col, c, h, w, channels_last)]);
             if (v == m || (v != v && m != m)) {
               first_row = row;
               first_col = col;
@@ -105,19 +111,17 @@ __device__ void MaxPool2dGradBody(const float* __restrict__ dy, const float* __r
             }
           }
         }
-        if (first_row == ih && first_col == iw) sum += dy[yi];
+        if (first_row == ih && first_col == iw) sum += ToFloat(dy[yi]);
       }
     }
-    dx[i] = sum;
+    dx[i] = FromFloat(sum);
   }
 }
-extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
-                                                   const float* __restrict__ x,
-                                                   const float* __restrict__ y,
-                                                   float* __restrict__ dx, long long n, long long c,
-                                                   long long h, long long w, long long oh,
-                                                   long long ow, int kh, int kw, int sh, int sw,
-                                                   int ph, int pw, int channels_last) {
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y,
+    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
+    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
   if (n * c * h * w < (1LL << 31)) {
     MaxPool2dGradBody<int>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
                            channels_last);
@@ -126,63 +130,67 @@ extern "C" __global__ void reprise_max_pool2d_grad(const float* __restrict__ dy,
                                  channels_last);
   }
 }
-)"};
+)")};
 }
 
-GeneratedKernel GlobalAvgPoolNchw() {
-  return {"reprise_global_avg_pool_nchw", R"(
-extern "C" __global__ void reprise_global_avg_pool_nchw(const float* __restrict__ x,
-                                                        float* __restrict__ y, long long rows,
-                                                        long long hw) {
+GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
+  const std::string name = ElementKernelName("reprise_global_avg_pool_nchw", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long rows, long long hw) {
   const int lane = threadIdx.x % 32;
   const long long warps = (long long)gridDim.x * (blockDim.x / 32);
   for (long long row = blockIdx.x * (long long)(blockDim.x / 32) + threadIdx.x / 32; row < rows;
        row += warps) {
-    const float* xr = x + row * hw;
+    const elem_t* xr = x + row * hw;
     float s = 0.0f;
-    for (long long p = lane; p < hw; p += 32) s += xr[p];
+    for (long long p = lane; p < hw; p += 32) s += ToFloat(xr[p]);
     for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) y[row] = s / (float)hw;
+    if (lane == 0) y[row] = FromFloat(s / (float)hw);
   }
 }
-)"};
+)")};
 }
 
-GeneratedKernel GlobalAvgPoolNhwc() {
-  return {"reprise_global_avg_pool_nhwc", R"(
-extern "C" __global__ void reprise_global_avg_pool_nhwc(const float* __restrict__ x,
-                                                        float* __restrict__ y, long long n,
-                                                        long long c, long long hw) {
+GeneratedKernel GlobalAvgPoolNhwc(DType dtype) {
+  const std::string name = ElementKernelName("reprise_global_avg_pool_nhwc", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long n, long long c,
+    long long hw) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n * c;
        i += (long long)gridDim.x * blockDim.x) {
-    const float* xb = x + (i / c) * hw * c + i % c;
+    const elem_t* xb = x + (i / c) * hw * c + i % c;
     float s = 0.0f;
-    for (long long p = 0; p < hw; ++p) s += xb[p * c];
-    y[i] = s / (float)hw;
+    for (long long p = 0; p < hw; ++p) s += ToFloat(xb[p * c]);
+    y[i] = FromFloat(s / (float)hw);
   }
 }
-)"};
+)")};
 }
 
-GeneratedKernel GlobalAvgPoolGrad() {
-  return {"reprise_global_avg_pool_grad", R"(
-extern "C" __global__ void reprise_global_avg_pool_grad(const float* __restrict__ dy,
-                                                        float* __restrict__ dx, long long n,
-                                                        long long c, long long hw,
-                                                        int channels_last) {
+GeneratedKernel GlobalAvgPoolGrad(DType dtype) {
+  const std::string name = ElementKernelName("reprise_global_avg_pool_grad", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, elem_t* __restrict__ dx, long long n, long long c,
+    long long hw, int channels_last) {
   const long long total = n * c * hw;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
        i += (long long)gridDim.x * blockDim.x) {
     const long long row = channels_last ? (i / (hw * c)) * c + i % c : i / hw;
-    dx[i] = dy[row] / (float)hw;
+    dx[i] = FromFloat(ToFloat(dy[row]) / (float)hw);
   }
 }
-)"};
+)")};
 }
 
 std::vector<GeneratedKernel> PoolingKernels() {
-  return {MaxPool2d(), MaxPool2dGrad(), GlobalAvgPoolNchw(), GlobalAvgPoolNhwc(),
-          GlobalAvgPoolGrad()};
+  std::vector<GeneratedKernel> kernels;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (GeneratedKernel (*make)(DType) :
+         {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+      kernels.push_back(make(dtype));
+    }
+  }
+  return kernels;
 }
 
 }  // namespace reprise::codegen

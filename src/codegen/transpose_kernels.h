@@ -1,5 +1,7 @@
-// CUDA C++ source for the transpose op (src/ops/transpose.h). Elements are moved as 32-bit words,
-// so one kernel serves float32 and int32. Pure copies: deterministic, no atomics.
+// CUDA C++ source for the transpose op (src/ops/transpose.h). Elements are moved as raw words
+// (word_t below): 32-bit for DType::kFloat32, which serves every 4-byte type (float32 and int32),
+// and 16-bit for DType::kBFloat16. Kernels are named ElementKernelName(base, dtype), base the name
+// given with each. Pure copies: deterministic, no atomics.
 //
 // Two kernels: a shared-memory tiled transpose for the permutations that are, once extents of 1
 // are dropped and adjacent dimensions merged, a batched 2-D transpose ([B, R, S] -> [B, S, R]:
@@ -9,6 +11,7 @@
 
 #include <vector>
 
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
 namespace reprise::codegen {
@@ -18,19 +21,20 @@ namespace reprise::codegen {
 inline constexpr int kTransposeTile = 32;
 inline constexpr int kTransposeTileRows = 8;
 
-// y[b, s, r] = x[b, r, s] for x [batches, rows, cols] (s < cols, r < rows). Blocks of
-// (kTransposeTile, kTransposeTileRows) threads loop over tiles (grid-stride). Signature:
-// (const unsigned* x, unsigned* y, long long batches, long long rows, long long cols).
-GeneratedKernel TransposeTiled();
+// reprise_transpose_tiled: y[b, s, r] = x[b, r, s] for x [batches, rows, cols] (s < cols,
+// r < rows). Blocks of (kTransposeTile, kTransposeTileRows) threads loop over tiles (grid-stride).
+// Signature: (const word_t* x, word_t* y, long long batches, long long rows, long long cols).
+GeneratedKernel TransposeTiled(DType dtype = DType::kFloat32);
 
-// y[i] = x[Σ_j coord_j(i) · stride_j], coord_j(i) the index of the flat output position i along
-// output dimension j of extents (d0, d1, d2, d3), and stride_j x's element stride along the input
-// dimension that output dimension j reads. One thread per output element (grid-stride); writes
-// coalesced. Signature: (const unsigned* x, unsigned* y, long long d0, long long d1, long long d2,
-// long long d3, long long s0, long long s1, long long s2, long long s3).
-GeneratedKernel TransposeGather();
+// reprise_transpose_gather: y[i] = x[Σ_j coord_j(i) · stride_j], coord_j(i) the index of the flat
+// output position i along output dimension j of extents (d0, d1, d2, d3), and stride_j x's element
+// stride along the input dimension that output dimension j reads. One thread per output element
+// (grid-stride); writes coalesced. Signature: (const word_t* x, word_t* y, long long d0,
+// long long d1, long long d2, long long d3, long long s0, long long s1, long long s2,
+// long long s3).
+GeneratedKernel TransposeGather(DType dtype = DType::kFloat32);
 
-// Both kernels, for compile checks and for warming the kernel store.
+// Both kernels for both word widths, for compile checks and for warming the kernel store.
 std::vector<GeneratedKernel> TransposeKernels();
 
 }  // namespace reprise::codegen

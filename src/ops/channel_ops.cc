@@ -1,5 +1,6 @@
 // channel_bias_add and channel_sum: a convolution's bias, added along the channel dimension of a
-// 4-D tensor, and its gradient, the sum over everything but the channel.
+// 4-D tensor, and its gradient, the sum over everything but the channel. On the GPU in float32 or
+// bfloat16 (computed in float; the sum rounds once, to the output's type).
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/conv.h"
 #include "src/ops/conv_shape.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
@@ -24,12 +26,6 @@ ChannelSplit SplitOf(const Shape& shape, Layout layout) {
   const ActivationDims d = ActivationDimsOf(shape, layout);
   if (layout == Layout::kNHWC) return {d.n * d.h * d.w, d.c, 1};
   return {d.n, d.c, d.h * d.w};
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> Float32Only(const Node& node, const TensorSpec& spec) {
-  return absl::UnimplementedError(absl::StrCat("node '", node.name, "': ", node.op_name(),
-                                               " runs on the GPU in float32 only, got ",
-                                               spec.ToString()));
 }
 
 // channel_bias_add ------------------------------------------------------------------------------
@@ -80,7 +76,7 @@ absl::Status CpuChannelBiasAdd(const Node& node, absl::Span<ir::HostTensor* cons
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelBiasAdd(const LoweringContext& ctx,
                                                                const Node& node) {
   const TensorSpec& x = ctx.input_specs[0];
-  if (x.dtype != DType::kFloat32) return Float32Only(node, x);
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(x.shape, layout);
   const int64_t n = x.NumElements();
@@ -89,7 +85,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelBiasAdd(const LoweringCon
   args.Add(static_cast<long long>(n))
       .Add(static_cast<long long>(split.channels))
       .Add(static_cast<long long>(split.inner));
-  return NvrtcKernel::Create(ctx, node.name, codegen::ChannelBiasAdd(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::ChannelBiasAdd(dtype),
                              GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
@@ -123,7 +119,8 @@ absl::Status CpuChannelSum(const Node& node, absl::Span<ir::HostTensor* const> i
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelSum(const LoweringContext& ctx,
                                                            const Node& node) {
   const TensorSpec& dy = ctx.input_specs[0];
-  if (dy.dtype != DType::kFloat32) return Float32Only(node, dy);
+  // The output has dy's type (the shape rule): the kernels read and write one element type.
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(dy.shape, layout);
   KernelArgs args;
@@ -131,14 +128,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelSum(const LoweringContext
   if (layout == Layout::kNHWC) {
     // Channels last is a row-major [N·H·W, C] matrix: the bias gradient of a linear layer.
     args.Add(static_cast<long long>(split.outer)).Add(static_cast<long long>(split.channels));
-    return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(),
+    return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(dtype),
                                dim3(static_cast<unsigned>((split.channels + 31) / 32)),
                                dim3(32, 32), 0, std::move(args));
   }
   args.Add(static_cast<long long>(split.outer))
       .Add(static_cast<long long>(split.channels))
       .Add(static_cast<long long>(split.inner));
-  return NvrtcKernel::Create(ctx, node.name, codegen::ChannelSum(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::ChannelSum(dtype),
                              dim3(static_cast<unsigned>(split.channels)),
                              dim3(codegen::kChannelSumBlock), 0, std::move(args));
 }
@@ -151,7 +148,8 @@ const ir::OpDef& ChannelBiasAddOp() {
                             .infer = InferChannelBiasAdd,
                             .grad = GradChannelBiasAdd,
                             .cpu = CpuChannelBiasAdd,
-                            .lower = LowerChannelBiasAdd};
+                            .lower = LowerChannelBiasAdd,
+                            .bf16_lowering = true};
   return op;
 }
 
@@ -160,7 +158,8 @@ const ir::OpDef& ChannelSumOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferChannelSum,
                             .cpu = CpuChannelSum,
-                            .lower = LowerChannelSum};
+                            .lower = LowerChannelSum,
+                            .bf16_lowering = true};
   return op;
 }
 

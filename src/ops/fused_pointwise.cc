@@ -8,6 +8,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "src/codegen/fused_kernels.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -123,9 +124,13 @@ absl::Status CpuFused(const Node& node, absl::Span<ir::HostTensor* const> in,
   return absl::OkStatus();
 }
 
-// The kernel spec: each step's expression with $j replaced by its operand's variable.
-codegen::FusedPointwiseSpec KernelSpec(const PointwiseProgram& program, int num_inputs) {
+// The kernel spec: each step's expression with $j replaced by its operand's variable. The fuse
+// pass chains values of one spec only (each op's shape rule keeps its inputs' type), so one
+// element type serves every input and output.
+codegen::FusedPointwiseSpec KernelSpec(const PointwiseProgram& program, int num_inputs,
+                                       DType dtype) {
   codegen::FusedPointwiseSpec spec;
+  spec.dtype = dtype;
   spec.inputs.assign(num_inputs, codegen::Broadcast::kFull);
   for (const PointwiseProgram::Step& step : program.steps) {
     std::string expression(step.op->pointwise.expression);
@@ -146,14 +151,15 @@ codegen::FusedPointwiseSpec KernelSpec(const PointwiseProgram& program, int num_
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx,
                                                       const Node& node) {
+  // First, so that tensors of a type without kernels, or of mixed types, are refused by name.
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(PointwiseProgram program, PointwiseProgram::FromAttrs(node.attrs));
   ASSIGN_OR_RETURN(std::vector<TensorSpec> steps, StepSpecs(program, ctx.input_specs));
   const TensorSpec& element = steps[0];  // Every step has this shape.
-  RETURN_IF_ERROR(CheckDType(element, DType::kFloat32, "the chain"));
   const int64_t n = element.NumElements();
   const int64_t cols = element.shape.rank() == 0 ? 1 : element.shape.dim(element.shape.rank() - 1);
   const codegen::GeneratedKernel kernel =
-      codegen::FusedPointwise(KernelSpec(program, static_cast<int>(ctx.inputs.size())));
+      codegen::FusedPointwise(KernelSpec(program, static_cast<int>(ctx.inputs.size()), dtype));
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
@@ -172,8 +178,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx
 
 absl::StatusOr<runtime::KernelSource> FusedPointwiseKernel(const Node& node) {
   ASSIGN_OR_RETURN(PointwiseProgram program, PointwiseProgram::FromAttrs(node.attrs));
+  // The outputs have the chain's type (the inputs are checked again at lowering).
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, {}));
   return ToKernelSource(
-      codegen::FusedPointwise(KernelSpec(program, static_cast<int>(node.inputs.size()))));
+      codegen::FusedPointwise(KernelSpec(program, static_cast<int>(node.inputs.size()), dtype)));
 }
 
 Attrs PointwiseProgram::ToAttrs() const {
@@ -225,7 +233,8 @@ const ir::OpDef& FusedPointwiseOp() {
                             .kind = ir::OpKind::kPointwise,
                             .infer = InferFused,
                             .cpu = CpuFused,
-                            .lower = LowerFused};
+                            .lower = LowerFused,
+                            .bf16_lowering = true};
   return op;
 }
 

@@ -1,6 +1,8 @@
-// Pointwise ops: each lowers to an NVRTC kernel generated from one expression.
+// Pointwise ops: each lowers to an NVRTC kernel generated from one expression, over float32 or
+// bfloat16 tensors (computed in float, rounded once at the store).
 #include "absl/strings/str_cat.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -9,9 +11,12 @@
 namespace reprise::ops {
 namespace {
 
+// `make` builds the op's kernel for the element type of the node's tensors.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPointwise(const LoweringContext& ctx,
                                                           const Node& node,
-                                                          const codegen::GeneratedKernel& kernel) {
+                                                          codegen::GeneratedKernel (*make)(DType)) {
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
+  const codegen::GeneratedKernel kernel = make(dtype);
   const TensorSpec& out = node.outputs[0];
   const int64_t n = out.NumElements();
   const int64_t cols = out.shape.rank() == 0 ? 1 : out.shape.dim(out.shape.rank() - 1);
@@ -70,7 +75,7 @@ absl::Status CpuBiasAdd(const Node&, absl::Span<ir::HostTensor* const> in,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasAdd(const LoweringContext& ctx,
                                                         const Node& node) {
-  return LowerPointwise(ctx, node, codegen::BiasAdd());
+  return LowerPointwise(ctx, node, codegen::BiasAdd);
 }
 
 // relu ----------------------------------------------------------------------------------------
@@ -104,7 +109,7 @@ absl::Status CpuRelu(const Node&, absl::Span<ir::HostTensor* const> in,
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRelu(const LoweringContext& ctx, const Node& node) {
-  return LowerPointwise(ctx, node, codegen::Relu());
+  return LowerPointwise(ctx, node, codegen::Relu);
 }
 
 // relu_grad -----------------------------------------------------------------------------------
@@ -129,7 +134,7 @@ absl::Status CpuReluGrad(const Node&, absl::Span<ir::HostTensor* const> in,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerReluGrad(const LoweringContext& ctx,
                                                          const Node& node) {
-  return LowerPointwise(ctx, node, codegen::ReluGrad());
+  return LowerPointwise(ctx, node, codegen::ReluGrad);
 }
 
 // add -----------------------------------------------------------------------------------------
@@ -150,7 +155,7 @@ absl::Status CpuAdd(const Node&, absl::Span<ir::HostTensor* const> in,
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdd(const LoweringContext& ctx, const Node& node) {
-  return LowerPointwise(ctx, node, codegen::Add());
+  return LowerPointwise(ctx, node, codegen::Add);
 }
 
 }  // namespace
@@ -162,7 +167,8 @@ const ir::OpDef& BiasAddOp() {
       .grad = GradBiasAdd,
       .cpu = CpuBiasAdd,
       .lower = LowerBiasAdd,
-      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kRowVector}}};
+      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kRowVector}},
+      .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& ReluOp() {
@@ -171,7 +177,8 @@ const ir::OpDef& ReluOp() {
                             .grad = GradRelu,
                             .cpu = CpuRelu,
                             .lower = LowerRelu,
-                            .pointwise = {"($0 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement}}};
+                            .pointwise = {"($0 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement}},
+                            .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& ReluGradOp() {
@@ -180,7 +187,8 @@ const ir::OpDef& ReluGradOp() {
       .infer = InferBinarySame,
       .cpu = CpuReluGrad,
       .lower = LowerReluGrad,
-      .pointwise = {"($1 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement, ir::Operand::kElement}}};
+      .pointwise = {"($1 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement, ir::Operand::kElement}},
+      .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& AddOp() {
@@ -190,7 +198,8 @@ const ir::OpDef& AddOp() {
       .grad = GradAdd,
       .cpu = CpuAdd,
       .lower = LowerAdd,
-      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kElement}}};
+      .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kElement}},
+      .bf16_lowering = true};
   return op;
 }
 

@@ -1,7 +1,7 @@
 // max_pool2d and global_avg_pool with their gradients, and the layout helpers of the image ops.
 // GPU lowerings are our own NVRTC kernels (src/codegen/pooling_kernels.h) rather than cuDNN's
 // pooling: they give the CPU reference's tie rule (first maximal element) bit for bit, with no
-// atomics in the backward pass.
+// atomics in the backward pass. They run in float32 or bfloat16 (computing in float).
 #include "src/ops/pooling.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/pooling_kernels.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
@@ -226,28 +227,28 @@ void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, cons
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& ctx,
                                                         const Node& node) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(PoolParams p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[0]));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2d(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2d(dtype),
                              GridFor(yd.NumElements(), 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContext& ctx,
                                                             const Node& node) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(PoolParams p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[1], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[1]));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGrad(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGrad(dtype),
                              GridFor(xd.NumElements(), 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -342,7 +343,7 @@ absl::Status CpuGapGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGap(const LoweringContext& ctx, const Node& node) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
   ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[0], layout, "x"));
   const long long rows = d.n * d.c, hw = d.h * d.w;
@@ -350,23 +351,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGap(const LoweringContext& ctx, 
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   if (layout == Layout::kNCHW) {
     args.Add(rows).Add(hw);  // One warp per row: 32 threads per output.
-    return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolNchw(),
+    return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolNchw(dtype),
                                GridFor(rows * 32, 256, *ctx.device), dim3(256), 0, std::move(args));
   }
   args.Add(static_cast<long long>(d.n)).Add(static_cast<long long>(d.c)).Add(hw);
-  return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolNhwc(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolNhwc(dtype),
                              GridFor(rows, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGapGrad(const LoweringContext& ctx,
                                                         const Node& node) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   ASSIGN_OR_RETURN(ImageDims d, GapGradDims(node.attrs, ctx.input_specs[0]));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(d.n)).Add(static_cast<long long>(d.c));
   args.Add(static_cast<long long>(d.h * d.w)).Add(static_cast<int>(d.layout == Layout::kNHWC));
-  return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolGrad(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::GlobalAvgPoolGrad(dtype),
                              GridFor(d.NumElements(), 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -379,7 +380,8 @@ const ir::OpDef& MaxPool2dOp() {
                             .infer = InferMaxPool,
                             .grad = GradMaxPool,
                             .cpu = CpuMaxPool,
-                            .lower = LowerMaxPool};
+                            .lower = LowerMaxPool,
+                            .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& MaxPool2dGradOp() {
@@ -387,7 +389,8 @@ const ir::OpDef& MaxPool2dGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferMaxPoolGrad,
                             .cpu = CpuMaxPoolGrad,
-                            .lower = LowerMaxPoolGrad};
+                            .lower = LowerMaxPoolGrad,
+                            .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& GlobalAvgPoolOp() {
@@ -396,7 +399,8 @@ const ir::OpDef& GlobalAvgPoolOp() {
                             .infer = InferGap,
                             .grad = GradGap,
                             .cpu = CpuGap,
-                            .lower = LowerGap};
+                            .lower = LowerGap,
+                            .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& GlobalAvgPoolGradOp() {
@@ -404,7 +408,8 @@ const ir::OpDef& GlobalAvgPoolGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferGapGrad,
                             .cpu = CpuGapGrad,
-                            .lower = LowerGapGrad};
+                            .lower = LowerGapGrad,
+                            .bf16_lowering = true};
   return op;
 }
 

@@ -1,5 +1,6 @@
 // column_sum: the bias gradient, a sum over the batch dimension.
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -33,11 +34,12 @@ absl::Status CpuColumnSum(const Node&, absl::Span<ir::HostTensor* const> in,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerColumnSum(const LoweringContext& ctx,
                                                           const Node& node) {
+  ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
   const long long rows = ctx.input_specs[0].shape.dim(0);
   const long long cols = ctx.input_specs[0].shape.dim(1);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(rows).Add(cols);
-  return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(dtype),
                              dim3(static_cast<unsigned>((cols + 31) / 32)), dim3(32, 32), 0,
                              std::move(args));
 }
@@ -49,7 +51,8 @@ const ir::OpDef& ColumnSumOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferColumnSum,
                             .cpu = CpuColumnSum,
-                            .lower = LowerColumnSum};
+                            .lower = LowerColumnSum,
+                            .bf16_lowering = true};
   return op;
 }
 

@@ -109,7 +109,7 @@ class DeviceCopy : public GpuKernel {
   int64_t bytes_;
 };
 
-// Copies are byte-exact, so any element type lowers.
+// Copies are byte-exact, so any element type lowers (the ops say so for bfloat16).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCopy(const LoweringContext& ctx, const Node& node) {
   return std::unique_ptr<GpuKernel>(
       new DeviceCopy(node.name, ctx.inputs[0], ctx.outputs[0], ctx.input_specs[0].bytes()));
@@ -122,7 +122,8 @@ const ir::OpDef& FlattenOp() {
                             .infer = InferFlatten,
                             .grad = GradReshape,
                             .cpu = CpuCopy,
-                            .lower = LowerCopy};
+                            .lower = LowerCopy,
+                            .bf16_lowering = true};
   return op;
 }
 const ir::OpDef& ReshapeOp() {
@@ -130,7 +131,8 @@ const ir::OpDef& ReshapeOp() {
                             .infer = InferReshape,
                             .grad = GradReshape,
                             .cpu = CpuCopy,
-                            .lower = LowerCopy};
+                            .lower = LowerCopy,
+                            .bf16_lowering = true};
   return op;
 }
 

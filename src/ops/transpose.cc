@@ -169,12 +169,14 @@ absl::Status CpuTranspose(const Node& node, absl::Span<ir::HostTensor* const> in
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTranspose(const LoweringContext& ctx,
                                                           const Node& node) {
   const TensorSpec& x = ctx.input_specs[0];
-  if (DTypeSize(x.dtype) != 4) {
+  // The kernels move raw words: the 32-bit one serves every 4-byte type.
+  if (DTypeSize(x.dtype) != 4 && x.dtype != DType::kBFloat16) {
     return absl::UnimplementedError(absl::StrCat("node '", node.name,
-                                                 "': transpose runs on the GPU for 4-byte "
-                                                 "elements (f32, i32) only, got ",
+                                                 "': transpose runs on the GPU for f32, i32 and "
+                                                 "bf16 elements only, got ",
                                                  x.ToString()));
   }
+  const DType word = x.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
   ASSIGN_OR_RETURN(const Permutation perm, PermAttr(node.attrs));
   const TransposeLaunch plan = PlanTranspose(x.shape, perm);
   KernelArgs args;
@@ -187,13 +189,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTranspose(const LoweringContext&
     args.Add(static_cast<long long>(plan.cols));
     // GridFor counts threads; one block per tile, at most enough to fill the device.
     constexpr int kThreads = kTile * codegen::kTransposeTileRows;
-    return NvrtcKernel::Create(ctx, node.name, codegen::TransposeTiled(),
+    return NvrtcKernel::Create(ctx, node.name, codegen::TransposeTiled(word),
                                GridFor(tiles * kThreads, kThreads, *ctx.device),
                                dim3(kTile, codegen::kTransposeTileRows), 0, std::move(args));
   }
   for (int64_t e : plan.extents) args.Add(static_cast<long long>(e));
   for (int64_t s : plan.strides) args.Add(static_cast<long long>(s));
-  return NvrtcKernel::Create(ctx, node.name, codegen::TransposeGather(),
+  return NvrtcKernel::Create(ctx, node.name, codegen::TransposeGather(word),
                              GridFor(x.NumElements(), 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -207,7 +209,8 @@ const ir::OpDef& TransposeOp() {
                             .infer = InferTranspose,
                             .grad = GradTranspose,
                             .cpu = CpuTranspose,
-                            .lower = LowerTranspose};
+                            .lower = LowerTranspose,
+                            .bf16_lowering = true};
   return op;
 }
 

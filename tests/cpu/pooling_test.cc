@@ -292,7 +292,7 @@ TEST(PoolingErrorsTest, MessagesNameTheShapes) {
   EXPECT_EQ(g.spec(*flattened).shape, (Shape{2, 192}));
 }
 
-TEST(PoolingErrorsTest, GpuLoweringIsFloat32Only) {
+TEST(PoolingErrorsTest, GpuLoweringIsFloat32OrBfloat16Only) {
   Graph g;
   Value x = *g.AddInput("x", {Shape{1, 1, 8, 8}});
   Value y = *g.AddOp1(ops::MaxPool2dOp(), "pool1", {x}, PoolAttrs(3, 2, 1));

@@ -1,0 +1,293 @@
+// bfloat16 GPU lowerings, the parts visible without a device: which ops have them, that their
+// kernels exist per element type under distinct names and compile with NVRTC, and that tensors of
+// another type, or of mixed types, are refused by name before any kernel is built.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "capture/lowered_step.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/autodiff/autodiff.h"
+#include "src/codegen/conv_kernels.h"
+#include "src/codegen/fused_kernels.h"
+#include "src/codegen/generated_kernel.h"
+#include "src/codegen/pooling_kernels.h"
+#include "src/codegen/transpose_kernels.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/conv.h"
+#include "src/ops/fused_pointwise.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/ops.h"
+#include "src/ops/pooling.h"
+#include "src/ops/transpose.h"
+#include "src/passes/fuse.h"
+#include "src/passes/memory_plan.h"
+#include "src/passes/schedule.h"
+#include "src/runtime/kernel_store.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr DType kBf16 = DType::kBFloat16;
+
+TEST(Bf16LoweringTest, OpsWithBfloat16KernelsSaySo) {
+  for (const ir::OpDef* op : {&ops::MaxPool2dOp(), &ops::MaxPool2dGradOp(), &ops::GlobalAvgPoolOp(),
+                              &ops::GlobalAvgPoolGradOp(), &ops::FlattenOp(), &ops::ReshapeOp(),
+                              &ops::AddOp(), &ops::ReluOp(), &ops::ReluGradOp(), &ops::BiasAddOp(),
+                              &ops::ColumnSumOp(), &ops::FusedPointwiseOp(), &ops::TransposeOp(),
+                              &ops::ChannelBiasAddOp(), &ops::ChannelSumOp()}) {
+    EXPECT_TRUE(op->bf16_lowering) << op->name;
+  }
+}
+
+// Every kernel list in both types: the bfloat16 kernel of each float32 one, named apart (so both
+// can live in one kernel store), reading 16-bit elements, and compiling for sm_90.
+TEST(Bf16LoweringTest, EveryKernelHasADistinctBfloat16TwinThatCompiles) {
+  std::vector<std::pair<codegen::GeneratedKernel, codegen::GeneratedKernel>> twins = {
+      {codegen::Add(), codegen::Add(kBf16)},
+      {codegen::Relu(), codegen::Relu(kBf16)},
+      {codegen::ReluGrad(), codegen::ReluGrad(kBf16)},
+      {codegen::BiasAdd(), codegen::BiasAdd(kBf16)},
+      {codegen::ColumnSum(), codegen::ColumnSum(kBf16)},
+      {codegen::MaxPool2d(), codegen::MaxPool2d(kBf16)},
+      {codegen::MaxPool2dGrad(), codegen::MaxPool2dGrad(kBf16)},
+      {codegen::GlobalAvgPoolNchw(), codegen::GlobalAvgPoolNchw(kBf16)},
+      {codegen::GlobalAvgPoolNhwc(), codegen::GlobalAvgPoolNhwc(kBf16)},
+      {codegen::GlobalAvgPoolGrad(), codegen::GlobalAvgPoolGrad(kBf16)},
+      {codegen::ChannelBiasAdd(), codegen::ChannelBiasAdd(kBf16)},
+      {codegen::ChannelSum(), codegen::ChannelSum(kBf16)},
+      {codegen::TransposeTiled(), codegen::TransposeTiled(kBf16)},
+      {codegen::TransposeGather(), codegen::TransposeGather(kBf16)}};
+  for (bool column_sum : {false, true}) {
+    codegen::FusedPointwiseSpec spec{
+        .inputs = {codegen::Broadcast::kFull, codegen::Broadcast::kRow},
+        .expressions = {"in0 + in1", "(s0 > 0.0f ? s0 : 0.0f)"},
+        .outputs = {0, 1},
+        .column_sum = column_sum ? 0 : -1};
+    codegen::FusedPointwiseSpec bf16 = spec;
+    bf16.dtype = kBf16;
+    twins.push_back({codegen::FusedPointwise(spec), codegen::FusedPointwise(bf16)});
+  }
+  for (const auto& [f32, bf16] : twins) {
+    EXPECT_FALSE(absl::EndsWith(f32.name, "_bf16")) << f32.name;
+    EXPECT_EQ(bf16.name, f32.name + "_bf16");
+    EXPECT_THAT(bf16.code, HasSubstr("extern \"C\" __global__ void " + bf16.name + "("));
+    EXPECT_THAT(bf16.code, HasSubstr("typedef unsigned short"));
+    EXPECT_THAT(f32.code, ::testing::Not(HasSubstr("unsigned short")));
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(bf16), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << bf16.name << ": " << compiled.status();
+    EXPECT_FALSE(compiled->cubin.empty()) << bf16.name;
+  }
+}
+
+// The lists the kernel store warms (and the compile tests walk) hold both types.
+TEST(Bf16LoweringTest, KernelListsHoldBothTypes) {
+  auto has = [](const std::vector<codegen::GeneratedKernel>& list, const std::string& name) {
+    for (const codegen::GeneratedKernel& k : list) {
+      if (k.name == name) return true;
+    }
+    return false;
+  };
+  for (const char* name : {"reprise_relu", "reprise_relu_bf16", "reprise_column_sum_bf16",
+                           "reprise_bias_add_bf16", "reprise_add_bf16", "reprise_relu_grad_bf16"})
+    EXPECT_TRUE(has(codegen::AllKernels(), name)) << name;
+  for (const char* name :
+       {"reprise_max_pool2d", "reprise_max_pool2d_bf16", "reprise_max_pool2d_grad_bf16",
+        "reprise_global_avg_pool_nchw_bf16", "reprise_global_avg_pool_nhwc_bf16",
+        "reprise_global_avg_pool_grad_bf16"})
+    EXPECT_TRUE(has(codegen::PoolingKernels(), name)) << name;
+  for (const char* name : {"reprise_transpose_tiled_bf16", "reprise_transpose_gather_bf16"})
+    EXPECT_TRUE(has(codegen::TransposeKernels(), name)) << name;
+  for (const char* name : {"reprise_channel_bias_add_bf16", "reprise_channel_sum_bf16"})
+    EXPECT_TRUE(has(codegen::ConvKernels(), name)) << name;
+}
+
+// A lowering's context with `node`'s input specs replaced by `specs` (no device: the element type
+// check comes before any kernel is built).
+absl::StatusOr<std::unique_ptr<ops::GpuKernel>> LowerWith(const Node& node,
+                                                          std::vector<TensorSpec> specs) {
+  ops::LoweringContext ctx;
+  ctx.input_specs = std::move(specs);
+  ctx.inputs.assign(ctx.input_specs.size(), nullptr);
+  ctx.outputs.assign(node.outputs.size(), nullptr);
+  return node.op->lower(ctx, node);
+}
+
+std::vector<TensorSpec> WithDType(const Graph& g, const Node& node, DType dtype) {
+  std::vector<TensorSpec> specs;
+  for (const Value& v : node.inputs) specs.push_back({g.spec(v).shape, dtype});
+  return specs;
+}
+
+Attrs PoolAttrs() {
+  return {{"kernel_h", 3}, {"kernel_w", 3}, {"stride_h", 2},
+          {"stride_w", 2}, {"pad_h", 1},    {"pad_w", 1}};
+}
+
+// Nodes built in float32; their lowerings then see float64 or float16 inputs (against float32
+// outputs), which no kernel reads.
+TEST(Bf16LoweringTest, OtherTypesAreRefusedNamingTheNode) {
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{2, 4, 8, 8}});
+  Value m = *g.AddInput("m", {Shape{6, 5}});
+  Value bias = *g.AddInput("bias", {Shape{5}});
+  Value pooled = *g.AddOp1(ops::MaxPool2dOp(), "pool", {x}, PoolAttrs());
+  ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradOp(), "pool_grad", {pooled, x, pooled}, PoolAttrs()).ok());
+  Value mean = *g.AddOp1(ops::GlobalAvgPoolOp(), "gap", {x});
+  ASSERT_TRUE(
+      g.AddOp1(ops::GlobalAvgPoolGradOp(), "gap_grad", {mean}, {{"height", 8}, {"width", 8}}).ok());
+  Value sum = *g.AddOp1(ops::AddOp(), "add", {m, m});
+  Value y = *g.AddOp1(ops::ReluOp(), "relu", {sum});
+  ASSERT_TRUE(g.AddOp1(ops::ReluGradOp(), "relu_grad", {m, y}).ok());
+  ASSERT_TRUE(g.AddOp1(ops::BiasAddOp(), "bias_add", {m, bias}).ok());
+  ASSERT_TRUE(g.AddOp1(ops::ColumnSumOp(), "column_sum", {m}).ok());
+  Value channel_bias = *g.AddInput("channel_bias", {Shape{4}});
+  ASSERT_TRUE(g.AddOp1(ops::ChannelBiasAddOp(), "channel_bias_add", {x, channel_bias}).ok());
+  ASSERT_TRUE(g.AddOp1(ops::ChannelSumOp(), "channel_sum", {x}).ok());
+  for (DType dtype : {DType::kFloat64, DType::kFloat16}) {
+    for (const Node& node : g.nodes()) {
+      if (ir::IsLeaf(node)) continue;
+      auto lowered = LowerWith(node, WithDType(g, node, dtype));
+      EXPECT_THAT(lowered.status(),
+                  ::testing::Property(&absl::Status::code, absl::StatusCode::kUnimplemented))
+          << node.name;
+      EXPECT_THAT(lowered.status().message(),
+                  AllOf(HasSubstr("node '" + node.name + "': " + std::string(node.op_name())),
+                        HasSubstr("runs on the GPU in float32 or bfloat16"),
+                        HasSubstr(std::string(DTypeName(dtype)))))
+          << node.name;
+    }
+  }
+}
+
+// A chain the fuse pass built over bfloat16: its kernel is the bfloat16 one; inputs of mixed
+// types (which the fuse pass never makes: each op's shape rule keeps its inputs' type) are refused
+// by name rather than read as the wrong bytes.
+TEST(Bf16LoweringTest, FusedChainKernelFollowsItsTypeAndMixedTypesAreRefused) {
+  ops::PointwiseProgram program;
+  program.steps.push_back({&ops::BiasAddOp(), {0, 1}});
+  program.steps.push_back({&ops::ReluOp(), {ops::PointwiseProgram::StepOperand(0)}});
+  program.outputs = {1};
+  program.column_sum = 1;
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{6, 5}, kBf16});
+  Value b = *g.AddInput("b", {Shape{5}, kBf16});
+  auto out = g.AddOp(ops::FusedPointwiseOp(), "fc.bias+fc.relu", {x, b}, program.ToAttrs());
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Node& node = g.node((*out)[0].node);
+  auto source = ops::FusedPointwiseKernel(node);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum_bf16");
+
+  auto mixed = LowerWith(node, {{Shape{6, 5}, kBf16}, {Shape{5}, DType::kFloat32}});
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(mixed.status().message(),
+              AllOf(HasSubstr("node 'fc.bias+fc.relu': fused_pointwise"),
+                    HasSubstr("all its tensors of one type"), HasSubstr("f32[5]")));
+}
+
+// The fuse pass chains bfloat16 ops as it chains float32 ones: bias_add -> relu -> relu_grad and
+// the bias gradient become one fused node whose kernel is the bfloat16 one. Its reference (the
+// steps in float, one rounding per stored value) equals the unfused bfloat16 ops' here: relu and
+// relu_grad commute with rounding, and the column sums add values that bfloat16 holds exactly.
+TEST(Bf16LoweringTest, FusePassChainsBfloat16OpsIntoOneBfloat16Kernel) {
+  Graph g;
+  Value x = *g.AddConstant("x", {Shape{75, 41}, kBf16}, Initializer::Uniform(-1, 1));
+  Value bias = *g.AddConstant("bias", {Shape{41}, kBf16}, Initializer::Uniform(-1, 1));
+  Value dy = *g.AddConstant("dy", {Shape{75, 41}, kBf16}, Initializer::Uniform(-1, 1));
+  Value y =
+      *g.AddOp1(ops::ReluOp(), "fc.relu", {*g.AddOp1(ops::BiasAddOp(), "fc.bias", {x, bias})});
+  Value dx = *g.AddOp1(ops::ReluGradOp(), "fc.relu.grad", {dy, y});
+  Value db = *g.AddOp1(ops::ColumnSumOp(), "fc.bias.grad", {dx});
+  const std::vector<Value> kept = {y, dx, db};
+  autodiff::TrainingGraph training;
+  training.graph = g;
+  training.loss = y;
+  passes::FuseOptions options;
+  options.whole_mlp_step = false;
+  auto fused = passes::Fuse(training, kept, options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& fg = fused->training.graph;
+  std::vector<const Node*> launches;
+  for (const Node& n : fg.nodes()) {
+    if (!ir::IsLeaf(n)) launches.push_back(&n);
+  }
+  ASSERT_EQ(launches.size(), 1u);
+  ASSERT_EQ(launches[0]->op, &ops::FusedPointwiseOp());
+  auto source = ops::FusedPointwiseKernel(*launches[0]);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum_bf16");
+
+  ir::ReferenceExecutor unfused_cpu(g, false, 81), fused_cpu(fg, false, 81);
+  ASSERT_TRUE(unfused_cpu.Run().ok());
+  ASSERT_TRUE(fused_cpu.Run().ok());
+  for (const Value& v : kept) {
+    const ir::HostTensor* want = *unfused_cpu.Tensor(v);
+    const ir::HostTensor* got = *fused_cpu.Tensor(fused->values.at(v));
+    ASSERT_EQ(got->spec(), want->spec());
+    EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->spec().bytes()), 0) << g.node(v.node).name;
+  }
+}
+
+TEST(Bf16LoweringTest, TransposeOfEightByteElementsIsRefusedNamingTheNode) {
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{2, 3, 4, 5}});
+  Value y =
+      *g.AddOp1(ops::TransposeOp(), "x.to_nhwc", {x}, {{"perm", std::string(ops::kNchwToNhwc)}});
+  auto lowered = LowerWith(g.node(y.node), {{Shape{2, 3, 4, 5}, DType::kFloat64}});
+  EXPECT_EQ(lowered.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(lowered.status().message(),
+              AllOf(HasSubstr("node 'x.to_nhwc'"), HasSubstr("f32, i32 and bf16")));
+}
+
+// Lowering a plan refuses a 16-bit node whose op has no such kernels before lowering it: a
+// bfloat16 loss (the loss stays float32 under mixed precision) and a float16 relu (bfloat16 is
+// the only 16-bit type the pointwise kernels store).
+TEST(Bf16LoweringTest, PlanLoweringRefusesSixteenBitNodesWithoutKernelsByName) {
+  struct Case {
+    std::string node;
+    Graph graph;
+  };
+  std::vector<Case> cases(2);
+  {
+    Graph& g = cases[0].graph;
+    cases[0].node = "loss";
+    Value z = *g.AddInput("z", {Shape{8, 4}, kBf16});
+    Value labels = *g.AddInput("labels", {Shape{8}, DType::kInt32});
+    ASSERT_TRUE(g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {z, labels}).ok());
+  }
+  {
+    Graph& g = cases[1].graph;
+    cases[1].node = "relu16";
+    Value x = *g.AddInput("x", {Shape{8, 4}, DType::kFloat16});
+    ASSERT_TRUE(g.AddOp1(ops::ReluOp(), "relu16", {x}).ok());
+  }
+  for (const Case& c : cases) {
+    auto schedule = passes::Schedule(c.graph);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    std::vector<Value> outputs;
+    for (const Node& n : c.graph.nodes()) outputs.push_back({n.id, 0});
+    auto memory = passes::PlanMemory(c.graph, *schedule, outputs);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    passes::Plan plan;
+    plan.training.graph = c.graph;
+    plan.launches = *schedule;
+    plan.memory = *memory;
+    // Host memory standing in for the arena: nothing is launched, addresses are only computed.
+    std::vector<char> arena(memory->arena_bytes + 1), staging(memory->input_bytes + 1);
+    const capture::StepResources res{.arena = arena.data(), .input_staging = staging.data()};
+    auto lowered = capture::LowerPlan(plan, res);
+    EXPECT_EQ(lowered.status().code(), absl::StatusCode::kUnimplemented) << c.node;
+    EXPECT_THAT(lowered.status().message(),
+                AllOf(HasSubstr("node '" + c.node + "'"), HasSubstr("has no GPU lowering for")))
+        << c.node;
+  }
+}
+
+}  // namespace
+}  // namespace reprise
