@@ -93,14 +93,19 @@ void GroupFinder::LossWithGrad() {
   }
 }
 
+bool IsNhwc(const Node& n) {
+  auto it = n.attrs.find("layout");
+  return it != n.attrs.end() && std::get<std::string>(it->second) == "NHWC";
+}
+
 // Channels-last batch norms whose output feeds a ReLU (directly or through a residual add) take
 // the add and the ReLU into their last kernel; the ReLU's gradient joins the batch-norm gradient.
-// NCHW batch norms run in cuDNN, which has no such forms for float32.
+// NCHW batch norms run in cuDNN, which has no such forms for float32. In bfloat16 the fused kernel
+// rounds once where the unfused ops round after the batch norm and after the add.
 void GroupFinder::BatchNormActivations() {
   auto nhwc = [](const Node& n) {
-    auto it = n.attrs.find("layout");
-    return it != n.attrs.end() && std::get<std::string>(it->second) == "NHWC" &&
-           n.outputs[0].dtype == DType::kFloat32;
+    return IsNhwc(n) && (n.outputs[0].dtype == DType::kFloat32 ||
+                         n.outputs[0].dtype == DType::kBFloat16);
   };
   for (const Node& bn : g_.nodes()) {
     if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !nhwc(bn)) continue;
@@ -154,8 +159,11 @@ void GroupFinder::BatchNormActivations() {
 void GroupFinder::BatchNormApplyActivations() {
   for (const Node& apply : g_.nodes()) {
     if (apply.op != &ops::BatchNormApplyOp() || taken_[apply.id] ||
-        ir::BoolAttrOr(apply.attrs, "relu", false) || IsLowPrecision(apply.outputs[0].dtype))
+        ir::BoolAttrOr(apply.attrs, "relu", false))
       continue;
+    // bfloat16 lowers in NHWC only.
+    const DType dtype = apply.outputs[0].dtype;
+    if (IsLowPrecision(dtype) && !(dtype == DType::kBFloat16 && IsNhwc(apply))) continue;
     const Node* next = SoleReader(Value{apply.id, 0});
     if (next == nullptr) continue;
     const Node* add = nullptr;
