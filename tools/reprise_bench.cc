@@ -392,8 +392,9 @@ absl::Status Main() {
         absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
         absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
-        absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
-        absl::GetFlag(FLAGS_warmup), absl::StrJoin(json_results, ", "));
+        absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_lanes),
+        absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
+        absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }
   return absl::OkStatus();

@@ -104,8 +104,8 @@ bool IsNhwc(const Node& n) {
 // rounds once where the unfused ops round after the batch norm and after the add.
 void GroupFinder::BatchNormActivations() {
   auto nhwc = [](const Node& n) {
-    return IsNhwc(n) && (n.outputs[0].dtype == DType::kFloat32 ||
-                         n.outputs[0].dtype == DType::kBFloat16);
+    return IsNhwc(n) &&
+           (n.outputs[0].dtype == DType::kFloat32 || n.outputs[0].dtype == DType::kBFloat16);
   };
   for (const Node& bn : g_.nodes()) {
     if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !nhwc(bn)) continue;

@@ -77,7 +77,8 @@ bool StrictFloat32(const ConvShape& shape, const ConvOptions& options) {
 bool TransformDomain(ConvKind kind, int algo) {
   switch (kind) {
     case ConvKind::kForward:
-      return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+      return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+             algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
              algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
              algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
     case ConvKind::kBackwardData:
@@ -335,8 +336,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descript
                                "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardData, workspace_of,
-                         context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardData,
+                         workspace_of, context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descriptors& d,
@@ -368,8 +369,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
                                "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardFilter, workspace_of,
-                         context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardFilter,
+                         workspace_of, context);
 }
 
 }  // namespace
@@ -400,10 +401,10 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
   ASSIGN_OR_RETURN(ConvTensorDescriptor y,
                    ConvTensorDescriptor::Create(shape.layout, shape.dtype, shape.n, shape.k,
                                                 shape.p, shape.q, context));
-  ASSIGN_OR_RETURN(ConvDescriptor conv,
-                   ConvDescriptor::Create(
-                       shape, StrictFloat32(shape, options) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH,
-                       context));
+  ASSIGN_OR_RETURN(
+      ConvDescriptor conv,
+      ConvDescriptor::Create(
+          shape, StrictFloat32(shape, options) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH, context));
 
   // cuDNN's own output size must be ours, or the descriptors disagree with the buffers.
   int dims[4] = {};

@@ -70,8 +70,8 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
   }
   if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(context, ": operands must be float32 or bfloat16, not ",
-                                                   DTypeName(shape.dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        context, ": operands must be float32 or bfloat16, not ", DTypeName(shape.dtype)));
   }
   const bool bf16 = shape.dtype == DType::kBFloat16;
   const cudaDataType_t data_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -123,8 +123,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   // Column-major views of our row-major buffers: rows, columns, leading dimension.
   const auto make_layout = [&](uint64_t rows, uint64_t cols, Layout& out) -> absl::Status {
     cublasLtMatrixLayout_t layout = nullptr;
-    CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, data_type, rows, cols, rows),
-                         context);
+    CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, data_type, rows, cols, rows), context);
     out.reset(layout);
     return absl::OkStatus();
   };
@@ -179,8 +178,8 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, vo
 
 std::string LtMatmul::Describe() const {
   return absl::StrCat("matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
-                      shape_.dtype == DType::kBFloat16 ? " bf16" : "", " tf32=", allow_tf32_ ? 1 : 0,
-                      " ws=", workspace_bytes_);
+                      shape_.dtype == DType::kBFloat16 ? " bf16" : "",
+                      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
 }
 
 }  // namespace reprise::runtime

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "reprise/trainer.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
@@ -15,7 +16,6 @@
 #include "src/ops/ops.h"
 #include "src/passes/channels_last.h"
 #include "src/passes/plan.h"
-#include "reprise/trainer.h"
 
 namespace reprise {
 namespace {

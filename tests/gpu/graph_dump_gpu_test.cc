@@ -81,12 +81,10 @@ TEST_P(GraphDumpGpuTest, EveryComputeLaunchHasAKernelNodeAndEveryNvrtcKernelIsNa
 // A ResNet's step: cuDNN convolutions, our batch-norm kernels (three per launch) and several lanes.
 TEST_P(GraphDumpGpuTest, ResNetStepOnFourLanesIsAccountedFor) {
   REPRISE_REQUIRE_GPU();
-  REPRISE_ASSERT_OK_AND_ASSIGN(models::ResNet net,
-                               models::BuildResNet({.depth = 18,
-                                                    .batch = 2,
-                                                    .classes = 4,
-                                                    .image_size = 32,
-                                                    .layout = Layout::kNHWC}));
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      models::ResNet net,
+      models::BuildResNet(
+          {.depth = 18, .batch = 2, .classes = 4, .image_size = 32, .layout = Layout::kNHWC}));
   TrainOptions options;
   options.fuse = GetParam();
   options.lanes = 4;

@@ -56,8 +56,11 @@ class ResNetBf16GpuTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ResNetBf16GpuTest, ReplayEqualsBulkedFollowsFloat32AndLossFalls) {
   REPRISE_REQUIRE_GPU();
-  auto net = models::BuildResNet(
-      {.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize, .layout = GetParam()});
+  auto net = models::BuildResNet({.depth = 18,
+                                  .batch = kBatch,
+                                  .classes = kClasses,
+                                  .image_size = kSize,
+                                  .layout = GetParam()});
   ASSERT_TRUE(net.ok()) << net.status();
   auto graph = MakeTrainer(*net, ExecMode::kGraph, DType::kBFloat16);
   auto bulked = MakeTrainer(*net, ExecMode::kBulked, DType::kBFloat16);

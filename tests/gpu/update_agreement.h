@@ -1,9 +1,9 @@
 // How closely two float32 trainings of one network, from the same weights and batches, can agree.
 //
 // Bias and batch-norm shift gradients are sums whose terms largely cancel, so a different fp32
-// summation order leaves them relative errors of 1e-3..1e-2: measured on ResNet-18 against a float64
-// reference, our GPU steps reach 1.4e-3..3e-2 on such tensors while the double-accumulating CPU
-// reference stays at 1e-6, and PyTorch's fp32 ResNet-50 step is 2.8e-2 from float64. A wrong
+// summation order leaves them relative errors of 1e-3..1e-2: measured on ResNet-18 against a
+// float64 reference, our GPU steps reach 1.4e-3..3e-2 on such tensors while the double-accumulating
+// CPU reference stays at 1e-6, and PyTorch's fp32 ResNet-50 step is 2.8e-2 from float64. A wrong
 // gradient is off by order 1. So the check compares the updates (weights after minus weights
 // before, which is what the gradients moved): all of them together within `total` relative L2,
 // where the large weight tensors dominate, and each tensor within `each`.
