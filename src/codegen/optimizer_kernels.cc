@@ -70,6 +70,33 @@ __device__ void SgdElement(float lr, float mu, float wd, float clip, int nestero
   const float dir = nesterov ? __fadd_rn(g, __fmul_rn(mu, vel)) : vel;
   w = __fsub_rn(w, __fmul_rn(lr, dir));
 }
+// The grid-stride loops over one tensor, shared by the single and multi-tensor kernels.
+__device__ __forceinline__ void AdamRange(const AdamStep& a, float* __restrict__ w,
+                                          const float* __restrict__ g, float* __restrict__ m,
+                                          float* __restrict__ v, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    AdamElement(a, wi, g[i], mi, vi);
+    w[i] = wi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+__device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const float* wd,
+                                         const float* clip, int nesterov, float* __restrict__ w,
+                                         const float* __restrict__ g, float* __restrict__ v,
+                                         long long n) {
+  const float rate = lr[0], momentum = mu[0], decay = wd[0];
+  const float scale = clip != nullptr ? clip[0] : 1.0f;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    float wi = w[i], vi = v[i];
+    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
+    w[i] = wi;
+    v[i] = vi;
+  }
+}
 )");
 }
 
@@ -156,15 +183,7 @@ extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float
                                               const float* __restrict__ wd,
                                               const float* __restrict__ clip, int nesterov,
                                               long long n) {
-  const float rate = lr[0], momentum = mu[0], decay = wd[0];
-  const float scale = clip != nullptr ? clip[0] : 1.0f;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
-    float wi = w[i], vi = v[i];
-    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
-    w[i] = wi;
-    v[i] = vi;
-  }
+  SgdRange(lr, mu, wd, clip, nesterov, w, g, v, n);
 }
 )"};
 }
@@ -186,15 +205,7 @@ extern "C" __global__ void reprise_sgd_update_multi(SgdTable table, const float*
   const float* __restrict__ g = table.g[t];
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
-  const float rate = lr[0], momentum = mu[0], decay = wd[0];
-  const float scale = clip != nullptr ? clip[0] : 1.0f;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
-    float wi = w[i], vi = v[i];
-    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
-    w[i] = wi;
-    v[i] = vi;
-  }
+  SgdRange(lr, mu, wd, clip, nesterov, w, g, v, n);
 }
 )"};
 }
@@ -211,14 +222,7 @@ extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __re
                                         const float* __restrict__ clip, int decoupled,
                                         long long n) {
   const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
-    float wi = w[i], mi = m[i], vi = v[i];
-    AdamElement(a, wi, g[i], mi, vi);
-    w[i] = wi;
-    m[i] = mi;
-    v[i] = vi;
-  }
+  AdamRange(a, w, g, m, v, n);
 }
 )"};
 }
@@ -247,14 +251,7 @@ extern "C" __global__ void reprise_adam_multi(AdamTable table, const float* __re
   const long long n = table.n[t];
   if (blockIdx.x * (long long)blockDim.x >= n) return;
   const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
-    float wi = w[i], mi = m[i], vi = v[i];
-    AdamElement(a, wi, g[i], mi, vi);
-    w[i] = wi;
-    m[i] = mi;
-    v[i] = vi;
-  }
+  AdamRange(a, w, g, m, v, n);
 }
 )"};
 }
