@@ -94,6 +94,19 @@ absl::StatusOr<codegen::BatchNormTiling> Plan(const LoweringContext& ctx, const 
   return t;
 }
 
+// The lane workspace as the three launches share it: per-chunk double partial sums, then the
+// per-channel coefficients the finalize kernel leaves for the apply kernel.
+struct Scratch {
+  double* partial;
+  float* coef;
+};
+Scratch ScratchOf(const LoweringContext& ctx, const codegen::BatchNormTiling& t, int64_t channels) {
+  char* base = static_cast<char*>(ctx.workspace);
+  return {reinterpret_cast<double*>(base),
+          reinterpret_cast<float*>(base +
+                                   codegen::BatchNormCoefficientOffset(t.chunks, channels))};
+}
+
 dim3 TiledGrid(const codegen::BatchNormTiling& t) {
   return dim3(static_cast<unsigned>(t.column_tiles), static_cast<unsigned>(t.chunks));
 }
@@ -139,9 +152,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
                    Plan(ctx, where, request, vec,
                         {a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.y, a.saved_mean,
                          a.saved_invstd}));
-  double* partial = static_cast<double*>(ctx.workspace);
-  float* coef = reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) +
-                                         codegen::BatchNormCoefficientOffset(t.chunks, a.channels));
+  const Scratch scratch = ScratchOf(ctx, t, a.channels);
+  double* partial = scratch.partial;
+  float* coef = scratch.coef;
   const int channels = static_cast<int>(a.channels);
   const long long rows = a.rows, rows_per_chunk = t.rows_per_chunk;
   std::vector<std::unique_ptr<GpuKernel>> parts;
@@ -197,9 +210,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
-  double* partial = static_cast<double*>(ctx.workspace);
-  float* coef = reinterpret_cast<float*>(static_cast<char*>(ctx.workspace) +
-                                         codegen::BatchNormCoefficientOffset(t.chunks, a.channels));
+  const Scratch scratch = ScratchOf(ctx, t, a.channels);
+  double* partial = scratch.partial;
+  float* coef = scratch.coef;
   const int channels = static_cast<int>(a.channels);
   const long long rows = a.rows, rows_per_chunk = t.rows_per_chunk;
   std::vector<std::unique_ptr<GpuKernel>> parts;
