@@ -103,8 +103,7 @@ struct Scratch {
 Scratch ScratchOf(const LoweringContext& ctx, const codegen::BatchNormTiling& t, int64_t channels) {
   char* base = static_cast<char*>(ctx.workspace);
   return {reinterpret_cast<double*>(base),
-          reinterpret_cast<float*>(base +
-                                   codegen::BatchNormCoefficientOffset(t.chunks, channels))};
+          reinterpret_cast<float*>(base + codegen::BatchNormCoefficientOffset(t.chunks, channels))};
 }
 
 dim3 TiledGrid(const codegen::BatchNormTiling& t) {

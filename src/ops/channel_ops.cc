@@ -11,6 +11,7 @@
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/pooling.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -36,7 +37,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferChannelBiasAdd(const Attrs& attrs,
   RETURN_IF_ERROR(CheckRank(in[0], 4, "x"));
   RETURN_IF_ERROR(CheckRank(in[1], 1, "bias"));
   RETURN_IF_ERROR(CheckFloat(in[0], "x"));
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
   const int64_t channels = ActivationDimsOf(in[0].shape, layout).c;
   if (in[1].dtype != in[0].dtype || in[1].shape.dim(0) != channels) {
     return absl::InvalidArgumentError(
@@ -52,7 +53,7 @@ absl::StatusOr<std::vector<Value>> GradChannelBiasAdd(Graph& g, const Node& node
   std::vector<Value> grads(2);
   if (needs[0]) grads[0] = dout[0];
   if (needs[1]) {
-    ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
+    ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
     ASSIGN_OR_RETURN(grads[1], g.AddOp1(ChannelSumOp(), absl::StrCat(node.name, ".bias_grad"),
                                         {dout[0]}, {{"layout", std::string(LayoutName(layout))}}));
   }
@@ -61,7 +62,7 @@ absl::StatusOr<std::vector<Value>> GradChannelBiasAdd(Graph& g, const Node& node
 
 absl::Status CpuChannelBiasAdd(const Node& node, absl::Span<ir::HostTensor* const> in,
                                absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(in[0]->spec().shape, layout);
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto x = in[0]->data<T>(), b = in[1]->data<T>();
@@ -77,7 +78,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelBiasAdd(const LoweringCon
                                                                const Node& node) {
   const TensorSpec& x = ctx.input_specs[0];
   ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(x.shape, layout);
   const int64_t n = x.NumElements();
   KernelArgs args;
@@ -96,13 +97,13 @@ absl::StatusOr<std::vector<TensorSpec>> InferChannelSum(const Attrs& attrs,
   RETURN_IF_ERROR(CheckArity(in, 1));
   RETURN_IF_ERROR(CheckRank(in[0], 4, "dy"));
   RETURN_IF_ERROR(CheckFloat(in[0], "dy"));
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
   return std::vector<TensorSpec>{{Shape{ActivationDimsOf(in[0].shape, layout).c}, in[0].dtype}};
 }
 
 absl::Status CpuChannelSum(const Node& node, absl::Span<ir::HostTensor* const> in,
                            absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(in[0]->spec().shape, layout);
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto dy = in[0]->data<T>();
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelSum(const LoweringContext
   const TensorSpec& dy = ctx.input_specs[0];
   // The output has dy's type (the shape rule): the kernels read and write one element type.
   ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
-  ASSIGN_OR_RETURN(const Layout layout, ConvLayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(dy.shape, layout);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);

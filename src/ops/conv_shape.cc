@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/pooling.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -38,7 +39,7 @@ absl::StatusOr<int64_t> RequiredIntAttr(const Attrs& attrs, absl::string_view ke
 absl::StatusOr<runtime::ConvShape> ReadConvAttrs(const Attrs& attrs, DType dtype) {
   runtime::ConvShape s;
   s.dtype = dtype;
-  ASSIGN_OR_RETURN(s.layout, ConvLayoutAttr(attrs));
+  ASSIGN_OR_RETURN(s.layout, LayoutAttr(attrs));
   ASSIGN_OR_RETURN(s.stride_h, IntAttrOr(attrs, "stride_h", 1, 1));
   ASSIGN_OR_RETURN(s.stride_w, IntAttrOr(attrs, "stride_w", 1, 1));
   ASSIGN_OR_RETURN(s.pad_h, IntAttrOr(attrs, "pad_h", 0, 0));
@@ -124,17 +125,6 @@ absl::Status CheckOutputMatches(const runtime::ConvShape& s, const ActivationDim
 }
 
 }  // namespace
-
-absl::StatusOr<Layout> ConvLayoutAttr(const Attrs& attrs) {
-  auto it = attrs.find("layout");
-  if (it == attrs.end()) return Layout::kNCHW;
-  const std::string* name = std::get_if<std::string>(&it->second);
-  if (name != nullptr && *name == "NCHW") return Layout::kNCHW;
-  if (name != nullptr && *name == "NHWC") return Layout::kNHWC;
-  return absl::InvalidArgumentError(
-      absl::StrCat("attribute 'layout' must be \"NCHW\" or \"NHWC\", got ",
-                   name != nullptr ? absl::StrCat("\"", *name, "\"") : "a non-string"));
-}
 
 ActivationDims ActivationDimsOf(const Shape& shape, Layout layout) {
   if (layout == Layout::kNHWC) return {shape.dim(0), shape.dim(3), shape.dim(1), shape.dim(2)};

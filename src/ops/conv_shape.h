@@ -12,8 +12,6 @@
 
 namespace reprise::ops {
 
-// The "layout" attribute: "NCHW" when missing; InvalidArgument for any other string or type.
-absl::StatusOr<Layout> ConvLayoutAttr(const Attrs& attrs);
 
 // A 4-D activation's logical dimensions, whatever its layout.
 struct ActivationDims {

@@ -25,8 +25,9 @@ absl::StatusOr<Layout> LayoutAttr(const Attrs& attrs) {
   const std::string* name = std::get_if<std::string>(&it->second);
   if (name != nullptr && *name == "NCHW") return Layout::kNCHW;
   if (name != nullptr && *name == "NHWC") return Layout::kNHWC;
-  return absl::InvalidArgumentError(absl::StrCat("attribute 'layout' must be \"NCHW\" or \"NHWC\"",
-                                                 name != nullptr ? ", got \"" + *name + "\"" : ""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("attribute 'layout' must be \"NCHW\" or \"NHWC\", got ",
+                   name != nullptr ? absl::StrCat("\"", *name, "\"") : "a non-string"));
 }
 
 absl::StatusOr<ImageDims> ImageDimsOf(const TensorSpec& x, Layout layout, absl::string_view what) {

@@ -12,6 +12,7 @@
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
+#include "src/ops/pooling.h"
 #include "src/passes/fuse_mlp_step.h"
 #include "src/passes/rewrite.h"
 #include "src/util/status_macros.h"
@@ -94,8 +95,8 @@ void GroupFinder::LossWithGrad() {
 }
 
 bool IsNhwc(const Node& n) {
-  auto it = n.attrs.find("layout");
-  return it != n.attrs.end() && std::get<std::string>(it->second) == "NHWC";
+  const absl::StatusOr<Layout> layout = ops::LayoutAttr(n.attrs);
+  return layout.ok() && *layout == Layout::kNHWC;
 }
 
 // Channels-last batch norms whose output feeds a ReLU (directly or through a residual add) take
