@@ -16,6 +16,31 @@ absl::Status SyncAfter(const LoweredLaunch& launch, cudaStream_t stream) {
   return runtime::CudaStatus(cudaGetLastError(), "kernel launch", context);
 }
 
+// Why cudaGraphExecUpdate refused an update, in words.
+absl::string_view ExecUpdateResultName(cudaGraphExecUpdateResult result) {
+  switch (result) {
+    case cudaGraphExecUpdateSuccess:
+      return "update reported success but failed";
+    case cudaGraphExecUpdateError:
+      return "update refused (unspecified)";
+    case cudaGraphExecUpdateErrorTopologyChanged:
+      return "topology changed";
+    case cudaGraphExecUpdateErrorNodeTypeChanged:
+      return "node type changed";
+    case cudaGraphExecUpdateErrorFunctionChanged:
+      return "kernel function changed";
+    case cudaGraphExecUpdateErrorParametersChanged:
+      return "unsupported parameter change";
+    case cudaGraphExecUpdateErrorNotSupported:
+      return "update not supported";
+    case cudaGraphExecUpdateErrorUnsupportedFunctionChange:
+      return "unsupported kernel function change";
+    case cudaGraphExecUpdateErrorAttributesChanged:
+      return "node attributes changed";
+  }
+  return "update refused (unknown result)";
+}
+
 }  // namespace
 
 absl::StatusOr<Lanes> Lanes::Create(absl::Span<const LoweredLaunch> launches) {
@@ -161,6 +186,7 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
   ASSIGN_OR_RETURN(exec_, runtime::GraphExec::Create(graph));
   ++instantiations_;
+  ++instantiation_reasons_[std::string(ExecUpdateResultName(info.result))];
   graph_ = std::move(graph);
   copy_nodes_.clear();  // Handles of the old graph.
   launch_nodes_ = std::move(launch_nodes);

@@ -6,7 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -70,6 +72,11 @@ class CapturedStep {
   int64_t instantiations() const { return instantiations_; }
   int64_t node_updates() const { return node_updates_; }
   int64_t captures() const { return captures_; }
+  // Why each re-capture was instantiated anew rather than updated in place: cudaGraphExecUpdate's
+  // result ("topology changed", ...), counted.
+  const std::map<std::string, int64_t>& instantiation_reasons() const {
+    return instantiation_reasons_;
+  }
 
   int64_t num_nodes() const { return num_nodes_; }
   int64_t replays() const { return replays_; }
@@ -94,6 +101,7 @@ class CapturedStep {
   int64_t num_nodes_ = 0;
   int64_t replays_ = 0;
   int64_t captures_ = 1, instantiations_ = 1, exec_updates_ = 0, node_updates_ = 0;
+  std::map<std::string, int64_t> instantiation_reasons_;
 };
 
 }  // namespace reprise::capture

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,6 +130,66 @@ struct TrainerStats {
   double kernel_compile_ms = 0;      // Summed over compiles, which run in parallel.
   int64_t kernel_disk_hits = 0;      // Kernels loaded from the on-disk cache instead of compiled.
   int64_t kernel_cache_corrupt = 0;  // Bad on-disk entries deleted and compiled again.
+  // The rest of the memory plan: gradients with an arena buffer of their own (transient, so
+  // inside the activation peak), inputs, constants and kept values.
+  int64_t gradient_bytes = 0;
+  int64_t input_bytes = 0;
+  int64_t constant_bytes = 0;
+  int64_t fetched_bytes = 0;
+  // Device memory taken by creating the cuBLASLt and cuDNN handles (the device's used memory
+  // before and after, so another process allocating meanwhile would count); -1: not measured.
+  int64_t library_handle_bytes = -1;
+  // Host time of Step() (queueing the step, not running it): mean over every step, median over
+  // the last 1024.
+  double host_step_us_mean = 0;
+  double host_step_us_median = 0;
+  int64_t verify_runs = 0;  // Trainer::Verify calls; their own graphs are not counted above.
+  std::string ToString() const;
+};
+
+// Trainer::Report(): everything the engine did, and why, in one place. Text for people, JSON for
+// scripts; REPRISE_REPORT=1 in the environment prints the text when a Trainer is destroyed.
+struct TrainerReport {
+  TrainerStats stats;
+  // The step's captured CUDA graph (none in the eager modes): its nodes by CUDA's kind
+  // ("kernel", "memcpy", "memset", "event_record", "wait_event", "graph" for a child graph, ...).
+  struct CapturedGraph {
+    std::string name;
+    std::vector<std::pair<std::string, int64_t>> nodes_by_kind;
+    int64_t replays = 0;
+  };
+  std::vector<CapturedGraph> graphs;
+  // Why the step was captured again (an input bound or unbound) and why the executable graph was
+  // instantiated again instead of updated in place (CUDA's cudaGraphExecUpdate result), counted.
+  std::vector<std::pair<std::string, int64_t>> recapture_reasons;
+  std::vector<std::pair<std::string, int64_t>> instantiation_reasons;
+  int64_t workspace_lanes = 1;  // stats.workspace_bytes is split evenly between the lanes.
+
+  std::string ToText() const;
+  std::string ToJson() const;
+};
+
+// The first difference Trainer::Verify found between the captured and the eager run.
+struct VerifyMismatch {
+  int step = 0;        // Steps are counted from 0, the first step of each run.
+  std::string tensor;  // "fc0.weight", "fc0.weight.exp_avg", "loss", ...
+  // "loss", "gradient" (tensor "<parameter>.grad"), "parameter", "optimizer state" or "state".
+  std::string kind;
+  std::string node;     // The node that produced it (for parameters and state: wrote it in place).
+  std::string op;       // That node's op.
+  int64_t element = 0;  // Row-major index of the first element that differs.
+  std::string graph_value, eager_value;  // Exactly: the value and its bits.
+  std::string ToString() const;
+};
+
+struct VerifyResult {
+  int steps = 0;  // Steps each run took: fewer than asked when a difference ended them.
+  int64_t tensors_compared = 0;  // Per step: the loss, gradients, parameters, state.
+  // Gradients that fusion keeps inside a kernel (no buffer to read): they are checked through
+  // what the optimizer wrote from them.
+  std::vector<std::string> gradients_not_materialized;
+  std::optional<VerifyMismatch> mismatch;
+  bool ok() const { return !mismatch.has_value(); }
   std::string ToString() const;
 };
 
@@ -235,7 +296,34 @@ class Trainer {
   using LoadWeightsOptions = ::reprise::LoadWeightsOptions;  // Either spelling names it.
   absl::Status LoadWeights(const std::string& path, const LoadWeightsOptions& options = {});
 
+  // Saves the whole training state to `path`: every parameter, optimizer state and other state
+  // tensor (batch-norm statistics; the device step counter "rng.step", which is the random ops'
+  // offset, Adam's bias correction and the schedule's step), the optimizer's scalar inputs (the
+  // base learning rate, betas, ...) as "reprise.input.<name>", and a header with the step count
+  // and the model's fingerprint (src/api/checkpoint_format.h). The random seed is an attribute of
+  // the graph, so the fingerprint covers it; there is no loss scale (float16 is refused). Waits
+  // for the queued steps; written to a temporary file renamed into place. Internal when writing
+  // fails.
+  absl::Status SaveCheckpoint(const std::string& path);
+  // Restores what SaveCheckpoint saved, so that the next steps are bit for bit those the saving
+  // trainer would have run. The file is read and checked whole before anything is written, so a
+  // refused file changes nothing: NotFound for no file; DataLoss for a truncated or corrupt one
+  // (checksum); InvalidArgument for a file that is no checkpoint or whose tensors differ in name,
+  // dtype or shape (named); FailedPrecondition for the checkpoint of another model. An input bound
+  // with BindInput keeps reading the caller's memory.
+  absl::Status RestoreCheckpoint(const std::string& path);
+
+  // Runs `steps` steps twice from one snapshot of the whole state, once captured as a CUDA graph
+  // and once eagerly (bulked), both from this plan with the inputs bound now, and compares after
+  // every step the loss, every gradient, parameter, optimizer state and state tensor bit for bit.
+  // A difference is a result (VerifyResult::mismatch), not an error. The trainer is left as it
+  // was: state, step count and inputs restored, nothing captured for it changed. Needs device
+  // memory for two more copies of the arena; ResourceExhausted otherwise. Bitwise agreement needs
+  // deterministic library algorithms: set TrainOptions::deterministic for convolutional models.
+  absl::StatusOr<VerifyResult> Verify(int steps);
+
   TrainerStats stats() const;
+  TrainerReport Report() const;
   // The graph the step runs: the user's forward, its backward and the optimizer.
   const Graph& training_graph() const;
 

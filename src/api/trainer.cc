@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
+#include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/optimizer_graph.h"
@@ -174,6 +175,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   impl->user_values_ = std::move(layout.map);
   impl->weight_names_ = std::move(weight_names);
+  impl->model_fingerprint_ =
+      ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
     impl->label_limits_[input] = {use.classes, use.consumer};
@@ -224,12 +227,24 @@ absl::Status Trainer::Impl::InitDevice() {
   }
   ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
+  const absl::StatusOr<int64_t> used_before_handles = runtime::DeviceMemoryInUse();
   ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
   ASSIGN_OR_RETURN(cudnn_, runtime::CudnnHandle::Create());
+  const absl::StatusOr<int64_t> used_after_handles = runtime::DeviceMemoryInUse();
+  if (used_before_handles.ok() && used_after_handles.ok()) {
+    library_handle_bytes_ = std::max<int64_t>(0, *used_after_handles - *used_before_handles);
+  }
   kernels_ = SharedKernelStore(device_);
-  ASSIGN_OR_RETURN(arena_, runtime::DeviceBuffer::Create(plan_.memory.arena_bytes));
-  ASSIGN_OR_RETURN(workspace_,
-                   runtime::DeviceBuffer::Create(plan_.lanes() * WorkspaceBytesFor(plan_.graph())));
+  absl::StatusOr<runtime::DeviceBuffer> arena =
+      runtime::DeviceBuffer::Create(plan_.memory.arena_bytes);
+  if (!arena.ok()) return OutOfMemory("the arena", plan_.memory.arena_bytes, arena.status());
+  arena_.emplace(*std::move(arena));
+  const int64_t workspace_bytes = plan_.lanes() * WorkspaceBytesFor(plan_.graph());
+  absl::StatusOr<runtime::DeviceBuffer> workspace = runtime::DeviceBuffer::Create(workspace_bytes);
+  if (!workspace.ok()) {
+    return OutOfMemory("the lanes' workspaces", workspace_bytes, workspace.status());
+  }
+  workspace_.emplace(*std::move(workspace));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
@@ -306,6 +321,7 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
 }
 
 absl::Status Trainer::Impl::Step() {
+  const absl::Time start = absl::Now();
   cudaStream_t stream = stream_->get();
   if (captured_.has_value()) {
     RETURN_IF_ERROR(captured_->Replay(stream));
@@ -316,6 +332,7 @@ absl::Status Trainer::Impl::Step() {
                                       "end of step"));
   step_queued_ = true;
   ++steps_;
+  step_host_us_.Add(absl::ToDoubleMicroseconds(absl::Now() - start));
   return absl::OkStatus();
 }
 
@@ -452,6 +469,18 @@ TrainerStats Trainer::Impl::stats() const {
   s.kernel_disk_hits = after.lower_hits - before.lower_hits;
   s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
   s.kernel_acquire_ms = kernel_acquire_ms_;
+  s.input_bytes = bytes(passes::BufferClass::kInput);
+  s.constant_bytes = bytes(passes::BufferClass::kConstant);
+  s.fetched_bytes = bytes(passes::BufferClass::kFetched);
+  for (const auto& [param, gradient] : plan_.training.gradients) {
+    if (const passes::Buffer* b = plan_.memory.Find(gradient); b != nullptr) {
+      s.gradient_bytes += b->bytes;
+    }
+  }
+  s.library_handle_bytes = library_handle_bytes_;
+  s.host_step_us_mean = step_host_us_.mean();
+  s.host_step_us_median = step_host_us_.median();
+  s.verify_runs = verify_runs_;
   return s;
 }
 
@@ -496,7 +525,9 @@ absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name) {
 }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (impl_ != nullptr) impl_->PrintReportIfAsked();
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Graph& graph, Value loss,
                                                          const TrainOptions& options) {

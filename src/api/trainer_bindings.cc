@@ -77,6 +77,9 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
   }
   // A new or removed copy, or a source the node cannot be switched to (another memory type).
   (void)cudaGetLastError();
+  ++recapture_reasons_[absl::StrCat(
+      "input '", name, "' ",
+      data == nullptr ? "unbound" : (was_bound ? "rebound to another kind of memory" : "bound"))];
   return captured_->Recapture(launches_, *lanes_, stream_->get());
 }
 

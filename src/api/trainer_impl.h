@@ -2,6 +2,7 @@
 #ifndef REPRISE_SRC_API_TRAINER_IMPL_H_
 #define REPRISE_SRC_API_TRAINER_IMPL_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,8 @@
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/lt_matmul.h"
 #include "src/runtime/owners.h"
+#include "src/util/running_stats.h"
+#include "src/util/safetensors.h"
 
 namespace reprise {
 
@@ -44,6 +47,26 @@ class Trainer::Impl {
   // own to the plan's), by name: what SaveWeights writes and LoadWeights reads.
   static std::vector<std::string> WeightNamesOf(const Graph& training);
   TrainerStats stats() const;
+  // In trainer_checkpoint.cc.
+  absl::Status SaveCheckpoint(const std::string& path);
+  absl::Status RestoreCheckpoint(const std::string& path);
+  // In trainer_verify.cc. A test-only fault for Verify: a launch added after the input copy sets
+  // the float32 scalar input `frozen_input` to a value taken from the host by value when it is
+  // launched, and that value changes with the verify step, as a host-side scalar read when a graph
+  // is captured would: eager runs see each step's value, the captured graph the first one.
+  struct VerifyFault {
+    std::string frozen_input;  // Empty: no fault.
+  };
+  absl::StatusOr<VerifyResult> Verify(int steps, const VerifyFault& fault = {});
+  // In trainer_report.cc.
+  TrainerReport Report() const;
+  // Prints Report().ToText() to stderr when the environment has REPRISE_REPORT=1.
+  void PrintReportIfAsked() const;
+  // ResourceExhausted for a failed allocation of `what` at Create: the bytes asked for, the
+  // memory plan's breakdown and the device's free memory; `cause` is the allocator's Status.
+  absl::Status OutOfMemory(absl::string_view what, int64_t bytes, const absl::Status& cause) const;
+  // The safetensors dtype of a graph dtype (trainer_weights.cc).
+  static util::SafetensorsDType FileDType(DType dtype);
   const passes::Plan& plan() const { return plan_; }
   // For tests and dumps (src/api/model_dump.h): the lowered launches and, in ExecMode::kGraph, the
   // captured step (null otherwise).
@@ -98,6 +121,12 @@ class Trainer::Impl {
   passes::LayoutValueMap user_values_;     // From the channels-last pass.
   int64_t steps_ = 0;
   bool step_queued_ = false;
+  // Checkpoints, verify and the report.
+  std::string model_fingerprint_;  // src/api/model_fingerprint.h
+  util::RunningTimes step_host_us_;
+  std::map<std::string, int64_t> recapture_reasons_;
+  int64_t library_handle_bytes_ = -1;
+  int64_t verify_runs_ = 0;
 };
 
 }  // namespace reprise

@@ -15,24 +15,9 @@
 namespace reprise {
 namespace {
 
-util::SafetensorsDType FileDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return util::SafetensorsDType::kF32;
-    case DType::kFloat64:
-      return util::SafetensorsDType::kF64;
-    case DType::kInt32:
-      return util::SafetensorsDType::kI32;
-    case DType::kBFloat16:
-      return util::SafetensorsDType::kBF16;
-    case DType::kFloat16:
-      return util::SafetensorsDType::kF16;
-  }
-  return util::SafetensorsDType::kF32;
-}
-
 std::string FileSpec(const TensorSpec& spec) {
-  return absl::StrCat(util::SafetensorsDTypeName(FileDType(spec.dtype)), spec.shape.ToString());
+  return absl::StrCat(util::SafetensorsDTypeName(Trainer::Impl::FileDType(spec.dtype)),
+                      spec.shape.ToString());
 }
 
 // "'a', 'b' and 3 more": a long list of names stays readable.
@@ -48,6 +33,22 @@ std::string NameList(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+util::SafetensorsDType Trainer::Impl::FileDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return util::SafetensorsDType::kF32;
+    case DType::kFloat64:
+      return util::SafetensorsDType::kF64;
+    case DType::kInt32:
+      return util::SafetensorsDType::kI32;
+    case DType::kBFloat16:
+      return util::SafetensorsDType::kBF16;
+    case DType::kFloat16:
+      return util::SafetensorsDType::kF16;
+  }
+  return util::SafetensorsDType::kF32;
+}
 
 std::vector<std::string> Trainer::Impl::WeightNamesOf(const Graph& training) {
   std::vector<std::string> names;

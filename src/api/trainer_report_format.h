@@ -1,0 +1,21 @@
+// Host-only text of the trainer's report that the public header does not carry (TrainerReport's
+// own ToText and ToJson are declared in reprise/trainer.h).
+#ifndef REPRISE_SRC_API_TRAINER_REPORT_FORMAT_H_
+#define REPRISE_SRC_API_TRAINER_REPORT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "reprise/trainer.h"
+
+namespace reprise {
+
+// Why Create ran out of memory: `bytes` asked for `what`, the memory plan's classes from `stats`,
+// the lanes' workspaces, and the device's free and total memory (free_bytes < 0: unknown).
+std::string OutOfMemoryText(absl::string_view what, int64_t bytes, const TrainerStats& stats,
+                            int lanes, int64_t free_bytes, int64_t total_bytes);
+
+}  // namespace reprise
+
+#endif  // REPRISE_SRC_API_TRAINER_REPORT_FORMAT_H_

@@ -1,0 +1,107 @@
+// The step report's text and JSON forms, and the out-of-memory text, from a report filled by hand.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/trainer.h"
+#include "src/api/trainer_report_format.h"
+#include "tests/cpu/json_reader.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+TrainerReport SampleReport() {
+  TrainerReport r;
+  TrainerStats& s = r.stats;
+  s.steps = 200;
+  s.graph_replays = 200;
+  s.graph_captures = 2;
+  s.graph_instantiations = 1;
+  s.graph_exec_updates = 1;
+  s.graph_node_updates = 3;
+  s.launches_per_step = 42;
+  s.lanes = 2;
+  s.arena_bytes = 10 << 20;
+  s.parameter_bytes = 2 << 20;
+  s.optimizer_state_bytes = 4 << 20;
+  s.activation_peak_bytes = 3 << 20;
+  s.activation_peak_unmirrored_bytes = 3 << 20;
+  s.gradient_bytes = 1 << 20;
+  s.input_bytes = 1 << 19;
+  s.workspace_bytes = 64 << 20;
+  s.kernels_compiled = 3;
+  s.kernel_compile_ms = 120;
+  s.kernel_cache_hits = 50;
+  s.kernel_disk_hits = 4;
+  s.library_handle_bytes = 8 << 20;
+  s.host_step_us_mean = 12.5;
+  s.host_step_us_median = 11.25;
+  r.graphs.push_back({"step", {{"event_record", 2}, {"kernel", 40}, {"memcpy", 1}}, 200});
+  r.recapture_reasons = {{"input 'features' bound", 1}};
+  r.workspace_lanes = 2;
+  return r;
+}
+
+TEST(TrainerReportTest, TextSaysEveryCounter) {
+  const std::string text = SampleReport().ToText();
+  EXPECT_THAT(text, HasSubstr("steps 200; host time per Step(): mean 12.5 us, median 11.2 us"));
+  EXPECT_THAT(text, HasSubstr("graph 'step': 43 nodes (event_record 2, kernel 40, memcpy 1), "
+                              "replays 200; 42 launches on 2 lane(s)"));
+  EXPECT_THAT(text, HasSubstr("captures 2 (re-captures 1), exec updates in place 1, "
+                              "instantiations 1 (re-instantiations 0)"));
+  EXPECT_THAT(text, HasSubstr("re-captured because: input 'features' bound 1"));
+  EXPECT_THAT(text, HasSubstr("compiled 3 (120 ms), memory hits 50, disk hits 4"));
+  EXPECT_THAT(text, HasSubstr("arena 10.00 MiB = parameters 2.00 + optimizer state 4.00"));
+  EXPECT_THAT(text, HasSubstr("gradients 1.00 of it"));
+  EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (32.00 per lane x 2); library handles 8.00"));
+}
+
+TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {
+  TrainerReport r = SampleReport();
+  r.graphs.clear();
+  r.stats.library_handle_bytes = -1;
+  const std::string text = r.ToText();
+  EXPECT_THAT(text, HasSubstr("no captured graph: the step runs eagerly, 42 launches"));
+  EXPECT_THAT(text, HasSubstr("library handles not measured"));
+}
+
+TEST(TrainerReportTest, JsonHoldsTheSameNumbers) {
+  absl::StatusOr<testing::JsonValue> json = testing::ParseJson(SampleReport().ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const testing::JsonValue& j = *json;
+  EXPECT_EQ(j["steps"].integer, 200);
+  EXPECT_EQ(j["host_step_us"]["median"].number, 11.25);
+  ASSERT_EQ(j["graphs"].array.size(), 1u);
+  EXPECT_EQ(j["graphs"].array[0]["name"].string, "step");
+  EXPECT_EQ(j["graphs"].array[0]["nodes_by_kind"]["kernel"].integer, 40);
+  EXPECT_EQ(j["graphs"].array[0]["replays"].integer, 200);
+  EXPECT_EQ(j["recaptures"].integer, 1);
+  EXPECT_EQ(j["reinstantiations"].integer, 0);
+  EXPECT_EQ(j["recapture_reasons"]["input 'features' bound"].integer, 1);
+  EXPECT_EQ(j["kernels"]["disk_hits"].integer, 4);
+  EXPECT_EQ(j["memory_bytes"]["arena"].integer, 10 << 20);
+  EXPECT_EQ(j["memory_bytes"]["gradients"].integer, 1 << 20);
+  EXPECT_EQ(j["memory_bytes"]["workspace_per_lane"].integer, 32 << 20);
+  EXPECT_EQ(j["memory_bytes"]["library_handles"].integer, 8 << 20);
+  TrainerReport unmeasured = SampleReport();
+  unmeasured.stats.library_handle_bytes = -1;
+  json = testing::ParseJson(unmeasured.ToJson());
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ((*json)["memory_bytes"]["library_handles"].type, testing::JsonValue::Type::kNull);
+}
+
+TEST(TrainerReportTest, OutOfMemoryTextGivesBytesBreakdownAndFreeMemory) {
+  const TrainerStats s = SampleReport().stats;
+  std::string text = OutOfMemoryText("the arena", 10 << 20, s, 2, 5 << 20, 80 << 20);
+  EXPECT_THAT(text, HasSubstr("could not allocate the arena: 10485760 bytes (10.00 MiB)"));
+  EXPECT_THAT(text, HasSubstr("parameters 2.00 MiB, optimizer state 4.00 MiB"));
+  EXPECT_THAT(text, HasSubstr("activation peak 3.00 MiB"));
+  EXPECT_THAT(text, HasSubstr("free device memory 5.00 MiB of 80.00 MiB"));
+  text = OutOfMemoryText("the arena", 1, s, 1, -1, 0);
+  EXPECT_THAT(text, HasSubstr("free device memory unknown"));
+}
+
+}  // namespace
+}  // namespace reprise
