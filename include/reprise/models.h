@@ -3,8 +3,12 @@
 #define REPRISE_INCLUDE_REPRISE_MODELS_H_
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "reprise/graph.h"
 #include "reprise/tensor.h"
 
@@ -29,6 +33,42 @@ struct Mlp {
 // A classifier MLP: depth × (Linear(width) + ReLU), then Linear(classes), softmax cross-entropy.
 // Layers are named "fc0" ... "fc<depth>".
 absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config);
+
+// The values of one MLP added to a graph.
+struct MlpValues {
+  Value features, labels, logits, loss;
+};
+// Adds BuildMlp's model to `graph` with every name prefixed by `prefix` ("m3.features",
+// "m3.fc0.weight", ..., "m3.loss"). InvalidArgument for a bad config or a name already taken.
+absl::StatusOr<MlpValues> AddMlp(Graph& graph, const MlpConfig& config,
+                                 absl::string_view prefix = "");
+
+// Builds one model of an ensemble into `graph`, naming everything with `prefix`, and returns
+// its loss (a float32 scalar).
+using ModelBuilder =
+    std::function<absl::StatusOr<Value>(Graph& graph, absl::string_view prefix, int model)>;
+
+// An ensemble of `models` models in one graph: calls `build` with prefix "m<k>." for k = 0, 1,
+// ... and returns their losses in model order. The models are separate (their own inputs and
+// parameters); the Trainer batches structurally identical ones into one batched GEMM per layer
+// (TrainOptions::batch_ensembles), and so it would if they were built by hand. InvalidArgument for
+// models < 1; the builder's errors pass through.
+absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const ModelBuilder& build);
+
+// losses[0] + losses[1] + ..., added left to right; the last add is named `name`. Training on
+// the sum gives each model the gradients of its own loss. InvalidArgument for no losses.
+absl::StatusOr<Value> SumLosses(Graph& graph, absl::Span<const Value> losses,
+                                absl::string_view name = "loss");
+
+struct MlpEnsemble {
+  Graph graph;
+  // Model k's values: inputs "m<k>.features" f32 [batch, input_features] and "m<k>.labels" i32
+  // [batch], its logits and its loss "m<k>.loss".
+  std::vector<Value> features, labels, logits, losses;
+  Value loss;  // "loss", the sum of the models' losses.
+};
+// `models` MLPs of `config` (Ensemble of AddMlp, SumLosses), each with its own weights.
+absl::StatusOr<MlpEnsemble> BuildMlpEnsemble(int models, const MlpConfig& config);
 
 struct ResNetConfig {
   int depth = 50;  // 18, 34 (basic blocks), 50, 101 or 152 (bottleneck blocks).

@@ -6,7 +6,7 @@
 
 namespace reprise::models {
 
-absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config) {
+absl::StatusOr<MlpValues> AddMlp(Graph& g, const MlpConfig& config, absl::string_view prefix) {
   if (config.batch <= 0 || config.input_features <= 0 || config.depth < 0 || config.width <= 0 ||
       config.classes <= 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -14,18 +14,30 @@ absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config) {
         config.batch, " input_features=", config.input_features, " depth=", config.depth,
         " width=", config.width, " classes=", config.classes));
   }
-  Mlp mlp;
-  Graph& g = mlp.graph;
-  ASSIGN_OR_RETURN(mlp.features,
-                   g.AddInput("features", {Shape{config.batch, config.input_features}}));
-  ASSIGN_OR_RETURN(mlp.labels, g.AddInput("labels", {Shape{config.batch}, DType::kInt32}));
+  MlpValues mlp;
+  ASSIGN_OR_RETURN(mlp.features, g.AddInput(absl::StrCat(prefix, "features"),
+                                            {Shape{config.batch, config.input_features}}));
+  ASSIGN_OR_RETURN(
+      mlp.labels, g.AddInput(absl::StrCat(prefix, "labels"), {Shape{config.batch}, DType::kInt32}));
   Value h = mlp.features;
   for (int64_t i = 0; i < config.depth; ++i) {
-    ASSIGN_OR_RETURN(h, nn::Linear(g, h, config.width, absl::StrCat("fc", i)));
-    ASSIGN_OR_RETURN(h, nn::Relu(g, h, absl::StrCat("fc", i, ".relu")));
+    ASSIGN_OR_RETURN(h, nn::Linear(g, h, config.width, absl::StrCat(prefix, "fc", i)));
+    ASSIGN_OR_RETURN(h, nn::Relu(g, h, absl::StrCat(prefix, "fc", i, ".relu")));
   }
-  ASSIGN_OR_RETURN(mlp.logits, nn::Linear(g, h, config.classes, absl::StrCat("fc", config.depth)));
-  ASSIGN_OR_RETURN(mlp.loss, nn::SoftmaxCrossEntropy(g, mlp.logits, mlp.labels, "loss"));
+  ASSIGN_OR_RETURN(mlp.logits,
+                   nn::Linear(g, h, config.classes, absl::StrCat(prefix, "fc", config.depth)));
+  ASSIGN_OR_RETURN(
+      mlp.loss, nn::SoftmaxCrossEntropy(g, mlp.logits, mlp.labels, absl::StrCat(prefix, "loss")));
+  return mlp;
+}
+
+absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config) {
+  Mlp mlp;
+  ASSIGN_OR_RETURN(const MlpValues values, AddMlp(mlp.graph, config));
+  mlp.features = values.features;
+  mlp.labels = values.labels;
+  mlp.logits = values.logits;
+  mlp.loss = values.loss;
   return mlp;
 }
 

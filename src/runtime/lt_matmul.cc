@@ -24,7 +24,7 @@ std::string ShapeText(const MatmulShape& s) {
                                       : absl::StrCat("[", s.m, "x", s.k, "]");
   const std::string b = s.transpose_b ? absl::StrCat("[", s.n, "x", s.k, "]^T")
                                       : absl::StrCat("[", s.k, "x", s.n, "]");
-  return absl::StrCat(a, "·", b);
+  return absl::StrCat(s.batch > 1 ? absl::StrCat(s.batch, "x") : "", a, "·", b);
 }
 
 absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
@@ -66,7 +66,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
                                           MatmulEpilogue epilogue) {
   const std::string context =
       absl::StrCat("matmul ", ShapeText(shape), EpilogueText(epilogue.kind));
-  if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0) {
+  if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0 || shape.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
   }
   if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
@@ -118,6 +118,13 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                         &bias_type, sizeof(bias_type)),
                          context);
+    if (shape.batch > 1) {  // Each product its own bias of n values.
+      const int64_t bias_stride = shape.n;
+      CUDA_RETURN_IF_ERROR(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                         &bias_stride, sizeof(bias_stride)),
+          context);
+    }
   }
 
   // Column-major views of our row-major buffers: rows, columns, leading dimension.
@@ -125,6 +132,17 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     cublasLtMatrixLayout_t layout = nullptr;
     CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&layout, data_type, rows, cols, rows), context);
     out.reset(layout);
+    if (shape.batch > 1) {  // Matrices stored back to back.
+      const int32_t count = static_cast<int32_t>(shape.batch);
+      const int64_t offset = static_cast<int64_t>(rows * cols);
+      CUDA_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(
+                               layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+                           context);
+      CUDA_RETURN_IF_ERROR(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &offset, sizeof(offset)),
+          context);
+    }
     return absl::OkStatus();
   };
   const uint64_t m = shape.m, n = shape.n, k = shape.k;

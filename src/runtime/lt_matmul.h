@@ -35,6 +35,10 @@ struct MatmulShape {
   bool transpose_a = false;
   bool transpose_b = false;
   DType dtype = DType::kFloat32;  // Of A, B and C: float32 or bfloat16.
+  // Strided batch: `batch` independent products, each operand's matrices stored one after another
+  // (A's b-th at A + b·m·k elements, C's at C + b·m·n); a bias epilogue's bias[b] holds n values
+  // at bias + b·n. ReLU-mask epilogues are not batched.
+  int64_t batch = 1;
 };
 
 // What cuBLASLt applies to the product before storing it. The bias is a vector of n values of C's

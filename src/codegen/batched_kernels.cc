@@ -1,0 +1,150 @@
+#include "src/codegen/batched_kernels.h"
+
+#include <string>
+
+namespace reprise::codegen {
+
+GeneratedKernel BatchedBiasAdd() {
+  return {"reprise_batched_bias_add", R"(
+extern "C" __global__ void reprise_batched_bias_add(const float* __restrict__ x,
+                                                    const float* __restrict__ b,
+                                                    float* __restrict__ y, long long n,
+                                                    long long rows, long long cols) {
+  const long long per_model = rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    y[i] = x[i] + b[(i / per_model) * cols + i % cols];
+  }
+}
+)"};
+}
+
+GeneratedKernel BatchedColumnSum() {
+  // ColumnSum()'s 32 columns by 32 row slices per block, with blockIdx.y the model.
+  return {"reprise_batched_column_sum", R"(
+extern "C" __global__ void reprise_batched_column_sum(const float* __restrict__ dy,
+                                                      float* __restrict__ db, long long rows,
+                                                      long long cols) {
+  __shared__ float partial[32][33];
+  const float* dyk = dy + blockIdx.y * rows * cols;
+  float* dbk = db + blockIdx.y * cols;
+  const long long c = blockIdx.x * 32LL + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (long long r = threadIdx.y; r < rows; r += 32) sum += dyk[r * cols + c];
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];
+    dbk[c] = total;
+  }
+}
+)"};
+}
+
+GeneratedKernel BatchedSoftmaxCrossEntropy() {
+  return {"reprise_batched_softmax_xent", LossRowHelpersSource() + R"(
+extern "C" __global__ void reprise_batched_softmax_xent(const float* __restrict__ z,
+                                                        const int* __restrict__ labels,
+                                                        float* __restrict__ loss, int rows,
+                                                        int cols) {
+  extern __shared__ float row_loss[];
+  const int model = blockIdx.x;
+  const float* zk = z + (long long)model * rows * cols;
+  const int* lk = labels + (long long)model * rows;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int r = warp; r < rows; r += warps) {
+    const float* zr = zk + (long long)r * cols;
+    float m, s;
+    RowMaxAndSumExp(zr, cols, lane, m, s);
+    if (lane == 0) row_loss[r] = RowLoss(zr, cols, lk[r], m, s);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) loss[model] = MeanOfRows(row_loss, rows);
+}
+)"};
+}
+
+GeneratedKernel BatchedSoftmaxCrossEntropyGrad() {
+  return {"reprise_batched_softmax_xent_grad", LossRowHelpersSource() + R"(
+extern "C" __global__ void reprise_batched_softmax_xent_grad(const float* __restrict__ z,
+                                                             const int* __restrict__ labels,
+                                                             const float* __restrict__ dloss,
+                                                             float* __restrict__ dz, int rows,
+                                                             int cols) {
+  const int model = blockIdx.y;
+  const int lane = threadIdx.x % 32;
+  const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const long long row = (long long)model * rows + r;
+  const float* zr = z + row * cols;
+  float* dzr = dz + row * cols;
+  float m, s;
+  RowMaxAndSumExp(zr, cols, lane, m, s);
+  RowGradient(zr, dzr, cols, lane, labels[row], m, s, dloss[model] / rows);
+}
+)"};
+}
+
+GeneratedKernel BatchedSoftmaxCrossEntropyWithGrad() {
+  return {"reprise_batched_softmax_xent_with_grad", LossRowHelpersSource() + R"(
+extern "C" __global__ void reprise_batched_softmax_xent_with_grad(
+    const float* __restrict__ z, const int* __restrict__ labels, const float* __restrict__ dloss,
+    float* __restrict__ loss, float* __restrict__ dz, int rows, int cols) {
+  extern __shared__ float row_loss[];
+  const int model = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const float scale = dloss[model] / rows;
+  for (int r = warp; r < rows; r += warps) {
+    const long long row = (long long)model * rows + r;
+    const float* zr = z + row * cols;
+    float* dzr = dz + row * cols;
+    float m, s;
+    RowMaxAndSumExp(zr, cols, lane, m, s);
+    const int label = labels[row];
+    if (lane == 0) row_loss[r] = RowLoss(zr, cols, label, m, s);
+    RowGradient(zr, dzr, cols, lane, label, m, s, scale);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) loss[model] = MeanOfRows(row_loss, rows);
+}
+)"};
+}
+
+GeneratedKernel ModelSum() {
+  return {"reprise_model_sum", R"(
+extern "C" __global__ void reprise_model_sum(const float* __restrict__ x, float* __restrict__ out,
+                                             int models) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  float total = 0.0f;
+  for (int k = 0; k < models; ++k) total += x[k];
+  out[0] = total;
+}
+)"};
+}
+
+GeneratedKernel ModelBroadcast() {
+  return {"reprise_model_broadcast", R"(
+extern "C" __global__ void reprise_model_broadcast(const float* __restrict__ x,
+                                                   float* __restrict__ out, int models) {
+  const float v = x[0];
+  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < models; k += gridDim.x * blockDim.x) {
+    out[k] = v;
+  }
+}
+)"};
+}
+
+std::vector<GeneratedKernel> BatchedKernels() {
+  return {BatchedBiasAdd(),
+          BatchedColumnSum(),
+          BatchedSoftmaxCrossEntropy(),
+          BatchedSoftmaxCrossEntropyGrad(),
+          BatchedSoftmaxCrossEntropyWithGrad(),
+          ModelSum(),
+          ModelBroadcast()};
+}
+
+}  // namespace reprise::codegen

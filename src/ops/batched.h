@@ -1,0 +1,39 @@
+// Batched ops: K models' tensors stacked along a leading model dimension, so that the ensemble
+// pass (src/passes/batch_ensemble.h) can run K identically shaped layers as one launch. Model k's
+// slice of every output is what the unbatched op computes from model k's slices of the inputs.
+#ifndef REPRISE_SRC_OPS_BATCHED_H_
+#define REPRISE_SRC_OPS_BATCHED_H_
+
+#include "src/ir/op_def.h"
+
+namespace reprise::ops {
+
+// batched_matmul.cc. (A [K, ...], B [K, ...]) -> C [K, m, n]: C[k] = op(A[k])·op(B[k]), attrs
+// transpose_a, transpose_b, role as matmul's. One strided-batched cuBLASLt product. Its gradient
+// is two batched_matmul nodes, dgrad and wgrad, as matmul's.
+const ir::OpDef& BatchedMatmulOp();
+// (A, B, bias [K, n]) -> op(A[k])·op(B[k]) + bias[k] [then relu]: the fuse pass's form of a
+// batched layer's forward (cuBLASLt bias epilogue with a bias batch stride). Attrs transpose_a,
+// transpose_b, relu.
+const ir::OpDef& BatchedMatmulBiasOp();
+
+// batched_bias.cc. (x [K, R, C], b [K, C]) -> y[k, r, c] = x[k, r, c] + b[k, c].
+const ir::OpDef& BatchedBiasAddOp();
+// (dy [K, R, C]) -> db [K, C], db[k, c] = Σ_r dy[k, r, c]: the batched bias gradient.
+const ir::OpDef& BatchedColumnSumOp();
+
+// batched_loss.cc. (logits f32 [K, B, C], labels i32 [K, B]) -> f32 [K]: each model's mean
+// softmax cross-entropy.
+const ir::OpDef& BatchedSoftmaxCrossEntropyOp();
+// (logits, labels, dloss f32 [K]) -> dlogits [K, B, C].
+const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp();
+// (logits, labels, dloss) -> (loss [K], dlogits): both in one kernel (the fuse pass's).
+const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp();
+// (x f32 [K]) -> f32 []: x[0] + ... + x[K-1] in index order; the sum of the models' losses.
+const ir::OpDef& ModelSumOp();
+// (x f32 []) -> f32 [K], every entry x; attr models (K). model_sum's gradient.
+const ir::OpDef& ModelBroadcastOp();
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_BATCHED_H_

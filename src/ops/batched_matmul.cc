@@ -1,0 +1,206 @@
+// batched_matmul: K independent products C[k] = op(A[k])·op(B[k]) over stacked row-major
+// operands, one strided-batched cuBLASLt call. Its gradient mirrors matmul's: a dgrad and a wgrad
+// node, both batched, ordered by nothing but their data.
+#include "absl/strings/str_cat.h"
+#include "src/ops/batched.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/runtime/lt_matmul.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+struct BatchedDims {
+  int64_t batch, m, n, k;
+  bool ta, tb;
+};
+
+absl::StatusOr<BatchedDims> DimsOf(const Attrs& attrs, const TensorSpec& a, const TensorSpec& b) {
+  RETURN_IF_ERROR(CheckRank(a, 3, "A"));
+  RETURN_IF_ERROR(CheckRank(b, 3, "B"));
+  RETURN_IF_ERROR(CheckFloat(a, "A"));
+  if (a.dtype != b.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("A and B differ in dtype: ", a.ToString(), " and ", b.ToString()));
+  }
+  if (a.shape.dim(0) != b.shape.dim(0) || a.shape.dim(0) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("A ", a.ToString(), " and B ", b.ToString(),
+                                                   " must stack the same positive model count"));
+  }
+  BatchedDims d;
+  d.batch = a.shape.dim(0);
+  d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
+  d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
+  d.m = d.ta ? a.shape.dim(2) : a.shape.dim(1);
+  d.k = d.ta ? a.shape.dim(1) : a.shape.dim(2);
+  const int64_t kb = d.tb ? b.shape.dim(2) : b.shape.dim(1);
+  d.n = d.tb ? b.shape.dim(1) : b.shape.dim(2);
+  if (d.k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inner dimensions differ: A ", a.ToString(), (d.ta ? " transposed" : ""), " and B ",
+        b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
+  }
+  return d;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferBatchedMatmul(const Attrs& attrs,
+                                                           absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  ASSIGN_OR_RETURN(BatchedDims d, DimsOf(attrs, in[0], in[1]));
+  return std::vector<TensorSpec>{{Shape{d.batch, d.m, d.n}, in[0].dtype}};
+}
+
+absl::StatusOr<Value> AddBatchedMatmul(Graph& g, const std::string& name, Value a, Value b, bool ta,
+                                       bool tb, const char* role) {
+  return g.AddOp1(BatchedMatmulOp(), name, {a, b},
+                  {{"transpose_a", ta}, {"transpose_b", tb}, {"role", std::string(role)}});
+}
+
+// matmul's rule per model: dA = dC·op(B)ᵀ and dB = op(A)ᵀ·dC in A's and B's stored orientation.
+absl::StatusOr<std::vector<Value>> GradBatchedMatmul(Graph& g, const Node& node,
+                                                     absl::Span<const Value> dout,
+                                                     const std::vector<bool>& needs) {
+  const Value a = node.inputs[0], b = node.inputs[1], dc = dout[0];
+  const bool ta = ir::BoolAttrOr(node.attrs, "transpose_a", false);
+  const bool tb = ir::BoolAttrOr(node.attrs, "transpose_b", false);
+  std::vector<Value> grads(2);
+  const std::string dgrad = absl::StrCat(node.name, ".dgrad");
+  const std::string wgrad = absl::StrCat(node.name, ".wgrad");
+  if (needs[0]) {
+    ASSIGN_OR_RETURN(grads[0], !ta ? AddBatchedMatmul(g, dgrad, dc, b, false, !tb, "dgrad")
+                                   : AddBatchedMatmul(g, dgrad, b, dc, tb, true, "dgrad"));
+  }
+  if (needs[1]) {
+    ASSIGN_OR_RETURN(grads[1], !tb ? AddBatchedMatmul(g, wgrad, a, dc, !ta, false, "wgrad")
+                                   : AddBatchedMatmul(g, wgrad, dc, a, true, ta, "wgrad"));
+  }
+  return grads;
+}
+
+// matmul's reference per model (a double accumulator per entry).
+absl::Status CpuBatchedMatmul(const Node& node, absl::Span<ir::HostTensor* const> in,
+                              absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(BatchedDims d, DimsOf(node.attrs, in[0]->spec(), in[1]->spec()));
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    auto a_all = in[0]->data<T>(), b_all = in[1]->data<T>();
+    auto c_all = out[0]->data<T>();
+    for (int64_t model = 0; model < d.batch; ++model) {
+      const T* a = a_all.data() + model * d.m * d.k;
+      const T* b = b_all.data() + model * d.k * d.n;
+      T* c = c_all.data() + model * d.m * d.n;
+      for (int64_t i = 0; i < d.m; ++i) {
+        for (int64_t j = 0; j < d.n; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < d.k; ++p) {
+            const T av = d.ta ? a[p * d.m + i] : a[i * d.k + p];
+            const T bv = d.tb ? b[j * d.k + p] : b[p * d.n + j];
+            sum += static_cast<double>(av) * static_cast<double>(bv);
+          }
+          c[i * d.n + j] = static_cast<T>(sum);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+class BatchedMatmulKernel : public GpuKernel {
+ public:
+  BatchedMatmulKernel(std::string node_name, runtime::LtMatmul matmul, const LoweringContext& ctx)
+      : node_name_(std::move(node_name)),
+        matmul_(std::move(matmul)),
+        a_(ctx.inputs[0]),
+        b_(ctx.inputs[1]),
+        c_(ctx.outputs[0]),
+        workspace_(ctx.workspace) {}
+
+  absl::Status Launch(cudaStream_t stream) const override {
+    absl::Status status = matmul_.Run(stream, a_, b_, c_, workspace_);
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat("node '", node_name_, "': ", status.message()));
+  }
+  std::string Describe() const override { return absl::StrCat("cublasLt ", matmul_.Describe()); }
+
+ private:
+  std::string node_name_;
+  runtime::LtMatmul matmul_;
+  const void* a_;
+  const void* b_;
+  void* c_;
+  void* workspace_;
+};
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMatmul(const LoweringContext& ctx,
+                                                              const Node& node) {
+  ASSIGN_OR_RETURN(BatchedDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
+  runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb, ctx.input_specs[0].dtype};
+  shape.batch = d.batch;
+  runtime::MatmulEpilogue epilogue;
+  if (node.op == &BatchedMatmulBiasOp()) {
+    epilogue.kind = ir::BoolAttrOr(node.attrs, "relu", false)
+                        ? runtime::MatmulEpilogue::Kind::kReluBias
+                        : runtime::MatmulEpilogue::Kind::kBias;
+    epilogue.bias = ctx.inputs[2];
+  }
+  auto matmul =
+      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
+  if (!matmul.ok()) {
+    return absl::Status(matmul.status().code(),
+                        absl::StrCat("node '", node.name, "': ", matmul.status().message()));
+  }
+  return std::unique_ptr<GpuKernel>(new BatchedMatmulKernel(node.name, *std::move(matmul), ctx));
+}
+
+// batched_matmul_bias: the fused forward of K linear layers.
+absl::StatusOr<std::vector<TensorSpec>> InferBatchedMatmulBias(const Attrs& attrs,
+                                                               absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(BatchedDims d, DimsOf(attrs, in[0], in[1]));
+  if (in[2].shape != Shape{d.batch, d.n} || in[2].dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("bias ", in[2].ToString(), " must be [", d.batch,
+                                                   ", ", d.n, "] of A's dtype"));
+  }
+  return std::vector<TensorSpec>{{Shape{d.batch, d.m, d.n}, in[0].dtype}};
+}
+
+// The unfused ops' references in sequence.
+absl::Status CpuBatchedMatmulBias(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                  absl::Span<ir::HostTensor* const> out) {
+  ir::HostTensor product(out[0]->spec());
+  ir::HostTensor* product_ptr = &product;
+  RETURN_IF_ERROR(CpuBatchedMatmul(node, in.subspan(0, 2), absl::MakeSpan(&product_ptr, 1)));
+  ir::HostTensor* bias_in[] = {&product, in[2]};
+  const Node stub;
+  if (!ir::BoolAttrOr(node.attrs, "relu", false))
+    return BatchedBiasAddOp().cpu(stub, absl::MakeSpan(bias_in), out);
+  ir::HostTensor biased(out[0]->spec());
+  ir::HostTensor* biased_ptr = &biased;
+  RETURN_IF_ERROR(
+      BatchedBiasAddOp().cpu(stub, absl::MakeSpan(bias_in), absl::MakeSpan(&biased_ptr, 1)));
+  return ReluOp().cpu(stub, absl::MakeSpan(&biased_ptr, 1), out);
+}
+
+}  // namespace
+
+const ir::OpDef& BatchedMatmulOp() {
+  static const ir::OpDef op{.name = "batched_matmul",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferBatchedMatmul,
+                            .grad = GradBatchedMatmul,
+                            .cpu = CpuBatchedMatmul,
+                            .lower = LowerBatchedMatmul};
+  return op;
+}
+
+const ir::OpDef& BatchedMatmulBiasOp() {
+  static const ir::OpDef op{.name = "batched_matmul_bias",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferBatchedMatmulBias,
+                            .cpu = CpuBatchedMatmulBias,
+                            .lower = LowerBatchedMatmul};
+  return op;
+}
+
+}  // namespace reprise::ops
