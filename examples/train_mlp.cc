@@ -20,6 +20,9 @@ ABSL_FLAG(int, width, 256, "hidden width");
 ABSL_FLAG(int, classes, 3, "spiral arms");
 ABSL_FLAG(float, lr, 0.05f, "learning rate");
 ABSL_FLAG(int, print_every, 100, "print the loss every N steps");
+ABSL_FLAG(int, verify, 0,
+          "after training, run N steps captured and N eagerly from the same state and compare "
+          "every tensor bit for bit (Trainer::Verify); exit 1 on a difference");
 
 namespace {
 
@@ -81,7 +84,12 @@ absl::Status Train() {
     }
   }
   std::printf("accuracy on the last %d unseen samples: %.1f%%\n", seen, 100.0 * correct / seen);
-  std::printf("%s\n", trainer.stats().ToString().c_str());
+  if (const int verify = absl::GetFlag(FLAGS_verify); verify > 0) {
+    ASSIGN_OR_RETURN(const reprise::VerifyResult result, trainer.Verify(verify));
+    std::printf("%s\n", result.ToString().c_str());
+    if (!result.ok()) return absl::InternalError("verify mode found a difference");
+  }
+  std::printf("%s", trainer.Report().ToText().c_str());
 
   // The same plan three ways; bulked and graph must agree bit for bit.
   std::printf("\nms/step (median of 200 CUDA-event-timed steps after 20 warm-up):\n");

@@ -34,6 +34,10 @@ ABSL_FLAG(float, lr, 0.02f, "learning rate");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc");
 ABSL_FLAG(bool, tf32, true, "allow TF32 in convolutions and matmuls");
 ABSL_FLAG(int, print_every, 20, "print the loss every N steps");
+ABSL_FLAG(int, verify, 0,
+          "after training, run N steps captured and N eagerly from the same state and compare "
+          "every tensor bit for bit (Trainer::Verify; the training run then uses deterministic "
+          "cuDNN algorithms); exit 1 on a difference");
 ABSL_FLAG(int, timed_steps, 50, "CUDA-event-timed steps per mode (after 10 warm-up)");
 ABSL_FLAG(std::string, check_dir, "",
           "write one strict-fp32 step's weights, batch and loss here for torch_resnet_check.py");
@@ -148,7 +152,8 @@ absl::Status WriteCheck(const std::string& dir) {
 absl::Status Train() {
   const int batch = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
   ASSIGN_OR_RETURN(reprise::models::ResNet net, Build());
-  ASSIGN_OR_RETURN(auto trainer, MakeTrainer(net, ExecMode::kGraph, /*deterministic=*/false));
+  const int verify = absl::GetFlag(FLAGS_verify);
+  ASSIGN_OR_RETURN(auto trainer, MakeTrainer(net, ExecMode::kGraph, /*deterministic=*/verify > 0));
   std::printf(
       "ResNet-%d, %s %dx%d images of %d noisy templates, batch %d, SGD lr %.3g momentum 0.9, "
       "TF32 %s, %d steps captured as one CUDA graph\n",
@@ -173,8 +178,13 @@ absl::Status Train() {
       std::printf("step %5d  loss %.4f\n", step + 1, last_loss);
     }
   }
-  std::printf("loss %.4f -> %.4f\n%s\n", first_loss, last_loss,
-              trainer->stats().ToString().c_str());
+  std::printf("loss %.4f -> %.4f\n", first_loss, last_loss);
+  if (verify > 0) {
+    ASSIGN_OR_RETURN(const reprise::VerifyResult result, trainer->Verify(verify));
+    std::printf("%s\n", result.ToString().c_str());
+    if (!result.ok()) return absl::InternalError("verify mode found a difference");
+  }
+  std::printf("%s", trainer->Report().ToText().c_str());
   trainer.reset();  // Frees its arena before the timed trainers take theirs.
 
   const int timed = absl::GetFlag(FLAGS_timed_steps);

@@ -43,7 +43,8 @@ ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values in "
           "the backward pass");
-ABSL_FLAG(std::string, mode, "all", "sync, bulked, graph, all or none (with --profile)");
+ABSL_FLAG(std::string, mode, "all",
+          "sync, bulked, graph, all or none (with --profile or --verify)");
 ABSL_FLAG(int, iters, 500, "timed steps per mode");
 ABSL_FLAG(int, warmup, 50, "untimed steps before timing");
 ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
@@ -55,6 +56,9 @@ ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
+ABSL_FLAG(int, verify, 0,
+          "also run N steps captured and N eagerly from one state with deterministic algorithms "
+          "and compare every tensor bit for bit (Trainer::Verify); exit 1 on a difference");
 ABSL_FLAG(bool, busy, false,
           "also measure the GPU busy fraction with CUPTI (after the timings; once CUPTI is "
           "attached, later rows' host times in the same process grow, so time them separately)");
@@ -257,6 +261,31 @@ absl::Status Profile() {
   return absl::OkStatus();
 }
 
+// Trainer::Verify on this configuration (graph mode, deterministic algorithms), with the report.
+absl::Status VerifyModel(int steps) {
+  ASSIGN_OR_RETURN(Model model, BuildModel());
+  reprise::TrainOptions options;
+  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
+  options.lanes = absl::GetFlag(FLAGS_lanes);
+  options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
+  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
+  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(model.feature_count);
+  std::vector<int32_t> y(absl::GetFlag(FLAGS_batch));
+  for (float& v : x) v = normal(rng);
+  for (int32_t& v : y) v = static_cast<int32_t>(rng() % model.classes);
+  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
+  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  ASSIGN_OR_RETURN(const reprise::VerifyResult result, trainer->Verify(steps));
+  std::printf("%s\n%s", result.ToString().c_str(), trainer->Report().ToText().c_str());
+  return result.ok() ? absl::OkStatus() : absl::InternalError("verify mode found a difference");
+}
+
 // Runs the PyTorch script for this configuration and prints each of its modes beside reprise's
 // fused graph mode. The script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode.
 absl::Status CompareTorch(double graph_ms) {
@@ -302,7 +331,7 @@ absl::Status CompareTorch(double graph_ms) {
 absl::Status Main() {
   std::vector<reprise::ExecMode> modes;
   if (absl::GetFlag(FLAGS_mode) == "none") {
-    // Only --profile or --compare_torch.
+    // Only --profile, --verify or --compare_torch.
   } else if (absl::GetFlag(FLAGS_mode) == "all") {
     modes = {reprise::ExecMode::kSync, reprise::ExecMode::kBulked, reprise::ExecMode::kGraph};
   } else {
@@ -377,6 +406,7 @@ absl::Status Main() {
     }
   }
   if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());
+  if (absl::GetFlag(FLAGS_verify) > 0) RETURN_IF_ERROR(VerifyModel(absl::GetFlag(FLAGS_verify)));
   if (absl::GetFlag(FLAGS_compare_torch)) RETURN_IF_ERROR(CompareTorch(graph_ms));
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
