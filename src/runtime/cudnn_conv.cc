@@ -98,27 +98,38 @@ bool TransformDomain(ConvKind kind, int algo) {
 // The first of cuDNN's ranked candidates that qualifies. `workspace_of` asks cuDNN for the exact
 // workspace of an algorithm with its math type set on the descriptor. The three perf structs of
 // the three kinds have the same fields.
+//
+// With bfloat16 data the candidates that run on tensor cores (CUDNN_TENSOR_OP_MATH) are tried
+// first, whatever their rank: the legacy API uses tensor cores only with that math type, and its
+// CUDNN_DEFAULT_MATH bfloat16 kernels ran ResNet-50's convolutions 40x slower than TF32 on an H100
+// (docs/benchmarks.md, session 4). The others stay as a last resort, for shapes without one.
 template <typename Perf, typename WorkspaceOf>
 absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates,
                                               const ConvDescriptor& conv,
                                               const ConvOptions& options, bool strict,
-                                              ConvKind kind, WorkspaceOf workspace_of,
-                                              absl::string_view context) {
+                                              bool tensor_op_first, ConvKind kind,
+                                              WorkspaceOf workspace_of, absl::string_view context) {
   std::vector<std::string> seen;
   for (const Perf& perf : candidates) {
     seen.push_back(
         absl::StrCat("algo ", static_cast<int>(perf.algo), " (", cudnnGetErrorString(perf.status),
                      ", ", MathName(perf.mathType), ", ", perf.memory, " bytes",
                      perf.determinism == CUDNN_DETERMINISTIC ? ", deterministic" : "", ")"));
-    if (perf.status != CUDNN_STATUS_SUCCESS) continue;
-    if (!MathAllowed(perf.mathType, !strict)) continue;
-    if (strict && TransformDomain(kind, static_cast<int>(perf.algo))) continue;
-    if (options.deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
-    if (perf.memory > options.workspace_limit) continue;
-    RETURN_IF_ERROR(conv.SetMathType(perf.mathType, context));
-    ASSIGN_OR_RETURN(const size_t workspace, workspace_of(perf.algo));
-    if (workspace > options.workspace_limit) continue;
-    return ConvAlgorithm{static_cast<int>(perf.algo), perf.mathType, workspace};
+  }
+  for (const bool tensor_op_pass : {true, false}) {
+    if (tensor_op_pass && !tensor_op_first) continue;
+    for (const Perf& perf : candidates) {
+      if (tensor_op_pass && perf.mathType != CUDNN_TENSOR_OP_MATH) continue;
+      if (perf.status != CUDNN_STATUS_SUCCESS) continue;
+      if (!MathAllowed(perf.mathType, !strict)) continue;
+      if (strict && TransformDomain(kind, static_cast<int>(perf.algo))) continue;
+      if (options.deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
+      if (perf.memory > options.workspace_limit) continue;
+      RETURN_IF_ERROR(conv.SetMathType(perf.mathType, context));
+      ASSIGN_OR_RETURN(const size_t workspace, workspace_of(perf.algo));
+      if (workspace > options.workspace_limit) continue;
+      return ConvAlgorithm{static_cast<int>(perf.algo), perf.mathType, workspace};
+    }
   }
   return absl::NotFoundError(absl::StrCat(
       context, ": no cuDNN ", ConvKindName(kind), " algorithm qualifies (",
@@ -272,7 +283,8 @@ struct Descriptors {
   const ConvFilterDescriptor& w;
   const ConvTensorDescriptor& y;
   const ConvDescriptor& conv;
-  bool strict_fp32;  // StrictFloat32: no tensor cores, no transform-domain algorithms.
+  bool strict_fp32;      // StrictFloat32: no tensor cores, no transform-domain algorithms.
+  bool tensor_op_first;  // bfloat16: tensor-core candidates before any other (FirstQualifying).
 };
 
 absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& d,
@@ -304,8 +316,8 @@ absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& 
                                "cudnnGetConvolutionForwardWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kForward, workspace_of,
-                         context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
+                         ConvKind::kForward, workspace_of, context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descriptors& d,
@@ -337,8 +349,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descript
                                "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardData,
-                         workspace_of, context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
+                         ConvKind::kBackwardData, workspace_of, context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descriptors& d,
@@ -370,8 +382,8 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
                                "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
     return bytes;
   };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, ConvKind::kBackwardFilter,
-                         workspace_of, context);
+  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
+                         ConvKind::kBackwardFilter, workspace_of, context);
 }
 
 }  // namespace
@@ -402,10 +414,13 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
   ASSIGN_OR_RETURN(ConvTensorDescriptor y,
                    ConvTensorDescriptor::Create(shape.layout, shape.dtype, shape.n, shape.k,
                                                 shape.p, shape.q, context));
-  ASSIGN_OR_RETURN(
-      ConvDescriptor conv,
-      ConvDescriptor::Create(
-          shape, StrictFloat32(shape, options) ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH, context));
+  // The heuristics rank candidates for the descriptor's math type: strict fp32 asks for FMA,
+  // bfloat16 for tensor cores, TF32 for the default (which allows TF32 tensor cores).
+  const bool bfloat16 = shape.dtype == DType::kBFloat16;
+  const cudnnMathType_t math = StrictFloat32(shape, options) ? CUDNN_FMA_MATH
+                               : bfloat16                    ? CUDNN_TENSOR_OP_MATH
+                                                             : CUDNN_DEFAULT_MATH;
+  ASSIGN_OR_RETURN(ConvDescriptor conv, ConvDescriptor::Create(shape, math, context));
 
   // cuDNN's own output size must be ours, or the descriptors disagree with the buffers.
   int dims[4] = {};
@@ -429,8 +444,8 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
                              .device = options.device};
   std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
   if (!algorithm.has_value()) {
-    const Descriptors d{planned.x_, planned.w_, planned.y_, planned.conv_,
-                        StrictFloat32(shape, options)};
+    const Descriptors d{
+        planned.x_, planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options), bfloat16};
     if (options.measure) {
       // Timing runs on the handle's stream: a stream of our own choosing that is alive now,
       // synchronised before the lanes use the buffers it wrote.
