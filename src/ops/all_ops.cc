@@ -48,6 +48,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &TransposeOp(),
           &CastOp(),
           &MatmulBiasOp(),
+          &MatmulBiasReluMaskOp(),
+          &MatmulDReluBiasGradOp(),
           &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(),
           &AdamMultiOp(),

@@ -1,6 +1,8 @@
 // matmul: C = op(A)·op(B) on row-major 2-D tensors. Its gradient is two separate matmul nodes,
 // the data gradient (of input 0) and the weight gradient (of input 1), so that nothing but their
 // data orders them.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -125,17 +127,31 @@ class MatmulKernel : public GpuKernel {
   void* workspace_;
 };
 
+// One lowering for the whole family: the op says which epilogue, and where its extra operands
+// (bias, ReLU mask, bias gradient) live.
+runtime::MatmulEpilogue EpilogueOf(const LoweringContext& ctx, const Node& node) {
+  using Kind = runtime::MatmulEpilogue::Kind;
+  runtime::MatmulEpilogue epilogue;
+  if (node.op == &MatmulBiasOp()) {
+    epilogue.kind = ir::BoolAttrOr(node.attrs, "relu", false) ? Kind::kReluBias : Kind::kBias;
+    epilogue.bias = ctx.inputs[2];
+  } else if (node.op == &MatmulBiasReluMaskOp()) {
+    epilogue.kind = Kind::kReluMaskBias;
+    epilogue.bias = ctx.inputs[2];
+    epilogue.relu_mask = ctx.outputs[1];
+  } else if (node.op == &MatmulDReluBiasGradOp()) {
+    epilogue.kind = Kind::kDReluBiasGrad;
+    epilogue.relu_mask = ctx.inputs[2];
+    epilogue.bias = ctx.outputs[1];
+  }
+  return epilogue;
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ctx,
                                                        const Node& node) {
   ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
   runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb, ctx.input_specs[0].dtype};
-  runtime::MatmulEpilogue epilogue;
-  if (node.op == &MatmulBiasOp()) {
-    epilogue.kind = ir::BoolAttrOr(node.attrs, "relu", false)
-                        ? runtime::MatmulEpilogue::Kind::kReluBias
-                        : runtime::MatmulEpilogue::Kind::kBias;
-    epilogue.bias = ctx.inputs[2];
-  }
+  const runtime::MatmulEpilogue epilogue = EpilogueOf(ctx, node);
   auto matmul =
       runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
   if (!matmul.ok()) {
@@ -165,12 +181,80 @@ absl::Status CpuMatmulBias(const Node& node, absl::Span<ir::HostTensor* const> i
   RETURN_IF_ERROR(CpuMatmul(node, in.subspan(0, 2), absl::MakeSpan(&product_ptr, 1)));
   ir::HostTensor* bias_in[] = {&product, in[2]};
   const Node stub;
-  if (!ir::BoolAttrOr(node.attrs, "relu", false))
-    return BiasAddOp().cpu(stub, absl::MakeSpan(bias_in), out);
+  const bool relu = node.op == &MatmulBiasReluMaskOp() || ir::BoolAttrOr(node.attrs, "relu", false);
+  if (!relu) return BiasAddOp().cpu(stub, absl::MakeSpan(bias_in), out.subspan(0, 1));
   ir::HostTensor biased(out[0]->spec());
   ir::HostTensor* biased_ptr = &biased;
   RETURN_IF_ERROR(BiasAddOp().cpu(stub, absl::MakeSpan(bias_in), absl::MakeSpan(&biased_ptr, 1)));
-  return ReluOp().cpu(stub, absl::MakeSpan(&biased_ptr, 1), out);
+  return ReluOp().cpu(stub, absl::MakeSpan(&biased_ptr, 1), out.subspan(0, 1));
+}
+
+// ReLU bit masks (runtime::MatmulEpilogue): int32 [m, ReluMaskWords(n)], bit j % 32 of word j / 32
+// of row i set when y[i, j] > 0; the padding bits are zero here and unspecified on the GPU.
+TensorSpec ReluMaskSpec(int64_t m, int64_t n) {
+  return {Shape{m, runtime::ReluMaskWords(n)}, DType::kInt32};
+}
+
+// matmul_bias_relu_mask: matmul_bias with relu, which also keeps the mask for the backward.
+absl::StatusOr<std::vector<TensorSpec>> InferMatmulBiasReluMask(const Attrs& attrs,
+                                                                absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, InferMatmulBias(attrs, in));
+  out.push_back(ReluMaskSpec(out[0].shape.dim(0), out[0].shape.dim(1)));
+  return out;
+}
+
+absl::Status CpuMatmulBiasReluMask(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                   absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(CpuMatmulBias(node, in, out));
+  const int64_t m = out[0]->spec().shape.dim(0), n = out[0]->spec().shape.dim(1);
+  const int64_t words = runtime::ReluMaskWords(n);
+  auto mask = out[1]->data<int32_t>();
+  std::fill(mask.begin(), mask.end(), 0);
+  return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
+    auto y = out[0]->data<T>();
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (!(y[i * n + j] > T(0))) continue;
+        int32_t& word = mask[i * words + j / 32];
+        word = static_cast<int32_t>(static_cast<uint32_t>(word) | (1u << (j % 32)));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// matmul_drelu_bgrad: (A, B, mask) -> (dz, db): a hidden layer's backward fused into the data
+// gradient product dh = op(A)·op(B) that feeds it: dz = mask ? dh : 0 (relu_grad) and db the
+// column sums of dz (column_sum). Attrs transpose_a, transpose_b.
+absl::StatusOr<std::vector<TensorSpec>> InferMatmulDReluBiasGrad(const Attrs& attrs,
+                                                                 absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(MatmulDims d, DimsOf(attrs, in[0], in[1]));
+  if (!(in[2] == ReluMaskSpec(d.m, d.n))) {
+    return absl::InvalidArgumentError(absl::StrCat("the ReLU mask ", in[2].ToString(), " must be ",
+                                                   ReluMaskSpec(d.m, d.n).ToString()));
+  }
+  return std::vector<TensorSpec>{{Shape{d.m, d.n}, in[0].dtype}, {Shape{d.n}, in[0].dtype}};
+}
+
+absl::Status CpuMatmulDReluBiasGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                    absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(CpuMatmul(node, in.subspan(0, 2), out.subspan(0, 1)));
+  const int64_t m = out[0]->spec().shape.dim(0), n = out[0]->spec().shape.dim(1);
+  const int64_t words = runtime::ReluMaskWords(n);
+  auto mask = in[2]->data<int32_t>();
+  RETURN_IF_ERROR(DispatchFloat(out[0]->dtype(), [&]<typename T>() {
+    auto dz = out[0]->data<T>();
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const uint32_t word = static_cast<uint32_t>(mask[i * words + j / 32]);
+        if (((word >> (j % 32)) & 1u) == 0) dz[i * n + j] = T(0);
+      }
+    }
+    return absl::OkStatus();
+  }));
+  const Node stub;
+  return ColumnSumOp().cpu(stub, out.subspan(0, 1), out.subspan(1, 1));
 }
 
 }  // namespace
@@ -182,6 +266,24 @@ const ir::OpDef& MatmulBiasOp() {
                             .cpu = CpuMatmulBias,
                             .lower = LowerMatmul,
                             .bf16_lowering = true};
+  return op;
+}
+
+const ir::OpDef& MatmulBiasReluMaskOp() {
+  static const ir::OpDef op{.name = "matmul_bias_relu_mask",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferMatmulBiasReluMask,
+                            .cpu = CpuMatmulBiasReluMask,
+                            .lower = LowerMatmul};
+  return op;
+}
+
+const ir::OpDef& MatmulDReluBiasGradOp() {
+  static const ir::OpDef op{.name = "matmul_drelu_bgrad",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferMatmulDReluBiasGrad,
+                            .cpu = CpuMatmulDReluBiasGrad,
+                            .lower = LowerMatmul};
   return op;
 }
 

@@ -61,6 +61,13 @@ const ir::OpDef& AdvanceStepOp();
 // matmul.cc. (A, B, bias) -> op(A)·op(B) + bias, then max(·, 0) when attr relu: cuBLASLt
 // epilogue. Attrs transpose_a, transpose_b, relu.
 const ir::OpDef& MatmulBiasOp();
+// matmul.cc, a hidden ReLU layer whose backward is fused into the product before it:
+// (A, B, bias) -> (relu(op(A)·op(B) + bias), mask i32 [m, ReluMaskWords(n)]), the mask of the
+// positive outputs (src/runtime/lt_matmul.h), and (A, B, mask) -> (dz, db): dz = op(A)·op(B)
+// where the mask is set, else 0 (relu_grad), db its column sums (column_sum). cuBLASLt's
+// RELU_AUX_BIAS and DRELU_BGRAD epilogues. Attrs transpose_a, transpose_b.
+const ir::OpDef& MatmulBiasReluMaskOp();
+const ir::OpDef& MatmulDReluBiasGradOp();
 // loss.cc. (logits, labels, dloss) -> (loss, dlogits): both loss kernels in one.
 const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
 // optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay[, clip]) -> nothing;

@@ -33,7 +33,7 @@ class GroupFinder {
   void LossWithGrad();
   void BatchNormActivations();
   void BatchNormApplyActivations();
-  void GemmEpilogues();
+  void GemmEpilogues(bool relu_backward);
   void PointwiseChains();
   void MultiTensorUpdates();  // sgd_momentum and adam.
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
@@ -66,6 +66,9 @@ class GroupFinder {
   // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name);
+  // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
+  // pattern; false leaves both to the caller.
+  bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
 
@@ -74,6 +77,7 @@ class GroupFinder {
   const absl::flat_hash_set<Value> kept_;
   std::vector<bool> taken_;
   std::vector<NodeGroup> groups_;
+  int new_values_ = 0;  // NewValueKey()s handed out (the ReLU masks).
 };
 
 void GroupFinder::LossWithGrad() {
@@ -193,7 +197,12 @@ void GroupFinder::BatchNormApplyActivations() {
   }
 }
 
-void GroupFinder::GemmEpilogues() {
+Attrs TransposeAttrs(const Node& mm) {
+  return {{"transpose_a", ir::BoolAttrOr(mm.attrs, "transpose_a", false)},
+          {"transpose_b", ir::BoolAttrOr(mm.attrs, "transpose_b", false)}};
+}
+
+void GroupFinder::GemmEpilogues(bool relu_backward) {
   for (const Node& mm : g_.nodes()) {
     if (mm.op != &ops::MatmulOp() || taken_[mm.id]) continue;
     const Node* bias = SoleReader(Value{mm.id, 0});
@@ -205,14 +214,57 @@ void GroupFinder::GemmEpilogues() {
     NodeGroup group{.members = {mm.id, bias->id},
                     .op = &ops::MatmulBiasOp(),
                     .name = absl::StrCat(mm.name, "+bias", relu ? "+relu" : ""),
-                    .attrs = {{"transpose_a", ir::BoolAttrOr(mm.attrs, "transpose_a", false)},
-                              {"transpose_b", ir::BoolAttrOr(mm.attrs, "transpose_b", false)},
-                              {"relu", relu != nullptr}},
+                    .attrs = TransposeAttrs(mm),
                     .inputs = {mm.inputs[0], mm.inputs[1], bias->inputs[1]},
                     .outputs = {Value{last.id, 0}}};
+    group.attrs["relu"] = relu != nullptr;
     if (relu) group.members.push_back(relu->id);
+    if (relu && relu_backward && ReluBackwardEpilogue(group, *relu)) continue;
     TryAdd(std::move(group));
   }
+}
+
+// The layer's backward, relu_grad(dh, h) and the bias gradient column_sum(dz), folded into the
+// data-gradient matmul that makes dh: `forward` becomes matmul_bias_relu_mask, whose mask the
+// backward's matmul_drelu_bgrad reads. float32 only (the bfloat16 step keeps its bias gradients
+// in the unfused kernels' precision).
+bool GroupFinder::ReluBackwardEpilogue(NodeGroup& forward, const Node& relu) {
+  const Value h{relu.id, 0};
+  if (g_.spec(h).dtype != DType::kFloat32) return false;
+  for (int32_t r : Readers(h)) {
+    const Node& grad = g_.node(r);
+    if (grad.op != &ops::ReluGradOp() || taken_[r] || grad.inputs[1] != h) continue;
+    const Value dh = grad.inputs[0];
+    const Node& product = g_.node(dh.node);
+    if (product.op != &ops::MatmulOp() || taken_[product.id] || SoleReader(dh) != &grad ||
+        !(g_.spec(dh) == g_.spec(h)))
+      continue;
+    const Node* column_sum = nullptr;
+    for (int32_t s : Readers(Value{grad.id, 0})) {
+      if (g_.node(s).op == &ops::ColumnSumOp() && !taken_[s]) column_sum = &g_.node(s);
+    }
+    if (column_sum == nullptr) continue;
+    const Value mask = NewValueKey(g_, new_values_);
+    NodeGroup backward{.members = {product.id, grad.id, column_sum->id},
+                       .op = &ops::MatmulDReluBiasGradOp(),
+                       .name = absl::StrCat(product.name, "+", grad.name, "+bias_grad"),
+                       .attrs = TransposeAttrs(product),
+                       .inputs = {product.inputs[0], product.inputs[1], mask},
+                       .outputs = {Value{grad.id, 0}, Value{column_sum->id, 0}}};
+    NodeGroup masked = forward;
+    masked.op = &ops::MatmulBiasReluMaskOp();
+    masked.name += "+mask";
+    masked.attrs.erase("relu");
+    masked.outputs.push_back(mask);
+    const absl::flat_hash_set<int32_t> fwd(masked.members.begin(), masked.members.end());
+    const absl::flat_hash_set<int32_t> bwd(backward.members.begin(), backward.members.end());
+    if (!Placeable(g_, consumers_, fwd) || !Placeable(g_, consumers_, bwd)) continue;
+    ++new_values_;
+    TryAdd(std::move(masked));
+    TryAdd(std::move(backward));
+    return true;
+  }
+  return false;
 }
 
 void GroupFinder::GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members,
@@ -358,7 +410,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
       finder.BatchNormActivations();
       finder.BatchNormApplyActivations();
     }
-    if (options.gemm_epilogues) finder.GemmEpilogues();
+    if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);
     if (options.pointwise_chains) finder.PointwiseChains();
     if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();
     groups = finder.TakeGroups();

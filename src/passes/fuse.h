@@ -1,6 +1,9 @@
 // Fuse: fewer, larger launches for the same step. Replaces groups of training-graph nodes by fused
 // ops (src/ops/ops.h, src/ops/fused_pointwise.h):
 //   matmul -> bias_add [-> relu]             => matmul_bias (cuBLASLt epilogue)
+//   and where that relu's gradient reads a matmul and feeds a bias gradient (a hidden layer):
+//     matmul -> bias_add -> relu             => matmul_bias_relu_mask (also keeps a ReLU bit mask)
+//     matmul -> relu_grad -> column_sum      => matmul_drelu_bgrad (cuBLASLt DRELU_BGRAD)
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
@@ -30,6 +33,9 @@ struct FuseOptions {
   bool whole_mlp_step = true;
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
+  // With gemm_epilogues: a hidden ReLU layer's backward (relu_grad, bias gradient) in the
+  // epilogue of the data-gradient matmul before it, float32 only.
+  bool relu_backward_epilogues = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
   bool pointwise_chains = true;

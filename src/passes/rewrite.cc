@@ -35,6 +35,8 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
   return true;
 }
 
+Value NewValueKey(const Graph& graph, int i) { return Value{graph.num_nodes() + i, 0}; }
+
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
   const TensorSpec& spec = node.outputs[0];
   if (node.op == &ir::InputOp()) return g.AddInput(node.name, spec, node.init);
@@ -100,6 +102,10 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
   auto map_value = [&](Value v) -> absl::StatusOr<Value> {
     auto it = out.values.find(v);
     if (it == out.values.end()) {
+      if (v.node >= graph.num_nodes()) {
+        return absl::InternalError(
+            absl::StrCat("new value ", v.node - graph.num_nodes(), " is read before it is made"));
+      }
       return absl::InternalError(absl::StrCat("value ", v.output, " of '", graph.node(v.node).name,
                                               "' was fused away but is still read"));
     }
@@ -172,6 +178,10 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     const int32_t id = g.num_nodes() - 1;
     for (size_t o = 0; o < values.size(); ++o) {
       if (!spec.outputs[o].valid()) continue;  // A new value (e.g. scratch) with no old one.
+      if (spec.outputs[o].node >= graph.num_nodes()) {  // A new value a later group reads.
+        out.values[spec.outputs[o]] = values[o];
+        continue;
+      }
       if (!(g.spec(values[o]) == graph.spec(spec.outputs[o]))) {
         return absl::InternalError(absl::StrCat("fused group '", spec.name, "': output ", o, " is ",
                                                 g.spec(values[o]).ToString(), ", replacing ",
@@ -181,6 +191,10 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     }
     for (int32_t m : sorted) out.nodes[m] = id;
     RETURN_IF_ERROR(add_controls(id, controls));
+  }
+  for (auto it = out.values.begin(); it != out.values.end();) {  // Callers map old values only.
+    auto here = it++;
+    if (here->first.node >= graph.num_nodes()) out.values.erase(here);
   }
   return out;
 }

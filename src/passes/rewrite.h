@@ -22,9 +22,14 @@ struct NodeGroup {
   std::string name;
   Attrs attrs;                // The rewrite adds "fused_nodes", the members' names.
   std::vector<Value> inputs;  // Old values from outside the group, in the op's input order.
-  // The old value each output of the new node stands for; invalid for a new value (scratch).
+  // The old value each output of the new node stands for; invalid for a new value (scratch). A new
+  // value that a later group reads gets a NewValueKey, which that group lists among its inputs.
   std::vector<Value> outputs;
 };
+
+// Names the i-th value that fused groups create in `graph` (none of its own values): a group's
+// output standing for it, and a later group's input reading it.
+Value NewValueKey(const Graph& graph, int i);
 
 struct RewrittenGraph {
   Graph graph;

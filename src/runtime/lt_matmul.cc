@@ -35,11 +35,38 @@ absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
       return " +bias";
     case MatmulEpilogue::Kind::kReluBias:
       return " +bias,relu";
+    case MatmulEpilogue::Kind::kReluMaskBias:
+      return " +bias,relu,mask";
+    case MatmulEpilogue::Kind::kDReluBiasGrad:
+      return " drelu(mask),bias_grad";
   }
   return "";
 }
 
+cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
+  switch (kind) {
+    case MatmulEpilogue::Kind::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case MatmulEpilogue::Kind::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case MatmulEpilogue::Kind::kReluBias:
+      return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case MatmulEpilogue::Kind::kReluMaskBias:
+      return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    case MatmulEpilogue::Kind::kDReluBiasGrad:
+      return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+bool UsesReluMask(MatmulEpilogue::Kind kind) {
+  return kind == MatmulEpilogue::Kind::kReluMaskBias ||
+         kind == MatmulEpilogue::Kind::kDReluBiasGrad;
+}
+
 }  // namespace
+
+int64_t ReluMaskWords(int64_t n) { return (n + 127) / 128 * 4; }
 
 void LtHandle::Deleter::operator()(cublasLtHandle_t handle) const { (void)cublasLtDestroy(handle); }
 
@@ -80,6 +107,16 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": the bias must be non-null and 256-byte aligned"));
   }
+  if (UsesReluMask(epilogue.kind) &&
+      (epilogue.relu_mask == nullptr ||
+       reinterpret_cast<uintptr_t>(epilogue.relu_mask) % kAlignment != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": the ReLU mask must be non-null and 256-byte aligned"));
+  }
+  if (shape.batch > 1 && UsesReluMask(epilogue.kind)) {
+    return absl::UnimplementedError(
+        absl::StrCat(context, ": ReLU-mask epilogues are not available for batched products"));
+  }
   LtMatmul mm;
   mm.handle_ = handle.get();
   mm.shape_ = shape;
@@ -104,10 +141,9 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
       context);
   if (epilogue.kind != MatmulEpilogue::Kind::kNone) {
     // In cuBLASLt's column-major terms our output columns are its rows, which is the dimension
-    // its bias vector runs along: the bias needs no transposition.
-    const cublasLtEpilogue_t lt_epilogue = epilogue.kind == MatmulEpilogue::Kind::kBias
-                                               ? CUBLASLT_EPILOGUE_BIAS
-                                               : CUBLASLT_EPILOGUE_RELU_BIAS;
+    // its bias vector runs along: the bias needs no transposition. Likewise DRELU_BGRAD's bias
+    // gradient, a sum along its rows' other dimension: our batch.
+    const cublasLtEpilogue_t lt_epilogue = LtEpilogue(epilogue.kind);
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                         &lt_epilogue, sizeof(lt_epilogue)),
                          context);
@@ -121,10 +157,22 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     if (shape.batch > 1) {  // Each product its own bias of n values.
       const int64_t bias_stride = shape.n;
       CUDA_RETURN_IF_ERROR(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
-                                         &bias_stride, sizeof(bias_stride)),
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &bias_stride,
+                                         sizeof(bias_stride)),
           context);
     }
+  }
+  if (UsesReluMask(epilogue.kind)) {
+    // The mask's leading dimension is in bits (elements of a 1-bit type): one column of the
+    // column-major C^T, i.e. one of our rows, padded to 128 bits.
+    const int64_t mask_ld = ReluMaskWords(shape.n) * 32;
+    CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &epilogue.relu_mask, sizeof(epilogue.relu_mask)),
+        context);
+    CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                        &mask_ld, sizeof(mask_ld)),
+                         context);
   }
 
   // Column-major views of our row-major buffers: rows, columns, leading dimension.

@@ -44,11 +44,23 @@ struct MatmulShape {
 // What cuBLASLt applies to the product before storing it. The bias is a vector of n values of C's
 // type (one per output column), added to every row; with kReluBias the sum then goes through
 // max(·, 0).
+//   kReluMaskBias  as kReluBias, and also writes a bit mask of the entries that came out
+//                  positive to `relu_mask` (the forward of a hidden layer whose backward uses
+//                  kDReluBiasGrad).
+//   kDReluBiasGrad the backward of such a layer, fused into its data-gradient product: C =
+//                  product where the mask bit is set, else 0, and `bias` RECEIVES the bias
+//                  gradient, the column sums of that C (n values).
+// The mask holds, for each of C's m rows, ReluMaskWords(n) 32-bit words: bit j % 32 of word j / 32
+// is set when C[i, j] > 0 (cuBLASLt's bit mask of the column-major C^T, rows padded to 128 bits).
 struct MatmulEpilogue {
-  enum class Kind : uint8_t { kNone, kBias, kReluBias };
+  enum class Kind : uint8_t { kNone, kBias, kReluBias, kReluMaskBias, kDReluBiasGrad };
   Kind kind = Kind::kNone;
   const void* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
+  void* relu_mask = nullptr;   // kReluMaskBias and kDReluBiasGrad; 256-byte aligned, fixed.
 };
+
+// 32-bit words of one row of a ReLU bit mask for rows of n values: n rounded up to 128 bits.
+int64_t ReluMaskWords(int64_t n);
 
 // Owns a cuBLASLt handle; needs a current device. Must outlive every LtMatmul made with it.
 class LtHandle {

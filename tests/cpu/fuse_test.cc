@@ -55,7 +55,9 @@ passes::FuseOptions PerLayer() {
 
 TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
   Training t = MlpTraining(8, 64, 16, 10);
-  auto fused = passes::Fuse(t.training, {t.training.loss}, PerLayer());
+  passes::FuseOptions options = PerLayer();
+  options.relu_backward_epilogues = false;
+  auto fused = passes::Fuse(t.training, {t.training.loss}, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
   EXPECT_EQ(counts.at("matmul_bias"), 9);                      // Every forward layer.
@@ -69,6 +71,29 @@ TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
   EXPECT_EQ(fused->groups.size(), 9u + 1 + 8 + 1);
   const Node& sgd = fused->training.graph.node(fused->training.optimizer_nodes.at(0));
   EXPECT_THAT(std::get<std::string>(sgd.attrs.at("fused_nodes")), HasSubstr("fc8.bias.sgd"));
+}
+
+// Each hidden layer's relu_grad and bias gradient ride in the epilogue of the data-gradient
+// matmul before them, which reads the ReLU mask its forward matmul kept.
+TEST(FuseTest, HiddenLayerBackwardJoinsTheDataGradientEpilogue) {
+  Training t = MlpTraining(8, 64, 16, 10);
+  auto fused = passes::Fuse(t.training, {t.training.loss}, PerLayer());
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("matmul_bias_relu_mask"), 8);  // The hidden layers.
+  EXPECT_EQ(counts.at("matmul_bias"), 1);            // The output layer.
+  EXPECT_EQ(counts.at("matmul_drelu_bgrad"), 8);     // fc1..fc8's data gradients.
+  EXPECT_EQ(counts.at("matmul"), 9);                 // Weight gradients only.
+  EXPECT_EQ(counts.at("column_sum"), 1);             // The output layer's bias gradient.
+  EXPECT_EQ(counts.count("fused_pointwise"), 0u);
+  EXPECT_EQ(counts.count("relu_grad"), 0u);
+  EXPECT_EQ(fused->groups.size(), 8u + 1 + 1 + 8 + 1);
+  // fc1's data gradient reads the mask fc0's forward kept.
+  const Node& backward = g.node(*g.FindNode("fc1.matmul.dgrad+fc0.relu.grad+bias_grad"));
+  const Node& forward = g.node(*g.FindNode("fc0.matmul+bias+relu+mask"));
+  EXPECT_EQ(backward.inputs[2], (Value{forward.id, 1}));
+  EXPECT_EQ(g.spec(backward.inputs[2]).dtype, DType::kInt32);
 }
 
 // Runs `steps` training steps of `g` on the CPU reference with fixed inputs; returns the loss
