@@ -18,12 +18,14 @@
 #include <climits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/api/trainer_impl.h"
 #include "src/api/verify_compare.h"
+#include "src/api/verify_launches.h"
 #include "src/ir/op_def.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
@@ -166,16 +168,32 @@ absl::StatusOr<VerifyResult> Trainer::Impl::Verify(int steps, const VerifyFault&
                    runtime::DeviceBuffer::Create(static_cast<size_t>(gradient_bytes)));
   char* copies = static_cast<char*>(gradient_copies.data());
 
-  // The launch list both runs execute.
+  // The launch list both runs execute (src/api/verify_launches.h).
   int verify_step = 0;
+  std::vector<LaunchOrder> orders;
+  std::vector<int> copies_after(launches_.size(), 0);
+  std::vector<std::vector<const Gradient*>> produced(launches_.size());
+  for (const capture::LoweredLaunch& launch : launches_) {
+    orders.push_back({launch.lane, launch.waits});
+  }
+  for (const Gradient& gradient : gradients) {
+    ++copies_after[gradient.launch];
+    produced[gradient.launch].push_back(&gradient);
+  }
   std::vector<capture::LoweredLaunch> launches;
-  std::vector<int> moved(launches_.size());  // Old index -> the last launch standing for it.
-  for (size_t i = 0; i < launches_.size(); ++i) {
-    const capture::LoweredLaunch& old = launches_[i];
-    std::vector<int> waits;
-    for (int w : old.waits) waits.push_back(moved[w]);
+  for (VerifyLaunch& slot : InterleaveCopies(orders, copies_after)) {
     std::unique_ptr<ops::GpuKernel> kernel;
-    if (i == 0 && !fault.frozen_input.empty()) {
+    std::string name;
+    if (slot.original < 0) {
+      const Gradient& gradient = *produced[slot.producer][slot.copy];
+      const std::string& parameter = g.node(gradient.parameter).name;
+      name = absl::StrCat("verify_copy.", parameter);
+      kernel =
+          std::make_unique<GradientCopy>(copies + gradient.offset, arena + gradient.buffer->offset,
+                                         gradient.buffer->bytes, parameter);
+    } else if (slot.original == 0 && !fault.frozen_input.empty()) {
+      const capture::LoweredLaunch& old = launches_[0];
+      name = old.node_name;
       ASSIGN_OR_RETURN(const int32_t input, FindInput(fault.frozen_input));
       const TensorSpec& spec = g.node(input).outputs[0];
       if (spec.dtype != DType::kFloat32) {
@@ -185,20 +203,11 @@ absl::StatusOr<VerifyResult> Trainer::Impl::Verify(int steps, const VerifyFault&
       kernel = std::make_unique<InputCopyWithFrozenScalar>(old.kernel.get(), InputSlot(input),
                                                            spec.bytes(), &verify_step);
     } else {
+      const capture::LoweredLaunch& old = launches_[slot.original];
+      name = old.node_name;
       kernel = std::make_unique<BorrowedKernel>(old.kernel.get());
     }
-    launches.push_back({old.node_name, old.lane, std::move(waits), std::move(kernel)});
-    for (const Gradient& gradient : gradients) {
-      if (gradient.launch != static_cast<int>(i)) continue;
-      const std::string& name = g.node(gradient.parameter).name;
-      launches.push_back(
-          {absl::StrCat("verify_copy.", name),
-           old.lane,
-           {},
-           std::make_unique<GradientCopy>(copies + gradient.offset, arena + gradient.buffer->offset,
-                                          gradient.buffer->bytes, name)});
-    }
-    moved[i] = static_cast<int>(launches.size()) - 1;
+    launches.push_back({std::move(name), slot.lane, std::move(slot.waits), std::move(kernel)});
   }
   ASSIGN_OR_RETURN(capture::Lanes lanes, capture::Lanes::Create(launches));
   ASSIGN_OR_RETURN(capture::CapturedStep graph,
