@@ -178,5 +178,26 @@ TEST(ReportGpuTest, EagerTrainerHasNoGraphAndReportPrintsAtDestructionWhenAsked)
   EXPECT_THAT(printed, HasSubstr("no captured graph"));
 }
 
+TEST(ReportGpuTest, OutOfMemoryAtCreateSaysWhatWasAskedTheBreakdownAndWhatIsFree) {
+  REPRISE_REQUIRE_GPU();
+  // 2^30 elements (4 GiB) per activation and 64 layers keeping their inputs for the backward
+  // pass: an arena of some 256 GiB, more than any one GPU has.
+  auto mlp = models::BuildMlp({.batch = int64_t{1} << 18,
+                               .input_features = 4096,
+                               .depth = 64,
+                               .width = 4096,
+                               .classes = 10});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  auto trainer = Trainer::Create(mlp->graph, mlp->loss, {});
+  ASSERT_FALSE(trainer.ok());
+  const absl::Status& status = trainer.status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("could not allocate the arena"));
+  EXPECT_THAT(status.message(), HasSubstr("bytes ("));
+  EXPECT_THAT(status.message(), HasSubstr("parameters"));
+  EXPECT_THAT(status.message(), HasSubstr("activation peak"));
+  EXPECT_THAT(status.message(), HasSubstr("free device memory"));
+}
+
 }  // namespace
 }  // namespace reprise
