@@ -101,6 +101,16 @@ struct TrainOptions {
   ChannelsLast channels_last = ChannelsLast::kAuto;
   // kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
   MirrorOptions mirror;
+  // Ensembles: structurally identical models of one graph (same ops and shapes, their own inputs
+  // and weights, e.g. models::BuildMlpEnsemble or models built one by one) train as one batched
+  // model, one strided-batched GEMM per layer for all of them (src/passes/batch_ensemble.h).
+  // Per-model names stay valid: SetInput("m3.features"), GetParameter("m3.fc1.weight"),
+  // SaveWeights/LoadWeights write and read each model's tensors under its own names, and Read()
+  // of a model's fetched value gives that model's slice. Per model, results are those of the
+  // unbatched step up to the order of the total's sum. Groups of fewer than
+  // ensemble_min_models models stay unbatched.
+  bool batch_ensembles = true;
+  int ensemble_min_models = 2;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().

@@ -1,3 +1,4 @@
+#include <climits>
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,10 +22,12 @@
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
+#include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
 #include "src/passes/mixed_precision.h"
 #include "src/runtime/cache_config.h"
@@ -129,9 +132,16 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::InvalidArgumentError(
         absl::StrCat("device ", options.device, " requested, but ", devices, " are visible"));
   }
+  // Identical models of an ensemble train as one batched model; names stay per model.
+  ASSIGN_OR_RETURN(
+      passes::BatchedGraph batched,
+      passes::BatchEnsembles(
+          graph, loss, options.fetch,
+          {.min_models = options.batch_ensembles ? options.ensemble_min_models : INT_MAX}));
   // NCHW networks run channels-last inside; fetched values keep the user's layout.
-  ASSIGN_OR_RETURN(passes::ChannelsLastGraph layout,
-                   passes::ApplyChannelsLast(graph, loss, options.fetch, options.channels_last));
+  ASSIGN_OR_RETURN(
+      passes::ChannelsLastGraph layout,
+      passes::ApplyChannelsLast(batched.graph, batched.loss, batched.kept, options.channels_last));
   // Mixed precision computes in 16 bits with float32 master weights (the loss and reads in f32).
   if (options.compute_dtype == DType::kFloat16) {
     return absl::UnimplementedError(
@@ -159,9 +169,11 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   };
   std::vector<LabelUse> label_uses;
   for (const Node& n : training.graph.nodes()) {
-    if (n.op != &ops::SoftmaxCrossEntropyOp()) continue;
-    label_uses.push_back({training.graph.node(n.inputs[1].node).name,
-                          training.graph.spec(n.inputs[0]).shape.dim(1), n.name});
+    const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
+    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
+    const Shape& logits = training.graph.spec(n.inputs[0]).shape;
+    label_uses.push_back(
+        {training.graph.node(n.inputs[1].node).name, logits.dim(batched_loss ? 2 : 1), n.name});
   }
   // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
@@ -170,11 +182,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   plan_options.fusion.whole_mlp_step = options.whole_step;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
+  const Graph unfused_training = training.graph;  // For the models' own names of stacked tensors.
   ASSIGN_OR_RETURN(passes::Plan plan,
                    passes::BuildPlan(std::move(training), mixed.kept, plan_options));
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   impl->user_values_ = std::move(layout.map);
   impl->weight_names_ = std::move(weight_names);
+  impl->SetEnsemble(std::move(batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   for (const LabelUse& use : label_uses) {
@@ -259,7 +273,12 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
     if (!ir::IsLeaf(node)) continue;
     const passes::Buffer* b = plan_.memory.Find({node.id, 0});
     ir::HostTensor host(node.outputs[0]);
-    ir::FillInitial(node.init, options_.seed, node.name, host);
+    if (auto stacked = stacked_leaves_.find(node.name); stacked != stacked_leaves_.end()) {
+      // Each model's slice starts as that model would alone (ensemble batching).
+      host = passes::InitialStackedValue(*stacked->second, node.outputs[0], options_.seed);
+    } else {
+      ir::FillInitial(node.init, options_.seed, node.name, host);
+    }
     if (b->cls == passes::BufferClass::kInput) {
       std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset),
                   host.raw(), b->bytes);
@@ -298,10 +317,10 @@ absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
 
 absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
                                      DType dtype) {
-  ASSIGN_OR_RETURN(const int32_t input, FindInput(name));
+  ASSIGN_OR_RETURN(const NamedTensor input, FindInputTensor(name));
   RETURN_IF_ERROR(CheckNotBound(input));
-  const int32_t* id = &input;
-  const TensorSpec& spec = plan_.graph().node(*id).outputs[0];
+  const int32_t* id = &input.node;
+  const TensorSpec& spec = input.spec;
   if (spec.dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
                                                    "; got ", DTypeName(dtype), " data"));
@@ -315,8 +334,9 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
   }
   RETURN_IF_ERROR(WaitForLastStep());
   const passes::Buffer* b = plan_.memory.Find({*id, 0});
-  std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset), data,
-              b->bytes);
+  std::memcpy(
+      static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset) + input.offset,
+      data, spec.bytes());
   return absl::OkStatus();
 }
 
@@ -406,16 +426,24 @@ absl::StatusOr<const passes::Buffer*> Trainer::Impl::ParameterBuffer(absl::strin
 }
 
 absl::StatusOr<std::vector<float>> Trainer::Impl::GetParameter(absl::string_view name) {
-  ASSIGN_OR_RETURN(const passes::Buffer* b, ParameterBuffer(name));
-  return ReadFloat(b->value);
+  ASSIGN_OR_RETURN(const NamedTensor t, Resolve(name, ir::ParameterOp(), "parameter"));
+  ASSIGN_OR_RETURN(std::vector<float> all, ReadFloat(Value{t.node, 0}));
+  const int64_t first = t.offset / static_cast<int64_t>(sizeof(float));
+  return std::vector<float>(all.begin() + first, all.begin() + first + t.spec.NumElements());
 }
 
 absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<const float> data) {
-  ASSIGN_OR_RETURN(const passes::Buffer* b, ParameterBuffer(name));
-  if (data.size() * sizeof(float) != static_cast<size_t>(b->bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ",
-                                                   plan_.graph().spec(b->value).ToString(),
-                                                   "; got ", data.size(), " values"));
+  ASSIGN_OR_RETURN(const NamedTensor t, Resolve(name, ir::ParameterOp(), "parameter"));
+  const passes::Buffer* whole = plan_.memory.Find({t.node, 0});
+  const passes::Buffer slice{.value = whole->value,
+                             .cls = whole->cls,
+                             .offset = whole->offset + t.offset,
+                             .bytes = t.spec.bytes()};
+  const passes::Buffer* b = &slice;
+  if (t.spec.dtype != DType::kFloat32 ||
+      data.size() * sizeof(float) != static_cast<size_t>(b->bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ", t.spec.ToString(),
+                                                   "; got ", data.size(), " float values"));
   }
   RETURN_IF_ERROR(Synchronize());
   // On the step's stream, and waited for: a plain cudaMemcpy from pageable memory may return
@@ -431,8 +459,15 @@ absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<cons
 
 std::vector<std::string> Trainer::Impl::ParameterNames() const {
   std::vector<std::string> names;
-  for (int32_t id : plan_.graph().NodesOf("parameter"))
-    names.push_back(plan_.graph().node(id).name);
+  for (int32_t id : plan_.graph().NodesOf("parameter")) {
+    const std::string& name = plan_.graph().node(id).name;
+    auto models = model_names_.find(name);  // A stacked parameter answers to its models' names.
+    if (models == model_names_.end()) {
+      names.push_back(name);
+    } else {
+      names.insert(names.end(), models->second.begin(), models->second.end());
+    }
+  }
   return names;
 }
 
@@ -546,15 +581,13 @@ absl::Status Trainer::SetLearningRate(float learning_rate) {
 }
 absl::StatusOr<absl::Span<float>> Trainer::InputBuffer(absl::string_view name) {
   ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kFloat32));
-  ASSIGN_OR_RETURN(int32_t id, impl_->plan().graph().FindNode(name));
-  return absl::MakeSpan(static_cast<float*>(data),
-                        impl_->plan().graph().node(id).outputs[0].NumElements());
+  ASSIGN_OR_RETURN(const Impl::NamedTensor input, impl_->Resolve(name, ir::InputOp(), "input"));
+  return absl::MakeSpan(static_cast<float*>(data), input.spec.NumElements());
 }
 absl::StatusOr<absl::Span<int32_t>> Trainer::InputBufferInt32(absl::string_view name) {
   ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kInt32));
-  ASSIGN_OR_RETURN(int32_t id, impl_->plan().graph().FindNode(name));
-  return absl::MakeSpan(static_cast<int32_t*>(data),
-                        impl_->plan().graph().node(id).outputs[0].NumElements());
+  ASSIGN_OR_RETURN(const Impl::NamedTensor input, impl_->Resolve(name, ir::InputOp(), "input"));
+  return absl::MakeSpan(static_cast<int32_t*>(data), input.spec.NumElements());
 }
 absl::Status Trainer::BindInput(absl::string_view name, const void* data, size_t bytes) {
   return impl_->BindInput(name, data, bytes);
@@ -570,9 +603,16 @@ absl::StatusOr<float> Trainer::Loss() {
   return loss[0];
 }
 absl::StatusOr<std::vector<float>> Trainer::Read(Value value) {
-  ASSIGN_OR_RETURN(const Value converted, impl_->user_values().Map(value));
+  ASSIGN_OR_RETURN(const passes::ModelValue batched, impl_->MapEnsembleValue(value));
+  ASSIGN_OR_RETURN(const Value converted, impl_->user_values().Map(batched.value));
   ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(converted));
-  return impl_->ReadFloat(planned);
+  ASSIGN_OR_RETURN(std::vector<float> all, impl_->ReadFloat(planned));
+  if (batched.model < 0) return all;
+  // One model's slice of a stacked value (ensemble batching).
+  const int64_t models = impl_->plan().graph().spec(planned).shape.dim(0);
+  const int64_t per_model = static_cast<int64_t>(all.size()) / models;
+  return std::vector<float>(all.begin() + batched.model * per_model,
+                            all.begin() + (batched.model + 1) * per_model);
 }
 std::vector<std::string> Trainer::ParameterNames() const { return impl_->ParameterNames(); }
 absl::StatusOr<std::vector<float>> Trainer::GetParameter(absl::string_view name) {

@@ -16,6 +16,11 @@ absl::StatusOr<int32_t> Trainer::Impl::FindInput(absl::string_view name) const {
   return *id;
 }
 
+absl::StatusOr<Trainer::Impl::NamedTensor> Trainer::Impl::FindInputTensor(
+    absl::string_view name) const {
+  return Resolve(name, ir::InputOp(), "input");
+}
+
 void* Trainer::Impl::InputSlot(int32_t id) const {
   return static_cast<char*>(arena_->data()) + plan_.memory.Find({id, 0})->offset;
 }
@@ -28,22 +33,34 @@ absl::Status Trainer::Impl::CheckNotBound(int32_t id) const {
                    "' is bound to caller memory (BindInput); unbind it with nullptr first"));
 }
 
+absl::Status Trainer::Impl::CheckNotBound(const NamedTensor& input) const {
+  const auto* copy = static_cast<const capture::InputCopy*>(launches_[0].kernel.get());
+  if (input.offset == 0) RETURN_IF_ERROR(CheckNotBound(input.node));
+  if (!copy->IsBound(static_cast<char*>(InputSlot(input.node)) + input.offset)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("this model's slice of input '", plan_.graph().node(input.node).name,
+                   "' is bound to caller memory (BindInput); unbind it with nullptr first"));
+}
+
 absl::StatusOr<void*> Trainer::Impl::InputBuffer(absl::string_view name, DType dtype) {
-  ASSIGN_OR_RETURN(const int32_t id, FindInput(name));
-  RETURN_IF_ERROR(CheckNotBound(id));
-  const TensorSpec& spec = plan_.graph().node(id).outputs[0];
+  ASSIGN_OR_RETURN(const NamedTensor input, FindInputTensor(name));
+  RETURN_IF_ERROR(CheckNotBound(input));
+  const TensorSpec& spec = input.spec;
   if (spec.dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
                                                    "; asked for a ", DTypeName(dtype), " buffer"));
   }
   RETURN_IF_ERROR(WaitForLastStep());
-  const passes::Buffer* b = plan_.memory.Find({id, 0});
-  return static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset);
+  const passes::Buffer* b = plan_.memory.Find({input.node, 0});
+  return static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset) +
+         input.offset;
 }
 
 absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, size_t bytes) {
-  ASSIGN_OR_RETURN(const int32_t id, FindInput(name));
-  const TensorSpec& spec = plan_.graph().node(id).outputs[0];
+  ASSIGN_OR_RETURN(const NamedTensor input, FindInputTensor(name));
+  const TensorSpec& spec = input.spec;
   if (data != nullptr) {
     if (static_cast<int64_t>(bytes) != spec.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
@@ -67,7 +84,7 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
   }
   RETURN_IF_ERROR(WaitForLastStep());
   auto* copy = static_cast<capture::InputCopy*>(launches_[0].kernel.get());
-  void* slot = InputSlot(id);
+  void* slot = static_cast<char*>(InputSlot(input.node)) + input.offset;
   const bool was_bound = copy->IsBound(slot);
   copy->Bind(slot, data, static_cast<size_t>(spec.bytes()));
   if (!captured_.has_value()) return absl::OkStatus();  // Eager modes read the binding as they run.

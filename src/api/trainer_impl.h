@@ -12,6 +12,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
+#include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
 #include "src/passes/plan.h"
 #include "src/runtime/cudnn_handle.h"
@@ -77,6 +78,22 @@ class Trainer::Impl {
   Value loss() const { return plan_.training.loss; }
   // Values of the user's graph -> values of the graph the plan was built from.
   const passes::LayoutValueMap& user_values() const { return user_values_; }
+  // Values of the user's graph -> values after ensemble batching (src/passes/batch_ensemble.h),
+  // which user_values() then maps.
+  absl::StatusOr<passes::ModelValue> MapEnsembleValue(Value user) const {
+    return ensemble_.Map(user);
+  }
+
+  // A tensor the user names: a whole leaf of the plan's graph, or, under a model's own name, its
+  // slice of a stacked leaf (ensemble batching; trainer_ensemble.cc).
+  struct NamedTensor {
+    int32_t node = -1;   // The leaf in the plan's graph.
+    int64_t offset = 0;  // Bytes into the leaf's buffer.
+    TensorSpec spec;     // The named tensor's own spec.
+  };
+  // The leaf of op `kind` (input, parameter) called `name`, or NotFound naming `what`.
+  absl::StatusOr<NamedTensor> Resolve(absl::string_view name, const ir::OpDef& kind,
+                                      absl::string_view what) const;
 
  private:
   Impl(TrainOptions options, passes::Plan plan)
@@ -87,11 +104,17 @@ class Trainer::Impl {
   // Waits until no queued step still reads the input staging or writes the arena.
   absl::Status WaitForLastStep();
   absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
+  // Keeps what ensemble batching did: `batched`'s value map and stacked leaves, and the per-model
+  // names of the stacked tensors of `training` (its training graph).
+  void SetEnsemble(passes::BatchedGraph batched, const Graph& training);
   // The input node called `name`, or NotFound.
   absl::StatusOr<int32_t> FindInput(absl::string_view name) const;
+  // The input called `name`, or a model's slice of a stacked input so named; else NotFound.
+  absl::StatusOr<NamedTensor> FindInputTensor(absl::string_view name) const;
   void* InputSlot(int32_t input) const;  // The input's place in the arena.
   // FailedPrecondition if the input is bound to caller memory (SetInput would be overwritten).
   absl::Status CheckNotBound(int32_t input) const;
+  absl::Status CheckNotBound(const NamedTensor& input) const;  // Its slice of the input.
   // The arena buffers of weight_names_, in that order.
   absl::StatusOr<std::vector<const passes::Buffer*>> WeightBuffers() const;
 
@@ -119,6 +142,12 @@ class Trainer::Impl {
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   std::vector<std::string> weight_names_;  // WeightNamesOf the unfused training graph.
   passes::LayoutValueMap user_values_;     // From the channels-last pass.
+  // Ensemble batching: the value map and stacked leaves (its graph is dropped), each model's
+  // name -> its slice, and each stacked tensor -> its models' names, in model order.
+  passes::BatchedGraph ensemble_;
+  absl::flat_hash_map<std::string, passes::ModelTensor> model_tensors_;
+  absl::flat_hash_map<std::string, std::vector<std::string>> model_names_;
+  absl::flat_hash_map<std::string, const passes::StackedLeaf*> stacked_leaves_;  // In ensemble_.
   int64_t steps_ = 0;
   bool step_queued_ = false;
   // Checkpoints, verify and the report.

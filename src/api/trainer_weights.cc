@@ -88,7 +88,18 @@ absl::Status Trainer::Impl::SaveWeights(const std::string& path) {
   std::vector<util::TensorView> views;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const TensorSpec& spec = plan_.graph().spec(buffers[i]->value);
-    views.push_back({weight_names_[i], FileDType(spec.dtype), spec.shape.dims(), host[i]});
+    auto models = model_names_.find(weight_names_[i]);
+    if (models == model_names_.end()) {
+      views.push_back({weight_names_[i], FileDType(spec.dtype), spec.shape.dims(), host[i]});
+      continue;
+    }
+    // A stacked tensor (ensemble batching) is written as its models' own tensors.
+    const std::vector<int64_t> dims(spec.shape.dims().begin() + 1, spec.shape.dims().end());
+    const size_t slice = host[i].size() / models->second.size();
+    for (size_t k = 0; k < models->second.size(); ++k) {
+      views.push_back({models->second[k], FileDType(spec.dtype), dims,
+                       absl::string_view(host[i]).substr(k * slice, slice)});
+    }
   }
   return util::WriteSafetensors(path, views, {{"format", "pt"}});
 }
@@ -101,23 +112,38 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
   struct Copy {
     const passes::Buffer* buffer;
     absl::string_view data;
+    int64_t offset = 0;  // Bytes into the buffer: a model's slice of a stacked tensor.
   };
   std::vector<Copy> copies;
   std::vector<std::string> missing;
+  std::vector<std::string> names;  // The file's names for the graph's tensors.
   for (size_t i = 0; i < buffers.size(); ++i) {
-    const std::string& name = weight_names_[i];
-    const util::SafetensorsEntry* entry = file.Find(name);
-    if (entry == nullptr) {
-      missing.push_back(name);
-      continue;
+    const TensorSpec& whole = plan_.graph().spec(buffers[i]->value);
+    // A stacked tensor (ensemble batching) is read as its models' own tensors.
+    auto models = model_names_.find(weight_names_[i]);
+    const bool stacked = models != model_names_.end();
+    const std::vector<std::string> parts =
+        stacked ? models->second : std::vector<std::string>{weight_names_[i]};
+    TensorSpec spec = whole;
+    if (stacked) {
+      spec.shape =
+          Shape(std::vector<int64_t>(whole.shape.dims().begin() + 1, whole.shape.dims().end()));
     }
-    const TensorSpec& spec = plan_.graph().spec(buffers[i]->value);
-    if (entry->dtype != FileDType(spec.dtype) || entry->shape != spec.shape.dims()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", name, "' is ", entry->SpecString(), " in the file but ",
-                       FileSpec(spec), " in the graph (no conversion is made)"));
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const std::string& name = parts[k];
+      names.push_back(name);
+      const util::SafetensorsEntry* entry = file.Find(name);
+      if (entry == nullptr) {
+        missing.push_back(name);
+        continue;
+      }
+      if (entry->dtype != FileDType(spec.dtype) || entry->shape != spec.shape.dims()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": tensor '", name, "' is ", entry->SpecString(), " in the file but ",
+            FileSpec(spec), " in the graph (no conversion is made)"));
+      }
+      copies.push_back({buffers[i], file.Data(*entry), static_cast<int64_t>(k) * spec.bytes()});
     }
-    copies.push_back({buffers[i], file.Data(*entry)});
   }
   if (!missing.empty() && !options.allow_missing) {
     return absl::InvalidArgumentError(
@@ -125,7 +151,7 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
                      " of the graph (LoadWeightsOptions::allow_missing leaves them as they are)"));
   }
   if (!options.allow_unexpected) {
-    const absl::flat_hash_set<std::string> known(weight_names_.begin(), weight_names_.end());
+    const absl::flat_hash_set<std::string> known(names.begin(), names.end());
     std::vector<std::string> unexpected;
     for (const util::SafetensorsEntry& entry : file.entries) {
       if (!known.contains(entry.name)) unexpected.push_back(entry.name);
@@ -142,8 +168,8 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
   char* arena = static_cast<char*>(arena_->data());
   for (const Copy& copy : copies) {
     RETURN_IF_ERROR(runtime::CudaStatus(
-        cudaMemcpyAsync(arena + copy.buffer->offset, copy.data.data(), copy.data.size(),
-                        cudaMemcpyHostToDevice, stream_->get()),
+        cudaMemcpyAsync(arena + copy.buffer->offset + copy.offset, copy.data.data(),
+                        copy.data.size(), cudaMemcpyHostToDevice, stream_->get()),
         "cudaMemcpyAsync",
         absl::StrCat("loading '", plan_.graph().node(copy.buffer->value.node).name, "'")));
   }

@@ -317,12 +317,12 @@ std::vector<ModelTensor> ModelTensorNames(const Graph& graph, const BatchedGraph
   for (const StackedLeaf& leaf : batched.stacked) by_name[leaf.name] = &leaf;
   std::vector<ModelTensor> names;
   for (const Node& node : graph.nodes()) {
-    if (node.op != &ir::ParameterOp() && node.op != &ir::StateOp()) continue;
+    if (!ir::IsLeaf(node)) continue;
     const StackedLeaf* leaf = nullptr;
     std::string suffix;
     if (auto it = by_name.find(node.name); it != by_name.end()) {
       leaf = it->second;
-    } else {
+    } else if (node.op == &ir::ParameterOp() || node.op == &ir::StateOp()) {
       // Optimizer state of a stacked parameter: "<stacked>.<suffix>", of the same shape.
       for (size_t dot = node.name.find('.'); dot != std::string::npos;
            dot = node.name.find('.', dot + 1)) {

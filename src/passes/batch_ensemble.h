@@ -108,7 +108,8 @@ struct ModelTensor {
 };
 
 // The per-model names of the stacked tensors of `graph` (a graph built from `batched`, such as
-// its training graph): each member of each stacked leaf, and for every other tensor named
+// its training graph): each member of each stacked leaf (inputs included), and for every other
+// parameter or state tensor named
 // "<stacked leaf>.<suffix>" of the stacked leaf's shape (optimizer state: "<w>.momentum"),
 // "<member>.<suffix>". In the order of `graph`'s nodes, models in order.
 std::vector<ModelTensor> ModelTensorNames(const Graph& graph, const BatchedGraph& batched);

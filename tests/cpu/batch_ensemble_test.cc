@@ -236,8 +236,10 @@ TEST(BatchEnsembleTest, PerModelNamesOfStackedWeightsAndOptimizerState) {
   EXPECT_EQ(find("m0.fc2.bias.momentum")->stacked, "m*.fc2.bias.momentum");
   EXPECT_EQ(find("m0.fc2.bias.momentum")->model, 0);
   EXPECT_EQ(find("m4.fc0.weight"), nullptr);
-  // Six parameters and six momenta, four models each.
-  EXPECT_EQ(names.size(), 48u);
+  ASSERT_NE(find("m2.labels"), nullptr);
+  EXPECT_EQ(find("m2.labels")->stacked, "m*.labels");
+  // Two inputs, six parameters and six momenta, four models each.
+  EXPECT_EQ(names.size(), 56u);
 }
 
 // The batched training graph goes through the rest of the pipeline: fusion, schedule, memory.
