@@ -13,6 +13,7 @@
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/passes/fuse_batched.h"
 #include "src/passes/fuse_mlp_step.h"
 #include "src/passes/rewrite.h"
 #include "src/util/status_macros.h"
@@ -414,6 +415,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     if (options.pointwise_chains) finder.PointwiseChains();
     if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();
     groups = finder.TakeGroups();
+    AddBatchedGroups(training.graph, kept, options, groups);  // Ensembles' batched layers.
   }
   ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(source, groups, kept));
 

@@ -253,13 +253,16 @@ TEST(BatchEnsembleTest, BatchedTrainingGraphPlans) {
   ASSERT_TRUE(training.ok()) << training.status();
   auto plan = passes::BuildPlan(*std::move(training), batched->kept, {.lanes = 2});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  int matmul_launches = 0;
+  int matmul_launches = 0, fused_layers = 0;
   for (const Node& node : plan->graph().nodes()) {
     EXPECT_NE(node.op_name(), "matmul") << node.name;
     matmul_launches += node.op->kind == ir::OpKind::kMatmul;
+    fused_layers += node.op_name() == "batched_matmul_bias";
   }
   // Forward 3, weight gradients 3, data gradients 2: the same count as one model's.
   EXPECT_EQ(matmul_launches, 8);
+  EXPECT_EQ(fused_layers, 3) << "each layer's bias (and ReLU) in its GEMM's epilogue";
+  EXPECT_LE(plan->launches.size(), 20u);
 }
 
 TEST(BatchEnsembleTest, RefusesValuesNotInTheGraph) {
