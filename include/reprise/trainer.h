@@ -92,6 +92,11 @@ struct TrainOptions {
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
   // kernel where it is faster than library GEMMs; false keeps one launch per layer and pass.
   bool whole_step = true;
+  // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
+  // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
+  // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
+  // (docs/benchmarks.md, session 5).
+  bool relu_backward_epilogues = false;
   // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
   // also put side branches off the critical path (a residual block's downsample convolution and

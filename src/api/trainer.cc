@@ -190,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   impl->weight_names_ = std::move(weight_names);
   impl->SetEnsemble(std::move(batched), unfused_training);
   impl->model_fingerprint_ =
+  plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));

@@ -34,8 +34,9 @@ struct FuseOptions {
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
   // With gemm_epilogues: a hidden ReLU layer's backward (relu_grad, bias gradient) in the
-  // epilogue of the data-gradient matmul before it, float32 only.
-  bool relu_backward_epilogues = true;
+  // epilogue of the data-gradient matmul before it, float32 only. Off by default, as
+  // TrainOptions::relu_backward_epilogues says why.
+  bool relu_backward_epilogues = false;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
   bool pointwise_chains = true;

@@ -56,7 +56,7 @@ TEST(DumpDotTest, PlanPutsLaunchesInLaneClustersAndMarksFusedNodes) {
   for (const ScheduledLaunch& launch : s.plan.launches) {
     EXPECT_THAT(dot, HasSubstr(absl::StrCat("subgraph cluster_lane", launch.lane, " {")));
   }
-  const int32_t fused = *s.plan.graph().FindNode("fc0.matmul+bias+relu+mask");
+  const int32_t fused = *s.plan.graph().FindNode("fc0.matmul+bias+relu");
   const size_t at = dot.find(absl::StrCat("    n", fused, " [label="));
   ASSERT_NE(at, std::string::npos);
   const std::string statement = dot.substr(at, dot.find('\n', at) - at);

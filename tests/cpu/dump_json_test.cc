@@ -135,7 +135,7 @@ TEST(DumpJsonTest, PlanDumpHasLaunchesFusedGroupsAndTheMemoryPlan) {
     ASSERT_EQ(p["fused_groups"].array[i]["fused_nodes"].array.size(),
               plan.fused_groups[i].second.size());
   }
-  const JsonValue* first_layer = NodeNamed(dump, "fc0.matmul+bias+relu+mask");
+  const JsonValue* first_layer = NodeNamed(dump, "fc0.matmul+bias+relu");
   ASSERT_NE(first_layer, nullptr);
   ASSERT_EQ((*first_layer)["fused_nodes"].array.size(), 3u);
   EXPECT_EQ((*first_layer)["fused_nodes"].array[0].string, "fc0.matmul");

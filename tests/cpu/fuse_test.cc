@@ -55,9 +55,7 @@ passes::FuseOptions PerLayer() {
 
 TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
   Training t = MlpTraining(8, 64, 16, 10);
-  passes::FuseOptions options = PerLayer();
-  options.relu_backward_epilogues = false;
-  auto fused = passes::Fuse(t.training, {t.training.loss}, options);
+  auto fused = passes::Fuse(t.training, {t.training.loss}, PerLayer());
   ASSERT_TRUE(fused.ok()) << fused.status();
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
   EXPECT_EQ(counts.at("matmul_bias"), 9);                      // Every forward layer.
@@ -77,7 +75,9 @@ TEST(FuseTest, MlpBecomesOneLaunchPerGemmPlusLossChainsAndOneOptimizer) {
 // matmul before them, which reads the ReLU mask its forward matmul kept.
 TEST(FuseTest, HiddenLayerBackwardJoinsTheDataGradientEpilogue) {
   Training t = MlpTraining(8, 64, 16, 10);
-  auto fused = passes::Fuse(t.training, {t.training.loss}, PerLayer());
+  passes::FuseOptions options = PerLayer();
+  options.relu_backward_epilogues = true;
+  auto fused = passes::Fuse(t.training, {t.training.loss}, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   const Graph& g = fused->training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
@@ -140,6 +140,7 @@ TEST_P(FusedMatchesUnfusedTest, ThreeTrainingStepsGiveTheSameBits) {
   Training t = MlpTraining(3, 24, 8, 10);
   passes::FuseOptions options;
   options.whole_mlp_step = whole_step;
+  options.relu_backward_epilogues = !whole_step;  // The per-layer form with every epilogue.
   auto fused = passes::Fuse(t.training, {t.training.loss}, options);
   ASSERT_TRUE(fused.ok()) << fused.status();
   const CpuRun plain = RunCpu(t.training.graph, t.training.loss, float64, 3);

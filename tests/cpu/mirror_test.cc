@@ -73,20 +73,17 @@ autodiff::TrainingGraph TrainingOf(const Model& m) {
 // instead of one multi-tensor launch at the end, which keeps every weight gradient alive to the
 // end of the step: at batch 2 and 32x32, ResNet-18's 45 MB of gradients would then be its whole
 // peak, and there would be nothing for mirroring to lower.
-// `relu_epilogues`: fold hidden layers' ReLU gradients into cuBLASLt epilogues (FuseOptions).
-passes::PlanOptions WithMirror(MirrorOptions mirror, bool separate_updates = false,
-                               bool relu_epilogues = true) {
+passes::PlanOptions WithMirror(MirrorOptions mirror, bool separate_updates = false) {
   passes::PlanOptions options;
   options.mirror = mirror;
   options.fusion.whole_mlp_step = false;
   options.fusion.multi_tensor_optimizer = !separate_updates;
-  options.fusion.relu_backward_epilogues = relu_epilogues;
   return options;
 }
 
 absl::StatusOr<passes::Plan> PlanOf(const Model& m, MirrorOptions mirror,
-                                    bool separate_updates = false, bool relu_epilogues = true) {
-  return passes::BuildPlan(TrainingOf(m), {}, WithMirror(mirror, separate_updates, relu_epilogues));
+                                    bool separate_updates = false) {
+  return passes::BuildPlan(TrainingOf(m), {}, WithMirror(mirror, separate_updates));
 }
 
 struct CpuRun {
@@ -144,12 +141,11 @@ int CountOps(const Graph& g, const ir::OpDef& op) {
 
 // Runs the step with kAuto and with a budget (kAuto's peak), fused as planned and unfused, and
 // expects the bits of the unmirrored step; each of them must mirror something.
-void ExpectEveryPolicyGivesTheSameBits(const Model& m, int steps, bool separate_updates = false,
-                                       bool relu_epilogues = true) {
+void ExpectEveryPolicyGivesTheSameBits(const Model& m, int steps, bool separate_updates = false) {
   const autodiff::TrainingGraph plain = TrainingOf(m);
   std::vector<std::pair<std::string, passes::Plan>> plans;
   for (bool fuse : {true, false}) {
-    passes::PlanOptions options = WithMirror({}, separate_updates, relu_epilogues);
+    passes::PlanOptions options = WithMirror({}, separate_updates);
     options.fuse = fuse;
     auto off = passes::BuildPlan(TrainingOf(m), {}, options);
     ASSERT_TRUE(off.ok()) << off.status();
@@ -306,8 +302,7 @@ TEST(MirrorTest, RnnCellLikeChainIsNotMirrored) {
 // z = fc1(x), r = relu(z), then three more wide layers on r, and fc_skip(z) added to their
 // logits. fc_skip's weight gradient keeps z alive anyway, so r, which fc2's weight gradient reads
 // only after the deeper layers' backward, is recomputed from z just before; the matmuls that read
-// it (fc2) or produced z (fc1) never are. Planned without the ReLU-gradient epilogues: with them
-// the backward keeps no data-gradient product beside r, and the unmirrored peak is already as low.
+// it (fc2) or produced z (fc1) never are.
 TEST(MirrorTest, FullyConnectedLayerInputIsRecomputedButNotTheLayer) {
   Model m;
   Graph& g = m.graph;
@@ -323,7 +318,7 @@ TEST(MirrorTest, FullyConnectedLayerInputIsRecomputedButNotTheLayer) {
       *nn::Add(g, *nn::Linear(g, h, 10, "fc5"), *nn::Linear(g, z, 10, "fc_skip"), "logits");
   m.loss = *nn::SoftmaxCrossEntropy(g, logits, labels, "loss");
 
-  auto plan = PlanOf(m, {.policy = Policy::kAuto}, false, /*relu_epilogues=*/false);
+  auto plan = PlanOf(m, {.policy = Policy::kAuto});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_THAT(Originals(*plan), ::testing::Contains("relu1"));
   EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored);
@@ -345,7 +340,7 @@ TEST(MirrorTest, FullyConnectedLayerInputIsRecomputedButNotTheLayer) {
     }
   }
   EXPECT_THAT(readers, ::testing::UnorderedElementsAre("fc2.matmul.wgrad", "relu1.grad"));
-  ExpectEveryPolicyGivesTheSameBits(m, 3, false, /*relu_epilogues=*/false);
+  ExpectEveryPolicyGivesTheSameBits(m, 3);
 }
 
 TEST(MirrorTest, BudgetBelowTheSmallestReachablePeakIsInvalidArgument) {
