@@ -88,7 +88,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // channels over few rows, and many rows over many chunks.
                       BnCase{Layout::kNHWC, 4, 10, 6, 6}, BnCase{Layout::kNHWC, 2, 37, 5, 5},
                       BnCase{Layout::kNHWC, 2, 2048, 7, 7}, BnCase{Layout::kNHWC, 64, 8, 28, 28},
-                      BnCase{Layout::kNHWC, 3, 5, 1, 1}),
+                      BnCase{Layout::kNHWC, 3, 5, 1, 1},
+                      // ResNet-18's at 64x64, batch 8: the stem's 8192 values per channel, and
+                      // layer3's and layer4's few.
+                      BnCase{Layout::kNCHW, 8, 64, 32, 32}, BnCase{Layout::kNHWC, 8, 64, 32, 32},
+                      BnCase{Layout::kNCHW, 8, 256, 4, 4}, BnCase{Layout::kNCHW, 8, 512, 2, 2}),
     CaseName);
 
 }  // namespace
