@@ -29,7 +29,11 @@
 #include "src/runtime/kernel_activity.h"
 #include "src/util/status_macros.h"
 
-ABSL_FLAG(std::string, model, "mlp", "model: mlp or resnet");
+ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
+ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
+ABSL_FLAG(bool, batch_ensembles, true,
+          "train an ensemble's identical models as one batched model (TrainOptions)");
+ABSL_FLAG(int, input_features, 0, "input features (mlp, ensemble); 0 takes --width");
 ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
 ABSL_FLAG(int, batch, 32, "batch size");
@@ -55,6 +59,9 @@ ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
+ABSL_FLAG(bool, relu_epilogues, false,
+          "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
+          "(TrainOptions::relu_backward_epilogues)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 ABSL_FLAG(int, verify, 0,
           "also run N steps captured and N eagerly from one state with deterministic algorithms "
@@ -108,20 +115,51 @@ struct Model {
   std::string feature_input;
   int64_t feature_count = 0;
   int64_t classes = 0;
+  // Each input pair is "<prefix><feature_input>" and "<prefix>labels": one model's, or each
+  // model's of an ensemble ("m0.", "m1.", ...).
+  std::vector<std::string> prefixes = {""};
 };
+
+// Binds the same batch to every model's inputs.
+absl::Status SetInputs(reprise::Trainer& trainer, const Model& model, const std::vector<float>& x,
+                       const std::vector<int32_t>& y) {
+  for (const std::string& prefix : model.prefixes) {
+    RETURN_IF_ERROR(trainer.SetInput(prefix + model.feature_input, x));
+    RETURN_IF_ERROR(trainer.SetInput(prefix + "labels", y));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Model> BuildModel() {
   const std::string name = absl::GetFlag(FLAGS_model);
   const int batch = absl::GetFlag(FLAGS_batch), classes = absl::GetFlag(FLAGS_classes);
+  const int input_features = absl::GetFlag(FLAGS_input_features) > 0
+                                 ? absl::GetFlag(FLAGS_input_features)
+                                 : absl::GetFlag(FLAGS_width);
+  if (name == "ensemble") {
+    const int models = absl::GetFlag(FLAGS_ensemble);
+    ASSIGN_OR_RETURN(reprise::models::MlpEnsemble ensemble,
+                     reprise::models::BuildMlpEnsemble(models, {.batch = batch,
+                                                                .input_features = input_features,
+                                                                .depth = absl::GetFlag(FLAGS_depth),
+                                                                .width = absl::GetFlag(FLAGS_width),
+                                                                .classes = classes}));
+    Model model{std::move(ensemble.graph), ensemble.loss, "features",
+                int64_t{batch} * input_features, classes};
+    model.prefixes.clear();
+    for (int k = 0; k < models; ++k) model.prefixes.push_back(absl::StrCat("m", k, "."));
+    return model;
+  }
   if (name == "mlp") {
     const int width = absl::GetFlag(FLAGS_width);
     ASSIGN_OR_RETURN(reprise::models::Mlp mlp,
                      reprise::models::BuildMlp({.batch = batch,
-                                                .input_features = width,
+                                                .input_features = input_features,
                                                 .depth = absl::GetFlag(FLAGS_depth),
                                                 .width = width,
                                                 .classes = classes}));
-    return Model{std::move(mlp.graph), mlp.loss, "features", int64_t{batch} * width, classes};
+    return Model{std::move(mlp.graph), mlp.loss, "features", int64_t{batch} * input_features,
+                 classes};
   }
   if (name == "resnet") {
     const std::string layout = absl::GetFlag(FLAGS_layout);
@@ -142,7 +180,7 @@ absl::StatusOr<Model> BuildModel() {
                  classes};
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown --model '", name, "': this version knows mlp and resnet"));
+      absl::StrCat("unknown --model '", name, "': this version knows mlp, resnet and ensemble"));
 }
 
 absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
@@ -155,11 +193,13 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
+  options.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
+  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -168,8 +208,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   std::vector<int32_t> y(batch);
   for (float& v : x) v = normal(rng);
   for (int32_t& v : y) v = label(rng);
-  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
-  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
   // Host cost of Step() alone: the calls only enqueue, so time each call, then drain the queue.
@@ -228,11 +267,11 @@ absl::Status Profile() {
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
+  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
-  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
-  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
   ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times, trainer->ProfileLaunches(10));
   std::map<std::string, std::pair<double, int>> by_kind;
   double total = 0;
@@ -272,6 +311,7 @@ absl::Status VerifyModel(int steps) {
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
+  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
@@ -279,8 +319,7 @@ absl::Status VerifyModel(int steps) {
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch));
   for (float& v : x) v = normal(rng);
   for (int32_t& v : y) v = static_cast<int32_t>(rng() % model.classes);
-  RETURN_IF_ERROR(trainer->SetInput(model.feature_input, x));
-  RETURN_IF_ERROR(trainer->SetInput("labels", y));
+  RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
   ASSIGN_OR_RETURN(const reprise::VerifyResult result, trainer->Verify(steps));
   std::printf("%s\n%s", result.ToString().c_str(), trainer->Report().ToText().c_str());
   return result.ok() ? absl::OkStatus() : absl::InternalError("verify mode found a difference");
@@ -290,8 +329,16 @@ absl::Status VerifyModel(int steps) {
 // fused graph mode. The script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode.
 absl::Status CompareTorch(double graph_ms) {
   const bool resnet = absl::GetFlag(FLAGS_model) == "resnet";
+  const int input_features = absl::GetFlag(FLAGS_input_features) > 0
+                                 ? absl::GetFlag(FLAGS_input_features)
+                                 : absl::GetFlag(FLAGS_width);
   const std::string model_flags =
-      resnet
+      absl::GetFlag(FLAGS_model) == "ensemble"
+          ? absl::StrFormat(
+                "torch_ensemble.py --models %d --input-features %d --depth %d --width %d%s",
+                absl::GetFlag(FLAGS_ensemble), input_features, absl::GetFlag(FLAGS_depth),
+                absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_tf32) ? " --tf32" : "")
+      : resnet
           ? absl::StrFormat("torch_resnet.py --depth %d --image-size %d --layout %s --precision %s",
                             absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_image_size),
                             absl::GetFlag(FLAGS_layout),
@@ -328,6 +375,14 @@ absl::Status CompareTorch(double graph_ms) {
   return absl::OkStatus();
 }
 
+// " ensemble=K batch_ensembles=0|1 input_features=N" for the ensemble model, else "".
+std::string EnsembleConfig() {
+  if (absl::GetFlag(FLAGS_model) != "ensemble") return "";
+  return absl::StrFormat(" ensemble=%d batch_ensembles=%d input_features=%d",
+                         absl::GetFlag(FLAGS_ensemble), absl::GetFlag(FLAGS_batch_ensembles),
+                         absl::GetFlag(FLAGS_input_features));
+}
+
 absl::Status Main() {
   std::vector<reprise::ExecMode> modes;
   if (absl::GetFlag(FLAGS_mode) == "none") {
@@ -346,12 +401,12 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
       "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
-      "bf16=%d lanes=%d mirror=%s",
+      "bf16=%d lanes=%d mirror=%s%s",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
       absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
       absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
       absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_bf16), absl::GetFlag(FLAGS_lanes),
-      absl::GetFlag(FLAGS_mirror));
+      absl::GetFlag(FLAGS_mirror), EnsembleConfig());
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
@@ -416,7 +471,7 @@ absl::Status Main() {
         "\"channels_last\": \"%s\", "
         "\"batch\": %d, \"classes\": %d, \"tf32\": %s, \"bf16\": %s, "
         "\"lanes\": %d, \"mirror\": \"%s\", "
-        "\"iters\": %d, \"warmup\": %d}, \"results\": {%s}}\n",
+        "\"iters\": %d, \"warmup\": %d%s}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
         absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
@@ -424,6 +479,13 @@ absl::Status Main() {
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
         absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_lanes),
         absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
+        absl::GetFlag(FLAGS_model) != "ensemble"
+            ? ""
+            : absl::StrFormat(", \"ensemble\": %d, \"batch_ensembles\": %s, "
+                              "\"input_features\": %d",
+                              absl::GetFlag(FLAGS_ensemble),
+                              absl::GetFlag(FLAGS_batch_ensembles) ? "true" : "false",
+                              absl::GetFlag(FLAGS_input_features)),
         absl::StrJoin(json_results, ", "));
     if (!out) return absl::UnavailableError(absl::StrCat("could not write ", path));
   }

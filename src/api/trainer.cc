@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -13,6 +14,7 @@
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/optimizer_graph.h"
 #include "src/codegen/batch_norm_kernels.h"
+#include "src/codegen/batched_kernels.h"
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
@@ -82,6 +84,14 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   }
   if (UsesOptimizerKernels(graph)) {  // Adam, Nesterov, clipping or a schedule.
     for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
+      sources.push_back(ops::ToKernelSource(kernel));
+    }
+  }
+  const bool batched = std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
+    return n.op == &ops::BatchedBiasAddOp() || n.op == &ops::BatchedMatmulBiasOp();
+  });
+  if (batched) {  // An ensemble's batched layers (src/passes/batch_ensemble.h).
+    for (const codegen::GeneratedKernel& kernel : codegen::BatchedKernels()) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
   }
@@ -180,6 +190,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step;
+  plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
   const Graph unfused_training = training.graph;  // For the models' own names of stacked tensors.
@@ -190,7 +201,6 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   impl->weight_names_ = std::move(weight_names);
   impl->SetEnsemble(std::move(batched), unfused_training);
   impl->model_fingerprint_ =
-  plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
