@@ -91,12 +91,12 @@ extern "C" __global__ void reprise_batched_softmax_xent_grad(const float* __rest
 GeneratedKernel BatchedSoftmaxCrossEntropyWithGrad() {
   return {"reprise_batched_softmax_xent_with_grad", LossRowHelpersSource() + R"(
 extern "C" __global__ void reprise_batched_softmax_xent_with_grad(
-    const float* __restrict__ z, const int* __restrict__ labels, const float* __restrict__ dloss,
+    const float* __restrict__ z, const int* __restrict__ labels, const float* __restrict__ dtotal,
     float* __restrict__ loss, float* __restrict__ dz, int rows, int cols) {
   extern __shared__ float row_loss[];
   const int model = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const float scale = dloss[model] / rows;
+  const float scale = dtotal[0] / rows;
   for (int r = warp; r < rows; r += warps) {
     const long long row = (long long)model * rows + r;
     const float* zr = z + row * cols;
@@ -109,6 +109,37 @@ extern "C" __global__ void reprise_batched_softmax_xent_with_grad(
   }
   __syncthreads();
   if (threadIdx.x == 0) loss[model] = MeanOfRows(row_loss, rows);
+}
+)"};
+}
+
+GeneratedKernel BatchedReluGradColumnSum() {
+  // BatchedColumnSum()'s grid and order, summing the ReLU's gradient as it is stored.
+  return {"reprise_batched_relu_grad_column_sum", R"(
+extern "C" __global__ void reprise_batched_relu_grad_column_sum(const float* __restrict__ dy,
+                                                                const float* __restrict__ y,
+                                                                float* __restrict__ dx,
+                                                                float* __restrict__ db,
+                                                                long long rows, long long cols) {
+  __shared__ float partial[32][33];
+  const long long base = blockIdx.y * rows * cols;
+  const long long c = blockIdx.x * 32LL + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (long long r = threadIdx.y; r < rows; r += 32) {
+      const long long i = base + r * cols + c;
+      const float v = y[i] > 0.0f ? dy[i] : 0.0f;
+      dx[i] = v;
+      sum += v;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];
+    db[blockIdx.y * cols + c] = total;
+  }
 }
 )"};
 }
@@ -143,6 +174,7 @@ std::vector<GeneratedKernel> BatchedKernels() {
           BatchedSoftmaxCrossEntropy(),
           BatchedSoftmaxCrossEntropyGrad(),
           BatchedSoftmaxCrossEntropyWithGrad(),
+          BatchedReluGradColumnSum(),
           ModelSum(),
           ModelBroadcast()};
 }

@@ -31,10 +31,15 @@ GeneratedKernel BatchedSoftmaxCrossEntropy();
 // int cols).
 GeneratedKernel BatchedSoftmaxCrossEntropyGrad();
 
-// Both of the above in one launch, as SoftmaxCrossEntropyWithGrad() per model: one block per
-// model. Signature: (const float* z, const int* labels, const float* dloss, float* loss,
-// float* dz, int rows, int cols); shared memory rows floats.
+// Both of the above in one launch with every model's dloss the gradient of the models' summed
+// loss, dtotal[0]; one block per model. Signature: (const float* z, const int* labels,
+// const float* dtotal, float* loss, float* dz, int rows, int cols); shared memory rows floats.
 GeneratedKernel BatchedSoftmaxCrossEntropyWithGrad();
+
+// dx = y > 0 ? dy : 0 over [K, rows, cols], and db[k, c] = Σ_r dx[k, r, c] in
+// BatchedColumnSum()'s grid and order. Signature: (const float* dy, const float* y, float* dx,
+// float* db, long long rows, long long cols).
+GeneratedKernel BatchedReluGradColumnSum();
 
 // out[0] = x[0] + x[1] + ... + x[K-1], in that order (one thread). Signature: (const float* x,
 // float* out, int models).

@@ -21,13 +21,19 @@ const ir::OpDef& BatchedMatmulBiasOp();
 const ir::OpDef& BatchedBiasAddOp();
 // (dy [K, R, C]) -> db [K, C], db[k, c] = Σ_r dy[k, r, c]: the batched bias gradient.
 const ir::OpDef& BatchedColumnSumOp();
+// (dy, y [K, R, C]) -> (dx = y > 0 ? dy : 0, db [K, C] = column sums of dx): relu_grad and the
+// bias gradient that follows it in one kernel (the fuse pass's).
+const ir::OpDef& BatchedReluGradBiasGradOp();
 
 // batched_loss.cc. (logits f32 [K, B, C], labels i32 [K, B]) -> f32 [K]: each model's mean
 // softmax cross-entropy.
 const ir::OpDef& BatchedSoftmaxCrossEntropyOp();
 // (logits, labels, dloss f32 [K]) -> dlogits [K, B, C].
 const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp();
-// (logits, labels, dloss) -> (loss [K], dlogits): both in one kernel (the fuse pass's).
+// (logits, labels, dtotal f32 []) -> (loss [K], total f32 [], dlogits): the loss of an ensemble
+// trained on the sum of its models' losses, and the gradient of that sum (dtotal per model): the
+// fuse pass's form of batched_softmax_cross_entropy, model_sum, model_broadcast and
+// batched_softmax_cross_entropy_grad (one loss kernel, then model_sum's).
 const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp();
 // (x f32 [K]) -> f32 []: x[0] + ... + x[K-1] in index order; the sum of the models' losses.
 const ir::OpDef& ModelSumOp();

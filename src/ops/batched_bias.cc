@@ -5,6 +5,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -114,7 +115,50 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedColumnSum(const LoweringC
       dim3(32, 32), 0, std::move(args));
 }
 
+// batched_relu_grad_bias_grad: (dy, y) -> (dx, db) ----------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferReluGradBiasGrad(const Attrs& attrs,
+                                                              absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dy ", in[0].ToString(), " and y ", in[1].ToString(), " must have one spec"));
+  }
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> db, InferBatchedColumnSum(attrs, in.subspan(0, 1)));
+  return std::vector<TensorSpec>{in[0], db[0]};
+}
+
+// relu_grad's reference, then batched_column_sum's over its result.
+absl::Status CpuReluGradBiasGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                 absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(ReluGradOp().cpu(node, in, out.subspan(0, 1)));
+  return CpuBatchedColumnSum(node, out.subspan(0, 1), out.subspan(1, 1));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerReluGradBiasGrad(const LoweringContext& ctx,
+                                                                 const Node& node) {
+  RETURN_IF_ERROR(CheckF32(node, ctx.input_specs));
+  const Shape& shape = ctx.input_specs[0].shape;
+  const long long rows = shape.dim(1), cols = shape.dim(2);
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
+  args.Add(rows).Add(cols);
+  return NvrtcKernel::Create(
+      ctx, node.name, codegen::BatchedReluGradColumnSum(),
+      dim3(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(shape.dim(0))),
+      dim3(32, 32), 0, std::move(args));
+}
+
 }  // namespace
+
+const ir::OpDef& BatchedReluGradBiasGradOp() {
+  static const ir::OpDef op{.name = "batched_relu_grad_bias_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferReluGradBiasGrad,
+                            .cpu = CpuReluGradBiasGrad,
+                            .lower = LowerReluGradBiasGrad};
+  return op;
+}
 
 // Pointwise by kind (cheap to recompute), but with no chainable expression: its bias operand is
 // indexed by model and column, which fused pointwise kernels do not express.

@@ -8,6 +8,7 @@
 #include "src/codegen/batched_kernels.h"
 #include "src/ops/batched.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
 
@@ -44,10 +45,16 @@ absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs&,
   return std::vector<TensorSpec>{in[0]};
 }
 
-absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs& attrs,
+absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs&,
                                                           absl::Span<const TensorSpec> in) {
-  ASSIGN_OR_RETURN(std::vector<TensorSpec> grad, InferXentGrad(attrs, in));
-  return std::vector<TensorSpec>{{Shape{in[0].shape.dim(0)}, in[0].dtype}, grad[0]};
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  if (in[2].shape.rank() != 0 || in[2].dtype != in[0].dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtotal must be a scalar of the logits' dtype, got ", in[2].ToString()));
+  }
+  return std::vector<TensorSpec>{
+      {Shape{in[0].shape.dim(0)}, in[0].dtype}, {Shape{}, in[0].dtype}, in[0]};
 }
 
 absl::StatusOr<std::vector<Value>> GradXent(Graph& g, const Node& node,
@@ -63,15 +70,18 @@ absl::StatusOr<std::vector<Value>> GradXent(Graph& g, const Node& node,
 }
 
 // softmax_cross_entropy's reference per model: for each row, m = max z, s = Σ exp(z - m), the
-// loss log s + m - z[label] and the gradient scale · (exp(z - m) / s - [c == label]).
+// loss log s + m - z[label] and the gradient scale · (exp(z - m) / s - [c == label]), with
+// scale = in[2][k] / rows, or in[2][0] / rows for every model when `shared_dloss`.
 template <typename T>
-absl::Status XentModels(absl::Span<ir::HostTensor* const> in, T* loss, T* dz) {
+absl::Status XentModels(absl::Span<ir::HostTensor* const> in, T* loss, T* dz,
+                        bool shared_dloss = false) {
   const Shape& shape = in[0]->spec().shape;
   const int64_t models = shape.dim(0), rows = shape.dim(1), cols = shape.dim(2);
   auto zs = in[0]->data<T>();
   auto ls = in[1]->data<int32_t>();
   for (int64_t k = 0; k < models; ++k) {
-    const T scale = dz == nullptr ? T(0) : in[2]->data<T>()[k] / static_cast<T>(rows);
+    const T scale =
+        dz == nullptr ? T(0) : in[2]->data<T>()[shared_dloss ? 0 : k] / static_cast<T>(rows);
     T total = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t row = k * rows + r;
@@ -110,10 +120,13 @@ absl::Status CpuXentGrad(const Node&, absl::Span<ir::HostTensor* const> in,
   });
 }
 
+// The unfused references in sequence: the losses and the gradient of their sum, then the sum.
 absl::Status CpuXentWithGrad(const Node&, absl::Span<ir::HostTensor* const> in,
                              absl::Span<ir::HostTensor* const> out) {
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    return XentModels<T>(in, out[0]->data<T>().data(), out[1]->data<T>().data());
+    RETURN_IF_ERROR(XentModels<T>(in, out[0]->data<T>().data(), out[2]->data<T>().data(),
+                                  /*shared_dloss=*/true));
+    return ModelSumOp().cpu(Node(), out.subspan(0, 1), out.subspan(1, 1));
   });
 }
 
@@ -167,14 +180,24 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentWithGrad(const LoweringConte
                                                              const Node& node) {
   RETURN_IF_ERROR(CheckF32Loss(node, ctx.input_specs));
   const Shape& shape = ctx.input_specs[0].shape;
+  const int models = static_cast<int>(shape.dim(0));
   const int rows = static_cast<int>(shape.dim(1)), cols = static_cast<int>(shape.dim(2));
   ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
-  KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]);
-  args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
-  return NvrtcKernel::Create(ctx, node.name, codegen::BatchedSoftmaxCrossEntropyWithGrad(),
-                             dim3(static_cast<unsigned>(shape.dim(0))), dim3(512), shared,
-                             std::move(args));
+  KernelArgs loss_args;
+  loss_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]);
+  loss_args.Add(ctx.outputs[0]).Add(ctx.outputs[2]).Add(rows).Add(cols);
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node.name, codegen::BatchedSoftmaxCrossEntropyWithGrad(),
+                          dim3(static_cast<unsigned>(models)), dim3(512), shared,
+                          std::move(loss_args)));
+  KernelArgs sum_args;
+  sum_args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(models);
+  ASSIGN_OR_RETURN(parts.emplace_back(),
+                   NvrtcKernel::Create(ctx, node.name, codegen::ModelSum(), dim3(1), dim3(32), 0,
+                                       std::move(sum_args)));
+  return Sequence(std::move(parts));
 }
 
 // model_sum and model_broadcast -----------------------------------------------------------------

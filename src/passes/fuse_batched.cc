@@ -39,6 +39,53 @@ class BatchedFinder {
     }
   }
 
+  // relu_grad -> batched_column_sum (a hidden layer's bias gradient): one pass over dy.
+  void ReluGradBiasGrad() {
+    for (const Node& sum : g_.nodes()) {
+      if (sum.op != &ops::BatchedColumnSumOp() || taken_.contains(sum.id)) continue;
+      const Node& grad = g_.node(sum.inputs[0].node);
+      if (grad.op != &ops::ReluGradOp() || taken_.contains(grad.id) ||
+          grad.outputs[0].shape.rank() != 3) {
+        continue;
+      }
+      TryAdd({.members = {grad.id, sum.id},
+              .op = &ops::BatchedReluGradBiasGradOp(),
+              .name = absl::StrCat(grad.name, "+", sum.name),
+              .inputs = grad.inputs,
+              .outputs = {Value{grad.id, 0}, Value{sum.id, 0}}});
+    }
+  }
+
+  // The ensemble's loss: batched_softmax_cross_entropy -> model_sum (the total), and in the
+  // backward model_broadcast(dtotal) -> batched_softmax_cross_entropy_grad.
+  void LossStep() {
+    for (const Node& loss : g_.nodes()) {
+      if (loss.op != &ops::BatchedSoftmaxCrossEntropyOp() || taken_.contains(loss.id)) continue;
+      const std::vector<int32_t> sums = Readers(Value{loss.id, 0});
+      if (sums.size() != 1 || g_.node(sums[0]).op != &ops::ModelSumOp() ||
+          taken_.contains(sums[0])) {
+        continue;
+      }
+      for (int32_t r : Readers(loss.inputs[0])) {
+        const Node& grad = g_.node(r);
+        if (grad.op != &ops::BatchedSoftmaxCrossEntropyGradOp() || taken_.contains(r) ||
+            grad.inputs[1] != loss.inputs[1]) {
+          continue;
+        }
+        const Node& broadcast = g_.node(grad.inputs[2].node);
+        if (broadcast.op != &ops::ModelBroadcastOp() || SoleReader(grad.inputs[2]) != &grad) {
+          continue;
+        }
+        TryAdd({.members = {loss.id, sums[0], broadcast.id, grad.id},
+                .op = &ops::BatchedSoftmaxCrossEntropyWithGradOp(),
+                .name = absl::StrCat(loss.name, "+sum+grad"),
+                .inputs = {loss.inputs[0], loss.inputs[1], broadcast.inputs[0]},
+                .outputs = {Value{loss.id, 0}, Value{sums[0], 0}, Value{grad.id, 0}}});
+        break;
+      }
+    }
+  }
+
  private:
   std::vector<int32_t> Readers(Value v) const {
     auto it = consumers_.readers.find(v);
@@ -68,7 +115,9 @@ class BatchedFinder {
 void AddBatchedGroups(const Graph& graph, absl::Span<const Value> kept, const FuseOptions& options,
                       std::vector<NodeGroup>& groups) {
   BatchedFinder finder(graph, kept, groups);
+  if (options.loss_with_grad) finder.LossStep();
   if (options.gemm_epilogues) finder.LayerEpilogues();
+  if (options.pointwise_chains) finder.ReluGradBiasGrad();
 }
 
 }  // namespace reprise::passes
