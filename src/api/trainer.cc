@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
   impl->user_values_ = std::move(layout.map);
   impl->weight_names_ = std::move(weight_names);
-  impl->SetEnsemble(std::move(batched), unfused_training);
+  impl->SetEnsemble(graph, std::move(batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   for (const LabelUse& use : label_uses) {
@@ -469,16 +469,10 @@ absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<cons
 }
 
 std::vector<std::string> Trainer::Impl::ParameterNames() const {
+  if (!user_parameter_names_.empty()) return user_parameter_names_;  // Batched: the user's order.
   std::vector<std::string> names;
-  for (int32_t id : plan_.graph().NodesOf("parameter")) {
-    const std::string& name = plan_.graph().node(id).name;
-    auto models = model_names_.find(name);  // A stacked parameter answers to its models' names.
-    if (models == model_names_.end()) {
-      names.push_back(name);
-    } else {
-      names.insert(names.end(), models->second.begin(), models->second.end());
-    }
-  }
+  for (int32_t id : plan_.graph().NodesOf("parameter"))
+    names.push_back(plan_.graph().node(id).name);
   return names;
 }
 

@@ -6,7 +6,12 @@
 
 namespace reprise {
 
-void Trainer::Impl::SetEnsemble(passes::BatchedGraph batched, const Graph& training) {
+void Trainer::Impl::SetEnsemble(const Graph& user, passes::BatchedGraph batched,
+                                const Graph& training) {
+  if (!batched.groups.empty()) {
+    for (int32_t id : user.NodesOf("parameter"))
+      user_parameter_names_.push_back(user.node(id).name);
+  }
   for (passes::ModelTensor& t : passes::ModelTensorNames(training, batched)) {
     model_names_[t.stacked].push_back(t.name);
     std::string name = t.name;

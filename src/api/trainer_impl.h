@@ -104,9 +104,10 @@ class Trainer::Impl {
   // Waits until no queued step still reads the input staging or writes the arena.
   absl::Status WaitForLastStep();
   absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
-  // Keeps what ensemble batching did: `batched`'s value map and stacked leaves, and the per-model
-  // names of the stacked tensors of `training` (its training graph).
-  void SetEnsemble(passes::BatchedGraph batched, const Graph& training);
+  // Keeps what ensemble batching did to `user` (the user's graph): `batched`'s value map and
+  // stacked leaves, the per-model names of the stacked tensors of `training` (its training
+  // graph), and the user's parameter names in the user's order.
+  void SetEnsemble(const Graph& user, passes::BatchedGraph batched, const Graph& training);
   // The input node called `name`, or NotFound.
   absl::StatusOr<int32_t> FindInput(absl::string_view name) const;
   // The input called `name`, or a model's slice of a stacked input so named; else NotFound.
@@ -148,6 +149,7 @@ class Trainer::Impl {
   absl::flat_hash_map<std::string, passes::ModelTensor> model_tensors_;
   absl::flat_hash_map<std::string, std::vector<std::string>> model_names_;
   absl::flat_hash_map<std::string, const passes::StackedLeaf*> stacked_leaves_;  // In ensemble_.
+  std::vector<std::string> user_parameter_names_;  // When ensembles were batched.
   int64_t steps_ = 0;
   bool step_queued_ = false;
   // Checkpoints, verify and the report.
