@@ -182,8 +182,12 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
     if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
     const Shape& logits = training.graph.spec(n.inputs[0]).shape;
+    Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
+    if (training.graph.node(labels.node).op == &ops::ModelTileOp()) {
+      labels = training.graph.node(labels.node).inputs[0];
+    }
     label_uses.push_back(
-        {training.graph.node(n.inputs[1].node).name, logits.dim(batched_loss ? 2 : 1), n.name});
+        {training.graph.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
   }
   // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));

@@ -168,6 +168,19 @@ extern "C" __global__ void reprise_model_broadcast(const float* __restrict__ x,
 )"};
 }
 
+GeneratedKernel ModelTile() {
+  return {"reprise_model_tile", R"(
+extern "C" __global__ void reprise_model_tile(const unsigned* __restrict__ x,
+                                              unsigned* __restrict__ y, long long per_model,
+                                              long long total) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+       i += (long long)gridDim.x * blockDim.x) {
+    y[i] = x[i % per_model];
+  }
+}
+)"};
+}
+
 std::vector<GeneratedKernel> BatchedKernels() {
   return {BatchedBiasAdd(),
           BatchedColumnSum(),
@@ -176,7 +189,8 @@ std::vector<GeneratedKernel> BatchedKernels() {
           BatchedSoftmaxCrossEntropyWithGrad(),
           BatchedReluGradColumnSum(),
           ModelSum(),
-          ModelBroadcast()};
+          ModelBroadcast(),
+          ModelTile()};
 }
 
 }  // namespace reprise::codegen

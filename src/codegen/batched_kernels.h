@@ -48,6 +48,10 @@ GeneratedKernel ModelSum();
 // out[k] = x[0] for k < K. Signature: (const float* x, float* out, int models).
 GeneratedKernel ModelBroadcast();
 
+// y[i] = x[i % per_model] for i < total: x repeated per model, as 4-byte words (float32 or
+// int32). Signature: (const unsigned* x, unsigned* y, long long per_model, long long total).
+GeneratedKernel ModelTile();
+
 std::vector<GeneratedKernel> BatchedKernels();
 
 }  // namespace reprise::codegen

@@ -40,6 +40,11 @@ const ir::OpDef& ModelSumOp();
 // (x f32 []) -> f32 [K], every entry x; attr models (K). model_sum's gradient.
 const ir::OpDef& ModelBroadcastOp();
 
+// model_tile.cc. (x [...]) -> [K, ...]: x repeated for each of attr models (K) models, any
+// 4-byte element type: an input or constant that every model of an ensemble reads. No gradient
+// (inputs and constants need none).
+const ir::OpDef& ModelTileOp();
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_BATCHED_H_

@@ -33,7 +33,9 @@ TensorSpec Stacked(int64_t models, const TensorSpec& spec) {
 }
 
 // "<common prefix>*<common suffix>" of the names: "m*.fc0.weight" for "m0.fc0.weight", ...
+// One name stands for itself.
 std::string Pattern(const std::vector<std::string>& names) {
+  if (names.size() == 1) return names[0];
   size_t prefix = names[0].size(), suffix = names[0].size(), shortest = names[0].size();
   for (const std::string& name : names) {
     shortest = std::min(shortest, name.size());
@@ -58,9 +60,13 @@ class Rewriter {
     for (const Node& node : old.nodes()) names_.insert(node.name);
     for (size_t g = 0; g < matches_.groups.size(); ++g) {
       const ensemble::Match& match = matches_.groups[g];
+      const absl::flat_hash_set<int32_t> shared(match.shared_leaves.begin(),
+                                                match.shared_leaves.end());
       for (size_t k = 0; k < match.nodes.size(); ++k) {
         for (const auto& [tmpl, id] : match.nodes[k]) {
-          member_of_[id] = {static_cast<int>(g), static_cast<int64_t>(k), tmpl};
+          if (!shared.contains(tmpl)) {
+            member_of_[id] = {static_cast<int>(g), static_cast<int64_t>(k), tmpl};
+          }
         }
       }
     }
@@ -164,11 +170,28 @@ class Rewriter {
     return it->second.value;
   }
 
+  // A leaf every model of `group` reads, repeated for each model: [K, ...] (made once).
+  absl::StatusOr<Value> Tiled(int group, Value leaf) {
+    auto key = std::make_pair(group, leaf.node);
+    if (auto it = tiled_.find(key); it != tiled_.end()) return it->second;
+    ASSIGN_OR_RETURN(const Value whole, Whole(leaf));
+    const int64_t models = static_cast<int64_t>(matches_.groups[group].roots.size());
+    ASSIGN_OR_RETURN(
+        const Value tiled,
+        out_.graph.AddOp1(ops::ModelTileOp(),
+                          UniqueName({absl::StrCat(old_.node(leaf.node).name, ".tiled")}), {whole},
+                          {{"models", models}}));
+    tiled_[key] = tiled;
+    return tiled;
+  }
+
   absl::Status AddBatchedOp(int group, int32_t tmpl) {
     const Node& node = old_.node(tmpl);
+    const std::vector<int32_t>& shared = matches_.groups[group].shared_leaves;
     std::vector<Value> inputs;
     for (const Value& v : node.inputs) {
-      ASSIGN_OR_RETURN(const Value mapped, Whole(v));
+      const bool is_shared = std::binary_search(shared.begin(), shared.end(), v.node);
+      ASSIGN_OR_RETURN(const Value mapped, is_shared ? Tiled(group, v) : Whole(v));
       inputs.push_back(mapped);
     }
     const ir::OpDef* op = ensemble::BatchedOpOf(node);
@@ -258,7 +281,8 @@ class Rewriter {
   absl::flat_hash_set<std::string> names_;
   absl::flat_hash_map<int32_t, Membership> member_of_;
   absl::flat_hash_map<int32_t, int> tree_of_;
-  absl::flat_hash_map<int32_t, int32_t> node_ids_;  // Copied nodes: old id -> new id.
+  absl::flat_hash_map<std::pair<int, int32_t>, Value> tiled_;  // (group, shared leaf) -> tiled.
+  absl::flat_hash_map<int32_t, int32_t> node_ids_;             // Copied nodes: old id -> new id.
 };
 
 BatchedGraph Unchanged(const Graph& graph, Value loss, absl::Span<const Value> keep) {

@@ -11,13 +11,16 @@
 //   - a branch is the cone of a root node (everything the root is computed from): its ops, and
 //     the inputs, parameters and constants it reads. Branches batch together when their cones are
 //     isomorphic (same ops, attributes, shapes and dtypes, wired the same way), disjoint (no node
-//     or leaf shared), and only the root's value leaves the cone;
+//     or parameter shared; an input or constant is either every model's own or read by all of
+//     them, as when every model trains on the same batch: it is then tiled [K, ...] by a
+//     model_tile node), and only the root's value leaves the cone;
 //   - the root's value may be kept (fetched, the loss) or read by a tree of scalar adds, the usual
 //     sum of the models' losses, which becomes a model_sum of the batched [K] losses;
 //   - every op of a branch must have a batched form: matmul -> batched_matmul, bias_add ->
 //     batched_bias_add, softmax_cross_entropy -> batched_softmax_cross_entropy, and element-wise
 //     pointwise ops (relu, add, ...) as they are on the stacked tensors;
-//   - each leaf becomes one stacked leaf [K, ...] named "<common prefix>*<common suffix>" of the
+//   - each model's own leaf becomes one stacked leaf [K, ...] named "<common prefix>*<common
+//   suffix>" of the
 //     members' names ("m*.fc0.weight" for "m0.fc0.weight" ... "m31.fc0.weight"), which the
 //     Trainer still answers to by the members' names (StackedLeaf, ModelTensorNames).
 //

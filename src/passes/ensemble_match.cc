@@ -31,6 +31,12 @@ bool IsElementwise(const Node& node) {
   return true;
 }
 
+// Inputs and constants may be shared by all the models (the same batch for every model): they
+// are read, never written, so each batched op can read them tiled [K, ...].
+bool Shareable(const Node& node) {
+  return node.op == &ir::InputOp() || node.op == &ir::ConstantOp();
+}
+
 bool BatchableLeaf(const Node& node) {
   return node.op == &ir::InputOp() || node.op == &ir::ParameterOp() || node.op == &ir::ConstantOp();
 }
@@ -170,7 +176,10 @@ class Finder {
       if (consumed_.contains(root)) continue;
       const std::vector<int32_t> cone = Cone(g_, root);
       bool free = true;
-      for (int32_t id : cone) free = free && !consumed_.contains(id) && !taken.contains(id);
+      for (int32_t id : cone) {
+        if (Shareable(g_.node(id))) continue;
+        free = free && !consumed_.contains(id) && !taken.contains(id);
+      }
       if (!free) continue;
       absl::flat_hash_map<int32_t, int32_t> map;
       absl::flat_hash_set<int32_t> used;
@@ -212,17 +221,46 @@ class Finder {
         return decline(absl::StrCat("the loss '", g_.node(loss_.node).name, "' is one model's"));
       }
     }
+    if (std::string reason = ClassifyLeaves(c); !reason.empty()) return decline(reason);
     if (std::string reason = CheckStackedShapes(c.match); !reason.empty()) return decline(reason);
     std::string tree_reason;
     if (!RootsSummed(c, tree_reason)) return decline(tree_reason);
     return c;
   }
 
-  // Why the inner values of the branch of `root` are read outside it, or "".
+  // Each input or constant of the template is either shared by every model (the same node) or
+  // each model's own, stacked, and then read by nothing outside its model; else the reason.
+  std::string ClassifyLeaves(Candidate& c) const {
+    for (int32_t leaf : c.match.template_leaves) {
+      if (!Shareable(g_.node(leaf))) continue;
+      absl::flat_hash_set<int32_t> distinct;
+      for (const auto& nodes : c.match.nodes) distinct.insert(nodes.at(leaf));
+      if (distinct.size() == 1) {
+        c.match.shared_leaves.push_back(leaf);
+        continue;
+      }
+      if (distinct.size() != c.match.nodes.size()) {
+        return absl::StrCat("some models share '", g_.node(leaf).name, "' and others do not");
+      }
+      for (size_t k = 0; k < c.match.nodes.size(); ++k) {
+        const int32_t own = c.match.nodes[k].at(leaf);
+        for (int32_t reader : Readers(Value{own, 0})) {
+          if (!c.cones[k].contains(reader)) {
+            return absl::StrCat("'", g_.node(own).name, "' is also read by '", g_.node(reader).name,
+                                "', outside the model");
+          }
+        }
+      }
+    }
+    return "";
+  }
+
+  // Why the inner values of the branch of `root` are read outside it, or "". Inputs and
+  // constants are checked once the group is known (ClassifyLeaves): they may be shared.
   std::string ReadOutside(int32_t root, const std::vector<int32_t>& cone) const {
     const absl::flat_hash_set<int32_t> inside(cone.begin(), cone.end());
     for (int32_t id : cone) {
-      if (id == root) continue;
+      if (id == root || Shareable(g_.node(id))) continue;
       for (int out = 0; out < static_cast<int>(g_.node(id).outputs.size()); ++out) {
         for (int32_t reader : Readers(Value{id, out})) {
           if (!inside.contains(reader)) {

@@ -22,6 +22,9 @@ struct Match {
   std::vector<absl::flat_hash_map<int32_t, int32_t>> nodes;  // [model]: template -> model's.
   std::vector<int32_t> template_ops;     // Model 0's non-leaf nodes, ascending (topological).
   std::vector<int32_t> template_leaves;  // Model 0's leaves, ascending.
+  // Inputs and constants every model reads (the same node in every model), ascending; the
+  // other leaves are each model's own.
+  std::vector<int32_t> shared_leaves;
 };
 
 // Adds of scalars whose only job is to sum values, at least one of them a batched root: the

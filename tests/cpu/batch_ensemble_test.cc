@@ -184,6 +184,50 @@ TEST(BatchEnsembleTest, MismatchedModelIsLeftAlone) {
   ExpectSameLossesAndGradients(g, total, *losses, *batched);
 }
 
+// A deep ensemble: every model reads the same batch. The shared inputs stay as they are and each
+// batched op reads them tiled per model.
+TEST(BatchEnsembleTest, ModelsSharingTheirInputsBatch) {
+  Graph g;
+  const Value x = *g.AddInput("features", {Shape{kSmall.batch, kSmall.input_features}});
+  const Value y = *g.AddInput("labels", {Shape{kSmall.batch}, DType::kInt32});
+  auto losses = models::Ensemble(g, 3, [&](Graph& graph, absl::string_view prefix, int) {
+    Value h = *nn::Relu(graph, *nn::Linear(graph, x, kSmall.width, absl::StrCat(prefix, "fc0")));
+    Value logits = *nn::Linear(graph, h, kSmall.classes, absl::StrCat(prefix, "fc1"));
+    return nn::SoftmaxCrossEntropy(graph, logits, y, absl::StrCat(prefix, "loss"));
+  });
+  ASSERT_TRUE(losses.ok()) << losses.status();
+  Value total = *models::SumLosses(g, *losses);
+  auto batched = passes::BatchEnsembles(g, total, *losses);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  ASSERT_EQ(batched->groups.size(), 1u);
+  EXPECT_EQ(batched->groups[0].models, 3);
+  const Graph& b = batched->graph;
+  EXPECT_EQ(b.spec(Value{*b.FindNode("features"), 0}).shape,
+            (Shape{kSmall.batch, kSmall.input_features}));
+  EXPECT_EQ(b.node(*b.FindNode("labels.tiled")).op_name(), "model_tile");
+  EXPECT_EQ(batched->Map(x)->model, -1);
+  ExpectSameLossesAndGradients(g, total, *losses, *batched);
+}
+
+// Models 0 and 1 share one batch, 2 and 3 another: no consistent stacking, so nothing batches.
+TEST(BatchEnsembleTest, PartlySharedInputsAreLeftAlone) {
+  Graph g;
+  std::vector<Value> xs = {*g.AddInput("x01", {Shape{kSmall.batch, kSmall.input_features}}),
+                           *g.AddInput("x23", {Shape{kSmall.batch, kSmall.input_features}})};
+  const Value y = *g.AddInput("labels", {Shape{kSmall.batch}, DType::kInt32});
+  auto losses = models::Ensemble(g, 4, [&](Graph& graph, absl::string_view prefix, int k) {
+    Value logits = *nn::Linear(graph, xs[k / 2], kSmall.classes, absl::StrCat(prefix, "fc0"));
+    return nn::SoftmaxCrossEntropy(graph, logits, y, absl::StrCat(prefix, "loss"));
+  });
+  ASSERT_TRUE(losses.ok());
+  Value total = *models::SumLosses(g, *losses);
+  auto batched = passes::BatchEnsembles(g, total, *losses);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_TRUE(batched->groups.empty());
+  EXPECT_THAT(batched->declined,
+              ::testing::Contains(HasSubstr("some models share 'x01' and others do not")));
+}
+
 TEST(BatchEnsembleTest, ModelReadOutsideItsBranchIsLeftAloneWithAReason) {
   auto ensemble = models::BuildMlpEnsemble(4, kSmall);
   ASSERT_TRUE(ensemble.ok());

@@ -129,6 +129,45 @@ TEST(EnsembleGpuTest, BatchedGraphReplayEqualsBulkedBitwise) {
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
 }
 
+// A deep ensemble: every model trains on the same batch (shared inputs, tiled per model).
+TEST(EnsembleGpuTest, ModelsSharingOneBatchAgreeWithUnbatched) {
+  REPRISE_REQUIRE_GPU();
+  Graph g;
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Value x, g.AddInput("features", {Shape{kBatch, kFeatures}}));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Value y, g.AddInput("labels", {Shape{kBatch}, DType::kInt32}));
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      const std::vector<Value> losses,
+      models::Ensemble(g, kModels, [&](Graph& graph, absl::string_view prefix, int) {
+        Value h = *nn::Relu(graph, *nn::Linear(graph, x, 64, absl::StrCat(prefix, "fc0")));
+        Value logits = *nn::Linear(graph, h, kClasses, absl::StrCat(prefix, "fc1"));
+        return nn::SoftmaxCrossEntropy(graph, logits, y, absl::StrCat(prefix, "loss"));
+      }));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Value total, models::SumLosses(g, losses));
+  std::vector<float> per_mode;
+  for (const bool batch : {true, false}) {
+    TrainOptions options;
+    options.batch_ensembles = batch;
+    options.seed = 3;
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(g, total, options));
+    std::mt19937 rng(2);
+    std::normal_distribution<float> normal;
+    std::vector<float> features(kBatch * kFeatures);
+    std::vector<int32_t> labels(kBatch);
+    for (int s = 0; s < 5; ++s) {
+      for (float& v : features) v = normal(rng);
+      for (int32_t& l : labels) l = static_cast<int32_t>(rng() % kClasses);
+      REPRISE_ASSERT_OK(trainer->SetInput("features", features));
+      REPRISE_ASSERT_OK(trainer->SetInput("labels", labels));
+      REPRISE_ASSERT_OK(trainer->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, trainer->Loss());
+    per_mode.push_back(loss);
+    labels[0] = kClasses;  // The shared labels are still range-checked.
+    EXPECT_EQ(trainer->SetInput("labels", labels).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_NEAR(per_mode[0], per_mode[1], 1e-4f * std::fabs(per_mode[1]));
+}
+
 TEST(EnsembleGpuTest, PerModelNamesReadWriteAndMoveBetweenBatchedAndUnbatched) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
