@@ -14,7 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "src/api/model_dump.h"
 
-ABSL_FLAG(std::string, model, "mlp", "model: mlp or resnet");
+ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
+ABSL_FLAG(int, ensemble, 4, "models in the ensemble (ensemble)");
+ABSL_FLAG(bool, batch_ensembles, true, "batch the ensemble's identical models (as the Trainer)");
 ABSL_FLAG(int, depth, 2, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
@@ -65,6 +67,8 @@ int main(int argc, char** argv) {
                     .image_size = absl::GetFlag(FLAGS_image_size),
                     .layout = absl::GetFlag(FLAGS_layout) == "nhwc" ? reprise::Layout::kNHWC
                                                                     : reprise::Layout::kNCHW};
+  request.ensemble = absl::GetFlag(FLAGS_ensemble);
+  request.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   request.stage = absl::GetFlag(FLAGS_stage);
   request.format = absl::GetFlag(FLAGS_format);
   request.fuse = absl::GetFlag(FLAGS_fuse);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -11,6 +12,7 @@
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
 #include "src/autodiff/autodiff.h"
+#include "src/passes/batch_ensemble.h"
 #include "src/passes/plan.h"
 #include "src/passes/plan_dump.h"
 #include "src/util/status_macros.h"
@@ -62,8 +64,22 @@ absl::StatusOr<Model> BuildModel(const DumpRequest& request) {
     ASSIGN_OR_RETURN(models::ResNet net, models::BuildResNet(request.resnet));
     return Model{std::move(net.graph), net.loss};
   }
+  if (request.model == "ensemble") {
+    ASSIGN_OR_RETURN(models::MlpEnsemble ensemble,
+                     models::BuildMlpEnsemble(request.ensemble, request.mlp));
+    return Model{std::move(ensemble.graph), ensemble.loss};
+  }
   ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp(request.mlp));
   return Model{std::move(mlp.graph), mlp.loss};
+}
+
+// The training graph of `model` as the Trainer builds it: after ensemble batching (when asked).
+absl::StatusOr<autodiff::TrainingGraph> TrainingGraphOf(const Model& model,
+                                                        const DumpRequest& request) {
+  ASSIGN_OR_RETURN(const passes::BatchedGraph batched,
+                   passes::BatchEnsembles(model.graph, model.loss, {},
+                                          {.min_models = request.batch_ensembles ? 2 : INT_MAX}));
+  return autodiff::BuildTrainingGraph(batched.graph, batched.loss, {});
 }
 
 absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest& request,
@@ -72,6 +88,7 @@ absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest&
   options.fuse = request.fuse;
   options.lanes = request.lanes;
   options.whole_step = request.whole_step;
+  options.batch_ensembles = request.batch_ensembles;
   ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
   ASSIGN_OR_RETURN(CapturedStepDump step,
                    CaptureStepForDump(model.graph, model.loss, options, request.cuda_debug_dot));
@@ -111,9 +128,13 @@ static absl::StatusOr<passes::PlanOptions> PlanOptionsOf(const DumpRequest& requ
 }
 
 absl::Status ValidateDumpRequest(const DumpRequest& request) {
-  if (request.model != "mlp" && request.model != "resnet") {
+  if (request.model != "mlp" && request.model != "resnet" && request.model != "ensemble") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown --model '", request.model, "': expected mlp or resnet"));
+        absl::StrCat("unknown --model '", request.model, "': expected mlp, resnet or ensemble"));
+  }
+  if (request.model == "ensemble" && request.ensemble < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ensemble must be at least 1, got ", request.ensemble));
   }
   ASSIGN_OR_RETURN(DumpStage stage, ParseDumpStage(request.stage));
   ASSIGN_OR_RETURN(passes::DumpFormat format, passes::ParseDumpFormat(request.format));
@@ -144,13 +165,11 @@ absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
     case DumpStage::kIr:
       return passes::DumpForward(model.graph, model.loss, format);
     case DumpStage::kTraining: {
-      ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                       autodiff::BuildTrainingGraph(model.graph, model.loss, {}));
+      ASSIGN_OR_RETURN(autodiff::TrainingGraph training, TrainingGraphOf(model, request));
       return passes::DumpTraining(training, format);
     }
     case DumpStage::kPlan: {
-      ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                       autodiff::BuildTrainingGraph(model.graph, model.loss, {}));
+      ASSIGN_OR_RETURN(autodiff::TrainingGraph training, TrainingGraphOf(model, request));
       ASSIGN_OR_RETURN(const passes::PlanOptions options, PlanOptionsOf(request));
       ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), {}, options));
       return passes::DumpPlan(plan, format);

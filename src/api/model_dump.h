@@ -24,8 +24,11 @@ absl::string_view DumpStageName(DumpStage stage);  // "ir", "training", "plan", 
 absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name);
 
 struct DumpRequest {
-  std::string model = "mlp";  // mlp or resnet.
+  std::string model = "mlp";  // mlp, resnet or ensemble (`ensemble` MLPs of config `mlp`).
   models::MlpConfig mlp;
+  int ensemble = 4;  // Models of the ensemble.
+  // Batch the ensemble's identical models, as the Trainer does (stages training and plan).
+  bool batch_ensembles = true;
   models::ResNetConfig resnet;
   std::string stage = "plan";   // ir, training, plan or cuda-graph.
   std::string format = "text";  // text, json, dot or svg.

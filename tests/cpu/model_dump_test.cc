@@ -102,6 +102,22 @@ TEST(ModelDumpTest, ResNetPlanShowsConvolutionsBatchNormsAndTheirGradients) {
   }
 }
 
+TEST(ModelDumpTest, EnsemblePlanIsBatchedUnlessAskedNotTo) {
+  DumpRequest r = SmallRequest("plan", "text");
+  r.model = "ensemble";
+  r.ensemble = 3;
+  auto batched = DumpModel(r);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_THAT(*batched, HasSubstr("m*.fc0.matmul+bias+relu = batched_matmul_bias"));
+  r.batch_ensembles = false;
+  auto unbatched = DumpModel(r);
+  ASSERT_TRUE(unbatched.ok()) << unbatched.status();
+  EXPECT_THAT(*unbatched, HasSubstr("m2.fc0.matmul"));
+  EXPECT_THAT(*unbatched, ::testing::Not(HasSubstr("batched_")));
+  r.ensemble = 0;
+  ExpectError(r, absl::StatusCode::kInvalidArgument, "--ensemble must be at least 1");
+}
+
 TEST(ModelDumpTest, UnwritableOutputIsNamed) {
   DumpRequest missing_dir = SmallRequest("plan", "json");
   missing_dir.output = "/nonexistent-reprise-test-dir/plan.json";
