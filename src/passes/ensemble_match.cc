@@ -216,6 +216,9 @@ class Finder {
         return decline(absl::StrCat("'", node.name, "' waits on other nodes"));
       }
     }
+    // Ascending, as the header promises: the cones are hash sets.
+    std::sort(c.match.template_ops.begin(), c.match.template_ops.end());
+    std::sort(c.match.template_leaves.begin(), c.match.template_leaves.end());
     for (const absl::flat_hash_set<int32_t>& cone : c.cones) {
       if (cone.contains(loss_.node)) {
         return decline(absl::StrCat("the loss '", g_.node(loss_.node).name, "' is one model's"));

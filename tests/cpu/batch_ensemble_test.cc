@@ -258,6 +258,35 @@ TEST(BatchEnsembleTest, GroupsBelowTheThresholdAndLoneModelsStayUnbatched) {
   EXPECT_EQ(lone->Map(mlp->logits)->value, mlp->logits);
 }
 
+// Single models are never mistaken for ensembles, whatever repeats inside them.
+TEST(BatchEnsembleTest, ResNetHasNothingToBatch) {
+  auto net = models::BuildResNet({.depth = 18, .batch = 2, .classes = 4, .image_size = 32});
+  ASSERT_TRUE(net.ok());
+  auto batched = passes::BatchEnsembles(net->graph, net->loss, {});
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_TRUE(batched->groups.empty());
+  EXPECT_EQ(batched->graph.num_nodes(), net->graph.num_nodes());
+}
+
+// Dropout draws from the graph's one step counter, which no two models may share as their own:
+// such models stay unbatched (and train as before).
+TEST(BatchEnsembleTest, ModelsWithDropoutStayUnbatched) {
+  Graph g;
+  auto losses = models::Ensemble(g, 3, [](Graph& graph, absl::string_view prefix, int) {
+    const std::string p(prefix);
+    Value x = *graph.AddInput(p + "features", {Shape{kSmall.batch, kSmall.input_features}});
+    Value y = *graph.AddInput(p + "labels", {Shape{kSmall.batch}, DType::kInt32});
+    Value h = *nn::Dropout(graph, *nn::Linear(graph, x, kSmall.width, p + "fc0"), 0.5, p + "drop");
+    return nn::SoftmaxCrossEntropy(graph, *nn::Linear(graph, h, kSmall.classes, p + "fc1"), y,
+                                   p + "loss");
+  });
+  ASSERT_TRUE(losses.ok()) << losses.status();
+  Value total = *models::SumLosses(g, *losses);
+  auto batched = passes::BatchEnsembles(g, total, *losses);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_TRUE(batched->groups.empty());
+}
+
 // A model's parameters and optimizer state answer to their own names, as slices.
 TEST(BatchEnsembleTest, PerModelNamesOfStackedWeightsAndOptimizerState) {
   auto ensemble = models::BuildMlpEnsemble(4, kSmall);
