@@ -31,6 +31,7 @@ struct ConvCase {
   std::string layout;
   int64_t n, c, h, w, k, r, s;
   int64_t stride, pad, dilation, groups;
+  bool deterministic = false;
 };
 
 Shape Activation(const ConvCase& t, int64_t c, int64_t h, int64_t w) {
@@ -76,22 +77,32 @@ TEST_P(ConvGpuTest, EveryOpMatchesCpuReference) {
   ASSERT_TRUE(g.AddOp1(ops::ChannelBiasAddOp(), "bias_add", {dy, b}, layout).ok());
   ASSERT_TRUE(g.AddOp1(ops::ChannelSumOp(), "bias_grad", {dy}, layout).ok());
   ir::ReferenceExecutor cpu(g, false, 11);
-  ExpectGpuMatchesCpu(g, cpu, kTolerance);
+  ExpectGpuMatchesCpu(g, cpu, kTolerance, {}, t.deterministic);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvGpuTest,
-    ::testing::Values(ConvCase{"Nchw3x3Pad1", "NCHW", 2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1},
-                      ConvCase{"Nhwc3x3Pad1", "NHWC", 2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1},
-                      ConvCase{"NchwGroupsStride2", "NCHW", 2, 8, 11, 11, 12, 3, 3, 2, 1, 1, 4},
-                      ConvCase{"NhwcGroupsStride2", "NHWC", 2, 8, 11, 11, 12, 3, 3, 2, 1, 1, 4},
-                      ConvCase{"NchwDilation2", "NCHW", 2, 6, 10, 10, 6, 3, 3, 1, 2, 2, 1},
-                      ConvCase{"NhwcDilation2", "NHWC", 2, 6, 10, 10, 6, 3, 3, 1, 2, 2, 1},
-                      // ResNet's downsampling shortcut and stem.
-                      ConvCase{"Nchw1x1Stride2", "NCHW", 4, 64, 28, 28, 128, 1, 1, 2, 0, 1, 1},
-                      ConvCase{"Nhwc1x1Stride2", "NHWC", 4, 64, 28, 28, 128, 1, 1, 2, 0, 1, 1},
-                      ConvCase{"Nchw7x7Stride2Pad3", "NCHW", 2, 3, 64, 64, 64, 7, 7, 2, 3, 1, 1},
-                      ConvCase{"Nhwc7x7Stride2Pad3", "NHWC", 2, 3, 64, 64, 64, 7, 7, 2, 3, 1, 1}),
+    ::testing::Values(
+        ConvCase{"Nchw3x3Pad1", "NCHW", 2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1},
+        ConvCase{"Nhwc3x3Pad1", "NHWC", 2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1},
+        ConvCase{"NchwGroupsStride2", "NCHW", 2, 8, 11, 11, 12, 3, 3, 2, 1, 1, 4},
+        ConvCase{"NhwcGroupsStride2", "NHWC", 2, 8, 11, 11, 12, 3, 3, 2, 1, 1, 4},
+        ConvCase{"NchwDilation2", "NCHW", 2, 6, 10, 10, 6, 3, 3, 1, 2, 2, 1},
+        ConvCase{"NhwcDilation2", "NHWC", 2, 6, 10, 10, 6, 3, 3, 1, 2, 2, 1},
+        // ResNet's downsampling shortcut and stem.
+        ConvCase{"Nchw1x1Stride2", "NCHW", 4, 64, 28, 28, 128, 1, 1, 2, 0, 1, 1},
+        ConvCase{"Nhwc1x1Stride2", "NHWC", 4, 64, 28, 28, 128, 1, 1, 2, 0, 1, 1},
+        ConvCase{"Nchw7x7Stride2Pad3", "NCHW", 2, 3, 64, 64, 64, 7, 7, 2, 3, 1, 1},
+        ConvCase{"Nhwc7x7Stride2Pad3", "NHWC", 2, 3, 64, 64, 64, 7, 7, 2, 3, 1, 1},
+        // ResNet-18's layer3 at 64x64 batch 8, with the deterministic algorithms
+        // its training tests use: 4x4 maps of 256 channels.
+        ConvCase{"Nchw3x3At4x4Deterministic", "NCHW", 8, 256, 4, 4, 256, 3, 3, 1, 1, 1, 1, true},
+        ConvCase{"Nhwc3x3At4x4Deterministic", "NHWC", 8, 256, 4, 4, 256, 3, 3, 1, 1, 1, 1, true},
+        ConvCase{"Nchw3x3Stride2At8x8Deterministic", "NCHW", 8, 128, 8, 8, 256, 3, 3, 2, 1, 1, 1,
+                 true},
+        ConvCase{"Nchw1x1Stride2At8x8Deterministic", "NCHW", 8, 128, 8, 8, 256, 1, 1, 2, 0, 1, 1,
+                 true},
+        ConvCase{"Nchw3x3At4x4", "NCHW", 8, 256, 4, 4, 256, 3, 3, 1, 1, 1, 1}),
     [](const ::testing::TestParamInfo<ConvCase>& info) { return info.param.name; });
 
 // The runtime directly: a measured, deterministic choice (cudnnFind*AlgorithmEx on real buffers)

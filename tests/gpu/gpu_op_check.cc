@@ -15,7 +15,7 @@
 namespace reprise {
 
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
-                         const absl::flat_hash_set<Value>& unchecked) {
+                         const absl::flat_hash_set<Value>& unchecked, bool deterministic) {
   auto schedule = passes::Schedule(g);
   ASSERT_TRUE(schedule.ok());
   std::vector<Value> everything;
@@ -57,10 +57,12 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                              .arena = base,
                              .workspace = workspace->data(),
                              .workspace_bytes = workspace->bytes(),
-                             .input_staging = staging->data()};
+                             .input_staging = staging->data(),
+                             .deterministic = deterministic};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
-  ASSERT_TRUE(capture::RunEager(*launches, stream->get(), /*sync_each=*/true).ok());
+  const absl::Status ran = capture::RunEager(*launches, stream->get(), /*sync_each=*/true);
+  ASSERT_TRUE(ran.ok()) << ran;
   ASSERT_TRUE(cpu.Run().ok());
   for (const Node& n : g.nodes()) {
     std::vector<Value> checked;
@@ -83,7 +85,11 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
         norm += w * w;
         ASSERT_FALSE(std::isnan(g)) << n.name << "[" << i << "]";
       }
-      EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name;
+      std::string kernel;  // What ran, to name a library algorithm that is off.
+      for (const capture::LoweredLaunch& launch : *launches) {
+        if (launch.node_name == n.name) kernel = launch.kernel->Describe();
+      }
+      EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name << ": " << kernel;
     }
   }
 }

@@ -12,8 +12,10 @@ namespace reprise {
 // leaves taken from `cpu`, then compares each node's outputs, and each in-place written leaf,
 // with the CPU reference run of the same graph: relative L2 error at most `tolerance`.
 // `unchecked` values are not compared (e.g. ones with padding the GPU leaves unspecified).
+// `deterministic` lowers as TrainOptions::deterministic does (other library algorithms).
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
-                         const absl::flat_hash_set<Value>& unchecked = {});
+                         const absl::flat_hash_set<Value>& unchecked = {},
+                         bool deterministic = false);
 
 }  // namespace reprise
 

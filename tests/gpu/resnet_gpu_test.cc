@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
@@ -23,9 +24,12 @@ models::ResNetConfig SmallResNet(Layout layout = Layout::kNCHW) {
   return {.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize, .layout = layout};
 }
 
-std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode) {
+std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, bool fuse = true,
+                                     int lanes = 0) {
   TrainOptions options;
   options.mode = mode;
+  options.fuse = fuse;
+  options.lanes = lanes;
   options.deterministic = true;
   options.channels_last = ChannelsLast::kOff;  // NCHW runs NCHW: cuDNN's batch norm is tested.
   options.sgd.learning_rate = 0.005f;
@@ -98,14 +102,16 @@ TEST(ResNetGpuTest, GraphEqualsBulkedBitwiseOverFiftyStepsAndLossFalls) {
   }
 }
 
-class ResNetLayoutGpuTest : public ::testing::TestWithParam<Layout> {};
+class ResNetLayoutGpuTest : public ::testing::TestWithParam<std::tuple<Layout, bool, int>> {};
 
-// NCHW runs cuDNN's batch norm; NHWC runs ours, fused with the residual add and ReLU.
+// NCHW runs cuDNN's batch norm; NHWC runs ours, fused with the residual add and ReLU. Each
+// layout also unfused and on one lane, to tell a lowering from a fusion or a lane ordering.
 TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheCpuReference) {
   REPRISE_REQUIRE_GPU();
-  auto net = models::BuildResNet(SmallResNet(GetParam()));
+  const auto [layout, fuse, lanes] = GetParam();
+  auto net = models::BuildResNet(SmallResNet(layout));
   ASSERT_TRUE(net.ok());
-  auto gpu = MakeTrainer(*net, ExecMode::kGraph);
+  auto gpu = MakeTrainer(*net, ExecMode::kGraph, fuse, lanes);
   ASSERT_TRUE(gpu);
   auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.005f});
   ASSERT_TRUE(training.ok());
@@ -125,19 +131,32 @@ TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheCpuReference) {
     ASSERT_TRUE(cpu.Run().ok());
     const float cpu_loss = (*cpu.Tensor(net->loss))->data<float>()[0];
     EXPECT_NEAR(*gpu->Loss(), cpu_loss, 1e-4f * std::max(1.0f, std::abs(cpu_loss))) << "step " << s;
+    // After the first step each update is the step's gradient alone (scaled), so a difference
+    // shows in the layer where it starts, before the next forward spreads it everywhere.
+    SCOPED_TRACE(absl::StrCat("updates after step ", s));
+    testing::ExpectUpdatesAgree(
+        gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
+        [&](const std::string& name) { return *gpu->GetParameter(name); },
+        [&](const std::string& name) {
+          auto c = (*cpu.Leaf(name))->data<float>();
+          return std::vector<float>(c.begin(), c.end());
+        });
   }
-  testing::ExpectUpdatesAgree(
-      gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
-      [&](const std::string& name) { return *gpu->GetParameter(name); },
-      [&](const std::string& name) {
-        auto c = (*cpu.Leaf(name))->data<float>();
-        return std::vector<float>(c.begin(), c.end());
-      });
+}
+
+// The test name of one configuration: "NCHW", "NCHW_unfused", "NCHW_one_lane", ...
+std::string ConfigName(const ::testing::TestParamInfo<std::tuple<Layout, bool, int>>& info) {
+  const auto [layout, fuse, lanes] = info.param;
+  return absl::StrCat(LayoutName(layout), fuse ? "" : "_unfused", lanes == 1 ? "_one_lane" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(BothLayouts, ResNetLayoutGpuTest,
-                         ::testing::Values(Layout::kNCHW, Layout::kNHWC),
-                         [](const auto& info) { return std::string(LayoutName(info.param)); });
+                         ::testing::Values(std::make_tuple(Layout::kNCHW, true, 0),
+                                           std::make_tuple(Layout::kNHWC, true, 0),
+                                           std::make_tuple(Layout::kNCHW, false, 0),
+                                           std::make_tuple(Layout::kNCHW, true, 1),
+                                           std::make_tuple(Layout::kNHWC, false, 1)),
+                         ConfigName);
 
 }  // namespace
 }  // namespace reprise

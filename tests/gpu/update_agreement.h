@@ -26,6 +26,7 @@ inline void ExpectUpdatesAgree(const std::vector<std::string>& names, const Para
                                const ParameterReader& got, const ParameterReader& want,
                                double total = 2e-3, double each = 0.1) {
   double total_err = 0, total_norm = 0;
+  std::string table;  // Every tensor's error, printed when the total fails: where it starts.
   for (const std::string& name : names) {
     const std::vector<float> w0 = before(name), a = got(name), b = want(name);
     ASSERT_EQ(a.size(), w0.size()) << name;
@@ -38,9 +39,14 @@ inline void ExpectUpdatesAgree(const std::vector<std::string>& names, const Para
     }
     total_err += err;
     total_norm += norm;
-    EXPECT_LT(std::sqrt(err / std::max(norm, 1e-30)), each) << name;
+    const double relative = std::sqrt(err / std::max(norm, 1e-30));
+    EXPECT_LT(relative, each) << name;
+    table += "  " + name + " " + std::to_string(relative) + " of " +
+             std::to_string(std::sqrt(norm)) + "\n";
   }
-  EXPECT_LT(std::sqrt(total_err / std::max(total_norm, 1e-30)), total) << "all parameters";
+  EXPECT_LT(std::sqrt(total_err / std::max(total_norm, 1e-30)), total)
+      << "all parameters; each tensor's relative error of its update's norm:\n"
+      << table;
 }
 
 }  // namespace reprise::testing
