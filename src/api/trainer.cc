@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -88,7 +89,7 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
     }
   }
   const bool batched = std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
-    return n.op == &ops::BatchedBiasAddOp() || n.op == &ops::BatchedMatmulBiasOp();
+    return absl::StartsWith(n.op_name(), "batched_") || absl::StartsWith(n.op_name(), "model_");
   });
   if (batched) {  // An ensemble's batched layers (src/passes/batch_ensemble.h).
     for (const codegen::GeneratedKernel& kernel : codegen::BatchedKernels()) {
