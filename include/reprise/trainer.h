@@ -113,7 +113,8 @@ struct TrainOptions {
   // SaveWeights/LoadWeights write and read each model's tensors under its own names, and Read()
   // of a model's fetched value gives that model's slice. Per model, results are those of the
   // unbatched step up to the order of the total's sum. Groups of fewer than
-  // ensemble_min_models models stay unbatched.
+  // ensemble_min_models models stay unbatched, and so do all with compute_dtype bfloat16 (the
+  // batched ops lower float32 only).
   bool batch_ensembles = true;
   int ensemble_min_models = 2;
   int device = 0;            // CUDA device ordinal.

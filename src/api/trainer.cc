@@ -143,12 +143,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     return absl::InvalidArgumentError(
         absl::StrCat("device ", options.device, " requested, but ", devices, " are visible"));
   }
-  // Identical models of an ensemble train as one batched model; names stay per model.
+  // Identical models of an ensemble train as one batched model; names stay per model. The
+  // batched ops lower float32 only, so a mixed-precision ensemble trains unbatched.
+  const bool batch = options.batch_ensembles && options.compute_dtype == DType::kFloat32;
   ASSIGN_OR_RETURN(
       passes::BatchedGraph batched,
-      passes::BatchEnsembles(
-          graph, loss, options.fetch,
-          {.min_models = options.batch_ensembles ? options.ensemble_min_models : INT_MAX}));
+      passes::BatchEnsembles(graph, loss, options.fetch,
+                             {.min_models = batch ? options.ensemble_min_models : INT_MAX}));
   // NCHW networks run channels-last inside; fetched values keep the user's layout.
   ASSIGN_OR_RETURN(
       passes::ChannelsLastGraph layout,
