@@ -141,6 +141,25 @@ TEST(BatchedOpsTest, LabelsOutsideTheClassesAreRefusedByModel) {
   EXPECT_THAT(exec.Run().message(), ::testing::HasSubstr("model 1"));
 }
 
+TEST(BatchedOpsTest, ModelTileRepeatsFloatsAndLabelsPerModel) {
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{2}});
+  Value labels = *g.AddInput("labels", {Shape{2}, DType::kInt32});
+  Value xt = *g.AddOp1(ops::ModelTileOp(), "xt", {x}, {{"models", int64_t{3}}});
+  Value lt = *g.AddOp1(ops::ModelTileOp(), "lt", {labels}, {{"models", int64_t{3}}});
+  EXPECT_EQ(g.spec(lt), (TensorSpec{Shape{3, 2}, DType::kInt32}));
+  EXPECT_FALSE(g.AddOp1(ops::ModelTileOp(), "bad", {x}, {{"models", int64_t{0}}}).ok());
+  ir::ReferenceExecutor exec(g, false, 0);
+  ASSERT_TRUE(exec.SetLeaf("x", std::vector<double>{1.5, -2}).ok());
+  ASSERT_TRUE(exec.SetLeaf("labels", std::vector<int32_t>{4, 7}).ok());
+  ASSERT_TRUE(exec.Run().ok());
+  auto xs = (*exec.Tensor(xt))->data<float>();
+  EXPECT_EQ(std::vector<float>(xs.begin(), xs.end()),
+            (std::vector<float>{1.5f, -2.f, 1.5f, -2.f, 1.5f, -2.f}));
+  auto ls = (*exec.Tensor(lt))->data<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(ls.begin(), ls.end()), (std::vector<int32_t>{4, 7, 4, 7, 4, 7}));
+}
+
 TEST(BatchedKernelsTest, EveryKernelCompilesForSm90) {
   for (const codegen::GeneratedKernel& kernel : codegen::BatchedKernels()) {
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
