@@ -1,6 +1,7 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
+#include "src/ops/batched.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
@@ -54,7 +55,19 @@ std::vector<const ir::OpDef*> AllOps() {
           &SgdMomentumMultiOp(),
           &AdamMultiOp(),
           &FusedPointwiseOp(),
-          &MlpTrainStepOp()};
+          &MlpTrainStepOp(),
+          // Ensemble batching (src/passes/batch_ensemble.h).
+          &BatchedMatmulOp(),
+          &BatchedMatmulBiasOp(),
+          &BatchedBiasAddOp(),
+          &BatchedColumnSumOp(),
+          &BatchedReluGradBiasGradOp(),
+          &BatchedSoftmaxCrossEntropyOp(),
+          &BatchedSoftmaxCrossEntropyGradOp(),
+          &BatchedSoftmaxCrossEntropyWithGradOp(),
+          &ModelSumOp(),
+          &ModelBroadcastOp(),
+          &ModelTileOp()};
 }
 
 }  // namespace reprise::ops
