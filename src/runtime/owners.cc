@@ -56,11 +56,22 @@ absl::StatusOr<GraphExec> GraphExec::Create(const Graph& graph) {
   return GraphExec(exec);
 }
 
+// A failed allocation also sets the runtime's last error, which the next launch check
+// (cudaGetLastError after a launch) would report as its own failure: the out-of-memory Status
+// is returned here, and the error cleared.
+namespace {
+absl::Status AllocationStatus(cudaError_t error, absl::string_view call, absl::string_view what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
+  return CudaStatus(error, call, what);
+}
+}  // namespace
+
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
   void* data = nullptr;
   if (bytes > 0) {
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes),
-                         absl::StrCat("device buffer of ", bytes, " bytes"));
+    RETURN_IF_ERROR(AllocationStatus(cudaMalloc(&data, bytes), "cudaMalloc",
+                                     absl::StrCat("device buffer of ", bytes, " bytes")));
   }
   return DeviceBuffer(data, bytes);
 }
@@ -68,8 +79,8 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(size_t bytes) {
 absl::StatusOr<PinnedBuffer> PinnedBuffer::Create(size_t bytes) {
   void* data = nullptr;
   if (bytes > 0) {
-    CUDA_RETURN_IF_ERROR(cudaMallocHost(&data, bytes),
-                         absl::StrCat("pinned buffer of ", bytes, " bytes"));
+    RETURN_IF_ERROR(AllocationStatus(cudaMallocHost(&data, bytes), "cudaMallocHost",
+                                     absl::StrCat("pinned buffer of ", bytes, " bytes")));
   }
   return PinnedBuffer(data, bytes);
 }
