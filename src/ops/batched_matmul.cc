@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/ops/batched.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/runtime/lt_matmul.h"
@@ -84,53 +85,15 @@ absl::Status CpuBatchedMatmul(const Node& node, absl::Span<ir::HostTensor* const
                               absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(BatchedDims d, DimsOf(node.attrs, in[0]->spec(), in[1]->spec()));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    auto a_all = in[0]->data<T>(), b_all = in[1]->data<T>();
-    auto c_all = out[0]->data<T>();
+    auto a = in[0]->data<T>(), b = in[1]->data<T>();
+    auto c = out[0]->data<T>();
     for (int64_t model = 0; model < d.batch; ++model) {
-      const T* a = a_all.data() + model * d.m * d.k;
-      const T* b = b_all.data() + model * d.k * d.n;
-      T* c = c_all.data() + model * d.m * d.n;
-      for (int64_t i = 0; i < d.m; ++i) {
-        for (int64_t j = 0; j < d.n; ++j) {
-          double sum = 0;
-          for (int64_t p = 0; p < d.k; ++p) {
-            const T av = d.ta ? a[p * d.m + i] : a[i * d.k + p];
-            const T bv = d.tb ? b[j * d.k + p] : b[p * d.n + j];
-            sum += static_cast<double>(av) * static_cast<double>(bv);
-          }
-          c[i * d.n + j] = static_cast<T>(sum);
-        }
-      }
+      ReferenceProduct(a.data() + model * d.m * d.k, b.data() + model * d.k * d.n,
+                       c.data() + model * d.m * d.n, d.m, d.n, d.k, d.ta, d.tb);
     }
     return absl::OkStatus();
   });
 }
-
-class BatchedMatmulKernel : public GpuKernel {
- public:
-  BatchedMatmulKernel(std::string node_name, runtime::LtMatmul matmul, const LoweringContext& ctx)
-      : node_name_(std::move(node_name)),
-        matmul_(std::move(matmul)),
-        a_(ctx.inputs[0]),
-        b_(ctx.inputs[1]),
-        c_(ctx.outputs[0]),
-        workspace_(ctx.workspace) {}
-
-  absl::Status Launch(cudaStream_t stream) const override {
-    absl::Status status = matmul_.Run(stream, a_, b_, c_, workspace_);
-    if (status.ok()) return status;
-    return absl::Status(status.code(), absl::StrCat("node '", node_name_, "': ", status.message()));
-  }
-  std::string Describe() const override { return absl::StrCat("cublasLt ", matmul_.Describe()); }
-
- private:
-  std::string node_name_;
-  runtime::LtMatmul matmul_;
-  const void* a_;
-  const void* b_;
-  void* c_;
-  void* workspace_;
-};
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMatmul(const LoweringContext& ctx,
                                                               const Node& node) {
@@ -144,13 +107,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMatmul(const LoweringCont
                         : runtime::MatmulEpilogue::Kind::kBias;
     epilogue.bias = ctx.inputs[2];
   }
-  auto matmul =
-      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
-  if (!matmul.ok()) {
-    return absl::Status(matmul.status().code(),
-                        absl::StrCat("node '", node.name, "': ", matmul.status().message()));
-  }
-  return std::unique_ptr<GpuKernel>(new BatchedMatmulKernel(node.name, *std::move(matmul), ctx));
+  return LowerLtMatmul(ctx, node, shape, epilogue);
 }
 
 // batched_matmul_bias: the fused forward of K linear layers.

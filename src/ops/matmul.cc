@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/runtime/lt_matmul.h"
@@ -84,48 +85,11 @@ absl::Status CpuMatmul(const Node& node, absl::Span<ir::HostTensor* const> in,
                        absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, in[0]->spec(), in[1]->spec()));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    auto a = in[0]->data<T>(), b = in[1]->data<T>();
-    auto c = out[0]->data<T>();
-    for (int64_t i = 0; i < d.m; ++i) {
-      for (int64_t j = 0; j < d.n; ++j) {
-        double sum = 0;  // A double accumulator keeps the reference far below fp32 error.
-        for (int64_t p = 0; p < d.k; ++p) {
-          const T av = d.ta ? a[p * d.m + i] : a[i * d.k + p];
-          const T bv = d.tb ? b[j * d.k + p] : b[p * d.n + j];
-          sum += static_cast<double>(av) * static_cast<double>(bv);
-        }
-        c[i * d.n + j] = static_cast<T>(sum);
-      }
-    }
+    ReferenceProduct(in[0]->data<T>().data(), in[1]->data<T>().data(), out[0]->data<T>().data(),
+                     d.m, d.n, d.k, d.ta, d.tb);
     return absl::OkStatus();
   });
 }
-
-class MatmulKernel : public GpuKernel {
- public:
-  MatmulKernel(std::string node_name, runtime::LtMatmul matmul, const LoweringContext& ctx)
-      : node_name_(std::move(node_name)),
-        matmul_(std::move(matmul)),
-        a_(ctx.inputs[0]),
-        b_(ctx.inputs[1]),
-        c_(ctx.outputs[0]),
-        workspace_(ctx.workspace) {}
-
-  absl::Status Launch(cudaStream_t stream) const override {
-    absl::Status status = matmul_.Run(stream, a_, b_, c_, workspace_);
-    if (status.ok()) return status;
-    return absl::Status(status.code(), absl::StrCat("node '", node_name_, "': ", status.message()));
-  }
-  std::string Describe() const override { return absl::StrCat("cublasLt ", matmul_.Describe()); }
-
- private:
-  std::string node_name_;
-  runtime::LtMatmul matmul_;
-  const void* a_;
-  const void* b_;
-  void* c_;
-  void* workspace_;
-};
 
 // One lowering for the whole family: the op says which epilogue, and where its extra operands
 // (bias, ReLU mask, bias gradient) live.
@@ -151,14 +115,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMatmul(const LoweringContext& ct
                                                        const Node& node) {
   ASSIGN_OR_RETURN(MatmulDims d, DimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1]));
   runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb, ctx.input_specs[0].dtype};
-  const runtime::MatmulEpilogue epilogue = EpilogueOf(ctx, node);
-  auto matmul =
-      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
-  if (!matmul.ok()) {
-    return absl::Status(matmul.status().code(),
-                        absl::StrCat("node '", node.name, "': ", matmul.status().message()));
-  }
-  return std::unique_ptr<GpuKernel>(new MatmulKernel(node.name, *std::move(matmul), ctx));
+  return LowerLtMatmul(ctx, node, shape, EpilogueOf(ctx, node));
 }
 
 // matmul_bias: the fused forward of a linear layer, C = op(A)·op(B) + bias [then relu].

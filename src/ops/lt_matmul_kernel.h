@@ -1,0 +1,43 @@
+// What every cuBLASLt product op (matmul, its fused epilogue forms and the batched ones) shares:
+// the GPU kernel that enqueues a product planned at lowering, and the CPU reference product.
+#ifndef REPRISE_SRC_OPS_LT_MATMUL_KERNEL_H_
+#define REPRISE_SRC_OPS_LT_MATMUL_KERNEL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "src/ir/op_def.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/runtime/lt_matmul.h"
+
+namespace reprise::ops {
+
+// Plans `shape` with `epilogue` for `node` (A, B = inputs 0 and 1, C = output 0) on the node's
+// lane workspace. Errors name the node.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,
+                                                         const Node& node,
+                                                         const runtime::MatmulShape& shape,
+                                                         const runtime::MatmulEpilogue& epilogue);
+
+// c[m, n] = op(a)·op(b), all row-major (a stored [k, m] when ta, b stored [n, k] when tb), each
+// entry summed in double: far below the GPU's float32 error.
+template <typename T>
+void ReferenceProduct(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_t k, bool ta,
+                      bool tb) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const T av = ta ? a[p * m + i] : a[i * k + p];
+        const T bv = tb ? b[j * k + p] : b[p * n + j];
+        sum += static_cast<double>(av) * static_cast<double>(bv);
+      }
+      c[i * n + j] = static_cast<T>(sum);
+    }
+  }
+}
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_LT_MATMUL_KERNEL_H_
