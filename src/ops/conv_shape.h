@@ -12,7 +12,6 @@
 
 namespace reprise::ops {
 
-
 // A 4-D activation's logical dimensions, whatever its layout.
 struct ActivationDims {
   int64_t n = 0, c = 0, h = 0, w = 0;
