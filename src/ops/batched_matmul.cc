@@ -13,36 +13,21 @@
 namespace reprise::ops {
 namespace {
 
-struct BatchedDims {
-  int64_t batch, m, n, k;
-  bool ta, tb;
+struct BatchedDims : ProductDims {
+  int64_t batch;  // Products in the stack: the models.
 };
 
 absl::StatusOr<BatchedDims> DimsOf(const Attrs& attrs, const TensorSpec& a, const TensorSpec& b) {
   RETURN_IF_ERROR(CheckRank(a, 3, "A"));
   RETURN_IF_ERROR(CheckRank(b, 3, "B"));
-  RETURN_IF_ERROR(CheckFloat(a, "A"));
-  if (a.dtype != b.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("A and B differ in dtype: ", a.ToString(), " and ", b.ToString()));
-  }
   if (a.shape.dim(0) != b.shape.dim(0) || a.shape.dim(0) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("A ", a.ToString(), " and B ", b.ToString(),
                                                    " must stack the same positive model count"));
   }
+  ASSIGN_OR_RETURN(const ProductDims product, ProductDimsOf(attrs, a, b, /*rank=*/3));
   BatchedDims d;
+  static_cast<ProductDims&>(d) = product;
   d.batch = a.shape.dim(0);
-  d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
-  d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
-  d.m = d.ta ? a.shape.dim(2) : a.shape.dim(1);
-  d.k = d.ta ? a.shape.dim(1) : a.shape.dim(2);
-  const int64_t kb = d.tb ? b.shape.dim(2) : b.shape.dim(1);
-  d.n = d.tb ? b.shape.dim(1) : b.shape.dim(2);
-  if (d.k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inner dimensions differ: A ", a.ToString(), (d.ta ? " transposed" : ""), " and B ",
-        b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
-  }
   return d;
 }
 

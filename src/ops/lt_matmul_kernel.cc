@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/ops/op_helpers.h"
+#include "src/util/status_macros.h"
 
 namespace reprise::ops {
 namespace {
@@ -35,6 +37,31 @@ class LtMatmulKernel : public GpuKernel {
 };
 
 }  // namespace
+
+absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& a,
+                                          const TensorSpec& b, int rank) {
+  RETURN_IF_ERROR(CheckRank(a, rank, "A"));
+  RETURN_IF_ERROR(CheckRank(b, rank, "B"));
+  RETURN_IF_ERROR(CheckFloat(a, "A"));
+  if (a.dtype != b.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("A and B differ in dtype: ", a.ToString(), " and ", b.ToString()));
+  }
+  const int rows = rank - 2, cols = rank - 1;  // The matrix dimensions.
+  ProductDims d;
+  d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
+  d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
+  d.m = d.ta ? a.shape.dim(cols) : a.shape.dim(rows);
+  d.k = d.ta ? a.shape.dim(rows) : a.shape.dim(cols);
+  const int64_t kb = d.tb ? b.shape.dim(cols) : b.shape.dim(rows);
+  d.n = d.tb ? b.shape.dim(rows) : b.shape.dim(cols);
+  if (d.k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inner dimensions differ: A ", a.ToString(), (d.ta ? " transposed" : ""), " and B ",
+        b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
+  }
+  return d;
+}
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,
                                                          const Node& node,

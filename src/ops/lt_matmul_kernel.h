@@ -13,6 +13,16 @@
 
 namespace reprise::ops {
 
+// A product's sizes and orientation: attrs transpose_a and transpose_b, and the last two
+// dimensions of A and B, each of rank `rank` (2 for matmul, 3 for a stack of products) and of one
+// float dtype. InvalidArgument naming the shapes otherwise.
+struct ProductDims {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& a,
+                                          const TensorSpec& b, int rank);
+
 // Plans `shape` with `epilogue` for `node` (A, B = inputs 0 and 1, C = output 0) on the node's
 // lane workspace. Errors name the node.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,

@@ -14,32 +14,10 @@
 namespace reprise::ops {
 namespace {
 
-struct MatmulDims {
-  int64_t m, n, k;
-  bool ta, tb;
-};
+using MatmulDims = ProductDims;
 
 absl::StatusOr<MatmulDims> DimsOf(const Attrs& attrs, const TensorSpec& a, const TensorSpec& b) {
-  RETURN_IF_ERROR(CheckRank(a, 2, "A"));
-  RETURN_IF_ERROR(CheckRank(b, 2, "B"));
-  RETURN_IF_ERROR(CheckFloat(a, "A"));
-  if (a.dtype != b.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("A and B differ in dtype: ", a.ToString(), " and ", b.ToString()));
-  }
-  MatmulDims d;
-  d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
-  d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
-  d.m = d.ta ? a.shape.dim(1) : a.shape.dim(0);
-  d.k = d.ta ? a.shape.dim(0) : a.shape.dim(1);
-  const int64_t kb = d.tb ? b.shape.dim(1) : b.shape.dim(0);
-  d.n = d.tb ? b.shape.dim(0) : b.shape.dim(1);
-  if (d.k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inner dimensions differ: A ", a.ToString(), (d.ta ? " transposed" : ""), " and B ",
-        b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
-  }
-  return d;
+  return ProductDimsOf(attrs, a, b, /*rank=*/2);
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferMatmul(const Attrs& attrs,
