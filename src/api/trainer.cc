@@ -135,6 +135,16 @@ std::shared_ptr<runtime::KernelStore> SharedKernelStore(const runtime::DeviceInf
 
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph& graph, Value loss,
                                                                      const TrainOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(graph, loss, options));
+  RETURN_IF_ERROR(impl->Start(nullptr));
+  return impl;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
+                                                                      Value loss,
+                                                                      const TrainOptions& options) {
+  // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
+  RETURN_IF_ERROR(ir::CheckCapturable(graph));
   ASSIGN_OR_RETURN(int devices, runtime::VisibleDeviceCount());
   if (devices == 0) {
     return absl::FailedPreconditionError("Trainer needs a CUDA device and none is visible");
@@ -212,75 +222,103 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
     impl->label_limits_[input] = {use.classes, use.consumer};
   }
-  RETURN_IF_ERROR(impl->InitDevice());
-  RETURN_IF_ERROR(impl->InitPersistentTensors());
-  const absl::Time acquire_start = absl::Now();
-  impl->kernel_stats_at_create_ = impl->kernels_->stats();
-  ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch,
-                   KernelsToPrefetch(impl->plan_.graph()));
-  RETURN_IF_ERROR(impl->kernels_->Prefetch(prefetch));
-
-  capture::StepResources res;
-  res.device = &impl->device_;
-  res.kernels = impl->kernels_.get();
-  res.lt = &*impl->lt_;
-  res.cudnn = &*impl->cudnn_;
-  res.arena = static_cast<char*>(impl->arena_->data());
-  res.workspace = impl->workspace_->data();
-  res.workspace_bytes = impl->workspace_->bytes() / impl->plan_.lanes();
-  for (int lane = 1; lane < impl->plan_.lanes(); ++lane) {
-    res.lane_workspaces.push_back(static_cast<char*>(impl->workspace_->data()) +
-                                  lane * res.workspace_bytes);
-  }
-  res.input_staging = impl->staging_->data();
-  res.allow_tf32 = options.allow_tf32;
-  res.deterministic = options.deterministic;
-  res.measure_conv_algorithms = options.measure_conv_algorithms;
-  ASSIGN_OR_RETURN(impl->launches_, capture::LowerPlan(impl->plan_, res));
-  impl->kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
-  impl->kernel_stats_after_create_ = impl->kernels_->stats();
-  ASSIGN_OR_RETURN(impl->lanes_, capture::Lanes::Create(impl->launches_));
-  if (options.mode == ExecMode::kGraph) {
-    ASSIGN_OR_RETURN(
-        capture::CapturedStep step,
-        capture::CapturedStep::Capture(impl->launches_, *impl->lanes_, impl->stream_->get()));
-    impl->captured_.emplace(std::move(step));
-  }
+  // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
+  RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
   return impl;
 }
 
-absl::Status Trainer::Impl::InitDevice() {
+absl::Status Trainer::Impl::Start(const DeviceShare* share) {
+  RETURN_IF_ERROR(InitDevice(share));
+  RETURN_IF_ERROR(InitPersistentTensors());
+  const absl::Time acquire_start = absl::Now();
+  kernel_stats_at_create_ = kernels_->stats();
+  ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
+  RETURN_IF_ERROR(kernels_->Prefetch(prefetch));
+
+  capture::StepResources res;
+  res.device = &device_;
+  res.kernels = kernels_.get();
+  res.lt = &*lt_;
+  res.cudnn = &*cudnn_;
+  res.arena = static_cast<char*>(arena_->data());
+  res.workspace = workspace_->data();
+  res.workspace_bytes = workspace_->bytes() / plan_.lanes();
+  for (int lane = 1; lane < plan_.lanes(); ++lane) {
+    res.lane_workspaces.push_back(static_cast<char*>(workspace_->data()) +
+                                  lane * res.workspace_bytes);
+  }
+  res.input_staging = staging_->data();
+  res.allow_tf32 = options_.allow_tf32;
+  res.deterministic = options_.deterministic;
+  res.measure_conv_algorithms = options_.measure_conv_algorithms;
+  ASSIGN_OR_RETURN(launches_, capture::LowerPlan(plan_, res));
+  kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
+  kernel_stats_after_create_ = kernels_->stats();
+  ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
+  if (options_.mode == ExecMode::kGraph) {
+    ASSIGN_OR_RETURN(capture::CapturedStep step,
+                     capture::CapturedStep::Capture(launches_, *lanes_, stream_->get()));
+    captured_.emplace(std::move(step));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Trainer::Impl::WorkspaceBytes() const {
+  return plan_.lanes() * static_cast<int64_t>(WorkspaceBytesFor(plan_.graph()));
+}
+
+absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t arena_bytes,
+                                                                         int64_t workspace_bytes) {
+  DeviceShare share;
+  ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
+  share.stream = std::make_shared<runtime::Stream>(std::move(stream));
+  const absl::StatusOr<int64_t> used_before_handles = runtime::DeviceMemoryInUse();
+  ASSIGN_OR_RETURN(runtime::LtHandle lt, runtime::LtHandle::Create());
+  share.lt = std::make_shared<runtime::LtHandle>(std::move(lt));
+  ASSIGN_OR_RETURN(runtime::CudnnHandle cudnn, runtime::CudnnHandle::Create());
+  share.cudnn = std::make_shared<runtime::CudnnHandle>(std::move(cudnn));
+  const absl::StatusOr<int64_t> used_after_handles = runtime::DeviceMemoryInUse();
+  if (used_before_handles.ok() && used_after_handles.ok()) {
+    share.library_handle_bytes = std::max<int64_t>(0, *used_after_handles - *used_before_handles);
+    library_handle_bytes_ = share.library_handle_bytes;  // For OutOfMemory's breakdown.
+  }
+  absl::StatusOr<runtime::DeviceBuffer> arena = runtime::DeviceBuffer::Create(arena_bytes);
+  if (!arena.ok()) return OutOfMemory("the arena", arena_bytes, arena.status());
+  share.arena = std::make_shared<runtime::DeviceBuffer>(*std::move(arena));
+  absl::StatusOr<runtime::DeviceBuffer> workspace = runtime::DeviceBuffer::Create(workspace_bytes);
+  if (!workspace.ok()) {
+    return OutOfMemory("the lanes' workspaces", workspace_bytes, workspace.status());
+  }
+  share.workspace = std::make_shared<runtime::DeviceBuffer>(*std::move(workspace));
+  // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(share.arena->data(), 0xff, arena_bytes),
+                                      "cudaMemset", "arena"));
+  return share;
+}
+
+absl::Status Trainer::Impl::InitDevice(const DeviceShare* share) {
   ASSIGN_OR_RETURN(device_, runtime::UseDevice(options_.device));
   if (device_.cc_major < 8) {
     return absl::FailedPreconditionError(
         absl::StrCat("device ", device_.name, " has compute capability ", device_.cc_major, ".",
                      device_.cc_minor, "; reprise needs 8.0 or newer"));
   }
-  ASSIGN_OR_RETURN(stream_, runtime::Stream::Create());
+  std::optional<DeviceShare> own;
+  if (share == nullptr) {
+    ASSIGN_OR_RETURN(own, NewDeviceShare(plan_.memory.arena_bytes, WorkspaceBytes()));
+    share = &*own;
+  }
+  stream_ = share->stream;
+  lt_ = share->lt;
+  cudnn_ = share->cudnn;
+  arena_ = share->arena;
+  workspace_ = share->workspace;
+  library_handle_bytes_ = share->library_handle_bytes;
   ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
-  const absl::StatusOr<int64_t> used_before_handles = runtime::DeviceMemoryInUse();
-  ASSIGN_OR_RETURN(lt_, runtime::LtHandle::Create());
-  ASSIGN_OR_RETURN(cudnn_, runtime::CudnnHandle::Create());
-  const absl::StatusOr<int64_t> used_after_handles = runtime::DeviceMemoryInUse();
-  if (used_before_handles.ok() && used_after_handles.ok()) {
-    library_handle_bytes_ = std::max<int64_t>(0, *used_after_handles - *used_before_handles);
-  }
   kernels_ = SharedKernelStore(device_);
-  absl::StatusOr<runtime::DeviceBuffer> arena =
-      runtime::DeviceBuffer::Create(plan_.memory.arena_bytes);
-  if (!arena.ok()) return OutOfMemory("the arena", plan_.memory.arena_bytes, arena.status());
-  arena_.emplace(*std::move(arena));
-  const int64_t workspace_bytes = plan_.lanes() * WorkspaceBytesFor(plan_.graph());
-  absl::StatusOr<runtime::DeviceBuffer> workspace = runtime::DeviceBuffer::Create(workspace_bytes);
-  if (!workspace.ok()) {
-    return OutOfMemory("the lanes' workspaces", workspace_bytes, workspace.status());
-  }
-  workspace_.emplace(*std::move(workspace));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
-  // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
-  return runtime::CudaStatus(cudaMemset(arena_->data(), 0xff, plan_.memory.arena_bytes),
-                             "cudaMemset", "arena");
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Impl::InitPersistentTensors() {
@@ -505,7 +543,7 @@ TrainerStats Trainer::Impl::stats() const {
   s.activation_peak_bytes = plan_.memory.transient_peak;
   s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
   s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
-  s.workspace_bytes = workspace_.has_value() ? workspace_->bytes() : 0;
+  s.workspace_bytes = workspace_ != nullptr ? workspace_->bytes() : 0;
   // What this trainer's creation asked of the process-wide store.
   const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
   const runtime::KernelStore::Stats& after = kernel_stats_after_create_;

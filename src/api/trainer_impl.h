@@ -29,6 +29,31 @@ class Trainer::Impl {
  public:
   static absl::StatusOr<std::unique_ptr<Impl>> Create(const Graph& graph, Value loss,
                                                       const TrainOptions& options);
+  // Create in two stages, for shape buckets (src/api/bucketed_trainer.cc), which lay several
+  // plans out in one arena between them. Prepare plans the step (host work and the device's
+  // properties; an uncapturable plan is refused here, before anything is allocated). Start
+  // allocates the device resources (or adopts `share`'s), initialises the persistent tensors,
+  // compiles, lowers and captures.
+  struct DeviceShare;
+  static absl::StatusOr<std::unique_ptr<Impl>> Prepare(const Graph& graph, Value loss,
+                                                       const TrainOptions& options);
+  absl::Status Start(const DeviceShare* share);
+  // Device resources that a BucketedTrainer's buckets share: one stream, so that their steps
+  // never overlap; one arena laid out for all of them; one workspace; one pair of library handles.
+  struct DeviceShare {
+    std::shared_ptr<runtime::Stream> stream;
+    std::shared_ptr<runtime::LtHandle> lt;
+    std::shared_ptr<runtime::CudnnHandle> cudnn;
+    std::shared_ptr<runtime::DeviceBuffer> arena, workspace;
+    int64_t library_handle_bytes = -1;
+  };
+  // After Prepare: creates the resources for an arena of `arena_bytes` (poisoned with NaNs) and a
+  // workspace of `workspace_bytes`; ResourceExhausted as Create's.
+  absl::StatusOr<DeviceShare> NewDeviceShare(int64_t arena_bytes, int64_t workspace_bytes);
+  int64_t WorkspaceBytes() const;  // What this plan's lanes need.
+  // Before Start: shape buckets move the plan's tensors to their places in the shared arena.
+  passes::MemoryPlan& mutable_memory() { return plan_.memory; }
+  const std::vector<std::string>& weight_names() const { return weight_names_; }
 
   absl::Status SetInput(absl::string_view name, const void* data, size_t count, DType dtype);
   absl::StatusOr<void*> InputBuffer(absl::string_view name, DType dtype);
@@ -98,7 +123,7 @@ class Trainer::Impl {
  private:
   Impl(TrainOptions options, passes::Plan plan)
       : options_(std::move(options)), plan_(std::move(plan)) {}
-  absl::Status InitDevice();
+  absl::Status InitDevice(const DeviceShare* share);
   absl::Status InitPersistentTensors();
   absl::StatusOr<const passes::Buffer*> ParameterBuffer(absl::string_view name) const;
   // Waits until no queued step still reads the input staging or writes the arena.
@@ -122,15 +147,15 @@ class Trainer::Impl {
   TrainOptions options_;
   passes::Plan plan_;
   runtime::DeviceInfo device_;
-  std::optional<runtime::Stream> stream_;
+  std::shared_ptr<runtime::Stream> stream_;  // The resources of a DeviceShare.
   std::optional<runtime::Event> step_done_;
-  std::optional<runtime::LtHandle> lt_;
-  std::optional<runtime::CudnnHandle> cudnn_;
+  std::shared_ptr<runtime::LtHandle> lt_;
+  std::shared_ptr<runtime::CudnnHandle> cudnn_;
   std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   double kernel_acquire_ms_ = 0;
-  std::optional<runtime::DeviceBuffer> arena_;
-  std::optional<runtime::DeviceBuffer> workspace_;
+  std::shared_ptr<runtime::DeviceBuffer> arena_;
+  std::shared_ptr<runtime::DeviceBuffer> workspace_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
   std::vector<capture::LoweredLaunch> launches_;
   std::optional<capture::Lanes> lanes_;

@@ -48,6 +48,8 @@ enum class OpKind : uint8_t {
   kMatmul,     // Expensive.
   kOptimizer,  // The optimizer: updates writing parameters and state in place, and the per-step
                // scalars they read (scheduled rate, clip coefficient).
+  kCommunication,  // Collectives across data-parallel ranks (all_reduce): a lane of their own, and
+                   // inputs and outputs each laid out contiguously by the memory plan.
 };
 
 // How a pointwise op computes one element, so that a fused kernel can chain several: a CUDA
@@ -60,6 +62,14 @@ enum class Operand : uint8_t {
 struct PointwiseForm {
   absl::string_view expression;  // Empty: the op cannot be chained.
   std::vector<Operand> operands;
+};
+
+// What a lowering's Launch may do under stream capture: enqueue work on the stream it is given and
+// nothing else. A lowering that reads a device value on the host, synchronises, calls the legacy
+// default stream (cudaMemcpy, cudaMemset) or allocates cannot be captured; it says so and why.
+struct CaptureSupport {
+  bool capturable = true;
+  absl::string_view reason;  // When not capturable: "copies with cudaMemcpy on the legacy stream".
 };
 
 struct OpDef {
@@ -80,6 +90,9 @@ struct OpDef {
   // The GPU lowering reads and writes bfloat16 (computing in float32). A GPU lowering of a 16-bit
   // node whose op has neither flag is refused as unimplemented, naming the node.
   bool bf16_lowering = false;
+  // Whether the GPU lowering's launches can be recorded into a CUDA graph. There is no eager
+  // fallback: Trainer::Create refuses a plan with an op that says it cannot (CheckCapturable).
+  CaptureSupport capture;
 };
 
 // The inputs `op` writes in place for a node with these attributes and this many inputs.
@@ -94,6 +107,13 @@ const OpDef& ParameterOp();
 const OpDef& StateOp();
 const OpDef& ConstantOp();
 bool IsLeaf(const Node& node);
+
+// Whether every launch of `graph` can be captured into one CUDA graph: each non-leaf node's op
+// has a GPU lowering that declares itself capturable (OpDef::capture). Host-only, so
+// Trainer::Create checks a plan before it touches the device. Unimplemented for an op with no GPU
+// lowering, FailedPrecondition for one that cannot be captured; either names the op, the node and
+// why.
+absl::Status CheckCapturable(const Graph& graph);
 
 // Returns a copy of `node`'s float attribute / int attribute, or InvalidArgument.
 absl::StatusOr<double> FloatAttr(const Attrs& attrs, absl::string_view key);
