@@ -25,6 +25,7 @@ int64_t Ceil4(int64_t x) { return (x + 3) / 4 * 4; }
 int64_t PadRow(int64_t x) { return Ceil4(x) % 32 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Align32(int64_t x) { return (x + 31) / 32 * 32; }
+int64_t LossScratch(int64_t models) { return std::max<int64_t>(32, Ceil4(models)); }
 
 int64_t GemmSmemFloats(int kind, int64_t p, const MlpGemmTile& t) {
   const bool aip = kind != kWgrad, bip = kind == kFwd;
@@ -129,32 +130,35 @@ absl::Status FindCandidates(PhaseGemm& g, const MlpStepTarget& target, int64_t b
   return absl::OkStatus();
 }
 
-// The busiest block's time when block b runs tasks b, b + grid, ... of [first's, second's].
-double Makespan(const Candidate& first, const Candidate* second, int grid) {
-  const int t1 = first.tile.tiles, total = t1 + (second ? second->tile.tiles : 0);
+// The busiest block's time when block b runs tasks b, b + grid, ... of [first's, second's], each
+// GEMM's tiles once per model.
+double Makespan(const Candidate& first, const Candidate* second, int grid, int models) {
+  const int64_t t1 = int64_t{models} * first.tile.tiles;
+  const int64_t total = t1 + int64_t{models} * (second ? second->tile.tiles : 0);
+  // Tasks of block b below n: those t < n with t = b mod grid.
+  auto count = [&](int64_t n, int64_t b) { return n > b ? (n - 1 - b) / grid + 1 : 0; };
   double worst = 0;
-  for (int b = 0; b < std::min(grid, total); ++b) {
-    double sum = 0;
-    for (int t = b; t < total; t += grid) sum += t < t1 ? first.cost : second->cost;
-    worst = std::max(worst, sum);
+  for (int64_t b = 0; b < std::min<int64_t>(grid, total); ++b) {
+    const int64_t n1 = count(t1, b), n2 = count(total, b) - n1;
+    worst = std::max(worst, n1 * first.cost + (n2 > 0 ? n2 * second->cost : 0.0));
   }
   return worst;
 }
 
 // Tiles for the one or two GEMMs that share a phase, chosen together.
 absl::Status ChoosePhaseTiles(std::vector<PhaseGemm>& gemms, const MlpStepTarget& target,
-                              int64_t budget, std::vector<MlpGemmTile>* chosen) {
+                              int64_t budget, int models, std::vector<MlpGemmTile>* chosen) {
   for (PhaseGemm& g : gemms) RETURN_IF_ERROR(FindCandidates(g, target, budget));
   double best = std::numeric_limits<double>::infinity();
   chosen->assign(gemms.size(), {});
   for (const Candidate& c1 : gemms[0].candidates) {
     if (gemms.size() == 1) {
-      const double cost = Makespan(c1, nullptr, target.grid);
+      const double cost = Makespan(c1, nullptr, target.grid, models);
       if (cost < best) best = cost, (*chosen)[0] = c1.tile;
       continue;
     }
     for (const Candidate& c2 : gemms[1].candidates) {
-      const double cost = Makespan(c1, &c2, target.grid);
+      const double cost = Makespan(c1, &c2, target.grid, models);
       if (cost < best) best = cost, (*chosen)[0] = c1.tile, (*chosen)[1] = c2.tile;
     }
   }
@@ -174,54 +178,66 @@ std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTil
 
 std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
 
-std::string GemmArgsOf(const std::string& a, const std::string& b, const std::string& out,
-                       const std::string& bias, const std::string& mask, const std::string& vel,
-                       const std::string& bias_param, const std::string& bias_vel) {
-  return absl::StrCat("GemmArgs{", Ptr(a), ", ", Ptr(b), ", ", Ptr(out), ", ", Ptr(bias), ", ",
-                      Ptr(mask), ", ", Ptr(vel), ", ", Ptr(bias_param), ", ", Ptr(bias_vel), "}");
+// A tensor argument of the generated kernel: its name (empty: none) and its model stride.
+struct Arg {
+  std::string name;
+  int64_t stride = 0;
+};
+
+// "T{p0, ..., pn, s0, ..., sn}" for GemmArgs and HeadArgs: the pointers, then their strides.
+std::string ArgsOf(const char* type, const std::vector<Arg>& args,
+                   const std::string& between = "") {
+  std::vector<std::string> ptrs, strides;
+  for (const Arg& a : args) {
+    ptrs.push_back(Ptr(a.name));
+    strides.push_back(absl::StrCat(a.stride));
+  }
+  return absl::StrCat(type, "{", absl::StrJoin(ptrs, ", "), ", ", between,
+                      absl::StrJoin(strides, ", "), "}");
 }
 
 }  // namespace
 
-int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths) {
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
   const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
-  int64_t total = Align32(batch);  // Row losses.
-  for (int64_t l = 1; l < layers; ++l) total += Align32(batch * widths[l]);
-  for (int64_t l = 0; l < layers; ++l) total += Align32(batch * widths[l + 1]);
+  const int64_t rows = models * batch;
+  int64_t total = Align32(rows);  // Row losses.
+  for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
+  for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
   return total;
 }
 
 namespace {
 absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
-                                              const MlpStepTarget& target);
+                                              const MlpStepTarget& target, int64_t models);
 }  // namespace
 
 // The tile search takes tens of ms, and the fuse pass, shape inference and lowering each ask for
 // the same plan, so plans are remembered for the process, by shapes and target.
 absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
-                                        const MlpStepTarget& target) {
+                                        const MlpStepTarget& target, int64_t models) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
   const std::string key =
-      absl::StrCat(batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
-                   ",", target.max_shared_bytes, ",", target.aligned);
+      absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
+                   target.threads, ",", target.max_shared_bytes, ",", target.aligned);
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
   }
-  absl::StatusOr<MlpStepPlan> plan = SearchMlpStepPlan(batch, widths, target);
+  absl::StatusOr<MlpStepPlan> plan = SearchMlpStepPlan(batch, widths, target, models);
   absl::MutexLock lock(&mu);
   return plans->emplace(key, std::move(plan)).first->second;
 }
 
 namespace {
 absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
-                                              const MlpStepTarget& target) {
+                                              const MlpStepTarget& target, int64_t models) {
   const int layers = static_cast<int>(widths.size()) - 1;
-  if (layers < 1 || batch < 1) {
+  if (layers < 1 || batch < 1 || models < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("an MLP step needs a batch and at least one layer; got batch ", batch, " and ",
-                     widths.size(), " widths"));
+        absl::StrCat("an MLP step needs a batch, a model and at least one layer; got batch ", batch,
+                     ", ", models, " models and ", widths.size(), " widths"));
   }
   if (target.grid < 1 ||
       (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
@@ -234,6 +250,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     return absl::UnimplementedError(
         absl::StrCat("batch ", batch, " exceeds the fused MLP step's limit of ", kMaxExtent));
   }
+  if (models > kMaxExtent) {
+    return absl::UnimplementedError(
+        absl::StrCat(models, " models exceed the fused MLP step's limit of ", kMaxExtent));
+  }
   for (int l = 0; l <= layers; ++l) {
     if (widths[l] < 1 || widths[l] > kMaxExtent) {
       return absl::UnimplementedError(absl::StrCat("width ", widths[l], " of layer boundary ", l,
@@ -245,10 +265,11 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     }
   }
   MlpStepPlan plan;
+  plan.models = static_cast<int>(models);
   plan.batch = static_cast<int>(batch);
   for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
   plan.target = target;
-  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths);
+  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models);
   if (plan.workspace_floats > kMaxElements) {
     return absl::UnimplementedError(
         absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
@@ -258,15 +279,15 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   int64_t offset = 0;
   for (int l = 1; l < layers; ++l) {
     plan.h_offset[l] = offset;
-    offset += Align32(batch * widths[l]);
+    offset += Align32(models * batch * widths[l]);
   }
   for (int l = 0; l < layers; ++l) {
     plan.dz_offset[l] = offset;
-    offset += Align32(batch * widths[l + 1]);
+    offset += Align32(models * batch * widths[l + 1]);
   }
   plan.row_loss_offset = offset;
 
-  const int64_t budget = target.max_shared_bytes / 4 - 32;  // 32 floats of loss-sum scratch.
+  const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
   const auto& d = widths;
   int64_t smem = 0;
   plan.forward.resize(std::max(0, layers - 1));
@@ -274,12 +295,14 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     std::vector<PhaseGemm> gemms = {
         {kFwd, batch, d[l + 1], d[l], l > 0, absl::StrCat("forward GEMM of layer ", l), {}}};
     std::vector<MlpGemmTile> tiles;
-    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, &tiles));
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, plan.models, &tiles));
     plan.forward[l] = tiles[0];
     smem = std::max(smem, GemmSmemFloats(kFwd, d[l], tiles[0]));
   }
   const int64_t k = d[layers - 1], c = d[layers];
-  int rows = static_cast<int>(std::min<int64_t>(batch, CeilDiv(batch, target.grid)));
+  // Rows per head task: each model's rows in about grid / K equal tasks.
+  const int64_t head_tasks = std::max<int64_t>(1, target.grid / models);
+  int rows = static_cast<int>(std::min<int64_t>(batch, CeilDiv(batch, head_tasks)));
   while (rows > 1 && HeadSmemFloats(rows, k, c, target.threads) > budget) rows = (rows + 1) / 2;
   if (HeadSmemFloats(rows, k, c, target.threads) > budget) {
     return absl::UnimplementedError(
@@ -320,7 +343,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
                        {}});
     }
     std::vector<MlpGemmTile> tiles;
-    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, &tiles));
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, plan.models, &tiles));
     size_t next = 0;
     if (dl >= 1) {
       plan.dgrad[dl] = tiles[next++];
@@ -331,22 +354,27 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       smem = std::max(smem, GemmSmemFloats(kWgrad, batch, plan.wgrad[l]));
     }
   }
-  plan.shared_bytes = (smem + 32) * 4;
+  plan.shared_bytes = (smem + LossScratch(models)) * 4;
   plan.phases = layers >= 2 ? 2 * layers - 1 : 2;
   plan.barriers = plan.phases - 1;
   return plan;
 }
 }  // namespace
 
-GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
+namespace {
+
+// The kernel for `plan`; `batched`: the ensemble form (BatchedMlpStepKernel's parameters).
+GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
+                           bool shared_labels) {
   const int layers = plan.layers();
   const auto& d = plan.widths;
   const int64_t batch = plan.batch;
+  const int64_t scratch = LossScratch(plan.models);
   std::string code = kMlpPrimitives;
   absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
                   ";\nconstexpr bool kAligned = ", B(plan.target.aligned),
-                  ";\nconstexpr int kBatch = ", batch,
-                  ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - 32,
+                  ";\nconstexpr int kBatch = ", batch, ";\nconstexpr int kModels = ", plan.models,
+                  ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch,
                   ";\n}  // namespace mlp\n", kMlpLibrary);
 
   std::vector<std::string> params = {"const float* x",        "const int* labels",
@@ -358,17 +386,30 @@ GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
     params.push_back(absl::StrCat("float* vw", l));
     params.push_back(absl::StrCat("float* vb", l));
   }
-  for (const char* p : {"unsigned* barrier", "float* loss", "float* logits", "float* ws"}) {
-    params.push_back(p);
-  }
+  params.push_back("unsigned* barrier");
+  params.push_back("float* loss");
+  if (batched) params.push_back("float* model_loss");
+  params.push_back("float* logits");
+  params.push_back("float* ws");
+  const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
-                  ", 1)\nreprise_mlp_step(", absl::StrJoin(params, ", "), ") {\n",
+                  ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n",
                   "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
                   "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
-                  ";\n  c.loss = loss;\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
+                  ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
+                  ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
                   "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
-  auto h = [&](int l) { return l == 0 ? std::string("x") : absl::StrCat("h", l); };
-  auto dz = [&](int l) { return absl::StrCat("dz", l); };
+  // Each tensor with its model stride: the elements of one model's slice (0 if shared).
+  auto h = [&](int l) {
+    return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}
+                  : Arg{absl::StrCat("h", l), batch * d[l]};
+  };
+  auto dz = [&](int l) { return Arg{absl::StrCat("dz", l), batch * d[l + 1]}; };
+  auto w = [&](int l) { return Arg{absl::StrCat("w", l), int64_t{d[l + 1]} * d[l]}; };
+  auto vw = [&](int l) { return Arg{absl::StrCat("vw", l), int64_t{d[l + 1]} * d[l]}; };
+  auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
+  auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
+  const Arg none;
   for (int l = 1; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
   }
@@ -379,41 +420,42 @@ GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
   const int last_phase = plan.phases - 1;
   auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
-    absl::StrAppend(
-        &code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
-        GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
-        " G;\n    GemmPhase<G, NoGemm, ", flags(), ", false>(",
-        GemmArgsOf(h(l), absl::StrCat("w", l), h(l + 1), absl::StrCat("b", l), "", "", "", ""),
-        ", GemmArgs{}, c, arrival);\n  }\n");
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
+                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
+                    " G;\n    GemmPhase<G, NoGemm, ", flags(), ", false>(",
+                    ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none}),
+                    ", GemmArgs{}, c, arrival);\n  }\n");
   }
   {
     const int last = layers - 1;
-    absl::StrAppend(&code, "  {  // Phase ", phase,
-                    ": the last layer, the loss and its gradient.\n", "    typedef Head<", batch,
-                    ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ", B(layers >= 2),
-                    ", ", B(layers >= 2), "> H;\n", "    HeadArgs a{", h(last), ", w", last, ", b",
-                    last, ", labels, logits, dz", last, ", ",
-                    layers >= 2 ? absl::StrCat("dz", last - 1) : "nullptr", ", ws + ",
-                    plan.row_loss_offset, ", dloss[0] / static_cast<float>(", batch,
-                    ")};\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+    const Arg labels{"labels", shared_labels ? 0 : batch};
+    const Arg logits{"logits", batch * d[layers]};
+    const Arg dz_prev = layers >= 2 ? dz(last - 1) : none;
+    const Arg row_loss{absl::StrCat("ws + ", plan.row_loss_offset), batch};
+    absl::StrAppend(
+        &code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
+        "    typedef Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
+        B(layers >= 2), ", ", B(layers >= 2), "> H;\n", "    const HeadArgs a = ",
+        ArgsOf("HeadArgs", {h(last), w(last), b(last), labels, logits, dz(last), dz_prev, row_loss},
+               absl::StrCat("dloss[0] / static_cast<float>(", batch, "), ")),
+        ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
     ++phase;
   }
   auto wgrad_args = [&](int l) {
-    return GemmArgsOf(absl::StrCat("dz", l), h(l), absl::StrCat("w", l), "", "",
-                      absl::StrCat("vw", l), absl::StrCat("b", l), absl::StrCat("vb", l));
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
   };
   auto wgrad_type = [&](int l, bool a_late) {
     return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
   };
-  for (int b = 0; b < std::max(1, layers - 1); ++b, ++phase) {
-    const int dl = layers - 2 - b, wl = layers - 1 - b;
+  for (int bs = 0; bs < std::max(1, layers - 1); ++bs, ++phase) {
+    const int dl = layers - 2 - bs, wl = layers - 1 - bs;
     std::string g1, a1, g2 = "NoGemm", a2 = "GemmArgs{}";
     if (layers == 1) {
       g1 = wgrad_type(0, WgradLate(0, layers));
       a1 = wgrad_args(0);
     } else if (dl >= 1) {
       g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
-      a1 = GemmArgsOf(dz(dl), absl::StrCat("w", dl), dz(dl - 1), "", h(dl), "", "", "");
+      a1 = ArgsOf("GemmArgs", {dz(dl), w(dl), dz(dl - 1), none, h(dl), none, none, none});
       g2 = wgrad_type(wl, WgradLate(wl, layers));
       a2 = wgrad_args(wl);
     } else {  // The last phase: wgrad of layers 1 and 0.
@@ -422,12 +464,23 @@ GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
       g2 = wgrad_type(0, WgradLate(0, layers));
       a2 = wgrad_args(0);
     }
-    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", b, ".\n", "    typedef ",
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
                     g1, " G1;\n    typedef ", g2, " G2;\n    GemmPhase<G1, G2, ", flags(), ", ",
-                    B(b == 0), ">(", a1, ", ", a2, ", c, arrival);\n  }\n");
+                    B(bs == 0), ">(", a1, ", ", a2, ", c, arrival);\n  }\n");
   }
   absl::StrAppend(&code, "}\n");
-  return {"reprise_mlp_step", std::move(code)};
+  return {name, std::move(code)};
+}
+
+}  // namespace
+
+GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
+  return StepKernel(plan, /*batched=*/false, false, false);
+}
+
+GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
+                                     bool shared_labels) {
+  return StepKernel(plan, /*batched=*/true, shared_features, shared_labels);
 }
 
 }  // namespace reprise::codegen

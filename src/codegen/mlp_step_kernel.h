@@ -13,6 +13,11 @@
 //
 // Determinism: no floating-point atomics; every sum has a fixed order; data written by other
 // blocks in the same launch is read only through L2 (cp.async.cg / ld.global.cg).
+//
+// Ensembles: the same kernel trains K identically shaped MLPs (an ensemble batched by
+// src/passes/batch_ensemble.h) in one launch. Every tensor is stacked [K, ...]; each phase's tasks
+// are (model, tile) pairs spread over the grid, and the grid barriers keep all models in
+// lockstep. Tiles are planned for K times each GEMM's tiles.
 #ifndef REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
 #define REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
 
@@ -41,7 +46,8 @@ struct MlpGemmTile {
 };
 
 struct MlpStepPlan {
-  int batch = 0;
+  int models = 1;           // K: the models trained side by side (1: a single MLP).
+  int batch = 0;            // Per model.
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2.
@@ -50,7 +56,7 @@ struct MlpStepPlan {
   int head_rows = 1;                 // Batch rows per head task.
   int64_t shared_bytes = 0;          // Dynamic shared memory per block.
   // Workspace (f32 elements, each buffer 128-byte aligned): h_l for l = 1..L-1, dz_l for
-  // l = 0..L-1, the per-row losses.
+  // l = 0..L-1, the per-row losses; each [K, B, ...], model k's slice after model k-1's.
   std::vector<int64_t> h_offset;   // [l], l = 1..L-1 used.
   std::vector<int64_t> dz_offset;  // [l], l = 0..L-1.
   int64_t row_loss_offset = 0;
@@ -66,13 +72,14 @@ struct MlpStepPlan {
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
-int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths);
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
+                               int64_t models = 1);
 
-// Picks tiles for every phase. kUnimplemented, saying which limit, where the shapes exceed what
-// the kernel supports on `target` (shared memory for the head or a GEMM tile, 32-bit indexing);
-// kInvalidArgument for non-positive sizes.
+// Picks tiles for every phase of `models` MLPs of these shapes. kUnimplemented, saying which
+// limit, where the shapes exceed what the kernel supports on `target` (shared memory for the head
+// or a GEMM tile, 32-bit indexing); kInvalidArgument for non-positive sizes.
 absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
-                                        const MlpStepTarget& target);
+                                        const MlpStepTarget& target, int64_t models = 1);
 
 // The kernel "reprise_mlp_step" for `plan`. Parameters, in the op's input order then its
 // outputs: (const float* x, const int* labels, const float* dloss, const float* lr,
@@ -81,6 +88,14 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
 // float* workspace). Launch with plan.target.threads threads and plan.shared_bytes of dynamic
 // shared memory, cooperatively.
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
+
+// The kernel "reprise_batched_mlp_step" for `plan` (any plan.models >= 1): the parameters of
+// MlpStepKernel with every tensor stacked [K, ...], except features [B, F] and labels [B] where
+// `shared_features` / `shared_labels` (every model reads the same), and the outputs (float* loss,
+// float* model_losses, float* logits, float* workspace): the sum of the models' mean losses, each
+// model's mean loss [K], logits [K, B, C].
+GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
+                                     bool shared_labels);
 
 }  // namespace reprise::codegen
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/mlp_step_reference.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -103,112 +104,25 @@ std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
   return mutated;
 }
 
-// The unfused graph's arithmetic in the same order and precision: matmuls accumulate in double
-// and round once; bias add, ReLU, the loss, column sums and SGD run in T.
 template <typename T>
 absl::Status StepOnCpu(int layers, absl::Span<ir::HostTensor* const> in,
                        absl::Span<ir::HostTensor* const> out) {
   const int64_t batch = in[0]->spec().shape.dim(0);
   std::vector<int64_t> d = {in[0]->spec().shape.dim(1)};
-  for (int l = 0; l < layers; ++l) d.push_back(in[kFixedInputs + 4 * l]->spec().shape.dim(0));
-  auto param = [&](int l, int which) { return in[kFixedInputs + 4 * l + which]->data<T>(); };
-  const int64_t classes = d[layers];
-  auto labels = in[1]->data<int32_t>();
-  for (int64_t r = 0; r < batch; ++r) {
-    if (labels[r] < 0 || labels[r] >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", labels[r], " of row ", r, " is outside [0, ", classes, ")"));
-    }
-  }
-  // h[l] is layer l's input [batch, d[l]]; h[layers] holds the logits.
-  std::vector<std::vector<T>> h(layers + 1);
-  h[0].assign(in[0]->data<T>().begin(), in[0]->data<T>().end());
+  MlpStepTensors<T> m{.x = in[0]->data<T>().data(),
+                      .labels = in[1]->data<int32_t>().data(),
+                      .logits = out[1]->data<T>().data()};
   for (int l = 0; l < layers; ++l) {
-    auto w = param(l, 0), b = param(l, 1);
-    h[l + 1].resize(batch * d[l + 1]);
-    for (int64_t i = 0; i < batch; ++i) {
-      for (int64_t j = 0; j < d[l + 1]; ++j) {
-        double sum = 0;
-        for (int64_t p = 0; p < d[l]; ++p) {
-          sum += static_cast<double>(h[l][i * d[l] + p]) * static_cast<double>(w[j * d[l] + p]);
-        }
-        T y = static_cast<T>(sum);
-        y = y + b[j];
-        if (l + 1 < layers) y = y > T(0) ? y : T(0);
-        h[l + 1][i * d[l + 1] + j] = y;
-      }
-    }
+    const int base = kFixedInputs + 4 * l;
+    d.push_back(in[base]->spec().shape.dim(0));
+    m.w.push_back(in[base]->data<T>().data());
+    m.b.push_back(in[base + 1]->data<T>().data());
+    m.vw.push_back(in[base + 2]->data<T>().data());
+    m.vb.push_back(in[base + 3]->data<T>().data());
   }
-  const std::vector<T>& z = h[layers];
-  std::copy(z.begin(), z.end(), out[1]->data<T>().begin());
-  // dz[l]: the gradient at layer l's output before its activation, [batch, d[l + 1]].
-  std::vector<std::vector<T>> dz(layers);
-  dz[layers - 1].resize(batch * classes);
-  const T scale = in[2]->data<T>()[0] / static_cast<T>(batch);
-  T total = 0;
-  for (int64_t r = 0; r < batch; ++r) {
-    const T* zr = z.data() + r * classes;
-    T m = zr[0];
-    for (int64_t c = 1; c < classes; ++c) m = std::max(m, zr[c]);
-    T s = 0;
-    for (int64_t c = 0; c < classes; ++c) s += std::exp(zr[c] - m);
-    total += std::log(s) + m - zr[labels[r]];
-    for (int64_t c = 0; c < classes; ++c) {
-      dz[layers - 1][r * classes + c] =
-          scale * (std::exp(zr[c] - m) / s - (c == labels[r] ? T(1) : T(0)));
-    }
-  }
-  out[0]->data<T>()[0] = total / static_cast<T>(batch);
-  std::vector<std::vector<T>> dw(layers), db(layers);
-  for (int l = layers - 1; l >= 0; --l) {
-    const int64_t n_out = d[l + 1], n_in = d[l];
-    // Row by row so the inner loop is contiguous; each element still sums over i in order.
-    dw[l].resize(n_out * n_in);
-    std::vector<double> acc(n_in);
-    for (int64_t j = 0; j < n_out; ++j) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t i = 0; i < batch; ++i) {
-        const double a = static_cast<double>(dz[l][i * n_out + j]);
-        const T* hr = h[l].data() + i * n_in;
-        for (int64_t p = 0; p < n_in; ++p) acc[p] += a * static_cast<double>(hr[p]);
-      }
-      for (int64_t p = 0; p < n_in; ++p) dw[l][j * n_in + p] = static_cast<T>(acc[p]);
-    }
-    db[l].resize(n_out);
-    for (int64_t j = 0; j < n_out; ++j) {
-      T sum = 0;
-      for (int64_t i = 0; i < batch; ++i) sum += dz[l][i * n_out + j];
-      db[l][j] = sum;
-    }
-    if (l == 0) break;
-    auto w = param(l, 0);
-    dz[l - 1].resize(batch * n_in);
-    for (int64_t i = 0; i < batch; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < n_out; ++j) {
-        const double a = static_cast<double>(dz[l][i * n_out + j]);
-        const T* wr = w.data() + j * n_in;
-        for (int64_t p = 0; p < n_in; ++p) acc[p] += a * static_cast<double>(wr[p]);
-      }
-      for (int64_t p = 0; p < n_in; ++p) {
-        dz[l - 1][i * n_in + p] = h[l][i * n_in + p] > T(0) ? static_cast<T>(acc[p]) : T(0);
-      }
-    }
-  }
-  const T lr = in[3]->data<T>()[0], mu = in[4]->data<T>()[0], wd = in[5]->data<T>()[0];
-  auto sgd = [&](absl::Span<T> w, const std::vector<T>& g, absl::Span<T> v) {
-    for (size_t i = 0; i < w.size(); ++i) {  // As CpuSgd: separate roundings.
-      const T grad = g[i] + wd * w[i];
-      const T vel = mu * v[i] + grad;
-      v[i] = vel;
-      w[i] = w[i] - lr * vel;
-    }
-  };
-  for (int l = 0; l < layers; ++l) {
-    sgd(param(l, 0), dw[l], param(l, 2));
-    sgd(param(l, 1), db[l], param(l, 3));
-  }
-  return absl::OkStatus();
+  const MlpStepScalars s{in[2]->data<T>()[0], in[3]->data<T>()[0], in[4]->data<T>()[0],
+                         in[5]->data<T>()[0]};
+  return MlpStepOnCpu<T>(batch, d, s, m, out[0]->data<T>().data());
 }
 
 absl::Status CpuMlpStep(const Node& node, absl::Span<ir::HostTensor* const> in,

@@ -64,6 +64,32 @@ absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
 bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
                            const codegen::MlpStepTarget& target, std::string* why);
 
+// batched_mlp_train_step (batched_mlp_step.cc): mlp_train_step for K models of one shape, every
+// tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one cooperative
+// launch whose phases run (model, tile) tasks. Model k's slices compute what mlp_train_step
+// computes on them.
+// attrs: "layers" (L >= 1).
+// inputs: as mlp_train_step's, with K from W_0 [K, out_0, F]:
+//   [0] features f32 [K, B, F], or [B, F] read by every model
+//   [1] labels i32 [K, B], or [B] read by every model
+//   [2..5] dloss, learning_rate, momentum, weight_decay: f32 [] shared by all models
+//   [6 + 4l + 0..3] W_l [K, out_l, in_l], b_l [K, out_l] and their velocities
+//   [6 + 4L] barrier i32 [64] (as mlp_train_step's)
+// outputs: [0] loss f32 []: the sum of the models' losses (as model_sum: in model order)
+//          [1] losses f32 [K]: each model's mean softmax cross-entropy
+//          [2] logits f32 [K, B, C]
+//          [3] workspace f32 [BatchedMlpTrainStepWorkspaceFloats]
+// GPU limits: mlp_train_step's per model, and at most 65536 models.
+const ir::OpDef& BatchedMlpTrainStepOp();
+
+// f32 elements of output [3]: MlpTrainStepWorkspaceFloats with K * B rows.
+int64_t BatchedMlpTrainStepWorkspaceFloats(int64_t models, int64_t batch,
+                                           const std::vector<int64_t>& widths);
+
+// As CheckMlpTrainStepSupported, for batched_mlp_train_step's inputs.
+absl::Status CheckBatchedMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
+                                               const codegen::MlpStepTarget& target);
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_MLP_STEP_H_

@@ -12,6 +12,8 @@
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
 //   every adam sharing hyperparameters       => adam_multi (one launch per 32 tensors)
 // or, for a small ReLU MLP, the whole step        => mlp_train_step (one persistent kernel)
+// or, for an ensemble of them batched, the whole step => batched_mlp_train_step (the same kernel
+//   running every model's tiles)
 // A value the rest of the step or the user reads stays materialised; nothing else does.
 #ifndef REPRISE_SRC_PASSES_FUSE_H_
 #define REPRISE_SRC_PASSES_FUSE_H_

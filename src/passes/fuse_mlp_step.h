@@ -28,6 +28,17 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
                                            absl::Span<const Value> kept,
                                            const codegen::MlpStepTarget& target, std::string* why);
 
+// The same for an ensemble batched by src/passes/batch_ensemble.h (fuse_batched_mlp_step.cc):
+// K models' chains of batched_matmul, batched_bias_add and relu to a batched softmax
+// cross-entropy whose losses model_sum adds, each stacked parameter under SGD with momentum,
+// become one batched_mlp_train_step. Inputs every model shares (model_tile) are read as they are.
+// `why` starts with "ensemble: ".
+std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
+                                                  const autodiff::TrainingGraph& training,
+                                                  absl::Span<const Value> kept,
+                                                  const codegen::MlpStepTarget& target,
+                                                  std::string* why);
+
 }  // namespace reprise::passes
 
 #endif  // REPRISE_SRC_PASSES_FUSE_MLP_STEP_H_

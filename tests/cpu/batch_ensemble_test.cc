@@ -325,7 +325,15 @@ TEST(BatchEnsembleTest, BatchedTrainingGraphPlans) {
   ASSERT_TRUE(batched.ok());
   auto training = autodiff::BuildTrainingGraph(batched->graph, batched->loss, SgdOptions{});
   ASSERT_TRUE(training.ok()) << training.status();
-  auto plan = passes::BuildPlan(*std::move(training), batched->kept, {.lanes = 2});
+  // By default the whole step is one launch (src/ops/mlp_step.h, batched_mlp_train_step).
+  auto whole = passes::BuildPlan(*training, batched->kept, {.lanes = 2});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->launches.size(), 1u) << passes::PlanToString(*whole);
+  EXPECT_EQ(whole->graph().node(whole->launches[0].node).op_name(), "batched_mlp_train_step");
+  // The per-layer batched step:
+  passes::PlanOptions per_layer{.lanes = 2};
+  per_layer.fusion.whole_mlp_step = false;
+  auto plan = passes::BuildPlan(*std::move(training), batched->kept, per_layer);
   ASSERT_TRUE(plan.ok()) << plan.status();
   int matmul_launches = 0, fused_layers = 0;
   for (const Node& node : plan->graph().nodes()) {
@@ -352,7 +360,9 @@ TEST(BatchEnsembleTest, FusedBatchedStepEqualsUnfusedOnTheReference) {
   auto unfused = autodiff::BuildTrainingGraph(batched->graph, batched->loss, SgdOptions{});
   auto training = autodiff::BuildTrainingGraph(batched->graph, batched->loss, SgdOptions{});
   ASSERT_TRUE(unfused.ok() && training.ok());
-  auto plan = passes::BuildPlan(*std::move(training), batched->kept, {});
+  passes::PlanOptions per_layer;  // The whole-step kernel has its own test.
+  per_layer.fusion.whole_mlp_step = false;
+  auto plan = passes::BuildPlan(*std::move(training), batched->kept, per_layer);
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<std::string> fused_ops;
   for (const Node& node : plan->graph().nodes()) {

@@ -81,5 +81,80 @@ TEST(MlpStepKernelTest, LimitsAreUnimplementedAndSayWhich) {
             absl::StatusCode::kInvalidArgument);
 }
 
+struct EnsembleShape {
+  int64_t models;
+  int64_t batch;
+  std::vector<int64_t> widths;
+  bool aligned, shared_features, shared_labels;
+};
+
+// The ensemble form: K models' tasks per phase, shared or stacked inputs, odd and unaligned
+// shapes, one layer, the benchmark at K = 4, 32 and 128.
+TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
+  const std::vector<EnsembleShape> shapes = {
+      {32, 64, {64, 256, 256, 10}, true, false, false},
+      {4, 64, {64, 256, 256, 10}, true, false, false},
+      {128, 64, {64, 256, 256, 10}, true, false, false},
+      {3, 5, {3, 7, 7, 3}, false, false, false},
+      {2, 5, {3, 7, 7, 3}, true, true, true},
+      {5, 7, {12, 4}, true, true, false},
+      {2, 1, {1, 1, 2}, false, false, true},
+  };
+  for (const EnsembleShape& s : shapes) {
+    codegen::MlpStepTarget target;
+    target.aligned = s.aligned;
+    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->models, s.models);
+    EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
+    const codegen::GeneratedKernel kernel =
+        codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
+    EXPECT_EQ(kernel.name, "reprise_batched_mlp_step");
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch << ": "
+                               << compiled.status();
+    EXPECT_FALSE(compiled->cubin.empty());
+  }
+}
+
+// At the shapes every large phase has K * tiles tasks enough to keep an H100's 132 SMs
+// busy, in rounds that are nearly full.
+TEST(MlpStepKernelTest, EnsembleTilesFillTheGrid) {
+  const codegen::MlpStepTarget h100;
+  for (int64_t models : {4, 32, 128}) {
+    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const int64_t forward1 = models * plan->forward[1].tiles;
+    const int64_t backward0 = models * (plan->dgrad[1].tiles + plan->wgrad[2].tiles);
+    const int64_t backward1 = models * (plan->wgrad[1].tiles + plan->wgrad[0].tiles);
+    const int64_t head = models * ((64 + plan->head_rows - 1) / plan->head_rows);
+    for (int64_t tasks : {forward1, backward0, backward1, head}) {
+      const int64_t rounds = (tasks + h100.grid - 1) / h100.grid;
+      EXPECT_GE(tasks, 0.9 * h100.grid) << models << " models";
+      EXPECT_LE(rounds * h100.grid, 1.25 * tasks) << models << " models, " << tasks << " tasks";
+    }
+  }
+}
+
+TEST(MlpStepKernelTest, EnsembleWorkspaceStacksEveryBufferPerModel) {
+  // K = 3, rows 3 * 5 = 15: losses 32; h_1 [15, 7] 128; dz_0 128, dz_1 [15, 3] 64.
+  EXPECT_EQ(codegen::MlpStepWorkspaceFloats(5, {3, 7, 3}, 3), 32 + 128 + 128 + 64);
+  auto plan = codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 3);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->workspace_floats, 32 + 128 + 128 + 64);
+  EXPECT_EQ(plan->h_offset[1], 0);
+  EXPECT_EQ(plan->dz_offset[0], 128);
+  EXPECT_EQ(plan->dz_offset[1], 256);
+  EXPECT_EQ(plan->row_loss_offset, 320);
+  // The loss sums need one float of shared memory per model (at least 32).
+  auto many = codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 1000);
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_GE(many->shared_bytes - plan->shared_bytes, (1000 - 32) * 4);
+  EXPECT_EQ(codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 70000).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 }  // namespace
 }  // namespace reprise

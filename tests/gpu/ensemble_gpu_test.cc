@@ -32,6 +32,9 @@ std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode
   TrainOptions options;
   options.mode = mode;
   options.batch_ensembles = batch;
+  // The batched per-layer path (library GEMMs); batched_mlp_step_gpu_test.cc tests the whole-step
+  // kernel that ensembles of small MLPs get by default.
+  options.whole_step = false;
   options.seed = 11;
   options.sgd.learning_rate = 0.05f;
   options.fetch = e.losses;
@@ -129,7 +132,8 @@ TEST(EnsembleGpuTest, BatchedGraphReplayEqualsBulkedBitwise) {
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
 }
 
-// A deep ensemble: every model trains on the same batch (shared inputs, tiled per model).
+// A deep ensemble: every model trains on the same batch (shared inputs, tiled per model; batched,
+// the whole-step kernel reads them untiled).
 TEST(EnsembleGpuTest, ModelsSharingOneBatchAgreeWithUnbatched) {
   REPRISE_REQUIRE_GPU();
   Graph g;

@@ -1,0 +1,170 @@
+// The whole-step match for an ensemble of ReLU MLPs batched by src/passes/batch_ensemble.h:
+// the batched form of MatchMlpTrainStep's chain (batched_matmul, batched_bias_add, relu; the
+// models' losses summed by model_sum) becomes one batched_mlp_train_step.
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "src/ops/batched.h"
+#include "src/ops/mlp_step.h"
+#include "src/ops/ops.h"
+#include "src/passes/fuse_mlp_step.h"
+
+namespace reprise::passes {
+namespace {
+
+bool Flag(const Node& node, const char* key) { return ir::BoolAttrOr(node.attrs, key, false); }
+
+struct Layer {
+  int32_t weight = -1, bias = -1;  // Stacked parameter nodes.
+};
+
+// The input a batched op reads: `v` itself, or what a model_tile repeats for every model (counted
+// in `tiles`); nullopt unless that is an input.
+std::optional<Value> ModelInput(const Graph& g, Value v, int* tiles) {
+  if (g.node(v.node).op == &ops::ModelTileOp()) {
+    ++*tiles;
+    v = g.node(v.node).inputs[0];
+  }
+  if (g.node(v.node).op != &ir::InputOp()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
+                                                  const autodiff::TrainingGraph& training,
+                                                  absl::Span<const Value> kept,
+                                                  const codegen::MlpStepTarget& target,
+                                                  std::string* why) {
+  auto fail = [&](std::string reason) -> std::optional<NodeGroup> {
+    if (why != nullptr) *why = absl::StrCat("ensemble: ", reason);
+    return std::nullopt;
+  };
+  const Graph& g = training.graph;
+  const Node& total = g.node(training.loss.node);
+  if (total.op != &ops::ModelSumOp()) return fail("the loss is not a sum of the models' losses");
+  const Node& loss = g.node(total.inputs[0].node);
+  if (loss.op != &ops::BatchedSoftmaxCrossEntropyOp())
+    return fail("the models' loss is not softmax cross-entropy");
+  int tiles = 0;
+  const std::optional<Value> labels = ModelInput(g, loss.inputs[1], &tiles);
+  if (!labels.has_value()) return fail("the labels are not an input");
+
+  // Walk the forward chain back from the logits, as MatchMlpTrainStep does, in batched ops.
+  std::vector<Layer> layers;
+  Value h = loss.inputs[0];
+  const Value logits = h;
+  std::optional<Value> features;
+  for (bool last = true;; last = false) {
+    const Node* node = &g.node(h.node);
+    if (!last) {
+      if (node->op != &ops::ReluOp()) break;
+      node = &g.node(node->inputs[0].node);
+    }
+    if (node->op != &ops::BatchedBiasAddOp())
+      return fail(absl::StrCat("'", node->name, "' is not a batched bias add"));
+    const Node& mm = g.node(node->inputs[0].node);
+    if (mm.op != &ops::BatchedMatmulOp() || Flag(mm, "transpose_a") || !Flag(mm, "transpose_b"))
+      return fail(absl::StrCat("'", mm.name, "' is not x·Wᵀ for every model"));
+    const Node& w = g.node(mm.inputs[1].node);
+    const Node& b = g.node(node->inputs[1].node);
+    if (w.op != &ir::ParameterOp() || b.op != &ir::ParameterOp())
+      return fail("a layer's weight or bias is not a parameter");
+    layers.push_back({w.id, b.id});
+    h = mm.inputs[0];
+    features = ModelInput(g, h, &tiles);
+    if (features.has_value()) break;
+  }
+  if (!features.has_value()) return fail("the first layer does not read an input");
+  std::reverse(layers.begin(), layers.end());
+
+  for (const Value& v : kept) {
+    if (v != training.loss && v != Value{loss.id, 0} && v != logits)
+      return fail("a fetched value lives inside the step");
+  }
+  if (training.parameters.size() != 2 * layers.size())
+    return fail("the models have parameters outside the layer chain");
+  absl::flat_hash_map<int32_t, const Node*> sgd_of;
+  const Node* grad = nullptr;
+  for (const Node& node : g.nodes()) {
+    if (ir::IsLeaf(node)) continue;
+    if (node.op == &ops::SgdMomentumOp()) {
+      if (node.inputs.size() != 6 || Flag(node, "nesterov"))
+        return fail("SGD with Nesterov momentum or gradient clipping");
+      sgd_of[node.inputs[0].node] = &node;
+    }
+    if (node.op == &ops::BatchedSoftmaxCrossEntropyGradOp()) grad = &node;
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
+      return fail("an optimizer other than SGD with momentum");
+  }
+  if (grad == nullptr) return fail("no loss gradient");
+  // The sum's gradient reaches every model's loss as model_broadcast(dloss).
+  const Node& broadcast = g.node(grad->inputs[2].node);
+  if (broadcast.op != &ops::ModelBroadcastOp())
+    return fail("the models' loss gradients are not the sum's gradient");
+  std::vector<Value> inputs = {*features, *labels, broadcast.inputs[0]};
+  const Node* first_sgd = nullptr;
+  for (const Layer& layer : layers) {
+    for (int32_t p : {layer.weight, layer.bias}) {
+      auto it = sgd_of.find(p);
+      if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
+      if (first_sgd == nullptr) first_sgd = it->second;
+      for (int k = 3; k < 6; ++k) {
+        if (it->second->inputs[k] != first_sgd->inputs[k])
+          return fail("parameters with different hyperparameters");
+      }
+    }
+  }
+  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.end());
+  for (const Layer& layer : layers) {
+    inputs.push_back(Value{layer.weight, 0});
+    inputs.push_back(Value{layer.bias, 0});
+    inputs.push_back(sgd_of.at(layer.weight)->inputs[2]);
+    inputs.push_back(sgd_of.at(layer.bias)->inputs[2]);
+  }
+  // MatchMlpTrainStep's 9L - 1 nodes, with the batched loss: model_sum and model_broadcast, and
+  // a model_tile for each input every model shares.
+  const int64_t num_layers = static_cast<int64_t>(layers.size());
+  int64_t non_leaf = 0;
+  for (const Node& node : g.nodes()) non_leaf += ir::IsLeaf(node) ? 0 : 1;
+  if (non_leaf != 9 * num_layers + 1 + tiles) {
+    return fail(absl::StrCat("the step has ", non_leaf, " nodes; an ensemble of MLPs of ",
+                             num_layers, " layers has ", 9 * num_layers + 1 + tiles));
+  }
+  // Each model's products against the single MLP's limit: the kernel's tiles are per model.
+  const TensorSpec& x = g.spec(*features);
+  int64_t multiply_adds = 0;
+  for (const Layer& layer : layers) {
+    const Shape& w = g.node(layer.weight).outputs[0].shape;
+    multiply_adds += w.dim(1) * w.dim(2);
+  }
+  multiply_adds *= x.shape.dim(x.shape.rank() - 2);
+  if (multiply_adds > kMlpStepMaxForwardMultiplyAdds) {
+    return fail(absl::StrCat("each model's forward pass has ", multiply_adds,
+                             " multiply-adds; library GEMMs win above ",
+                             kMlpStepMaxForwardMultiplyAdds));
+  }
+  std::vector<TensorSpec> specs;
+  for (const Value& v : inputs) specs.push_back(g.spec(v));
+  specs.push_back({Shape{codegen::kMlpStepBarrierWords}, DType::kInt32});
+  if (absl::Status s = ops::CheckBatchedMlpTrainStepSupported(specs, target); !s.ok())
+    return fail(std::string(s.message()));
+
+  auto barrier =
+      graph.AddState("batched_mlp_train_step.barrier",
+                     {Shape{codegen::kMlpStepBarrierWords}, DType::kInt32}, Initializer::Zeros());
+  if (!barrier.ok()) return fail(std::string(barrier.status().message()));
+  inputs.push_back(*barrier);
+  NodeGroup group{.op = &ops::BatchedMlpTrainStepOp(),
+                  .name = "batched_mlp_train_step",
+                  .attrs = {{"layers", num_layers}},
+                  .inputs = std::move(inputs),
+                  .outputs = {training.loss, Value{loss.id, 0}, logits, Value{}}};
+  for (const Node& node : g.nodes()) {
+    if (!ir::IsLeaf(node)) group.members.push_back(node.id);
+  }
+  return group;
+}
+
+}  // namespace reprise::passes
