@@ -27,7 +27,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedMatmulOp(), &BatchedMatmulBiasOp(), &BatchedBiasAddOp(), &BatchedColumnSumOp(),
           &BatchedReluGradBiasGradOp(), &BatchedSoftmaxCrossEntropyOp(),
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
-          &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp()};
+          &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp()};
 }
 
 }  // namespace reprise::ops

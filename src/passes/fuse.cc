@@ -10,6 +10,7 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
+#include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
@@ -400,8 +401,13 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
   Graph source = training.graph;  // The whole-step match adds its barrier state here.
   std::vector<NodeGroup> groups;
   if (options.whole_mlp_step) {
-    std::optional<NodeGroup> whole = MatchMlpTrainStep(
-        source, training, kept, options.mlp_step_target, &fused.whole_step_declined);
+    // A sum of models' losses is an ensemble's step; anything else is tried as one MLP.
+    const bool ensemble = training.graph.node(training.loss.node).op == &ops::ModelSumOp();
+    std::optional<NodeGroup> whole =
+        ensemble ? MatchBatchedMlpTrainStep(source, training, kept, options.mlp_step_target,
+                                            &fused.whole_step_declined)
+                 : MatchMlpTrainStep(source, training, kept, options.mlp_step_target,
+                                     &fused.whole_step_declined);
     if (whole.has_value()) groups.push_back(*std::move(whole));
   }
   if (groups.empty()) {
