@@ -74,6 +74,33 @@ struct OptimizerOptions {
   LrSchedule schedule;
 };
 
+// Loss scaling, as PyTorch's torch.amp.GradScaler does it, all on the device inside the step: the
+// backward starts from d(loss) = scale instead of 1, so that small float16 gradients do not flush
+// to zero; one check over every gradient then finds any inf or NaN, and the optimizer multiplies
+// the gradients by 1 / scale (the clipping norm is taken of these unscaled gradients) or, when
+// one was not finite, skips the whole update: parameters, optimizer state and the device step
+// counter stay as they were. A skipped step therefore does not count as an update: Adam's bias
+// correction and the learning-rate schedule read the count of applied updates (PyTorch's Adam does
+// not advance its step either; a PyTorch LR scheduler stepped every iteration would), and the
+// random ops, whose masks follow the same counter, draw the skipped step's masks again. After the
+// update the scale moves on: times backoff_factor after an overflow, times growth_factor after
+// growth_interval clean steps in a row (a growth that would overflow float32 is not taken).
+enum class LossScaling : uint8_t {
+  kAuto,     // kDynamic when the trainer computes in float16, kOff otherwise.
+  kOff,      // d(loss) = 1; nothing is checked or skipped.
+  kStatic,   // The scale stays init_scale; steps with non-finite gradients are still skipped.
+  kDynamic,  // The scale follows overflows as above.
+};
+
+// PyTorch's GradScaler defaults.
+struct LossScaleOptions {
+  LossScaling mode = LossScaling::kAuto;
+  float init_scale = 65536.0f;     // Finite, greater than 0.
+  float growth_factor = 2.0f;      // kDynamic: greater than 1.
+  float backoff_factor = 0.5f;     // kDynamic: in (0, 1).
+  int64_t growth_interval = 2000;  // kDynamic: at least 1.
+};
+
 }  // namespace reprise
 
 #endif  // REPRISE_INCLUDE_REPRISE_OPTIMIZER_H_

@@ -76,12 +76,15 @@ struct TrainOptions {
   // learning-rate schedule, all computed on the device (reprise/optimizer.h).
   std::optional<OptimizerOptions> optimizer;
   bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
-  // kFloat32, or kBFloat16 for mixed precision: the forward and backward compute in bfloat16 while
-  // parameters, optimizer state, batch-norm statistics and the loss stay float32
-  // (src/passes/mixed_precision.h). An op without a bfloat16 GPU lowering (OpDef::bf16_lowering)
-  // is refused at Create, naming the node; kFloat16 (which also needs loss scaling) is refused.
+  // kFloat32, or kBFloat16 or kFloat16 for mixed precision: the forward and backward compute in 16
+  // bits while parameters, optimizer state, batch-norm statistics and the loss stay float32
+  // (src/passes/mixed_precision.h). An op without a 16-bit GPU lowering is refused at Create,
+  // naming the node. float16's narrow range needs loss scaling, on by default for it (loss_scale).
   DType compute_dtype = DType::kFloat32;
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
+  // Loss scaling (reprise/optimizer.h): kAuto is dynamic for float16 and off otherwise; bfloat16
+  // and float32 may ask for it too. LossScale() and SkippedSteps() read its state.
+  LossScaleOptions loss_scale;
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
   bool deterministic = false;
   // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
@@ -113,7 +116,7 @@ struct TrainOptions {
   // SaveWeights/LoadWeights write and read each model's tensors under its own names, and Read()
   // of a model's fetched value gives that model's slice. Per model, results are those of the
   // unbatched step up to the order of the total's sum. Groups of fewer than
-  // ensemble_min_models models stay unbatched, and so do all with compute_dtype bfloat16 (the
+  // ensemble_min_models models stay unbatched, and so do all with a 16-bit compute_dtype (the
   // batched ops lower float32 only).
   bool batch_ensembles = true;
   int ensemble_min_models = 2;
@@ -187,6 +190,15 @@ struct TrainerReport {
 
 // The first difference Trainer::Verify found between the captured and the eager run.
 struct VerifyMismatch {
+  // Loss scaling's state when the report was made (read from the device after the queued steps);
+  // none when loss scaling is off.
+  struct LossScaleState {
+    std::string mode;  // "static" or "dynamic".
+    float scale = 1;
+    int64_t growth_tracker = 0;  // Clean steps since the scale last changed.
+    int64_t skipped_steps = 0;
+  };
+  std::optional<LossScaleState> loss_scale;
   int step = 0;        // Steps are counted from 0, the first step of each run.
   std::string tensor;  // "fc0.weight", "fc0.weight.exp_avg", "loss", ...
   // "loss", "gradient" (tensor "<parameter>.grad"), "parameter", "optimizer state" or "state".
@@ -263,6 +275,11 @@ class Trainer {
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
 
   // Where a step's device time goes: every launch of the plan run in order on one stream between
+  // Loss scaling's current scale, and the steps whose update it skipped for a non-finite
+  // gradient (TrainOptions::loss_scale), read from the device after the queued steps: a read on
+  // request, nothing the steps wait for. 1 and 0 when loss scaling is off.
+  absl::StatusOr<float> LossScale();
+  absl::StatusOr<int64_t> SkippedSteps();
   // CUDA events, `repeats` times, reduced to the median per launch (lanes do not overlap here).
   struct LaunchTime {
     std::string node;    // The plan's node (a fused kernel is named for its first node).
@@ -317,7 +334,8 @@ class Trainer {
   // offset, Adam's bias correction and the schedule's step), the optimizer's scalar inputs (the
   // base learning rate, betas, ...) as "reprise.input.<name>", and a header with the step count
   // and the model's fingerprint (src/api/checkpoint_format.h). The random seed is an attribute of
-  // the graph, so the fingerprint covers it; there is no loss scale (float16 is refused). Waits
+  // the graph, so the fingerprint covers it. Loss scaling's scale and counters are state tensors
+  // ("loss_scale", "loss_scale.growth_tracker", "loss_scale.skipped_steps"), saved likewise. Waits
   // for the queued steps; written to a temporary file renamed into place. Internal when writing
   // fails.
   absl::Status SaveCheckpoint(const std::string& path);

@@ -19,6 +19,7 @@
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/codegen/pooling_kernels.h"
 #include "src/codegen/transpose_kernels.h"
@@ -83,11 +84,14 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
        {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
     sources.push_back(ops::ToKernelSource(kernel));
   }
-  if (UsesOptimizerKernels(graph)) {  // Adam, Nesterov, clipping or a schedule.
+  if (UsesOptimizerKernels(graph)) {  // Adam, Nesterov, clipping, a schedule or loss scaling.
     for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
   }
+    for (const codegen::GeneratedKernel& kernel : codegen::LossScaleKernels()) {
+      sources.push_back(ops::ToKernelSource(kernel));
+    }
   const bool batched = std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
     return absl::StartsWith(n.op_name(), "batched_") || absl::StartsWith(n.op_name(), "model_");
   });
@@ -176,8 +180,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   for (auto& [user, value] : layout.map.values) value = mixed.values.at(value);
   ASSIGN_OR_RETURN(
       autodiff::TrainingGraph training,
-      autodiff::BuildTrainingGraphWith(mixed.graph, mixed.loss,
-                                       options.optimizer.value_or(autodiff::FromSgd(options.sgd))));
+      autodiff::BuildTrainingGraphWith(
+          mixed.graph, mixed.loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)),
+          autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype)));
   if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", options.lanes));

@@ -52,6 +52,13 @@ TrainerReport Trainer::Impl::Report() const {
     report.instantiation_reasons = Sorted(captured_->instantiation_reasons());
   }
   report.recapture_reasons = Sorted(recapture_reasons_);
+  absl::StatusOr<std::optional<TrainerReport::LossScaleState>> loss_scale = ReadLossScale();
+  if (loss_scale.ok()) {
+    report.loss_scale = *std::move(loss_scale);
+  } else {  // Said, not dropped: the report is how the engine's state is seen.
+    report.loss_scale = TrainerReport::LossScaleState{
+        .mode = absl::StrCat("unreadable (", loss_scale.status().ToString(), ")")};
+  }
   return report;
 }
 

@@ -93,6 +93,13 @@ std::string TrainerReport::ToText() const {
   } else {
     absl::StrAppend(&text, "library handles not measured\n");
   }
+  if (loss_scale.has_value()) {
+    absl::StrAppendFormat(&text,
+                          "  loss scaling %s: scale %g, %d clean steps since it changed, %d "
+                          "steps skipped\n",
+                          loss_scale->mode, loss_scale->scale, loss_scale->growth_tracker,
+                          loss_scale->skipped_steps);
+  }
   absl::StrAppend(&text, "  verify runs ", s.verify_runs, "\n");
   return text;
 }
@@ -152,6 +159,16 @@ std::string TrainerReport::ToJson() const {
   w.EndObject();
   w.Key("mirrored_nodes").Int(s.mirrored_nodes);
   w.Key("verify_runs").Int(s.verify_runs);
+  if (loss_scale.has_value()) {
+    w.Key("loss_scale").BeginObject(util::JsonWriter::kInline);
+    w.Key("mode").String(loss_scale->mode);
+    w.Key("scale").Double(loss_scale->scale);
+    w.Key("growth_tracker").Int(loss_scale->growth_tracker);
+    w.Key("skipped_steps").Int(loss_scale->skipped_steps);
+    w.EndObject();
+  } else {
+    w.Key("loss_scale").Null();
+  }
   w.EndObject();
   return std::move(w).str();
 }

@@ -43,7 +43,12 @@ absl::StatusOr<Value> SumContributions(Graph& g, const std::string& base,
 
 }  // namespace
 
-absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
+bool ScalesLoss(const LossScaleOptions& scaling) {
+  return scaling.mode == LossScaling::kStatic || scaling.mode == LossScaling::kDynamic;
+}
+
+absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss,
+                                            const LossScaleOptions& scaling) {
   ASSIGN_OR_RETURN(TensorSpec loss_spec, forward.SpecOf(loss));
   if (loss_spec.shape.rank() != 0 || loss_spec.dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat("the loss '", forward.node(loss.node).name,
@@ -55,8 +60,10 @@ absl::StatusOr<TrainingGraph> BuildBackward(const Graph& forward, Value loss) {
   const Relevance rel = FindRelevant(forward, loss);
   absl::flat_hash_map<Value, std::vector<Value>> contributions;
   ASSIGN_OR_RETURN(
-      Value seed, g.AddConstant(absl::StrCat(forward.node(loss.node).name, ".seed_grad"), loss_spec,
-                                Initializer::Constant(1.0)));
+      Value seed, ScalesLoss(scaling)
+                      ? g.AddState(kLossScale, loss_spec, Initializer::Constant(scaling.init_scale))
+                      : g.AddConstant(absl::StrCat(forward.node(loss.node).name, ".seed_grad"),
+                                      loss_spec, Initializer::Constant(1.0)));
   contributions[loss].push_back(seed);
 
   for (int32_t id = loss.node; id >= 0; --id) {
@@ -119,14 +126,19 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
 }
 
 absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
-                                                     const OptimizerOptions& optimizer) {
-  ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss));
+                                                     const OptimizerOptions& optimizer,
+                                                     const LossScaleOptions& scaling) {
+  RETURN_IF_ERROR(ValidateLossScaleOptions(scaling));
+  ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss, scaling));
   Graph& g = t.graph;
-  RETURN_IF_ERROR(AddOptimizer(optimizer, t));
-  // The step counter moves on once every random op and optimizer node of this step has read it.
+  RETURN_IF_ERROR(AddOptimizer(optimizer, scaling, t));
+  // The step counter moves on once every random op and optimizer node of this step has read it,
+  // unless loss scaling skipped the update.
   if (auto counter = g.FindNode(kStepCounter); counter.ok()) {
+    std::vector<Value> inputs = {Value{*counter, 0}};
+    if (auto check = g.FindNode(kLossScaleCheck); check.ok()) inputs.push_back(Value{*check, 0});
     ASSIGN_OR_RETURN(std::vector<Value> none,
-                     g.AddOp(ops::AdvanceStepOp(), "rng.advance", {Value{*counter, 0}}));
+                     g.AddOp(ops::AdvanceStepOp(), "rng.advance", std::move(inputs)));
     const int32_t advance = g.num_nodes() - 1;
     RETURN_IF_ERROR(RunAfterEveryReader(g, *counter, advance));
     t.optimizer_nodes.push_back(advance);

@@ -102,9 +102,102 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   return ValidateSchedule(o.schedule);
 }
 
-absl::Status AddOptimizer(const OptimizerOptions& o, TrainingGraph& t) {
-  RETURN_IF_ERROR(ValidateOptimizerOptions(o));
+absl::Status ValidateLossScaleOptions(const LossScaleOptions& s) {
+  switch (s.mode) {
+    case LossScaling::kAuto:
+    case LossScaling::kOff:
+    case LossScaling::kStatic:
+    case LossScaling::kDynamic:
+      break;
+    default:
+      return absl::InvalidArgumentError("LossScaleOptions::mode is not a known LossScaling");
+  }
+  const bool used = s.mode != LossScaling::kOff;
+  if (used && !(std::isfinite(s.init_scale) && s.init_scale > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LossScaleOptions::init_scale must be finite and greater than 0, got ", s.init_scale));
+  }
+  if (s.mode == LossScaling::kStatic || s.mode == LossScaling::kOff) return absl::OkStatus();
+  if (!(std::isfinite(s.growth_factor) && s.growth_factor > 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LossScaleOptions::growth_factor must be finite and greater than 1, got ",
+                     s.growth_factor));
+  }
+  if (!(s.backoff_factor > 0 && s.backoff_factor < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LossScaleOptions::backoff_factor must be in (0, 1), got ", s.backoff_factor));
+  }
+  if (s.growth_interval < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LossScaleOptions::growth_interval must be at least 1, got ", s.growth_interval));
+  }
+  return absl::OkStatus();
+}
+
+LossScaleOptions ResolveLossScaling(LossScaleOptions scaling, DType compute) {
+  if (scaling.mode == LossScaling::kAuto) {
+    scaling.mode = compute == DType::kFloat16 ? LossScaling::kDynamic : LossScaling::kOff;
+  }
+  return scaling;
+}
+
+namespace {
+
+// Loss scaling's check of every gradient: [1 / scale, found non-finite], which the norm and every
+// update read.
+absl::StatusOr<Value> AddLossScaleCheck(TrainingGraph& t) {
   Graph& g = t.graph;
+  ASSIGN_OR_RETURN(const int32_t scale, g.FindNode(kLossScale));
+  std::vector<Value> grads;
+  for (int32_t param : t.parameters) grads.push_back(t.gradients.at(param));
+  if (grads.empty()) {
+    return absl::InvalidArgumentError("loss scaling needs a loss that depends on a parameter");
+  }
+  ASSIGN_OR_RETURN(Value flags, g.AddOp1(ops::GradNonfiniteOp(),
+                                         absl::StrCat(kLossScaleCheck, ".flags"), grads));
+  t.optimizer_nodes.push_back(flags.node);
+  ASSIGN_OR_RETURN(Value check,
+                   g.AddOp1(ops::LossScaleCheckOp(), kLossScaleCheck, {flags, Value{scale, 0}}));
+  t.optimizer_nodes.push_back(check.node);
+  return check;
+}
+
+// The scale's update, after every reader of the scale (the backward's seed, the check).
+absl::Status AddLossScaleUpdate(const LossScaleOptions& s, Value check, TrainingGraph& t) {
+  Graph& g = t.graph;
+  ASSIGN_OR_RETURN(const int32_t scale, g.FindNode(kLossScale));
+  const TensorSpec counter{Shape{}, DType::kInt32};
+  ASSIGN_OR_RETURN(Value tracker,
+                   g.AddState(kLossScaleGrowthTracker, counter, Initializer::Zeros()));
+  ASSIGN_OR_RETURN(Value skipped,
+                   g.AddState(kLossScaleSkippedSteps, counter, Initializer::Zeros()));
+  // A static scale: the same machine with factors of 1, so that skipped steps are still counted.
+  const bool dynamic = s.mode == LossScaling::kDynamic;
+  const Attrs attrs = {{"growth_factor", dynamic ? double{s.growth_factor} : 1.0},
+                       {"backoff_factor", dynamic ? double{s.backoff_factor} : 1.0},
+                       {"growth_interval", dynamic ? s.growth_interval : int64_t{1}}};
+  ASSIGN_OR_RETURN(std::vector<Value> none,
+                   g.AddOp(ops::LossScaleUpdateOp(), absl::StrCat(kLossScale, ".update"),
+                           {Value{scale, 0}, tracker, skipped, check}, attrs));
+  const int32_t update = g.num_nodes() - 1;
+  RETURN_IF_ERROR(RunAfterEveryReader(g, scale, update));
+  t.optimizer_nodes.push_back(update);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& scaling,
+                          TrainingGraph& t) {
+  RETURN_IF_ERROR(ValidateOptimizerOptions(o));
+  RETURN_IF_ERROR(ValidateLossScaleOptions(scaling));
+  Graph& g = t.graph;
+  std::vector<Value> check;  // Loss scaling's check, when scaling.
+  if (ScalesLoss(scaling)) {
+    ASSIGN_OR_RETURN(Value c, AddLossScaleCheck(t));
+    check.push_back(c);
+  }
+  const bool scaled = !check.empty();
   const TensorSpec scalar{Shape{}, DType::kFloat32};
   auto input = [&](const char* name, float value) {
     return g.AddInput(name, scalar, Initializer::Constant(value));
@@ -141,8 +234,12 @@ absl::Status AddOptimizer(const OptimizerOptions& o, TrainingGraph& t) {
     ASSIGN_OR_RETURN(Value max_norm, input(kMaxGradNorm, o.max_grad_norm));
     std::vector<Value> grads;
     for (int32_t param : t.parameters) grads.push_back(t.gradients.at(param));
-    ASSIGN_OR_RETURN(Value partials, g.AddOp1(ops::GradSumSquaresOp(),
-                                              absl::StrCat(kGradNorm, ".partials"), grads));
+    grads.insert(grads.end(), check.begin(), check.end());  // The norm of unscaled gradients.
+    Attrs norm_attrs;
+    if (scaled) norm_attrs["loss_scaled"] = true;
+    ASSIGN_OR_RETURN(Value partials,
+                     g.AddOp1(ops::GradSumSquaresOp(), absl::StrCat(kGradNorm, ".partials"), grads,
+                              std::move(norm_attrs)));
     t.optimizer_nodes.push_back(partials.node);
     ASSIGN_OR_RETURN(std::vector<Value> norm,
                      g.AddOp(ops::ClipCoefficientOp(), kGradNorm, {partials, max_norm}));
@@ -173,6 +270,8 @@ absl::Status AddOptimizer(const OptimizerOptions& o, TrainingGraph& t) {
     inputs.insert(inputs.end(), before_decay.begin(), before_decay.end());
     inputs.push_back(spec.shape.rank() == 1 ? no_decay : wd);
     inputs.insert(inputs.end(), clip.begin(), clip.end());
+    inputs.insert(inputs.end(), check.begin(), check.end());
+    if (scaled) attrs["loss_scaled"] = true;
     ASSIGN_OR_RETURN(std::vector<Value> none,
                      g.AddOp(adam ? ops::AdamOp() : ops::SgdMomentumOp(),
                              absl::StrCat(name, suffix), std::move(inputs), std::move(attrs)));
@@ -180,6 +279,7 @@ absl::Status AddOptimizer(const OptimizerOptions& o, TrainingGraph& t) {
     RETURN_IF_ERROR(RunAfterEveryReader(g, param, update));
     t.optimizer_nodes.push_back(update);
   }
+  if (scaled) RETURN_IF_ERROR(AddLossScaleUpdate(scaling, check[0], t));
   return absl::OkStatus();
 }
 

@@ -1,7 +1,9 @@
 // The optimizer part of the training graph: one update node per parameter (sgd_momentum or adam),
 // the scalar inputs that carry the hyperparameters, and the nodes that compute each step's
-// scalars on the device: the scheduled learning rate (lr_schedule, from the device step counter)
-// and the global gradient-norm clip coefficient (grad_sum_squares, clip_coefficient).
+// scalars on the device: the scheduled learning rate (lr_schedule, from the device step counter),
+// the global gradient-norm clip coefficient (grad_sum_squares, clip_coefficient) and, with loss
+// scaling, the check of the gradients (grad_nonfinite, loss_scale_check) that every update and the
+// norm read, and the scale's update after them (loss_scale_update).
 #ifndef REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
 #define REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
 
@@ -32,11 +34,23 @@ OptimizerOptions FromSgd(const SgdOptions& sgd);
 // [0, 1], a step decay with step_size < 1 or gamma outside (0, 1].
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& options);
 
+// InvalidArgument naming the field and its value for a scale that is not finite and positive, or,
+// for kDynamic, a growth factor not above 1, a backoff factor outside (0, 1) or a growth interval
+// below 1; and for a mode that is not a known LossScaling.
+absl::Status ValidateLossScaleOptions(const LossScaleOptions& scaling);
+
+// `scaling` with kAuto resolved for a step computing in `compute`: kDynamic for float16, kOff
+// otherwise.
+LossScaleOptions ResolveLossScaling(LossScaleOptions scaling, DType compute);
+
 // Adds the optimizer to `t` (its backward pass built): inputs, state ("<param>.momentum" for SGD,
 // "<param>.exp_avg" and "<param>.exp_avg_sq" for Adam), per-step scalar nodes and one update per
 // parameter, run after every other reader of the parameter. Adam and schedules read the device
-// step counter kStepCounter, added as state if the graph has none; the caller advances it.
-absl::Status AddOptimizer(const OptimizerOptions& options, TrainingGraph& t);
+// step counter kStepCounter, added as state if the graph has none; the caller advances it. When
+// `scaling` scales the loss (the backward was built with it, so the state kLossScale exists), the
+// loss-scale check, the updates' unscale-or-skip and the scale's update come too.
+absl::Status AddOptimizer(const OptimizerOptions& options, const LossScaleOptions& scaling,
+                          TrainingGraph& t);
 
 }  // namespace reprise::autodiff
 

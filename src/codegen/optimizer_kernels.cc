@@ -30,12 +30,20 @@ __device__ double PowInt(double base, unsigned long long e) {
   return result;
 }
 __device__ float OneMinus(float b) { return (float)(1.0 - (double)b); }
+// Loss scaling's check (src/codegen/loss_scale_kernels.h): [1 / scale, found non-finite]. Null
+// when the step is not loss-scaled.
+__device__ __forceinline__ bool Skipped(const float* unscale) {
+  return unscale != nullptr && unscale[1] != 0.0f;
+}
+__device__ __forceinline__ float InverseScale(const float* unscale) {
+  return unscale != nullptr ? unscale[0] : 1.0f;
+}
 struct AdamStep {
-  float step_size, bc2_sqrt, decay, wd_l2, b1, omb1, b2, omb2, eps, clip;
+  float step_size, bc2_sqrt, decay, wd_l2, b1, omb1, b2, omb2, eps, clip, inv;
 };
 __device__ AdamStep MakeAdamStep(const float* lr, const int* step, const float* beta1,
                                  const float* beta2, const float* eps, const float* wd,
-                                 const float* clip, int decoupled) {
+                                 const float* clip, const float* unscale, int decoupled) {
   AdamStep a;
   const unsigned long long t = StepOf(step) + 1ull;
   const double rate = lr[0];
@@ -49,10 +57,12 @@ __device__ AdamStep MakeAdamStep(const float* lr, const int* step, const float* 
   a.omb2 = OneMinus(a.b2);
   a.eps = eps[0];
   a.clip = clip != nullptr ? clip[0] : 1.0f;
+  a.inv = InverseScale(unscale);
   return a;
 }
+// Unscaled first, then clipped: GradScaler.unscale_ before clip_grad_norm_.
 __device__ void AdamElement(const AdamStep& a, float& w, float grad, float& m, float& v) {
-  float g = __fmul_rn(a.clip, grad);
+  float g = __fmul_rn(a.clip, __fmul_rn(a.inv, grad));
   if (a.wd_l2 != 0.0f) g = __fadd_rn(g, __fmul_rn(a.wd_l2, w));
   const float decayed = __fmul_rn(w, a.decay);
   const float mm = __fadd_rn(__fmul_rn(a.b1, m), __fmul_rn(a.omb1, g));
@@ -62,9 +72,9 @@ __device__ void AdamElement(const AdamStep& a, float& w, float grad, float& m, f
   v = vv;
   w = __fsub_rn(decayed, __fmul_rn(a.step_size, __fdiv_rn(mm, denom)));
 }
-__device__ void SgdElement(float lr, float mu, float wd, float clip, int nesterov, float& w,
-                           float grad, float& v) {
-  const float g = __fadd_rn(__fmul_rn(clip, grad), __fmul_rn(wd, w));
+__device__ void SgdElement(float lr, float mu, float wd, float clip, float inv, int nesterov,
+                           float& w, float grad, float& v) {
+  const float g = __fadd_rn(__fmul_rn(clip, __fmul_rn(inv, grad)), __fmul_rn(wd, w));
   const float vel = __fadd_rn(__fmul_rn(mu, v), g);
   v = vel;
   const float dir = nesterov ? __fadd_rn(g, __fmul_rn(mu, vel)) : vel;
@@ -84,15 +94,16 @@ __device__ __forceinline__ void AdamRange(const AdamStep& a, float* __restrict__
   }
 }
 __device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const float* wd,
-                                         const float* clip, int nesterov, float* __restrict__ w,
-                                         const float* __restrict__ g, float* __restrict__ v,
-                                         long long n) {
+                                         const float* clip, const float* unscale, int nesterov,
+                                         float* __restrict__ w, const float* __restrict__ g,
+                                         float* __restrict__ v, long long n) {
+  if (Skipped(unscale)) return;
   const float rate = lr[0], momentum = mu[0], decay = wd[0];
-  const float scale = clip != nullptr ? clip[0] : 1.0f;
+  const float scale = clip != nullptr ? clip[0] : 1.0f, inv = InverseScale(unscale);
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     float wi = w[i], vi = v[i];
-    SgdElement(rate, momentum, decay, scale, nesterov, wi, g[i], vi);
+    SgdElement(rate, momentum, decay, scale, inv, nesterov, wi, g[i], vi);
     w[i] = wi;
     v[i] = vi;
   }
@@ -181,9 +192,10 @@ extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float
                                               float* __restrict__ v, const float* __restrict__ lr,
                                               const float* __restrict__ mu,
                                               const float* __restrict__ wd,
-                                              const float* __restrict__ clip, int nesterov,
+                                              const float* __restrict__ clip,
+                                              const float* __restrict__ unscale, int nesterov,
                                               long long n) {
-  SgdRange(lr, mu, wd, clip, nesterov, w, g, v, n);
+  SgdRange(lr, mu, wd, clip, unscale, nesterov, w, g, v, n);
 }
 )"};
 }
@@ -199,13 +211,15 @@ struct SgdTable {
 extern "C" __global__ void reprise_sgd_update_multi(SgdTable table, const float* __restrict__ lr,
                                                     const float* __restrict__ mu,
                                                     const float* __restrict__ wd,
-                                                    const float* __restrict__ clip, int nesterov) {
+                                                    const float* __restrict__ clip,
+                                                    const float* __restrict__ unscale,
+                                                    int nesterov) {
   const int t = blockIdx.y;
   float* __restrict__ w = table.w[t];
   const float* __restrict__ g = table.g[t];
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
-  SgdRange(lr, mu, wd, clip, nesterov, w, g, v, n);
+  SgdRange(lr, mu, wd, clip, unscale, nesterov, w, g, v, n);
 }
 )"};
 }
@@ -219,9 +233,11 @@ extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __re
                                         const float* __restrict__ beta2,
                                         const float* __restrict__ eps,
                                         const float* __restrict__ wd,
-                                        const float* __restrict__ clip, int decoupled,
+                                        const float* __restrict__ clip,
+                                        const float* __restrict__ unscale, int decoupled,
                                         long long n) {
-  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
+  if (Skipped(unscale)) return;
+  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, unscale, decoupled);
   AdamRange(a, w, g, m, v, n);
 }
 )"};
@@ -242,7 +258,9 @@ extern "C" __global__ void reprise_adam_multi(AdamTable table, const float* __re
                                               const float* __restrict__ beta2,
                                               const float* __restrict__ eps,
                                               const float* __restrict__ wd,
-                                              const float* __restrict__ clip, int decoupled) {
+                                              const float* __restrict__ clip,
+                                              const float* __restrict__ unscale, int decoupled) {
+  if (Skipped(unscale)) return;
   const int t = blockIdx.y;
   float* __restrict__ w = table.w[t];
   const float* __restrict__ g = table.g[t];
@@ -250,7 +268,7 @@ extern "C" __global__ void reprise_adam_multi(AdamTable table, const float* __re
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
   if (blockIdx.x * (long long)blockDim.x >= n) return;
-  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, decoupled);
+  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, unscale, decoupled);
   AdamRange(a, w, g, m, v, n);
 }
 )"};
@@ -263,7 +281,8 @@ struct NormTable {
   long long n[REPRISE_TABLE];
   long long first[REPRISE_TABLE];
 };
-extern "C" __global__ void reprise_grad_sum_squares(NormTable table, float* __restrict__ partials) {
+extern "C" __global__ void reprise_grad_sum_squares(NormTable table, float* __restrict__ partials,
+                                                    const float* __restrict__ unscale) {
   __shared__ float sums[REPRISE_NORM_BLOCK];
   const int t = blockIdx.y;
   const long long n = table.n[t];
@@ -271,11 +290,12 @@ extern "C" __global__ void reprise_grad_sum_squares(NormTable table, float* __re
   if (start >= n) return;  // The whole block leaves together.
   const float* __restrict__ g = table.g[t] + start;
   const long long count = n - start;
+  const float inv = InverseScale(unscale);
   float acc = 0.0f;
   for (int k = 0; k < REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK; ++k) {
     const long long i = (long long)k * REPRISE_NORM_BLOCK + threadIdx.x;
     if (i < count) {
-      const float x = g[i];
+      const float x = __fmul_rn(g[i], inv);
       acc = __fadd_rn(acc, __fmul_rn(x, x));
     }
   }

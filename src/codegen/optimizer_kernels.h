@@ -43,15 +43,19 @@ AdamStep AdamStepOf(double lr, double beta1, double beta2, double weight_decay, 
 // The global-norm reduction works in chunks of kNormChunk elements, one block of kNormBlock
 // threads each: thread j sums the squares of elements j, j + kNormBlock, ... of its chunk, then
 // the block adds its threads' sums in a fixed tree. ChunkSumSquares is that order on the host.
+// Each element is first multiplied by `unscale` (loss scaling's 1 / scale; exact for 1).
 inline constexpr int kNormBlock = 256;
 inline constexpr int kNormChunk = 16 * kNormBlock;
 template <typename T>
-T ChunkSumSquares(const T* x, int64_t n) {  // n <= kNormChunk
+T ChunkSumSquares(const T* x, int64_t n, T unscale = T(1)) {  // n <= kNormChunk
   T lanes[kNormBlock] = {};
   for (int k = 0; k < kNormChunk / kNormBlock; ++k) {
     for (int j = 0; j < kNormBlock; ++j) {
       const int64_t i = int64_t{k} * kNormBlock + j;
-      if (i < n) lanes[j] += x[i] * x[i];
+      if (i < n) {
+        const T v = x[i] * unscale;
+        lanes[j] += v * v;
+      }
     }
   }
   for (int s = kNormBlock / 2; s > 0; s /= 2) {
@@ -80,30 +84,35 @@ inline constexpr int kOptimizerTableSize = 32;
 // long long step_size, double gamma).
 GeneratedKernel LrSchedule();
 
-// SGD with momentum, optionally Nesterov and clipped: g' = clip·g + wd·w; v = μ·v + g';
+// Loss scaling: the update kernels below take `unscale`, loss scaling's check f32[2] = [1 / scale,
+// found non-finite] (src/codegen/loss_scale_kernels.h), or null. With it, each gradient is
+// multiplied by 1 / scale before anything else, and a set flag makes the kernel write nothing.
+
+// SGD with momentum, optionally Nesterov and clipped: g' = clip·(unscale·g) + wd·w; v = μ·v + g';
 // w -= lr·(nesterov ? g' + μ·v : v). clip may be null (1). Signature: (float* w, const float* g,
-// float* v, const float* lr, const float* mu, const float* wd, const float* clip, int nesterov,
-// long long n).
+// float* v, const float* lr, const float* mu, const float* wd, const float* clip,
+// const float* unscale, int nesterov, long long n).
 GeneratedKernel SgdUpdate();
 // The same over a table of tensors, blockIdx.y picking one. Signature: (SgdTable table, lr, mu,
-// wd, clip, int nesterov), SgdTable as in fused_kernels.h with kOptimizerTableSize entries.
+// wd, clip, unscale, int nesterov), SgdTable as in fused_kernels.h with kOptimizerTableSize
+// entries.
 GeneratedKernel SgdUpdateMulti();
 
-// Adam / AdamW (decoupled != 0) in place: g' = clip·g (+ wd·w for Adam); w *= decay (AdamW);
-// m = β1·m + (1-β1)·g'; v = β2·v + (1-β2)·g'²; w -= step_size·m / (sqrt(v) / bc2_sqrt + ε).
-// Signature: (float* w, const float* g, float* m, float* v, const float* lr, const int* step,
+// Adam / AdamW (decoupled != 0) in place: g' = clip·(unscale·g) (+ wd·w for Adam); w *= decay
+// (AdamW); m = β1·m + (1-β1)·g'; v = β2·v + (1-β2)·g'²; w -= step_size·m / (sqrt(v) / bc2_sqrt +
+// ε). Signature: (float* w, const float* g, float* m, float* v, const float* lr, const int* step,
 // const float* beta1, const float* beta2, const float* eps, const float* wd, const float* clip,
-// int decoupled, long long n); clip may be null.
+// const float* unscale, int decoupled, long long n); clip and unscale may be null.
 GeneratedKernel Adam();
 // The same over an AdamTable { float* w[N]; const float* g[N]; float* m[N]; float* v[N];
 // long long n[N]; } (N = kOptimizerTableSize), blockIdx.y picking the tensor. Signature:
-// (AdamTable table, lr, step, beta1, beta2, eps, wd, clip, int decoupled).
+// (AdamTable table, lr, step, beta1, beta2, eps, wd, clip, unscale, int decoupled).
 GeneratedKernel AdamMulti();
 
-// Stage 1 of the global norm: partials[first[t] + c] = ChunkSumSquares(chunk c of tensor t).
-// Blocks of kNormBlock threads, grid (most chunks of a tensor, tensors). Signature:
-// (NormTable table, float* partials), NormTable { const float* g[N]; long long n[N];
-// long long first[N]; }.
+// Stage 1 of the global norm: partials[first[t] + c] = ChunkSumSquares(chunk c of tensor t,
+// unscale[0]). Blocks of kNormBlock threads, grid (most chunks of a tensor, tensors). Signature:
+// (NormTable table, float* partials, const float* unscale), NormTable { const float* g[N];
+// long long n[N]; long long first[N]; }; unscale may be null (1).
 GeneratedKernel GradSumSquares();
 // Stage 2, one block of kNormBlock threads: norm[0] = sqrt(SumPartials), coef[0] =
 // ClipCoefficient(norm, max_norm[0]). Signature: (const float* partials, long long count,

@@ -56,7 +56,8 @@ extern "C" __global__ void reprise_dropout(const float* __restrict__ x, const in
 
 GeneratedKernel AdvanceStep() {
   return {"reprise_advance_step", R"(
-extern "C" __global__ void reprise_advance_step(int* step) {
+extern "C" __global__ void reprise_advance_step(int* step, const float* check) {
+  if (check != nullptr && check[1] != 0.0f) return;
   const unsigned lo = (unsigned)step[0] + 1u;
   step[0] = (int)lo;
   if (lo == 0u) step[1] = (int)((unsigned)step[1] + 1u);

@@ -27,8 +27,9 @@ bool DropoutDrops(uint64_t index, uint64_t step, uint32_t key_lo, uint32_t key_h
 // the same kernel applied to dy.
 GeneratedKernel Dropout();
 
-// Adds one to the 64-bit device step counter (two 32-bit words). One thread. Signature:
-// (int* step).
+// Adds one to the 64-bit device step counter (two 32-bit words), unless `check` (loss scaling's
+// f32[2] [1 / scale, found non-finite], or null) says the step's update was skipped. One thread.
+// Signature: (int* step, const float* check).
 GeneratedKernel AdvanceStep();
 
 }  // namespace reprise::codegen

@@ -1,6 +1,7 @@
 // adam: torch.optim.Adam and, with attr decoupled, AdamW, updating w, m ("exp_avg") and v
-// ("exp_avg_sq") in place, with bias corrections from the device step counter and an optional
-// global clip coefficient; adam_multi: many tensors at once.
+// ("exp_avg_sq") in place, with bias corrections from the device step counter, an optional
+// global clip coefficient and loss scaling's optional unscale-or-skip check; adam_multi: many
+// tensors at once.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -15,15 +16,19 @@ namespace reprise::ops {
 namespace {
 
 constexpr int kPerTensor = 4;  // w, g, m, v
-// lr, step, beta1, beta2, epsilon, weight_decay and, when clipping, the clip coefficient.
-constexpr int kMinShared = 6, kMaxShared = 7;
+// lr, step, beta1, beta2, epsilon, weight_decay and, when clipping, the clip coefficient, and,
+// when loss-scaled, the check (OptionalSharedInputs).
+constexpr int kMinShared = 6, kMaxShared = 8;
 constexpr int kStepInput = 1;  // Among the shared inputs.
 
-absl::StatusOr<std::vector<TensorSpec>> InferAdam(const Attrs&, absl::Span<const TensorSpec> in) {
-  if (in.size() != kPerTensor + kMinShared && in.size() != kPerTensor + kMaxShared) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected 10 inputs (11 with a clip coefficient), got ", in.size()));
-  }
+absl::StatusOr<OptionalShared> Optional(const Attrs& attrs, size_t num_inputs) {
+  return OptionalSharedInputs(attrs, kPerTensor, static_cast<int>(num_inputs) - kPerTensor,
+                              kMinShared);
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferAdam(const Attrs& attrs,
+                                                  absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const OptionalShared optional, Optional(attrs, in.size()));
   RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "weight"));
   for (int i = 1; i < kPerTensor; ++i) {
     if (!(in[i] == in[0])) {
@@ -33,7 +38,9 @@ absl::StatusOr<std::vector<TensorSpec>> InferAdam(const Attrs&, absl::Span<const
     }
   }
   for (size_t i = kPerTensor; i < in.size(); ++i) {
-    if (i == kPerTensor + kStepInput) {
+    if (static_cast<int>(i) == kPerTensor + optional.check) {
+      RETURN_IF_ERROR(CheckLossScaleCheck(in[i]));
+    } else if (i == kPerTensor + kStepInput) {
       if (in[i].dtype != DType::kInt32 || in[i].shape.rank() != 1 || in[i].shape.dim(0) != 2) {
         return absl::InvalidArgumentError(
             absl::StrCat("the step counter must be i32[2], got ", in[i].ToString()));
@@ -56,11 +63,18 @@ absl::Status CpuAdam(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const>) {
   const bool decoupled = ir::BoolAttrOr(node.attrs, "decoupled", false);
   const uint64_t step = StepOf(*in[kPerTensor + kStepInput]);
+  ASSIGN_OR_RETURN(const OptionalShared optional, Optional(node.attrs, in.size()));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto w = in[0]->data<T>(), g = in[1]->data<T>(), m = in[2]->data<T>(), v = in[3]->data<T>();
     auto scalar = [&](int i) { return in[kPerTensor + i]->data<T>()[0]; };
     const T lr = scalar(0), b1 = scalar(2), b2 = scalar(3), eps = scalar(4), wd = scalar(5);
-    const T clip = in.size() > kPerTensor + kMinShared ? scalar(6) : T(1);
+    const T clip = optional.clip >= 0 ? scalar(optional.clip) : T(1);
+    T unscale = T(1);
+    if (optional.check >= 0) {
+      auto check = in[kPerTensor + optional.check]->data<T>();
+      if (check[1] != T(0)) return absl::OkStatus();  // A non-finite gradient: skipped.
+      unscale = check[0];
+    }
     const codegen::AdamStep a = codegen::AdamStepOf(lr, b1, b2, wd, decoupled, step);
     const T step_size = static_cast<T>(a.step_size), bc2_sqrt = static_cast<T>(a.bc2_sqrt);
     const T decay = static_cast<T>(a.decay), wd_l2 = decoupled ? T(0) : wd;
@@ -68,7 +82,7 @@ absl::Status CpuAdam(const Node& node, absl::Span<ir::HostTensor* const> in,
     const T omb2 = static_cast<T>(1.0 - static_cast<double>(b2));
     for (size_t i = 0; i < w.size(); ++i) {
       // The kernel's order of operations, each rounded on its own.
-      T grad = clip * g[i];
+      T grad = clip * (unscale * g[i]);
       if (wd_l2 != T(0)) grad = grad + wd_l2 * w[i];
       const T decayed = w[i] * decay;
       const T mm = b1 * m[i] + omb1 * grad;
@@ -85,9 +99,10 @@ absl::Status CpuAdam(const Node& node, absl::Span<ir::HostTensor* const> in,
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdam(const LoweringContext& ctx, const Node& node) {
   const int64_t n = ctx.input_specs[0].NumElements();
   KernelArgs args;
+  ASSIGN_OR_RETURN(const OptionalShared optional, Optional(node.attrs, ctx.inputs.size()));
   for (int i = 0; i < kPerTensor + kMinShared; ++i) args.Add(ctx.inputs[i]);
-  args.Add(ctx.inputs.size() > kPerTensor + kMinShared ? ctx.inputs[kPerTensor + kMinShared]
-                                                       : nullptr);
+  args.Add(optional.clip >= 0 ? ctx.inputs[kPerTensor + optional.clip] : nullptr);
+  args.Add(optional.check >= 0 ? ctx.inputs[kPerTensor + optional.check] : nullptr);
   args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "decoupled", false)));
   args.Add(static_cast<long long>(n));
   return NvrtcKernel::Create(ctx, node.name, codegen::Adam(), GridFor(n, 256, *ctx.device),
@@ -107,7 +122,7 @@ std::vector<int> MultiMutated(const Attrs& attrs, int) {
 absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
                                                        absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  return InferEachTensor(in, tensors, kPerTensor, InferAdam);
+  return InferEachTensor(attrs, in, tensors, kPerTensor, InferAdam);
 }
 
 absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -128,7 +143,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
   };
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, static_cast<int>(ctx.inputs.size())));
   const size_t h = kPerTensor * tensors;
-  const bool clipped = ctx.inputs.size() > h + kMinShared;
+  ASSIGN_OR_RETURN(const OptionalShared optional,
+                   OptionalSharedInputs(node.attrs, static_cast<int>(h),
+                                        static_cast<int>(ctx.inputs.size() - h), kMinShared));
   std::vector<std::unique_ptr<GpuKernel>> parts;
   for (int64_t first = 0; first < tensors; first += kTable) {
     Table table = {};
@@ -146,7 +163,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
     KernelArgs args;
     args.AddBytes(&table, sizeof(table));
     for (int i = 0; i < kMinShared; ++i) args.Add(ctx.inputs[h + i]);
-    args.Add(clipped ? ctx.inputs[h + kMinShared] : nullptr);
+    args.Add(optional.clip >= 0 ? ctx.inputs[h + optional.clip] : nullptr);
+    args.Add(optional.check >= 0 ? ctx.inputs[h + optional.check] : nullptr);
     args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "decoupled", false)));
     dim3 grid = GridFor(largest, 256, *ctx.device);
     grid.y = count;

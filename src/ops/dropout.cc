@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/random_kernels.h"
+#include "src/ir/low_precision.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -94,15 +96,22 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerDropout(const LoweringContext& c
 
 // advance_step -------------------------------------------------------------------------------
 
+// (step[, check]): with loss scaling's check, a skipped update leaves the counter as it was.
 absl::StatusOr<std::vector<TensorSpec>> InferAdvance(const Attrs&,
                                                      absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckArity(in, 1));
+  if (in.size() != 1 && in.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected the step counter and optionally the loss-scale check, got ",
+                     in.size(), " inputs"));
+  }
   RETURN_IF_ERROR(CheckStep(in[0]));
+  if (in.size() == 2) RETURN_IF_ERROR(CheckLossScaleCheck(in[1]));
   return std::vector<TensorSpec>{};
 }
 
 absl::Status CpuAdvance(const Node&, absl::Span<ir::HostTensor* const> in,
                         absl::Span<ir::HostTensor* const>) {
+  if (in.size() == 2 && ir::FloatElement(*in[1], 1) != 0) return absl::OkStatus();
   auto words = in[0]->data<int32_t>();
   const uint32_t lo = static_cast<uint32_t>(words[0]) + 1u;
   words[0] = static_cast<int32_t>(lo);
@@ -113,7 +122,7 @@ absl::Status CpuAdvance(const Node&, absl::Span<ir::HostTensor* const> in,
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdvance(const LoweringContext& ctx,
                                                         const Node& node) {
   KernelArgs args;
-  args.Add(ctx.inputs[0]);
+  args.Add(ctx.inputs[0]).Add(ctx.inputs.size() > 1 ? ctx.inputs[1] : nullptr);
   return NvrtcKernel::Create(ctx, node.name, codegen::AdvanceStep(), dim3(1), dim3(1), 0,
                              std::move(args));
 }

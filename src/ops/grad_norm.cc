@@ -1,7 +1,8 @@
 // grad_sum_squares and clip_coefficient: the global gradient norm of torch.nn.utils.
 // clip_grad_norm_ in two deterministic stages (no atomics): per-chunk sums of squares over every
 // gradient, then one block adding them in a fixed order and turning the norm into the clip
-// coefficient that the updates read from device memory.
+// coefficient that the updates read from device memory. Under loss scaling (attr loss_scaled, the
+// check f32[2] as the last input) the norm is that of the unscaled gradients.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -17,11 +18,19 @@ namespace {
 
 int64_t ChunksOf(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
 
-absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs&,
+// The gradients among the inputs: all but the loss-scale check, when there is one.
+size_t GradientCount(const Attrs& attrs, size_t num_inputs) {
+  return ir::BoolAttrOr(attrs, "loss_scaled", false) && num_inputs > 0 ? num_inputs - 1
+                                                                       : num_inputs;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs& attrs,
                                                         absl::Span<const TensorSpec> in) {
-  if (in.empty()) return absl::InvalidArgumentError("expected at least one gradient");
+  const size_t gradients = GradientCount(attrs, in.size());
+  if (gradients == 0) return absl::InvalidArgumentError("expected at least one gradient");
+  if (gradients < in.size()) RETURN_IF_ERROR(CheckLossScaleCheck(in.back()));
   int64_t partials = 0;
-  for (size_t i = 0; i < in.size(); ++i) {
+  for (size_t i = 0; i < gradients; ++i) {
     RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
     partials += ChunksOf(in[i].NumElements());
   }
@@ -29,17 +38,19 @@ absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs&,
   return std::vector<TensorSpec>{{Shape{partials}, in[0].dtype}};
 }
 
-absl::Status CpuSumSquares(const Node&, absl::Span<ir::HostTensor* const> in,
+absl::Status CpuSumSquares(const Node& node, absl::Span<ir::HostTensor* const> in,
                            absl::Span<ir::HostTensor* const> out) {
+  const size_t gradients = GradientCount(node.attrs, in.size());
   return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
     auto partials = out[0]->data<T>();
+    const T unscale = gradients < in.size() ? in.back()->data<T>()[0] : T(1);
     size_t p = 0;
-    for (const ir::HostTensor* g : in) {
-      auto x = g->data<T>();
+    for (size_t i = 0; i < gradients; ++i) {
+      auto x = in[i]->data<T>();
       const int64_t n = static_cast<int64_t>(x.size());
       for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
-        partials[p++] = codegen::ChunkSumSquares(x.data() + start,
-                                                 std::min<int64_t>(codegen::kNormChunk, n - start));
+        partials[p++] = codegen::ChunkSumSquares(
+            x.data() + start, std::min<int64_t>(codegen::kNormChunk, n - start), unscale);
       }
     }
     return absl::OkStatus();
@@ -54,7 +65,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext
     long long n[kTable];
     long long first[kTable];
   };
-  const int64_t tensors = static_cast<int64_t>(ctx.inputs.size());
+  const int64_t tensors = static_cast<int64_t>(GradientCount(node.attrs, ctx.inputs.size()));
+  const void* check =
+      tensors < static_cast<int64_t>(ctx.inputs.size()) ? ctx.inputs.back() : nullptr;
   std::vector<std::unique_ptr<GpuKernel>> parts;
   int64_t first_partial = 0;
   for (int64_t first = 0; first < tensors; first += kTable) {
@@ -70,7 +83,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext
     }
     KernelArgs args;
     args.AddBytes(&table, sizeof(table));
-    args.Add(ctx.outputs[0]);
+    args.Add(ctx.outputs[0]).Add(check);
     dim3 grid(static_cast<unsigned>(most_chunks), static_cast<unsigned>(count));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::GradSumSquares(), grid,

@@ -19,11 +19,38 @@ absl::StatusOr<int64_t> MultiTensorCount(const Attrs& attrs, int num_inputs, int
   return tensors;
 }
 
-absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(absl::Span<const TensorSpec> in,
+absl::StatusOr<OptionalShared> OptionalSharedInputs(const Attrs& attrs, int per_tensor,
+                                                    int num_shared, int min_shared) {
+  const bool scaled = ir::BoolAttrOr(attrs, "loss_scaled", false);
+  const int fixed = min_shared + (scaled ? 1 : 0);
+  const int extra = num_shared - fixed;
+  if (extra < 0 || extra > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", per_tensor + fixed, " inputs (", per_tensor + fixed + 1,
+                     " with a clip coefficient", scaled ? ", the last the loss-scale check" : "",
+                     "), got ", per_tensor + num_shared));
+  }
+  OptionalShared optional;
+  if (extra == 1) optional.clip = min_shared;
+  if (scaled) optional.check = num_shared - 1;
+  return optional;
+}
+
+absl::Status CheckLossScaleCheck(const TensorSpec& check) {
+  if (check.shape.rank() != 1 || check.shape.dim(0) != 2 || !IsFloat(check.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss-scale check must be f32[2] (1 / scale, found non-finite), got ",
+                     check.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(const Attrs& attrs,
+                                                        absl::Span<const TensorSpec> in,
                                                         int64_t tensors, int per_tensor,
                                                         ir::InferFn single) {
   for (int64_t t = 0; t < tensors; ++t) {
-    auto checked = single({}, SingleTensorInputs(in, tensors, per_tensor, t));
+    auto checked = single(attrs, SingleTensorInputs(in, tensors, per_tensor, t));
     if (!checked.ok()) {
       return absl::Status(checked.status().code(),
                           absl::StrCat("tensor ", t, ": ", checked.status().message()));

@@ -30,9 +30,24 @@ std::vector<T> SingleTensorInputs(absl::Span<T const> in, int64_t tensors, int p
   return single;
 }
 
-// The single-tensor op's shape rule (or reference) applied to each tensor's inputs in turn; errors
-// name the tensor. The multi-tensor op has no outputs.
-absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(absl::Span<const TensorSpec> in,
+// The optional shared inputs of an optimizer update, after its `min_shared` fixed ones: the global
+// clip coefficient, then (attr loss_scaled) loss scaling's check f32[2] = [1 / scale, found
+// non-finite] (src/codegen/loss_scale_kernels.h). Indices count from the first shared input; -1
+// where absent. InvalidArgument, counting `per_tensor` inputs before the shared ones, unless
+// `num_shared` leaves room for exactly these.
+struct OptionalShared {
+  int clip = -1;
+  int check = -1;
+};
+absl::StatusOr<OptionalShared> OptionalSharedInputs(const Attrs& attrs, int per_tensor,
+                                                    int num_shared, int min_shared);
+// InvalidArgument unless `check` is loss scaling's f32[2].
+absl::Status CheckLossScaleCheck(const TensorSpec& check);
+
+// The single-tensor op's shape rule (or reference) applied to each tensor's inputs in turn, with
+// the multi-tensor node's attributes; errors name the tensor. The multi-tensor op has no outputs.
+absl::StatusOr<std::vector<TensorSpec>> InferEachTensor(const Attrs& attrs,
+                                                        absl::Span<const TensorSpec> in,
                                                         int64_t tensors, int per_tensor,
                                                         ir::InferFn single);
 absl::Status RunEachTensor(const Node& node, absl::Span<ir::HostTensor* const> in,

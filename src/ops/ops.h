@@ -26,23 +26,38 @@ const ir::OpDef& SoftmaxCrossEntropyOp();      // (logits f32 [B, C], labels i32
 const ir::OpDef& SoftmaxCrossEntropyGradOp();  // (logits, labels, dloss f32 []) -> f32 [B, C]
 
 // optimizer.cc
-// (w, g, v, lr, momentum, weight_decay[, clip]) -> nothing; writes w and v in place. Attr
-// nesterov (bool). clip: a clip coefficient the gradient is multiplied by first.
+// (w, g, v, lr, momentum, weight_decay[, clip][, check]) -> nothing; writes w and v in place. Attr
+// nesterov (bool). clip: a clip coefficient the gradient is multiplied by first. check (attr
+// loss_scaled): loss_scale_check's [1 / scale, found]; the gradient is unscaled before clipping,
+// and a found non-finite gradient skips the update.
 const ir::OpDef& SgdMomentumOp();
 
-// adam.cc. (w, g, m, v, lr, step i32[2], beta1, beta2, epsilon, weight_decay[, clip]) -> nothing;
-// writes w, m and v in place. Attr decoupled (bool): AdamW's weight decay instead of Adam's.
+// adam.cc. (w, g, m, v, lr, step i32[2], beta1, beta2, epsilon, weight_decay[, clip][, check])
+// -> nothing (clip and check as sgd_momentum's); writes w, m and v in place. Attr decoupled
+// (bool): AdamW's weight decay instead of Adam's.
 const ir::OpDef& AdamOp();
-// (w0, g0, m0, v0, w1, ..., lr, step, beta1, beta2, epsilon, weight_decay[, clip]) -> nothing;
-// every tensor updated as adam does. Attrs tensors, decoupled.
+// (w0, g0, m0, v0, w1, ..., lr, step, beta1, beta2, epsilon, weight_decay[, clip][, check]) ->
+// nothing; every tensor updated as adam does. Attrs tensors, decoupled, loss_scaled.
 const ir::OpDef& AdamMultiOp();
 
-// grad_norm.cc. (g0, g1, ...) -> f32[P]: sums of squares of the gradients' chunks (P chunks of
-// codegen::kNormChunk elements), in a fixed order.
+// grad_norm.cc. (g0, g1, ...[, check]) -> f32[P]: sums of squares of the gradients' chunks (P
+// chunks of codegen::kNormChunk elements), in a fixed order; with attr loss_scaled, of the
+// gradients times check[0] (1 / scale).
 const ir::OpDef& GradSumSquaresOp();
 // (partials f32[P], max_norm f32[]) -> (norm f32[], coefficient f32[]): the 2-norm over all
 // gradients and min(1, max_norm / (norm + 1e-6)).
 const ir::OpDef& ClipCoefficientOp();
+
+// loss_scale.cc: dynamic loss scaling on the device (src/codegen/loss_scale_kernels.h).
+// (g0, g1, ...) -> f32[P]: 1 for each chunk (codegen::kNormChunk elements) holding an inf or NaN.
+const ir::OpDef& GradNonfiniteOp();
+// (flags f32[P], scale f32[]) -> check f32[2] = [1 / scale, 1 if any flag is set else 0]: what
+// the updates read (attr loss_scaled) to unscale the gradients or skip.
+const ir::OpDef& LossScaleCheckOp();
+// (scale f32[], growth_tracker i32[], skipped_steps i32[], check f32[2]) -> nothing; moves the
+// first three on in place (codegen::NextLossScale). Attrs growth_factor, backoff_factor,
+// growth_interval.
+const ir::OpDef& LossScaleUpdateOp();
 
 // lr_schedule.cc. (base lr f32[], step i32[2]) -> lr f32[]: the rate of this step. Attrs
 // warmup_steps, decay ("constant", "cosine", "step"), total_steps and min_factor (cosine),
@@ -53,7 +68,8 @@ const ir::OpDef& LrScheduleOp();
 // (x, step i32[2]) -> x with dropped elements zero and kept ones scaled by 1 / (1 - rate).
 const ir::OpDef& DropoutOp();
 const ir::OpDef& DropoutGradOp();  // (dy, step) -> dx, the same mask: same attrs as the forward.
-// (step i32[2]) -> nothing; step += 1 in place. Runs after every reader of the counter.
+// (step i32[2][, check]) -> nothing; step += 1 in place, unless loss scaling's check says the
+// update was skipped. Runs after every reader of the counter.
 const ir::OpDef& AdvanceStepOp();
 
 // Fused ops: the fuse pass (src/passes/fuse.h) writes them; each one's reference runs the
@@ -70,9 +86,9 @@ const ir::OpDef& MatmulBiasReluMaskOp();
 const ir::OpDef& MatmulDReluBiasGradOp();
 // loss.cc. (logits, labels, dloss) -> (loss, dlogits): both loss kernels in one.
 const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
-// optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay[, clip]) -> nothing;
-// every (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize tensors.
-// Attrs tensors, nesterov.
+// optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay[, clip][, check]) ->
+// nothing; every (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize
+// tensors. Attrs tensors, nesterov, loss_scaled.
 const ir::OpDef& SgdMomentumMultiOp();
 // fused_pointwise.h: a chain of pointwise ops in one kernel.
 

@@ -1,5 +1,6 @@
-// sgd_momentum: PyTorch's SGD with momentum and weight decay, optionally Nesterov's momentum and a
-// global clip coefficient, updating w and v in place; sgd_momentum_multi: many tensors at once.
+// sgd_momentum: PyTorch's SGD with momentum and weight decay, optionally Nesterov's momentum, a
+// global clip coefficient and loss scaling's unscale-or-skip check, updating w and v in place;
+// sgd_momentum_multi: many tensors at once.
 #include <algorithm>
 
 #include "src/codegen/fused_kernels.h"
@@ -15,21 +16,27 @@ namespace reprise::ops {
 namespace {
 
 constexpr int kPerTensor = 3;  // w, g, v
-// lr, momentum, weight_decay and, when clipping, the clip coefficient.
-constexpr int kMinShared = 3, kMaxShared = 4;
+// lr, momentum, weight_decay and, when clipping, the clip coefficient, and, when loss-scaled, the
+// check (OptionalSharedInputs).
+constexpr int kMinShared = 3, kMaxShared = 5;
 
-absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs&, absl::Span<const TensorSpec> in) {
-  if (in.size() != 6 && in.size() != 7) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected 6 inputs (7 with a clip coefficient), got ", in.size()));
-  }
+absl::StatusOr<OptionalShared> Optional(const Attrs& attrs, size_t num_inputs) {
+  return OptionalSharedInputs(attrs, kPerTensor, static_cast<int>(num_inputs) - kPerTensor,
+                              kMinShared);
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs& attrs,
+                                                 absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const OptionalShared optional, Optional(attrs, in.size()));
   RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "weight"));
   if (!(in[1] == in[0]) || !(in[2] == in[0])) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", in[0].ToString(), ", gradient ",
                                                    in[1].ToString(), " and velocity ",
                                                    in[2].ToString(), " must match"));
   }
+  if (optional.check >= 0) RETURN_IF_ERROR(CheckLossScaleCheck(in[kPerTensor + optional.check]));
   for (size_t i = 3; i < in.size(); ++i) {
+    if (static_cast<int>(i) == kPerTensor + optional.check) continue;
     if (in[i].shape.rank() != 0 || in[i].dtype != DType::kFloat32) {
       return absl::InvalidArgumentError(
           absl::StrCat("hyperparameter ", i, " must be an f32 scalar, got ", in[i].ToString()));
@@ -41,13 +48,20 @@ absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs&, absl::Span<const 
 absl::Status CpuSgd(const Node& node, absl::Span<ir::HostTensor* const> in,
                     absl::Span<ir::HostTensor* const>) {
   const bool nesterov = ir::BoolAttrOr(node.attrs, "nesterov", false);
+  ASSIGN_OR_RETURN(const OptionalShared optional, Optional(node.attrs, in.size()));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto w = in[0]->data<T>(), g = in[1]->data<T>(), v = in[2]->data<T>();
     const T lr = in[3]->data<T>()[0], mu = in[4]->data<T>()[0], wd = in[5]->data<T>()[0];
-    const T clip = in.size() > 6 ? in[6]->data<T>()[0] : T(1);
+    const T clip = optional.clip >= 0 ? in[kPerTensor + optional.clip]->data<T>()[0] : T(1);
+    T unscale = T(1);
+    if (optional.check >= 0) {
+      auto check = in[kPerTensor + optional.check]->data<T>();
+      if (check[1] != T(0)) return absl::OkStatus();  // A non-finite gradient: skipped.
+      unscale = check[0];
+    }
     for (size_t i = 0; i < w.size(); ++i) {
       // Separate roundings, no fused multiply-add: the kernels compute the same bits.
-      const T grad = clip * g[i] + wd * w[i];
+      const T grad = clip * (unscale * g[i]) + wd * w[i];
       const T vel = mu * v[i] + grad;
       v[i] = vel;
       const T dir = nesterov ? grad + mu * vel : vel;
@@ -57,10 +71,23 @@ absl::Status CpuSgd(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-// Plain SGD keeps its own kernels; Nesterov or clipping take the general ones.
+// Plain SGD keeps its own kernels; Nesterov, clipping or loss scaling take the general ones.
 bool Plain(const Node& node, int num_inputs, int tensors) {
   return !ir::BoolAttrOr(node.attrs, "nesterov", false) &&
          num_inputs == kPerTensor * tensors + kMinShared;
+}
+
+// The general kernels' optional arguments: clip, loss-scale check (each null when absent) and
+// the Nesterov flag. `shared` is the first shared input.
+absl::Status AddOptionalArgs(const LoweringContext& ctx, const Node& node, size_t shared,
+                             KernelArgs& args) {
+  ASSIGN_OR_RETURN(const OptionalShared optional,
+                   OptionalSharedInputs(node.attrs, static_cast<int>(shared),
+                                        static_cast<int>(ctx.inputs.size() - shared), kMinShared));
+  args.Add(optional.clip >= 0 ? ctx.inputs[shared + optional.clip] : nullptr);
+  args.Add(optional.check >= 0 ? ctx.inputs[shared + optional.check] : nullptr);
+  args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgd(const LoweringContext& ctx, const Node& node) {
@@ -68,10 +95,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgd(const LoweringContext& ctx, 
   KernelArgs args;
   const bool plain = Plain(node, static_cast<int>(ctx.inputs.size()), 1);
   for (int i = 0; i < 6; ++i) args.Add(ctx.inputs[i]);
-  if (!plain) {
-    args.Add(ctx.inputs.size() > 6 ? ctx.inputs[6] : nullptr);
-    args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
-  }
+  if (!plain) RETURN_IF_ERROR(AddOptionalArgs(ctx, node, kPerTensor, args));
   args.Add(static_cast<long long>(n));
   return NvrtcKernel::Create(ctx, node.name, plain ? codegen::SgdMomentum() : codegen::SgdUpdate(),
                              GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
@@ -89,7 +113,7 @@ std::vector<int> MultiMutated(const Attrs& attrs, int) {
 absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  return InferEachTensor(in, tensors, kPerTensor, InferSgd);
+  return InferEachTensor(attrs, in, tensors, kPerTensor, InferSgd);
 }
 
 absl::Status CpuSgdMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -128,10 +152,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
     KernelArgs args;
     args.AddBytes(&table, sizeof(table));
     args.Add(ctx.inputs[h]).Add(ctx.inputs[h + 1]).Add(ctx.inputs[h + 2]);
-    if (!plain) {
-      args.Add(ctx.inputs.size() > h + 3 ? ctx.inputs[h + 3] : nullptr);
-      args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
-    }
+    if (!plain) RETURN_IF_ERROR(AddOptionalArgs(ctx, node, h, args));
     dim3 grid = GridFor(largest, 256, *ctx.device);
     grid.y = count;
     ASSIGN_OR_RETURN(

@@ -1,0 +1,226 @@
+// Dynamic loss scaling on the device (src/codegen/loss_scale_kernels.h): grad_nonfinite flags the
+// chunks of the gradients that hold an inf or a NaN, loss_scale_check turns the flags and the scale
+// into the check [1 / scale, found] that the optimizer updates read, and loss_scale_update moves
+// the scale and its counters on after the update. Flags and checks are exact (0, 1, a power of
+// two's inverse when the scale is one), so the reference and the kernels agree bit for bit.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/loss_scale_kernels.h"
+#include "src/codegen/optimizer_kernels.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+int64_t ChunksOf(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
+
+absl::Status CheckScalar(const TensorSpec& spec, DType dtype, absl::string_view what) {
+  if (spec.shape.rank() != 0 || spec.dtype != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be a ", DTypeName(dtype), " scalar, got ", spec.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// grad_nonfinite ------------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferNonfinite(const Attrs&,
+                                                       absl::Span<const TensorSpec> in) {
+  if (in.empty()) return absl::InvalidArgumentError("expected at least one gradient");
+  int64_t chunks = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
+    chunks += ChunksOf(in[i].NumElements());
+  }
+  if (chunks == 0) return absl::InvalidArgumentError("the gradients have no elements");
+  return std::vector<TensorSpec>{{Shape{chunks}, in[0].dtype}};
+}
+
+absl::Status CpuNonfinite(const Node&, absl::Span<ir::HostTensor* const> in,
+                          absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
+    auto flags = out[0]->data<T>();
+    size_t f = 0;
+    for (const ir::HostTensor* g : in) {
+      auto x = g->data<T>();
+      const int64_t n = static_cast<int64_t>(x.size());
+      for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
+        const auto chunk = x.subspan(start, std::min<int64_t>(codegen::kNormChunk, n - start));
+        const bool bad =
+            std::any_of(chunk.begin(), chunk.end(), [](T v) { return !std::isfinite(v); });
+        flags[f++] = bad ? T(1) : T(0);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext& ctx,
+                                                          const Node& node) {
+  constexpr int kTable = codegen::kOptimizerTableSize;
+  struct Table {
+    const void* g[kTable];
+    long long n[kTable];
+    long long first[kTable];
+  };
+  const int64_t tensors = static_cast<int64_t>(ctx.inputs.size());
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  int64_t first_flag = 0;
+  for (int64_t first = 0; first < tensors; first += kTable) {
+    Table table = {};
+    const int count = static_cast<int>(std::min<int64_t>(kTable, tensors - first));
+    int64_t most_chunks = 1;
+    for (int i = 0; i < count; ++i) {
+      table.g[i] = ctx.inputs[first + i];
+      table.n[i] = ctx.input_specs[first + i].NumElements();
+      table.first[i] = first_flag;
+      first_flag += ChunksOf(table.n[i]);
+      most_chunks = std::max<int64_t>(most_chunks, ChunksOf(table.n[i]));
+    }
+    KernelArgs args;
+    args.AddBytes(&table, sizeof(table));
+    args.Add(ctx.outputs[0]);
+    dim3 grid(static_cast<unsigned>(most_chunks), static_cast<unsigned>(count));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
+                     NvrtcKernel::Create(ctx, node.name, codegen::GradNonfinite(), grid,
+                                         dim3(codegen::kNormBlock), 0, std::move(args)));
+    parts.push_back(std::move(part));
+  }
+  return Sequence(std::move(parts));
+}
+
+// loss_scale_check ----------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferCheck(const Attrs&, absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  RETURN_IF_ERROR(CheckRank(in[0], 1, "flags"));
+  RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "flags"));
+  RETURN_IF_ERROR(CheckScalar(in[1], DType::kFloat32, "the loss scale"));
+  return std::vector<TensorSpec>{{Shape{2}, in[0].dtype}};
+}
+
+absl::Status CpuCheck(const Node&, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const> out) {
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    auto flags = in[0]->data<T>();
+    const bool found = std::any_of(flags.begin(), flags.end(), [](T f) { return f != T(0); });
+    auto check = out[0]->data<T>();
+    check[0] = static_cast<T>(1.0 / static_cast<double>(in[1]->data<T>()[0]));
+    check[1] = found ? T(1) : T(0);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheck(const LoweringContext& ctx,
+                                                      const Node& node) {
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(static_cast<long long>(ctx.input_specs[0].NumElements()));
+  args.Add(ctx.inputs[1]).Add(ctx.outputs[0]);
+  return NvrtcKernel::Create(ctx, node.name, codegen::LossScaleCheck(), dim3(1),
+                             dim3(codegen::kNormBlock), 0, std::move(args));
+}
+
+// loss_scale_update ---------------------------------------------------------------------------
+
+struct UpdateParams {
+  double growth = 2, backoff = 0.5;
+  int64_t interval = 2000;
+};
+
+absl::StatusOr<UpdateParams> UpdateParamsOf(const Attrs& attrs) {
+  UpdateParams p;
+  ASSIGN_OR_RETURN(p.growth, ir::FloatAttr(attrs, "growth_factor"));
+  ASSIGN_OR_RETURN(p.backoff, ir::FloatAttr(attrs, "backoff_factor"));
+  ASSIGN_OR_RETURN(p.interval, ir::IntAttr(attrs, "growth_interval"));
+  if (!(std::isfinite(p.growth) && p.growth >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("growth_factor must be finite and at least 1, got ", p.growth));
+  }
+  if (!(p.backoff > 0 && p.backoff <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backoff_factor must be in (0, 1], got ", p.backoff));
+  }
+  if (p.interval < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("growth_interval must be at least 1, got ", p.interval));
+  }
+  return p;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferUpdate(const Attrs& attrs,
+                                                    absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 4));
+  RETURN_IF_ERROR(CheckScalar(in[0], DType::kFloat32, "the loss scale"));
+  RETURN_IF_ERROR(CheckScalar(in[1], DType::kInt32, "the growth tracker"));
+  RETURN_IF_ERROR(CheckScalar(in[2], DType::kInt32, "the skipped-step count"));
+  RETURN_IF_ERROR(CheckLossScaleCheck(in[3]));
+  RETURN_IF_ERROR(UpdateParamsOf(attrs).status());
+  return std::vector<TensorSpec>{};
+}
+
+absl::Status CpuUpdate(const Node& node, absl::Span<ir::HostTensor* const> in,
+                       absl::Span<ir::HostTensor* const>) {
+  ASSIGN_OR_RETURN(const UpdateParams p, UpdateParamsOf(node.attrs));
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    codegen::LossScaleState<T> s{.scale = in[0]->data<T>()[0],
+                                 .growth_tracker = in[1]->data<int32_t>()[0],
+                                 .skipped_steps = in[2]->data<int32_t>()[0]};
+    // The factors are float attributes of the float32 kernel.
+    const T growth = static_cast<T>(static_cast<float>(p.growth));
+    const T backoff = static_cast<T>(static_cast<float>(p.backoff));
+    s = codegen::NextLossScale(s, in[3]->data<T>()[1] != T(0), growth, backoff, p.interval);
+    in[0]->data<T>()[0] = s.scale;
+    in[1]->data<int32_t>()[0] = s.growth_tracker;
+    in[2]->data<int32_t>()[0] = s.skipped_steps;
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUpdate(const LoweringContext& ctx,
+                                                       const Node& node) {
+  ASSIGN_OR_RETURN(const UpdateParams p, UpdateParamsOf(node.attrs));
+  KernelArgs args;
+  for (int i = 0; i < 4; ++i) args.Add(ctx.inputs[i]);
+  args.Add(static_cast<float>(p.growth)).Add(static_cast<float>(p.backoff));
+  args.Add(static_cast<long long>(p.interval));
+  return NvrtcKernel::Create(ctx, node.name, codegen::LossScaleUpdate(), dim3(1), dim3(1), 0,
+                             std::move(args));
+}
+
+}  // namespace
+
+const ir::OpDef& GradNonfiniteOp() {
+  static const ir::OpDef op{.name = "grad_nonfinite",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferNonfinite,
+                            .cpu = CpuNonfinite,
+                            .lower = LowerNonfinite};
+  return op;
+}
+
+const ir::OpDef& LossScaleCheckOp() {
+  static const ir::OpDef op{.name = "loss_scale_check",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferCheck,
+                            .cpu = CpuCheck,
+                            .lower = LowerCheck};
+  return op;
+}
+
+const ir::OpDef& LossScaleUpdateOp() {
+  static const ir::OpDef op{.name = "loss_scale_update",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferUpdate,
+                            .cpu = CpuUpdate,
+                            .lower = LowerUpdate,
+                            .mutated_inputs = {0, 1, 2}};
+  return op;
+}
+
+}  // namespace reprise::ops
