@@ -7,6 +7,8 @@
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --mode graph --fusion on
 //   reprise-bench --model resnet --depth 50 --batch 64 --mode graph --fusion on --mirror auto
+//   reprise-bench --model mlp --mode graph --fusion per-layer --optimizer adamw --max_grad_norm 1
+//       --warmup_steps 100 --schedule cosine   (host us per Step() with the whole update on device)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -72,6 +75,15 @@ ABSL_FLAG(bool, busy, false,
 ABSL_FLAG(int, profile, 0,
           "print where the step's time goes: per kind of launch, and the N slowest launches "
           "(each launch timed alone, in plan order on one stream)");
+ABSL_FLAG(
+    std::string, optimizer, "sgd",
+    "sgd (momentum 0.9, lr 0.01), nesterov, adam or adamw (lr 1e-3, weight decay 0.01 but not "
+    "on biases): TrainOptions::optimizer, all on the device");
+ABSL_FLAG(double, max_grad_norm, 0, "global gradient-norm clipping at this norm; 0: off");
+ABSL_FLAG(std::string, schedule, "constant",
+          "learning-rate decay after the warm-up: constant, cosine (over --total_steps) or step");
+ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up steps");
+ABSL_FLAG(int, total_steps, 10000, "steps of the cosine schedule; step size of the step decay");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -87,11 +99,60 @@ struct Result {
   int64_t kernels_compiled = 0, kernel_disk_hits = 0;
   double busy_fraction = -1;  // GPU busy time (CUPTI) over step time; -1 without CUPTI.
   int64_t activation_peak_bytes = 0, activation_peak_unmirrored_bytes = 0, mirrored_nodes = 0;
+  std::string path;  // Which form the step took (StepPath).
 };
+
+// "whole step" (mlp_train_step), "whole step, K models" (batched_mlp_train_step), "batched
+// per-layer" (an ensemble batched into per-layer launches) or "per-layer".
+std::string StepPath(const reprise::Graph& training) {
+  bool batched = false;
+  for (const reprise::Node& node : training.nodes()) {
+    if (node.op_name() == "mlp_train_step") return "whole step";
+    if (node.op_name() == "batched_mlp_train_step") {
+      return absl::StrCat("whole step, ", training.spec(node.inputs[6]).shape.dim(0), " models");
+    }
+    batched |= absl::StartsWith(node.op_name(), "batched_");
+  }
+  return batched ? "batched per-layer" : "per-layer";
+}
 
 double Percentile(std::vector<float> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+// --optimizer, --max_grad_norm, --schedule, --warmup_steps, --total_steps as TrainOptions.
+absl::Status SetOptimizer(reprise::TrainOptions& options) {
+  const std::string kind = absl::GetFlag(FLAGS_optimizer), decay = absl::GetFlag(FLAGS_schedule);
+  reprise::OptimizerOptions o;
+  if (kind == "adam" || kind == "adamw") {
+    o = {.kind = kind == "adam" ? reprise::OptimizerKind::kAdam : reprise::OptimizerKind::kAdamW,
+         .learning_rate = 1e-3f,
+         .weight_decay = 0.01f,
+         .decay_rank1 = false};
+  } else if (kind == "nesterov") {
+    o.nesterov = true;
+  } else if (kind != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd, nesterov, adam or adamw, not '", kind, "'"));
+  }
+  o.max_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_max_grad_norm));
+  o.schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  const int total = absl::GetFlag(FLAGS_total_steps);
+  if (decay == "cosine") {
+    o.schedule.decay = reprise::LrDecay::kCosine;
+    o.schedule.total_steps = total;
+  } else if (decay == "step") {
+    o.schedule.decay = reprise::LrDecay::kStep;
+    o.schedule.step_size = total;
+  } else if (decay != "constant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--schedule must be constant, cosine or step, not '", decay, "'"));
+  }
+  const bool plain_sgd =
+      kind == "sgd" && o.max_grad_norm == 0 && o.schedule.warmup_steps == 0 && decay == "constant";
+  if (!plain_sgd) options.optimizer = o;  // Plain SGD keeps TrainOptions::sgd's fused paths.
+  return absl::OkStatus();
 }
 
 enum class Fusion { kOn, kPerLayer, kOff };
@@ -200,6 +261,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -254,6 +316,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   result.activation_peak_bytes = stats.activation_peak_bytes;
   result.activation_peak_unmirrored_bytes = stats.activation_peak_unmirrored_bytes;
   result.mirrored_nodes = stats.mirrored_nodes;
+  result.path = StepPath(trainer->training_graph());
   return result;
 }
 
@@ -271,6 +334,7 @@ absl::Status Profile() {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
@@ -315,6 +379,7 @@ absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
@@ -404,12 +469,14 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
       "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
-      "bf16=%d lanes=%d mirror=%s%s",
+      "bf16=%d lanes=%d mirror=%s optimizer=%s max_grad_norm=%g warmup_steps=%d schedule=%s%s",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
       absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
       absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
       absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_bf16), absl::GetFlag(FLAGS_lanes),
-      absl::GetFlag(FLAGS_mirror), EnsembleConfig());
+      absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
+      absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
+      absl::GetFlag(FLAGS_schedule), EnsembleConfig());
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
@@ -448,6 +515,7 @@ absl::Status Main() {
           stderr, "reprise-bench: %s kernels acquired in %.1f ms (%lld compiled, %lld from disk)\n",
           r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
           static_cast<long long>(r.kernel_disk_hits));
+      std::printf("%-16s path: %s\n", "", r.path.c_str());
       if (r.mode == "graph") graph_ms = r.median_ms;
       json_results.push_back(absl::StrFormat(
           "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
@@ -455,12 +523,12 @@ absl::Status Main() {
           "\"arena_bytes\": %d, \"device_bytes\": %d, \"kernel_acquire_ms\": %.3f, "
           "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s, "
           "\"activation_peak_bytes\": %d, \"activation_peak_unmirrored_bytes\": %d, "
-          "\"mirrored_nodes\": %d}",
+          "\"mirrored_nodes\": %d, \"path\": \"%s\"}",
           r.mode, r.median_ms, r.p90_ms, samples, r.host_us_per_step, r.launches, r.graph_nodes,
           r.arena_bytes, r.device_bytes, r.kernel_acquire_ms, r.kernels_compiled,
           r.kernel_disk_hits,
           r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction),
-          r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes));
+          r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes, r.path));
     }
   }
   if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());

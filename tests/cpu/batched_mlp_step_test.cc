@@ -253,11 +253,13 @@ TEST_P(BatchedMlpStepReferenceTest, EqualsThePerLayerBatchedStepBitwise) {
 INSTANTIATE_TEST_SUITE_P(Float32AndFloat64OwnAndSharedInputs, BatchedMlpStepReferenceTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
+class EachModelTest : public ::testing::TestWithParam<models::MlpConfig> {};
+
 // Model by model, the whole-step node gives the bits of the unbatched models trained one by one
 // in the user's graph (float32, three steps).
-TEST(BatchedMlpStepTest, EachModelEqualsItsUnbatchedModel) {
+TEST_P(EachModelTest, EqualsItsUnbatchedModel) {
   constexpr int kModels = 4;
-  const models::MlpConfig c = Config(7, 6, 2, 10, 3);
+  const models::MlpConfig c = GetParam();
   const Ensemble e = BuildEnsemble(kModels, c, false);
   const BatchedTraining t = Batch(e);
   auto whole = passes::Fuse(t.training, Kept(t), {});
@@ -303,6 +305,9 @@ TEST(BatchedMlpStepTest, EachModelEqualsItsUnbatchedModel) {
     EXPECT_EQ(slice, Values(**want.Leaf(m.name))) << m.name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(TwoHiddenLayersAndOneLayer, EachModelTest,
+                         ::testing::Values(Config(7, 6, 2, 10, 3), Config(9, 6, 0, 1, 4)));
 
 }  // namespace
 }  // namespace reprise
