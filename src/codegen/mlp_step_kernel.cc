@@ -264,6 +264,9 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       return absl::UnimplementedError(absl::StrCat("W_", l, " has more than 2^31 - 1 elements"));
     }
   }
+  if (batch * widths[0] > kMaxElements) {
+    return absl::UnimplementedError("a model's features have more than 2^31 - 1 elements");
+  }
   MlpStepPlan plan;
   plan.models = static_cast<int>(models);
   plan.batch = static_cast<int>(batch);
@@ -353,6 +356,15 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       plan.wgrad[l] = tiles[next++];
       smem = std::max(smem, GemmSmemFloats(kWgrad, batch, plan.wgrad[l]));
     }
+  }
+  // Tasks of a phase are counted in int on the device.
+  int64_t most_tiles = plan.head_rows > 0 ? CeilDiv(batch, plan.head_rows) : 0;
+  for (const auto* tiles : {&plan.forward, &plan.dgrad, &plan.wgrad}) {
+    for (const MlpGemmTile& t : *tiles) most_tiles = std::max<int64_t>(most_tiles, t.tiles);
+  }
+  if (models * 2 * most_tiles > kMaxElements) {
+    return absl::UnimplementedError(
+        absl::StrCat(models, " models of ", most_tiles, " tiles exceed 2^31 - 1 tasks per phase"));
   }
   plan.shared_bytes = (smem + LossScratch(models)) * 4;
   plan.phases = layers >= 2 ? 2 * layers - 1 : 2;
