@@ -93,7 +93,8 @@ struct TrainOptions {
   bool measure_conv_algorithms = false;
   bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
-  // kernel where it is faster than library GEMMs; false keeps one launch per layer and pass.
+  // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for
+  // all models; false keeps one launch per layer and pass.
   bool whole_step = true;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
