@@ -15,8 +15,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // and stores that round from it (element_type.h), the row walk and the block's fixed-order
 // reduction. For float32 the loads and stores are plain float and float4 accesses, so the float32
 // kernels compute what they did before bfloat16 existed.
-std::string Prelude(int vec, DType dtype) {
-  return absl::StrCat(ElementTypeSource(dtype), "#define BN_VEC ", vec, "\n", R"(
+std::string Prelude(int vec, DType dtype, int64_t plane) {
+  return absl::StrCat(ElementTypeSource(dtype), "#define BN_VEC ", vec, "\n#define BN_PLANE ",
+                      plane, "LL\n", R"(
 struct BnVec {
   float v[BN_VEC];
 };
@@ -37,6 +38,18 @@ __device__ __forceinline__ void BnStore(elem_t* p, const BnVec& a) {
   Store4(p, make_float4(a.v[0], a.v[1], a.v[2], a.v[3]));
 #else
   *p = FromFloat(a.v[0]);
+#endif
+}
+
+// Where element (row r, channel col) of the [rows, channels] view is stored. Channels-last
+// (BN_PLANE 0): row-major. NCHW: row r is image r / plane, pixel r % plane, so a channel's
+// values lie in planes of BN_PLANE = H·W contiguous elements (a constant, so the division is a
+// multiply and a shift).
+__device__ __forceinline__ long long BnIndex(long long r, int channels, int col) {
+#if BN_PLANE == 0
+  return r * channels + col;
+#else
+  return (r / BN_PLANE * channels + col) * BN_PLANE + r % BN_PLANE;
 #endif
 }
 
@@ -130,8 +143,9 @@ __device__ __forceinline__ bool BnSumChunks(const double* __restrict__ partial, 
 
 // reprise_bn_apply_v4 (float32) or reprise_bn_apply_v4_bf16: one kernel-store entry per width
 // and type.
-std::string KernelName(absl::string_view base, int vec, DType dtype) {
-  return ElementKernelName(absl::StrCat(base, "_v", vec), dtype);
+std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t plane) {
+  return ElementKernelName(
+      absl::StrCat(base, "_v", vec, plane == 0 ? "" : absl::StrCat("_nchw", plane)), dtype);
 }
 
 // y = act((x - mean)·scale + shift (+ residual)) over one thread's rows, in float, rounded once
@@ -149,8 +163,8 @@ struct BnApplyBody {
     BnVec x, residual;
   };
   __device__ void Load(long long r, Regs& a) const {
-    a.x = BnLoad(x + r * channels + col);
-    if (residual != nullptr) a.residual = BnLoad(residual + r * channels + col);
+    a.x = BnLoad(x + BnIndex(r, channels, col));
+    if (residual != nullptr) a.residual = BnLoad(residual + BnIndex(r, channels, col));
   }
   __device__ void Use(long long r, const Regs& a) const {
     BnVec out;
@@ -160,19 +174,19 @@ struct BnApplyBody {
       if (residual != nullptr) v += a.residual.v[k];
       out.v[k] = relu ? fmaxf(v, 0.0f) : v;
     }
-    BnStore(y + r * channels + col, out);
+    BnStore(y + BnIndex(r, channels, col), out);
   }
 };
 )";
 
 }  // namespace
 
-BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec) {
+BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec, bool planar) {
   BatchNormTiling t;
   t.vec = vec;
   const int64_t threads_across = CeilDiv(channels, vec);
   t.block_x = 1;
-  while (t.block_x < 32 && t.block_x < threads_across) t.block_x *= 2;
+  while (!planar && t.block_x < 32 && t.block_x < threads_across) t.block_x *= 2;
   t.block_y = kBatchNormThreads / t.block_x;
   t.column_tiles = CeilDiv(channels, int64_t{vec} * t.block_x);
   int64_t chunks = std::min(CeilDiv(kBatchNormTargetBlocks, t.column_tiles), kBatchNormMaxChunks);
@@ -188,9 +202,9 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
   return 2 * chunks * channels * static_cast<int64_t>(sizeof(double));
 }
 
-GeneratedKernel BatchNormStats(int vec, DType dtype) {
-  const std::string name = KernelName("reprise_bn_stats", vec, dtype);
-  return {name, Prelude(vec, dtype) + R"(
+GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_stats", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + R"(
 struct BnStatsBody {
   static constexpr int kUnroll = 4;
   const elem_t* x;
@@ -199,7 +213,7 @@ struct BnStatsBody {
   struct Regs {
     BnVec x;
   };
-  __device__ void Load(long long r, Regs& a) const { a.x = BnLoad(x + r * channels + col); }
+  __device__ void Load(long long r, Regs& a) const { a.x = BnLoad(x + BnIndex(r, channels, col)); }
   __device__ void Use(long long, const Regs& a) {
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
@@ -245,9 +259,9 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormApply(int vec, DType dtype) {
-  const std::string name = KernelName("reprise_bn_apply", vec, dtype);
-  return {name, Prelude(vec, dtype) + kApplyBody + R"(
+GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_apply", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + kApplyBody + R"(
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ x, const elem_t* __restrict__ residual,
                    const float* __restrict__ mean, const float* __restrict__ coef,
@@ -266,9 +280,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormApplySaved(int vec, DType dtype) {
-  const std::string name = KernelName("reprise_bn_apply_saved", vec, dtype);
-  return {name, Prelude(vec, dtype) + kApplyBody + R"(
+GeneratedKernel BatchNormApplySaved(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_apply_saved", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + kApplyBody + R"(
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ x, const elem_t* __restrict__ residual,
                    const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -289,9 +303,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormGradStats(int vec, DType dtype) {
-  const std::string name = KernelName("reprise_bn_grad_stats", vec, dtype);
-  return {name, Prelude(vec, dtype) + R"(
+GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_grad_stats", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
@@ -304,7 +318,7 @@ struct BnGradStatsBody {
     BnVec dy, x, act;
   };
   __device__ void Load(long long r, Regs& a) const {
-    const long long i = r * channels + col;
+    const long long i = BnIndex(r, channels, col);
     a.dy = BnLoad(dy + i);
     a.x = BnLoad(x + i);
     if (act_out != nullptr) a.act = BnLoad(act_out + i);
@@ -358,9 +372,9 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormGradApply(int vec, DType dtype) {
-  const std::string name = KernelName("reprise_bn_grad_apply", vec, dtype);
-  return {name, Prelude(vec, dtype) + R"(
+GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_grad_apply", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + R"(
 struct BnGradApplyBody {
   static constexpr int kUnroll = 4;
   const elem_t* dy;
@@ -374,7 +388,7 @@ struct BnGradApplyBody {
     BnVec dy, x, act;
   };
   __device__ void Load(long long r, Regs& in) const {
-    const long long i = r * channels + col;
+    const long long i = BnIndex(r, channels, col);
     in.dy = BnLoad(dy + i);
     in.x = BnLoad(x + i);
     if (act_out != nullptr) in.act = BnLoad(act_out + i);
@@ -386,7 +400,7 @@ struct BnGradApplyBody {
       g.v[k] = act_out == nullptr || in.act.v[k] > 0.0f ? in.dy.v[k] : 0.0f;
       out.v[k] = fmaf(a[k], g.v[k], -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
     }
-    const long long i = r * channels + col;
+    const long long i = BnIndex(r, channels, col);
     BnStore(dx + i, out);
     // g is dy's value or zero: stored in dy's type, it is exact.
     if (masked_dy != nullptr) BnStore(masked_dy + i, g);
@@ -423,6 +437,12 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormGradStats(vec, dtype));
       kernels.push_back(BatchNormGradApply(vec, dtype));
     }
+    // NCHW, for a plane size that is not a power of two (7x7, ResNet's last stage).
+    kernels.push_back(BatchNormStats(1, dtype, 49));
+    kernels.push_back(BatchNormApply(1, dtype, 49));
+    kernels.push_back(BatchNormApplySaved(1, dtype, 49));
+    kernels.push_back(BatchNormGradStats(1, dtype, 49));
+    kernels.push_back(BatchNormGradApply(1, dtype, 49));
   }
   return kernels;
 }

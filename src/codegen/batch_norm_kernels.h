@@ -53,21 +53,26 @@ struct BatchNormTiling {
 };
 
 // The launch shape for x [rows, channels] read `vec` (4 or 1) channels per thread; rows,
-// channels >= 1, and channels % vec == 0.
-BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec);
+// channels >= 1, and channels % vec == 0. `planar` (NCHW, vec 1): one channel per block column,
+// all 256 threads across rows, so that consecutive threads read consecutive pixels of a plane.
+BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec, bool planar = false);
 
 // Byte offset of coef[3][C] in the scratch.
 int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 
 // The tiled kernels below take `vec` (4 or 1) and the element type `dtype` (kFloat32 or
-// kBFloat16); `elem_t` in a signature is float or bfloat16's 16 bits accordingly. Names:
-// reprise_bn_<kernel>_v<vec>, plus "_bf16" for bfloat16.
+// kBFloat16); `elem_t` in a signature is float or bfloat16's 16 bits accordingly. `plane` is 0
+// for channels-last data, or H·W for NCHW data, which they read as the same [rows = N·H·W,
+// channels] view (vec 1 only, with the planar tiling); either way each sum runs in a fixed
+// order that depends on the shapes alone. Names: reprise_bn_<kernel>_v<vec>, plus "_nchw<plane>"
+// for NCHW and
+// "_bf16" for bfloat16.
 //
 // Forward pass, three launches:
 // (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
 //     Signature: (const elem_t* x, double* partial, long long rows, int channels,
 //     long long rows_per_chunk).
-GeneratedKernel BatchNormStats(int vec, DType dtype);
+GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane = 0);
 // (b) Per channel, one kernel for every element type: sums the chunks (blocks of 32x32 threads,
 //     32 channels each, ceil(C/32) of them; 32 lanes per channel in a fixed order), then mean,
 //     biased var, saved_mean = mean, saved_invstd = 1/sqrt(var + eps), coef[0][c] =
@@ -81,20 +86,20 @@ GeneratedKernel BatchNormFinalize();
 //     be null. Tiled launch. Signature: (const elem_t* x, const elem_t* residual,
 //     const float* mean, const float* coef, const float* beta, elem_t* y, long long rows,
 //     int channels, long long rows_per_chunk, int relu).
-GeneratedKernel BatchNormApply(int vec, DType dtype);
+GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane = 0);
 
 // batch_norm_apply in NHWC: (c) with coef[0] formed in the kernel as gamma·saved_invstd in float,
 // as (b) forms it, so a recomputed y has the forward's bits. One tiled launch, no scratch.
 // Signature: (const elem_t* x, const elem_t* residual, const float* gamma, const float* beta,
 // const float* saved_mean, const float* saved_invstd, elem_t* y, long long rows, int channels,
 // long long rows_per_chunk, int relu).
-GeneratedKernel BatchNormApplySaved(int vec, DType dtype);
+GeneratedKernel BatchNormApplySaved(int vec, DType dtype, int64_t plane = 0);
 
 // Backward pass, three launches, with g = act_out ? (act_out > 0 ? dy : 0) : dy:
 // (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean). Tiled launch. Signature:
 //     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     double* partial, long long rows, int channels, long long rows_per_chunk).
-GeneratedKernel BatchNormGradStats(int vec, DType dtype);
+GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0);
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,
@@ -104,10 +109,11 @@ GeneratedKernel BatchNormGradFinalize();
 //     null. Tiled launch. Signature: (const elem_t* dy, const elem_t* act_out, const elem_t* x,
 //     const float* mean, const float* coef, elem_t* dx, elem_t* masked_dy, long long rows,
 //     int channels, long long rows_per_chunk).
-GeneratedKernel BatchNormGradApply(int vec, DType dtype);
+GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0);
 
-// Every kernel above in both vector widths and both element types (2 finalize kernels and
-// 5 tiled ones × 2 widths × 2 types), for compile checks and for warming the kernel store.
+// Every kernel above in both vector widths and both element types, and the NCHW form for
+// plane 49 (2 finalize kernels and 5 tiled ones × 3 forms × 2 types), for compile checks and for
+// warming the kernel store.
 std::vector<GeneratedKernel> BatchNormKernels();
 
 }  // namespace reprise::codegen

@@ -65,47 +65,8 @@ GeneratedKernel ChannelSum(DType dtype) {
 )")};
 }
 
-GeneratedKernel BatchNormRecompute() {
-  return {"reprise_batch_norm_recompute", R"(
-__device__ __forceinline__ float Recompute(const float* __restrict__ x,
-                                           const float* __restrict__ residual,
-                                           const float* __restrict__ gamma,
-                                           const float* __restrict__ beta,
-                                           const float* __restrict__ mean,
-                                           const float* __restrict__ invstd, long long i,
-                                           unsigned c, int relu) {
-  // The expression of the NHWC batch-norm kernels (batch_norm_kernels.h), whose coefficient is
-  // gamma·saved_invstd in float too: a recomputed NHWC output has the forward's bits.
-  float v = fmaf(x[i] - mean[c], invstd[c] * gamma[c], beta[c]);
-  if (residual != nullptr) v += residual[i];
-  return relu ? fmaxf(v, 0.0f) : v;
-}
-
-extern "C" __global__ void reprise_batch_norm_recompute(
-    const float* __restrict__ x, const float* __restrict__ residual,
-    const float* __restrict__ gamma, const float* __restrict__ beta,
-    const float* __restrict__ mean, const float* __restrict__ invstd, float* __restrict__ y,
-    long long n, long long channels, long long inner, int relu) {
-  const long long start = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  const long long step = (long long)gridDim.x * blockDim.x;
-  if (n <= 0xffffffffLL) {  // 32-bit division where it suffices, as in channel_bias_add.
-    const unsigned c32 = (unsigned)channels, inner32 = (unsigned)inner;
-    for (long long i = start; i < n; i += step) {
-      y[i] = Recompute(x, residual, gamma, beta, mean, invstd, i, ((unsigned)i / inner32) % c32,
-                       relu);
-    }
-  } else {
-    for (long long i = start; i < n; i += step) {
-      y[i] = Recompute(x, residual, gamma, beta, mean, invstd, i,
-                       (unsigned)((i / inner) % channels), relu);
-    }
-  }
-}
-)"};
-}
-
 std::vector<GeneratedKernel> ConvKernels() {
-  return {ChannelBiasAdd(), ChannelSum(), BatchNormRecompute(), ChannelBiasAdd(DType::kBFloat16),
+  return {ChannelBiasAdd(), ChannelSum(), ChannelBiasAdd(DType::kBFloat16),
           ChannelSum(DType::kBFloat16)};
 }
 

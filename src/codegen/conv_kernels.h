@@ -27,15 +27,6 @@ GeneratedKernel ChannelBiasAdd(DType dtype = DType::kFloat32);
 inline constexpr int kChannelSumBlock = 256;
 GeneratedKernel ChannelSum(DType dtype = DType::kFloat32);
 
-// batch_norm_apply (src/ops/batch_norm_apply.h): a batch norm's output recomputed from its saved
-// statistics, c = (i / inner) % channels as above:
-//   v = fma(x[i] - mean[c], invstd[c]·gamma[c], beta[c]); v += residual[i] if residual is not
-//   null; y[i] = relu ? max(v, 0) : v: in float, as the NHWC batch-norm kernels compute y.
-// A grid-stride loop. Signature: (const float* x, const float* residual, const float* gamma,
-// const float* beta, const float* mean, const float* invstd, float* y, long long n,
-// long long channels, long long inner, int relu).
-GeneratedKernel BatchNormRecompute();
-
 // All of them, for compile checks and prefetching.
 std::vector<GeneratedKernel> ConvKernels();
 

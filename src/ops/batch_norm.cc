@@ -218,22 +218,19 @@ absl::Status CpuInfer(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-// GPU: cuDNN 9 deprecates its legacy batch-norm calls in favour of the graph API, but they remain
-// supported and are the simplest capturable path; the warnings are silenced here only.
+// GPU inference: cuDNN 9 deprecates its legacy batch-norm calls in favour of the graph API, but
+// they remain supported and are the simplest capturable path; the warnings are silenced here only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-enum class Phase { kTrain, kGrad, kInfer };
-
-// One cuDNN batch-norm call with descriptors built at lowering; Launch binds the shared handle to
+// One cuDNN inference call with descriptors built at lowering; Launch binds the shared handle to
 // the stream and enqueues, nothing more.
-class CudnnBatchNorm : public GpuKernel {
+class CudnnBatchNormInfer : public GpuKernel {
  public:
-  CudnnBatchNorm(Phase phase, const LoweringContext& ctx, const Node& node, const BnParams& p,
-                 const ImageDims& d, runtime::CudnnTensorDescriptor x_desc,
-                 runtime::CudnnTensorDescriptor channel_desc)
-      : phase_(phase),
-        where_(absl::StrCat("node '", node.name, "'")),
+  CudnnBatchNormInfer(const LoweringContext& ctx, const Node& node, const BnParams& p,
+                      const ImageDims& d, runtime::CudnnTensorDescriptor x_desc,
+                      runtime::CudnnTensorDescriptor channel_desc)
+      : where_(absl::StrCat("node '", node.name, "'")),
         cudnn_(ctx.cudnn),
         params_(p),
         x_desc_(std::move(x_desc)),
@@ -246,34 +243,16 @@ class CudnnBatchNorm : public GpuKernel {
   absl::Status Launch(cudaStream_t stream) const override {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
     const float one = 1.0f, zero = 0.0f;
-    const cudnnTensorDescriptor_t x = x_desc_.get(), channel = channel_desc_.get();
-    switch (phase_) {
-      case Phase::kTrain:
-        return runtime::CudaStatus(
-            cudnnBatchNormalizationForwardTraining(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &one,
-                                                   &zero, x, in_[0], x, out_[0], channel, in_[1],
-                                                   in_[2], params_.momentum, in_[3], in_[4],
-                                                   params_.epsilon, out_[1], out_[2]),
-            "cudnnBatchNormalizationForwardTraining", where_);
-      case Phase::kGrad:
-        return runtime::CudaStatus(cudnnBatchNormalizationBackward(
-                                       cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one,
-                                       &zero, x, in_[1], x, in_[0], x, out_[0], channel, in_[2],
-                                       out_[1], out_[2], params_.epsilon, in_[3], in_[4]),
-                                   "cudnnBatchNormalizationBackward", where_);
-      case Phase::kInfer:
-        return runtime::CudaStatus(
-            cudnnBatchNormalizationForwardInference(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &one,
-                                                    &zero, x, in_[0], x, out_[0], channel, in_[1],
-                                                    in_[2], in_[3], in_[4], params_.epsilon),
-            "cudnnBatchNormalizationForwardInference", where_);
-    }
-    return absl::InternalError(absl::StrCat(where_, ": unknown batch-norm phase"));
+    return runtime::CudaStatus(
+        cudnnBatchNormalizationForwardInference(cudnn_->get(), CUDNN_BATCHNORM_SPATIAL, &one, &zero,
+                                                x_desc_.get(), in_[0], x_desc_.get(), out_[0],
+                                                channel_desc_.get(), in_[1], in_[2], in_[3], in_[4],
+                                                params_.epsilon),
+        "cudnnBatchNormalizationForwardInference", where_);
   }
   std::string Describe() const override { return describe_; }
 
  private:
-  Phase phase_;
   std::string where_;
   const runtime::CudnnHandle* cudnn_;
   BnParams params_;
@@ -282,25 +261,11 @@ class CudnnBatchNorm : public GpuKernel {
   std::string describe_;
 };
 
-// The cuDNN path is float32 only. Mixed precision's bfloat16 batch norms run channels-last on our
-// own kernels instead, so a bfloat16 one here says where it can run.
-absl::Status CheckCudnnDType(const Node& node, absl::Span<const TensorSpec> specs, Layout layout) {
-  for (const TensorSpec& spec : specs) {
-    if (spec.dtype == DType::kBFloat16) {
-      return absl::UnimplementedError(absl::StrCat(
-          "node '", node.name, "': ", node.op_name(), " in ", LayoutName(layout),
-          " runs on cuDNN in float32 only, got ", spec.ToString(),
-          "; bfloat16 batch norm runs on the GPU as NHWC training (channels-last layout)"));
-    }
-  }
-  return CheckGpuFloat32(node, specs);
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchNorm(const LoweringContext& ctx,
-                                                          const Node& node, Phase phase) {
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerInfer(const LoweringContext& ctx,
+                                                      const Node& node) {
   const std::string where = absl::StrCat("node '", node.name, "'");
   ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
-  RETURN_IF_ERROR(CheckCudnnDType(node, ctx.input_specs, p.layout));
+  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle, and the plan has none"));
@@ -310,8 +275,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchNorm(const LoweringContext&
         where, ": epsilon ", p.epsilon, " is below cuDNN's minimum CUDNN_BN_MIN_EPSILON (",
         CUDNN_BN_MIN_EPSILON, ")"));
   }
-  const TensorSpec& x_spec = ctx.input_specs[phase == Phase::kGrad ? 1 : 0];
-  ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(x_spec, p.layout, "x"));
+  ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   ASSIGN_OR_RETURN(runtime::CudnnTensorDescriptor x_desc,
                    runtime::CudnnTensorDescriptor::Create4d(
                        d.layout == Layout::kNHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
@@ -322,17 +286,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchNorm(const LoweringContext&
                    runtime::CudnnTensorDescriptor::Create4d(CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
                                                             {1, d.c, 1, 1}, where));
   return std::unique_ptr<GpuKernel>(
-      new CudnnBatchNorm(phase, ctx, node, p, d, std::move(x_desc), std::move(channel_desc)));
+      new CudnnBatchNormInfer(ctx, node, p, d, std::move(x_desc), std::move(channel_desc)));
 }
 
 #pragma GCC diagnostic pop
 
-// Channels-last training runs on our own kernels (batch_norm_nhwc.h), in float32 or bfloat16:
-// cuDNN's NHWC batch norm is ~100x below memory bandwidth. NCHW and inference stay on cuDNN.
+// NCHW data as our kernels view it: rows of pixels, planes of H·W of them (0: channels-last).
+int64_t PlaneOf(const ImageDims& d) { return d.layout == Layout::kNCHW ? d.h * d.w : 0; }
+
+// Training runs on our own kernels (batch_norm_nhwc.h) in both layouts, float32 or bfloat16:
+// cuDNN's NHWC batch norm is ~100x below memory bandwidth, and its NCHW one sums in float32
+// (batch_norm_nhwc.h says what that cost). Inference stays on cuDNN.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx,
                                                       const Node& node) {
   ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
-  if (p.layout != Layout::kNHWC) return LowerBatchNorm(ctx, node, Phase::kTrain);
   ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0}));
   ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   auto in = [&](int i) { return static_cast<float*>(ctx.inputs[i]); };
@@ -348,13 +315,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
                                   .saved_invstd = out(2),
                                   .rows = d.n * d.h * d.w,
                                   .channels = d.c,
+                                  .plane = PlaneOf(d),
                                   .epsilon = p.epsilon,
                                   .momentum = p.momentum,
                                   .dtype = dtype});
 }
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(BnParams p, BnParamsOf(node.attrs));
-  if (p.layout != Layout::kNHWC) return LowerBatchNorm(ctx, node, Phase::kGrad);
   ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0, 1}));
   ASSIGN_OR_RETURN(ImageDims d, ImageDimsOf(ctx.input_specs[1], p.layout, "x"));
   auto in = [&](int i) { return static_cast<const float*>(ctx.inputs[i]); };
@@ -370,11 +337,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
                                  .dbeta = out(2),
                                  .rows = d.n * d.h * d.w,
                                  .channels = d.c,
+                                 .plane = PlaneOf(d),
                                  .dtype = dtype});
-}
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerInfer(const LoweringContext& ctx,
-                                                      const Node& node) {
-  return LowerBatchNorm(ctx, node, Phase::kInfer);
 }
 
 }  // namespace
@@ -387,7 +351,7 @@ const ir::OpDef& BatchNormTrainOp() {
                             .cpu = CpuTrain,
                             .lower = LowerTrain,
                             .mutated_inputs = {3, 4},
-                            .bf16_lowering = true};  // NHWC only: NCHW refuses it by name.
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& BatchNormGradOp() {
@@ -396,7 +360,7 @@ const ir::OpDef& BatchNormGradOp() {
                             .infer = InferGrad,
                             .cpu = CpuGrad,
                             .lower = LowerGrad,
-                            .bf16_lowering = true};  // As batch_norm_train.
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& BatchNormInferOp() {

@@ -2,13 +2,11 @@
 // training (batch statistics, running statistics updated in place) and inference (running
 // statistics). Layout attr (string) "NCHW" (x [N,C,H,W], the default) or "NHWC" (x [N,H,W,C]).
 //
-// GPU lowerings: NHWC training (forward and gradient) runs on our own NVRTC kernels
+// GPU lowerings: training (forward and gradient) runs on our own NVRTC kernels in both layouts
 // (src/ops/batch_norm_nhwc.h), with float32 or bfloat16 x, y, dy, dx and float32 per-channel
-// tensors (mixed precision's); NCHW and inference call cuDNN's legacy batch-norm API in
+// tensors (mixed precision's), sums in double; inference calls cuDNN's legacy batch-norm API in
 // CUDNN_BATCHNORM_SPATIAL mode, float32 only (bfloat16 is refused as kUnimplemented, naming the
-// node). cuDNN updates the running variance with the unbiased batch variance, as PyTorch does, so
-// no correction is applied (the GPU tests compare running_var with the CPU reference, which states
-// the rule explicitly).
+// node).
 #ifndef REPRISE_SRC_OPS_BATCH_NORM_H_
 #define REPRISE_SRC_OPS_BATCH_NORM_H_
 

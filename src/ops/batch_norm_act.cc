@@ -76,29 +76,26 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
   return BatchNormGradOp().cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
 }
 
-// x's extents, after checking the layout (these ops run only as our NHWC kernels) and the
-// element types (float32 or bfloat16 data at `data_inputs`, float32 per-channel tensors).
-struct NhwcData {
+// x's extents, its NCHW plane (0 for channels-last) and the element type, after checking the
+// types (float32 or bfloat16 data at `data_inputs`, float32 per-channel tensors).
+struct KernelData {
   ImageDims x;
+  int64_t plane;
   DType dtype;
 };
-absl::StatusOr<NhwcData> NhwcDataOf(const LoweringContext& ctx, const Node& node, int x_index,
-                                    std::initializer_list<int> data_inputs) {
+absl::StatusOr<KernelData> KernelDataOf(const LoweringContext& ctx, const Node& node, int x_index,
+                                        std::initializer_list<int> data_inputs) {
   ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
-  if (layout != Layout::kNHWC) {
-    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': ", node.op_name(),
-                                                 " runs only in NHWC layout on the GPU"));
-  }
   ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, data_inputs));
   ASSIGN_OR_RETURN(ImageDims x, ImageDimsOf(ctx.input_specs[x_index], layout, "x"));
-  return NhwcData{x, dtype};
+  return KernelData{x, layout == Layout::kNCHW ? x.h * x.w : 0, dtype};
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx,
                                                       const Node& node) {
   const bool residual = HasResidual(node.attrs);
-  ASSIGN_OR_RETURN(const NhwcData data,
-                   residual ? NhwcDataOf(ctx, node, 0, {0, 5}) : NhwcDataOf(ctx, node, 0, {0}));
+  ASSIGN_OR_RETURN(const KernelData data,
+                   residual ? KernelDataOf(ctx, node, 0, {0, 5}) : KernelDataOf(ctx, node, 0, {0}));
   NhwcBatchNormForward args;
   args.x = ctx.inputs[0];
   args.gamma = static_cast<const float*>(ctx.inputs[1]);
@@ -111,6 +108,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
   args.saved_invstd = static_cast<float*>(ctx.outputs[2]);
   args.rows = data.x.n * data.x.h * data.x.w;
   args.channels = data.x.c;
+  args.plane = data.plane;
   args.epsilon = node.attrs.contains("epsilon") ? *ir::FloatAttr(node.attrs, "epsilon") : 1e-5;
   args.momentum = node.attrs.contains("momentum") ? *ir::FloatAttr(node.attrs, "momentum") : 0.1;
   args.relu = true;
@@ -119,7 +117,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const NhwcData data, NhwcDataOf(ctx, node, 2, {0, 1, 2}));
+  ASSIGN_OR_RETURN(const KernelData data, KernelDataOf(ctx, node, 2, {0, 1, 2}));
   NhwcBatchNormBackward args;
   args.dy = ctx.inputs[0];
   args.act_out = ctx.inputs[1];
@@ -133,6 +131,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   if (HasMaskedOutput(node.attrs)) args.masked_dy = ctx.outputs[3];
   args.rows = data.x.n * data.x.h * data.x.w;
   args.channels = data.x.c;
+  args.plane = data.plane;
   args.dtype = data.dtype;
   return LowerNhwcBatchNormGrad(ctx, node.name, args);
 }
@@ -146,7 +145,7 @@ const ir::OpDef& BatchNormActTrainOp() {
                             .cpu = CpuTrain,
                             .lower = LowerTrain,
                             .mutated_inputs = {3, 4},
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -156,7 +155,7 @@ const ir::OpDef& BatchNormActGradOp() {
                             .infer = InferGrad,
                             .cpu = CpuGrad,
                             .lower = LowerGrad,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

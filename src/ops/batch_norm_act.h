@@ -1,6 +1,6 @@
-// Fused batch norm with its activation, written by the fuse pass (src/passes/fuse.h) for
-// channels-last (NHWC) tensors, where the batch norm runs as our own kernels
-// (src/ops/batch_norm_nhwc.h; float32 or bfloat16 data, float32 per-channel tensors): the
+// Fused batch norm with its activation, written by the fuse pass (src/passes/fuse.h) in either
+// layout, where the batch norm runs as our own kernels (src/ops/batch_norm_nhwc.h; float32 or
+// bfloat16 data, float32 per-channel tensors): the
 // residual add and ReLU ride in the kernel that writes y, and the ReLU's gradient in the kernels
 // that read dy, so neither costs a pass over memory of its own. Each reference runs the
 // references of the ops it replaces.

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "src/codegen/conv_kernels.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_nhwc.h"
 #include "src/ops/gpu_kernel.h"
@@ -68,44 +67,28 @@ absl::Status CpuApply(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-// NHWC runs the forward's own apply code (batch_norm_nhwc.h), float32 or bfloat16. NCHW runs
-// conv_kernels' recompute kernel, float32 only.
+// Both layouts run the forward's own apply code (batch_norm_nhwc.h), float32 or bfloat16, so a
+// recomputed output has the forward's bits.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerApply(const LoweringContext& ctx,
                                                       const Node& node) {
   ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   ASSIGN_OR_RETURN(const ImageDims d, ImageDimsOf(ctx.input_specs[0], layout, "x"));
   const bool residual = HasResidual(node.attrs);
-  if (layout == Layout::kNHWC) {
-    ASSIGN_OR_RETURN(const DType dtype, residual ? NhwcDataType(node, ctx.input_specs, {0, 5})
-                                                 : NhwcDataType(node, ctx.input_specs, {0}));
-    return LowerNhwcBatchNormRecompute(ctx, node.name,
-                                       {.x = ctx.inputs[0],
-                                        .gamma = static_cast<const float*>(ctx.inputs[1]),
-                                        .beta = static_cast<const float*>(ctx.inputs[2]),
-                                        .saved_mean = static_cast<const float*>(ctx.inputs[3]),
-                                        .saved_invstd = static_cast<const float*>(ctx.inputs[4]),
-                                        .residual = residual ? ctx.inputs[5] : nullptr,
-                                        .y = ctx.outputs[0],
-                                        .rows = d.n * d.h * d.w,
-                                        .channels = d.c,
-                                        .relu = HasRelu(node.attrs),
-                                        .dtype = dtype});
-  }
-  if (ctx.input_specs[0].dtype == DType::kBFloat16) {
-    return absl::UnimplementedError(absl::StrCat(
-        "node '", node.name, "': batch_norm_apply in NCHW runs on the GPU in float32 only, got ",
-        ctx.input_specs[0].ToString(), "; bfloat16 runs in NHWC layout (channels-last)"));
-  }
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
-  const int64_t n = d.NumElements();
-  KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(residual ? ctx.inputs[5] : nullptr);
-  args.Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.inputs[3]).Add(ctx.inputs[4]);
-  args.Add(ctx.outputs[0]).Add(static_cast<long long>(n)).Add(static_cast<long long>(d.c));
-  args.Add(static_cast<long long>(d.h * d.w));
-  args.Add(HasRelu(node.attrs) ? 1 : 0);
-  return NvrtcKernel::Create(ctx, node.name, codegen::BatchNormRecompute(),
-                             GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
+  ASSIGN_OR_RETURN(const DType dtype, residual ? NhwcDataType(node, ctx.input_specs, {0, 5})
+                                               : NhwcDataType(node, ctx.input_specs, {0}));
+  return LowerNhwcBatchNormRecompute(ctx, node.name,
+                                     {.x = ctx.inputs[0],
+                                      .gamma = static_cast<const float*>(ctx.inputs[1]),
+                                      .beta = static_cast<const float*>(ctx.inputs[2]),
+                                      .saved_mean = static_cast<const float*>(ctx.inputs[3]),
+                                      .saved_invstd = static_cast<const float*>(ctx.inputs[4]),
+                                      .residual = residual ? ctx.inputs[5] : nullptr,
+                                      .y = ctx.outputs[0],
+                                      .rows = d.n * d.h * d.w,
+                                      .channels = d.c,
+                                      .plane = layout == Layout::kNCHW ? d.h * d.w : 0,
+                                      .relu = HasRelu(node.attrs),
+                                      .dtype = dtype});
 }
 
 }  // namespace
@@ -116,7 +99,7 @@ const ir::OpDef& BatchNormApplyOp() {
                             .infer = InferApply,
                             .cpu = CpuApply,
                             .lower = LowerApply,
-                            .bf16_lowering = true};  // NHWC only: NCHW refuses it by name.
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -44,14 +44,16 @@ struct Request {
   absl::string_view op;
   DType dtype;
   int64_t rows, min_rows, channels;
+  int64_t plane = 0;  // As the lowering's.
   bool needs_scratch = true;
 };
 
-// Four channels per thread need C % 4 == 0 (then every row starts 4 elements apart) and every
-// row-walked tensor aligned for Load4 and Store4: 16 bytes for float32, 8 for bfloat16.
-// Otherwise one channel per thread.
-int VectorWidth(int64_t channels, DType dtype, std::initializer_list<const void*> tensors) {
-  if (channels % 4 != 0) return 1;
+// Four channels per thread need channels-last data, C % 4 == 0 (then every row starts 4 elements
+// apart) and every row-walked tensor aligned for Load4 and Store4: 16 bytes for float32, 8 for
+// bfloat16. Otherwise one channel per thread.
+int VectorWidth(int64_t channels, int64_t plane, DType dtype,
+                std::initializer_list<const void*> tensors) {
+  if (plane != 0 || channels % 4 != 0) return 1;
   const uintptr_t alignment = 4 * codegen::ElementBytes(dtype);
   for (const void* p : tensors) {
     if (p != nullptr && reinterpret_cast<uintptr_t>(p) % alignment != 0) return 1;
@@ -59,37 +61,44 @@ int VectorWidth(int64_t channels, DType dtype, std::initializer_list<const void*
   return 4;
 }
 
+absl::string_view LayoutWord(const Request& r) { return r.plane == 0 ? "nhwc" : "nchw"; }
+
 // The checks every lowering shares, then the tiling; its scratch must fit in the lane's
 // workspace when the request needs it.
 absl::StatusOr<codegen::BatchNormTiling> Plan(const LoweringContext& ctx, const std::string& where,
                                               const Request& r, int vec,
                                               std::initializer_list<const void*> required) {
   if (!codegen::IsKernelElementType(r.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": ", r.op, " nhwc reads float32 or bfloat16 data, got ", DTypeName(r.dtype)));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", r.op, " ", LayoutWord(r),
+                                                   " reads float32 or bfloat16 data, got ",
+                                                   DTypeName(r.dtype)));
   }
-  if (r.rows < r.min_rows || r.channels < 1 || r.channels > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", r.op, " nhwc needs rows >= ", r.min_rows,
-                     " and 1 <= channels <= ", INT_MAX, ", got rows=", r.rows, " c=", r.channels));
+  if (r.rows < r.min_rows || r.channels < 1 || r.channels > INT_MAX || r.plane < 0 ||
+      (r.plane > 0 && r.rows % r.plane != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", r.op, " ", LayoutWord(r), " needs rows >= ", r.min_rows,
+        ", 1 <= channels <= ", INT_MAX, " and rows a multiple of the plane, got rows=", r.rows,
+        " c=", r.channels, " plane=", r.plane));
   }
   for (const void* p : required) {
     if (p == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", r.op, " nhwc is missing a required device address"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", r.op, " ", LayoutWord(r),
+                                                     " is missing a required device address"));
     }
   }
-  const codegen::BatchNormTiling t = codegen::BatchNormTilingFor(r.rows, r.channels, vec);
+  const codegen::BatchNormTiling t =
+      codegen::BatchNormTilingFor(r.rows, r.channels, vec, /*planar=*/r.plane != 0);
   if (r.needs_scratch &&
       (ctx.workspace == nullptr || static_cast<size_t>(t.scratch_bytes) > ctx.workspace_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        where, ": ", r.op, " nhwc rows=", r.rows, " c=", r.channels, " needs ", t.scratch_bytes,
-        " bytes of scratch (", t.chunks, " chunks) in the lane's workspace, which has ",
-        ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(where, ": ", r.op, " ", LayoutWord(r), " rows=", r.rows, " c=", r.channels,
+                     " needs ", t.scratch_bytes, " bytes of scratch (", t.chunks,
+                     " chunks) in the lane's workspace, which has ",
+                     ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
   }
   if (ctx.kernels == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, ": ", r.op, " nhwc needs a kernel store, and the plan has none"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": ", r.op, " ", LayoutWord(r), " needs a kernel store, and the plan has none"));
   }
   return t;
 }
@@ -112,11 +121,12 @@ dim3 TiledGrid(const codegen::BatchNormTiling& t) {
 dim3 TiledBlock(const codegen::BatchNormTiling& t) { return dim3(t.block_x, t.block_y); }
 dim3 ChannelGrid(int64_t channels) { return dim3(static_cast<unsigned>((channels + 31) / 32)); }
 
-// "nvrtc batch_norm_train nhwc rows=.. c=.. vec=4 chunks=.. (3 kernels)"; bfloat16 lowerings say
-// " bf16" after "nhwc" (float32 ones read as they did before bfloat16 existed).
+// "nvrtc batch_norm_train nhwc rows=.. c=.. vec=4 chunks=.. (3 kernels)" ("nchw" for NCHW data);
+// bfloat16 lowerings say " bf16" after the layout (float32 ones read as they did before bfloat16
+// existed).
 std::string Describe(const Request& r, const codegen::BatchNormTiling& t, absl::string_view extras,
                      int kernels) {
-  return absl::StrCat("nvrtc ", r.op, " nhwc",
+  return absl::StrCat("nvrtc ", r.op, " ", LayoutWord(r),
                       r.dtype == DType::kFloat32 ? "" : absl::StrCat(" ", DTypeName(r.dtype)),
                       " rows=", r.rows, " c=", r.channels, " vec=", t.vec, " chunks=", t.chunks,
                       extras, " (", kernels, kernels == 1 ? " kernel)" : " kernels)");
@@ -145,8 +155,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
                                                                    const std::string& node_name,
                                                                    const NhwcBatchNormForward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
-  const Request request{"batch_norm_train", a.dtype, a.rows, 2, a.channels};
-  const int vec = VectorWidth(a.channels, a.dtype, {a.x, a.residual, a.y});
+  const Request request{"batch_norm_train", a.dtype, a.rows, 2, a.channels, a.plane};
+  const int vec = VectorWidth(a.channels, a.plane, a.dtype, {a.x, a.residual, a.y});
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t,
                    Plan(ctx, where, request, vec,
                         {a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.y, a.saved_mean,
@@ -160,9 +170,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
 
   KernelArgs stats;
   stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec, a.dtype),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
       .Add(static_cast<int>(t.chunks))
@@ -191,9 +202,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
       .Add(channels)
       .Add(rows_per_chunk)
       .Add(a.relu ? 1 : 0);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApply(vec, a.dtype),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApply(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
   return std::unique_ptr<GpuKernel>(
@@ -204,8 +216,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                                                   const std::string& node_name,
                                                                   const NhwcBatchNormBackward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
-  const Request request{"batch_norm_grad", a.dtype, a.rows, 1, a.channels};
-  const int vec = VectorWidth(a.channels, a.dtype, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
+  const Request request{"batch_norm_grad", a.dtype, a.rows, 1, a.channels, a.plane};
+  const int vec =
+      VectorWidth(a.channels, a.plane, a.dtype, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
@@ -225,9 +238,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradStats(vec, a.dtype),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradStats(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
       .Add(static_cast<int>(t.chunks))
@@ -253,9 +267,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradApply(vec, a.dtype),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradApply(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras = absl::StrCat(a.act_out != nullptr ? " +relu_mask" : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   return std::unique_ptr<GpuKernel>(
@@ -270,8 +285,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
                         .rows = a.rows,
                         .min_rows = 1,
                         .channels = a.channels,
+                        .plane = a.plane,
                         .needs_scratch = false};
-  const int vec = VectorWidth(a.channels, a.dtype, {a.x, a.residual, a.y});
+  const int vec = VectorWidth(a.channels, a.plane, a.dtype, {a.x, a.residual, a.y});
   ASSIGN_OR_RETURN(
       codegen::BatchNormTiling t,
       Plan(ctx, where, request, vec, {a.x, a.gamma, a.beta, a.saved_mean, a.saved_invstd, a.y}));
@@ -288,9 +304,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
       .Add(static_cast<long long>(t.rows_per_chunk))
       .Add(a.relu ? 1 : 0);
   std::vector<std::unique_ptr<GpuKernel>> parts;
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApplySaved(vec, a.dtype),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(args)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApplySaved(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(args)));
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
   return std::unique_ptr<GpuKernel>(

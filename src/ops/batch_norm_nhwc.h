@@ -1,7 +1,10 @@
-// Channels-last batch normalization on our own NVRTC kernels (src/codegen/batch_norm_kernels.h)
-// rather than cuDNN's legacy NHWC batch norm, which runs ~100x below memory bandwidth. x is
-// [rows = N·H·W, channels] row-major. The [rows, channels] arrays hold `dtype`: float32, or
-// bfloat16 under mixed precision; per-channel arrays are float32 either way (as PyTorch's and
+// Batch normalization on our own NVRTC kernels (src/codegen/batch_norm_kernels.h) rather than
+// cuDNN's legacy batch norm: its NHWC form runs ~100x below memory bandwidth, and its NCHW form
+// sums in float32, which left ResNet-18's NCHW updates 4% from the double-summing CPU reference
+// after two steps, where ours agree to 2e-3 (tests/gpu/resnet_gpu_test.cc). x is viewed as
+// [rows = N·H·W, channels]: row-major for channels-last data (`plane` 0), or NCHW data with
+// plane = H·W (each lowering's `plane` field). The [rows, channels] arrays hold `dtype`: float32,
+// or bfloat16 under mixed precision; per-channel arrays are float32 either way (as PyTorch's and
 // cuDNN's mixed-precision batch norms keep them), and all arithmetic is float (sums double).
 // Each training lowering is three launches (partial sums, per-channel finalize, pointwise apply)
 // with the lane's workspace as scratch; results are deterministic and depend on the shapes only,
@@ -51,6 +54,7 @@ struct NhwcBatchNormForward {
   float* saved_mean;
   float* saved_invstd;
   int64_t rows = 0, channels = 0;
+  int64_t plane = 0;  // 0: channels-last; H·W: NCHW.
   double epsilon = 1e-5, momentum = 0.1;
   bool relu = false;
   DType dtype = DType::kFloat32;  // Of x, residual and y: kFloat32 or kBFloat16.
@@ -79,6 +83,7 @@ struct NhwcBatchNormBackward {
   float* dbeta;
   void* masked_dy = nullptr;  // When set, receives the masked gradient g.
   int64_t rows = 0, channels = 0;
+  int64_t plane = 0;              // 0: channels-last; H·W: NCHW.
   DType dtype = DType::kFloat32;  // Of the [rows, channels] arrays: kFloat32 or kBFloat16.
 };
 
@@ -99,6 +104,7 @@ struct NhwcBatchNormRecompute {
   const void* residual = nullptr;  // Added before the activation when set.
   void* y;
   int64_t rows = 0, channels = 0;
+  int64_t plane = 0;  // 0: channels-last; H·W: NCHW.
   bool relu = false;
   DType dtype = DType::kFloat32;  // Of x, residual and y: kFloat32 or kBFloat16.
 };

@@ -100,22 +100,16 @@ void GroupFinder::LossWithGrad() {
   }
 }
 
-bool IsNhwc(const Node& n) {
-  const absl::StatusOr<Layout> layout = ops::LayoutAttr(n.attrs);
-  return layout.ok() && *layout == Layout::kNHWC;
-}
-
-// Channels-last batch norms whose output feeds a ReLU (directly or through a residual add) take
-// the add and the ReLU into their last kernel; the ReLU's gradient joins the batch-norm gradient.
-// NCHW batch norms run in cuDNN, which has no such forms for float32. In bfloat16 the fused kernel
-// rounds once where the unfused ops round after the batch norm and after the add.
+// Batch norms (either layout: both run on our kernels) whose output feeds a ReLU (directly or
+// through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient
+// joins the batch-norm gradient. In bfloat16 the fused kernel rounds once where the unfused ops
+// round after the batch norm and after the add.
 void GroupFinder::BatchNormActivations() {
-  auto nhwc = [](const Node& n) {
-    return IsNhwc(n) &&
-           (n.outputs[0].dtype == DType::kFloat32 || n.outputs[0].dtype == DType::kBFloat16);
+  auto fusable = [](const Node& n) {
+    return n.outputs[0].dtype == DType::kFloat32 || n.outputs[0].dtype == DType::kBFloat16;
   };
   for (const Node& bn : g_.nodes()) {
-    if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !nhwc(bn)) continue;
+    if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !fusable(bn)) continue;
     const Node* next = SoleReader(Value{bn.id, 0});
     if (next == nullptr) continue;
     const Node* add = nullptr;
@@ -142,7 +136,7 @@ void GroupFinder::BatchNormActivations() {
     TryAdd(std::move(group));
   }
   for (const Node& grad : g_.nodes()) {
-    if (grad.op != &ops::BatchNormGradOp() || taken_[grad.id] || !nhwc(grad)) continue;
+    if (grad.op != &ops::BatchNormGradOp() || taken_[grad.id] || !fusable(grad)) continue;
     const Node& relu_grad = g_.node(grad.inputs[0].node);
     if (relu_grad.op != &ops::ReluGradOp() || taken_[relu_grad.id] || ir::IsLeaf(relu_grad))
       continue;
@@ -168,9 +162,8 @@ void GroupFinder::BatchNormApplyActivations() {
     if (apply.op != &ops::BatchNormApplyOp() || taken_[apply.id] ||
         ir::BoolAttrOr(apply.attrs, "relu", false))
       continue;
-    // bfloat16 lowers in NHWC only.
     const DType dtype = apply.outputs[0].dtype;
-    if (IsLowPrecision(dtype) && !(dtype == DType::kBFloat16 && IsNhwc(apply))) continue;
+    if (IsLowPrecision(dtype) && dtype != DType::kBFloat16) continue;  // No float16 lowering.
     const Node* next = SoleReader(Value{apply.id, 0});
     if (next == nullptr) continue;
     const Node* add = nullptr;

@@ -1,6 +1,6 @@
-// The channels-last batch-norm kernels, float32 and bfloat16, compile with NVRTC for sm_90 with no
-// GPU present, and the tiling rule gives the launch shapes and scratch sizes worked out by hand
-// below.
+// The batch-norm kernels, channels-last and NCHW, float32 and bfloat16, compile with NVRTC for
+// sm_90 with no GPU present, and the tiling rule gives the launch shapes and scratch sizes worked
+// out by hand below.
 #include "src/codegen/batch_norm_kernels.h"
 
 #include <set>
@@ -17,8 +17,9 @@ using codegen::BatchNormTilingFor;
 
 TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
-  // Two finalize kernels, and five tiled ones in two widths and two element types.
-  ASSERT_EQ(kernels.size(), 22u);
+  // Two finalize kernels, and five tiled ones in three forms (two channels-last widths, NCHW)
+  // and two element types.
+  ASSERT_EQ(kernels.size(), 32u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -41,6 +42,18 @@ TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
             "reprise_bn_apply_saved_v4_bf16");
   EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16).name, "reprise_bn_grad_stats_v4_bf16");
   EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16).name, "reprise_bn_grad_apply_v1_bf16");
+  EXPECT_EQ(codegen::BatchNormStats(1, DType::kFloat32, 49).name, "reprise_bn_stats_v1_nchw49");
+  EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 16).name,
+            "reprise_bn_grad_apply_v1_nchw16_bf16");
+}
+
+// NCHW kernels index the [rows, channels] view through the plane as a compile-time constant;
+// channels-last ones keep plain row-major indexing.
+TEST(BatchNormKernelsTest, NchwKernelsIndexThroughTheirPlane) {
+  const codegen::GeneratedKernel nchw = codegen::BatchNormGradStats(1, DType::kFloat32, 196);
+  EXPECT_NE(nchw.code.find("#define BN_PLANE 196LL"), std::string::npos);
+  const codegen::GeneratedKernel nhwc = codegen::BatchNormGradStats(1, DType::kFloat32);
+  EXPECT_NE(nhwc.code.find("#define BN_PLANE 0LL"), std::string::npos);
 }
 
 // The bfloat16 kernels read and write 16-bit elements through element_type.h's helpers; the
@@ -101,17 +114,31 @@ TEST(BatchNormTilingTest, ScalarColumnsAndTinyTensors) {
   EXPECT_EQ(one.rows_per_chunk, 2);
 }
 
+// NCHW: one channel per block column and all 256 threads down the rows (consecutive pixels of a
+// plane), so ResNet-50's 56x56 layer at batch 32 with 256 channels gets 256 columns of 3 chunks.
+TEST(BatchNormTilingTest, PlanarTilingPutsEveryThreadOnRows) {
+  const BatchNormTiling t = BatchNormTilingFor(32 * 56 * 56, 256, 1, /*planar=*/true);
+  EXPECT_EQ(t.block_x, 1);
+  EXPECT_EQ(t.block_y, 256);
+  EXPECT_EQ(t.column_tiles, 256);
+  EXPECT_EQ(t.chunks, 3);
+  EXPECT_EQ(t.rows_per_chunk, 33451);
+}
+
 // Every row belongs to exactly one chunk, and no chunk is empty.
 TEST(BatchNormTilingTest, ChunksCoverTheRowsExactly) {
   for (int64_t rows : {2, 3, 97, 1568, 6272, 25088, 100352, 401408, 1000003}) {
     for (int64_t channels : {1, 3, 64, 1000, 2048}) {
-      const BatchNormTiling t = BatchNormTilingFor(rows, channels, channels % 4 == 0 ? 4 : 1);
-      EXPECT_GE(t.chunks, 1);
-      EXPECT_LE(t.chunks, codegen::kBatchNormMaxChunks);
-      EXPECT_GE(t.chunks * t.rows_per_chunk, rows);
-      EXPECT_LT((t.chunks - 1) * t.rows_per_chunk, rows);
-      EXPECT_EQ(t.block_x * t.block_y, codegen::kBatchNormThreads);
-      EXPECT_GE(t.column_tiles * t.block_x * t.vec, channels);
+      for (const bool planar : {false, true}) {
+        const BatchNormTiling t =
+            BatchNormTilingFor(rows, channels, !planar && channels % 4 == 0 ? 4 : 1, planar);
+        EXPECT_GE(t.chunks, 1);
+        EXPECT_LE(t.chunks, codegen::kBatchNormMaxChunks);
+        EXPECT_GE(t.chunks * t.rows_per_chunk, rows);
+        EXPECT_LT((t.chunks - 1) * t.rows_per_chunk, rows);
+        EXPECT_EQ(t.block_x * t.block_y, codegen::kBatchNormThreads);
+        EXPECT_GE(t.column_tiles * t.block_x * t.vec, channels);
+      }
     }
   }
 }

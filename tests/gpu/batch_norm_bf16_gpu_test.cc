@@ -434,12 +434,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
                                            Bf16Case{7, 3, 0}),
                          CaseName);
 
-// Through the plan's lowering (capture/lowered_step.cc lets bfloat16 through on bf16_lowering):
-// a channels-last mixed-precision layer, fused and plain, with its recompute, against the CPU
+// Through the plan's lowering (capture/lowered_step.cc lets 16-bit floats through on
+// low_precision_lowering): a mixed-precision layer in either layout, fused and plain, with its recompute, against the CPU
 // reference (16-bit tensors through float32). One tolerance serves every output, so it is the
 // bfloat16 outputs' 1e-2; the float32 statistics are held to 1e-5 by the tests above.
 struct GraphCase {
   int64_t n, h, w, c;
+  Layout layout = Layout::kNHWC;
 };
 
 class BatchNormBf16GraphTest : public ::testing::TestWithParam<GraphCase> {};
@@ -447,7 +448,8 @@ class BatchNormBf16GraphTest : public ::testing::TestWithParam<GraphCase> {};
 TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
   REPRISE_REQUIRE_GPU();
   const GraphCase k = GetParam();
-  const Shape image{k.n, k.h, k.w, k.c};
+  const Shape image =
+      k.layout == Layout::kNHWC ? Shape{k.n, k.h, k.w, k.c} : Shape{k.n, k.c, k.h, k.w};
   const TensorSpec data{image, DType::kBFloat16};
   Graph g;
   const Value x = *g.AddConstant("x", data, Initializer::Uniform(-3, 5));
@@ -459,8 +461,9 @@ TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
   auto state = [&](const std::string& name, double low, double high) {
     return *g.AddState(name, {Shape{k.c}}, Initializer::Uniform(low, high));
   };
-  const Attrs nhwc = {{"layout", std::string("NHWC")}, {"epsilon", 1e-5}, {"momentum", 0.1}};
-  Attrs with_residual = nhwc, with_mask = nhwc, apply_attrs = nhwc;
+  const Attrs base = {
+      {"layout", std::string(LayoutName(k.layout))}, {"epsilon", 1e-5}, {"momentum", 0.1}};
+  Attrs with_residual = base, with_mask = base, apply_attrs = base;
   with_residual["residual"] = true;
   with_mask["masked_output"] = true;
   apply_attrs["residual"] = true;
@@ -474,10 +477,10 @@ TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
                           {dy, (*act)[0], x, gamma, (*act)[1], (*act)[2]}, with_mask);
   ASSERT_TRUE(act_grad.ok()) << act_grad.status();
   auto plain = g.AddOp(ops::BatchNormTrainOp(), "bn",
-                       {x, gamma, beta, state("rm", -1, 1), state("rv", 0.5, 2)}, nhwc);
+                       {x, gamma, beta, state("rm", -1, 1), state("rv", 0.5, 2)}, base);
   ASSERT_TRUE(plain.ok()) << plain.status();
   auto plain_grad =
-      g.AddOp(ops::BatchNormGradOp(), "bn.grad", {dy, x, gamma, (*plain)[1], (*plain)[2]}, nhwc);
+      g.AddOp(ops::BatchNormGradOp(), "bn.grad", {dy, x, gamma, (*plain)[1], (*plain)[2]}, base);
   ASSERT_TRUE(plain_grad.ok()) << plain_grad.status();
   auto apply = g.AddOp1(ops::BatchNormApplyOp(), "bn_act.twin",
                         {x, gamma, beta, (*act)[1], (*act)[2], residual}, apply_attrs);
@@ -488,10 +491,14 @@ TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16GraphTest,
                          ::testing::Values(GraphCase{8, 14, 14, 64}, GraphCase{2, 7, 7, 2048},
-                                           GraphCase{4, 6, 6, 10}, GraphCase{3, 5, 1, 1}),
+                                           GraphCase{4, 6, 6, 10}, GraphCase{3, 5, 1, 1},
+                                           GraphCase{8, 14, 14, 64, Layout::kNCHW},
+                                           GraphCase{2, 7, 7, 2048, Layout::kNCHW},
+                                           GraphCase{3, 5, 1, 1, Layout::kNCHW}),
                          [](const ::testing::TestParamInfo<GraphCase>& info) {
                            const GraphCase& k = info.param;
-                           return absl::StrCat(k.n, "x", k.h, "x", k.w, "x", k.c);
+                           return absl::StrCat(k.n, "x", k.h, "x", k.w, "x", k.c,
+                                               k.layout == Layout::kNCHW ? "_nchw" : "");
                          });
 
 }  // namespace

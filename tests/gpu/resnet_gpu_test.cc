@@ -31,7 +31,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
   options.fuse = fuse;
   options.lanes = lanes;
   options.deterministic = true;
-  options.channels_last = ChannelsLast::kOff;  // NCHW runs NCHW: cuDNN's batch norm is tested.
+  options.channels_last = ChannelsLast::kOff;  // NCHW runs NCHW: the planar batch norm is tested.
   options.sgd.learning_rate = 0.005f;
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);
@@ -104,8 +104,9 @@ TEST(ResNetGpuTest, GraphEqualsBulkedBitwiseOverFiftyStepsAndLossFalls) {
 
 class ResNetLayoutGpuTest : public ::testing::TestWithParam<std::tuple<Layout, bool, int>> {};
 
-// NCHW runs cuDNN's batch norm; NHWC runs ours, fused with the residual add and ReLU. Each
-// layout also unfused and on one lane, to tell a lowering from a fusion or a lane ordering.
+// Both layouts run our batch-norm kernels (NCHW through its planar view), fused with the residual
+// add and ReLU. Each layout also unfused and on one lane, to tell a lowering from a fusion or a
+// lane ordering.
 TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheCpuReference) {
   REPRISE_REQUIRE_GPU();
   const auto [layout, fuse, lanes] = GetParam();
