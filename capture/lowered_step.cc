@@ -50,7 +50,7 @@ absl::Status CheckLowPrecisionLowering(const Node& node, absl::Span<const Tensor
   if (node.op->low_precision) return absl::OkStatus();
   auto check = [&](const TensorSpec& spec) -> absl::Status {
     if (!IsLowPrecision(spec.dtype)) return absl::OkStatus();
-    if (spec.dtype == DType::kBFloat16 && node.op->bf16_lowering) return absl::OkStatus();
+    if (node.op->low_precision_lowering) return absl::OkStatus();
     return absl::UnimplementedError(absl::StrCat("op '", node.op_name(), "' node '", node.name,
                                                  "' has no GPU lowering for ", spec.ToString(),
                                                  " yet"));

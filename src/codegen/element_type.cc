@@ -4,9 +4,7 @@
 
 namespace reprise::codegen {
 
-bool IsKernelElementType(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kBFloat16;
-}
+bool IsKernelElementType(DType dtype) { return dtype == DType::kFloat32 || IsLowPrecision(dtype); }
 
 const std::string& ElementTypeSource(DType dtype) {
   static const std::string* const kFloat32 = new std::string(R"(
@@ -44,11 +42,54 @@ __device__ __forceinline__ void Store4(unsigned short* p, float4 v) {
   *reinterpret_cast<uint2*>(p) = make_uint2(PackTwo(v.x, v.y), PackTwo(v.z, v.w));
 }
 )");
-  return dtype == DType::kBFloat16 ? *kBFloat16 : *kFloat32;
+  // float16 through PTX's conversions (no CUDA headers needed), two packed as bfloat16's are.
+  static const std::string* const kFloat16 = new std::string(R"(
+typedef unsigned short elem_t;
+__device__ __forceinline__ float ToFloat(unsigned short v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+  return f;
+}
+__device__ __forceinline__ unsigned short FromFloat(float v) {
+  unsigned short bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(v));
+  return bits;
+}
+__device__ __forceinline__ unsigned int PackTwo(float first, float second) {
+  unsigned int bits;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(second), "f"(first));
+  return bits;
+}
+__device__ __forceinline__ float4 Load4(const unsigned short* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  return make_float4(ToFloat(static_cast<unsigned short>(u.x & 0xffffu)),
+                     ToFloat(static_cast<unsigned short>(u.x >> 16)),
+                     ToFloat(static_cast<unsigned short>(u.y & 0xffffu)),
+                     ToFloat(static_cast<unsigned short>(u.y >> 16)));
+}
+__device__ __forceinline__ void Store4(unsigned short* p, float4 v) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(PackTwo(v.x, v.y), PackTwo(v.z, v.w));
+}
+)");
+  switch (dtype) {
+    case DType::kBFloat16:
+      return *kBFloat16;
+    case DType::kFloat16:
+      return *kFloat16;
+    default:
+      return *kFloat32;
+  }
 }
 
 std::string ElementKernelName(absl::string_view base, DType dtype) {
-  return dtype == DType::kBFloat16 ? absl::StrCat(base, "_bf16") : std::string(base);
+  switch (dtype) {
+    case DType::kBFloat16:
+      return absl::StrCat(base, "_bf16");
+    case DType::kFloat16:
+      return absl::StrCat(base, "_f16");
+    default:
+      return std::string(base);
+  }
 }
 
 }  // namespace reprise::codegen

@@ -87,9 +87,10 @@ struct OpDef {
   // The CPU reference and the GPU lowering read and write bfloat16 and float16 themselves. For
   // other ops the reference executor runs 16-bit tensors through float32 (rounding each result).
   bool low_precision = false;
-  // The GPU lowering reads and writes bfloat16 (computing in float32). A GPU lowering of a 16-bit
-  // node whose op has neither flag is refused as unimplemented, naming the node.
-  bool bf16_lowering = false;
+  // The GPU lowering reads and writes the 16-bit floats, bfloat16 and float16 alike (computing in
+  // float32). A GPU lowering of a 16-bit node whose op has neither flag is refused as
+  // unimplemented, naming the node.
+  bool low_precision_lowering = false;
   // Whether the GPU lowering's launches can be recorded into a CUDA graph. There is no eager
   // fallback: Trainer::Create refuses a plan with an op that says it cannot (CheckCapturable).
   CaptureSupport capture;

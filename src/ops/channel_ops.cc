@@ -150,7 +150,7 @@ const ir::OpDef& ChannelBiasAddOp() {
                             .grad = GradChannelBiasAdd,
                             .cpu = CpuChannelBiasAdd,
                             .lower = LowerChannelBiasAdd,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -160,7 +160,7 @@ const ir::OpDef& ChannelSumOp() {
                             .infer = InferChannelSum,
                             .cpu = CpuChannelSum,
                             .lower = LowerChannelSum,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -199,10 +199,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                         absl::StrCat(where, ": ", checked.status().message()));
   }
   const ConvShape& shape = *checked;
-  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
-    return absl::UnimplementedError(absl::StrCat(where, ": ", node.op_name(),
-                                                 " runs on the GPU in float32 or bfloat16, got ",
-                                                 DTypeName(shape.dtype)));
+  if (shape.dtype != DType::kFloat32 && !IsLowPrecision(shape.dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": ", node.op_name(), " runs on the GPU in float32, bfloat16 or float16, got ",
+        DTypeName(shape.dtype)));
   }
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(
@@ -229,7 +229,7 @@ const ir::OpDef& Conv2dOp() {
                             .grad = GradConv2d,
                             .cpu = CpuConv<ConvKind::kForward>,
                             .lower = LowerConv<ConvKind::kForward>,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -239,7 +239,7 @@ const ir::OpDef& Conv2dDgradOp() {
                             .infer = InferConv<ConvKind::kBackwardData>,
                             .cpu = CpuConv<ConvKind::kBackwardData>,
                             .lower = LowerConv<ConvKind::kBackwardData>,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -249,7 +249,7 @@ const ir::OpDef& Conv2dWgradOp() {
                             .infer = InferConv<ConvKind::kBackwardFilter>,
                             .cpu = CpuConv<ConvKind::kBackwardFilter>,
                             .lower = LowerConv<ConvKind::kBackwardFilter>,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -234,7 +234,7 @@ const ir::OpDef& FusedPointwiseOp() {
                             .infer = InferFused,
                             .cpu = CpuFused,
                             .lower = LowerFused,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -20,10 +20,10 @@ absl::StatusOr<DType> GpuElementType(const Node& node, absl::Span<const TensorSp
   if (uniform && codegen::IsKernelElementType(dtype)) return dtype;
   std::vector<std::string> names;
   for (const TensorSpec* spec : specs) names.push_back(spec->ToString());
-  return absl::UnimplementedError(
-      absl::StrCat("node '", node.name, "': ", node.op_name(),
-                   " runs on the GPU in float32 or bfloat16, all its tensors of one type; got ",
-                   absl::StrJoin(names, ", ")));
+  return absl::UnimplementedError(absl::StrCat(
+      "node '", node.name, "': ", node.op_name(),
+      " runs on the GPU in float32, bfloat16 or float16, all its tensors of one type; got ",
+      absl::StrJoin(names, ", ")));
 }
 
 }  // namespace reprise::ops

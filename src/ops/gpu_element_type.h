@@ -1,5 +1,5 @@
-// Which element type a generated-kernel lowering runs in: float32, or bfloat16 stored as its 16
-// bits and computed in float (src/codegen/element_type.h). Lowerings call this before building a
+// Which element type a generated-kernel lowering runs in: float32, or bfloat16 or float16 stored
+// as their 16 bits and computed in float (src/codegen/element_type.h). Lowerings call this before building a
 // kernel so that a tensor of another type, or a mix of types, is refused by name instead of being
 // read as the wrong bytes.
 #ifndef REPRISE_SRC_OPS_GPU_ELEMENT_TYPE_H_
@@ -12,9 +12,9 @@
 
 namespace reprise::ops {
 
-// The one element type of `inputs` and `node`'s outputs when it is float32 or bfloat16.
-// Unimplemented, naming the node, its op and the specs, for float64, float16 or int32, or when
-// the tensors do not all share one type.
+// The one element type of `inputs` and `node`'s outputs when it is float32, bfloat16 or float16.
+// Unimplemented, naming the node, its op and the specs, for float64 or int32, or when the tensors
+// do not all share one type.
 absl::StatusOr<DType> GpuElementType(const Node& node, absl::Span<const TensorSpec> inputs);
 
 }  // namespace reprise::ops

@@ -200,7 +200,7 @@ const ir::OpDef& MatmulBiasOp() {
                             .infer = InferMatmulBias,
                             .cpu = CpuMatmulBias,
                             .lower = LowerMatmul,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -229,7 +229,7 @@ const ir::OpDef& MatmulOp() {
                             .grad = GradMatmul,
                             .cpu = CpuMatmul,
                             .lower = LowerMatmul,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

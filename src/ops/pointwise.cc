@@ -168,7 +168,7 @@ const ir::OpDef& BiasAddOp() {
       .cpu = CpuBiasAdd,
       .lower = LowerBiasAdd,
       .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kRowVector}},
-      .bf16_lowering = true};
+      .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& ReluOp() {
@@ -178,7 +178,7 @@ const ir::OpDef& ReluOp() {
                             .cpu = CpuRelu,
                             .lower = LowerRelu,
                             .pointwise = {"($0 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement}},
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& ReluGradOp() {
@@ -188,7 +188,7 @@ const ir::OpDef& ReluGradOp() {
       .cpu = CpuReluGrad,
       .lower = LowerReluGrad,
       .pointwise = {"($1 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement, ir::Operand::kElement}},
-      .bf16_lowering = true};
+      .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& AddOp() {
@@ -199,7 +199,7 @@ const ir::OpDef& AddOp() {
       .cpu = CpuAdd,
       .lower = LowerAdd,
       .pointwise = {"$0 + $1", {ir::Operand::kElement, ir::Operand::kElement}},
-      .bf16_lowering = true};
+      .low_precision_lowering = true};
   return op;
 }
 

@@ -382,7 +382,7 @@ const ir::OpDef& MaxPool2dOp() {
                             .grad = GradMaxPool,
                             .cpu = CpuMaxPool,
                             .lower = LowerMaxPool,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& MaxPool2dGradOp() {
@@ -391,7 +391,7 @@ const ir::OpDef& MaxPool2dGradOp() {
                             .infer = InferMaxPoolGrad,
                             .cpu = CpuMaxPoolGrad,
                             .lower = LowerMaxPoolGrad,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& GlobalAvgPoolOp() {
@@ -401,7 +401,7 @@ const ir::OpDef& GlobalAvgPoolOp() {
                             .grad = GradGap,
                             .cpu = CpuGap,
                             .lower = LowerGap,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& GlobalAvgPoolGradOp() {
@@ -410,7 +410,7 @@ const ir::OpDef& GlobalAvgPoolGradOp() {
                             .infer = InferGapGrad,
                             .cpu = CpuGapGrad,
                             .lower = LowerGapGrad,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -52,7 +52,7 @@ const ir::OpDef& ColumnSumOp() {
                             .infer = InferColumnSum,
                             .cpu = CpuColumnSum,
                             .lower = LowerColumnSum,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

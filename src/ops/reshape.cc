@@ -123,7 +123,7 @@ const ir::OpDef& FlattenOp() {
                             .grad = GradReshape,
                             .cpu = CpuCopy,
                             .lower = LowerCopy,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& ReshapeOp() {
@@ -132,7 +132,7 @@ const ir::OpDef& ReshapeOp() {
                             .grad = GradReshape,
                             .cpu = CpuCopy,
                             .lower = LowerCopy,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -169,14 +169,15 @@ absl::Status CpuTranspose(const Node& node, absl::Span<ir::HostTensor* const> in
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTranspose(const LoweringContext& ctx,
                                                           const Node& node) {
   const TensorSpec& x = ctx.input_specs[0];
-  // The kernels move raw words: the 32-bit one serves every 4-byte type.
-  if (DTypeSize(x.dtype) != 4 && x.dtype != DType::kBFloat16) {
+  // The kernels move raw words: the 32-bit one serves every 4-byte type, the 16-bit one (named
+  // for bfloat16) both 16-bit floats.
+  if (DTypeSize(x.dtype) != 4 && !IsLowPrecision(x.dtype)) {
     return absl::UnimplementedError(absl::StrCat("node '", node.name,
-                                                 "': transpose runs on the GPU for f32, i32 and "
-                                                 "bf16 elements only, got ",
+                                                 "': transpose runs on the GPU for f32, i32, bf16 "
+                                                 "and f16 elements only, got ",
                                                  x.ToString()));
   }
-  const DType word = x.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+  const DType word = IsLowPrecision(x.dtype) ? DType::kBFloat16 : DType::kFloat32;
   ASSIGN_OR_RETURN(const Permutation perm, PermAttr(node.attrs));
   const TransposeLaunch plan = PlanTranspose(x.shape, perm);
   KernelArgs args;
@@ -210,7 +211,7 @@ const ir::OpDef& TransposeOp() {
                             .grad = GradTranspose,
                             .cpu = CpuTranspose,
                             .lower = LowerTranspose,
-                            .bf16_lowering = true};
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -21,8 +21,8 @@ namespace reprise::ops {
 
 // transpose: (x, rank 4) -> y with y.shape[i] = x.shape[perm[i]] and y[a0, a1, a2, a3] = x at the
 // index whose dimension perm[i] is a_i. Attr "perm" (string): a permutation of 0..3 written like
-// "0,2,3,1". float32, float64, int32 and bfloat16 (the GPU kernels move raw 4-byte words for
-// float32 and int32, 2-byte words for bfloat16).
+// "0,2,3,1". float32, float64, int32, bfloat16 and float16 (the GPU kernels move raw 4-byte words
+// for float32 and int32, 2-byte words for the 16-bit floats).
 // Gradient: the transpose of dy by the inverse permutation.
 const ir::OpDef& TransposeOp();
 

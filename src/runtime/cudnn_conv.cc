@@ -24,6 +24,8 @@ absl::StatusOr<cudnnDataType_t> DataTypeOf(DType dtype, absl::string_view contex
       return CUDNN_DATA_DOUBLE;
     case DType::kBFloat16:
       return CUDNN_DATA_BFLOAT16;
+    case DType::kFloat16:
+      return CUDNN_DATA_HALF;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(context, ": cuDNN convolutions take float tensors, not ", DTypeName(dtype)));
@@ -58,8 +60,8 @@ absl::string_view MathName(cudnnMathType_t math) {
 }
 
 // CUDNN_DEFAULT_MATH lets fp32 convolutions use TF32 tensor cores; only CUDNN_FMA_MATH is strict
-// fp32. Down-conversion to fp16 (ALLOW_CONVERSION) is never wanted for fp32 training. bfloat16
-// data is meant for tensor cores.
+// fp32. Down-conversion to fp16 (ALLOW_CONVERSION) is never wanted for fp32 training. 16-bit
+// data (bfloat16, float16) is meant for tensor cores.
 bool MathAllowed(cudnnMathType_t math, bool tensor_cores) {
   if (math == CUDNN_FMA_MATH) return true;
   return tensor_cores && (math == CUDNN_DEFAULT_MATH || math == CUDNN_TENSOR_OP_MATH);
@@ -73,8 +75,8 @@ bool StrictFloat32(const ConvShape& shape, const ConvOptions& options) {
 // FFT and Winograd algorithms compute in a transformed domain whose rounding error scales with the
 // largest values of the whole tensor, not each output's own: strict fp32 is asked for precision, so
 // it skips them. (They did not cause the 1e-3 bias-gradient differences ResNet-18 tests showed;
-// those come from summation order, tests/gpu/update_agreement.h.) With TF32 or bfloat16 the error
-// is of that order anyway.
+// those come from summation order, tests/gpu/update_agreement.h.) With TF32 or 16-bit data the
+// error is of that order anyway.
 bool TransformDomain(ConvKind kind, int algo) {
   switch (kind) {
     case ConvKind::kForward:
@@ -99,7 +101,7 @@ bool TransformDomain(ConvKind kind, int algo) {
 // workspace of an algorithm with its math type set on the descriptor. The three perf structs of
 // the three kinds have the same fields.
 //
-// With bfloat16 data the candidates that run on tensor cores (CUDNN_TENSOR_OP_MATH) are tried
+// With 16-bit data the candidates that run on tensor cores (CUDNN_TENSOR_OP_MATH) are tried
 // first, whatever their rank: the legacy API uses tensor cores only with that math type, and its
 // CUDNN_DEFAULT_MATH bfloat16 kernels ran ResNet-50's convolutions 40x slower than TF32 on an H100
 // (docs/benchmarks.md, session 4). The others stay as a last resort, for shapes without one.
@@ -249,12 +251,13 @@ absl::StatusOr<ConvDescriptor> ConvDescriptor::Create(const ConvShape& shape, cu
   ASSIGN_OR_RETURN(const int dilation_h, ToInt(shape.dilation_h, "dilation_h", context));
   ASSIGN_OR_RETURN(const int dilation_w, ToInt(shape.dilation_w, "dilation_w", context));
   ASSIGN_OR_RETURN(const int groups, ToInt(shape.groups, "groups", context));
-  const cudnnDataType_t accumulate = type == CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : type;
+  const cudnnDataType_t accumulate =
+      type == CUDNN_DATA_BFLOAT16 || type == CUDNN_DATA_HALF ? CUDNN_DATA_FLOAT : type;
   ConvDescriptor out;
   cudnnConvolutionDescriptor_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(cudnnCreateConvolutionDescriptor(&desc), context);
   out.desc_.reset(desc);
-  // fp32 and fp64 accumulate in their own type, bfloat16 in fp32.
+  // fp32 and fp64 accumulate in their own type, bfloat16 and float16 in fp32 (as PyTorch's).
   RETURN_IF_ERROR(
       CudaStatus(cudnnSetConvolution2dDescriptor(desc, pad_h, pad_w, stride_h, stride_w, dilation_h,
                                                  dilation_w, CUDNN_CROSS_CORRELATION, accumulate),
@@ -284,7 +287,7 @@ struct Descriptors {
   const ConvTensorDescriptor& y;
   const ConvDescriptor& conv;
   bool strict_fp32;      // StrictFloat32: no tensor cores, no transform-domain algorithms.
-  bool tensor_op_first;  // bfloat16: tensor-core candidates before any other (FirstQualifying).
+  bool tensor_op_first;  // 16-bit: tensor-core candidates before any other (FirstQualifying).
 };
 
 absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& d,
@@ -391,9 +394,9 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
 absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind kind,
                                             const ConvShape& shape, const ConvOptions& options,
                                             const Buffers& buffers, absl::string_view context) {
-  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
+  if (shape.dtype != DType::kFloat32 && !IsLowPrecision(shape.dtype)) {
     return absl::UnimplementedError(
-        absl::StrCat(context, ": cuDNN convolutions run in float32 or bfloat16, got ",
+        absl::StrCat(context, ": cuDNN convolutions run in float32, bfloat16 or float16, got ",
                      DTypeName(shape.dtype), " (", shape.ToString(), ")"));
   }
   if (shape.groups < 1 || shape.c % shape.groups != 0 || shape.k % shape.groups != 0) {
@@ -415,10 +418,10 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
                    ConvTensorDescriptor::Create(shape.layout, shape.dtype, shape.n, shape.k,
                                                 shape.p, shape.q, context));
   // The heuristics rank candidates for the descriptor's math type: strict fp32 asks for FMA,
-  // bfloat16 for tensor cores, TF32 for the default (which allows TF32 tensor cores).
-  const bool bfloat16 = shape.dtype == DType::kBFloat16;
+  // 16-bit data for tensor cores, TF32 for the default (which allows TF32 tensor cores).
+  const bool low_precision = IsLowPrecision(shape.dtype);
   const cudnnMathType_t math = StrictFloat32(shape, options) ? CUDNN_FMA_MATH
-                               : bfloat16                    ? CUDNN_TENSOR_OP_MATH
+                               : low_precision               ? CUDNN_TENSOR_OP_MATH
                                                              : CUDNN_DEFAULT_MATH;
   ASSIGN_OR_RETURN(ConvDescriptor conv, ConvDescriptor::Create(shape, math, context));
 
@@ -445,7 +448,8 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
   std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
   if (!algorithm.has_value()) {
     const Descriptors d{
-        planned.x_, planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options), bfloat16};
+        planned.x_,   planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options),
+        low_precision};
     if (options.measure) {
       // Timing runs on the handle's stream: a stream of our own choosing that is alive now,
       // synchronised before the lanes use the buffers it wrote.

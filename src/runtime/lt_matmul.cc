@@ -96,12 +96,15 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0 || shape.batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": dimensions must be positive"));
   }
-  if (shape.dtype != DType::kFloat32 && shape.dtype != DType::kBFloat16) {
+  if (shape.dtype != DType::kFloat32 && !IsLowPrecision(shape.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        context, ": operands must be float32 or bfloat16, not ", DTypeName(shape.dtype)));
+        context, ": operands must be float32, bfloat16 or float16, not ", DTypeName(shape.dtype)));
   }
-  const bool bf16 = shape.dtype == DType::kBFloat16;
-  const cudaDataType_t data_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  // 16-bit operands run on tensor cores, accumulating in float32, whatever allow_tf32 says.
+  const bool low_precision = IsLowPrecision(shape.dtype);
+  const cudaDataType_t data_type = shape.dtype == DType::kBFloat16  ? CUDA_R_16BF
+                                   : shape.dtype == DType::kFloat16 ? CUDA_R_16F
+                                                                    : CUDA_R_32F;
   if (epilogue.kind != MatmulEpilogue::Kind::kNone &&
       (epilogue.bias == nullptr || reinterpret_cast<uintptr_t>(epilogue.bias) % kAlignment != 0)) {
     return absl::InvalidArgumentError(
@@ -127,7 +130,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   cublasLtMatmulDesc_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(
-          &desc, allow_tf32 && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+          &desc, allow_tf32 && !low_precision ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
           CUDA_R_32F),
       context);
   mm.desc_.reset(desc);
@@ -243,9 +246,10 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, vo
 }
 
 std::string LtMatmul::Describe() const {
-  return absl::StrCat("matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
-                      shape_.dtype == DType::kBFloat16 ? " bf16" : "",
-                      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
+  return absl::StrCat(
+      "matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
+      IsLowPrecision(shape_.dtype) ? absl::StrCat(" ", DTypeName(shape_.dtype)) : "",
+      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
 }
 
 }  // namespace reprise::runtime

@@ -1,5 +1,5 @@
-// cuBLASLt matrix products of row-major fp32 or bf16 tensors (accumulating in fp32), planned once
-// and run many times.
+// cuBLASLt matrix products of row-major fp32, bf16 or fp16 tensors (accumulating in fp32), planned
+// once and run many times.
 //
 // Create() does all the choosing (descriptors, layouts, the algorithm from cuBLASLt's heuristic)
 // so that Run() only enqueues the product: no heuristics, no allocation, no synchronisation. That
@@ -34,7 +34,7 @@ struct MatmulShape {
   int64_t k = 0;
   bool transpose_a = false;
   bool transpose_b = false;
-  DType dtype = DType::kFloat32;  // Of A, B and C: float32 or bfloat16.
+  DType dtype = DType::kFloat32;  // Of A, B and C (and a bias): float32, bfloat16 or float16.
   // Strided batch: `batch` independent products, each operand's matrices stored one after another
   // (A's b-th at A + b·m·k elements, C's at C + b·m·n); a bias epilogue's bias[b] holds n values
   // at bias + b·n. ReLU-mask epilogues are not batched.
@@ -81,8 +81,8 @@ class LtMatmul {
   // Plans the product. With `allow_tf32` the inputs are rounded to TF32 inside the product
   // (about 1e-3 relative error, much faster); without it the product is full fp32. The
   // algorithm chosen needs at most `workspace_bytes` of workspace. Errors: kInvalidArgument for
-  // a non-positive dimension, a missing bias or a dtype other than float32 and bfloat16
-  // (bfloat16 ignores allow_tf32: its products run on tensor cores); kNotFound when cuBLASLt
+  // a non-positive dimension, a missing bias or a dtype other than float32, bfloat16 and float16
+  // (16-bit types ignore allow_tf32: their products run on tensor cores); kNotFound when cuBLASLt
   // offers no algorithm.
   static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
                                          size_t workspace_bytes, MatmulEpilogue epilogue = {});

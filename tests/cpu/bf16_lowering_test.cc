@@ -41,7 +41,7 @@ TEST(Bf16LoweringTest, OpsWithBfloat16KernelsSaySo) {
                               &ops::AddOp(), &ops::ReluOp(), &ops::ReluGradOp(), &ops::BiasAddOp(),
                               &ops::ColumnSumOp(), &ops::FusedPointwiseOp(), &ops::TransposeOp(),
                               &ops::ChannelBiasAddOp(), &ops::ChannelSumOp()}) {
-    EXPECT_TRUE(op->bf16_lowering) << op->name;
+    EXPECT_TRUE(op->low_precision_lowering) << op->name;
   }
 }
 

@@ -152,7 +152,7 @@ TEST(MixedPrecisionTest, EveryLaunchOfABFloat16ResNetPlanHasABFloat16Lowering) {
       for (const TensorSpec& out : n.outputs) bf16 |= out.dtype == DType::kBFloat16;
       if (!bf16) continue;
       ++bf16_launches;
-      EXPECT_TRUE(n.op->bf16_lowering || n.op->low_precision)
+      EXPECT_TRUE(n.op->low_precision_lowering || n.op->low_precision)
           << LayoutName(layout) << ": op '" << n.op_name() << "' node '" << n.name << "'";
     }
     EXPECT_GT(bf16_launches, 50);
