@@ -98,7 +98,8 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
       return fail("an optimizer other than SGD with momentum");
   }
-  if (grad == nullptr) return fail("no loss gradient");
+  if (grad == nullptr || grad->inputs[0] != logits || grad->inputs[1] != loss.inputs[1])
+    return fail("no gradient of the models' loss");
   // The sum's gradient reaches every model's loss as model_broadcast(dloss).
   const Node& broadcast = g.node(grad->inputs[2].node);
   if (broadcast.op != &ops::ModelBroadcastOp())
