@@ -250,9 +250,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     return absl::UnimplementedError(
         absl::StrCat("batch ", batch, " exceeds the fused MLP step's limit of ", kMaxExtent));
   }
-  if (models > kMaxExtent) {
+  constexpr int64_t kMaxModels = 8192;  // Their losses are summed in shared memory (32 KB).
+  if (models > kMaxModels) {
     return absl::UnimplementedError(
-        absl::StrCat(models, " models exceed the fused MLP step's limit of ", kMaxExtent));
+        absl::StrCat(models, " models exceed the fused MLP step's limit of ", kMaxModels));
   }
   for (int l = 0; l <= layers; ++l) {
     if (widths[l] < 1 || widths[l] > kMaxExtent) {

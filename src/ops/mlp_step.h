@@ -79,7 +79,7 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
 //          [1] losses f32 [K]: each model's mean softmax cross-entropy
 //          [2] logits f32 [K, B, C]
 //          [3] workspace f32 [BatchedMlpTrainStepWorkspaceFloats]
-// GPU limits: mlp_train_step's per model, and at most 65536 models.
+// GPU limits: mlp_train_step's per model, and at most 8192 models.
 const ir::OpDef& BatchedMlpTrainStepOp();
 
 // f32 elements of output [3]: MlpTrainStepWorkspaceFloats with K * B rows.
