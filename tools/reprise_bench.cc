@@ -7,6 +7,8 @@
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --mode graph --fusion on
 //   reprise-bench --model resnet --depth 50 --batch 64 --mode graph --fusion on --mirror auto
+//   reprise-bench --model mlp --mode graph --fusion per-layer --optimizer adamw --max_grad_norm 1
+//       --warmup_steps 100 --schedule cosine   (host us per Step() with the whole update on device)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -73,6 +75,15 @@ ABSL_FLAG(bool, busy, false,
 ABSL_FLAG(int, profile, 0,
           "print where the step's time goes: per kind of launch, and the N slowest launches "
           "(each launch timed alone, in plan order on one stream)");
+ABSL_FLAG(
+    std::string, optimizer, "sgd",
+    "sgd (momentum 0.9, lr 0.01), nesterov, adam or adamw (lr 1e-3, weight decay 0.01 but not "
+    "on biases): TrainOptions::optimizer, all on the device");
+ABSL_FLAG(double, max_grad_norm, 0, "global gradient-norm clipping at this norm; 0: off");
+ABSL_FLAG(std::string, schedule, "constant",
+          "learning-rate decay after the warm-up: constant, cosine (over --total_steps) or step");
+ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up steps");
+ABSL_FLAG(int, total_steps, 10000, "steps of the cosine schedule; step size of the step decay");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -108,6 +119,40 @@ std::string StepPath(const reprise::Graph& training) {
 double Percentile(std::vector<float> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+// --optimizer, --max_grad_norm, --schedule, --warmup_steps, --total_steps as TrainOptions.
+absl::Status SetOptimizer(reprise::TrainOptions& options) {
+  const std::string kind = absl::GetFlag(FLAGS_optimizer), decay = absl::GetFlag(FLAGS_schedule);
+  reprise::OptimizerOptions o;
+  if (kind == "adam" || kind == "adamw") {
+    o = {.kind = kind == "adam" ? reprise::OptimizerKind::kAdam : reprise::OptimizerKind::kAdamW,
+         .learning_rate = 1e-3f,
+         .weight_decay = 0.01f,
+         .decay_rank1 = false};
+  } else if (kind == "nesterov") {
+    o.nesterov = true;
+  } else if (kind != "sgd") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd, nesterov, adam or adamw, not '", kind, "'"));
+  }
+  o.max_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_max_grad_norm));
+  o.schedule.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  const int total = absl::GetFlag(FLAGS_total_steps);
+  if (decay == "cosine") {
+    o.schedule.decay = reprise::LrDecay::kCosine;
+    o.schedule.total_steps = total;
+  } else if (decay == "step") {
+    o.schedule.decay = reprise::LrDecay::kStep;
+    o.schedule.step_size = total;
+  } else if (decay != "constant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--schedule must be constant, cosine or step, not '", decay, "'"));
+  }
+  const bool plain_sgd =
+      kind == "sgd" && o.max_grad_norm == 0 && o.schedule.warmup_steps == 0 && decay == "constant";
+  if (!plain_sgd) options.optimizer = o;  // Plain SGD keeps TrainOptions::sgd's fused paths.
+  return absl::OkStatus();
 }
 
 enum class Fusion { kOn, kPerLayer, kOff };
@@ -216,6 +261,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
   std::normal_distribution<float> normal;
@@ -288,6 +334,7 @@ absl::Status Profile() {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
@@ -332,6 +379,7 @@ absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
@@ -421,12 +469,14 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const std::string config = absl::StrFormat(
       "%s depth=%d width=%d image_size=%d layout=%s channels_last=%s batch=%d classes=%d tf32=%d "
-      "bf16=%d lanes=%d mirror=%s%s",
+      "bf16=%d lanes=%d mirror=%s optimizer=%s max_grad_norm=%g warmup_steps=%d schedule=%s%s",
       absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
       absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
       absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_classes),
       absl::GetFlag(FLAGS_tf32), absl::GetFlag(FLAGS_bf16), absl::GetFlag(FLAGS_lanes),
-      absl::GetFlag(FLAGS_mirror), EnsembleConfig());
+      absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
+      absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
+      absl::GetFlag(FLAGS_schedule), EnsembleConfig());
   std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",

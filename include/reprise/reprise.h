@@ -2,6 +2,7 @@
 #ifndef REPRISE_INCLUDE_REPRISE_REPRISE_H_
 #define REPRISE_INCLUDE_REPRISE_REPRISE_H_
 
+#include "reprise/bucketed_trainer.h"
 #include "reprise/graph.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"

@@ -365,6 +365,7 @@ class Trainer {
   class Impl;
 
  private:
+  friend class BucketedTrainer;  // Builds one Trainer per bucket on one arena.
   explicit Trainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
