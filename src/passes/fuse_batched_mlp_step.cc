@@ -42,6 +42,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     return std::nullopt;
   };
   const Graph& g = training.graph;
+  if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
   const Node& total = g.node(training.loss.node);
   if (total.op != &ops::ModelSumOp()) return fail("the loss is not a sum of the models' losses");
   const Node& loss = g.node(total.inputs[0].node);

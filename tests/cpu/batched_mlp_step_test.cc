@@ -144,6 +144,12 @@ TEST(BatchedMlpStepTest, DeclinedWhereTheKernelDoesNotApply) {
     const BatchedTraining t = Batch(e, adam);
     EXPECT_THAT(Declined(t, Kept(t)), HasSubstr("optimizer other than SGD with momentum"));
   }
+  {  // Loss scaling: the kernel has no unscale-or-skip.
+    BatchedTraining t{*passes::BatchEnsembles(e.graph, e.loss, e.losses), {}};
+    t.training = *autodiff::BuildTrainingGraphWith(
+        t.batched.graph, t.batched.loss, autodiff::FromSgd(kSgd), {.mode = LossScaling::kStatic});
+    EXPECT_THAT(Declined(t, Kept(t)), HasSubstr("loss scaling"));
+  }
   {  // Each model too large: library GEMMs win.
     const BatchedTraining t = Batch(BuildEnsemble(2, Config(256, 1024, 4, 1024, 10), false));
     EXPECT_THAT(Declined(t, Kept(t)), HasSubstr("multiply-adds"));
