@@ -1,0 +1,249 @@
+// batched_mlp_train_step's lowering alone on the GPU: from the node the fuse pass makes of a
+// batched ensemble, one cooperative launch per step matches the op's CPU reference over three
+// steps (total and per-model losses, logits, every weight and velocity), and launched on 1 or 3
+// blocks (every block then runs many (model, tile) tasks, most not prefetched) it gives the full
+// grid's bits.
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "reprise/nn.h"
+#include "src/autodiff/autodiff.h"
+#include "src/codegen/mlp_step_kernel.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/mlp_step.h"
+#include "src/passes/batch_ensemble.h"
+#include "src/passes/fuse.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/owners.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+struct OpCase {
+  const char* name;
+  int models;
+  models::MlpConfig config;
+  bool shared;  // Every model reads the same features and labels.
+};
+
+// The fused graph of K models' batched training step: leaves and one batched_mlp_train_step.
+absl::StatusOr<Graph> FusedEnsembleStep(const OpCase& c) {
+  Graph g;
+  std::vector<Value> losses;
+  if (c.shared) {
+    ASSIGN_OR_RETURN(Value x,
+                     g.AddInput("features", {Shape{c.config.batch, c.config.input_features}}));
+    ASSIGN_OR_RETURN(Value y, g.AddInput("labels", {Shape{c.config.batch}, DType::kInt32}));
+    ASSIGN_OR_RETURN(
+        losses, models::Ensemble(g, c.models, [&](Graph& graph, absl::string_view prefix, int) {
+          Value h = x;
+          for (int64_t l = 0; l < c.config.depth; ++l) {
+            h = *nn::Relu(graph,
+                          *nn::Linear(graph, h, c.config.width, absl::StrCat(prefix, "fc", l)));
+          }
+          const Value z =
+              *nn::Linear(graph, h, c.config.classes, absl::StrCat(prefix, "fc", c.config.depth));
+          return nn::SoftmaxCrossEntropy(graph, z, y, absl::StrCat(prefix, "loss"));
+        }));
+  } else {
+    ASSIGN_OR_RETURN(models::MlpEnsemble e, models::BuildMlpEnsemble(c.models, c.config));
+    g = std::move(e.graph);
+    losses = e.losses;
+  }
+  ASSIGN_OR_RETURN(const Value total, models::SumLosses(g, losses));
+  ASSIGN_OR_RETURN(passes::BatchedGraph batched, passes::BatchEnsembles(g, total, losses));
+  ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
+                   autodiff::BuildTrainingGraph(
+                       batched.graph, batched.loss,
+                       {.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f}));
+  std::vector<Value> kept = {training.loss};
+  kept.insert(kept.end(), batched.kept.begin(), batched.kept.end());
+  ASSIGN_OR_RETURN(passes::FusedTraining fused, passes::Fuse(training, kept, {}));
+  if (!fused.training.graph.FindNode("batched_mlp_train_step").ok()) {
+    return absl::InternalError(absl::StrCat("not fused: ", fused.whole_step_declined));
+  }
+  return std::move(fused.training.graph);
+}
+
+class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
+ protected:
+  void SetUp() override {
+    REPRISE_REQUIRE_GPU();
+    const OpCase& c = GetParam();
+    REPRISE_ASSERT_OK_AND_ASSIGN(device_, runtime::UseDevice(0));
+    REPRISE_ASSERT_OK_AND_ASSIGN(graph_, FusedEnsembleStep(c));
+    REPRISE_ASSERT_OK_AND_ASSIGN(node_, graph_.FindNode("batched_mlp_train_step"));
+    cpu_ = std::make_unique<ir::ReferenceExecutor>(graph_, false, 13);
+    std::mt19937 rng(17);
+    std::normal_distribution<double> normal;
+    for (int32_t id : graph_.NodesOf("input")) {
+      const Node& n = graph_.node(id);
+      if (n.outputs[0].shape.rank() == 0) continue;  // Hyperparameters keep their values.
+      if (n.outputs[0].dtype == DType::kInt32) {
+        std::vector<int32_t> labels(n.outputs[0].NumElements());
+        for (int32_t& l : labels) l = static_cast<int32_t>(rng() % c.config.classes);
+        REPRISE_ASSERT_OK(cpu_->SetLeaf(n.name, labels));
+      } else {
+        std::vector<double> x(n.outputs[0].NumElements());
+        for (double& v : x) v = normal(rng);
+        REPRISE_ASSERT_OK(cpu_->SetLeaf(n.name, x));
+      }
+    }
+    for (const Value& v : node().inputs) {
+      initial_.push_back(**cpu_->Tensor(v));
+      specs_.push_back(graph_.spec(v));
+    }
+    for (const TensorSpec& s : node().outputs) specs_.push_back(s);
+    for (const TensorSpec& s : specs_) {
+      REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer b,
+                                   runtime::DeviceBuffer::Create(s.bytes()));
+      buffers_.push_back(std::move(b));
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+    stream_.emplace(std::move(stream));
+    static runtime::KernelStore* const store = new runtime::KernelStore(device_.ArchFlag());
+    kernels_ = store;
+  }
+
+  const Node& node() const { return graph_.node(node_); }
+  int num_inputs() const { return static_cast<int>(node().inputs.size()); }
+
+  // The op's own lowering (grid 0), or its plan launched on `grid` blocks.
+  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0) {
+    ops::LoweringContext ctx;
+    ctx.kernels = kernels_;
+    ctx.device = &device_;
+    for (int i = 0; i < static_cast<int>(specs_.size()); ++i) {
+      (i < num_inputs() ? ctx.inputs : ctx.outputs).push_back(buffers_[i].data());
+      if (i < num_inputs()) ctx.input_specs.push_back(specs_[i]);
+    }
+    if (grid == 0) return ops::BatchedMlpTrainStepOp().lower(ctx, node());
+    const bool shared_x = specs_[0].shape.rank() == 2, shared_y = specs_[1].shape.rank() == 1;
+    const int64_t models = specs_[6].shape.dim(0);
+    std::vector<int64_t> widths = {specs_[0].shape.dim(specs_[0].shape.rank() - 1)};
+    for (int i = 6; i + 1 < num_inputs(); i += 4) widths.push_back(specs_[i].shape.dim(1));
+    ASSIGN_OR_RETURN(codegen::MlpStepPlan plan,
+                     codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths,
+                                          ops::MlpTrainStepTargetFor(device_), models));
+    ops::KernelArgs args;
+    for (void* p : ctx.inputs) args.Add(p);
+    for (void* p : ctx.outputs) args.Add(p);
+    ASSIGN_OR_RETURN(auto kernel, ops::CooperativeKernel::Create(
+                                      ctx, "batched_mlp_step_small_grid",
+                                      codegen::BatchedMlpStepKernel(plan, shared_x, shared_y), grid,
+                                      dim3(plan.target.threads),
+                                      static_cast<unsigned>(plan.shared_bytes), std::move(args)));
+    return std::unique_ptr<ops::GpuKernel>(std::move(kernel));
+  }
+
+  // Inputs back to their initial values; outputs poisoned with NaN bits.
+  void Reset() {
+    for (int i = 0; i < static_cast<int>(specs_.size()); ++i) {
+      if (i < num_inputs()) {
+        REPRISE_ASSERT_OK(cudaMemcpy(buffers_[i].data(), initial_[i].raw(), specs_[i].bytes(),
+                                     cudaMemcpyHostToDevice));
+      } else {
+        REPRISE_ASSERT_OK(cudaMemset(buffers_[i].data(), 0xff, specs_[i].bytes()));
+      }
+    }
+  }
+
+  void Run(const ops::GpuKernel& kernel, int steps) {
+    for (int s = 0; s < steps; ++s) REPRISE_ASSERT_OK(kernel.Launch(stream_->get()));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream_->get()));
+    REPRISE_ASSERT_OK(cudaGetLastError());
+  }
+
+  ir::HostTensor Download(int index) {
+    ir::HostTensor t(specs_[index]);
+    EXPECT_EQ(
+        cudaMemcpy(t.raw(), buffers_[index].data(), specs_[index].bytes(), cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    return t;
+  }
+
+  // Every written input and every output but the workspace, as bytes.
+  std::vector<std::string> Snapshot() {
+    std::vector<std::string> all;
+    for (int i = 6; i + 1 < static_cast<int>(specs_.size()); ++i) {
+      ir::HostTensor t = Download(i);
+      all.emplace_back(static_cast<const char*>(t.raw()), specs_[i].bytes());
+    }
+    return all;
+  }
+
+  runtime::DeviceInfo device_;
+  Graph graph_;
+  int32_t node_ = -1;
+  std::unique_ptr<ir::ReferenceExecutor> cpu_;
+  std::vector<ir::HostTensor> initial_;
+  std::vector<TensorSpec> specs_;  // Inputs, then outputs.
+  std::vector<runtime::DeviceBuffer> buffers_;
+  std::optional<runtime::Stream> stream_;
+  runtime::KernelStore* kernels_ = nullptr;
+};
+
+double RelativeError(const ir::HostTensor& got, const ir::HostTensor& want) {
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < want.size(); ++i) {
+    const double g = got.data<float>()[i], w = want.data<float>()[i];
+    if (!std::isfinite(g)) return INFINITY;
+    err += (g - w) * (g - w);
+    norm += w * w;
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+TEST_P(BatchedMlpStepOpGpuTest, MatchesCpuReferenceOverThreeSteps) {
+  ASSERT_NO_FATAL_FAILURE(Reset());
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, Lower());
+  std::printf("%s: %s\n", GetParam().name, kernel->Describe().c_str());
+  const int total = num_inputs(), losses = total + 1, logits = total + 2;
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_NO_FATAL_FAILURE(Run(*kernel, 1));
+    REPRISE_ASSERT_OK(cpu_->Run());
+    for (int out : {total, losses, logits}) {
+      EXPECT_LE(RelativeError(Download(out), **cpu_->Tensor(Value{node_, out - total})), 1e-5)
+          << "output " << out - total << ", step " << step;
+    }
+  }
+  for (int i = 6; i + 1 < num_inputs(); ++i) {
+    const bool velocity = (i - 6) % 4 >= 2;
+    EXPECT_LE(RelativeError(Download(i), **cpu_->Tensor(node().inputs[i])), velocity ? 1e-2 : 1e-5)
+        << graph_.node(node().inputs[i].node).name;
+  }
+}
+
+TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto full, Lower());
+  ASSERT_NO_FATAL_FAILURE(Reset());
+  ASSERT_NO_FATAL_FAILURE(Run(*full, 3));
+  const std::vector<std::string> want = Snapshot();
+  for (int grid : {1, 3}) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto small, Lower(grid));
+    ASSERT_NO_FATAL_FAILURE(Reset());
+    ASSERT_NO_FATAL_FAILURE(Run(*small, 3));
+    const std::vector<std::string> got = Snapshot();
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(got[i] == want[i]) << "tensor " << i + 6 << " differs on " << grid << " blocks";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchedMlpStepOpGpuTest,
+                         ::testing::Values(OpCase{"K4Issue9", 4, {64, 64, 2, 256, 10}, false},
+                                           OpCase{"K3OddShared", 3, {5, 3, 2, 7, 3}, true},
+                                           OpCase{"K6Unaligned", 6, {17, 33, 1, 45, 7}, false},
+                                           OpCase{"K2OneLayerShared", 2, {9, 6, 0, 1, 4}, true}),
+                         [](const ::testing::TestParamInfo<OpCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace reprise
