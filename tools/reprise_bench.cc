@@ -58,6 +58,9 @@ ABSL_FLAG(bool, tf32, false, "allow TF32 in matmuls");
 ABSL_FLAG(bool, bf16, false,
           "mixed precision: compute in bfloat16 with float32 master weights (TrainOptions::"
           "compute_dtype)");
+ABSL_FLAG(bool, fp16, false,
+          "mixed precision: compute in float16 with float32 master weights and dynamic loss "
+          "scaling (TrainOptions::compute_dtype, loss_scale)");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
@@ -114,6 +117,13 @@ std::string StepPath(const reprise::Graph& training) {
     batched |= absl::StartsWith(node.op_name(), "batched_");
   }
   return batched ? "batched per-layer" : "per-layer";
+}
+
+// --bf16 or --fp16 (Main refuses both), else float32.
+reprise::DType ComputeDType() {
+  if (absl::GetFlag(FLAGS_fp16)) return reprise::DType::kFloat16;
+  if (absl::GetFlag(FLAGS_bf16)) return reprise::DType::kBFloat16;
+  return reprise::DType::kFloat32;
 }
 
 double Percentile(std::vector<float> v, double q) {
@@ -251,7 +261,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   reprise::TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
+  options.compute_dtype = ComputeDType();
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
   options.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
@@ -327,7 +337,7 @@ absl::Status Profile() {
   reprise::TrainOptions options;
   options.mode = reprise::ExecMode::kBulked;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
+  options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
@@ -372,7 +382,7 @@ absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(Model model, BuildModel());
   reprise::TrainOptions options;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  if (absl::GetFlag(FLAGS_bf16)) options.compute_dtype = reprise::DType::kBFloat16;
+  options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
@@ -410,7 +420,8 @@ absl::Status CompareTorch(double graph_ms) {
           ? absl::StrFormat("torch_resnet.py --depth %d --image-size %d --layout %s --precision %s",
                             absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_image_size),
                             absl::GetFlag(FLAGS_layout),
-                            absl::GetFlag(FLAGS_bf16)   ? "bf16"
+                            absl::GetFlag(FLAGS_fp16)   ? "fp16"
+                            : absl::GetFlag(FLAGS_bf16) ? "bf16"
                             : absl::GetFlag(FLAGS_tf32) ? "tf32"
                                                         : "fp32")
           : absl::StrFormat("torch_mlp.py --depth %d --width %d%s", absl::GetFlag(FLAGS_depth),
@@ -452,6 +463,9 @@ std::string EnsembleConfig() {
 }
 
 absl::Status Main() {
+  if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
+    return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
+  }
   std::vector<reprise::ExecMode> modes;
   if (absl::GetFlag(FLAGS_mode) == "none") {
     // Only --profile, --verify or --compare_torch.
@@ -477,7 +491,8 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
       absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
       absl::GetFlag(FLAGS_schedule), EnsembleConfig());
-  std::printf("reprise-bench %s on %s\n", config.c_str(), device.name.c_str());
+  std::printf("reprise-bench %s%s on %s\n", config.c_str(),
+              absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "", device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
               "activation MiB");
@@ -540,7 +555,7 @@ absl::Status Main() {
         "{\"tool\": \"reprise-bench\", \"gpu\": \"%s\", \"date\": \"%s\", \"config\": {\"model\": "
         "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
         "\"channels_last\": \"%s\", "
-        "\"batch\": %d, \"classes\": %d, \"tf32\": %s, \"bf16\": %s, "
+        "\"batch\": %d, \"classes\": %d, \"tf32\": %s, \"bf16\": %s, \"fp16\": %s, "
         "\"lanes\": %d, \"mirror\": \"%s\", "
         "\"iters\": %d, \"warmup\": %d%s}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
@@ -548,8 +563,9 @@ absl::Status Main() {
         absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_layout),
         absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
-        absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_lanes),
-        absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
+        absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_fp16) ? "true" : "false",
+        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
+        absl::GetFlag(FLAGS_warmup),
         absl::GetFlag(FLAGS_model) != "ensemble"
             ? ""
             : absl::StrFormat(", \"ensemble\": %d, \"batch_ensembles\": %s, "

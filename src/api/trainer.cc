@@ -169,11 +169,6 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
       passes::ChannelsLastGraph layout,
       passes::ApplyChannelsLast(batched.graph, batched.loss, batched.kept, options.channels_last));
   // Mixed precision computes in 16 bits with float32 master weights (the loss and reads in f32).
-  if (options.compute_dtype == DType::kFloat16) {
-    return absl::UnimplementedError(
-        "TrainOptions::compute_dtype f16 needs dynamic loss scaling, which is not implemented yet; "
-        "use bf16");
-  }
   ASSIGN_OR_RETURN(passes::MixedPrecisionGraph mixed,
                    passes::ConvertToMixedPrecision(layout.graph, layout.loss, layout.kept,
                                                    options.compute_dtype));

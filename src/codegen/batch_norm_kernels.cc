@@ -429,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 
 std::vector<GeneratedKernel> BatchNormKernels() {
   std::vector<GeneratedKernel> kernels = {BatchNormFinalize(), BatchNormGradFinalize()};
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dtype : kKernelElementTypes) {
     for (int vec : {4, 1}) {
       kernels.push_back(BatchNormStats(vec, dtype));
       kernels.push_back(BatchNormApply(vec, dtype));

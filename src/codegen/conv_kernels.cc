@@ -66,8 +66,12 @@ GeneratedKernel ChannelSum(DType dtype) {
 }
 
 std::vector<GeneratedKernel> ConvKernels() {
-  return {ChannelBiasAdd(), ChannelSum(), ChannelBiasAdd(DType::kBFloat16),
-          ChannelSum(DType::kBFloat16)};
+  std::vector<GeneratedKernel> kernels;
+  for (DType dtype : kKernelElementTypes) {
+    kernels.push_back(ChannelBiasAdd(dtype));
+    kernels.push_back(ChannelSum(dtype));
+  }
+  return kernels;
 }
 
 }  // namespace reprise::codegen

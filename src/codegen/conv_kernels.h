@@ -11,8 +11,8 @@
 
 namespace reprise::codegen {
 
-// The channel bias and its sum come in float32 and bfloat16 (src/codegen/element_type.h: elem_t
-// is what the tensors hold; arithmetic is in float), named ElementKernelName(base, dtype).
+// The channel bias and its sum come in float32, bfloat16 and float16 (src/codegen/element_type.h:
+// elem_t is what the tensors hold; arithmetic is in float), named ElementKernelName(base, dtype).
 
 // reprise_channel_bias_add: y[i] = x[i] + b[(i / inner) % channels], a grid-stride loop over n
 // elements: inner is H·W for NCHW and 1 for NHWC. Signature: (const elem_t* x, const elem_t* b,

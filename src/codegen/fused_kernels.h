@@ -18,9 +18,9 @@ struct FusedPointwiseSpec {
   std::vector<std::string> expressions;  // Step k's expression, already over in<i> and s<j>.
   std::vector<int> outputs;              // Steps stored, in output order.
   int column_sum = -1;                   // Step whose column sums are the last output, or -1.
-  // What every input and output holds: float32 or bfloat16 (src/codegen/element_type.h). The
-  // steps compute in float either way; bfloat16 rounds only where a value is stored, so a chain
-  // of several steps can differ from its unfused bfloat16 ops by their intermediate roundings.
+  // What every input and output holds: float32, bfloat16 or float16 (src/codegen/element_type.h).
+  // The steps compute in float either way; 16-bit types round only where a value is stored, so a
+  // chain of several steps can differ from its unfused 16-bit ops by their intermediate roundings.
   DType dtype = DType::kFloat32;
 };
 

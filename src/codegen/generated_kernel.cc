@@ -159,21 +159,17 @@ extern "C" __global__ void reprise_sgd_momentum(float* __restrict__ w, const flo
 }
 
 std::vector<GeneratedKernel> AllKernels() {
-  return {BiasAdd(),
-          Relu(),
-          ReluGrad(),
-          Add(),
-          ColumnSum(),
-          BiasAdd(DType::kBFloat16),
-          Relu(DType::kBFloat16),
-          ReluGrad(DType::kBFloat16),
-          Add(DType::kBFloat16),
-          ColumnSum(DType::kBFloat16),
-          SoftmaxCrossEntropy(),
-          SoftmaxCrossEntropyGrad(),
-          SgdMomentum(),
-          Dropout(),
-          AdvanceStep()};
+  std::vector<GeneratedKernel> kernels;
+  for (DType dtype : kKernelElementTypes) {
+    for (GeneratedKernel (*make)(DType) : {BiasAdd, Relu, ReluGrad, Add, ColumnSum}) {
+      kernels.push_back(make(dtype));
+    }
+  }
+  for (GeneratedKernel kernel : {SoftmaxCrossEntropy(), SoftmaxCrossEntropyGrad(), SgdMomentum(),
+                                 Dropout(), AdvanceStep()}) {
+    kernels.push_back(std::move(kernel));
+  }
+  return kernels;
 }
 
 }  // namespace reprise::codegen

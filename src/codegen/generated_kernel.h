@@ -23,22 +23,23 @@ struct PointwiseInput {
   Broadcast broadcast = Broadcast::kFull;
 };
 
-// out[i] = expression(inputs at i) for i < n, the tensors of `dtype` (float32 or bfloat16; see
-// src/codegen/element_type.h). `expression` is CUDA C++ over the input names as float values,
+// out[i] = expression(inputs at i) for i < n, the tensors of `dtype` (float32, bfloat16 or float16;
+// see src/codegen/element_type.h). `expression` is CUDA C++ over the input names as float values,
 // e.g. "fmaxf(x, 0.0f)"; the result is rounded once, at the store. The kernel is named
 // ElementKernelName(name, dtype). Signature: (const elem_t* in..., elem_t* out, long long n,
 // long long cols).
 GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseInput>& inputs,
                           const std::string& expression, DType dtype = DType::kFloat32);
 
-// The pointwise kernels the ops use, each a Pointwise() instance, float32 or bfloat16.
+// The pointwise kernels the ops use, each a Pointwise() instance, float32, bfloat16 or
+// float16.
 GeneratedKernel BiasAdd(DType dtype = DType::kFloat32);   // x + b (b by row)
 GeneratedKernel Relu(DType dtype = DType::kFloat32);      // max(x, 0)
 GeneratedKernel ReluGrad(DType dtype = DType::kFloat32);  // y > 0 ? dy : 0, inputs (dy, y)
 GeneratedKernel Add(DType dtype = DType::kFloat32);       // a + b
 
 // db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order, in float
-// for either element type (bfloat16 rounds once, at the store). Launch with blocks of 32x32
+// for either element type (16-bit types round once, at the store). Launch with blocks of 32x32
 // threads, one block per 32 columns. Signature: (const elem_t* dy, elem_t* db, long long rows,
 // long long cols).
 GeneratedKernel ColumnSum(DType dtype = DType::kFloat32);
@@ -64,7 +65,7 @@ GeneratedKernel SgdMomentum();
 const std::string& LossRowHelpersSource();
 
 // Every kernel source the engine can generate, for compile checks and prefetching: the
-// pointwise kernels and the column sum in float32 and in bfloat16.
+// pointwise kernels and the column sum in float32, bfloat16 and float16.
 std::vector<GeneratedKernel> AllKernels();
 
 }  // namespace reprise::codegen

@@ -184,7 +184,7 @@ GeneratedKernel GlobalAvgPoolGrad(DType dtype) {
 
 std::vector<GeneratedKernel> PoolingKernels() {
   std::vector<GeneratedKernel> kernels;
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+  for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
          {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
       kernels.push_back(make(dtype));

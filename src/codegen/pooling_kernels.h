@@ -3,9 +3,9 @@
 // written to compute what the CPU references compute: the same window scan and tie rule, the same
 // order of gradient sums.
 //
-// Each kernel comes in float32 and bfloat16 (src/codegen/element_type.h): elem_t below is what
-// the tensors hold, arithmetic is in float, and bfloat16 rounds once per stored element. The
-// kernels are named ElementKernelName(base, dtype), base the name given with each.
+// Each kernel comes in float32, bfloat16 and float16 (src/codegen/element_type.h): elem_t below is
+// what the tensors hold, arithmetic is in float, and 16-bit types round once per stored element.
+// The kernels are named ElementKernelName(base, dtype), base the name given with each.
 //
 // Image tensors are dense [N, C, H, W] (channels_last = 0) or [N, H, W, C] (channels_last = 1).
 #ifndef REPRISE_SRC_CODEGEN_POOLING_KERNELS_H_

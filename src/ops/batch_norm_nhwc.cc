@@ -70,7 +70,7 @@ absl::StatusOr<codegen::BatchNormTiling> Plan(const LoweringContext& ctx, const 
                                               std::initializer_list<const void*> required) {
   if (!codegen::IsKernelElementType(r.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", r.op, " ", LayoutWord(r),
-                                                   " reads float32 or bfloat16 data, got ",
+                                                   " reads float32, bfloat16 or float16 data, got ",
                                                    DTypeName(r.dtype)));
   }
   if (r.rows < r.min_rows || r.channels < 1 || r.channels > INT_MAX || r.plane < 0 ||
@@ -144,7 +144,8 @@ absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec
     if (!fits) {
       return absl::UnimplementedError(absl::StrCat(
           "node '", node.name, "': ", node.op_name(),
-          " runs on the GPU with float32 or bfloat16 data and float32 per-channel tensors, got ",
+          " runs on the GPU with float32, bfloat16 or float16 data and float32 per-channel "
+          "tensors, got ",
           inputs[i].ToString(), " for input ", i));
     }
   }

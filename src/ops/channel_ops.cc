@@ -1,6 +1,6 @@
 // channel_bias_add and channel_sum: a convolution's bias, added along the channel dimension of a
-// 4-D tensor, and its gradient, the sum over everything but the channel. On the GPU in float32 or
-// bfloat16 (computed in float; the sum rounds once, to the output's type).
+// 4-D tensor, and its gradient, the sum over everything but the channel. On the GPU in float32,
+// bfloat16 or float16 (computed in float; the sum rounds once, to the output's type).
 #include <vector>
 
 #include "absl/strings/str_cat.h"

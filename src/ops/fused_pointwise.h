@@ -1,8 +1,9 @@
 // fused_pointwise: a chain of pointwise ops run as one generated kernel, optionally ending in the
 // column sum of one of its values (the bias gradient). The fuse pass writes the chain into the
 // node's attributes as a PointwiseProgram; the CPU reference runs each step's own reference.
-// On the GPU its tensors are all float32 or all bfloat16; the steps compute in float and bfloat16
-// rounds only the stored outputs (and the column sums), as the CPU reference of the node does.
+// On the GPU its tensors are all float32, all bfloat16 or all float16; the steps compute in float
+// and bfloat16 rounds only the stored outputs (and the column sums), as the CPU reference of the
+// node does.
 #ifndef REPRISE_SRC_OPS_FUSED_POINTWISE_H_
 #define REPRISE_SRC_OPS_FUSED_POINTWISE_H_
 
@@ -33,7 +34,8 @@ struct PointwiseProgram {
 const ir::OpDef& FusedPointwiseOp();
 
 // The kernel a fused_pointwise node lowers to, so that it can be compiled ahead of lowering:
-// float32 or bfloat16 as its outputs are; Unimplemented, naming the node, for another type.
+// float32, bfloat16 or float16 as its outputs are; Unimplemented, naming the node, for another
+// type.
 absl::StatusOr<runtime::KernelSource> FusedPointwiseKernel(const Node& node);
 
 }  // namespace reprise::ops

@@ -1,5 +1,5 @@
-// Pointwise ops: each lowers to an NVRTC kernel generated from one expression, over float32 or
-// bfloat16 tensors (computed in float, rounded once at the store).
+// Pointwise ops: each lowers to an NVRTC kernel generated from one expression, over float32,
+// bfloat16 or float16 tensors (computed in float, rounded once at the store).
 #include "absl/strings/str_cat.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/gpu_element_type.h"

@@ -1,7 +1,7 @@
 // max_pool2d and global_avg_pool with their gradients, and the layout helpers of the image ops.
 // GPU lowerings are our own NVRTC kernels (src/codegen/pooling_kernels.h) rather than cuDNN's
 // pooling: they give the CPU reference's tie rule (first maximal element) bit for bit, with no
-// atomics in the backward pass. They run in float32 or bfloat16 (computing in float).
+// atomics in the backward pass. They run in float32, bfloat16 or float16 (computing in float).
 #include "src/ops/pooling.h"
 
 #include <algorithm>

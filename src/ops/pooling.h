@@ -66,7 +66,7 @@ absl::StatusOr<ImageDims> ImageDimsOf(const TensorSpec& x, Layout layout, absl::
 
 // Unimplemented, naming the node and the spec, unless every spec is float32: for GPU lowerings
 // that are fp32 only (float64 exists for CPU reference checks). The pooling ops themselves run in
-// float32 or bfloat16 (GpuElementType in src/ops/gpu_element_type.h).
+// float32, bfloat16 or float16 (GpuElementType in src/ops/gpu_element_type.h).
 absl::Status CheckGpuFloat32(const Node& node, absl::Span<const TensorSpec> specs);
 
 }  // namespace reprise::ops

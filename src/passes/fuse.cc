@@ -102,11 +102,11 @@ void GroupFinder::LossWithGrad() {
 
 // Batch norms (either layout: both run on our kernels) whose output feeds a ReLU (directly or
 // through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient
-// joins the batch-norm gradient. In bfloat16 the fused kernel rounds once where the unfused ops
+// joins the batch-norm gradient. In 16 bits the fused kernel rounds once where the unfused ops
 // round after the batch norm and after the add.
 void GroupFinder::BatchNormActivations() {
   auto fusable = [](const Node& n) {
-    return n.outputs[0].dtype == DType::kFloat32 || n.outputs[0].dtype == DType::kBFloat16;
+    return n.outputs[0].dtype == DType::kFloat32 || IsLowPrecision(n.outputs[0].dtype);
   };
   for (const Node& bn : g_.nodes()) {
     if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id] || !fusable(bn)) continue;
@@ -163,7 +163,7 @@ void GroupFinder::BatchNormApplyActivations() {
         ir::BoolAttrOr(apply.attrs, "relu", false))
       continue;
     const DType dtype = apply.outputs[0].dtype;
-    if (IsLowPrecision(dtype) && dtype != DType::kBFloat16) continue;  // No float16 lowering.
+    if (dtype != DType::kFloat32 && !IsLowPrecision(dtype)) continue;  // No float64 lowering.
     const Node* next = SoleReader(Value{apply.id, 0});
     if (next == nullptr) continue;
     const Node* add = nullptr;

@@ -26,6 +26,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
     return std::nullopt;
   };
   const Graph& g = training.graph;
+  if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
   const Node& loss = g.node(training.loss.node);
   if (loss.op != &ops::SoftmaxCrossEntropyOp())
     return fail("the loss is not softmax cross-entropy");

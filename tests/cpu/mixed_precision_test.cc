@@ -10,6 +10,7 @@
 #include "reprise/models.h"
 #include "reprise/trainer.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/conv.h"
@@ -126,36 +127,43 @@ TEST(MixedPrecisionTest, BFloat16MlpLossAgreesWithFloat32) {
 namespace reprise {
 namespace {
 
-// Every launch of a bfloat16 ResNet's plan, as Trainer::Create builds it (channels-last inside,
-// mixed precision, autodiff, fusion), has a GPU lowering for its 16-bit tensors: nothing is
-// refused at Create for want of one.
-TEST(MixedPrecisionTest, EveryLaunchOfABFloat16ResNetPlanHasABFloat16Lowering) {
-  for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) {
-    auto net = models::BuildResNet(
-        {.depth = 18, .batch = 4, .classes = 3, .image_size = 32, .layout = layout});
-    ASSERT_TRUE(net.ok()) << net.status();
-    auto inside = passes::ApplyChannelsLast(net->graph, net->loss, {}, ChannelsLast::kAuto);
-    ASSERT_TRUE(inside.ok()) << inside.status();
-    auto mixed = passes::ConvertToMixedPrecision(inside->graph, inside->loss, inside->kept,
-                                                 DType::kBFloat16);
-    ASSERT_TRUE(mixed.ok()) << mixed.status();
-    auto training = autodiff::BuildTrainingGraph(mixed->graph, mixed->loss, {});
-    ASSERT_TRUE(training.ok()) << training.status();
-    auto plan = passes::BuildPlan(*std::move(training), {}, {});
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    const Graph& g = plan->graph();
-    int bf16_launches = 0;
-    for (const passes::ScheduledLaunch& launch : plan->launches) {
-      const Node& n = g.node(launch.node);
-      bool bf16 = false;
-      for (const Value& v : n.inputs) bf16 |= g.spec(v).dtype == DType::kBFloat16;
-      for (const TensorSpec& out : n.outputs) bf16 |= out.dtype == DType::kBFloat16;
-      if (!bf16) continue;
-      ++bf16_launches;
-      EXPECT_TRUE(n.op->low_precision_lowering || n.op->low_precision)
-          << LayoutName(layout) << ": op '" << n.op_name() << "' node '" << n.name << "'";
+// Every launch of a 16-bit ResNet's plan, as Trainer::Create builds it (channels-last inside,
+// mixed precision, autodiff with float16's loss scaling, fusion), has a GPU lowering for its
+// 16-bit tensors: nothing is refused at Create for want of one.
+TEST(MixedPrecisionTest, EveryLaunchOfASixteenBitResNetPlanHasALowering) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " " << LayoutName(layout));
+      auto net = models::BuildResNet(
+          {.depth = 18, .batch = 4, .classes = 3, .image_size = 32, .layout = layout});
+      ASSERT_TRUE(net.ok()) << net.status();
+      auto inside = passes::ApplyChannelsLast(net->graph, net->loss, {}, ChannelsLast::kAuto);
+      ASSERT_TRUE(inside.ok()) << inside.status();
+      auto mixed =
+          passes::ConvertToMixedPrecision(inside->graph, inside->loss, inside->kept, dtype);
+      ASSERT_TRUE(mixed.ok()) << mixed.status();
+      auto training =
+          autodiff::BuildTrainingGraphWith(mixed->graph, mixed->loss, autodiff::FromSgd({}),
+                                           autodiff::ResolveLossScaling({}, dtype));
+      ASSERT_TRUE(training.ok()) << training.status();
+      auto plan = passes::BuildPlan(*std::move(training), {}, {});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const Graph& g = plan->graph();
+      int low_launches = 0;
+      for (const passes::ScheduledLaunch& launch : plan->launches) {
+        const Node& n = g.node(launch.node);
+        bool low = false;
+        for (const Value& v : n.inputs) low |= g.spec(v).dtype == dtype;
+        for (const TensorSpec& out : n.outputs) low |= out.dtype == dtype;
+        if (!low) continue;
+        ++low_launches;
+        EXPECT_TRUE(n.op->low_precision_lowering || n.op->low_precision)
+            << "op '" << n.op_name() << "' node '" << n.name << "'";
+      }
+      EXPECT_GT(low_launches, 50);
+      // float16 scales its loss: the scaler's check and update are in the plan.
+      EXPECT_EQ(g.FindNode(autodiff::kLossScaleCheck).ok(), dtype == DType::kFloat16);
     }
-    EXPECT_GT(bf16_launches, 50);
   }
 }
 

@@ -1,5 +1,7 @@
 // The cast kernel gives the CPU reference's bits (round to nearest even both ways), and a node
 // over 16-bit floats whose op has no such lowering is refused by name when the Trainer is made.
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,52 +32,61 @@ TEST(CastGpuTest, RoundTripsThroughBFloat16AndHalfMatchTheCpuBitForBit) {
   ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
 }
 
-// matmul lowers bfloat16 but not float16.
-TEST(CastGpuTest, SixteenBitMatmulWithoutALoweringIsRefusedByName) {
+// dropout has no 16-bit lowering: a float16 dropout is refused by name at Create.
+TEST(CastGpuTest, SixteenBitOpWithoutALoweringIsRefusedByName) {
   REPRISE_REQUIRE_GPU();
   Graph g;
   Value x = *g.AddInput("x", {Shape{8, 16}});
   Value y = *g.AddInput("labels", {Shape{8}, DType::kInt32});
   Value w = *g.AddParameter("w", {Shape{16, 4}}, Initializer::Uniform(-1, 1));
   Value x16 = *g.AddOp1(ops::CastOp(), "x16", {x}, {{"dtype", std::string("f16")}});
-  Value w16 = *g.AddOp1(ops::CastOp(), "w16", {w}, {{"dtype", std::string("f16")}});
-  Value z16 = *g.AddOp1(ops::MatmulOp(), "mm", {x16, w16});
-  Value z = *g.AddOp1(ops::CastOp(), "z", {z16}, {{"dtype", std::string("f32")}});
+  Value dropped = *nn::Dropout(g, x16, 0.5, "drop");
+  Value x32 = *g.AddOp1(ops::CastOp(), "x32", {dropped}, {{"dtype", std::string("f32")}});
+  Value z = *g.AddOp1(ops::MatmulOp(), "mm", {x32, w});
   Value loss = *nn::SoftmaxCrossEntropy(g, z, y, "loss");
   auto trainer = Trainer::Create(g, loss, {});
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(trainer.status().message(), HasSubstr("node 'mm'"));
+  EXPECT_THAT(trainer.status().message(), HasSubstr("node 'drop'"));
   EXPECT_THAT(trainer.status().message(), HasSubstr("f16"));
 }
 
-// Mixed precision builds its bfloat16 graph, then stops at the first op without a bfloat16
-// lowering rather than run float32 kernels on 16-bit data; float16 is refused outright.
-// A bfloat16 MLP lowers (matmuls, bias, ReLU and casts in bf16) and learns one batch; float16
-// waits for loss scaling.
-TEST(CastGpuTest, BFloat16MlpTrainsAndFloat16IsRefused) {
+// Mixed precision in either 16-bit type: an MLP lowers (matmuls, bias, ReLU and casts in 16 bits)
+// and learns one batch; float16 scales its loss dynamically by default, and its scale settles on
+// a power of two that keeps the gradients finite.
+TEST(CastGpuTest, SixteenBitMlpsTrain) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp({.batch = 8, .input_features = 16, .depth = 1, .width = 32});
   ASSERT_TRUE(mlp.ok());
-  TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
-  options.sgd.learning_rate = 0.05f;
-  auto bf16 = Trainer::Create(mlp->graph, mlp->loss, options);
-  ASSERT_TRUE(bf16.ok()) << bf16.status();
-  std::vector<float> x(8 * 16);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 11) / 11.0f - 0.5f;
-  const std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
-  ASSERT_TRUE((*bf16)->SetInput("features", x).ok());
-  ASSERT_TRUE((*bf16)->SetInput("labels", y).ok());
-  std::vector<float> losses;
-  for (int s = 0; s < 60; ++s) {
-    ASSERT_TRUE((*bf16)->Step().ok());
-    losses.push_back(*(*bf16)->Loss());
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TrainOptions options;
+    options.compute_dtype = dtype;
+    options.sgd.learning_rate = 0.05f;
+    auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    std::vector<float> x(8 * 16);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 11) / 11.0f - 0.5f;
+    const std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
+    ASSERT_TRUE((*trainer)->SetInput("features", x).ok());
+    ASSERT_TRUE((*trainer)->SetInput("labels", y).ok());
+    std::vector<float> losses;
+    for (int s = 0; s < 60; ++s) {
+      ASSERT_TRUE((*trainer)->Step().ok());
+      losses.push_back(*(*trainer)->Loss());
+    }
+    EXPECT_LT(losses.back(), 0.5f * losses.front()) << ::testing::PrintToString(losses);
+    const float scale = *(*trainer)->LossScale();
+    const int64_t skipped = *(*trainer)->SkippedSteps();
+    if (dtype == DType::kBFloat16) {
+      EXPECT_EQ(scale, 1.0f);  // Off unless asked for.
+      EXPECT_EQ(skipped, 0);
+    } else {
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(scale, &exponent), 0.5f) << scale;  // A power of two...
+      EXPECT_LE(scale, 65536.0f);                              // ...at most GradScaler's start.
+      EXPECT_EQ(scale, std::ldexp(65536.0f, -static_cast<int>(skipped)));  // No growth in 60.
+    }
   }
-  EXPECT_LT(losses.back(), 0.5f * losses.front()) << ::testing::PrintToString(losses);
-  options.compute_dtype = DType::kFloat16;
-  auto f16 = Trainer::Create(mlp->graph, mlp->loss, options);
-  EXPECT_EQ(f16.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(f16.status().message(), HasSubstr("loss scaling"));
 }
 
 }  // namespace

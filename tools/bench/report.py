@@ -34,11 +34,12 @@ def load(paths):
 def workload(c):
     """The row a result belongs to, named from its configuration: an MLP's depth × width, or a
     ResNet's depth, image size and layout (reprise records model "resnet"; torch_resnet.py records
-    image_size and precision), with the batch and precision (bf16 before TF32: a bf16 run
-    may also allow TF32 in what stays float32)."""
+    image_size and precision), with the batch and precision (bf16 or fp16 before TF32: a 16-bit
+    run may also allow TF32 in what stays float32)."""
     tf32 = bool(c.get("tf32", False)) or c.get("precision") == "tf32"
     bf16 = bool(c.get("bf16", False)) or c.get("precision") == "bf16"
-    precision = " (bf16)" if bf16 else (" (TF32)" if tf32 else "")
+    fp16 = bool(c.get("fp16", False)) or c.get("precision") == "fp16"
+    precision = " (bf16)" if bf16 else (" (fp16)" if fp16 else (" (TF32)" if tf32 else ""))
     if c.get("model") == "resnet" or (c.get("model") != "mlp" and "image_size" in c):
         layout = str(c.get("layout", "nchw")).upper()
         return (f"ResNet-{c.get('depth')} {c.get('image_size')}² {layout}, batch {c.get('batch')}"

@@ -10,6 +10,8 @@ parameter names (--model picks). torch.backends.cudnn.benchmark is on. Precision
   tf32   TF32 allowed for both
   bf16   torch.autocast("cuda", bfloat16, cache_enabled=False) around forward + loss, fp32 master
          weights and optimizer; TF32 off for what stays fp32
+  fp16   the same in float16, with torch.amp.GradScaler (dynamic loss scaling, its defaults);
+         graph modes step SGD(fused=True), whose step reads the scaler's flag on the device
 Layout: nchw, or nhwc (model and inputs in torch.channels_last). Modes:
   eager          plain Python loop, SGD(foreach=True)
   graph          whole step captured in one torch.cuda.CUDAGraph (PyTorch's documented
@@ -39,7 +41,7 @@ except ImportError as e:  # reported in main()
 
 MODES = ("eager", "graph", "compile_graph")
 DEPTHS = (18, 34, 50, 101, 152)
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 LAYOUTS = ("nchw", "nhwc")
 MODEL_SOURCES = ("auto", "torchvision", "builtin")
 NUM_BATCHES = 4     # distinct input batches, rotated
@@ -56,7 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224, help="square images, at least 32")
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32: TF32 off; tf32: TF32 allowed; bf16: autocast, fp32 master weights")
+                   help="fp32: TF32 off; tf32: TF32 allowed; bf16, fp16: autocast, fp32 master "
+                   "weights (fp16 with GradScaler)")
     p.add_argument("--layout", default="nchw", choices=LAYOUTS,
                    help="nhwc: model and inputs in torch.channels_last")
     p.add_argument("--iters", type=int, default=100, help="timed steps")
@@ -198,9 +201,15 @@ def autocast(a):
     # cache_enabled=False: casts made inside a graph capture must not outlive it (the PyTorch
     # docs ask for it with graphed callables); each weight is used once per step, so eager loses
     # nothing by it either.
-    if a.precision == "bf16":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16, cache_enabled=False)
+    if a.precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if a.precision == "bf16" else torch.float16
+        return torch.autocast(device_type="cuda", dtype=dtype, cache_enabled=False)
     return contextlib.nullcontext()
+
+
+def make_scaler(a):
+    """fp16's dynamic loss scaling (GradScaler's defaults: 65536, x2 every 2000 clean steps)."""
+    return torch.amp.GradScaler("cuda") if a.precision == "fp16" else None
 
 
 def make_loss(a):
@@ -217,36 +226,39 @@ def make_sgd(params, a, **kw):
 
 
 def setup_eager(a, xs, ys):
-    model, loss_of = build_model(a), make_loss(a)
+    model, loss_of, scaler = build_model(a), make_loss(a), make_scaler(a)
     opt = make_sgd(model.parameters(), a, foreach=True)
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        loss_of(model, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]).backward()
-        opt.step()
-    return step, {"optimizer": "SGD(foreach=True)"}
+        torch_step.backward_and_step(opt, loss_of(model, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]),
+                                     scaler)
+    return step, {"optimizer": "SGD(foreach=True)" + (" + GradScaler" if scaler else "")}
 
 
 def setup_graph(a, xs, ys):
-    model = build_model(a)
-    kw, name = torch_step.capturable_sgd_kwargs()
+    model, scaler = build_model(a), make_scaler(a)
+    if scaler is None:
+        kw, name = torch_step.capturable_sgd_kwargs()
+    else:  # GradScaler.step syncs with the host unless the optimizer is fused.
+        kw, name = {"fused": True}, "SGD(fused=True) + GradScaler"
     opt = make_sgd(model.parameters(), a, **kw)
-    return torch_step.capture_step(model, opt, make_loss(a), xs, ys), {"optimizer": name}
+    return (torch_step.capture_step(model, opt, make_loss(a), xs, ys, scaler),
+            {"optimizer": name})
 
 
 def setup_compile_graph(a, xs, ys):
     model = torch.compile(build_model(a), mode="max-autotune-no-cudagraphs")
-    opt = make_sgd(model.parameters(), a, fused=True)
+    opt, scaler = make_sgd(model.parameters(), a, fused=True), make_scaler(a)
     # Compile (forward and backward) once on the default stream before the capture recipe.
     progress("compile_graph: compiling forward and backward (max-autotune; this can take minutes)")
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    make_loss(a)(model, xs[0], ys[0]).backward()
-    opt.step()
+    torch_step.backward_and_step(opt, make_loss(a)(model, xs[0], ys[0]), scaler)
     torch.cuda.synchronize()
     progress(f"compile_graph: compiled in {time.perf_counter() - t0:.1f} s; capturing")
-    return (torch_step.capture_step(model, opt, make_loss(a), xs, ys),
-            {"optimizer": "SGD(fused=True)"})
+    return (torch_step.capture_step(model, opt, make_loss(a), xs, ys, scaler),
+            {"optimizer": "SGD(fused=True)" + (" + GradScaler" if scaler else "")})
 
 
 SETUP = {"eager": setup_eager, "graph": setup_graph, "compile_graph": setup_compile_graph}
@@ -268,7 +280,7 @@ def main():
     config = {k: getattr(a, k) for k in ("depth", "batch", "image_size", "classes", "precision",
                                          "layout", "iters", "warmup", "modes", "lr", "momentum",
                                          "weight_decay")}
-    config["dtype"] = "float32"  # parameters, gradients and optimizer state (bf16: autocast)
+    config["dtype"] = "float32"  # parameters, gradients and optimizer state (bf16, fp16: autocast)
     if torch is None or not torch.cuda.is_available():
         why = f"torch is not installed ({_IMPORT_ERROR})" if torch is None else "no CUDA GPU visible"
         print(f"torch_resnet: error: {why}", file=sys.stderr)

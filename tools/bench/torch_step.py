@@ -11,16 +11,29 @@ except ImportError:  # the scripts report it
 CAPTURE_WARMUP = 3  # side-stream iterations before capture (as in the PyTorch docs)
 
 
-def capture_step(model, opt, loss_of, xs, ys):
-    """Whole-step CUDA graph capture, following the recipe in PyTorch's CUDA semantics docs."""
+def backward_and_step(opt, loss, scaler=None):
+    """loss.backward(); opt.step(), or with a torch.amp.GradScaler: the scaled backward, its
+    step (skipped on inf/NaN gradients) and the scale's update."""
+    if scaler is None:
+        loss.backward()
+        opt.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def capture_step(model, opt, loss_of, xs, ys, scaler=None):
+    """Whole-step CUDA graph capture, following the recipe in PyTorch's CUDA semantics docs. With
+    a GradScaler the optimizer must be a fused one (its step then reads the scaler's found-inf
+    flag on the device; otherwise GradScaler.step syncs with the host and cannot be captured)."""
     static_x, static_y = xs[0].clone(), ys[0].clone()  # clone keeps channels_last
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm up (lazy init, cuDNN benchmark, momentum buffers) outside
         for _ in range(CAPTURE_WARMUP):
             opt.zero_grad(set_to_none=True)
-            loss_of(model, static_x, static_y).backward()
-            opt.step()
+            backward_and_step(opt, loss_of(model, static_x, static_y), scaler)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     # zero_grad(set_to_none=True) right before capture, as in the docs: the captured
@@ -29,8 +42,7 @@ def capture_step(model, opt, loss_of, xs, ys):
     opt.zero_grad(set_to_none=True)
     with torch.cuda.graph(g):
         static_loss = loss_of(model, static_x, static_y)
-        static_loss.backward()
-        opt.step()
+        backward_and_step(opt, static_loss, scaler)
 
     def step(i):
         static_x.copy_(xs[i % len(xs)])

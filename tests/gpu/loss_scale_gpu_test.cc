@@ -1,0 +1,372 @@
+// float16 mixed precision and loss scaling on the GPU (TrainOptions::compute_dtype,
+// TrainOptions::loss_scale): float16 MLPs and ResNet-18s (both layouts) follow the CPU reference's
+// float16 step; overflows inside the captured step are skipped with no host work and replay gives
+// the bulked run's bits through backoffs and growths; changing the scale patches nothing in the
+// graph; a power-of-two scale in float32 gives unscaled training's very bits; checkpoints carry
+// the scale and its counters.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
+#include "src/ir/reference_executor.h"
+#include "src/passes/mixed_precision.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/update_agreement.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A scale that no step of these small models overflows in float16, and that does not grow.
+constexpr LossScaleOptions kSafeScale{
+    .mode = LossScaling::kDynamic, .init_scale = 1024.0f, .growth_interval = 1000000};
+
+models::Mlp SmallMlp() {
+  auto mlp = models::BuildMlp(
+      {.batch = 32, .input_features = 64, .depth = 3, .width = 128, .classes = 10});
+  EXPECT_TRUE(mlp.ok()) << mlp.status();
+  return *std::move(mlp);
+}
+
+void MlpBatch(int step, std::vector<float>& x, std::vector<int32_t>& y) {
+  std::mt19937 rng(50 + step);
+  std::normal_distribution<float> normal;
+  x.resize(32 * 64);
+  y.resize(32);
+  for (float& v : x) v = normal(rng);
+  for (int i = 0; i < 32; ++i) y[i] = static_cast<int32_t>((x[i * 64] > 0) + 2 * (i % 5));
+}
+
+// The CPU reference of the trainer's float16 step: the same passes the Trainer runs before
+// fusion (mixed precision, autodiff with loss scaling), the same initial weights (seed 42).
+struct CpuStep {
+  autodiff::TrainingGraph training;
+  Value loss;
+};
+CpuStep CpuFloat16Step(const Graph& graph, Value loss, const OptimizerOptions& optimizer,
+                       const LossScaleOptions& scaling) {
+  auto mixed = passes::ConvertToMixedPrecision(graph, loss, {}, DType::kFloat16);
+  EXPECT_TRUE(mixed.ok()) << mixed.status();
+  auto training = autodiff::BuildTrainingGraphWith(mixed->graph, mixed->loss, optimizer, scaling);
+  EXPECT_TRUE(training.ok()) << training.status();
+  return {*std::move(training), mixed->loss};
+}
+
+std::unique_ptr<Trainer> MakeTrainer(const Graph& graph, Value loss, TrainOptions options) {
+  options.seed = 42;
+  auto trainer = Trainer::Create(graph, loss, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? *std::move(trainer) : nullptr;
+}
+
+std::vector<float> CpuLeaf(ir::ReferenceExecutor& cpu, const std::string& name) {
+  auto data = (*cpu.Leaf(name))->data<float>();
+  return {data.begin(), data.end()};
+}
+
+// float16 MLP steps, graph and bulked, against the CPU reference's float16 steps: losses within
+// float16's rounding, updates within a few float16 ulps of the reference's, loss scale equal.
+TEST(LossScaleGpuTest, Float16MlpFollowsTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const models::Mlp mlp = SmallMlp();
+  const OptimizerOptions adam{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-3f};
+  for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
+    SCOPED_TRACE(ExecModeName(mode));
+    TrainOptions options;
+    options.mode = mode;
+    options.compute_dtype = DType::kFloat16;
+    options.optimizer = adam;
+    options.loss_scale = kSafeScale;
+    auto gpu = MakeTrainer(mlp.graph, mlp.loss, options);
+    ASSERT_TRUE(gpu);
+    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, adam, kSafeScale);
+    ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
+    absl::flat_hash_map<std::string, std::vector<float>> initial;
+    for (const std::string& name : gpu->ParameterNames()) {
+      initial[name] = *gpu->GetParameter(name);
+      ASSERT_EQ(initial[name], CpuLeaf(cpu, name)) << name;  // The same start.
+    }
+    std::vector<float> x;
+    std::vector<int32_t> y;
+    for (int s = 0; s < 3; ++s) {
+      MlpBatch(s, x, y);
+      ASSERT_TRUE(gpu->SetInput("features", x).ok());
+      ASSERT_TRUE(gpu->SetInput("labels", y).ok());
+      ASSERT_TRUE(gpu->Step().ok());
+      ASSERT_TRUE(cpu.SetLeaf("features", std::vector<double>(x.begin(), x.end())).ok());
+      ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
+      ASSERT_TRUE(cpu.Run().ok());
+      const float cpu_loss = (*cpu.Tensor(step.loss))->data<float>()[0];
+      // Products accumulate in float32 on both sides, in different orders, rounded to float16.
+      EXPECT_NEAR(*gpu->Loss(), cpu_loss, 2e-3f * cpu_loss) << "step " << s;
+      SCOPED_TRACE(absl::StrCat("updates after step ", s));
+      testing::ExpectUpdatesAgree(
+          gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
+          [&](const std::string& name) { return *gpu->GetParameter(name); },
+          [&](const std::string& name) { return CpuLeaf(cpu, name); }, /*total=*/1e-2,
+          /*each=*/5e-2);
+    }
+    EXPECT_EQ(*gpu->LossScale(), 1024.0f);
+    EXPECT_EQ(*gpu->SkippedSteps(), 0);
+  }
+}
+
+// A scale that starts far too large for float16 and grows every second clean step: the step
+// overflows, backs off, grows back into overflow, ... on one fixed batch, with no host work
+// between the steps. Queued back to back, the captured steps reach the bulked steps' bits and
+// skip exactly where the CPU reference's float16 step does.
+TEST(LossScaleGpuTest, OverflowsInsideTheCapturedStepSkipAndReplayEqualsBulked) {
+  REPRISE_REQUIRE_GPU();
+  const models::Mlp mlp = SmallMlp();
+  const LossScaleOptions oscillating{
+      .mode = LossScaling::kDynamic, .init_scale = 0x1p40f, .growth_interval = 2};
+  const OptimizerOptions sgd{
+      .kind = OptimizerKind::kSgd, .learning_rate = 0.01f, .momentum = 0.9f, .max_grad_norm = 5.0f};
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
+    TrainOptions options;
+    options.mode = mode;
+    options.compute_dtype = DType::kFloat16;
+    options.optimizer = sgd;
+    options.loss_scale = oscillating;
+    trainers.push_back(MakeTrainer(mlp.graph, mlp.loss, options));
+    ASSERT_TRUE(trainers.back());
+  }
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  MlpBatch(0, x, y);
+  constexpr int kSteps = 60;
+  for (auto& t : trainers) {
+    ASSERT_TRUE(t->SetInput("features", x).ok());
+    ASSERT_TRUE(t->SetInput("labels", y).ok());
+    for (int s = 0; s < kSteps; ++s) ASSERT_TRUE(t->Step().ok());  // Nothing read in between.
+  }
+  Trainer& graph = *trainers[0];
+  Trainer& bulked = *trainers[1];
+  for (const std::string& name : graph.ParameterNames()) {
+    EXPECT_EQ(*graph.GetParameter(name), *bulked.GetParameter(name)) << name;
+  }
+  const float scale = *graph.LossScale();
+  const int64_t skipped = *graph.SkippedSteps();
+  EXPECT_EQ(scale, *bulked.LossScale());
+  EXPECT_EQ(skipped, *bulked.SkippedSteps());
+  // The descent from 2^40 to a scale that fits (about 2^16), then one overflow per growth past
+  // it: every third step.
+  EXPECT_GE(skipped, 15 + 5) << "scale " << scale;
+  EXPECT_LT(skipped, kSteps - 10) << "scale " << scale;
+
+  // The CPU reference of the same float16 steps skips the same steps and ends at the same scale.
+  CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd, oscillating);
+  ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
+  ASSERT_TRUE(cpu.SetLeaf("features", std::vector<double>(x.begin(), x.end())).ok());
+  ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
+  for (int s = 0; s < kSteps; ++s) ASSERT_TRUE(cpu.Run().ok());
+  EXPECT_EQ((*cpu.Leaf(autodiff::kLossScaleSkippedSteps))->data<int32_t>()[0], skipped);
+  EXPECT_EQ((*cpu.Leaf(autodiff::kLossScale))->data<float>()[0], scale);
+
+  // The scale changed dozens of times inside the graph: nothing was patched or re-made.
+  const TrainerStats stats = graph.stats();
+  EXPECT_EQ(stats.graph_captures, 1);
+  EXPECT_EQ(stats.graph_instantiations, 1);
+  EXPECT_EQ(stats.graph_exec_updates, 0);
+  EXPECT_EQ(stats.graph_node_updates, 0);
+  EXPECT_EQ(stats.graph_replays, kSteps);
+  const TrainerReport report = graph.Report();
+  ASSERT_TRUE(report.loss_scale.has_value());
+  EXPECT_EQ(report.loss_scale->mode, "dynamic");
+  EXPECT_EQ(report.loss_scale->scale, scale);
+  EXPECT_EQ(report.loss_scale->skipped_steps, skipped);
+  EXPECT_THAT(report.ToText(), HasSubstr("loss scaling dynamic"));
+
+  // Verify runs the captured and the eager step from one snapshot and compares every gradient,
+  // parameter, optimizer state and state tensor (the scale and its counters) bit for bit.
+  auto verified = graph.Verify(12);
+  ASSERT_TRUE(verified.ok()) << verified.status();
+  EXPECT_TRUE(verified->ok()) << verified->ToString();
+}
+
+// Scaling by a power of two is exact: float32 training with dynamic loss scaling (which grows
+// here every third step) gives unscaled training's very bits, replayed on the GPU.
+TEST(LossScaleGpuTest, Float32PowerOfTwoScaleGivesUnscaledBits) {
+  REPRISE_REQUIRE_GPU();
+  const models::Mlp mlp = SmallMlp();
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (const LossScaling mode : {LossScaling::kOff, LossScaling::kDynamic}) {
+    TrainOptions options;
+    options.whole_step = false;  // The whole-step kernel has no loss scaling: same kernels both.
+    options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdam, .learning_rate = 1e-3f};
+    options.loss_scale = {.mode = mode, .init_scale = 256.0f, .growth_interval = 3};
+    trainers.push_back(MakeTrainer(mlp.graph, mlp.loss, options));
+    ASSERT_TRUE(trainers.back());
+  }
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  for (int s = 0; s < 20; ++s) {
+    MlpBatch(s, x, y);
+    for (auto& t : trainers) {
+      ASSERT_TRUE(t->SetInput("features", x).ok());
+      ASSERT_TRUE(t->SetInput("labels", y).ok());
+      ASSERT_TRUE(t->Step().ok());
+    }
+  }
+  for (const std::string& name : trainers[0]->ParameterNames()) {
+    EXPECT_EQ(*trainers[0]->GetParameter(name), *trainers[1]->GetParameter(name)) << name;
+  }
+  EXPECT_EQ(*trainers[0]->Loss(), *trainers[1]->Loss());
+  EXPECT_EQ(*trainers[0]->LossScale(), 1.0f);
+  EXPECT_EQ(*trainers[1]->LossScale(), 256.0f * 64);  // 20 clean steps: 6 growths.
+  EXPECT_EQ(*trainers[1]->SkippedSteps(), 0);
+}
+
+// The scale, its growth tracker and the skipped-step count are saved and restored with the rest
+// of the state: a restored trainer continues bit for bit as the saving one did.
+TEST(LossScaleGpuTest, CheckpointsCarryTheScaleAndItsCounters) {
+  REPRISE_REQUIRE_GPU();
+  const models::Mlp mlp = SmallMlp();
+  TrainOptions options;
+  options.compute_dtype = DType::kFloat16;
+  options.loss_scale = {.mode = LossScaling::kDynamic, .init_scale = 0x1p30f, .growth_interval = 3};
+  auto saving = MakeTrainer(mlp.graph, mlp.loss, options);
+  auto restoring = MakeTrainer(mlp.graph, mlp.loss, options);
+  ASSERT_TRUE(saving && restoring);
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  auto run = [&](Trainer& t, int first, int count) {
+    for (int s = first; s < first + count; ++s) {
+      MlpBatch(s, x, y);
+      ASSERT_TRUE(t.SetInput("features", x).ok());
+      ASSERT_TRUE(t.SetInput("labels", y).ok());
+      ASSERT_TRUE(t.Step().ok());
+    }
+  };
+  run(*saving, 0, 20);
+  const int64_t skipped_at_save = *saving->SkippedSteps();
+  EXPECT_GE(skipped_at_save, 14);  // 2^30 down to 2^16 at least.
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/loss_scale_checkpoint_", getpid(), ".safetensors");
+  ASSERT_TRUE(saving->SaveCheckpoint(path).ok());
+  run(*saving, 20, 10);
+  ASSERT_TRUE(restoring->RestoreCheckpoint(path).ok());
+  EXPECT_EQ(*restoring->SkippedSteps(), skipped_at_save);
+  run(*restoring, 20, 10);
+  EXPECT_EQ(*restoring->LossScale(), *saving->LossScale());
+  EXPECT_EQ(*restoring->SkippedSteps(), *saving->SkippedSteps());
+  for (const std::string& name : saving->ParameterNames()) {
+    EXPECT_EQ(*restoring->GetParameter(name), *saving->GetParameter(name)) << name;
+  }
+  std::remove(path.c_str());
+}
+
+// ResNet-18 in float16, both layouts (NCHW as NCHW, channels-last off), against the CPU
+// reference's float16 step: the first losses within float16 rounding through 18 layers, the
+// updates within float16's tolerance, graph = bulked bit for bit, and the loss falls.
+constexpr int kBatch = 8, kSize = 64, kClasses = 4;
+
+class Data {
+ public:
+  Data() : rng_(5) {
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (auto& t : templates_) {
+      t.resize(3 * kSize * kSize);
+      for (float& v : t) v = uniform(rng_);
+    }
+  }
+  void Next(std::vector<float>& x, std::vector<int32_t>& y) {
+    std::normal_distribution<float> normal;
+    x.resize(kBatch * 3 * kSize * kSize);
+    y.resize(kBatch);
+    for (int i = 0; i < kBatch; ++i) {
+      y[i] = static_cast<int32_t>(rng_() % kClasses);
+      for (int j = 0; j < 3 * kSize * kSize; ++j)
+        x[i * 3 * kSize * kSize + j] = templates_[y[i]][j] + 0.5f * normal(rng_);
+    }
+  }
+
+ private:
+  std::mt19937 rng_;
+  std::vector<float> templates_[kClasses];
+};
+
+class ResNetFloat16GpuTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ResNetFloat16GpuTest, FollowsTheCpuReferenceAndReplayEqualsBulked) {
+  REPRISE_REQUIRE_GPU();
+  const Layout layout = GetParam();
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize, .layout = layout});
+  ASSERT_TRUE(net.ok()) << net.status();
+  const OptimizerOptions sgd = autodiff::FromSgd({.learning_rate = 0.005f});
+  auto make = [&](ExecMode mode) {
+    TrainOptions options;
+    options.mode = mode;
+    options.deterministic = true;
+    options.channels_last = ChannelsLast::kOff;  // Each layout runs as declared.
+    options.compute_dtype = DType::kFloat16;
+    options.optimizer = sgd;
+    options.loss_scale = kSafeScale;
+    return MakeTrainer(net->graph, net->loss, options);
+  };
+  auto gpu = make(ExecMode::kGraph);
+  auto bulked = make(ExecMode::kBulked);
+  ASSERT_TRUE(gpu && bulked);
+  std::cout << "ResNet-18 f16 " << LayoutName(layout) << ": " << gpu->stats().ToString() << "\n";
+  CpuStep step = CpuFloat16Step(net->graph, net->loss, sgd, kSafeScale);
+  ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
+  absl::flat_hash_map<std::string, std::vector<float>> initial;
+  for (const std::string& name : gpu->ParameterNames()) initial[name] = *gpu->GetParameter(name);
+  Data data;
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  std::vector<float> losses;
+  for (int s = 0; s < 30; ++s) {
+    data.Next(x, y);
+    for (Trainer* t : {gpu.get(), bulked.get()}) {
+      ASSERT_TRUE(t->SetInput("images", x).ok());
+      ASSERT_TRUE(t->SetInput("labels", y).ok());
+      ASSERT_TRUE(t->Step().ok());
+    }
+    losses.push_back(*gpu->Loss());
+    EXPECT_EQ(losses.back(), *bulked->Loss()) << "step " << s;
+    if (s >= 2) continue;
+    ASSERT_TRUE(cpu.SetLeaf("images", std::vector<double>(x.begin(), x.end())).ok());
+    ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
+    ASSERT_TRUE(cpu.Run().ok());
+    const float cpu_loss = (*cpu.Tensor(step.loss))->data<float>()[0];
+    EXPECT_NEAR(losses.back(), cpu_loss, 2e-2f * cpu_loss) << "step " << s;
+    SCOPED_TRACE(absl::StrCat("updates after step ", s));
+    testing::ExpectUpdatesAgree(
+        gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
+        [&](const std::string& name) { return *gpu->GetParameter(name); },
+        [&](const std::string& name) { return CpuLeaf(cpu, name); }, /*total=*/5e-2,
+        /*each=*/0.5);
+  }
+  for (const std::string& name : gpu->ParameterNames()) {
+    EXPECT_EQ(*gpu->GetParameter(name), *bulked->GetParameter(name)) << name;
+  }
+  float first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[i], last += losses[losses.size() - 5 + i];
+  EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(losses);
+  EXPECT_EQ(*gpu->SkippedSteps(), 0);
+  EXPECT_EQ(gpu->stats().graph_instantiations, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothLayouts, ResNetFloat16GpuTest,
+                         ::testing::Values(Layout::kNCHW, Layout::kNHWC),
+                         [](const auto& info) { return std::string(LayoutName(info.param)); });
+
+}  // namespace
+}  // namespace reprise
