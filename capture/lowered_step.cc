@@ -79,17 +79,22 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.cudnn = res.cudnn;
     ctx.device = res.device;
     ctx.workspace = res.workspace;
-    if (scheduled.lane > 0) {
-      if (scheduled.lane > static_cast<int>(res.lane_workspaces.size())) {
+    ctx.workspace_bytes = res.workspace_bytes;
+    if (scheduled.lane > static_cast<int>(res.lane_workspaces.size())) {
+      // The communication lane has no workspace: its collectives and optimizer updates need none.
+      if (node.op->kind != ir::OpKind::kCommunication && node.op->kind != ir::OpKind::kOptimizer) {
         return absl::InternalError(
             absl::StrCat("no workspace for lane ", scheduled.lane, " of '", node.name, "'"));
       }
+      ctx.workspace = nullptr;
+      ctx.workspace_bytes = 0;
+    } else if (scheduled.lane > 0) {
       ctx.workspace = res.lane_workspaces[scheduled.lane - 1];
     }
-    ctx.workspace_bytes = res.workspace_bytes;
     ctx.allow_tf32 = res.allow_tf32;
     ctx.deterministic = res.deterministic;
     ctx.measure_conv_algorithms = res.measure_conv_algorithms;
+    ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);
       if (b == nullptr)

@@ -26,7 +26,9 @@ struct StepResources {
   bool deterministic = false;
   bool measure_conv_algorithms = false;
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
+  // Communication ops (data parallelism) need none, so their lane may have none.
   std::vector<void*> lane_workspaces;
+  parallel::Communicator* communicator = nullptr;  // For communication ops.
 };
 
 // Launch 0 of every lowered step: one host-to-device copy of the whole input region from the

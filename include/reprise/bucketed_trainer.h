@@ -6,13 +6,13 @@
 // after another on one stream). Three buckets take little more memory than the largest alone.
 //
 //   auto build = [](int64_t batch) -> absl::StatusOr<reprise::BucketModel> {
-//     ASSIGN_OR_RETURN(auto mlp, reprise::models::BuildMlp({.batch = batch, .classes = 10}));
-//     return reprise::BucketModel{std::move(mlp.graph), mlp.loss};
+//     ... build the model for `batch`, its loss nn::MaskedSoftmaxCrossEntropy(g, logits, labels)
+//     return reprise::BucketModel{std::move(graph), loss};
 //   };
 //   ASSIGN_OR_RETURN(auto trainer, reprise::BucketedTrainer::Create(build, {32, 64, 128}, {}));
 //   ASSIGN_OR_RETURN(int64_t bucket, trainer->PadToBucket(rows));  // 50 rows -> 64
 //   ASSIGN_OR_RETURN(auto x, reprise::PadRows(features, rows, bucket));
-//   ASSIGN_OR_RETURN(auto y, reprise::PadRows(labels, rows, bucket));
+//   ASSIGN_OR_RETURN(auto y, reprise::PadRows(labels, rows, bucket, reprise::nn::kPaddingLabel));
 //   RETURN_IF_ERROR(trainer->SetInput("features", x));  // 64 rows: bucket 64's step.
 //   RETURN_IF_ERROR(trainer->SetInput("labels", y));
 //   RETURN_IF_ERROR(trainer->Step());
@@ -133,8 +133,9 @@ class BucketedTrainer {
 
 // `data` holds `rows` rows (data.size() / rows values each); returns them followed by
 // bucket - rows rows of `fill`. InvalidArgument when data.size() is no multiple of `rows` or
-// `bucket` < `rows`. The loss is the mean over all the bucket's rows, padded ones included: pad
-// with rows whose contribution is acceptable (softmax cross-entropy has no ignored label yet).
+// `bucket` < `rows`. Pad the labels with nn::kPaddingLabel and end the model in
+// nn::MaskedSoftmaxCrossEntropy: the padded rows then change neither the loss nor a gradient, and
+// the padded batch trains as the batch alone. (nn::SoftmaxCrossEntropy averages over every row.)
 absl::StatusOr<std::vector<float>> PadRows(absl::Span<const float> data, int64_t rows,
                                            int64_t bucket, float fill = 0);
 absl::StatusOr<std::vector<int32_t>> PadRows(absl::Span<const int32_t> data, int64_t rows,

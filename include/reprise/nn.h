@@ -74,6 +74,15 @@ absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_v
 absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
                                           absl::string_view name = "");
 
+// The label of a row that pads a batch to a shape bucket (reprise/bucketed_trainer.h).
+inline constexpr int32_t kPaddingLabel = -1;
+// SoftmaxCrossEntropy over the rows whose label is not kPaddingLabel: their mean (0 if there are
+// none), and a gradient that is zero on padded rows. A batch padded with such rows trains as the
+// batch alone (up to the order of the sums). Labels are not range-checked by SetInput: the CPU
+// reference refuses other negative labels and labels >= classes; the GPU kernels skip them too.
+absl::StatusOr<Value> MaskedSoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
+                                                absl::string_view name = "");
+
 }  // namespace reprise::nn
 
 #endif  // REPRISE_INCLUDE_REPRISE_NN_H_

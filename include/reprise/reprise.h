@@ -3,7 +3,9 @@
 #define REPRISE_INCLUDE_REPRISE_REPRISE_H_
 
 #include "reprise/bucketed_trainer.h"
+#include "reprise/data_parallel.h"
 #include "reprise/graph.h"
+#include "reprise/local_data_parallel.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "reprise/tensor.h"

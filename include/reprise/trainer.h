@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "reprise/data_parallel.h"
 #include "reprise/graph.h"
 #include "reprise/optimizer.h"
 
@@ -121,6 +122,12 @@ struct TrainOptions {
   // batched ops lower float32 only).
   bool batch_ensembles = true;
   int ensemble_min_models = 2;
+  // Data parallelism (reprise/data_parallel.h): this trainer is one rank of a job whose ranks
+  // average their gradients with NCCL inside the captured step. Every rank must be created at
+  // about the same time (creation waits for all), with the same graph and options but its own
+  // `device`, and call Step() (and Verify, SetParameter, LoadWeights, RestoreCheckpoint) alike.
+  // Parameters start as rank 0's. Turns off the whole-step MLP kernel (whole_step).
+  std::optional<DataParallel> data_parallel;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().

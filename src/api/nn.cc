@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/autodiff.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -62,6 +63,11 @@ absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_v
                       {{"rate", rate},
                        {"seed", static_cast<int64_t>(seed)},
                        {"stream", static_cast<int64_t>(stream)}});
+}
+
+absl::StatusOr<Value> MaskedSoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
+                                                absl::string_view name) {
+  return graph.AddOp1(ops::MaskedSoftmaxCrossEntropyOp(), name, {logits, labels});
 }
 
 absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,

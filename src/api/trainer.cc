@@ -31,6 +31,7 @@
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
+#include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
 #include "src/passes/mixed_precision.h"
@@ -178,6 +179,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
       autodiff::BuildTrainingGraphWith(
           mixed.graph, mixed.loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)),
           autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype)));
+  // Data parallelism: the gradients averaged over the ranks, bucket by bucket, before the
+  // optimizer.
+  std::string buckets;
+  if (options.data_parallel.has_value()) {
+    ASSIGN_OR_RETURN(training,
+                     parallel::AddDataParallel(*options.data_parallel, training, &buckets));
+  }
   if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", options.lanes));
@@ -205,7 +213,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
-  plan_options.fusion.whole_mlp_step = options.whole_step;
+  plan_options.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
   plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);
@@ -218,6 +226,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->SetEnsemble(graph, std::move(batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
+  impl->data_parallel_buckets_ = std::move(buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
     impl->label_limits_[input] = {use.classes, use.consumer};
@@ -230,6 +239,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
 absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   RETURN_IF_ERROR(InitDevice(share));
   RETURN_IF_ERROR(InitPersistentTensors());
+  RETURN_IF_ERROR(StartDataParallel());
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
@@ -242,8 +252,8 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.cudnn = &*cudnn_;
   res.arena = static_cast<char*>(arena_->data());
   res.workspace = workspace_->data();
-  res.workspace_bytes = workspace_->bytes() / plan_.lanes();
-  for (int lane = 1; lane < plan_.lanes(); ++lane) {
+  res.workspace_bytes = workspace_->bytes() / plan_.compute_lanes();
+  for (int lane = 1; lane < plan_.compute_lanes(); ++lane) {
     res.lane_workspaces.push_back(static_cast<char*>(workspace_->data()) +
                                   lane * res.workspace_bytes);
   }
@@ -251,10 +261,12 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.allow_tf32 = options_.allow_tf32;
   res.deterministic = options_.deterministic;
   res.measure_conv_algorithms = options_.measure_conv_algorithms;
+  res.communicator = communicator_.get();
   ASSIGN_OR_RETURN(launches_, capture::LowerPlan(plan_, res));
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
+  RETURN_IF_ERROR(WarmUpCollectives());
   if (options_.mode == ExecMode::kGraph) {
     ASSIGN_OR_RETURN(capture::CapturedStep step,
                      capture::CapturedStep::Capture(launches_, *lanes_, stream_->get()));
@@ -264,7 +276,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
 }
 
 int64_t Trainer::Impl::WorkspaceBytes() const {
-  return plan_.lanes() * static_cast<int64_t>(WorkspaceBytesFor(plan_.graph()));
+  return plan_.compute_lanes() * static_cast<int64_t>(WorkspaceBytesFor(plan_.graph()));
 }
 
 absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t arena_bytes,

@@ -12,6 +12,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
+#include "src/parallel/communicator.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
 #include "src/passes/plan.h"
@@ -128,6 +129,11 @@ class Trainer::Impl {
       : options_(std::move(options)), plan_(std::move(plan)) {}
   absl::Status InitDevice(const DeviceShare* share);
   absl::Status InitPersistentTensors();
+  // Data parallelism, in trainer_data_parallel.cc: after the weights are initialised, joins the
+  // job, checks every rank runs the same step and takes rank 0's weights; after lowering, runs the
+  // collectives once so that NCCL connects its peers before capture. No-ops without it.
+  absl::Status StartDataParallel();
+  absl::Status WarmUpCollectives();
   absl::StatusOr<const passes::Buffer*> ParameterBuffer(absl::string_view name) const;
   // Waits until no queued step still reads the input staging or writes the arena.
   absl::Status WaitForLastStep();
@@ -160,6 +166,10 @@ class Trainer::Impl {
   std::shared_ptr<runtime::DeviceBuffer> arena_;
   std::shared_ptr<runtime::DeviceBuffer> workspace_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
+  // Data parallelism (trainer_data_parallel.cc): the ranks' collectives, which the launches call
+  // (so it outlives them), and the plan's buckets, which ranks compare at start.
+  std::unique_ptr<parallel::Communicator> communicator_;
+  std::string data_parallel_buckets_;
   std::vector<capture::LoweredLaunch> launches_;
   std::optional<capture::Lanes> lanes_;
   std::optional<capture::CapturedStep> captured_;

@@ -5,6 +5,7 @@
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
@@ -24,6 +25,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &TransposeOp(), &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
           &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(),
           &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          // Batches padded to a shape bucket.
+          &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).
           &BatchedMatmulOp(), &BatchedMatmulBiasOp(), &BatchedBiasAddOp(), &BatchedColumnSumOp(),
           &BatchedReluGradBiasGradOp(), &BatchedSoftmaxCrossEntropyOp(),

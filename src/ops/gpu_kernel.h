@@ -22,6 +22,10 @@
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/lt_matmul.h"
 
+namespace reprise::parallel {
+class Communicator;  // Collectives across data-parallel ranks (src/parallel/communicator.h).
+}  // namespace reprise::parallel
+
 namespace reprise::ops {
 
 class GpuKernel {
@@ -48,6 +52,8 @@ struct LoweringContext {
   bool deterministic = false;
   // Pick cuDNN convolution algorithms by timing them on the device, not by heuristics.
   bool measure_conv_algorithms = false;
+  // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
+  parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;
   std::vector<void*> inputs;   // Device address of each input, in node order.
   std::vector<void*> outputs;  // Device address of each output.

@@ -357,15 +357,19 @@ void GroupFinder::MultiTensorUpdates() {
 void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                               absl::string_view name) {
   // One group per set of shared inputs (rate, momentum or betas, weight decay, clip coefficient)
-  // and attributes, so parameters without weight decay get a group of their own.
-  std::map<std::pair<std::vector<std::pair<int32_t, int32_t>>, Attrs>, std::vector<int32_t>>
+  // and attributes, so parameters without weight decay get a group of their own; and per
+  // data-parallel bucket, so each bucket's updates run when its own all-reduce ends.
+  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
+           std::vector<int32_t>>
       by_hyper;
   for (const Node& node : g_.nodes()) {
     if (node.op != &single || taken_[node.id]) continue;
     std::vector<std::pair<int32_t, int32_t>> shared;
     for (size_t i = per_tensor; i < node.inputs.size(); ++i)
       shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
-    by_hyper[{shared, node.attrs}].push_back(node.id);
+    const Node& gradient = g_.node(node.inputs[1].node);  // Every update's input 1.
+    const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
+    by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
   }
   int index = 0;
   for (const auto& [hyper, members] : by_hyper) {
@@ -373,7 +377,7 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
     NodeGroup group{.members = members,
                     .op = &multi,
                     .name = index == 0 ? std::string(name) : absl::StrCat(name, index),
-                    .attrs = hyper.second};
+                    .attrs = std::get<2>(hyper)};
     group.attrs["tensors"] = static_cast<int64_t>(members.size());
     for (int32_t m : members) {
       const Node& node = g_.node(m);

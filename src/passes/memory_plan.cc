@@ -99,6 +99,37 @@ absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const Schedule
   return plan;
 }
 
+// A communication op's inputs, and likewise its outputs, sit side by side in node order, so one
+// collective covers them all (src/ops/all_reduce.h): lists of buffer indices. Each must be a
+// transient buffer of no other such list.
+absl::StatusOr<std::vector<std::vector<int>>> ContiguousGroups(const Graph& graph,
+                                                               const MemoryPlan& plan) {
+  std::vector<std::vector<int>> groups;
+  absl::flat_hash_set<int> grouped;
+  for (const Node& node : graph.nodes()) {
+    if (node.op->kind != ir::OpKind::kCommunication) continue;
+    for (const bool outputs : {false, true}) {
+      std::vector<int> group;
+      const int count = static_cast<int>(outputs ? node.outputs.size() : node.inputs.size());
+      for (int i = 0; i < count; ++i) {
+        const Value v = outputs ? Value{node.id, i} : node.inputs[i];
+        const int b = plan.index.at(v);
+        if (plan.buffers[b].cls != BufferClass::kActivation || !grouped.insert(b).second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "node '", node.name, "': ", outputs ? "output " : "input ", i, " ('",
+              graph.node(v.node).name, "') cannot sit beside the others in the arena: it is ",
+              plan.buffers[b].cls != BufferClass::kActivation
+                  ? absl::StrCat("a ", BufferClassName(plan.buffers[b].cls), " tensor")
+                  : "in another collective already"));
+        }
+        group.push_back(b);
+      }
+      groups.push_back(std::move(group));
+    }
+  }
+  return groups;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> LiveTransientBytes(const Graph& graph,
@@ -136,40 +167,76 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   plan.input_bytes = cursor - plan.input_offset;
   plan.transient_offset = cursor;
 
-  std::vector<int> transient;
-  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
-    if (plan.buffers[i].cls == BufferClass::kActivation) transient.push_back(i);
+  // What the first fit places: a transient buffer alone, or a contiguous group as one block whose
+  // liveness is its members' together.
+  struct Unit {
+    std::vector<int> members;  // Buffer indices, in their order in the block.
+    Buffer block;
+    std::vector<int> writes;  // The launches that write it: each member's producer.
+  };
+  ASSIGN_OR_RETURN(const std::vector<std::vector<int>> groups, ContiguousGroups(graph, plan));
+  std::vector<int> group_of(plan.buffers.size(), -1);
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
+    for (int b : groups[g]) group_of[b] = g;
   }
+  std::vector<Unit> units;
+  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
+    if (plan.buffers[i].cls != BufferClass::kActivation) continue;
+    if (group_of[i] < 0) {
+      units.push_back({{i}, plan.buffers[i], {plan.buffers[i].first}});
+      continue;
+    }
+    const std::vector<int>& group = groups[group_of[i]];
+    // The block goes where its lowest-numbered buffer would have gone.
+    if (*std::min_element(group.begin(), group.end()) != i) continue;
+    Unit unit{group, plan.buffers[i], {}};
+    unit.block.bytes = 0;
+    unit.block.uses.clear();
+    for (int b : unit.members) {
+      const Buffer& m = plan.buffers[b];
+      unit.block.bytes += AlignedSize(m);
+      unit.block.first = std::min(unit.block.first, m.first);
+      unit.block.last = std::max(unit.block.last, m.last);
+      unit.block.uses.insert(unit.block.uses.end(), m.uses.begin(), m.uses.end());
+      unit.writes.push_back(m.first);
+    }
+    units.push_back(std::move(unit));
+  }
+  std::vector<int> transient;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) transient.push_back(u);
   const HappensBefore happens_before(schedule);
   // Two transient buffers may share bytes when every use of one happens before the other is
-  // written.
-  auto dead_before = [&](const Buffer& b, int launch) {
-    for (int use : b.uses) {
-      if (!happens_before(use, launch)) return false;
+  // written (a block: before each of its writes).
+  auto dead_before = [&](const Unit& a, const Unit& b) {
+    for (int use : a.block.uses) {
+      for (int write : b.writes) {
+        if (!happens_before(use, write)) return false;
+      }
     }
     return true;
   };
   bool one_lane = true;
   for (const ScheduledLaunch& launch : schedule) one_lane = one_lane && launch.lane == 0;
-  auto apart = [&](const Buffer& a, const Buffer& b) {
-    if (a.first <= b.last && b.first <= a.last) return false;  // Both alive at one launch.
+  auto apart = [&](const Unit& a, const Unit& b) {
+    if (a.block.first <= b.block.last && b.block.first <= a.block.last) {
+      return false;  // Both alive at one launch.
+    }
     if (one_lane) return true;  // In order: disjoint intervals never meet.
-    return dead_before(a, b.first) || dead_before(b, a.first);
+    return dead_before(a, b) || dead_before(b, a);
   };
   // First fit in `order`; returns the offsets (within the transient region) and the peak.
   auto place = [&](const std::vector<int>& order) {
-    std::vector<int64_t> offsets(plan.buffers.size(), 0);
+    std::vector<int64_t> offsets(units.size(), 0);
     int64_t peak = 0;
     std::vector<int> placed;
     std::vector<std::pair<int64_t, int64_t>> live;  // (offset, aligned size) in the region
     for (int i : order) {
-      const Buffer& b = plan.buffers[i];
       live.clear();
       for (int j : placed) {
-        if (!apart(plan.buffers[j], b)) live.emplace_back(offsets[j], AlignedSize(plan.buffers[j]));
+        if (!apart(units[j], units[i])) live.emplace_back(offsets[j], AlignedSize(units[j].block));
       }
       std::sort(live.begin(), live.end());
-      const int64_t size = AlignedSize(b);
+      const int64_t size = AlignedSize(units[i].block);
       offsets[i] = FirstFit(live, size);
       peak = std::max(peak, offsets[i] + size);
       placed.push_back(i);
@@ -181,15 +248,21 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   // fragment the space between them: what a step whose backward recomputes values needs).
   std::vector<int> by_first = transient, by_size = transient;
   std::stable_sort(by_first.begin(), by_first.end(),
-                   [&](int a, int b) { return plan.buffers[a].first < plan.buffers[b].first; });
+                   [&](int a, int b) { return units[a].block.first < units[b].block.first; });
   std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](int a, int b) { return plan.buffers[a].bytes > plan.buffers[b].bytes; });
+                   [&](int a, int b) { return units[a].block.bytes > units[b].block.bytes; });
   auto [offsets, peak] = place(by_first);
   if (auto [size_offsets, size_peak] = place(by_size); size_peak < peak) {
     offsets = std::move(size_offsets);
     peak = size_peak;
   }
-  for (int i : transient) plan.buffers[i].offset = plan.transient_offset + offsets[i];
+  for (int u : transient) {
+    int64_t offset = plan.transient_offset + offsets[u];
+    for (int b : units[u].members) {
+      plan.buffers[b].offset = offset;
+      offset += AlignedSize(plan.buffers[b]);
+    }
+  }
   plan.transient_peak = peak;
   plan.bytes_by_class[BufferClass::kActivation] = plan.transient_peak;
   plan.arena_bytes = plan.transient_offset + plan.transient_peak;

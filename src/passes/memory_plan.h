@@ -2,7 +2,9 @@
 // constants, fetched values) get fixed places; the step's inputs sit together so one copy per
 // step fills them; every other tensor gets an offset by liveness, reusing the space of tensors
 // that are dead (first fit, by first use or largest first, whichever peaks lower). No two tensors
-// that are alive at the same time overlap.
+// that are alive at the same time overlap. A communication op's inputs, and its outputs, are each
+// placed as one block in node order (alignment padding between them), so one collective covers a
+// whole bucket of gradients.
 #ifndef REPRISE_SRC_PASSES_MEMORY_PLAN_H_
 #define REPRISE_SRC_PASSES_MEMORY_PLAN_H_
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "src/ir/op_def.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -13,6 +14,13 @@ int Plan::lanes() const {
   int count = 1;
   for (const ScheduledLaunch& launch : launches) count = std::max(count, launch.lane + 1);
   return count;
+}
+
+int Plan::compute_lanes() const {
+  for (const ScheduledLaunch& launch : launches) {
+    if (graph().node(launch.node).op->kind == ir::OpKind::kCommunication) return lanes() - 1;
+  }
+  return lanes();
 }
 
 absl::StatusOr<Value> Plan::MapValue(Value user_value) const {

@@ -41,6 +41,9 @@ struct Plan {
 
   const Graph& graph() const { return training.graph; }
   int lanes() const;  // 1 + the highest lane of any launch.
+  // Lanes that run compute, each with a workspace: all but a data-parallel plan's communication
+  // lane (the last), whose collectives and optimizer updates need none.
+  int compute_lanes() const;
   // The plan's value for a value of the user's graph; NotFound if fusion removed it.
   absl::StatusOr<Value> MapValue(Value user_value) const;
 };

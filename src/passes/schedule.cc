@@ -23,6 +23,8 @@ bool OnWeightLane(const Node& node) {
   return IsWeightGradient(node) || node.op->kind == ir::OpKind::kOptimizer;
 }
 
+bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
+
 // Estimated device cost of a node, to find the step's critical path: bytes written, weighted up
 // for the ops whose time grows with more than their output (GEMMs, convolutions).
 int64_t CostOf(const Node& node) {
@@ -43,7 +45,7 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
   std::vector<int32_t> via(n, -1);
   for (const ScheduledLaunch& launch : order) {  // A topological order.
     const Node& node = graph.node(launch.node);
-    if (OnWeightLane(node)) continue;
+    if (OnWeightLane(node) || IsCommunication(node)) continue;
     int64_t best = 0;
     auto consider = [&](int32_t producer) {
       if (ir::IsLeaf(graph.node(producer)) || longest[producer] <= best) return;
@@ -81,14 +83,27 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
 
 int LaneOf(const Node& node, int lanes) { return lanes >= 2 && OnWeightLane(node) ? 1 : 0; }
 
-// Fills lanes and the fewest waits that order every cross-lane dependency.
-void AssignLanes(const Graph& graph, int lanes, std::vector<ScheduledLaunch>& order) {
+// Fills lanes and the fewest waits that order every cross-lane dependency. With a communication
+// lane (comm_lane >= 0, one past the compute lanes) the collectives run there, and so do the
+// optimizer's nodes and whatever reads a collective's result (a cast widening an averaged 16-bit
+// gradient): each update follows its bucket's all-reduce on that stream, so no compute lane ever
+// queues behind a launch that waits for communication.
+void AssignLanes(const Graph& graph, int lanes, int comm_lane,
+                 std::vector<ScheduledLaunch>& order) {
   std::vector<int> position(graph.num_nodes(), -1);
   const std::vector<int> side = lanes > 2 ? SideLanes(graph, order, lanes) : std::vector<int>{};
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
-    position[order[i].node] = i;
-    order[i].lane = lanes > 2 ? side[order[i].node] : LaneOf(graph.node(order[i].node), lanes);
+    const Node& node = graph.node(order[i].node);
+    position[node.id] = i;
+    order[i].lane = lanes > 2 ? side[node.id] : LaneOf(node, lanes);
+    bool after_collective = false;
+    for (const Value& v : node.inputs) after_collective |= IsCommunication(graph.node(v.node));
+    if (comm_lane >= 0 &&
+        (IsCommunication(node) || node.op->kind == ir::OpKind::kOptimizer || after_collective)) {
+      order[i].lane = comm_lane;
+    }
   }
+  if (comm_lane >= 0) lanes = comm_lane + 1;
   // waited[l][m]: the latest launch on lane m that lane l has already waited for.
   std::vector<std::vector<int>> waited(lanes, std::vector<int>(lanes, -1));
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
@@ -164,11 +179,14 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     for (const Value& v : node.inputs) edge(v.node, node.id);
     for (int32_t c : node.control_inputs) edge(c, node.id);
   }
-  // Ready nodes: optimizer updates first (each frees a gradient), then lowest id.
+  // Ready nodes: collectives first (a bucket's all-reduce starts as soon as its last gradient is
+  // made), then optimizer updates (each frees a gradient), then lowest id.
+  auto rank = [&](int32_t id) {
+    const ir::OpKind kind = graph.node(id).op->kind;
+    return kind == ir::OpKind::kCommunication ? 2 : kind == ir::OpKind::kOptimizer ? 1 : 0;
+  };
   auto later = [&](int32_t a, int32_t b) {
-    const bool opt_a = graph.node(a).op->kind == ir::OpKind::kOptimizer;
-    const bool opt_b = graph.node(b).op->kind == ir::OpKind::kOptimizer;
-    if (opt_a != opt_b) return opt_b;
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
     return a > b;
   };
   std::priority_queue<int32_t, std::vector<int32_t>, decltype(later)> ready(later);
@@ -191,7 +209,9 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     return absl::InvalidArgumentError(absl::StrCat("the graph has a cycle: scheduled ",
                                                    order.size(), " of ", non_leaf, " nodes"));
   }
-  AssignLanes(graph, lanes, order);
+  const bool communicates = std::any_of(graph.nodes().begin(), graph.nodes().end(),
+                                        [](const Node& n) { return IsCommunication(n); });
+  AssignLanes(graph, lanes, communicates ? lanes : -1, order);
   return order;
 }
 

@@ -1,8 +1,10 @@
 // Schedule: the order of launches and the lane of each. The order runs each optimizer update as
 // soon as it may, so gradients die early and the memory plan can reuse them. With two lanes the
 // weight gradients (and optimizer updates) run on lane 1 beside the data-gradient chain on lane
-// 0; with more, side branches off the critical path get lanes of their own. Lanes become streams
-// in eager mode and fork/join branches of the captured graph.
+// 0; with more, side branches off the critical path get lanes of their own. A data-parallel graph's
+// collectives (all_reduce) and the optimizer updates that wait for them take one more lane, the
+// communication lane, after the compute lanes. Lanes become streams in eager mode and fork/join
+// branches of the captured graph.
 #ifndef REPRISE_SRC_PASSES_SCHEDULE_H_
 #define REPRISE_SRC_PASSES_SCHEDULE_H_
 

@@ -1,7 +1,8 @@
 // Shape buckets on the GPU: steps of three buckets in any order are one training run, bit for bit
 // the run of three separate trainers that hand their weights and optimizer state on after every
 // step; each bucket's graph is captured once and only replayed; three buckets take at most 1.1x
-// the device memory of the largest bucket alone; verify mode passes on a bucket.
+// the device memory of the largest bucket alone; verify mode passes on a bucket; a batch padded
+// to a bucket (labels nn::kPaddingLabel, masked loss) trains as the batch alone.
 #include <random>
 #include <string>
 #include <vector>
@@ -9,8 +10,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/masked_loss.h"
 #include "src/runtime/device.h"
 #include "tests/cpu/cache_test_util.h"
+#include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/trust_test_models.h"
 
@@ -220,6 +224,67 @@ TEST(BucketedTrainerGpuTest, ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanThe
       "(arena %.1f)\n",
       bucketed_bytes / 1048576.0, memory.arena_bytes / 1048576.0, alone_bytes / 1048576.0,
       alone_arena / 1048576.0);
+}
+
+TEST(BucketedTrainerGpuTest, MaskedLossAndGradientMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  Graph g;
+  Value z = *g.AddParameter("z", {Shape{70, 45}}, Initializer::Uniform(-4, 4));
+  Value labels = *g.AddInput("labels", {Shape{70}, DType::kInt32});
+  Value dloss = *g.AddConstant("dloss", {Shape{}}, Initializer::Constant(1.5));
+  ASSERT_TRUE(g.AddOp1(ops::MaskedSoftmaxCrossEntropyOp(), "xent", {z, labels}).ok());
+  ASSERT_TRUE(
+      g.AddOp1(ops::MaskedSoftmaxCrossEntropyGradOp(), "xent_grad", {z, labels, dloss}).ok());
+  ir::ReferenceExecutor cpu(g, false, 3);
+  std::vector<int32_t> l(70);
+  for (int i = 0; i < 70; ++i) l[i] = i % 4 == 3 ? nn::kPaddingLabel : (i * 13) % 45;
+  ASSERT_TRUE(cpu.SetLeaf("labels", l).ok());
+  ExpectGpuMatchesCpu(g, cpu, 1e-5);
+}
+
+// The MLP with the masked loss, at any batch.
+absl::StatusOr<BucketModel> MaskedMlpAt(int64_t batch) {
+  BucketModel m;
+  Graph& g = m.graph;
+  Value x = *g.AddInput("features", {Shape{batch, kFeatures}, DType::kFloat32});
+  Value y = *g.AddInput("labels", {Shape{batch}, DType::kInt32});
+  Value h = *nn::Relu(g, *nn::Linear(g, x, 32, "fc0"));
+  m.loss = *nn::MaskedSoftmaxCrossEntropy(g, *nn::Linear(g, h, kClasses, "fc1"), y, "loss");
+  return m;
+}
+
+TEST(BucketedTrainerGpuTest, ABatchPaddedToABucketTrainsAsTheBatchAlone) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto bucketed,
+                               BucketedTrainer::Create(MaskedMlpAt, {8, 16}, Options()));
+  REPRISE_ASSERT_OK_AND_ASSIGN(BucketModel m, MaskedMlpAt(12));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto alone, Trainer::Create(m.graph, m.loss, Options()));
+  for (int s = 0; s < 6; ++s) {
+    const Batch b = BatchOf(12, s);
+    REPRISE_ASSERT_OK_AND_ASSIGN(const int64_t bucket, bucketed->PadToBucket(12));
+    ASSERT_EQ(bucket, 16);
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> x, PadRows(b.x, 12, bucket, 7.0f));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> y,
+                                 PadRows(b.y, 12, bucket, nn::kPaddingLabel));
+    REPRISE_ASSERT_OK(bucketed->SetInput("features", x));
+    REPRISE_ASSERT_OK(bucketed->SetInput("labels", y));
+    REPRISE_ASSERT_OK(bucketed->Step());
+    REPRISE_ASSERT_OK(alone->SetInput("features", b.x));
+    REPRISE_ASSERT_OK(alone->SetInput("labels", b.y));
+    REPRISE_ASSERT_OK(alone->Step());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float padded_loss, bucketed->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, alone->Loss());
+    EXPECT_NEAR(padded_loss, loss, 1e-5 * std::max(1.0f, std::abs(loss))) << "step " << s;
+  }
+  for (const std::string& name : alone->ParameterNames()) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> got, bucketed->GetParameter(name));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> want, alone->GetParameter(name));
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-4 * std::max(1.0f, std::abs(want[i])))
+          << name << "[" << i << "]";
+    }
+  }
 }
 
 }  // namespace

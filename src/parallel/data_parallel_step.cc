@@ -1,0 +1,44 @@
+#include "src/parallel/data_parallel_step.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/parallel/gradient_buckets.h"
+#include "src/runtime/sha256.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::parallel {
+
+absl::Status ValidateDataParallel(const DataParallel& options) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DataParallel::world_size must be at least 1, got ", options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("DataParallel::rank must be in [0, ",
+                                                   options.world_size, "), got ", options.rank));
+  }
+  if (options.bucket_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DataParallel::bucket_bytes must be at least 1, got ", options.bucket_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<autodiff::TrainingGraph> AddDataParallel(const DataParallel& options,
+                                                        const autodiff::TrainingGraph& t,
+                                                        std::string* buckets) {
+  RETURN_IF_ERROR(ValidateDataParallel(options));
+  ASSIGN_OR_RETURN(const std::vector<GradientBucket> assigned,
+                   AssignGradientBuckets(t, options.bucket_bytes));
+  if (assigned.empty()) {
+    return absl::InvalidArgumentError(
+        "data parallel training needs a loss that depends on at least one parameter");
+  }
+  *buckets = BucketsToString(assigned);
+  return AverageGradients(t, assigned);
+}
+
+std::string StepDigest(const std::string& model_fingerprint, const std::string& buckets) {
+  return runtime::ToHex(runtime::Sha256(absl::StrCat(model_fingerprint, "\n", buckets)));
+}
+
+}  // namespace reprise::parallel
