@@ -82,10 +82,10 @@ struct TrainOptions {
   // (src/passes/mixed_precision.h). An op without a 16-bit GPU lowering is refused at Create,
   // naming the node. float16's narrow range needs loss scaling, on by default for it (loss_scale).
   DType compute_dtype = DType::kFloat32;
-  // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // Loss scaling (reprise/optimizer.h): kAuto is dynamic for float16 and off otherwise; bfloat16
   // and float32 may ask for it too. LossScale() and SkippedSteps() read its state.
   LossScaleOptions loss_scale;
+  // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
   bool deterministic = false;
   // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
@@ -191,13 +191,6 @@ struct TrainerReport {
   std::vector<std::pair<std::string, int64_t>> recapture_reasons;
   std::vector<std::pair<std::string, int64_t>> instantiation_reasons;
   int64_t workspace_lanes = 1;  // stats.workspace_bytes is split evenly between the lanes.
-
-  std::string ToText() const;
-  std::string ToJson() const;
-};
-
-// The first difference Trainer::Verify found between the captured and the eager run.
-struct VerifyMismatch {
   // Loss scaling's state when the report was made (read from the device after the queued steps);
   // none when loss scaling is off.
   struct LossScaleState {
@@ -207,6 +200,13 @@ struct VerifyMismatch {
     int64_t skipped_steps = 0;
   };
   std::optional<LossScaleState> loss_scale;
+
+  std::string ToText() const;
+  std::string ToJson() const;
+};
+
+// The first difference Trainer::Verify found between the captured and the eager run.
+struct VerifyMismatch {
   int step = 0;        // Steps are counted from 0, the first step of each run.
   std::string tensor;  // "fc0.weight", "fc0.weight.exp_avg", "loss", ...
   // "loss", "gradient" (tensor "<parameter>.grad"), "parameter", "optimizer state" or "state".
@@ -276,6 +276,11 @@ class Trainer {
 
   // Runs one training step. Asynchronous: it returns once the step is queued.
   absl::Status Step();
+  // Loss scaling's current scale, and the steps whose update it skipped for a non-finite
+  // gradient (TrainOptions::loss_scale), read from the device after the queued steps: a read on
+  // request, nothing the steps wait for. 1 and 0 when loss scaling is off.
+  absl::StatusOr<float> LossScale();
+  absl::StatusOr<int64_t> SkippedSteps();
   // Waits for the queued steps to finish.
   absl::Status Synchronize();
   // Runs `steps` steps with the bound inputs, each between two CUDA events; returns each step's
@@ -283,11 +288,6 @@ class Trainer {
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
 
   // Where a step's device time goes: every launch of the plan run in order on one stream between
-  // Loss scaling's current scale, and the steps whose update it skipped for a non-finite
-  // gradient (TrainOptions::loss_scale), read from the device after the queued steps: a read on
-  // request, nothing the steps wait for. 1 and 0 when loss scaling is off.
-  absl::StatusOr<float> LossScale();
-  absl::StatusOr<int64_t> SkippedSteps();
   // CUDA events, `repeats` times, reduced to the median per launch (lanes do not overlap here).
   struct LaunchTime {
     std::string node;    // The plan's node (a fused kernel is named for its first node).

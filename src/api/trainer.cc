@@ -89,10 +89,10 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
     for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
-  }
     for (const codegen::GeneratedKernel& kernel : codegen::LossScaleKernels()) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
+  }
   const bool batched = std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
     return absl::StartsWith(n.op_name(), "batched_") || absl::StartsWith(n.op_name(), "model_");
   });

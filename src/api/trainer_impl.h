@@ -85,10 +85,10 @@ class Trainer::Impl {
     std::string frozen_input;  // Empty: no fault.
   };
   absl::StatusOr<VerifyResult> Verify(int steps, const VerifyFault& fault = {});
-  // In trainer_report.cc.
   // In trainer_loss_scale.cc: loss scaling's state, read from the device after the queued steps;
   // none when loss scaling is off.
   absl::StatusOr<std::optional<TrainerReport::LossScaleState>> ReadLossScale() const;
+  // In trainer_report.cc.
   TrainerReport Report() const;
   // Prints Report().ToText() to stderr when the environment has REPRISE_REPORT=1.
   void PrintReportIfAsked() const;
