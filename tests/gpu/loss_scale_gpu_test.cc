@@ -79,21 +79,31 @@ std::vector<float> CpuLeaf(ir::ReferenceExecutor& cpu, const std::string& name) 
 }
 
 // float16 MLP steps, graph and bulked, against the CPU reference's float16 steps: losses within
-// float16's rounding, updates within a few float16 ulps of the reference's, loss scale equal.
+// float16's rounding, updates within float16's tolerance, loss scale equal.
+//
+// The updates cannot agree to a few ulps. The GPU rounds matmul + bias (+ ReLU) once, in the
+// cuBLASLt epilogue; the unfused reference rounds the product to float16, then the sum. A
+// pre-activation within an ulp of zero then takes the other side of the ReLU, and that unit's whole
+// gradient goes or stays: a handful of such units per layer of 32 x 128. Measured on the CPU, the
+// reference's float16 step is itself 3.6..4.6% (total) and up to 8% (fc2.bias) from the float64
+// step on this model with SGD; the tolerances below are about twice that. SGD, because its update
+// is the gradient: Adam's first update is lr·sign(g), and every sign that rounding flips costs a
+// full lr (the float16 reference is 16% from float64 with AdamW there, so only an order-1 error
+// would show). A wrong scale or a missing unscale is off by order 1 or more either way.
 TEST(LossScaleGpuTest, Float16MlpFollowsTheCpuReference) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
-  const OptimizerOptions adam{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-3f};
+  const OptimizerOptions sgd_momentum = autodiff::FromSgd({.learning_rate = 0.005f});
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     SCOPED_TRACE(ExecModeName(mode));
     TrainOptions options;
     options.mode = mode;
     options.compute_dtype = DType::kFloat16;
-    options.optimizer = adam;
+    options.optimizer = sgd_momentum;
     options.loss_scale = kSafeScale;
     auto gpu = MakeTrainer(mlp.graph, mlp.loss, options);
     ASSERT_TRUE(gpu);
-    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, adam, kSafeScale);
+    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd_momentum, kSafeScale);
     ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
     absl::flat_hash_map<std::string, std::vector<float>> initial;
     for (const std::string& name : gpu->ParameterNames()) {
@@ -117,8 +127,8 @@ TEST(LossScaleGpuTest, Float16MlpFollowsTheCpuReference) {
       testing::ExpectUpdatesAgree(
           gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
           [&](const std::string& name) { return *gpu->GetParameter(name); },
-          [&](const std::string& name) { return CpuLeaf(cpu, name); }, /*total=*/1e-2,
-          /*each=*/5e-2);
+          [&](const std::string& name) { return CpuLeaf(cpu, name); }, /*total=*/0.1,
+          /*each=*/0.2);
     }
     EXPECT_EQ(*gpu->LossScale(), 1024.0f);
     EXPECT_EQ(*gpu->SkippedSteps(), 0);
@@ -255,7 +265,23 @@ TEST(LossScaleGpuTest, CheckpointsCarryTheScaleAndItsCounters) {
   };
   run(*saving, 0, 20);
   const int64_t skipped_at_save = *saving->SkippedSteps();
-  EXPECT_GE(skipped_at_save, 14);  // 2^30 down to 2^16 at least.
+  // The CPU reference's float16 step skips the same steps: 2^30 down to 2^19 (d(logits) is at
+  // most scale / 32 per row, so about 2^20 fits float16's 65504), then the growths every third
+  // clean step back to 2^20 overflow on some batches. The reference measured 12 in 20 steps.
+  {
+    const OptimizerOptions sgd = autodiff::FromSgd(options.sgd);
+    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd, options.loss_scale);
+    ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
+    for (int s = 0; s < 20; ++s) {
+      MlpBatch(s, x, y);
+      ASSERT_TRUE(cpu.SetLeaf("features", std::vector<double>(x.begin(), x.end())).ok());
+      ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
+      ASSERT_TRUE(cpu.Run().ok());
+    }
+    EXPECT_EQ((*cpu.Leaf(autodiff::kLossScaleSkippedSteps))->data<int32_t>()[0], skipped_at_save);
+    EXPECT_EQ((*cpu.Leaf(autodiff::kLossScale))->data<float>()[0], *saving->LossScale());
+  }
+  EXPECT_GE(skipped_at_save, 11);  // 2^30 down to 2^19 at least.
   const std::string path =
       absl::StrCat(::testing::TempDir(), "/loss_scale_checkpoint_", getpid(), ".safetensors");
   ASSERT_TRUE(saving->SaveCheckpoint(path).ok());
