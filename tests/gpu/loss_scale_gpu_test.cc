@@ -78,6 +78,22 @@ std::vector<float> CpuLeaf(ir::ReferenceExecutor& cpu, const std::string& name) 
   return {data.begin(), data.end()};
 }
 
+// The relative L2 distance between two runs' updates (weights after minus `before`), over all
+// parameters together: ExpectUpdatesAgree's total, as a number.
+double UpdateDistance(const std::vector<std::string>& names, const testing::ParameterReader& before,
+                      const testing::ParameterReader& got, const testing::ParameterReader& want) {
+  double err = 0, norm = 0;
+  for (const std::string& name : names) {
+    const std::vector<float> w0 = before(name), a = got(name), b = want(name);
+    for (size_t i = 0; i < w0.size(); ++i) {
+      const double da = static_cast<double>(a[i]) - w0[i], db = static_cast<double>(b[i]) - w0[i];
+      err += (da - db) * (da - db);
+      norm += db * db;
+    }
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
 // float16 MLP steps, graph and bulked, against the CPU reference's float16 steps: losses within
 // float16's rounding, updates within float16's tolerance, loss scale equal.
 //
@@ -352,8 +368,21 @@ TEST_P(ResNetFloat16GpuTest, FollowsTheCpuReferenceAndReplayEqualsBulked) {
   std::cout << "ResNet-18 f16 " << LayoutName(layout) << ": " << gpu->stats().ToString() << "\n";
   CpuStep step = CpuFloat16Step(net->graph, net->loss, sgd, kSafeScale);
   ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
+  // The truth the float16 runs approximate: the float32 graph's step in float64, from the same
+  // weights.
+  auto exact_step = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.005f});
+  ASSERT_TRUE(exact_step.ok()) << exact_step.status();
+  ir::ReferenceExecutor exact(exact_step->graph, /*float64=*/true, /*seed=*/42);
   absl::flat_hash_map<std::string, std::vector<float>> initial;
-  for (const std::string& name : gpu->ParameterNames()) initial[name] = *gpu->GetParameter(name);
+  for (const std::string& name : gpu->ParameterNames()) {
+    initial[name] = *gpu->GetParameter(name);
+    ASSERT_TRUE(
+        exact.SetLeaf(name, std::vector<double>(initial[name].begin(), initial[name].end())).ok());
+  }
+  auto exact_leaf = [&](const std::string& name) {
+    auto data = (*exact.Leaf(name))->data<double>();
+    return std::vector<float>(data.begin(), data.end());
+  };
   Data data;
   std::vector<float> x;
   std::vector<int32_t> y;
@@ -368,17 +397,31 @@ TEST_P(ResNetFloat16GpuTest, FollowsTheCpuReferenceAndReplayEqualsBulked) {
     losses.push_back(*gpu->Loss());
     EXPECT_EQ(losses.back(), *bulked->Loss()) << "step " << s;
     if (s >= 2) continue;
-    ASSERT_TRUE(cpu.SetLeaf("images", std::vector<double>(x.begin(), x.end())).ok());
-    ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
-    ASSERT_TRUE(cpu.Run().ok());
+    for (ir::ReferenceExecutor* reference : {&cpu, &exact}) {
+      ASSERT_TRUE(reference->SetLeaf("images", std::vector<double>(x.begin(), x.end())).ok());
+      ASSERT_TRUE(reference->SetLeaf("labels", y).ok());
+      ASSERT_TRUE(reference->Run().ok());
+    }
     const float cpu_loss = (*cpu.Tensor(step.loss))->data<float>()[0];
     EXPECT_NEAR(losses.back(), cpu_loss, 2e-2f * cpu_loss) << "step " << s;
-    SCOPED_TRACE(absl::StrCat("updates after step ", s));
-    testing::ExpectUpdatesAgree(
-        gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
-        [&](const std::string& name) { return *gpu->GetParameter(name); },
-        [&](const std::string& name) { return CpuLeaf(cpu, name); }, /*total=*/5e-2,
-        /*each=*/0.5);
+    // float16 alone moves a deep network's updates by ~10% (a pre-activation rounded across zero
+    // takes a ReLU unit's whole gradient in or out; measured on the CPU, the float16 reference is
+    // 11.5% from float64 after ResNet-18's first step), and the GPU rounds at other places (fused
+    // epilogues round once), so the GPU cannot follow the float16 reference closely. What it must
+    // do is stay as near to the exact step as float16 allows: no further from float64 than the
+    // float16 reference is, with a margin. A wrong scale or unscale is off by order 1.
+    const std::vector<std::string> names = gpu->ParameterNames();
+    auto before = [&](const std::string& name) { return initial.at(name); };
+    auto on_gpu = [&](const std::string& name) { return *gpu->GetParameter(name); };
+    auto in_reference = [&](const std::string& name) { return CpuLeaf(cpu, name); };
+    const double gpu_error = UpdateDistance(names, before, on_gpu, exact_leaf);
+    const double reference_error = UpdateDistance(names, before, in_reference, exact_leaf);
+    std::cout << "ResNet-18 f16 " << LayoutName(layout) << " step " << s
+              << ": updates from float64: GPU " << gpu_error << ", float16 reference "
+              << reference_error << "; GPU from the float16 reference "
+              << UpdateDistance(names, before, on_gpu, in_reference) << "\n";
+    EXPECT_LT(gpu_error, 1.5 * reference_error + 1e-2) << "step " << s;
+    EXPECT_LT(reference_error, 0.3) << "step " << s;
   }
   for (const std::string& name : gpu->ParameterNames()) {
     EXPECT_EQ(*gpu->GetParameter(name), *bulked->GetParameter(name)) << name;
