@@ -34,6 +34,9 @@ ABSL_FLAG(bool, whole_step, true,
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
+ABSL_FLAG(double, data_parallel_bucket_mb, 0,
+          "data parallelism's gradient buckets in MiB: the plan's all-reduces on the "
+          "communication lane (stages training and plan); 0: none");
 ABSL_FLAG(bool, cuda_debug_dot, false,
           "with --stage cuda-graph --format dot: CUDA's own DOT (cudaGraphDebugDotPrint), "
           "annotated in comments, instead of reprise's");
@@ -75,6 +78,8 @@ int main(int argc, char** argv) {
   request.lanes = absl::GetFlag(FLAGS_lanes);
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.mirror = absl::GetFlag(FLAGS_mirror);
+  request.data_parallel_bucket_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_data_parallel_bucket_mb) * (1 << 20));
   request.output = absl::GetFlag(FLAGS_o);
   request.cuda_debug_dot = absl::GetFlag(FLAGS_cuda_debug_dot);
 

@@ -12,6 +12,7 @@
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
 #include "src/autodiff/autodiff.h"
+#include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/plan.h"
 #include "src/passes/plan_dump.h"
@@ -79,7 +80,12 @@ absl::StatusOr<autodiff::TrainingGraph> TrainingGraphOf(const Model& model,
   ASSIGN_OR_RETURN(const passes::BatchedGraph batched,
                    passes::BatchEnsembles(model.graph, model.loss, {},
                                           {.min_models = request.batch_ensembles ? 2 : INT_MAX}));
-  return autodiff::BuildTrainingGraph(batched.graph, batched.loss, {});
+  ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
+                   autodiff::BuildTrainingGraph(batched.graph, batched.loss, {}));
+  if (request.data_parallel_bucket_bytes == 0) return training;
+  std::string buckets;
+  return parallel::AddDataParallel({.bucket_bytes = request.data_parallel_bucket_bytes}, training,
+                                   &buckets);
 }
 
 absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest& request,
@@ -122,7 +128,7 @@ absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
 
 static absl::StatusOr<passes::PlanOptions> PlanOptionsOf(const DumpRequest& request) {
   passes::PlanOptions options{.fuse = request.fuse, .lanes = request.lanes};
-  options.fusion.whole_mlp_step = request.whole_step;
+  options.fusion.whole_mlp_step = request.whole_step && request.data_parallel_bucket_bytes == 0;
   ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
   return options;
 }
@@ -146,6 +152,12 @@ absl::Status ValidateDumpRequest(const DumpRequest& request) {
   if (request.lanes < 0 || request.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("--lanes must be 0 (auto) or 1 to ",
                                                    passes::kMaxLanes, ", got ", request.lanes));
+  }
+  if (request.data_parallel_bucket_bytes < 0 ||
+      (request.data_parallel_bucket_bytes > 0 && stage == DumpStage::kCudaGraph)) {
+    return absl::InvalidArgumentError(
+        "--data_parallel_bucket_mb must be positive, with --stage training or plan (a captured "
+        "data-parallel step needs its ranks)");
   }
   if (absl::Status mirror = ParseMirrorOptions(request.mirror).status(); !mirror.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.message()));

@@ -36,6 +36,9 @@ struct DumpRequest {
   int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   std::string mirror = "off";   // off, auto or a byte budget (stages plan and cuda-graph).
+  // Data parallelism's gradient buckets of this many bytes, averaged by all_reduce nodes (stages
+  // training and plan; turns off the whole-step kernel as the Trainer does); 0: none.
+  int64_t data_parallel_bucket_bytes = 0;
   std::string output;           // -o: the file to write; empty or "-" for standard output.
   bool cuda_debug_dot = false;  // cuda-graph in dot: CUDA's own DOT instead of reprise's.
 };

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "src/api/model_dump.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ops/all_reduce.h"
@@ -271,6 +272,19 @@ TEST(DataParallelPlanTest, ResNet18BucketsStartAtTheClassifierAndEndAtTheStem) {
     EXPECT_THAT(buckets.back().parameters, ::testing::Contains("conv1.weight"));
     ExpectDataParallelSchedule(plan, static_cast<int>(buckets.size()));
   }
+}
+
+TEST(DataParallelPlanTest, ThePlanDumpShowsEachAllReduceOnTheCommunicationLane) {
+  DumpRequest request;
+  request.mlp = {.batch = 8, .input_features = 32, .depth = 3, .width = 64};
+  request.lanes = 2;
+  request.data_parallel_bucket_bytes = 10000;
+  auto text = DumpModel(request);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, ::testing::ContainsRegex("lane 2 [^\n]*grad_allreduce.0 = all_reduce"));
+  EXPECT_THAT(*text, ::testing::ContainsRegex("lane 2 [^\n]*grad_allreduce.1 = all_reduce"));
+  request.stage = "cuda-graph";
+  EXPECT_THAT(ValidateDumpRequest(request).message(), HasSubstr("--data_parallel_bucket_mb"));
 }
 
 }  // namespace
