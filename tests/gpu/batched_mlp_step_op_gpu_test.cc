@@ -36,6 +36,7 @@ struct OpCase {
 absl::StatusOr<Graph> FusedEnsembleStep(const OpCase& c) {
   Graph g;
   std::vector<Value> losses;
+  std::optional<Value> total;
   if (c.shared) {
     ASSIGN_OR_RETURN(Value x,
                      g.AddInput("features", {Shape{c.config.batch, c.config.input_features}}));
@@ -55,9 +56,12 @@ absl::StatusOr<Graph> FusedEnsembleStep(const OpCase& c) {
     ASSIGN_OR_RETURN(models::MlpEnsemble e, models::BuildMlpEnsemble(c.models, c.config));
     g = std::move(e.graph);
     losses = e.losses;
+    total = e.loss;  // BuildMlpEnsemble sums the losses itself.
   }
-  ASSIGN_OR_RETURN(const Value total, models::SumLosses(g, losses));
-  ASSIGN_OR_RETURN(passes::BatchedGraph batched, passes::BatchEnsembles(g, total, losses));
+  if (!total.has_value()) {
+    ASSIGN_OR_RETURN(total, models::SumLosses(g, losses));
+  }
+  ASSIGN_OR_RETURN(passes::BatchedGraph batched, passes::BatchEnsembles(g, *total, losses));
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
                    autodiff::BuildTrainingGraph(
                        batched.graph, batched.loss,
