@@ -1,3 +1,4 @@
+#include "src/ops/all_reduce.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
@@ -31,7 +32,9 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedMatmulOp(), &BatchedMatmulBiasOp(), &BatchedBiasAddOp(), &BatchedColumnSumOp(),
           &BatchedReluGradBiasGradOp(), &BatchedSoftmaxCrossEntropyOp(),
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
-          &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp()};
+          &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
+          // Data parallelism (src/parallel/gradient_buckets.h).
+          &AllReduceOp()};
 }
 
 }  // namespace reprise::ops
