@@ -111,8 +111,31 @@ extern "C" __global__ void reprise_sgd_momentum_multi(SgdTable table, const floa
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
   const float rate = lr[0], momentum = mu[0], decay = wd[0];
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
+  const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  // Four elements per thread, one 16-byte access per array, where all three are 16-byte aligned
+  // (scalar accesses reached ~77% of a device copy's bandwidth on an H100); the same arithmetic
+  // per element, so the same bits. The tail and unaligned tensors go one by one.
+  long long done = 0;
+  if ((((unsigned long long)w | (unsigned long long)g | (unsigned long long)v) & 15ull) == 0ull) {
+    done = n / 4 * 4;
+    for (long long q = first; q < n / 4; q += stride) {
+      float4 w4 = ((float4*)w)[q], v4 = ((float4*)v)[q];
+      const float4 g4 = ((const float4*)g)[q];
+      float* wk = &w4.x;
+      float* vk = &v4.x;
+      const float* gk = &g4.x;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float grad = __fadd_rn(gk[k], __fmul_rn(decay, wk[k]));
+        vk[k] = __fadd_rn(__fmul_rn(momentum, vk[k]), grad);
+        wk[k] = __fsub_rn(wk[k], __fmul_rn(rate, vk[k]));
+      }
+      ((float4*)w)[q] = w4;
+      ((float4*)v)[q] = v4;
+    }
+  }
+  for (long long i = done + first; i < n; i += stride) {
     const float grad = __fadd_rn(g[i], __fmul_rn(decay, w[i]));
     const float vel = __fadd_rn(__fmul_rn(momentum, v[i]), grad);
     v[i] = vel;
