@@ -71,6 +71,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                       {},
                       std::make_unique<InputCopy>(res.arena + plan.memory.input_offset,
                                                   res.input_staging, plan.memory.input_bytes)});
+  const int compute_lanes = plan.compute_lanes();
   for (const passes::ScheduledLaunch& scheduled : plan.launches) {
     const Node& node = g.node(scheduled.node);
     ops::LoweringContext ctx;
@@ -80,14 +81,14 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.device = res.device;
     ctx.workspace = res.workspace;
     ctx.workspace_bytes = res.workspace_bytes;
-    if (scheduled.lane > static_cast<int>(res.lane_workspaces.size())) {
-      // The communication lane has no workspace: its collectives and optimizer updates need none.
-      if (node.op->kind != ir::OpKind::kCommunication && node.op->kind != ir::OpKind::kOptimizer) {
-        return absl::InternalError(
-            absl::StrCat("no workspace for lane ", scheduled.lane, " of '", node.name, "'"));
-      }
+    if (scheduled.lane >= compute_lanes) {
+      // The communication lane has no workspace: its collectives, optimizer updates and the casts
+      // that widen averaged gradients need none.
       ctx.workspace = nullptr;
       ctx.workspace_bytes = 0;
+    } else if (scheduled.lane > static_cast<int>(res.lane_workspaces.size())) {
+      return absl::InternalError(
+          absl::StrCat("no workspace for lane ", scheduled.lane, " of '", node.name, "'"));
     } else if (scheduled.lane > 0) {
       ctx.workspace = res.lane_workspaces[scheduled.lane - 1];
     }

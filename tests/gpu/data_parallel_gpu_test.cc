@@ -75,12 +75,17 @@ std::map<std::string, std::vector<float>> Weights(Trainer& t) {
   return out;
 }
 
-TEST(DataParallelGpuTest, OneRankTrainsBitwiseAsAPlainTrainer) {
+// float32, and bfloat16 mixed precision, whose 16-bit gradients are averaged and then widened by
+// casts on the communication lane.
+class DataParallelOneRankTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = *models::BuildMlp(Mlp(32));
-  REPRISE_ASSERT_OK_AND_ASSIGN(auto plain,
-                               Trainer::Create(mlp.graph, mlp.loss, Options(ExecMode::kGraph)));
-  TrainOptions options = Options(ExecMode::kGraph);
+  TrainOptions plain_options = Options(ExecMode::kGraph);
+  plain_options.compute_dtype = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(mlp.graph, mlp.loss, plain_options));
+  TrainOptions options = plain_options;
   REPRISE_ASSERT_OK_AND_ASSIGN(const DataParallelId id, NewDataParallelId());
   options.data_parallel = DataParallel{.rank = 0, .world_size = 1, .id = id};
   REPRISE_ASSERT_OK_AND_ASSIGN(auto one, Trainer::Create(mlp.graph, mlp.loss, options));
@@ -97,6 +102,12 @@ TEST(DataParallelGpuTest, OneRankTrainsBitwiseAsAPlainTrainer) {
   EXPECT_EQ(Weights(*plain), Weights(*one));
   EXPECT_EQ(one->stats().graph_replays, 20);
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, DataParallelOneRankTest,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 // 50 steps of two ranks on the halves of each batch against one GPU on the whole batch.
 TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
