@@ -69,12 +69,21 @@ def make_batch(args, device, rank):
 def run_mode(args, mode, rank, world, device):
     torch.manual_seed(0)
     model = build_model(args).to(device)
-    # DDP on one GPU too: the 1-GPU run is DDP's own baseline.
-    model = nn.parallel.DistributedDataParallel(
-        model, device_ids=[rank], bucket_cap_mb=args.bucket_mb, gradient_as_bucket_view=True)
-    step_model = torch.compile(model, mode="max-autotune-no-cudagraphs") if mode == "compile_graph" else model
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
-                          **({"capturable": True} if mode != "eager" else {"foreach": True}))
+    # DDP on one GPU too: the 1-GPU run is DDP's own baseline. For whole-step capture DDP is
+    # built in a side stream (PyTorch's recipe for capturing DDP's backward).
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[rank], bucket_cap_mb=args.bucket_mb, gradient_as_bucket_view=True)
+    torch.cuda.current_stream().wait_stream(side)
+    step_model = (torch.compile(model, mode="max-autotune-no-cudagraphs")
+                  if mode == "compile_graph" else model)
+    try:  # capturable where this torch's SGD has it (graph modes), else foreach.
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
+                              **({"capturable": True} if mode != "eager" else {"foreach": True}))
+    except TypeError:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
     loss_fn = nn.CrossEntropyLoss()
     x, y = make_batch(args, device, rank)
 
@@ -90,7 +99,6 @@ def run_mode(args, mode, rank, world, device):
             step()
         run = step
     else:
-        side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(max(11, args.warmup)):
