@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "reprise/bucketed_trainer.h"
 #include "reprise/models.h"
 #include "src/api/model_dump.h"
 #include "src/autodiff/autodiff.h"
@@ -17,6 +18,7 @@
 #include "src/parallel/gradient_buckets.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
+#include "src/util/status_macros.h"
 
 namespace reprise {
 namespace {
@@ -285,6 +287,19 @@ TEST(DataParallelPlanTest, ThePlanDumpShowsEachAllReduceOnTheCommunicationLane) 
   EXPECT_THAT(*text, ::testing::ContainsRegex("lane 2 [^\n]*grad_allreduce.1 = all_reduce"));
   request.stage = "cuda-graph";
   EXPECT_THAT(ValidateDumpRequest(request).message(), HasSubstr("--data_parallel_bucket_mb"));
+}
+
+TEST(DataParallelPlanTest, ShapeBucketsRefuseDataParallelism) {
+  TrainOptions options;
+  options.data_parallel = DataParallel{};
+  auto trainer = BucketedTrainer::Create(
+      [](int64_t batch) -> absl::StatusOr<BucketModel> {
+        ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp({.batch = batch}));
+        return BucketModel{std::move(mlp.graph), mlp.loss};
+      },
+      {8, 16}, options);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(trainer.status().message(), HasSubstr("data_parallel"));
 }
 
 }  // namespace
