@@ -33,6 +33,10 @@ struct FuseOptions {
   // A small ReLU MLP's whole step as one persistent kernel (src/passes/fuse_mlp_step.h), planned
   // for `mlp_step_target` (default: an H100); when it applies, nothing else is left to fuse.
   bool whole_mlp_step = true;
+  // An ensemble's whole step only up to this many models: on an H100 (docs/benchmarks.md, session
+  // 6) it beat the batched per-layer step at K = 4 (0.052 vs 0.065 ms) and lost at K = 32 (0.129
+  // vs 0.113) and K = 128 (0.382 vs 0.315); the crossover between 4 and 32 is not measured.
+  int64_t whole_step_max_models = 4;
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
   // With gemm_epilogues: a hidden ReLU layer's backward (relu_grad, bias gradient) in the

@@ -36,7 +36,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
                                                   const autodiff::TrainingGraph& training,
                                                   absl::Span<const Value> kept,
                                                   const codegen::MlpStepTarget& target,
-                                                  std::string* why) {
+                                                  int64_t max_models, std::string* why) {
   auto fail = [&](std::string reason) -> std::optional<NodeGroup> {
     if (why != nullptr) *why = absl::StrCat("ensemble: ", reason);
     return std::nullopt;
@@ -48,6 +48,11 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   const Node& loss = g.node(total.inputs[0].node);
   if (loss.op != &ops::BatchedSoftmaxCrossEntropyOp())
     return fail("the models' loss is not softmax cross-entropy");
+  const int64_t models = g.spec(loss.inputs[0]).shape.dim(0);
+  if (models > max_models) {
+    return fail(absl::StrCat(models, " models, more than whole_step_max_models = ", max_models,
+                             " (the batched per-layer step is faster there)"));
+  }
   int tiles = 0;
   const std::optional<Value> labels = ModelInput(g, loss.inputs[1], &tiles);
   if (!labels.has_value()) return fail("the labels are not an input");

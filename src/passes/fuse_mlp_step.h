@@ -32,12 +32,13 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
 // K models' chains of batched_matmul, batched_bias_add and relu to a batched softmax
 // cross-entropy whose losses model_sum adds, each stacked parameter under SGD with momentum,
 // become one batched_mlp_train_step. Inputs every model shares (model_tile) are read as they are.
-// `why` starts with "ensemble: ".
+// Ensembles of more than `max_models` models are declined (FuseOptions::whole_step_max_models
+// says why). `why` starts with "ensemble: ".
 std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
                                                   const autodiff::TrainingGraph& training,
                                                   absl::Span<const Value> kept,
                                                   const codegen::MlpStepTarget& target,
-                                                  std::string* why);
+                                                  int64_t max_models, std::string* why);
 
 }  // namespace reprise::passes
 

@@ -319,13 +319,13 @@ TEST(BatchEnsembleTest, PerModelNamesOfStackedWeightsAndOptimizerState) {
 // The batched training graph goes through the rest of the pipeline: fusion, schedule, memory.
 TEST(BatchEnsembleTest, BatchedTrainingGraphPlans) {
   auto ensemble = models::BuildMlpEnsemble(
-      8, {.batch = 64, .input_features = 64, .depth = 2, .width = 256, .classes = 10});
+      4, {.batch = 64, .input_features = 64, .depth = 2, .width = 256, .classes = 10});
   ASSERT_TRUE(ensemble.ok());
   auto batched = passes::BatchEnsembles(ensemble->graph, ensemble->loss, ensemble->losses);
   ASSERT_TRUE(batched.ok());
   auto training = autodiff::BuildTrainingGraph(batched->graph, batched->loss, SgdOptions{});
   ASSERT_TRUE(training.ok()) << training.status();
-  // By default the whole step is one launch (src/ops/mlp_step.h, batched_mlp_train_step).
+  // By default four models' whole step is one launch (src/ops/mlp_step.h, batched_mlp_train_step).
   auto whole = passes::BuildPlan(*training, batched->kept, {.lanes = 2});
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_EQ(whole->launches.size(), 1u) << passes::PlanToString(*whole);

@@ -68,7 +68,9 @@ absl::StatusOr<Graph> FusedEnsembleStep(const OpCase& c) {
                        {.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f}));
   std::vector<Value> kept = {training.loss};
   kept.insert(kept.end(), batched.kept.begin(), batched.kept.end());
-  ASSIGN_OR_RETURN(passes::FusedTraining fused, passes::Fuse(training, kept, {}));
+  passes::FuseOptions options;
+  options.whole_step_max_models = c.models;  // The op at any K, whether or not it pays.
+  ASSIGN_OR_RETURN(passes::FusedTraining fused, passes::Fuse(training, kept, options));
   if (!fused.training.graph.FindNode("batched_mlp_train_step").ok()) {
     return absl::InternalError(absl::StrCat("not fused: ", fused.whole_step_declined));
   }
