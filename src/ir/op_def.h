@@ -42,12 +42,12 @@ using LowerFn = absl::StatusOr<std::unique_ptr<ops::GpuKernel>> (*)(
 
 // What recomputing the op would cost (for mirroring) and how the planner treats it.
 enum class OpKind : uint8_t {
-  kLeaf,       // input, parameter, state, constant: storage, no launch.
-  kPointwise,  // Elementwise: cheap to recompute, fusable.
-  kReduction,  // Cheap, but reads a whole tensor per output.
-  kMatmul,     // Expensive.
-  kOptimizer,  // The optimizer: updates writing parameters and state in place, and the per-step
-               // scalars they read (scheduled rate, clip coefficient).
+  kLeaf,           // input, parameter, state, constant: storage, no launch.
+  kPointwise,      // Elementwise: cheap to recompute, fusable.
+  kReduction,      // Cheap, but reads a whole tensor per output.
+  kMatmul,         // Expensive.
+  kOptimizer,      // The optimizer: updates writing parameters and state in place, and the per-step
+                   // scalars they read (scheduled rate, clip coefficient).
   kCommunication,  // Collectives across data-parallel ranks (all_reduce): a lane of their own, and
                    // inputs and outputs each laid out contiguously by the memory plan.
 };

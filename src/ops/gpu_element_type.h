@@ -1,7 +1,7 @@
 // Which element type a generated-kernel lowering runs in: float32, or bfloat16 or float16 stored
-// as their 16 bits and computed in float (src/codegen/element_type.h). Lowerings call this before building a
-// kernel so that a tensor of another type, or a mix of types, is refused by name instead of being
-// read as the wrong bytes.
+// as their 16 bits and computed in float (src/codegen/element_type.h). Lowerings call this before
+// building a kernel so that a tensor of another type, or a mix of types, is refused by name instead
+// of being read as the wrong bytes.
 #ifndef REPRISE_SRC_OPS_GPU_ELEMENT_TYPE_H_
 #define REPRISE_SRC_OPS_GPU_ELEMENT_TYPE_H_
 
