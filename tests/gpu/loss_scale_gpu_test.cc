@@ -24,6 +24,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/passes/mixed_precision.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/template_images.h"
 #include "tests/gpu/update_agreement.h"
 
 namespace reprise {
@@ -318,29 +319,10 @@ TEST(LossScaleGpuTest, CheckpointsCarryTheScaleAndItsCounters) {
 // updates within float16's tolerance, graph = bulked bit for bit, and the loss falls.
 constexpr int kBatch = 8, kSize = 64, kClasses = 4;
 
-class Data {
+// Each class is a fixed random image template under noise.
+class Data : public testing::TemplateImages {
  public:
-  Data() : rng_(5) {
-    std::uniform_real_distribution<float> uniform(-1, 1);
-    for (auto& t : templates_) {
-      t.resize(3 * kSize * kSize);
-      for (float& v : t) v = uniform(rng_);
-    }
-  }
-  void Next(std::vector<float>& x, std::vector<int32_t>& y) {
-    std::normal_distribution<float> normal;
-    x.resize(kBatch * 3 * kSize * kSize);
-    y.resize(kBatch);
-    for (int i = 0; i < kBatch; ++i) {
-      y[i] = static_cast<int32_t>(rng_() % kClasses);
-      for (int j = 0; j < 3 * kSize * kSize; ++j)
-        x[i * 3 * kSize * kSize + j] = templates_[y[i]][j] + 0.5f * normal(rng_);
-    }
-  }
-
- private:
-  std::mt19937 rng_;
-  std::vector<float> templates_[kClasses];
+  Data() : TemplateImages(kBatch, kSize, kClasses) {}
 };
 
 class ResNetFloat16GpuTest : public ::testing::TestWithParam<Layout> {};

@@ -13,6 +13,7 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/reference_executor.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/template_images.h"
 #include "tests/gpu/update_agreement.h"
 
 namespace reprise {
@@ -40,29 +41,9 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
 }
 
 // Each class is a fixed random image template under noise.
-class Data {
+class Data : public testing::TemplateImages {
  public:
-  Data() : rng_(5) {
-    std::uniform_real_distribution<float> uniform(-1, 1);
-    for (auto& t : templates_) {
-      t.resize(3 * kSize * kSize);
-      for (float& v : t) v = uniform(rng_);
-    }
-  }
-  void Next(std::vector<float>& x, std::vector<int32_t>& y) {
-    std::normal_distribution<float> normal;
-    x.resize(kBatch * 3 * kSize * kSize);
-    y.resize(kBatch);
-    for (int i = 0; i < kBatch; ++i) {
-      y[i] = static_cast<int32_t>(rng_() % kClasses);
-      for (int j = 0; j < 3 * kSize * kSize; ++j)
-        x[i * 3 * kSize * kSize + j] = templates_[y[i]][j] + 0.5f * normal(rng_);
-    }
-  }
-
- private:
-  std::mt19937 rng_;
-  std::vector<float> templates_[kClasses];
+  Data() : TemplateImages(kBatch, kSize, kClasses) {}
 };
 
 std::vector<float> Train(Trainer& t, int steps) {
