@@ -169,7 +169,7 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
 }
 
 absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, Apply apply) {
   std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
   ASSIGN_OR_RETURN(runtime::Graph graph, Record(launches, lanes, stream, launch_nodes));
   ++captures_;
@@ -177,16 +177,20 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "re-captured step"));
   cudaGraphExecUpdateResultInfo info = {};
-  if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
-    // The executable keeps naming its nodes by the graph it was instantiated from, so that graph
-    // stays (its copy destinations, which SetCopySource looks up, are unchanged).
-    ++exec_updates_;
-    return absl::OkStatus();
+  if (apply == Apply::kUpdateElseInstantiate) {
+    if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
+      // The executable keeps naming its nodes by the graph it was instantiated from, so that
+      // graph stays (its copy destinations, which SetCopySource looks up, are unchanged).
+      ++exec_updates_;
+      return absl::OkStatus();
+    }
+    (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
   }
-  (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
   ASSIGN_OR_RETURN(exec_, runtime::GraphExec::Create(graph));
   ++instantiations_;
-  ++instantiation_reasons_[std::string(ExecUpdateResultName(info.result))];
+  ++instantiation_reasons_[apply == Apply::kInstantiate
+                               ? std::string(kForcedInstantiation)
+                               : std::string(ExecUpdateResultName(info.result))];
   graph_ = std::move(graph);
   copy_nodes_.clear();  // Handles of the old graph.
   launch_nodes_ = std::move(launch_nodes);

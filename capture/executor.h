@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -58,11 +59,20 @@ class CapturedStep {
   // One launch of the whole step.
   absl::Status Replay(cudaStream_t stream);
 
+  // How Recapture brings the executable graph up to date.
+  enum class Apply : uint8_t {
+    kUpdateElseInstantiate,  // cudaGraphExecUpdate in place; instantiate anew if it is refused.
+    // Instantiate anew without trying an update: only to measure and test that fallback
+    // (counted under the reason kForcedInstantiation).
+    kInstantiate,
+  };
+  static constexpr char kForcedInstantiation[] = "forced (Apply::kInstantiate)";
+
   // Records `launches` again after a change of topology (a binding added or removed) and brings
   // the executable graph up to date: in place with cudaGraphExecUpdate when the driver accepts
   // it, else by instantiating anew. Each path is counted.
   absl::Status Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
-                         cudaStream_t stream);
+                         cudaStream_t stream, Apply apply = Apply::kUpdateElseInstantiate);
   // Points the captured bound-input copy (a cudaMemcpyDefault copy of `bytes`) into
   // `destination` at a new source, in the executable graph itself: no capture, no instantiation.
   // NotFound if no such copy node writes `destination`.

@@ -1,5 +1,6 @@
 // Trainer::Impl's input bindings: the engine's own staging as a zero-copy buffer, and inputs
-// bound to memory the caller owns, patched into the captured graph without re-instantiating.
+// bound to memory the caller owns, patched into the captured graph without re-instantiating; and
+// the forced re-capture with which benchmarks and tests reach the other update paths.
 #include "absl/strings/str_cat.h"
 #include "src/api/trainer_impl.h"
 #include "src/ir/op_def.h"
@@ -98,6 +99,17 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
       "input '", name, "' ",
       data == nullptr ? "unbound" : (was_bound ? "rebound to another kind of memory" : "bound"))];
   return captured_->Recapture(launches_, *lanes_, stream_->get());
+}
+
+absl::Status Trainer::Impl::ForceRecapture(capture::CapturedStep::Apply apply) {
+  if (!captured_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ForceRecapture: the step is not captured (mode ", ExecModeName(options_.mode),
+                     "); only ExecMode::kGraph has a graph to update"));
+  }
+  RETURN_IF_ERROR(WaitForLastStep());  // No queued replay runs the executable being replaced.
+  ++recapture_reasons_[kForcedRecapture];
+  return captured_->Recapture(launches_, *lanes_, stream_->get(), apply);
 }
 
 }  // namespace reprise

@@ -59,6 +59,13 @@ class Trainer::Impl {
   absl::Status SetInput(absl::string_view name, const void* data, size_t count, DType dtype);
   absl::StatusOr<void*> InputBuffer(absl::string_view name, DType dtype);
   absl::Status BindInput(absl::string_view name, const void* data, size_t bytes);
+  // For benchmarks and tests of the update paths (src/api/update_paths.h), never needed to train:
+  // records the step again with nothing changed and applies it to the executable graph as `apply`
+  // says (cudaGraphExecUpdate, or a forced new instantiation), so that each path's cost can be
+  // measured and its counters checked. Counted under the re-capture reason kForcedRecapture.
+  // FailedPrecondition unless the step is captured (ExecMode::kGraph).
+  static constexpr char kForcedRecapture[] = "forced (Trainer::Impl::ForceRecapture)";
+  absl::Status ForceRecapture(capture::CapturedStep::Apply apply);
   absl::Status Step();
   absl::Status Synchronize();
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
