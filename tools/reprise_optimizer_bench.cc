@@ -1,8 +1,9 @@
 // reprise-optimizer-bench: the optimizer update alone, its bytes moved per update over its median
 // time, against the GPU's device-to-device copy bandwidth. One JSON line per case:
-//   {"case": "adamw+clip+cosine", "model": "resnet50", "parameters": 25557032, "launches": 5,
-//    "bytes_per_update": ..., "median_ms": ..., "gb_per_s": ..., "copy_gb_per_s": ...,
-//    "fraction_of_copy": ...}
+//   {"case": "adamw+clip+cosine", "model": "resnet50", "parameters": 25557032, "nodes": 3,
+//    "launches": 3, "bytes_per_update": ..., "median_ms": ..., "gb_per_s": ...,
+//    "copy_gb_per_s": ..., "fraction_of_copy": ...}
+// ("nodes": the plan's optimizer launches; "launches": the kernel launches they make.)
 // Cases: SGD with momentum, and AdamW with gradient clipping and a warm-up + cosine schedule, over
 // ResNet-50's parameters (25.6 M, in its 161 tensors) and an MLP's. The update is the plan's
 // optimizer launches (multi-tensor updates, gradient norm, clip coefficient, scheduled rate, step
@@ -113,11 +114,12 @@ absl::Status Main() {
       const double gbs = bytes / (median * 1e-3) / 1e9;
       std::printf(
           "{\"case\": \"%s\", \"model\": \"%.*s\", \"gpu\": \"%s\", \"parameters\": %lld, "
-          "\"launches\": %lld, \"bytes_per_update\": %lld, \"bytes_read\": %lld, "
-          "\"bytes_written\": %lld, \"median_ms\": %.5f, \"gb_per_s\": %.1f, "
+          "\"nodes\": %lld, \"launches\": %lld, \"bytes_per_update\": %lld, "
+          "\"bytes_read\": %lld, \"bytes_written\": %lld, \"median_ms\": %.5f, \"gb_per_s\": %.1f, "
           "\"copy_gb_per_s\": %.1f, \"fraction_of_copy\": %.3f}\n",
           c.name, static_cast<int>(model_name.size()), model_name.data(), device.name.c_str(),
           static_cast<long long>(timing.traffic.parameters),
+          static_cast<long long>(timing.nodes_per_update),
           static_cast<long long>(timing.launches_per_update), static_cast<long long>(bytes),
           static_cast<long long>(timing.traffic.bytes_read),
           static_cast<long long>(timing.traffic.bytes_written), median, gbs, copy_gbs,

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/api/trainer_impl.h"
@@ -78,7 +80,11 @@ absl::StatusOr<OptimizerTiming> TimeOptimizerUpdate(const Graph& graph, Value lo
     return absl::FailedPreconditionError(
         "the plan has no optimizer launch of its own (a whole-step kernel holds the update?)");
   }
-  timing.launches_per_update = static_cast<int64_t>(kernels.size());
+  timing.nodes_per_update = static_cast<int64_t>(kernels.size());
+  for (const ops::GpuKernel* kernel : kernels) {
+    timing.launches_per_update +=
+        std::max<int64_t>(1, static_cast<int64_t>(kernel->GeneratedKernelNames().size()));
+  }
   ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
   ASSIGN_OR_RETURN(timing.ms, TimeEach(stream.get(), warmup, iters, [&]() -> absl::Status {
                      for (const ops::GpuKernel* kernel : kernels) {

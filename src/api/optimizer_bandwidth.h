@@ -28,8 +28,9 @@ OptimizerTraffic OptimizerTrafficOf(const passes::Plan& plan);
 
 struct OptimizerTiming {
   OptimizerTraffic traffic;
-  std::vector<float> ms;  // Per update: the optimizer launches back to back on one stream.
-  int64_t launches_per_update = 0;
+  std::vector<float> ms;         // Per update: the optimizer launches back to back on one stream.
+  int64_t nodes_per_update = 0;  // The plan's optimizer launches (GpuKernels).
+  int64_t launches_per_update = 0;  // The kernel launches they make (a node may make several).
 };
 
 // Builds the trainer of `graph` (eager, so no graph is captured), runs two steps so that the

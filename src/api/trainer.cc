@@ -30,6 +30,7 @@
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/mlp_step.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
@@ -107,6 +108,11 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }
+    }
+  }
+  for (const Node& node : graph.nodes()) {  // Chunked optimizer kernels at their tables' sizes.
+    for (const codegen::GeneratedKernel& kernel : ops::ChunkedKernelsOf(node)) {
+      sources.push_back(ops::ToKernelSource(kernel));
     }
   }
   for (const Node& node : graph.nodes()) {

@@ -16,7 +16,8 @@ constexpr double kPi = 3.141592653589793;
 std::string Helpers() {
   return absl::StrCat("#define REPRISE_TABLE ", kOptimizerTableSize,
                       "\n#define REPRISE_NORM_BLOCK ", kNormBlock, "\n#define REPRISE_NORM_CHUNK ",
-                      kNormChunk, R"(
+                      kNormChunk, "\n#define REPRISE_NORM_BLOCKS_PER_SM ", kNormBlocksPerSm,
+                      "\n#define REPRISE_ADAM_BLOCKS_PER_SM ", kAdamBlocksPerSm, R"(
 __device__ unsigned long long StepOf(const int* step) {
   return (unsigned long long)(unsigned)step[0] | ((unsigned long long)(unsigned)step[1] << 32);
 }
@@ -30,6 +31,59 @@ __device__ double PowInt(double base, unsigned long long e) {
   return result;
 }
 __device__ float OneMinus(float b) { return (float)(1.0 - (double)b); }
+__device__ double LrFactor(unsigned long long s, long long warmup, int decay, long long total,
+                           double floor_factor, long long step_size, double gamma) {
+  if (s < (unsigned long long)warmup) return (double)(s + 1ull) / (double)warmup;
+  const unsigned long long d = s - (unsigned long long)warmup;
+  if (decay == 1) {
+    const unsigned long long span = (unsigned long long)total - (unsigned long long)warmup;
+    const double progress = d >= span ? 1.0 : (double)d / (double)span;
+    const double half = __dmul_rn(0.5, 1.0 + cos(__dmul_rn(3.141592653589793, progress)));
+    return __dadd_rn(floor_factor, __dmul_rn(1.0 - floor_factor, half));
+  }
+  if (decay == 2) return PowInt(gamma, d / (unsigned long long)step_size);
+  return 1.0;
+}
+// The rate LrSchedule writes: rounded to float once, after the product in double.
+__device__ float ScheduledRate(float lr, unsigned long long s, long long warmup, int decay,
+                               long long total, double floor_factor, long long step_size,
+                               double gamma) {
+  return (float)((double)lr * LrFactor(s, warmup, decay, total, floor_factor, step_size, gamma));
+}
+__device__ __forceinline__ float Add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double Add(double a, double b) { return __dadd_rn(a, b); }
+// The host's tree over a block of REPRISE_NORM_BLOCK threads' values (lane j adds lane j + s, for
+// s = REPRISE_NORM_BLOCK / 2, ..., 1): down to 32 lanes in shared memory (`smem`, one value per
+// thread), the last five levels as shuffles in warp 0, pairing the same lanes. The sum is valid in
+// thread 0. Safe to call again at once: no thread writes a lane that another may still read.
+template <typename T>
+__device__ T BlockTreeSum(T v, T* smem) {
+  smem[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = REPRISE_NORM_BLOCK / 2; s >= 32; s /= 2) {
+    if (threadIdx.x < s) smem[threadIdx.x] = Add(smem[threadIdx.x], smem[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x < 32) {
+    v = smem[threadIdx.x];
+    for (int s = 16; s > 0; s /= 2) v = Add(v, __shfl_down_sync(0xffffffffu, v, s));
+  }
+  return v;
+}
+// Σ partials (SumPartials on the host), valid in thread 0: lane j adds partials j, j + 256, ...
+// in double, then the tree. `smem` holds REPRISE_NORM_BLOCK doubles.
+__device__ double SumPartials(const float* __restrict__ partials, long long count, double* smem) {
+  double acc = 0.0;
+  for (long long p = threadIdx.x; p < count; p += REPRISE_NORM_BLOCK) {
+    acc = __dadd_rn(acc, (double)partials[p]);
+  }
+  return BlockTreeSum(acc, smem);
+}
+// ClipCoefficient(sqrt(sum), max_norm), rounded to float; NaN stays NaN.
+__device__ float ClipOfSum(double sum, float max_norm) {
+  const double c = (double)max_norm / (sqrt(sum) + 1e-6);
+  return (float)(c > 1.0 ? 1.0 : c);
+}
 // Loss scaling's check (src/codegen/loss_scale_kernels.h): [1 / scale, found non-finite]. Null
 // when the step is not loss-scaled.
 __device__ __forceinline__ bool Skipped(const float* unscale) {
@@ -41,23 +95,26 @@ __device__ __forceinline__ float InverseScale(const float* unscale) {
 struct AdamStep {
   float step_size, bc2_sqrt, decay, wd_l2, b1, omb1, b2, omb2, eps, clip, inv;
 };
-__device__ AdamStep MakeAdamStep(const float* lr, const int* step, const float* beta1,
-                                 const float* beta2, const float* eps, const float* wd,
-                                 const float* clip, const float* unscale, int decoupled) {
+// The weight-decay part of the step's scalars, per tensor in the multi-tensor kernel.
+__device__ void SetWeightDecay(AdamStep& a, float lr, float wd, int decoupled) {
+  a.decay = decoupled ? (float)(1.0 - __dmul_rn((double)lr, (double)wd)) : 1.0f;
+  a.wd_l2 = decoupled ? 0.0f : wd;
+}
+__device__ AdamStep MakeAdamStep(float lr, unsigned long long step, float beta1, float beta2,
+                                 float eps, float wd, float clip, float inv, int decoupled) {
   AdamStep a;
-  const unsigned long long t = StepOf(step) + 1ull;
-  const double rate = lr[0];
-  a.step_size = (float)(rate / (1.0 - PowInt(beta1[0], t)));
-  a.bc2_sqrt = (float)sqrt(1.0 - PowInt(beta2[0], t));
-  a.decay = decoupled ? (float)(1.0 - __dmul_rn(rate, (double)wd[0])) : 1.0f;
-  a.wd_l2 = decoupled ? 0.0f : wd[0];
-  a.b1 = beta1[0];
+  const unsigned long long t = step + 1ull;
+  const double rate = lr;
+  a.step_size = (float)(rate / (1.0 - PowInt(beta1, t)));
+  a.bc2_sqrt = (float)sqrt(1.0 - PowInt(beta2, t));
+  SetWeightDecay(a, lr, wd, decoupled);
+  a.b1 = beta1;
   a.omb1 = OneMinus(a.b1);
-  a.b2 = beta2[0];
+  a.b2 = beta2;
   a.omb2 = OneMinus(a.b2);
-  a.eps = eps[0];
-  a.clip = clip != nullptr ? clip[0] : 1.0f;
-  a.inv = InverseScale(unscale);
+  a.eps = eps;
+  a.clip = clip;
+  a.inv = inv;
   return a;
 }
 // Unscaled first, then clipped: GradScaler.unscale_ before clip_grad_norm_.
@@ -150,6 +207,83 @@ __device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const
 )");
 }
 
+// What the chunked multi-tensor kernels add: their capacity, and the walk over a chunk.
+std::string ChunkedHelpers(int capacity) {
+  return absl::StrCat(Helpers(), "#define REPRISE_CAPACITY ", capacity, R"(
+// The elements 4q .. 4q + 3 of a chunk of n: one 16-byte load where the chunk is aligned and the
+// quad whole, else one by one; missing elements read as 0.
+__device__ __forceinline__ float4 LoadQuad(const float* __restrict__ x, int q, int n,
+                                           bool aligned) {
+  if (aligned && 4 * q + 4 <= n) return ((const float4*)x)[q];
+  float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (4 * q < n) r.x = x[4 * q];
+  if (4 * q + 1 < n) r.y = x[4 * q + 1];
+  if (4 * q + 2 < n) r.z = x[4 * q + 2];
+  if (4 * q + 3 < n) r.w = x[4 * q + 3];
+  return r;
+}
+// acc + (x·inv)² for element i of n; nothing for i >= n.
+__device__ __forceinline__ float AddSquare(float acc, float x, int i, int n, float inv) {
+  if (i >= n) return acc;
+  const float v = __fmul_rn(x, inv);
+  return __fadd_rn(acc, __fmul_rn(v, v));
+}
+__device__ __forceinline__ void AdamQuad(const AdamStep& a, float4& w, const float4& g, float4& m,
+                                         float4& v) {
+  AdamElement(a, w.x, g.x, m.x, v.x);
+  AdamElement(a, w.y, g.y, m.y, v.y);
+  AdamElement(a, w.z, g.z, m.z, v.z);
+  AdamElement(a, w.w, g.w, m.w, v.w);
+}
+// One chunk of n <= REPRISE_NORM_CHUNK elements. Where all four arrays are 16-byte aligned, each
+// thread loads two quads of each before it computes and stores either (eight 16-byte loads in
+// flight), with streaming hints: every byte is read and written once, and should not push out of
+// L2 the gradients that are still to come. The rest goes element by element.
+__device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__ w,
+                                          const float* __restrict__ g, float* __restrict__ m,
+                                          float* __restrict__ v, int n, bool aligned) {
+  int done = 0;
+  if (aligned) {
+    const int quads = n / 4;
+    done = 4 * quads;
+    float4* __restrict__ w4 = (float4*)w;
+    const float4* __restrict__ g4 = (const float4*)g;
+    float4* __restrict__ m4 = (float4*)m;
+    float4* __restrict__ v4 = (float4*)v;
+    for (int q = threadIdx.x; q < quads; q += 2 * REPRISE_NORM_BLOCK) {
+      const int r = q + REPRISE_NORM_BLOCK;
+      const bool second = r < quads;
+      float4 wa = __ldcs(w4 + q), ga = __ldcs(g4 + q), ma = __ldcs(m4 + q), va = __ldcs(v4 + q);
+      float4 wb = wa, gb = ga, mb = ma, vb = va;
+      if (second) {
+        wb = __ldcs(w4 + r);
+        gb = __ldcs(g4 + r);
+        mb = __ldcs(m4 + r);
+        vb = __ldcs(v4 + r);
+      }
+      AdamQuad(a, wa, ga, ma, va);
+      __stcs(w4 + q, wa);
+      __stcs(m4 + q, ma);
+      __stcs(v4 + q, va);
+      if (second) {
+        AdamQuad(a, wb, gb, mb, vb);
+        __stcs(w4 + r, wb);
+        __stcs(m4 + r, mb);
+        __stcs(v4 + r, vb);
+      }
+    }
+  }
+  for (int i = done + threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    AdamElement(a, wi, g[i], mi, vi);
+    w[i] = wi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+)");
+}
+
 }  // namespace
 
 double PowInt(double base, uint64_t exponent) {
@@ -198,29 +332,20 @@ double ClipCoefficient(double norm, double max_norm) {
   return c > 1.0 ? 1.0 : c;
 }
 
+int MultiTensorCapacity(int64_t tensors) {
+  int capacity = 32;
+  while (capacity < tensors && capacity < kMaxMultiTensorCapacity) capacity *= 2;
+  return capacity;
+}
+
 GeneratedKernel LrSchedule() {
   return {"reprise_lr_schedule", Helpers() + R"(
-__device__ double LrFactor(unsigned long long s, long long warmup, int decay, long long total,
-                           double floor_factor, long long step_size, double gamma) {
-  if (s < (unsigned long long)warmup) return (double)(s + 1ull) / (double)warmup;
-  const unsigned long long d = s - (unsigned long long)warmup;
-  if (decay == 1) {
-    const unsigned long long span = (unsigned long long)total - (unsigned long long)warmup;
-    const double progress = d >= span ? 1.0 : (double)d / (double)span;
-    const double half = __dmul_rn(0.5, 1.0 + cos(__dmul_rn(3.141592653589793, progress)));
-    return __dadd_rn(floor_factor, __dmul_rn(1.0 - floor_factor, half));
-  }
-  if (decay == 2) return PowInt(gamma, d / (unsigned long long)step_size);
-  return 1.0;
-}
 extern "C" __global__ void reprise_lr_schedule(const float* __restrict__ lr,
                                                const int* __restrict__ step,
                                                float* __restrict__ out, long long warmup,
                                                int decay, long long total, double floor_factor,
                                                long long step_size, double gamma) {
-  const double factor =
-      LrFactor(StepOf(step), warmup, decay, total, floor_factor, step_size, gamma);
-  out[0] = (float)((double)lr[0] * factor);
+  out[0] = ScheduledRate(lr[0], StepOf(step), warmup, decay, total, floor_factor, step_size, gamma);
 }
 )"};
 }
@@ -276,75 +401,107 @@ extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __re
                                         const float* __restrict__ unscale, int decoupled,
                                         long long n) {
   if (Skipped(unscale)) return;
-  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, unscale, decoupled);
+  const AdamStep a = MakeAdamStep(lr[0], StepOf(step), beta1[0], beta2[0], eps[0], wd[0],
+                                  clip != nullptr ? clip[0] : 1.0f, InverseScale(unscale),
+                                  decoupled);
   AdamRange(a, w, g, m, v, n);
 }
 )"};
 }
 
-GeneratedKernel AdamMulti() {
-  return {"reprise_adam_multi", Helpers() + R"(
-struct AdamTable {
-  float* w[REPRISE_TABLE];
-  const float* g[REPRISE_TABLE];
-  float* m[REPRISE_TABLE];
-  float* v[REPRISE_TABLE];
-  long long n[REPRISE_TABLE];
+GeneratedKernel AdamMulti(int capacity) {
+  return {"reprise_adam_multi", ChunkedHelpers(capacity) + R"(
+struct AdamMultiTable {
+  float* w[REPRISE_CAPACITY];
+  const float* g[REPRISE_CAPACITY];
+  float* m[REPRISE_CAPACITY];
+  float* v[REPRISE_CAPACITY];
+  const float* weight_decay[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
 };
-extern "C" __global__ void reprise_adam_multi(AdamTable table, const float* __restrict__ lr,
-                                              const int* __restrict__ step,
-                                              const float* __restrict__ beta1,
-                                              const float* __restrict__ beta2,
-                                              const float* __restrict__ eps,
-                                              const float* __restrict__ wd,
-                                              const float* __restrict__ clip,
-                                              const float* __restrict__ unscale, int decoupled) {
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
+reprise_adam_multi(AdamMultiTable table, int count, const float* __restrict__ lr,
+                   const int* __restrict__ step, const float* __restrict__ beta1,
+                   const float* __restrict__ beta2, const float* __restrict__ eps,
+                   const float* __restrict__ clip, const float* __restrict__ partials,
+                   long long partial_count, const float* __restrict__ max_norm,
+                   const float* __restrict__ unscale, int decoupled, int scheduled,
+                   long long warmup, int decay, long long total, double floor_factor,
+                   long long step_size, double gamma) {
   if (Skipped(unscale)) return;
-  const int t = blockIdx.y;
-  float* __restrict__ w = table.w[t];
-  const float* __restrict__ g = table.g[t];
-  float* __restrict__ m = table.m[t];
-  float* __restrict__ v = table.v[t];
-  const long long n = table.n[t];
-  if (blockIdx.x * (long long)blockDim.x >= n) return;
-  const AdamStep a = MakeAdamStep(lr, step, beta1, beta2, eps, wd, clip, unscale, decoupled);
-  AdamRange(a, w, g, m, v, n);
+  __shared__ double sums[REPRISE_NORM_BLOCK];
+  __shared__ float block_clip;
+  // The step's scalars: the same bits in every block, as the single-purpose kernels write them.
+  const unsigned long long s = StepOf(step);
+  const float rate = scheduled ? ScheduledRate(lr[0], s, warmup, decay, total, floor_factor,
+                                               step_size, gamma)
+                               : lr[0];
+  float coefficient = clip != nullptr ? clip[0] : 1.0f;
+  if (partials != nullptr) {
+    const double sum = SumPartials(partials, partial_count, sums);
+    if (threadIdx.x == 0) block_clip = ClipOfSum(sum, max_norm[0]);
+    __syncthreads();
+    coefficient = block_clip;
+  }
+  int t = count - 1;
+  AdamStep a = MakeAdamStep(rate, s, beta1[0], beta2[0], eps[0], table.weight_decay[t][0],
+                            coefficient, InverseScale(unscale), decoupled);
+  for (int c = table.first[count] - 1 - (int)blockIdx.x; c >= 0; c -= (int)gridDim.x) {
+    if (c < table.first[t]) {
+      do --t;
+      while (c < table.first[t]);
+      SetWeightDecay(a, rate, table.weight_decay[t][0], decoupled);
+    }
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    float* __restrict__ w = table.w[t];
+    const float* __restrict__ g = table.g[t];
+    float* __restrict__ m = table.m[t];
+    float* __restrict__ v = table.v[t];
+    AdamChunk(a, w + start, g + start, m + start, v + start, n, Aligned16(w, g, m, v));
+  }
 }
 )"};
 }
 
-GeneratedKernel GradSumSquares() {
-  return {"reprise_grad_sum_squares", Helpers() + R"(
+GeneratedKernel GradSumSquares(int capacity) {
+  return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
 struct NormTable {
-  const float* g[REPRISE_TABLE];
-  long long n[REPRISE_TABLE];
-  long long first[REPRISE_TABLE];
+  const float* g[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
 };
-extern "C" __global__ void reprise_grad_sum_squares(NormTable table, float* __restrict__ partials,
-                                                    const float* __restrict__ unscale) {
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
+reprise_grad_sum_squares(NormTable table, int count, float* __restrict__ partials,
+                         long long first_partial, const float* __restrict__ unscale) {
   __shared__ float sums[REPRISE_NORM_BLOCK];
-  const int t = blockIdx.y;
-  const long long n = table.n[t];
-  const long long start = (long long)blockIdx.x * REPRISE_NORM_CHUNK;
-  if (start >= n) return;  // The whole block leaves together.
-  const float* __restrict__ g = table.g[t] + start;
-  const long long count = n - start;
+  constexpr int kQuads = REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK / 4;  // Per thread and chunk.
   const float inv = InverseScale(unscale);
-  float acc = 0.0f;
-  for (int k = 0; k < REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK; ++k) {
-    const long long i = (long long)k * REPRISE_NORM_BLOCK + threadIdx.x;
-    if (i < count) {
-      const float x = __fmul_rn(g[i], inv);
-      acc = __fadd_rn(acc, __fmul_rn(x, x));
+  int t = 0;
+  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
+    while (c >= table.first[t + 1]) ++t;
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    const bool aligned = ((unsigned long long)table.g[t] & 15ull) == 0ull;
+    const float* __restrict__ g = table.g[t] + start;
+    float4 x[kQuads];  // All loads in flight before the first add.
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      x[k] = LoadQuad(g, k * REPRISE_NORM_BLOCK + (int)threadIdx.x, n, aligned);
     }
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int i = 4 * (k * REPRISE_NORM_BLOCK + (int)threadIdx.x);
+      acc = AddSquare(acc, x[k].x, i, n, inv);
+      acc = AddSquare(acc, x[k].y, i + 1, n, inv);
+      acc = AddSquare(acc, x[k].z, i + 2, n, inv);
+      acc = AddSquare(acc, x[k].w, i + 3, n, inv);
+    }
+    const float total = BlockTreeSum(acc, sums);
+    if (threadIdx.x == 0) partials[first_partial + c] = total;
   }
-  sums[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = REPRISE_NORM_BLOCK / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) sums[threadIdx.x] = __fadd_rn(sums[threadIdx.x], sums[threadIdx.x + s]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partials[table.first[t] + blockIdx.x] = sums[0];
 }
 )"};
 }
@@ -357,29 +514,18 @@ extern "C" __global__ void reprise_clip_coefficient(const float* __restrict__ pa
                                                     float* __restrict__ norm,
                                                     float* __restrict__ coef) {
   __shared__ double sums[REPRISE_NORM_BLOCK];
-  double acc = 0.0;
-  for (long long p = threadIdx.x; p < count; p += REPRISE_NORM_BLOCK) {
-    acc = __dadd_rn(acc, (double)partials[p]);
-  }
-  sums[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = REPRISE_NORM_BLOCK / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) sums[threadIdx.x] = __dadd_rn(sums[threadIdx.x], sums[threadIdx.x + s]);
-    __syncthreads();
-  }
+  const double sum = SumPartials(partials, count, sums);
   if (threadIdx.x == 0) {
-    const double total = sqrt(sums[0]);
-    const double c = (double)max_norm[0] / (total + 1e-6);
-    norm[0] = (float)total;
-    coef[0] = (float)(c > 1.0 ? 1.0 : c);
+    norm[0] = (float)sqrt(sum);
+    coef[0] = ClipOfSum(sum, max_norm[0]);
   }
 }
 )"};
 }
 
 std::vector<GeneratedKernel> OptimizerKernels() {
-  return {LrSchedule(), SgdUpdate(),      SgdUpdateMulti(),       Adam(),
-          AdamMulti(),  GradSumSquares(), ClipCoefficientKernel()};
+  return {LrSchedule(),  SgdUpdate(),        SgdUpdateMulti(),       Adam(),
+          AdamMulti(32), GradSumSquares(32), ClipCoefficientKernel()};
 }
 
 }  // namespace reprise::codegen

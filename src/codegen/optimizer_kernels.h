@@ -41,29 +41,27 @@ AdamStep AdamStepOf(double lr, double beta1, double beta2, double weight_decay, 
                     uint64_t step);
 
 // The global-norm reduction works in chunks of kNormChunk elements, one block of kNormBlock
-// threads each: thread j sums the squares of elements j, j + kNormBlock, ... of its chunk, then
-// the block adds its threads' sums in a fixed tree. ChunkSumSquares is that order on the host.
-// Each element is first multiplied by `unscale` (loss scaling's 1 / scale; exact for 1).
+// threads at a time: thread j sums, in order, the squares of the elements of quads (four
+// consecutive elements, one 16-byte load) j, j + kNormBlock, ... of its chunk, then the block adds
+// its threads' sums in a fixed tree (lane j adds lane j + s, for s = kNormBlock / 2, ..., 1).
+// ChunkSumSquares is that order on the host. Each element is first multiplied by `unscale` (loss
+// scaling's 1 / scale; exact for 1).
 inline constexpr int kNormBlock = 256;
 inline constexpr int kNormChunk = 16 * kNormBlock;
 template <typename T>
 T ChunkSumSquares(const T* x, int64_t n, T unscale = T(1)) {  // n <= kNormChunk
   T lanes[kNormBlock] = {};
-  for (int k = 0; k < kNormChunk / kNormBlock; ++k) {
-    for (int j = 0; j < kNormBlock; ++j) {
-      const int64_t i = int64_t{k} * kNormBlock + j;
-      if (i < n) {
-        const T v = x[i] * unscale;
-        lanes[j] += v * v;
-      }
-    }
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i] * unscale;
+    lanes[(i / 4) % kNormBlock] += v * v;
   }
   for (int s = kNormBlock / 2; s > 0; s /= 2) {
     for (int j = 0; j < s; ++j) lanes[j] += lanes[j + s];
   }
   return lanes[0];
 }
-// Σ partials in double, in the clip kernel's order (kNormBlock strided sums, then a tree).
+// Σ partials in double, in the order of every kernel that reduces them (the clip coefficient's,
+// and each block of adam_multi's): kNormBlock strided sums, then the same tree.
 template <typename T>
 double SumPartials(const T* partials, int64_t count) {
   double lanes[kNormBlock] = {};
@@ -76,8 +74,23 @@ double SumPartials(const T* partials, int64_t count) {
 // min(1, max_norm / (norm + 1e-6)); NaN stays NaN.
 double ClipCoefficient(double norm, double max_norm);
 
-// Tensors per launch of the multi-tensor kernels (their tables travel as kernel arguments).
+// Tensors per launch of the SGD and loss-scaling multi-tensor kernels (their tables travel as
+// kernel arguments, blockIdx.y picking a tensor).
 inline constexpr int kOptimizerTableSize = 32;
+
+// The chunked multi-tensor kernels (GradSumSquares, AdamMulti) see all their tensors as one list
+// of chunks of kNormChunk elements (tensor by tensor, each tensor's last chunk shorter), and a
+// grid sized for the device strides over it; so one launch serves any number of tensors of any
+// sizes, with no idle blocks. Their tables travel by value in the kernel parameters (up to 32 KiB
+// from CUDA 12.1 on Volta and later), sized for a capacity that MultiTensorCapacity picks: the
+// smallest power of two from 32 up to kMaxMultiTensorCapacity that holds the tensors. Beyond
+// that, a node takes one launch per kMaxMultiTensorCapacity tensors.
+inline constexpr int kMaxMultiTensorCapacity = 512;
+int MultiTensorCapacity(int64_t tensors);
+// Resident blocks per multiprocessor that the kernels' launch bounds promise, so that a grid of
+// this many blocks per multiprocessor runs in one wave.
+inline constexpr int kNormBlocksPerSm = 8;
+inline constexpr int kAdamBlocksPerSm = 4;
 
 // out[0] = lr[0] · LrFactor(step). One thread. Signature: (const float* lr, const int* step,
 // float* out, long long warmup_steps, int decay, long long total_steps, double min_factor,
@@ -104,22 +117,35 @@ GeneratedKernel SgdUpdateMulti();
 // const float* beta1, const float* beta2, const float* eps, const float* wd, const float* clip,
 // const float* unscale, int decoupled, long long n); clip and unscale may be null.
 GeneratedKernel Adam();
-// The same over an AdamTable { float* w[N]; const float* g[N]; float* m[N]; float* v[N];
-// long long n[N]; } (N = kOptimizerTableSize), blockIdx.y picking the tensor. Signature:
-// (AdamTable table, lr, step, beta1, beta2, eps, wd, clip, unscale, int decoupled).
-GeneratedKernel AdamMulti();
+// Every tensor of a table in one launch, with the step's scalars computed by every block from
+// device memory, so that none needs a launch of its own: the rate (scheduled: lr[0] ·
+// LrFactor(step), rounded to float as LrSchedule does), and the clip coefficient, given or (with
+// `partials`) reduced from the global norm's partial sums by each block as ClipCoefficientKernel
+// does. Each tensor has its own weight decay. Blocks of kNormBlock threads walk the chunks from
+// the last to the first, so that the gradients GradSumSquares read last, which may still be in
+// L2, come first. Signature: (AdamMultiTable table, int count, const float* lr, const int* step,
+// const float* beta1, const float* beta2, const float* eps, const float* clip, const float*
+// partials, long long partial_count, const float* max_norm, const float* unscale, int decoupled,
+// int scheduled, long long warmup_steps, int decay, long long total_steps, double min_factor,
+// long long step_size, double gamma); clip, partials (with max_norm) and unscale may be null,
+// AdamMultiTable { float* w[C]; const float* g[C]; float* m[C]; float* v[C];
+// const float* weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count
+// tensors, first[t] the first chunk of tensor t and first[count] the chunk count.
+GeneratedKernel AdamMulti(int capacity);
 
-// Stage 1 of the global norm: partials[first[t] + c] = ChunkSumSquares(chunk c of tensor t,
-// unscale[0]). Blocks of kNormBlock threads, grid (most chunks of a tensor, tensors). Signature:
-// (NormTable table, float* partials, const float* unscale), NormTable { const float* g[N];
-// long long n[N]; long long first[N]; }; unscale may be null (1).
-GeneratedKernel GradSumSquares();
+// Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
+// for every chunk c of the table, blocks of kNormBlock threads striding over the chunks. Signature:
+// (NormTable table, int count, float* partials, long long first_partial, const float* unscale),
+// NormTable { const float* g[C]; long long n[C]; int first[C + 1]; } as AdamMulti's; unscale may
+// be null (1).
+GeneratedKernel GradSumSquares(int capacity);
 // Stage 2, one block of kNormBlock threads: norm[0] = sqrt(SumPartials), coef[0] =
 // ClipCoefficient(norm, max_norm[0]). Signature: (const float* partials, long long count,
 // const float* max_norm, float* norm, float* coef).
 GeneratedKernel ClipCoefficientKernel();
 
-// Every kernel above, for compile checks and prefetching.
+// Every kernel above, for compile checks and prefetching; the chunked ones at the smallest
+// capacity (a larger one compiles when a node needs it).
 std::vector<GeneratedKernel> OptimizerKernels();
 
 }  // namespace reprise::codegen

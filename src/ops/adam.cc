@@ -1,9 +1,7 @@
 // adam: torch.optim.Adam and, with attr decoupled, AdamW, updating w, m ("exp_avg") and v
 // ("exp_avg_sq") in place, with bias corrections from the device step counter, an optional
-// global clip coefficient and loss scaling's optional unscale-or-skip check; adam_multi: many
-// tensors at once.
-#include <algorithm>
-
+// global clip coefficient and loss scaling's optional unscale-or-skip check. (adam_multi, many
+// tensors at once, is in adam_multi.cc.)
 #include "absl/strings/str_cat.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ops/gpu_kernel.h"
@@ -18,7 +16,7 @@ namespace {
 constexpr int kPerTensor = 4;  // w, g, m, v
 // lr, step, beta1, beta2, epsilon, weight_decay and, when clipping, the clip coefficient, and,
 // when loss-scaled, the check (OptionalSharedInputs).
-constexpr int kMinShared = 6, kMaxShared = 8;
+constexpr int kMinShared = 6;
 constexpr int kStepInput = 1;  // Among the shared inputs.
 
 absl::StatusOr<OptionalShared> Optional(const Attrs& attrs, size_t num_inputs) {
@@ -109,73 +107,6 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdam(const LoweringContext& ctx,
                              dim3(256), 0, std::move(args));
 }
 
-// adam_multi ----------------------------------------------------------------------------------
-
-absl::StatusOr<int64_t> TensorCount(const Attrs& attrs, int num_inputs) {
-  return MultiTensorCount(attrs, num_inputs, kPerTensor, kMinShared, kMaxShared);
-}
-
-std::vector<int> MultiMutated(const Attrs& attrs, int) {
-  return MultiTensorMutated(attrs, kPerTensor, {0, 2, 3});
-}
-
-absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
-                                                       absl::Span<const TensorSpec> in) {
-  ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  return InferEachTensor(attrs, in, tensors, kPerTensor, InferAdam);
-}
-
-absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
-                          absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, static_cast<int>(in.size())));
-  return RunEachTensor(node, in, out, tensors, kPerTensor, CpuAdam);
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext& ctx,
-                                                          const Node& node) {
-  constexpr int kTable = codegen::kOptimizerTableSize;
-  struct Table {
-    void* w[kTable];
-    void* g[kTable];
-    void* m[kTable];
-    void* v[kTable];
-    long long n[kTable];
-  };
-  ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, static_cast<int>(ctx.inputs.size())));
-  const size_t h = kPerTensor * tensors;
-  ASSIGN_OR_RETURN(const OptionalShared optional,
-                   OptionalSharedInputs(node.attrs, static_cast<int>(h),
-                                        static_cast<int>(ctx.inputs.size() - h), kMinShared));
-  std::vector<std::unique_ptr<GpuKernel>> parts;
-  for (int64_t first = 0; first < tensors; first += kTable) {
-    Table table = {};
-    const int count = static_cast<int>(std::min<int64_t>(kTable, tensors - first));
-    int64_t largest = 1;
-    for (int i = 0; i < count; ++i) {
-      const int64_t t = kPerTensor * (first + i);
-      table.w[i] = ctx.inputs[t];
-      table.g[i] = ctx.inputs[t + 1];
-      table.m[i] = ctx.inputs[t + 2];
-      table.v[i] = ctx.inputs[t + 3];
-      table.n[i] = ctx.input_specs[t].NumElements();
-      largest = std::max<int64_t>(largest, table.n[i]);
-    }
-    KernelArgs args;
-    args.AddBytes(&table, sizeof(table));
-    for (int i = 0; i < kMinShared; ++i) args.Add(ctx.inputs[h + i]);
-    args.Add(optional.clip >= 0 ? ctx.inputs[h + optional.clip] : nullptr);
-    args.Add(optional.check >= 0 ? ctx.inputs[h + optional.check] : nullptr);
-    args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "decoupled", false)));
-    dim3 grid = GridFor(largest, 256, *ctx.device);
-    grid.y = count;
-    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
-                     NvrtcKernel::Create(ctx, node.name, codegen::AdamMulti(), grid, dim3(256), 0,
-                                         std::move(args)));
-    parts.push_back(std::move(part));
-  }
-  return Sequence(std::move(parts));
-}
-
 }  // namespace
 
 const ir::OpDef& AdamOp() {
@@ -185,16 +116,6 @@ const ir::OpDef& AdamOp() {
                             .cpu = CpuAdam,
                             .lower = LowerAdam,
                             .mutated_inputs = {0, 2, 3}};
-  return op;
-}
-
-const ir::OpDef& AdamMultiOp() {
-  static const ir::OpDef op{.name = "adam_multi",
-                            .kind = ir::OpKind::kOptimizer,
-                            .infer = InferAdamMulti,
-                            .cpu = CpuAdamMulti,
-                            .lower = LowerAdamMulti,
-                            .mutated_inputs_of = MultiMutated};
   return op;
 }
 

@@ -1,8 +1,9 @@
 // grad_sum_squares and clip_coefficient: the global gradient norm of torch.nn.utils.
 // clip_grad_norm_ in two deterministic stages (no atomics): per-chunk sums of squares over every
 // gradient, then one block adding them in a fixed order and turning the norm into the clip
-// coefficient that the updates read from device memory. Under loss scaling (attr loss_scaled, the
-// check f32[2] as the last input) the norm is that of the unscaled gradients.
+// coefficient that the updates read from device memory. (A fused adam_multi does the second stage
+// itself, in every block.) Under loss scaling (attr loss_scaled, the check f32[2] as the last
+// input) the norm is that of the unscaled gradients.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -15,8 +16,6 @@
 
 namespace reprise::ops {
 namespace {
-
-int64_t ChunksOf(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
 
 // The gradients among the inputs: all but the loss-scale check, when there is one.
 size_t GradientCount(const Attrs& attrs, size_t num_inputs) {
@@ -32,7 +31,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs& attrs,
   int64_t partials = 0;
   for (size_t i = 0; i < gradients; ++i) {
     RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
-    partials += ChunksOf(in[i].NumElements());
+    partials += NormChunks(in[i].NumElements());
   }
   if (partials == 0) return absl::InvalidArgumentError("the gradients have no elements");
   return std::vector<TensorSpec>{{Shape{partials}, in[0].dtype}};
@@ -57,38 +56,32 @@ absl::Status CpuSumSquares(const Node& node, absl::Span<ir::HostTensor* const> i
   });
 }
 
+// One launch per codegen::kMaxMultiTensorCapacity gradients (one for any model below that), its
+// blocks striding over every chunk of every gradient.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext& ctx,
                                                            const Node& node) {
-  constexpr int kTable = codegen::kOptimizerTableSize;
-  struct Table {
-    const void* g[kTable];
-    long long n[kTable];
-    long long first[kTable];
-  };
   const int64_t tensors = static_cast<int64_t>(GradientCount(node.attrs, ctx.inputs.size()));
   const void* check =
       tensors < static_cast<int64_t>(ctx.inputs.size()) ? ctx.inputs.back() : nullptr;
   std::vector<std::unique_ptr<GpuKernel>> parts;
   int64_t first_partial = 0;
-  for (int64_t first = 0; first < tensors; first += kTable) {
-    Table table = {};
-    const int count = static_cast<int>(std::min<int64_t>(kTable, tensors - first));
-    int64_t most_chunks = 1;
-    for (int i = 0; i < count; ++i) {
-      table.g[i] = ctx.inputs[first + i];
-      table.n[i] = ctx.input_specs[first + i].NumElements();
-      table.first[i] = first_partial;
-      first_partial += ChunksOf(table.n[i]);
-      most_chunks = std::max<int64_t>(most_chunks, ChunksOf(table.n[i]));
+  for (int64_t first = 0; first < tensors; first += codegen::kMaxMultiTensorCapacity) {
+    const int64_t count = std::min<int64_t>(codegen::kMaxMultiTensorCapacity, tensors - first);
+    const int capacity = codegen::MultiTensorCapacity(count);
+    ChunkTable table(capacity, 1);
+    for (int64_t t = first; t < first + count; ++t) {
+      RETURN_IF_ERROR(table.Add({ctx.inputs[t]}, ctx.input_specs[t].NumElements()));
     }
     KernelArgs args;
-    args.AddBytes(&table, sizeof(table));
-    args.Add(ctx.outputs[0]).Add(check);
-    dim3 grid(static_cast<unsigned>(most_chunks), static_cast<unsigned>(count));
+    args.AddBytes(table.data(), table.bytes()).Add(table.count());
+    args.Add(ctx.outputs[0]).Add(static_cast<long long>(first_partial)).Add(check);
+    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kNormBlocksPerSm;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
-                     NvrtcKernel::Create(ctx, node.name, codegen::GradSumSquares(), grid,
+                     NvrtcKernel::Create(ctx, node.name, codegen::GradSumSquares(capacity), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));
     parts.push_back(std::move(part));
+    first_partial += table.chunks();
   }
   return Sequence(std::move(parts));
 }

@@ -1,5 +1,7 @@
 // lr_schedule: the learning rate of this step, base rate times the schedule's factor at the
 // device step counter (src/codegen/optimizer_kernels.h), so a replayed step needs no host work.
+#include "src/ops/lr_schedule.h"
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -10,9 +12,8 @@
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
-namespace {
 
-absl::StatusOr<codegen::ScheduleParams> ParamsOf(const Attrs& attrs) {
+absl::StatusOr<codegen::ScheduleParams> LrScheduleParams(const Attrs& attrs) {
   codegen::ScheduleParams p;
   auto decay = attrs.find("decay");
   const std::string kind =
@@ -56,6 +57,8 @@ absl::StatusOr<codegen::ScheduleParams> ParamsOf(const Attrs& attrs) {
   return p;
 }
 
+namespace {
+
 absl::StatusOr<std::vector<TensorSpec>> InferSchedule(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
@@ -67,13 +70,13 @@ absl::StatusOr<std::vector<TensorSpec>> InferSchedule(const Attrs& attrs,
     return absl::InvalidArgumentError(
         absl::StrCat("the step counter must be i32[2], got ", in[1].ToString()));
   }
-  RETURN_IF_ERROR(ParamsOf(attrs).status());
+  RETURN_IF_ERROR(LrScheduleParams(attrs).status());
   return std::vector<TensorSpec>{in[0]};
 }
 
 absl::Status CpuSchedule(const Node& node, absl::Span<ir::HostTensor* const> in,
                          absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(codegen::ScheduleParams p, ParamsOf(node.attrs));
+  ASSIGN_OR_RETURN(codegen::ScheduleParams p, LrScheduleParams(node.attrs));
   auto words = in[1]->data<int32_t>();
   const uint64_t step = static_cast<uint32_t>(words[0]) |
                         (static_cast<uint64_t>(static_cast<uint32_t>(words[1])) << 32);
@@ -86,7 +89,7 @@ absl::Status CpuSchedule(const Node& node, absl::Span<ir::HostTensor* const> in,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSchedule(const LoweringContext& ctx,
                                                          const Node& node) {
-  ASSIGN_OR_RETURN(codegen::ScheduleParams p, ParamsOf(node.attrs));
+  ASSIGN_OR_RETURN(codegen::ScheduleParams p, LrScheduleParams(node.attrs));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(p.warmup_steps)).Add(static_cast<int>(p.decay));

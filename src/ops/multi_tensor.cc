@@ -1,7 +1,13 @@
 #include "src/ops/multi_tensor.h"
 
+#include <cstring>
+#include <limits>
+
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "src/codegen/optimizer_kernels.h"
 #include "src/ir/op_def.h"
+#include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -76,6 +82,60 @@ std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
     for (int m : per_tensor_mutated) mutated.push_back(static_cast<int>(per_tensor * t + m));
   }
   return mutated;
+}
+
+int64_t NormChunks(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
+
+ChunkTable::ChunkTable(int capacity, int pointer_arrays)
+    : capacity_(capacity),
+      pointer_arrays_(pointer_arrays),
+      // The pointers and n, 8 bytes each, then first[capacity + 1] as ints, rounded up.
+      words_((pointer_arrays + 1) * capacity + (capacity + 2) / 2, 0) {}
+
+absl::Status ChunkTable::Add(absl::Span<void* const> pointers, int64_t n) {
+  if (count_ == capacity_ || static_cast<int>(pointers.size()) != pointer_arrays_) {
+    return absl::InvalidArgumentError(absl::StrCat("a table of ", capacity_, " tensors with ",
+                                                   pointer_arrays_, " arrays is full or got ",
+                                                   pointers.size(), " pointers"));
+  }
+  const int64_t chunks = chunks_ + NormChunks(n);
+  if (chunks > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tensors of one table have more than 2^31 chunks (", chunks, ")"));
+  }
+  for (int a = 0; a < pointer_arrays_; ++a) {
+    std::memcpy(&words_[a * capacity_ + count_], &pointers[a], sizeof(void*));
+  }
+  const long long elements = n;
+  std::memcpy(&words_[pointer_arrays_ * capacity_ + count_], &elements, sizeof(elements));
+  auto* first = reinterpret_cast<int*>(&words_[(pointer_arrays_ + 1) * capacity_]);
+  first[count_] = static_cast<int>(chunks_);
+  first[count_ + 1] = static_cast<int>(chunks);
+  ++count_;
+  chunks_ = chunks;
+  return absl::OkStatus();
+}
+
+std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
+  const bool adam = node.op == &AdamMultiOp();
+  if (!adam && node.op != &GradSumSquaresOp()) return {};
+  int64_t tensors = static_cast<int64_t>(node.inputs.size());
+  if (adam) {
+    tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
+  } else if (ir::BoolAttrOr(node.attrs, "loss_scaled", false)) {
+    --tensors;  // The loss-scale check.
+  }
+  // Tables of kMaxMultiTensorCapacity tensors, the last of the rest, as the lowerings split them.
+  std::vector<int> capacities;
+  for (int64_t left = tensors; left > 0; left -= codegen::kMaxMultiTensorCapacity) {
+    const int capacity = codegen::MultiTensorCapacity(left);
+    if (absl::c_find(capacities, capacity) == capacities.end()) capacities.push_back(capacity);
+  }
+  std::vector<codegen::GeneratedKernel> kernels;
+  for (int capacity : capacities) {
+    kernels.push_back(adam ? codegen::AdamMulti(capacity) : codegen::GradSumSquares(capacity));
+  }
+  return kernels;
 }
 
 absl::Status LaunchSequence::Launch(cudaStream_t stream) const {

@@ -1,9 +1,10 @@
 // What the multi-tensor optimizer ops share: their input layout (k inputs per tensor, then the
-// inputs every tensor shares), the inputs they write, and a GpuKernel that runs one launch per
-// table of tensors.
+// inputs every tensor shares), the inputs they write, the tables of the chunked kernels, and a
+// GpuKernel that runs one launch per table of tensors.
 #ifndef REPRISE_SRC_OPS_MULTI_TENSOR_H_
 #define REPRISE_SRC_OPS_MULTI_TENSOR_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "reprise/graph.h"
+#include "src/codegen/generated_kernel.h"
 #include "src/ir/op_def.h"
 #include "src/ops/gpu_kernel.h"
 
@@ -58,6 +60,35 @@ absl::Status RunEachTensor(const Node& node, absl::Span<ir::HostTensor* const> i
 // for each of attrs["tensors"] tensors (none when the attribute is missing).
 std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
                                     absl::Span<const int> per_tensor_mutated);
+
+// The by-value table of a chunked multi-tensor kernel (src/codegen/optimizer_kernels.h) for up to
+// `capacity` tensors: `pointer_arrays` arrays of pointers (one per array of each tensor), then
+// long long n[capacity] and int first[capacity + 1] (each tensor's first chunk of
+// codegen::kNormChunk elements, then the chunk count), laid out as the kernel's struct declares
+// them.
+class ChunkTable {
+ public:
+  ChunkTable(int capacity, int pointer_arrays);
+  // Appends a tensor of `n` elements with one pointer per array. InvalidArgument when the table
+  // is full or the chunks no longer fit an int.
+  absl::Status Add(absl::Span<void* const> pointers, int64_t n);
+  int count() const { return count_; }
+  int64_t chunks() const { return chunks_; }
+  const void* data() const { return words_.data(); }
+  size_t bytes() const { return words_.size() * sizeof(uint64_t); }
+
+ private:
+  int capacity_, pointer_arrays_, count_ = 0;
+  int64_t chunks_ = 0;
+  std::vector<uint64_t> words_;
+};
+
+// Chunks of codegen::kNormChunk elements in a tensor of n.
+int64_t NormChunks(int64_t n);
+
+// The chunked kernels that lowering `node` (adam_multi or grad_sum_squares) compiles, one per
+// table capacity of its launches; none for other nodes. For prefetching at Trainer creation.
+std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node);
 
 // Runs its parts one after another: one launch per table of tensors.
 class LaunchSequence : public GpuKernel {

@@ -36,8 +36,12 @@ const ir::OpDef& SgdMomentumOp();
 // -> nothing (clip and check as sgd_momentum's); writes w, m and v in place. Attr decoupled
 // (bool): AdamW's weight decay instead of Adam's.
 const ir::OpDef& AdamOp();
-// (w0, g0, m0, v0, w1, ..., lr, step, beta1, beta2, epsilon, weight_decay[, clip][, check]) ->
-// nothing; every tensor updated as adam does. Attrs tensors, decoupled, loss_scaled.
+// adam_multi.cc. (w0, g0, m0, v0, weight_decay0, w1, ..., lr, step, beta1, beta2, epsilon
+// [, clip | , partials, max_norm][, check]) -> nothing; every tensor updated as adam does, with its
+// own weight decay, in one launch. Attrs tensors, decoupled, loss_scaled; clip_norm (bool): the
+// clip coefficient is clip_coefficient's of (partials, max_norm), computed in the launch; and,
+// when the update schedules its rate (attr decay present), lr_schedule's attributes: lr is the
+// base rate and the update uses lr_schedule's rate of it.
 const ir::OpDef& AdamMultiOp();
 
 // grad_norm.cc. (g0, g1, ...[, check]) -> f32[P]: sums of squares of the gradients' chunks (P

@@ -12,6 +12,8 @@
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
+#include "src/ops/lr_schedule.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/passes/fuse_batched.h"
@@ -68,6 +70,13 @@ class GroupFinder {
   // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name);
+  // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
+  // the lr_schedule and clip_coefficient that only it reads; the group in `updates`, `attrs` those
+  // of its nodes. False if it could not be placed.
+  bool AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_scalars,
+                 int index);
+  // Whether every value of `node` is read by `members` alone.
+  bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
   // pattern; false leaves both to the caller.
   bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
@@ -351,7 +360,90 @@ void GroupFinder::PointwiseChains() {
 
 void GroupFinder::MultiTensorUpdates() {
   MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all");
-  MultiTensor(ops::AdamOp(), ops::AdamMultiOp(), 4, "adam.all");
+  // adam's inputs: w, g, m, v, then lr, step, beta1, beta2, epsilon, weight_decay, [clip], [check].
+  constexpr int kPerTensor = 4, kWeightDecay = kPerTensor + 5;
+  // One group per data-parallel bucket (as MultiTensor's) and set of shared inputs but the weight
+  // decay, which adam_multi takes per tensor: decayed and undecayed parameters share a launch.
+  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
+           std::vector<int32_t>>
+      by_hyper;
+  for (const Node& node : g_.nodes()) {
+    if (node.op != &ops::AdamOp() || taken_[node.id]) continue;
+    std::vector<std::pair<int32_t, int32_t>> shared;
+    for (size_t i = kPerTensor; i < node.inputs.size(); ++i) {
+      if (i != kWeightDecay) shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
+    }
+    const Node& gradient = g_.node(node.inputs[1].node);
+    const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
+    by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
+  }
+  int index = 0;
+  for (const auto& [hyper, updates] : by_hyper) {
+    // With the step's scalars if it can be placed so, else without them.
+    if (AdamGroup(updates, std::get<2>(hyper), true, index) ||
+        AdamGroup(updates, std::get<2>(hyper), false, index)) {
+      ++index;
+    }
+  }
+}
+
+bool GroupFinder::OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const {
+  for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
+    if (NeededOutside(Value{node.id, out}, members)) return false;
+  }
+  return true;
+}
+
+bool GroupFinder::AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs,
+                            bool fold_scalars, int index) {
+  constexpr int kPerTensor = 4, kShared = 6;  // lr, step, beta1, beta2, epsilon, weight_decay
+  const Node& first = g_.node(updates[0]);
+  absl::StatusOr<ops::OptionalShared> optional = ops::OptionalSharedInputs(
+      attrs, kPerTensor, static_cast<int>(first.inputs.size()) - kPerTensor, kShared);
+  if (!optional.ok()) return false;
+  NodeGroup group{.members = updates,
+                  .op = &ops::AdamMultiOp(),
+                  .name = index == 0 ? std::string("adam.all") : absl::StrCat("adam.all", index),
+                  .attrs = attrs};
+  group.attrs["tensors"] = static_cast<int64_t>(updates.size());
+  absl::flat_hash_set<int32_t> members(updates.begin(), updates.end());
+  auto shared = [&](int i) { return first.inputs[kPerTensor + i]; };
+  // The scheduled rate and the clip coefficient, where only these updates read them, come from
+  // their inputs inside the update's launch.
+  Value lr = shared(0);
+  std::vector<Value> clip;
+  if (optional->clip >= 0) clip.push_back(shared(optional->clip));
+  const Node& schedule = g_.node(lr.node);
+  if (fold_scalars && schedule.op == &ops::LrScheduleOp() && !taken_[schedule.id] &&
+      schedule.inputs[1] == shared(1) && OnlyReadBy(schedule, members)) {
+    group.members.push_back(schedule.id);
+    lr = schedule.inputs[0];
+    for (const char* name : ops::kLrScheduleAttrs) {
+      if (auto it = schedule.attrs.find(name); it != schedule.attrs.end()) {
+        group.attrs[name] = it->second;
+      }
+    }
+  }
+  if (!clip.empty()) {
+    const Node& norm = g_.node(clip[0].node);
+    if (fold_scalars && norm.op == &ops::ClipCoefficientOp() && !taken_[norm.id] &&
+        clip[0].output == 1 && OnlyReadBy(norm, members)) {
+      group.members.push_back(norm.id);
+      clip = norm.inputs;  // The partial sums and max_norm.
+      group.attrs["clip_norm"] = true;
+    }
+  }
+  if (updates.size() < 2 && group.members.size() == updates.size()) return false;
+  for (int32_t m : updates) {
+    const Node& node = g_.node(m);
+    group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + kPerTensor);
+    group.inputs.push_back(node.inputs[kPerTensor + 5]);
+  }
+  group.inputs.push_back(lr);
+  for (int i = 1; i < 5; ++i) group.inputs.push_back(shared(i));  // step, betas, epsilon
+  group.inputs.insert(group.inputs.end(), clip.begin(), clip.end());
+  if (optional->check >= 0) group.inputs.push_back(shared(optional->check));
+  return TryAdd(std::move(group));
 }
 
 void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,

@@ -10,7 +10,9 @@
 //   batch_norm_apply [-> add] -> relu          => batch_norm_apply with relu (mirrored batch norms)
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
-//   every adam sharing hyperparameters       => adam_multi (one launch per 32 tensors)
+//   every adam sharing hyperparameters but the weight decay, with the lr_schedule and
+//     clip_coefficient that only they read  => adam_multi (one launch; the scheduled rate and the
+//                                              clip coefficient computed in it)
 // or, for a small ReLU MLP, the whole step        => mlp_train_step (one persistent kernel)
 // or, for an ensemble of them batched, the whole step => batched_mlp_train_step (the same kernel
 //   running every model's tiles)

@@ -1,6 +1,5 @@
-// The adam and adam_multi ops and the Nesterov / clipped forms of sgd_momentum: shape rules, one
-// step of the CPU reference against the formulas in double, and the multi-tensor ops giving the
-// single-tensor ops' bits.
+// The adam op and the Nesterov / clipped forms of sgd_momentum: shape rules and one step of the
+// CPU reference against the formulas in double. (adam_multi: adam_multi_test.cc.)
 #include <cmath>
 #include <random>
 #include <string>
@@ -90,34 +89,6 @@ TEST(AdamTest, OneStepMatchesTheFormulasWithBiasCorrectionFromTheCounter) {
   }
 }
 
-TEST(AdamTest, MultiTensorGivesTheSingleTensorBits) {
-  for (bool clipped : {false, true}) {
-    AdamGraph single = MakeAdamGraph(clipped), multi = MakeAdamGraph(clipped);
-    std::vector<Value> per_tensor;
-    const Shape shapes[] = {Shape{5, 7}, Shape{300}, Shape{1}};
-    for (int t = 0; t < 3; ++t) {
-      const std::string name = "t" + std::to_string(t);
-      auto in = Concat(single.Tensor(name, shapes[t]), single.shared);
-      ASSERT_TRUE(single.g.AddOp(ops::AdamOp(), name + ".adam", in, {{"decoupled", true}}).ok());
-      per_tensor = Concat(per_tensor, multi.Tensor(name, shapes[t]));
-    }
-    ASSERT_TRUE(multi.g
-                    .AddOp(ops::AdamMultiOp(), "adam.all", Concat(per_tensor, multi.shared),
-                           {{"decoupled", true}, {"tensors", int64_t{3}}})
-                    .ok());
-    ir::ReferenceExecutor a(single.g, false, 11), b(multi.g, false, 11);
-    for (int step = 0; step < 3; ++step) {
-      for (auto* cpu : {&a, &b}) {
-        ASSERT_TRUE(cpu->SetLeaf("step", std::vector<int32_t>{step, 0}).ok());
-        ASSERT_TRUE(cpu->Run().ok());
-      }
-    }
-    for (const char* name : {"t0", "t0.m", "t1.v", "t2", "t2.m"}) {
-      EXPECT_EQ(Values(a, name), Values(b, name)) << name;
-    }
-  }
-}
-
 TEST(AdamTest, ShapeRulesNameWhatIsWrong) {
   AdamGraph a = MakeAdamGraph(false);
   auto in = Concat(a.Tensor("w", Shape{4}), a.shared);
@@ -132,9 +103,6 @@ TEST(AdamTest, ShapeRulesNameWhatIsWrong) {
   in.pop_back();
   bad = a.g.AddOp(ops::AdamOp(), "adam3", in);
   EXPECT_THAT(bad.status().message(), HasSubstr("expected 10 inputs"));
-  auto multi = a.g.AddOp(ops::AdamMultiOp(), "multi", Concat(a.Tensor("y", Shape{3}), a.shared),
-                         {{"tensors", int64_t{2}}});
-  EXPECT_EQ(multi.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SgdNesterovTest, OneClippedNesterovStepMatchesTheFormula) {

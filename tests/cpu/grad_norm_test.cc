@@ -59,19 +59,35 @@ TEST(GradNormTest, NormMatchesAFloat64SumAndTheCoefficientClampsAtOne) {
   }
 }
 
-TEST(GradNormTest, ChunkSumFollowsTheKernelsOrder) {
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uniform(-3, 3);
-  std::vector<float> x(codegen::kNormChunk);
-  for (float& v : x) v = uniform(rng);
-  // Thread j sums j, j + 256, ... in order; then the tree pairs j with j + s.
+// A block's threads summing the squares of `per_load` consecutive elements at a time, loads j,
+// j + 256, ... in thread j, in order; then the tree.
+float LaneSum(const std::vector<float>& x, int64_t n, int per_load) {
   std::vector<float> lanes(codegen::kNormBlock, 0.0f);
-  for (size_t i = 0; i < x.size(); ++i) lanes[i % codegen::kNormBlock] += x[i] * x[i];
+  for (int64_t i = 0; i < n; ++i) lanes[(i / per_load) % codegen::kNormBlock] += x[i] * x[i];
   for (int s = codegen::kNormBlock / 2; s > 0; s /= 2) {
     for (int j = 0; j < s; ++j) lanes[j] += lanes[j + s];
   }
-  EXPECT_EQ(codegen::ChunkSumSquares(x.data(), codegen::kNormChunk), lanes[0]);
+  return lanes[0];
+}
+
+TEST(GradNormTest, ChunkSumFollowsTheKernelsOrder) {
+  // Magnitudes over 24 binades, so that the order of the additions shows in the bits.
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-3, 3);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> x(codegen::kNormChunk);
+  for (float& v : x) v = std::ldexp(uniform(rng), exponent(rng));
+  // Thread j sums quads j, j + 256, ... (16-byte loads), each quad's elements in order.
+  for (int64_t n : {int64_t{codegen::kNormChunk}, int64_t{4095}, int64_t{1030}, int64_t{6}}) {
+    EXPECT_EQ(codegen::ChunkSumSquares(x.data(), n), LaneSum(x, n, 4)) << n;
+  }
+  // The order matters for this input: element-strided lanes give other bits.
+  EXPECT_NE(codegen::ChunkSumSquares(x.data(), codegen::kNormChunk),
+            LaneSum(x, codegen::kNormChunk, 1));
   EXPECT_EQ(codegen::ChunkSumSquares(x.data(), 1), x[0] * x[0]);
+  EXPECT_EQ(codegen::ChunkSumSquares(x.data(), 3, 0.5f), (x[0] * 0.5f) * (x[0] * 0.5f) +
+                                                             (x[1] * 0.5f) * (x[1] * 0.5f) +
+                                                             (x[2] * 0.5f) * (x[2] * 0.5f));
 }
 
 TEST(GradNormTest, NanGradientGivesANanCoefficient) {

@@ -1,8 +1,10 @@
 // The optimizer kernels compile with NVRTC for sm_90 with no GPU present, and say what they are.
 #include "src/codegen/optimizer_kernels.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
 #include "src/runtime/kernel_store.h"
 
 namespace reprise {
@@ -19,10 +21,37 @@ TEST(OptimizerKernelsTest, EveryKernelCompilesForSm90) {
   }
 }
 
-// The tables travel by value: they must stay well inside the 4 KiB kernel parameter space.
-TEST(OptimizerKernelsTest, MultiTensorTablesFitTheKernelParameterSpace) {
+// The chunked kernels compile at their largest table too, taking it as a parameter of the size
+// of the host's table (ops::ChunkTable), and the norm's with no local memory.
+TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
+  for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
+    for (const auto& [kernel, arrays] : {std::pair{codegen::AdamMulti(capacity), 5},
+                                         std::pair{codegen::GradSumSquares(capacity), 1}}) {
+      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+      ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
+      const size_t bytes = ops::ChunkTable(capacity, arrays).bytes();
+      EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_0[", bytes, "]")),
+                std::string::npos)
+          << kernel.name << " with " << capacity << " tensors: " << bytes << " bytes";
+      if (arrays == 1) EXPECT_EQ(compiled->ptx.find(".local"), std::string::npos);
+    }
+  }
+}
+
+TEST(OptimizerKernelsTest, CapacityIsTheSmallestPowerOfTwoFrom32ThatHoldsTheTensors) {
+  EXPECT_EQ(codegen::MultiTensorCapacity(1), 32);
+  EXPECT_EQ(codegen::MultiTensorCapacity(32), 32);
+  EXPECT_EQ(codegen::MultiTensorCapacity(33), 64);
+  EXPECT_EQ(codegen::MultiTensorCapacity(161), 256);  // ResNet-50's parameters.
+  EXPECT_EQ(codegen::MultiTensorCapacity(512), 512);
+  EXPECT_EQ(codegen::MultiTensorCapacity(10000), codegen::kMaxMultiTensorCapacity);
+}
+
+// The SGD and loss-scaling tables travel by value: they must stay well inside the 4 KiB kernel
+// parameter space. (The chunked tables' 32 KiB: multi_tensor_test.cc.)
+TEST(OptimizerKernelsTest, SgdTablesFitTheKernelParameterSpace) {
   constexpr int n = codegen::kOptimizerTableSize;
-  EXPECT_LE(n * (4 * sizeof(void*) + sizeof(long long)) + 8 * sizeof(void*) + 8, 4096u);
+  EXPECT_LE(n * (3 * sizeof(void*) + sizeof(long long)) + 8 * sizeof(void*) + 8, 4096u);
 }
 
 TEST(OptimizerKernelsTest, AdamStepScalars) {

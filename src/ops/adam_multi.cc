@@ -1,0 +1,190 @@
+// adam_multi: the updates of many tensors, each as adam does it and with its own weight decay, in
+// one launch; and, where the fuse pass folds them in, the step's scalars computed by every block of
+// that launch: the scheduled rate (lr_schedule's attributes) and the clip coefficient from the
+// global norm's partial sums (grad_sum_squares' output), so that neither needs a launch of its own.
+// The reference runs lr_schedule's, clip_coefficient's and adam's references, so the fused step
+// has the unfused step's bits.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/optimizer_kernels.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/lr_schedule.h"
+#include "src/ops/multi_tensor.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+constexpr int kPerTensor = 5;    // w, g, m, v, weight_decay
+constexpr int kFixedShared = 5;  // lr, step, beta1, beta2, epsilon
+constexpr int kWeightDecay = 4;  // Among a tensor's inputs.
+
+// Where the optional shared inputs are, counted from the first shared input; -1 where absent.
+struct Layout {
+  int64_t tensors = 0;
+  int clip = -1;      // A clip coefficient,
+  int partials = -1;  // or (attr clip_norm) the norm's partial sums, then max_norm.
+  int check = -1;     // Loss scaling's check (attr loss_scaled).
+  bool scheduled = false;
+};
+
+absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
+  ASSIGN_OR_RETURN(const int64_t tensors, ir::IntAttr(attrs, "tensors"));
+  const bool norm = ir::BoolAttrOr(attrs, "clip_norm", false);
+  const bool scaled = ir::BoolAttrOr(attrs, "loss_scaled", false);
+  const int64_t shared = num_inputs - kPerTensor * tensors;
+  const int64_t fixed = kFixedShared + (norm ? 2 : 0) + (scaled ? 1 : 0);
+  if (tensors < 1 || shared < fixed || shared > fixed + (norm ? 0 : 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", kPerTensor, " inputs per tensor (w, g, m, v, weight_decay) for ",
+                     tensors, " tensors, then lr, step, beta1, beta2, epsilon",
+                     norm ? ", the norm's partial sums, max_norm" : "[, clip]",
+                     scaled ? ", check" : "", "; got ", num_inputs, " inputs"));
+  }
+  Layout layout{.tensors = tensors, .scheduled = attrs.contains("decay")};
+  int next = kFixedShared;
+  if (norm) {
+    layout.partials = next;
+    next += 2;
+  } else if (shared > fixed) {
+    layout.clip = next++;
+  }
+  if (scaled) layout.check = next;
+  return layout;
+}
+
+// What adam sees for tensor t (its inputs, then the shared ones with that tensor's weight decay),
+// with `clip` standing for the clip coefficient where there is one.
+template <typename T>
+std::vector<T> AdamInputs(absl::Span<T const> in, const Layout& layout, int64_t t, T lr, T clip) {
+  const size_t h = kPerTensor * layout.tensors;
+  std::vector<T> single(in.begin() + kPerTensor * t, in.begin() + kPerTensor * t + 4);
+  single.push_back(lr);
+  single.insert(single.end(), in.begin() + h + 1, in.begin() + h + kFixedShared);
+  single.push_back(in[kPerTensor * t + kWeightDecay]);
+  if (layout.clip >= 0 || layout.partials >= 0) single.push_back(clip);
+  if (layout.check >= 0) single.push_back(in[h + layout.check]);
+  return single;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
+                                                       absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(attrs, static_cast<int>(in.size())));
+  const size_t h = kPerTensor * layout.tensors;
+  const TensorSpec scalar{Shape{}, DType::kFloat32};
+  if (layout.scheduled) {
+    auto rate = LrScheduleOp().infer(attrs, {in[h], in[h + 1]});
+    if (!rate.ok()) {
+      return absl::Status(rate.status().code(),
+                          absl::StrCat("schedule: ", rate.status().message()));
+    }
+  }
+  TensorSpec clip = layout.clip >= 0 ? in[h + layout.clip] : scalar;
+  if (layout.partials >= 0) {
+    auto norm =
+        ClipCoefficientOp().infer(attrs, {in[h + layout.partials], in[h + layout.partials + 1]});
+    if (!norm.ok()) {
+      return absl::Status(norm.status().code(),
+                          absl::StrCat("clip norm: ", norm.status().message()));
+    }
+  }
+  for (int64_t t = 0; t < layout.tensors; ++t) {
+    auto checked = AdamOp().infer(attrs, AdamInputs<TensorSpec>(in, layout, t, in[h], clip));
+    if (!checked.ok()) {
+      return absl::Status(checked.status().code(),
+                          absl::StrCat("tensor ", t, ": ", checked.status().message()));
+    }
+  }
+  return std::vector<TensorSpec>{};
+}
+
+absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
+                          absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(node.attrs, static_cast<int>(in.size())));
+  const size_t h = kPerTensor * layout.tensors;
+  ir::HostTensor* lr = in[h];
+  ir::HostTensor rate(TensorSpec{Shape{}, lr->dtype()});
+  if (layout.scheduled) {
+    RETURN_IF_ERROR(LrScheduleOp().cpu(node, {lr, in[h + 1]}, {&rate}));
+    lr = &rate;
+  }
+  ir::HostTensor* clip = layout.clip >= 0 ? in[h + layout.clip] : nullptr;
+  ir::HostTensor norm, coefficient;
+  if (layout.partials >= 0) {
+    ir::HostTensor* partials = in[h + layout.partials];
+    norm = coefficient = ir::HostTensor(TensorSpec{Shape{}, partials->dtype()});
+    RETURN_IF_ERROR(ClipCoefficientOp().cpu(node, {partials, in[h + layout.partials + 1]},
+                                            {&norm, &coefficient}));
+    clip = &coefficient;
+  }
+  for (int64_t t = 0; t < layout.tensors; ++t) {
+    RETURN_IF_ERROR(AdamOp().cpu(node, AdamInputs<ir::HostTensor*>(in, layout, t, lr, clip), out));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> MultiMutated(const Attrs& attrs, int) {
+  return MultiTensorMutated(attrs, kPerTensor, {0, 2, 3});
+}
+
+// One launch per codegen::kMaxMultiTensorCapacity tensors (one for any model below that), its
+// blocks striding over every chunk of every tensor (codegen::AdamMulti).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext& ctx,
+                                                          const Node& node) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(node.attrs, static_cast<int>(ctx.inputs.size())));
+  codegen::ScheduleParams schedule;
+  if (layout.scheduled) {
+    ASSIGN_OR_RETURN(schedule, LrScheduleParams(node.attrs));
+  }
+  const size_t h = kPerTensor * layout.tensors;
+  auto shared = [&](int i) -> void* { return i >= 0 ? ctx.inputs[h + i] : nullptr; };
+  const long long partial_count =
+      layout.partials >= 0 ? ctx.input_specs[h + layout.partials].NumElements() : 0;
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  for (int64_t first = 0; first < layout.tensors; first += codegen::kMaxMultiTensorCapacity) {
+    const int64_t count =
+        std::min<int64_t>(codegen::kMaxMultiTensorCapacity, layout.tensors - first);
+    const int capacity = codegen::MultiTensorCapacity(count);
+    ChunkTable table(capacity, kPerTensor);
+    for (int64_t t = first; t < first + count; ++t) {
+      const auto begin = ctx.inputs.begin() + kPerTensor * t;
+      const std::vector<void*> pointers(begin, begin + kPerTensor);
+      RETURN_IF_ERROR(table.Add(pointers, ctx.input_specs[kPerTensor * t].NumElements()));
+    }
+    KernelArgs args;
+    args.AddBytes(table.data(), table.bytes()).Add(table.count());
+    for (int i = 0; i < kFixedShared; ++i) args.Add(shared(i));
+    args.Add(shared(layout.clip)).Add(shared(layout.partials)).Add(partial_count);
+    args.Add(shared(layout.partials >= 0 ? layout.partials + 1 : -1)).Add(shared(layout.check));
+    args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "decoupled", false)));
+    args.Add(static_cast<int>(layout.scheduled));
+    args.Add(static_cast<long long>(schedule.warmup_steps)).Add(static_cast<int>(schedule.decay));
+    args.Add(static_cast<long long>(schedule.total_steps)).Add(schedule.min_factor);
+    args.Add(static_cast<long long>(schedule.step_size)).Add(schedule.gamma);
+    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
+                     NvrtcKernel::Create(ctx, node.name, codegen::AdamMulti(capacity), grid,
+                                         dim3(codegen::kNormBlock), 0, std::move(args)));
+    parts.push_back(std::move(part));
+  }
+  return Sequence(std::move(parts));
+}
+
+}  // namespace
+
+const ir::OpDef& AdamMultiOp() {
+  static const ir::OpDef op{.name = "adam_multi",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferAdamMulti,
+                            .cpu = CpuAdamMulti,
+                            .lower = LowerAdamMulti,
+                            .mutated_inputs_of = MultiMutated};
+  return op;
+}
+
+}  // namespace reprise::ops
