@@ -1,4 +1,4 @@
-// reprise-update-bench's host side: model specs, path lists and flags are checked with errors that
+// reprise-update-bench's host side: model specs and flags are checked with errors that
 // name what is wrong, specs build the models they describe, and the table and JSON carry every
 // measured path with its counters. The tool binary itself refuses bad flags before it looks for a
 // device.
@@ -24,7 +24,6 @@ namespace reprise::tools {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // InvalidArgument whose message holds every one of `parts`.
@@ -116,30 +115,6 @@ TEST(UpdateBenchModelTest, SpecsBuildTheModelsTheyDescribe) {
   auto images = net->graph.FindNode("images");
   ASSERT_TRUE(images.ok()) << images.status();
   EXPECT_EQ(net->graph.node(*images).outputs[0].shape, Shape({2, 32, 32, 3}));
-}
-
-TEST(UpdatePathsTest, NamesParseBackAndAllKeepsTheOrder) {
-  auto all = ParseUpdatePaths("all");
-  ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_THAT(*all,
-              ElementsAre(UpdatePath::kStep, UpdatePath::kLearningRate, UpdatePath::kBindInput,
-                          UpdatePath::kExecUpdate, UpdatePath::kReinstantiate));
-  for (UpdatePath path : *all) {
-    auto one = ParseUpdatePaths(UpdatePathName(path));
-    ASSERT_TRUE(one.ok()) << one.status();
-    EXPECT_THAT(*one, ElementsAre(path));
-  }
-  auto two = ParseUpdatePaths("reinstantiate,step");
-  ASSERT_TRUE(two.ok()) << two.status();
-  EXPECT_THAT(*two, ElementsAre(UpdatePath::kReinstantiate, UpdatePath::kStep));
-}
-
-TEST(UpdatePathsTest, BadListsAreRefused) {
-  ExpectInvalid(ParseUpdatePaths("step,rebind").status(), {"unknown update path 'rebind'"});
-  ExpectInvalid(ParseUpdatePaths("step,all").status(), {"unknown update path 'all'"});
-  ExpectInvalid(ParseUpdatePaths("step,bind_input,step").status(), {"'step' named twice"});
-  ExpectInvalid(ParseUpdatePaths("").status(), {"no update path"});
-  ExpectInvalid(ParseUpdatePaths(",,").status(), {"no update path"});
 }
 
 UpdateBenchFlags GoodFlags() {
