@@ -1,7 +1,8 @@
 // ResNet training on the GPU: graph replay gives the same bits as the bulked run over 50 steps
 // (deterministic cuDNN algorithms), the loss falls, both layouts run, and the first steps match
-// the CPU reference.
+// the float64 step.
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
+#include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/template_images.h"
@@ -26,8 +28,9 @@ models::ResNetConfig SmallResNet(Layout layout = Layout::kNCHW) {
 }
 
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, bool fuse = true,
-                                     int lanes = 0) {
+                                     int lanes = 0, std::vector<Value> fetch = {}) {
   TrainOptions options;
+  options.fetch = std::move(fetch);
   options.mode = mode;
   options.fuse = fuse;
   options.lanes = lanes;
@@ -85,44 +88,106 @@ TEST(ResNetGpuTest, GraphEqualsBulkedBitwiseOverFiftyStepsAndLossFalls) {
 
 class ResNetLayoutGpuTest : public ::testing::TestWithParam<std::tuple<Layout, bool, int>> {};
 
+// Every ReLU of the network, by the value it outputs.
+std::vector<Value> ReluOutputs(const Graph& graph) {
+  std::vector<Value> relus;
+  for (const Node& node : graph.nodes()) {
+    if (node.op->name == "relu") relus.push_back(Value{node.id, 0});
+  }
+  return relus;
+}
+
+// ReLU decisions the GPU took otherwise than the float64 step: elements whose pre-activation is
+// positive in one and not in the other. `margin` is the largest |pre-activation| at such an
+// element relative to the largest in its tensor: fp32 rounding (another summation order) can
+// decide the side of a value within ~1e-6 of zero, never of one far from it.
+struct ReluFlips {
+  int count = 0;
+  double margin = 0;
+  std::string where;
+};
+
+ReluFlips CountReluFlips(Trainer& gpu, ir::ReferenceExecutor& exact, const Graph& graph,
+                         absl::Span<const Value> relus) {
+  ReluFlips flips;
+  for (const Value& relu : relus) {
+    const std::vector<float> out = *gpu.Read(relu);
+    auto z = (*exact.Tensor(graph.node(relu.node).inputs[0]))->data<double>();
+    double scale = 0;
+    for (double v : z) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if ((out[i] > 0) == (z[i] > 0)) continue;
+      ++flips.count;
+      flips.margin = std::max(flips.margin, std::abs(z[i]) / scale);
+      flips.where = absl::StrCat(graph.node(relu.node).name, "[", i, "]");
+    }
+  }
+  return flips;
+}
+
 // Both layouts run our batch-norm kernels (NCHW through its planar view), fused with the residual
 // add and ReLU. Each layout also unfused and on one lane, to tell a lowering from a fusion or a
-// lane ordering.
-TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheCpuReference) {
+// lane ordering. The truth is the float64 step from the same weights and batches.
+//
+// One ReLU decided differently moves the updates by more than rounding does: its element's whole
+// gradient goes or stays, which shifts the bias gradients of the batch norms reading it by about
+// 1/(N·H·W) (0.8% at ResNet-18's 4x4 layer3 with batch 8) and the updates of every layer below by
+// as much. NCHW meets such a tie on this batch: layer3.0's output element 3371 has a float64
+// pre-activation 8e-7 of its tensor's largest from zero, and fp32 (any summation order) may put it
+// on either side (H100, session 7; other image sizes and depths meet none and agree within 2e-3).
+// So the test checks that every decision that differs is a tie, allows a tie's cost only when
+// there is one, and compares the second step only when the first took float64's path (after a tie
+// the two runs train different weights). A wrong gradient is off by order 1 either way.
+TEST_P(ResNetLayoutGpuTest, FirstStepsMatchTheFloat64Step) {
   REPRISE_REQUIRE_GPU();
   const auto [layout, fuse, lanes] = GetParam();
   auto net = models::BuildResNet(SmallResNet(layout));
   ASSERT_TRUE(net.ok());
-  auto gpu = MakeTrainer(*net, ExecMode::kGraph, fuse, lanes);
+  const std::vector<Value> relus = ReluOutputs(net->graph);
+  auto gpu = MakeTrainer(*net, ExecMode::kGraph, fuse, lanes, relus);
   ASSERT_TRUE(gpu);
   auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.005f});
   ASSERT_TRUE(training.ok());
-  ir::ReferenceExecutor cpu(training->graph, /*float64=*/false, /*seed=*/42);
+  ir::ReferenceExecutor exact(training->graph, /*float64=*/true, /*seed=*/42);
   absl::flat_hash_map<std::string, std::vector<float>> initial;
-  for (const std::string& name : gpu->ParameterNames()) initial[name] = *gpu->GetParameter(name);
+  for (const std::string& name : gpu->ParameterNames()) {
+    initial[name] = *gpu->GetParameter(name);
+    ASSERT_TRUE(
+        exact.SetLeaf(name, std::vector<double>(initial[name].begin(), initial[name].end())).ok());
+  }
   Data data;
   std::vector<float> x;
   std::vector<int32_t> y;
+  int flips_so_far = 0;
   for (int s = 0; s < 2; ++s) {
+    if (flips_so_far > 0) break;  // After a tie the two runs train different weights.
     data.Next(x, y);
     ASSERT_TRUE(gpu->SetInput("images", x).ok());
     ASSERT_TRUE(gpu->SetInput("labels", y).ok());
     ASSERT_TRUE(gpu->Step().ok());
-    ASSERT_TRUE(cpu.SetLeaf("images", std::vector<double>(x.begin(), x.end())).ok());
-    ASSERT_TRUE(cpu.SetLeaf("labels", y).ok());
-    ASSERT_TRUE(cpu.Run().ok());
-    const float cpu_loss = (*cpu.Tensor(net->loss))->data<float>()[0];
-    EXPECT_NEAR(*gpu->Loss(), cpu_loss, 1e-4f * std::max(1.0f, std::abs(cpu_loss))) << "step " << s;
+    ASSERT_TRUE(exact.SetLeaf("images", std::vector<double>(x.begin(), x.end())).ok());
+    ASSERT_TRUE(exact.SetLeaf("labels", y).ok());
+    ASSERT_TRUE(exact.Run().ok());
+    const double exact_loss = (*exact.Tensor(net->loss))->data<double>()[0];
+    EXPECT_NEAR(*gpu->Loss(), exact_loss, 1e-4 * std::max(1.0, std::abs(exact_loss)))
+        << "step " << s;
+    const ReluFlips flips = CountReluFlips(*gpu, exact, net->graph, relus);
+    std::cout << LayoutName(layout) << " step " << s << ": " << flips.count
+              << " ReLU decisions unlike float64" << (flips.count ? " at " + flips.where : "")
+              << ", margin " << flips.margin << "\n";
+    EXPECT_LT(flips.margin, 1e-5) << "a ReLU decision far from a tie differs at " << flips.where;
+    flips_so_far += flips.count;
     // After the first step each update is the step's gradient alone (scaled), so a difference
     // shows in the layer where it starts, before the next forward spreads it everywhere.
-    SCOPED_TRACE(absl::StrCat("updates after step ", s));
+    SCOPED_TRACE(absl::StrCat("updates after step ", s, ", ", flips_so_far, " ReLU ties so far"));
     testing::ExpectUpdatesAgree(
         gpu->ParameterNames(), [&](const std::string& name) { return initial.at(name); },
         [&](const std::string& name) { return *gpu->GetParameter(name); },
         [&](const std::string& name) {
-          auto c = (*cpu.Leaf(name))->data<float>();
-          return std::vector<float>(c.begin(), c.end());
-        });
+          auto e = (*exact.Leaf(name))->data<double>();
+          return std::vector<float>(e.begin(), e.end());
+        },
+        /*total=*/flips_so_far == 0 ? 2e-3 : 1e-2);
   }
 }
 
