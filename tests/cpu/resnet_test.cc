@@ -56,6 +56,9 @@ TEST(ResNetTest, BadConfigurationsAreClearErrors) {
   EXPECT_THAT(small.status().message(), HasSubstr("image_size"));
   auto dtype = models::BuildResNet({.depth = 18, .dtype = DType::kInt32});
   EXPECT_EQ(dtype.status().code(), absl::StatusCode::kUnimplemented);
+  auto bf16 = models::BuildResNet({.depth = 18, .dtype = DType::kBFloat16});
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(bf16.status().message(), HasSubstr("TrainOptions::compute_dtype"));
 }
 
 // A few steps on one fixed batch: the CPU reference of the whole step (conv, batch norm, pooling,
