@@ -155,16 +155,38 @@ absl::StatusOr<runtime::Graph> CapturedStep::Record(
   return graph;
 }
 
+absl::StatusOr<runtime::GraphExec> CapturedStep::Instantiate(
+    const runtime::Graph& graph, absl::Span<const LoweredLaunch> launches,
+    absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) const {
+  if (launch_ == Launch::kDevice) return InstantiateForDeviceLaunch(graph, launches, launch_nodes);
+  return runtime::GraphExec::Create(graph);
+}
+
+absl::Status CapturedStep::UploadIfDevice(bool new_exec) {
+  if (launch_ != Launch::kDevice) return absl::OkStatus();
+  if (new_exec || !launcher_.has_value()) {
+    ASSIGN_OR_RETURN(launcher_, DeviceLauncher::Create(exec_.get()));
+  }
+  RETURN_IF_ERROR(launcher_->Upload(stream_));
+  ++uploads_;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunch> launches,
-                                                   const Lanes& lanes, cudaStream_t stream) {
+                                                   const Lanes& lanes, cudaStream_t stream,
+                                                   Launch launch) {
   std::vector<std::vector<cudaGraphNode_t>> launch_nodes;
   ASSIGN_OR_RETURN(runtime::Graph graph, Record(launches, lanes, stream, launch_nodes));
   size_t num_nodes = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "captured step"));
-  ASSIGN_OR_RETURN(runtime::GraphExec exec, runtime::GraphExec::Create(graph));
-  CapturedStep step(std::move(graph), std::move(exec), static_cast<int64_t>(num_nodes));
+  CapturedStep step(std::move(graph), runtime::GraphExec::Adopt(nullptr),
+                    static_cast<int64_t>(num_nodes));
+  step.launch_ = launch;
+  step.stream_ = stream;
+  ASSIGN_OR_RETURN(step.exec_, step.Instantiate(step.graph_, launches, launch_nodes));
   step.launch_nodes_ = std::move(launch_nodes);
+  RETURN_IF_ERROR(step.UploadIfDevice(/*new_exec=*/true));
   return step;
 }
 
@@ -182,11 +204,11 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
       // The executable keeps naming its nodes by the graph it was instantiated from, so that
       // graph stays (its copy destinations, which SetCopySource looks up, are unchanged).
       ++exec_updates_;
-      return absl::OkStatus();
+      return UploadIfDevice(/*new_exec=*/false);
     }
     (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
   }
-  ASSIGN_OR_RETURN(exec_, runtime::GraphExec::Create(graph));
+  ASSIGN_OR_RETURN(exec_, Instantiate(graph, launches, launch_nodes));
   ++instantiations_;
   ++instantiation_reasons_[apply == Apply::kInstantiate
                                ? std::string(kForcedInstantiation)
@@ -195,7 +217,7 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   copy_nodes_.clear();  // Handles of the old graph.
   launch_nodes_ = std::move(launch_nodes);
   num_nodes_ = static_cast<int64_t>(num_nodes);
-  return absl::OkStatus();
+  return UploadIfDevice(/*new_exec=*/true);
 }
 
 absl::StatusOr<cudaGraphNode_t> CapturedStep::FindCopyNode(void* destination, size_t bytes) {
@@ -233,12 +255,21 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
                                                              bytes, cudaMemcpyDefault),
                           "cudaGraphExecMemcpyNodeSetParams1D", "binding update"));
   ++node_updates_;
-  return absl::OkStatus();
+  return UploadIfDevice(/*new_exec=*/false);
 }
 
 absl::Status CapturedStep::Replay(cudaStream_t stream) {
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphLaunch(exec_.get(), stream), "cudaGraphLaunch",
-                                      "replay of the training step"));
+  if (launcher_.has_value()) {
+    // The uploads went to stream_; a replay elsewhere would not be ordered after them.
+    if (stream != stream_) {
+      return absl::InvalidArgumentError(
+          "a device-launched step replays only on the stream it was captured on");
+    }
+    RETURN_IF_ERROR(launcher_->Launch(stream));
+  } else {
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphLaunch(exec_.get(), stream), "cudaGraphLaunch",
+                                        "replay of the training step"));
+  }
   ++replays_;
   return absl::OkStatus();
 }

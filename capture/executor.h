@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "capture/device_launch.h"
 #include "capture/lowered_step.h"
 #include "src/runtime/owners.h"
 
@@ -51,11 +52,22 @@ absl::Status RunEager(absl::Span<const LoweredLaunch> launches, cudaStream_t str
 // The step recorded under stream capture into one CUDA graph and instantiated once.
 class CapturedStep {
  public:
+  // Who launches the step's executable graph on each Replay.
+  enum class Launch : uint8_t {
+    kHost,  // cudaGraphLaunch of the step from the host: host work grows with the graph's nodes.
+    // Instantiated for device launch and tail-launched by a one-node launcher graph
+    // (capture/device_launch.h): constant host work. Every change of the executable is uploaded
+    // on the capture stream, and Replay must use that stream.
+    kDevice,
+  };
+
   // Records `launches` on `stream` and the lanes' streams (no work runs) and instantiates the
   // graph. A launch that cannot be captured fails with its node's name; capture is then ended and
-  // nothing is kept.
+  // nothing is kept. kDevice: FailedPrecondition naming the node if the graph cannot be launched
+  // from the device.
   static absl::StatusOr<CapturedStep> Capture(absl::Span<const LoweredLaunch> launches,
-                                              const Lanes& lanes, cudaStream_t stream);
+                                              const Lanes& lanes, cudaStream_t stream,
+                                              Launch launch = Launch::kHost);
   // One launch of the whole step.
   absl::Status Replay(cudaStream_t stream);
 
@@ -70,18 +82,21 @@ class CapturedStep {
 
   // Records `launches` again after a change of topology (a binding added or removed) and brings
   // the executable graph up to date: in place with cudaGraphExecUpdate when the driver accepts
-  // it, else by instantiating anew. Each path is counted.
+  // it, else by instantiating anew. Each path is counted. kDevice: no replay may be in flight.
   absl::Status Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
                          cudaStream_t stream, Apply apply = Apply::kUpdateElseInstantiate);
   // Points the captured bound-input copy (a cudaMemcpyDefault copy of `bytes`) into
   // `destination` at a new source, in the executable graph itself: no capture, no instantiation.
-  // NotFound if no such copy node writes `destination`.
+  // NotFound if no such copy node writes `destination`. kDevice: no replay may be in flight.
   absl::Status SetCopySource(void* destination, const void* source, size_t bytes);
 
   int64_t exec_updates() const { return exec_updates_; }
   int64_t instantiations() const { return instantiations_; }
   int64_t node_updates() const { return node_updates_; }
   int64_t captures() const { return captures_; }
+  Launch launch() const { return launch_; }
+  // kDevice: uploads of the executable to the device (one per instantiation and per update).
+  int64_t uploads() const { return uploads_; }
   // Why each re-capture was instantiated anew rather than updated in place: cudaGraphExecUpdate's
   // result ("topology changed", ...), counted.
   const std::map<std::string, int64_t>& instantiation_reasons() const {
@@ -103,11 +118,22 @@ class CapturedStep {
       std::vector<std::vector<cudaGraphNode_t>>& launch_nodes);
   // The bound-input copy node writing `destination` (searched once, then remembered).
   absl::StatusOr<cudaGraphNode_t> FindCopyNode(void* destination, size_t bytes);
+  // Instantiates `graph` for launch_ (device launch: launch_nodes names a refused node's launch).
+  absl::StatusOr<runtime::GraphExec> Instantiate(
+      const runtime::Graph& graph, absl::Span<const LoweredLaunch> launches,
+      absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) const;
+  // kDevice, after exec_ changed (`new_exec`: instantiated anew, so the launcher needs it too):
+  // uploads it. Nothing for kHost.
+  absl::Status UploadIfDevice(bool new_exec);
 
   runtime::Graph graph_;
   std::vector<std::vector<cudaGraphNode_t>> launch_nodes_;
   absl::flat_hash_map<void*, cudaGraphNode_t> copy_nodes_;  // Nodes of graph_ found so far.
   runtime::GraphExec exec_;
+  Launch launch_ = Launch::kHost;
+  cudaStream_t stream_ = nullptr;           // kDevice: where uploads go and replays must run.
+  std::optional<DeviceLauncher> launcher_;  // kDevice.
+  int64_t uploads_ = 0;
   int64_t num_nodes_ = 0;
   int64_t replays_ = 0;
   int64_t captures_ = 1, instantiations_ = 1, exec_updates_ = 0, node_updates_ = 0;

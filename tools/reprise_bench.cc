@@ -9,6 +9,8 @@
 //   reprise-bench --model resnet --depth 50 --batch 64 --mode graph --fusion on --mirror auto
 //   reprise-bench --model mlp --mode graph --fusion per-layer --optimizer adamw --max_grad_norm 1
 //       --warmup_steps 100 --schedule cosine   (host us per Step() with the whole update on device)
+//   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --layout nhwc --mode graph
+//       --device_launch   (graph rows launched from the device: host us per Step() for any size)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -62,6 +64,9 @@ ABSL_FLAG(bool, fp16, false,
           "mixed precision: compute in float16 with float32 master weights and dynamic loss "
           "scaling (TrainOptions::compute_dtype, loss_scale)");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
+ABSL_FLAG(bool, device_launch, false,
+          "graph mode: launch the captured step from the device through a one-node graph "
+          "(TrainOptions::device_graph_launch); its rows read graph+devlaunch");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
@@ -271,6 +276,8 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  options.device_graph_launch =
+      mode == reprise::ExecMode::kGraph && absl::GetFlag(FLAGS_device_launch);
   RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
@@ -311,7 +318,8 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   }
   ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
-  Result result{absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion)),
+  Result result{absl::StrCat(reprise::ExecModeName(mode),
+                             options.device_graph_launch ? "+devlaunch" : "", FusionSuffix(fusion)),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
                 Percentile(host_us, 0.5),
@@ -491,8 +499,9 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
       absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
       absl::GetFlag(FLAGS_schedule), EnsembleConfig());
-  std::printf("reprise-bench %s%s on %s\n", config.c_str(),
-              absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "", device.name.c_str());
+  std::printf("reprise-bench %s%s%s on %s\n", config.c_str(),
+              absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "",
+              absl::GetFlag(FLAGS_device_launch) ? " device_launch=1" : "", device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
               "activation MiB");
@@ -531,7 +540,7 @@ absl::Status Main() {
           r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
           static_cast<long long>(r.kernel_disk_hits));
       std::printf("%-16s path: %s\n", "", r.path.c_str());
-      if (r.mode == "graph") graph_ms = r.median_ms;
+      if (r.mode == "graph" || r.mode == "graph+devlaunch") graph_ms = r.median_ms;
       json_results.push_back(absl::StrFormat(
           "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
           "\"host_us_per_step\": %.3f, \"launches_per_step\": %d, \"graph_nodes\": %d, "

@@ -13,6 +13,9 @@
 //
 //   reprise-update-bench --models mlp:8x256:b32,resnet50:b32:nhwc:tf32 --json update.json
 //   reprise-update-bench --models mlp:2x64:b16 --paths step,bind_input --reps 200
+//   reprise-update-bench --models mlp:2x64:b16,resnet50:b32:nhwc:tf32 --device_launch
+//       (TrainOptions::device_graph_launch: Step() launches a one-node graph that tail-launches
+//        the step from the device; every change of the step's graph is uploaded again)
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -39,6 +42,8 @@ ABSL_FLAG(int, recapture_reps, 100, "timed repetitions of exec_update and reinst
 ABSL_FLAG(int, warmup, 20, "untimed repetitions before each path's timed ones");
 ABSL_FLAG(int, device_steps, 100, "replays timed on the device for the step's device time");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
+ABSL_FLAG(bool, device_launch, false,
+          "launch the captured step from the device (TrainOptions::device_graph_launch)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 
 namespace {
@@ -54,6 +59,7 @@ absl::Status Main() {
                        .warmup = absl::GetFlag(FLAGS_warmup),
                        .device_steps = absl::GetFlag(FLAGS_device_steps),
                        .lanes = absl::GetFlag(FLAGS_lanes),
+                       .device_launch = absl::GetFlag(FLAGS_device_launch),
                    }));
   ASSIGN_OR_RETURN(int devices, reprise::runtime::VisibleDeviceCount());
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
@@ -64,7 +70,8 @@ absl::Status Main() {
       .reps = config.options.reps,
       .recapture_reps = config.options.recapture_reps,
       .warmup = config.options.warmup,
-      .lanes = config.lanes};
+      .lanes = config.lanes,
+      .device_launch = config.device_launch};
   for (const reprise::tools::UpdateBenchModel& model : config.models) {
     std::fprintf(stderr, "reprise-update-bench: measuring %s ...\n", model.spec.c_str());
     ASSIGN_OR_RETURN(reprise::tools::BuiltModel built,
@@ -73,6 +80,7 @@ absl::Status Main() {
     options.mode = reprise::ExecMode::kGraph;
     options.allow_tf32 = model.tf32;
     options.lanes = config.lanes;
+    options.device_graph_launch = config.device_launch;
     reprise::UpdateBenchOptions bench = config.options;
     bench.bound_input = built.feature_input;
     auto result = reprise::MeasureUpdatePaths(built.graph, built.loss, options, bench);

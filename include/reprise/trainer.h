@@ -131,6 +131,17 @@ struct TrainOptions {
   // `device`, and call Step() (and Verify, SetParameter, LoadWeights, RestoreCheckpoint) alike.
   // Parameters start as rank 0's. Turns off the whole-step MLP kernel (whole_step).
   std::optional<DataParallel> data_parallel;
+  // ExecMode::kGraph only: launch the captured step from the device. The step's graph is
+  // instantiated for device launch and a one-node graph whose kernel tail-launches it is what
+  // Step() launches, so Step()'s host time stays that of a one-node launch whatever the model
+  // (a plain replay costs ~0.15 us of host time per graph node on an H100: 96 us for ResNet-50).
+  // Same kernels, same bits. The step still completes before the stream's next work (the next
+  // step, Loss(), Read()). Every change of the executable graph (BindInput's node update, a
+  // re-capture) is uploaded to the device again, counted in TrainerStats::graph_uploads. A step
+  // whose graph the device cannot launch (a host or event node, a copy from pageable host memory)
+  // fails Create with FailedPrecondition naming the node; there is no fallback to host launch.
+  // InvalidArgument in the eager modes.
+  bool device_graph_launch = false;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
@@ -145,6 +156,9 @@ struct TrainerStats {
   int64_t graph_exec_updates = 0;  // Re-captures applied in place by cudaGraphExecUpdate.
   int64_t graph_node_updates = 0;  // Bindings patched into the executable graph's copy nodes.
   int64_t graph_nodes = 0;         // Nodes in the captured CUDA graph (0 before capture).
+  // TrainOptions::device_graph_launch: uploads of the step's executable graph to the device (one
+  // per instantiation, exec update and node update); 0 otherwise.
+  int64_t graph_uploads = 0;
   int64_t launches_per_step = 0;   // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.

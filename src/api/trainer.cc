@@ -156,6 +156,12 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
                                                                       const TrainOptions& options) {
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
+  if (options.device_graph_launch && options.mode != ExecMode::kGraph) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainOptions::device_graph_launch launches the captured step graph from the device; "
+        "mode ",
+        ExecModeName(options.mode), " captures none (use ExecMode::kGraph)"));
+  }
   ASSIGN_OR_RETURN(int devices, runtime::VisibleDeviceCount());
   if (devices == 0) {
     return absl::FailedPreconditionError("Trainer needs a CUDA device and none is visible");
@@ -276,7 +282,10 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   RETURN_IF_ERROR(WarmUpCollectives());
   if (options_.mode == ExecMode::kGraph) {
     ASSIGN_OR_RETURN(capture::CapturedStep step,
-                     capture::CapturedStep::Capture(launches_, *lanes_, stream_->get()));
+                     capture::CapturedStep::Capture(launches_, *lanes_, stream_->get(),
+                                                    options_.device_graph_launch
+                                                        ? capture::CapturedStep::Launch::kDevice
+                                                        : capture::CapturedStep::Launch::kHost));
     captured_.emplace(std::move(step));
   }
   return absl::OkStatus();
@@ -549,6 +558,7 @@ TrainerStats Trainer::Impl::stats() const {
     s.graph_exec_updates = captured_->exec_updates();
     s.graph_node_updates = captured_->node_updates();
     s.graph_nodes = captured_->num_nodes();
+    s.graph_uploads = captured_->uploads();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
   s.lanes = lanes_.has_value() ? lanes_->count() : 1;

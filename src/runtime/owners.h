@@ -86,6 +86,8 @@ class GraphExec {
  public:
   // Instantiates `graph`; the executable does not refer back to it afterwards.
   static absl::StatusOr<GraphExec> Create(const Graph& graph);
+  // Takes ownership of `exec`, e.g. one instantiated with flags (capture/device_launch.h).
+  static GraphExec Adopt(cudaGraphExec_t exec) { return GraphExec(exec); }
   cudaGraphExec_t get() const { return exec_.get(); }
 
  private:

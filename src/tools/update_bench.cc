@@ -176,6 +176,7 @@ absl::StatusOr<UpdateBenchConfig> ParseUpdateBenchFlags(const UpdateBenchFlags& 
   config.options.warmup = flags.warmup;
   config.options.device_steps = flags.device_steps;
   config.lanes = flags.lanes;
+  config.device_launch = flags.device_launch;
   return config;
 }
 
@@ -209,8 +210,9 @@ TimeSummary Summarize(std::vector<double> us) {
 std::string UpdateBenchTable(const UpdateBenchReport& report) {
   std::string out = absl::StrFormat(
       "reprise-update-bench on %s: host us per repetition, the device idle before each (medians "
-      "of %d, %d for re-captures; p90 in brackets)\n",
-      report.gpu, report.reps, report.recapture_reps);
+      "of %d, %d for re-captures; p90 in brackets)%s\n",
+      report.gpu, report.reps, report.recapture_reps,
+      report.device_launch ? "; steps launched from the device (one-node launcher graph)" : "");
   for (const UpdateBenchRun& run : report.runs) {
     const UpdateBenchResult& r = run.result;
     absl::StrAppendFormat(&out,
@@ -243,6 +245,7 @@ std::string UpdateBenchJson(const UpdateBenchReport& report) {
   w.Key("config").BeginObject(util::JsonWriter::kInline);
   w.Key("reps").Int(report.reps).Key("recapture_reps").Int(report.recapture_reps);
   w.Key("warmup").Int(report.warmup).Key("lanes").Int(report.lanes);
+  w.Key("device_launch").Bool(report.device_launch);
   w.EndObject();
   w.Key("models").BeginArray();
   for (const UpdateBenchRun& run : report.runs) {

@@ -45,12 +45,14 @@ struct UpdateBenchFlags {
   std::string models;  // Comma-separated specs.
   std::string paths;   // ParseUpdatePaths: "all" or names separated by commas.
   int reps = 0, recapture_reps = 0, warmup = 0, device_steps = 0;
-  int lanes = 0;  // TrainOptions::lanes: 0 (auto) to 4.
+  int lanes = 0;               // TrainOptions::lanes: 0 (auto) to 4.
+  bool device_launch = false;  // TrainOptions::device_graph_launch.
 };
 struct UpdateBenchConfig {
   std::vector<UpdateBenchModel> models;
   UpdateBenchOptions options;  // bound_input is set per model (BuiltModel::feature_input).
   int lanes = 0;
+  bool device_launch = false;
 };
 // InvalidArgument naming the flag at fault: a bad spec or path, a count below 1 (warmup below
 // 0), lanes outside 0..4.
@@ -78,13 +80,16 @@ struct UpdateBenchRun {
 struct UpdateBenchReport {
   std::string gpu, date;
   int reps = 0, recapture_reps = 0, warmup = 0, lanes = 0;
+  bool device_launch =
+      false;  // Steps launched from the device (TrainOptions::device_graph_launch).
   std::vector<UpdateBenchRun> runs;
 };
 
 // One table per model: each path's host µs (the change, the Step() after it, both), and the
 // counters it moved.
 std::string UpdateBenchTable(const UpdateBenchReport& report);
-// {"tool": "reprise-update-bench", "gpu", "date", "config": {...}, "models": [{"spec", ...,
+// {"tool": "reprise-update-bench", "gpu", "date", "config": {..., "device_launch"}, "models":
+// [{"spec", ...,
 //  "paths": {"<path>": {"reps", "update_us": {median, p90, min} or null, "step_us", "total_us",
 //  "replays", "captures", "instantiations", "exec_updates", "node_updates",
 //  "recapture_reasons": {...}, "instantiation_reasons": {...}}}}]}

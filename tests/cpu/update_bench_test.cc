@@ -25,6 +25,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // InvalidArgument whose message holds every one of `parts`.
 void ExpectInvalid(const absl::Status& status, std::initializer_list<const char*> parts) {
@@ -137,6 +138,12 @@ TEST(UpdateBenchFlagsTest, GoodFlagsBecomeTheOptions) {
   EXPECT_EQ(config->options.warmup, 0);
   EXPECT_EQ(config->options.device_steps, 5);
   EXPECT_EQ(config->lanes, 2);
+  EXPECT_FALSE(config->device_launch);
+  UpdateBenchFlags device = GoodFlags();
+  device.device_launch = true;
+  auto device_config = ParseUpdateBenchFlags(device);
+  ASSERT_TRUE(device_config.ok()) << device_config.status();
+  EXPECT_TRUE(device_config->device_launch);
 }
 
 TEST(UpdateBenchFlagsTest, EachBadFlagIsNamed) {
@@ -221,6 +228,7 @@ TEST(UpdateBenchReportTest, JsonCarriesEveryPathWithItsCounters) {
   EXPECT_EQ(v["config"]["recapture_reps"].integer, 2);
   EXPECT_EQ(v["config"]["warmup"].integer, 1);
   EXPECT_EQ(v["config"]["lanes"].integer, 2);
+  EXPECT_FALSE(v["config"]["device_launch"].boolean);
   ASSERT_EQ(v["models"].array.size(), 1u);
   const testing::JsonValue& m = v["models"].array[0];
   EXPECT_EQ(m["spec"].string, "resnet18:b4:i32:nhwc:tf32");
@@ -284,6 +292,16 @@ TEST(UpdateBenchReportTest, TableHasAHeadAndARowPerPath) {
   EXPECT_THAT(rows[0], AllOf(HasSubstr(" - "), HasSubstr("3.00 [4.00]")));
   EXPECT_THAT(rows[1], AllOf(HasSubstr("1.50 [2.00]"), HasSubstr("3.00 [30.00]")));
   EXPECT_THAT(rows[2], AllOf(HasSubstr("1000.00 [1100.00]"), HasSubstr("1060.00")));
+}
+
+TEST(UpdateBenchReportTest, DeviceLaunchIsSaidInTheTableAndTheJson) {
+  UpdateBenchReport report = SampleReport();
+  EXPECT_THAT(UpdateBenchTable(report), Not(HasSubstr("launched from the device")));
+  report.device_launch = true;
+  EXPECT_THAT(UpdateBenchTable(report), HasSubstr("steps launched from the device"));
+  auto json = testing::ParseJson(UpdateBenchJson(report));
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_TRUE((*json)["config"]["device_launch"].boolean);
 }
 
 // The tool beside this test (when built) exits 1 on a bad flag and says which, before it looks

@@ -1,0 +1,342 @@
+// Device graph launch (TrainOptions::device_graph_launch, capture/device_launch.h): the step's
+// graph tail-launched by a one-node launcher graph trains bit for bit as the host-launched graph,
+// step by step, with the loss read right after Step() being that step's, with the learning rate and
+// input bindings changed between steps and with the executable instantiated anew; every change of
+// the executable is uploaded again; and a graph the device cannot launch is refused, naming the
+// node.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capture/device_launch.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/api/trainer_impl.h"
+#include "src/autodiff/autodiff.h"
+#include "src/runtime/owners.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct Model {
+  Graph graph;
+  Value loss;
+  std::string features;   // "features" or "images".
+  int64_t feature_count;  // Elements of one batch of it.
+  int64_t batch, classes;
+};
+
+absl::StatusOr<Model> Mlp() {
+  ASSIGN_OR_RETURN(
+      models::Mlp mlp,
+      models::BuildMlp({.batch = 16, .input_features = 24, .depth = 3, .width = 32, .classes = 5}));
+  return Model{std::move(mlp.graph), mlp.loss, "features", 16 * 24, 16, 5};
+}
+
+absl::StatusOr<Model> ResNet18Nhwc() {
+  ASSIGN_OR_RETURN(
+      models::ResNet net,
+      models::BuildResNet(
+          {.depth = 18, .batch = 2, .classes = 10, .image_size = 32, .layout = Layout::kNHWC}));
+  return Model{std::move(net.graph), net.loss, "images", 2 * 32 * 32 * 3, 2, 10};
+}
+
+struct Config {
+  const char* name;
+  std::function<absl::StatusOr<Model>()> build;
+  bool fuse = true;
+  bool whole_step = true;
+  int lanes = 0;
+};
+
+// The whole-step MLP kernel, the per-layer MLP on two lanes (fork/join branches in the graph), the
+// MLP unfused (one launch per op), and a convolutional network (cuDNN and cuBLASLt on two lanes).
+const Config kConfigs[] = {
+    {"mlp_whole_step", Mlp, true, true, 0},
+    {"mlp_per_layer_two_lanes", Mlp, true, false, 2},
+    {"mlp_unfused", Mlp, false, false, 1},
+    {"resnet18_nhwc", ResNet18Nhwc, true, true, 2},
+};
+
+TrainOptions OptionsFor(const Config& config, bool device_launch) {
+  TrainOptions options;
+  options.mode = ExecMode::kGraph;
+  options.fuse = config.fuse;
+  options.whole_step = config.whole_step;
+  options.lanes = config.lanes;
+  options.deterministic = true;  // Two trainers, the same bits.
+  options.seed = 11;
+  options.device_graph_launch = device_launch;
+  return options;
+}
+
+struct Batch {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+std::vector<Batch> MakeBatches(const Model& m, int count) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(m.classes) - 1);
+  std::vector<Batch> batches(count);
+  for (Batch& b : batches) {
+    b.x.resize(m.feature_count);
+    for (float& v : b.x) v = normal(rng);
+    b.y.resize(m.batch);
+    for (int32_t& v : b.y) v = label(rng);
+  }
+  return batches;
+}
+
+void ExpectSameParameters(Trainer& want, Trainer& got) {
+  const std::vector<std::string> names = want.ParameterNames();
+  ASSERT_FALSE(names.empty());
+  ASSERT_EQ(names, got.ParameterNames());
+  for (const std::string& name : names) {
+    auto a = want.GetParameter(name);
+    auto b = got.GetParameter(name);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(*a, *b) << name;  // Bit for bit (float ==; no NaNs in a healthy step).
+  }
+}
+
+class DeviceLaunchGpuTest : public ::testing::TestWithParam<Config> {};
+
+// 24 steps, each read right after Step(): device launch gives the host launch's loss every step
+// (so the read waited for the tail-launched step, not just the launcher), and the same parameters.
+TEST_P(DeviceLaunchGpuTest, SameLossesAndParametersAsHostLaunch) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> device,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, true)));
+  const int kSteps = 24;
+  const std::vector<Batch> batches = MakeBatches(model, kSteps);
+  std::vector<float> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(step);
+    for (Trainer* t : {host.get(), device.get()}) {
+      REPRISE_ASSERT_OK(t->SetInput(model.features, batches[step].x));
+      REPRISE_ASSERT_OK(t->SetInput("labels", batches[step].y));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float device_loss, device->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float host_loss, host->Loss());
+    EXPECT_EQ(device_loss, host_loss);
+    losses.push_back(host_loss);
+  }
+  // Each batch is new, so a stale read (the step before's loss) could not pass as this one's.
+  for (int step = 1; step < kSteps; ++step) EXPECT_NE(losses[step], losses[step - 1]) << step;
+  ExpectSameParameters(*host, *device);
+
+  const TrainerStats d = device->stats(), h = host->stats();
+  EXPECT_EQ(d.graph_replays, kSteps);
+  EXPECT_EQ(d.graph_nodes, h.graph_nodes);  // The same step graph; only who launches it differs.
+  EXPECT_EQ(d.graph_captures, 1);
+  EXPECT_EQ(d.graph_instantiations, 1);
+  EXPECT_EQ(d.graph_uploads, 1);  // Once after instantiation; nothing changed since.
+  EXPECT_EQ(h.graph_uploads, 0);
+}
+
+// Steps queued back to back, nothing read between them: each tail-launched step starts after the
+// one before has finished (a device graph still running cannot be launched again), and CUDA events
+// around a step time the step itself, not only its one-node launcher.
+TEST_P(DeviceLaunchGpuTest, QueuedStepsAndEventsWaitForTheTailLaunchedStep) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> device,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, true)));
+  const std::vector<Batch> batches = MakeBatches(model, 1);
+  for (Trainer* t : {host.get(), device.get()}) {
+    REPRISE_ASSERT_OK(t->SetInput(model.features, batches[0].x));
+    REPRISE_ASSERT_OK(t->SetInput("labels", batches[0].y));
+    for (int i = 0; i < 20; ++i) REPRISE_ASSERT_OK(t->Step());
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(const float device_loss, device->Loss());
+  REPRISE_ASSERT_OK_AND_ASSIGN(const float host_loss, host->Loss());
+  EXPECT_EQ(device_loss, host_loss);
+  ExpectSameParameters(*host, *device);
+
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> host_ms, host->TimeSteps(20));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> device_ms, device->TimeSteps(20));
+  std::sort(host_ms.begin(), host_ms.end());
+  std::sort(device_ms.begin(), device_ms.end());
+  // The launcher alone takes a few microseconds; the step it launches, what the host launch takes.
+  EXPECT_GE(device_ms[10], 0.5f * host_ms[10])
+      << "host-launched median " << host_ms[10] << " ms, device-launched " << device_ms[10];
+}
+
+// The learning rate and input bindings changed between steps: the device-launched step sees each
+// change (rebinding patches the executable and uploads it again) and keeps the host launch's bits.
+TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> device,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, true)));
+  const int kBuffers = 3, kSteps = 21;
+  const std::vector<Batch> batches = MakeBatches(model, kBuffers);
+  // Device copies of each batch's features, to bind by pointer.
+  std::vector<std::shared_ptr<runtime::DeviceBuffer>> bound;
+  for (const Batch& b : batches) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer buffer,
+                                 runtime::DeviceBuffer::Create(b.x.size() * sizeof(float)));
+    REPRISE_ASSERT_OK(
+        cudaMemcpy(buffer.data(), b.x.data(), b.x.size() * sizeof(float), cudaMemcpyHostToDevice));
+    bound.push_back(std::make_shared<runtime::DeviceBuffer>(std::move(buffer)));
+  }
+  const float rates[] = {0.02f, 0.005f, 0.01f};
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(step);
+    const int i = step % kBuffers;
+    for (Trainer* t : {host.get(), device.get()}) {
+      REPRISE_ASSERT_OK(t->SetLearningRate(rates[(step / 2) % 3]));
+      if (step == kSteps - 3) {
+        // Unbound again (a re-capture) and fed by SetInput.
+        REPRISE_ASSERT_OK(t->BindInput(model.features, nullptr, 0));
+        REPRISE_ASSERT_OK(t->SetInput(model.features, batches[i].x));
+      } else if (step < kSteps - 3) {
+        REPRISE_ASSERT_OK(
+            t->BindInput(model.features, bound[i]->data(), batches[i].x.size() * sizeof(float)));
+      }
+      REPRISE_ASSERT_OK(t->SetInput("labels", batches[i].y));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float device_loss, device->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float host_loss, host->Loss());
+    EXPECT_EQ(device_loss, host_loss);
+  }
+  ExpectSameParameters(*host, *device);
+
+  const TrainerStats d = device->stats(), h = host->stats();
+  // The same update paths as the host launch, each followed by an upload.
+  EXPECT_EQ(d.graph_captures, h.graph_captures);
+  EXPECT_EQ(d.graph_node_updates, h.graph_node_updates);
+  EXPECT_GE(d.graph_node_updates, kSteps - 5);  // Every rebinding after the first.
+  EXPECT_EQ(d.graph_exec_updates + d.graph_instantiations,
+            h.graph_exec_updates + h.graph_instantiations);
+  EXPECT_EQ(d.graph_uploads, d.graph_instantiations + d.graph_exec_updates + d.graph_node_updates);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceLaunchGpuTest, ::testing::ValuesIn(kConfigs),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A forced re-instantiation gives the step a new executable, which needs a new launcher and an
+// upload; the steps after it keep the host launch's bits.
+TEST(DeviceLaunchRecaptureGpuTest, ReinstantiatedStepIsLaunchedFromTheDeviceToo) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, Mlp());
+  const Config& config = kConfigs[1];
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Trainer::Impl> host,
+      Trainer::Impl::Create(model.graph, model.loss, OptionsFor(config, false)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<Trainer::Impl> device,
+      Trainer::Impl::Create(model.graph, model.loss, OptionsFor(config, true)));
+  const std::vector<Batch> batches = MakeBatches(model, 4);
+  using Apply = capture::CapturedStep::Apply;
+  const Apply applies[] = {Apply::kInstantiate, Apply::kUpdateElseInstantiate, Apply::kInstantiate,
+                           Apply::kUpdateElseInstantiate};
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(step);
+    for (Trainer::Impl* t : {host.get(), device.get()}) {
+      REPRISE_ASSERT_OK(t->SetInput(model.features, batches[step].x.data(), batches[step].x.size(),
+                                    DType::kFloat32));
+      REPRISE_ASSERT_OK(
+          t->SetInput("labels", batches[step].y.data(), batches[step].y.size(), DType::kInt32));
+      REPRISE_ASSERT_OK(t->Step());
+      if (t == device.get()) REPRISE_ASSERT_OK(t->ForceRecapture(applies[step]));
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> want, host->ReadFloat(host->loss()));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> got, device->ReadFloat(device->loss()));
+    EXPECT_EQ(want, got);
+  }
+  for (const std::string& name : host->ParameterNames()) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> want, host->GetParameter(name));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> got, device->GetParameter(name));
+    EXPECT_EQ(want, got) << name;
+  }
+  const TrainerStats d = device->stats();
+  EXPECT_EQ(d.graph_instantiations, 3);  // At Create, then the two forced.
+  EXPECT_EQ(d.graph_exec_updates, 2);
+  EXPECT_EQ(d.graph_uploads, 5);
+  EXPECT_EQ(d.graph_replays, 4);
+}
+
+// Graphs the device cannot launch are refused, naming CUDA's reason and the node.
+TEST(DeviceLaunchInstantiateGpuTest, HostNodeIsRefusedNamingIt) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Graph graph, runtime::Graph::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(256));
+  cudaMemsetParams memset = {};
+  memset.dst = buffer.data();
+  memset.elementSize = 1;
+  memset.width = 256;
+  memset.height = 1;
+  cudaGraphNode_t first = nullptr, host_node = nullptr;
+  REPRISE_ASSERT_OK(cudaGraphAddMemsetNode(&first, graph.get(), nullptr, 0, &memset));
+  cudaHostNodeParams host = {};
+  host.fn = [](void*) {};
+  REPRISE_ASSERT_OK(cudaGraphAddHostNode(&host_node, graph.get(), &first, 1, &host));
+  const absl::StatusOr<runtime::GraphExec> exec = capture::InstantiateForDeviceLaunch(graph);
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kFailedPrecondition) << exec.status();
+  EXPECT_THAT(exec.status().message(),
+              AllOf(HasSubstr("device_graph_launch"), HasSubstr("host node"),
+                    HasSubstr("cannot be instantiated for launch from the device")));
+  // Nothing left behind for the next launch to report.
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(DeviceLaunchInstantiateGpuTest, CopyFromPageableHostMemoryIsRefusedNamingIt) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Graph graph, runtime::Graph::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(4096));
+  std::vector<char> pageable(4096, 1);
+  cudaGraphNode_t copy = nullptr;
+  REPRISE_ASSERT_OK(cudaGraphAddMemcpyNode1D(&copy, graph.get(), nullptr, 0, buffer.data(),
+                                             pageable.data(), pageable.size(),
+                                             cudaMemcpyHostToDevice));
+  const absl::StatusOr<runtime::GraphExec> exec = capture::InstantiateForDeviceLaunch(graph);
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kFailedPrecondition) << exec.status();
+  EXPECT_THAT(exec.status().message(),
+              AllOf(HasSubstr("memcpy node"), HasSubstr("4096 bytes from pageable host memory")));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+TEST(DeviceLaunchInstantiateGpuTest, KernelAndCopyNodesAreAccepted) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Graph graph, runtime::Graph::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer a, runtime::DeviceBuffer::Create(4096));
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer b, runtime::DeviceBuffer::Create(4096));
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::PinnedBuffer pinned, runtime::PinnedBuffer::Create(4096));
+  cudaGraphNode_t from_host = nullptr, copy = nullptr;
+  REPRISE_ASSERT_OK(cudaGraphAddMemcpyNode1D(&from_host, graph.get(), nullptr, 0, a.data(),
+                                             pinned.data(), 4096, cudaMemcpyDefault));
+  REPRISE_ASSERT_OK(cudaGraphAddMemcpyNode1D(&copy, graph.get(), &from_host, 1, b.data(), a.data(),
+                                             4096, cudaMemcpyDeviceToDevice));
+  REPRISE_ASSERT_OK(capture::InstantiateForDeviceLaunch(graph).status());
+}
+
+}  // namespace
+}  // namespace reprise
