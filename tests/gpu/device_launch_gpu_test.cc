@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
@@ -60,6 +61,8 @@ struct Config {
   bool whole_step = true;
   int lanes = 0;
 };
+
+void PrintTo(const Config& config, std::ostream* os) { *os << config.name; }
 
 // The whole-step MLP kernel, the per-layer MLP on two lanes (fork/join branches in the graph), the
 // MLP unfused (one launch per op), and a convolutional network (cuDNN and cuBLASLt on two lanes).
