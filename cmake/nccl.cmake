@@ -9,15 +9,3 @@ add_library(reprise::nccl INTERFACE IMPORTED)
 target_include_directories(reprise::nccl INTERFACE ${NCCL_INCLUDE_DIR})
 target_link_libraries(reprise::nccl INTERFACE ${NCCL_LIBRARY})
 message(STATUS "NCCL: ${NCCL_LIBRARY}")
-
-# MPI only starts jobs of one process per GPU (reprise::MpiDataParallel); without it the
-# single-process mode (reprise::LocalDataParallel) builds and works all the same.
-option(REPRISE_WITH_MPI "Build MpiDataParallel when MPI is found" ON)
-if(REPRISE_WITH_MPI)
-  find_package(MPI COMPONENTS CXX QUIET)
-endif()
-if(MPI_CXX_FOUND)
-  message(STATUS "MPI: ${MPI_CXX_LIBRARIES} (MpiDataParallel built)")
-else()
-  message(STATUS "MPI: not used (MpiDataParallel returns Unimplemented)")
-endif()

@@ -7,11 +7,18 @@
 //
 //   reprise-dp-bench --model resnet --depth 50 --batch 32 --gpus 2 --tf32
 //   reprise-dp-bench --model mlp --depth 8 --width 256 --batch 32 --gpus 2
+//
+// With --launcher mpi, one process per GPU as mpirun starts them (MpiDataParallel: MPI passes
+// NCCL's id, NCCL moves the data): every rank times its own single-GPU baseline, then all train
+// data-parallel together; rank 0 prints (its step time: the collectives keep the ranks in step).
+//
+//   mpirun --allow-run-as-root -np 2 reprise-dp-bench --launcher mpi --model mlp --depth 8
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -37,6 +44,9 @@ ABSL_FLAG(bool, bf16, false, "mixed precision: compute in bfloat16");
 ABSL_FLAG(int, lanes, 0, "compute lanes: 0 (auto), 1 to 4");
 ABSL_FLAG(double, bucket_mb, 25, "gradient bucket size in MiB");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
+ABSL_FLAG(std::string, launcher, "local",
+          "local: one process drives every GPU (LocalDataParallel); mpi: one process per GPU "
+          "under mpirun (MpiDataParallel)");
 
 namespace {
 
@@ -122,25 +132,72 @@ absl::StatusOr<double> TimeDataParallel(const Model& model, int ranks) {
   return *std::max_element(ms.begin(), ms.end());
 }
 
+// One rank of a job started by mpirun: its plain single-GPU step time, then the job's
+// data-parallel step time (this rank's median).
+struct MpiTimes {
+  int rank = 0, world_size = 1;
+  double single_ms = 0, data_parallel_ms = 0;
+};
+absl::StatusOr<MpiTimes> TimeUnderMpi(const Model& model) {
+  ASSIGN_OR_RETURN(reprise::MpiRank me, reprise::MpiDataParallel());
+  MpiTimes out{.rank = me.data_parallel.rank, .world_size = me.data_parallel.world_size};
+  reprise::TrainOptions options = Options();
+  options.device = me.device;
+  {
+    ASSIGN_OR_RETURN(auto single, reprise::Trainer::Create(model.graph, model.loss, options));
+    RETURN_IF_ERROR(Feed(*single, model, out.rank));
+    ASSIGN_OR_RETURN(out.single_ms, TimeTrainer(*single));
+  }
+  options.data_parallel = me.data_parallel;
+  options.data_parallel->bucket_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20));
+  ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
+  RETURN_IF_ERROR(Feed(*trainer, model, out.rank));
+  ASSIGN_OR_RETURN(out.data_parallel_ms, TimeTrainer(*trainer));
+  return out;
+}
+
 absl::Status Main() {
-  ASSIGN_OR_RETURN(const int visible, reprise::runtime::VisibleDeviceCount());
-  const int gpus = absl::GetFlag(FLAGS_gpus) == 0 ? visible : absl::GetFlag(FLAGS_gpus);
+  const std::string launcher = absl::GetFlag(FLAGS_launcher);
+  if (launcher != "local" && launcher != "mpi") {
+    return absl::InvalidArgumentError("--launcher must be local or mpi");
+  }
   ASSIGN_OR_RETURN(const Model model, BuildModel());
   const int batch = absl::GetFlag(FLAGS_batch);
 
-  ASSIGN_OR_RETURN(auto single, reprise::Trainer::Create(model.graph, model.loss, Options()));
-  RETURN_IF_ERROR(Feed(*single, model, 0));
-  ASSIGN_OR_RETURN(const double single_ms, TimeTrainer(*single));
-  single.reset();
+  // (rank count, step ms) of each data-parallel run.
+  std::vector<std::pair<int, double>> runs;
+  double single_ms = 0;
+  if (launcher == "mpi") {
+    ASSIGN_OR_RETURN(const MpiTimes times, TimeUnderMpi(model));
+    RETURN_IF_ERROR(reprise::MpiFinalize());
+    if (times.rank != 0) return absl::OkStatus();
+    single_ms = times.single_ms;
+    runs.emplace_back(times.world_size, times.data_parallel_ms);
+  } else {
+    ASSIGN_OR_RETURN(const int visible, reprise::runtime::VisibleDeviceCount());
+    const int gpus = absl::GetFlag(FLAGS_gpus) == 0 ? visible : absl::GetFlag(FLAGS_gpus);
+    {
+      ASSIGN_OR_RETURN(auto single, reprise::Trainer::Create(model.graph, model.loss, Options()));
+      RETURN_IF_ERROR(Feed(*single, model, 0));
+      ASSIGN_OR_RETURN(single_ms, TimeTrainer(*single));
+    }
+    std::vector<int> counts = {1};
+    if (gpus > 1) counts.push_back(gpus);
+    for (int ranks : counts) {
+      ASSIGN_OR_RETURN(const double ms, TimeDataParallel(model, ranks));
+      runs.emplace_back(ranks, ms);
+    }
+  }
   const double single_rate = batch * 1000.0 / single_ms;
 
   const std::string config =
       absl::GetFlag(FLAGS_model) == "mlp"
           ? absl::StrCat("mlp ", absl::GetFlag(FLAGS_depth), "x", absl::GetFlag(FLAGS_width))
           : absl::StrCat("resnet", absl::GetFlag(FLAGS_depth));
-  std::printf("%s b%d/GPU%s%s, buckets %.0f MiB\n", config.c_str(), batch,
+  std::printf("%s b%d/GPU%s%s, buckets %.0f MiB, launcher %s\n", config.c_str(), batch,
               absl::GetFlag(FLAGS_tf32) ? " tf32" : "", absl::GetFlag(FLAGS_bf16) ? " bf16" : "",
-              absl::GetFlag(FLAGS_bucket_mb));
+              absl::GetFlag(FLAGS_bucket_mb), launcher.c_str());
   std::printf("%-22s %10s %12s %11s %14s\n", "run", "step ms", "images/s", "efficiency",
               "exposed comm ms");
   std::printf("%-22s %10.3f %12.1f %11s %14s\n", "1 GPU, no data parallel", single_ms, single_rate,
@@ -148,13 +205,11 @@ absl::Status Main() {
   reprise::util::JsonWriter json;
   json.BeginObject();
   json.Key("config").String(config);
+  json.Key("launcher").String(launcher);
   json.Key("batch_per_gpu").Int(batch);
   json.Key("single_ms").Double(single_ms);
   json.Key("runs").BeginArray();
-  std::vector<int> counts = {1};
-  if (gpus > 1) counts.push_back(gpus);
-  for (int ranks : counts) {
-    ASSIGN_OR_RETURN(const double ms, TimeDataParallel(model, ranks));
+  for (const auto& [ranks, ms] : runs) {
     const double rate = ranks * batch * 1000.0 / ms;
     const double efficiency = rate / (ranks * single_rate);
     std::printf("%-22s %10.3f %12.1f %10.1f%% %14.3f\n",

@@ -26,8 +26,9 @@ class LocalDataParallel {
  public:
   // One rank per GPU on GPUs 0 .. gpus - 1 (gpus = 0: every visible GPU), each a Trainer of
   // `graph` with `options` (its data_parallel's bucket_bytes, if set, is kept; rank, world size,
-  // id and device are set here), created on its rank's thread at once. FailedPrecondition when no
-  // GPU is visible or fewer than `gpus`; the first rank's error (by rank) when a Trainer fails.
+  // id, device and abort are set here), created on its rank's thread at once. FailedPrecondition
+  // when no GPU is visible or fewer than `gpus`. When a rank's Trainer fails, the others stop
+  // waiting for it at once (DataParallelAbort) and the failed rank's error is returned, naming it.
   static absl::StatusOr<std::unique_ptr<LocalDataParallel>> Create(const Graph& graph, Value loss,
                                                                    const TrainOptions& options,
                                                                    int gpus = 0);

@@ -112,17 +112,27 @@ absl::StatusOr<std::unique_ptr<LocalDataParallel>> LocalDataParallel::Create(
   // Everything that fails alike on every rank fails here, before any rank waits for the others.
   RETURN_IF_ERROR(parallel::ValidateDataParallel(dp));
   ASSIGN_OR_RETURN(dp.id, NewDataParallelId());
+  // One rank's failure ends the others' waits for it at once.
+  dp.abort = std::make_shared<DataParallelAbort>();
   auto local =
       std::unique_ptr<LocalDataParallel>(new LocalDataParallel(std::make_unique<Workers>(world)));
-  RETURN_IF_ERROR(local->workers_->RunOnEach([&](int rank) -> absl::Status {
+  std::vector<absl::Status> results(world);
+  const absl::Status first = local->workers_->RunOnEach([&](int rank) -> absl::Status {
     TrainOptions mine = options;
     mine.device = rank;
     mine.data_parallel = dp;
     mine.data_parallel->rank = rank;
-    ASSIGN_OR_RETURN(local->trainers_[rank], Trainer::Create(graph, loss, mine));
-    return absl::OkStatus();
-  }));
-  return local;
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(graph, loss, mine);
+    results[rank] = trainer.status();
+    if (trainer.ok()) local->trainers_[rank] = *std::move(trainer);
+    return results[rank];
+  });
+  if (first.ok()) return local;
+  // The rank that failed first says why; the others gave up waiting for it.
+  if (const std::optional<DataParallelAbort::Failure> failure = dp.abort->failure()) {
+    return results[failure->rank];
+  }
+  return first;
 }
 
 int LocalDataParallel::world_size() const { return workers_->size(); }

@@ -146,9 +146,13 @@ std::shared_ptr<runtime::KernelStore> SharedKernelStore(const runtime::DeviceInf
 
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph& graph, Value loss,
                                                                      const TrainOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(graph, loss, options));
-  RETURN_IF_ERROR(impl->Start(nullptr));
-  return impl;
+  absl::StatusOr<std::unique_ptr<Impl>> impl = Prepare(graph, loss, options);
+  const absl::Status status = impl.ok() ? (*impl)->Start(nullptr) : impl.status();
+  if (status.ok()) return impl;
+  if (!options.data_parallel.has_value()) return status;
+  // Named by rank, and recorded before this rank's communicator goes, so that the ranks of this
+  // process that wait for this one stop at once.
+  return parallel::RankFailed(*options.data_parallel, status);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,

@@ -6,7 +6,7 @@
 #include "src/parallel/data_parallel_step.h"
 #include "src/parallel/model_check.h"
 #include "src/parallel/nccl_communicator.h"
-#include "src/runtime/cuda_status.h"
+#include "src/parallel/rank_wait.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -14,16 +14,16 @@ namespace reprise {
 absl::Status Trainer::Impl::StartDataParallel() {
   if (!options_.data_parallel.has_value()) return absl::OkStatus();
   const DataParallel& dp = *options_.data_parallel;
-  ASSIGN_OR_RETURN(communicator_, parallel::NcclCommunicator::Create(dp.id, dp.rank, dp.world_size,
-                                                                     options_.device));
+  ASSIGN_OR_RETURN(communicator_,
+                   parallel::NcclCommunicator::Create(dp.id, dp.rank, dp.world_size,
+                                                      options_.device, parallel::RankWait(dp)));
   cudaStream_t stream = stream_->get();
   RETURN_IF_ERROR(parallel::CheckSameStepOnEveryRank(
       *communicator_, parallel::StepDigest(model_fingerprint_, data_parallel_buckets_), stream));
   // The persistent region before the inputs: parameters, optimizer state, constants, kept values.
   RETURN_IF_ERROR(communicator_->Broadcast(arena_->data(), plan_.memory.input_offset, 0, stream,
                                            "taking rank 0's parameters"));
-  return runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize",
-                             "taking rank 0's parameters");
+  return communicator_->WaitForStream(stream, "taking rank 0's parameters");
 }
 
 absl::Status Trainer::Impl::WarmUpCollectives() {
@@ -36,8 +36,7 @@ absl::Status Trainer::Impl::WarmUpCollectives() {
     if (plan_.graph().node(plan_.launches[i].node).op->kind != ir::OpKind::kCommunication) continue;
     RETURN_IF_ERROR(launches_[i + 1].kernel->Launch(stream));  // Launch 0 is the input copy.
   }
-  return runtime::CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize",
-                             "warming up the data-parallel collectives");
+  return communicator_->WaitForStream(stream, "warming up the data-parallel collectives");
 }
 
 }  // namespace reprise

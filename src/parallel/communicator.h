@@ -2,7 +2,9 @@
 // all_reduce launches of a plan (src/ops/all_reduce.h) call it, and a CUDA graph may capture those
 // calls; the Trainer calls it at creation to check the model and broadcast the parameters.
 // Implementations: NCCL (nccl_communicator.h) and an in-process fake over host memory for CPU
-// tests (fake_communicator.h).
+// tests (fake_communicator.h). A call that waits for the other ranks gives up as RankWait says
+// (rank_wait.h): promptly when another rank of the process failed, else after the timeout; the
+// communicator is then aborted, and every later call fails.
 #ifndef REPRISE_SRC_PARALLEL_COMMUNICATOR_H_
 #define REPRISE_SRC_PARALLEL_COMMUNICATOR_H_
 
@@ -39,6 +41,9 @@ class Communicator {
   // recv[r * bytes, (r + 1) * bytes) = rank r's `bytes` at `send`, on every rank.
   virtual absl::Status AllGather(const void* send, void* recv, int64_t bytes, cudaStream_t stream,
                                  absl::string_view what) = 0;
+  // Waits until `stream` has run everything enqueued on it, collectives included (not while it is
+  // being captured). Not a collective itself, but what it waits for may wait for the other ranks.
+  virtual absl::Status WaitForStream(cudaStream_t stream, absl::string_view what) = 0;
 };
 
 }  // namespace reprise::parallel

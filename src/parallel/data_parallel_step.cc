@@ -1,6 +1,7 @@
 #include "src/parallel/data_parallel_step.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "src/parallel/gradient_buckets.h"
 #include "src/runtime/sha256.h"
 #include "src/util/status_macros.h"
@@ -20,7 +21,18 @@ absl::Status ValidateDataParallel(const DataParallel& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("DataParallel::bucket_bytes must be at least 1, got ", options.bucket_bytes));
   }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("DataParallel::timeout must be positive, got ",
+                                                   absl::FormatDuration(options.timeout)));
+  }
   return absl::OkStatus();
+}
+
+absl::Status RankFailed(const DataParallel& options, const absl::Status& error) {
+  if (error.ok()) return error;
+  if (options.abort != nullptr) options.abort->Fail(options.rank, error);
+  return absl::Status(error.code(), absl::StrCat("data-parallel rank ", options.rank, " of ",
+                                                 options.world_size, ": ", error.message()));
 }
 
 absl::StatusOr<autodiff::TrainingGraph> AddDataParallel(const DataParallel& options,

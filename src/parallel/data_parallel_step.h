@@ -13,9 +13,13 @@
 
 namespace reprise::parallel {
 
-// InvalidArgument naming the field for a world size below 1, a rank outside [0, world_size) or
-// bucket_bytes below 1.
+// InvalidArgument naming the field for a world size below 1, a rank outside [0, world_size),
+// bucket_bytes below 1 or a timeout that is not positive.
 absl::Status ValidateDataParallel(const DataParallel& options);
+
+// What a rank's failed Trainer::Create returns: `error` (not OK) with the rank named; records the
+// failure in options.abort, if any, so that the ranks of this process waiting for this one stop.
+absl::Status RankFailed(const DataParallel& options, const absl::Status& error);
 
 // `t` with its gradients averaged over the ranks in buckets of options.bucket_bytes;
 // `*buckets` gets BucketsToString of them.

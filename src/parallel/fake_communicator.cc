@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "src/ir/low_precision.h"
+#include "src/parallel/rank_wait.h"
+#include "src/util/status_macros.h"
 
 namespace reprise::parallel {
 namespace {
@@ -19,14 +21,16 @@ class FakeWorld {
 
   // Deposits `bytes` of `data` under `call`, waits for every rank, checks the calls agree, runs
   // `finish` over all deposits, and waits again so no deposit is overwritten while read.
-  absl::Status Meet(int rank, std::string call, const void* data, int64_t bytes,
+  absl::Status Meet(const RankWait& wait, std::string call, const void* data, int64_t bytes,
                     const std::function<void(const std::vector<std::string>&)>& finish) {
+    const int rank = wait.rank();
     {
       absl::MutexLock lock(&mu_);
+      RETURN_IF_ERROR(Broken(wait, call));
       deposits_[rank].assign(static_cast<const char*>(data), static_cast<size_t>(bytes));
       calls_[rank] = call;
     }
-    Barrier();
+    RETURN_IF_ERROR(Barrier(wait, call));
     absl::Status status;
     for (int r = 0; r < size_; ++r) {
       if (calls_[r] != call) {
@@ -36,31 +40,54 @@ class FakeWorld {
       }
     }
     if (status.ok()) finish(deposits_);
-    Barrier();
+    RETURN_IF_ERROR(Barrier(wait, call));
     return status;
   }
 
  private:
-  void Barrier() {
-    absl::MutexLock lock(&mu_);
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      return;
-    }
-    const Waiter waiter{&generation_, generation_};
-    mu_.Await(absl::Condition(&waiter, &Waiter::Passed));
+  // OK while the job works; else the failed rank's error when this process knows it (as NCCL's
+  // ranks would see the abort), or which rank gave up.
+  absl::Status Broken(const RankWait& wait, absl::string_view call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (broken_.ok()) return broken_;
+    RETURN_IF_ERROR(wait.PeerFailure(call));
+    return broken_;
   }
-  struct Waiter {
-    const int64_t* generation;
+
+  absl::Status Barrier(const RankWait& wait, absl::string_view call) {
     int64_t seen;
-    bool Passed() const { return *generation != seen; }
-  };
+    {
+      absl::MutexLock lock(&mu_);
+      RETURN_IF_ERROR(Broken(wait, call));
+      seen = generation_;
+      if (++arrived_ == size_) {
+        arrived_ = 0;
+        ++generation_;
+        return absl::OkStatus();
+      }
+    }
+    absl::Status status = wait.Until(call, [&]() -> absl::StatusOr<bool> {
+      absl::MutexLock lock(&mu_);
+      if (generation_ != seen) return true;
+      RETURN_IF_ERROR(Broken(wait, call));
+      return false;
+    });
+    if (!status.ok()) {
+      // The others must not wait for this rank any more than NCCL's peers would.
+      absl::MutexLock lock(&mu_);
+      if (broken_.ok()) {
+        broken_ = absl::FailedPreconditionError(
+            absl::StrCat("the job is broken: rank ", wait.rank(), " gave up: ", status.message()));
+      }
+    }
+    return status;
+  }
 
   const int size_;
   absl::Mutex mu_;
   int arrived_ = 0;
   int64_t generation_ = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> deposits_;
   std::vector<std::string> calls_;
 };
@@ -88,9 +115,9 @@ void Store(float value, DType dtype, char* p) {
 
 class FakeCommunicator : public Communicator {
  public:
-  FakeCommunicator(std::shared_ptr<FakeWorld> world, int rank)
-      : world_(std::move(world)), rank_(rank) {}
-  int rank() const override { return rank_; }
+  FakeCommunicator(std::shared_ptr<FakeWorld> world, RankWait wait)
+      : world_(std::move(world)), wait_(std::move(wait)) {}
+  int rank() const override { return wait_.rank(); }
   int world_size() const override { return world_->size(); }
   Memory memory() const override { return Memory::kHost; }
 
@@ -103,7 +130,7 @@ class FakeCommunicator : public Communicator {
     const int64_t size = DTypeSize(dtype);
     const float scale = 1.0f / static_cast<float>(world_->size());
     return Annotate(
-        what, world_->Meet(rank_, absl::StrCat("all_reduce(", count, " ", DTypeName(dtype), ")"),
+        what, world_->Meet(wait_, absl::StrCat("all_reduce(", count, " ", DTypeName(dtype), ")"),
                            send, count * size, [&](const std::vector<std::string>& all) {
                              for (int64_t i = 0; i < count; ++i) {
                                float sum = 0;
@@ -121,7 +148,7 @@ class FakeCommunicator : public Communicator {
       return absl::InvalidArgumentError(absl::StrCat(what, ": no rank ", root));
     }
     return Annotate(
-        what, world_->Meet(rank_, absl::StrCat("broadcast(", bytes, " from ", root, ")"), data,
+        what, world_->Meet(wait_, absl::StrCat("broadcast(", bytes, " from ", root, ")"), data,
                            bytes, [&](const std::vector<std::string>& all) {
                              std::memcpy(data, all[root].data(), bytes);
                            }));
@@ -129,7 +156,7 @@ class FakeCommunicator : public Communicator {
 
   absl::Status AllGather(const void* send, void* recv, int64_t bytes, cudaStream_t,
                          absl::string_view what) override {
-    return Annotate(what, world_->Meet(rank_, absl::StrCat("all_gather(", bytes, ")"), send, bytes,
+    return Annotate(what, world_->Meet(wait_, absl::StrCat("all_gather(", bytes, ")"), send, bytes,
                                        [&](const std::vector<std::string>& all) {
                                          for (size_t r = 0; r < all.size(); ++r) {
                                            std::memcpy(static_cast<char*>(recv) + r * bytes,
@@ -138,22 +165,27 @@ class FakeCommunicator : public Communicator {
                                        }));
   }
 
+  // Host collectives are complete when they return.
+  absl::Status WaitForStream(cudaStream_t, absl::string_view) override { return absl::OkStatus(); }
+
  private:
   static absl::Status Annotate(absl::string_view what, absl::Status status) {
     if (status.ok()) return status;
     return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
   }
   std::shared_ptr<FakeWorld> world_;
-  int rank_;
+  RankWait wait_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<Communicator>> MakeFakeCommunicators(int world_size) {
+std::vector<std::unique_ptr<Communicator>> MakeFakeCommunicators(
+    int world_size, absl::Duration timeout, std::shared_ptr<DataParallelAbort> abort) {
   auto world = std::make_shared<FakeWorld>(world_size);
   std::vector<std::unique_ptr<Communicator>> ranks;
-  for (int r = 0; r < world_size; ++r)
-    ranks.push_back(std::make_unique<FakeCommunicator>(world, r));
+  for (int r = 0; r < world_size; ++r) {
+    ranks.push_back(std::make_unique<FakeCommunicator>(world, RankWait(r, timeout, abort)));
+  }
   return ranks;
 }
 

@@ -45,7 +45,7 @@ absl::Status CheckSameStepOnEveryRank(Communicator& comm, const std::string& dig
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(gathered.data(), buffer.data(), gathered.size(),
                                          cudaMemcpyDeviceToHost, stream),
                          what);
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+    RETURN_IF_ERROR(comm.WaitForStream(stream, what));
   }
   std::vector<std::string> digests;
   for (int r = 0; r < world; ++r)

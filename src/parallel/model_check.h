@@ -20,7 +20,8 @@ inline constexpr int kDigestBytes = 64;  // 64 hexadecimal digits: a SHA-256.
 absl::Status CompareRankDigests(absl::Span<const std::string> digests);
 
 // All-gathers `digest` (kDigestBytes characters) over `comm` and compares (device memory: through
-// a small device buffer, waiting on `stream`). InvalidArgument for a digest of another length.
+// a small device buffer, waiting on `stream` with comm.WaitForStream). InvalidArgument for a digest
+// of another length; the communicator's errors (a rank that gave up waiting) pass through.
 absl::Status CheckSameStepOnEveryRank(Communicator& comm, const std::string& digest,
                                       cudaStream_t stream);
 

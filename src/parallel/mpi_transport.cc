@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <string>
 
@@ -48,24 +49,47 @@ class MpiTransport : public parallel::RendezvousTransport {
   int rank_, size_;
 };
 
+// Whether MpiDataParallel called MPI_Init (and so MpiFinalize owes MPI_Finalize).
+std::atomic<bool> initialized_here{false};
+
 }  // namespace
 
 absl::StatusOr<MpiRank> MpiDataParallel() {
   int initialized = 0;
   RETURN_IF_ERROR(MpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
-  if (!initialized) RETURN_IF_ERROR(MpiStatus(MPI_Init(nullptr, nullptr), "MPI_Init"));
+  if (!initialized) {
+    RETURN_IF_ERROR(MpiStatus(MPI_Init(nullptr, nullptr), "MPI_Init"));
+    initialized_here = true;
+    // MPI's errors come back as Status rather than ending the process.
+    RETURN_IF_ERROR(MpiStatus(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN),
+                              "MPI_Comm_set_errhandler"));
+  }
   int rank = 0, size = 1;
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank"));
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size"));
+  // What fails here still goes to the rendezvous, which fails every rank with it.
+  parallel::RendezvousOptions options{.new_id = [] { return NewDataParallelId(); }};
   char host[HOST_NAME_MAX + 1] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) {
-    return absl::InternalError("data parallel: gethostname failed");
+  if (gethostname(host, sizeof(host) - 1) == 0) {
+    options.host_name = host;
+  } else {
+    options.local_error = absl::InternalError("gethostname failed");
   }
-  ASSIGN_OR_RETURN(const int devices, runtime::VisibleDeviceCount());
+  if (absl::StatusOr<int> devices = runtime::VisibleDeviceCount(); devices.ok()) {
+    options.visible_devices = *devices;
+  } else if (options.local_error.ok()) {
+    options.local_error = devices.status();
+  }
   MpiTransport transport(rank, size);
-  return parallel::Rendezvous(transport, {.host_name = host,
-                                          .visible_devices = devices,
-                                          .new_id = [] { return NewDataParallelId(); }});
+  return parallel::Rendezvous(transport, options);
+}
+
+absl::Status MpiFinalize() {
+  if (!initialized_here.exchange(false)) return absl::OkStatus();
+  int finalized = 0;
+  RETURN_IF_ERROR(MpiStatus(MPI_Finalized(&finalized), "MPI_Finalized"));
+  if (finalized) return absl::OkStatus();
+  return MpiStatus(MPI_Finalize(), "MPI_Finalize");
 }
 
 #else
@@ -76,6 +100,8 @@ absl::StatusOr<MpiRank> MpiDataParallel() {
       "configure with -DREPRISE_WITH_MPI=ON, or drive all local GPUs from one process with "
       "reprise::LocalDataParallel");
 }
+
+absl::Status MpiFinalize() { return absl::OkStatus(); }
 
 #endif
 

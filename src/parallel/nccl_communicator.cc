@@ -58,7 +58,8 @@ absl::Status NcclStatus(ncclResult_t code, absl::string_view call, absl::string_
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const DataParallelId& id,
                                                                            int rank, int world_size,
-                                                                           int device) {
+                                                                           int device,
+                                                                           RankWait wait) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("data-parallel rank ", rank, " is outside [0, ", world_size, ")"));
@@ -66,37 +67,98 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const
   RETURN_IF_ERROR(runtime::UseDevice(device).status());
   ncclUniqueId unique;
   std::memcpy(unique.internal, id.bytes.data(), sizeof(unique.internal));
+  const std::string context =
+      absl::StrCat("joining the job as rank ", rank, " of ", world_size, " on device ", device);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // Setup returns at once; Finish polls it, so that it can be abandoned.
   ncclComm_t comm = nullptr;
-  RETURN_IF_ERROR(
-      NcclStatus(ncclCommInitRank(&comm, world_size, unique, rank), "ncclCommInitRank",
-                 absl::StrCat("rank ", rank, " of ", world_size, " on device ", device)));
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, rank, world_size));
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, world_size, unique, rank, &config);
+  if (comm == nullptr) return NcclStatus(started, "ncclCommInitRankConfig", context);
+  auto out = std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, rank, world_size, std::move(wait)));
+  RETURN_IF_ERROR(out->Finish(started, "ncclCommInitRankConfig", context));
+  return out;
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
 }
 
+absl::Status NcclCommunicator::Usable(absl::string_view what) const {
+  if (comm_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": the NCCL communicator was aborted earlier: ", aborted_.message()));
+}
+
+absl::Status NcclCommunicator::Abort(absl::Status why) {
+  if (comm_ != nullptr) {
+    // Also ends this rank's collectives still waiting on the GPU for a peer that is gone.
+    (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+    aborted_ = why;
+  }
+  return why;
+}
+
+absl::StatusOr<bool> NcclCommunicator::Poll(absl::string_view call, absl::string_view what) {
+  ncclResult_t state = ncclSuccess;
+  RETURN_IF_ERROR(
+      NcclStatus(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", what, comm_));
+  if (state == ncclInProgress) return false;
+  RETURN_IF_ERROR(NcclStatus(state, call, what, comm_));
+  return true;
+}
+
+absl::Status NcclCommunicator::Finish(ncclResult_t started, absl::string_view call,
+                                      absl::string_view what) {
+  absl::Status status;
+  if (started == ncclInProgress) {
+    status = wait_.Until(what, [&] { return Poll(call, what); });
+  } else {
+    status = NcclStatus(started, call, what, comm_);
+  }
+  if (!status.ok()) return Abort(std::move(status));
+  return absl::OkStatus();
+}
+
 absl::Status NcclCommunicator::AllReduceAverage(const void* send, void* recv, int64_t count,
                                                 DType dtype, cudaStream_t stream,
                                                 absl::string_view what) {
+  RETURN_IF_ERROR(Usable(what));
   ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(dtype));
-  return NcclStatus(
-      ncclAllReduce(send, recv, static_cast<size_t>(count), type, ncclAvg, comm_, stream),
-      "ncclAllReduce", what, comm_);
+  return Finish(ncclAllReduce(send, recv, static_cast<size_t>(count), type, ncclAvg, comm_, stream),
+                "ncclAllReduce", what);
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root, cudaStream_t stream,
                                          absl::string_view what) {
-  return NcclStatus(
+  RETURN_IF_ERROR(Usable(what));
+  return Finish(
       ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream),
-      "ncclBroadcast", what, comm_);
+      "ncclBroadcast", what);
 }
 
 absl::Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t bytes,
                                          cudaStream_t stream, absl::string_view what) {
-  return NcclStatus(ncclAllGather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream),
-                    "ncclAllGather", what, comm_);
+  RETURN_IF_ERROR(Usable(what));
+  return Finish(ncclAllGather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream),
+                "ncclAllGather", what);
+}
+
+absl::Status NcclCommunicator::WaitForStream(cudaStream_t stream, absl::string_view what) {
+  RETURN_IF_ERROR(Usable(what));
+  absl::Status status = wait_.Until(what, [&]() -> absl::StatusOr<bool> {
+    const cudaError_t query = cudaStreamQuery(stream);
+    if (query == cudaSuccess) return true;
+    if (query != cudaErrorNotReady) {
+      return runtime::CudaStatus(query, "cudaStreamQuery", what);
+    }
+    // Still running: fail early if NCCL saw a peer go (a network or remote error).
+    RETURN_IF_ERROR(Poll("a collective", what).status());
+    return false;
+  });
+  if (!status.ok()) return Abort(std::move(status));
+  return absl::OkStatus();
 }
 
 }  // namespace parallel

@@ -15,7 +15,16 @@ namespace {
 struct RankCard {
   char host[256];
   int32_t devices;
+  char error[512];  // Empty when the rank can take part.
 };
+
+// Copies `text` into `out`, cut to fit with a terminating zero.
+template <size_t N>
+void Put(absl::string_view text, char (&out)[N]) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
 
 // What rank 0 tells the others: the id, or why there is none.
 struct IdCard {
@@ -29,16 +38,20 @@ struct IdCard {
 absl::StatusOr<MpiRank> Rendezvous(RendezvousTransport& transport,
                                    const RendezvousOptions& options) {
   const int rank = transport.rank(), size = transport.size();
-  if (options.host_name.size() >= sizeof(RankCard::host)) {
-    return absl::InvalidArgumentError(absl::StrCat("host name '", options.host_name, "' has ",
-                                                   options.host_name.size(),
-                                                   " bytes; at most 255 fit"));
-  }
+  // Every rank meets the others whatever its own state, so that none waits for a rank that left.
   RankCard mine = {};
-  std::memcpy(mine.host, options.host_name.data(), options.host_name.size());
+  Put(options.host_name, mine.host);
   mine.devices = options.visible_devices;
+  if (!options.local_error.ok()) Put(options.local_error.ToString(), mine.error);
   std::vector<RankCard> cards(size);
   RETURN_IF_ERROR(transport.AllGather(&mine, sizeof(mine), cards.data()));
+  for (int r = 0; r < size; ++r) {
+    if (cards[r].error[0] != '\0') {
+      return absl::FailedPreconditionError(absl::StrCat("data parallel: rank ", r, " on host '",
+                                                        cards[r].host,
+                                                        "' cannot take part: ", cards[r].error));
+    }
+  }
 
   // Every rank checks every host, so that all fail alike rather than some waiting in NCCL.
   std::map<std::string, std::pair<int, int>> hosts;  // Host -> (ranks, fewest devices seen).
@@ -46,15 +59,17 @@ absl::StatusOr<MpiRank> Rendezvous(RendezvousTransport& transport,
   for (int r = 0; r < size; ++r) {
     const std::string host(cards[r].host);
     auto [it, added] = hosts.try_emplace(host, 0, cards[r].devices);
-    if (r < rank && host == options.host_name) ++local_rank;
+    if (r < rank && host == mine.host) ++local_rank;
     ++it->second.first;
     it->second.second = std::min(it->second.second, static_cast<int>(cards[r].devices));
   }
   for (const auto& [host, counts] : hosts) {
     if (counts.first > counts.second) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data parallel: host '", host, "' runs ", counts.first, " ranks but has ", counts.second,
-          " GPU", counts.second == 1 ? "" : "s", ": start at most one rank per GPU"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("data parallel: host '", host, "' runs ", counts.first, " ranks but has ",
+                       counts.second, " GPU", counts.second == 1 ? "" : "s",
+                       counts.second == 0 ? " (CUDA sees no device there)" : "",
+                       ": start at most one rank per GPU"));
     }
   }
 
@@ -67,8 +82,7 @@ absl::StatusOr<MpiRank> Rendezvous(RendezvousTransport& transport,
     if (id.ok()) {
       std::memcpy(card.id, id->bytes.data(), sizeof(card.id));
     } else {
-      const std::string message = id.status().ToString();
-      std::memcpy(card.error, message.data(), std::min(message.size(), sizeof(card.error) - 1));
+      Put(id.status().ToString(), card.error);
     }
   }
   RETURN_IF_ERROR(transport.BroadcastFromRoot(&card, sizeof(card)));

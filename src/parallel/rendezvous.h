@@ -30,15 +30,19 @@ class RendezvousTransport {
 struct RendezvousOptions {
   std::string host_name;    // This rank's host (ranks with the same name share its GPUs).
   int visible_devices = 0;  // GPUs this rank sees.
+  // Why this rank cannot take part (e.g. CUDA could not count its GPUs), if it cannot: it still
+  // meets the others, so that every rank fails with this message instead of waiting for it.
+  absl::Status local_error;
   int64_t bucket_bytes = int64_t{25} << 20;
   // Makes the job's id on rank 0 (NewDataParallelId in a real job).
   std::function<absl::StatusOr<DataParallelId>()> new_id;
 };
 
-// Every rank's DataParallel and GPU. Fails on every rank alike: FailedPrecondition when a host runs
+// Every rank's DataParallel and GPU. Fails on every rank alike: FailedPrecondition when a rank has
+// a local_error (naming the rank and its host, the first such rank's message), when a host runs
 // more ranks than it has GPUs (naming the host and both counts), or when rank 0 could not make the
-// id (with its message); InvalidArgument for a host name longer than 255 bytes. The transport's
-// errors pass through.
+// id (with its message). A host name longer than 255 bytes is cut to 255. The transport's errors
+// pass through.
 absl::StatusOr<MpiRank> Rendezvous(RendezvousTransport& transport,
                                    const RendezvousOptions& options);
 

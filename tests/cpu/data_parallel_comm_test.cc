@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -197,6 +198,66 @@ TEST(ModelCheckTest, RanksWithAnotherModelAreRefusedOnEveryRank) {
   const std::vector<absl::Status> agree = OnEveryRank(
       3, [&](int rank) { return parallel::CheckSameStepOnEveryRank(*comms[rank], same, nullptr); });
   for (const absl::Status& s : agree) EXPECT_TRUE(s.ok()) << s;
+}
+
+// A rank that never comes to a collective leaves the others waiting only until the timeout; the
+// job is then broken, and the late rank's collective fails at once instead of waiting for ranks
+// that left.
+TEST(FakeCommunicatorTest, ARankThatNeverComesFailsTheOthersAtTheTimeout) {
+  auto comms = parallel::MakeFakeCommunicators(2, absl::Milliseconds(200));
+  const int32_t mine = 7;
+  int32_t all[2];
+  const absl::Time start = absl::Now();
+  const absl::Status waited = comms[0]->AllGather(&mine, all, sizeof(mine), nullptr, "the check");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_THAT(waited.message(), HasSubstr("the check"));
+  const absl::Status late = comms[1]->AllGather(&mine, all, sizeof(mine), nullptr, "the check");
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  EXPECT_THAT(late.message(), HasSubstr("rank 0 gave up"));
+}
+
+// With a shared DataParallelAbort, the failure of a rank that will never come ends the others'
+// wait at once, naming that rank and its error, however long the timeout.
+TEST(FakeCommunicatorTest, ARankFailingEndsTheOthersWaitAtOnce) {
+  auto abort = std::make_shared<DataParallelAbort>();
+  auto comms = parallel::MakeFakeCommunicators(3, absl::InfiniteDuration(), abort);
+  const absl::Time start = absl::Now();
+  const std::vector<absl::Status> results = OnEveryRank(3, [&](int rank) -> absl::Status {
+    if (rank == 2) {
+      absl::SleepFor(absl::Milliseconds(30));
+      abort->Fail(2, absl::FailedPreconditionError("no CUDA device visible"));
+      return absl::OkStatus();
+    }
+    std::vector<float> grads = {1.0f, 2.0f};
+    return comms[rank]->AllReduceAverage(grads.data(), grads.data(), 2, DType::kFloat32, nullptr,
+                                         "node 'grad_allreduce.0'");
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(results[rank].code(), absl::StatusCode::kAborted) << results[rank];
+    EXPECT_THAT(results[rank].message(), HasSubstr("node 'grad_allreduce.0'"));
+    EXPECT_THAT(results[rank].message(), HasSubstr("rank 2 failed"));
+    EXPECT_THAT(results[rank].message(), HasSubstr("no CUDA device visible"));
+  }
+}
+
+// The model check at creation is one such wait: a rank that failed before it does not leave the
+// others in it.
+TEST(ModelCheckTest, ARankThatFailedBeforeTheCheckStopsTheOthers) {
+  auto abort = std::make_shared<DataParallelAbort>();
+  auto comms = parallel::MakeFakeCommunicators(2, absl::InfiniteDuration(), abort);
+  const std::string digest(parallel::kDigestBytes, 'a');
+  const std::vector<absl::Status> results = OnEveryRank(2, [&](int rank) -> absl::Status {
+    if (rank == 1) {
+      abort->Fail(1, absl::ResourceExhaustedError("out of memory: the arena"));
+      return absl::OkStatus();
+    }
+    return parallel::CheckSameStepOnEveryRank(*comms[0], digest, nullptr);
+  });
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kAborted) << results[0];
+  EXPECT_THAT(results[0].message(), HasSubstr("checking that every rank runs the same step"));
+  EXPECT_THAT(results[0].message(), HasSubstr("out of memory: the arena"));
 }
 
 }  // namespace

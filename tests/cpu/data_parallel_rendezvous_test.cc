@@ -90,5 +90,37 @@ TEST(RendezvousTest, RankZerosFailureToMakeTheIdReachesEveryRank) {
   }
 }
 
+// A rank that cannot take part (here: CUDA could not count its GPUs) still meets the others, so
+// that every rank fails with its error instead of waiting for it.
+TEST(RendezvousTest, ARankThatCannotTakePartFailsEveryRankWithItsError) {
+  auto comms = parallel::MakeFakeCommunicators(3, absl::Seconds(30));
+  std::vector<absl::StatusOr<MpiRank>> results(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      FakeTransport transport(comms[r].get());
+      parallel::RendezvousOptions options{
+          .host_name = "gpuhost", .visible_devices = 4, .new_id = [] { return IdOf('z'); }};
+      if (r == 2) options.local_error = absl::InternalError("cudaGetDeviceCount: driver too old");
+      results[r] = parallel::Rendezvous(transport, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_THAT(r.status().message(),
+                HasSubstr("rank 2 on host 'gpuhost' cannot take part: INTERNAL: "
+                          "cudaGetDeviceCount: driver too old"));
+  }
+}
+
+TEST(RendezvousTest, AHostWithoutGpusFailsEveryRankNamingIt) {
+  const auto ranks = Meet({"cpu-only", "cpu-only"}, {0, 0});
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(r.status().message(), HasSubstr("host 'cpu-only' runs 2 ranks but has 0 GPUs"));
+  }
+}
+
 }  // namespace
 }  // namespace reprise

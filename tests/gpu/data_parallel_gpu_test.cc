@@ -2,58 +2,32 @@
 // plain trainer; two ranks on two halves of the batch train as one GPU on the whole batch (within
 // float32 reassociation), end with bitwise identical weights on every rank, and their captured
 // replay equals the bulked run of the same plan bit for bit. Clear errors for too many ranks and
-// for ranks with different models. Skips without the GPUs it needs.
+// for ranks with different models; a rank that fails during creation leaves no other rank waiting
+// (at once with a shared DataParallelAbort, else at DataParallel::timeout). Skips without the GPUs
+// it needs.
+#include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
+#include "tests/gpu/data_parallel_batches.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
 namespace {
 
+using testing::DpBatch;
+using testing::DpMlp;
 using ::testing::HasSubstr;
-
-constexpr int kFeatures = 16, kClasses = 5;
-
-models::MlpConfig Mlp(int64_t batch, int64_t width = 64) {
-  return {
-      .batch = batch, .input_features = kFeatures, .depth = 3, .width = width, .classes = kClasses};
-}
-
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-
-Batch MakeBatch(std::mt19937& rng, int batch) {
-  std::normal_distribution<float> normal;
-  Batch b{std::vector<float>(batch * kFeatures), std::vector<int32_t>(batch)};
-  for (float& v : b.x) v = normal(rng);
-  for (int i = 0; i < batch; ++i) {
-    float best = -1e9f;
-    for (int c = 0; c < kClasses; ++c) {
-      float score = 0;
-      for (int j = 0; j < kFeatures; ++j)
-        score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
-      if (score > best) best = score, b.y[i] = c;
-    }
-  }
-  return b;
-}
-
-// Rank `rank`'s slice of `whole` when `ranks` ranks split it.
-Batch Shard(const Batch& whole, int rank, int ranks) {
-  const size_t rows = whole.y.size() / ranks;
-  Batch b;
-  b.x.assign(whole.x.begin() + rank * rows * kFeatures,
-             whole.x.begin() + (rank + 1) * rows * kFeatures);
-  b.y.assign(whole.y.begin() + rank * rows, whole.y.begin() + (rank + 1) * rows);
-  return b;
-}
+using testing::MakeDpBatch;
+using testing::Shard;
+using testing::Weights;
 
 TrainOptions Options(ExecMode mode) {
   TrainOptions options;
@@ -69,19 +43,13 @@ int VisibleGpus() {
   return count.ok() ? *count : 0;
 }
 
-std::map<std::string, std::vector<float>> Weights(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (const std::string& name : t.ParameterNames()) out[name] = *t.GetParameter(name);
-  return out;
-}
-
 // float32, and bfloat16 mixed precision, whose 16-bit gradients are averaged and then widened by
 // casts on the communication lane.
 class DataParallelOneRankTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
   REPRISE_REQUIRE_GPU();
-  const models::Mlp mlp = *models::BuildMlp(Mlp(32));
+  const models::Mlp mlp = *models::BuildMlp(DpMlp(32));
   TrainOptions plain_options = Options(ExecMode::kGraph);
   plain_options.compute_dtype = GetParam();
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(mlp.graph, mlp.loss, plain_options));
@@ -91,7 +59,7 @@ TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
   REPRISE_ASSERT_OK_AND_ASSIGN(auto one, Trainer::Create(mlp.graph, mlp.loss, options));
   std::mt19937 rng(3);
   for (int step = 0; step < 20; ++step) {
-    const Batch b = MakeBatch(rng, 32);
+    const DpBatch b = MakeDpBatch(rng, 32);
     for (Trainer* t : {plain.get(), one.get()}) {
       REPRISE_ASSERT_OK(t->SetInput("features", b.x));
       REPRISE_ASSERT_OK(t->SetInput("labels", b.y));
@@ -113,8 +81,8 @@ INSTANTIATE_TEST_SUITE_P(Precisions, DataParallelOneRankTest,
 TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
   constexpr int kGlobal = 64, kSteps = 50;
-  const models::Mlp whole = *models::BuildMlp(Mlp(kGlobal));
-  const models::Mlp half = *models::BuildMlp(Mlp(kGlobal / 2));
+  const models::Mlp whole = *models::BuildMlp(DpMlp(kGlobal));
+  const models::Mlp half = *models::BuildMlp(DpMlp(kGlobal / 2));
   REPRISE_ASSERT_OK_AND_ASSIGN(auto single,
                                Trainer::Create(whole.graph, whole.loss, Options(ExecMode::kGraph)));
   TrainOptions options = Options(ExecMode::kGraph);
@@ -123,12 +91,12 @@ TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
                                LocalDataParallel::Create(half.graph, half.loss, options, 2));
   std::mt19937 rng(11);
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = MakeBatch(rng, kGlobal);
+    const DpBatch b = MakeDpBatch(rng, kGlobal);
     REPRISE_ASSERT_OK(single->SetInput("features", b.x));
     REPRISE_ASSERT_OK(single->SetInput("labels", b.y));
     REPRISE_ASSERT_OK(single->Step());
     REPRISE_ASSERT_OK(dp->ForEachRank([&](int rank, Trainer& t) -> absl::Status {
-      const Batch mine = Shard(b, rank, 2);
+      const DpBatch mine = Shard(b, rank, 2);
       RETURN_IF_ERROR(t.SetInput("features", mine.x));
       return t.SetInput("labels", mine.y);
     }));
@@ -153,7 +121,7 @@ TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
 
 TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
-  const models::Mlp half = *models::BuildMlp(Mlp(32));
+  const models::Mlp half = *models::BuildMlp(DpMlp(32));
   std::vector<std::vector<std::map<std::string, std::vector<float>>>> by_mode;
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     TrainOptions options = Options(mode);
@@ -162,9 +130,9 @@ TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) 
                                  LocalDataParallel::Create(half.graph, half.loss, options, 2));
     std::mt19937 rng(17);
     for (int step = 0; step < 10; ++step) {
-      const Batch b = MakeBatch(rng, 64);
+      const DpBatch b = MakeDpBatch(rng, 64);
       REPRISE_ASSERT_OK(dp->ForEachRank([&](int rank, Trainer& t) -> absl::Status {
-        const Batch mine = Shard(b, rank, 2);
+        const DpBatch mine = Shard(b, rank, 2);
         RETURN_IF_ERROR(t.SetInput("features", mine.x));
         RETURN_IF_ERROR(t.SetInput("labels", mine.y));
         return t.Step();
@@ -191,7 +159,7 @@ TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) 
 
 TEST(DataParallelGpuTest, MoreRanksThanGpusIsAClearError) {
   REPRISE_REQUIRE_GPU();
-  const models::Mlp mlp = *models::BuildMlp(Mlp(8));
+  const models::Mlp mlp = *models::BuildMlp(DpMlp(8));
   auto dp =
       LocalDataParallel::Create(mlp.graph, mlp.loss, Options(ExecMode::kGraph), VisibleGpus() + 1);
   EXPECT_EQ(dp.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -205,7 +173,7 @@ TEST(DataParallelGpuTest, RanksWithDifferentModelsAreRefusedOnEveryRank) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
-      const models::Mlp mlp = *models::BuildMlp(Mlp(8, rank == 0 ? 64 : 96));
+      const models::Mlp mlp = *models::BuildMlp(DpMlp(8, rank == 0 ? 64 : 96));
       TrainOptions options = Options(ExecMode::kGraph);
       options.device = rank;
       options.data_parallel = DataParallel{.rank = rank, .world_size = 2, .id = id};
@@ -217,6 +185,121 @@ TEST(DataParallelGpuTest, RanksWithDifferentModelsAreRefusedOnEveryRank) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_THAT(s.message(), HasSubstr("different model"));
   }
+}
+
+// Creates rank r's Trainer on its own thread, as two processes or LocalDataParallel would, with
+// `configure` adjusting rank r's options; returns each rank's Status and how long its Create took.
+struct RankOutcome {
+  absl::Status status;
+  absl::Duration took;
+};
+std::vector<RankOutcome> CreateRanks(
+    int ranks, const std::function<void(int rank, int64_t& width, TrainOptions&)>& configure) {
+  const DataParallelId id = *NewDataParallelId();
+  std::vector<RankOutcome> out(ranks);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      int64_t width = 64;
+      TrainOptions options = Options(ExecMode::kGraph);
+      options.device = rank;
+      options.data_parallel = DataParallel{.rank = rank, .world_size = ranks, .id = id};
+      configure(rank, width, options);
+      const models::Mlp mlp = *models::BuildMlp(DpMlp(8, width));
+      const absl::Time start = absl::Now();
+      out[rank].status = Trainer::Create(mlp.graph, mlp.loss, options).status();
+      out[rank].took = absl::Now() - start;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+// Rank 1 asks for a GPU that does not exist, so it fails before it joins NCCL; rank 0, sharing
+// the job's DataParallelAbort (as LocalDataParallel's ranks do), stops waiting in NCCL's setup at
+// once instead of after DataParallel::timeout (10 minutes by default).
+TEST(DataParallelFailureGpuTest, ARankMissingItsGpuStopsTheOtherRankAtOnce) {
+  if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
+  auto abort = std::make_shared<DataParallelAbort>();
+  const std::vector<RankOutcome> ranks =
+      CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
+        options.data_parallel->abort = abort;
+        if (rank == 1) options.device = 1000;
+      });
+  EXPECT_EQ(ranks[1].status.code(), absl::StatusCode::kInvalidArgument) << ranks[1].status;
+  EXPECT_THAT(ranks[1].status.message(), HasSubstr("data-parallel rank 1 of 2"));
+  EXPECT_THAT(ranks[1].status.message(), HasSubstr("device 1000"));
+  EXPECT_EQ(ranks[0].status.code(), absl::StatusCode::kAborted) << ranks[0].status;
+  EXPECT_THAT(ranks[0].status.message(), HasSubstr("data-parallel rank 0 of 2"));
+  EXPECT_THAT(ranks[0].status.message(), HasSubstr("rank 1 failed"));
+  EXPECT_THAT(ranks[0].status.message(), HasSubstr("device 1000"));
+  for (const RankOutcome& r : ranks) EXPECT_LT(r.took, absl::Seconds(30)) << r.status;
+  ASSERT_TRUE(abort->failure().has_value());
+  EXPECT_EQ(abort->failure()->rank, 1);
+}
+
+// The same without a shared DataParallelAbort (as with one process per rank, where the failed
+// process would also end the job through mpirun): rank 0 gives up after DataParallel::timeout,
+// its NCCL setup aborted, and says why.
+TEST(DataParallelFailureGpuTest, WithoutASharedAbortTheOtherRankGivesUpAtTheTimeout) {
+  if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
+  const std::vector<RankOutcome> ranks =
+      CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
+        options.data_parallel->timeout = absl::Seconds(3);
+        if (rank == 1) options.device = 1000;
+      });
+  EXPECT_EQ(ranks[1].status.code(), absl::StatusCode::kInvalidArgument) << ranks[1].status;
+  EXPECT_EQ(ranks[0].status.code(), absl::StatusCode::kDeadlineExceeded) << ranks[0].status;
+  EXPECT_THAT(ranks[0].status.message(), HasSubstr("DataParallel::timeout"));
+  EXPECT_GE(ranks[0].took, absl::Seconds(3));
+  EXPECT_LT(ranks[0].took, absl::Seconds(30));
+}
+
+// Rank 1 builds a wider model: both ranks join NCCL, the model check fails them, each within
+// seconds, each naming the mismatch (its own FailedPrecondition, or Aborted quoting the rank that
+// failed first).
+TEST(DataParallelFailureGpuTest, AMismatchedModelOnOneRankFailsEveryRankWithinSeconds) {
+  if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
+  auto abort = std::make_shared<DataParallelAbort>();
+  const std::vector<RankOutcome> ranks =
+      CreateRanks(2, [&](int rank, int64_t& width, TrainOptions& options) {
+        options.data_parallel->abort = abort;
+        if (rank == 1) width = 96;
+      });
+  for (int rank = 0; rank < 2; ++rank) {
+    const absl::Status& s = ranks[rank].status;
+    EXPECT_THAT(s.code(),
+                ::testing::AnyOf(absl::StatusCode::kFailedPrecondition, absl::StatusCode::kAborted))
+        << s;
+    EXPECT_THAT(s.message(), HasSubstr("different model")) << "rank " << rank;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("data-parallel rank ", rank, " of 2")));
+    EXPECT_LT(ranks[rank].took, absl::Seconds(30)) << s;
+  }
+}
+
+// Nothing of a failed job lingers: the next job on the same GPUs trains.
+TEST(DataParallelFailureGpuTest, AJobAfterAFailedOneTrains) {
+  if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
+  auto abort = std::make_shared<DataParallelAbort>();
+  const std::vector<RankOutcome> failed =
+      CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
+        options.data_parallel->abort = abort;
+        if (rank == 1) options.device = 1000;
+      });
+  ASSERT_FALSE(failed[0].status.ok());
+  const models::Mlp half = *models::BuildMlp(DpMlp(32));
+  TrainOptions options = Options(ExecMode::kGraph);
+  options.data_parallel = DataParallel{};
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto dp,
+                               LocalDataParallel::Create(half.graph, half.loss, options, 2));
+  std::mt19937 rng(5);
+  const DpBatch b = MakeDpBatch(rng, 64);
+  REPRISE_ASSERT_OK(dp->ForEachRank([&](int rank, Trainer& t) -> absl::Status {
+    const DpBatch mine = Shard(b, rank, 2);
+    RETURN_IF_ERROR(t.SetInput("features", mine.x));
+    RETURN_IF_ERROR(t.SetInput("labels", mine.y));
+    return t.Step();
+  }));
 }
 
 }  // namespace
