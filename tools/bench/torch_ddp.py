@@ -31,6 +31,7 @@ run's) and exposed communication (step time over the 1-GPU run's). One line each
 import argparse, gc, inspect, json, os, socket, sys, time
 
 import torch
+import torch._dynamo  # Reset between modes (in a function, the import would shadow torch).
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
@@ -248,7 +249,6 @@ def worker(rank, world, args, port, results):
         if rank == 0:
             results[mode] = gathered
         if mode == "compile":
-            import torch._dynamo
             torch._dynamo.reset()  # Frees the compiled code before the next mode.
         gc.collect()
         torch.cuda.empty_cache()
