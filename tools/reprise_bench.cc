@@ -11,6 +11,8 @@
 //       --warmup_steps 100 --schedule cosine   (host us per Step() with the whole update on device)
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --layout nhwc --mode graph
 //       --device_launch   (graph rows launched from the device: host us per Step() for any size)
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +34,7 @@
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_activity.h"
+#include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
@@ -73,6 +76,10 @@ ABSL_FLAG(std::string, fusion, "all",
 ABSL_FLAG(bool, relu_epilogues, false,
           "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
           "(TrainOptions::relu_backward_epilogues)");
+ABSL_FLAG(std::string, inputs, "host",
+          "host: SetInput (pinned staging, copied to the GPU inside each step); device: the batch "
+          "waits in device memory bound with BindInput (a loader that delivers on the GPU, as "
+          "the peers' benchmark tensors do), copied device to device inside each step");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 ABSL_FLAG(int, verify, 0,
           "also run N steps captured and N eagerly from one state with deterministic algorithms "
@@ -206,6 +213,31 @@ absl::Status SetInputs(reprise::Trainer& trainer, const Model& model, const std:
   return absl::OkStatus();
 }
 
+// --inputs device: the batch in device memory, bound to every model's inputs. The buffers must
+// outlive the trainer's steps.
+absl::StatusOr<std::vector<reprise::runtime::DeviceBuffer>> BindDeviceInputs(
+    reprise::Trainer& trainer, const Model& model, const std::vector<float>& x,
+    const std::vector<int32_t>& y) {
+  std::vector<reprise::runtime::DeviceBuffer> buffers;
+  const auto bind = [&](const std::string& name, const void* data, size_t bytes) -> absl::Status {
+    ASSIGN_OR_RETURN(reprise::runtime::DeviceBuffer buffer,
+                     reprise::runtime::DeviceBuffer::Create(bytes));
+    if (const cudaError_t e = cudaMemcpy(buffer.data(), data, bytes, cudaMemcpyHostToDevice);
+        e != cudaSuccess) {
+      return absl::InternalError(
+          absl::StrCat("cudaMemcpy of input '", name, "' to the device: ", cudaGetErrorString(e)));
+    }
+    RETURN_IF_ERROR(trainer.BindInput(name, buffer.data(), bytes));
+    buffers.push_back(std::move(buffer));
+    return absl::OkStatus();
+  };
+  for (const std::string& prefix : model.prefixes) {
+    RETURN_IF_ERROR(bind(prefix + model.feature_input, x.data(), x.size() * sizeof(float)));
+    RETURN_IF_ERROR(bind(prefix + "labels", y.data(), y.size() * sizeof(int32_t)));
+  }
+  return buffers;
+}
+
 absl::StatusOr<Model> BuildModel() {
   const std::string name = absl::GetFlag(FLAGS_model);
   const int batch = absl::GetFlag(FLAGS_batch), classes = absl::GetFlag(FLAGS_classes);
@@ -287,7 +319,12 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   std::vector<int32_t> y(batch);
   for (float& v : x) v = normal(rng);
   for (int32_t& v : y) v = label(rng);
-  RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
+  std::vector<reprise::runtime::DeviceBuffer> device_inputs;
+  if (absl::GetFlag(FLAGS_inputs) == "device") {
+    ASSIGN_OR_RETURN(device_inputs, BindDeviceInputs(*trainer, model, x, y));
+  } else {
+    RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
+  }
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
@@ -486,6 +523,10 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_iters) <= 0 || absl::GetFlag(FLAGS_warmup) <= 0) {
     return absl::InvalidArgumentError("--iters and --warmup must be positive");
   }
+  if (absl::GetFlag(FLAGS_inputs) != "host" && absl::GetFlag(FLAGS_inputs) != "device") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--inputs must be host or device, got '", absl::GetFlag(FLAGS_inputs), "'"));
+  }
   ASSIGN_OR_RETURN(int devices, reprise::runtime::VisibleDeviceCount());
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
@@ -499,8 +540,9 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
       absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
       absl::GetFlag(FLAGS_schedule), EnsembleConfig());
-  std::printf("reprise-bench %s%s%s on %s\n", config.c_str(),
+  std::printf("reprise-bench %s%s%s%s on %s\n", config.c_str(),
               absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "",
+              absl::GetFlag(FLAGS_inputs) == "device" ? " inputs=device" : "",
               absl::GetFlag(FLAGS_device_launch) ? " device_launch=1" : "", device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
@@ -565,7 +607,7 @@ absl::Status Main() {
         "\"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": \"%s\", "
         "\"channels_last\": \"%s\", "
         "\"batch\": %d, \"classes\": %d, \"tf32\": %s, \"bf16\": %s, \"fp16\": %s, "
-        "\"lanes\": %d, \"mirror\": \"%s\", "
+        "\"lanes\": %d, \"mirror\": \"%s\", \"inputs\": \"%s\", "
         "\"iters\": %d, \"warmup\": %d%s}, \"results\": {%s}}\n",
         device.name, absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()),
         absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_depth), absl::GetFlag(FLAGS_width),
@@ -573,8 +615,8 @@ absl::Status Main() {
         absl::GetFlag(FLAGS_channels_last), absl::GetFlag(FLAGS_batch),
         absl::GetFlag(FLAGS_classes), absl::GetFlag(FLAGS_tf32) ? "true" : "false",
         absl::GetFlag(FLAGS_bf16) ? "true" : "false", absl::GetFlag(FLAGS_fp16) ? "true" : "false",
-        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_iters),
-        absl::GetFlag(FLAGS_warmup),
+        absl::GetFlag(FLAGS_lanes), absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_inputs),
+        absl::GetFlag(FLAGS_iters), absl::GetFlag(FLAGS_warmup),
         absl::GetFlag(FLAGS_model) != "ensemble"
             ? ""
             : absl::StrFormat(", \"ensemble\": %d, \"batch_ensembles\": %s, "
