@@ -133,6 +133,145 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
 )")};
 }
 
+// Channels-last max pooling, four channels per thread: the window arithmetic is shared by the
+// four, and x, y and dy move in 4-element loads. Same scan, tie rule and summation order as the
+// scalar kernels above, so the same bits.
+namespace {
+const std::string kFour = R"(
+__device__ __forceinline__ void Unpack(float4 v, float (&out)[4]) {
+  out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+}
+__device__ __forceinline__ bool SameMax(float v, float m) { return v == m || (v != v && m != m); }
+)";
+}  // namespace
+
+GeneratedKernel MaxPool2dNhwc4(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+template <typename I>
+__device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y, I n,
+                                   I c, I h, I w, I oh, I ow, int kh, int kw, int sh, int sw,
+                                   int ph, int pw) {
+  const I groups = c / 4, total = n * oh * ow * groups;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    const I ch = (i % groups) * 4;
+    I rest = i / groups;
+    const I q = rest % ow;
+    rest /= ow;
+    const I r = rest % oh, b = rest / oh;
+    float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    bool found = false;
+    for (int a = 0; a < kh; ++a) {
+      const I row = r * sh - ph + a;
+      if (row < 0 || row >= h) continue;
+      for (int e = 0; e < kw; ++e) {
+        const I col = q * sw - pw + e;
+        if (col < 0 || col >= w) continue;
+        float v[4];
+        Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) best[j] = v[j];
+        }
+        found = true;
+      }
+    }
+    Store4(y + i * 4, make_float4(best[0], best[1], best[2], best[3]));  // Exact: x's values.
+  }
+}
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long n, long long c, long long h,
+    long long w, long long oh, long long ow, int kh, int kw, int sh, int sw, int ph, int pw,
+    int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dNhwc4Body<int>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  } else {
+    MaxPool2dNhwc4Body<long long>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  }
+}
+)")};
+}
+
+GeneratedKernel MaxPool2dGradNhwc4(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+template <typename I>
+__device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
+                                       const elem_t* __restrict__ x,
+                                       const elem_t* __restrict__ y, elem_t* __restrict__ dx,
+                                       I n, I c, I h, I w, I oh, I ow, int kh, int kw, int sh,
+                                       int sw, int ph, int pw) {
+  const I groups = c / 4, total = n * h * w * groups;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    const I ch = (i % groups) * 4;
+    I rest = i / groups;
+    const I iw = rest % w;
+    rest /= w;
+    const I ih = rest % h, b = rest / h;
+    float xi[4], sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    Unpack(Load4(x + i * 4), xi);
+    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    for (I r = r0; r <= r1; ++r) {
+      for (I q = q0; q <= q1; ++q) {
+        const I yi = ((b * oh + r) * ow + q) * c + ch;
+        float m[4];
+        Unpack(Load4(y + yi), m);
+        // A channel whose element equals its window's maximum takes the window's gradient unless
+        // an element scanned before it (row-major) equals the maximum too.
+        bool take[4], any = false;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          take[j] = SameMax(xi[j], m[j]);
+          any |= take[j];
+        }
+        for (int a = 0; a < kh && any; ++a) {
+          const I row = r * sh - ph + a;
+          if (row < 0 || row >= h) continue;
+          if (row > ih) break;
+          for (int e = 0; e < kw && any; ++e) {
+            const I col = q * sw - pw + e;
+            if (col < 0 || col >= w) continue;
+            if (row == ih && col >= iw) break;  // This element itself: nothing earlier matched.
+            float v[4];
+            Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
+            any = false;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              take[j] = take[j] && !SameMax(v[j], m[j]);
+              any |= take[j];
+            }
+          }
+        }
+        if (!any) continue;
+        float d[4];
+        Unpack(Load4(dy + yi), d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (take[j]) sum[j] += d[j];
+        }
+      }
+    }
+    Store4(dx + i * 4, make_float4(sum[0], sum[1], sum[2], sum[3]));
+  }
+}
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y,
+    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
+    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dGradNhwc4Body<int>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  } else {
+    MaxPool2dGradNhwc4Body<long long>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  }
+}
+)")};
+}
+
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
   const std::string name = ElementKernelName("reprise_global_avg_pool_nchw", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
@@ -186,7 +325,8 @@ std::vector<GeneratedKernel> PoolingKernels() {
   std::vector<GeneratedKernel> kernels;
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
-         {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+         {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, GlobalAvgPoolNchw,
+          GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
       kernels.push_back(make(dtype));
     }
   }

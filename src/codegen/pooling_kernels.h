@@ -33,6 +33,15 @@ GeneratedKernel MaxPool2d(DType dtype = DType::kFloat32);
 // int channels_last).
 GeneratedKernel MaxPool2dGrad(DType dtype = DType::kFloat32);
 
+// reprise_max_pool2d_nhwc4 and reprise_max_pool2d_grad_nhwc4: the two kernels above for
+// channels-last tensors whose channel count is a multiple of 4 and whose x, y, dy and dx are
+// aligned to 4 elements: one thread per 4 adjacent channels of one output (forward) or input
+// (gradient) position, so the window arithmetic is shared and the tensors move in 4-element loads
+// (ResNet's stem pooling was index-bound). Same results, bit for bit; same signatures (their
+// channels_last argument is ignored).
+GeneratedKernel MaxPool2dNhwc4(DType dtype = DType::kFloat32);
+GeneratedKernel MaxPool2dGradNhwc4(DType dtype = DType::kFloat32);
+
 // reprise_global_avg_pool_nchw: y[n, c] = mean of x[n, c, :, :] for NCHW: one warp per (n, c)
 // row of h·w contiguous values, lane-strided float sums joined by a fixed shuffle tree. Launch
 // with blocks of 256 threads (8 rows per block, grid-stride over rows). Signature:

@@ -226,6 +226,19 @@ void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, cons
   args.Add(static_cast<int>(p.layout == Layout::kNHWC));
 }
 
+// Whether the channels-last kernels that take 4 channels per thread apply: a channel count that
+// is a multiple of 4 and every tensor aligned to 4 elements, for their 4-element loads.
+bool FourChannelsPerThread(const LoweringContext& ctx, const ImageDims& x, DType dtype) {
+  if (x.layout != Layout::kNHWC || x.c % 4 != 0) return false;
+  const uintptr_t alignment = 4 * DTypeSize(dtype);
+  for (const std::vector<void*>* pointers : {&ctx.inputs, &ctx.outputs}) {
+    for (void* p : *pointers) {
+      if (reinterpret_cast<uintptr_t>(p) % alignment != 0) return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& ctx,
                                                         const Node& node) {
   ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
@@ -235,9 +248,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& c
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2d(dtype),
-                             GridFor(yd.NumElements(), 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  const bool four = FourChannelsPerThread(ctx, xd, dtype);
+  return NvrtcKernel::Create(
+      ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype) : codegen::MaxPool2d(dtype),
+      GridFor(yd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContext& ctx,
@@ -249,9 +263,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGrad(dtype),
-                             GridFor(xd.NumElements(), 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  const bool four = FourChannelsPerThread(ctx, xd, dtype);
+  return NvrtcKernel::Create(
+      ctx, node.name, four ? codegen::MaxPool2dGradNhwc4(dtype) : codegen::MaxPool2dGrad(dtype),
+      GridFor(xd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 // global_avg_pool -------------------------------------------------------------------------------

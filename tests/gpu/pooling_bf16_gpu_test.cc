@@ -37,12 +37,13 @@ Shape ImageShape(Layout layout, int64_t n, int64_t c, int64_t h, int64_t w) {
 struct PoolCase {
   Layout layout;
   int64_t kh, kw, sh, sw, ph, pw;
+  int64_t c = 5;  // Channels; channels-last multiples of 4 take the 4-channels-per-thread kernels.
 };
 
 std::string CaseName(const ::testing::TestParamInfo<PoolCase>& info) {
   const PoolCase& k = info.param;
   return absl::StrCat(LayoutName(k.layout), "_k", k.kh, "x", k.kw, "_s", k.sh, "x", k.sw, "_p",
-                      k.ph, "x", k.pw);
+                      k.ph, "x", k.pw, "_c", k.c);
 }
 
 Attrs PoolAttrs(const PoolCase& k) {
@@ -59,8 +60,8 @@ Attrs PoolAttrs(const PoolCase& k) {
 // few small integers (exact in bfloat16) so that most windows hold several maxima.
 void CheckMaxPool(const PoolCase& k, bool ties) {
   Graph g;
-  Value x =
-      *g.AddConstant("x", {ImageShape(k.layout, 4, 5, 11, 9), kBf16}, Initializer::Uniform(-1, 1));
+  Value x = *g.AddConstant("x", {ImageShape(k.layout, 4, k.c, 11, 9), kBf16},
+                           Initializer::Uniform(-1, 1));
   auto y = g.AddOp1(ops::MaxPool2dOp(), "pool", {x}, PoolAttrs(k));
   ASSERT_TRUE(y.ok()) << y.status();
   ASSERT_EQ(g.spec(*y).dtype, kBf16);
@@ -93,7 +94,11 @@ INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolBf16GpuTest,
                          ::testing::Values(PoolCase{Layout::kNCHW, 3, 3, 2, 2, 1, 1},
                                            PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1},
                                            PoolCase{Layout::kNCHW, 2, 2, 2, 2, 0, 0},
-                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0}),
+                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0},
+                                           PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1, 8},
+                                           PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1, 64},
+                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0, 12},
+                                           PoolCase{Layout::kNHWC, 2, 2, 2, 2, 0, 0, 4}),
                          CaseName);
 
 class GlobalAvgPoolBf16GpuTest : public ::testing::TestWithParam<Layout> {};

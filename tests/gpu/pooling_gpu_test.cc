@@ -22,12 +22,13 @@ Shape ImageShape(Layout layout, int64_t n, int64_t c, int64_t h, int64_t w) {
 struct PoolCase {
   Layout layout;
   int64_t kh, kw, sh, sw, ph, pw;
+  int64_t c = 5;  // Channels; channels-last multiples of 4 take the 4-channels-per-thread kernels.
 };
 
 std::string CaseName(const ::testing::TestParamInfo<PoolCase>& info) {
   const PoolCase& k = info.param;
   return absl::StrCat(LayoutName(k.layout), "_k", k.kh, "x", k.kw, "_s", k.sh, "x", k.sw, "_p",
-                      k.ph, "x", k.pw);
+                      k.ph, "x", k.pw, "_c", k.c);
 }
 
 Attrs PoolAttrs(const PoolCase& k) {
@@ -44,7 +45,8 @@ Attrs PoolAttrs(const PoolCase& k) {
 // with a few small integers so that most windows hold several maxima.
 void CheckMaxPool(const PoolCase& k, bool ties) {
   Graph g;
-  Value x = *g.AddParameter("x", {ImageShape(k.layout, 4, 5, 11, 9)}, Initializer::Uniform(-1, 1));
+  Value x =
+      *g.AddParameter("x", {ImageShape(k.layout, 4, k.c, 11, 9)}, Initializer::Uniform(-1, 1));
   auto y = g.AddOp1(ops::MaxPool2dOp(), "pool", {x}, PoolAttrs(k));
   ASSERT_TRUE(y.ok()) << y.status();
   Value dy = *g.AddConstant("dy", g.spec(*y), Initializer::Uniform(-1, 1));
@@ -76,7 +78,11 @@ INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolGpuTest,
                          ::testing::Values(PoolCase{Layout::kNCHW, 3, 3, 2, 2, 1, 1},
                                            PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1},
                                            PoolCase{Layout::kNCHW, 2, 2, 2, 2, 0, 0},
-                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0}),
+                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0},
+                                           PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1, 8},
+                                           PoolCase{Layout::kNHWC, 3, 3, 2, 2, 1, 1, 64},
+                                           PoolCase{Layout::kNHWC, 3, 2, 1, 2, 1, 0, 12},
+                                           PoolCase{Layout::kNHWC, 2, 2, 2, 2, 0, 0, 4}),
                          CaseName);
 
 class GlobalAvgPoolGpuTest : public ::testing::TestWithParam<Layout> {};
