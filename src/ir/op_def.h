@@ -83,6 +83,10 @@ struct OpDef {
   // For ops whose arity depends on attributes (multi-tensor optimizers, fused steps): the inputs
   // written in place, given the node's attributes and input count. Overrides mutated_inputs.
   std::vector<int> (*mutated_inputs_of)(const Attrs& attrs, int num_inputs) = nullptr;
+  // Output 0 is written in the place of this input, which the op reads first (accumulation in
+  // place); -1: none. The input must be a transient value whose other readers all run before the
+  // node: the memory plan gives both values one buffer and refuses the plan otherwise.
+  int output_overwrites_input = -1;
   PointwiseForm pointwise;  // For kPointwise ops that fused kernels may chain.
   // The CPU reference and the GPU lowering read and write bfloat16 and float16 themselves. For
   // other ops the reference executor runs 16-bit tensors through float32 (rounding each result).

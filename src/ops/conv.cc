@@ -154,14 +154,41 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
+// conv2d_dgrad_accumulate: (dy, w, acc) -> acc + dgrad(dy, w).
+absl::StatusOr<std::vector<TensorSpec>> InferDgradAccumulate(const Attrs& attrs,
+                                                             absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out,
+                   InferConv<ConvKind::kBackwardData>(attrs, in.subspan(0, 2)));
+  if (in[2] != out[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "acc is ", in[2].ToString(), "; the data gradient it adds to is ", out[0].ToString()));
+  }
+  return out;
+}
+
+// The data gradient, then acc added in T, as conv2d_dgrad followed by add compute it.
+absl::Status CpuDgradAccumulate(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(CpuConv<ConvKind::kBackwardData>(node, in.subspan(0, 2), out));
+  return DispatchFloat(in[2]->dtype(), [&]<typename T>() {
+    auto acc = in[2]->data<T>();
+    auto y = out[0]->data<T>();
+    for (size_t i = 0; i < y.size(); ++i) y[i] = y[i] + acc[i];
+    return absl::OkStatus();
+  });
+}
+
 // GPU lowering ----------------------------------------------------------------------------------
 
 // One cuDNN call with descriptors and algorithm fixed at lowering; Launch only binds the stream.
 class CudnnConvKernel : public GpuKernel {
  public:
-  CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx)
+  CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx,
+                  bool accumulate)
       : where_(std::move(where)),
         conv_(std::move(conv)),
+        accumulate_(accumulate),
         cudnn_(ctx.cudnn),
         a_(ctx.inputs[0]),
         b_(ctx.inputs[1]),
@@ -170,13 +197,14 @@ class CudnnConvKernel : public GpuKernel {
 
   absl::Status Launch(cudaStream_t stream) const override {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
-    return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_);
+    return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, accumulate_);
   }
   std::string Describe() const override { return conv_.Describe(); }
 
  private:
   std::string where_;  // "node '<name>'", for errors.
   runtime::CudnnConv conv_;
+  bool accumulate_;  // out += conv (conv2d_dgrad_accumulate).
   const runtime::CudnnHandle* cudnn_;
   const void* a_;
   const void* b_;
@@ -190,10 +218,11 @@ std::string DeviceKey(const runtime::DeviceInfo* device) {
   return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
 }
 
-template <ConvKind kind>
+template <ConvKind kind, bool accumulate = false>
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx, const Node& node) {
   std::string where = absl::StrCat("node '", node.name, "'");
-  absl::StatusOr<ConvShape> checked = ShapeOf(kind, node.attrs, ctx.input_specs);
+  absl::StatusOr<ConvShape> checked =
+      ShapeOf(kind, node.attrs, absl::MakeConstSpan(ctx.input_specs).subspan(0, 2));
   if (!checked.ok()) {
     return absl::Status(checked.status().code(),
                         absl::StrCat(where, ": ", checked.status().message()));
@@ -217,7 +246,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                                             ctx.workspace};
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,
                    runtime::CudnnConv::Create(*ctx.cudnn, kind, shape, options, buffers, where));
-  return std::unique_ptr<GpuKernel>(new CudnnConvKernel(std::move(where), std::move(conv), ctx));
+  return std::unique_ptr<GpuKernel>(
+      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate));
 }
 
 }  // namespace
@@ -239,6 +269,17 @@ const ir::OpDef& Conv2dDgradOp() {
                             .infer = InferConv<ConvKind::kBackwardData>,
                             .cpu = CpuConv<ConvKind::kBackwardData>,
                             .lower = LowerConv<ConvKind::kBackwardData>,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& Conv2dDgradAccumulateOp() {
+  static const ir::OpDef op{.name = "conv2d_dgrad_accumulate",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferDgradAccumulate,
+                            .cpu = CpuDgradAccumulate,
+                            .lower = LowerConv<ConvKind::kBackwardData, /*accumulate=*/true>,
+                            .output_overwrites_input = 2,
                             .low_precision_lowering = true};
   return op;
 }

@@ -29,6 +29,11 @@ const ir::OpDef& Conv2dOp();
 // conv2d_dgrad: (dy, w) -> dx. The forward's attributes plus input_h, input_w (x's H and W, which
 // dy does not determine when stride > 1); attr role "dgrad".
 const ir::OpDef& Conv2dDgradOp();
+// conv2d_dgrad_accumulate: (dy, w, acc) -> acc + conv2d_dgrad(dy, w), written over acc (cuDNN's
+// beta = 1): a residual block's input gradient without a separate add. conv2d_dgrad's attributes;
+// acc has dx's spec. The fuse pass makes it from conv2d_dgrad + add where acc has no later reader.
+// In 16 bits the sum rounds once (the unfused ops round the data gradient, then the sum).
+const ir::OpDef& Conv2dDgradAccumulateOp();
 // conv2d_wgrad: (x, dy) -> dw. The forward's attributes plus kernel_h, kernel_w (R and S); attr
 // role "wgrad", which the scheduler puts on the second lane.
 const ir::OpDef& Conv2dWgradOp();

@@ -11,6 +11,7 @@
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/batched.h"
+#include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/lr_schedule.h"
 #include "src/ops/multi_tensor.h"
@@ -38,6 +39,7 @@ class GroupFinder {
   void BatchNormActivations();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
+  void ConvDgradAccumulations();
   void PointwiseChains();
   void MultiTensorUpdates();  // sgd_momentum and adam.
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
@@ -80,6 +82,8 @@ class GroupFinder {
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
   // pattern; false leaves both to the caller.
   bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
+  // Whether `ancestor` is `node` or one of the nodes it depends on.
+  bool DependsOn(int32_t node, int32_t ancestor) const;
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
 
@@ -198,6 +202,53 @@ void GroupFinder::BatchNormApplyActivations() {
       group.inputs.push_back(residual);
     }
     TryAdd(std::move(group));
+  }
+}
+
+bool GroupFinder::DependsOn(int32_t node, int32_t ancestor) const {
+  std::vector<int32_t> stack = {node};
+  absl::flat_hash_set<int32_t> seen = {node};
+  while (!stack.empty()) {
+    const int32_t n = stack.back();
+    stack.pop_back();
+    if (n == ancestor) return true;
+    for (const Value& v : g_.node(n).inputs) {
+      if (seen.insert(v.node).second) stack.push_back(v.node);
+    }
+  }
+  return false;
+}
+
+// A residual block's input gradient, add(conv2d_dgrad(dy, w), acc), as one cuDNN call that adds
+// the data gradient to acc in place (conv2d_dgrad_accumulate): no separate add reading both and
+// writing a third tensor. Only where acc is a transient value that nothing reads after the add
+// (each of its other readers is something the data gradient depends on), as the memory plan
+// requires of a value written over.
+void GroupFinder::ConvDgradAccumulations() {
+  for (const Node& add : g_.nodes()) {
+    if (add.op != &ops::AddOp() || taken_[add.id]) continue;
+    for (int side = 0; side < 2; ++side) {
+      const Value d = add.inputs[side], acc = add.inputs[1 - side];
+      const Node& dgrad = g_.node(d.node);
+      if (dgrad.op != &ops::Conv2dDgradOp() || taken_[dgrad.id] || SoleReader(d) != &add) {
+        continue;
+      }
+      if (ir::IsLeaf(g_.node(acc.node)) || kept_.contains(acc) ||
+          kept_.contains(Value{add.id, 0}) || acc == d || g_.spec(acc) != g_.spec(d))
+        continue;
+      bool read_before = true;
+      for (int32_t r : Readers(acc)) {
+        if (r != add.id && !DependsOn(dgrad.id, r)) read_before = false;
+      }
+      if (!read_before) continue;
+      if (TryAdd({.members = {dgrad.id, add.id},
+                  .op = &ops::Conv2dDgradAccumulateOp(),
+                  .name = absl::StrCat(dgrad.name, "+", add.name),
+                  .attrs = dgrad.attrs,
+                  .inputs = {dgrad.inputs[0], dgrad.inputs[1], acc},
+                  .outputs = {Value{add.id, 0}}}))
+        break;
+    }
   }
 }
 
@@ -508,6 +559,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
       finder.BatchNormApplyActivations();
     }
     if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);
+    if (options.conv_dgrad_accumulate) finder.ConvDgradAccumulations();
     if (options.pointwise_chains) finder.PointwiseChains();
     if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();
     groups = finder.TakeGroups();

@@ -47,6 +47,9 @@ struct FuseOptions {
   bool relu_backward_epilogues = false;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
+  // A residual block's input gradient, conv2d_dgrad + add, as one cuDNN call accumulating in
+  // place (conv2d_dgrad_accumulate).
+  bool conv_dgrad_accumulate = true;
   bool pointwise_chains = true;
   bool multi_tensor_optimizer = true;
 };

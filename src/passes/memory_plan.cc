@@ -62,6 +62,14 @@ const Buffer* MemoryPlan::Find(Value v) const {
   return it == index.end() ? nullptr : &buffers[it->second];
 }
 
+bool MemoryPlan::SharePlace(const Buffer& a, const Buffer& b) const {
+  auto root = [&](const Buffer* x) {
+    while (x->overwrites >= 0) x = &buffers[x->overwrites];
+    return x;
+  };
+  return root(&a) == root(&b);
+}
+
 namespace {
 
 // Every output of every node as a buffer with its class, its liveness and no place yet.
@@ -96,7 +104,32 @@ absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const Schedule
       }
     }
   }
+  for (const Node& node : graph.nodes()) {
+    const int k = node.op->output_overwrites_input;
+    if (k < 0) continue;
+    const int over = plan.index.at(node.inputs.at(k)), out = plan.index.at(Value{node.id, 0});
+    if (plan.buffers[over].cls != BufferClass::kActivation ||
+        plan.buffers[out].cls != BufferClass::kActivation) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node '", node.name, "' writes its output over input ", k, " ('",
+                       graph.node(node.inputs[k].node).name,
+                       "'), but only a transient value not kept after "
+                       "the step can be written over"));
+    }
+    plan.buffers[out].overwrites = over;
+  }
   return plan;
+}
+
+// Each buffer's root: the buffer it is written over, followed to the end (itself if none).
+std::vector<int> OverwriteRoots(const MemoryPlan& plan) {
+  std::vector<int> root(plan.buffers.size());
+  for (int i = 0; i < static_cast<int>(root.size()); ++i) {
+    int r = i;
+    while (plan.buffers[r].overwrites >= 0) r = plan.buffers[r].overwrites;
+    root[i] = r;
+  }
+  return root;
 }
 
 // A communication op's inputs, and likewise its outputs, sit side by side in node order, so one
@@ -135,10 +168,19 @@ absl::StatusOr<std::vector<std::vector<int>>> ContiguousGroups(const Graph& grap
 absl::StatusOr<int64_t> LiveTransientBytes(const Graph& graph,
                                            absl::Span<const ScheduledLaunch> schedule,
                                            absl::Span<const Value> kept) {
-  ASSIGN_OR_RETURN(const MemoryPlan plan, Buffers(graph, schedule, kept));
+  ASSIGN_OR_RETURN(MemoryPlan plan, Buffers(graph, schedule, kept));
+  // A buffer written over another one lives in its place: one interval for both.
+  const std::vector<int> root = OverwriteRoots(plan);
+  for (int i = 0; i < static_cast<int>(root.size()); ++i) {
+    if (root[i] == i) continue;
+    Buffer& r = plan.buffers[root[i]];
+    r.first = std::min(r.first, plan.buffers[i].first);
+    r.last = std::max(r.last, plan.buffers[i].last);
+  }
   std::vector<int64_t> change(schedule.size() + 1, 0);  // Bytes allocated (+), freed (-) there.
-  for (const Buffer& b : plan.buffers) {
-    if (b.cls != BufferClass::kActivation) continue;
+  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
+    const Buffer& b = plan.buffers[i];
+    if (b.cls != BufferClass::kActivation || root[i] != i) continue;
     change[b.first] += AlignedSize(b);
     change[b.last + 1] -= AlignedSize(b);
   }
@@ -173,15 +215,54 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
     std::vector<int> members;  // Buffer indices, in their order in the block.
     Buffer block;
     std::vector<int> writes;  // The launches that write it: each member's producer.
+    bool shared = false;      // The members share one place (written over one another).
   };
   ASSIGN_OR_RETURN(const std::vector<std::vector<int>> groups, ContiguousGroups(graph, plan));
   std::vector<int> group_of(plan.buffers.size(), -1);
   for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
     for (int b : groups[g]) group_of[b] = g;
   }
+  const HappensBefore happens_before(schedule);
+  // Buffers written over others: one shared place per root, after checking that whatever else
+  // reads the overwritten value has run by then.
+  const std::vector<int> root = OverwriteRoots(plan);
+  absl::flat_hash_map<int, std::vector<int>> sharing;  // Root -> the buffers written over it.
+  for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
+    const int over = plan.buffers[i].overwrites;
+    if (over < 0) continue;
+    const Buffer& out = plan.buffers[i];
+    const Node& writer = graph.node(out.value.node);
+    if (group_of[i] >= 0 || group_of[over] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", writer.name, "' writes over a value that a collective also places"));
+    }
+    for (int use : plan.buffers[over].uses) {
+      if (use != out.first && !happens_before(use, out.first)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("node '", writer.name, "' writes over '",
+                         graph.node(plan.buffers[over].value.node).name, "', which launch ", use,
+                         " may still read"));
+      }
+    }
+    sharing[root[i]].push_back(i);
+  }
   std::vector<Unit> units;
   for (int i = 0; i < static_cast<int>(plan.buffers.size()); ++i) {
-    if (plan.buffers[i].cls != BufferClass::kActivation) continue;
+    if (plan.buffers[i].cls != BufferClass::kActivation || root[i] != i) continue;
+    if (auto it = sharing.find(i); it != sharing.end()) {
+      Unit unit{{i}, plan.buffers[i], {plan.buffers[i].first}, /*shared=*/true};
+      for (int b : it->second) {
+        const Buffer& m = plan.buffers[b];
+        unit.members.push_back(b);
+        unit.block.bytes = std::max(unit.block.bytes, m.bytes);
+        unit.block.first = std::min(unit.block.first, m.first);
+        unit.block.last = std::max(unit.block.last, m.last);
+        unit.block.uses.insert(unit.block.uses.end(), m.uses.begin(), m.uses.end());
+        unit.writes.push_back(m.first);
+      }
+      units.push_back(std::move(unit));
+      continue;
+    }
     if (group_of[i] < 0) {
       units.push_back({{i}, plan.buffers[i], {plan.buffers[i].first}});
       continue;
@@ -204,7 +285,6 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   }
   std::vector<int> transient;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) transient.push_back(u);
-  const HappensBefore happens_before(schedule);
   // Two transient buffers may share bytes when every use of one happens before the other is
   // written (a block: before each of its writes).
   auto dead_before = [&](const Unit& a, const Unit& b) {
@@ -260,7 +340,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
     int64_t offset = plan.transient_offset + offsets[u];
     for (int b : units[u].members) {
       plan.buffers[b].offset = offset;
-      offset += AlignedSize(plan.buffers[b]);
+      if (!units[u].shared) offset += AlignedSize(plan.buffers[b]);
     }
   }
   plan.transient_peak = peak;

@@ -38,6 +38,9 @@ struct Buffer {
   int64_t bytes = 0;
   int first = 0, last = 0;  // Live from launch `first` to launch `last` (persistent: all).
   std::vector<int> uses;    // Transient: the launches that write or read it.
+  // The buffer (index in MemoryPlan::buffers) this one is written over, sharing its place: the
+  // output of an op that accumulates into an input (OpDef::output_overwrites_input); -1: none.
+  int overwrites = -1;
 };
 
 struct MemoryPlan {
@@ -49,11 +52,17 @@ struct MemoryPlan {
   absl::flat_hash_map<BufferClass, int64_t> bytes_by_class;
 
   const Buffer* Find(Value v) const;
+  // Whether `a` and `b` share one place because one is written over the other (directly or
+  // through others: Buffer::overwrites). Two such buffers overlap although both are alive at the
+  // launch that writes over.
+  bool SharePlace(const Buffer& a, const Buffer& b) const;
 };
 
-// Plans every output of every node in `graph` for the launch order `schedule`. `kept` values
-// stay readable after the step. With several lanes, a transient buffer's space is reused only
-// by a buffer whose producer runs after every use of it in every run (HappensBefore), so two
+// Plans every output of every node in `graph` for the launch order `schedule`. An output written
+// over an input (OpDef::output_overwrites_input) shares that input's place; InvalidArgument, naming
+// the node, when that input is not transient or a launch may still read it afterwards. `kept`
+// values stay readable after the step. With several lanes, a transient buffer's space is reused
+// only by a buffer whose producer runs after every use of it in every run (HappensBefore), so two
 // launches that may run at the same time never share memory.
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
                                       absl::Span<const ScheduledLaunch> schedule,

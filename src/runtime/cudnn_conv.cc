@@ -472,31 +472,33 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
 }
 
 absl::Status CudnnConv::Run(const CudnnHandle& handle, const void* a, const void* b, void* out,
-                            void* workspace, absl::string_view context) const {
+                            void* workspace, absl::string_view context, bool accumulate) const {
   if (algorithm_.workspace_bytes > 0 && workspace == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": ", Describe(), " needs ",
                                                    algorithm_.workspace_bytes,
                                                    " bytes of workspace, got none"));
   }
-  const float one = 1.0f, zero = 0.0f;  // y = 1·conv + 0·y: overwrite, never read, the output.
+  // y = 1·conv + 0·y overwrites the output without reading it; beta = 1 adds to it.
+  const float one = 1.0f, zero = 0.0f;
+  const float* beta = accumulate ? &one : &zero;
   switch (kind_) {
     case ConvKind::kForward:
       return CudaStatus(
           cudnnConvolutionForward(handle.get(), &one, x_.get(), a, w_.get(), b, conv_.get(),
                                   static_cast<cudnnConvolutionFwdAlgo_t>(algorithm_.algo),
-                                  workspace, algorithm_.workspace_bytes, &zero, y_.get(), out),
+                                  workspace, algorithm_.workspace_bytes, beta, y_.get(), out),
           "cudnnConvolutionForward", context);
     case ConvKind::kBackwardData:
       return CudaStatus(
           cudnnConvolutionBackwardData(handle.get(), &one, w_.get(), b, y_.get(), a, conv_.get(),
                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algorithm_.algo),
-                                       workspace, algorithm_.workspace_bytes, &zero, x_.get(), out),
+                                       workspace, algorithm_.workspace_bytes, beta, x_.get(), out),
           "cudnnConvolutionBackwardData", context);
     case ConvKind::kBackwardFilter:
       return CudaStatus(cudnnConvolutionBackwardFilter(
                             handle.get(), &one, x_.get(), a, y_.get(), b, conv_.get(),
                             static_cast<cudnnConvolutionBwdFilterAlgo_t>(algorithm_.algo),
-                            workspace, algorithm_.workspace_bytes, &zero, w_.get(), out),
+                            workspace, algorithm_.workspace_bytes, beta, w_.get(), out),
                         "cudnnConvolutionBackwardFilter", context);
   }
   return absl::InternalError(absl::StrCat(context, ": unknown convolution kind"));

@@ -185,9 +185,10 @@ class CudnnConv {
                                           const Buffers& buffers, absl::string_view context);
 
   // Enqueues the convolution on the stream `handle` is bound to. `workspace` must hold
-  // algorithm().workspace_bytes.
+  // algorithm().workspace_bytes. With `accumulate`, out = conv + out (cuDNN's beta = 1: one
+  // rounding of the float sum) instead of out = conv.
   absl::Status Run(const CudnnHandle& handle, const void* a, const void* b, void* out,
-                   void* workspace, absl::string_view context) const;
+                   void* workspace, absl::string_view context, bool accumulate = false) const;
 
   ConvKind kind() const { return kind_; }
   const ConvShape& shape() const { return shape_; }

@@ -192,7 +192,7 @@ void ExpectDataParallelSchedule(const passes::Plan& plan, int buckets) {
       const passes::Buffer& y = plan.memory.buffers[b];
       if (y.cls != passes::BufferClass::kActivation) continue;
       const bool overlap = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
-      if (!overlap) continue;
+      if (!overlap || plan.memory.SharePlace(x, y)) continue;  // Or written over the other.
       auto dead_before = [&](const passes::Buffer& d, int launch) {
         for (int use : d.uses) {
           if (!before(use, launch)) return false;

@@ -246,6 +246,7 @@ TEST_P(ResNet18MirrorTest, TwoLanesKeepTheSaving) {
     for (size_t j = i + 1; j < transient.size(); ++j) {
       const passes::Buffer &a = *transient[i], &b = *transient[j];
       if (a.offset >= b.offset + b.bytes || b.offset >= a.offset + a.bytes) continue;
+      if (plan->memory.SharePlace(a, b)) continue;  // One written over the other.
       EXPECT_TRUE(dead_before(a, b.first) || dead_before(b, a.first))
           << plan->graph().node(a.value.node).name << " and "
           << plan->graph().node(b.value.node).name;

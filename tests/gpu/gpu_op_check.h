@@ -11,7 +11,8 @@ namespace reprise {
 // Runs every non-leaf node of `g` on the GPU (each its own launch, in schedule order) with
 // leaves taken from `cpu`, then compares each node's outputs, and each in-place written leaf,
 // with the CPU reference run of the same graph: relative L2 error at most `tolerance`.
-// `unchecked` values are not compared (e.g. ones with padding the GPU leaves unspecified).
+// `unchecked` values are not compared (e.g. ones with padding the GPU leaves unspecified) and not
+// kept, so an op may write over them (OpDef::output_overwrites_input).
 // `deterministic` lowers as TrainOptions::deterministic does (other library algorithms).
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
                          const absl::flat_hash_set<Value>& unchecked = {},

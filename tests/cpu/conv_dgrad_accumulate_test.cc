@@ -1,0 +1,156 @@
+// conv2d_dgrad_accumulate: a residual block's input gradient (conv2d_dgrad + add) as one cuDNN call
+// that adds into its third input in place. The fuse pass finds it in ResNets, the memory plan
+// gives the sum the overwritten value's place (and refuses a value still read afterwards), and the
+// CPU reference computes the unfused ops' bits.
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/op_def.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/conv.h"
+#include "src/ops/ops.h"
+#include "src/passes/fuse.h"
+#include "src/passes/memory_plan.h"
+#include "src/passes/schedule.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+int Count(const Graph& g, absl::string_view op) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += node.op_name() == op;
+  return n;
+}
+
+autodiff::TrainingGraph ResNet18Training(Layout layout) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = layout});
+  EXPECT_TRUE(net.ok()) << net.status();
+  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
+  EXPECT_TRUE(training.ok()) << training.status();
+  return *std::move(training);
+}
+
+class ConvDgradAccumulateTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ConvDgradAccumulateTest, EveryResidualBlockInputGradientAccumulatesInPlace) {
+  const autodiff::TrainingGraph t = ResNet18Training(GetParam());
+  // Each of the 8 basic blocks sums its input's gradient from conv1's data gradient and the skip.
+  EXPECT_EQ(Count(t.graph, "add"), 8 + 8);  // The forward's residual adds and the backward's sums.
+  auto off = passes::Fuse(t, {t.loss}, {.conv_dgrad_accumulate = false});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(Count(off->training.graph, "conv2d_dgrad_accumulate"), 0);
+  EXPECT_EQ(Count(off->training.graph, "add"), 8);
+
+  auto fused = passes::Fuse(t, {t.loss}, {});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  EXPECT_EQ(Count(g, "conv2d_dgrad_accumulate"), 8);
+  EXPECT_EQ(Count(g, "add"), 0);
+
+  for (int lanes : {1, 2}) {
+    auto schedule = passes::Schedule(g, {.lanes = lanes});
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    auto memory = passes::PlanMemory(g, *schedule, {fused->training.loss});
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    int shared = 0;
+    for (const Node& node : g.nodes()) {
+      if (node.op != &ops::Conv2dDgradAccumulateOp()) continue;
+      const passes::Buffer* out = memory->Find({node.id, 0});
+      const passes::Buffer* acc = memory->Find(node.inputs[2]);
+      EXPECT_EQ(out->offset, acc->offset) << node.name;
+      EXPECT_EQ(out->overwrites, memory->index.at(node.inputs[2])) << node.name;
+      ++shared;
+    }
+    EXPECT_EQ(shared, 8);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BothLayouts, ConvDgradAccumulateTest,
+                         ::testing::Values(Layout::kNCHW, Layout::kNHWC),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return std::string(LayoutName(info.param));
+                         });
+
+// dy [2, 4, 5, 5] and w [4, 3, 3, 3] give dx [2, 3, 5, 5] (NCHW, stride 1, pad 1).
+Attrs DgradAttrs() {
+  return {{"stride_h", 1},   {"stride_w", 1},   {"pad_h", 1},  {"pad_w", 1},
+          {"dilation_h", 1}, {"dilation_w", 1}, {"groups", 1}, {"layout", std::string("NCHW")},
+          {"input_h", 5},    {"input_w", 5}};
+}
+
+struct SmallGraph {
+  Graph g;
+  Value dy, w, p, acc;  // acc = relu(p): a transient value.
+};
+
+SmallGraph Operands() {
+  SmallGraph s;
+  const Initializer random = Initializer::Uniform(-1, 1);
+  s.dy = *s.g.AddParameter("dy", {Shape{2, 4, 5, 5}}, random);
+  s.w = *s.g.AddParameter("w", {Shape{4, 3, 3, 3}}, random);
+  s.p = *s.g.AddParameter("p", {Shape{2, 3, 5, 5}}, random);
+  s.acc = *s.g.AddOp1(ops::ReluOp(), "acc", {s.p});
+  return s;
+}
+
+TEST(ConvDgradAccumulateOpTest, CpuReferenceGivesTheBitsOfDgradThenAdd) {
+  SmallGraph s = Operands();
+  auto dx = s.g.AddOp1(ops::Conv2dDgradOp(), "dgrad", {s.dy, s.w}, DgradAttrs());
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  auto sum = s.g.AddOp1(ops::AddOp(), "sum", {*dx, s.acc});
+  auto fused =
+      s.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused", {s.dy, s.w, s.acc}, DgradAttrs());
+  ASSERT_TRUE(sum.ok() && fused.ok()) << fused.status();
+  ir::ReferenceExecutor cpu(s.g, false, 5);
+  ASSERT_TRUE(cpu.Run().ok());
+  const auto want = (*cpu.Tensor(*sum))->data<float>(), got = (*cpu.Tensor(*fused))->data<float>();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], got[i]) << i;
+}
+
+TEST(ConvDgradAccumulateOpTest, AnAccumulatorOfAnotherShapeIsRefused) {
+  SmallGraph s = Operands();
+  Value other = *s.g.AddParameter("other", {Shape{2, 3, 4, 5}}, Initializer::Uniform(-1, 1));
+  auto fused =
+      s.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused", {s.dy, s.w, other}, DgradAttrs());
+  ASSERT_FALSE(fused.ok());
+  EXPECT_THAT(fused.status().message(), HasSubstr("acc is f32[2, 3, 4, 5]"));
+}
+
+TEST(ConvDgradAccumulateOpTest, TheMemoryPlanRefusesToWriteOverAValueReadLater) {
+  SmallGraph s = Operands();
+  auto fused =
+      s.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused", {s.dy, s.w, s.acc}, DgradAttrs());
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  // Reads acc after the accumulation has written over it.
+  auto late = s.g.AddOp1(ops::AddOp(), "late", {*fused, s.acc});
+  ASSERT_TRUE(late.ok()) << late.status();
+  auto schedule = passes::Schedule(s.g);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  auto memory = passes::PlanMemory(s.g, *schedule, {*late});
+  ASSERT_FALSE(memory.ok());
+  EXPECT_THAT(memory.status().message(), HasSubstr("node 'fused' writes over 'acc'"));
+
+  // A parameter, or a value kept after the step, cannot be written over at all.
+  for (bool over_parameter : {true, false}) {
+    SmallGraph t = Operands();
+    auto over = t.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused",
+                           {t.dy, t.w, over_parameter ? t.p : t.acc}, DgradAttrs());
+    ASSERT_TRUE(over.ok()) << over.status();
+    auto refused = passes::PlanMemory(t.g, *passes::Schedule(t.g), {t.acc, *over});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(refused.status().message(), HasSubstr("only a transient value"));
+  }
+}
+
+}  // namespace
+}  // namespace reprise
