@@ -16,7 +16,8 @@ Layout: nchw, or nhwc (model and inputs in torch.channels_last). Modes:
   eager          plain Python loop, SGD(foreach=True)
   graph          whole step captured in one torch.cuda.CUDAGraph (PyTorch's documented
                  recipe) and replayed; SGD(capturable=True) if available, else foreach
-  compile_graph  torch.compile(mode="max-autotune-no-cudagraphs") + SGD(fused=True),
+  compile_graph  torch.compile(mode=--compile-mode, by default "max-autotune-no-cudagraphs")
+                 + SGD(fused=True),
                  captured whole-step the same way (compiling takes minutes; progress on stderr)
 Each step is timed with CUDA events after warm-up (graph modes include the copy of the next
 batch into the static inputs); inputs rotate over a few pre-generated random batches.
@@ -70,6 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--model", default="auto", choices=MODEL_SOURCES,
                    help="auto: torchvision when it imports, else the in-script copy (builtin)")
+    p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+                   help="torch.compile mode of compile_graph ('default' compiles in about a minute)")
     p.add_argument("--json", metavar="FILE", help="write results as JSON here")
     a = p.parse_args(argv)
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -248,10 +251,10 @@ def setup_graph(a, xs, ys):
 
 
 def setup_compile_graph(a, xs, ys):
-    model = torch.compile(build_model(a), mode="max-autotune-no-cudagraphs")
+    model = torch.compile(build_model(a), mode=a.compile_mode)
     opt, scaler = make_sgd(model.parameters(), a, fused=True), make_scaler(a)
     # Compile (forward and backward) once on the default stream before the capture recipe.
-    progress("compile_graph: compiling forward and backward (max-autotune; this can take minutes)")
+    progress(f"compile_graph: compiling forward and backward ({a.compile_mode}; can take minutes)")
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     torch_step.backward_and_step(opt, make_loss(a)(model, xs[0], ys[0]), scaler)
@@ -279,7 +282,7 @@ def main():
     a = parse_args()
     config = {k: getattr(a, k) for k in ("depth", "batch", "image_size", "classes", "precision",
                                          "layout", "iters", "warmup", "modes", "lr", "momentum",
-                                         "weight_decay")}
+                                         "weight_decay", "compile_mode")}
     config["dtype"] = "float32"  # parameters, gradients and optimizer state (bf16, fp16: autocast)
     if torch is None or not torch.cuda.is_available():
         why = f"torch is not installed ({_IMPORT_ERROR})" if torch is None else "no CUDA GPU visible"
