@@ -157,6 +157,29 @@ TEST_P(DeviceLaunchGpuTest, SameLossesAndParametersAsHostLaunch) {
   EXPECT_EQ(h.graph_uploads, 0);
 }
 
+// Verify() replays its own capture of the step launched the way the trainer launches it (from the
+// device here) and finds it bitwise equal to the eager run, leaving the trainer's state as it was.
+TEST_P(DeviceLaunchGpuTest, VerifyComparesTheDeviceLaunchedStepWithEager) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> device,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, true)));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
+  const std::vector<Batch> batches = MakeBatches(model, 2);
+  for (Trainer* t : {host.get(), device.get()}) {
+    REPRISE_ASSERT_OK(t->SetInput(model.features, batches[0].x));
+    REPRISE_ASSERT_OK(t->SetInput("labels", batches[0].y));
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, device->Verify(3));
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(result.steps, 3);
+  // Verify changed nothing: the next step is the host-launched trainer's, bit for bit.
+  for (Trainer* t : {host.get(), device.get()}) REPRISE_ASSERT_OK(t->Step());
+  ExpectSameParameters(*host, *device);
+}
+
 // Steps queued back to back, nothing read between them: each tail-launched step starts after the
 // one before has finished (a device graph still running cannot be launched again), and CUDA events
 // around a step time the step itself, not only its one-node launcher.
