@@ -107,7 +107,10 @@ namespace {
 struct Result {
   std::string mode;
   double median_ms = 0, p90_ms = 0;
-  double host_us_per_step = 0;  // Median host time of one Step() call.
+  double host_us_per_step = 0;  // Median host time of one Step() call, the device idle.
+  // The same right after SetInput wrote the next batch, as in a training loop (the host has just
+  // been busy rather than asleep in Synchronize()); -1 with --inputs device.
+  double host_us_after_input = -1;
   int64_t launches = 0, graph_nodes = 0, arena_bytes = 0;
   int64_t device_bytes = 0;      // Device memory the trainer holds (arena, workspaces, handles).
   double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
@@ -337,6 +340,16 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
     RETURN_IF_ERROR(trainer->Step());
     host_us.push_back(static_cast<float>(absl::ToDoubleMicroseconds(absl::Now() - start)));
   }
+  std::vector<float> host_us_after_input;
+  for (int i = 0;
+       absl::GetFlag(FLAGS_inputs) == "host" && i < std::min(absl::GetFlag(FLAGS_iters), 200);
+       ++i) {
+    RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));  // Waits for the step before.
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(trainer->Step());
+    host_us_after_input.push_back(
+        static_cast<float>(absl::ToDoubleMicroseconds(absl::Now() - start)));
+  }
   RETURN_IF_ERROR(trainer->Synchronize());
   // Busy fraction: kernel and copy time CUPTI saw, merged, over the same steps' event time.
   double busy_fraction = -1;
@@ -368,6 +381,9 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
                 stats.kernels_compiled,
                 stats.kernel_disk_hits,
                 busy_fraction};
+  if (!host_us_after_input.empty()) {
+    result.host_us_after_input = Percentile(host_us_after_input, 0.5);
+  }
   result.activation_peak_bytes = stats.activation_peak_bytes;
   result.activation_peak_unmirrored_bytes = stats.activation_peak_unmirrored_bytes;
   result.mirrored_nodes = stats.mirrored_nodes;
@@ -582,6 +598,10 @@ absl::Status Main() {
           r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
           static_cast<long long>(r.kernel_disk_hits));
       std::printf("%-16s path: %s\n", "", r.path.c_str());
+      if (r.host_us_after_input >= 0) {
+        std::printf("%-16s host us per Step() right after SetInput: %.2f\n", "",
+                    r.host_us_after_input);
+      }
       if (r.mode == "graph" || r.mode == "graph+devlaunch") graph_ms = r.median_ms;
       json_results.push_back(absl::StrFormat(
           "\"%s\": {\"median_ms\": %.6f, \"p90_ms\": %.6f, \"samples_per_s\": %.1f, "
@@ -589,12 +609,13 @@ absl::Status Main() {
           "\"arena_bytes\": %d, \"device_bytes\": %d, \"kernel_acquire_ms\": %.3f, "
           "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s, "
           "\"activation_peak_bytes\": %d, \"activation_peak_unmirrored_bytes\": %d, "
-          "\"mirrored_nodes\": %d, \"path\": \"%s\"}",
+          "\"mirrored_nodes\": %d, \"path\": \"%s\", \"host_us_after_input\": %s}",
           r.mode, r.median_ms, r.p90_ms, samples, r.host_us_per_step, r.launches, r.graph_nodes,
           r.arena_bytes, r.device_bytes, r.kernel_acquire_ms, r.kernels_compiled,
           r.kernel_disk_hits,
           r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction),
-          r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes, r.path));
+          r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes, r.path,
+          r.host_us_after_input < 0 ? "null" : absl::StrFormat("%.3f", r.host_us_after_input)));
     }
   }
   if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());
