@@ -108,9 +108,6 @@ struct Result {
   std::string mode;
   double median_ms = 0, p90_ms = 0;
   double host_us_per_step = 0;  // Median host time of one Step() call, the device idle.
-  // The same right after SetInput wrote the next batch, as in a training loop (the host has just
-  // been busy rather than asleep in Synchronize()); -1 with --inputs device.
-  double host_us_after_input = -1;
   int64_t launches = 0, graph_nodes = 0, arena_bytes = 0;
   int64_t device_bytes = 0;      // Device memory the trainer holds (arena, workspaces, handles).
   double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
@@ -118,6 +115,9 @@ struct Result {
   double busy_fraction = -1;  // GPU busy time (CUPTI) over step time; -1 without CUPTI.
   int64_t activation_peak_bytes = 0, activation_peak_unmirrored_bytes = 0, mirrored_nodes = 0;
   std::string path;  // Which form the step took (StepPath).
+  // Host time of Step() right after SetInput wrote the next batch, as in a training loop (the
+  // host has just been busy rather than asleep in Synchronize()); -1 with --inputs device.
+  double host_us_after_input = -1;
 };
 
 // "whole step" (mlp_train_step), "whole step, K models" (batched_mlp_train_step), "batched
