@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/fused_kernels.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
@@ -514,8 +515,30 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
     const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
     by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
   }
+  // Without data parallelism, a group is cut into launches of one table each, in the order the
+  // backward pass makes their gradients: each can run (on the weight lane) as soon as its own
+  // gradients are ready, beside the rest of the backward, rather than all waiting for the last.
+  std::vector<std::pair<const std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>*,
+                        std::vector<int32_t>>>
+      chunks;
+  for (auto& [hyper, members] : by_hyper) {
+    if (std::get<0>(hyper) >= 0) {
+      chunks.emplace_back(&hyper, members);
+      continue;
+    }
+    std::vector<int32_t> ordered = members;
+    std::stable_sort(ordered.begin(), ordered.end(), [&](int32_t a, int32_t b) {
+      return g_.node(a).inputs[1].node < g_.node(b).inputs[1].node;  // Ids are made in order.
+    });
+    for (size_t first = 0; first < ordered.size(); first += codegen::kSgdTableSize) {
+      const size_t last = std::min(ordered.size(), first + codegen::kSgdTableSize);
+      chunks.emplace_back(&hyper,
+                          std::vector<int32_t>(ordered.begin() + first, ordered.begin() + last));
+    }
+  }
   int index = 0;
-  for (const auto& [hyper, members] : by_hyper) {
+  for (const auto& [hyper_ptr, members] : chunks) {
+    const auto& hyper = *hyper_ptr;
     if (members.size() < 2) continue;
     NodeGroup group{.members = members,
                     .op = &multi,
