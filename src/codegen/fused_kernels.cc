@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/codegen/element_type.h"
+#include "src/codegen/optimizer_kernels.h"
 
 namespace reprise::codegen {
 namespace {
@@ -97,31 +98,33 @@ extern "C" __global__ void reprise_softmax_xent_with_grad(const float* __restric
 )"};
 }
 
-GeneratedKernel SgdMomentumMulti() {
+GeneratedKernel SgdMomentumMulti(DType gradient) {
   const std::string size = absl::StrCat(kSgdTableSize);
-  return {"reprise_sgd_momentum_multi",
-          absl::StrCat("struct SgdTable {\n  float* w[", size, "];\n  const float* g[", size,
-                       "];\n  float* v[", size, "];\n  long long n[", size, "];\n};\n", R"(
-extern "C" __global__ void reprise_sgd_momentum_multi(SgdTable table, const float* __restrict__ lr,
-                                                      const float* __restrict__ mu,
-                                                      const float* __restrict__ wd) {
+  const std::string name = ElementKernelName("reprise_sgd_momentum_multi", gradient);
+  return {name, absl::StrCat(GradientLoads(), "typedef ", GradientType(gradient), " grad_t;\n",
+                             "struct SgdTable {\n  float* w[", size, "];\n  const grad_t* g[", size,
+                             "];\n  float* v[", size, "];\n  long long n[", size,
+                             "];\n};\nextern \"C\" __global__ void ", name, R"((
+    SgdTable table, const float* __restrict__ lr, const float* __restrict__ mu,
+    const float* __restrict__ wd) {
   const int t = blockIdx.y;
   float* __restrict__ w = table.w[t];
-  const float* __restrict__ g = table.g[t];
+  const grad_t* __restrict__ g = table.g[t];
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
   const float rate = lr[0], momentum = mu[0], decay = wd[0];
   const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  // Four elements per thread, one 16-byte access per array, where all three are 16-byte aligned
-  // (scalar accesses reached ~77% of a device copy's bandwidth on an H100); the same arithmetic
-  // per element, so the same bits. The tail and unaligned tensors go one by one.
+  // Four elements per thread, one 16-byte access per float array (and one aligned load of the
+  // gradient) where all are aligned (scalar accesses reached ~77% of a device copy's bandwidth on
+  // an H100); the same arithmetic per element, so the same bits. The tail and unaligned tensors
+  // go one by one.
   long long done = 0;
-  if ((((unsigned long long)w | (unsigned long long)g | (unsigned long long)v) & 15ull) == 0ull) {
+  if ((((unsigned long long)w | (unsigned long long)v) & 15ull) == 0ull && GradAligned(g)) {
     done = n / 4 * 4;
     for (long long q = first; q < n / 4; q += stride) {
       float4 w4 = ((float4*)w)[q], v4 = ((float4*)v)[q];
-      const float4 g4 = ((const float4*)g)[q];
+      const float4 g4 = GradQuad(g, q);
       float* wk = &w4.x;
       float* vk = &v4.x;
       const float* gk = &g4.x;
@@ -136,7 +139,7 @@ extern "C" __global__ void reprise_sgd_momentum_multi(SgdTable table, const floa
     }
   }
   for (long long i = done + first; i < n; i += stride) {
-    const float grad = __fadd_rn(g[i], __fmul_rn(decay, w[i]));
+    const float grad = __fadd_rn(GradValue(g, i), __fmul_rn(decay, w[i]));
     const float vel = __fadd_rn(__fmul_rn(momentum, v[i]), grad);
     v[i] = vel;
     w[i] = __fsub_rn(w[i], __fmul_rn(rate, vel));

@@ -39,9 +39,11 @@ GeneratedKernel SoftmaxCrossEntropyWithGrad();
 // SGD with momentum over up to kSgdTableSize tensors per launch, element for element the same
 // arithmetic as SgdMomentum(). blockIdx.y picks the tensor. Signature: (SgdTable table,
 // const float* lr, const float* mu, const float* wd), where SgdTable is
-// { float* w[N]; const float* g[N]; float* v[N]; long long n[N]; }.
+// { float* w[N]; const grad_t* g[N]; float* v[N]; long long n[N]; }, the gradients of type
+// `gradient` (float32, or bfloat16 / float16 widened exactly on load; GradientType in
+// optimizer_kernels.h); kernel name ElementKernelName("reprise_sgd_momentum_multi", gradient).
 inline constexpr int kSgdTableSize = 32;
-GeneratedKernel SgdMomentumMulti();
+GeneratedKernel SgdMomentumMulti(DType gradient = DType::kFloat32);
 
 }  // namespace reprise::codegen
 

@@ -4,17 +4,78 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
 
 namespace reprise::codegen {
 namespace {
 
 constexpr double kPi = 3.141592653589793;
 
+}  // namespace
+
+std::string GradientType(DType gradient) {
+  switch (gradient) {
+    case DType::kBFloat16:
+      return "Bf16Grad";
+    case DType::kFloat16:
+      return "F16Grad";
+    default:
+      return "float";
+  }
+}
+
+std::string GradientLoads() {
+  return R"(
+// Gradients the updates read: float32, or bfloat16 / float16 widened exactly on load. Each 16-bit
+// type is a struct of its bits, so that the overloads below tell them apart.
+struct Bf16Grad { unsigned short bits; };
+struct F16Grad { unsigned short bits; };
+__device__ __forceinline__ float Bf16Value(unsigned int bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float F16Value(unsigned int bits) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)bits));
+  return f;
+}
+__device__ __forceinline__ float GradValue(const float* g, long long i) { return g[i]; }
+__device__ __forceinline__ float GradValue(const Bf16Grad* g, long long i) {
+  return Bf16Value(g[i].bits);
+}
+__device__ __forceinline__ float GradValue(const F16Grad* g, long long i) {
+  return F16Value(g[i].bits);
+}
+// Elements 4q .. 4q + 3, one aligned load (GradAligned).
+__device__ __forceinline__ float4 GradQuad(const float* g, long long q) {
+  return ((const float4*)g)[q];
+}
+__device__ __forceinline__ float4 GradQuad(const Bf16Grad* g, long long q) {
+  const uint2 u = ((const uint2*)g)[q];
+  return make_float4(Bf16Value(u.x & 0xffffu), Bf16Value(u.x >> 16), Bf16Value(u.y & 0xffffu),
+                     Bf16Value(u.y >> 16));
+}
+__device__ __forceinline__ float4 GradQuad(const F16Grad* g, long long q) {
+  const uint2 u = ((const uint2*)g)[q];
+  return make_float4(F16Value(u.x & 0xffffu), F16Value(u.x >> 16), F16Value(u.y & 0xffffu),
+                     F16Value(u.y >> 16));
+}
+__device__ __forceinline__ bool GradAligned(const float* g) {
+  return ((unsigned long long)g & 15ull) == 0ull;
+}
+__device__ __forceinline__ bool GradAligned(const Bf16Grad* g) {
+  return ((unsigned long long)g & 7ull) == 0ull;
+}
+__device__ __forceinline__ bool GradAligned(const F16Grad* g) {
+  return ((unsigned long long)g & 7ull) == 0ull;
+}
+)";
+}
+
+namespace {
+
 // Device twins of the host functions below, operation for operation. Products that feed a sum
 // are rounded explicitly (__dmul_rn, __fmul_rn): NVRTC would otherwise contract them into FMAs,
 // which the host does not use.
 std::string Helpers() {
-  return absl::StrCat("#define REPRISE_TABLE ", kOptimizerTableSize,
+  return absl::StrCat(GradientLoads(), "#define REPRISE_TABLE ", kOptimizerTableSize,
                       "\n#define REPRISE_NORM_BLOCK ", kNormBlock, "\n#define REPRISE_NORM_CHUNK ",
                       kNormChunk, "\n#define REPRISE_NORM_BLOCKS_PER_SM ", kNormBlocksPerSm,
                       "\n#define REPRISE_ADAM_BLOCKS_PER_SM ", kAdamBlocksPerSm, R"(
@@ -187,19 +248,20 @@ __device__ __forceinline__ void AdamRange(const AdamStep& a, float* __restrict__
     v[i] = vi;
   }
 }
+template <typename G>
 __device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const float* wd,
                                          const float* clip, const float* unscale, int nesterov,
-                                         float* __restrict__ w, const float* __restrict__ g,
+                                         float* __restrict__ w, const G* __restrict__ g,
                                          float* __restrict__ v, long long n) {
   if (Skipped(unscale)) return;
   const float rate = lr[0], momentum = mu[0], decay = wd[0];
   const float scale = clip != nullptr ? clip[0] : 1.0f, inv = InverseScale(unscale);
   long long done = 0;
-  if (Aligned16(w, g, v, v)) {
+  if (Aligned16(w, v, v, v) && GradAligned(g)) {
     done = n / 4 * 4;
     for (long long q = ThreadIndex(); q < n / 4; q += GridThreads()) {
       float4 w4 = ((float4*)w)[q], v4 = ((float4*)v)[q];
-      const float4 g4 = ((const float4*)g)[q];
+      const float4 g4 = GradQuad(g, q);
       SgdElement(rate, momentum, decay, scale, inv, nesterov, w4.x, g4.x, v4.x);
       SgdElement(rate, momentum, decay, scale, inv, nesterov, w4.y, g4.y, v4.y);
       SgdElement(rate, momentum, decay, scale, inv, nesterov, w4.z, g4.z, v4.z);
@@ -210,7 +272,7 @@ __device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const
   }
   for (long long i = done + ThreadIndex(); i < n; i += GridThreads()) {
     float wi = w[i], vi = v[i];
-    SgdElement(rate, momentum, decay, scale, inv, nesterov, wi, g[i], vi);
+    SgdElement(rate, momentum, decay, scale, inv, nesterov, wi, GradValue(g, i), vi);
     w[i] = wi;
     v[i] = vi;
   }
@@ -375,28 +437,28 @@ extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float
 )"};
 }
 
-GeneratedKernel SgdUpdateMulti() {
-  return {"reprise_sgd_update_multi", Helpers() + R"(
+GeneratedKernel SgdUpdateMulti(DType gradient) {
+  const std::string name = ElementKernelName("reprise_sgd_update_multi", gradient);
+  return {name, absl::StrCat(Helpers(), "typedef ", GradientType(gradient), " grad_t;\n", R"(
 struct SgdTable {
   float* w[REPRISE_TABLE];
-  const float* g[REPRISE_TABLE];
+  const grad_t* g[REPRISE_TABLE];
   float* v[REPRISE_TABLE];
   long long n[REPRISE_TABLE];
 };
-extern "C" __global__ void reprise_sgd_update_multi(SgdTable table, const float* __restrict__ lr,
-                                                    const float* __restrict__ mu,
-                                                    const float* __restrict__ wd,
-                                                    const float* __restrict__ clip,
-                                                    const float* __restrict__ unscale,
-                                                    int nesterov) {
+extern "C" __global__ void )",
+                             name, R"((SgdTable table, const float* __restrict__ lr,
+                                      const float* __restrict__ mu, const float* __restrict__ wd,
+                                      const float* __restrict__ clip,
+                                      const float* __restrict__ unscale, int nesterov) {
   const int t = blockIdx.y;
   float* __restrict__ w = table.w[t];
-  const float* __restrict__ g = table.g[t];
+  const grad_t* __restrict__ g = table.g[t];
   float* __restrict__ v = table.v[t];
   const long long n = table.n[t];
   SgdRange(lr, mu, wd, clip, unscale, nesterov, w, g, v, n);
 }
-)"};
+)")};
 }
 
 GeneratedKernel Adam() {
@@ -535,8 +597,15 @@ extern "C" __global__ void reprise_clip_coefficient(const float* __restrict__ pa
 }
 
 std::vector<GeneratedKernel> OptimizerKernels() {
-  return {LrSchedule(),  SgdUpdate(),        SgdUpdateMulti(),       Adam(),
-          AdamMulti(32), GradSumSquares(32), ClipCoefficientKernel()};
+  return {LrSchedule(),
+          SgdUpdate(),
+          SgdUpdateMulti(DType::kFloat32),
+          SgdUpdateMulti(DType::kBFloat16),
+          SgdUpdateMulti(DType::kFloat16),
+          Adam(),
+          AdamMulti(32),
+          GradSumSquares(32),
+          ClipCoefficientKernel()};
 }
 
 }  // namespace reprise::codegen

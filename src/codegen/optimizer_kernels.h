@@ -8,8 +8,10 @@
 #define REPRISE_SRC_CODEGEN_OPTIMIZER_KERNELS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
 namespace reprise::codegen {
@@ -108,8 +110,17 @@ GeneratedKernel LrSchedule();
 GeneratedKernel SgdUpdate();
 // The same over a table of tensors, blockIdx.y picking one. Signature: (SgdTable table, lr, mu,
 // wd, clip, unscale, int nesterov), SgdTable as in fused_kernels.h with kOptimizerTableSize
-// entries.
-GeneratedKernel SgdUpdateMulti();
+// entries, its gradients of type `gradient`: float32, or bfloat16 / float16 read and widened
+// exactly (the same bits as the update of their float32 casts); kernel name
+// ElementKernelName("reprise_sgd_update_multi", gradient).
+GeneratedKernel SgdUpdateMulti(DType gradient = DType::kFloat32);
+
+// Device source shared by the update kernels that read gradients of several types: the types
+// Bf16Grad and F16Grad (16-bit gradients, told apart by overloads) and GradValue(g, i),
+// GradQuad(g, q) (elements 4q .. 4q+3 in one load) and GradAligned(g) for float, Bf16Grad and
+// F16Grad. GradientType names a gradient dtype's device type ("float", "Bf16Grad", "F16Grad").
+std::string GradientLoads();
+std::string GradientType(DType gradient);
 
 // Adam / AdamW (decoupled != 0) in place: g' = clip·(unscale·g) (+ wd·w for Adam); w *= decay
 // (AdamW); m = β1·m + (1-β1)·g'; v = β2·v + (1-β2)·g'²; w -= step_size·m / (sqrt(v) / bc2_sqrt +

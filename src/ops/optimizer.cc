@@ -25,11 +25,16 @@ absl::StatusOr<OptionalShared> Optional(const Attrs& attrs, size_t num_inputs) {
                               kMinShared);
 }
 
-absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs& attrs,
-                                                 absl::Span<const TensorSpec> in) {
+// `wide_gradient`: the gradient may also be a 16-bit float of the weight's shape, which the
+// multi-tensor kernels widen exactly on load (the fuse pass folds a gradient's widening cast in).
+absl::StatusOr<std::vector<TensorSpec>> InferSgdOf(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in,
+                                                   bool wide_gradient) {
   ASSIGN_OR_RETURN(const OptionalShared optional, Optional(attrs, in.size()));
   RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "weight"));
-  if (!(in[1] == in[0]) || !(in[2] == in[0])) {
+  const bool gradient_ok = in[1] == in[0] || (wide_gradient && IsLowPrecision(in[1].dtype) &&
+                                              in[1].shape == in[0].shape);
+  if (!gradient_ok || !(in[2] == in[0])) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", in[0].ToString(), ", gradient ",
                                                    in[1].ToString(), " and velocity ",
                                                    in[2].ToString(), " must match"));
@@ -43,6 +48,16 @@ absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs& attrs,
     }
   }
   return std::vector<TensorSpec>{};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferSgd(const Attrs& attrs,
+                                                 absl::Span<const TensorSpec> in) {
+  return InferSgdOf(attrs, in, /*wide_gradient=*/false);
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferSgdWideGradient(const Attrs& attrs,
+                                                             absl::Span<const TensorSpec> in) {
+  return InferSgdOf(attrs, in, /*wide_gradient=*/true);
 }
 
 absl::Status CpuSgd(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -113,7 +128,7 @@ std::vector<int> MultiMutated(const Attrs& attrs, int) {
 absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(attrs, static_cast<int>(in.size())));
-  return InferEachTensor(attrs, in, tensors, kPerTensor, InferSgd);
+  return InferEachTensor(attrs, in, tensors, kPerTensor, InferSgdWideGradient);
 }
 
 absl::Status CpuSgdMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -136,6 +151,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
   ASSIGN_OR_RETURN(int64_t tensors, TensorCount(node.attrs, num_inputs));
   const bool plain = Plain(node, num_inputs, static_cast<int>(tensors));
   const size_t h = kPerTensor * tensors;
+  // One kernel per gradient type: the fuse pass groups updates by it.
+  const DType gradient = ctx.input_specs[1].dtype;
+  for (int64_t t = 1; t < tensors; ++t) {
+    if (ctx.input_specs[kPerTensor * t + 1].dtype != gradient) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node '", node.name, "': the gradients of one sgd_momentum_multi must share a type, got ",
+          DTypeName(gradient), " and ", DTypeName(ctx.input_specs[kPerTensor * t + 1].dtype)));
+    }
+  }
   std::vector<std::unique_ptr<GpuKernel>> parts;
   for (int64_t first = 0; first < tensors; first += kTable) {
     Table table = {};
@@ -155,11 +179,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
     if (!plain) RETURN_IF_ERROR(AddOptionalArgs(ctx, node, h, args));
     dim3 grid = GridFor(largest, 256, *ctx.device);
     grid.y = count;
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<GpuKernel> part,
-        NvrtcKernel::Create(ctx, node.name,
-                            plain ? codegen::SgdMomentumMulti() : codegen::SgdUpdateMulti(), grid,
-                            dim3(256), 0, std::move(args)));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
+                     NvrtcKernel::Create(ctx, node.name,
+                                         plain ? codegen::SgdMomentumMulti(gradient)
+                                               : codegen::SgdUpdateMulti(gradient),
+                                         grid, dim3(256), 0, std::move(args)));
     parts.push_back(std::move(part));
   }
   return Sequence(std::move(parts));
@@ -173,7 +197,9 @@ const ir::OpDef& SgdMomentumMultiOp() {
                             .infer = InferSgdMulti,
                             .cpu = CpuSgdMulti,
                             .lower = LowerSgdMulti,
-                            .mutated_inputs_of = MultiMutated};
+                            .mutated_inputs_of = MultiMutated,
+                            // The weights are float32; 16-bit gradients are read as they are.
+                            .low_precision_lowering = true};
   return op;
 }
 

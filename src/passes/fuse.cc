@@ -12,6 +12,7 @@
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/batched.h"
+#include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/lr_schedule.h"
@@ -42,7 +43,8 @@ class GroupFinder {
   void GemmEpilogues(bool relu_backward);
   void ConvDgradAccumulations();
   void PointwiseChains();
-  void MultiTensorUpdates();  // sgd_momentum and adam.
+  // sgd_momentum (folding widening gradient casts in, if asked) and adam.
+  void MultiTensorUpdates(bool fold_gradient_casts);
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:
@@ -72,7 +74,7 @@ class GroupFinder {
   }
   // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
-                   absl::string_view name);
+                   absl::string_view name, bool fold_gradient_casts = false);
   // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
   // the lr_schedule and clip_coefficient that only it reads; the group in `updates`, `attrs` those
   // of its nodes. False if it could not be placed.
@@ -410,8 +412,9 @@ void GroupFinder::PointwiseChains() {
   }
 }
 
-void GroupFinder::MultiTensorUpdates() {
-  MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all");
+void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts) {
+  MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all",
+              fold_gradient_casts);
   // adam's inputs: w, g, m, v, then lr, step, beta1, beta2, epsilon, weight_decay, [clip], [check].
   constexpr int kPerTensor = 4, kWeightDecay = kPerTensor + 5;
   // One group per data-parallel bucket (as MultiTensor's) and set of shared inputs but the weight
@@ -499,28 +502,39 @@ bool GroupFinder::AdamGroup(const std::vector<int32_t>& updates, const Attrs& at
 }
 
 void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
-                              absl::string_view name) {
-  // One group per set of shared inputs (rate, momentum or betas, weight decay, clip coefficient)
-  // and attributes, so parameters without weight decay get a group of their own; and per
-  // data-parallel bucket, so each bucket's updates run when its own all-reduce ends.
-  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
-           std::vector<int32_t>>
-      by_hyper;
+                              absl::string_view name, bool fold_gradient_casts) {
+  // With fold_gradient_casts, an update whose gradient is the widening cast of a 16-bit gradient
+  // read by nothing else takes the cast in and reads the 16-bit gradient (the multi-tensor kernels
+  // widen it exactly on load): one launch and one float32 gradient less per parameter.
+  absl::flat_hash_map<int32_t, int32_t> cast_of;  // Update -> the cast it takes in.
+  auto gradient_of = [&](const Node& update) {
+    auto it = cast_of.find(update.id);
+    return it == cast_of.end() ? update.inputs[1] : g_.node(it->second).inputs[0];
+  };
+  // One group per set of shared inputs (rate, momentum or betas, weight decay, clip coefficient),
+  // attributes and gradient type, so parameters without weight decay get a group of their own;
+  // and per data-parallel bucket, so each bucket's updates run when its own all-reduce ends.
+  using Key = std::tuple<int32_t, DType, std::vector<std::pair<int32_t, int32_t>>, Attrs>;
+  std::map<Key, std::vector<int32_t>> by_hyper;
   for (const Node& node : g_.nodes()) {
     if (node.op != &single || taken_[node.id]) continue;
+    const Node& producer = g_.node(node.inputs[1].node);  // Every update's input 1.
+    if (fold_gradient_casts && producer.op == &ops::CastOp() && !taken_[producer.id] &&
+        IsLowPrecision(g_.spec(producer.inputs[0]).dtype) && SoleReader(node.inputs[1]) == &node) {
+      cast_of[node.id] = producer.id;
+    }
     std::vector<std::pair<int32_t, int32_t>> shared;
     for (size_t i = per_tensor; i < node.inputs.size(); ++i)
       shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
-    const Node& gradient = g_.node(node.inputs[1].node);  // Every update's input 1.
-    const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
-    by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
+    const Value gradient = gradient_of(node);
+    const Node& made_by = g_.node(gradient.node);
+    const int32_t bucket = made_by.op->kind == ir::OpKind::kCommunication ? made_by.id : -1;
+    by_hyper[{bucket, g_.spec(gradient).dtype, shared, node.attrs}].push_back(node.id);
   }
   // Without data parallelism, a group is cut into launches of one table each, in the order the
   // backward pass makes their gradients: each can run (on the weight lane) as soon as its own
   // gradients are ready, beside the rest of the backward, rather than all waiting for the last.
-  std::vector<std::pair<const std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>*,
-                        std::vector<int32_t>>>
-      chunks;
+  std::vector<std::pair<const Key*, std::vector<int32_t>>> chunks;
   for (auto& [hyper, members] : by_hyper) {
     if (std::get<0>(hyper) >= 0) {
       chunks.emplace_back(&hyper, members);
@@ -528,7 +542,7 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
     }
     std::vector<int32_t> ordered = members;
     std::stable_sort(ordered.begin(), ordered.end(), [&](int32_t a, int32_t b) {
-      return g_.node(a).inputs[1].node < g_.node(b).inputs[1].node;  // Ids are made in order.
+      return gradient_of(g_.node(a)).node < gradient_of(g_.node(b)).node;  // Ids are made in order.
     });
     for (size_t first = 0; first < ordered.size(); first += codegen::kSgdTableSize) {
       const size_t last = std::min(ordered.size(), first + codegen::kSgdTableSize);
@@ -537,18 +551,22 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
     }
   }
   int index = 0;
-  for (const auto& [hyper_ptr, members] : chunks) {
-    const auto& hyper = *hyper_ptr;
+  for (const auto& [hyper, members] : chunks) {
+    // A lone update stays as it is (its cast too): one launch either way.
     if (members.size() < 2) continue;
     NodeGroup group{.members = members,
                     .op = &multi,
                     .name = index == 0 ? std::string(name) : absl::StrCat(name, index),
-                    .attrs = std::get<2>(hyper)};
+                    .attrs = std::get<3>(*hyper)};
     group.attrs["tensors"] = static_cast<int64_t>(members.size());
     for (int32_t m : members) {
       const Node& node = g_.node(m);
       group.inputs.insert(group.inputs.end(), node.inputs.begin(),
                           node.inputs.begin() + per_tensor);
+      if (auto it = cast_of.find(m); it != cast_of.end()) {
+        group.inputs[group.inputs.size() - per_tensor + 1] = gradient_of(node);
+        group.members.push_back(it->second);
+      }
     }
     const Node& first = g_.node(members[0]);
     group.inputs.insert(group.inputs.end(), first.inputs.begin() + per_tensor, first.inputs.end());
@@ -584,7 +602,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);
     if (options.conv_dgrad_accumulate) finder.ConvDgradAccumulations();
     if (options.pointwise_chains) finder.PointwiseChains();
-    if (options.multi_tensor_optimizer) finder.MultiTensorUpdates();
+    if (options.multi_tensor_optimizer) finder.MultiTensorUpdates(options.fold_gradient_casts);
     groups = finder.TakeGroups();
     AddBatchedGroups(training.graph, kept, options, groups);  // Ensembles' batched layers.
   }
@@ -601,7 +619,13 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
   for (int32_t p : training.parameters) {
     const int32_t id = rewritten.nodes.at(p);
     t.parameters.push_back(id);
-    auto grad = rewritten.values.find(training.gradients.at(p));
+    Value gradient = training.gradients.at(p);
+    auto grad = rewritten.values.find(gradient);
+    // A widening cast folded into the update: the gradient lives on in its 16-bit form.
+    if (const Node& cast = training.graph.node(gradient.node);
+        grad == rewritten.values.end() && cast.op == &ops::CastOp()) {
+      grad = rewritten.values.find(cast.inputs[0]);
+    }
     if (grad != rewritten.values.end()) t.gradients[id] = grad->second;
   }
   absl::flat_hash_set<int32_t> optimizers;

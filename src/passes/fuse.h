@@ -52,6 +52,9 @@ struct FuseOptions {
   bool conv_dgrad_accumulate = true;
   bool pointwise_chains = true;
   bool multi_tensor_optimizer = true;
+  // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
+  // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
+  bool fold_gradient_casts = true;
 };
 
 struct FusedTraining {

@@ -15,6 +15,7 @@
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
+#include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
 #include "src/runtime/kernel_store.h"
 
@@ -155,6 +156,82 @@ TEST_P(FusedMatchesUnfusedTest, ThreeTrainingStepsGiveTheSameBits) {
 
 INSTANTIATE_TEST_SUITE_P(Float32AndFloat64PerLayerAndWholeStep, FusedMatchesUnfusedTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+
+// Mixed precision: the updates read the 16-bit gradients themselves (the widening casts folded
+// into sgd_momentum_multi, which widens exactly on load), and the step keeps its bits.
+class FoldedGradientCastsTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(FoldedGradientCastsTest, UpdatesReadThe16BitGradientsAndTheStepKeepsItsBits) {
+  const DType compute = GetParam();
+  auto mlp =
+      models::BuildMlp({.batch = 8, .input_features = 24, .depth = 3, .width = 64, .classes = 10});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  auto mixed = passes::ConvertToMixedPrecision(mlp->graph, mlp->loss, {}, compute);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto training = autodiff::BuildTrainingGraph(mixed->graph, mixed->loss, {0.05f, 0.9f, 0.01f});
+  ASSERT_TRUE(training.ok()) << training.status();
+  auto fused = passes::Fuse(*training, {training->loss}, PerLayer());
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  int narrow = 0, multi = 0;
+  for (const Node& node : g.nodes()) {
+    if (node.op_name() == "cast") {
+      for (const Node& reader : g.nodes()) {
+        if (reader.op->kind != ir::OpKind::kOptimizer) continue;
+        for (const Value& v : reader.inputs) {
+          EXPECT_NE(v.node, node.id) << "an update still reads the cast '" << node.name << "'";
+        }
+      }
+    }
+    if (node.op_name() != "sgd_momentum_multi") continue;
+    ++multi;
+    for (size_t i = 1; i < node.inputs.size(); i += 3) {
+      if (g.spec(node.inputs[i]).dtype == compute) ++narrow;
+    }
+  }
+  EXPECT_EQ(multi, 1);
+  EXPECT_EQ(narrow, static_cast<int>(training->parameters.size()));  // Every layer's w and b.
+  for (const auto& [parameter, gradient] : fused->training.gradients) {
+    EXPECT_EQ(g.spec(gradient).dtype, compute) << g.node(parameter).name;
+  }
+  // Against the same fusions without the folding (other fusions round 16-bit values once where
+  // the unfused ops round twice, so the unfused graph is not the reference here).
+  passes::FuseOptions unfolded = PerLayer();
+  unfolded.fold_gradient_casts = false;
+  auto casts_kept = passes::Fuse(*training, {training->loss}, unfolded);
+  ASSERT_TRUE(casts_kept.ok()) << casts_kept.status();
+  const CpuRun plain = RunCpu(casts_kept->training.graph, casts_kept->training.loss, false, 3);
+  const CpuRun merged = RunCpu(g, fused->training.loss, false, 3);
+  EXPECT_EQ(plain.losses, merged.losses);
+  for (const auto& [name, values] : plain.parameters) {
+    EXPECT_EQ(values, merged.parameters.at(name)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bf16AndF16, FoldedGradientCastsTest,
+                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
+
+// A widening cast that something besides the update reads (here: a fetched gradient) stays.
+TEST(FoldedGradientCastsTest, ACastWithAnotherReaderStays) {
+  auto mlp =
+      models::BuildMlp({.batch = 8, .input_features = 24, .depth = 3, .width = 64, .classes = 10});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  auto mixed = passes::ConvertToMixedPrecision(mlp->graph, mlp->loss, {}, DType::kBFloat16);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto training = autodiff::BuildTrainingGraph(mixed->graph, mixed->loss, {0.05f, 0.9f, 0.01f});
+  ASSERT_TRUE(training.ok()) << training.status();
+  const int32_t first = training->parameters[0];
+  const Value kept = training->gradients.at(first);
+  auto fused = passes::Fuse(*training, {training->loss, kept}, PerLayer());
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const Value mapped = fused->values.at(kept);
+  EXPECT_EQ(g.spec(mapped).dtype, DType::kFloat32);
+  EXPECT_EQ(g.node(mapped.node).op_name(), "cast");
+}
 
 TEST(FuseTest, SmallMlpBecomesOneWholeStepNode) {
   Training t = MlpTraining(8, 256, 32, 10);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
@@ -214,6 +215,38 @@ TEST(OptimizerGpuTest, NesterovAndClippedSgdMatchTheCpuReference) {
     }
     ir::ReferenceExecutor cpu(g, false, 6);
     ExpectGpuMatchesCpu(g, cpu, kTolerance);
+  }
+}
+
+// sgd_momentum_multi reading 16-bit gradients (the widening cast folded in by the fuse pass):
+// bit for bit the CPU reference's update of the exactly widened gradients, plain and Nesterov,
+// over sizes that take the 4-element path, its tail and the element path.
+TEST(OptimizerGpuTest, MultiTensorSgdReads16BitGradientsBitwise) {
+  REPRISE_REQUIRE_GPU();
+  for (DType gradient : {DType::kBFloat16, DType::kFloat16}) {
+    for (bool nesterov : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(gradient), nesterov ? " nesterov" : " plain"));
+      Graph g;
+      std::vector<Value> per_tensor;
+      const std::vector<int64_t> sizes = {4096, 1003, 3, 70001};
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        const Shape shape{sizes[t]};
+        const std::string name = "w" + std::to_string(t);
+        per_tensor = Concat(per_tensor, {*g.AddParameter(name, {shape}, Random()),
+                                         *g.AddConstant(name + ".g", {shape, gradient}, Random()),
+                                         *g.AddState(name + ".v", {shape}, Random())});
+      }
+      std::vector<Value> shared;
+      for (auto [name, value] : {std::pair{"lr", 0.1}, {"mu", 0.9}, {"wd", 0.01}}) {
+        shared.push_back(*g.AddInput(name, kScalar, Initializer::Constant(value)));
+      }
+      Attrs attrs = {{"tensors", static_cast<int64_t>(sizes.size())}};
+      if (nesterov) attrs["nesterov"] = true;
+      ASSERT_TRUE(
+          g.AddOp(ops::SgdMomentumMultiOp(), "sgd.all", Concat(per_tensor, shared), attrs).ok());
+      ir::ReferenceExecutor cpu(g, false, 8);
+      ExpectGpuMatchesCpu(g, cpu, 0.0);
+    }
   }
 }
 
