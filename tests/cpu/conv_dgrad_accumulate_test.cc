@@ -18,6 +18,7 @@
 #include "src/passes/fuse.h"
 #include "src/passes/memory_plan.h"
 #include "src/passes/schedule.h"
+#include "tests/cpu/test_graphs.h"
 
 namespace reprise {
 namespace {
@@ -30,19 +31,10 @@ int Count(const Graph& g, absl::string_view op) {
   return n;
 }
 
-autodiff::TrainingGraph ResNet18Training(Layout layout) {
-  auto net = models::BuildResNet(
-      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = layout});
-  EXPECT_TRUE(net.ok()) << net.status();
-  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
-  EXPECT_TRUE(training.ok()) << training.status();
-  return *std::move(training);
-}
-
 class ConvDgradAccumulateTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ConvDgradAccumulateTest, EveryResidualBlockInputGradientAccumulatesInPlace) {
-  const autodiff::TrainingGraph t = ResNet18Training(GetParam());
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
   // Each of the 8 basic blocks sums its input's gradient from conv1's data gradient and the skip.
   EXPECT_EQ(Count(t.graph, "add"), 8 + 8);  // The forward's residual adds and the backward's sums.
   auto off = passes::Fuse(t, {t.loss}, {.conv_dgrad_accumulate = false});

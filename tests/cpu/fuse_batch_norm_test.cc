@@ -12,6 +12,7 @@
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
 #include "src/passes/fuse.h"
+#include "tests/cpu/test_graphs.h"
 
 namespace reprise {
 namespace {
@@ -24,19 +25,10 @@ std::map<std::string, int> OpCounts(const Graph& g) {
   return counts;
 }
 
-autodiff::TrainingGraph ResNet18Training(Layout layout) {
-  auto net = models::BuildResNet(
-      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = layout});
-  EXPECT_TRUE(net.ok()) << net.status();
-  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
-  EXPECT_TRUE(training.ok()) << training.status();
-  return *std::move(training);
-}
-
 class FuseBatchNormTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(FuseBatchNormTest, BatchNormsTakeTheirAddAndReluAndTheReluGradient) {
-  const autodiff::TrainingGraph t = ResNet18Training(GetParam());
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
   auto fused = passes::Fuse(t, {t.loss}, {});
   ASSERT_TRUE(fused.ok()) << fused.status();
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
@@ -74,7 +66,7 @@ std::vector<double> LossesOf(const Graph& g, Value loss, bool float64,
 }
 
 TEST_P(FuseBatchNormTest, FusedStepsGiveTheSameBitsOnTheCpuReference) {
-  const autodiff::TrainingGraph t = ResNet18Training(GetParam());
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
   auto fused = passes::Fuse(t, {t.loss}, {});
   ASSERT_TRUE(fused.ok()) << fused.status();
   for (bool float64 : {false, true}) {

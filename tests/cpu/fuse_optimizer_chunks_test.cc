@@ -5,24 +5,20 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/ir/op_def.h"
 #include "src/passes/plan.h"
+#include "tests/cpu/test_graphs.h"
 
 namespace reprise {
 namespace {
 
 TEST(FuseOptimizerChunksTest, ResNetUpdatesRunInChunksAsTheirGradientsAreReady) {
-  auto net = models::BuildResNet(
-      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = Layout::kNHWC});
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
-  ASSERT_TRUE(training.ok()) << training.status();
-  const int parameters = static_cast<int>(training->parameters.size());
+  const autodiff::TrainingGraph training = testing::SmallResNet18Training(Layout::kNHWC);
+  const int parameters = static_cast<int>(training.parameters.size());
   ASSERT_GT(parameters, codegen::kSgdTableSize);  // 62: two chunks.
-  auto plan = passes::BuildPlan(*training, {}, {.lanes = 2});
+  auto plan = passes::BuildPlan(training, {}, {.lanes = 2});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const Graph& g = plan->graph();
   int updated = 0, chunks = 0, first_chunk = -1, last_weight_gradient = -1;

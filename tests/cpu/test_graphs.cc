@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/initializer.h"
 #include "src/ir/reference_executor.h"
@@ -11,6 +12,15 @@
 namespace reprise::testing {
 
 Initializer TestInit() { return Initializer::Uniform(-1.0, 1.0); }
+
+autodiff::TrainingGraph SmallResNet18Training(Layout layout) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = layout});
+  EXPECT_TRUE(net.ok()) << net.status();
+  auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
+  EXPECT_TRUE(training.ok()) << training.status();
+  return *std::move(training);
+}
 
 void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
                                            const std::vector<int32_t>& labels, uint64_t seed) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "reprise/graph.h"
+#include "src/autodiff/autodiff.h"
 
 namespace reprise::testing {
 
@@ -17,6 +18,10 @@ void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
 
 // Uniform(-1, 1): test parameters with values well away from zero on both sides.
 Initializer TestInit();
+
+// The training graph (SGD, learning rate 0.05) of a ResNet-18 small enough for the CPU
+// reference: batch 2, 32x32 images, 3 classes, in `layout`.
+autodiff::TrainingGraph SmallResNet18Training(Layout layout);
 
 }  // namespace reprise::testing
 
