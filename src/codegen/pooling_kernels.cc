@@ -14,18 +14,6 @@ template <typename I>
 __device__ __forceinline__ I ImageOffset(I b, I ch, I r, I q, I c, I h, I w, int channels_last) {
   return channels_last ? ((b * h + r) * w + q) * c + ch : ((b * c + ch) * h + r) * w + q;
 }
-// The windows (r, q), r0 <= r <= r1 and q0 <= q <= q1, that cover input element (ih, iw): window
-// (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
-template <typename I>
-__device__ __forceinline__ void CoveringWindows(I ih, I iw, I oh, I ow, int kh, int kw, int sh,
-                                                int sw, int ph, int pw, I& r0, I& r1, I& q0,
-                                                I& q1) {
-  const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
-  r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
-  q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
-  r1 = min(oh - 1, (ih + ph) / sh);
-  q1 = min(ow - 1, (iw + pw) / sw);
-}
 template <typename I>
 __device__ __forceinline__ void ImageCoords(I i, I c, I h, I w, int channels_last, I& b, I& ch,
                                             I& r, I& q) {
@@ -95,8 +83,11 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
     I b, ch, ih, iw;
     ImageCoords<I>(i, c, h, w, channels_last, b, ch, ih, iw);
     const float xi = ToFloat(x[i]);
-    I r0, r1, q0, q1;
-    CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
+    // Window (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
+    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
     float sum = 0.0f;
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
@@ -204,7 +195,7 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
 
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        const elem_t* __restrict__ x,
@@ -220,8 +211,10 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
     const I ih = rest % h, b = rest / h;
     float xi[4], sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     Unpack(Load4(x + i * 4), xi);
-    I r0, r1, q0, q1;
-    CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
+    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
         const I yi = ((b * oh + r) * ow + q) * c + ch;
