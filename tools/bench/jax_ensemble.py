@@ -5,10 +5,16 @@ The step of one model is jax_mlp.py's (input_features -> `depth` x [Linear(width
 Linear(classes), softmax cross-entropy, mean over its own batch, PyTorch-style SGD with
 momentum); jax.vmap maps it over K models' stacked parameters, momenta and batches, and
 jax.jit compiles the whole (params and momenta donated). Each model's gradients are those of its
-own loss, as when the sum of the models' losses is differentiated. fp32 with
-jax_default_matmul_precision="highest" (TF32 only with --tf32). Timing as jax_mlp.py (wall
-clock around step + block_until_ready, after warm-up; compile time apart).
-Exit status: 0 ok, 1 cannot run (e.g. jax missing), 2 the mode failed.
+own loss, as when the sum of the models' losses is differentiated. fp32, for each matmul precision
+of --precisions: "highest" (exact fp32) and "default" (XLA's default, TF32 tensor cores on an
+A100 or later). Modes:
+  jit_vmap  the jitted step called `--iters` times from Python, queued asynchronously (JAX
+            dispatch returns before the GPU is done), blocked on once at the end: ms per step =
+            elapsed / iters. What a training loop gets, host dispatch included.
+  scan      `--iters` steps inside one jitted lax.scan (one dispatch), blocked on once: the GPU's
+            time per step without Python in the loop.
+Each mode runs --rounds such timed rounds after warm-up and reports their median (compile apart).
+Exit status: 0 ok, 1 cannot run (e.g. jax missing), 2 some mode failed.
 
   python3 tools/bench/jax_ensemble.py --models 32 --input-features 64 --depth 2 --width 256 \\
       --batch 64 --json j.json
@@ -21,7 +27,8 @@ try:
 except ImportError as e:  # reported in main()
     jax, _IMPORT_ERROR = None, str(e)
 
-MODES = ("jit_vmap",)
+MODES = ("jit_vmap", "scan")
+PRECISIONS = ("highest", "default", "tensorfloat32")
 NUM_BATCHES = 4  # distinct input batches, rotated
 
 
@@ -33,20 +40,30 @@ def parse_args():
     p.add_argument("--width", type=int, default=256, help="hidden width")
     p.add_argument("--batch", type=int, default=64, help="batch of each model")
     p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--iters", type=int, default=200, help="timed steps")
+    p.add_argument("--iters", type=int, default=200, help="steps per timed round")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds (median reported)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps before timing")
-    p.add_argument("--modes", default="jit_vmap", help="comma list; only 'jit_vmap'")
+    p.add_argument("--modes", default=",".join(MODES), help="comma list of " + ", ".join(MODES))
+    p.add_argument("--precisions", default="highest,default",
+                   help="comma list of matmul precisions: " + ", ".join(PRECISIONS))
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--tf32", action="store_true",
-                   help="matmul precision tensorfloat32 (default: highest)")
+                   help="same as --precisions tensorfloat32")
     p.add_argument("--json", metavar="FILE", help="write results as JSON here")
     a = p.parse_args()
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     bad = [m for m in a.modes if m not in MODES]
     if bad or not a.modes:
         p.error(f"--modes: unknown {bad}; choose from {', '.join(MODES)}")
+    a.precisions = ["tensorfloat32"] if a.tf32 else [
+        x.strip() for x in a.precisions.split(",") if x.strip()]
+    bad = [x for x in a.precisions if x not in PRECISIONS]
+    if bad or not a.precisions:
+        p.error(f"--precisions: unknown {bad}; choose from {', '.join(PRECISIONS)}")
+    if a.rounds < 1:
+        p.error("need --rounds >= 1")
     if a.iters < 2 or a.warmup < 0 or a.depth < 0 or min(a.models, a.input_features, a.width,
                                                           a.batch, a.classes) < 1:
         p.error("need --iters >= 2, --warmup >= 0, --depth >= 0 and positive sizes")
@@ -65,14 +82,14 @@ def init_params(key, a):
     return params
 
 
-def make_step(a):
+def make_step(a, precision):
     tree_map = jax.tree_util.tree_map
 
     def loss_fn(params, x, y):
         h = x
         for layer in params[:-1]:
-            h = jax.nn.relu(h @ layer["w"] + layer["b"])
-        logits = h @ params[-1]["w"] + params[-1]["b"]
+            h = jax.nn.relu(jnp.dot(h, layer["w"], precision=precision) + layer["b"])
+        logits = jnp.dot(h, params[-1]["w"], precision=precision) + params[-1]["b"]
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
 
@@ -84,7 +101,7 @@ def make_step(a):
         params = tree_map(lambda p, m: p - a.lr * m, params, mom)
         return params, mom, loss
 
-    return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
+    return jax.vmap(step)
 
 
 def block(tree):
@@ -93,7 +110,8 @@ def block(tree):
     return jax.tree_util.tree_map(lambda t: t.block_until_ready(), tree)
 
 
-def run_jit_vmap(a, dev):
+def run_mode(a, dev, mode, precision):
+    """Median ms per step over a.rounds rounds of a.iters steps, each round blocked on once."""
     key = jax.random.PRNGKey(0)
     key, pkey = jax.random.split(key)
     params = jax.vmap(lambda k: init_params(k, a))(jax.random.split(pkey, a.models))
@@ -104,22 +122,44 @@ def run_jit_vmap(a, dev):
         xs.append(jax.random.normal(kx, (a.models, a.batch, a.input_features), jnp.float32))
         ys.append(jax.random.randint(ky, (a.models, a.batch), 0, a.classes, jnp.int32))
     block((params, mom, xs, ys))
-    step = make_step(a)
+    vstep = make_step(a, precision)
+
+    if mode == "jit_vmap":
+        step = jax.jit(vstep, donate_argnums=(0, 1))
+
+        def run(params, mom, steps, first):  # queued asynchronously, not blocked on here
+            loss = None
+            for i in range(first, first + steps):
+                params, mom, loss = step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES])
+            return params, mom, loss
+    else:
+        x_all, y_all = jnp.stack(xs), jnp.stack(ys)
+
+        @jax.jit
+        def scan_steps(params, mom, idx):
+            def body(carry, i):
+                p, m = carry
+                p, m, loss = vstep(p, m, x_all[i % NUM_BATCHES], y_all[i % NUM_BATCHES])
+                return (p, m), loss
+            (params, mom), losses = jax.lax.scan(body, (params, mom), idx)
+            return params, mom, losses[-1]
+
+        def run(params, mom, steps, first):
+            return scan_steps(params, mom, jnp.arange(first, first + steps, dtype=jnp.int32))
 
     t0 = time.perf_counter()
-    params, mom, loss = block(step(params, mom, xs[0], ys[0]))  # compiles
+    params, mom, loss = block(run(params, mom, a.iters if mode == "scan" else 1, 0))  # compiles
     compile_s = time.perf_counter() - t0
-    for i in range(1, a.warmup + 1):
-        params, mom, loss = block(step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]))
-    ms = []
-    for i in range(a.warmup + 1, a.warmup + 1 + a.iters):
+    if a.warmup:
+        params, mom, loss = block(run(params, mom, a.iters if mode == "scan" else a.warmup, 1))
+    per_step = []
+    for r in range(a.rounds):
         t0 = time.perf_counter()
-        params, mom, loss = block(step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]))
-        ms.append((time.perf_counter() - t0) * 1e3)
-    ms.sort()
+        params, mom, loss = block(run(params, mom, a.iters, 1 + r * a.iters))
+        per_step.append((time.perf_counter() - t0) * 1e3 / a.iters)
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
-    return {"median_ms": statistics.median(ms),
-            "p90_ms": statistics.quantiles(ms, n=10, method="inclusive")[8],
+    return {"median_ms": statistics.median(per_step), "min_ms": min(per_step),
+            "max_ms": max(per_step), "rounds_ms": per_step,
             "peak_bytes": (stats or {}).get("peak_bytes_in_use"),
             "compile_s": compile_s, "final_loss_sum": float(jnp.sum(loss))}
 
@@ -127,8 +167,8 @@ def run_jit_vmap(a, dev):
 def main():
     a = parse_args()
     config = {k: getattr(a, k) for k in ("models", "input_features", "depth", "width", "batch",
-                                         "classes", "iters", "warmup", "modes", "lr", "momentum",
-                                         "weight_decay", "tf32")}
+                                         "classes", "iters", "rounds", "warmup", "modes",
+                                         "precisions", "lr", "momentum", "weight_decay")}
     config["dtype"] = "float32"
     if jax is None:
         why = f"jax is not installed ({_IMPORT_ERROR})"
@@ -138,27 +178,27 @@ def main():
                 json.dump({"error": why, "config": config}, f, indent=2)
         return 1
 
-    precision = "tensorfloat32" if a.tf32 else "highest"
-    jax.config.update("jax_default_matmul_precision", precision)
-    config["matmul_precision"] = precision
     dev = jax.devices()[0]
     if dev.platform != "gpu":
         print(f"jax_ensemble: warning: default device is {dev.platform}, not a GPU",
               file=sys.stderr)
 
     results = {}
-    for mode in a.modes:
-        try:
-            r = run_jit_vmap(a, dev)
-        except Exception as e:  # report and go on
-            r = {"error": f"{type(e).__name__}: {e}"}
-        results[mode] = r
-        head = (f"jax {mode} models={a.models} input_features={a.input_features} "
-                f"depth={a.depth} width={a.width} batch={a.batch}")
-        if "error" in r:
-            print(f"{head} error={r['error']!r}", flush=True)
-        else:
-            print(f"{head} median_ms={r['median_ms']:.4f} p90_ms={r['p90_ms']:.4f}", flush=True)
+    for precision in a.precisions:
+        for mode in a.modes:
+            try:
+                r = run_mode(a, dev, mode, precision)
+            except Exception as e:  # report and go on
+                r = {"error": f"{type(e).__name__}: {e}"}
+            results[f"{mode}/{precision}"] = r
+            head = (f"jax {mode} precision={precision} models={a.models} "
+                    f"input_features={a.input_features} depth={a.depth} width={a.width} "
+                    f"batch={a.batch}")
+            if "error" in r:
+                print(f"{head} error={r['error']!r}", flush=True)
+            else:
+                print(f"{head} median_ms={r['median_ms']:.4f} min_ms={r['min_ms']:.4f} "
+                      f"max_ms={r['max_ms']:.4f}", flush=True)
 
     if a.json:
         import jaxlib
