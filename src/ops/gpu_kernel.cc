@@ -126,6 +126,79 @@ std::string CooperativeKernel::Describe() const {
                       " smem=", shared_bytes_);
 }
 
+absl::StatusOr<std::unique_ptr<ClusterKernel>> ClusterKernel::Create(
+    const LoweringContext& context, const std::string& node_name,
+    const codegen::GeneratedKernel& source, int clusters, int cluster_size, dim3 block,
+    unsigned shared_bytes, KernelArgs args) {
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  if (context.device->cc_major < 9 || cluster_size < 1 || cluster_size > 8 || clusters < 1) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": kernel ", source.name, " needs ", clusters, " clusters of ",
+                     cluster_size, " blocks (1..8, on sm_90 or later); the device is sm_",
+                     context.device->cc_major, context.device->cc_minor));
+  }
+  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  if (!function.ok()) {
+    return absl::Status(function.status().code(),
+                        absl::StrCat(where, ": ", function.status().message()));
+  }
+  ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(shared_bytes)),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
+  int per_sm = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->occupancy_max_active_blocks(
+          &per_sm, *function, static_cast<int>(block.x * block.y * block.z), shared_bytes),
+      "cuOccupancyMaxActiveBlocksPerMultiprocessor", where));
+  if (per_sm < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": kernel ", source.name, " with ", block.x * block.y * block.z, " threads and ",
+        shared_bytes, " bytes of shared memory does not fit on a multiprocessor"));
+  }
+  auto kernel = std::unique_ptr<ClusterKernel>(new ClusterKernel());
+  kernel->launch_ = driver->launch_kernel_ex;
+  kernel->node_name_ = node_name;
+  kernel->kernel_name_ = source.name;
+  kernel->function_ = *function;
+  kernel->clusters_ = clusters;
+  kernel->cluster_size_ = cluster_size;
+  kernel->block_ = block;
+  kernel->shared_bytes_ = shared_bytes;
+  kernel->args_ = std::move(args);
+  kernel->arg_pointers_ = kernel->args_.Pointers();
+  return kernel;
+}
+
+absl::Status ClusterKernel::Launch(cudaStream_t stream) const {
+  CUlaunchAttribute cluster{};
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = static_cast<unsigned>(cluster_size_);
+  cluster.value.clusterDim.y = 1;
+  cluster.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(clusters_ * cluster_size_);
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = block_.x;
+  config.blockDimY = block_.y;
+  config.blockDimZ = block_.z;
+  config.sharedMemBytes = shared_bytes_;
+  config.hStream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return runtime::CudaStatus(
+      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
+      absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", clusters of ", cluster_size_, ")"),
+      absl::StrCat("node '", node_name_, "'"));
+}
+
+std::string ClusterKernel::Describe() const {
+  return absl::StrCat("nvrtc ", kernel_name_, " clusters=", clusters_, "x", cluster_size_,
+                      " block=", block_.x, " smem=", shared_bytes_);
+}
+
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device) {
   const int64_t needed = (n + block - 1) / block;
   const int64_t most = static_cast<int64_t>(device.sm_count) * 8;
