@@ -41,10 +41,6 @@ ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble
 ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
 ABSL_FLAG(bool, batch_ensembles, true,
           "train an ensemble's identical models as one batched model (TrainOptions)");
-ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
-          "TrainOptions::ensemble_whole_step_max_models; -1 keeps its default");
-ABSL_FLAG(bool, ensemble_step_clusters, false,
-          "TrainOptions::ensemble_step_clusters: the ensemble's whole step as a cluster per model");
 ABSL_FLAG(int, input_features, 0, "input features (mlp, ensemble); 0 takes --width");
 ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
@@ -315,10 +311,6 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
-  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
-    options.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
-  }
-  options.ensemble_step_clusters = absl::GetFlag(FLAGS_ensemble_step_clusters);
   options.device_graph_launch =
       mode == reprise::ExecMode::kGraph && absl::GetFlag(FLAGS_device_launch);
   RETURN_IF_ERROR(SetOptimizer(options));

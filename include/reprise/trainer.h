@@ -100,10 +100,6 @@ struct TrainOptions {
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
   // the batched per-layer step, which measured faster from K = 32 on an H100 (docs/benchmarks.md).
   int ensemble_whole_step_max_models = 4;
-  // With whole_step: the ensemble's whole step as one thread-block cluster per model (sm_90; phases
-  // separated by cluster barriers, not grid-wide ones; its GEMMs on TF32 tensor cores under
-  // allow_tf32) instead of the cooperative kernel. Off until measured on a GPU (issue 9).
-  bool ensemble_step_clusters = false;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster

@@ -231,7 +231,6 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
   plan_options.fusion.whole_step_max_models = options.ensemble_whole_step_max_models;
-  plan_options.fusion.whole_step_cluster = options.ensemble_step_clusters ? -1 : 0;
   plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);

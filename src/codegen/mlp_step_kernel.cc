@@ -198,12 +198,6 @@ std::string ArgsOf(const char* type, const std::vector<Arg>& args,
 
 }  // namespace
 
-int MlpStepClusterFor(int64_t models, int sms) {
-  int c = 8;
-  while (c > 1 && models * c > sms) c /= 2;
-  return c;
-}
-
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
   const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
   const int64_t rows = models * batch;
@@ -224,9 +218,9 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
                                         const MlpStepTarget& target, int64_t models) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
-  const std::string key = absl::StrCat(
-      models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
-      ",", target.max_shared_bytes, ",", target.aligned, ",", target.cluster, ",", target.tf32);
+  const std::string key =
+      absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
+                   target.threads, ",", target.max_shared_bytes, ",", target.aligned);
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
@@ -249,10 +243,6 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad MLP step target: grid ", target.grid, ", threads ", target.threads));
-  }
-  if (target.cluster < 0 || target.cluster > 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad MLP step cluster size ", target.cluster, " (0: cooperative, or 1..8)"));
   }
   constexpr int64_t kMaxExtent = 65536;
   constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
@@ -302,13 +292,6 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   plan.row_loss_offset = offset;
 
   const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
-  // The cluster form plans one model's tiles on its cluster's blocks.
-  MlpStepTarget tiling = target;
-  int tile_models = plan.models;
-  if (target.cluster > 0) {
-    tiling.grid = target.cluster;
-    tile_models = 1;
-  }
   const auto& d = widths;
   int64_t smem = 0;
   plan.forward.resize(std::max(0, layers - 1));
@@ -316,13 +299,13 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     std::vector<PhaseGemm> gemms = {
         {kFwd, batch, d[l + 1], d[l], l > 0, absl::StrCat("forward GEMM of layer ", l), {}}};
     std::vector<MlpGemmTile> tiles;
-    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, tiling, budget, tile_models, &tiles));
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, plan.models, &tiles));
     plan.forward[l] = tiles[0];
     smem = std::max(smem, GemmSmemFloats(kFwd, d[l], tiles[0]));
   }
   const int64_t k = d[layers - 1], c = d[layers];
   // Rows per head task: each model's rows in about grid / K equal tasks.
-  const int64_t head_tasks = std::max<int64_t>(1, tiling.grid / tile_models);
+  const int64_t head_tasks = std::max<int64_t>(1, target.grid / models);
   int rows = static_cast<int>(std::min<int64_t>(batch, CeilDiv(batch, head_tasks)));
   while (rows > 1 && HeadSmemFloats(rows, k, c, target.threads) > budget) rows = (rows + 1) / 2;
   if (HeadSmemFloats(rows, k, c, target.threads) > budget) {
@@ -364,7 +347,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
                        {}});
     }
     std::vector<MlpGemmTile> tiles;
-    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, tiling, budget, tile_models, &tiles));
+    RETURN_IF_ERROR(ChoosePhaseTiles(gemms, target, budget, plan.models, &tiles));
     size_t next = 0;
     if (dl >= 1) {
       plan.dgrad[dl] = tiles[next++];
@@ -404,8 +387,6 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
                   ";\nconstexpr bool kAligned = ", B(plan.target.aligned),
                   ";\nconstexpr int kBatch = ", batch, ";\nconstexpr int kModels = ", plan.models,
-                  ";\nconstexpr int kCluster = ", plan.target.cluster,
-                  ";\nconstexpr bool kTf32 = ", B(plan.target.tf32),
                   ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch,
                   ";\n}  // namespace mlp\n", kMlpLibrary);
 
@@ -431,12 +412,6 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                   ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
                   ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
                   "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
-  if (plan.target.cluster > 0) {
-    absl::StrAppend(&code, "  c.counter = barrier + 1;\n  c.model = blockIdx.x / kCluster;\n",
-                    "  c.rank = blockIdx.x - c.model * kCluster;\n");
-  } else {
-    absl::StrAppend(&code, "  c.counter = nullptr;\n  c.model = 0;\n  c.rank = 0;\n");
-  }
   // Each tensor with its model stride: the elements of one model's slice (0 if shared).
   auto h = [&](int l) {
     return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}

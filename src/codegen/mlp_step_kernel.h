@@ -15,17 +15,9 @@
 // blocks in the same launch is read only through L2 (cp.async.cg / ld.global.cg).
 //
 // Ensembles: the same kernel trains K identically shaped MLPs (an ensemble batched by
-// src/passes/batch_ensemble.h) in one launch. Every tensor is stacked [K, ...]. Two forms:
-//  - cooperative (MlpStepTarget::cluster = 0): each phase's tasks are (model, tile) pairs spread
-//    over the grid, and grid-wide barriers keep all models in lockstep; tiles are planned for K
-//    times each GEMM's tiles on `grid` blocks.
-//  - cluster (cluster = C in 1..8): model k is trained by thread-block cluster k of C blocks
-//    (grid K * C, no cooperative launch, more clusters than fit at once simply queue). A phase's
-//    tiles of model k are spread over its cluster's blocks and the phases are separated by cluster
-//    barriers (barrier.cluster, release / acquire), so models never wait for each other; the
-//    activations still pass through the workspace in L2. Tiles are planned for one model on C
-//    blocks. The sum of the models' losses is made by the last cluster to finish its model's
-//    loss (an integer arrival counter in barrier word 1, reset by that cluster), in model order.
+// src/passes/batch_ensemble.h) in one launch. Every tensor is stacked [K, ...]; each phase's tasks
+// are (model, tile) pairs spread over the grid, and the grid barriers keep all models in
+// lockstep. Tiles are planned for K times each GEMM's tiles.
 #ifndef REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
 #define REPRISE_SRC_CODEGEN_MLP_STEP_KERNEL_H_
 
@@ -44,17 +36,7 @@ struct MlpStepTarget {
   int threads = 256;                      // Threads per block.
   int64_t max_shared_bytes = 227 * 1024;  // Dynamic shared memory one block may use (opt-in).
   bool aligned = true;  // Every tensor base is 16-byte aligned: 16-byte copies where shapes allow.
-  // Blocks per model in the cluster form (1..8; needs sm_90); 0: the cooperative form.
-  int cluster = 0;
-  // The layers' GEMMs on TF32 tensor cores (mma.sync m16n8k8, f32 accumulation; sm_80 and later);
-  // the head's logits and their gradient, the loss, the bias gradients and SGD stay f32.
-  bool tf32 = false;
 };
-
-// The cluster size the batched lowering uses for `models` MLPs on a device of `sms`
-// multiprocessors: the largest power of two C <= 8 with models * C <= sms (at least 1), so that
-// every model's cluster runs at once and each model gets as many blocks as the device allows.
-int MlpStepClusterFor(int64_t models, int sms);
 
 // One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
 // rm x rn outputs of one of `split` slices of the reduction (summed in slice order).
@@ -86,19 +68,16 @@ struct MlpStepPlan {
 };
 
 // Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,
-// the low 31 bits count arrivals and are 0 between barriers and launches. Word 1 counts the
-// clusters that have summed their model's loss (cluster form; 0 between launches). The rest is
-// reserved.
+// the low 31 bits count arrivals and are 0 between barriers and launches. The rest is reserved.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
                                int64_t models = 1);
 
-// Picks tiles for every phase of `models` MLPs of these shapes (in the cluster form, for one model
-// on target.cluster blocks). kUnimplemented, saying which limit, where the shapes exceed what the
-// kernel supports on `target` (shared memory for the head or a GEMM tile, 32-bit indexing);
-// kInvalidArgument for non-positive sizes or a cluster outside 0..8.
+// Picks tiles for every phase of `models` MLPs of these shapes. kUnimplemented, saying which
+// limit, where the shapes exceed what the kernel supports on `target` (shared memory for the head
+// or a GEMM tile, 32-bit indexing); kInvalidArgument for non-positive sizes.
 absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
                                         const MlpStepTarget& target, int64_t models = 1);
 
@@ -107,15 +86,14 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
 // const float* momentum, const float* weight_decay, then per layer float* W, float* b,
 // float* W_velocity, float* b_velocity, then unsigned* barrier, float* loss, float* logits,
 // float* workspace). Launch with plan.target.threads threads and plan.shared_bytes of dynamic
-// shared memory, cooperatively (the single-MLP kernel has no cluster form).
+// shared memory, cooperatively.
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
 
 // The kernel "reprise_batched_mlp_step" for `plan` (any plan.models >= 1): the parameters of
 // MlpStepKernel with every tensor stacked [K, ...], except features [B, F] and labels [B] where
 // `shared_features` / `shared_labels` (every model reads the same), and the outputs (float* loss,
 // float* model_losses, float* logits, float* workspace): the sum of the models' mean losses, each
-// model's mean loss [K], logits [K, B, C]. Cooperative form: launch as MlpStepKernel. Cluster
-// form: launch plan.models * plan.target.cluster blocks in clusters of plan.target.cluster.
+// model's mean loss [K], logits [K, B, C].
 GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
                                      bool shared_labels);
 

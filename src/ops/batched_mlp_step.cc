@@ -1,7 +1,6 @@
 // batched_mlp_train_step: the whole SGD-with-momentum step of K identically shaped ReLU MLPs (an
 // ensemble batched by src/passes/batch_ensemble.h) as one node: shape rule, CPU reference (the
-// single MLP's per model, then the sum of the models' losses) and the GPU lowering: the cooperative
-// kernel, or one cluster of blocks per model where the node's "cluster" attribute asks for it.
+// single MLP's per model, then the sum of the models' losses) and the cooperative GPU lowering.
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -15,11 +14,6 @@ namespace reprise::ops {
 namespace {
 
 constexpr int kFixedInputs = 6;
-
-int64_t IntAttrOr(const Attrs& attrs, absl::string_view key, int64_t fallback) {
-  const absl::StatusOr<int64_t> v = ir::IntAttr(attrs, key);
-  return v.ok() ? *v : fallback;
-}
 
 // What the inputs say: K, L, the per-model batch and widths, which inputs every model shares.
 struct BatchedStepShape {
@@ -187,14 +181,6 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMlpStep(const LoweringCon
   for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
   for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
   const absl::StatusOr<BatchedStepShape> shape = ShapeOf(ctx.input_specs);
-  // The cluster form where the node asks for it and the device has clusters: no grid-wide
-  // barriers, and TF32 tensor cores under allow_tf32.
-  const int64_t cluster = IntAttrOr(node.attrs, "cluster", 0);
-  if (shape.ok() && cluster != 0 && ctx.device->cc_major >= 9) {
-    target.cluster = cluster > 0 ? static_cast<int>(cluster)
-                                 : codegen::MlpStepClusterFor(shape->models, target.grid);
-    target.tf32 = ctx.allow_tf32;
-  }
   const absl::StatusOr<codegen::MlpStepPlan> plan =
       shape.ok() ? PlanFor(*shape, ctx.input_specs[0].dtype, target)
                  : absl::StatusOr<codegen::MlpStepPlan>(shape.status());
@@ -205,20 +191,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMlpStep(const LoweringCon
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  const codegen::GeneratedKernel source =
-      codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels);
-  if (plan->target.cluster > 0) {
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<ClusterKernel> kernel,
-        ClusterKernel::Create(ctx, node.name, source, plan->models, plan->target.cluster,
-                              dim3(plan->target.threads), static_cast<unsigned>(plan->shared_bytes),
-                              std::move(args)));
-    return std::unique_ptr<GpuKernel>(std::move(kernel));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<CooperativeKernel> kernel,
-                   CooperativeKernel::Create(
-                       ctx, node.name, source, plan->target.grid, dim3(plan->target.threads),
-                       static_cast<unsigned>(plan->shared_bytes), std::move(args)));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CooperativeKernel> kernel,
+      CooperativeKernel::Create(
+          ctx, node.name,
+          codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels),
+          plan->target.grid, dim3(plan->target.threads), static_cast<unsigned>(plan->shared_bytes),
+          std::move(args)));
   return std::unique_ptr<GpuKernel>(std::move(kernel));
 }
 

@@ -129,35 +129,6 @@ class CooperativeKernel : public GpuKernel {
   std::vector<void*> arg_pointers_;
 };
 
-// A kernel compiled by NVRTC and launched in thread-block clusters (cuLaunchKernelEx with
-// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; sm_90 and later): `clusters` clusters of `cluster_size`
-// blocks along x, the blocks of one cluster co-scheduled (cluster barriers, distributed shared
-// memory). Clusters need not all be resident at once. Capturable in CUDA graphs.
-class ClusterKernel : public GpuKernel {
- public:
-  // Compiles (or finds) `source` and allows it `shared_bytes` of dynamic shared memory.
-  // kUnimplemented, naming the node, when the device has no clusters (before sm_90), the cluster
-  // size is outside 1..8, or not even one block fits on a multiprocessor.
-  static absl::StatusOr<std::unique_ptr<ClusterKernel>> Create(
-      const LoweringContext& context, const std::string& node_name,
-      const codegen::GeneratedKernel& source, int clusters, int cluster_size, dim3 block,
-      unsigned shared_bytes, KernelArgs args);
-  absl::Status Launch(cudaStream_t stream) const override;
-  std::string Describe() const override;
-  std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
-
- private:
-  ClusterKernel() = default;
-  std::string node_name_, kernel_name_;
-  CUfunction function_ = nullptr;
-  decltype(&::cuLaunchKernelEx) launch_ = nullptr;
-  int clusters_ = 0, cluster_size_ = 1;
-  dim3 block_;
-  unsigned shared_bytes_ = 0;
-  KernelArgs args_;
-  std::vector<void*> arg_pointers_;
-};
-
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 

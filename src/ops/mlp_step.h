@@ -65,13 +65,10 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
                            const codegen::MlpStepTarget& target, std::string* why);
 
 // batched_mlp_train_step (batched_mlp_step.cc): mlp_train_step for K models of one shape, every
-// tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one launch: one
-// cooperative launch whose phases run (model, tile) tasks over the grid, or (attribute "cluster",
-// sm_90) one thread-block cluster per model, phases separated by cluster barriers. Model k's slices
-// compute what mlp_train_step computes on them. attrs: "layers" (L >= 1); "cluster" (optional,
-// FuseOptions::whole_step_cluster): 0 or absent
-//   the cooperative kernel, -1 the cluster form sized by codegen::MlpStepClusterFor, 1..8 that
-//   cluster size; the cluster form runs its GEMMs on TF32 tensor cores under allow_tf32.
+// tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one cooperative
+// launch whose phases run (model, tile) tasks. Model k's slices compute what mlp_train_step
+// computes on them.
+// attrs: "layers" (L >= 1).
 // inputs: as mlp_train_step's, with K from W_0 [K, out_0, F]:
 //   [0] features f32 [K, B, F], or [B, F] read by every model
 //   [1] labels i32 [K, B], or [B] read by every model

@@ -585,11 +585,11 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     // A sum of models' losses is an ensemble's step; anything else is tried as one MLP.
     const bool ensemble = training.graph.node(training.loss.node).op == &ops::ModelSumOp();
     std::optional<NodeGroup> whole =
-        ensemble ? MatchBatchedMlpTrainStep(source, training, kept, options.mlp_step_target,
-                                            options.whole_step_max_models,
-                                            options.whole_step_cluster, &fused.whole_step_declined)
-                 : MatchMlpTrainStep(source, training, kept, options.mlp_step_target,
-                                     &fused.whole_step_declined);
+        ensemble
+            ? MatchBatchedMlpTrainStep(source, training, kept, options.mlp_step_target,
+                                       options.whole_step_max_models, &fused.whole_step_declined)
+            : MatchMlpTrainStep(source, training, kept, options.mlp_step_target,
+                                &fused.whole_step_declined);
     if (whole.has_value()) groups.push_back(*std::move(whole));
   }
   if (groups.empty()) {

@@ -39,12 +39,6 @@ struct FuseOptions {
   // 6) it beat the batched per-layer step at K = 4 (0.052 vs 0.065 ms) and lost at K = 32 (0.129
   // vs 0.113) and K = 128 (0.382 vs 0.315); the crossover between 4 and 32 is not measured.
   int64_t whole_step_max_models = 4;
-  // Which form of the ensemble's whole step the lowering builds (batched_mlp_train_step's
-  // "cluster" attribute): 0 the cooperative kernel (grid-wide barriers); -1 one thread-block
-  // cluster per model sized by codegen::MlpStepClusterFor (sm_90; the cooperative kernel before),
-  // whose GEMMs run on TF32 tensor cores under allow_tf32; 1..8 that cluster size. 0 until the
-  // cluster form is measured on a GPU (issue 9).
-  int64_t whole_step_cluster = 0;
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;
   // With gemm_epilogues: a hidden ReLU layer's backward (relu_grad, bias gradient) in the

@@ -32,9 +32,11 @@ std::optional<Value> ModelInput(const Graph& g, Value v, int* tiles) {
 
 }  // namespace
 
-std::optional<NodeGroup> MatchBatchedMlpTrainStep(
-    Graph& graph, const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-    const codegen::MlpStepTarget& target, int64_t max_models, int64_t cluster, std::string* why) {
+std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
+                                                  const autodiff::TrainingGraph& training,
+                                                  absl::Span<const Value> kept,
+                                                  const codegen::MlpStepTarget& target,
+                                                  int64_t max_models, std::string* why) {
   auto fail = [&](std::string reason) -> std::optional<NodeGroup> {
     if (why != nullptr) *why = absl::StrCat("ensemble: ", reason);
     return std::nullopt;
@@ -163,7 +165,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(
   inputs.push_back(*barrier);
   NodeGroup group{.op = &ops::BatchedMlpTrainStepOp(),
                   .name = "batched_mlp_train_step",
-                  .attrs = {{"layers", num_layers}, {"cluster", cluster}},
+                  .attrs = {{"layers", num_layers}},
                   .inputs = std::move(inputs),
                   .outputs = {training.loss, Value{loss.id, 0}, logits, Value{}}};
   for (const Node& node : g.nodes()) {

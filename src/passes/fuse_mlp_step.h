@@ -33,11 +33,12 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
 // cross-entropy whose losses model_sum adds, each stacked parameter under SGD with momentum,
 // become one batched_mlp_train_step. Inputs every model shares (model_tile) are read as they are.
 // Ensembles of more than `max_models` models are declined (FuseOptions::whole_step_max_models
-// says why). `cluster` becomes the node's "cluster" attribute (FuseOptions::whole_step_cluster:
-// which form the lowering builds). `why` starts with "ensemble: ".
-std::optional<NodeGroup> MatchBatchedMlpTrainStep(
-    Graph& graph, const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-    const codegen::MlpStepTarget& target, int64_t max_models, int64_t cluster, std::string* why);
+// says why). `why` starts with "ensemble: ".
+std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
+                                                  const autodiff::TrainingGraph& training,
+                                                  absl::Span<const Value> kept,
+                                                  const codegen::MlpStepTarget& target,
+                                                  int64_t max_models, std::string* why);
 
 }  // namespace reprise::passes
 

@@ -108,24 +108,6 @@ TEST(BatchedMlpStepTest, LargeEnsemblesKeepThePerLayerStepByDefault) {
   EXPECT_THAT(fused->whole_step_declined, HasSubstr("5 models, more than whole_step_max_models"));
 }
 
-// FuseOptions::whole_step_cluster reaches the node as its "cluster" attribute (0, the cooperative
-// kernel, by default), which the lowering reads.
-TEST(BatchedMlpStepTest, WholeStepClusterBecomesTheNodesAttribute) {
-  const Ensemble e = BuildEnsemble(3, Config(8, 12, 2, 16, 5), false);
-  const BatchedTraining t = Batch(e);
-  for (int64_t cluster : {0, -1, 4}) {
-    passes::FuseOptions options;
-    if (cluster != 0) options.whole_step_cluster = cluster;
-    auto fused = passes::Fuse(t.training, Kept(t), options);
-    ASSERT_TRUE(fused.ok()) << fused.status();
-    auto id = fused->training.graph.FindNode("batched_mlp_train_step");
-    ASSERT_TRUE(id.ok()) << fused->whole_step_declined;
-    auto attr = ir::IntAttr(fused->training.graph.node(*id).attrs, "cluster");
-    ASSERT_TRUE(attr.ok()) << attr.status();
-    EXPECT_EQ(*attr, cluster);
-  }
-}
-
 TEST(BatchedMlpStepTest, EnsembleBecomesOneWholeStepNode) {
   for (const bool shared : {false, true}) {
     const Ensemble e = BuildEnsemble(3, Config(8, 12, 2, 16, 5), shared);

@@ -3,7 +3,6 @@
 // the two benchmark MLPs), and the workspace layout is the documented one.
 #include "src/codegen/mlp_step_kernel.h"
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/ops/gpu_kernel.h"
@@ -135,74 +134,6 @@ TEST(MlpStepKernelTest, EnsembleTilesFillTheGrid) {
       EXPECT_LE(rounds * h100.grid, 1.25 * tasks) << models << " models, " << tasks << " tasks";
     }
   }
-}
-
-// The cluster form: every shape of the cooperative test compiles for sm_90 with clusters of 1, 2,
-// 4 and 8 blocks (barrier.cluster, the loss counter), and with TF32 tensor-core GEMMs (mma.sync)
-// at 4; the kernel says which form it is.
-TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
-  const std::vector<EnsembleShape> shapes = {
-      {32, 64, {64, 256, 256, 10}, true, false, false},
-      {3, 5, {3, 7, 7, 3}, false, false, false},
-      {2, 5, {3, 7, 7, 3}, true, true, true},
-      {5, 7, {12, 4}, true, true, false},
-      {2, 1, {1, 1, 2}, false, false, true},
-  };
-  for (const auto [cluster, tf32] : {std::pair{1, false}, std::pair{2, false}, std::pair{4, false},
-                                     std::pair{8, false}, std::pair{4, true}}) {
-    for (const EnsembleShape& s : shapes) {
-      codegen::MlpStepTarget target;
-      target.aligned = s.aligned;
-      target.cluster = cluster;
-      target.tf32 = tf32;
-      auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      EXPECT_EQ(plan->target.cluster, cluster);
-      EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
-      const codegen::GeneratedKernel kernel =
-          codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
-      EXPECT_THAT(kernel.code, HasSubstr(absl::StrCat("kCluster = ", cluster, ";")));
-      EXPECT_THAT(kernel.code, HasSubstr("c.counter = barrier + 1;"));
-      EXPECT_THAT(kernel.code, HasSubstr(tf32 ? "kTf32 = true;" : "kTf32 = false;"));
-      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-      ASSERT_TRUE(compiled.ok()) << s.models << " models, cluster " << cluster << ", tf32 " << tf32
-                                 << ": " << compiled.status();
-      EXPECT_FALSE(compiled->cubin.empty());
-    }
-  }
-  codegen::MlpStepTarget bad;
-  bad.cluster = 9;
-  EXPECT_EQ(codegen::PlanMlpStep(64, {64, 10}, bad, 4).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-// The cluster form plans one model's tiles on its cluster: at the shapes every large phase
-// has about one task per block of the cluster or more (and never needs the grid); the workspace
-// still holds every model's buffers.
-TEST(MlpStepKernelTest, ClusterTilesSpreadOneModelOverItsCluster) {
-  for (int cluster : {1, 2, 4, 8}) {
-    codegen::MlpStepTarget target;
-    target.cluster = cluster;
-    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, 32);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->workspace_floats, codegen::MlpStepWorkspaceFloats(64, {64, 256, 256, 10}, 32));
-    for (int tasks : {plan->forward[1].tiles, plan->dgrad[1].tiles + plan->wgrad[2].tiles,
-                      plan->wgrad[1].tiles + plan->wgrad[0].tiles}) {
-      EXPECT_GE(tasks, cluster) << "cluster " << cluster;
-      EXPECT_LE(tasks, 16 * cluster) << "cluster " << cluster;
-    }
-  }
-}
-
-TEST(MlpStepKernelTest, ClusterSizeFillsTheDeviceUpToEightBlocksPerModel) {
-  EXPECT_EQ(codegen::MlpStepClusterFor(1, 132), 8);
-  EXPECT_EQ(codegen::MlpStepClusterFor(4, 132), 8);
-  EXPECT_EQ(codegen::MlpStepClusterFor(16, 132), 8);
-  EXPECT_EQ(codegen::MlpStepClusterFor(17, 132), 4);
-  EXPECT_EQ(codegen::MlpStepClusterFor(32, 132), 4);
-  EXPECT_EQ(codegen::MlpStepClusterFor(64, 132), 2);
-  EXPECT_EQ(codegen::MlpStepClusterFor(128, 132), 1);
-  EXPECT_EQ(codegen::MlpStepClusterFor(1000, 132), 1);
 }
 
 TEST(MlpStepKernelTest, EnsembleWorkspaceStacksEveryBufferPerModel) {

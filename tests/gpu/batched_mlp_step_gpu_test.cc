@@ -1,10 +1,8 @@
 // The ensemble whole step on the GPU (batched_mlp_train_step, src/ops/mlp_step.h): K MLPs built
-// as separate models, batched and trained as one launch, agree per model with the float32 CPU
-// reference of the unbatched models (K = 2, 4, 32, odd and unaligned shapes, one layer; in the
-// cluster form, TrainOptions::ensemble_step_clusters, also K = 128); a captured replay gives the
-// bulked run's bits over 20 steps; every step is one launch after the input copy; the cluster form
-// with allow_tf32 stays near float32 and replays bitwise; per-model names, losses and weight files
-// keep working.
+// as separate models, batched and trained as one cooperative launch, agree per model with the
+// float32 CPU reference of the unbatched models (K = 2, 4, 32, odd and unaligned shapes, one
+// layer); a captured replay gives the bulked run's bits over 20 steps; every step is one launch
+// after the input copy; per-model names, losses and weight files keep working.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -27,17 +25,13 @@ struct Case {
   const char* name;
   int models;
   models::MlpConfig config;
-  bool clusters = false;  // TrainOptions::ensemble_step_clusters.
 };
 
 const SgdOptions kSgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f};
 
 std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode,
-                                     bool whole_step = true, bool batch = true, bool tf32 = false,
-                                     bool clusters = false) {
+                                     bool whole_step = true, bool batch = true) {
   TrainOptions options;
-  options.allow_tf32 = tf32;
-  options.ensemble_step_clusters = clusters;
   options.mode = mode;
   options.batch_ensembles = batch;
   options.whole_step = whole_step;
@@ -115,7 +109,7 @@ TEST_P(EnsembleWholeStepGpuTest, MatchesTheUnbatchedCpuReferencePerModel) {
   const Case& c = GetParam();
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
                                models::BuildMlpEnsemble(c.models, c.config));
-  auto trainer = MakeTrainer(e, ExecMode::kGraph, true, true, false, c.clusters);
+  auto trainer = MakeTrainer(e, ExecMode::kGraph);
   ASSERT_TRUE(trainer);
   ASSERT_EQ(CountOp(*trainer, "batched_mlp_train_step"), 1);
   EXPECT_EQ(trainer->stats().launches_per_step, 2) << "the input copy and the whole step";
@@ -177,8 +171,8 @@ TEST_P(EnsembleWholeStepGpuTest, GraphReplayEqualsBulkedBitwiseOver20Steps) {
   const Case& c = GetParam();
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
                                models::BuildMlpEnsemble(c.models, c.config));
-  auto graph = MakeTrainer(e, ExecMode::kGraph, true, true, false, c.clusters);
-  auto bulked = MakeTrainer(e, ExecMode::kBulked, true, true, false, c.clusters);
+  auto graph = MakeTrainer(e, ExecMode::kGraph);
+  auto bulked = MakeTrainer(e, ExecMode::kBulked);
   ASSERT_TRUE(graph && bulked);
   ASSERT_EQ(CountOp(*graph, "batched_mlp_train_step"), 1);
   ASSERT_EQ(CountOp(*bulked, "batched_mlp_train_step"), 1);
@@ -207,49 +201,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"K2", 2, {16, 12, 2, 32, 5}}, Case{"K4Issue9", 4, {64, 64, 2, 256, 10}},
                       Case{"K32Issue9", 32, {64, 64, 2, 256, 10}},
                       Case{"K3Odd", 3, {5, 3, 2, 7, 3}}, Case{"K5Unaligned", 5, {17, 33, 1, 45, 7}},
-                      Case{"K2OneLayer", 2, {9, 6, 0, 1, 4}},
-                      Case{"K4Clusters", 4, {64, 64, 2, 256, 10}, true},
-                      Case{"K32Clusters", 32, {64, 64, 2, 256, 10}, true},
-                      Case{"K128Clusters", 128, {64, 64, 2, 256, 10}, true},
-                      Case{"K3OddClusters", 3, {5, 3, 2, 7, 3}, true},
-                      Case{"K5UnalignedClusters", 5, {17, 33, 1, 45, 7}, true},
-                      Case{"K2OneLayerClusters", 2, {9, 6, 0, 1, 4}, true}),
+                      Case{"K2OneLayer", 2, {9, 6, 0, 1, 4}}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
-
-// The cluster form with allow_tf32 at K = 4, 32 and 128: the captured replay gives the bulked run's
-// bits (losses every step, every parameter and momentum after 10 steps), and each model's loss
-// stays within TF32's rounding of the float32 whole step's.
-TEST(EnsembleWholeStepGpuTest, Tf32GraphReplayEqualsBulkedAndStaysNearFloat32) {
-  REPRISE_REQUIRE_GPU();
-  for (int models : {4, 32, 128}) {
-    const Case c{"Tf32", models, {64, 64, 2, 256, 10}};
-    REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
-                                 models::BuildMlpEnsemble(c.models, c.config));
-    auto graph = MakeTrainer(e, ExecMode::kGraph, true, true, /*tf32=*/true, /*clusters=*/true);
-    auto bulked = MakeTrainer(e, ExecMode::kBulked, true, true, /*tf32=*/true, /*clusters=*/true);
-    auto f32 = MakeTrainer(e, ExecMode::kGraph, true, true, false, /*clusters=*/true);
-    ASSERT_TRUE(graph && bulked && f32);
-    ASSERT_EQ(CountOp(*graph, "batched_mlp_train_step"), 1);
-    for (int step = 0; step < 10; ++step) {
-      for (Trainer* t : {graph.get(), bulked.get(), f32.get()}) {
-        ASSERT_NO_FATAL_FAILURE(Feed(*t, c, step));
-        REPRISE_ASSERT_OK(t->Step());
-      }
-      for (int k = 0; k < c.models; ++k) {
-        const float got = (*graph->Read(e.losses[k]))[0];
-        EXPECT_EQ(got, (*bulked->Read(e.losses[k]))[0]) << "model " << k << ", step " << step;
-        const float want = (*f32->Read(e.losses[k]))[0];
-        EXPECT_NEAR(got, want, 1e-2f * std::max(1.0f, std::fabs(want)))
-            << models << " models: model " << k << ", step " << step;
-      }
-    }
-    const auto replayed = SavedTensors(*graph, absl::StrCat("tf32_graph_", models));
-    const auto eager = SavedTensors(*bulked, absl::StrCat("tf32_bulked_", models));
-    for (const auto& [name, values] : eager) {
-      EXPECT_TRUE(replayed.at(name) == values) << models << " models: " << name << " differs";
-    }
-  }
-}
 
 // whole_step = false keeps the batched per-layer step; both agree.
 TEST(EnsembleWholeStepGpuTest, WholeStepOffRunsBatchedPerLayerAndAgrees) {
