@@ -159,7 +159,7 @@ struct TrainerStats {
   // TrainOptions::device_graph_launch: uploads of the step's executable graph to the device (one
   // per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
-  int64_t launches_per_step = 0;   // Launches in the plan, the input copy included.
+  int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
@@ -207,7 +207,9 @@ struct TrainerReport {
   // instantiated again instead of updated in place (CUDA's cudaGraphExecUpdate result), counted.
   std::vector<std::pair<std::string, int64_t>> recapture_reasons;
   std::vector<std::pair<std::string, int64_t>> instantiation_reasons;
-  int64_t workspace_lanes = 1;  // stats.workspace_bytes is split evenly between the lanes.
+  // The bytes backing each compute lane's workspace (stats.workspace_bytes in all): what the
+  // algorithms chosen for the lane's launches use.
+  std::vector<int64_t> workspace_per_lane;
   // Loss scaling's state when the report was made (read from the device after the queued steps);
   // none when loss scaling is off.
   struct LossScaleState {

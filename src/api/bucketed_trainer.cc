@@ -75,17 +75,20 @@ absl::StatusOr<std::unique_ptr<BucketedTrainer>> BucketedTrainer::Create(
       new BucketedTrainer(std::make_unique<BucketSelector>(std::move(selector))));
   // One arena: shared parameters and state, private kept tensors, overlapped transients.
   std::vector<passes::BucketPlan> plans;
-  int64_t workspace_bytes = 0;
+  int workspace_lanes = 1;
+  size_t workspace_reserve = 0;
   for (size_t k = 0; k < sorted.size(); ++k) {
     plans.push_back({absl::StrCat("bucket batch ", sorted[k]), &impls[k]->plan().graph(),
                      &impls[k]->mutable_memory(), impls[k]->weight_names()});
-    workspace_bytes = std::max(workspace_bytes, impls[k]->WorkspaceBytes());
+    workspace_lanes = std::max(workspace_lanes, impls[k]->WorkspaceLanes());
+    workspace_reserve = std::max(workspace_reserve, impls[k]->WorkspaceReserve());
   }
   ASSIGN_OR_RETURN(const passes::BucketArena arena, passes::PlaceBuckets(plans));
   trainer->memory_ = {arena.arena_bytes, arena.shared_bytes, arena.private_bytes,
                       arena.overlap_bytes, arena.largest_alone_bytes};
-  ASSIGN_OR_RETURN(const Trainer::Impl::DeviceShare share,
-                   impls.back()->NewDeviceShare(arena.arena_bytes, workspace_bytes));
+  ASSIGN_OR_RETURN(
+      const Trainer::Impl::DeviceShare share,
+      impls.back()->NewDeviceShare(arena.arena_bytes, workspace_lanes, workspace_reserve));
   for (size_t k = 0; k < sorted.size(); ++k) {
     // Each bucket writes the same initial parameters and state (the seed and the names fix them).
     if (absl::Status started = impls[k]->Start(&share); !started.ok()) {

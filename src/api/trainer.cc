@@ -268,18 +268,20 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.lt = &*lt_;
   res.cudnn = &*cudnn_;
   res.arena = static_cast<char*>(arena_->data());
-  res.workspace = workspace_->data();
-  res.workspace_bytes = workspace_->bytes() / plan_.compute_lanes();
+  res.workspace = workspaces_->lane(0);
+  res.workspace_bytes = WorkspaceReserve();
   for (int lane = 1; lane < plan_.compute_lanes(); ++lane) {
-    res.lane_workspaces.push_back(static_cast<char*>(workspace_->data()) +
-                                  lane * res.workspace_bytes);
+    res.lane_workspaces.push_back(workspaces_->lane(lane));
   }
   res.input_staging = staging_->data();
   res.allow_tf32 = options_.allow_tf32;
   res.deterministic = options_.deterministic;
   res.measure_conv_algorithms = options_.measure_conv_algorithms;
   res.communicator = communicator_.get();
+  // Measuring algorithms runs them in the workspaces; heuristics read none of it.
+  if (options_.measure_conv_algorithms) RETURN_IF_ERROR(workspaces_->MapAll());
   ASSIGN_OR_RETURN(launches_, capture::LowerPlan(plan_, res));
+  RETURN_IF_ERROR(BackWorkspaces());
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
@@ -295,12 +297,27 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   return absl::OkStatus();
 }
 
-int64_t Trainer::Impl::WorkspaceBytes() const {
-  return plan_.compute_lanes() * static_cast<int64_t>(WorkspaceBytesFor(plan_.graph()));
+int Trainer::Impl::WorkspaceLanes() const { return plan_.compute_lanes(); }
+
+size_t Trainer::Impl::WorkspaceReserve() const { return WorkspaceBytesFor(plan_.graph()); }
+
+absl::Status Trainer::Impl::BackWorkspaces() {
+  std::vector<size_t> needs(WorkspaceLanes(), 0);
+  for (const capture::LoweredLaunch& launch : launches_) {
+    if (launch.lane >= WorkspaceLanes()) continue;  // The communication lane has none.
+    needs[launch.lane] = std::max(needs[launch.lane], launch.kernel->WorkspaceBytes());
+  }
+  size_t total = 0;
+  for (size_t need : needs) total += need;
+  if (absl::Status backed = workspaces_->Settle(needs); !backed.ok()) {
+    return OutOfMemory("the lanes' workspaces", static_cast<int64_t>(total), backed);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t arena_bytes,
-                                                                         int64_t workspace_bytes) {
+                                                                         int lanes,
+                                                                         size_t workspace_reserve) {
   DeviceShare share;
   ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
   share.stream = std::make_shared<runtime::Stream>(std::move(stream));
@@ -317,11 +334,9 @@ absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t
   absl::StatusOr<runtime::DeviceBuffer> arena = runtime::DeviceBuffer::Create(arena_bytes);
   if (!arena.ok()) return OutOfMemory("the arena", arena_bytes, arena.status());
   share.arena = std::make_shared<runtime::DeviceBuffer>(*std::move(arena));
-  absl::StatusOr<runtime::DeviceBuffer> workspace = runtime::DeviceBuffer::Create(workspace_bytes);
-  if (!workspace.ok()) {
-    return OutOfMemory("the lanes' workspaces", workspace_bytes, workspace.status());
-  }
-  share.workspace = std::make_shared<runtime::DeviceBuffer>(*std::move(workspace));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::LaneWorkspaces> workspaces,
+                   runtime::LaneWorkspaces::Create(lanes, workspace_reserve));
+  share.workspaces = std::move(workspaces);
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
   RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(share.arena->data(), 0xff, arena_bytes),
                                       "cudaMemset", "arena"));
@@ -337,16 +352,16 @@ absl::Status Trainer::Impl::InitDevice(const DeviceShare* share) {
   }
   std::optional<DeviceShare> own;
   if (share == nullptr) {
-    ASSIGN_OR_RETURN(own, NewDeviceShare(plan_.memory.arena_bytes, WorkspaceBytes()));
+    ASSIGN_OR_RETURN(
+        own, NewDeviceShare(plan_.memory.arena_bytes, WorkspaceLanes(), WorkspaceReserve()));
     share = &*own;
   }
   stream_ = share->stream;
   lt_ = share->lt;
   cudnn_ = share->cudnn;
   arena_ = share->arena;
-  workspace_ = share->workspace;
+  workspaces_ = share->workspaces;
   library_handle_bytes_ = share->library_handle_bytes;
-  ASSIGN_OR_RETURN(step_done_, runtime::Event::Create());
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
@@ -381,8 +396,8 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
 
 absl::Status Trainer::Impl::WaitForLastStep() {
   if (!step_queued_) return absl::OkStatus();
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaEventSynchronize(step_done_->get()),
-                                      "cudaEventSynchronize", "waiting for the last step"));
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream_->get()),
+                                      "cudaStreamSynchronize", "waiting for the last step"));
   step_queued_ = false;
   return absl::OkStatus();
 }
@@ -435,8 +450,6 @@ absl::Status Trainer::Impl::Step() {
   } else {
     RETURN_IF_ERROR(lanes_->Run(launches_, stream, options_.mode == ExecMode::kSync));
   }
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(step_done_->get(), stream), "cudaEventRecord",
-                                      "end of step"));
   step_queued_ = true;
   ++steps_;
   step_host_us_.Add(absl::ToDoubleMicroseconds(absl::Now() - start));
@@ -576,7 +589,7 @@ TrainerStats Trainer::Impl::stats() const {
   s.activation_peak_bytes = plan_.memory.transient_peak;
   s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
   s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
-  s.workspace_bytes = workspace_ != nullptr ? workspace_->bytes() : 0;
+  s.workspace_bytes = workspaces_ != nullptr ? workspaces_->mapped_bytes() : 0;
   // What this trainer's creation asked of the process-wide store.
   const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
   const runtime::KernelStore::Stats& after = kernel_stats_after_create_;

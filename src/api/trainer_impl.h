@@ -19,6 +19,7 @@
 #include "src/runtime/cudnn_handle.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
+#include "src/runtime/lane_workspaces.h"
 #include "src/runtime/lt_matmul.h"
 #include "src/runtime/owners.h"
 #include "src/util/running_stats.h"
@@ -45,13 +46,17 @@ class Trainer::Impl {
     std::shared_ptr<runtime::Stream> stream;
     std::shared_ptr<runtime::LtHandle> lt;
     std::shared_ptr<runtime::CudnnHandle> cudnn;
-    std::shared_ptr<runtime::DeviceBuffer> arena, workspace;
+    std::shared_ptr<runtime::DeviceBuffer> arena;
+    std::shared_ptr<runtime::LaneWorkspaces> workspaces;
     int64_t library_handle_bytes = -1;
   };
-  // After Prepare: creates the resources for an arena of `arena_bytes` (poisoned with NaNs) and a
-  // workspace of `workspace_bytes`; ResourceExhausted as Create's.
-  absl::StatusOr<DeviceShare> NewDeviceShare(int64_t arena_bytes, int64_t workspace_bytes);
-  int64_t WorkspaceBytes() const;  // What this plan's lanes need.
+  // After Prepare: creates the resources for an arena of `arena_bytes` (poisoned with NaNs) and
+  // `lanes` workspaces reserved at `workspace_reserve` bytes each (backed once lowering has chosen
+  // the algorithms); ResourceExhausted as Create's.
+  absl::StatusOr<DeviceShare> NewDeviceShare(int64_t arena_bytes, int lanes,
+                                             size_t workspace_reserve);
+  int WorkspaceLanes() const;       // This plan's compute lanes.
+  size_t WorkspaceReserve() const;  // The most one of its algorithms may use per lane.
   // Before Start: shape buckets move the plan's tensors to their places in the shared arena.
   passes::MemoryPlan& mutable_memory() { return plan_.memory; }
   const std::vector<std::string>& weight_names() const { return weight_names_; }
@@ -135,6 +140,8 @@ class Trainer::Impl {
   Impl(TrainOptions options, passes::Plan plan)
       : options_(std::move(options)), plan_(std::move(plan)) {}
   absl::Status InitDevice(const DeviceShare* share);
+  // After lowering: backs each lane's workspace as far as its chosen algorithms need.
+  absl::Status BackWorkspaces();
   absl::Status InitPersistentTensors();
   // Data parallelism, in trainer_data_parallel.cc: after the weights are initialised, joins the
   // job, checks every rank runs the same step and takes rank 0's weights; after lowering, runs the
@@ -142,7 +149,8 @@ class Trainer::Impl {
   absl::Status StartDataParallel();
   absl::Status WarmUpCollectives();
   absl::StatusOr<const passes::Buffer*> ParameterBuffer(absl::string_view name) const;
-  // Waits until no queued step still reads the input staging or writes the arena.
+  // Waits until no queued step still reads the input staging or writes the arena: a stream
+  // synchronisation, so that Step() itself makes one driver call (the launch), no event record.
   absl::Status WaitForLastStep();
   absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
   // Keeps what ensemble batching did to `user` (the user's graph): `batched`'s value map and
@@ -164,14 +172,13 @@ class Trainer::Impl {
   passes::Plan plan_;
   runtime::DeviceInfo device_;
   std::shared_ptr<runtime::Stream> stream_;  // The resources of a DeviceShare.
-  std::optional<runtime::Event> step_done_;
   std::shared_ptr<runtime::LtHandle> lt_;
   std::shared_ptr<runtime::CudnnHandle> cudnn_;
   std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   double kernel_acquire_ms_ = 0;
   std::shared_ptr<runtime::DeviceBuffer> arena_;
-  std::shared_ptr<runtime::DeviceBuffer> workspace_;
+  std::shared_ptr<runtime::LaneWorkspaces> workspaces_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
   // Data parallelism (trainer_data_parallel.cc): the ranks' collectives, which the launches call
   // (so it outlives them), and the plan's buckets, which ranks compare at start.

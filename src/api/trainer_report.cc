@@ -45,7 +45,7 @@ std::vector<std::pair<std::string, int64_t>> NodesByKind(cudaGraph_t graph, int6
 TrainerReport Trainer::Impl::Report() const {
   TrainerReport report;
   report.stats = stats();
-  report.workspace_lanes = plan_.compute_lanes();
+  if (workspaces_ != nullptr) report.workspace_per_lane = workspaces_->mapped_per_lane();
   if (captured_.has_value()) {
     report.graphs.push_back({"step", NodesByKind(captured_->graph().get(), captured_->num_nodes()),
                              captured_->replays()});

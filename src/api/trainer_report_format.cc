@@ -85,9 +85,10 @@ std::string TrainerReport::ToText() const {
       MiB(s.arena_bytes), MiB(s.parameter_bytes), MiB(s.optimizer_state_bytes),
       MiB(s.constant_bytes), MiB(s.input_bytes), MiB(s.fetched_bytes), MiB(s.activation_peak_bytes),
       MiB(s.gradient_bytes), MiB(s.activation_peak_unmirrored_bytes), s.mirrored_nodes);
-  absl::StrAppendFormat(
-      &text, "          workspaces %.2f MiB (%.2f per lane x %d); ", MiB(s.workspace_bytes),
-      MiB(s.workspace_bytes / std::max<int64_t>(1, workspace_lanes)), workspace_lanes);
+  std::vector<std::string> lanes;
+  for (int64_t b : workspace_per_lane) lanes.push_back(absl::StrFormat("%.2f", MiB(b)));
+  absl::StrAppendFormat(&text, "          workspaces %.2f MiB (lanes: %s); ",
+                        MiB(s.workspace_bytes), absl::StrJoin(lanes, " + "));
   if (s.library_handle_bytes >= 0) {
     absl::StrAppendFormat(&text, "library handles %.2f MiB\n", MiB(s.library_handle_bytes));
   } else {
@@ -150,7 +151,9 @@ std::string TrainerReport::ToJson() const {
   w.Key("activation_peak_unmirrored").Int(s.activation_peak_unmirrored_bytes);
   w.Key("gradients").Int(s.gradient_bytes);
   w.Key("workspaces").Int(s.workspace_bytes);
-  w.Key("workspace_per_lane").Int(s.workspace_bytes / std::max<int64_t>(1, workspace_lanes));
+  w.Key("workspace_per_lane").BeginArray(util::JsonWriter::kInline);
+  for (int64_t b : workspace_per_lane) w.Int(b);
+  w.EndArray();
   if (s.library_handle_bytes >= 0) {
     w.Key("library_handles").Int(s.library_handle_bytes);
   } else {

@@ -18,13 +18,15 @@ namespace {
 // The launches of one batch norm, in order, under one description.
 class BatchNormLaunches : public GpuKernel {
  public:
-  BatchNormLaunches(std::string describe, std::vector<std::unique_ptr<GpuKernel>> parts)
-      : describe_(std::move(describe)), parts_(std::move(parts)) {}
+  BatchNormLaunches(std::string describe, std::vector<std::unique_ptr<GpuKernel>> parts,
+                    size_t scratch_bytes)
+      : describe_(std::move(describe)), parts_(std::move(parts)), scratch_bytes_(scratch_bytes) {}
   absl::Status Launch(cudaStream_t stream) const override {
     for (const auto& part : parts_) RETURN_IF_ERROR(part->Launch(stream));
     return absl::OkStatus();
   }
   std::string Describe() const override { return describe_; }
+  size_t WorkspaceBytes() const override { return scratch_bytes_; }
   std::vector<std::string> GeneratedKernelNames() const override {
     std::vector<std::string> names;
     for (const auto& part : parts_) {
@@ -36,6 +38,7 @@ class BatchNormLaunches : public GpuKernel {
  private:
   std::string describe_;
   std::vector<std::unique_ptr<GpuKernel>> parts_;
+  size_t scratch_bytes_;  // In the lane's workspace.
 };
 
 // What one lowering asks of Plan: its op (for messages), the element type of its [rows, channels]
@@ -210,7 +213,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
   return std::unique_ptr<GpuKernel>(
-      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts)));
+      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const LoweringContext& ctx,
@@ -275,7 +278,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   const std::string extras = absl::StrCat(a.act_out != nullptr ? " +relu_mask" : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   return std::unique_ptr<GpuKernel>(
-      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts)));
+      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
@@ -312,7 +315,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
   return std::unique_ptr<GpuKernel>(
-      new BatchNormLaunches(Describe(request, t, extras, 1), std::move(parts)));
+      new BatchNormLaunches(Describe(request, t, extras, 1), std::move(parts), 0));
 }
 
 }  // namespace reprise::ops

@@ -200,6 +200,7 @@ class CudnnConvKernel : public GpuKernel {
     return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, accumulate_);
   }
   std::string Describe() const override { return conv_.Describe(); }
+  size_t WorkspaceBytes() const override { return conv_.algorithm().workspace_bytes; }
 
  private:
   std::string where_;  // "node '<name>'", for errors.

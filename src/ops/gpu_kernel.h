@@ -37,6 +37,10 @@ class GpuKernel {
   // Names of the NVRTC kernels one Launch() runs, in order; empty for library calls (cuBLASLt) and
   // copies, whose kernels are not ours to name. Dumps match them to captured CUDA graph nodes.
   virtual std::vector<std::string> GeneratedKernelNames() const { return {}; }
+  // Bytes of its lane's workspace (LoweringContext::workspace) one Launch() uses. Every kernel
+  // that uses the workspace must say so: only this much of it is backed by memory
+  // (src/runtime/lane_workspaces.h).
+  virtual size_t WorkspaceBytes() const { return 0; }
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.

@@ -26,6 +26,7 @@ class LtMatmulKernel : public GpuKernel {
     return absl::Status(status.code(), absl::StrCat("node '", node_name_, "': ", status.message()));
   }
   std::string Describe() const override { return absl::StrCat("cublasLt ", matmul_.Describe()); }
+  size_t WorkspaceBytes() const override { return matmul_.workspace_bytes(); }
 
  private:
   std::string node_name_;

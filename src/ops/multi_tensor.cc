@@ -1,5 +1,6 @@
 #include "src/ops/multi_tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -147,6 +148,12 @@ std::string LaunchSequence::Describe() const {
   std::string out;
   for (const auto& part : parts_) absl::StrAppend(&out, out.empty() ? "" : "; ", part->Describe());
   return out;
+}
+
+size_t LaunchSequence::WorkspaceBytes() const {
+  size_t bytes = 0;
+  for (const auto& part : parts_) bytes = std::max(bytes, part->WorkspaceBytes());
+  return bytes;
 }
 
 std::vector<std::string> LaunchSequence::GeneratedKernelNames() const {

@@ -98,6 +98,7 @@ class LaunchSequence : public GpuKernel {
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   std::vector<std::string> GeneratedKernelNames() const override;
+  size_t WorkspaceBytes() const override;  // The most any part uses: they run one at a time.
 
  private:
   std::vector<std::unique_ptr<GpuKernel>> parts_;

@@ -36,6 +36,14 @@ absl::StatusOr<DriverApi> ResolveDriver() {
   RETURN_IF_ERROR(
       Resolve("cuOccupancyMaxActiveBlocksPerMultiprocessor", &api.occupancy_max_active_blocks));
   RETURN_IF_ERROR(Resolve("cuFuncSetAttribute", &api.func_set_attribute));
+  RETURN_IF_ERROR(Resolve("cuMemAddressReserve", &api.mem_address_reserve));
+  RETURN_IF_ERROR(Resolve("cuMemAddressFree", &api.mem_address_free));
+  RETURN_IF_ERROR(Resolve("cuMemCreate", &api.mem_create));
+  RETURN_IF_ERROR(Resolve("cuMemRelease", &api.mem_release));
+  RETURN_IF_ERROR(Resolve("cuMemMap", &api.mem_map));
+  RETURN_IF_ERROR(Resolve("cuMemUnmap", &api.mem_unmap));
+  RETURN_IF_ERROR(Resolve("cuMemSetAccess", &api.mem_set_access));
+  RETURN_IF_ERROR(Resolve("cuMemGetAllocationGranularity", &api.mem_get_allocation_granularity));
   return api;
 }
 

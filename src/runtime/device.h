@@ -50,6 +50,15 @@ struct DriverApi {
   decltype(&::cuLaunchKernelEx) launch_kernel_ex;  // Cooperative launches.
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_active_blocks;
   decltype(&::cuFuncSetAttribute) func_set_attribute;
+  // Virtual memory management (src/runtime/lane_workspaces.h).
+  decltype(&::cuMemAddressReserve) mem_address_reserve;
+  decltype(&::cuMemAddressFree) mem_address_free;
+  decltype(&::cuMemCreate) mem_create;
+  decltype(&::cuMemRelease) mem_release;
+  decltype(&::cuMemMap) mem_map;
+  decltype(&::cuMemUnmap) mem_unmap;
+  decltype(&::cuMemSetAccess) mem_set_access;
+  decltype(&::cuMemGetAllocationGranularity) mem_get_allocation_granularity;
 };
 
 // Resolved once per process. kFailedPrecondition when there is no usable driver.

@@ -124,7 +124,6 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   mm.handle_ = handle.get();
   mm.shape_ = shape;
   mm.allow_tf32_ = allow_tf32;
-  mm.workspace_bytes_ = workspace_bytes;
   mm.epilogue_ = epilogue;
 
   cublasLtMatmulDesc_t desc = nullptr;
@@ -223,6 +222,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
                                             workspace_bytes, " bytes of workspace"));
   }
   mm.algo_ = result.algo;
+  mm.workspace_bytes_ = result.workspaceSize;  // What the chosen algorithm uses, at most the limit.
   return mm;
 }
 

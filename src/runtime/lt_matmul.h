@@ -88,11 +88,13 @@ class LtMatmul {
                                          size_t workspace_bytes, MatmulEpilogue epilogue = {});
 
   // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
-  // the memory plan give) and `workspace` must hold the workspace_bytes given to Create().
+  // the memory plan give) and `workspace` must hold workspace_bytes().
   absl::Status Run(cudaStream_t stream, const void* a, const void* b, void* c,
                    void* workspace) const;
 
   const MatmulShape& shape() const { return shape_; }
+  // The workspace the chosen algorithm uses (at most the limit given to Create()).
+  size_t workspace_bytes() const { return workspace_bytes_; }
   // E.g. "matmul [33x65]·[65x17]^T tf32=0 ws=0": for dumps and error messages.
   std::string Describe() const;
 

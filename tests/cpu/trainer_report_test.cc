@@ -40,7 +40,7 @@ TrainerReport SampleReport() {
   s.host_step_us_median = 11.25;
   r.graphs.push_back({"step", {{"event_record", 2}, {"kernel", 40}, {"memcpy", 1}}, 200});
   r.recapture_reasons = {{"input 'features' bound", 1}};
-  r.workspace_lanes = 2;
+  r.workspace_per_lane = {48 << 20, 16 << 20};
   return r;
 }
 
@@ -55,7 +55,7 @@ TEST(TrainerReportTest, TextSaysEveryCounter) {
   EXPECT_THAT(text, HasSubstr("compiled 3 (120 ms), memory hits 50, disk hits 4"));
   EXPECT_THAT(text, HasSubstr("arena 10.00 MiB = parameters 2.00 + optimizer state 4.00"));
   EXPECT_THAT(text, HasSubstr("gradients 1.00 of it"));
-  EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (32.00 per lane x 2); library handles 8.00"));
+  EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (lanes: 48.00 + 16.00); library handles 8.00"));
 }
 
 TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {
@@ -83,7 +83,8 @@ TEST(TrainerReportTest, JsonHoldsTheSameNumbers) {
   EXPECT_EQ(j["kernels"]["disk_hits"].integer, 4);
   EXPECT_EQ(j["memory_bytes"]["arena"].integer, 10 << 20);
   EXPECT_EQ(j["memory_bytes"]["gradients"].integer, 1 << 20);
-  EXPECT_EQ(j["memory_bytes"]["workspace_per_lane"].integer, 32 << 20);
+  ASSERT_EQ(j["memory_bytes"]["workspace_per_lane"].array.size(), 2u);
+  EXPECT_EQ(j["memory_bytes"]["workspace_per_lane"].array[1].integer, 16 << 20);
   EXPECT_EQ(j["memory_bytes"]["library_handles"].integer, 8 << 20);
   TrainerReport unmeasured = SampleReport();
   unmeasured.stats.library_handle_bytes = -1;
