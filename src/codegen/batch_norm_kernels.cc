@@ -148,6 +148,40 @@ std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t pla
       absl::StrCat(base, "_v", vec, plane == 0 ? "" : absl::StrCat("_nchw", plane)), dtype);
 }
 
+// The ReLU's keep mask for the backward kernels: from its stored output (act > 0), or, with no
+// act_out and a shift (beta) given, recomputed from x as the forward's apply writes y (the same
+// float expression, rounded to the element type), so the mask has the forward's bits without a
+// pass over y. Neither: no ReLU, keep everything.
+// BN_MASK_FROM_X is a constant of the kernel (its own name), so each form keeps only its registers.
+const char kReluMask[] = R"(
+struct BnReluMask {
+#if BN_MASK_FROM_X
+  float scale[BN_VEC], shift[BN_VEC];
+#endif
+  __device__ void Init(int col, const float* gamma, const float* invstd, const float* beta) {
+#if BN_MASK_FROM_X
+#pragma unroll
+    for (int k = 0; k < BN_VEC; ++k) {
+      scale[k] = gamma[col + k] * invstd[col + k];  // As the forward's finalize forms it.
+      shift[k] = beta[col + k];
+    }
+#endif
+  }
+  // `mean` is the saved mean as float (exact from the double the statistics kernel holds).
+  __device__ bool Keep(const elem_t* act_out, float act, float x, float mean, int k) const {
+#if BN_MASK_FROM_X
+    return ToFloat(FromFloat(fmaxf(fmaf(x - mean, scale[k], shift[k]), 0.0f))) > 0.0f;
+#else
+    return act_out == nullptr || act > 0.0f;
+#endif
+  }
+};
+)";
+
+std::string MaskDefine(bool mask_from_x) {
+  return absl::StrCat("#define BN_MASK_FROM_X ", mask_from_x ? 1 : 0, "\n");
+}
+
 // y = act((x - mean)·scale + shift (+ residual)) over one thread's rows, in float, rounded once
 // at the store. The forward's apply and batch_norm_apply's recompute both run it, so a
 // recomputed y has the forward's bits.
@@ -303,9 +337,10 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane) {
-  const std::string name = KernelName("reprise_bn_grad_stats", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + R"(
+GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x) {
+  const std::string name = KernelName(
+      mask_from_x ? "reprise_bn_grad_stats_xmask" : "reprise_bn_grad_stats", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) + kReluMask + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
@@ -313,6 +348,7 @@ struct BnGradStatsBody {
   const elem_t* act_out;
   const elem_t* x;
   int channels, col;
+  BnReluMask mask;
   double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
   struct Regs {
     BnVec dy, x, act;
@@ -321,12 +357,15 @@ struct BnGradStatsBody {
     const long long i = BnIndex(r, channels, col);
     a.dy = BnLoad(dy + i);
     a.x = BnLoad(x + i);
+#if !BN_MASK_FROM_X
     if (act_out != nullptr) a.act = BnLoad(act_out + i);
+#endif
   }
   __device__ void Use(long long, const Regs& a) {
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-      const double g = act_out == nullptr || a.act.v[k] > 0.0f ? a.dy.v[k] : 0.0f;
+      const double g =
+          mask.Keep(act_out, a.act.v[k], a.x.v[k], (float)mean[k], k) ? a.dy.v[k] : 0.0f;
       sum[k] += g;
       dot[k] = fma(g, (double)a.x.v[k] - mean[k], dot[k]);
     }
@@ -336,10 +375,12 @@ struct BnGradStatsBody {
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ dy, const elem_t* __restrict__ act_out,
                    const elem_t* __restrict__ x, const float* __restrict__ mean,
-                   double* __restrict__ partial, long long rows, int channels,
-                   long long rows_per_chunk) {
-  BnGradStatsBody body{dy, act_out, x, channels, BnColumn(), {}, {}, {}};
+                   const float* __restrict__ gamma, const float* __restrict__ invstd,
+                   const float* __restrict__ beta, double* __restrict__ partial,
+                   long long rows, int channels, long long rows_per_chunk) {
+  BnGradStatsBody body{dy, act_out, x, channels, BnColumn(), {}, {}, {}, {}};
   if (body.col < channels) {
+    body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) body.mean[k] = mean[body.col + k];
     BnWalkRows(rows, rows_per_chunk, body);
@@ -372,9 +413,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane) {
-  const std::string name = KernelName("reprise_bn_grad_apply", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + R"(
+GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane, bool mask_from_x) {
+  const std::string name = KernelName(
+      mask_from_x ? "reprise_bn_grad_apply_xmask" : "reprise_bn_grad_apply", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) + kReluMask + R"(
 struct BnGradApplyBody {
   static constexpr int kUnroll = 4;
   const elem_t* dy;
@@ -383,6 +425,7 @@ struct BnGradApplyBody {
   elem_t* dx;
   elem_t* masked_dy;
   int channels, col;
+  BnReluMask mask;
   float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
   struct Regs {
     BnVec dy, x, act;
@@ -391,13 +434,15 @@ struct BnGradApplyBody {
     const long long i = BnIndex(r, channels, col);
     in.dy = BnLoad(dy + i);
     in.x = BnLoad(x + i);
+#if !BN_MASK_FROM_X
     if (act_out != nullptr) in.act = BnLoad(act_out + i);
+#endif
   }
   __device__ void Use(long long r, const Regs& in) const {
     BnVec g, out;
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-      g.v[k] = act_out == nullptr || in.act.v[k] > 0.0f ? in.dy.v[k] : 0.0f;
+      g.v[k] = mask.Keep(act_out, in.act.v[k], in.x.v[k], mean[k], k) ? in.dy.v[k] : 0.0f;
       out.v[k] = fmaf(a[k], g.v[k], -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
     }
     const long long i = BnIndex(r, channels, col);
@@ -410,11 +455,13 @@ struct BnGradApplyBody {
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ dy, const elem_t* __restrict__ act_out,
                    const elem_t* __restrict__ x, const float* __restrict__ mean,
-                   const float* __restrict__ coef, elem_t* __restrict__ dx,
-                   elem_t* __restrict__ masked_dy, long long rows, int channels,
-                   long long rows_per_chunk) {
-  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn()};
+                   const float* __restrict__ coef, const float* __restrict__ gamma,
+                   const float* __restrict__ invstd, const float* __restrict__ beta,
+                   elem_t* __restrict__ dx, elem_t* __restrict__ masked_dy, long long rows,
+                   int channels, long long rows_per_chunk) {
+  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn(), {}};
   if (body.col >= channels) return;
+  body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
   for (int k = 0; k < BN_VEC; ++k) {
     body.mean[k] = mean[body.col + k];
@@ -434,15 +481,19 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormStats(vec, dtype));
       kernels.push_back(BatchNormApply(vec, dtype));
       kernels.push_back(BatchNormApplySaved(vec, dtype));
-      kernels.push_back(BatchNormGradStats(vec, dtype));
-      kernels.push_back(BatchNormGradApply(vec, dtype));
+      for (bool mask_from_x : {false, true}) {
+        kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x));
+        kernels.push_back(BatchNormGradApply(vec, dtype, 0, mask_from_x));
+      }
     }
     // NCHW, for a plane size that is not a power of two (7x7, ResNet's last stage).
     kernels.push_back(BatchNormStats(1, dtype, 49));
     kernels.push_back(BatchNormApply(1, dtype, 49));
     kernels.push_back(BatchNormApplySaved(1, dtype, 49));
-    kernels.push_back(BatchNormGradStats(1, dtype, 49));
-    kernels.push_back(BatchNormGradApply(1, dtype, 49));
+    for (bool mask_from_x : {false, true}) {
+      kernels.push_back(BatchNormGradStats(1, dtype, 49, mask_from_x));
+      kernels.push_back(BatchNormGradApply(1, dtype, 49, mask_from_x));
+    }
   }
   return kernels;
 }

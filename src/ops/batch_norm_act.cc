@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/batch_norm.h"
+#include "src/ops/batch_norm_apply.h"
 #include "src/ops/batch_norm_nhwc.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -18,6 +19,7 @@ namespace {
 
 bool HasResidual(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "residual", false); }
 bool HasMaskedOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "masked_output", false); }
+bool ReluFromX(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_x", false); }
 
 absl::Status CheckSameSpec(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
   if (a == b) return absl::OkStatus();
@@ -39,7 +41,14 @@ absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
 absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 6));
-  RETURN_IF_ERROR(CheckSameSpec(in[1], in[0], "act_out"));
+  if (ReluFromX(attrs)) {
+    if (!(in[1] == in[3])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("beta must match gamma: ", in[1].ToString(), " vs ", in[3].ToString()));
+    }
+  } else {
+    RETURN_IF_ERROR(CheckSameSpec(in[1], in[0], "act_out"));
+  }
   const std::vector<TensorSpec> bn_in = {in[0], in[2], in[3], in[4], in[5]};
   ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormGradOp().infer(attrs, bn_in));
   if (HasMaskedOutput(attrs)) out.push_back(in[0]);
@@ -64,12 +73,26 @@ absl::Status CpuTrain(const Node& node, absl::Span<ir::HostTensor* const> in,
   return ReluOp().cpu(stub, absl::MakeSpan(&pre_act, 1), out.subspan(0, 1));
 }
 
-// relu_grad, then batch_norm_grad.
+// relu_grad, then batch_norm_grad; with relu_from_x the ReLU's output first, recomputed by
+// batch_norm_apply's reference (the forward's bits).
 absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const> out) {
   ir::HostTensor masked(in[0]->spec());
   ir::HostTensor* g = HasMaskedOutput(node.attrs) ? out[3] : &masked;
-  ir::HostTensor* relu_in[] = {in[0], in[1]};
+  ir::HostTensor recomputed(in[2]->spec());
+  ir::HostTensor* act_out = in[1];
+  if (ReluFromX(node.attrs)) {
+    Node apply;
+    apply.attrs = node.attrs;
+    apply.attrs["relu"] = true;
+    apply.attrs["residual"] = false;
+    ir::HostTensor* apply_in[] = {in[2], in[3], in[1], in[4], in[5]};
+    ir::HostTensor* apply_out[] = {&recomputed};
+    RETURN_IF_ERROR(
+        BatchNormApplyOp().cpu(apply, absl::MakeSpan(apply_in), absl::MakeSpan(apply_out)));
+    act_out = &recomputed;
+  }
+  ir::HostTensor* relu_in[] = {in[0], act_out};
   const Node stub;
   RETURN_IF_ERROR(ReluGradOp().cpu(stub, absl::MakeSpan(relu_in), absl::MakeSpan(&g, 1)));
   ir::HostTensor* bn_in[] = {g, in[2], in[3], in[4], in[5]};
@@ -117,10 +140,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const KernelData data, KernelDataOf(ctx, node, 2, {0, 1, 2}));
+  // With relu_from_x input 1 is beta, a per-channel float32 tensor, not data.
+  ASSIGN_OR_RETURN(const KernelData data, ReluFromX(node.attrs)
+                                              ? KernelDataOf(ctx, node, 2, {0, 2})
+                                              : KernelDataOf(ctx, node, 2, {0, 1, 2}));
   NhwcBatchNormBackward args;
   args.dy = ctx.inputs[0];
-  args.act_out = ctx.inputs[1];
+  if (ReluFromX(node.attrs)) {
+    args.relu_beta = static_cast<const float*>(ctx.inputs[1]);
+  } else {
+    args.act_out = ctx.inputs[1];
+  }
   args.x = ctx.inputs[2];
   args.gamma = static_cast<const float*>(ctx.inputs[3]);
   args.saved_mean = static_cast<const float*>(ctx.inputs[4]);

@@ -20,7 +20,10 @@ const ir::OpDef& BatchNormActTrainOp();
 // batch_norm_act_grad: (dy, act_out, x, gamma, saved_mean, saved_invstd)
 //   -> (dx, dgamma, dbeta[, g]) where g = act_out > 0 ? dy : 0 (relu_grad) is the gradient that
 // batch_norm_grad receives. Attrs: batch_norm_grad's and bool masked_output (the fourth output,
-// for a residual branch that reads g too).
+// for a residual branch that reads g too). With bool relu_from_x the second input is the batch
+// norm's beta [C] instead of act_out, for a ReLU right after the batch norm: act_out is recomputed
+// from x as the forward wrote it (batch_norm_apply), inside the kernels that read x anyway, so the
+// ReLU's output is never read in the backward pass (two passes over it fewer).
 const ir::OpDef& BatchNormActGradOp();
 
 }  // namespace reprise::ops

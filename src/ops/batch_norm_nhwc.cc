@@ -226,6 +226,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
+  if (a.relu_beta != nullptr && a.act_out != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": batch_norm_grad takes the ReLU mask from act_out or from x, not both"));
+  }
+  const bool from_x = a.relu_beta != nullptr;
   const Scratch scratch = ScratchOf(ctx, t, a.channels);
   double* partial = scratch.partial;
   float* coef = scratch.coef;
@@ -238,14 +243,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.act_out)
       .Add(a.x)
       .Add(a.saved_mean)
+      .Add(a.gamma)
+      .Add(a.saved_invstd)
+      .Add(a.relu_beta)
       .Add(partial)
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(
-      parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradStats(vec, a.dtype, a.plane),
-                          TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
+  ASSIGN_OR_RETURN(parts.emplace_back(),
+                   NvrtcKernel::Create(ctx, node_name,
+                                       codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
       .Add(static_cast<int>(t.chunks))
@@ -266,16 +274,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.x)
       .Add(a.saved_mean)
       .Add(static_cast<const float*>(coef))
+      .Add(a.gamma)
+      .Add(a.saved_invstd)
+      .Add(a.relu_beta)
       .Add(a.dx)
       .Add(a.masked_dy)
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(
-      parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradApply(vec, a.dtype, a.plane),
-                          TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
-  const std::string extras = absl::StrCat(a.act_out != nullptr ? " +relu_mask" : "",
+  ASSIGN_OR_RETURN(parts.emplace_back(),
+                   NvrtcKernel::Create(ctx, node_name,
+                                       codegen::BatchNormGradApply(vec, a.dtype, a.plane, from_x),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
+  const std::string extras = absl::StrCat(a.act_out != nullptr     ? " +relu_mask"
+                                          : a.relu_beta != nullptr ? " +relu_mask_from_x"
+                                                                   : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   return std::unique_ptr<GpuKernel>(
       new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));

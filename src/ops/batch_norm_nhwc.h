@@ -74,6 +74,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(
 struct NhwcBatchNormBackward {
   const void* dy;
   const void* act_out = nullptr;  // ReLU output: gradient masked by act_out > 0.
+  // Without act_out: the ReLU that followed the batch norm, its mask recomputed from x as the
+  // forward's apply writes y (relu(batch norm of x) > 0 in x's type), so y need not be read.
+  const float* relu_beta = nullptr;
   const void* x;
   const float* gamma;
   const float* saved_mean;

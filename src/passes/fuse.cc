@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
@@ -87,6 +88,10 @@ class GroupFinder {
   bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
   // Whether `ancestor` is `node` or one of the nodes it depends on.
   bool DependsOn(int32_t node, int32_t ancestor) const;
+  // The beta of the batch norm whose statistics `grad` (batch_norm_grad) reads, where `act` is a
+  // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
+  // batch_norm_apply of the same x and statistics): its mask can then come from x.
+  std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
 
@@ -158,17 +163,43 @@ void GroupFinder::BatchNormActivations() {
       continue;
     const absl::flat_hash_set<int32_t> members = {relu_grad.id, grad.id};
     const bool masked_output = NeededOutside(Value{relu_grad.id, 0}, members);
+    // A ReLU right after this batch norm: its mask comes from x and beta, not from its output.
+    const std::optional<Value> beta = BetaOfReluInput(relu_grad.inputs[1], grad);
     NodeGroup group{.members = {relu_grad.id, grad.id},
                     .op = &ops::BatchNormActGradOp(),
                     .name = absl::StrCat(relu_grad.name, "+", grad.name),
                     .attrs = grad.attrs,
-                    .inputs = {relu_grad.inputs[0], relu_grad.inputs[1], grad.inputs[1],
-                               grad.inputs[2], grad.inputs[3], grad.inputs[4]},
+                    .inputs = {relu_grad.inputs[0], beta.value_or(relu_grad.inputs[1]),
+                               grad.inputs[1], grad.inputs[2], grad.inputs[3], grad.inputs[4]},
                     .outputs = {Value{grad.id, 0}, Value{grad.id, 1}, Value{grad.id, 2}}};
     group.attrs["masked_output"] = masked_output;
+    group.attrs["relu_from_x"] = beta.has_value();
     if (masked_output) group.outputs.push_back(Value{relu_grad.id, 0});
     TryAdd(std::move(group));
   }
+}
+
+std::optional<Value> GroupFinder::BetaOfReluInput(Value act, const Node& grad) const {
+  const Node& relu = g_.node(act.node);
+  if (relu.op != &ops::ReluOp() || relu.inputs[0].output != 0) return std::nullopt;
+  const Node& bn = g_.node(relu.inputs[0].node);
+  const Value x = grad.inputs[1], gamma = grad.inputs[2], mean = grad.inputs[3],
+              invstd = grad.inputs[4];
+  if (bn.inputs[1] != gamma) return std::nullopt;
+  if (bn.op == &ops::BatchNormTrainOp()) {
+    if (bn.inputs[0] != x || Value{bn.id, 1} != mean || Value{bn.id, 2} != invstd) {
+      return std::nullopt;
+    }
+  } else if (bn.op == &ops::BatchNormApplyOp()) {
+    if (ir::BoolAttrOr(bn.attrs, "relu", false) || ir::BoolAttrOr(bn.attrs, "residual", false) ||
+        bn.inputs[0] != x || bn.inputs[3] != mean || bn.inputs[4] != invstd) {
+      return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (bn.outputs[0].dtype != relu.outputs[0].dtype) return std::nullopt;
+  return bn.inputs[2];
 }
 
 // A batch norm recomputed by the mirror pass (batch_norm_apply, either layout) takes the twins of

@@ -17,9 +17,9 @@ using codegen::BatchNormTilingFor;
 
 TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
-  // Two finalize kernels, and five tiled ones in three forms (two channels-last widths, NCHW)
-  // and three element types.
-  ASSERT_EQ(kernels.size(), 47u);
+  // Two finalize kernels, and seven tiled ones (the two gradient kernels also with the ReLU mask
+  // from x) in three forms (two channels-last widths, NCHW) and three element types.
+  ASSERT_EQ(kernels.size(), 65u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -45,6 +45,10 @@ TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
   EXPECT_EQ(codegen::BatchNormStats(1, DType::kFloat32, 49).name, "reprise_bn_stats_v1_nchw49");
   EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 16).name,
             "reprise_bn_grad_apply_v1_nchw16_bf16");
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kFloat32, 0, /*mask_from_x=*/true).name,
+            "reprise_bn_grad_stats_xmask_v4");
+  EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 49, /*mask_from_x=*/true).name,
+            "reprise_bn_grad_apply_xmask_v1_nchw49_bf16");
 }
 
 // NCHW kernels index the [rows, channels] view through the plane as a compile-time constant;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
@@ -40,6 +41,22 @@ TEST_P(FuseBatchNormTest, BatchNormsTakeTheirAddAndReluAndTheReluGradient) {
   EXPECT_EQ(counts.at("batch_norm_grad"), 3);
   EXPECT_EQ(counts.count("relu"), 0u);
   EXPECT_EQ(counts.count("relu_grad"), 0u);
+  // Where the ReLU follows the batch norm directly (the stem, each block's first), the gradient
+  // takes the ReLU's mask from x and beta, so it does not read the ReLU's output; after the
+  // residual add it reads the output as before.
+  const Graph& g = fused->training.graph;
+  int from_x = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() != "batch_norm_act_grad" || !ir::BoolAttrOr(n.attrs, "relu_from_x", false)) {
+      continue;
+    }
+    ++from_x;
+    const Node& beta = g.node(n.inputs[1].node);
+    EXPECT_EQ(beta.op_name(), "parameter") << n.name;
+    EXPECT_TRUE(absl::EndsWith(beta.name, "bias") || absl::EndsWith(beta.name, "beta"))
+        << beta.name;
+  }
+  EXPECT_EQ(from_x, 9);
 }
 
 std::vector<double> LossesOf(const Graph& g, Value loss, bool float64,

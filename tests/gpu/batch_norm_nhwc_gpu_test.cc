@@ -219,6 +219,96 @@ TEST_P(NhwcBatchNormDirectTest, FusedFlagsMatchFloat64AndRepeatBitForBit) {
   EXPECT_LE(RelativeL2(dbeta, want_dbeta), 1e-5);
 }
 
+// A ReLU right after the batch norm: the backward that recomputes the mask from x (and beta)
+// gives the bits of the one that reads the stored output, which it never reads.
+TEST_P(NhwcBatchNormDirectTest, ReluMaskFromXGivesTheBitsOfTheStoredOutput) {
+  REPRISE_REQUIRE_GPU();
+  const DirectCase k = GetParam();
+  const int64_t m = k.rows, c = k.channels, n = m * c;
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceInfo device, runtime::UseDevice(0));
+  runtime::KernelStore kernels(device.ArchFlag());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer workspace,
+                               runtime::DeviceBuffer::Create(64 << 20));
+  const std::vector<float> x = Random(n, -3, 5, 11), dy = Random(n, -1, 1, 13),
+                           gamma = Random(c, 0.5, 1.5, 14), beta = Random(c, -1, 1, 15);
+  std::vector<DeviceArray> big, small;
+  for (int i = 0; i < 4; ++i) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(n, k.offset));
+    big.push_back(std::move(a));
+  }
+  for (int i = 0; i < 8; ++i) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(c, 0));
+    small.push_back(std::move(a));
+  }
+  const DeviceArray &d_x = big[0], &d_y = big[1], &d_dy = big[2], &d_dx = big[3];
+  const DeviceArray &d_gamma = small[0], &d_beta = small[1], &d_rm = small[2], &d_rv = small[3],
+                    &d_mean = small[4], &d_invstd = small[5], &d_dgamma = small[6],
+                    &d_dbeta = small[7];
+  for (auto [a, host] : {std::pair{&d_x, &x}, {&d_dy, &dy}, {&d_gamma, &gamma}, {&d_beta, &beta}}) {
+    REPRISE_ASSERT_OK(Upload(*a, *host));
+  }
+  ops::LoweringContext ctx;
+  ctx.kernels = &kernels;
+  ctx.device = &device;
+  ctx.workspace = workspace.data();
+  ctx.workspace_bytes = workspace.bytes();
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ops::GpuKernel> forward,
+                               ops::LowerNhwcBatchNormTrain(ctx, "bn",
+                                                            {.x = d_x.data,
+                                                             .gamma = d_gamma.data,
+                                                             .beta = d_beta.data,
+                                                             .running_mean = d_rm.data,
+                                                             .running_var = d_rv.data,
+                                                             .y = d_y.data,
+                                                             .saved_mean = d_mean.data,
+                                                             .saved_invstd = d_invstd.data,
+                                                             .rows = m,
+                                                             .channels = c,
+                                                             .relu = true}));
+  REPRISE_ASSERT_OK(forward->Launch(stream.get()));
+  std::vector<std::vector<float>> results;
+  for (bool from_x : {false, true}) {
+    ops::NhwcBatchNormBackward args{.dy = d_dy.data,
+                                    .act_out = from_x ? nullptr : d_y.data,
+                                    .relu_beta = from_x ? d_beta.data : nullptr,
+                                    .x = d_x.data,
+                                    .gamma = d_gamma.data,
+                                    .saved_mean = d_mean.data,
+                                    .saved_invstd = d_invstd.data,
+                                    .dx = d_dx.data,
+                                    .dgamma = d_dgamma.data,
+                                    .dbeta = d_dbeta.data,
+                                    .rows = m,
+                                    .channels = c};
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ops::GpuKernel> backward,
+                                 ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", args));
+    EXPECT_EQ(backward->Describe().find("relu_mask_from_x") != std::string::npos, from_x)
+        << backward->Describe();
+    REPRISE_ASSERT_OK(backward->Launch(stream.get()));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+    results.push_back(Download(d_dx));
+    results.push_back(Download(d_dgamma));
+    results.push_back(Download(d_dbeta));
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(SameBits(results[i], results[3 + i])) << i;
+  // Both masks at once is refused.
+  ops::NhwcBatchNormBackward both{.dy = d_dy.data,
+                                  .act_out = d_y.data,
+                                  .relu_beta = d_beta.data,
+                                  .x = d_x.data,
+                                  .gamma = d_gamma.data,
+                                  .saved_mean = d_mean.data,
+                                  .saved_invstd = d_invstd.data,
+                                  .dx = d_dx.data,
+                                  .dgamma = d_dgamma.data,
+                                  .dbeta = d_dbeta.data,
+                                  .rows = m,
+                                  .channels = c};
+  EXPECT_EQ(ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", both).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, NhwcBatchNormDirectTest,
                          ::testing::Values(DirectCase{32 * 56 * 56, 256, 0},
                                            DirectCase{8 * 28 * 28, 64, 0}, DirectCase{98, 2048, 0},
