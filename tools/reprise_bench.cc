@@ -41,6 +41,9 @@ ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble
 ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
 ABSL_FLAG(bool, batch_ensembles, true,
           "train an ensemble's identical models as one batched model (TrainOptions)");
+ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
+          "TrainOptions::ensemble_whole_step_max_models (0: the batched per-layer step at any K); "
+          "-1 keeps its default");
 ABSL_FLAG(int, input_features, 0, "input features (mlp, ensemble); 0 takes --width");
 ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
@@ -234,6 +237,19 @@ absl::StatusOr<std::vector<reprise::runtime::DeviceBuffer>> BindDeviceInputs(
     buffers.push_back(std::move(buffer));
     return absl::OkStatus();
   };
+  if (model.prefixes.size() > 1 && absl::GetFlag(FLAGS_batch_ensembles)) {
+    // A batched ensemble's inputs are stacked [K, ...] under "m*.": bound whole, one copy each
+    // (binding every model's slice would add K copies to the step).
+    std::vector<float> xs;
+    std::vector<int32_t> ys;
+    for (size_t k = 0; k < model.prefixes.size(); ++k) {
+      xs.insert(xs.end(), x.begin(), x.end());
+      ys.insert(ys.end(), y.begin(), y.end());
+    }
+    RETURN_IF_ERROR(bind("m*." + model.feature_input, xs.data(), xs.size() * sizeof(float)));
+    RETURN_IF_ERROR(bind("m*.labels", ys.data(), ys.size() * sizeof(int32_t)));
+    return buffers;
+  }
   for (const std::string& prefix : model.prefixes) {
     RETURN_IF_ERROR(bind(prefix + model.feature_input, x.data(), x.size() * sizeof(float)));
     RETURN_IF_ERROR(bind(prefix + "labels", y.data(), y.size() * sizeof(int32_t)));
@@ -311,6 +327,9 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
+    options.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
+  }
   options.device_graph_launch =
       mode == reprise::ExecMode::kGraph && absl::GetFlag(FLAGS_device_launch);
   RETURN_IF_ERROR(SetOptimizer(options));
