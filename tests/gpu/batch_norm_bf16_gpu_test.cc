@@ -30,6 +30,7 @@
 #include "src/runtime/owners.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/launcher_gpu.h"
 
 namespace reprise {
 namespace {
@@ -145,37 +146,13 @@ bool SameBits(const Results<E>& a, const Results<E>& b) {
          same(a.saved_invstd, b.saved_invstd) && same(a.dgamma, b.dgamma) && same(a.dbeta, b.dbeta);
 }
 
-// A device, its kernel store, a stream and a workspace for the launchers.
-struct Gpu {
-  runtime::DeviceInfo device;
-  std::unique_ptr<runtime::KernelStore> kernels;
-  runtime::Stream stream;
-  runtime::DeviceBuffer workspace;
-
-  ops::LoweringContext Context() const {
-    ops::LoweringContext ctx;
-    ctx.kernels = kernels.get();
-    ctx.device = &device;
-    ctx.workspace = workspace.data();
-    ctx.workspace_bytes = workspace.bytes();
-    return ctx;
-  }
-};
-
-absl::StatusOr<Gpu> StartGpu() {
-  ASSIGN_OR_RETURN(runtime::DeviceInfo device, runtime::UseDevice(0));
-  auto kernels = std::make_unique<runtime::KernelStore>(device.ArchFlag());
-  ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
-  ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace, runtime::DeviceBuffer::Create(64 << 20));
-  return Gpu{std::move(device), std::move(kernels), std::move(stream), std::move(workspace)};
-}
-
 // Lowers the forward (+residual +relu), the backward (+relu mask +masked_dy) and the recompute
 // with element type E, runs all three twice from the same running statistics, and returns both
 // runs. `describe` receives the forward's description.
 template <typename E>
-absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const Gpu& gpu, int64_t m, int64_t c, int offset,
-                                                   const Inputs& in, std::string* describe) {
+absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& gpu, int64_t m,
+                                                   int64_t c, int offset, const Inputs& in,
+                                                   std::string* describe) {
   const int64_t n = m * c;
   // Row-walked: x, residual, y, dy, dx, masked, recomputed.
   std::vector<DeviceArray<E>> big;
@@ -320,7 +297,7 @@ TEST_P(BatchNormBf16Test, FusedFlagsMatchFloat64AndRepeatBitForBit) {
   REPRISE_REQUIRE_GPU();
   const Bf16Case k = GetParam();
   const int64_t m = k.rows, c = k.channels, n = m * c;
-  REPRISE_ASSERT_OK_AND_ASSIGN(Gpu gpu, StartGpu());
+  REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
   const Inputs in = MakeInputs(m, c);
   std::string describe;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto runs, RunTwice<uint16_t>(gpu, m, c, k.offset, in, &describe));
@@ -390,7 +367,7 @@ TEST_P(BatchNormBf16Test, EqualsTheFloat32KernelsRounded) {
   REPRISE_REQUIRE_GPU();
   const Bf16Case k = GetParam();
   const int64_t m = k.rows, c = k.channels;
-  REPRISE_ASSERT_OK_AND_ASSIGN(Gpu gpu, StartGpu());
+  REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
   const Inputs in = MakeInputs(m, c);
   std::string bf16_describe, f32_describe;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto bf16,

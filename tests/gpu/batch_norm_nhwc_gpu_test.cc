@@ -1,9 +1,10 @@
 // The channels-last batch-norm launchers called directly, with the flags a fuse pass sets: the
 // forward with a residual and ReLU, the backward masked by the forward's ReLU output and writing
 // the masked gradient. Checked against a float64 host computation, and for identical bits on a
-// second run.
+// second run; the backward that takes a ReLU's mask from x gives the bits of the one reading it.
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/owners.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/launcher_gpu.h"
 
 namespace reprise {
 namespace {
@@ -75,31 +77,34 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// `count` arrays of n floats (`offset` floats into their allocations) and `per_channel` of c.
+absl::Status AllocateArrays(int count, int64_t n, int offset, int per_channel, int64_t c,
+                            std::vector<DeviceArray>& big, std::vector<DeviceArray>& small) {
+  for (int i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(DeviceArray a, Allocate(n, offset));
+    big.push_back(std::move(a));
+  }
+  for (int i = 0; i < per_channel; ++i) {
+    ASSIGN_OR_RETURN(DeviceArray a, Allocate(c, 0));
+    small.push_back(std::move(a));
+  }
+  return absl::OkStatus();
+}
+
 class NhwcBatchNormDirectTest : public ::testing::TestWithParam<DirectCase> {};
 
 TEST_P(NhwcBatchNormDirectTest, FusedFlagsMatchFloat64AndRepeatBitForBit) {
   REPRISE_REQUIRE_GPU();
   const DirectCase k = GetParam();
   const int64_t m = k.rows, c = k.channels, n = m * c;
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceInfo device, runtime::UseDevice(0));
-  runtime::KernelStore kernels(device.ArchFlag());
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer workspace,
-                               runtime::DeviceBuffer::Create(64 << 20));
-
+  REPRISE_ASSERT_OK_AND_ASSIGN(const testing::LauncherGpu launcher, testing::StartLauncherGpu());
+  const runtime::Stream& stream = launcher.stream;
   const std::vector<float> x = Random(n, -3, 5, 1), residual = Random(n, -1, 1, 2),
                            dy = Random(n, -1, 1, 3), gamma = Random(c, 0.5, 1.5, 4),
                            beta = Random(c, -1, 1, 5), running_mean = Random(c, -1, 1, 6),
                            running_var = Random(c, 0.5, 2, 7);
   std::vector<DeviceArray> big, small;  // Row-walked [m, c] and per-channel [c] arrays.
-  for (int i = 0; i < 6; ++i) {
-    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(n, k.offset));
-    big.push_back(std::move(a));
-  }
-  for (int i = 0; i < 8; ++i) {
-    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(c, 0));
-    small.push_back(std::move(a));
-  }
+  REPRISE_ASSERT_OK(AllocateArrays(6, n, k.offset, 8, c, big, small));
   const DeviceArray &d_x = big[0], &d_residual = big[1], &d_y = big[2], &d_dy = big[3],
                     &d_dx = big[4], &d_masked = big[5];
   const DeviceArray &d_gamma = small[0], &d_beta = small[1], &d_rm = small[2], &d_rv = small[3],
@@ -113,11 +118,7 @@ TEST_P(NhwcBatchNormDirectTest, FusedFlagsMatchFloat64AndRepeatBitForBit) {
     REPRISE_ASSERT_OK(Upload(*a, *host));
   }
 
-  ops::LoweringContext ctx;
-  ctx.kernels = &kernels;
-  ctx.device = &device;
-  ctx.workspace = workspace.data();
-  ctx.workspace_bytes = workspace.bytes();
+  const ops::LoweringContext ctx = launcher.Context();
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ops::GpuKernel> forward,
                                ops::LowerNhwcBatchNormTrain(ctx, "bn",
                                                             {.x = d_x.data,
@@ -225,22 +226,12 @@ TEST_P(NhwcBatchNormDirectTest, ReluMaskFromXGivesTheBitsOfTheStoredOutput) {
   REPRISE_REQUIRE_GPU();
   const DirectCase k = GetParam();
   const int64_t m = k.rows, c = k.channels, n = m * c;
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceInfo device, runtime::UseDevice(0));
-  runtime::KernelStore kernels(device.ArchFlag());
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer workspace,
-                               runtime::DeviceBuffer::Create(64 << 20));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const testing::LauncherGpu launcher, testing::StartLauncherGpu());
+  const runtime::Stream& stream = launcher.stream;
   const std::vector<float> x = Random(n, -3, 5, 11), dy = Random(n, -1, 1, 13),
                            gamma = Random(c, 0.5, 1.5, 14), beta = Random(c, -1, 1, 15);
   std::vector<DeviceArray> big, small;
-  for (int i = 0; i < 4; ++i) {
-    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(n, k.offset));
-    big.push_back(std::move(a));
-  }
-  for (int i = 0; i < 8; ++i) {
-    REPRISE_ASSERT_OK_AND_ASSIGN(DeviceArray a, Allocate(c, 0));
-    small.push_back(std::move(a));
-  }
+  REPRISE_ASSERT_OK(AllocateArrays(4, n, k.offset, 8, c, big, small));
   const DeviceArray &d_x = big[0], &d_y = big[1], &d_dy = big[2], &d_dx = big[3];
   const DeviceArray &d_gamma = small[0], &d_beta = small[1], &d_rm = small[2], &d_rv = small[3],
                     &d_mean = small[4], &d_invstd = small[5], &d_dgamma = small[6],
@@ -248,11 +239,7 @@ TEST_P(NhwcBatchNormDirectTest, ReluMaskFromXGivesTheBitsOfTheStoredOutput) {
   for (auto [a, host] : {std::pair{&d_x, &x}, {&d_dy, &dy}, {&d_gamma, &gamma}, {&d_beta, &beta}}) {
     REPRISE_ASSERT_OK(Upload(*a, *host));
   }
-  ops::LoweringContext ctx;
-  ctx.kernels = &kernels;
-  ctx.device = &device;
-  ctx.workspace = workspace.data();
-  ctx.workspace_bytes = workspace.bytes();
+  const ops::LoweringContext ctx = launcher.Context();
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ops::GpuKernel> forward,
                                ops::LowerNhwcBatchNormTrain(ctx, "bn",
                                                             {.x = d_x.data,
