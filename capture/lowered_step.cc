@@ -95,6 +95,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.allow_tf32 = res.allow_tf32;
     ctx.deterministic = res.deterministic;
     ctx.measure_conv_algorithms = res.measure_conv_algorithms;
+    ctx.measure_matmul_algorithms = res.measure_matmul_algorithms;
     ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);

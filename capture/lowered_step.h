@@ -25,6 +25,7 @@ struct StepResources {
   bool allow_tf32 = false;
   bool deterministic = false;
   bool measure_conv_algorithms = false;
+  bool measure_matmul_algorithms = false;
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
   // Communication ops (data parallelism) need none, so their lane may have none.
   std::vector<void*> lane_workspaces;

@@ -55,6 +55,8 @@ ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(std::string, channels_last, "auto",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
+ABSL_FLAG(bool, measure_matmul, false,
+          "TrainOptions::measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values in "
           "the backward pass");
@@ -324,6 +326,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
@@ -421,6 +424,7 @@ absl::Status Profile() {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
@@ -466,6 +470,7 @@ absl::Status VerifyModel(int steps) {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);

@@ -92,6 +92,10 @@ struct TrainOptions {
   // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
   // is made once and remembered for that shape in the process.
   bool measure_conv_algorithms = false;
+  // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
+  // product's own operands when the Trainer is created, instead of taking its heuristic's first.
+  // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.
+  bool measure_matmul_algorithms = false;
   bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
   // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for

@@ -277,9 +277,12 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.allow_tf32 = options_.allow_tf32;
   res.deterministic = options_.deterministic;
   res.measure_conv_algorithms = options_.measure_conv_algorithms;
+  res.measure_matmul_algorithms = options_.measure_matmul_algorithms;
   res.communicator = communicator_.get();
   // Measuring algorithms runs them in the workspaces; heuristics read none of it.
-  if (options_.measure_conv_algorithms) RETURN_IF_ERROR(workspaces_->MapAll());
+  if (options_.measure_conv_algorithms || options_.measure_matmul_algorithms) {
+    RETURN_IF_ERROR(workspaces_->MapAll());
+  }
   ASSIGN_OR_RETURN(launches_, capture::LowerPlan(plan_, res));
   RETURN_IF_ERROR(BackWorkspaces());
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);

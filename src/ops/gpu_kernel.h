@@ -56,6 +56,8 @@ struct LoweringContext {
   bool deterministic = false;
   // Pick cuDNN convolution algorithms by timing them on the device, not by heuristics.
   bool measure_conv_algorithms = false;
+  // cuBLASLt products: time the heuristic's first candidates here and keep the fastest.
+  bool measure_matmul_algorithms = false;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;

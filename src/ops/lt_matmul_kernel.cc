@@ -68,8 +68,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& 
                                                          const Node& node,
                                                          const runtime::MatmulShape& shape,
                                                          const runtime::MatmulEpilogue& epilogue) {
+  // Measured: the heuristic's first kMeasuredCandidates, each timed on this node's own operands
+  // before the step has written them.
+  constexpr int kMeasuredCandidates = 8, kMeasureRepeats = 10;
   auto matmul =
-      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue);
+      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.allow_tf32, ctx.workspace_bytes, epilogue,
+                                ctx.measure_matmul_algorithms ? kMeasuredCandidates : 1);
+  if (matmul.ok() && ctx.measure_matmul_algorithms) {
+    if (absl::Status chosen =
+            matmul->ChooseFastest(cudaStreamPerThread, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
+                                  ctx.workspace, kMeasureRepeats);
+        !chosen.ok()) {
+      matmul = chosen;
+    }
+  }
   if (!matmul.ok()) {
     return absl::Status(matmul.status().code(),
                         absl::StrCat("node '", node.name, "': ", matmul.status().message()));

@@ -1,6 +1,9 @@
 #include "src/runtime/lt_matmul.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -90,7 +93,7 @@ void LtMatmul::LayoutDeleter::operator()(cublasLtMatrixLayout_t layout) const {
 // same thing but reach fewer kernels.) In cuBLASLt's terms: M = n, N = m, K = k.
 absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape shape,
                                           bool allow_tf32, size_t workspace_bytes,
-                                          MatmulEpilogue epilogue) {
+                                          MatmulEpilogue epilogue, int candidates) {
   const std::string context =
       absl::StrCat("matmul ", ShapeText(shape), EpilogueText(epilogue.kind));
   if (shape.m <= 0 || shape.n <= 0 || shape.k <= 0 || shape.batch <= 0) {
@@ -211,19 +214,61 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
                            &max_workspace, sizeof(max_workspace)),
                        context);
 
-  cublasLtMatmulHeuristicResult_t result = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(std::max(candidates, 1));
   int found = 0;
-  CUDA_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(
-                           mm.handle_, desc, mm.lt_a_.get(), mm.lt_b_.get(), mm.lt_c_.get(),
-                           mm.lt_c_.get(), preference.get(), 1, &result, &found),
-                       context);
-  if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+  CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulAlgoGetHeuristic(mm.handle_, desc, mm.lt_a_.get(), mm.lt_b_.get(),
+                                     mm.lt_c_.get(), mm.lt_c_.get(), preference.get(),
+                                     static_cast<int>(results.size()), results.data(), &found),
+      context);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) mm.candidates_.push_back(results[i]);
+  }
+  if (mm.candidates_.empty()) {
     return absl::NotFoundError(absl::StrCat(context, ": cuBLASLt has no algorithm within ",
                                             workspace_bytes, " bytes of workspace"));
   }
-  mm.algo_ = result.algo;
-  mm.workspace_bytes_ = result.workspaceSize;  // What the chosen algorithm uses, at most the limit.
+  mm.Use(0);  // The heuristic's first choice.
   return mm;
+}
+
+void LtMatmul::Use(int candidate) {
+  algo_ = candidates_[candidate].algo;
+  workspace_bytes_ = candidates_[candidate].workspaceSize;  // At most the limit given to Create.
+  chosen_ = candidate;
+}
+
+absl::Status LtMatmul::ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
+                                     void* workspace, int repeats) {
+  cudaEvent_t start_raw = nullptr, stop_raw = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_raw), Describe());
+  std::unique_ptr<CUevent_st, EventDeleter> start(start_raw);
+  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_raw), Describe());
+  std::unique_ptr<CUevent_st, EventDeleter> stop(stop_raw);
+  float best_ms = std::numeric_limits<float>::infinity();
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
+    Use(i);
+    // A candidate cuBLASLt offers but cannot run here is passed over, not an error.
+    if (!Run(stream, a, b, c, workspace).ok() || cudaStreamSynchronize(stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream), Describe());
+    for (int r = 0; r < repeats; ++r) RETURN_IF_ERROR(Run(stream, a, b, c, workspace));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream), Describe());
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()), Describe());
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()), Describe());
+    if (ms < best_ms) best_ms = ms, best = i;
+  }
+  if (best < 0) {
+    return absl::InternalError(
+        absl::StrCat(Describe(), ": none of cuBLASLt's ", candidates_.size(), " candidates ran"));
+  }
+  Use(best);
+  measured_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, void* c,
@@ -249,7 +294,9 @@ std::string LtMatmul::Describe() const {
   return absl::StrCat(
       "matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
       IsLowPrecision(shape_.dtype) ? absl::StrCat(" ", DTypeName(shape_.dtype)) : "",
-      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_);
+      " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_,
+      measured_ ? absl::StrCat(" measured: candidate ", chosen_ + 1, " of ", candidates_.size())
+                : "");
 }
 
 }  // namespace reprise::runtime

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -84,8 +85,15 @@ class LtMatmul {
   // a non-positive dimension, a missing bias or a dtype other than float32, bfloat16 and float16
   // (16-bit types ignore allow_tf32: their products run on tensor cores); kNotFound when cuBLASLt
   // offers no algorithm.
+  // `candidates` > 1 keeps that many of the heuristic's choices for ChooseFastest.
   static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
-                                         size_t workspace_bytes, MatmulEpilogue epilogue = {});
+                                         size_t workspace_bytes, MatmulEpilogue epilogue = {},
+                                         int candidates = 1);
+  // Runs each kept candidate `repeats` times on `stream` (waiting for it) with these operands and
+  // keeps the fastest: it writes c (and the epilogue's outputs), so call it before they hold
+  // anything. Candidates that fail to run are passed over; kInternal if none runs.
+  absl::Status ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
+                             void* workspace, int repeats);
 
   // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
   // the memory plan give) and `workspace` must hold workspace_bytes().
@@ -109,6 +117,10 @@ class LtMatmul {
   using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
 
   LtMatmul() = default;
+  void Use(int candidate);  // Makes the candidate the algorithm Run uses.
+  struct EventDeleter {
+    void operator()(cudaEvent_t event) const { (void)cudaEventDestroy(event); }
+  };
 
   cublasLtHandle_t handle_ = nullptr;
   MatmulShape shape_;
@@ -119,6 +131,9 @@ class LtMatmul {
   // cuBLASLt's operands, which are ours swapped (see lt_matmul.cc): lt_a_ describes B.
   Layout lt_a_, lt_b_, lt_c_;
   cublasLtMatmulAlgo_t algo_ = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates_;  // The heuristic's, best first.
+  int chosen_ = 0;
+  bool measured_ = false;  // Chosen by ChooseFastest.
 };
 
 }  // namespace reprise::runtime

@@ -139,6 +139,35 @@ TEST_P(LtMatmulTest, MatchesFloat64ReferenceAndRepeatsBitwise) {
       << matmul.Describe() << " gave different bits on a second run";
 }
 
+// The measured choice (the fastest of the heuristic's first candidates) is as accurate, repeats
+// its bits, and says it was measured.
+TEST_P(LtMatmulTest, MeasuredChoiceMatchesFloat64ReferenceAndRepeatsBitwise) {
+  const MatmulShape shape = Shape();
+  std::mt19937 rng(77);
+  REPRISE_ASSERT_OK_AND_ASSIGN(Operands operands, Operands::Create(shape, rng));
+  REPRISE_ASSERT_OK_AND_ASSIGN(LtMatmul matmul,
+                               LtMatmul::Create(*handle_, shape, Tf32(), kWorkspaceBytes, {}, 8));
+  REPRISE_ASSERT_OK(matmul.ChooseFastest(stream_->get(), operands.A(), operands.B(), operands.C(),
+                                         workspace_->data(), 3));
+  EXPECT_NE(matmul.Describe().find("measured: candidate"), std::string::npos) << matmul.Describe();
+  EXPECT_LE(matmul.workspace_bytes(), kWorkspaceBytes);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    REPRISE_ASSERT_OK(
+        cudaMemsetAsync(operands.C(), 0, shape.m * shape.n * sizeof(float), stream_->get()));
+    REPRISE_ASSERT_OK(
+        matmul.Run(stream_->get(), operands.A(), operands.B(), operands.C(), workspace_->data()));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream_->get()));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> c, operands.ReadC());
+    runs.push_back(std::move(c));
+  }
+  EXPECT_LE(RelativeError(runs[0], ReferenceMatmul(shape, operands.a_host, operands.b_host)),
+            Tf32() ? 3e-3 : 1e-5)
+      << matmul.Describe();
+  EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
+      << matmul.Describe();
+}
+
 // Run() must be capturable: the replayed graph gives the same bits as the eager run.
 TEST_P(LtMatmulTest, CapturedRunMatchesEagerBitwise) {
   const MatmulShape shape = Shape();

@@ -1,6 +1,8 @@
 // The training step on the GPU: graph replay gives the same bits as the bulked run of the same
 // plan, inputs and learning rate change between replays without re-instantiation, the step
 // matches the CPU reference, bad bindings are clear errors, and nothing leaks.
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -94,6 +96,41 @@ TEST(TrainerGpuTest, GraphReplayEqualsBulkedBitwiseAndLossFalls) {
   EXPECT_EQ(stats.graph_instantiations, 1);
   // cuBLASLt may add nodes of its own (a split-K reduction, a memset) beside each matmul.
   EXPECT_GE(stats.graph_nodes, stats.launches_per_step);
+}
+
+// Measured cuBLASLt algorithms: the step still replays the bits of its eager run (the choice is
+// fixed at Create), each launch says it was measured, and training follows the heuristic's
+// choice to fp32 accuracy.
+TEST(TrainerGpuTest, MeasuredMatmulAlgorithmsReplayBitwiseAndTrain) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(SmallMlp());
+  ASSERT_TRUE(mlp.ok());
+  std::vector<std::vector<float>> losses;
+  for (bool measure : {false, true}) {
+    TrainOptions options;
+    options.mode = ExecMode::kGraph;
+    options.whole_step = false;  // Per-layer cuBLASLt products.
+    options.measure_matmul_algorithms = measure;
+    options.seed = 42;
+    auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    losses.push_back(Train(**trainer, 30));
+    if (!measure) continue;
+    auto verify = (*trainer)->Verify(10);
+    ASSERT_TRUE(verify.ok()) << verify.status();
+    EXPECT_TRUE(verify->ok()) << verify->ToString();
+    auto times = (*trainer)->ProfileLaunches(1);
+    ASSERT_TRUE(times.ok()) << times.status();
+    int measured = 0;
+    for (const Trainer::LaunchTime& t : *times) {
+      measured += t.kernel.find("cublasLt") != std::string::npos &&
+                  t.kernel.find("measured: candidate") != std::string::npos;
+    }
+    EXPECT_GE(measured, 4);
+  }
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    EXPECT_NEAR(losses[0][i], losses[1][i], 1e-3f * std::max(1.0f, std::abs(losses[0][i]))) << i;
+  }
 }
 
 TEST(TrainerGpuTest, SyncModeEqualsBulkedBitwise) {
