@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -240,11 +241,8 @@ void LtMatmul::Use(int candidate) {
 
 absl::Status LtMatmul::ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
                                      void* workspace, int repeats) {
-  cudaEvent_t start_raw = nullptr, stop_raw = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_raw), Describe());
-  std::unique_ptr<CUevent_st, EventDeleter> start(start_raw);
-  CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_raw), Describe());
-  std::unique_ptr<CUevent_st, EventDeleter> stop(stop_raw);
+  ASSIGN_OR_RETURN(const Event start, Event::Create(cudaEventDefault));
+  ASSIGN_OR_RETURN(const Event stop, Event::Create(cudaEventDefault));
   float best_ms = std::numeric_limits<float>::infinity();
   int best = -1;
   for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
@@ -258,8 +256,7 @@ absl::Status LtMatmul::ChooseFastest(cudaStream_t stream, const void* a, const v
     for (int r = 0; r < repeats; ++r) RETURN_IF_ERROR(Run(stream, a, b, c, workspace));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream), Describe());
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()), Describe());
-    float ms = 0;
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()), Describe());
+    ASSIGN_OR_RETURN(const float ms, ElapsedMs(start, stop));
     if (ms < best_ms) best_ms = ms, best = i;
   }
   if (best < 0) {

@@ -118,9 +118,6 @@ class LtMatmul {
 
   LtMatmul() = default;
   void Use(int candidate);  // Makes the candidate the algorithm Run uses.
-  struct EventDeleter {
-    void operator()(cudaEvent_t event) const { (void)cudaEventDestroy(event); }
-  };
 
   cublasLtHandle_t handle_ = nullptr;
   MatmulShape shape_;
