@@ -22,17 +22,22 @@ enum Kind { kFwd = 0, kDgrad = 1, kWgrad = 2 };
 // Host mirrors of the device library's layout rules (mlp_step_device.inc); the generated
 // static_asserts catch any drift.
 int64_t Ceil4(int64_t x) { return (x + 3) / 4 * 4; }
+int64_t Ceil8(int64_t x) { return (x + 7) / 8 * 8; }
 int64_t PadRow(int64_t x) { return Ceil4(x) % 32 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
+int64_t PadRowMma(int64_t x) { return Ceil4(x) % 8 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
+int64_t PadColMma(int64_t x) { return Ceil8(x) % 16 == 8 ? Ceil8(x) : Ceil8(x) + 8; }
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t Align32(int64_t x) { return (x + 31) / 32 * 32; }
 int64_t LossScratch(int64_t models) { return std::max<int64_t>(32, Ceil4(models)); }
 
 int64_t GemmSmemFloats(int kind, int64_t p, const MlpGemmTile& t) {
   const bool aip = kind != kWgrad, bip = kind == kFwd;
-  const int64_t pcp = Ceil4(t.pc);
-  const int64_t lda = aip ? PadRow(pcp) : Ceil4(t.tm);
+  const int64_t pcp = t.mma ? Ceil8(t.pc) : Ceil4(t.pc);
+  const int64_t lda =
+      aip ? (t.mma ? PadRowMma(pcp) : PadRow(pcp)) : (t.mma ? PadColMma(t.tm) : Ceil4(t.tm));
   const int64_t a = aip ? t.tm * lda : pcp * lda;
-  const int64_t ldb = bip ? PadRow(pcp) : Ceil4(t.tn);
+  const int64_t ldb =
+      bip ? (t.mma ? PadRowMma(pcp) : PadRow(pcp)) : (t.mma ? PadColMma(t.tn) : Ceil4(t.tn));
   const int64_t b = bip ? t.tn * ldb : pcp * ldb;
   const int64_t stages = CeilDiv(p, t.pc) > 1 ? 2 : 1;
   const int64_t lde = Ceil4(t.tn);
@@ -50,6 +55,22 @@ int64_t HeadSmemFloats(int64_t rows, int64_t k, int64_t c, int threads) {
   const int64_t ldk = PadRow(k), ldc = Ceil4(c);
   return rows * ldk + c * ldk + Ceil4(HeadSplit(rows, k, c, threads) * rows * c) + rows * ldc +
          ldc + Ceil4(2 * rows);
+}
+
+// The largest reduction chunk (all of p, else 512 down to `step`) with which tile t fits in
+// `budget` floats; `slices` of the reduction, at most one per `step` of the chunk. False: none
+// fits.
+bool FitChunk(int kind, int64_t p, int step, int slices, int64_t budget, MlpGemmTile& t) {
+  std::vector<int64_t> chunks = {p};
+  for (int64_t pc : {512, 256, 128, 64, 32, 16, 8, 4}) {
+    if (pc < p && pc % step == 0) chunks.push_back(pc);
+  }
+  for (int64_t pc : chunks) {
+    t.pc = static_cast<int>(pc);
+    t.split = static_cast<int>(std::min<int64_t>(slices, CeilDiv(pc, step)));
+    if (GemmSmemFloats(kind, p, t) <= budget) return true;
+  }
+  return false;
 }
 
 // Completes a tm x tn tile (register tile, split, chunk) or returns nullopt where it cannot fit.
@@ -72,26 +93,52 @@ std::optional<MlpGemmTile> MakeTile(int kind, int64_t m, int64_t n, int64_t p, i
   }
   const int slices = std::max(1, threads / ((tm / t.rm) * (tn / t.rn)));
   t.tiles = static_cast<int>(CeilDiv(m, tm) * CeilDiv(n, tn));
-  std::vector<int64_t> chunks = {p};
-  for (int64_t pc : {512, 256, 128, 64, 32, 16, 8, 4}) {
-    if (pc < p) chunks.push_back(pc);
+  if (!FitChunk(kind, p, 4, slices, budget, t)) return std::nullopt;
+  return t;
+}
+
+// The same on TF32 tensor cores: tm a multiple of 16, tn of 8, each warp owning rm x rn
+// fragments of 16 x 8 outputs; warps left over split the reduction.
+std::optional<MlpGemmTile> MakeMmaTile(int kind, int64_t m, int64_t n, int64_t p, int tm, int tn,
+                                       int rm, int rn, int threads, int64_t budget) {
+  if (tm % (16 * rm) != 0 || tn % (8 * rn) != 0) return std::nullopt;
+  const int warps = threads / 32, used = (tm / (16 * rm)) * (tn / (8 * rn));
+  if (used > warps) return std::nullopt;
+  MlpGemmTile t;
+  t.mma = true;
+  t.tm = tm;
+  t.tn = tn;
+  t.rm = rm;
+  t.rn = rn;
+  t.tiles = static_cast<int>(CeilDiv(m, tm) * CeilDiv(n, tn));
+  if (!FitChunk(kind, p, 8, warps / used, budget, t)) return std::nullopt;
+  return t;
+}
+
+// SM cycles of a task's products. SIMT: FMA issue (inflated for small register tiles, whose
+// shared-memory reads dominate) or one thread's FMA chain. Tensor cores: the fragments' shared-
+// memory reads (one wavefront per warp-wide read), the mma.sync issue, or one warp's chain.
+double ComputeCycles(int64_t p, const MlpGemmTile& t) {
+  if (!t.mma) {
+    const double pp = static_cast<double>(Ceil4(p));
+    const double issue = t.tm * t.tn * pp / 128.0 * (1.0 + double(t.rm + t.rn) / (t.rm * t.rn));
+    const double chain = pp / t.split * 4.0;
+    return std::max(issue, chain);
   }
-  for (int64_t pc : chunks) {
-    t.pc = static_cast<int>(pc);
-    t.split = static_cast<int>(std::min<int64_t>(slices, Ceil4(pc) / 4));
-    if (GemmSmemFloats(kind, p, t) <= budget) return t;
-  }
-  return std::nullopt;
+  const double steps = static_cast<double>(Ceil8(p)) / 8.0;
+  const double fragments = (t.tm / 16) * (t.tn / 8);
+  const double reads = fragments / (t.rm * t.rn) * steps * (4.0 * t.rm + 2.0 * t.rn);
+  const double issue = fragments * steps * 2.0;
+  const double chain = steps / t.split * (40.0 + 4.0 * t.rm * t.rn);
+  return std::max({reads, issue, chain});
 }
 
 // A rough model, in SM cycles, of one task: a fixed latency, the block barriers of each chunk,
-// FMA issue (inflated for small register tiles, whose shared-memory reads dominate) and L2 reads
-// (early operands are mostly hidden behind the grid barrier when there is one chunk).
+// the products and L2 reads (early operands are mostly hidden behind the grid barrier when there
+// is one chunk).
 double TaskCost(int64_t p, bool a_late, const MlpGemmTile& t) {
   const double pp = static_cast<double>(Ceil4(p));
-  const double issue = t.tm * t.tn * pp / 128.0 * (1.0 + double(t.rm + t.rn) / (t.rm * t.rn));
-  const double chain = pp / t.split * 4.0;
-  const double compute = std::max(issue, chain);
+  const double compute = ComputeCycles(p, t);
   const double a_bytes = t.tm * pp * 4, b_bytes = t.tn * pp * 4;
   const double late = a_late ? a_bytes : 0, early = (a_late ? 0 : a_bytes) + b_bytes;
   const bool one_chunk = t.pc >= p;
@@ -120,6 +167,19 @@ absl::Status FindCandidates(PhaseGemm& g, const MlpStepTarget& target, int64_t b
       std::optional<MlpGemmTile> t =
           MakeTile(g.kind, g.m, g.n, g.p, tm, tn, target.threads, budget);
       if (t.has_value()) g.candidates.push_back({*t, TaskCost(g.p, g.a_late, *t)});
+    }
+  }
+  if (target.tf32) {
+    for (int tm = 16; tm <= 128 && tm < 2 * g.m; tm *= 2) {
+      for (int tn = 8; tn <= 128 && tn < 2 * g.n; tn *= 2) {
+        for (int rm = 1; rm <= 4; rm *= 2) {
+          for (int rn = 1; rn * rm <= 8; rn *= 2) {
+            std::optional<MlpGemmTile> t =
+                MakeMmaTile(g.kind, g.m, g.n, g.p, tm, tn, rm, rn, target.threads, budget);
+            if (t.has_value()) g.candidates.push_back({*t, TaskCost(g.p, g.a_late, *t)});
+          }
+        }
+      }
     }
   }
   if (g.candidates.empty()) {
@@ -173,7 +233,8 @@ std::string B(bool v) { return v ? "true" : "false"; }
 
 std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late) {
   return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
-                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", false>");
+                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", false, ", B(t.mma),
+                      ">");
 }
 
 std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
@@ -218,9 +279,9 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
                                         const MlpStepTarget& target, int64_t models) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
-  const std::string key =
-      absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
-                   target.threads, ",", target.max_shared_bytes, ",", target.aligned);
+  const std::string key = absl::StrCat(
+      models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
+      ",", target.max_shared_bytes, ",", target.aligned, ",", target.tf32);
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
@@ -378,7 +439,7 @@ namespace {
 
 // The kernel for `plan`; `batched`: the ensemble form (BatchedMlpStepKernel's parameters).
 GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
-                           bool shared_labels) {
+                           bool shared_labels, bool phase_clock) {
   const int layers = plan.layers();
   const auto& d = plan.widths;
   const int64_t batch = plan.batch;
@@ -404,6 +465,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   if (batched) params.push_back("float* model_loss");
   params.push_back("float* logits");
   params.push_back("float* ws");
+  if (phase_clock) params.push_back("unsigned long long* phase_clock");
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
                   ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n",
@@ -412,6 +474,11 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                   ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
                   ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
                   "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
+  // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
+  auto stamp = [&](int index) {
+    if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
+  };
+  stamp(0);
   // Each tensor with its model stride: the elements of one model's slice (0 if shared).
   auto h = [&](int l) {
     return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}
@@ -438,6 +505,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                     " G;\n    GemmPhase<G, NoGemm, ", flags(), ", false>(",
                     ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none}),
                     ", GemmArgs{}, c, arrival);\n  }\n");
+    stamp(phase + 1);
   }
   {
     const int last = layers - 1;
@@ -452,6 +520,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
         ArgsOf("HeadArgs", {h(last), w(last), b(last), labels, logits, dz(last), dz_prev, row_loss},
                absl::StrCat("dloss[0] / static_cast<float>(", batch, "), ")),
         ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+    stamp(phase + 1);
     ++phase;
   }
   auto wgrad_args = [&](int l) {
@@ -480,6 +549,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
                     g1, " G1;\n    typedef ", g2, " G2;\n    GemmPhase<G1, G2, ", flags(), ", ",
                     B(bs == 0), ">(", a1, ", ", a2, ", c, arrival);\n  }\n");
+    stamp(phase + 1);
   }
   absl::StrAppend(&code, "}\n");
   return {name, std::move(code)};
@@ -488,12 +558,12 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
 }  // namespace
 
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
-  return StepKernel(plan, /*batched=*/false, false, false);
+  return StepKernel(plan, /*batched=*/false, false, false, /*phase_clock=*/false);
 }
 
 GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
-                                     bool shared_labels) {
-  return StepKernel(plan, /*batched=*/true, shared_features, shared_labels);
+                                     bool shared_labels, bool phase_clock) {
+  return StepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
 }
 
 }  // namespace reprise::codegen

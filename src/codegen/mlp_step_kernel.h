@@ -36,12 +36,17 @@ struct MlpStepTarget {
   int threads = 256;                      // Threads per block.
   int64_t max_shared_bytes = 227 * 1024;  // Dynamic shared memory one block may use (opt-in).
   bool aligned = true;  // Every tensor base is 16-byte aligned: 16-byte copies where shapes allow.
+  // GEMMs may run on TF32 tensor cores (the trainer's allow_tf32), where the plan finds that
+  // faster.
+  bool tf32 = false;
 };
 
 // One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
-// rm x rn outputs of one of `split` slices of the reduction (summed in slice order).
+// rm x rn outputs of one of `split` slices of the reduction (summed in slice order). With `mma`
+// the products run on TF32 tensor cores and each warp owns rm x rn fragments of 16 x 8 outputs.
 struct MlpGemmTile {
   int tm = 1, tn = 1, pc = 4, rm = 1, rn = 1, split = 1;
+  bool mma = false;
   int tiles = 0;  // Tasks of this GEMM.
 };
 
@@ -93,9 +98,11 @@ GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
 // MlpStepKernel with every tensor stacked [K, ...], except features [B, F] and labels [B] where
 // `shared_features` / `shared_labels` (every model reads the same), and the outputs (float* loss,
 // float* model_losses, float* logits, float* workspace): the sum of the models' mean losses, each
-// model's mean loss [K], logits [K, B, C].
+// model's mean loss [K], logits [K, B, C]. With `phase_clock` (for tuning) a last parameter
+// `unsigned long long* phase_clock` [plan.phases + 1][grid] receives each block's %globaltimer
+// (ns) at the start and as it leaves each phase.
 GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
-                                     bool shared_labels);
+                                     bool shared_labels, bool phase_clock = false);
 
 }  // namespace reprise::codegen
 

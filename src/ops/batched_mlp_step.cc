@@ -177,9 +177,7 @@ absl::StatusOr<codegen::MlpStepPlan> PlanFor(const BatchedStepShape& s, DType dt
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMlpStep(const LoweringContext& ctx,
                                                                const Node& node) {
-  codegen::MlpStepTarget target = MlpTrainStepTargetFor(*ctx.device);
-  for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  const codegen::MlpStepTarget target = MlpTrainStepTargetFor(ctx);
   const absl::StatusOr<BatchedStepShape> shape = ShapeOf(ctx.input_specs);
   const absl::StatusOr<codegen::MlpStepPlan> plan =
       shape.ok() ? PlanFor(*shape, ctx.input_specs[0].dtype, target)

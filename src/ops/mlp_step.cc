@@ -151,9 +151,7 @@ absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& ctx,
                                                         const Node& node) {
-  codegen::MlpStepTarget target = MlpTrainStepTargetFor(*ctx.device);
-  for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  const codegen::MlpStepTarget target = MlpTrainStepTargetFor(ctx);
   auto plan = PlanFor(ctx.input_specs, target);
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),
@@ -182,6 +180,14 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device) 
   target.threads = 256;
   target.max_shared_bytes =
       device.max_shared_per_block > 0 ? device.max_shared_per_block : 48 << 10;
+  return target;
+}
+
+codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx) {
+  codegen::MlpStepTarget target = MlpTrainStepTargetFor(*ctx.device);
+  for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  target.tf32 = ctx.allow_tf32;
   return target;
 }
 

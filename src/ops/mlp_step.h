@@ -54,6 +54,9 @@ int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& w
 // What the lowering plans for on `device`: one block of 256 threads per SM, its opt-in shared
 // memory. A target built by hand (e.g. codegen::MlpStepTarget{} = an H100) needs no GPU.
 codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device);
+// The target one lowering plans for: the device's, narrowed to what the node's tensors allow
+// (16-byte alignment) and widened to TF32 tensor cores where the trainer allows them.
+codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx);
 
 // Pure shape check, no GPU needed: OK when a node with these inputs (the op's order; L is
 // derived from their number) is valid and the GPU lowering can run it on `target`.

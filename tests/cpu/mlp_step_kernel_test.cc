@@ -19,6 +19,16 @@ struct Shape {
   bool aligned;
 };
 
+// Each shape planned for strict f32, then with TF32 tensor cores allowed.
+template <class T>
+std::vector<std::pair<T, bool>> WithAndWithoutTf32(const std::vector<T>& shapes) {
+  std::vector<std::pair<T, bool>> all;
+  for (bool tf32 : {false, true}) {
+    for (const T& s : shapes) all.emplace_back(s, tf32);
+  }
+  return all;
+}
+
 TEST(MlpStepKernelTest, GeneratedKernelCompilesForSm90) {
   const std::vector<Shape> shapes = {
       {32, {256, 256, 256, 256, 256, 256, 256, 256, 256, 10}, true},
@@ -28,9 +38,10 @@ TEST(MlpStepKernelTest, GeneratedKernelCompilesForSm90) {
       {7, {12, 4}, true},
       {1, {1, 1, 2}, false},
   };
-  for (const Shape& s : shapes) {
+  for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
     codegen::MlpStepTarget target;
     target.aligned = s.aligned;
+    target.tf32 = tf32;
     auto plan = codegen::PlanMlpStep(s.batch, s.widths, target);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
@@ -100,9 +111,10 @@ TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
       {5, 7, {12, 4}, true, true, false},
       {2, 1, {1, 1, 2}, false, false, true},
   };
-  for (const EnsembleShape& s : shapes) {
+  for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
     codegen::MlpStepTarget target;
     target.aligned = s.aligned;
+    target.tf32 = tf32;
     auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->models, s.models);
@@ -111,8 +123,8 @@ TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
         codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
     EXPECT_EQ(kernel.name, "reprise_batched_mlp_step");
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch << ": "
-                               << compiled.status();
+    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
+                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty());
   }
 }
@@ -132,6 +144,33 @@ TEST(MlpStepKernelTest, EnsembleTilesFillTheGrid) {
       const int64_t rounds = (tasks + h100.grid - 1) / h100.grid;
       EXPECT_GE(tasks, 0.9 * h100.grid) << models << " models";
       EXPECT_LE(rounds * h100.grid, 1.25 * tasks) << models << " models, " << tasks << " tasks";
+    }
+  }
+}
+
+// TF32 moves the large GEMMs onto tensor cores (16 x 8 fragments) and leaves strict f32 plans
+// on exact FMAs; odd reductions are zero-padded to the 8-deep steps.
+TEST(MlpStepKernelTest, Tf32PlansPutTheLargeGemmsOnTensorCores) {
+  codegen::MlpStepTarget target;
+  for (int64_t models : {1, 32}) {
+    target.tf32 = false;
+    auto f32 = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, models);
+    target.tf32 = true;
+    auto tf32 = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, models);
+    ASSERT_TRUE(f32.ok() && tf32.ok());
+    for (const auto* tiles : {&f32->forward, &f32->wgrad}) {
+      for (const codegen::MlpGemmTile& t : *tiles) EXPECT_FALSE(t.mma);
+    }
+    EXPECT_TRUE(tf32->forward[1].mma) << models;
+    EXPECT_TRUE(tf32->dgrad[1].mma) << models;
+    EXPECT_TRUE(tf32->wgrad[1].mma) << models;
+    for (const auto* tiles : {&tf32->forward, &tf32->dgrad, &tf32->wgrad}) {
+      for (const codegen::MlpGemmTile& t : *tiles) {
+        if (!t.mma) continue;
+        EXPECT_EQ(t.tm % (16 * t.rm), 0);
+        EXPECT_EQ(t.tn % (8 * t.rn), 0);
+        EXPECT_LE((t.tm / (16 * t.rm)) * (t.tn / (8 * t.rn)) * t.split, target.threads / 32);
+      }
     }
   }
 }
