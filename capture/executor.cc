@@ -16,6 +16,45 @@ absl::Status SyncAfter(const LoweredLaunch& launch, cudaStream_t stream) {
   return runtime::CudaStatus(cudaGetLastError(), "kernel launch", context);
 }
 
+// A memcpy node and what SetCopySource relies on of it: where it writes, how much, its kind.
+struct CopyNode {
+  cudaGraphNode_t node;
+  void* destination;
+  size_t bytes;
+  cudaMemcpyKind kind;
+};
+
+bool SameCopies(const std::vector<CopyNode>& a, const std::vector<CopyNode>& b) {
+  return std::equal(
+      a.begin(), a.end(), b.begin(), b.end(), [](const CopyNode& x, const CopyNode& y) {
+        return x.destination == y.destination && x.bytes == y.bytes && x.kind == y.kind;
+      });
+}
+
+// The memcpy nodes of `graph`, in its node order.
+absl::StatusOr<std::vector<CopyNode>> CopyNodesOf(cudaGraph_t graph, const std::string& context) {
+  size_t count = 0;
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes", context));
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) {
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph, nodes.data(), &count),
+                                        "cudaGraphGetNodes", context));
+  }
+  std::vector<CopyNode> copies;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType", context));
+    if (type != cudaGraphNodeTypeMemcpy) continue;
+    cudaMemcpy3DParms params = {};
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphMemcpyNodeGetParams(node, &params),
+                                        "cudaGraphMemcpyNodeGetParams", context));
+    copies.push_back({node, params.dstPtr.ptr, params.extent.width, params.kind});
+  }
+  return copies;
+}
+
 // Why cudaGraphExecUpdate refused an update, in words.
 absl::string_view ExecUpdateResultName(cudaGraphExecUpdateResult result) {
   switch (result) {
@@ -199,20 +238,26 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph.get(), nullptr, &num_nodes),
                                       "cudaGraphGetNodes", "re-captured step"));
   cudaGraphExecUpdateResultInfo info = {};
+  std::string reason(kForcedInstantiation);
   if (apply == Apply::kUpdateElseInstantiate) {
-    if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
-      // The executable keeps naming its nodes by the graph it was instantiated from, so that
-      // graph stays (its copy destinations, which SetCopySource looks up, are unchanged).
-      ++exec_updates_;
+    // An updated executable keeps naming its nodes by the graph it was instantiated from, which
+    // SetCopySource searches for copy destinations: update only while the copies keep their places.
+    const std::string context = "comparing the step's copies before a graph update";
+    ASSIGN_OR_RETURN(const std::vector<CopyNode> before, CopyNodesOf(graph_.get(), context));
+    ASSIGN_OR_RETURN(const std::vector<CopyNode> after, CopyNodesOf(graph.get(), context));
+    if (!SameCopies(before, after)) {
+      reason = kCopiesMoved;
+    } else if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
+      ++exec_updates_;  // graph_ stays: it names the executable's nodes.
       return UploadIfDevice(/*new_exec=*/false);
+    } else {
+      (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
+      reason = std::string(ExecUpdateResultName(info.result));
     }
-    (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
   }
   ASSIGN_OR_RETURN(exec_, Instantiate(graph, launches, launch_nodes));
   ++instantiations_;
-  ++instantiation_reasons_[apply == Apply::kInstantiate
-                               ? std::string(kForcedInstantiation)
-                               : std::string(ExecUpdateResultName(info.result))];
+  ++instantiation_reasons_[reason];
   graph_ = std::move(graph);
   copy_nodes_.clear();  // Handles of the old graph.
   launch_nodes_ = std::move(launch_nodes);
@@ -222,28 +267,14 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
 
 absl::StatusOr<cudaGraphNode_t> CapturedStep::FindCopyNode(void* destination, size_t bytes) {
   if (auto it = copy_nodes_.find(destination); it != copy_nodes_.end()) return it->second;
-  size_t count = 0;
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph_.get(), nullptr, &count),
-                                      "cudaGraphGetNodes", "binding update"));
-  std::vector<cudaGraphNode_t> nodes(count);
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(graph_.get(), nodes.data(), &count),
-                                      "cudaGraphGetNodes", "binding update"));
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type;
-    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType",
-                                        "binding update"));
-    if (type != cudaGraphNodeTypeMemcpy) continue;
-    cudaMemcpy3DParms params = {};
-    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphMemcpyNodeGetParams(node, &params),
-                                        "cudaGraphMemcpyNodeGetParams", "binding update"));
-    // The staging copy may start at the same address; bound copies alone are cudaMemcpyDefault
+  ASSIGN_OR_RETURN(const std::vector<CopyNode> copies, CopyNodesOf(graph_.get(), "binding update"));
+  for (const CopyNode& c : copies) {
+    // The staging copies may start at the same address; bound copies alone are cudaMemcpyDefault
     // copies of exactly one input.
-    if (params.dstPtr.ptr != destination || params.kind != cudaMemcpyDefault ||
-        params.extent.width != bytes) {
-      continue;
+    if (c.destination == destination && c.kind == cudaMemcpyDefault && c.bytes == bytes) {
+      copy_nodes_[destination] = c.node;
+      return c.node;
     }
-    copy_nodes_[destination] = node;
-    return node;
   }
   return absl::NotFoundError("no copy node of the captured step writes that input");
 }

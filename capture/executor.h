@@ -79,6 +79,8 @@ class CapturedStep {
     kInstantiate,
   };
   static constexpr char kForcedInstantiation[] = "forced (Apply::kInstantiate)";
+  // Counted where a re-capture moved, added or removed input copies (bindings changed).
+  static constexpr char kCopiesMoved[] = "input copies changed";
 
   // Records `launches` again after a change of topology (a binding added or removed) and brings
   // the executable graph up to date: in place with cudaGraphExecUpdate when the driver accepts

@@ -8,10 +8,32 @@
 #include "src/util/status_macros.h"
 
 namespace reprise::capture {
+std::vector<std::pair<size_t, size_t>> InputCopy::StagedRanges() const {
+  std::vector<std::pair<size_t, size_t>> bound;  // [begin, end) offsets in the input region.
+  for (const Bound& b : bound_) {
+    const size_t begin = static_cast<const char*>(b.slot) - static_cast<const char*>(device_);
+    bound.emplace_back(begin, begin + b.bytes);
+  }
+  std::sort(bound.begin(), bound.end());
+  std::vector<std::pair<size_t, size_t>> staged;
+  size_t next = 0;
+  for (const auto& [begin, end] : bound) {
+    if (begin > next) staged.emplace_back(next, begin);
+    next = std::max(next, end);
+  }
+  if (next < bytes_) staged.emplace_back(next, bytes_);
+  return staged;
+}
+
 absl::Status InputCopy::Launch(cudaStream_t stream) const {
-  RETURN_IF_ERROR(
-      runtime::CudaStatus(cudaMemcpyAsync(device_, host_, bytes_, cudaMemcpyHostToDevice, stream),
-                          "cudaMemcpyAsync", "node 'copy_inputs'"));
+  // Bound inputs are not staged: their bytes would cross PCIe only to be overwritten.
+  for (const auto& [begin, end] : StagedRanges()) {
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaMemcpyAsync(static_cast<char*>(device_) + begin,
+                                            static_cast<const char*>(host_) + begin, end - begin,
+                                            cudaMemcpyHostToDevice, stream),
+                            "cudaMemcpyAsync", "node 'copy_inputs'"));
+  }
   for (const Bound& b : bound_) {
     RETURN_IF_ERROR(
         runtime::CudaStatus(cudaMemcpyAsync(b.slot, b.source, b.bytes, cudaMemcpyDefault, stream),
@@ -21,7 +43,9 @@ absl::Status InputCopy::Launch(cudaStream_t stream) const {
 }
 
 std::string InputCopy::Describe() const {
-  std::string text = absl::StrCat("memcpy H2D ", bytes_, " bytes");
+  size_t staged = 0;
+  for (const auto& [begin, end] : StagedRanges()) staged += end - begin;
+  std::string text = absl::StrCat("memcpy H2D ", staged, " bytes");
   if (!bound_.empty()) absl::StrAppend(&text, " + ", bound_.size(), " bound input copies");
   return text;
 }

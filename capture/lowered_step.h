@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,20 +33,26 @@ struct StepResources {
   parallel::Communicator* communicator = nullptr;  // For communication ops.
 };
 
-// Launch 0 of every lowered step: one host-to-device copy of the whole input region from the
-// pinned staging (batches and scalars change by rewriting the staging), then one copy per input
-// bound to memory the caller owns (device or pinned host), which overwrites that input's slot.
+// Launch 0 of every lowered step: host-to-device copies of the input region from the pinned
+// staging (batches and scalars change by rewriting the staging), one per stretch of inputs that
+// are not bound, then one copy per input bound to memory the caller owns (device or pinned host)
+// into its slot. A step whose inputs are all bound stages nothing from the host.
 class InputCopy : public ops::GpuKernel {
  public:
   InputCopy(void* device, const void* host, size_t bytes)
       : device_(device), host_(host), bytes_(bytes) {}
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
-  // Copies `bytes` from `source` into `slot` after the staging copy; nullptr removes the binding.
+  // Copies `bytes` from `source` into `slot` instead of staging them from the host; nullptr
+  // removes the binding.
   void Bind(void* slot, const void* source, size_t bytes);
   bool IsBound(const void* slot) const;
 
  private:
+  // [begin, end) byte offsets of the input region that no binding covers, in order: one host
+  // copy each (none when every input is bound).
+  std::vector<std::pair<size_t, size_t>> StagedRanges() const;
+
   struct Bound {
     void* slot;
     const void* source;

@@ -1,8 +1,11 @@
 // Inputs bound to caller memory and written into the engine's own buffer give the bits of
 // SetInput; rebinding between steps patches the captured graph without re-instantiating.
+#include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
@@ -105,6 +108,49 @@ TEST(BindingsGpuTest, RebindingEveryStepEqualsSetInputWithoutReinstantiating) {
   EXPECT_EQ(stats.graph_captures, after_binding.graph_captures);
   EXPECT_EQ(stats.graph_node_updates - after_binding.graph_node_updates, 2 * kSteps);
   EXPECT_EQ(stats.graph_replays, kSteps);
+}
+
+// A bound input's bytes are not staged from the host as well (they would cross PCIe only to be
+// overwritten): each binding takes exactly its bytes off the host copy, and unbinding puts them
+// back.
+TEST(BindingsGpuTest, BoundInputsAreNotStagedFromTheHost) {
+  REPRISE_REQUIRE_GPU();
+  const models::Mlp mlp = Model();
+  const Batches batches = MakeBatches(1);
+  const DeviceBatches device(batches);
+  auto trainer = MakeTrainer(mlp);
+  ASSERT_TRUE(trainer);
+  // Bytes the step copies from the host staging, and its bound copies, as copy_inputs says.
+  auto staged = [&](int bound_copies) -> int64_t {
+    auto launches = trainer->ProfileLaunches(1);
+    EXPECT_TRUE(launches.ok()) << launches.status();
+    for (const Trainer::LaunchTime& l : *launches) {
+      if (l.node != "copy_inputs") continue;
+      int64_t bytes = -1;
+      EXPECT_EQ(std::sscanf(l.kernel.c_str(), "memcpy H2D %lld bytes",
+                            reinterpret_cast<long long*>(&bytes)),
+                1)
+          << l.kernel;
+      if (bound_copies > 0) {
+        EXPECT_THAT(l.kernel, HasSubstr(absl::StrCat(" + ", bound_copies, " bound input copies")));
+      }
+      return bytes;
+    }
+    ADD_FAILURE() << "no copy_inputs launch";
+    return -1;
+  };
+  const int64_t features = kBatch * kFeatures * 4, labels = kBatch * 4;
+  const int64_t all = staged(0);
+  EXPECT_GE(all, features + labels);
+  REPRISE_ASSERT_OK(trainer->BindInput("labels", device.y[0], labels));
+  EXPECT_EQ(staged(1), all - labels);
+  REPRISE_ASSERT_OK(trainer->BindInput("features", device.x[0], features));
+  EXPECT_EQ(staged(2), all - labels - features);  // The inputs left unbound.
+  REPRISE_ASSERT_OK(trainer->Step());
+  REPRISE_ASSERT_OK(trainer->BindInput("labels", nullptr, 0));
+  EXPECT_EQ(staged(1), all - features);
+  REPRISE_ASSERT_OK(trainer->Step());
+  EXPECT_TRUE(std::isfinite(*trainer->Loss()));
 }
 
 TEST(BindingsGpuTest, PinnedHostBindingAndInputBufferMatchSetInput) {
