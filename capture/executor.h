@@ -84,7 +84,8 @@ class CapturedStep {
 
   // Records `launches` again after a change of topology (a binding added or removed) and brings
   // the executable graph up to date: in place with cudaGraphExecUpdate when the driver accepts
-  // it, else by instantiating anew. Each path is counted. kDevice: no replay may be in flight.
+  // it and the input copies kept their places, else by instantiating anew. Each path is counted.
+  // kDevice: no replay may be in flight.
   absl::Status Recapture(absl::Span<const LoweredLaunch> launches, const Lanes& lanes,
                          cudaStream_t stream, Apply apply = Apply::kUpdateElseInstantiate);
   // Points the captured bound-input copy (a cudaMemcpyDefault copy of `bytes`) into
