@@ -8,8 +8,12 @@ gradients, and PyTorch-style SGD with momentum (dampening 0):
 Params and momentum are pytrees donated to the step (donate_argnums). fp32 with
 jax_default_matmul_precision="highest" (TF32 only with --tf32).
 
-Timing: wall clock around step(...) + block_until_ready on its outputs, per step,
-after warm-up (the first call, which compiles, is reported apart as compile_s).
+Timing (after warm-up; the first call, which compiles, is reported apart as compile_s):
+  jit         wall clock around step(...) + block_until_ready on its outputs, per step: each
+              step pays a host round trip, as a loop that reads its loss every step would.
+  jit_queued  --iters steps queued asynchronously and blocked on once, in 5 rounds; the median
+              round's time per step, as a loop that never waits on the device (the fair
+              comparison with reprise's and torch's event-timed back-to-back steps).
 Inputs rotate over a few pre-generated random batches on the device. peak_bytes is
 the device allocator's peak_bytes_in_use (null where the backend does not report it).
 Exit status: 0 ok, 1 cannot run (e.g. jax missing), 2 the mode failed.
@@ -24,7 +28,7 @@ try:
 except ImportError as e:  # reported in main()
     jax, _IMPORT_ERROR = None, str(e)
 
-MODES = ("jit",)
+MODES = ("jit", "jit_queued")
 NUM_BATCHES = 4  # distinct input batches, rotated
 
 
@@ -92,7 +96,7 @@ def block(tree):
     return jax.tree_util.tree_map(lambda t: t.block_until_ready(), tree)
 
 
-def run_jit(a, dev):
+def run_jit(a, dev, queued):
     key = jax.random.PRNGKey(0)
     key, pkey = jax.random.split(key)
     params = init_params(pkey, a)
@@ -111,10 +115,18 @@ def run_jit(a, dev):
     for i in range(1, a.warmup + 1):
         params, mom, loss = block(step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]))
     ms = []
-    for i in range(a.warmup + 1, a.warmup + 1 + a.iters):
-        t0 = time.perf_counter()
-        params, mom, loss = block(step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]))
-        ms.append((time.perf_counter() - t0) * 1e3)
+    if queued:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for i in range(a.iters):
+                params, mom, loss = step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES])
+            params, mom, loss = block((params, mom, loss))
+            ms.append((time.perf_counter() - t0) * 1e3 / a.iters)
+    else:
+        for i in range(a.warmup + 1, a.warmup + 1 + a.iters):
+            t0 = time.perf_counter()
+            params, mom, loss = block(step(params, mom, xs[i % NUM_BATCHES], ys[i % NUM_BATCHES]))
+            ms.append((time.perf_counter() - t0) * 1e3)
     ms.sort()
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
     return {"median_ms": statistics.median(ms),
@@ -146,7 +158,7 @@ def main():
     results = {}
     for mode in a.modes:
         try:
-            r = run_jit(a, dev)
+            r = run_jit(a, dev, queued=mode == "jit_queued")
         except Exception as e:  # report and go on
             r = {"error": f"{type(e).__name__}: {e}"}
         results[mode] = r
