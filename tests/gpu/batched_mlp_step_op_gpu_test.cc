@@ -9,7 +9,10 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
@@ -125,7 +128,9 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
 
   // The op's own lowering (grid 0), or its plan launched on `grid` blocks (with `phase_clock`,
   // the kernel that stamps each phase into that buffer).
-  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0, void* phase_clock = nullptr) {
+  // `threads`: blocks of that many threads instead of the lowering's (0).
+  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0, void* phase_clock = nullptr,
+                                                        int threads = 0) {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
@@ -141,6 +146,7 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     for (int i = 6; i + 1 < num_inputs(); i += 4) widths.push_back(specs_[i].shape.dim(1));
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(device_);
     target.tf32 = GetParam().tf32;
+    if (threads > 0) target.threads = threads;
     ASSIGN_OR_RETURN(
         codegen::MlpStepPlan plan,
         codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models));
@@ -260,7 +266,8 @@ TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
 }
 
 // Not a check: prints, per phase, the median over launches of the time from the last block
-// leaving the previous phase (or the first block starting) to the last block leaving this one.
+// leaving the previous phase (or the first block starting) to the last block leaving this one,
+// for blocks of the lowering's size and of 128 and 512 threads.
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   constexpr int kLaunches = 50;
   const int grid = device_.sm_count;
@@ -269,22 +276,32 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   const int phases = layers >= 2 ? 2 * layers - 1 : 2;
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer clock,
                                runtime::DeviceBuffer::Create((phases + 1) * grid * 8));
-  REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data()));
-  ASSERT_NO_FATAL_FAILURE(Reset());
-  ASSERT_NO_FATAL_FAILURE(Run(*stamped, 5));
-  std::vector<std::vector<double>> us(phases + 1);
-  std::vector<uint64_t> t((phases + 1) * grid);
-  for (int i = 0; i < kLaunches; ++i) {
-    ASSERT_NO_FATAL_FAILURE(Run(*stamped, 1));
-    REPRISE_ASSERT_OK(cudaMemcpy(t.data(), clock.data(), t.size() * 8, cudaMemcpyDeviceToHost));
-    uint64_t previous = *std::min_element(t.begin(), t.begin() + grid);
-    const uint64_t start = previous;
-    for (int p = 1; p <= phases; ++p) {
-      const uint64_t end = *std::max_element(t.begin() + p * grid, t.begin() + (p + 1) * grid);
-      us[p - 1].push_back((end - previous) / 1e3);
-      previous = end;
+  // Per block size: the phases' medians, then the whole kernel's.
+  std::vector<std::pair<int, std::vector<double>>> medians;
+  for (int threads : {0, 128, 512}) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data(), threads));
+    ASSERT_NO_FATAL_FAILURE(Reset());
+    ASSERT_NO_FATAL_FAILURE(Run(*stamped, 5));
+    std::vector<std::vector<double>> us(phases + 1);
+    std::vector<uint64_t> t((phases + 1) * grid);
+    for (int i = 0; i < kLaunches; ++i) {
+      ASSERT_NO_FATAL_FAILURE(Run(*stamped, 1));
+      REPRISE_ASSERT_OK(cudaMemcpy(t.data(), clock.data(), t.size() * 8, cudaMemcpyDeviceToHost));
+      uint64_t previous = *std::min_element(t.begin(), t.begin() + grid);
+      const uint64_t start = previous;
+      for (int p = 1; p <= phases; ++p) {
+        const uint64_t end = *std::max_element(t.begin() + p * grid, t.begin() + (p + 1) * grid);
+        us[p - 1].push_back((end - previous) / 1e3);
+        previous = end;
+      }
+      us[phases].push_back((previous - start) / 1e3);
     }
-    us[phases].push_back((previous - start) / 1e3);
+    std::vector<double> m;
+    for (std::vector<double>& v : us) {
+      std::sort(v.begin(), v.end());
+      m.push_back(v[v.size() / 2]);
+    }
+    medians.emplace_back(threads, std::move(m));
   }
   // The plain kernel launched back to back: its time per launch, start latency included.
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
@@ -294,13 +311,14 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   REPRISE_ASSERT_OK(cudaEventRecord(end.get(), stream_->get()));
   REPRISE_ASSERT_OK(cudaEventSynchronize(end.get()));
   REPRISE_ASSERT_OK_AND_ASSIGN(float ms, runtime::ElapsedMs(begin, end));
-  std::printf("PHASES %s: %.1f us per launch back to back (%s); phases:", GetParam().name,
+  std::printf("PHASES %s: %.1f us per launch back to back (%s)\n", GetParam().name,
               1e3 * ms / kLaunches, plain->Describe().c_str());
-  for (std::vector<double>& v : us) {
-    std::sort(v.begin(), v.end());
-    std::printf(" %.1f", v[v.size() / 2]);
+  for (const auto& [threads, m] : medians) {
+    std::printf("PHASES %s, %s threads:", GetParam().name,
+                threads == 0 ? "the lowering's" : absl::StrCat(threads).c_str());
+    for (double v : m) std::printf(" %.1f", v);
+    std::printf(" us (last: the whole kernel)\n");
   }
-  std::printf(" us (last: the whole kernel)\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(
