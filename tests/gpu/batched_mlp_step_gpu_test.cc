@@ -30,9 +30,10 @@ struct Case {
 const SgdOptions kSgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f};
 
 std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode,
-                                     bool whole_step = true, bool batch = true) {
+                                     bool whole_step = true, bool batch = true, bool tf32 = false) {
   TrainOptions options;
   options.mode = mode;
+  options.allow_tf32 = tf32;
   options.batch_ensembles = batch;
   options.whole_step = whole_step;
   options.ensemble_whole_step_max_models = 1 << 20;  // The whole step at every K tested.
@@ -166,13 +167,11 @@ TEST_P(EnsembleWholeStepGpuTest, MatchesTheUnbatchedCpuReferencePerModel) {
 
 // A captured replay gives the bulked run's bits: per-model losses every step, every parameter and
 // momentum after 20 steps; one instantiation.
-TEST_P(EnsembleWholeStepGpuTest, GraphReplayEqualsBulkedBitwiseOver20Steps) {
-  REPRISE_REQUIRE_GPU();
-  const Case& c = GetParam();
+void ExpectGraphReplayEqualsBulkedOver20Steps(const Case& c, bool tf32) {
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
                                models::BuildMlpEnsemble(c.models, c.config));
-  auto graph = MakeTrainer(e, ExecMode::kGraph);
-  auto bulked = MakeTrainer(e, ExecMode::kBulked);
+  auto graph = MakeTrainer(e, ExecMode::kGraph, true, true, tf32);
+  auto bulked = MakeTrainer(e, ExecMode::kBulked, true, true, tf32);
   ASSERT_TRUE(graph && bulked);
   ASSERT_EQ(CountOp(*graph, "batched_mlp_train_step"), 1);
   ASSERT_EQ(CountOp(*bulked, "batched_mlp_train_step"), 1);
@@ -194,6 +193,20 @@ TEST_P(EnsembleWholeStepGpuTest, GraphReplayEqualsBulkedBitwiseOver20Steps) {
     EXPECT_TRUE(replayed.at(name) == values) << name << " differs";
   }
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
+}
+
+TEST_P(EnsembleWholeStepGpuTest, GraphReplayEqualsBulkedBitwiseOver20Steps) {
+  REPRISE_REQUIRE_GPU();
+  ExpectGraphReplayEqualsBulkedOver20Steps(GetParam(), /*tf32=*/false);
+}
+
+// The same with allow_tf32: the whole-step kernel's GEMMs on TF32 tensor cores.
+TEST(EnsembleWholeStepGpuTest, Tf32GraphReplayEqualsBulkedBitwiseOver20Steps) {
+  REPRISE_REQUIRE_GPU();
+  ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K32Issue9Tf32", 32, {64, 64, 2, 256, 10}},
+                                           /*tf32=*/true);
+  ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K5UnalignedTf32", 5, {17, 33, 1, 45, 7}},
+                                           /*tf32=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
