@@ -8,26 +8,25 @@
 #include "src/util/status_macros.h"
 
 namespace reprise::capture {
-std::vector<std::pair<size_t, size_t>> InputCopy::StagedRanges() const {
+void InputCopy::UpdateStaged() {
   std::vector<std::pair<size_t, size_t>> bound;  // [begin, end) offsets in the input region.
   for (const Bound& b : bound_) {
     const size_t begin = static_cast<const char*>(b.slot) - static_cast<const char*>(device_);
     bound.emplace_back(begin, begin + b.bytes);
   }
   std::sort(bound.begin(), bound.end());
-  std::vector<std::pair<size_t, size_t>> staged;
+  staged_.clear();
   size_t next = 0;
   for (const auto& [begin, end] : bound) {
-    if (begin > next) staged.emplace_back(next, begin);
+    if (begin > next) staged_.emplace_back(next, begin);
     next = std::max(next, end);
   }
-  if (next < bytes_) staged.emplace_back(next, bytes_);
-  return staged;
+  if (next < bytes_) staged_.emplace_back(next, bytes_);
 }
 
 absl::Status InputCopy::Launch(cudaStream_t stream) const {
   // Bound inputs are not staged: their bytes would cross PCIe only to be overwritten.
-  for (const auto& [begin, end] : StagedRanges()) {
+  for (const auto& [begin, end] : staged_) {
     RETURN_IF_ERROR(
         runtime::CudaStatus(cudaMemcpyAsync(static_cast<char*>(device_) + begin,
                                             static_cast<const char*>(host_) + begin, end - begin,
@@ -44,7 +43,7 @@ absl::Status InputCopy::Launch(cudaStream_t stream) const {
 
 std::string InputCopy::Describe() const {
   size_t staged = 0;
-  for (const auto& [begin, end] : StagedRanges()) staged += end - begin;
+  for (const auto& [begin, end] : staged_) staged += end - begin;
   std::string text = absl::StrCat("memcpy H2D ", staged, " bytes");
   if (!bound_.empty()) absl::StrAppend(&text, " + ", bound_.size(), " bound input copies");
   return text;
@@ -60,6 +59,7 @@ void InputCopy::Bind(void* slot, const void* source, size_t bytes) {
   } else {
     bound_.push_back({slot, source, bytes});
   }
+  UpdateStaged();
 }
 
 bool InputCopy::IsBound(const void* slot) const {

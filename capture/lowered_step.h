@@ -40,7 +40,9 @@ struct StepResources {
 class InputCopy : public ops::GpuKernel {
  public:
   InputCopy(void* device, const void* host, size_t bytes)
-      : device_(device), host_(host), bytes_(bytes) {}
+      : device_(device), host_(host), bytes_(bytes) {
+    UpdateStaged();
+  }
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   // Copies `bytes` from `source` into `slot` instead of staging them from the host; nullptr
@@ -49,9 +51,8 @@ class InputCopy : public ops::GpuKernel {
   bool IsBound(const void* slot) const;
 
  private:
-  // [begin, end) byte offsets of the input region that no binding covers, in order: one host
-  // copy each (none when every input is bound).
-  std::vector<std::pair<size_t, size_t>> StagedRanges() const;
+  // Recomputes staged_ from the bindings (in Bind, not in every Launch).
+  void UpdateStaged();
 
   struct Bound {
     void* slot;
@@ -62,6 +63,9 @@ class InputCopy : public ops::GpuKernel {
   const void* host_;
   size_t bytes_;
   std::vector<Bound> bound_;  // In binding order, so re-captures keep the same node order.
+  // [begin, end) byte offsets of the input region that no binding covers, in order: one host
+  // copy each (none when every input is bound).
+  std::vector<std::pair<size_t, size_t>> staged_;
 };
 
 struct LoweredLaunch {
