@@ -254,22 +254,26 @@ TEST_P(NhwcBatchNormDirectTest, ReluMaskFromXGivesTheBitsOfTheStoredOutput) {
                                                              .channels = c,
                                                              .relu = true}));
   REPRISE_ASSERT_OK(forward->Launch(stream.get()));
+  // The backward's arguments with the mask taken from the stored output and/or from x.
+  auto backward_args = [&](bool from_output, bool from_x) {
+    return ops::NhwcBatchNormBackward{.dy = d_dy.data,
+                                      .act_out = from_output ? d_y.data : nullptr,
+                                      .relu_beta = from_x ? d_beta.data : nullptr,
+                                      .x = d_x.data,
+                                      .gamma = d_gamma.data,
+                                      .saved_mean = d_mean.data,
+                                      .saved_invstd = d_invstd.data,
+                                      .dx = d_dx.data,
+                                      .dgamma = d_dgamma.data,
+                                      .dbeta = d_dbeta.data,
+                                      .rows = m,
+                                      .channels = c};
+  };
   std::vector<std::vector<float>> results;
   for (bool from_x : {false, true}) {
-    ops::NhwcBatchNormBackward args{.dy = d_dy.data,
-                                    .act_out = from_x ? nullptr : d_y.data,
-                                    .relu_beta = from_x ? d_beta.data : nullptr,
-                                    .x = d_x.data,
-                                    .gamma = d_gamma.data,
-                                    .saved_mean = d_mean.data,
-                                    .saved_invstd = d_invstd.data,
-                                    .dx = d_dx.data,
-                                    .dgamma = d_dgamma.data,
-                                    .dbeta = d_dbeta.data,
-                                    .rows = m,
-                                    .channels = c};
-    REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ops::GpuKernel> backward,
-                                 ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", args));
+    REPRISE_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<ops::GpuKernel> backward,
+        ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", backward_args(!from_x, from_x)));
     EXPECT_EQ(backward->Describe().find("relu_mask_from_x") != std::string::npos, from_x)
         << backward->Describe();
     REPRISE_ASSERT_OK(backward->Launch(stream.get()));
@@ -280,19 +284,7 @@ TEST_P(NhwcBatchNormDirectTest, ReluMaskFromXGivesTheBitsOfTheStoredOutput) {
   }
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(SameBits(results[i], results[3 + i])) << i;
   // Both masks at once is refused.
-  ops::NhwcBatchNormBackward both{.dy = d_dy.data,
-                                  .act_out = d_y.data,
-                                  .relu_beta = d_beta.data,
-                                  .x = d_x.data,
-                                  .gamma = d_gamma.data,
-                                  .saved_mean = d_mean.data,
-                                  .saved_invstd = d_invstd.data,
-                                  .dx = d_dx.data,
-                                  .dgamma = d_dgamma.data,
-                                  .dbeta = d_dbeta.data,
-                                  .rows = m,
-                                  .channels = c};
-  EXPECT_EQ(ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", both).status().code(),
+  EXPECT_EQ(ops::LowerNhwcBatchNormGrad(ctx, "bn.grad", backward_args(true, true)).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
