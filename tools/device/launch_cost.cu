@@ -33,17 +33,22 @@ double now_us() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// A one-block kernel node's parameters.
+cudaKernelNodeParams OneBlock(void* func, int threads, void** args) {
+  cudaKernelNodeParams k = {};
+  k.func = func;
+  k.gridDim = dim3(1);
+  k.blockDim = dim3(threads);
+  k.kernelParams = args;
+  return k;
+}
 cudaGraph_t Chain(int n, int lanes) {
   cudaGraph_t g;
   CK(cudaGraphCreate(&g, 0));
   std::vector<cudaGraphNode_t> last(lanes, nullptr);
   int* null = nullptr;
   void* args[] = {&null};
-  cudaKernelNodeParams k = {};
-  k.func = (void*)Empty;
-  k.gridDim = dim3(1);
-  k.blockDim = dim3(32);
-  k.kernelParams = args;
+  const cudaKernelNodeParams k = OneBlock((void*)Empty, 32, args);
   for (int i = 0; i < n; ++i) {
     int l = i % lanes;
     cudaGraphNode_t node;
@@ -72,11 +77,7 @@ int main(int argc, char** argv) {
     cudaGraph_t lg;
     CK(cudaGraphCreate(&lg, 0));
     void* args[] = {&dev_exec};
-    cudaKernelNodeParams k = {};
-    k.func = (void*)Tail;
-    k.gridDim = dim3(1);
-    k.blockDim = dim3(1);
-    k.kernelParams = args;
+    const cudaKernelNodeParams k = OneBlock((void*)Tail, 1, args);
     cudaGraphNode_t ln;
     CK(cudaGraphAddKernelNode(&ln, lg, nullptr, 0, &k));
     cudaGraphExec_t launcher;
