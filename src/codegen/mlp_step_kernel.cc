@@ -229,132 +229,12 @@ absl::Status ChoosePhaseTiles(std::vector<PhaseGemm>& gemms, const MlpStepTarget
 // the head, dz_0 from the phase before the last; every other dz is two phases old.
 bool WgradLate(int l, int layers) { return l == layers - 1 || l == 0; }
 
-std::string B(bool v) { return v ? "true" : "false"; }
-
-std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late) {
-  return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
-                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", false, ", B(t.mma),
-                      ">");
-}
-
-std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
-
-// A tensor argument of the generated kernel: its name (empty: none) and its model stride.
-struct Arg {
-  std::string name;
-  int64_t stride = 0;
-};
-
-// "T{p0, ..., pn, s0, ..., sn}" for GemmArgs and HeadArgs: the pointers, then their strides.
-std::string ArgsOf(const char* type, const std::vector<Arg>& args,
-                   const std::string& between = "") {
-  std::vector<std::string> ptrs, strides;
-  for (const Arg& a : args) {
-    ptrs.push_back(Ptr(a.name));
-    strides.push_back(absl::StrCat(a.stride));
-  }
-  return absl::StrCat(type, "{", absl::StrJoin(ptrs, ", "), ", ", between,
-                      absl::StrJoin(strides, ", "), "}");
-}
-
-}  // namespace
-
-int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
-  const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
-  const int64_t rows = models * batch;
-  int64_t total = Align32(rows);  // Row losses.
-  for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
-  for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
-  return total;
-}
-
-namespace {
-absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
-                                              const MlpStepTarget& target, int64_t models);
-}  // namespace
-
-// The tile search takes tens of ms, and the fuse pass, shape inference and lowering each ask for
-// the same plan, so plans are remembered for the process, by shapes and target.
-absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
-                                        const MlpStepTarget& target, int64_t models) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
-  const std::string key = absl::StrCat(
-      models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
-      ",", target.max_shared_bytes, ",", target.aligned, ",", target.tf32);
-  {
-    absl::MutexLock lock(&mu);
-    if (auto it = plans->find(key); it != plans->end()) return it->second;
-  }
-  absl::StatusOr<MlpStepPlan> plan = SearchMlpStepPlan(batch, widths, target, models);
-  absl::MutexLock lock(&mu);
-  return plans->emplace(key, std::move(plan)).first->second;
-}
-
-namespace {
-absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
-                                              const MlpStepTarget& target, int64_t models) {
-  const int layers = static_cast<int>(widths.size()) - 1;
-  if (layers < 1 || batch < 1 || models < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("an MLP step needs a batch, a model and at least one layer; got batch ", batch,
-                     ", ", models, " models and ", widths.size(), " widths"));
-  }
-  if (target.grid < 1 ||
-      (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad MLP step target: grid ", target.grid, ", threads ", target.threads));
-  }
-  constexpr int64_t kMaxExtent = 65536;
-  constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
-  if (batch > kMaxExtent) {
-    return absl::UnimplementedError(
-        absl::StrCat("batch ", batch, " exceeds the fused MLP step's limit of ", kMaxExtent));
-  }
-  constexpr int64_t kMaxModels = 8192;  // Their losses are summed in shared memory (32 KB).
-  if (models > kMaxModels) {
-    return absl::UnimplementedError(
-        absl::StrCat(models, " models exceed the fused MLP step's limit of ", kMaxModels));
-  }
-  for (int l = 0; l <= layers; ++l) {
-    if (widths[l] < 1 || widths[l] > kMaxExtent) {
-      return absl::UnimplementedError(absl::StrCat("width ", widths[l], " of layer boundary ", l,
-                                                   " is outside the fused MLP step's [1, ",
-                                                   kMaxExtent, "]"));
-    }
-    if (l < layers && widths[l] * widths[l + 1] > kMaxElements) {
-      return absl::UnimplementedError(absl::StrCat("W_", l, " has more than 2^31 - 1 elements"));
-    }
-  }
-  if (batch * widths[0] > kMaxElements) {
-    return absl::UnimplementedError("a model's features have more than 2^31 - 1 elements");
-  }
-  MlpStepPlan plan;
-  plan.models = static_cast<int>(models);
-  plan.batch = static_cast<int>(batch);
-  for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
-  plan.target = target;
-  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models);
-  if (plan.workspace_floats > kMaxElements) {
-    return absl::UnimplementedError(
-        absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
-  }
-  plan.h_offset.assign(layers, 0);
-  plan.dz_offset.assign(layers, 0);
-  int64_t offset = 0;
-  for (int l = 1; l < layers; ++l) {
-    plan.h_offset[l] = offset;
-    offset += Align32(models * batch * widths[l]);
-  }
-  for (int l = 0; l < layers; ++l) {
-    plan.dz_offset[l] = offset;
-    offset += Align32(models * batch * widths[l + 1]);
-  }
-  plan.row_loss_offset = offset;
-
-  const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
-  const auto& d = widths;
-  int64_t smem = 0;
+// The kLayerPhases schedule's tiles (see MlpSchedule); `smem` grows to the floats they need.
+absl::Status PlanLayerPhases(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
+  const int layers = plan.layers();
+  const int64_t batch = plan.batch, models = plan.models;
+  const MlpStepTarget& target = plan.target;
+  const std::vector<int64_t> d(plan.widths.begin(), plan.widths.end());
   plan.forward.resize(std::max(0, layers - 1));
   for (int l = 0; l + 1 < layers; ++l) {
     std::vector<PhaseGemm> gemms = {
@@ -419,6 +299,241 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       smem = std::max(smem, GemmSmemFloats(kWgrad, batch, plan.wgrad[l]));
     }
   }
+  plan.phases = layers >= 2 ? 2 * layers - 1 : 2;
+  plan.barriers = plan.phases - 1;
+  return absl::OkStatus();
+}
+
+// Head task cost in the units of TaskCost: its logits and data-gradient products (SIMT, through
+// shared memory) and a fixed latency per dependent step.
+double HeadCost(int64_t rows, int64_t k, int64_t c, int threads) {
+  return 2600.0 + 2.0 * static_cast<double>(rows * k * c) / threads * 8.0;
+}
+
+// The cheapest tiling of a row-chain GEMM whose tiles span `rows` rows: the cost of all of one
+// row block's tiles, run one after another. nullopt: none fits.
+std::optional<Candidate> RowBlockTile(PhaseGemm g, int rows, const MlpStepTarget& target,
+                                      int64_t budget) {
+  if (!FindCandidates(g, target, budget).ok()) return std::nullopt;
+  std::optional<Candidate> best;
+  for (const Candidate& c : g.candidates) {
+    if (c.tile.tm != rows) continue;
+    const double cost = static_cast<double>(CeilDiv(g.n, c.tile.tn)) * c.cost;
+    if (!best.has_value() || cost < best->cost) best = Candidate{c.tile, cost};
+  }
+  return best;
+}
+
+// The kRowChain schedule (see MlpSchedule): the row block (head_rows) whose phase 0 the model
+// finds shortest, then each weight gradient's tiling of least total cost. Unimplemented where no
+// row block fits.
+absl::Status PlanRowChain(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
+  const int layers = plan.layers();
+  const int64_t batch = plan.batch;
+  const MlpStepTarget& target = plan.target;
+  const std::vector<int64_t> d(plan.widths.begin(), plan.widths.end());
+  const int64_t k = d[layers - 1], c = d[layers];
+  double best = std::numeric_limits<double>::infinity();
+  for (int rows = 1; rows <= 128 && rows < 2 * batch; rows *= 2) {
+    if (HeadSmemFloats(rows, k, c, target.threads) > budget) break;
+    if (target.chain_rows > 0 && rows != target.chain_rows) continue;
+    double task = HeadCost(rows, k, c, target.threads);
+    std::vector<MlpGemmTile> forward(std::max(0, layers - 1)), dgrad(layers);
+    bool fits = true;
+    for (int l = 0; fits && l + 1 < layers; ++l) {
+      std::optional<Candidate> t = RowBlockTile(
+          {kFwd, batch, d[l + 1], d[l], true, absl::StrCat("forward GEMM of layer ", l), {}}, rows,
+          target, budget);
+      fits = t.has_value();
+      if (fits) forward[l] = t->tile, task += t->cost;
+    }
+    for (int l = 1; fits && l + 1 < layers; ++l) {
+      std::optional<Candidate> t = RowBlockTile({kDgrad,
+                                                 batch,
+                                                 d[l],
+                                                 d[l + 1],
+                                                 true,
+                                                 absl::StrCat("data-gradient GEMM of layer ", l),
+                                                 {}},
+                                                rows, target, budget);
+      fits = t.has_value();
+      if (fits) dgrad[l] = t->tile, task += t->cost;
+    }
+    if (!fits) continue;
+    const double makespan =
+        static_cast<double>(CeilDiv(plan.models * CeilDiv(batch, rows), target.grid)) * task;
+    if (makespan < best) {
+      best = makespan;
+      plan.head_rows = rows;
+      plan.forward = std::move(forward);
+      plan.dgrad = std::move(dgrad);
+    }
+  }
+  if (best == std::numeric_limits<double>::infinity()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the row-chain MLP step: no block of batch rows fits the head and every layer's tiles in ",
+        budget * 4, " bytes of shared memory"));
+  }
+  smem = std::max(smem, HeadSmemFloats(plan.head_rows, k, c, target.threads));
+  for (int l = 0; l + 1 < layers; ++l) {
+    smem = std::max(smem, GemmSmemFloats(kFwd, d[l], plan.forward[l]));
+    if (l >= 1) smem = std::max(smem, GemmSmemFloats(kDgrad, d[l + 1], plan.dgrad[l]));
+  }
+  plan.wgrad.resize(layers);
+  for (int l = 0; l < layers; ++l) {
+    PhaseGemm g{
+        kWgrad, d[l + 1], d[l], batch, true, absl::StrCat("weight-gradient GEMM of layer ", l), {}};
+    RETURN_IF_ERROR(FindCandidates(g, target, budget));
+    const Candidate* pick = &g.candidates[0];
+    for (const Candidate& cand : g.candidates) {
+      if (cand.tile.tiles * cand.cost < pick->tile.tiles * pick->cost) pick = &cand;
+    }
+    plan.wgrad[l] = pick->tile;
+    smem = std::max(smem, GemmSmemFloats(kWgrad, batch, plan.wgrad[l]));
+  }
+  plan.row_chain = true;
+  plan.phases = 2;
+  plan.barriers = 1;
+  return absl::OkStatus();
+}
+
+std::string B(bool v) { return v ? "true" : "false"; }
+
+std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late,
+                     bool b_late = false) {
+  return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
+                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", ", B(b_late), ", ",
+                      B(t.mma), ">");
+}
+
+std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
+
+// A tensor argument of the generated kernel: its name (empty: none) and its model stride.
+struct Arg {
+  std::string name;
+  int64_t stride = 0;
+};
+
+// "T{p0, ..., pn, s0, ..., sn}" for GemmArgs and HeadArgs: the pointers, then their strides.
+std::string ArgsOf(const char* type, const std::vector<Arg>& args,
+                   const std::string& between = "") {
+  std::vector<std::string> ptrs, strides;
+  for (const Arg& a : args) {
+    ptrs.push_back(Ptr(a.name));
+    strides.push_back(absl::StrCat(a.stride));
+  }
+  return absl::StrCat(type, "{", absl::StrJoin(ptrs, ", "), ", ", between,
+                      absl::StrJoin(strides, ", "), "}");
+}
+
+}  // namespace
+
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
+  const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
+  const int64_t rows = models * batch;
+  int64_t total = Align32(rows);  // Row losses.
+  for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
+  for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
+  return total;
+}
+
+namespace {
+absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
+                                              const MlpStepTarget& target, int64_t models);
+}  // namespace
+
+// The tile search takes tens of ms, and the fuse pass, shape inference and lowering each ask for
+// the same plan, so plans are remembered for the process, by shapes and target.
+absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
+                                        const MlpStepTarget& target, int64_t models) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
+  const std::string key = absl::StrCat(
+      models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
+      ",", target.max_shared_bytes, ",", target.aligned, ",", target.tf32, ",",
+      static_cast<int>(target.schedule), ",", target.blocks_per_sm, ",", target.chain_rows);
+  {
+    absl::MutexLock lock(&mu);
+    if (auto it = plans->find(key); it != plans->end()) return it->second;
+  }
+  absl::StatusOr<MlpStepPlan> plan = SearchMlpStepPlan(batch, widths, target, models);
+  absl::MutexLock lock(&mu);
+  return plans->emplace(key, std::move(plan)).first->second;
+}
+
+namespace {
+absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<int64_t>& widths,
+                                              const MlpStepTarget& target, int64_t models) {
+  const int layers = static_cast<int>(widths.size()) - 1;
+  if (layers < 1 || batch < 1 || models < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an MLP step needs a batch, a model and at least one layer; got batch ", batch,
+                     ", ", models, " models and ", widths.size(), " widths"));
+  }
+  if (target.grid < 1 || target.blocks_per_sm < 1 || target.blocks_per_sm > 8 ||
+      (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad MLP step target: grid ", target.grid,
+                                                   ", threads ", target.threads, ", blocks per SM ",
+                                                   target.blocks_per_sm));
+  }
+  constexpr int64_t kMaxExtent = 65536;
+  constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+  if (batch > kMaxExtent) {
+    return absl::UnimplementedError(
+        absl::StrCat("batch ", batch, " exceeds the fused MLP step's limit of ", kMaxExtent));
+  }
+  constexpr int64_t kMaxModels = 8192;  // Their losses are summed in shared memory (32 KB).
+  if (models > kMaxModels) {
+    return absl::UnimplementedError(
+        absl::StrCat(models, " models exceed the fused MLP step's limit of ", kMaxModels));
+  }
+  for (int l = 0; l <= layers; ++l) {
+    if (widths[l] < 1 || widths[l] > kMaxExtent) {
+      return absl::UnimplementedError(absl::StrCat("width ", widths[l], " of layer boundary ", l,
+                                                   " is outside the fused MLP step's [1, ",
+                                                   kMaxExtent, "]"));
+    }
+    if (l < layers && widths[l] * widths[l + 1] > kMaxElements) {
+      return absl::UnimplementedError(absl::StrCat("W_", l, " has more than 2^31 - 1 elements"));
+    }
+  }
+  if (batch * widths[0] > kMaxElements) {
+    return absl::UnimplementedError("a model's features have more than 2^31 - 1 elements");
+  }
+  MlpStepPlan plan;
+  plan.models = static_cast<int>(models);
+  plan.batch = static_cast<int>(batch);
+  for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
+  plan.target = target;
+  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models);
+  if (plan.workspace_floats > kMaxElements) {
+    return absl::UnimplementedError(
+        absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
+  }
+  plan.h_offset.assign(layers, 0);
+  plan.dz_offset.assign(layers, 0);
+  int64_t offset = 0;
+  for (int l = 1; l < layers; ++l) {
+    plan.h_offset[l] = offset;
+    offset += Align32(models * batch * widths[l]);
+  }
+  for (int l = 0; l < layers; ++l) {
+    plan.dz_offset[l] = offset;
+    offset += Align32(models * batch * widths[l + 1]);
+  }
+  plan.row_loss_offset = offset;
+
+  const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
+  int64_t smem = 0;
+  const bool chain = target.schedule == MlpSchedule::kRowChain ||
+                     (target.schedule == MlpSchedule::kAuto && models >= kRowChainMinModels);
+  absl::Status chained = chain ? PlanRowChain(plan, budget, smem)
+                               : absl::UnimplementedError("the row chain was not asked for");
+  if (!chained.ok()) {
+    if (target.schedule == MlpSchedule::kRowChain) return chained;
+    smem = 0;
+    RETURN_IF_ERROR(PlanLayerPhases(plan, budget, smem));
+  }
   // Tasks of a phase are counted in int on the device.
   int64_t most_tiles = plan.head_rows > 0 ? CeilDiv(batch, plan.head_rows) : 0;
   for (const auto* tiles : {&plan.forward, &plan.dgrad, &plan.wgrad}) {
@@ -429,8 +544,6 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
         absl::StrCat(models, " models of ", most_tiles, " tiles exceed 2^31 - 1 tasks per phase"));
   }
   plan.shared_bytes = (smem + LossScratch(models)) * 4;
-  plan.phases = layers >= 2 ? 2 * layers - 1 : 2;
-  plan.barriers = plan.phases - 1;
   return plan;
 }
 }  // namespace
@@ -468,8 +581,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   if (phase_clock) params.push_back("unsigned long long* phase_clock");
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
-                  ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n",
-                  "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
+                  ", ", plan.target.blocks_per_sm, ")\n", name, "(", absl::StrJoin(params, ", "),
+                  ") {\n", "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
                   "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
                   ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
                   ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
@@ -496,59 +609,113 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   for (int l = 0; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
   }
+  auto forward_args = [&](int l) {
+    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
+  };
+  auto dgrad_args = [&](int l) {
+    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
+  };
+  auto wgrad_args = [&](int l) {
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+  };
+  const int last = layers - 1;
+  const std::string head_type =
+      absl::StrCat("Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
+                   B(layers >= 2), ", ", B(layers >= 2), ">");
+  const std::string head_args =
+      ArgsOf("HeadArgs",
+             {h(last), w(last), b(last), Arg{"labels", shared_labels ? 0 : batch},
+              Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
+              Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
+             absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
+  if (plan.row_chain) {
+    const int64_t row_blocks = CeilDiv(batch, plan.head_rows);
+    absl::StrAppend(&code,
+                    "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
+                      ";\n    const GemmArgs f", l, " = ", forward_args(l), ";\n");
+    }
+    for (int l = 1; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
+                      ";\n    const GemmArgs g", l, " = ", dgrad_args(l), ";\n");
+    }
+    absl::StrAppend(&code, "    typedef ", head_type, " H;\n    const HeadArgs head = ", head_args,
+                    ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
+                    "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
+                    ", i = task - k * ", row_blocks, ";\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
+    for (int l = layers - 2; l >= 1; --l) {
+      absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
+    stamp(1);
+    // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
+    // velocities and biases are prefetched before the barrier.
+    std::vector<std::string> types, args;
+    for (int l = layers - 1; l >= 0; --l) {
+      types.push_back(absl::StrCat("W", l));
+      absl::StrAppend(&code, "  typedef ",
+                      GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], true, l > 0), " W", l,
+                      ";\n");
+      args.push_back(wgrad_args(l));
+    }
+    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
+                    "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
+                    "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
+                    ">(a, c, arrival);\n  }\n");
+    stamp(2);
+    absl::StrAppend(&code, "}\n");
+    return {name, std::move(code)};
+  }
   int phase = 0;
   const int last_phase = plan.phases - 1;
   auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
     absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
                     GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
-                    " G;\n    GemmPhase<G, NoGemm, ", flags(), ", false>(",
-                    ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none}),
-                    ", GemmArgs{}, c, arrival);\n  }\n");
+                    " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
+                    flags(), ", false, G>(a, c, arrival);\n  }\n");
     stamp(phase + 1);
   }
-  {
-    const int last = layers - 1;
-    const Arg labels{"labels", shared_labels ? 0 : batch};
-    const Arg logits{"logits", batch * d[layers]};
-    const Arg dz_prev = layers >= 2 ? dz(last - 1) : none;
-    const Arg row_loss{absl::StrCat("ws + ", plan.row_loss_offset), batch};
-    absl::StrAppend(
-        &code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
-        "    typedef Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
-        B(layers >= 2), ", ", B(layers >= 2), "> H;\n", "    const HeadArgs a = ",
-        ArgsOf("HeadArgs", {h(last), w(last), b(last), labels, logits, dz(last), dz_prev, row_loss},
-               absl::StrCat("dloss[0] / static_cast<float>(", batch, "), ")),
-        ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
-    stamp(phase + 1);
-    ++phase;
-  }
-  auto wgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
-  };
+  absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
+                  "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
+                  ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+  stamp(phase + 1);
+  ++phase;
   auto wgrad_type = [&](int l, bool a_late) {
     return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
   };
   for (int bs = 0; bs < std::max(1, layers - 1); ++bs, ++phase) {
     const int dl = layers - 2 - bs, wl = layers - 1 - bs;
-    std::string g1, a1, g2 = "NoGemm", a2 = "GemmArgs{}";
+    std::vector<std::string> types = {"G1"}, args;
+    std::string g1, g2;
     if (layers == 1) {
       g1 = wgrad_type(0, WgradLate(0, layers));
-      a1 = wgrad_args(0);
+      args = {wgrad_args(0)};
     } else if (dl >= 1) {
       g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
-      a1 = ArgsOf("GemmArgs", {dz(dl), w(dl), dz(dl - 1), none, h(dl), none, none, none});
       g2 = wgrad_type(wl, WgradLate(wl, layers));
-      a2 = wgrad_args(wl);
+      args = {dgrad_args(dl), wgrad_args(wl)};
     } else {  // The last phase: wgrad of layers 1 and 0.
       g1 = wgrad_type(wl, WgradLate(wl, layers));
-      a1 = wgrad_args(wl);
       g2 = wgrad_type(0, WgradLate(0, layers));
-      a2 = wgrad_args(0);
+      args = {wgrad_args(wl), wgrad_args(0)};
     }
     absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
-                    g1, " G1;\n    typedef ", g2, " G2;\n    GemmPhase<G1, G2, ", flags(), ", ",
-                    B(bs == 0), ">(", a1, ", ", a2, ", c, arrival);\n  }\n");
+                    g1, " G1;\n");
+    if (!g2.empty()) {
+      absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
+      types.push_back("G2");
+    }
+    absl::StrAppend(&code, "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
+                    "};\n    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
+                    absl::StrJoin(types, ", "), ">(a, c, arrival);\n  }\n");
     stamp(phase + 1);
   }
   absl::StrAppend(&code, "}\n");

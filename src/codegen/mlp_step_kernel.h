@@ -29,6 +29,20 @@
 
 namespace reprise::codegen {
 
+// How the step's work is cut into phases (grid barriers between them).
+//   kLayerPhases: a phase per layer forward, the head, then a phase per layer backward (each
+//                 layer's dgrad beside the next layer's wgrad + SGD): 2L - 1 phases, every phase's
+//                 tasks (model, tile) pairs of its one or two GEMMs.
+//   kRowChain:    two phases. Phase 0's tasks are (model, block of batch rows): each runs its
+//                 rows through every forward layer, the head and every data gradient (all of
+//                 them row-local), reading all the weights. Phase 1 runs every layer's weight
+//                 gradient + SGD as (model, tile) tasks. One barrier whatever the depth, at the
+//                 price of each row block reading every weight (from L2).
+//   kAuto:        kRowChain for ensembles of at least kRowChainMinModels models where it fits,
+//                 else kLayerPhases.
+enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain };
+inline constexpr int kRowChainMinModels = 8;
+
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
 // `grid` blocks of `threads` threads.
 struct MlpStepTarget {
@@ -39,6 +53,12 @@ struct MlpStepTarget {
   // GEMMs may run on TF32 tensor cores (the trainer's allow_tf32), where the plan finds that
   // faster.
   bool tf32 = false;
+  MlpSchedule schedule = MlpSchedule::kAuto;
+  // Blocks of the grid resident on one SM (__launch_bounds__' minimum): with 2 or more, one
+  // block's loads overlap another's products; grid and max_shared_bytes must allow it.
+  int blocks_per_sm = 1;
+  // kRowChain: rows per phase-0 task (a power of two); 0 lets the planner choose.
+  int chain_rows = 0;
 };
 
 // One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
@@ -55,10 +75,12 @@ struct MlpStepPlan {
   int batch = 0;            // Per model.
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
-  std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2.
-  std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head).
+  bool row_chain = false;            // The kRowChain schedule; its row blocks are head_rows.
+  std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
+  std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
+                                     // row chain: tm = head_rows).
   std::vector<MlpGemmTile> wgrad;    // [l], l = 0..L-1.
-  int head_rows = 1;                 // Batch rows per head task.
+  int head_rows = 1;                 // Batch rows per head task (row chain: per phase-0 task).
   int64_t shared_bytes = 0;          // Dynamic shared memory per block.
   // Workspace (f32 elements, each buffer 128-byte aligned): h_l for l = 1..L-1, dz_l for
   // l = 0..L-1, the per-row losses; each [K, B, ...], model k's slice after model k-1's.
@@ -80,9 +102,10 @@ inline constexpr int64_t kMlpStepBarrierWords = 64;
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
                                int64_t models = 1);
 
-// Picks tiles for every phase of `models` MLPs of these shapes. kUnimplemented, saying which
-// limit, where the shapes exceed what the kernel supports on `target` (shared memory for the head
-// or a GEMM tile, 32-bit indexing); kInvalidArgument for non-positive sizes.
+// Picks the schedule (target.schedule) and tiles for every phase of `models` MLPs of these
+// shapes. kUnimplemented, saying which limit, where the shapes exceed what the kernel supports on
+// `target` (shared memory for the head or a GEMM tile, 32-bit indexing; kRowChain asked for where
+// no row block fits); kInvalidArgument for non-positive sizes.
 absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t>& widths,
                                         const MlpStepTarget& target, int64_t models = 1);
 

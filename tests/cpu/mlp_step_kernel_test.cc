@@ -112,27 +112,64 @@ TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
       {2, 1, {1, 1, 2}, false, false, true},
   };
   for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
-    codegen::MlpStepTarget target;
-    target.aligned = s.aligned;
-    target.tf32 = tf32;
-    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->models, s.models);
-    EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
-    const codegen::GeneratedKernel kernel =
-        codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
-    EXPECT_EQ(kernel.name, "reprise_batched_mlp_step");
-    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
-                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
-    EXPECT_FALSE(compiled->cubin.empty());
+    for (codegen::MlpSchedule schedule :
+         {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
+      codegen::MlpStepTarget target;
+      target.aligned = s.aligned;
+      target.tf32 = tf32;
+      target.schedule = schedule;
+      auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_EQ(plan->row_chain, schedule == codegen::MlpSchedule::kRowChain);
+      EXPECT_EQ(plan->models, s.models);
+      EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
+      const codegen::GeneratedKernel kernel =
+          codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
+      EXPECT_EQ(kernel.name, "reprise_batched_mlp_step");
+      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+      ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
+                                 << (tf32 ? ", TF32" : "")
+                                 << (plan->row_chain ? ", row chain: " : ": ") << compiled.status();
+      EXPECT_FALSE(compiled->cubin.empty());
+    }
   }
 }
 
-// At the shapes every large phase has K * tiles tasks enough to keep an H100's 132 SMs
-// busy, in rounds that are nearly full.
+// The row chain: two phases whatever the depth; phase 0's GEMM tiles span exactly one row block
+// (head_rows rows), so a task's rows pass through every layer; the default takes it for
+// ensembles of kRowChainMinModels models or more; asked for where no row block fits, it is a
+// clear error.
+TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
+  codegen::MlpStepTarget target;
+  target.schedule = codegen::MlpSchedule::kRowChain;
+  for (bool tf32 : {false, true}) {
+    target.tf32 = tf32;
+    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 256, 10}, target, 32);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->row_chain);
+    EXPECT_EQ(plan->phases, 2);
+    EXPECT_EQ(plan->barriers, 1);
+    for (int l = 0; l < 3; ++l) EXPECT_EQ(plan->forward[l].tm, plan->head_rows) << l;
+    for (int l = 1; l < 3; ++l) EXPECT_EQ(plan->dgrad[l].tm, plan->head_rows) << l;
+    EXPECT_EQ(plan->wgrad.size(), 4u);
+  }
+  const codegen::MlpStepTarget automatic;
+  for (int64_t models : {1, 4, 8, 128}) {
+    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->row_chain, models >= codegen::kRowChainMinModels) << models;
+  }
+  target.max_shared_bytes = 8 * 1024;
+  const auto too_small = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, 32);
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(too_small.status().message(), HasSubstr("row-chain"));
+}
+
+// Layer phases: at the shapes every large phase has K * tiles tasks enough to keep an
+// H100's 132 SMs busy, in rounds that are nearly full.
 TEST(MlpStepKernelTest, EnsembleTilesFillTheGrid) {
-  const codegen::MlpStepTarget h100;
+  codegen::MlpStepTarget h100;
+  h100.schedule = codegen::MlpSchedule::kLayerPhases;
   for (int64_t models : {4, 32, 128}) {
     auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, models);
     ASSERT_TRUE(plan.ok()) << plan.status();

@@ -1,8 +1,8 @@
 // batched_mlp_train_step's lowering alone on the GPU: from the node the fuse pass makes of a
-// batched ensemble, one cooperative launch per step matches the op's CPU reference over three
-// steps (total and per-model losses, logits, every weight and velocity), and launched on 1 or 3
-// blocks (every block then runs many (model, tile) tasks, most not prefetched) it gives the full
-// grid's bits.
+// batched ensemble, one cooperative launch per step (either schedule, MlpSchedule) matches the
+// op's CPU reference over three steps (total and per-model losses, logits, every weight and
+// velocity), and launched on 1 or 3 blocks (every block then runs many (model, tile) tasks, most
+// not prefetched) it gives the full grid's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -36,6 +37,8 @@ struct OpCase {
   models::MlpConfig config;
   bool shared;        // Every model reads the same features and labels.
   bool tf32 = false;  // allow_tf32: the plan's large GEMMs run on tensor cores.
+  // kAuto: the op's own lowering; otherwise that schedule on a grid of one block per SM.
+  codegen::MlpSchedule schedule = codegen::MlpSchedule::kAuto;
 };
 
 // The fused graph of K models' batched training step: leaves and one batched_mlp_train_step.
@@ -130,7 +133,8 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
   // the kernel that stamps each phase into that buffer).
   // `threads`: blocks of that many threads instead of the lowering's (0).
   absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0, void* phase_clock = nullptr,
-                                                        int threads = 0) {
+                                                        int threads = 0, int blocks_per_sm = 1,
+                                                        int chain_rows = 0) {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
@@ -139,14 +143,24 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
       (i < num_inputs() ? ctx.inputs : ctx.outputs).push_back(buffers_[i].data());
       if (i < num_inputs()) ctx.input_specs.push_back(specs_[i]);
     }
-    if (grid == 0) return ops::BatchedMlpTrainStepOp().lower(ctx, node());
+    if (grid == 0 && GetParam().schedule == codegen::MlpSchedule::kAuto) {
+      return ops::BatchedMlpTrainStepOp().lower(ctx, node());
+    }
+    if (grid == 0) grid = device_.sm_count;
     const bool shared_x = specs_[0].shape.rank() == 2, shared_y = specs_[1].shape.rank() == 1;
     const int64_t models = specs_[6].shape.dim(0);
     std::vector<int64_t> widths = {specs_[0].shape.dim(specs_[0].shape.rank() - 1)};
     for (int i = 6; i + 1 < num_inputs(); i += 4) widths.push_back(specs_[i].shape.dim(1));
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(device_);
     target.tf32 = GetParam().tf32;
+    target.schedule = chain_rows > 0 ? codegen::MlpSchedule::kRowChain : GetParam().schedule;
     if (threads > 0) target.threads = threads;
+    target.chain_rows = chain_rows;
+    if (blocks_per_sm > 1) {
+      // An H100 SM has 228 KB of shared memory, of which each block reserves 1 KB.
+      target.blocks_per_sm = blocks_per_sm;
+      target.max_shared_bytes = (228 << 10) / blocks_per_sm - (1 << 10);
+    }
     ASSIGN_OR_RETURN(
         codegen::MlpStepPlan plan,
         codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models));
@@ -267,19 +281,28 @@ TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
 
 // Not a check: prints, per phase, the median over launches of the time from the last block
 // leaving the previous phase (or the first block starting) to the last block leaving this one,
-// for blocks of the lowering's size and of 128 and 512 threads.
+// for blocks of the lowering's size and of 128 threads, one or several blocks per SM.
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   constexpr int kLaunches = 50;
-  const int grid = device_.sm_count;
+  const int sms = device_.sm_count;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower());
   const int layers = (num_inputs() - 7) / 4;  // x, labels, 4 scalars, 4 per layer, barrier.
-  const int phases = layers >= 2 ? 2 * layers - 1 : 2;
+  const bool chain = GetParam().schedule == codegen::MlpSchedule::kRowChain ||
+                     (GetParam().schedule == codegen::MlpSchedule::kAuto &&
+                      GetParam().models >= codegen::kRowChainMinModels);
+  const int phases = chain ? 2 : layers >= 2 ? 2 * layers - 1 : 2;
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer clock,
-                               runtime::DeviceBuffer::Create((phases + 1) * grid * 8));
-  // Per block size: the phases' medians, then the whole kernel's.
-  std::vector<std::pair<int, std::vector<double>>> medians;
-  for (int threads : {0, 128, 512}) {
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data(), threads));
+                               runtime::DeviceBuffer::Create((phases + 1) * 4 * sms * 8));
+  // Per (block size, blocks per SM): the phases' medians, then the whole kernel's.
+  std::vector<std::pair<std::pair<int, int>, std::vector<double>>> medians;
+  for (auto [threads, per_sm] : {std::pair{0, 1}, {128, 1}, {256, 2}, {128, 2}, {128, 4}}) {
+    const int grid = sms * per_sm;
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data(), threads, per_sm));
+    if (!absl::StrContains(stamped->Describe(), absl::StrCat("grid=", grid, " "))) {
+      std::printf("PHASES %s: %d x %d threads do not fit an SM (%s)\n", GetParam().name, per_sm,
+                  threads, stamped->Describe().c_str());
+      continue;
+    }
     ASSERT_NO_FATAL_FAILURE(Reset());
     ASSERT_NO_FATAL_FAILURE(Run(*stamped, 5));
     std::vector<std::vector<double>> us(phases + 1);
@@ -301,7 +324,7 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
       std::sort(v.begin(), v.end());
       m.push_back(v[v.size() / 2]);
     }
-    medians.emplace_back(threads, std::move(m));
+    medians.emplace_back(std::pair{threads, per_sm}, std::move(m));
   }
   // The plain kernel launched back to back: its time per launch, start latency included.
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
@@ -313,11 +336,43 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   REPRISE_ASSERT_OK_AND_ASSIGN(float ms, runtime::ElapsedMs(begin, end));
   std::printf("PHASES %s: %.1f us per launch back to back (%s)\n", GetParam().name,
               1e3 * ms / kLaunches, plain->Describe().c_str());
-  for (const auto& [threads, m] : medians) {
-    std::printf("PHASES %s, %s threads:", GetParam().name,
-                threads == 0 ? "the lowering's" : absl::StrCat(threads).c_str());
+  for (const auto& [config, m] : medians) {
+    std::printf("PHASES %s, %s threads x %d per SM:", GetParam().name,
+                config.first == 0 ? "the lowering's" : absl::StrCat(config.first).c_str(),
+                config.second);
     for (double v : m) std::printf(" %.1f", v);
     std::printf(" us (last: the whole kernel)\n");
+  }
+}
+
+// Not a check: the row chain's kernel time (back to back) for each rows-per-task and blocks per
+// SM.
+TEST_P(BatchedMlpStepOpGpuTest, DISABLED_RowChainSweep) {
+  if (GetParam().schedule == codegen::MlpSchedule::kLayerPhases) GTEST_SKIP() << "layer phases";
+  constexpr int kLaunches = 100;
+  for (int per_sm : {1, 2}) {
+    for (int rows : {8, 16, 32, 64}) {
+      const int grid = device_.sm_count * per_sm;
+      absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
+          Lower(grid, nullptr, 0, per_sm, rows);
+      if (!kernel.ok() ||
+          !absl::StrContains((*kernel)->Describe(), absl::StrCat("grid=", grid, " "))) {
+        std::printf("SWEEP %s rows %d x %d per SM: %s\n", GetParam().name, rows, per_sm,
+                    kernel.ok() ? "does not fit" : kernel.status().ToString().c_str());
+        continue;
+      }
+      ASSERT_NO_FATAL_FAILURE(Reset());
+      ASSERT_NO_FATAL_FAILURE(Run(**kernel, 10));
+      REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
+      REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event end, runtime::Event::Create(cudaEventDefault));
+      REPRISE_ASSERT_OK(cudaEventRecord(begin.get(), stream_->get()));
+      for (int i = 0; i < kLaunches; ++i) REPRISE_ASSERT_OK((*kernel)->Launch(stream_->get()));
+      REPRISE_ASSERT_OK(cudaEventRecord(end.get(), stream_->get()));
+      REPRISE_ASSERT_OK(cudaEventSynchronize(end.get()));
+      REPRISE_ASSERT_OK_AND_ASSIGN(float ms, runtime::ElapsedMs(begin, end));
+      std::printf("SWEEP %s rows %d x %d per SM: %.1f us (%s)\n", GetParam().name, rows, per_sm,
+                  1e3 * ms / kLaunches, (*kernel)->Describe().c_str());
+    }
   }
 }
 
@@ -331,7 +386,51 @@ INSTANTIATE_TEST_SUITE_P(
                       OpCase{"K32Issue9Tf32", 32, {64, 64, 2, 256, 10}, false, true},
                       OpCase{"K6UnalignedTf32", 6, {17, 33, 1, 45, 7}, false, true},
                       OpCase{"K3OddSharedTf32", 3, {5, 3, 2, 7, 3}, true, true},
-                      OpCase{"K32Issue9", 32, {64, 64, 2, 256, 10}, false}),
+                      OpCase{"K32Issue9", 32, {64, 64, 2, 256, 10}, false},
+                      // Each schedule where the default picks the other one.
+                      OpCase{"K32Issue9Tf32LayerPhases",
+                             32,
+                             {64, 64, 2, 256, 10},
+                             false,
+                             true,
+                             codegen::MlpSchedule::kLayerPhases},
+                      OpCase{"K4Issue9Tf32RowChain",
+                             4,
+                             {64, 64, 2, 256, 10},
+                             false,
+                             true,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K4Issue9RowChain",
+                             4,
+                             {64, 64, 2, 256, 10},
+                             false,
+                             false,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K3OddSharedRowChain",
+                             3,
+                             {5, 3, 2, 7, 3},
+                             true,
+                             false,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K6UnalignedRowChain",
+                             6,
+                             {17, 33, 3, 45, 7},
+                             false,
+                             false,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K6UnalignedTf32RowChain",
+                             6,
+                             {17, 33, 3, 45, 7},
+                             false,
+                             true,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K2OneLayerSharedRowChain",
+                             2,
+                             {9, 6, 0, 1, 4},
+                             true,
+                             false,
+                             codegen::MlpSchedule::kRowChain},
+                      OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true}),
     [](const ::testing::TestParamInfo<OpCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
