@@ -448,10 +448,10 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
                                         const MlpStepTarget& target, int64_t models) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* plans = new absl::flat_hash_map<std::string, absl::StatusOr<MlpStepPlan>>();
-  const std::string key = absl::StrCat(
-      models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",", target.threads,
-      ",", target.max_shared_bytes, ",", target.aligned, ",", target.tf32, ",",
-      static_cast<int>(target.schedule), ",", target.blocks_per_sm, ",", target.chain_rows);
+  const std::string key =
+      absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
+                   target.threads, ",", target.max_shared_bytes, ",", target.aligned, ",",
+                   target.tf32, ",", static_cast<int>(target.schedule), ",", target.chain_rows);
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
@@ -470,11 +470,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
         absl::StrCat("an MLP step needs a batch, a model and at least one layer; got batch ", batch,
                      ", ", models, " models and ", widths.size(), " widths"));
   }
-  if (target.grid < 1 || target.blocks_per_sm < 1 || target.blocks_per_sm > 8 ||
+  if (target.grid < 1 ||
       (target.threads != 128 && target.threads != 256 && target.threads != 512)) {
-    return absl::InvalidArgumentError(absl::StrCat("bad MLP step target: grid ", target.grid,
-                                                   ", threads ", target.threads, ", blocks per SM ",
-                                                   target.blocks_per_sm));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad MLP step target: grid ", target.grid, ", threads ", target.threads));
   }
   constexpr int64_t kMaxExtent = 65536;
   constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
@@ -581,8 +580,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   if (phase_clock) params.push_back("unsigned long long* phase_clock");
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
-                  ", ", plan.target.blocks_per_sm, ")\n", name, "(", absl::StrJoin(params, ", "),
-                  ") {\n", "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
+                  ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n",
+                  "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
                   "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
                   ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
                   ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",

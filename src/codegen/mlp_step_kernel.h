@@ -54,9 +54,6 @@ struct MlpStepTarget {
   // faster.
   bool tf32 = false;
   MlpSchedule schedule = MlpSchedule::kAuto;
-  // Blocks of the grid resident on one SM (__launch_bounds__' minimum): with 2 or more, one
-  // block's loads overlap another's products; grid and max_shared_bytes must allow it.
-  int blocks_per_sm = 1;
   // kRowChain: rows per phase-0 task (a power of two); 0 lets the planner choose.
   int chain_rows = 0;
 };

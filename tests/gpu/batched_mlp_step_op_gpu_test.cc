@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -133,8 +132,7 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
   // the kernel that stamps each phase into that buffer).
   // `threads`: blocks of that many threads instead of the lowering's (0).
   absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0, void* phase_clock = nullptr,
-                                                        int threads = 0, int blocks_per_sm = 1,
-                                                        int chain_rows = 0) {
+                                                        int threads = 0, int chain_rows = 0) {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
@@ -156,11 +154,6 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     target.schedule = chain_rows > 0 ? codegen::MlpSchedule::kRowChain : GetParam().schedule;
     if (threads > 0) target.threads = threads;
     target.chain_rows = chain_rows;
-    if (blocks_per_sm > 1) {
-      // An H100 SM has 228 KB of shared memory, of which each block reserves 1 KB.
-      target.blocks_per_sm = blocks_per_sm;
-      target.max_shared_bytes = (228 << 10) / blocks_per_sm - (1 << 10);
-    }
     ASSIGN_OR_RETURN(
         codegen::MlpStepPlan plan,
         codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models));
@@ -201,6 +194,21 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
         cudaMemcpy(t.raw(), buffers_[index].data(), specs_[index].bytes(), cudaMemcpyDeviceToHost),
         cudaSuccess);
     return t;
+  }
+
+  // `launches` launches back to back, timed with events: µs per launch, start latency included.
+  double MicrosPerLaunch(const ops::GpuKernel& kernel, int launches) {
+    auto begin = runtime::Event::Create(cudaEventDefault);
+    auto end = runtime::Event::Create(cudaEventDefault);
+    EXPECT_TRUE(begin.ok() && end.ok());
+    if (!begin.ok() || !end.ok()) return 0;
+    EXPECT_EQ(cudaEventRecord(begin->get(), stream_->get()), cudaSuccess);
+    for (int i = 0; i < launches; ++i) EXPECT_TRUE(kernel.Launch(stream_->get()).ok());
+    EXPECT_EQ(cudaEventRecord(end->get(), stream_->get()), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(end->get()), cudaSuccess);
+    const absl::StatusOr<float> ms = runtime::ElapsedMs(*begin, *end);
+    EXPECT_TRUE(ms.ok()) << ms.status();
+    return ms.ok() ? 1e3 * *ms / launches : 0;
   }
 
   // Every written input and every output but the workspace, as bytes.
@@ -281,10 +289,10 @@ TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
 
 // Not a check: prints, per phase, the median over launches of the time from the last block
 // leaving the previous phase (or the first block starting) to the last block leaving this one,
-// for blocks of the lowering's size and of 128 threads, one or several blocks per SM.
+// for blocks of the lowering's size and of 128 threads.
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   constexpr int kLaunches = 50;
-  const int sms = device_.sm_count;
+  const int grid = device_.sm_count;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower());
   const int layers = (num_inputs() - 7) / 4;  // x, labels, 4 scalars, 4 per layer, barrier.
   const bool chain = GetParam().schedule == codegen::MlpSchedule::kRowChain ||
@@ -292,17 +300,11 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
                       GetParam().models >= codegen::kRowChainMinModels);
   const int phases = chain ? 2 : layers >= 2 ? 2 * layers - 1 : 2;
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer clock,
-                               runtime::DeviceBuffer::Create((phases + 1) * 4 * sms * 8));
-  // Per (block size, blocks per SM): the phases' medians, then the whole kernel's.
-  std::vector<std::pair<std::pair<int, int>, std::vector<double>>> medians;
-  for (auto [threads, per_sm] : {std::pair{0, 1}, {128, 1}, {256, 2}, {128, 2}, {128, 4}}) {
-    const int grid = sms * per_sm;
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data(), threads, per_sm));
-    if (!absl::StrContains(stamped->Describe(), absl::StrCat("grid=", grid, " "))) {
-      std::printf("PHASES %s: %d x %d threads do not fit an SM (%s)\n", GetParam().name, per_sm,
-                  threads, stamped->Describe().c_str());
-      continue;
-    }
+                               runtime::DeviceBuffer::Create((phases + 1) * grid * 8));
+  // Per block size: the phases' medians, then the whole kernel's.
+  std::vector<std::pair<int, std::vector<double>>> medians;
+  for (int threads : {0, 128}) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data(), threads));
     ASSERT_NO_FATAL_FAILURE(Reset());
     ASSERT_NO_FATAL_FAILURE(Run(*stamped, 5));
     std::vector<std::vector<double>> us(phases + 1);
@@ -324,55 +326,32 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
       std::sort(v.begin(), v.end());
       m.push_back(v[v.size() / 2]);
     }
-    medians.emplace_back(std::pair{threads, per_sm}, std::move(m));
+    medians.emplace_back(threads, std::move(m));
   }
-  // The plain kernel launched back to back: its time per launch, start latency included.
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
-  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event end, runtime::Event::Create(cudaEventDefault));
-  REPRISE_ASSERT_OK(cudaEventRecord(begin.get(), stream_->get()));
-  for (int i = 0; i < kLaunches; ++i) REPRISE_ASSERT_OK(plain->Launch(stream_->get()));
-  REPRISE_ASSERT_OK(cudaEventRecord(end.get(), stream_->get()));
-  REPRISE_ASSERT_OK(cudaEventSynchronize(end.get()));
-  REPRISE_ASSERT_OK_AND_ASSIGN(float ms, runtime::ElapsedMs(begin, end));
   std::printf("PHASES %s: %.1f us per launch back to back (%s)\n", GetParam().name,
-              1e3 * ms / kLaunches, plain->Describe().c_str());
-  for (const auto& [config, m] : medians) {
-    std::printf("PHASES %s, %s threads x %d per SM:", GetParam().name,
-                config.first == 0 ? "the lowering's" : absl::StrCat(config.first).c_str(),
-                config.second);
+              MicrosPerLaunch(*plain, kLaunches), plain->Describe().c_str());
+  for (const auto& [threads, m] : medians) {
+    std::printf("PHASES %s, %s threads:", GetParam().name,
+                threads == 0 ? "the lowering's" : absl::StrCat(threads).c_str());
     for (double v : m) std::printf(" %.1f", v);
     std::printf(" us (last: the whole kernel)\n");
   }
 }
 
-// Not a check: the row chain's kernel time (back to back) for each rows-per-task and blocks per
-// SM.
-TEST_P(BatchedMlpStepOpGpuTest, DISABLED_RowChainSweep) {
+// Not a check: the row chain's time per launch, back to back, for each rows-per-task.
+TEST_P(BatchedMlpStepOpGpuTest, DISABLED_RowChainRows) {
   if (GetParam().schedule == codegen::MlpSchedule::kLayerPhases) GTEST_SKIP() << "layer phases";
-  constexpr int kLaunches = 100;
-  for (int per_sm : {1, 2}) {
-    for (int rows : {8, 16, 32, 64}) {
-      const int grid = device_.sm_count * per_sm;
-      absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
-          Lower(grid, nullptr, 0, per_sm, rows);
-      if (!kernel.ok() ||
-          !absl::StrContains((*kernel)->Describe(), absl::StrCat("grid=", grid, " "))) {
-        std::printf("SWEEP %s rows %d x %d per SM: %s\n", GetParam().name, rows, per_sm,
-                    kernel.ok() ? "does not fit" : kernel.status().ToString().c_str());
-        continue;
-      }
-      ASSERT_NO_FATAL_FAILURE(Reset());
-      ASSERT_NO_FATAL_FAILURE(Run(**kernel, 10));
-      REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
-      REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Event end, runtime::Event::Create(cudaEventDefault));
-      REPRISE_ASSERT_OK(cudaEventRecord(begin.get(), stream_->get()));
-      for (int i = 0; i < kLaunches; ++i) REPRISE_ASSERT_OK((*kernel)->Launch(stream_->get()));
-      REPRISE_ASSERT_OK(cudaEventRecord(end.get(), stream_->get()));
-      REPRISE_ASSERT_OK(cudaEventSynchronize(end.get()));
-      REPRISE_ASSERT_OK_AND_ASSIGN(float ms, runtime::ElapsedMs(begin, end));
-      std::printf("SWEEP %s rows %d x %d per SM: %.1f us (%s)\n", GetParam().name, rows, per_sm,
-                  1e3 * ms / kLaunches, (*kernel)->Describe().c_str());
+  for (int rows : {8, 16, 32, 64}) {
+    absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
+        Lower(device_.sm_count, nullptr, 0, rows);
+    if (!kernel.ok()) {
+      std::printf("ROWS %s %d: %s\n", GetParam().name, rows, kernel.status().ToString().c_str());
+      continue;
     }
+    ASSERT_NO_FATAL_FAILURE(Reset());
+    ASSERT_NO_FATAL_FAILURE(Run(**kernel, 10));
+    std::printf("ROWS %s %d: %.1f us (%s)\n", GetParam().name, rows, MicrosPerLaunch(**kernel, 100),
+                (*kernel)->Describe().c_str());
   }
 }
 
