@@ -39,9 +39,11 @@ namespace reprise::codegen {
 //                 gradient + SGD as (model, tile) tasks. One barrier whatever the depth, at the
 //                 price of each row block reading every weight (from L2).
 //   kAuto:        kRowChain for ensembles of at least kRowChainMinModels models where it fits,
-//                 else kLayerPhases.
+//                 else kLayerPhases. Measured on an H100 (docs/benchmarks.md, session 11), the
+//                 issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K = 4 and 8, the
+//                 two equal at K = 32, the row chain 6-8% faster at K = 128.
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain };
-inline constexpr int kRowChainMinModels = 8;
+inline constexpr int kRowChainMinModels = 32;
 
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
 // `grid` blocks of `threads` threads.

@@ -154,7 +154,7 @@ TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
     EXPECT_EQ(plan->wgrad.size(), 4u);
   }
   const codegen::MlpStepTarget automatic;
-  for (int64_t models : {1, 4, 8, 128}) {
+  for (int64_t models : {1, 8, 31, 32, 128}) {
     auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->row_chain, models >= codegen::kRowChainMinModels) << models;

@@ -131,8 +131,9 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
   // The op's own lowering (grid 0), or its plan launched on `grid` blocks (with `phase_clock`,
   // the kernel that stamps each phase into that buffer).
   // `threads`: blocks of that many threads instead of the lowering's (0).
-  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0, void* phase_clock = nullptr,
-                                                        int threads = 0, int chain_rows = 0) {
+  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(
+      int grid = 0, void* phase_clock = nullptr, int threads = 0, int chain_rows = 0,
+      std::optional<codegen::MlpSchedule> schedule = std::nullopt) {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
@@ -151,7 +152,7 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     for (int i = 6; i + 1 < num_inputs(); i += 4) widths.push_back(specs_[i].shape.dim(1));
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(device_);
     target.tf32 = GetParam().tf32;
-    target.schedule = chain_rows > 0 ? codegen::MlpSchedule::kRowChain : GetParam().schedule;
+    target.schedule = schedule.value_or(GetParam().schedule);
     if (threads > 0) target.threads = threads;
     target.chain_rows = chain_rows;
     ASSIGN_OR_RETURN(
@@ -338,20 +339,30 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   }
 }
 
-// Not a check: the row chain's time per launch, back to back, for each rows-per-task.
-TEST_P(BatchedMlpStepOpGpuTest, DISABLED_RowChainRows) {
-  if (GetParam().schedule == codegen::MlpSchedule::kLayerPhases) GTEST_SKIP() << "layer phases";
-  for (int rows : {8, 16, 32, 64}) {
+// Not a check: time per launch, back to back, of the layer-phases kernel and of the row chain
+// at each rows-per-task (0: the planner's choice), on the case's shapes (kAuto cases only).
+TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ScheduleTimes) {
+  if (GetParam().schedule != codegen::MlpSchedule::kAuto) GTEST_SKIP() << "timed on its kAuto case";
+  const std::vector<std::pair<codegen::MlpSchedule, int>> variants = {
+      {codegen::MlpSchedule::kLayerPhases, 0}, {codegen::MlpSchedule::kRowChain, 0},
+      {codegen::MlpSchedule::kRowChain, 8},    {codegen::MlpSchedule::kRowChain, 16},
+      {codegen::MlpSchedule::kRowChain, 32},   {codegen::MlpSchedule::kRowChain, 64}};
+  for (const auto& [schedule, rows] : variants) {
+    const std::string what =
+        schedule == codegen::MlpSchedule::kLayerPhases
+            ? std::string("layer phases")
+            : absl::StrCat("row chain, ", rows == 0 ? "planned" : absl::StrCat(rows), " rows");
     absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
-        Lower(device_.sm_count, nullptr, 0, rows);
+        Lower(device_.sm_count, nullptr, 0, rows, schedule);
     if (!kernel.ok()) {
-      std::printf("ROWS %s %d: %s\n", GetParam().name, rows, kernel.status().ToString().c_str());
+      std::printf("SCHEDULE %s, %s: %s\n", GetParam().name, what.c_str(),
+                  kernel.status().ToString().c_str());
       continue;
     }
     ASSERT_NO_FATAL_FAILURE(Reset());
     ASSERT_NO_FATAL_FAILURE(Run(**kernel, 10));
-    std::printf("ROWS %s %d: %.1f us (%s)\n", GetParam().name, rows, MicrosPerLaunch(**kernel, 100),
-                (*kernel)->Describe().c_str());
+    std::printf("SCHEDULE %s, %s: %.1f us (%s)\n", GetParam().name, what.c_str(),
+                MicrosPerLaunch(**kernel, 100), (*kernel)->Describe().c_str());
   }
 }
 
@@ -409,7 +420,9 @@ INSTANTIATE_TEST_SUITE_P(
                              true,
                              false,
                              codegen::MlpSchedule::kRowChain},
-                      OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true}),
+                      OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true},
+                      OpCase{"K8Issue9Tf32", 8, {64, 64, 2, 256, 10}, false, true},
+                      OpCase{"K128Issue9", 128, {64, 64, 2, 256, 10}, false}),
     [](const ::testing::TestParamInfo<OpCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
