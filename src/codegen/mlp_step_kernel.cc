@@ -475,6 +475,12 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     return absl::InvalidArgumentError(
         absl::StrCat("bad MLP step target: grid ", target.grid, ", threads ", target.threads));
   }
+  if (target.chain_rows != 0 && (target.chain_rows < 0 || target.chain_rows > 128 ||
+                                 (target.chain_rows & (target.chain_rows - 1)) != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MLP step chain_rows must be 0 (planned) or a power of two up to 128, got ",
+                     target.chain_rows));
+  }
   constexpr int64_t kMaxExtent = 65536;
   constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
   if (batch > kMaxExtent) {

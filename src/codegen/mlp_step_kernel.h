@@ -8,8 +8,10 @@
 //   backward k = 0..L-2   dgrad of layer L-2-k (if >= 1) beside wgrad + bias grad + SGD of layer
 //                         L-1-k; the last one adds wgrad + SGD of layer 0. k = 0 also sums the
 //                         loss.
-// (L = 1: head, then wgrad of layer 0.) So 2L-1 phases and 2L-2 barriers for L >= 2. Every weight
-// is updated one phase after its last reader, so each update uses the step's starting weights.
+// (L = 1: head, then wgrad of layer 0.) So 2L-1 phases and 2L-2 barriers for L >= 2. That is the
+// kLayerPhases schedule; kRowChain (see MlpSchedule) does the same work in two phases. Either way
+// every weight is updated after its last reader's phase, so each update uses the step's starting
+// weights.
 //
 // Determinism: no floating-point atomics; every sum has a fixed order; data written by other
 // blocks in the same launch is read only through L2 (cp.async.cg / ld.global.cg).

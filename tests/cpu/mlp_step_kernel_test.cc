@@ -159,6 +159,14 @@ TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->row_chain, models >= codegen::kRowChainMinModels) << models;
   }
+  target.chain_rows = 24;
+  EXPECT_EQ(codegen::PlanMlpStep(64, {64, 256, 10}, target, 32).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  target.chain_rows = 16;
+  auto sixteen = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, 32);
+  ASSERT_TRUE(sixteen.ok()) << sixteen.status();
+  EXPECT_EQ(sixteen->head_rows, 16);
+  target.chain_rows = 0;
   target.max_shared_bytes = 8 * 1024;
   const auto too_small = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, 32);
   EXPECT_EQ(too_small.status().code(), absl::StatusCode::kUnimplemented);
