@@ -310,11 +310,9 @@ double HeadCost(int64_t rows, int64_t k, int64_t c, int threads) {
   return 2600.0 + 2.0 * static_cast<double>(rows * k * c) / threads * 8.0;
 }
 
-// The cheapest tiling of a row-chain GEMM whose tiles span `rows` rows: the cost of all of one
-// row block's tiles, run one after another. nullopt: none fits.
-std::optional<Candidate> RowBlockTile(PhaseGemm g, int rows, const MlpStepTarget& target,
-                                      int64_t budget) {
-  if (!FindCandidates(g, target, budget).ok()) return std::nullopt;
+// The cheapest of `g`'s candidates whose tiles span `rows` rows, costed as all of one row
+// block's tiles run one after another. nullopt: none fits.
+std::optional<Candidate> RowBlockTile(const PhaseGemm& g, int rows) {
   std::optional<Candidate> best;
   for (const Candidate& c : g.candidates) {
     if (c.tile.tm != rows) continue;
@@ -333,6 +331,19 @@ absl::Status PlanRowChain(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
   const MlpStepTarget& target = plan.target;
   const std::vector<int64_t> d(plan.widths.begin(), plan.widths.end());
   const int64_t k = d[layers - 1], c = d[layers];
+  // Every tiling of each phase-0 GEMM, found once; each row count then keeps those of its rows.
+  // A GEMM with no tiling that fits leaves its list empty, and no row count fits.
+  std::vector<PhaseGemm> forward_gemms, dgrad_gemms;
+  for (int l = 0; l + 1 < layers; ++l) {
+    forward_gemms.push_back(
+        {kFwd, batch, d[l + 1], d[l], true, absl::StrCat("forward GEMM of layer ", l), {}});
+    (void)FindCandidates(forward_gemms.back(), target, budget);
+  }
+  for (int l = 1; l + 1 < layers; ++l) {
+    dgrad_gemms.push_back(
+        {kDgrad, batch, d[l], d[l + 1], true, absl::StrCat("data-gradient GEMM of layer ", l), {}});
+    (void)FindCandidates(dgrad_gemms.back(), target, budget);
+  }
   double best = std::numeric_limits<double>::infinity();
   for (int rows = 1; rows <= 128 && rows < 2 * batch; rows *= 2) {
     if (HeadSmemFloats(rows, k, c, target.threads) > budget) break;
@@ -341,21 +352,12 @@ absl::Status PlanRowChain(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
     std::vector<MlpGemmTile> forward(std::max(0, layers - 1)), dgrad(layers);
     bool fits = true;
     for (int l = 0; fits && l + 1 < layers; ++l) {
-      std::optional<Candidate> t = RowBlockTile(
-          {kFwd, batch, d[l + 1], d[l], true, absl::StrCat("forward GEMM of layer ", l), {}}, rows,
-          target, budget);
+      const std::optional<Candidate> t = RowBlockTile(forward_gemms[l], rows);
       fits = t.has_value();
       if (fits) forward[l] = t->tile, task += t->cost;
     }
     for (int l = 1; fits && l + 1 < layers; ++l) {
-      std::optional<Candidate> t = RowBlockTile({kDgrad,
-                                                 batch,
-                                                 d[l],
-                                                 d[l + 1],
-                                                 true,
-                                                 absl::StrCat("data-gradient GEMM of layer ", l),
-                                                 {}},
-                                                rows, target, budget);
+      const std::optional<Candidate> t = RowBlockTile(dgrad_gemms[l - 1], rows);
       fits = t.has_value();
       if (fits) dgrad[l] = t->tile, task += t->cost;
     }
