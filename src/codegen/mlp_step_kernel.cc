@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "src/codegen/mlp_cluster_kernel.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::codegen {
@@ -530,6 +531,13 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   plan.row_loss_offset = offset;
 
+  if (target.schedule == MlpSchedule::kCluster || target.schedule == MlpSchedule::kAuto) {
+    const absl::Status clustered = PlanCluster(plan);
+    if (clustered.ok() || target.schedule == MlpSchedule::kCluster) {
+      if (!clustered.ok()) return clustered;
+      return plan;
+    }
+  }
   const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
   int64_t smem = 0;
   const bool chain = target.schedule == MlpSchedule::kRowChain ||
@@ -732,11 +740,15 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
 }  // namespace
 
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
+  if (plan.cluster > 0) return ClusterStepKernel(plan, /*batched=*/false, false, false, false);
   return StepKernel(plan, /*batched=*/false, false, false, /*phase_clock=*/false);
 }
 
 GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
                                      bool shared_labels, bool phase_clock) {
+  if (plan.cluster > 0) {
+    return ClusterStepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
+  }
   return StepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
 }
 

@@ -40,11 +40,15 @@ namespace reprise::codegen {
 //                 them row-local), reading all the weights. Phase 1 runs every layer's weight
 //                 gradient + SGD as (model, tile) tasks. One barrier whatever the depth, at the
 //                 price of each row block reading every weight (from L2).
+//   kCluster:     no grid barrier at all: each model trains in its own thread-block cluster, its
+//                 weights and activations in the blocks' shared memory, the layers split between
+//                 the blocks (see mlp_cluster_kernel.h). Not a cooperative launch: models beyond
+//                 one wave of clusters run in later waves.
 //   kAuto:        kRowChain for ensembles of at least kRowChainMinModels models where it fits,
 //                 else kLayerPhases. Measured on an H100 (docs/benchmarks.md, session 11), the
 //                 issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K = 4 and 8, the
 //                 two equal at K = 32, the row chain 6-8% faster at K = 128.
-enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain };
+enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster };
 inline constexpr int kRowChainMinModels = 32;
 
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
@@ -77,6 +81,7 @@ struct MlpStepPlan {
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
   bool row_chain = false;            // The kRowChain schedule; its row blocks are head_rows.
+  int cluster = 0;                   // kCluster: blocks per model (one cluster); else 0.
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
   std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
                                      // row chain: tm = head_rows).
@@ -93,6 +98,9 @@ struct MlpStepPlan {
   int barriers = 0;
 
   int layers() const { return static_cast<int>(widths.size()) - 1; }
+  // Blocks to launch: models x cluster for kCluster (in clusters of `cluster`), else the target's
+  // grid (cooperatively).
+  int grid() const { return cluster > 0 ? models * cluster : target.grid; }
 };
 
 // Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,

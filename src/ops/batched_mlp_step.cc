@@ -1,6 +1,7 @@
 // batched_mlp_train_step: the whole SGD-with-momentum step of K identically shaped ReLU MLPs (an
 // ensemble batched by src/passes/batch_ensemble.h) as one node: shape rule, CPU reference (the
-// single MLP's per model, then the sum of the models' losses) and the cooperative GPU lowering.
+// single MLP's per model, then the sum of the models' losses) and the GPU lowering (cooperative,
+// or in thread-block clusters: see MlpSchedule).
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -189,14 +190,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMlpStep(const LoweringCon
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CooperativeKernel> kernel,
-      CooperativeKernel::Create(
-          ctx, node.name,
-          codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels),
-          plan->target.grid, dim3(plan->target.threads), static_cast<unsigned>(plan->shared_bytes),
-          std::move(args)));
-  return std::unique_ptr<GpuKernel>(std::move(kernel));
+  return LaunchForMlpStep(
+      ctx, node.name, *plan,
+      codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels),
+      std::move(args));
 }
 
 }  // namespace

@@ -26,6 +26,36 @@ runtime::KernelSource ToKernelSource(const codegen::GeneratedKernel& kernel) {
   return runtime::KernelSource{kernel.name, kernel.code, {}};
 }
 
+namespace {
+
+// cuLaunchKernelEx's configuration of a 1-D launch; `attrs` (count `n`) must outlive it.
+CUlaunchConfig LaunchConfig(int grid, dim3 block, unsigned shared_bytes, cudaStream_t stream,
+                            CUlaunchAttribute* attrs, unsigned n) {
+  CUlaunchConfig config{};
+  config.gridDimX = static_cast<unsigned>(grid);
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = shared_bytes;
+  config.hStream = stream;
+  config.attrs = attrs;
+  config.numAttrs = n;
+  return config;
+}
+
+CUlaunchAttribute ClusterAttribute(int cluster) {
+  CUlaunchAttribute dims{};
+  dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  dims.value.clusterDim.x = static_cast<unsigned>(cluster);
+  dims.value.clusterDim.y = 1;
+  dims.value.clusterDim.z = 1;
+  return dims;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
     const LoweringContext& context, const std::string& node_name,
     const codegen::GeneratedKernel& source, dim3 grid, dim3 block, unsigned shared_bytes,
@@ -104,17 +134,7 @@ absl::Status CooperativeKernel::Launch(cudaStream_t stream) const {
   CUlaunchAttribute cooperative{};
   cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   cooperative.value.cooperative = 1;
-  CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(grid_);
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = block_.x;
-  config.blockDimY = block_.y;
-  config.blockDimZ = block_.z;
-  config.sharedMemBytes = shared_bytes_;
-  config.hStream = stream;
-  config.attrs = &cooperative;
-  config.numAttrs = 1;
+  CUlaunchConfig config = LaunchConfig(grid_, block_, shared_bytes_, stream, &cooperative, 1);
   return runtime::CudaStatus(
       launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
       absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", cooperative)"),
@@ -124,6 +144,67 @@ absl::Status CooperativeKernel::Launch(cudaStream_t stream) const {
 std::string CooperativeKernel::Describe() const {
   return absl::StrCat("nvrtc ", kernel_name_, " cooperative grid=", grid_, " block=", block_.x,
                       " smem=", shared_bytes_);
+}
+
+absl::StatusOr<std::unique_ptr<ClusterKernel>> ClusterKernel::Create(
+    const LoweringContext& context, const std::string& node_name,
+    const codegen::GeneratedKernel& source, int grid, int cluster, dim3 block,
+    unsigned shared_bytes, KernelArgs args) {
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  if (cluster < 1 || grid % cluster != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": a grid of ", grid, " blocks is not made of clusters of ", cluster));
+  }
+  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  if (!function.ok()) {
+    return absl::Status(function.status().code(),
+                        absl::StrCat(where, ": ", function.status().message()));
+  }
+  ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(shared_bytes)),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
+  CUlaunchAttribute dims = ClusterAttribute(cluster);
+  CUlaunchConfig config = LaunchConfig(grid, block, shared_bytes, nullptr, &dims, 1);
+  int active = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->occupancy_max_active_clusters(&active, *function, &config),
+      "cuOccupancyMaxActiveClusters", where));
+  if (active < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        where, ": kernel ", source.name, " in clusters of ", cluster, " blocks of ",
+        block.x * block.y * block.z, " threads and ", shared_bytes,
+        " bytes of shared memory does not fit on the device"));
+  }
+  auto kernel = std::unique_ptr<ClusterKernel>(new ClusterKernel());
+  kernel->launch_ = driver->launch_kernel_ex;
+  kernel->node_name_ = node_name;
+  kernel->kernel_name_ = source.name;
+  kernel->function_ = *function;
+  kernel->grid_ = grid;
+  kernel->cluster_ = cluster;
+  kernel->active_clusters_ = active;
+  kernel->block_ = block;
+  kernel->shared_bytes_ = shared_bytes;
+  kernel->args_ = std::move(args);
+  kernel->arg_pointers_ = kernel->args_.Pointers();
+  return kernel;
+}
+
+absl::Status ClusterKernel::Launch(cudaStream_t stream) const {
+  CUlaunchAttribute dims = ClusterAttribute(cluster_);
+  CUlaunchConfig config = LaunchConfig(grid_, block_, shared_bytes_, stream, &dims, 1);
+  return runtime::CudaStatus(
+      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
+      absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", clusters of ", cluster_, ")"),
+      absl::StrCat("node '", node_name_, "'"));
+}
+
+std::string ClusterKernel::Describe() const {
+  return absl::StrCat("nvrtc ", kernel_name_, " clusters of ", cluster_, " grid=", grid_,
+                      " block=", block_.x, " smem=", shared_bytes_, " (", active_clusters_,
+                      " clusters at once)");
 }
 
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device) {

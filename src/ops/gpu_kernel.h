@@ -135,6 +135,33 @@ class CooperativeKernel : public GpuKernel {
   std::vector<void*> arg_pointers_;
 };
 
+// A kernel compiled by NVRTC and launched in thread-block clusters (cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION): the `cluster` blocks of each run at once and may read
+// each other's shared memory; clusters are independent, so the grid may exceed one wave.
+class ClusterKernel : public GpuKernel {
+ public:
+  // Compiles (or finds) `source` and allows it `shared_bytes` of dynamic shared memory.
+  // kUnimplemented, naming the node, when not even one cluster fits on the device.
+  static absl::StatusOr<std::unique_ptr<ClusterKernel>> Create(
+      const LoweringContext& context, const std::string& node_name,
+      const codegen::GeneratedKernel& source, int grid, int cluster, dim3 block,
+      unsigned shared_bytes, KernelArgs args);
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;
+  std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
+
+ private:
+  ClusterKernel() = default;
+  std::string node_name_, kernel_name_;
+  CUfunction function_ = nullptr;
+  decltype(&::cuLaunchKernelEx) launch_ = nullptr;
+  int grid_ = 0, cluster_ = 1, active_clusters_ = 0;
+  dim3 block_;
+  unsigned shared_bytes_ = 0;
+  KernelArgs args_;
+  std::vector<void*> arg_pointers_;
+};
+
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 

@@ -160,18 +160,32 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CooperativeKernel> kernel,
-      CooperativeKernel::Create(ctx, node.name, codegen::MlpStepKernel(*plan), plan->target.grid,
-                                dim3(plan->target.threads),
-                                static_cast<unsigned>(plan->shared_bytes), std::move(args)));
-  return std::unique_ptr<GpuKernel>(std::move(kernel));
+  return LaunchForMlpStep(ctx, node.name, *plan, codegen::MlpStepKernel(*plan), std::move(args));
 }
 
 }  // namespace
 
 int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths) {
   return codegen::MlpStepWorkspaceFloats(batch, widths);
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,
+                                                            const std::string& node_name,
+                                                            const codegen::MlpStepPlan& plan,
+                                                            const codegen::GeneratedKernel& source,
+                                                            KernelArgs args, int grid) {
+  const dim3 block(plan.target.threads);
+  const auto shared = static_cast<unsigned>(plan.shared_bytes);
+  if (plan.cluster > 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ClusterKernel> kernel,
+                     ClusterKernel::Create(ctx, node_name, source, plan.grid(), plan.cluster,
+                                           block, shared, std::move(args)));
+    return std::unique_ptr<GpuKernel>(std::move(kernel));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<CooperativeKernel> kernel,
+                   CooperativeKernel::Create(ctx, node_name, source, grid > 0 ? grid : plan.grid(),
+                                             block, shared, std::move(args)));
+  return std::unique_ptr<GpuKernel>(std::move(kernel));
 }
 
 codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device) {

@@ -11,7 +11,9 @@
 //   [6 + 4L] barrier i32 [64]: zero-initialised state of the kernel's grid barrier. Word 0: bit 31
 //            flips at every grid barrier, the low 31 bits count arrivals and are 0 again after
 //            each, so the state is never reset by the host and serves every later launch (of any
-//            grid). Words 1..63 are reserved. Launches sharing one barrier must not overlap.
+//            grid). Word 1 counts the models the cluster schedule has finished in a launch (0
+//            again at its end). Words 2..63 are reserved. Launches sharing one barrier must not
+//            overlap.
 // outputs: [0] loss f32 [] (mean softmax cross-entropy of the step's starting weights)
 //          [1] logits f32 [B, C] (C = out_{L-1})
 //          [2] workspace f32 [n]: activations and gradients (MlpTrainStepWorkspaceFloats).
@@ -40,6 +42,7 @@
 #include "reprise/tensor.h"
 #include "src/codegen/mlp_step_kernel.h"
 #include "src/ir/op_def.h"
+#include "src/ops/gpu_kernel.h"
 #include "src/runtime/device.h"
 
 namespace reprise::ops {
@@ -57,6 +60,15 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device);
 // The target one lowering plans for: the device's, narrowed to what the node's tensors allow
 // (16-byte alignment) and widened to TF32 tensor cores where the trainer allows them.
 codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx);
+
+// The launch of a planned step kernel `source` (with its arguments): cooperative on `grid` blocks
+// (0: the plan's), or for a cluster plan in clusters of plan.cluster blocks, plan.grid() of
+// them (`grid` ignored). Errors name `node_name`.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,
+                                                            const std::string& node_name,
+                                                            const codegen::MlpStepPlan& plan,
+                                                            const codegen::GeneratedKernel& source,
+                                                            KernelArgs args, int grid = 0);
 
 // Pure shape check, no GPU needed: OK when a node with these inputs (the op's order; L is
 // derived from their number) is valid and the GPU lowering can run it on `target`.

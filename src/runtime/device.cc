@@ -35,6 +35,7 @@ absl::StatusOr<DriverApi> ResolveDriver() {
   RETURN_IF_ERROR(Resolve("cuLaunchKernelEx", &api.launch_kernel_ex));
   RETURN_IF_ERROR(
       Resolve("cuOccupancyMaxActiveBlocksPerMultiprocessor", &api.occupancy_max_active_blocks));
+  RETURN_IF_ERROR(Resolve("cuOccupancyMaxActiveClusters", &api.occupancy_max_active_clusters));
   RETURN_IF_ERROR(Resolve("cuFuncSetAttribute", &api.func_set_attribute));
   RETURN_IF_ERROR(Resolve("cuMemAddressReserve", &api.mem_address_reserve));
   RETURN_IF_ERROR(Resolve("cuMemAddressFree", &api.mem_address_free));

@@ -47,8 +47,9 @@ struct DriverApi {
   decltype(&::cuModuleGetFunction) module_get_function;
   decltype(&::cuModuleUnload) module_unload;
   decltype(&::cuLaunchKernel) launch_kernel;
-  decltype(&::cuLaunchKernelEx) launch_kernel_ex;  // Cooperative launches.
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex;  // Cooperative and cluster launches.
   decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor) occupancy_max_active_blocks;
+  decltype(&::cuOccupancyMaxActiveClusters) occupancy_max_active_clusters;
   decltype(&::cuFuncSetAttribute) func_set_attribute;
   // Virtual memory management (src/runtime/lane_workspaces.h).
   decltype(&::cuMemAddressReserve) mem_address_reserve;

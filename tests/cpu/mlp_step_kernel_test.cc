@@ -42,6 +42,7 @@ TEST(MlpStepKernelTest, GeneratedKernelCompilesForSm90) {
     codegen::MlpStepTarget target;
     target.aligned = s.aligned;
     target.tf32 = tf32;
+    target.schedule = codegen::MlpSchedule::kLayerPhases;
     auto plan = codegen::PlanMlpStep(s.batch, s.widths, target);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
@@ -56,7 +57,9 @@ TEST(MlpStepKernelTest, GeneratedKernelCompilesForSm90) {
 }
 
 TEST(MlpStepKernelTest, TilesCoverEveryGemmOfTheStep) {
-  auto plan = codegen::PlanMlpStep(32, {256, 256, 256, 10}, codegen::MlpStepTarget{});
+  codegen::MlpStepTarget layer_phases;
+  layer_phases.schedule = codegen::MlpSchedule::kLayerPhases;
+  auto plan = codegen::PlanMlpStep(32, {256, 256, 256, 10}, layer_phases);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->forward.size(), 2u);
   for (const codegen::MlpGemmTile& t : plan->forward) {
@@ -137,7 +140,7 @@ TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
 
 // The row chain: two phases whatever the depth; phase 0's GEMM tiles span exactly one row block
 // (head_rows rows), so a task's rows pass through every layer; the default takes it for
-// ensembles of kRowChainMinModels models or more; asked for where no row block fits, it is a
+// ensembles of kRowChainMinModels models or more that do not fit the cluster schedule; asked for where no row block fits, it is a
 // clear error.
 TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
   codegen::MlpStepTarget target;
@@ -153,11 +156,17 @@ TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
     for (int l = 1; l < 3; ++l) EXPECT_EQ(plan->dgrad[l].tm, plan->head_rows) << l;
     EXPECT_EQ(plan->wgrad.size(), 4u);
   }
+  // The default: clusters wherever a model fits in 8 blocks' shared memory; beyond that (1024
+  // wide: 4 MB of W_1) the row chain from kRowChainMinModels models, else layer phases.
   const codegen::MlpStepTarget automatic;
   for (int64_t models : {1, 8, 31, 32, 128}) {
     auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_EQ(plan->row_chain, models >= codegen::kRowChainMinModels) << models;
+    EXPECT_GT(plan->cluster, 0) << models;
+    auto wide = codegen::PlanMlpStep(64, {64, 1024, 1024, 10}, automatic, models);
+    ASSERT_TRUE(wide.ok()) << wide.status();
+    EXPECT_EQ(wide->cluster, 0) << models;
+    EXPECT_EQ(wide->row_chain, models >= codegen::kRowChainMinModels) << models;
   }
   target.chain_rows = 24;
   EXPECT_EQ(codegen::PlanMlpStep(64, {64, 256, 10}, target, 32).status().code(),
@@ -197,6 +206,7 @@ TEST(MlpStepKernelTest, EnsembleTilesFillTheGrid) {
 // on exact FMAs; odd reductions are zero-padded to the 8-deep steps.
 TEST(MlpStepKernelTest, Tf32PlansPutTheLargeGemmsOnTensorCores) {
   codegen::MlpStepTarget target;
+  target.schedule = codegen::MlpSchedule::kLayerPhases;
   for (int64_t models : {1, 32}) {
     target.tf32 = false;
     auto f32 = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, models);
@@ -230,15 +240,75 @@ TEST(MlpStepKernelTest, EnsembleWorkspaceStacksEveryBufferPerModel) {
   EXPECT_EQ(plan->dz_offset[0], 128);
   EXPECT_EQ(plan->dz_offset[1], 256);
   EXPECT_EQ(plan->row_loss_offset, 320);
-  // The loss sums need one float of shared memory per model (at least 32).
-  auto many = codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 1000);
-  ASSERT_TRUE(many.ok()) << many.status();
-  EXPECT_GE(many->shared_bytes - plan->shared_bytes, (1000 - 32) * 4);
+  // The cooperative schedules' loss sums need one float of shared memory per model (at least 32).
+  codegen::MlpStepTarget layer_phases;
+  layer_phases.schedule = codegen::MlpSchedule::kLayerPhases;
+  auto few = codegen::PlanMlpStep(5, {3, 7, 3}, layer_phases, 3);
+  auto many = codegen::PlanMlpStep(5, {3, 7, 3}, layer_phases, 1000);
+  ASSERT_TRUE(few.ok() && many.ok()) << many.status();
+  EXPECT_GE(many->shared_bytes - few->shared_bytes, (1000 - 32) * 4);
   EXPECT_EQ(codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   const auto too_many = codegen::PlanMlpStep(5, {3, 7, 3}, codegen::MlpStepTarget{}, 8193);
   EXPECT_EQ(too_many.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(too_many.status().message(), HasSubstr("8193 models"));
+}
+
+// The cluster schedule: the ensemble test's shapes, a single MLP, and a four-layer unaligned one (column-, row-, column-parallel, then a row-parallel head) plan within
+// shared memory and compile, f32 and TF32.
+TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
+  const std::vector<EnsembleShape> shapes = {
+      {32, 64, {64, 256, 256, 10}, true, false, false},
+      {4, 64, {64, 256, 256, 10}, true, false, false},
+      {3, 5, {3, 7, 7, 3}, false, false, false},
+      {2, 5, {3, 7, 7, 3}, true, true, true},
+      {5, 7, {12, 4}, true, true, false},
+      {2, 1, {1, 1, 2}, false, false, true},
+      {6, 17, {33, 45, 45, 45, 7}, false, false, false},
+      {1, 32, {256, 256, 256, 256, 10}, true, false, false},
+  };
+  for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
+    codegen::MlpStepTarget target;
+    target.aligned = s.aligned;
+    target.tf32 = tf32;
+    target.schedule = codegen::MlpSchedule::kCluster;
+    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_GE(plan->cluster, 1);
+    EXPECT_LE(plan->cluster, 8);
+    EXPECT_EQ(plan->grid(), s.models * plan->cluster);
+    EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
+    const codegen::GeneratedKernel kernel =
+        s.models == 1 ? codegen::MlpStepKernel(*plan)
+                      : codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
+                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
+    EXPECT_FALSE(compiled->cubin.empty());
+  }
+}
+
+// Blocks per model: the fewest whose shared memory fits, doubled while the models fill at most a
+// quarter of the grid; a model too large for 8 blocks is a clear error.
+TEST(MlpStepKernelTest, ClusterSizeFollowsSharedMemoryAndModels) {
+  codegen::MlpStepTarget h100;
+  h100.schedule = codegen::MlpSchedule::kCluster;
+  for (const auto& [models, ranks] : std::vector<std::pair<int64_t, int>>{{4, 8}, {32, 4}, {128, 4}}) {
+    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->cluster, ranks) << models << " models";
+  }
+  auto tiny = codegen::PlanMlpStep(5, {3, 7, 7, 3}, h100, 64);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->cluster, 1);  // 64 models fill half the grid already.
+  // Eight 256 x 256 weights are 2 MB: 256 KB per block at 8 blocks.
+  const auto too_big = codegen::PlanMlpStep(
+      32, {256, 256, 256, 256, 256, 256, 256, 256, 256, 10}, h100, 1);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(too_big.status().message(), HasSubstr("cluster schedule"));
+  h100.threads = 128;
+  EXPECT_EQ(codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, 4).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

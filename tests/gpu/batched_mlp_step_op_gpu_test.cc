@@ -1,8 +1,9 @@
 // batched_mlp_train_step's lowering alone on the GPU: from the node the fuse pass makes of a
-// batched ensemble, one cooperative launch per step (either schedule, MlpSchedule) matches the
+// batched ensemble, one launch per step (any schedule, MlpSchedule) matches the
 // op's CPU reference over three steps (total and per-model losses, logits, every weight and
-// velocity), and launched on 1 or 3 blocks (every block then runs many (model, tile) tasks, most
-// not prefetched) it gives the full grid's bits.
+// velocity), repeated runs give the same bits, and the cooperative schedules launched on 1 or 3
+// blocks (every block then runs many (model, tile) tasks, most not prefetched) give the full
+// grid's bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -147,6 +148,22 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     }
     if (grid == 0) grid = device_.sm_count;
     const bool shared_x = specs_[0].shape.rank() == 2, shared_y = specs_[1].shape.rank() == 1;
+    ASSIGN_OR_RETURN(codegen::MlpStepPlan plan, Plan(threads, chain_rows, schedule));
+    ops::KernelArgs args;
+    for (void* p : ctx.inputs) args.Add(p);
+    for (void* p : ctx.outputs) args.Add(p);
+    if (phase_clock != nullptr) args.Add(phase_clock);
+    return ops::LaunchForMlpStep(
+        ctx, "batched_mlp_step_small_grid",
+        plan, codegen::BatchedMlpStepKernel(plan, shared_x, shared_y, phase_clock != nullptr),
+        std::move(args), grid);
+  }
+
+  // The plan Lower launches for these arguments.
+  absl::StatusOr<codegen::MlpStepPlan> Plan(
+      int threads = 0, int chain_rows = 0,
+      std::optional<codegen::MlpSchedule> schedule = std::nullopt) {
+    const bool shared_x = specs_[0].shape.rank() == 2;
     const int64_t models = specs_[6].shape.dim(0);
     std::vector<int64_t> widths = {specs_[0].shape.dim(specs_[0].shape.rank() - 1)};
     for (int i = 6; i + 1 < num_inputs(); i += 4) widths.push_back(specs_[i].shape.dim(1));
@@ -155,20 +172,13 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     target.schedule = schedule.value_or(GetParam().schedule);
     if (threads > 0) target.threads = threads;
     target.chain_rows = chain_rows;
-    ASSIGN_OR_RETURN(
-        codegen::MlpStepPlan plan,
-        codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models));
-    ops::KernelArgs args;
-    for (void* p : ctx.inputs) args.Add(p);
-    for (void* p : ctx.outputs) args.Add(p);
-    if (phase_clock != nullptr) args.Add(phase_clock);
-    ASSIGN_OR_RETURN(
-        auto kernel,
-        ops::CooperativeKernel::Create(
-            ctx, "batched_mlp_step_small_grid",
-            codegen::BatchedMlpStepKernel(plan, shared_x, shared_y, phase_clock != nullptr), grid,
-            dim3(plan.target.threads), static_cast<unsigned>(plan.shared_bytes), std::move(args)));
-    return std::unique_ptr<ops::GpuKernel>(std::move(kernel));
+    return codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models);
+  }
+
+  // Whether the case's own lowering runs the cluster schedule (which has no grid to vary).
+  bool Clustered() {
+    auto kernel = Lower();
+    return kernel.ok() && (*kernel)->Describe().find("clusters of") != std::string::npos;
   }
 
   // Inputs back to their initial values; outputs poisoned with NaN bits.
@@ -273,6 +283,7 @@ TEST_P(BatchedMlpStepOpGpuTest, MatchesCpuReferenceOverThreeSteps) {
 }
 
 TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
+  if (Clustered()) GTEST_SKIP() << "the cluster schedule's grid is one cluster per model";
   REPRISE_ASSERT_OK_AND_ASSIGN(auto full, Lower());
   ASSERT_NO_FATAL_FAILURE(Reset());
   ASSERT_NO_FATAL_FAILURE(Run(*full, 3));
@@ -288,10 +299,32 @@ TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
   }
 }
 
+// Three steps from the same start give the same bits every time: the clusters' exchanges through
+// distributed shared memory and the last cluster's loss sum are ordered, whatever the timing.
+TEST_P(BatchedMlpStepOpGpuTest, RepeatedRunsGiveTheSameBits) {
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, Lower());
+  std::vector<std::string> first;
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_NO_FATAL_FAILURE(Reset());
+    ASSERT_NO_FATAL_FAILURE(Run(*kernel, 3));
+    std::vector<std::string> got = Snapshot();
+    const ir::HostTensor loss = Download(num_inputs());
+    got.emplace_back(static_cast<const char*>(loss.raw()), 4);
+    if (run == 0) {
+      first = std::move(got);
+      continue;
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      EXPECT_TRUE(got[i] == first[i]) << "tensor " << i << " differs in run " << run;
+    }
+  }
+}
+
 // Not a check: prints, per phase, the median over launches of the time from the last block
 // leaving the previous phase (or the first block starting) to the last block leaving this one,
 // for blocks of the lowering's size and of 128 threads.
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
+  if (Clustered()) GTEST_SKIP() << "no grid phases: see DISABLED_ClusterSectionTimes";
   constexpr int kLaunches = 50;
   const int grid = device_.sm_count;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower());
@@ -339,19 +372,52 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   }
 }
 
-// Not a check: time per launch, back to back, of the layer-phases kernel and of the row chain
-// at each rows-per-task (0: the planner's choice), on the case's shapes (kAuto cases only).
+// Not a check: for the cluster schedule, the median over blocks and launches of each block's
+// time in each section (the loads, each forward, the head, each backward) and in all of them.
+TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ClusterSectionTimes) {
+  if (!Clustered()) GTEST_SKIP() << "not the cluster schedule";
+  constexpr int kLaunches = 50;
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan, Plan());
+  const int grid = plan.grid(), sections = plan.phases;
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer clock,
+                               runtime::DeviceBuffer::Create((sections + 1) * grid * 8));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(grid, clock.data()));
+  ASSERT_NO_FATAL_FAILURE(Reset());
+  ASSERT_NO_FATAL_FAILURE(Run(*stamped, 5));
+  std::vector<std::vector<double>> us(sections + 1);
+  std::vector<uint64_t> t((sections + 1) * grid);
+  for (int i = 0; i < kLaunches; ++i) {
+    ASSERT_NO_FATAL_FAILURE(Run(*stamped, 1));
+    REPRISE_ASSERT_OK(cudaMemcpy(t.data(), clock.data(), t.size() * 8, cudaMemcpyDeviceToHost));
+    for (int b = 0; b < grid; ++b) {
+      for (int p = 1; p <= sections; ++p) {
+        us[p - 1].push_back((t[p * grid + b] - t[(p - 1) * grid + b]) / 1e3);
+      }
+      us[sections].push_back((t[sections * grid + b] - t[b]) / 1e3);
+    }
+  }
+  std::printf("SECTIONS %s (%s):", GetParam().name, stamped->Describe().c_str());
+  for (std::vector<double>& v : us) {
+    std::sort(v.begin(), v.end());
+    std::printf(" %.1f", v[v.size() / 2]);
+  }
+  std::printf(" us (last: a block's whole run)\n");
+}
+
+// Not a check: time per launch, back to back, of the cluster and layer-phases kernels and of the
+// row chain at each rows-per-task (0: the planner's choice), on the case's shapes (kAuto cases only).
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ScheduleTimes) {
   if (GetParam().schedule != codegen::MlpSchedule::kAuto) GTEST_SKIP() << "timed on its kAuto case";
   const std::vector<std::pair<codegen::MlpSchedule, int>> variants = {
-      {codegen::MlpSchedule::kLayerPhases, 0}, {codegen::MlpSchedule::kRowChain, 0},
+      {codegen::MlpSchedule::kCluster, 0},     {codegen::MlpSchedule::kLayerPhases, 0},
+      {codegen::MlpSchedule::kRowChain, 0},
       {codegen::MlpSchedule::kRowChain, 8},    {codegen::MlpSchedule::kRowChain, 16},
       {codegen::MlpSchedule::kRowChain, 32},   {codegen::MlpSchedule::kRowChain, 64}};
   for (const auto& [schedule, rows] : variants) {
     const std::string what =
-        schedule == codegen::MlpSchedule::kLayerPhases
-            ? std::string("layer phases")
-            : absl::StrCat("row chain, ", rows == 0 ? "planned" : absl::StrCat(rows), " rows");
+        schedule == codegen::MlpSchedule::kCluster       ? std::string("clusters")
+        : schedule == codegen::MlpSchedule::kLayerPhases ? std::string("layer phases")
+        : absl::StrCat("row chain, ", rows == 0 ? "planned" : absl::StrCat(rows), " rows");
     absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
         Lower(device_.sm_count, nullptr, 0, rows, schedule);
     if (!kernel.ok()) {
@@ -420,6 +486,43 @@ INSTANTIATE_TEST_SUITE_P(
                              true,
                              false,
                              codegen::MlpSchedule::kRowChain},
+                      OpCase{"K4Issue9Tf32Cluster",
+                             4,
+                             {64, 64, 2, 256, 10},
+                             false,
+                             true,
+                             codegen::MlpSchedule::kCluster},
+                      OpCase{"K4Issue9Cluster",
+                             4,
+                             {64, 64, 2, 256, 10},
+                             false,
+                             false,
+                             codegen::MlpSchedule::kCluster},
+                      OpCase{"K3OddSharedCluster",
+                             3,
+                             {5, 3, 2, 7, 3},
+                             true,
+                             false,
+                             codegen::MlpSchedule::kCluster},
+                      // Four layers: column-, row-, column-parallel, a row-parallel head.
+                      OpCase{"K6UnalignedCluster",
+                             6,
+                             {17, 33, 3, 45, 7},
+                             false,
+                             false,
+                             codegen::MlpSchedule::kCluster},
+                      OpCase{"K6UnalignedTf32Cluster",
+                             6,
+                             {17, 33, 3, 45, 7},
+                             false,
+                             true,
+                             codegen::MlpSchedule::kCluster},
+                      OpCase{"K2OneLayerSharedCluster",
+                             2,
+                             {9, 6, 0, 1, 4},
+                             true,
+                             false,
+                             codegen::MlpSchedule::kCluster},
                       OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true},
                       OpCase{"K8Issue9Tf32", 8, {64, 64, 2, 256, 10}, false, true},
                       OpCase{"K128Issue9", 128, {64, 64, 2, 256, 10}, false}),

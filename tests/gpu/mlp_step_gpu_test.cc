@@ -1,4 +1,4 @@
-// mlp_train_step on the GPU: one cooperative launch per step matches the op's CPU reference over
+// mlp_train_step on the GPU: one launch per step (cooperative, or in clusters) matches the op's CPU reference over
 // three steps, is bitwise reproducible (also on fewer blocks than planned), and a CUDA graph of
 // the launch replayed 50 times equals 50 eager launches bit for bit, with the barrier state left
 // ready every time. DISABLED_Time prints the median time per step over 1000 graph replays.
@@ -78,23 +78,22 @@ class MlpStepGpuTest : public ::testing::TestWithParam<Case> {
     return ctx;
   }
 
-  // The op's own lowering (grid = 0), or the same plan launched on `grid` blocks.
+  // The op's own lowering (grid = 0), or the same plan launched on `grid` blocks (a cluster
+  // plan keeps its grid). Sets barriers_per_launch_ from the plan.
   absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(int grid = 0) {
     ops::LoweringContext ctx = Context();
-    if (grid == 0) return ops::MlpTrainStepOp().lower(ctx, node());
     std::vector<int64_t> widths = {specs_[0].shape.dim(1)};
     for (int i = 6; i < barrier_index(); i += 4) widths.push_back(specs_[i].shape.dim(0));
     ASSIGN_OR_RETURN(
         codegen::MlpStepPlan plan,
         codegen::PlanMlpStep(specs_[0].shape.dim(0), widths, ops::MlpTrainStepTargetFor(ctx)));
+    barriers_per_launch_ = plan.barriers;
+    if (grid == 0) return ops::MlpTrainStepOp().lower(ctx, node());
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
-    ASSIGN_OR_RETURN(auto kernel, ops::CooperativeKernel::Create(
-                                      ctx, "mlp_step_small_grid", codegen::MlpStepKernel(plan),
-                                      grid, dim3(plan.target.threads),
-                                      static_cast<unsigned>(plan.shared_bytes), std::move(args)));
-    return std::unique_ptr<ops::GpuKernel>(std::move(kernel));
+    return ops::LaunchForMlpStep(ctx, "mlp_step_small_grid", plan, codegen::MlpStepKernel(plan),
+                                 std::move(args), grid);
   }
 
   // Inputs back to their initial values; outputs poisoned with NaN bits.
@@ -140,6 +139,7 @@ class MlpStepGpuTest : public ::testing::TestWithParam<Case> {
     const uint32_t word = static_cast<uint32_t>(b.data<int32_t>()[0]);
     EXPECT_EQ(word & 0x7fffffffu, 0u) << "arrivals left over";
     EXPECT_EQ(word >> 31, static_cast<uint32_t>(launches * barriers_per_launch_ % 2)) << "flips";
+    EXPECT_EQ(b.data<int32_t>()[1], 0) << "the cluster schedule's count of finished models";
   }
 
   runtime::DeviceInfo device_;
@@ -164,10 +164,7 @@ double RelativeError(const ir::HostTensor& got, const ir::HostTensor& want) {
   return std::sqrt(err / std::max(norm, 1e-30));
 }
 
-int64_t BarriersOf(const models::MlpConfig& c) { return c.depth >= 1 ? 2 * (c.depth + 1) - 2 : 1; }
-
 TEST_P(MlpStepGpuTest, MatchesCpuReferenceOverThreeSteps) {
-  barriers_per_launch_ = BarriersOf(GetParam().config);
   ASSERT_NO_FATAL_FAILURE(Reset());
   REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, Lower());
   std::printf("%s: %s\n", GetParam().name, kernel->Describe().c_str());
@@ -215,7 +212,6 @@ TEST_P(MlpStepGpuTest, RunsAreBitwiseIdenticalAlsoOnFewerBlocks) {
 }
 
 TEST_P(MlpStepGpuTest, GraphReplaysEqualEagerLaunchesBitwise) {
-  barriers_per_launch_ = BarriersOf(GetParam().config);
   constexpr int kSteps = 50;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, Lower());
   ASSERT_NO_FATAL_FAILURE(Reset());

@@ -1,0 +1,48 @@
+// The cluster schedule of the fused MLP step (MlpSchedule::kCluster): each model trains in its own
+// thread-block cluster of `ranks` blocks, with every weight it needs and every activation in the
+// blocks' shared memory. Nothing waits on another cluster, so the launch is not cooperative and
+// any number of models runs in waves.
+//
+// Layers are split Megatron-style between the blocks of a cluster, alternating:
+//   column-parallel (layer 0, and every hidden layer whose input is whole): block r owns output
+//     columns [r c, (r + 1) c) of the layer (rows of W_l), computes them from the whole input
+//     and keeps them (its slice of h_{l+1});
+//   row-parallel (a hidden layer whose input is sliced): block r owns the matching input columns
+//     of W_l, computes a partial product of the whole output, and the blocks reduce-scatter the
+//     partials through distributed shared memory (block r sums columns r c.. in block order).
+// Whole activations are all-gathered from the slices when a product needs them. The head (the
+// last layer) is computed whole by every block when its input is whole, else as a row-parallel
+// product whose small logits are summed by every block. Backward mirrors this: a row-parallel
+// layer's gradients are local, a column-parallel layer's data gradient is reduce-scattered.
+// Each block applies SGD to the weights it owns; the step-start weights stay in shared memory,
+// so every update uses them.
+//
+// Padding: the batch is padded to a multiple of 16, hidden widths to multiples of 16 ranks,
+// features and classes to multiples of 16, all with zeros (padding rows get a zero loss
+// gradient, padding columns zero weights and biases), so every product tiles exactly.
+#ifndef REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
+#define REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
+
+#include "absl/status/status.h"
+#include "src/codegen/generated_kernel.h"
+#include "src/codegen/mlp_step_kernel.h"
+
+namespace reprise::codegen {
+
+// Chooses the blocks per model for `plan` (models, batch, widths and target set): the fewest
+// whose shared memory fits, doubled while twice the blocks would still fill at most half of
+// target.grid (more blocks per model shorten its chain of products), and at most 8, the portable
+// cluster size. Sets plan.cluster, shared_bytes, phases and barriers.
+// kUnimplemented, saying why, where even 8 blocks per model do not fit or the target is not 256
+// threads per block.
+absl::Status PlanCluster(MlpStepPlan& plan);
+
+// The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
+// BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster.
+// With `phase_clock`, index 0 is each block's start and index i + 1 the end of section i.
+GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
+                                  bool shared_labels, bool phase_clock);
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
