@@ -102,8 +102,10 @@ struct TrainOptions {
   // all models; false keeps one launch per layer and pass.
   bool whole_step = true;
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step, which measured faster from K = 32 on an H100 (docs/benchmarks.md).
-  int ensemble_whole_step_max_models = 4;
+  // the batched per-layer step. -1 (the default): 8 with allow_tf32 (the whole step's cluster
+  // kernel), else 4; each measured the faster form on an H100 (docs/benchmarks.md, sessions 6 and
+  // 12: the per-layer step wins from K = 32).
+  int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster

@@ -230,7 +230,10 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
-  plan_options.fusion.whole_step_max_models = options.ensemble_whole_step_max_models;
+  plan_options.fusion.whole_step_max_models = options.ensemble_whole_step_max_models >= 0
+                                                  ? options.ensemble_whole_step_max_models
+                                              : options.allow_tf32 ? 8
+                                                                   : 4;
   plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);

@@ -28,7 +28,7 @@ struct Layout {
   std::vector<int64_t> padded;     // [l], l = 0..L: widths padded (hidden: to 16 ranks).
   std::vector<bool> row_parallel;  // [l], l = 0..L-1; the head's: its input is sliced.
   std::vector<int64_t> w, w_ld, bias;
-  std::vector<int64_t> h, h_ld;  // [l], l = 1..L-1: this block's slice of h_l.
+  std::vector<int64_t> h, h_ld;     // [l], l = 1..L-1: this block's slice of h_l.
   int64_t full = 0, full_ld = 0;    // A whole activation or gradient, or partial products.
   int64_t slice = 0, slice_ld = 0;  // This block's slice of a data gradient.
   int64_t z = 0, z_ld = 0;          // Logits, then their gradient.
@@ -58,7 +58,8 @@ Layout LayoutFor(const MlpStepPlan& plan, int ranks) {
   };
   for (int l = 0; l < layers; ++l) {
     const bool head = l == layers - 1;
-    const int64_t out = head ? s.padded[l + 1] : (s.row_parallel[l] ? s.padded[l + 1] : s.chunk(l + 1));
+    const int64_t out =
+        head ? s.padded[l + 1] : (s.row_parallel[l] ? s.padded[l + 1] : s.chunk(l + 1));
     const int64_t in = s.row_parallel[l] ? s.chunk(l) : s.padded[l];
     s.w_ld.push_back(in + 4);
     s.w.push_back(take(out * (in + 4)));
@@ -128,10 +129,9 @@ absl::Status PlanCluster(MlpStepPlan& plan) {
     }
   }
   if (ranks == 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("the cluster schedule needs ", needed, " bytes of shared memory per block at ",
-                     kMaxRanks, " blocks per model; a block may have ",
-                     plan.target.max_shared_bytes));
+    return absl::UnimplementedError(absl::StrCat(
+        "the cluster schedule needs ", needed, " bytes of shared memory per block at ", kMaxRanks,
+        " blocks per model; a block may have ", plan.target.max_shared_bytes));
   }
   while (ranks < kMaxRanks && int64_t{plan.models} * ranks * 4 <= plan.target.grid) ranks *= 2;
   plan.cluster = ranks;
@@ -188,9 +188,8 @@ class ClusterBody {
 };
 
 void ClusterBody::LoadFeatures() {
-  Line(absl::StrCat("LoadTile<", s_.rows, ", ", s_.padded[0], ", ", s_.full_ld, ", ",
-                    B(Vec(d_[0])), ">(", Smem(s_.full), ", xk, ", d_[0], ", ", plan_.batch, ", ",
-                    d_[0], ");"));
+  Line(absl::StrCat("LoadTile<", s_.rows, ", ", s_.padded[0], ", ", s_.full_ld, ", ", B(Vec(d_[0])),
+                    ">(", Smem(s_.full), ", xk, ", d_[0], ", ", plan_.batch, ", ", d_[0], ");"));
 }
 
 void ClusterBody::Loads() {
@@ -224,8 +223,8 @@ void ClusterBody::Loads() {
     Line(absl::StrCat("LoadTile<", tile_rows, ", ", tile_cols, ", ", s_.w_ld[l], ", ", B(Vec(in)),
                       ">(", Smem(s_.w[l]), ", ", src, ", ", in, ", ", rows, ", ", cols, ");"));
     if (head) {
-      Line(absl::StrCat("LoadTile<1, ", s_.padded[l + 1], ", ", s_.padded[l + 1], ", ",
-                        B(Vec(out)), ">(", Smem(s_.bias[l]), ", b", l, "k, 0, 1, ", out, ");"));
+      Line(absl::StrCat("LoadTile<1, ", s_.padded[l + 1], ", ", s_.padded[l + 1], ", ", B(Vec(out)),
+                        ">(", Smem(s_.bias[l]), ", b", l, "k, 0, 1, ", out, ");"));
     } else {
       Line(absl::StrCat("LoadTile<1, ", s_.chunk(l + 1), ", ", s_.chunk(l + 1), ", ", B(Vec(out)),
                         ">(", Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", 0, 1, Valid(", out,
@@ -244,16 +243,18 @@ void ClusterBody::Loads() {
 
 void ClusterBody::Forward(int l) {
   const int64_t rows = s_.rows;
-  Line(absl::StrCat("// Forward of layer ", l, s_.row_parallel[l] ? " (row-parallel)." : " (column-parallel)."));
+  Line(absl::StrCat("// Forward of layer ", l,
+                    s_.row_parallel[l] ? " (row-parallel)." : " (column-parallel)."));
   if (!s_.row_parallel[l]) {
     if (l > 0) {
       Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ",
                         s_.full_ld, ">(", Smem(s_.full), ", ", Smem(s_.h[l]), ");"));
       Sync();
     }
-    Line(absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true),
-                      "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", BiasRelu{",
-                      Smem(s_.h[l + 1]), ", ", s_.h_ld[l + 1], ", ", Smem(s_.bias[l]), "});"));
+    Line(
+        absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true),
+                     "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", BiasRelu{", Smem(s_.h[l + 1]),
+                     ", ", s_.h_ld[l + 1], ", ", Smem(s_.bias[l]), "});"));
     if (l == 0) Line("CpAsyncWaitAll();  // The other layers' weights.");
     Sync();
     return;
@@ -287,15 +288,14 @@ void ClusterBody::Head() {
   } else {
     const std::string partial = Smem(s_.partial_logits);
     Line(absl::StrCat(Gemm(rows, classes, s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true),
-                      "::Run(", Smem(s_.h[l]), ", ", w, ", Store{", partial, ", ", s_.z_ld,
-                      "});"));
+                      "::Run(", Smem(s_.h[l]), ", ", w, ", Store{", partial, ", ", s_.z_ld, "});"));
     ClusterSync();
     Line(absl::StrCat("for (int i = threadIdx.x; i < ", rows * classes,
                       "; i += kThreads) {\n    const int m = i / ", classes, ", n = i - m * ",
                       classes, ";\n    float v = Remote(", partial, " + m * ", s_.z_ld,
                       " + n, 0)[0];\n    for (int r = 1; r < kRanks; ++r) v += Remote(", partial,
-                      " + m * ", s_.z_ld, " + n, r)[0];\n    ", z, "[m * ", s_.z_ld,
-                      " + n] = v + ", Smem(s_.bias[l]), "[n];\n  }"));
+                      " + m * ", s_.z_ld, " + n, r)[0];\n    ", z, "[m * ", s_.z_ld, " + n] = v + ",
+                      Smem(s_.bias[l]), "[n];\n  }"));
   }
   Sync();
   Line(absl::StrCat("SoftmaxCrossEntropy<", plan_.batch, ", ", rows, ", ", d_[layers], ", ",
@@ -308,15 +308,14 @@ void ClusterBody::Head() {
   const std::string b_operand = l > 0 ? Smem(s_.h[l]) : absl::StrCat("(", Smem(s_.full), " + c0)");
   const int64_t b_ld = l > 0 ? s_.h_ld[l] : s_.full_ld;
   const std::string w_old = s_.row_parallel[l] ? w : absl::StrCat("(", w, " + c", l, ")");
-  Line(absl::StrCat(Gemm(classes, cols, rows, s_.z_ld, true, b_ld, false), "::Run(",
-                    z, ", ", b_operand, ", ",
+  Line(absl::StrCat(Gemm(classes, cols, rows, s_.z_ld, true, b_ld, false), "::Run(", z, ", ",
+                    b_operand, ", ",
                     SgdOf(l, w_old, absl::StrCat("c", l), absl::StrCat(d_[layers]),
                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", cols, ")"),
                           d_[layers] != classes || d_[l] != s_.padded[l]),
                     ");"));
-  Line(absl::StrCat("if (rank == 0) BiasSgd<", rows, ">(", z, ", ", s_.z_ld, ", ",
-                    Smem(s_.bias[l]), ", b", l, "k, vb", l, "k, ", d_[layers],
-                    ", lr_, mu_, wd_);"));
+  Line(absl::StrCat("if (rank == 0) BiasSgd<", rows, ">(", z, ", ", s_.z_ld, ", ", Smem(s_.bias[l]),
+                    ", b", l, "k, vb", l, "k, ", d_[layers], ", lr_, mu_, wd_);"));
   if (l == 0) return;
   // The data gradient into the head's input: whole in place of its input, or this block's slice.
   if (!s_.row_parallel[l]) {
@@ -324,8 +323,8 @@ void ClusterBody::Head() {
                       "::Run(", z, ", ", w, ", Masked{", Smem(s_.full), ", ", s_.full_ld, ", ",
                       Smem(s_.full), ", ", s_.full_ld, "});"));
   } else {
-    Line(absl::StrCat(Gemm(rows, s_.chunk(l), classes, s_.z_ld, false, s_.w_ld[l], false),
-                      "::Run(", z, ", ", w, ", Masked{", Smem(s_.slice), ", ", s_.slice_ld, ", ",
+    Line(absl::StrCat(Gemm(rows, s_.chunk(l), classes, s_.z_ld, false, s_.w_ld[l], false), "::Run(",
+                      z, ", ", w, ", Masked{", Smem(s_.slice), ", ", s_.slice_ld, ", ",
                       Smem(s_.h[l]), ", ", s_.h_ld[l], "});"));
   }
   Sync();
@@ -337,20 +336,22 @@ void ClusterBody::Backward(int l) {
   Line(absl::StrCat("// Backward of layer ", l, "."));
   if (s_.row_parallel[l]) {
     // dz_l is whole (in `full`); its input h_l is this block's slice.
-    Line(absl::StrCat(Gemm(s_.padded[l + 1], s_.chunk(l), rows, s_.full_ld, true, s_.h_ld[l], false),
-                      "::Run(", full, ", ", Smem(s_.h[l]), ", ",
-                      SgdOf(l, w, absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
-                            absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
-                            d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
-                      ");"));
+    Line(
+        absl::StrCat(Gemm(s_.padded[l + 1], s_.chunk(l), rows, s_.full_ld, true, s_.h_ld[l], false),
+                     "::Run(", full, ", ", Smem(s_.h[l]), ", ",
+                     SgdOf(l, w, absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
+                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
+                           d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
+                     ");"));
     Line(absl::StrCat("BiasSgd<", rows, ">(", full, " + c", l + 1, ", ", s_.full_ld, ", ",
                       Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1,
                       ", Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1),
                       "), lr_, mu_, wd_);"));
     // l >= 1 here: the data gradient of this block's input columns is local.
-    Line(absl::StrCat(Gemm(rows, s_.chunk(l), s_.padded[l + 1], s_.full_ld, false, s_.w_ld[l], false),
-                      "::Run(", full, ", ", w, ", Masked{", slice, ", ", s_.slice_ld, ", ",
-                      Smem(s_.h[l]), ", ", s_.h_ld[l], "});"));
+    Line(absl::StrCat(
+        Gemm(rows, s_.chunk(l), s_.padded[l + 1], s_.full_ld, false, s_.w_ld[l], false), "::Run(",
+        full, ", ", w, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ", s_.h_ld[l],
+        "});"));
     Sync();
     return;
   }
@@ -360,31 +361,32 @@ void ClusterBody::Backward(int l) {
     Line("CpAsyncCommit();");
     Line("CpAsyncWaitAll();");
   } else {
-    Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ",
-                      s_.full_ld, ">(", full, ", ", Smem(s_.h[l]), ");"));
+    Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ", s_.full_ld,
+                      ">(", full, ", ", Smem(s_.h[l]), ");"));
   }
   Sync();
-  Line(absl::StrCat(Gemm(s_.chunk(l + 1), s_.padded[l], rows, s_.slice_ld, true, s_.full_ld, false),
-                    "::Run(", slice, ", ", full, ", ",
-                    SgdOf(l, w, absl::StrCat("static_cast<size_t>(c", l + 1, ") * ", d_[l]),
-                          absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
-                          absl::StrCat(d_[l]),
-                          d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
-                    ");"));
-  Line(absl::StrCat("BiasSgd<", rows, ">(", slice, ", ", s_.slice_ld, ", ", Smem(s_.bias[l]),
-                    ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1, ", Valid(", d_[l + 1],
-                    ", c", l + 1, ", ", s_.chunk(l + 1), "), lr_, mu_, wd_);"));
+  Line(absl::StrCat(
+      Gemm(s_.chunk(l + 1), s_.padded[l], rows, s_.slice_ld, true, s_.full_ld, false), "::Run(",
+      slice, ", ", full, ", ",
+      SgdOf(l, w, absl::StrCat("static_cast<size_t>(c", l + 1, ") * ", d_[l]),
+            absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
+            absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
+      ");"));
+  Line(absl::StrCat("BiasSgd<", rows, ">(", slice, ", ", s_.slice_ld, ", ", Smem(s_.bias[l]), ", b",
+                    l, "k + c", l + 1, ", vb", l, "k + c", l + 1, ", Valid(", d_[l + 1], ", c",
+                    l + 1, ", ", s_.chunk(l + 1), "), lr_, mu_, wd_);"));
   if (l == 0) return;
   Sync();  // The weight gradient has read `full`.
-  Line(absl::StrCat(Gemm(rows, s_.padded[l], s_.chunk(l + 1), s_.slice_ld, false, s_.w_ld[l], false),
-                    "::Run(", slice, ", ", w, ", Store{", full, ", ", s_.full_ld, "});"));
+  Line(
+      absl::StrCat(Gemm(rows, s_.padded[l], s_.chunk(l + 1), s_.slice_ld, false, s_.w_ld[l], false),
+                   "::Run(", slice, ", ", w, ", Store{", full, ", ", s_.full_ld, "});"));
   ClusterSync();
-  Line(absl::StrCat("ReduceColumns<", rows, ", ", s_.chunk(l), ", ", s_.full_ld, ">(", full,
-                    ", c", l, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ",
-                    s_.h_ld[l], "});"));
+  Line(absl::StrCat("ReduceColumns<", rows, ", ", s_.chunk(l), ", ", s_.full_ld, ">(", full, ", c",
+                    l, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ", s_.h_ld[l],
+                    "});"));
   ClusterSync();
-  Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.slice_ld, ", ",
-                    s_.full_ld, ">(", full, ", ", slice, ");"));
+  Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.slice_ld, ", ", s_.full_ld,
+                    ">(", full, ", ", slice, ");"));
   Line("// Every block has gathered the slices: they may be overwritten.");
   ClusterSync();
 }
@@ -403,8 +405,8 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                     shared_features ? 0 : batch * d_[0], ";"));
   Line(absl::StrCat("const int* const yk = labels + static_cast<size_t>(k) * ",
                     shared_labels ? 0 : batch, ";"));
-  Line(absl::StrCat("float* const logitsk = logits + static_cast<size_t>(k) * ",
-                    batch * d_[layers], ";"));
+  Line(absl::StrCat("float* const logitsk = logits + static_cast<size_t>(k) * ", batch * d_[layers],
+                    ";"));
   for (int l = 0; l < layers; ++l) {
     const int64_t weights = int64_t{d_[l + 1]} * d_[l];
     for (const char* name : {"w", "vw"}) {
@@ -445,23 +447,15 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 
 }  // namespace
 
-GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
-                                  bool shared_labels, bool phase_clock) {
-  const int layers = plan.layers();
-  std::string code = kMlpPrimitives;
-  absl::StrAppend(&code, "\nnamespace mlpc {\nconstexpr int kThreads = ", plan.target.threads,
-                  ";\nconstexpr int kRanks = ", plan.cluster, ";\nconstexpr int kModels = ",
-                  plan.models,
-                  ";\n// Of `size` columns from `start`, those below `total`.\n"
-                  "MLP_DEV int Valid(int total, int start, int size) {\n"
-                  "  const int v = total - start;\n  return v < 0 ? 0 : v > size ? size : v;\n}\n"
-                  "}  // namespace mlpc\n",
-                  kMlpClusterLibrary);
+std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
+                                   bool phase_clock) {
   std::vector<std::string> params = {"const float* x",        "const int* labels",
                                      "const float* dloss",    "const float* lr",
                                      "const float* momentum", "const float* weight_decay"};
   for (int l = 0; l < layers; ++l) {
-    for (const char* name : {"w", "b", "vw", "vb"}) params.push_back(absl::StrCat("float* ", name, l));
+    for (const char* tensor : {"w", "b", "vw", "vb"}) {
+      params.push_back(absl::StrCat("float* ", tensor, l));
+    }
   }
   params.push_back("unsigned* barrier");
   params.push_back("float* loss");
@@ -469,9 +463,25 @@ GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool sh
   params.push_back("float* logits");
   params.push_back("float* ws");
   if (phase_clock) params.push_back("unsigned long long* phase_clock");
+  return absl::StrCat("extern \"C\" __global__ void __launch_bounds__(", threads, ", 1)\n", name,
+                      "(", absl::StrJoin(params, ", "), ") {\n");
+}
+
+GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
+                                  bool shared_labels, bool phase_clock) {
+  const int layers = plan.layers();
+  std::string code = kMlpPrimitives;
+  absl::StrAppend(&code, "\nnamespace mlpc {\nconstexpr int kThreads = ", plan.target.threads,
+                  ";\nconstexpr int kRanks = ", plan.cluster,
+                  ";\nconstexpr int kModels = ", plan.models,
+                  ";\n// Of `size` columns from `start`, those below `total`.\n"
+                  "MLP_DEV int Valid(int total, int start, int size) {\n"
+                  "  const int v = total - start;\n  return v < 0 ? 0 : v > size ? size : v;\n}\n"
+                  "}  // namespace mlpc\n",
+                  kMlpClusterLibrary);
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-  absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
-                  ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n");
+  absl::StrAppend(&code, "\n",
+                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock));
   ClusterBody(plan, code).Emit(batched, shared_features, shared_labels, phase_clock);
   absl::StrAppend(&code, "}\n");
   return {name, std::move(code)};

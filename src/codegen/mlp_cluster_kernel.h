@@ -23,6 +23,8 @@
 #ifndef REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
 #define REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/codegen/mlp_step_kernel.h"
@@ -36,6 +38,11 @@ namespace reprise::codegen {
 // kUnimplemented, saying why, where even 8 blocks per model do not fit or the target is not 256
 // threads per block.
 absl::Status PlanCluster(MlpStepPlan& plan);
+
+// The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
+// MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block.
+std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
+                                   bool phase_clock);
 
 // The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
 // BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster.

@@ -531,7 +531,9 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   plan.row_loss_offset = offset;
 
-  if (target.schedule == MlpSchedule::kCluster || target.schedule == MlpSchedule::kAuto) {
+  const bool auto_cluster =
+      target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kClusterMinModels;
+  if (target.schedule == MlpSchedule::kCluster || auto_cluster) {
     const absl::Status clustered = PlanCluster(plan);
     if (clustered.ok() || target.schedule == MlpSchedule::kCluster) {
       if (!clustered.ok()) return clustered;
@@ -579,24 +581,9 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                   ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch,
                   ";\n}  // namespace mlp\n", kMlpLibrary);
 
-  std::vector<std::string> params = {"const float* x",        "const int* labels",
-                                     "const float* dloss",    "const float* lr",
-                                     "const float* momentum", "const float* weight_decay"};
-  for (int l = 0; l < layers; ++l) {
-    params.push_back(absl::StrCat("float* w", l));
-    params.push_back(absl::StrCat("float* b", l));
-    params.push_back(absl::StrCat("float* vw", l));
-    params.push_back(absl::StrCat("float* vb", l));
-  }
-  params.push_back("unsigned* barrier");
-  params.push_back("float* loss");
-  if (batched) params.push_back("float* model_loss");
-  params.push_back("float* logits");
-  params.push_back("float* ws");
-  if (phase_clock) params.push_back("unsigned long long* phase_clock");
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-  absl::StrAppend(&code, "\nextern \"C\" __global__ void __launch_bounds__(", plan.target.threads,
-                  ", 1)\n", name, "(", absl::StrJoin(params, ", "), ") {\n",
+  absl::StrAppend(&code, "\n",
+                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock),
                   "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
                   "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
                   ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",

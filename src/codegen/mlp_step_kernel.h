@@ -44,12 +44,17 @@ namespace reprise::codegen {
 //                 weights and activations in the blocks' shared memory, the layers split between
 //                 the blocks (see mlp_cluster_kernel.h). Not a cooperative launch: models beyond
 //                 one wave of clusters run in later waves.
-//   kAuto:        kRowChain for ensembles of at least kRowChainMinModels models where it fits,
-//                 else kLayerPhases. Measured on an H100 (docs/benchmarks.md, session 11), the
-//                 issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K = 4 and 8, the
-//                 two equal at K = 32, the row chain 6-8% faster at K = 128.
+//   kAuto:        kCluster for TF32 ensembles of at least kClusterMinModels models where it fits
+//                 (measured on an H100, docs/benchmarks.md, session 12: the clusters beat both
+//                 other schedules there at K = 8 and 32 and tie the row chain at K = 128; in
+//                 strict f32, whose SIMT products are issue-bound in 4 or 8 SMs per model, and
+//                 at K = 4 they lose); else kRowChain for ensembles of at least kRowChainMinModels
+//                 models where it fits, else kLayerPhases. Measured on an H100 (docs/benchmarks.md,
+//                 session 11), the issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K
+//                 = 4 and 8, the two equal at K = 32, the row chain 6-8% faster at K = 128.
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster };
 inline constexpr int kRowChainMinModels = 32;
+inline constexpr int kClusterMinModels = 8;
 
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
 // `grid` blocks of `threads` threads.

@@ -54,6 +54,25 @@ CUlaunchAttribute ClusterAttribute(int cluster) {
   return dims;
 }
 
+// `source` compiled (or found) and allowed `shared_bytes` of dynamic shared memory; errors start
+// with `where`.
+absl::StatusOr<CUfunction> FunctionWithSharedMemory(const LoweringContext& context,
+                                                    const codegen::GeneratedKernel& source,
+                                                    unsigned shared_bytes,
+                                                    const std::string& where) {
+  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  if (!function.ok()) {
+    return absl::Status(function.status().code(),
+                        absl::StrCat(where, ": ", function.status().message()));
+  }
+  ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(shared_bytes)),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
+  return *function;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
@@ -97,20 +116,13 @@ absl::StatusOr<std::unique_ptr<CooperativeKernel>> CooperativeKernel::Create(
     const codegen::GeneratedKernel& source, int grid, dim3 block, unsigned shared_bytes,
     KernelArgs args) {
   const std::string where = absl::StrCat("node '", node_name, "'");
-  auto function = context.kernels->GetFunction(ToKernelSource(source));
-  if (!function.ok()) {
-    return absl::Status(function.status().code(),
-                        absl::StrCat(where, ": ", function.status().message()));
-  }
+  ASSIGN_OR_RETURN(const CUfunction function,
+                   FunctionWithSharedMemory(context, source, shared_bytes, where));
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
-  RETURN_IF_ERROR(runtime::CudaStatus(
-      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(shared_bytes)),
-      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
   int per_sm = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(
       driver->occupancy_max_active_blocks(
-          &per_sm, *function, static_cast<int>(block.x * block.y * block.z), shared_bytes),
+          &per_sm, function, static_cast<int>(block.x * block.y * block.z), shared_bytes),
       "cuOccupancyMaxActiveBlocksPerMultiprocessor", where));
   if (per_sm < 1) {
     return absl::UnimplementedError(absl::StrCat(
@@ -121,7 +133,7 @@ absl::StatusOr<std::unique_ptr<CooperativeKernel>> CooperativeKernel::Create(
   kernel->launch_ = driver->launch_kernel_ex;
   kernel->node_name_ = node_name;
   kernel->kernel_name_ = source.name;
-  kernel->function_ = *function;
+  kernel->function_ = function;
   kernel->grid_ = std::max(1, std::min(grid, per_sm * context.device->sm_count));
   kernel->block_ = block;
   kernel->shared_bytes_ = shared_bytes;
@@ -155,33 +167,26 @@ absl::StatusOr<std::unique_ptr<ClusterKernel>> ClusterKernel::Create(
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": a grid of ", grid, " blocks is not made of clusters of ", cluster));
   }
-  auto function = context.kernels->GetFunction(ToKernelSource(source));
-  if (!function.ok()) {
-    return absl::Status(function.status().code(),
-                        absl::StrCat(where, ": ", function.status().message()));
-  }
+  ASSIGN_OR_RETURN(const CUfunction function,
+                   FunctionWithSharedMemory(context, source, shared_bytes, where));
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
-  RETURN_IF_ERROR(runtime::CudaStatus(
-      driver->func_set_attribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(shared_bytes)),
-      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", where));
   CUlaunchAttribute dims = ClusterAttribute(cluster);
   CUlaunchConfig config = LaunchConfig(grid, block, shared_bytes, nullptr, &dims, 1);
   int active = 0;
-  RETURN_IF_ERROR(runtime::CudaStatus(
-      driver->occupancy_max_active_clusters(&active, *function, &config),
-      "cuOccupancyMaxActiveClusters", where));
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(driver->occupancy_max_active_clusters(&active, function, &config),
+                          "cuOccupancyMaxActiveClusters", where));
   if (active < 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        where, ": kernel ", source.name, " in clusters of ", cluster, " blocks of ",
-        block.x * block.y * block.z, " threads and ", shared_bytes,
-        " bytes of shared memory does not fit on the device"));
+    return absl::UnimplementedError(
+        absl::StrCat(where, ": kernel ", source.name, " in clusters of ", cluster, " blocks of ",
+                     block.x * block.y * block.z, " threads and ", shared_bytes,
+                     " bytes of shared memory does not fit on the device"));
   }
   auto kernel = std::unique_ptr<ClusterKernel>(new ClusterKernel());
   kernel->launch_ = driver->launch_kernel_ex;
   kernel->node_name_ = node_name;
   kernel->kernel_name_ = source.name;
-  kernel->function_ = *function;
+  kernel->function_ = function;
   kernel->grid_ = grid;
   kernel->cluster_ = cluster;
   kernel->active_clusters_ = active;

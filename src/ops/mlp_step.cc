@@ -178,8 +178,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContex
   const auto shared = static_cast<unsigned>(plan.shared_bytes);
   if (plan.cluster > 0) {
     ASSIGN_OR_RETURN(std::unique_ptr<ClusterKernel> kernel,
-                     ClusterKernel::Create(ctx, node_name, source, plan.grid(), plan.cluster,
-                                           block, shared, std::move(args)));
+                     ClusterKernel::Create(ctx, node_name, source, plan.grid(), plan.cluster, block,
+                                           shared, std::move(args)));
     return std::unique_ptr<GpuKernel>(std::move(kernel));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CooperativeKernel> kernel,

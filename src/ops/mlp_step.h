@@ -1,6 +1,7 @@
 // mlp_train_step: one whole SGD-with-momentum training step of a ReLU MLP classifier, as one node
 // (what models::BuildMlp + autodiff::BuildTrainingGraph compute, fused). On the GPU it is one
-// cooperative launch of a generated persistent kernel (src/codegen/mlp_step_kernel.h).
+// launch of a generated kernel (src/codegen/mlp_step_kernel.h): cooperative and persistent, or
+// in thread-block clusters (MlpSchedule::kCluster).
 //
 // attrs: "layers" (int L >= 1, the number of Linear layers; BuildMlp's depth + 1).
 // inputs, in order:
@@ -80,9 +81,9 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
                            const codegen::MlpStepTarget& target, std::string* why);
 
 // batched_mlp_train_step (batched_mlp_step.cc): mlp_train_step for K models of one shape, every
-// tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one cooperative
-// launch whose phases run (model, tile) tasks. Model k's slices compute what mlp_train_step
-// computes on them.
+// tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one launch: a
+// cooperative one whose phases run (model, tile) tasks, or one thread-block cluster per model.
+// Model k's slices compute what mlp_train_step computes on them.
 // attrs: "layers" (L >= 1).
 // inputs: as mlp_train_step's, with K from W_0 [K, out_0, F]:
 //   [0] features f32 [K, B, F], or [B, F] read by every model

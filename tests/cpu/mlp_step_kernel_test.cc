@@ -140,8 +140,8 @@ TEST(MlpStepKernelTest, BatchedKernelCompilesForSm90) {
 
 // The row chain: two phases whatever the depth; phase 0's GEMM tiles span exactly one row block
 // (head_rows rows), so a task's rows pass through every layer; the default takes it for
-// ensembles of kRowChainMinModels models or more that do not fit the cluster schedule; asked for where no row block fits, it is a
-// clear error.
+// ensembles of kRowChainMinModels models or more that do not fit the cluster schedule; asked for
+// where no row block fits, it is a clear error.
 TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
   codegen::MlpStepTarget target;
   target.schedule = codegen::MlpSchedule::kRowChain;
@@ -156,17 +156,23 @@ TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
     for (int l = 1; l < 3; ++l) EXPECT_EQ(plan->dgrad[l].tm, plan->head_rows) << l;
     EXPECT_EQ(plan->wgrad.size(), 4u);
   }
-  // The default: clusters wherever a model fits in 8 blocks' shared memory; beyond that (1024
-  // wide: 4 MB of W_1) the row chain from kRowChainMinModels models, else layer phases.
-  const codegen::MlpStepTarget automatic;
-  for (int64_t models : {1, 8, 31, 32, 128}) {
-    auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_GT(plan->cluster, 0) << models;
-    auto wide = codegen::PlanMlpStep(64, {64, 1024, 1024, 10}, automatic, models);
-    ASSERT_TRUE(wide.ok()) << wide.status();
-    EXPECT_EQ(wide->cluster, 0) << models;
-    EXPECT_EQ(wide->row_chain, models >= codegen::kRowChainMinModels) << models;
+  // The default: for TF32 ensembles of kClusterMinModels or more, clusters wherever a model fits
+  // in 8 blocks' shared memory; otherwise (strict f32, fewer models, or 1024 wide: 4 MB of W_1)
+  // the row chain from kRowChainMinModels models, else layer phases.
+  for (bool tf32 : {false, true}) {
+    codegen::MlpStepTarget automatic;
+    automatic.tf32 = tf32;
+    for (int64_t models : {1, 7, 8, 31, 32, 128}) {
+      auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const bool clustered = tf32 && models >= codegen::kClusterMinModels;
+      EXPECT_EQ(plan->cluster > 0, clustered) << models;
+      EXPECT_EQ(plan->row_chain, !clustered && models >= codegen::kRowChainMinModels) << models;
+      auto wide = codegen::PlanMlpStep(64, {64, 1024, 1024, 10}, automatic, models);
+      ASSERT_TRUE(wide.ok()) << wide.status();
+      EXPECT_EQ(wide->cluster, 0) << models;
+      EXPECT_EQ(wide->row_chain, models >= codegen::kRowChainMinModels) << models;
+    }
   }
   target.chain_rows = 24;
   EXPECT_EQ(codegen::PlanMlpStep(64, {64, 256, 10}, target, 32).status().code(),
@@ -254,8 +260,9 @@ TEST(MlpStepKernelTest, EnsembleWorkspaceStacksEveryBufferPerModel) {
   EXPECT_THAT(too_many.status().message(), HasSubstr("8193 models"));
 }
 
-// The cluster schedule: the ensemble test's shapes, a single MLP, and a four-layer unaligned one (column-, row-, column-parallel, then a row-parallel head) plan within
-// shared memory and compile, f32 and TF32.
+// The cluster schedule: the ensemble test's shapes, a single MLP, and a four-layer unaligned one
+// (column-, row-, column-parallel, then a row-parallel head) plan within shared memory and compile,
+// f32 and TF32.
 TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
   const std::vector<EnsembleShape> shapes = {
       {32, 64, {64, 256, 256, 10}, true, false, false},
@@ -293,7 +300,8 @@ TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
 TEST(MlpStepKernelTest, ClusterSizeFollowsSharedMemoryAndModels) {
   codegen::MlpStepTarget h100;
   h100.schedule = codegen::MlpSchedule::kCluster;
-  for (const auto& [models, ranks] : std::vector<std::pair<int64_t, int>>{{4, 8}, {32, 4}, {128, 4}}) {
+  for (const auto& [models, ranks] :
+       std::vector<std::pair<int64_t, int>>{{4, 8}, {32, 4}, {128, 4}}) {
     auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, models);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->cluster, ranks) << models << " models";
@@ -302,8 +310,8 @@ TEST(MlpStepKernelTest, ClusterSizeFollowsSharedMemoryAndModels) {
   ASSERT_TRUE(tiny.ok()) << tiny.status();
   EXPECT_EQ(tiny->cluster, 1);  // 64 models fill half the grid already.
   // Eight 256 x 256 weights are 2 MB: 256 KB per block at 8 blocks.
-  const auto too_big = codegen::PlanMlpStep(
-      32, {256, 256, 256, 256, 256, 256, 256, 256, 256, 10}, h100, 1);
+  const auto too_big =
+      codegen::PlanMlpStep(32, {256, 256, 256, 256, 256, 256, 256, 256, 256, 10}, h100, 1);
   EXPECT_EQ(too_big.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(too_big.status().message(), HasSubstr("cluster schedule"));
   h100.threads = 128;

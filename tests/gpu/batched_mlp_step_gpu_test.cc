@@ -207,6 +207,9 @@ TEST(EnsembleWholeStepGpuTest, Tf32GraphReplayEqualsBulkedBitwiseOver20Steps) {
                                            /*tf32=*/true);
   ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K5UnalignedTf32", 5, {17, 33, 1, 45, 7}},
                                            /*tf32=*/true);
+  // The cluster schedule (TF32, 8 models or more) with padded, unaligned shapes and four layers.
+  ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K8UnalignedTf32", 8, {17, 33, 3, 45, 7}},
+                                           /*tf32=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(

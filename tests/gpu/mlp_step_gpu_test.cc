@@ -1,7 +1,8 @@
-// mlp_train_step on the GPU: one launch per step (cooperative, or in clusters) matches the op's CPU reference over
-// three steps, is bitwise reproducible (also on fewer blocks than planned), and a CUDA graph of
-// the launch replayed 50 times equals 50 eager launches bit for bit, with the barrier state left
-// ready every time. DISABLED_Time prints the median time per step over 1000 graph replays.
+// mlp_train_step on the GPU: one launch per step (cooperative, or in clusters) matches the op's CPU
+// reference over three steps, is bitwise reproducible (also on fewer blocks than planned), and a
+// CUDA graph of the launch replayed 50 times equals 50 eager launches bit for bit, with the barrier
+// state left ready every time. DISABLED_Time prints the median time per step over 1000 graph
+// replays.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
