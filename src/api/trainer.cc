@@ -44,6 +44,13 @@
 namespace reprise {
 namespace {
 
+// TrainOptions::ensemble_whole_step_max_models, its default (-1) resolved: 8 models with TF32
+// (the whole step's cluster kernel), else 4.
+int64_t WholeStepMaxModels(const TrainOptions& options) {
+  if (options.ensemble_whole_step_max_models >= 0) return options.ensemble_whole_step_max_models;
+  return options.allow_tf32 ? 8 : 4;
+}
+
 constexpr size_t kGemmWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
 // cuDNN's fastest convolution algorithms want more: 256 MiB per lane admits them at ResNet-50's
 // shapes, and costs little beside a convolutional network's activations.
@@ -230,10 +237,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
   plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
   plan_options.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
-  plan_options.fusion.whole_step_max_models = options.ensemble_whole_step_max_models >= 0
-                                                  ? options.ensemble_whole_step_max_models
-                                              : options.allow_tf32 ? 8
-                                                                   : 4;
+  plan_options.fusion.whole_step_max_models = WholeStepMaxModels(options);
   plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
   plan_options.mirror = options.mirror;
   std::vector<std::string> weight_names = WeightNamesOf(training.graph);

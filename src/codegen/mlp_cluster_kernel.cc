@@ -13,7 +13,7 @@ namespace reprise::codegen {
 namespace {
 
 #include "src/codegen/mlp_cluster_device.inc"
-#include "src/codegen/mlp_step_device.inc"
+#include "src/codegen/mlp_primitives_device.inc"
 
 constexpr int kMaxRanks = 8;  // The portable cluster size.
 

@@ -16,6 +16,7 @@
 namespace reprise::codegen {
 namespace {
 
+#include "src/codegen/mlp_primitives_device.inc"
 #include "src/codegen/mlp_step_device.inc"
 
 enum Kind { kFwd = 0, kDgrad = 1, kWgrad = 2 };
@@ -535,10 +536,8 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
       target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kClusterMinModels;
   if (target.schedule == MlpSchedule::kCluster || auto_cluster) {
     const absl::Status clustered = PlanCluster(plan);
-    if (clustered.ok() || target.schedule == MlpSchedule::kCluster) {
-      if (!clustered.ok()) return clustered;
-      return plan;
-    }
+    if (clustered.ok()) return plan;
+    if (target.schedule == MlpSchedule::kCluster) return clustered;
   }
   const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
   int64_t smem = 0;

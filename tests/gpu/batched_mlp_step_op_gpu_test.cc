@@ -175,10 +175,10 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     return codegen::PlanMlpStep(specs_[0].shape.dim(shared_x ? 0 : 1), widths, target, models);
   }
 
-  // Whether the case's own lowering runs the cluster schedule (which has no grid to vary).
+  // Whether the case's plan is the cluster schedule (which has no grid to vary).
   bool Clustered() {
-    auto kernel = Lower();
-    return kernel.ok() && (*kernel)->Describe().find("clusters of") != std::string::npos;
+    const absl::StatusOr<codegen::MlpStepPlan> plan = Plan();
+    return plan.ok() && plan->cluster > 0;
   }
 
   // Inputs back to their initial values; outputs poisoned with NaN bits.
