@@ -111,9 +111,13 @@ absl::StatusOr<Lanes> Lanes::Create(absl::Span<const LoweredLaunch> launches) {
 }
 
 absl::Status Lanes::Run(absl::Span<const LoweredLaunch> launches, cudaStream_t origin,
-                        bool sync_each,
-                        std::vector<std::vector<cudaGraphNode_t>>* last_nodes) const {
+                        bool sync_each, std::vector<std::vector<cudaGraphNode_t>>* last_nodes,
+                        absl::Span<const cudaEvent_t> after_each) const {
   const char* kWhere = "lane fork/join";
+  if (!after_each.empty() && after_each.size() != launches.size()) {
+    return absl::InternalError(absl::StrCat("Lanes::Run: ", after_each.size(), " events for ",
+                                            launches.size(), " launches"));
+  }
   for (size_t i = 0; i < launches.size(); ++i) {
     const LoweredLaunch& launch = launches[i];
     // The other lanes fork after launch 0, the input copy, which any launch may read.
@@ -144,6 +148,10 @@ absl::Status Lanes::Run(absl::Span<const LoweredLaunch> launches, cudaStream_t o
           cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, nullptr, &count),
           "cudaStreamGetCaptureInfo", absl::StrCat("node '", launch.node_name, "'")));
       last_nodes->emplace_back(deps, deps + count);
+    }
+    if (!after_each.empty()) {
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(after_each[i], stream), "cudaEventRecord",
+                                          absl::StrCat("node '", launch.node_name, "'")));
     }
     if (done_[i].has_value()) {
       RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(done_[i]->get(), stream),

@@ -34,8 +34,11 @@ class Lanes {
   // Enqueues every launch on its lane. With `sync_each`, waits after each launch and reports a
   // fault against the node that caused it. Under capture, `last_nodes` (if given) receives for
   // each launch the graph nodes its lane depended on right after it: the launch's last nodes.
+  // `after_each` (empty, or one event per launch): event i is recorded on launch i's lane right
+  // after it, to time the lanes as they overlap (TimeLanes).
   absl::Status Run(absl::Span<const LoweredLaunch> launches, cudaStream_t origin, bool sync_each,
-                   std::vector<std::vector<cudaGraphNode_t>>* last_nodes = nullptr) const;
+                   std::vector<std::vector<cudaGraphNode_t>>* last_nodes = nullptr,
+                   absl::Span<const cudaEvent_t> after_each = {}) const;
 
  private:
   Lanes() = default;

@@ -44,4 +44,49 @@ absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(absl::Span<const Lowered
   return times;
 }
 
+absl::StatusOr<std::vector<LaunchSpan>> TimeLanes(absl::Span<const LoweredLaunch> launches,
+                                                  const Lanes& lanes, cudaStream_t origin,
+                                                  int repeats) {
+  if (repeats <= 0) return absl::InvalidArgumentError("TimeLanes needs repeats > 0");
+  ASSIGN_OR_RETURN(runtime::Event begin, runtime::Event::Create(cudaEventDefault));
+  std::vector<runtime::Event> ends;
+  std::vector<cudaEvent_t> raw;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    ASSIGN_OR_RETURN(runtime::Event e, runtime::Event::Create(cudaEventDefault));
+    raw.push_back(e.get());
+    ends.push_back(std::move(e));
+  }
+  std::vector<std::vector<float>> samples(launches.size());
+  for (int r = 0; r <= repeats; ++r) {  // Run 0 warms caches and clocks; it is not kept.
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaEventRecord(begin.get(), origin), "cudaEventRecord", "TimeLanes"));
+    RETURN_IF_ERROR(lanes.Run(launches, origin, /*sync_each=*/false, nullptr, raw));
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaStreamSynchronize(origin), "cudaStreamSynchronize", "TimeLanes"));
+    if (r == 0) continue;
+    for (size_t i = 0; i < launches.size(); ++i) {
+      ASSIGN_OR_RETURN(float ms, runtime::ElapsedMs(begin, ends[i]));
+      samples[i].push_back(ms);
+    }
+  }
+  std::vector<LaunchSpan> spans;
+  std::vector<float> lane_end;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const LoweredLaunch& launch = launches[i];
+    std::vector<float>& s = samples[i];
+    std::nth_element(s.begin(), s.begin() + s.size() / 2, s.end());
+    if (launch.lane >= static_cast<int>(lane_end.size())) {
+      // A lane forks after launch 0 (Lanes::Run).
+      lane_end.resize(launch.lane + 1, spans.empty() ? 0.0f : spans[0].end_ms);
+    }
+    float start = lane_end[launch.lane];
+    for (int w : launch.waits) start = std::max(start, spans[w].end_ms);
+    const float end = std::max(start, s[s.size() / 2]);
+    spans.push_back(
+        {launch.node_name, launch.kernel->Describe(), launch.lane, launch.waits, start, end});
+    lane_end[launch.lane] = end;
+  }
+  return spans;
+}
+
 }  // namespace reprise::capture

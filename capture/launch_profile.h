@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "capture/executor.h"
 #include "capture/lowered_step.h"
 
 namespace reprise::capture {
@@ -26,6 +27,25 @@ struct LaunchTime {
 // topological order, so one stream runs every lane's launches correctly.
 absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(absl::Span<const LoweredLaunch> launches,
                                                         cudaStream_t stream, int repeats);
+
+// One launch as the lanes actually overlap: when it ended, in ms after the step began (the median
+// over the repeats), and when it could start: the later of its lane's previous launch's end and
+// the ends of the launches it waits for. end - start is its time with whatever ran beside it.
+struct LaunchSpan {
+  std::string node;
+  std::string kernel;
+  int lane = 0;
+  std::vector<int> waits;  // The launches (indices) it waits for on other lanes.
+  float start_ms = 0;
+  float end_ms = 0;
+};
+
+// Runs the step through `lanes` (one event recorded on each launch's lane right after it), once
+// untimed and then `repeats` times, on `origin`. The events add a little time between launches,
+// so the spans are for finding where lanes wait, not for a step's time.
+absl::StatusOr<std::vector<LaunchSpan>> TimeLanes(absl::Span<const LoweredLaunch> launches,
+                                                  const Lanes& lanes, cudaStream_t origin,
+                                                  int repeats);
 
 }  // namespace reprise::capture
 

@@ -95,6 +95,10 @@ ABSL_FLAG(bool, busy, false,
 ABSL_FLAG(int, profile, 0,
           "print where the step's time goes: per kind of launch, and the N slowest launches "
           "(each launch timed alone, in plan order on one stream)");
+ABSL_FLAG(int, timeline, 0,
+          "print how the lanes overlap (the step on its lanes, a CUDA event after each launch): "
+          "each lane's busy time, lane 0's N longest waits for other lanes, and the tail after "
+          "lane 0's last launch");
 ABSL_FLAG(
     std::string, optimizer, "sgd",
     "sgd (momentum 0.9, lr 0.01), nesterov, adam or adamw (lr 1e-3, weight decay 0.01 but not "
@@ -413,9 +417,12 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   return result;
 }
 
-// Each launch's median time, summed per kind of kernel (the first two words of its description),
-// then the slowest launches.
-absl::Status Profile() {
+// A bulked trainer of the flags' configuration, its inputs set: for the per-launch reports.
+struct BulkedTrainer {
+  Model model;
+  std::unique_ptr<reprise::Trainer> trainer;
+};
+absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   ASSIGN_OR_RETURN(Model model, BuildModel());
   reprise::TrainOptions options;
   options.mode = reprise::ExecMode::kBulked;
@@ -433,7 +440,15 @@ absl::Status Profile() {
   std::vector<float> x(model.feature_count, 0.5f);
   std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
   RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
-  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times, trainer->ProfileLaunches(10));
+  return BulkedTrainer{std::move(model), std::move(trainer)};
+}
+
+// Each launch's median time, summed per kind of kernel (the first two words of its description),
+// then the slowest launches.
+absl::Status Profile() {
+  ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
+  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times,
+                   bulked.trainer->ProfileLaunches(10));
   std::map<std::string, std::pair<double, int>> by_kind;
   double total = 0;
   for (const auto& t : times) {
@@ -457,6 +472,65 @@ absl::Status Profile() {
   for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_profile), times.size()); ++i) {
     std::printf("  %8.3f ms  lane %d  %-36s %s\n", times[i].median_ms, times[i].lane,
                 times[i].node.c_str(), times[i].kernel.c_str());
+  }
+  return absl::OkStatus();
+}
+
+// How the lanes overlap: busy time per lane, where lane 0 (the data-gradient chain) waits for
+// another lane, and what runs after lane 0's last launch.
+absl::Status Timeline() {
+  ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
+  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchSpan> spans, bulked.trainer->TimeLanes(20));
+  float span = 0, lane0_end = 0;
+  std::map<int, std::pair<double, int>> busy;  // lane -> (ms, launches)
+  struct Wait {
+    float ms;
+    int launch, awaited;
+  };
+  std::vector<Wait> waits;
+  std::vector<float> lane_end;
+  for (int i = 0; i < static_cast<int>(spans.size()); ++i) {
+    const auto& s = spans[i];
+    span = std::max(span, s.end_ms);
+    busy[s.lane].first += s.end_ms - s.start_ms;
+    busy[s.lane].second += 1;
+    if (s.lane >= static_cast<int>(lane_end.size())) lane_end.resize(s.lane + 1, 0.0f);
+    if (s.lane == 0) {
+      lane0_end = s.end_ms;
+      int awaited = -1;
+      for (int w : s.waits) {
+        if (awaited < 0 || spans[w].end_ms > spans[awaited].end_ms) awaited = w;
+      }
+      if (awaited >= 0 && spans[awaited].end_ms > lane_end[0]) {
+        waits.push_back({spans[awaited].end_ms - lane_end[0], i, awaited});
+      }
+    }
+    lane_end[s.lane] = s.end_ms;
+  }
+  double waited = 0;
+  for (const Wait& w : waits) waited += w.ms;
+  std::printf("timeline: %zu launches, %.3f ms from the step's start to its last launch's end\n",
+              spans.size(), span);
+  for (const auto& [lane, b] : busy) {
+    std::printf("  lane %d: %4d launches, %.3f ms busy (%.1f%% of the step)\n", lane, b.second,
+                b.first, 100 * b.first / span);
+  }
+  std::printf(
+      "  lane 0 waits for other lanes %d times, %.3f ms in all; it ends at %.3f ms, "
+      "%.3f ms before the step\n",
+      static_cast<int>(waits.size()), waited, lane0_end, span - lane0_end);
+  std::sort(waits.begin(), waits.end(), [](const Wait& a, const Wait& b) { return a.ms > b.ms; });
+  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_timeline), waits.size()); ++i) {
+    const Wait& w = waits[i];
+    std::printf("  %8.3f ms  at %8.3f  %-36s waits for lane %d %s\n", w.ms,
+                spans[w.launch].start_ms, spans[w.launch].node.c_str(), spans[w.awaited].lane,
+                spans[w.awaited].node.c_str());
+  }
+  for (const auto& s : spans) {
+    if (s.lane != 0 && s.end_ms > lane0_end) {
+      std::printf("  after lane 0: %8.3f to %8.3f ms  lane %d  %-36s %s\n", s.start_ms, s.end_ms,
+                  s.lane, s.node.c_str(), s.kernel.c_str());
+    }
   }
   return absl::OkStatus();
 }
@@ -553,7 +627,7 @@ absl::Status Main() {
   }
   std::vector<reprise::ExecMode> modes;
   if (absl::GetFlag(FLAGS_mode) == "none") {
-    // Only --profile, --verify or --compare_torch.
+    // Only --profile, --timeline, --verify or --compare_torch.
   } else if (absl::GetFlag(FLAGS_mode) == "all") {
     modes = {reprise::ExecMode::kSync, reprise::ExecMode::kBulked, reprise::ExecMode::kGraph};
   } else {
@@ -643,6 +717,7 @@ absl::Status Main() {
     }
   }
   if (absl::GetFlag(FLAGS_profile) > 0) RETURN_IF_ERROR(Profile());
+  if (absl::GetFlag(FLAGS_timeline) > 0) RETURN_IF_ERROR(Timeline());
   if (absl::GetFlag(FLAGS_verify) > 0) RETURN_IF_ERROR(VerifyModel(absl::GetFlag(FLAGS_verify)));
   if (absl::GetFlag(FLAGS_compare_torch)) RETURN_IF_ERROR(CompareTorch(graph_ms));
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {

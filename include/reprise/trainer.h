@@ -321,6 +321,20 @@ class Trainer {
     float median_ms = 0;
   };
   absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(int repeats);
+  // How the lanes overlap: the step run on its lanes (as the eager modes run it, the captured
+  // graph's fork/join order) with a CUDA event after every launch, `repeats` times. Per launch,
+  // in ms after the step began (medians): when its lane and the launches it waits for let it
+  // start, and when it ended. The events add a little time between launches. Like
+  // ProfileLaunches, every run is a training step: the parameters move.
+  struct LaunchSpan {
+    std::string node;
+    std::string kernel;
+    int lane = 0;
+    std::vector<int> waits;  // Launches (indices into the result) on other lanes it waits for.
+    float start_ms = 0;
+    float end_ms = 0;
+  };
+  absl::StatusOr<std::vector<LaunchSpan>> TimeLanes(int repeats);
 
   // The loss of the last step (waits for it).
   absl::StatusOr<float> Loss();

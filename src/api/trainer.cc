@@ -507,6 +507,18 @@ absl::StatusOr<std::vector<Trainer::LaunchTime>> Trainer::Impl::ProfileLaunches(
   return out;
 }
 
+absl::StatusOr<std::vector<Trainer::LaunchSpan>> Trainer::Impl::TimeLanes(int repeats) {
+  RETURN_IF_ERROR(Synchronize());
+  ASSIGN_OR_RETURN(std::vector<capture::LaunchSpan> spans,
+                   capture::TimeLanes(launches_, *lanes_, stream_->get(), repeats));
+  std::vector<Trainer::LaunchSpan> out;
+  for (capture::LaunchSpan& s : spans) {
+    out.push_back(
+        {std::move(s.node), std::move(s.kernel), s.lane, std::move(s.waits), s.start_ms, s.end_ms});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   const passes::Buffer* b = plan_.memory.Find(value);
   if (b == nullptr ||
@@ -702,6 +714,9 @@ absl::Status Trainer::Synchronize() { return impl_->Synchronize(); }
 absl::StatusOr<std::vector<float>> Trainer::TimeSteps(int steps) { return impl_->TimeSteps(steps); }
 absl::StatusOr<std::vector<Trainer::LaunchTime>> Trainer::ProfileLaunches(int repeats) {
   return impl_->ProfileLaunches(repeats);
+}
+absl::StatusOr<std::vector<Trainer::LaunchSpan>> Trainer::TimeLanes(int repeats) {
+  return impl_->TimeLanes(repeats);
 }
 absl::StatusOr<float> Trainer::Loss() {
   ASSIGN_OR_RETURN(std::vector<float> loss, impl_->ReadFloat(impl_->loss()));

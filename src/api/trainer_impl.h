@@ -75,6 +75,7 @@ class Trainer::Impl {
   absl::Status Synchronize();
   absl::StatusOr<std::vector<float>> TimeSteps(int steps);
   absl::StatusOr<std::vector<Trainer::LaunchTime>> ProfileLaunches(int repeats);
+  absl::StatusOr<std::vector<Trainer::LaunchSpan>> TimeLanes(int repeats);
   // `value` is a value of the plan's graph (see Plan::MapValue for the user's values).
   absl::StatusOr<std::vector<float>> ReadFloat(Value value);
   absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);

@@ -177,5 +177,38 @@ TEST(LanesGpuTest, ResNetOnThreeAndFourLanesGivesTheBitsOfOne) {
   }
 }
 
+// TimeLanes: every launch once, on the plan's lanes; each starts after its lane's previous launch
+// and what it waits for, and ends after it starts; the weight lane overlaps lane 0.
+TEST(LanesGpuTest, TimeLanesGivesEachLaunchItsSpanOnItsLane) {
+  REPRISE_REQUIRE_GPU();
+  auto mlp = models::BuildMlp(Mlp());
+  ASSERT_TRUE(mlp.ok());
+  auto t = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kBulked, 2));
+  ASSERT_TRUE(t.ok()) << t.status();
+  Train(**t, 1);
+  EXPECT_EQ((*t)->TimeLanes(0).status().code(), absl::StatusCode::kInvalidArgument);
+  auto spans = (*t)->TimeLanes(3);
+  ASSERT_TRUE(spans.ok()) << spans.status();
+  ASSERT_EQ(static_cast<int64_t>(spans->size()), (*t)->stats().launches_per_step);
+  std::vector<float> lane_end(2, 0.0f);
+  int waits = 0;
+  for (size_t i = 0; i < spans->size(); ++i) {
+    const Trainer::LaunchSpan& s = (*spans)[i];
+    ASSERT_TRUE(s.lane == 0 || s.lane == 1) << s.node;
+    EXPECT_FALSE(s.kernel.empty()) << s.node;
+    EXPECT_GE(s.start_ms, lane_end[s.lane]) << s.node;
+    EXPECT_GE(s.end_ms, s.start_ms) << s.node;
+    for (int w : s.waits) {
+      ASSERT_LT(w, static_cast<int>(i)) << s.node;
+      EXPECT_NE((*spans)[w].lane, s.lane) << s.node;
+      EXPECT_GE(s.start_ms, (*spans)[w].end_ms) << s.node;
+      ++waits;
+    }
+    lane_end[s.lane] = s.end_ms;
+  }
+  EXPECT_GT(waits, 0);  // The lanes join: updates wait for gradients, the chain for nothing.
+  EXPECT_GT(lane_end[1], 0.0f);
+}
+
 }  // namespace
 }  // namespace reprise
