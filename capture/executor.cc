@@ -150,8 +150,10 @@ absl::Status Lanes::Run(absl::Span<const LoweredLaunch> launches, cudaStream_t o
       last_nodes->emplace_back(deps, deps + count);
     }
     if (!after_each.empty()) {
-      RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(after_each[i], stream), "cudaEventRecord",
-                                          absl::StrCat("node '", launch.node_name, "'")));
+      // External: under capture, an event-record node (a timing point), not only an edge.
+      RETURN_IF_ERROR(runtime::CudaStatus(
+          cudaEventRecordWithFlags(after_each[i], stream, cudaEventRecordExternal),
+          "cudaEventRecordWithFlags", absl::StrCat("node '", launch.node_name, "'")));
     }
     if (done_[i].has_value()) {
       RETURN_IF_ERROR(runtime::CudaStatus(cudaEventRecord(done_[i]->get(), stream),

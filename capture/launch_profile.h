@@ -40,9 +40,10 @@ struct LaunchSpan {
   float end_ms = 0;
 };
 
-// Runs the step through `lanes` (one event recorded on each launch's lane right after it), once
-// untimed and then `repeats` times, on `origin`. The events add a little time between launches,
-// so the spans are for finding where lanes wait, not for a step's time.
+// Captures the step through `lanes` on `origin` with an event-record node after each launch on
+// its lane, and replays that graph once untimed and then `repeats` times. The event nodes add a
+// little time between launches, so the spans are for finding where lanes wait, not for a step's
+// time.
 absl::StatusOr<std::vector<LaunchSpan>> TimeLanes(absl::Span<const LoweredLaunch> launches,
                                                   const Lanes& lanes, cudaStream_t origin,
                                                   int repeats);

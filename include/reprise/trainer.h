@@ -321,11 +321,12 @@ class Trainer {
     float median_ms = 0;
   };
   absl::StatusOr<std::vector<LaunchTime>> ProfileLaunches(int repeats);
-  // How the lanes overlap: the step run on its lanes (as the eager modes run it, the captured
-  // graph's fork/join order) with a CUDA event after every launch, `repeats` times. Per launch,
-  // in ms after the step began (medians): when its lane and the launches it waits for let it
-  // start, and when it ended. The events add a little time between launches. Like
-  // ProfileLaunches, every run is a training step: the parameters move.
+  // How the lanes overlap: the step captured on its lanes (the fork/join graph Step() replays)
+  // with an event-record node after every launch, replayed `repeats` times. Per launch, in ms
+  // after the step began (medians): when its lane and the launches it waits for let it start, and
+  // when it ended. The event nodes add a little time between launches. Like ProfileLaunches,
+  // every run is a training step: the parameters move. Any mode; the timed graph is its own (the
+  // step's graph and its counters are untouched).
   struct LaunchSpan {
     std::string node;
     std::string kernel;

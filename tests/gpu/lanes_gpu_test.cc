@@ -177,8 +177,8 @@ TEST(LanesGpuTest, ResNetOnThreeAndFourLanesGivesTheBitsOfOne) {
   }
 }
 
-// TimeLanes: every launch once, on the plan's lanes; each starts after its lane's previous launch
-// and what it waits for, and ends after it starts; the weight lane overlaps lane 0.
+// TimeLanes: every launch once, on the plan's lanes. Each launch's measured end comes after the
+// measured ends of its lane's previous launch and of what it waits for (its start).
 TEST(LanesGpuTest, TimeLanesGivesEachLaunchItsSpanOnItsLane) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(Mlp());
@@ -208,6 +208,14 @@ TEST(LanesGpuTest, TimeLanesGivesEachLaunchItsSpanOnItsLane) {
   }
   EXPECT_GT(waits, 0);  // The lanes join: updates wait for gradients, the chain for nothing.
   EXPECT_GT(lane_end[1], 0.0f);
+  // A captured step's own graph is untouched by the timed one.
+  auto graph = Trainer::Create(mlp->graph, mlp->loss, Options(ExecMode::kGraph, 2));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Train(**graph, 1);
+  ASSERT_TRUE((*graph)->TimeLanes(2).ok());
+  Train(**graph, 1);
+  EXPECT_EQ((*graph)->stats().graph_instantiations, 1);
+  EXPECT_EQ((*graph)->stats().graph_replays, 2);
 }
 
 }  // namespace
