@@ -96,7 +96,8 @@ ABSL_FLAG(int, profile, 0,
           "print where the step's time goes: per kind of launch, and the N slowest launches "
           "(each launch timed alone, in plan order on one stream)");
 ABSL_FLAG(int, timeline, 0,
-          "print how the lanes overlap (the step on its lanes, a CUDA event after each launch): "
+          "print how the lanes overlap (the step captured on its lanes with an event after each "
+          "launch, replayed): "
           "each lane's busy time, lane 0's N longest waits for other lanes, and the tail after "
           "lane 0's last launch");
 ABSL_FLAG(

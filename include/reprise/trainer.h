@@ -325,8 +325,9 @@ class Trainer {
   // with an event-record node after every launch, replayed `repeats` times. Per launch, in ms
   // after the step began (medians): when its lane and the launches it waits for let it start, and
   // when it ended. The event nodes add a little time between launches. Like ProfileLaunches,
-  // every run is a training step: the parameters move. Any mode; the timed graph is its own (the
-  // step's graph and its counters are untouched).
+  // every run is a training step: the parameters move (with data parallelism, every rank calls it
+  // alike, as Step()). Any mode; the timed graph is its own (the step's graph and its counters
+  // are untouched).
   struct LaunchSpan {
     std::string node;
     std::string kernel;
