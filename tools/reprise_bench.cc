@@ -55,6 +55,9 @@ ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(std::string, channels_last, "auto",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
 ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
+ABSL_FLAG(bool, narrow_conv, true,
+          "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
+          "kernels (false: cuDNN)");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
@@ -331,6 +334,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -432,6 +436,7 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -545,6 +550,7 @@ absl::Status VerifyModel(int steps) {
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -655,8 +661,9 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
       absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
       absl::GetFlag(FLAGS_schedule), EnsembleConfig());
-  std::printf("reprise-bench %s%s%s%s on %s\n", config.c_str(),
+  std::printf("reprise-bench %s%s%s%s%s on %s\n", config.c_str(),
               absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "",
+              absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
               absl::GetFlag(FLAGS_inputs) == "device" ? " inputs=device" : "",
               absl::GetFlag(FLAGS_device_launch) ? " device_launch=1" : "", device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",

@@ -92,6 +92,11 @@ struct TrainOptions {
   // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
   // is made once and remembered for that shape in the process.
   bool measure_conv_algorithms = false;
+  // Convolutions whose input has at most 4 channels (a network's stem) run as reprise's own
+  // tensor-core kernels (src/codegen/narrow_conv_kernels.h) where they apply (NHWC, groups 1,
+  // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
+  // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
+  bool narrow_convolutions = true;
   // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
   // product's own operands when the Trainer is created, instead of taking its heuristic's first.
   // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.

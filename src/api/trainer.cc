@@ -284,6 +284,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.allow_tf32 = options_.allow_tf32;
   res.deterministic = options_.deterministic;
   res.measure_conv_algorithms = options_.measure_conv_algorithms;
+  res.narrow_convolutions = options_.narrow_convolutions;
   res.measure_matmul_algorithms = options_.measure_matmul_algorithms;
   res.communicator = communicator_.get();
   // Measuring algorithms runs them in the workspaces; heuristics read none of it.

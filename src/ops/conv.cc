@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/ops/conv_shape.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/narrow_conv.h"
 #include "src/ops/op_helpers.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/util/status_macros.h"
@@ -233,6 +234,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::UnimplementedError(absl::StrCat(
         where, ": ", node.op_name(), " runs on the GPU in float32, bfloat16 or float16, got ",
         DTypeName(shape.dtype)));
+  }
+  // Inputs of a few channels (a network's stem) run as our own kernels where they apply; where
+  // their partial sums do not fit the lane's workspace, cuDNN's algorithms are chosen under the
+  // same limit instead. The plan dump names what each convolution runs.
+  if (ctx.narrow_convolutions && !accumulate &&
+      (kind == ConvKind::kForward || kind == ConvKind::kBackwardFilter) &&
+      NarrowConvApplies(shape, ctx.allow_tf32).ok()) {
+    absl::StatusOr<std::unique_ptr<GpuKernel>> narrow =
+        LowerNarrowConv(ctx, node.name, kind, shape);
+    if (narrow.ok() || !absl::IsResourceExhausted(narrow.status())) return narrow;
   }
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(

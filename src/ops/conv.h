@@ -1,7 +1,8 @@
 // 2-D convolution ops: the forward, its data gradient (dgrad) and filter gradient (wgrad) as
 // separate nodes (like matmul, so that nothing but their data orders them), and the per-channel
 // bias of a convolution with its gradient. CPU references are direct loops with double
-// accumulators; GPU lowerings call cuDNN (src/runtime/cudnn_conv.h) and, for the channel ops,
+// accumulators; GPU lowerings call cuDNN (src/runtime/cudnn_conv.h), except forwards and weight
+// gradients of inputs with a few channels (src/ops/narrow_conv.h), and, for the channel ops,
 // NVRTC kernels (src/codegen/conv_kernels.h).
 //
 // Attributes of the three convolution ops (int64 unless noted; missing ones take the default):

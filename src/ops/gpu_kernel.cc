@@ -79,10 +79,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
     const LoweringContext& context, const std::string& node_name,
     const codegen::GeneratedKernel& source, dim3 grid, dim3 block, unsigned shared_bytes,
     KernelArgs args) {
-  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  // Past 48 KB, dynamic shared memory must be allowed per function.
+  constexpr unsigned kDefaultSharedLimit = 48 * 1024;
+  absl::StatusOr<CUfunction> function =
+      shared_bytes > kDefaultSharedLimit
+          ? FunctionWithSharedMemory(context, source, shared_bytes, where)
+          : context.kernels->GetFunction(ToKernelSource(source));
   if (!function.ok()) {
+    if (shared_bytes > kDefaultSharedLimit) return function.status();
     return absl::Status(function.status().code(),
-                        absl::StrCat("node '", node_name, "': ", function.status().message()));
+                        absl::StrCat(where, ": ", function.status().message()));
   }
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
   auto kernel = std::unique_ptr<NvrtcKernel>(new NvrtcKernel());

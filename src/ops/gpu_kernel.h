@@ -58,6 +58,9 @@ struct LoweringContext {
   bool measure_conv_algorithms = false;
   // cuBLASLt products: time the heuristic's first candidates here and keep the fastest.
   bool measure_matmul_algorithms = false;
+  // Convolutions with few input channels run as our own kernels where they apply
+  // (TrainOptions::narrow_convolutions; src/ops/narrow_conv.h).
+  bool narrow_convolutions = true;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;

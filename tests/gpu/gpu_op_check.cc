@@ -15,7 +15,8 @@
 namespace reprise {
 
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
-                         const absl::flat_hash_set<Value>& unchecked, bool deterministic) {
+                         const absl::flat_hash_set<Value>& unchecked, bool deterministic,
+                         bool allow_tf32, std::vector<std::string>* described) {
   auto schedule = passes::Schedule(g);
   ASSERT_TRUE(schedule.ok());
   std::vector<Value> everything;
@@ -60,9 +61,15 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                              .workspace = workspace->data(),
                              .workspace_bytes = workspace->bytes(),
                              .input_staging = staging->data(),
+                             .allow_tf32 = allow_tf32,
                              .deterministic = deterministic};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
+  if (described != nullptr) {
+    for (const capture::LoweredLaunch& launch : *launches) {
+      described->push_back(launch.kernel->Describe());
+    }
+  }
   const absl::Status ran = capture::RunEager(*launches, stream->get(), /*sync_each=*/true);
   ASSERT_TRUE(ran.ok()) << ran;
   ASSERT_TRUE(cpu.Run().ok());

@@ -2,6 +2,9 @@
 #ifndef REPRISE_TESTS_GPU_GPU_OP_CHECK_H_
 #define REPRISE_TESTS_GPU_GPU_OP_CHECK_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/container/flat_hash_set.h"
 #include "reprise/graph.h"
 #include "src/ir/reference_executor.h"
@@ -13,10 +16,13 @@ namespace reprise {
 // with the CPU reference run of the same graph: relative L2 error at most `tolerance`.
 // `unchecked` values are not compared (e.g. ones with padding the GPU leaves unspecified) and not
 // kept, so an op may write over them (OpDef::output_overwrites_input).
-// `deterministic` lowers as TrainOptions::deterministic does (other library algorithms).
+// `deterministic` lowers as TrainOptions::deterministic does (other library algorithms);
+// `allow_tf32` as TrainOptions::allow_tf32. With `described`, each launch's Describe() is
+// appended to it, in launch order.
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
                          const absl::flat_hash_set<Value>& unchecked = {},
-                         bool deterministic = false);
+                         bool deterministic = false, bool allow_tf32 = false,
+                         std::vector<std::string>* described = nullptr);
 
 }  // namespace reprise
 
