@@ -156,6 +156,22 @@ NC_DEV void TapOffsets(int* offset) {
 NC_DEV int PositionBase(int pos) {
   return ((pos / 16) * kSH * kPatchW + (pos % 16) * kSW) * kC;
 }
+// Four 8 x 8 matrices of 16-bit elements (or 8 x 4 of 32-bit ones) from shared memory, one per
+// register: lane l gives the address of row l % 8 of matrix l / 8 (16-byte aligned), and lane
+// (g, t) receives elements (g, 2t..2t+1) of each (element (g, t) in 32 bits): an MMA fragment.
+// `Trans`: the matrices transposed (16-bit elements only).
+NC_DEV void LoadMatrices(unsigned (&r)[4], const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+NC_DEV void LoadMatricesTrans(unsigned (&r)[4], const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
 // The first output position of `tile`: image n, row p0, column q0.
 NC_DEV void TileOrigin(int tile, int& n, int& p0, int& q0) {
   n = tile / (kTilesP * kTilesQ);
@@ -234,6 +250,10 @@ GeneratedKernel NarrowConvForward(const NarrowConvShape& s) {
   }
   TapOffsets(offset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // The filter row this lane addresses for ldmatrix: row lane % 8 of filter fragment
+  // (lane / 16), in the first or second half of the reduction step (lane / 8 % 2).
+  const op_t* const filter_rows =
+      filter + ((lane / 16) * 8 + lane % 8) * kLdW + (lane / 8 % 2) * (kStep / 2);
   // This warp's two fragments: tile rows 2 warp + f, columns g (fragment row g) and g + 8.
   int at[2][2];
 #pragma unroll
@@ -277,19 +297,17 @@ GeneratedKernel NarrowConvForward(const NarrowConvShape& s) {
           a[f][3] = Pack(patch[at[f][1] + o2], patch[at[f][1] + o3]);
         }
       }
+      // Two fragments of filter columns per ldmatrix: matrices (nf, first half of the step),
+      // (nf, second half), (nf + 1, first), (nf + 1, second).
 #pragma unroll
-      for (int nf = 0; nf < kK / 8; ++nf) {
-        const op_t* row = filter + (nf * 8 + g) * kLdW + ks;
-        unsigned b[2];
-        if constexpr (kStep == 8) {
-          b[0] = row[t];
-          b[1] = row[t + 4];
-        } else {
-          b[0] = *reinterpret_cast<const unsigned*>(row + 2 * t);
-          b[1] = *reinterpret_cast<const unsigned*>(row + 2 * t + 8);
-        }
-        Mma(acc[0][nf], a[0], b);
-        Mma(acc[1][nf], a[1], b);
+      for (int nf = 0; nf < kK / 8; nf += 2) {
+        unsigned b[4];
+        LoadMatrices(b, filter_rows + nf * 8 * kLdW + ks);
+        const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        Mma(acc[0][nf], a[0], b0);
+        Mma(acc[1][nf], a[1], b0);
+        Mma(acc[0][nf + 1], a[0], b1);
+        Mma(acc[1][nf + 1], a[1], b1);
       }
     }
 #pragma unroll
@@ -390,16 +408,11 @@ GeneratedKernel NarrowConvWgrad(const NarrowConvShape& s) {
         at[0] = PositionBase(ks + t);
         at[1] = PositionBase(ks + t + 4);
       } else {
-        const op_t* r0 = grad + (ks + 2 * t) * kLdG;
-        const op_t* r2 = grad + (ks + 2 * t + 8) * kLdG;
+        // Transposed 8 x 8 blocks of the [position][channel] tile: matrices (positions ks..,
+        // channels m..), (ks.., m + 8..), (ks + 8.., m..), (ks + 8.., m + 8..).
+        const op_t* rows = grad + (ks + (lane / 16) * 8 + lane % 8) * kLdG + (lane / 8 % 2) * 8;
 #pragma unroll
-        for (int mf = 0; mf < kK / 16; ++mf) {
-          const int m = mf * 16 + g;
-          a[mf][0] = Pack(r0[m], r0[kLdG + m]);
-          a[mf][1] = Pack(r0[m + 8], r0[kLdG + m + 8]);
-          a[mf][2] = Pack(r2[m], r2[kLdG + m]);
-          a[mf][3] = Pack(r2[m + 8], r2[kLdG + m + 8]);
-        }
+        for (int mf = 0; mf < kK / 16; ++mf) LoadMatricesTrans(a[mf], rows + mf * 16);
         at[0] = PositionBase(ks + 2 * t);
         at[1] = PositionBase(ks + 2 * t + 1);
         at[2] = PositionBase(ks + 2 * t + 8);
