@@ -26,9 +26,9 @@ int64_t PaddedTaps(const NarrowConvShape& s) { return RoundUp(Taps(s), Step(s));
 int64_t FilterPitch(const NarrowConvShape& s) {
   return Half(s) ? RoundUp(PaddedTaps(s), 64) + 8 : RoundUp(PaddedTaps(s), 32) + 4;
 }
-// Gradient rows (weight gradient): lane (g, t) reads position row t (2t), channel g: 8 words
-// apart per t.
-int64_t GradientPitch(const NarrowConvShape& s) { return Half(s) ? s.k + 8 : s.k + 8; }
+// Gradient rows (weight gradient): lane (g, t) reads position row t, channel g (TF32), or
+// ldmatrix reads 8 rows of 16 bytes (16-bit): K + 8 operands puts the rows 8 (4) words apart.
+int64_t GradientPitch(const NarrowConvShape& s) { return s.k + 8; }
 
 struct Patch {
   int64_t rows = 0, cols = 0, operands = 0;
@@ -44,6 +44,25 @@ Patch PatchFor(const NarrowConvShape& s, int tile_rows) {
 // Bytes of a shared-memory region of `operands` operands, kept 16-byte aligned.
 int64_t RegionBytes(const NarrowConvShape& s, int64_t operands) {
   return RoundUp(operands * OperandBytes(s), 16);
+}
+
+// A kernel's shared memory: its first operand array (the filter, or the gradient tile) at 0,
+// then the input patch, then the tap offsets (ints); each region 16-byte aligned.
+struct SharedLayout {
+  int64_t patch = 0, taps = 0, bytes = 0;
+};
+SharedLayout LayoutAfter(const NarrowConvShape& s, int64_t first_operands, int tile_rows) {
+  SharedLayout l;
+  l.patch = RegionBytes(s, first_operands);
+  l.taps = l.patch + RegionBytes(s, PatchFor(s, tile_rows).operands);
+  l.bytes = l.taps + 4 * PaddedTaps(s);
+  return l;
+}
+SharedLayout ForwardLayout(const NarrowConvShape& s) {
+  return LayoutAfter(s, s.k * FilterPitch(s), kForwardTileRows);
+}
+SharedLayout WgradLayout(const NarrowConvShape& s) {
+  return LayoutAfter(s, kWgradTileRows * kTileCols * GradientPitch(s), kWgradTileRows);
 }
 
 int Tiles(const NarrowConvShape& s, int tile_rows) {
@@ -214,15 +233,11 @@ absl::Status NarrowConvSupports(const NarrowConvShape& s) {
 }
 
 NarrowConvLaunch NarrowConvForwardLaunch(const NarrowConvShape& s) {
-  const Patch patch = PatchFor(s, kForwardTileRows);
-  return {Tiles(s, kForwardTileRows), RegionBytes(s, s.k * FilterPitch(s)) +
-                                          RegionBytes(s, patch.operands) + 4 * PaddedTaps(s)};
+  return {Tiles(s, kForwardTileRows), ForwardLayout(s).bytes};
 }
 
 NarrowConvLaunch NarrowConvWgradLaunch(const NarrowConvShape& s) {
-  const Patch patch = PatchFor(s, kWgradTileRows);
-  return {Tiles(s, kWgradTileRows), RegionBytes(s, kWgradTileRows * kTileCols * GradientPitch(s)) +
-                                        RegionBytes(s, patch.operands) + 4 * PaddedTaps(s)};
+  return {Tiles(s, kWgradTileRows), WgradLayout(s).bytes};
 }
 
 int64_t NarrowConvWgradPartialFloats(const NarrowConvShape& s, int blocks) {
@@ -231,11 +246,11 @@ int64_t NarrowConvWgradPartialFloats(const NarrowConvShape& s, int blocks) {
 
 GeneratedKernel NarrowConvForward(const NarrowConvShape& s) {
   const std::string name = KernelName("reprise_narrow_conv_fwd", s);
-  const Patch patch = PatchFor(s, kForwardTileRows);
+  const SharedLayout layout = ForwardLayout(s);
   std::string code = Prologue(s, kForwardTileRows);
   absl::StrAppend(&code, "constexpr int kLdW = ", FilterPitch(s),
-                  ";\nconstexpr int kPatchOffset = ", RegionBytes(s, s.k * FilterPitch(s)),
-                  ", kTapOffset = kPatchOffset + ", RegionBytes(s, patch.operands), ";\n");
+                  ";\nconstexpr int kPatchOffset = ", layout.patch, ", kTapOffset = ", layout.taps,
+                  ";\n");
   absl::StrAppend(&code, "extern \"C\" __global__ void __launch_bounds__(kThreads, 2) ", name,
                   R"((
     const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y) {
@@ -332,13 +347,11 @@ GeneratedKernel NarrowConvForward(const NarrowConvShape& s) {
 
 GeneratedKernel NarrowConvWgrad(const NarrowConvShape& s) {
   const std::string name = KernelName("reprise_narrow_conv_wgrad", s);
-  const Patch patch = PatchFor(s, kWgradTileRows);
+  const SharedLayout layout = WgradLayout(s);
   std::string code = Prologue(s, kWgradTileRows);
-  const int64_t gradient_bytes = RegionBytes(s, kWgradTileRows * kTileCols * GradientPitch(s));
   absl::StrAppend(
       &code, "constexpr int kLdG = ", GradientPitch(s),
-      ";\nconstexpr int kPatchOffset = ", gradient_bytes, ", kTapOffset = kPatchOffset + ",
-      RegionBytes(s, patch.operands),
+      ";\nconstexpr int kPatchOffset = ", layout.patch, ", kTapOffset = ", layout.taps,
       ";\n// Each warp's fragments of taps: nf = warp + 8 i.\nconstexpr int kTapFrags = "
       "kKP / 8, kFragsPerWarp = (kTapFrags + 7) / 8;\n");
   absl::StrAppend(&code, "extern \"C\" __global__ void __launch_bounds__(kThreads, 2) ", name,
