@@ -22,7 +22,8 @@ int64_t Taps(const NarrowConvShape& s) { return s.c * s.r * s.s; }
 int64_t PaddedTaps(const NarrowConvShape& s) { return RoundUp(Taps(s), Step(s)); }
 
 // Shared-memory row pitches, in operands, chosen so that a fragment's 32 loads hit 32 banks.
-// Filter rows (forward): lane (g, t) reads row g, column t (or word t): pitch = 4 words mod 32.
+// Filter rows (forward): ldmatrix reads 8 rows of 16 bytes at once, so rows start 4 words apart
+// modulo 32.
 int64_t FilterPitch(const NarrowConvShape& s) {
   return Half(s) ? RoundUp(PaddedTaps(s), 64) + 8 : RoundUp(PaddedTaps(s), 32) + 4;
 }

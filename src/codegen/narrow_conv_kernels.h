@@ -1,21 +1,23 @@
 // CUDA C++ for convolutions whose input has only a few channels (a network's stem: 7x7, stride 2,
 // 3 -> 64 channels), where cuDNN's implicit GEMMs run at a few percent of the tensor cores' rate
-// (0.22 ms forward and 0.26 ms weight gradient for ResNet-50's stem at batch 32 on an H100, TF32:
-// docs/benchmarks.md, session 14). NHWC only, groups 1, dilation 1; float32 data on TF32 tensor
-// cores, or bfloat16 / float16 data on 16-bit tensor cores, accumulating in float.
+// (0.21 ms forward and 0.24 ms weight gradient for ResNet-50's stem at batch 32 on an H200, TF32,
+// whatever the padding of its input channels: docs/benchmarks.md, session 14). NHWC only, groups 1,
+// dilation 1; float32 data on TF32 tensor cores, or bfloat16 / float16 data on 16-bit tensor cores,
+// accumulating in float.
 //
 // Both kernels are implicit GEMMs whose reduction runs over the filter taps j = (r, s, c) in the
-// NHWC filter's own order (so w[k][j] is the filter as stored), padded with zero taps to the MMA
-// step. A block stages one tile of output positions (kTileRows x 16) at a time: the input patch
-// that tile reads (zeros where the window leaves the image) goes to shared memory, and each
-// operand fragment is gathered from it through a table of tap offsets.
+// NHWC filter's own order (so w[k][j] is the filter as stored), padded to the MMA step with taps
+// that the forward weighs by zero and whose columns the weight gradient drops. A block stages one
+// tile of output positions (kTileRows x 16) at a time: the input patch that tile reads (zeros where
+// the window leaves the image) goes to shared memory, and each operand fragment is gathered from it
+// through a table of tap offsets.
 //
 //   forward:        y[pos][k] = sum over j of patch(pos, j) w[k][j]. The filter stays in shared
 //                   memory for the block's life; each warp owns two rows of 16 positions and all
 //                   K output channels.
 //   weight grad.:   dw[k][j] = sum over pos of dy[pos][k] patch(pos, j): each block sums its
 //                   tiles into registers and writes one partial [K][KP]; a second kernel adds
-//                   the blocks' partials in block order (fixed order: the same bits every run).
+//                   the blocks' partials in a fixed order (the same bits every run).
 //
 // Sizes are compiled in (one kernel per shape; the kernel store caches it by its source).
 #ifndef REPRISE_SRC_CODEGEN_NARROW_CONV_KERNELS_H_
