@@ -101,8 +101,8 @@ ABSL_FLAG(int, profile, 0,
 ABSL_FLAG(int, timeline, 0,
           "print how the lanes overlap (the step captured on its lanes with an event after each "
           "launch, replayed): "
-          "each lane's busy time, lane 0's N longest waits for other lanes, and the tail after "
-          "lane 0's last launch");
+          "each lane's busy time, lane 0's N longest waits for other lanes, the tail after "
+          "lane 0's last launch, the launches' spans per kind of kernel and the N longest");
 ABSL_FLAG(
     std::string, optimizer, "sgd",
     "sgd (momentum 0.9, lr 0.01), nesterov, adam or adamw (lr 1e-3, weight decay 0.01 but not "
@@ -449,30 +449,39 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   return BulkedTrainer{std::move(model), std::move(trainer)};
 }
 
-// Each launch's median time, summed per kind of kernel (the first two words of its description),
-// then the slowest launches.
-absl::Status Profile() {
-  ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
-  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times,
-                   bulked.trainer->ProfileLaunches(10));
+// Launch times summed per kind of kernel (the first two words of its description), largest
+// first, as shares of their sum.
+void PrintByKind(const std::vector<std::pair<std::string, double>>& kernel_ms, double total) {
   std::map<std::string, std::pair<double, int>> by_kind;
-  double total = 0;
-  for (const auto& t : times) {
-    const std::vector<std::string> words = absl::StrSplit(t.kernel, ' ');
-    const std::string kind = words.size() >= 2 ? absl::StrCat(words[0], " ", words[1]) : t.kernel;
-    by_kind[kind].first += t.median_ms;
+  for (const auto& [kernel, ms] : kernel_ms) {
+    const std::vector<std::string> words = absl::StrSplit(kernel, ' ');
+    const std::string kind = words.size() >= 2 ? absl::StrCat(words[0], " ", words[1]) : kernel;
+    by_kind[kind].first += ms;
     by_kind[kind].second += 1;
-    total += t.median_ms;
   }
   std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
   std::sort(kinds.begin(), kinds.end(),
             [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("profile: %zu launches, %.3f ms in sum (launches timed one by one)\n", times.size(),
-              total);
   for (const auto& [kind, stat] : kinds) {
     std::printf("  %-40s %4d launches %9.3f ms %5.1f%%\n", kind.c_str(), stat.second, stat.first,
                 100 * stat.first / total);
   }
+}
+
+// Each launch's median time, summed per kind of kernel, then the slowest launches.
+absl::Status Profile() {
+  ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
+  ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times,
+                   bulked.trainer->ProfileLaunches(10));
+  std::vector<std::pair<std::string, double>> kernel_ms;
+  double total = 0;
+  for (const auto& t : times) {
+    kernel_ms.emplace_back(t.kernel, t.median_ms);
+    total += t.median_ms;
+  }
+  std::printf("profile: %zu launches, %.3f ms in sum (launches timed one by one)\n", times.size(),
+              total);
+  PrintByKind(kernel_ms, total);
   std::sort(times.begin(), times.end(),
             [](const auto& a, const auto& b) { return a.median_ms > b.median_ms; });
   for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_profile), times.size()); ++i) {
@@ -537,6 +546,25 @@ absl::Status Timeline() {
       std::printf("  after lane 0: %8.3f to %8.3f ms  lane %d  %-36s %s\n", s.start_ms, s.end_ms,
                   s.lane, s.node.c_str(), s.kernel.c_str());
     }
+  }
+  // Each launch's span in the replay (concurrent lanes overlap, so the sum exceeds the step):
+  // what the launches cost inside the captured step, unlike --profile's launches timed alone.
+  std::vector<std::pair<std::string, double>> kernel_ms;
+  double total = 0;
+  for (const auto& s : spans) {
+    kernel_ms.emplace_back(s.kernel, s.end_ms - s.start_ms);
+    total += s.end_ms - s.start_ms;
+  }
+  std::printf("  launch spans in the replay: %.3f ms in sum over the lanes\n", total);
+  PrintByKind(kernel_ms, total);
+  std::vector<int> longest(spans.size());
+  for (int i = 0; i < static_cast<int>(spans.size()); ++i) longest[i] = i;
+  auto length = [&](int i) { return spans[i].end_ms - spans[i].start_ms; };
+  std::sort(longest.begin(), longest.end(), [&](int a, int b) { return length(a) > length(b); });
+  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_timeline), longest.size()); ++i) {
+    const auto& s = spans[longest[i]];
+    std::printf("  %8.3f ms  lane %d  %-36s %s\n", length(longest[i]), s.lane, s.node.c_str(),
+                s.kernel.c_str());
   }
   return absl::OkStatus();
 }

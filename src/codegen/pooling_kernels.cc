@@ -272,6 +272,117 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
 )")};
 }
 
+GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+template <typename I>
+__device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
+                                         const elem_t* __restrict__ y,
+                                         unsigned char* __restrict__ argmax, I n, I c, I h, I w,
+                                         I oh, I ow, int kh, int kw, int sh, int sw, int ph,
+                                         int pw) {
+  const I groups = c / 4, total = n * oh * ow * groups;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    const I ch = (i % groups) * 4;
+    I rest = i / groups;
+    const I q = rest % ow;
+    rest /= ow;
+    const I r = rest % oh, b = rest / oh;
+    float m[4];
+    Unpack(Load4(y + i * 4), m);
+    unsigned char first[4] = {255, 255, 255, 255};
+    int left = 4;
+    for (int a = 0; a < kh && left > 0; ++a) {
+      const I row = r * sh - ph + a;
+      if (row < 0 || row >= h) continue;
+      for (int e = 0; e < kw && left > 0; ++e) {
+        const I col = q * sw - pw + e;
+        if (col < 0 || col >= w) continue;
+        float v[4];
+        Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (first[j] == 255 && SameMax(v[j], m[j])) {
+            first[j] = static_cast<unsigned char>(a * kw + e);
+            --left;
+          }
+        }
+      }
+    }
+    *reinterpret_cast<uchar4*>(argmax + i * 4) = make_uchar4(first[0], first[1], first[2], first[3]);
+  }
+}
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ x, const elem_t* __restrict__ y, unsigned char* __restrict__ argmax,
+    long long n, long long c, long long h, long long w, long long oh, long long ow, int kh, int kw,
+    int sh, int sw, int ph, int pw, int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dArgmaxNhwc4Body<int>(x, y, argmax, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  } else {
+    MaxPool2dArgmaxNhwc4Body<long long>(x, y, argmax, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
+  }
+}
+)")};
+}
+
+GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype) {
+  const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+template <typename I>
+__device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
+                                                 const unsigned char* __restrict__ argmax,
+                                                 elem_t* __restrict__ dx, I n, I c, I h, I w, I oh,
+                                                 I ow, int kh, int kw, int sh, int sw, int ph,
+                                                 int pw) {
+  const I groups = c / 4, total = n * h * w * groups;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    const I ch = (i % groups) * 4;
+    I rest = i / groups;
+    const I iw = rest % w;
+    rest /= w;
+    const I ih = rest % h, b = rest / h;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    for (I r = r0; r <= r1; ++r) {
+      for (I q = q0; q <= q1; ++q) {
+        // This element's index in window (r, q), row-major: the windows are visited in the
+        // reference's order, so the sums are its sums.
+        const int mine = static_cast<int>((ih - (r * sh - ph)) * kw + (iw - (q * sw - pw)));
+        const I yi = ((b * oh + r) * ow + q) * c + ch;
+        const uchar4 first = *reinterpret_cast<const uchar4*>(argmax + yi);
+        const bool take[4] = {first.x == mine, first.y == mine, first.z == mine, first.w == mine};
+        if (!(take[0] || take[1] || take[2] || take[3])) continue;
+        float d[4];
+        Unpack(Load4(dy + yi), d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (take[j]) sum[j] += d[j];
+        }
+      }
+    }
+    Store4(dx + i * 4, make_float4(sum[0], sum[1], sum[2], sum[3]));
+  }
+}
+)",
+                             "extern \"C\" __global__ void ", name, R"((
+    const elem_t* __restrict__ dy, const unsigned char* __restrict__ argmax,
+    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
+    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
+  if (n * c * h * w < (1LL << 31)) {
+    MaxPool2dGradFromArgmaxNhwc4Body<int>(dy, argmax, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph,
+                                          pw);
+  } else {
+    MaxPool2dGradFromArgmaxNhwc4Body<long long>(dy, argmax, dx, n, c, h, w, oh, ow, kh, kw, sh,
+                                                sw, ph, pw);
+  }
+}
+)")};
+}
+
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
   const std::string name = ElementKernelName("reprise_global_avg_pool_nchw", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
@@ -325,8 +436,8 @@ std::vector<GeneratedKernel> PoolingKernels() {
   std::vector<GeneratedKernel> kernels;
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
-         {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, GlobalAvgPoolNchw,
-          GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+         {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4,
+          MaxPool2dGradFromArgmaxNhwc4, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
       kernels.push_back(make(dtype));
     }
   }

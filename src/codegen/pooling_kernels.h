@@ -42,6 +42,21 @@ GeneratedKernel MaxPool2dGrad(DType dtype = DType::kFloat32);
 GeneratedKernel MaxPool2dNhwc4(DType dtype = DType::kFloat32);
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype = DType::kFloat32);
 
+// The channels-last gradient in two passes, for windows of at most 255 elements where a workspace
+// of one byte per element of y is at hand: each window's gradient goes to one element, so finding
+// it once per window (not once per covering window of every element) and then gathering is the
+// same sum with fewer reads of x. Same results, bit for bit.
+// reprise_max_pool2d_argmax_nhwc4: argmax[i] = the row-major index within its window of the first
+// element equal to y[i] (NaN matching NaN), 255 if none; one thread per 4 channels of an output.
+// Signature: (const elem_t* x, const elem_t* y, unsigned char* argmax, then MaxPool2d's extents,
+// window and channels_last).
+GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype = DType::kFloat32);
+// reprise_max_pool2d_grad_from_argmax_nhwc4: dx, one thread per 4 channels of an input position:
+// the float sum, over its covering windows in row-major order, of dy for each window whose argmax
+// is this element. Signature: (const elem_t* dy, const unsigned char* argmax, elem_t* dx, then
+// the extents, window and channels_last).
+GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype = DType::kFloat32);
+
 // reprise_global_avg_pool_nchw: y[n, c] = mean of x[n, c, :, :] for NCHW: one warp per (n, c)
 // row of h·w contiguous values, lane-strided float sums joined by a fixed shuffle tree. Launch
 // with blocks of 256 threads (8 rows per block, grid-stride over rows). Signature:

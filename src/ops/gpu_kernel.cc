@@ -219,6 +219,27 @@ std::string ClusterKernel::Describe() const {
                       " clusters at once)");
 }
 
+absl::Status KernelSequence::Launch(cudaStream_t stream) const {
+  for (const auto& kernel : kernels_) RETURN_IF_ERROR(kernel->Launch(stream));
+  return absl::OkStatus();
+}
+
+std::string KernelSequence::Describe() const {
+  std::string out;
+  for (const auto& kernel : kernels_) {
+    absl::StrAppend(&out, out.empty() ? "" : " + ", kernel->Describe());
+  }
+  return absl::StrCat(out, " ws ", workspace_bytes_);
+}
+
+std::vector<std::string> KernelSequence::GeneratedKernelNames() const {
+  std::vector<std::string> names;
+  for (const auto& kernel : kernels_) {
+    for (std::string& name : kernel->GeneratedKernelNames()) names.push_back(std::move(name));
+  }
+  return names;
+}
+
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device) {
   const int64_t needed = (n + block - 1) / block;
   const int64_t most = static_cast<int64_t>(device.sm_count) * 8;

@@ -165,6 +165,22 @@ class ClusterKernel : public GpuKernel {
   std::vector<void*> arg_pointers_;
 };
 
+// One node's kernels launched in order on one stream, the later ones reading what the earlier ones
+// left in the lane's workspace (`workspace_bytes` of it).
+class KernelSequence : public GpuKernel {
+ public:
+  KernelSequence(std::vector<std::unique_ptr<GpuKernel>> kernels, size_t workspace_bytes)
+      : kernels_(std::move(kernels)), workspace_bytes_(workspace_bytes) {}
+  absl::Status Launch(cudaStream_t stream) const override;
+  std::string Describe() const override;  // The kernels' descriptions joined by " + ".
+  std::vector<std::string> GeneratedKernelNames() const override;
+  size_t WorkspaceBytes() const override { return workspace_bytes_; }
+
+ private:
+  std::vector<std::unique_ptr<GpuKernel>> kernels_;
+  size_t workspace_bytes_;
+};
+
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 

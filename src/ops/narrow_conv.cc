@@ -35,32 +35,6 @@ int BlocksFor(int tiles, const runtime::DeviceInfo& device) {
   return std::max(1, std::min(tiles, 2 * device.sm_count));
 }
 
-// The weight gradient: the blocks' partials into the workspace, then their sum into dw.
-class NarrowWgradKernel : public GpuKernel {
- public:
-  NarrowWgradKernel(std::unique_ptr<GpuKernel> partials, std::unique_ptr<GpuKernel> sum,
-                    size_t workspace_bytes)
-      : partials_(std::move(partials)), sum_(std::move(sum)), workspace_bytes_(workspace_bytes) {}
-
-  absl::Status Launch(cudaStream_t stream) const override {
-    RETURN_IF_ERROR(partials_->Launch(stream));
-    return sum_->Launch(stream);
-  }
-  std::string Describe() const override {
-    return absl::StrCat(partials_->Describe(), " + ", sum_->Describe(), " ws ", workspace_bytes_);
-  }
-  std::vector<std::string> GeneratedKernelNames() const override {
-    std::vector<std::string> names = partials_->GeneratedKernelNames();
-    for (std::string& name : sum_->GeneratedKernelNames()) names.push_back(std::move(name));
-    return names;
-  }
-  size_t WorkspaceBytes() const override { return workspace_bytes_; }
-
- private:
-  std::unique_ptr<GpuKernel> partials_, sum_;
-  size_t workspace_bytes_;
-};
-
 }  // namespace
 
 absl::Status NarrowConvApplies(const runtime::ConvShape& shape, bool allow_tf32) {
@@ -120,8 +94,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNarrowConv(const LoweringContext
       NvrtcKernel::Create(ctx, node_name, codegen::NarrowConvWgradSum(s, blocks),
                           dim3(static_cast<unsigned>((elements + 31) / 32)),
                           dim3(32 * codegen::kNarrowConvSumSlices), 0, std::move(sum_args)));
-  return std::unique_ptr<GpuKernel>(
-      new NarrowWgradKernel(std::move(partials), std::move(sum), workspace_bytes));
+  std::vector<std::unique_ptr<GpuKernel>> kernels;
+  kernels.push_back(std::move(partials));
+  kernels.push_back(std::move(sum));
+  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace_bytes));
 }
 
 }  // namespace reprise::ops

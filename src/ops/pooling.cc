@@ -260,10 +260,32 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
   ASSIGN_OR_RETURN(PoolParams p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[1], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[1]));
+  const bool four = FourChannelsPerThread(ctx, xd, dtype);
+  // Two passes (each window's argmax, then the gather) where windows index in a byte and the
+  // lane's workspace holds a byte per element of y; same bits as the one-pass kernel.
+  const size_t argmax_bytes = static_cast<size_t>(yd.NumElements());
+  if (four && p.kh * p.kw <= 255 && ctx.workspace != nullptr &&
+      argmax_bytes <= ctx.workspace_bytes) {
+    KernelArgs find;
+    find.Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.workspace);
+    AddPoolShape(find, xd, yd, p);
+    KernelArgs gather;
+    gather.Add(ctx.inputs[0]).Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
+    AddPoolShape(gather, xd, yd, p);
+    std::vector<std::unique_ptr<GpuKernel>> kernels(2);
+    ASSIGN_OR_RETURN(kernels[0],
+                     NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dArgmaxNhwc4(dtype),
+                                         GridFor(yd.NumElements() / 4, 256, *ctx.device), dim3(256),
+                                         0, std::move(find)));
+    ASSIGN_OR_RETURN(kernels[1], NvrtcKernel::Create(
+                                     ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(dtype),
+                                     GridFor(xd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
+                                     std::move(gather)));
+    return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), argmax_bytes));
+  }
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
-  const bool four = FourChannelsPerThread(ctx, xd, dtype);
   return NvrtcKernel::Create(
       ctx, node.name, four ? codegen::MaxPool2dGradNhwc4(dtype) : codegen::MaxPool2dGrad(dtype),
       GridFor(xd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));

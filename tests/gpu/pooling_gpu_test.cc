@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
@@ -59,7 +61,12 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
     for (double& v : values) v = small(rng);
     ASSERT_TRUE(cpu.SetLeaf("x", values).ok());
   }
-  ExpectGpuMatchesCpu(g, cpu, 0.0);
+  std::vector<std::string> ran;
+  ExpectGpuMatchesCpu(g, cpu, 0.0, {}, false, false, &ran);
+  // Channels-last multiples of 4 take the two-pass gradient (argmax, then gather).
+  const bool two_pass = k.layout == Layout::kNHWC && k.c % 4 == 0;
+  EXPECT_EQ(absl::StrContains(absl::StrJoin(ran, "; "), "reprise_max_pool2d_argmax_nhwc4"),
+            two_pass);
 }
 
 class MaxPoolGpuTest : public ::testing::TestWithParam<PoolCase> {};
