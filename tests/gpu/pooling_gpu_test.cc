@@ -62,7 +62,7 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
     ASSERT_TRUE(cpu.SetLeaf("x", values).ok());
   }
   std::vector<std::string> ran;
-  ExpectGpuMatchesCpu(g, cpu, 0.0, {}, false, false, &ran);
+  ExpectGpuMatchesCpu(g, cpu, 0.0, {}, /*deterministic=*/false, /*allow_tf32=*/false, &ran);
   // Channels-last multiples of 4 take the two-pass gradient (argmax, then gather).
   const bool two_pass = k.layout == Layout::kNHWC && k.c % 4 == 0;
   EXPECT_EQ(absl::StrContains(absl::StrJoin(ran, "; "), "reprise_max_pool2d_argmax_nhwc4"),
