@@ -448,7 +448,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 }  // namespace
 
 std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock, int min_blocks) {
+                                   bool phase_clock) {
   std::vector<std::string> params = {"const float* x",        "const int* labels",
                                      "const float* dloss",    "const float* lr",
                                      "const float* momentum", "const float* weight_decay"};
@@ -463,8 +463,7 @@ std::string MlpStepKernelSignature(const char* name, int layers, int threads, bo
   params.push_back("float* logits");
   params.push_back("float* ws");
   if (phase_clock) params.push_back("unsigned long long* phase_clock");
-  return absl::StrCat("extern \"C\" __global__ void __launch_bounds__(", threads, ", ", min_blocks,
-                      ")\n", name,
+  return absl::StrCat("extern \"C\" __global__ void __launch_bounds__(", threads, ", 1)\n", name,
                       "(", absl::StrJoin(params, ", "), ") {\n");
 }
 

@@ -40,10 +40,9 @@ namespace reprise::codegen {
 absl::Status PlanCluster(MlpStepPlan& plan);
 
 // The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
-// MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block
-// and registers for `min_blocks` blocks per SM.
+// MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block.
 std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock, int min_blocks = 1);
+                                   bool phase_clock);
 
 // The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
 // BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster.

@@ -306,33 +306,6 @@ absl::Status PlanLayerPhases(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
   return absl::OkStatus();
 }
 
-// The kPhaseKernels schedule (see MlpSchedule): kLayerPhases' tiles, sized for
-// kPhaseKernelBlocksPerSm blocks per SM, each with its share of the SM's shared memory (an SM
-// reserves 1 KB per block besides the opt-in maximum of one block), and each phase's tasks.
-absl::Status PlanPhaseKernels(MlpStepPlan& plan, int64_t& smem) {
-  constexpr int64_t kReservedPerBlock = 1024;
-  plan.target.grid *= kPhaseKernelBlocksPerSm;  // The blocks resident at once.
-  const int64_t shared =
-      (plan.target.max_shared_bytes + kReservedPerBlock) / kPhaseKernelBlocksPerSm -
-      kReservedPerBlock;
-  RETURN_IF_ERROR(PlanLayerPhases(plan, shared / 4 - LossScratch(plan.models), smem));
-  plan.phase_kernels = true;
-  plan.barriers = 0;
-  const int layers = plan.layers();
-  const int models = plan.models;
-  for (int l = 0; l + 1 < layers; ++l) plan.phase_tasks.push_back(models * plan.forward[l].tiles);
-  plan.phase_tasks.push_back(models * static_cast<int>(CeilDiv(plan.batch, plan.head_rows)));
-  // The backward phases as PlanLayerPhases pairs them.
-  for (int b = 0; b < std::max(1, layers - 1); ++b) {
-    const int dl = layers - 2 - b, wl = layers - 1 - b;
-    int tiles = plan.wgrad[wl].tiles;
-    if (dl >= 1) tiles += plan.dgrad[dl].tiles;
-    if (dl == 0) tiles += plan.wgrad[0].tiles;
-    plan.phase_tasks.push_back(models * tiles);
-  }
-  return absl::OkStatus();
-}
-
 // Head task cost in the units of TaskCost: its logits and data-gradient products (SIMT, through
 // shared memory) and a fixed latency per dependent step.
 double HeadCost(int64_t rows, int64_t k, int64_t c, int threads) {
@@ -559,8 +532,8 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   plan.row_loss_offset = offset;
 
-  const bool auto_cluster = target.schedule == MlpSchedule::kAuto && target.tf32 &&
-                            models >= kClusterMinModels && models < kPhaseKernelsMinModels;
+  const bool auto_cluster =
+      target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kClusterMinModels;
   if (target.schedule == MlpSchedule::kCluster || auto_cluster) {
     const absl::Status clustered = PlanCluster(plan);
     if (clustered.ok()) return plan;
@@ -568,20 +541,14 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
   int64_t smem = 0;
-  const bool auto_phase_kernels =
-      target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kPhaseKernelsMinModels;
-  if (target.schedule == MlpSchedule::kPhaseKernels || auto_phase_kernels) {
-    RETURN_IF_ERROR(PlanPhaseKernels(plan, smem));
-  } else {
-    const bool chain = target.schedule == MlpSchedule::kRowChain ||
-                       (target.schedule == MlpSchedule::kAuto && models >= kRowChainMinModels);
-    absl::Status chained = chain ? PlanRowChain(plan, budget, smem)
-                                 : absl::UnimplementedError("the row chain was not asked for");
-    if (!chained.ok()) {
-      if (target.schedule == MlpSchedule::kRowChain) return chained;
-      smem = 0;
-      RETURN_IF_ERROR(PlanLayerPhases(plan, budget, smem));
-    }
+  const bool chain = target.schedule == MlpSchedule::kRowChain ||
+                     (target.schedule == MlpSchedule::kAuto && models >= kRowChainMinModels);
+  absl::Status chained = chain ? PlanRowChain(plan, budget, smem)
+                               : absl::UnimplementedError("the row chain was not asked for");
+  if (!chained.ok()) {
+    if (target.schedule == MlpSchedule::kRowChain) return chained;
+    smem = 0;
+    RETURN_IF_ERROR(PlanLayerPhases(plan, budget, smem));
   }
   // Tasks of a phase are counted in int on the device.
   int64_t most_tiles = plan.head_rows > 0 ? CeilDiv(batch, plan.head_rows) : 0;
@@ -599,253 +566,164 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
 
 namespace {
 
-// Writes one step kernel's source for `plan`: the device library, the kernel's signature and its
-// context (Ctx, the workspace's tensors); the phases' code goes after it.
-class StepSource {
- public:
-  StepSource(const MlpStepPlan& plan, bool batched, bool shared_features, bool shared_labels,
-             bool phase_clock)
-      : plan_(plan),
-        batched_(batched),
-        shared_features_(shared_features),
-        shared_labels_(shared_labels),
-        phase_clock_(phase_clock) {}
+// The kernel for `plan`; `batched`: the ensemble form (BatchedMlpStepKernel's parameters).
+GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
+                           bool shared_labels, bool phase_clock) {
+  const int layers = plan.layers();
+  const auto& d = plan.widths;
+  const int64_t batch = plan.batch;
+  const int64_t scratch = LossScratch(plan.models);
+  std::string code = kMlpPrimitives;
+  absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
+                  ";\nconstexpr bool kAligned = ", B(plan.target.aligned),
+                  ";\nconstexpr int kBatch = ", batch, ";\nconstexpr int kModels = ", plan.models,
+                  ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch,
+                  ";\n}  // namespace mlp\n", kMlpLibrary);
 
-  // The source up to the first phase, of the kernel `name`; `min_blocks`: the blocks per SM its
-  // registers must allow.
-  std::string Prelude(const std::string& name, int min_blocks) const {
-    const int layers = plan_.layers();
-    std::string code = kMlpPrimitives;
-    absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan_.target.threads,
-                    ";\nconstexpr bool kAligned = ", B(plan_.target.aligned),
-                    ";\nconstexpr int kBatch = ", plan_.batch,
-                    ";\nconstexpr int kModels = ", plan_.models, ";\nconstexpr int kSmemFloatsTotal = ",
-                    plan_.shared_bytes / 4 - LossScratch(plan_.models), ";\n}  // namespace mlp\n",
-                    kMlpLibrary);
-    absl::StrAppend(
-        &code, "\n",
-        MlpStepKernelSignature(name.c_str(), layers, plan_.target.threads, batched_, phase_clock_,
-                               min_blocks),
-        "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
-        "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan_.row_loss_offset,
-        ";\n  c.loss = loss;\n  c.model_loss = ", batched_ ? "model_loss" : "nullptr",
-        ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
-        "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n  (void)arrival;\n");
-    for (int l = 1; l < layers; ++l) {
-      absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan_.h_offset[l], ";\n");
-    }
-    for (int l = 0; l < layers; ++l) {
-      absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan_.dz_offset[l], ";\n");
-    }
-    return code;
-  }
-
+  const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
+  absl::StrAppend(&code, "\n",
+                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock),
+                  "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
+                  "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
+                  ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
+                  ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
+                  "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
   // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
-  std::string Stamp(int index) const {
-    return phase_clock_ ? absl::StrCat("  StampPhase(phase_clock, ", index, ");\n") : "";
-  }
-
+  auto stamp = [&](int index) {
+    if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
+  };
+  stamp(0);
   // Each tensor with its model stride: the elements of one model's slice (0 if shared).
-  Arg h(int l) const {
-    return l == 0 ? Arg{"x", shared_features_ ? 0 : plan_.batch * d(0)}
-                  : Arg{absl::StrCat("h", l), plan_.batch * d(l)};
-  }
-  Arg dz(int l) const { return Arg{absl::StrCat("dz", l), plan_.batch * d(l + 1)}; }
-  Arg w(int l) const { return Arg{absl::StrCat("w", l), d(l + 1) * d(l)}; }
-  Arg vw(int l) const { return Arg{absl::StrCat("vw", l), d(l + 1) * d(l)}; }
-  Arg b(int l) const { return Arg{absl::StrCat("b", l), d(l + 1)}; }
-  Arg vb(int l) const { return Arg{absl::StrCat("vb", l), d(l + 1)}; }
-  int64_t d(int l) const { return plan_.widths[l]; }
-
-  std::string ForwardArgs(int l) const {
-    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), {}, {}, {}, {}});
-  }
-  std::string DgradArgs(int l) const {
-    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), {}, h(l), {}, {}, {}});
-  }
-  std::string WgradArgs(int l) const {
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), {}, {}, vw(l), b(l), vb(l)});
-  }
-  std::string HeadType() const {
-    const int layers = plan_.layers(), last = layers - 1;
-    return absl::StrCat("Head<", plan_.batch, ", ", d(last), ", ", d(layers), ", ",
-                        plan_.head_rows, ", ", B(layers >= 2), ", ", B(layers >= 2), ">");
-  }
-  std::string HeadArgsOf() const {
-    const int layers = plan_.layers(), last = layers - 1;
-    return ArgsOf("HeadArgs",
-                  {h(last), w(last), b(last), Arg{"labels", shared_labels_ ? 0 : plan_.batch},
-                   Arg{"logits", plan_.batch * d(layers)}, dz(last),
-                   layers >= 2 ? dz(last - 1) : Arg{},
-                   Arg{absl::StrCat("ws + ", plan_.row_loss_offset), plan_.batch}},
-                  absl::StrCat("dloss[0] / static_cast<float>(", plan_.batch, "), "));
-  }
-
-  // The row chain's two phases (the whole body).
-  std::string RowChainBody() const;
-  // The layer phases' code, one string per phase. `cooperative`: phases wait for the grid
-  // barrier before their late operands and arrive at it after their tasks.
-  std::vector<std::string> LayerPhases(bool cooperative) const;
-
- private:
-  const MlpStepPlan& plan_;
-  bool batched_, shared_features_, shared_labels_, phase_clock_;
-};
-
-std::string StepSource::RowChainBody() const {
-  const int layers = plan_.layers();
-  const int64_t batch = plan_.batch;
-  const auto& d = plan_.widths;
-  std::string code;
-  const int64_t row_blocks = CeilDiv(batch, plan_.head_rows);
-  absl::StrAppend(&code,
-                  "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
-  for (int l = 0; l + 1 < layers; ++l) {
-    absl::StrAppend(&code, "    typedef ",
-                    GemmType(kFwd, batch, d[l + 1], d[l], plan_.forward[l], true), " F", l,
-                    ";\n    const GemmArgs f", l, " = ", ForwardArgs(l), ";\n");
-  }
-  for (int l = 1; l + 1 < layers; ++l) {
-    absl::StrAppend(&code, "    typedef ",
-                    GemmType(kDgrad, batch, d[l], d[l + 1], plan_.dgrad[l], true), " D", l,
-                    ";\n    const GemmArgs g", l, " = ", DgradArgs(l), ";\n");
-  }
-  absl::StrAppend(&code, "    typedef ", HeadType(), " H;\n    const HeadArgs head = ", HeadArgsOf(),
-                  ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
-                  "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
-                  ", i = task - k * ", row_blocks, ";\n");
-  for (int l = 0; l + 1 < layers; ++l) {
-    absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
-  }
-  absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
-  for (int l = layers - 2; l >= 1; --l) {
-    absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
-  }
-  absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n", Stamp(1));
-  // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
-  // velocities and biases are prefetched before the barrier.
-  std::vector<std::string> types, args;
-  for (int l = layers - 1; l >= 0; --l) {
-    types.push_back(absl::StrCat("W", l));
-    absl::StrAppend(&code, "  typedef ",
-                    GemmType(kWgrad, d[l + 1], d[l], batch, plan_.wgrad[l], true, l > 0), " W", l,
-                    ";\n");
-    args.push_back(WgradArgs(l));
-  }
-  absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
-                  "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                  "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
-                  ">(a, c, arrival);\n  }\n", Stamp(2));
-  return code;
-}
-
-std::vector<std::string> StepSource::LayerPhases(bool cooperative) const {
-  const int layers = plan_.layers();
-  const int64_t batch = plan_.batch;
-  const auto& d = plan_.widths;
-  std::vector<std::string> phases;
-  const int last_phase = plan_.phases - 1;
-  auto flags = [&](int phase) {
-    return absl::StrCat(B(cooperative && phase > 0), ", ", B(cooperative && phase < last_phase));
+  auto h = [&](int l) {
+    return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}
+                  : Arg{absl::StrCat("h", l), batch * d[l]};
   };
-  for (int l = 0; l + 1 < layers; ++l) {
-    const int phase = static_cast<int>(phases.size());
-    phases.push_back(absl::StrCat(
-        "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
-        GemmType(kFwd, batch, d[l + 1], d[l], plan_.forward[l], l > 0),
-        " G;\n    const GemmArgs a[] = {", ForwardArgs(l), "};\n    GemmPhase<", flags(phase),
-        ", false, G>(a, c, arrival);\n  }\n"));
+  auto dz = [&](int l) { return Arg{absl::StrCat("dz", l), batch * d[l + 1]}; };
+  auto w = [&](int l) { return Arg{absl::StrCat("w", l), int64_t{d[l + 1]} * d[l]}; };
+  auto vw = [&](int l) { return Arg{absl::StrCat("vw", l), int64_t{d[l + 1]} * d[l]}; };
+  auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
+  auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
+  const Arg none;
+  for (int l = 1; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
   }
-  phases.push_back(absl::StrCat("  {  // Phase ", phases.size(),
-                                ": the last layer, the loss and its gradient.\n", "    typedef ",
-                                HeadType(), " H;\n    const HeadArgs a = ", HeadArgsOf(),
-                                ";\n    HeadPhase<H, ", flags(static_cast<int>(phases.size())),
-                                ">(a, c, arrival);\n  }\n"));
+  for (int l = 0; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
+  }
+  auto forward_args = [&](int l) {
+    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
+  };
+  auto dgrad_args = [&](int l) {
+    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
+  };
+  auto wgrad_args = [&](int l) {
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+  };
+  const int last = layers - 1;
+  const std::string head_type =
+      absl::StrCat("Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
+                   B(layers >= 2), ", ", B(layers >= 2), ">");
+  const std::string head_args =
+      ArgsOf("HeadArgs",
+             {h(last), w(last), b(last), Arg{"labels", shared_labels ? 0 : batch},
+              Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
+              Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
+             absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
+  if (plan.row_chain) {
+    const int64_t row_blocks = CeilDiv(batch, plan.head_rows);
+    absl::StrAppend(&code,
+                    "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
+                      ";\n    const GemmArgs f", l, " = ", forward_args(l), ";\n");
+    }
+    for (int l = 1; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
+                      ";\n    const GemmArgs g", l, " = ", dgrad_args(l), ";\n");
+    }
+    absl::StrAppend(&code, "    typedef ", head_type, " H;\n    const HeadArgs head = ", head_args,
+                    ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
+                    "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
+                    ", i = task - k * ", row_blocks, ";\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
+    for (int l = layers - 2; l >= 1; --l) {
+      absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
+    stamp(1);
+    // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
+    // velocities and biases are prefetched before the barrier.
+    std::vector<std::string> types, args;
+    for (int l = layers - 1; l >= 0; --l) {
+      types.push_back(absl::StrCat("W", l));
+      absl::StrAppend(&code, "  typedef ",
+                      GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], true, l > 0), " W", l,
+                      ";\n");
+      args.push_back(wgrad_args(l));
+    }
+    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
+                    "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
+                    "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
+                    ">(a, c, arrival);\n  }\n");
+    stamp(2);
+    absl::StrAppend(&code, "}\n");
+    return {name, std::move(code)};
+  }
+  int phase = 0;
+  const int last_phase = plan.phases - 1;
+  auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
+  for (int l = 0; l + 1 < layers; ++l, ++phase) {
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
+                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
+                    " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
+                    flags(), ", false, G>(a, c, arrival);\n  }\n");
+    stamp(phase + 1);
+  }
+  absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
+                  "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
+                  ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+  stamp(phase + 1);
+  ++phase;
   auto wgrad_type = [&](int l, bool a_late) {
-    return GemmType(kWgrad, d[l + 1], d[l], batch, plan_.wgrad[l], a_late);
+    return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
   };
-  for (int bs = 0; bs < std::max(1, layers - 1); ++bs) {
-    const int phase = static_cast<int>(phases.size());
+  for (int bs = 0; bs < std::max(1, layers - 1); ++bs, ++phase) {
     const int dl = layers - 2 - bs, wl = layers - 1 - bs;
     std::vector<std::string> types = {"G1"}, args;
     std::string g1, g2;
     if (layers == 1) {
       g1 = wgrad_type(0, WgradLate(0, layers));
-      args = {WgradArgs(0)};
+      args = {wgrad_args(0)};
     } else if (dl >= 1) {
-      g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan_.dgrad[dl], true);
+      g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
       g2 = wgrad_type(wl, WgradLate(wl, layers));
-      args = {DgradArgs(dl), WgradArgs(wl)};
+      args = {dgrad_args(dl), wgrad_args(wl)};
     } else {  // The last phase: wgrad of layers 1 and 0.
       g1 = wgrad_type(wl, WgradLate(wl, layers));
       g2 = wgrad_type(0, WgradLate(0, layers));
-      args = {WgradArgs(wl), WgradArgs(0)};
+      args = {wgrad_args(wl), wgrad_args(0)};
     }
-    std::string code = absl::StrCat("  {  // Phase ", phase, ": backward step ", bs, ".\n",
-                                     "    typedef ", g1, " G1;\n");
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
+                    g1, " G1;\n");
     if (!g2.empty()) {
       absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
       types.push_back("G2");
     }
     absl::StrAppend(&code, "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                    "};\n    GemmPhase<", flags(phase), ", ", B(bs == 0), ", ",
+                    "};\n    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
                     absl::StrJoin(types, ", "), ">(a, c, arrival);\n  }\n");
-    phases.push_back(std::move(code));
-  }
-  return phases;
-}
-
-const char* StepKernelName(bool batched) {
-  return batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-}
-
-// The cooperative kernel for `plan` (kLayerPhases or kRowChain); `batched`: the ensemble form
-// (BatchedMlpStepKernel's parameters).
-GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
-                           bool shared_labels, bool phase_clock) {
-  const StepSource source(plan, batched, shared_features, shared_labels, phase_clock);
-  const std::string name = StepKernelName(batched);
-  std::string code = source.Prelude(name, /*min_blocks=*/1);
-  absl::StrAppend(&code, source.Stamp(0));
-  if (plan.row_chain) {
-    absl::StrAppend(&code, source.RowChainBody());
-  } else {
-    const std::vector<std::string> phases = source.LayerPhases(/*cooperative=*/true);
-    for (size_t i = 0; i < phases.size(); ++i) {
-      absl::StrAppend(&code, phases[i], source.Stamp(static_cast<int>(i) + 1));
-    }
+    stamp(phase + 1);
   }
   absl::StrAppend(&code, "}\n");
   return {name, std::move(code)};
 }
 
 }  // namespace
-
-std::vector<GeneratedKernel> MlpStepPhaseKernels(const MlpStepPlan& plan, bool batched,
-                                                 bool shared_features, bool shared_labels) {
-  const StepSource source(plan, batched, shared_features, shared_labels, /*phase_clock=*/false);
-  const std::vector<std::string> phases = source.LayerPhases(/*cooperative=*/false);
-  std::vector<GeneratedKernel> kernels;
-  for (size_t i = 0; i < phases.size(); ++i) {
-    const std::string name = absl::StrCat(StepKernelName(batched), "_phase", i);
-    kernels.push_back(
-        {name, absl::StrCat(source.Prelude(name, kPhaseKernelBlocksPerSm), phases[i], "}\n")});
-  }
-  return kernels;
-}
-
-std::vector<GeneratedKernel> MlpStepKernels(const MlpStepPlan& plan) {
-  if (plan.phase_kernels) return MlpStepPhaseKernels(plan, /*batched=*/false, false, false);
-  return {MlpStepKernel(plan)};
-}
-
-std::vector<GeneratedKernel> BatchedMlpStepKernels(const MlpStepPlan& plan, bool shared_features,
-                                                   bool shared_labels, bool phase_clock) {
-  if (plan.phase_kernels) {
-    return MlpStepPhaseKernels(plan, /*batched=*/true, shared_features, shared_labels);
-  }
-  return {BatchedMlpStepKernel(plan, shared_features, shared_labels, phase_clock)};
-}
 
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
   if (plan.cluster > 0) return ClusterStepKernel(plan, /*batched=*/false, false, false, false);

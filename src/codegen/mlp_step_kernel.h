@@ -44,12 +44,6 @@ namespace reprise::codegen {
 //                 weights and activations in the blocks' shared memory, the layers split between
 //                 the blocks (see mlp_cluster_kernel.h). Not a cooperative launch: models beyond
 //                 one wave of clusters run in later waves.
-//   kPhaseKernels: kLayerPhases' phases as separate kernels, launched one after another: no
-//                 grid barrier, no cooperative launch, and every block runs one task where the
-//                 phase has no more tasks than its grid, so a phase's tasks overlap each other's
-//                 load latency on kPhaseKernelBlocksPerSm blocks per SM instead of queueing
-//                 behind one block per SM. Tiles are planned for that many blocks per SM (and
-//                 their share of shared memory).
 //   kAuto:        kCluster for TF32 ensembles of at least kClusterMinModels models where it fits
 //                 (measured on an H100, docs/benchmarks.md, session 12: the clusters beat both
 //                 other schedules there at K = 8 and 32 and tie the row chain at K = 128; in
@@ -58,11 +52,9 @@ namespace reprise::codegen {
 //                 models where it fits, else kLayerPhases. Measured on an H100 (docs/benchmarks.md,
 //                 session 11), the issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K
 //                 = 4 and 8, the two equal at K = 32, the row chain 6-8% faster at K = 128.
-enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kPhaseKernels };
+enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster };
 inline constexpr int kRowChainMinModels = 32;
 inline constexpr int kClusterMinModels = 8;
-inline constexpr int kPhaseKernelBlocksPerSm = 2;
-inline constexpr int kPhaseKernelsMinModels = 16;
 
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
 // `grid` blocks of `threads` threads.
@@ -94,8 +86,6 @@ struct MlpStepPlan {
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
   bool row_chain = false;            // The kRowChain schedule; its row blocks are head_rows.
-  bool phase_kernels = false;        // kPhaseKernels: one kernel per phase, no barrier.
-  std::vector<int> phase_tasks;      // kPhaseKernels: (model, tile) tasks of each phase.
   int cluster = 0;                   // kCluster: blocks per model (one cluster); else 0.
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
   std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
@@ -140,20 +130,6 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
 // float* workspace). Launch with plan.target.threads threads and plan.shared_bytes of dynamic
 // shared memory, cooperatively.
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
-
-// For a kPhaseKernels plan (phase_kernels): one kernel per phase, "reprise_mlp_step_phase<i>" or
-// "reprise_batched_mlp_step_phase<i>", each with the parameters of MlpStepKernel or
-// BatchedMlpStepKernel (`batched`), to launch in phase order on one stream, phase i on up to
-// plan.phase_tasks[i] blocks (any grid gives the same bits) of plan.target.threads threads with
-// plan.shared_bytes of dynamic shared memory. The barrier word is not used.
-std::vector<GeneratedKernel> MlpStepPhaseKernels(const MlpStepPlan& plan, bool batched,
-                                                 bool shared_features, bool shared_labels);
-
-// Every kernel of `plan`: MlpStepPhaseKernels' for a kPhaseKernels plan, else the one kernel of
-// MlpStepKernel or BatchedMlpStepKernel.
-std::vector<GeneratedKernel> MlpStepKernels(const MlpStepPlan& plan);
-std::vector<GeneratedKernel> BatchedMlpStepKernels(const MlpStepPlan& plan, bool shared_features,
-                                                   bool shared_labels, bool phase_clock = false);
 
 // The kernel "reprise_batched_mlp_step" for `plan` (any plan.models >= 1): the parameters of
 // MlpStepKernel with every tensor stacked [K, ...], except features [B, F] and labels [B] where

@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedMlpStep(const LoweringCon
   for (void* p : ctx.outputs) args.Add(p);
   return LaunchForMlpStep(
       ctx, node.name, *plan,
-      codegen::BatchedMlpStepKernels(*plan, shape->shared_features, shape->shared_labels), args);
+      codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels),
+      std::move(args));
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  return LaunchForMlpStep(ctx, node.name, *plan, codegen::MlpStepKernels(*plan), args);
+  return LaunchForMlpStep(ctx, node.name, *plan, codegen::MlpStepKernel(*plan), std::move(args));
 }
 
 }  // namespace
@@ -169,38 +169,22 @@ int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& w
   return codegen::MlpStepWorkspaceFloats(batch, widths);
 }
 
-absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(
-    const LoweringContext& ctx, const std::string& node_name, const codegen::MlpStepPlan& plan,
-    const std::vector<codegen::GeneratedKernel>& sources, const KernelArgs& args, int grid) {
+absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,
+                                                            const std::string& node_name,
+                                                            const codegen::MlpStepPlan& plan,
+                                                            const codegen::GeneratedKernel& source,
+                                                            KernelArgs args, int grid) {
   const dim3 block(plan.target.threads);
   const auto shared = static_cast<unsigned>(plan.shared_bytes);
-  const size_t expected = plan.phase_kernels ? plan.phase_tasks.size() : 1;
-  if (sources.size() != expected) {
-    return absl::InternalError(absl::StrCat("node '", node_name, "': the MLP step's plan has ",
-                                            expected, " kernels, got ", sources.size()));
-  }
-  if (plan.phase_kernels) {
-    std::vector<std::unique_ptr<GpuKernel>> phases;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      const int tasks = plan.phase_tasks[i];
-      ASSIGN_OR_RETURN(
-          std::unique_ptr<GpuKernel> phase,
-          NvrtcKernel::Create(ctx, node_name, sources[i],
-                              dim3(grid > 0 ? std::min(grid, tasks) : tasks), block, shared, args));
-      phases.push_back(std::move(phase));
-    }
-    return std::unique_ptr<GpuKernel>(
-        std::make_unique<KernelSequence>(std::move(phases), /*workspace_bytes=*/0));
-  }
   if (plan.cluster > 0) {
     ASSIGN_OR_RETURN(std::unique_ptr<ClusterKernel> kernel,
-                     ClusterKernel::Create(ctx, node_name, sources[0], plan.grid(), plan.cluster,
-                                           block, shared, args));
+                     ClusterKernel::Create(ctx, node_name, source, plan.grid(), plan.cluster, block,
+                                           shared, std::move(args)));
     return std::unique_ptr<GpuKernel>(std::move(kernel));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CooperativeKernel> kernel,
-                   CooperativeKernel::Create(ctx, node_name, sources[0],
-                                             grid > 0 ? grid : plan.grid(), block, shared, args));
+                   CooperativeKernel::Create(ctx, node_name, source, grid > 0 ? grid : plan.grid(),
+                                             block, shared, std::move(args)));
   return std::unique_ptr<GpuKernel>(std::move(kernel));
 }
 

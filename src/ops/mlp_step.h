@@ -62,14 +62,14 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device);
 // (16-byte alignment) and widened to TF32 tensor cores where the trainer allows them.
 codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx);
 
-// The launch of a planned step's kernels `sources` (codegen::MlpStepKernels), all with the same
-// arguments: the one kernel cooperative on `grid` blocks (0: the plan's), or for a cluster plan
-// in clusters of plan.cluster blocks, plan.grid() of them (`grid` ignored); for a phase-kernel
-// plan, one kernel per phase in order, phase i on plan.phase_tasks[i] blocks (at most `grid`
-// where it is not 0). Errors name `node_name`.
-absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(
-    const LoweringContext& ctx, const std::string& node_name, const codegen::MlpStepPlan& plan,
-    const std::vector<codegen::GeneratedKernel>& sources, const KernelArgs& args, int grid = 0);
+// The launch of a planned step kernel `source` (with its arguments): cooperative on `grid` blocks
+// (0: the plan's), or for a cluster plan in clusters of plan.cluster blocks, plan.grid() of
+// them (`grid` ignored). Errors name `node_name`.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,
+                                                            const std::string& node_name,
+                                                            const codegen::MlpStepPlan& plan,
+                                                            const codegen::GeneratedKernel& source,
+                                                            KernelArgs args, int grid = 0);
 
 // Pure shape check, no GPU needed: OK when a node with these inputs (the op's order; L is
 // derived from their number) is valid and the GPU lowering can run it on `target`.

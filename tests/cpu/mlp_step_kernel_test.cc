@@ -3,7 +3,6 @@
 // the two benchmark MLPs), and the workspace layout is the documented one.
 #include "src/codegen/mlp_step_kernel.h"
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/ops/gpu_kernel.h"
@@ -293,56 +292,6 @@ TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
     ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
                                << (tf32 ? ", TF32: " : ": ") << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty());
-  }
-}
-
-// The phase-kernel schedule: a kernel per layer phase (2L - 1, or 2 for one layer), each phase's
-// tasks counted from its tiles, shared memory within a block's share of the SM at
-// kPhaseKernelBlocksPerSm blocks, and every kernel compiles, single MLP and ensembles alike.
-TEST(MlpStepKernelTest, PhaseKernelsCompileForSm90) {
-  const std::vector<EnsembleShape> shapes = {
-      {32, 64, {64, 256, 256, 10}, true, false, false},
-      {128, 64, {64, 256, 256, 10}, true, false, false},
-      {3, 5, {3, 7, 7, 3}, false, false, false},
-      {2, 5, {3, 7, 7, 3}, true, true, true},
-      {5, 7, {12, 4}, true, true, false},
-      {6, 17, {33, 45, 45, 45, 7}, false, false, false},
-      {1, 32, {256, 256, 256, 256, 10}, true, false, false},
-  };
-  for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
-    codegen::MlpStepTarget target;
-    target.aligned = s.aligned;
-    target.tf32 = tf32;
-    target.schedule = codegen::MlpSchedule::kPhaseKernels;
-    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    ASSERT_TRUE(plan->phase_kernels);
-    const int layers = plan->layers();
-    EXPECT_EQ(plan->phases, layers == 1 ? 2 : 2 * layers - 1);
-    EXPECT_EQ(plan->barriers, 0);
-    ASSERT_EQ(static_cast<int>(plan->phase_tasks.size()), plan->phases);
-    EXPECT_EQ(plan->phase_tasks[layers - 1], s.models * ((s.batch + plan->head_rows - 1) /
-                                                         plan->head_rows));
-    if (layers >= 2) {
-      EXPECT_EQ(plan->phase_tasks[0], s.models * plan->forward[0].tiles);
-      EXPECT_EQ(plan->phase_tasks.back(), s.models * (plan->wgrad[1].tiles + plan->wgrad[0].tiles));
-    }
-    EXPECT_LE(plan->shared_bytes * codegen::kPhaseKernelBlocksPerSm,
-              target.max_shared_bytes + 1024);
-    const std::vector<codegen::GeneratedKernel> kernels =
-        s.models == 1 ? codegen::MlpStepKernels(*plan)
-                      : codegen::BatchedMlpStepKernels(*plan, s.shared_features, s.shared_labels);
-    ASSERT_EQ(static_cast<int>(kernels.size()), plan->phases);
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      EXPECT_EQ(kernels[i].name, absl::StrCat(s.models == 1 ? "reprise_mlp_step_phase"
-                                                            : "reprise_batched_mlp_step_phase",
-                                              i));
-      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernels[i]), "sm_90");
-      ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
-                                 << (tf32 ? ", TF32" : "") << ", phase " << i << ": "
-                                 << compiled.status();
-      EXPECT_FALSE(compiled->cubin.empty());
-    }
   }
 }
 

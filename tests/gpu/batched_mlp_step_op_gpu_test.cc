@@ -143,21 +143,20 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
       (i < num_inputs() ? ctx.inputs : ctx.outputs).push_back(buffers_[i].data());
       if (i < num_inputs()) ctx.input_specs.push_back(specs_[i]);
     }
-    if (grid == 0 && schedule.value_or(GetParam().schedule) == codegen::MlpSchedule::kAuto) {
+    if (grid == 0 && GetParam().schedule == codegen::MlpSchedule::kAuto) {
       return ops::BatchedMlpTrainStepOp().lower(ctx, node());
     }
+    if (grid == 0) grid = device_.sm_count;
     const bool shared_x = specs_[0].shape.rank() == 2, shared_y = specs_[1].shape.rank() == 1;
     ASSIGN_OR_RETURN(codegen::MlpStepPlan plan, Plan(threads, chain_rows, schedule));
-    // Phase kernels launch each phase's tasks as blocks; the grid stays theirs unless asked.
-    if (grid == 0 && !plan.phase_kernels) grid = device_.sm_count;
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
     if (phase_clock != nullptr) args.Add(phase_clock);
     return ops::LaunchForMlpStep(
         ctx, "batched_mlp_step_small_grid", plan,
-        codegen::BatchedMlpStepKernels(plan, shared_x, shared_y, phase_clock != nullptr), args,
-        grid);
+        codegen::BatchedMlpStepKernel(plan, shared_x, shared_y, phase_clock != nullptr),
+        std::move(args), grid);
   }
 
   // The plan Lower launches for these arguments.
@@ -180,11 +179,6 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
   bool Clustered() {
     const absl::StatusOr<codegen::MlpStepPlan> plan = Plan();
     return plan.ok() && plan->cluster > 0;
-  }
-  // Whether the case's plan launches a kernel per phase (no phase clock).
-  bool PhaseKernels() {
-    const absl::StatusOr<codegen::MlpStepPlan> plan = Plan();
-    return plan.ok() && plan->phase_kernels;
   }
 
   // Inputs back to their initial values; outputs poisoned with NaN bits.
@@ -331,7 +325,6 @@ TEST_P(BatchedMlpStepOpGpuTest, RepeatedRunsGiveTheSameBits) {
 // for blocks of the lowering's size and of 128 threads.
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_PhaseTimes) {
   if (Clustered()) GTEST_SKIP() << "no grid phases: see DISABLED_ClusterSectionTimes";
-  if (PhaseKernels()) GTEST_SKIP() << "a kernel per phase: see reprise-bench --timeline";
   constexpr int kLaunches = 50;
   const int grid = device_.sm_count;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower());
@@ -420,16 +413,15 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ScheduleTimes) {
       {codegen::MlpSchedule::kCluster, 0},   {codegen::MlpSchedule::kLayerPhases, 0},
       {codegen::MlpSchedule::kRowChain, 0},  {codegen::MlpSchedule::kRowChain, 8},
       {codegen::MlpSchedule::kRowChain, 16}, {codegen::MlpSchedule::kRowChain, 32},
-      {codegen::MlpSchedule::kRowChain, 64}, {codegen::MlpSchedule::kPhaseKernels, 0}};
+      {codegen::MlpSchedule::kRowChain, 64}};
   for (const auto& [schedule, rows] : variants) {
     const std::string what =
         schedule == codegen::MlpSchedule::kCluster ? std::string("clusters")
-        : schedule == codegen::MlpSchedule::kLayerPhases  ? std::string("layer phases")
-        : schedule == codegen::MlpSchedule::kPhaseKernels ? std::string("phase kernels")
+        : schedule == codegen::MlpSchedule::kLayerPhases
+            ? std::string("layer phases")
             : absl::StrCat("row chain, ", rows == 0 ? "planned" : absl::StrCat(rows), " rows");
     absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
-        Lower(schedule == codegen::MlpSchedule::kPhaseKernels ? 0 : device_.sm_count, nullptr, 0,
-              rows, schedule);
+        Lower(device_.sm_count, nullptr, 0, rows, schedule);
     if (!kernel.ok()) {
       std::printf("SCHEDULE %s, %s: %s\n", GetParam().name, what.c_str(),
                   kernel.status().ToString().c_str());
@@ -530,50 +522,6 @@ INSTANTIATE_TEST_SUITE_P(
                true,
                false,
                codegen::MlpSchedule::kCluster},
-        // A kernel per phase: the shapes at K = 4, 32 and 128, strict f32 and TF32,
-        // and the odd, unaligned, four-layer and one-layer shapes.
-        OpCase{"K4Issue9Tf32PhaseKernels",
-               4,
-               {64, 64, 2, 256, 10},
-               false,
-               true,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K32Issue9Tf32PhaseKernels",
-               32,
-               {64, 64, 2, 256, 10},
-               false,
-               true,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K128Issue9Tf32PhaseKernels",
-               128,
-               {64, 64, 2, 256, 10},
-               false,
-               true,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K32Issue9PhaseKernels",
-               32,
-               {64, 64, 2, 256, 10},
-               false,
-               false,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K3OddSharedPhaseKernels",
-               3,
-               {5, 3, 2, 7, 3},
-               true,
-               false,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K6UnalignedTf32PhaseKernels",
-               6,
-               {17, 33, 3, 45, 7},
-               false,
-               true,
-               codegen::MlpSchedule::kPhaseKernels},
-        OpCase{"K2OneLayerSharedPhaseKernels",
-               2,
-               {9, 6, 0, 1, 4},
-               true,
-               false,
-               codegen::MlpSchedule::kPhaseKernels},
         OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true},
         OpCase{"K8Issue9Tf32", 8, {64, 64, 2, 256, 10}, false, true},
         OpCase{"K128Issue9", 128, {64, 64, 2, 256, 10}, false}),

@@ -93,8 +93,8 @@ class MlpStepGpuTest : public ::testing::TestWithParam<Case> {
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
-    return ops::LaunchForMlpStep(ctx, "mlp_step_small_grid", plan, codegen::MlpStepKernels(plan),
-                                 args, grid);
+    return ops::LaunchForMlpStep(ctx, "mlp_step_small_grid", plan, codegen::MlpStepKernel(plan),
+                                 std::move(args), grid);
   }
 
   // Inputs back to their initial values; outputs poisoned with NaN bits.
