@@ -206,8 +206,18 @@ absl::StatusOr<runtime::Graph> CapturedStep::Record(
 
 absl::StatusOr<runtime::GraphExec> CapturedStep::Instantiate(
     const runtime::Graph& graph, absl::Span<const LoweredLaunch> launches,
-    absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) const {
-  if (launch_ == Launch::kDevice) return InstantiateForDeviceLaunch(graph, launches, launch_nodes);
+    absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) {
+  if (launch_ == Launch::kDevice) {
+    absl::StatusOr<runtime::GraphExec> exec =
+        InstantiateForDeviceLaunch(graph, launches, launch_nodes);
+    if (exec.ok() || !host_fallback_ ||
+        exec.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return exec;
+    }
+    launch_ = Launch::kHost;
+    launcher_.reset();
+    device_launch_refusal_ = std::string(exec.status().message());
+  }
   return runtime::GraphExec::Create(graph);
 }
 
@@ -231,7 +241,8 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
                                       "cudaGraphGetNodes", "captured step"));
   CapturedStep step(std::move(graph), runtime::GraphExec::Adopt(nullptr),
                     static_cast<int64_t>(num_nodes));
-  step.launch_ = launch;
+  step.launch_ = launch == Launch::kAuto ? Launch::kDevice : launch;
+  step.host_fallback_ = launch == Launch::kAuto;
   step.stream_ = stream;
   ASSIGN_OR_RETURN(step.exec_, step.Instantiate(step.graph_, launches, launch_nodes));
   step.launch_nodes_ = std::move(launch_nodes);

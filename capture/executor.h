@@ -62,6 +62,9 @@ class CapturedStep {
     // (capture/device_launch.h): constant host work. Every change of the executable is uploaded
     // on the capture stream, and Replay must use that stream.
     kDevice,
+    // kDevice where the device can launch the step's graph, else kHost for good from then on
+    // (the first refusal's reason is kept: device_launch_refusal()); launch() says which runs.
+    kAuto,
   };
 
   // Records `launches` on `stream` and the lanes' streams (no work runs) and instantiates the
@@ -100,7 +103,9 @@ class CapturedStep {
   int64_t instantiations() const { return instantiations_; }
   int64_t node_updates() const { return node_updates_; }
   int64_t captures() const { return captures_; }
-  Launch launch() const { return launch_; }
+  Launch launch() const { return launch_; }  // kHost or kDevice: the launch in use.
+  // kAuto: why the device refused the step's graph, if it did ("" otherwise).
+  const std::string& device_launch_refusal() const { return device_launch_refusal_; }
   // kDevice: uploads of the executable to the device (one per instantiation and per update).
   int64_t uploads() const { return uploads_; }
   // Why each re-capture was instantiated anew rather than updated in place: cudaGraphExecUpdate's
@@ -124,10 +129,11 @@ class CapturedStep {
       std::vector<std::vector<cudaGraphNode_t>>& launch_nodes);
   // The bound-input copy node writing `destination` (searched once, then remembered).
   absl::StatusOr<cudaGraphNode_t> FindCopyNode(void* destination, size_t bytes);
-  // Instantiates `graph` for launch_ (device launch: launch_nodes names a refused node's launch).
+  // Instantiates `graph` for launch_ (device launch: launch_nodes names a refused node's launch;
+  // with host_fallback_, a refusal turns launch_ to kHost and instantiates for it).
   absl::StatusOr<runtime::GraphExec> Instantiate(
       const runtime::Graph& graph, absl::Span<const LoweredLaunch> launches,
-      absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) const;
+      absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes);
   // kDevice, after exec_ changed (`new_exec`: instantiated anew, so the launcher needs it too):
   // uploads it. Nothing for kHost.
   absl::Status UploadIfDevice(bool new_exec);
@@ -137,6 +143,8 @@ class CapturedStep {
   absl::flat_hash_map<void*, cudaGraphNode_t> copy_nodes_;  // Nodes of graph_ found so far.
   runtime::GraphExec exec_;
   Launch launch_ = Launch::kHost;
+  bool host_fallback_ = false;  // Asked for kAuto.
+  std::string device_launch_refusal_;
   cudaStream_t stream_ = nullptr;           // kDevice: where uploads go and replays must run.
   std::optional<DeviceLauncher> launcher_;  // kDevice.
   int64_t uploads_ = 0;

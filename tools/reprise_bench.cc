@@ -75,9 +75,9 @@ ABSL_FLAG(bool, fp16, false,
           "mixed precision: compute in float16 with float32 master weights and dynamic loss "
           "scaling (TrainOptions::compute_dtype, loss_scale)");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
-ABSL_FLAG(bool, device_launch, false,
-          "graph mode: launch the captured step from the device through a one-node graph "
-          "(TrainOptions::device_graph_launch); its rows read graph+devlaunch");
+ABSL_FLAG(std::string, graph_launch, "auto",
+          "graph mode: auto, host or device: who launches the captured step "
+          "(TrainOptions::graph_launch); rows launched from the device read graph+devlaunch");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
@@ -342,8 +342,10 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
     options.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
   }
-  options.device_graph_launch =
-      mode == reprise::ExecMode::kGraph && absl::GetFlag(FLAGS_device_launch);
+  if (mode == reprise::ExecMode::kGraph) {
+    ASSIGN_OR_RETURN(options.graph_launch,
+                     reprise::ParseGraphLaunch(absl::GetFlag(FLAGS_graph_launch)));
+  }
   RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(7);  // Fresh random data, never zeros.
@@ -400,7 +402,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(const int64_t memory_after, reprise::runtime::DeviceMemoryInUse());
   const reprise::TrainerStats stats = trainer->stats();
   Result result{absl::StrCat(reprise::ExecModeName(mode),
-                             options.device_graph_launch ? "+devlaunch" : "", FusionSuffix(fusion)),
+                             stats.device_graph_launch ? "+devlaunch" : "", FusionSuffix(fusion)),
                 Percentile(ms, 0.5),
                 Percentile(ms, 0.9),
                 Percentile(host_us, 0.5),
@@ -693,7 +695,10 @@ absl::Status Main() {
               absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "",
               absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
               absl::GetFlag(FLAGS_inputs) == "device" ? " inputs=device" : "",
-              absl::GetFlag(FLAGS_device_launch) ? " device_launch=1" : "", device.name.c_str());
+              absl::GetFlag(FLAGS_graph_launch) == "auto"
+                  ? ""
+                  : absl::StrCat(" graph_launch=", absl::GetFlag(FLAGS_graph_launch)).c_str(),
+              device.name.c_str());
   std::printf("%-16s %11s %11s %12s %10s %9s %11s %11s %6s %17s\n", "mode", "median ms", "p90 ms",
               "samples/s", "host us", "launches", "graph nodes", "device MiB", "busy",
               "activation MiB");

@@ -37,6 +37,11 @@ enum class ExecMode : uint8_t {
 absl::string_view ExecModeName(ExecMode mode);
 absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name);  // "sync", "bulked", "graph"
 
+// Who launches a captured step (TrainOptions::graph_launch).
+enum class GraphLaunch : uint8_t { kAuto, kHost, kDevice };
+absl::string_view GraphLaunchName(GraphLaunch launch);
+absl::StatusOr<GraphLaunch> ParseGraphLaunch(absl::string_view name);  // "auto", "host", "device"
+
 // Whether an NCHW convolutional network runs channels-last (NHWC) inside, where cuDNN's
 // tensor-core convolutions are several times faster. Inputs, parameter names and shapes
 // (GetParameter, SaveWeights, LoadWeights) and fetched values stay as the graph declares them;
@@ -142,17 +147,22 @@ struct TrainOptions {
   // `device`, and call Step() (and Verify, SetParameter, LoadWeights, RestoreCheckpoint) alike.
   // Parameters start as rank 0's. Turns off the whole-step MLP kernel (whole_step).
   std::optional<DataParallel> data_parallel;
-  // ExecMode::kGraph only: launch the captured step from the device. The step's graph is
-  // instantiated for device launch and a one-node graph whose kernel tail-launches it is what
-  // Step() launches, so Step()'s host time stays that of a one-node launch whatever the model
-  // (a plain replay costs ~0.15 us of host time per graph node on an H100: 96 us for ResNet-50).
-  // Same kernels, same bits. The step still completes before the stream's next work (the next
-  // step, Loss(), Read()). Every change of the executable graph (BindInput's node update, a
-  // re-capture) is uploaded to the device again, counted in TrainerStats::graph_uploads. A step
-  // whose graph the device cannot launch (a host or event node, a copy from pageable host memory)
-  // fails Create with FailedPrecondition naming the node; there is no fallback to host launch.
-  // InvalidArgument in the eager modes.
-  bool device_graph_launch = false;
+  // ExecMode::kGraph: who launches the captured step on each Step().
+  //   kDevice: the device. The step's graph is instantiated for device launch and a one-node
+  //     graph whose kernel tail-launches it is what Step() launches, so Step()'s host time stays
+  //     that of a one-node launch whatever the model (a plain replay costs ~0.15 us of host time
+  //     per graph node on an H100: 96 us for ResNet-50). Same kernels, same bits. The step still
+  //     completes before the stream's next work (the next step, Loss(), Read()). Every change of
+  //     the executable graph (BindInput's node update, a re-capture) is uploaded to the device
+  //     again, counted in TrainerStats::graph_uploads. A step whose graph the device cannot
+  //     launch (a host or event node, a copy from pageable host memory) fails Create with
+  //     FailedPrecondition naming the node.
+  //   kHost: cudaGraphLaunch from the host.
+  //   kAuto: kDevice where the device can launch the step's graph, else kHost from then on (a
+  //     binding the device cannot copy from turns it to kHost too); TrainerStats says which and
+  //     why, and the report prints it.
+  // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
+  GraphLaunch graph_launch = GraphLaunch::kAuto;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
@@ -170,6 +180,10 @@ struct TrainerStats {
   // TrainOptions::device_graph_launch: uploads of the step's executable graph to the device (one
   // per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
+  // Whether Step() launches the captured step from the device (TrainOptions::graph_launch), and
+  // under kAuto why the device refused the step's graph where it did (then the host launches it).
+  bool device_graph_launch = false;
+  std::string device_launch_refusal;
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.

@@ -167,9 +167,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
                                                                       const TrainOptions& options) {
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
-  if (options.device_graph_launch && options.mode != ExecMode::kGraph) {
+  if (options.graph_launch == GraphLaunch::kDevice && options.mode != ExecMode::kGraph) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "TrainOptions::device_graph_launch launches the captured step graph from the device; "
+        "TrainOptions::graph_launch = device launches the captured step graph from the device; "
         "mode ",
         ExecModeName(options.mode), " captures none (use ExecMode::kGraph)"));
   }
@@ -298,14 +298,19 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());
   if (options_.mode == ExecMode::kGraph) {
-    ASSIGN_OR_RETURN(capture::CapturedStep step,
-                     capture::CapturedStep::Capture(launches_, *lanes_, stream_->get(),
-                                                    options_.device_graph_launch
-                                                        ? capture::CapturedStep::Launch::kDevice
-                                                        : capture::CapturedStep::Launch::kHost));
+    ASSIGN_OR_RETURN(capture::CapturedStep step, CaptureStep(launches_, *lanes_));
     captured_.emplace(std::move(step));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
+    absl::Span<const capture::LoweredLaunch> launches, const capture::Lanes& lanes) {
+  using Launch = capture::CapturedStep::Launch;
+  const Launch launch = options_.graph_launch == GraphLaunch::kHost     ? Launch::kHost
+                        : options_.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
+                                                                        : Launch::kAuto;
+  return capture::CapturedStep::Capture(launches, lanes, stream_->get(), launch);
 }
 
 int Trainer::Impl::WorkspaceLanes() const { return plan_.compute_lanes(); }
@@ -599,6 +604,8 @@ TrainerStats Trainer::Impl::stats() const {
     s.graph_node_updates = captured_->node_updates();
     s.graph_nodes = captured_->num_nodes();
     s.graph_uploads = captured_->uploads();
+    s.device_graph_launch = captured_->launch() == capture::CapturedStep::Launch::kDevice;
+    s.device_launch_refusal = captured_->device_launch_refusal();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
   s.lanes = lanes_.has_value() ? lanes_->count() : 1;
@@ -675,6 +682,26 @@ absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown mode '", name, "': expected sync, bulked or graph"));
+}
+
+absl::string_view GraphLaunchName(GraphLaunch launch) {
+  switch (launch) {
+    case GraphLaunch::kAuto:
+      return "auto";
+    case GraphLaunch::kHost:
+      return "host";
+    case GraphLaunch::kDevice:
+      return "device";
+  }
+  return "?";
+}
+
+absl::StatusOr<GraphLaunch> ParseGraphLaunch(absl::string_view name) {
+  for (GraphLaunch l : {GraphLaunch::kAuto, GraphLaunch::kHost, GraphLaunch::kDevice}) {
+    if (name == GraphLaunchName(l)) return l;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown graph launch '", name, "': expected auto, host or device"));
 }
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

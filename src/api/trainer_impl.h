@@ -143,6 +143,10 @@ class Trainer::Impl {
   absl::Status InitDevice(const DeviceShare* share);
   // After lowering: backs each lane's workspace as far as its chosen algorithms need.
   absl::Status BackWorkspaces();
+  // Captures `launches` on the trainer's stream for the launch TrainOptions::graph_launch asks
+  // for.
+  absl::StatusOr<capture::CapturedStep> CaptureStep(
+      absl::Span<const capture::LoweredLaunch> launches, const capture::Lanes& lanes);
   absl::Status InitPersistentTensors();
   // Data parallelism, in trainer_data_parallel.cc: after the weights are initialised, joins the
   // job, checks every rank runs the same step and takes rank 0's weights; after lowering, runs the

@@ -66,6 +66,16 @@ std::string TrainerReport::ToText() const {
                         s.graph_captures, std::max<int64_t>(0, s.graph_captures - 1),
                         s.graph_exec_updates, s.graph_instantiations,
                         std::max<int64_t>(0, s.graph_instantiations - 1), s.graph_node_updates);
+  if (!graphs.empty()) {
+    absl::StrAppend(&text, "  launched from the ", s.device_graph_launch ? "device" : "host",
+                    s.device_graph_launch
+                        ? absl::StrCat(" (uploads ", s.graph_uploads, ")")
+                        : s.device_launch_refusal.empty()
+                        ? std::string()
+                        : absl::StrCat(" (the device refused the graph: ", s.device_launch_refusal,
+                                       ")"),
+                    "\n");
+  }
   if (!recapture_reasons.empty()) {
     absl::StrAppend(&text, "    re-captured because: ", Counts(recapture_reasons), "\n");
   }
@@ -130,6 +140,9 @@ std::string TrainerReport::ToJson() const {
   w.Key("instantiations").Int(s.graph_instantiations);
   w.Key("reinstantiations").Int(std::max<int64_t>(0, s.graph_instantiations - 1));
   w.Key("node_updates").Int(s.graph_node_updates);
+  w.Key("device_graph_launch").Bool(s.device_graph_launch);
+  w.Key("graph_uploads").Int(s.graph_uploads);
+  w.Key("device_launch_refusal").String(s.device_launch_refusal);
   WriteCounts(w, "recapture_reasons", recapture_reasons);
   WriteCounts(w, "instantiation_reasons", instantiation_reasons);
   w.Key("kernels").BeginObject(util::JsonWriter::kInline);

@@ -210,13 +210,9 @@ absl::StatusOr<VerifyResult> Trainer::Impl::Verify(int steps, const VerifyFault&
     launches.push_back({std::move(name), slot.lane, std::move(slot.waits), std::move(kernel)});
   }
   ASSIGN_OR_RETURN(capture::Lanes lanes, capture::Lanes::Create(launches));
-  // Launched as the trainer launches its own step (from the device with device_graph_launch), so
-  // that the bits compared are the ones that launch gives.
-  ASSIGN_OR_RETURN(capture::CapturedStep graph,
-                   capture::CapturedStep::Capture(launches, lanes, stream,
-                                                  options_.device_graph_launch
-                                                      ? capture::CapturedStep::Launch::kDevice
-                                                      : capture::CapturedStep::Launch::kHost));
+  // Launched as the trainer launches its own step (from the device or the host, as
+  // TrainOptions::graph_launch chose), so that the bits compared are the ones that launch gives.
+  ASSIGN_OR_RETURN(capture::CapturedStep graph, CaptureStep(launches, lanes));
 
   // What is compared, in the order the step writes it.
   std::vector<ComparedTensor> compared;

@@ -1,6 +1,7 @@
-// TrainOptions::device_graph_launch launches the captured step graph from the device, so it needs
-// ExecMode::kGraph: the eager modes are refused at Trainer::Create, before the device is touched
-// (this runs the same with or without a GPU).
+// TrainOptions::graph_launch = kDevice launches the captured step graph from the device, so it
+// needs ExecMode::kGraph: the eager modes are refused at Trainer::Create, before the device is
+// touched (this runs the same with or without a GPU). The default, kAuto, is allowed in every mode;
+// the launch names parse back.
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,16 +20,29 @@ TEST(DeviceLaunchOptionsTest, EagerModesAreRefusedNamingTheOptionAndTheMode) {
   for (ExecMode mode : {ExecMode::kSync, ExecMode::kBulked}) {
     TrainOptions options;
     options.mode = mode;
-    options.device_graph_launch = true;
+    options.graph_launch = GraphLaunch::kDevice;
     const absl::Status status = Trainer::Create(mlp->graph, mlp->loss, options).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-    EXPECT_THAT(status.message(), AllOf(HasSubstr("device_graph_launch"),
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("graph_launch = device"),
                                         HasSubstr(absl::StrCat("mode ", ExecModeName(mode))),
                                         HasSubstr("ExecMode::kGraph")));
   }
 }
 
-TEST(DeviceLaunchOptionsTest, OffByDefault) { EXPECT_FALSE(TrainOptions{}.device_graph_launch); }
+TEST(DeviceLaunchOptionsTest, AutoByDefault) {
+  EXPECT_EQ(TrainOptions{}.graph_launch, GraphLaunch::kAuto);
+}
+
+TEST(DeviceLaunchOptionsTest, NamesParseBackAndUnknownOnesAreClearErrors) {
+  for (GraphLaunch launch : {GraphLaunch::kAuto, GraphLaunch::kHost, GraphLaunch::kDevice}) {
+    const absl::StatusOr<GraphLaunch> parsed = ParseGraphLaunch(GraphLaunchName(launch));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, launch);
+  }
+  const absl::StatusOr<GraphLaunch> bad = ParseGraphLaunch("gpu");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), AllOf(HasSubstr("'gpu'"), HasSubstr("auto, host or device")));
+}
 
 }  // namespace
 }  // namespace reprise

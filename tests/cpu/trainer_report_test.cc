@@ -58,6 +58,21 @@ TEST(TrainerReportTest, TextSaysEveryCounter) {
   EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (lanes: 48.00 + 16.00); library handles 8.00"));
 }
 
+TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {
+  TrainerReport r = SampleReport();
+  r.stats.device_graph_launch = true;
+  r.stats.graph_uploads = 3;
+  EXPECT_THAT(r.ToText(), HasSubstr("launched from the device (uploads 3)"));
+  r.stats.device_graph_launch = false;
+  r.stats.device_launch_refusal = "host node";
+  EXPECT_THAT(r.ToText(),
+              HasSubstr("launched from the host (the device refused the graph: host node)"));
+  const absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_FALSE((*json)["device_graph_launch"].boolean);
+  EXPECT_EQ((*json)["device_launch_refusal"].string, "host node");
+}
+
 TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {
   TrainerReport r = SampleReport();
   r.graphs.clear();

@@ -1,4 +1,4 @@
-// Device graph launch (TrainOptions::device_graph_launch, capture/device_launch.h): the step's
+// Device graph launch (TrainOptions::graph_launch, capture/device_launch.h): the step's
 // graph tail-launched by a one-node launcher graph trains bit for bit as the host-launched graph,
 // step by step, with the loss read right after Step() being that step's, with the learning rate and
 // input bindings changed between steps and with the executable instantiated anew; every change of
@@ -81,7 +81,7 @@ TrainOptions OptionsFor(const Config& config, bool device_launch) {
   options.lanes = config.lanes;
   options.deterministic = true;  // Two trainers, the same bits.
   options.seed = 11;
-  options.device_graph_launch = device_launch;
+  options.graph_launch = device_launch ? GraphLaunch::kDevice : GraphLaunch::kHost;
   return options;
 }
 
@@ -310,6 +310,73 @@ TEST(DeviceLaunchRecaptureGpuTest, ReinstantiatedStepIsLaunchedFromTheDeviceToo)
   EXPECT_EQ(d.graph_replays, 4);
 }
 
+// The default, GraphLaunch::kAuto, launches a step the device can launch from the device: the
+// same losses and parameters as the host launch, and the report says so.
+TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = kConfigs[1];  // Two lanes: fork/join branches.
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
+                               Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
+  TrainOptions options = OptionsFor(config, false);
+  options.graph_launch = TrainOptions{}.graph_launch;
+  ASSERT_EQ(options.graph_launch, GraphLaunch::kAuto);
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
+                               Trainer::Create(model.graph, model.loss, options));
+  const std::vector<Batch> batches = MakeBatches(model, 6);
+  for (const Batch& batch : batches) {
+    for (Trainer* t : {host.get(), automatic.get()}) {
+      REPRISE_ASSERT_OK(t->SetInput(model.features, batch.x));
+      REPRISE_ASSERT_OK(t->SetInput("labels", batch.y));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float want, host->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float got, automatic->Loss());
+    EXPECT_EQ(got, want);
+  }
+  ExpectSameParameters(*host, *automatic);
+  const TrainerStats a = automatic->stats();
+  EXPECT_TRUE(a.device_graph_launch);
+  EXPECT_EQ(a.device_launch_refusal, "");
+  EXPECT_EQ(a.graph_uploads, 1);
+  EXPECT_FALSE(host->stats().device_graph_launch);
+  EXPECT_THAT(automatic->Report().ToText(), HasSubstr("launched from the device (uploads 1)"));
+}
+
+// A step that enqueues a host function (a host node once captured).
+class HostFunctionKernel : public ops::GpuKernel {
+ public:
+  absl::Status Launch(cudaStream_t stream) const override {
+    return runtime::CudaStatus(cudaLaunchHostFunc(stream, [](void*) {}, nullptr),
+                               "cudaLaunchHostFunc", "test");
+  }
+  std::string Describe() const override { return "host function"; }
+};
+
+// kAuto takes the host launch where the device refuses the graph, keeps the reason, and replays.
+TEST(DeviceLaunchAutoGpuTest, RefusedGraphFallsBackToHostLaunchSayingWhy) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+  std::vector<capture::LoweredLaunch> launches;
+  launches.push_back({"host_function", 0, {}, std::make_unique<HostFunctionKernel>()});
+  REPRISE_ASSERT_OK_AND_ASSIGN(capture::Lanes lanes, capture::Lanes::Create(launches));
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      capture::CapturedStep step,
+      capture::CapturedStep::Capture(launches, lanes, stream.get(),
+                                     capture::CapturedStep::Launch::kAuto));
+  EXPECT_EQ(step.launch(), capture::CapturedStep::Launch::kHost);
+  EXPECT_THAT(step.device_launch_refusal(), HasSubstr("host node"));
+  EXPECT_EQ(step.uploads(), 0);
+  REPRISE_ASSERT_OK(step.Replay(stream.get()));
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+  // Asked for explicitly, the device launch is refused instead.
+  EXPECT_EQ(capture::CapturedStep::Capture(launches, lanes, stream.get(),
+                                           capture::CapturedStep::Launch::kDevice)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 // Graphs the device cannot launch are refused, naming CUDA's reason and the node.
 TEST(DeviceLaunchInstantiateGpuTest, HostNodeIsRefusedNamingIt) {
   REPRISE_REQUIRE_GPU();
@@ -328,7 +395,7 @@ TEST(DeviceLaunchInstantiateGpuTest, HostNodeIsRefusedNamingIt) {
   const absl::StatusOr<runtime::GraphExec> exec = capture::InstantiateForDeviceLaunch(graph);
   EXPECT_EQ(exec.status().code(), absl::StatusCode::kFailedPrecondition) << exec.status();
   EXPECT_THAT(exec.status().message(),
-              AllOf(HasSubstr("device_graph_launch"), HasSubstr("host node"),
+              AllOf(HasSubstr("TrainOptions::graph_launch"), HasSubstr("host node"),
                     HasSubstr("cannot be instantiated for launch from the device")));
   // Nothing left behind for the next launch to report.
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
