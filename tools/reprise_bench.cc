@@ -345,6 +345,17 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   if (mode == reprise::ExecMode::kGraph) {
     ASSIGN_OR_RETURN(options.graph_launch,
                      reprise::ParseGraphLaunch(absl::GetFlag(FLAGS_graph_launch)));
+    // CUPTI's kernel activity tracing and a device-launched step fault together ("unspecified
+    // launch failure" in the traced steps; H200, driver 580, session 15), so the busy fraction is
+    // measured on host-launched steps (their rows read "graph", not "graph+devlaunch").
+    if (absl::GetFlag(FLAGS_busy)) {
+      if (options.graph_launch == reprise::GraphLaunch::kDevice) {
+        return absl::InvalidArgumentError(
+            "--busy traces kernels with CUPTI, which faults device-launched steps: use "
+            "--graph_launch=auto or host");
+      }
+      options.graph_launch = reprise::GraphLaunch::kHost;
+    }
   }
   RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));

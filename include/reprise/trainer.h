@@ -162,6 +162,8 @@ struct TrainOptions {
   //     binding the device cannot copy from turns it to kHost too); TrainerStats says which and
   //     why, and the report prints it.
   // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
+  // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
+  // reprise-bench --busy): profile those with kHost.
   GraphLaunch graph_launch = GraphLaunch::kAuto;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
