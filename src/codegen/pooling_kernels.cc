@@ -23,7 +23,50 @@ __device__ __forceinline__ void ImageCoords(I i, I c, I h, I w, int channels_las
     q = i % w; i /= w; r = i % h; i /= h; ch = i % c; b = i / c;
   }
 }
+// Group i of four channels of a channels-last [n, h, w, c] tensor: its image, row, column and
+// first channel.
+template <typename I>
+__device__ __forceinline__ void GroupCoords(I i, I c, I h, I w, I& b, I& r, I& q, I& ch) {
+  const I groups = c / 4;
+  ch = (i % groups) * 4;
+  i /= groups;
+  q = i % w;
+  i /= w;
+  r = i % h;
+  b = i / h;
+}
+// The windows [r0, r1] x [q0, q1] that cover input element (ih, iw): window (r, q) covers rows
+// r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
+template <typename I>
+__device__ __forceinline__ void CoveringWindows(I ih, I iw, I oh, I ow, int kh, int kw, int sh,
+                                                int sw, int ph, int pw, I& r0, I& r1, I& q0,
+                                                I& q1) {
+  const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
+  r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
+  q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
+  r1 = min(oh - 1, (ih + ph) / sh);
+  q1 = min(ow - 1, (iw + pw) / sw);
+}
 )";
+
+// "extern "C" __global__ void name(params) { ... }" calling body<int>(args) where the tensors
+// index in 32 bits (n·c·h·w < 2^31), else body<long long>(args).
+std::string EntryFor(const std::string& name, const std::string& params, const std::string& body,
+                     const std::string& args) {
+  return absl::StrCat("extern \"C\" __global__ void ", name, "(", params,
+                      ") {\n  if (n * c * h * w < (1LL << 31)) {\n    ", body, "<int>(", args,
+                      ");\n  } else {\n    ", body, "<long long>(", args, ");\n  }\n}\n");
+}
+
+// The scalar max-pooling kernels' size parameters, and the same names as arguments.
+constexpr char kSizeParams[] =
+    "long long n, long long c, long long h, long long w, long long oh, long long ow, int kh, "
+    "int kw, int sh, int sw, int ph, int pw, int channels_last";
+constexpr char kSizeArgs[] = "n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw";
+// The gradient kernels' tensors (dy, x, y, dx), before the sizes.
+constexpr char kGradTensorParams[] =
+    "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y, "
+    "elem_t* __restrict__ dx, ";
 
 }  // namespace
 
@@ -57,22 +100,19 @@ __device__ void MaxPool2dBody(const elem_t* __restrict__ x, elem_t* __restrict__
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long n, long long c, long long h,
-    long long w, long long oh, long long ow, int kh, int kw, int sh, int sw, int ph, int pw,
-    int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dBody<int>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
-  } else {
-    MaxPool2dBody<long long>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, channels_last);
-  }
-}
-)")};
+                             EntryFor(name,
+                                      absl::StrCat("const elem_t* __restrict__ x, elem_t* "
+                                                   "__restrict__ y, ",
+                                                   kSizeParams),
+                                      "MaxPool2dBody",
+                                      absl::StrCat("x, y, ", kSizeArgs, ", channels_last")))};
 }
 
 GeneratedKernel MaxPool2dGrad(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
+  return {
+      name,
+      absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
 template <typename I>
 __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                                   const elem_t* __restrict__ y, elem_t* __restrict__ dx, I n, I c,
@@ -83,11 +123,8 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
     I b, ch, ih, iw;
     ImageCoords<I>(i, c, h, w, channels_last, b, ch, ih, iw);
     const float xi = ToFloat(x[i]);
-    // Window (r, q) covers rows r·sh - ph .. r·sh - ph + kh - 1, and likewise for columns.
-    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
-    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
-    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
-    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    I r0, r1, q0, q1;
+    CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
     float sum = 0.0f;
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
@@ -118,19 +155,8 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y,
-    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
-    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dGradBody<int>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
-                           channels_last);
-  } else {
-    MaxPool2dGradBody<long long>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
-                                 channels_last);
-  }
-}
-)")};
+                   EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams), "MaxPool2dGradBody",
+                            absl::StrCat("dy, x, y, dx, ", kSizeArgs, ", channels_last")))};
 }
 
 // Channels-last max pooling, four channels per thread: the window arithmetic is shared by the
@@ -147,18 +173,15 @@ __device__ __forceinline__ bool SameMax(float v, float m) { return v == m || (v 
 
 GeneratedKernel MaxPool2dNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y, I n,
                                    I c, I h, I w, I oh, I ow, int kh, int kw, int sh, int sw,
                                    int ph, int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    const I ch = (i % groups) * 4;
-    I rest = i / groups;
-    const I q = rest % ow;
-    rest /= ow;
-    const I r = rest % oh, b = rest / oh;
+    I b, r, q, ch;
+    GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
     float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     bool found = false;
     for (int a = 0; a < kh; ++a) {
@@ -180,22 +203,17 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ x, elem_t* __restrict__ y, long long n, long long c, long long h,
-    long long w, long long oh, long long ow, int kh, int kw, int sh, int sw, int ph, int pw,
-    int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dNhwc4Body<int>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  } else {
-    MaxPool2dNhwc4Body<long long>(x, y, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  }
-}
-)")};
+                             EntryFor(name,
+                                      absl::StrCat("const elem_t* __restrict__ x, elem_t* "
+                                                   "__restrict__ y, ",
+                                                   kSizeParams),
+                                      "MaxPool2dNhwc4Body", absl::StrCat("x, y, ", kSizeArgs)))};
 }
 
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+  return {name, absl::StrCat(
+                    ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        const elem_t* __restrict__ x,
@@ -204,17 +222,12 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        int sw, int ph, int pw) {
   const I groups = c / 4, total = n * h * w * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    const I ch = (i % groups) * 4;
-    I rest = i / groups;
-    const I iw = rest % w;
-    rest /= w;
-    const I ih = rest % h, b = rest / h;
+    I b, ih, iw, ch;
+    GroupCoords<I>(i, c, h, w, b, ih, iw, ch);
     float xi[4], sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     Unpack(Load4(x + i * 4), xi);
-    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
-    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
-    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
-    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    I r0, r1, q0, q1;
+    CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
         const I yi = ((b * oh + r) * ow + q) * c + ch;
@@ -259,22 +272,13 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y,
-    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
-    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dGradNhwc4Body<int>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  } else {
-    MaxPool2dGradNhwc4Body<long long>(dy, x, y, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  }
-}
-)")};
+                    EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
+                             "MaxPool2dGradNhwc4Body", absl::StrCat("dy, x, y, dx, ", kSizeArgs)))};
 }
 
 GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                          const elem_t* __restrict__ y,
@@ -283,11 +287,8 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                          int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    const I ch = (i % groups) * 4;
-    I rest = i / groups;
-    const I q = rest % ow;
-    rest /= ow;
-    const I r = rest % oh, b = rest / oh;
+    I b, r, q, ch;
+    GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
     float m[4];
     Unpack(Load4(y + i * 4), m);
     unsigned char first[4] = {255, 255, 255, 255};
@@ -313,22 +314,18 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ x, const elem_t* __restrict__ y, unsigned char* __restrict__ argmax,
-    long long n, long long c, long long h, long long w, long long oh, long long ow, int kh, int kw,
-    int sh, int sw, int ph, int pw, int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dArgmaxNhwc4Body<int>(x, y, argmax, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  } else {
-    MaxPool2dArgmaxNhwc4Body<long long>(x, y, argmax, n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw);
-  }
-}
-)")};
+                             EntryFor(name,
+                                      absl::StrCat("const elem_t* __restrict__ x, const elem_t* "
+                                                   "__restrict__ y, unsigned char* __restrict__ "
+                                                   "argmax, ",
+                                                   kSizeParams),
+                                      "MaxPool2dArgmaxNhwc4Body",
+                                      absl::StrCat("x, y, argmax, ", kSizeArgs)))};
 }
 
 GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                                  const unsigned char* __restrict__ argmax,
@@ -337,16 +334,11 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                                  int pw) {
   const I groups = c / 4, total = n * h * w * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    const I ch = (i % groups) * 4;
-    I rest = i / groups;
-    const I iw = rest % w;
-    rest /= w;
-    const I ih = rest % h, b = rest / h;
+    I b, ih, iw, ch;
+    GroupCoords<I>(i, c, h, w, b, ih, iw, ch);
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const I low_r = ih + ph - kh + 1, low_q = iw + pw - kw + 1;
-    const I r0 = low_r <= 0 ? 0 : (low_r + sh - 1) / sh;
-    const I q0 = low_q <= 0 ? 0 : (low_q + sw - 1) / sw;
-    const I r1 = min(oh - 1, (ih + ph) / sh), q1 = min(ow - 1, (iw + pw) / sw);
+    I r0, r1, q0, q1;
+    CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
         // This element's index in window (r, q), row-major: the windows are visited in the
@@ -368,19 +360,13 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                             "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ dy, const unsigned char* __restrict__ argmax,
-    elem_t* __restrict__ dx, long long n, long long c, long long h, long long w, long long oh,
-    long long ow, int kh, int kw, int sh, int sw, int ph, int pw, int channels_last) {
-  if (n * c * h * w < (1LL << 31)) {
-    MaxPool2dGradFromArgmaxNhwc4Body<int>(dy, argmax, dx, n, c, h, w, oh, ow, kh, kw, sh, sw, ph,
-                                          pw);
-  } else {
-    MaxPool2dGradFromArgmaxNhwc4Body<long long>(dy, argmax, dx, n, c, h, w, oh, ow, kh, kw, sh,
-                                                sw, ph, pw);
-  }
-}
-)")};
+                             EntryFor(name,
+                                      absl::StrCat("const elem_t* __restrict__ dy, const unsigned "
+                                                   "char* __restrict__ argmax, elem_t* "
+                                                   "__restrict__ dx, ",
+                                                   kSizeParams),
+                                      "MaxPool2dGradFromArgmaxNhwc4Body",
+                                      absl::StrCat("dy, argmax, dx, ", kSizeArgs)))};
 }
 
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
