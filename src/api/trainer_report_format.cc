@@ -67,14 +67,13 @@ std::string TrainerReport::ToText() const {
                         s.graph_exec_updates, s.graph_instantiations,
                         std::max<int64_t>(0, s.graph_instantiations - 1), s.graph_node_updates);
   if (!graphs.empty()) {
-    absl::StrAppend(&text, "  launched from the ", s.device_graph_launch ? "device" : "host",
-                    s.device_graph_launch
-                        ? absl::StrCat(" (uploads ", s.graph_uploads, ")")
-                        : s.device_launch_refusal.empty()
-                        ? std::string()
-                        : absl::StrCat(" (the device refused the graph: ", s.device_launch_refusal,
-                                       ")"),
-                    "\n");
+    std::string launch = s.device_graph_launch
+                             ? absl::StrCat("device (uploads ", s.graph_uploads, ")")
+                             : std::string("host");
+    if (!s.device_launch_refusal.empty()) {
+      absl::StrAppend(&launch, " (the device refused the graph: ", s.device_launch_refusal, ")");
+    }
+    absl::StrAppend(&text, "  launched from the ", launch, "\n");
   }
   if (!recapture_reasons.empty()) {
     absl::StrAppend(&text, "    re-captured because: ", Counts(recapture_reasons), "\n");

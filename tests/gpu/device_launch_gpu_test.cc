@@ -347,7 +347,8 @@ TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits
 class HostFunctionKernel : public ops::GpuKernel {
  public:
   absl::Status Launch(cudaStream_t stream) const override {
-    return runtime::CudaStatus(cudaLaunchHostFunc(stream, [](void*) {}, nullptr),
+    return runtime::CudaStatus(cudaLaunchHostFunc(
+                                   stream, [](void*) {}, nullptr),
                                "cudaLaunchHostFunc", "test");
   }
   std::string Describe() const override { return "host function"; }
