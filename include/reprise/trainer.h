@@ -179,8 +179,8 @@ struct TrainerStats {
   int64_t graph_exec_updates = 0;  // Re-captures applied in place by cudaGraphExecUpdate.
   int64_t graph_node_updates = 0;  // Bindings patched into the executable graph's copy nodes.
   int64_t graph_nodes = 0;         // Nodes in the captured CUDA graph (0 before capture).
-  // TrainOptions::device_graph_launch: uploads of the step's executable graph to the device (one
-  // per instantiation, exec update and node update); 0 otherwise.
+  // Device-launched steps (TrainOptions::graph_launch): uploads of the step's executable graph to
+  // the device (one per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
   // Whether Step() launches the captured step from the device (TrainOptions::graph_launch), and
   // under kAuto why the device refused the step's graph where it did (then the host launches it).

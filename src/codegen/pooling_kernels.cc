@@ -58,7 +58,7 @@ std::string EntryFor(const std::string& name, const std::string& params, const s
                       ");\n  } else {\n    ", body, "<long long>(", args, ");\n  }\n}\n");
 }
 
-// The scalar max-pooling kernels' size parameters, and the same names as arguments.
+// Every max-pooling kernel's size parameters, and the same names as arguments.
 constexpr char kSizeParams[] =
     "long long n, long long c, long long h, long long w, long long oh, long long ow, int kh, "
     "int kw, int sh, int sw, int ph, int pw, int channels_last";
