@@ -216,7 +216,7 @@ absl::StatusOr<runtime::GraphExec> CapturedStep::Instantiate(
     }
     launch_ = Launch::kHost;
     launcher_.reset();
-    device_launch_refusal_ = std::string(exec.status().message());
+    host_launch_reason_ = absl::StrCat("the device refused the graph: ", exec.status().message());
   }
   return runtime::GraphExec::Create(graph);
 }
@@ -241,8 +241,17 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
                                       "cudaGraphGetNodes", "captured step"));
   CapturedStep step(std::move(graph), runtime::GraphExec::Adopt(nullptr),
                     static_cast<int64_t>(num_nodes));
-  step.launch_ = launch == Launch::kAuto ? Launch::kDevice : launch;
-  step.host_fallback_ = launch == Launch::kAuto;
+  step.launch_ = launch;
+  if (launch == Launch::kAuto) {
+    const bool small = step.num_nodes_ < kAutoDeviceLaunchMinNodes;
+    step.launch_ = small ? Launch::kHost : Launch::kDevice;
+    step.host_fallback_ = true;
+    if (small) {
+      step.host_launch_reason_ =
+          absl::StrCat(step.num_nodes_, " nodes, fewer than ", kAutoDeviceLaunchMinNodes,
+                       ": the host launches them for less than the launcher costs the device");
+    }
+  }
   step.stream_ = stream;
   ASSIGN_OR_RETURN(step.exec_, step.Instantiate(step.graph_, launches, launch_nodes));
   step.launch_nodes_ = std::move(launch_nodes);

@@ -62,10 +62,14 @@ class CapturedStep {
     // (capture/device_launch.h): constant host work. Every change of the executable is uploaded
     // on the capture stream, and Replay must use that stream.
     kDevice,
-    // kDevice where the device can launch the step's graph, else kHost for good from then on
-    // (the first refusal's reason is kept: device_launch_refusal()); launch() says which runs.
+    // kDevice for a graph of at least kAutoDeviceLaunchMinNodes nodes that the device can
+    // launch; else kHost, for good (host_launch_reason() says why). launch() says which runs.
     kAuto,
   };
+  // Below this many nodes kAuto launches from the host: cudaGraphLaunch costs the host ~0.1 to
+  // 0.15 us per node (a few us here), while a device launch adds the launcher's kernel to every
+  // step's device time, which a step this small would feel.
+  static constexpr int64_t kAutoDeviceLaunchMinNodes = 32;
 
   // Records `launches` on `stream` and the lanes' streams (no work runs) and instantiates the
   // graph. A launch that cannot be captured fails with its node's name; capture is then ended and
@@ -104,8 +108,8 @@ class CapturedStep {
   int64_t node_updates() const { return node_updates_; }
   int64_t captures() const { return captures_; }
   Launch launch() const { return launch_; }  // kHost or kDevice: the launch in use.
-  // kAuto: why the device refused the step's graph, if it did ("" otherwise).
-  const std::string& device_launch_refusal() const { return device_launch_refusal_; }
+  // kAuto: why the host launches the step ("" when the device does, or kAuto was not asked).
+  const std::string& host_launch_reason() const { return host_launch_reason_; }
   // kDevice: uploads of the executable to the device (one per instantiation and per update).
   int64_t uploads() const { return uploads_; }
   // Why each re-capture was instantiated anew rather than updated in place: cudaGraphExecUpdate's
@@ -144,7 +148,7 @@ class CapturedStep {
   runtime::GraphExec exec_;
   Launch launch_ = Launch::kHost;
   bool host_fallback_ = false;  // Asked for kAuto.
-  std::string device_launch_refusal_;
+  std::string host_launch_reason_;
   cudaStream_t stream_ = nullptr;           // kDevice: where uploads go and replays must run.
   std::optional<DeviceLauncher> launcher_;  // kDevice.
   int64_t uploads_ = 0;

@@ -158,9 +158,10 @@ struct TrainOptions {
   //     launch (a host or event node, a copy from pageable host memory) fails Create with
   //     FailedPrecondition naming the node.
   //   kHost: cudaGraphLaunch from the host.
-  //   kAuto: kDevice where the device can launch the step's graph, else kHost from then on (a
-  //     binding the device cannot copy from turns it to kHost too); TrainerStats says which and
-  //     why, and the report prints it.
+  //   kAuto: kDevice where the device can launch the step's graph and it has at least 32 nodes
+  //     (below that the host launch costs a few us, less than the launcher's kernel costs the
+  //     device), else kHost from then on (a binding the device cannot copy from turns it to kHost
+  //     too); TrainerStats says which and why, and the report prints it.
   // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
   // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
   // reprise-bench --busy): profile those with kHost.
@@ -183,9 +184,9 @@ struct TrainerStats {
   // the device (one per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
   // Whether Step() launches the captured step from the device (TrainOptions::graph_launch), and
-  // under kAuto why the device refused the step's graph where it did (then the host launches it).
+  // under kAuto why the host launches it where it does.
   bool device_graph_launch = false;
-  std::string device_launch_refusal;
+  std::string host_launch_reason;
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.

@@ -605,7 +605,7 @@ TrainerStats Trainer::Impl::stats() const {
     s.graph_nodes = captured_->num_nodes();
     s.graph_uploads = captured_->uploads();
     s.device_graph_launch = captured_->launch() == capture::CapturedStep::Launch::kDevice;
-    s.device_launch_refusal = captured_->device_launch_refusal();
+    s.host_launch_reason = captured_->host_launch_reason();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
   s.lanes = lanes_.has_value() ? lanes_->count() : 1;

@@ -70,9 +70,7 @@ std::string TrainerReport::ToText() const {
     std::string launch = s.device_graph_launch
                              ? absl::StrCat("device (uploads ", s.graph_uploads, ")")
                              : std::string("host");
-    if (!s.device_launch_refusal.empty()) {
-      absl::StrAppend(&launch, " (the device refused the graph: ", s.device_launch_refusal, ")");
-    }
+    if (!s.host_launch_reason.empty()) absl::StrAppend(&launch, " (", s.host_launch_reason, ")");
     absl::StrAppend(&text, "  launched from the ", launch, "\n");
   }
   if (!recapture_reasons.empty()) {
@@ -141,7 +139,7 @@ std::string TrainerReport::ToJson() const {
   w.Key("node_updates").Int(s.graph_node_updates);
   w.Key("device_graph_launch").Bool(s.device_graph_launch);
   w.Key("graph_uploads").Int(s.graph_uploads);
-  w.Key("device_launch_refusal").String(s.device_launch_refusal);
+  w.Key("host_launch_reason").String(s.host_launch_reason);
   WriteCounts(w, "recapture_reasons", recapture_reasons);
   WriteCounts(w, "instantiation_reasons", instantiation_reasons);
   w.Key("kernels").BeginObject(util::JsonWriter::kInline);

@@ -64,13 +64,13 @@ TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {
   r.stats.graph_uploads = 3;
   EXPECT_THAT(r.ToText(), HasSubstr("launched from the device (uploads 3)"));
   r.stats.device_graph_launch = false;
-  r.stats.device_launch_refusal = "host node";
+  r.stats.host_launch_reason = "the device refused the graph: host node";
   EXPECT_THAT(r.ToText(),
               HasSubstr("launched from the host (the device refused the graph: host node)"));
   const absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
   ASSERT_TRUE(json.ok()) << json.status();
   EXPECT_FALSE((*json)["device_graph_launch"].boolean);
-  EXPECT_EQ((*json)["device_launch_refusal"].string, "host node");
+  EXPECT_EQ((*json)["host_launch_reason"].string, "the device refused the graph: host node");
 }
 
 TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {

@@ -310,11 +310,11 @@ TEST(DeviceLaunchRecaptureGpuTest, ReinstantiatedStepIsLaunchedFromTheDeviceToo)
   EXPECT_EQ(d.graph_replays, 4);
 }
 
-// The default, GraphLaunch::kAuto, launches a step the device can launch from the device: the
-// same losses and parameters as the host launch, and the report says so.
+// The default, GraphLaunch::kAuto, launches a step of many nodes that the device can launch from
+// the device: the same losses and parameters as the host launch, and the report says so.
 TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits) {
   REPRISE_REQUIRE_GPU();
-  const Config& config = kConfigs[1];  // Two lanes: fork/join branches.
+  const Config& config = kConfigs[3];  // ResNet-18 on two lanes: hundreds of nodes.
   REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
                                Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
@@ -337,10 +337,30 @@ TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits
   ExpectSameParameters(*host, *automatic);
   const TrainerStats a = automatic->stats();
   EXPECT_TRUE(a.device_graph_launch);
-  EXPECT_EQ(a.device_launch_refusal, "");
+  EXPECT_EQ(a.host_launch_reason, "");
   EXPECT_EQ(a.graph_uploads, 1);
   EXPECT_FALSE(host->stats().device_graph_launch);
   EXPECT_THAT(automatic->Report().ToText(), HasSubstr("launched from the device (uploads 1)"));
+}
+
+// kAuto launches a step of few nodes (the whole-step MLP: an input copy and one kernel) from the
+// host, and says why.
+TEST(DeviceLaunchAutoGpuTest, SmallStepIsLaunchedFromTheHostSayingWhy) {
+  REPRISE_REQUIRE_GPU();
+  const Config& config = kConfigs[0];
+  REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
+  TrainOptions options = OptionsFor(config, false);
+  options.graph_launch = GraphLaunch::kAuto;
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> trainer,
+                               Trainer::Create(model.graph, model.loss, options));
+  REPRISE_ASSERT_OK(trainer->Step());
+  REPRISE_ASSERT_OK(trainer->Synchronize());
+  const TrainerStats s = trainer->stats();
+  EXPECT_FALSE(s.device_graph_launch);
+  EXPECT_LT(s.graph_nodes, capture::CapturedStep::kAutoDeviceLaunchMinNodes);
+  EXPECT_THAT(s.host_launch_reason, HasSubstr("nodes, fewer than 32"));
+  EXPECT_EQ(s.graph_uploads, 0);
+  EXPECT_THAT(trainer->Report().ToText(), HasSubstr("launched from the host ("));
 }
 
 // A step that enqueues a host function (a host node once captured).
@@ -354,19 +374,23 @@ class HostFunctionKernel : public ops::GpuKernel {
   std::string Describe() const override { return "host function"; }
 };
 
-// kAuto takes the host launch where the device refuses the graph, keeps the reason, and replays.
+// kAuto takes the host launch where the device refuses a graph large enough to try, keeps the
+// reason, and replays.
 TEST(DeviceLaunchAutoGpuTest, RefusedGraphFallsBackToHostLaunchSayingWhy) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
   std::vector<capture::LoweredLaunch> launches;
-  launches.push_back({"host_function", 0, {}, std::make_unique<HostFunctionKernel>()});
+  for (int i = 0; i < capture::CapturedStep::kAutoDeviceLaunchMinNodes; ++i) {
+    launches.push_back({"host_function", 0, {}, std::make_unique<HostFunctionKernel>()});
+  }
   REPRISE_ASSERT_OK_AND_ASSIGN(capture::Lanes lanes, capture::Lanes::Create(launches));
   REPRISE_ASSERT_OK_AND_ASSIGN(
       capture::CapturedStep step,
       capture::CapturedStep::Capture(launches, lanes, stream.get(),
                                      capture::CapturedStep::Launch::kAuto));
   EXPECT_EQ(step.launch(), capture::CapturedStep::Launch::kHost);
-  EXPECT_THAT(step.device_launch_refusal(), HasSubstr("host node"));
+  EXPECT_THAT(step.host_launch_reason(),
+              AllOf(HasSubstr("the device refused the graph"), HasSubstr("host node")));
   EXPECT_EQ(step.uploads(), 0);
   REPRISE_ASSERT_OK(step.Replay(stream.get()));
   REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
