@@ -307,9 +307,14 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
 absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
     absl::Span<const capture::LoweredLaunch> launches, const capture::Lanes& lanes) {
   using Launch = capture::CapturedStep::Launch;
-  const Launch launch = options_.graph_launch == GraphLaunch::kHost     ? Launch::kHost
-                        : options_.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
-                                                                        : Launch::kAuto;
+  Launch launch = options_.graph_launch == GraphLaunch::kHost     ? Launch::kHost
+                  : options_.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
+                                                                  : Launch::kAuto;
+  // NCCL's collectives inside a device-launched graph have not run on a GPU pair yet.
+  if (launch == Launch::kAuto && options_.data_parallel.has_value()) {
+    launch = Launch::kHost;
+    host_launch_reason_ = "data parallel: device launch of NCCL's collectives is untested";
+  }
   return capture::CapturedStep::Capture(launches, lanes, stream_->get(), launch);
 }
 
@@ -605,7 +610,8 @@ TrainerStats Trainer::Impl::stats() const {
     s.graph_nodes = captured_->num_nodes();
     s.graph_uploads = captured_->uploads();
     s.device_graph_launch = captured_->launch() == capture::CapturedStep::Launch::kDevice;
-    s.host_launch_reason = captured_->host_launch_reason();
+    s.host_launch_reason =
+        host_launch_reason_.empty() ? captured_->host_launch_reason() : host_launch_reason_;
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
   s.lanes = lanes_.has_value() ? lanes_->count() : 1;
