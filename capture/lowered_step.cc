@@ -121,7 +121,6 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.measure_conv_algorithms = res.measure_conv_algorithms;
     ctx.measure_matmul_algorithms = res.measure_matmul_algorithms;
     ctx.narrow_convolutions = res.narrow_convolutions;
-    ctx.cudnn_graph_api = res.cudnn_graph_api;
     ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);

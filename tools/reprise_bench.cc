@@ -58,9 +58,6 @@ ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them
 ABSL_FLAG(bool, narrow_conv, true,
           "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
           "kernels (false: cuDNN)");
-ABSL_FLAG(bool, cudnn_graph_api, true,
-          "TrainOptions::cudnn_graph_api: tensor-core convolutions through cuDNN's graph API "
-          "(false: its legacy API)");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
@@ -338,7 +335,6 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.cudnn_graph_api = absl::GetFlag(FLAGS_cudnn_graph_api);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -454,7 +450,6 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.cudnn_graph_api = absl::GetFlag(FLAGS_cudnn_graph_api);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -597,7 +592,6 @@ absl::Status VerifyModel(int steps) {
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.cudnn_graph_api = absl::GetFlag(FLAGS_cudnn_graph_api);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));

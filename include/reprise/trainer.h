@@ -102,12 +102,6 @@ struct TrainOptions {
   // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
   // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
   bool narrow_convolutions = true;
-  // Tensor-core convolutions (TF32, bfloat16, float16; one group) are planned through cuDNN's
-  // graph API, whose engines ran ResNet-50's layers 1.2x to 2.4x faster than the legacy API's
-  // algorithms on an H200 (src/runtime/cudnn_graph_conv.h). False: the legacy API for every
-  // convolution. Strict fp32 uses the legacy API's FMA algorithms either way; the plan dump names
-  // what each convolution runs.
-  bool cudnn_graph_api = true;
   // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
   // product's own operands when the Trainer is created, instead of taking its heuristic's first.
   // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.

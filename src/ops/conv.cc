@@ -253,9 +253,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                                      .deterministic = ctx.deterministic,
                                      .measure = ctx.measure_conv_algorithms,
                                      .workspace_limit = ctx.workspace_bytes,
-                                     .device = DeviceKey(ctx.device),
-                                     .graph_api = ctx.cudnn_graph_api,
-                                     .accumulate = accumulate};
+                                     .device = DeviceKey(ctx.device)};
   const runtime::CudnnConv::Buffers buffers{ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                             ctx.workspace};
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,

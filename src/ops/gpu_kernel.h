@@ -61,8 +61,6 @@ struct LoweringContext {
   // Convolutions with few input channels run as our own kernels where they apply
   // (TrainOptions::narrow_convolutions; src/ops/narrow_conv.h).
   bool narrow_convolutions = true;
-  // Tensor-core cuDNN convolutions through the graph API (TrainOptions::cudnn_graph_api).
-  bool cudnn_graph_api = true;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;

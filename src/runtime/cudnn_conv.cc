@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/runtime/cuda_status.h"
-#include "src/runtime/cudnn_graph_conv.h"
 #include "src/util/status_macros.h"
 
 // cuDNN 9 marks its legacy convolution API deprecated; it is still the shortest path to a fixed,
@@ -439,38 +438,14 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
   }
 
   CudnnConv planned(kind, shape, std::move(x), std::move(w), std::move(y), std::move(conv));
-  const bool graph_api = options.graph_api && !StrictFloat32(shape, options) && shape.groups == 1;
   const ConvAlgorithmKey key{.kind = kind,
                              .shape = shape,
                              .allow_tf32 = options.allow_tf32,
                              .deterministic = options.deterministic,
                              .measured = options.measure,
                              .workspace_limit = options.workspace_limit,
-                             .device = options.device,
-                             .graph_api = graph_api,
-                             .accumulate = graph_api && options.accumulate};
+                             .device = options.device};
   std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
-  if (graph_api && (!algorithm.has_value() || algorithm->engine >= 0)) {
-    // A remembered choice rebuilds the plan of the same rank; a new one asks the heuristics (and
-    // times candidates with options.measure). Where no graph engine qualifies, the legacy API's
-    // algorithm is chosen below and remembered for this key, and Describe() names it.
-    absl::StatusOr<std::shared_ptr<const GraphConvPlan>> plan = GraphConvPlan::Create(
-        handle, kind, shape, options, buffers, algorithm.has_value() ? algorithm->rank : -1,
-        context);
-    if (options.measure) {
-      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread), context);
-    }
-    if (plan.ok()) {
-      planned.graph_ = *plan;
-      planned.accumulate_ = options.accumulate;
-      planned.algorithm_ = ConvAlgorithmCache::Global().Insert(
-          key, ConvAlgorithm{.workspace_bytes = (*plan)->workspace_bytes(),
-                             .engine = (*plan)->engine(),
-                             .rank = (*plan)->rank()});
-      return planned;
-    }
-    if (!absl::IsNotFound(plan.status()) || algorithm.has_value()) return plan.status();
-  }
   if (!algorithm.has_value()) {
     const Descriptors d{
         planned.x_,   planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options),
@@ -503,14 +478,6 @@ absl::Status CudnnConv::Run(const CudnnHandle& handle, const void* a, const void
                                                    algorithm_.workspace_bytes,
                                                    " bytes of workspace, got none"));
   }
-  if (graph_ != nullptr) {
-    if (accumulate != accumulate_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          context, ": ", Describe(), " was planned to ", accumulate_ ? "add to" : "overwrite",
-          " its output"));
-    }
-    return graph_->Run(handle, a, b, out, workspace, context);
-  }
   // y = 1·conv + 0·y overwrites the output without reading it; beta = 1 adds to it.
   const float one = 1.0f, zero = 0.0f;
   const float* beta = accumulate ? &one : &zero;
@@ -538,10 +505,6 @@ absl::Status CudnnConv::Run(const CudnnHandle& handle, const void* a, const void
 }
 
 std::string CudnnConv::Describe() const {
-  if (graph_ != nullptr) {
-    return absl::StrCat("cudnn graph conv ", ConvKindName(kind_), " engine ", graph_->engine(),
-                        " ws ", graph_->workspace_bytes(), accumulate_ ? " beta 1" : "");
-  }
   return absl::StrCat("cudnn conv ", ConvKindName(kind_), " algo ", algorithm_.algo, " ws ",
                       algorithm_.workspace_bytes, " math ", MathName(algorithm_.math));
 }

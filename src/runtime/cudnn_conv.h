@@ -1,7 +1,5 @@
 // cuDNN 2-D convolutions (forward, data gradient, filter gradient), planned once and run many
-// times. Tensor-core convolutions (TF32, bfloat16, float16) of one group are planned through
-// cuDNN's graph API (src/runtime/cudnn_graph_conv.h), whose engines ran them 1.2x to 2.4x faster;
-// strict fp32, grouped convolutions and shapes no graph engine takes use the legacy API.
+// times, through cuDNN's legacy convolution API.
 //
 // CudnnConv::Create() builds the descriptors and picks the algorithm (from a process-wide cache,
 // else by cuDNN's heuristics or by timing candidates on the device), so that Run() only enqueues
@@ -71,21 +69,14 @@ struct ConvOptions {
   bool measure = false;        // Time candidates on the device (cudnnFind*AlgorithmEx).
   size_t workspace_limit = 0;  // Bytes of workspace the algorithm may use.
   std::string device;          // Which GPU (name, compute capability): part of the cache key.
-  // Plan tensor-core convolutions through cuDNN's graph API; false: the legacy API for all.
-  bool graph_api = true;
-  // Run() will add to its output (beta = 1): a graph-API plan fixes beta when it is built.
-  bool accumulate = false;
 };
 
 // One algorithm choice: the cuDNN algorithm enum of its kind, the math type it runs with and the
-// workspace it needs; or, planned through the graph API, the engine and its position among the
-// qualifying heuristic candidates (which rebuilds the same plan).
+// workspace it needs.
 struct ConvAlgorithm {
   int algo = -1;
   cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace_bytes = 0;
-  int64_t engine = -1;  // cuDNN's global engine index; -1: the legacy API's `algo`.
-  int rank = -1;
 };
 
 // Everything that determines the choice of algorithm.
@@ -97,15 +88,12 @@ struct ConvAlgorithmKey {
   bool measured = false;
   size_t workspace_limit = 0;
   std::string device;
-  bool graph_api = false;
-  bool accumulate = false;
 
   bool operator==(const ConvAlgorithmKey& other) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const ConvAlgorithmKey& key) {
     return H::combine(std::move(h), key.kind, key.shape, key.allow_tf32, key.deterministic,
-                      key.measured, key.workspace_limit, key.device, key.graph_api,
-                      key.accumulate);
+                      key.measured, key.workspace_limit, key.device);
   }
 };
 
@@ -172,8 +160,6 @@ class ConvDescriptor {
   std::unique_ptr<cudnnConvolutionStruct, Deleter> desc_;
 };
 
-class GraphConvPlan;  // src/runtime/cudnn_graph_conv.h
-
 // One planned convolution. Operands by kind, in the ops' input order:
 //   kForward:        a = x,  b = w,  out = y
 //   kBackwardData:   a = dy, b = w,  out = dx
@@ -200,16 +186,14 @@ class CudnnConv {
 
   // Enqueues the convolution on the stream `handle` is bound to. `workspace` must hold
   // algorithm().workspace_bytes. With `accumulate`, out = conv + out (cuDNN's beta = 1: one
-  // rounding of the float sum) instead of out = conv; a graph-API plan runs only as
-  // ConvOptions::accumulate said when it was planned.
+  // rounding of the float sum) instead of out = conv.
   absl::Status Run(const CudnnHandle& handle, const void* a, const void* b, void* out,
                    void* workspace, absl::string_view context, bool accumulate = false) const;
 
   ConvKind kind() const { return kind_; }
   const ConvShape& shape() const { return shape_; }
   const ConvAlgorithm& algorithm() const { return algorithm_; }
-  // E.g. "cudnn conv fwd algo 1 ws 123456 math fma" (legacy API) or "cudnn graph conv wgrad
-  // engine 62 ws 8651008".
+  // E.g. "cudnn conv fwd algo 1 ws 123456 math fma".
   std::string Describe() const;
 
  private:
@@ -229,8 +213,6 @@ class CudnnConv {
   ConvTensorDescriptor y_;
   ConvDescriptor conv_;
   ConvAlgorithm algorithm_;
-  std::shared_ptr<const GraphConvPlan> graph_;  // Set when planned through the graph API.
-  bool accumulate_ = false;                     // The graph plan's beta = 1.
 };
 
 }  // namespace reprise::runtime
