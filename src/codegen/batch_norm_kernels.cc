@@ -337,6 +337,79 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
+GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane) {
+  const std::string name = KernelName("reprise_bn_apply_chain", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) +
+                    absl::StrCat("#define BN_CHAIN_MAX ", kBatchNormChainMaxSteps, "\n") + R"(
+struct BnChainStep {
+  const elem_t* x;
+  const float* gamma;
+  const float* beta;
+  const float* mean;
+  const float* invstd;
+  elem_t* y;  // Null: the step's value only feeds the next step.
+};
+struct BnChain {
+  BnChainStep step[BN_CHAIN_MAX];
+  int steps;
+};
+
+// Steps are indexed by constants (unrolled loops guarded by `steps`), so that the parameter stays
+// in its constant bank and is not copied to local memory.
+extern "C" __global__ void __launch_bounds__(256, 4)
+    )" + name + R"((const BnChain chain, long long rows, int channels, long long rows_per_chunk) {
+  // Each step's mean, scale (gamma·saved_invstd in float, as the forward forms it) and shift for
+  // this block's columns; at most 32 threads across of 4 channels each.
+  __shared__ float coef[BN_CHAIN_MAX][3][128];
+  const int across = blockDim.x * BN_VEC;
+  const int first = blockIdx.x * across;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int s = 0; s < BN_CHAIN_MAX; ++s) {
+    if (s < chain.steps) {
+      for (int j = t; j < across; j += blockDim.x * blockDim.y) {
+        const int c = first + j;
+        if (c < channels) {
+          coef[s][0][j] = chain.step[s].mean[c];
+          coef[s][1][j] = chain.step[s].gamma[c] * chain.step[s].invstd[c];
+          coef[s][2][j] = chain.step[s].beta[c];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int col = BnColumn(), j0 = threadIdx.x * BN_VEC;
+  if (col >= channels) return;
+  const long long end = min(rows, (blockIdx.y + 1) * rows_per_chunk);
+  for (long long r = blockIdx.y * rows_per_chunk + threadIdx.y; r < end; r += blockDim.y) {
+    const long long i = BnIndex(r, channels, col);
+    BnVec x[BN_CHAIN_MAX];
+#pragma unroll
+    for (int s = 0; s < BN_CHAIN_MAX; ++s) {
+      if (s < chain.steps) x[s] = BnLoad(chain.step[s].x + i);
+    }
+    float carry[BN_VEC];
+#pragma unroll
+    for (int s = 0; s < BN_CHAIN_MAX; ++s) {
+      if (s < chain.steps) {
+        BnVec out;
+#pragma unroll
+        for (int k = 0; k < BN_VEC; ++k) {
+          // batch_norm_apply's expression; from the second step on + the previous value and the
+          // ReLU, as batch_norm_apply with residual and relu adds its stored residual.
+          float v = fmaf(x[s].v[k] - coef[s][0][j0 + k], coef[s][1][j0 + k], coef[s][2][j0 + k]);
+          if (s > 0) v = fmaxf(v + carry[k], 0.0f);
+          out.v[k] = v;
+          carry[k] = ToFloat(FromFloat(v));  // The element type's rounding, as stored and read.
+        }
+        if (chain.step[s].y != nullptr) BnStore(chain.step[s].y + i, out);
+      }
+    }
+  }
+}
+)"};
+}
+
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x) {
   const std::string name = KernelName(
       mask_from_x ? "reprise_bn_grad_stats_xmask" : "reprise_bn_grad_stats", vec, dtype, plane);
@@ -481,6 +554,7 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormStats(vec, dtype));
       kernels.push_back(BatchNormApply(vec, dtype));
       kernels.push_back(BatchNormApplySaved(vec, dtype));
+      kernels.push_back(BatchNormApplyChain(vec, dtype));
       for (bool mask_from_x : {false, true}) {
         kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x));
         kernels.push_back(BatchNormGradApply(vec, dtype, 0, mask_from_x));
@@ -490,6 +564,7 @@ std::vector<GeneratedKernel> BatchNormKernels() {
     kernels.push_back(BatchNormStats(1, dtype, 49));
     kernels.push_back(BatchNormApply(1, dtype, 49));
     kernels.push_back(BatchNormApplySaved(1, dtype, 49));
+    kernels.push_back(BatchNormApplyChain(1, dtype, 49));
     for (bool mask_from_x : {false, true}) {
       kernels.push_back(BatchNormGradStats(1, dtype, 49, mask_from_x));
       kernels.push_back(BatchNormGradApply(1, dtype, 49, mask_from_x));

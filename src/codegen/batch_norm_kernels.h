@@ -95,6 +95,15 @@ GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane = 0);
 // long long rows_per_chunk, int relu).
 GeneratedKernel BatchNormApplySaved(int vec, DType dtype, int64_t plane = 0);
 
+// A chain of batch_norm_apply steps in one pass (src/ops/batch_norm_apply.h's
+// batch_norm_apply_chain): step 0 is (c) without residual or ReLU; each later step s is (c) with
+// the previous step's value (rounded to the element type) as residual and the ReLU, and is stored
+// where its y is set. Up to kBatchNormChainMaxSteps steps; tiled launch, no scratch. Signature:
+// (BnChain chain, long long rows, int channels, long long rows_per_chunk), BnChain holding, per
+// step, {x, gamma, beta, saved_mean, saved_invstd, y} device addresses, then int steps.
+inline constexpr int kBatchNormChainMaxSteps = 8;
+GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
+
 // Backward pass, three launches, with g = act_out ? (act_out > 0 ? dy : 0) : dy, or with
 // `mask_from_x` (kernels named ..._xmask) g = y > 0 ? dy : 0 for y = relu((x - mean)·(gamma·invstd)
 // + beta) rounded to the element type, the forward's apply: a ReLU's mask with no pass over its
@@ -119,8 +128,9 @@ GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false);
 
 // Every kernel above in both vector widths and both element types, and the NCHW form for
-// plane 49 (2 finalize kernels and 7 tiled ones (the gradient kernels with and without the mask
-// from x) × 3 forms × each element type), for compile checks and for warming the kernel store.
+// plane 49 (2 finalize kernels and 8 tiled ones (the gradient kernels with and without the mask
+// from x, and the apply chain) × 3 forms × each element type), for compile checks and for warming
+// the kernel store.
 std::vector<GeneratedKernel> BatchNormKernels();
 
 }  // namespace reprise::codegen

@@ -23,7 +23,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &ChannelBiasAddOp(), &ChannelSumOp(), &BatchNormTrainOp(), &BatchNormGradOp(),
           &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
           &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
-          &BatchNormActGradOp(), &BatchNormApplyOp(), &TransposeOp(), &CastOp(), &MatmulBiasOp(),
+          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(), &TransposeOp(), &CastOp(), &MatmulBiasOp(),
           &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(),
           &SgdMomentumMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/batch_norm_kernels.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_nhwc.h"
 #include "src/ops/gpu_kernel.h"
@@ -91,6 +92,93 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerApply(const LoweringContext& ctx
                                       .dtype = dtype});
 }
 
+// batch_norm_apply_chain ------------------------------------------------------------------------
+
+constexpr int kInputsPerStep = 5;  // x, gamma, beta, saved_mean, saved_invstd.
+
+Attrs StepAttrs(const Attrs& chain, bool later) {
+  Attrs attrs = chain;
+  attrs["residual"] = later;
+  attrs["relu"] = later;
+  return attrs;
+}
+
+absl::StatusOr<int64_t> ChainSteps(absl::Span<const TensorSpec> in) {
+  const int64_t steps = static_cast<int64_t>(in.size()) / kInputsPerStep;
+  if (in.size() % kInputsPerStep != 0 || steps < 2 || steps > codegen::kBatchNormChainMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_norm_apply_chain takes 2 to ", codegen::kBatchNormChainMaxSteps,
+                     " steps of 5 inputs (x, gamma, beta, saved_mean, saved_invstd), got ",
+                     in.size(), " inputs"));
+  }
+  return steps;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferChain(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const int64_t steps, ChainSteps(in));
+  std::vector<TensorSpec> out;
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<TensorSpec> step(in.begin() + s * kInputsPerStep,
+                                 in.begin() + (s + 1) * kInputsPerStep);
+    if (!(step[0] == in[0])) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", s, "'s x ", step[0].ToString(),
+                                                     " must match step 0's ", in[0].ToString()));
+    }
+    if (s > 0) step.push_back(in[0]);  // The previous step's value, of x's spec.
+    absl::StatusOr<std::vector<TensorSpec>> checked = InferApply(StepAttrs(attrs, s > 0), step);
+    if (!checked.ok()) {
+      return absl::Status(checked.status().code(),
+                          absl::StrCat("step ", s, ": ", checked.status().message()));
+    }
+    if (s > 0) out.push_back(in[0]);
+  }
+  return out;
+}
+
+// Step by step through batch_norm_apply's reference: the separate ops' bits.
+absl::Status CpuChain(const Node& node, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const> out) {
+  const int64_t steps = static_cast<int64_t>(in.size()) / kInputsPerStep;
+  ir::HostTensor first(in[0]->spec());
+  ir::HostTensor* previous = &first;
+  for (int64_t s = 0; s < steps; ++s) {
+    Node step;
+    step.attrs = StepAttrs(node.attrs, s > 0);
+    std::vector<ir::HostTensor*> step_in(in.begin() + s * kInputsPerStep,
+                                         in.begin() + (s + 1) * kInputsPerStep);
+    if (s > 0) step_in.push_back(previous);
+    ir::HostTensor* y = s == 0 ? &first : out[s - 1];
+    RETURN_IF_ERROR(CpuApply(step, absl::MakeSpan(step_in), absl::MakeSpan(&y, 1)));
+    previous = y;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChain(const LoweringContext& ctx,
+                                                      const Node& node) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims d, ImageDimsOf(ctx.input_specs[0], layout, "x"));
+  const int64_t steps = static_cast<int64_t>(ctx.inputs.size()) / kInputsPerStep;
+  std::vector<int> data_inputs;
+  for (int64_t s = 0; s < steps; ++s) data_inputs.push_back(static_cast<int>(s * kInputsPerStep));
+  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, data_inputs));
+  NhwcBatchNormChain chain{.rows = d.n * d.h * d.w,
+                           .channels = d.c,
+                           .plane = layout == Layout::kNCHW ? d.h * d.w : 0,
+                           .dtype = dtype};
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto input = [&](int i) { return ctx.inputs[s * kInputsPerStep + i]; };
+    chain.steps.push_back({.x = input(0),
+                           .gamma = static_cast<const float*>(input(1)),
+                           .beta = static_cast<const float*>(input(2)),
+                           .saved_mean = static_cast<const float*>(input(3)),
+                           .saved_invstd = static_cast<const float*>(input(4)),
+                           .y = s == 0 ? nullptr : ctx.outputs[s - 1]});
+  }
+  return LowerNhwcBatchNormChain(ctx, node.name, chain);
+}
+
 }  // namespace
 
 const ir::OpDef& BatchNormApplyOp() {
@@ -99,6 +187,20 @@ const ir::OpDef& BatchNormApplyOp() {
                             .infer = InferApply,
                             .cpu = CpuApply,
                             .lower = LowerApply,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+}  // namespace reprise::ops
+
+namespace reprise::ops {
+
+const ir::OpDef& BatchNormApplyChainOp() {
+  static const ir::OpDef op{.name = "batch_norm_apply_chain",
+                            .kind = ir::OpKind::kPointwise,
+                            .infer = InferChain,
+                            .cpu = CpuChain,
+                            .lower = LowerChain,
                             .low_precision_lowering = true};
   return op;
 }

@@ -20,6 +20,18 @@ namespace reprise::ops {
 // (bfloat16 is refused as kUnimplemented, naming the node).
 const ir::OpDef& BatchNormApplyOp();
 
+// batch_norm_apply_chain: a residual stage's block outputs recomputed in one pass, where the
+// mirror pass recomputes each of them from the one before (the fuse pass forms it from those
+// batch_norm_apply, add and relu nodes). Inputs: steps of (x, gamma, beta, saved_mean,
+// saved_invstd), 2 to codegen::kBatchNormChainMaxSteps of them, every x of one spec. Step 0 is
+// batch_norm_apply of its x alone (a downsampling shortcut's batch norm), not stored; each later
+// step s is batch_norm_apply with residual = step s - 1's value and relu, output s - 1. Each
+// value is the separate ops' bits: the CPU reference runs batch_norm_apply's step by step, the
+// GPU kernel its expression with each carried value rounded to the element type as a stored one.
+// One NVRTC launch reads every x once and writes every output once, where the separate launches
+// read each previous output back and write and read step 0's. Attrs as batch_norm_apply's (layout).
+const ir::OpDef& BatchNormApplyChainOp();
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_BATCH_NORM_APPLY_H_

@@ -138,7 +138,7 @@ std::string Describe(const Request& r, const codegen::BatchNormTiling& t, absl::
 }  // namespace
 
 absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
-                                   std::initializer_list<int> data_inputs) {
+                                   absl::Span<const int> data_inputs) {
   const DType data = inputs[*data_inputs.begin()].dtype;
   for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
     const bool is_data = std::find(data_inputs.begin(), data_inputs.end(), i) != data_inputs.end();
@@ -329,6 +329,63 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
   return std::unique_ptr<GpuKernel>(
       new BatchNormLaunches(Describe(request, t, extras, 1), std::move(parts), 0));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormChain(const LoweringContext& ctx,
+                                                                   const std::string& node_name,
+                                                                   const NhwcBatchNormChain& a) {
+  const std::string where = absl::StrCat("node '", node_name, "'");
+  const int64_t steps = static_cast<int64_t>(a.steps.size());
+  if (steps < 2 || steps > codegen::kBatchNormChainMaxSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": batch_norm_apply_chain runs 2 to ",
+                                                   codegen::kBatchNormChainMaxSteps,
+                                                   " steps in one kernel, got ", steps));
+  }
+  const Request request{.op = "batch_norm_apply_chain",
+                        .dtype = a.dtype,
+                        .rows = a.rows,
+                        .min_rows = 1,
+                        .channels = a.channels,
+                        .plane = a.plane,
+                        .needs_scratch = false};
+  // The kernel's by-value parameter, laid out as its BnChain.
+  struct Step {
+    const void* x;
+    const float* gamma;
+    const float* beta;
+    const float* mean;
+    const float* invstd;
+    void* y;
+  };
+  struct Chain {
+    Step step[codegen::kBatchNormChainMaxSteps];
+    int steps;
+  } chain{};
+  chain.steps = static_cast<int>(steps);
+  int vec = 4;
+  for (int64_t s = 0; s < steps; ++s) {
+    const NhwcBatchNormChainStep& in = a.steps[s];
+    if (in.x == nullptr || in.gamma == nullptr || in.beta == nullptr || in.saved_mean == nullptr ||
+        in.saved_invstd == nullptr || (s > 0 && in.y == nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": batch_norm_apply_chain step ", s, " misses a device address"));
+    }
+    chain.step[s] = {in.x, in.gamma, in.beta, in.saved_mean, in.saved_invstd, in.y};
+    vec = std::min(vec, VectorWidth(a.channels, a.plane, a.dtype, {in.x, in.y}));
+  }
+  ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec, {}));
+  KernelArgs args;
+  args.AddBytes(&chain, sizeof(chain))
+      .Add(static_cast<long long>(a.rows))
+      .Add(static_cast<int>(a.channels))
+      .Add(static_cast<long long>(t.rows_per_chunk));
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApplyChain(vec, a.dtype, a.plane),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(args)));
+  return std::unique_ptr<GpuKernel>(new BatchNormLaunches(
+      Describe(request, t, absl::StrCat(" steps=", steps), 1), std::move(parts), 0));
 }
 
 }  // namespace reprise::ops

@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -36,7 +37,7 @@ namespace reprise::ops {
 // and the offending spec otherwise (float64 and float16 have no GPU batch norm, nor have bfloat16
 // per-channel tensors: mixed precision keeps them float32).
 absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
-                                   std::initializer_list<int> data_inputs);
+                                   absl::Span<const int> data_inputs);
 
 // Device addresses and sizes of one training forward. x, residual and y are [rows, channels] of
 // `dtype`; per-channel arrays hold `channels` floats. y = act((x - mean)·invstd·gamma + beta +
@@ -115,6 +116,30 @@ struct NhwcBatchNormRecompute {
 // One launch, no scratch. Errors as LowerNhwcBatchNormTrain's, less the workspace (rows >= 1).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(
     const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormRecompute& args);
+
+// Device addresses and sizes of a batch_norm_apply_chain (src/ops/batch_norm_apply.h): each step
+// as NhwcBatchNormRecompute's, y null for the first (its value only feeds the second). Every x and
+// y is [rows, channels] of `dtype`.
+struct NhwcBatchNormChainStep {
+  const void* x;
+  const float* gamma;
+  const float* beta;
+  const float* saved_mean;
+  const float* saved_invstd;
+  void* y;
+};
+struct NhwcBatchNormChain {
+  std::vector<NhwcBatchNormChainStep> steps;
+  int64_t rows = 0, channels = 0;
+  int64_t plane = 0;  // 0: channels-last; H·W: NCHW.
+  DType dtype = DType::kFloat32;
+};
+
+// One launch, no scratch; 2 to codegen::kBatchNormChainMaxSteps steps. Errors as
+// LowerNhwcBatchNormRecompute's.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormChain(const LoweringContext& ctx,
+                                                                   const std::string& node_name,
+                                                                   const NhwcBatchNormChain& chain);
 
 }  // namespace reprise::ops
 

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
@@ -40,6 +41,7 @@ class GroupFinder {
 
   void LossWithGrad();
   void BatchNormActivations();
+  void BatchNormApplyChains();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
   void ConvDgradAccumulations();
@@ -92,6 +94,11 @@ class GroupFinder {
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
+  // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
+  bool PlainApply(const Node& node) const;
+  // Where `first` and `second` are plain applies read only by `add` (either input), which only a
+  // relu reads: that relu. `first` is the one BatchNormApplyActivations would fuse with the add.
+  const Node* AddRelu(const Node& add) const;
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
 
@@ -200,6 +207,76 @@ std::optional<Value> GroupFinder::BetaOfReluInput(Value act, const Node& grad) c
   }
   if (bn.outputs[0].dtype != relu.outputs[0].dtype) return std::nullopt;
   return bn.inputs[2];
+}
+
+bool GroupFinder::PlainApply(const Node& node) const {
+  if (node.op != &ops::BatchNormApplyOp() || taken_[node.id] ||
+      ir::BoolAttrOr(node.attrs, "relu", false) || ir::BoolAttrOr(node.attrs, "residual", false)) {
+    return false;
+  }
+  const DType dtype = node.outputs[0].dtype;
+  return dtype == DType::kFloat32 || IsLowPrecision(dtype);  // No float64 lowering.
+}
+
+const Node* GroupFinder::AddRelu(const Node& add) const {
+  if (add.op != &ops::AddOp() || taken_[add.id]) return nullptr;
+  const Node* relu = SoleReader(Value{add.id, 0});
+  return relu != nullptr && relu->op == &ops::ReluOp() ? relu : nullptr;
+}
+
+// A residual stage's block outputs recomputed by the mirror pass, each from the one before:
+//   s0 = apply(x0);  v1 = relu(apply(x1) + s0);  v2 = relu(apply(x2) + v1); ...
+// as one batch_norm_apply_chain. s0 (a downsampling shortcut's batch norm) must be read by the
+// first add alone; each v may be read elsewhere too (the weight gradients read them). The first
+// block's two applies are ordered as BatchNormApplyActivations would fuse them (the first in node
+// order takes the add), so the carried value is the one that path stores.
+void GroupFinder::BatchNormApplyChains() {
+  for (const Node& add : g_.nodes()) {
+    const Node* relu = AddRelu(add);
+    if (relu == nullptr || add.inputs[0].output != 0 || add.inputs[1].output != 0) continue;
+    const Node& a = g_.node(add.inputs[0].node);
+    const Node& b = g_.node(add.inputs[1].node);
+    if (a.id == b.id || !PlainApply(a) || !PlainApply(b) || SoleReader(Value{a.id, 0}) != &add ||
+        SoleReader(Value{b.id, 0}) != &add || !(a.outputs[0] == b.outputs[0])) {
+      continue;
+    }
+    const Node& fused = a.id < b.id ? a : b;  // Takes the add in BatchNormApplyActivations.
+    const Node& first = a.id < b.id ? b : a;
+    NodeGroup group{.members = {first.id, fused.id, add.id, relu->id},
+                    .op = &ops::BatchNormApplyChainOp(),
+                    .name = absl::StrCat(fused.name, "+chain"),
+                    .attrs = {{"layout", first.attrs.at("layout")}},
+                    .inputs = first.inputs,
+                    .outputs = {Value{relu->id, 0}}};
+    group.inputs.insert(group.inputs.end(), fused.inputs.begin(), fused.inputs.end());
+    // Later blocks: an add of the last value and a plain apply read by that add alone.
+    Value last{relu->id, 0};
+    while (group.outputs.size() + 1 < static_cast<size_t>(codegen::kBatchNormChainMaxSteps)) {
+      const Node* next_apply = nullptr;
+      const Node* next_relu = nullptr;
+      int32_t next_add = -1;
+      for (int32_t reader : Readers(last)) {
+        const Node& next = g_.node(reader);
+        const Node* r = AddRelu(next);
+        if (r == nullptr || next.inputs[0] == next.inputs[1]) continue;
+        const Value other = next.inputs[0] == last ? next.inputs[1] : next.inputs[0];
+        const Node& apply = g_.node(other.node);
+        if (other.output != 0 || !PlainApply(apply) || SoleReader(other) != &next ||
+            !(apply.outputs[0] == first.outputs[0])) {
+          continue;
+        }
+        next_apply = &apply, next_relu = r, next_add = next.id;
+        break;
+      }
+      if (next_apply == nullptr) break;
+      group.members.insert(group.members.end(), {next_apply->id, next_add, next_relu->id});
+      group.inputs.insert(group.inputs.end(), next_apply->inputs.begin(), next_apply->inputs.end());
+      last = Value{next_relu->id, 0};
+      group.outputs.push_back(last);
+    }
+    group.name = absl::StrCat(group.name, group.outputs.size() + 1);
+    TryAdd(std::move(group));
+  }
 }
 
 // A batch norm recomputed by the mirror pass (batch_norm_apply, either layout) takes the twins of
@@ -628,6 +705,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     if (options.loss_with_grad) finder.LossWithGrad();
     if (options.batch_norm_activations) {
       finder.BatchNormActivations();
+      finder.BatchNormApplyChains();
       finder.BatchNormApplyActivations();
     }
     if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);

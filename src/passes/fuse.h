@@ -8,6 +8,8 @@
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
 //   batch_norm_apply [-> add] -> relu          => batch_norm_apply with relu (mirrored batch norms)
+//   and a stage's mirrored block outputs, each relu(batch_norm_apply + the one before), from a
+//   shortcut's batch_norm_apply on          => batch_norm_apply_chain (one pass)
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
 //   every adam sharing hyperparameters but the weight decay, with the lr_schedule and

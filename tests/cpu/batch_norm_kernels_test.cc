@@ -17,9 +17,10 @@ using codegen::BatchNormTilingFor;
 
 TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
-  // Two finalize kernels, and seven tiled ones (the two gradient kernels also with the ReLU mask
-  // from x) in three forms (two channels-last widths, NCHW) and three element types.
-  ASSERT_EQ(kernels.size(), 65u);
+  // Two finalize kernels, and eight tiled ones (the two gradient kernels also with the ReLU mask
+  // from x, and the apply chain) in three forms (two channels-last widths, NCHW) and three element
+  // types.
+  ASSERT_EQ(kernels.size(), 74u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
