@@ -4,6 +4,8 @@
 #include "src/ops/batch_norm_apply.h"
 
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -86,6 +88,87 @@ TEST_P(BatchNormApplyTest, RecomputesTheForwardBitForBit) {
 INSTANTIATE_TEST_SUITE_P(LayoutsResidualsAndPrecisions, BatchNormApplyTest,
                          ::testing::Combine(::testing::Values(Layout::kNCHW, Layout::kNHWC),
                                             ::testing::Bool(), ::testing::Bool()));
+
+// batch_norm_apply_chain against the separate ops it replaces: s0 = apply(x0), then
+// v = relu(apply(x) + previous) per later step, each output with their bits.
+class BatchNormApplyChainTest : public ::testing::TestWithParam<std::tuple<Layout, bool>> {};
+
+TEST_P(BatchNormApplyChainTest, GivesTheSeparateOpsBits) {
+  const auto [layout, float64] = GetParam();
+  Graph g;
+  const Shape shape = layout == Layout::kNCHW ? Shape{2, 5, 3, 4} : Shape{2, 3, 4, 5};
+  const TensorSpec per_channel{Shape{5}, DType::kFloat32};
+  const Attrs attrs = {{"layout", LayoutString(layout)}};
+  std::vector<Value> chain_inputs, separate;
+  Value previous;
+  for (int s = 0; s < 4; ++s) {
+    const std::string n = std::to_string(s);
+    const std::vector<Value> step = {
+        *g.AddInput("x" + n, {shape, DType::kFloat32}),
+        *g.AddParameter("gamma" + n, per_channel, Initializer::Uniform(0.5, 2)),
+        *g.AddParameter("beta" + n, per_channel, Initializer::Uniform(-1, 1)),
+        *g.AddParameter("mean" + n, per_channel, Initializer::Uniform(-0.5, 0.5)),
+        *g.AddParameter("invstd" + n, per_channel, Initializer::Uniform(0.5, 2))};
+    chain_inputs.insert(chain_inputs.end(), step.begin(), step.end());
+    const Value applied = *g.AddOp1(ops::BatchNormApplyOp(), "apply" + n, step, attrs);
+    previous = s == 0 ? applied
+                      : *g.AddOp1(ops::ReluOp(), "relu" + n,
+                                  {*g.AddOp1(ops::AddOp(), "add" + n, {applied, previous})});
+    if (s > 0) separate.push_back(previous);
+  }
+  auto chained = g.AddOp(ops::BatchNormApplyChainOp(), "chain", chain_inputs, attrs);
+  ASSERT_TRUE(chained.ok()) << chained.status();
+  ASSERT_EQ(chained->size(), 3u);
+  ir::ReferenceExecutor cpu(g, float64, 5);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal(0.0, 2.0);
+  for (int s = 0; s < 4; ++s) {
+    const std::string name = "x" + std::to_string(s);
+    std::vector<double> data((*cpu.Leaf(name))->size());
+    for (double& v : data) v = normal(rng);
+    ASSERT_TRUE(cpu.SetLeaf(name, data).ok());
+  }
+  ASSERT_TRUE(cpu.Run().ok());
+  for (int s = 0; s < 3; ++s) {
+    const ir::HostTensor& want = **cpu.Tensor(separate[s]);
+    const ir::HostTensor& got = **cpu.Tensor((*chained)[s]);
+    int zeros = 0;
+    for (int64_t i = 0; i < want.size(); ++i) {
+      if (float64) {
+        ASSERT_EQ(want.data<double>()[i], got.data<double>()[i]) << s << " " << i;
+      } else {
+        ASSERT_EQ(want.data<float>()[i], got.data<float>()[i]) << s << " " << i;
+      }
+      zeros += (float64 ? got.data<double>()[i] : got.data<float>()[i]) == 0;
+    }
+    EXPECT_GT(zeros, 0) << "step " << s + 1 << "'s ReLU";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LayoutsAndPrecisions, BatchNormApplyChainTest,
+                         ::testing::Combine(::testing::Values(Layout::kNCHW, Layout::kNHWC),
+                                            ::testing::Bool()));
+
+TEST(BatchNormApplyShapeTest, ChainRefusesBadStepsByName) {
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{2, 3, 3, 4}, DType::kFloat32});
+  const Value other = *g.AddInput("other", {Shape{2, 3, 3, 8}, DType::kFloat32});
+  const Value c = *g.AddInput("c", {Shape{4}, DType::kFloat32});
+  const Attrs nhwc = {{"layout", std::string("NHWC")}};
+  auto one_step = g.AddOp(ops::BatchNormApplyChainOp(), "one", {x, c, c, c, c}, nhwc);
+  EXPECT_EQ(one_step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(one_step.status().message(), HasSubstr("2 to 8 steps of 5 inputs"));
+  auto ragged = g.AddOp(ops::BatchNormApplyChainOp(), "ragged", {x, c, c, c, c, x, c}, nhwc);
+  EXPECT_EQ(ragged.status().code(), absl::StatusCode::kInvalidArgument);
+  auto mismatched =
+      g.AddOp(ops::BatchNormApplyChainOp(), "mismatched", {x, c, c, c, c, other, c, c, c, c}, nhwc);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatched.status().message(), HasSubstr("step 1's x"));
+  std::vector<Value> nine;
+  for (int s = 0; s < 9; ++s) nine.insert(nine.end(), {x, c, c, c, c});
+  EXPECT_EQ(g.AddOp(ops::BatchNormApplyChainOp(), "nine", nine, nhwc).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(BatchNormApplyShapeTest, RefusesStatisticsOfTheWrongChannelCount) {
   Graph g;

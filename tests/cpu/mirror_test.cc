@@ -198,12 +198,20 @@ TEST_P(ResNet18MirrorTest, EveryPolicyGivesTheSameBits) {
   auto plan = PlanOf(m, {.policy = Policy::kAuto}, /*separate_updates=*/true);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored);
-  // Twins of batch norms and the ReLUs (and residual adds) after them are one fused launch each.
-  int fused_applies = 0;
+  // Twins of batch norms and the ReLUs (and residual adds) after them are one fused launch each;
+  // each stage's block outputs from its shortcut on (layer2 to layer4: a shortcut and two
+  // blocks) are one chain.
+  int fused_applies = 0, chains = 0;
   for (const Node& n : plan->graph().nodes()) {
     fused_applies += n.op == &ops::BatchNormApplyOp() && ir::BoolAttrOr(n.attrs, "relu", false);
+    if (n.op == &ops::BatchNormApplyChainOp()) {
+      ++chains;
+      EXPECT_EQ(n.inputs.size(), 15u) << n.name;
+      EXPECT_EQ(n.outputs.size(), 2u) << n.name;
+    }
   }
   EXPECT_GT(fused_applies, 0);
+  EXPECT_EQ(chains, 3);
   ExpectEveryPolicyGivesTheSameBits(m, 2, /*separate_updates=*/true);
 }
 

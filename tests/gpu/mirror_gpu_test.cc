@@ -39,6 +39,17 @@ TEST_P(BatchNormApplyGpuTest, MatchesTheCpuReference) {
   ASSERT_TRUE(g.AddOp1(ops::BatchNormApplyOp(), "apply_add_relu", {x, gamma, beta, mean, invstd, r},
                        {{"layout", name}, {"residual", true}, {"relu", true}})
                   .ok());
+  // A chain of three steps over x, r and x again, each with its own statistics.
+  std::vector<Value> chain = {x, gamma, beta, mean, invstd};
+  for (const Value& step_x : {r, x}) {
+    const std::string n = std::to_string(chain.size());
+    chain.insert(chain.end(),
+                 {step_x, *g.AddParameter("gamma" + n, channel, Initializer::Uniform(0.5, 2)),
+                  *g.AddParameter("beta" + n, channel, Initializer::Uniform(-1, 1)),
+                  *g.AddParameter("mean" + n, channel, Initializer::Uniform(-0.5, 0.5)),
+                  *g.AddParameter("invstd" + n, channel, Initializer::Uniform(0.5, 3))});
+  }
+  ASSERT_TRUE(g.AddOp(ops::BatchNormApplyChainOp(), "chain", chain, {{"layout", name}}).ok());
   ir::ReferenceExecutor cpu(g, false, 17);
   ExpectGpuMatchesCpu(g, cpu, 1e-6);
 }
