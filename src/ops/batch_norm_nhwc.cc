@@ -348,17 +348,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormChain(const Lowerin
                         .channels = a.channels,
                         .plane = a.plane,
                         .needs_scratch = false};
-  // The kernel's by-value parameter, laid out as its BnChain.
-  struct Step {
-    const void* x;
-    const float* gamma;
-    const float* beta;
-    const float* mean;
-    const float* invstd;
-    void* y;
-  };
+  // The kernel's by-value parameter, laid out as its BnChain (six addresses per step).
+  static_assert(sizeof(NhwcBatchNormChainStep) == 6 * sizeof(void*));
   struct Chain {
-    Step step[codegen::kBatchNormChainMaxSteps];
+    NhwcBatchNormChainStep step[codegen::kBatchNormChainMaxSteps];
     int steps;
   } chain{};
   chain.steps = static_cast<int>(steps);
@@ -370,7 +363,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormChain(const Lowerin
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": batch_norm_apply_chain step ", s, " misses a device address"));
     }
-    chain.step[s] = {in.x, in.gamma, in.beta, in.saved_mean, in.saved_invstd, in.y};
+    chain.step[s] = in;
     vec = std::min(vec, VectorWidth(a.channels, a.plane, a.dtype, {in.x, in.y}));
   }
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec, {}));
