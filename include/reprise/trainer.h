@@ -161,7 +161,9 @@ struct TrainOptions {
   //   kAuto: kDevice where the device can launch the step's graph and it has at least 32 nodes
   //     (below that the host launch costs a few us, less than the launcher's kernel costs the
   //     device), else kHost from then on (a binding the device cannot copy from turns it to kHost
-  //     too); kHost with data_parallel. TrainerStats says which and why, and the report prints it.
+  //     too); kHost with data_parallel and in a BucketedTrainer's buckets (a device-launched
+  //     graph holds device memory per bucket). TrainerStats says which and why, and the report
+  //     prints it.
   // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
   // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
   // reprise-bench --busy): profile those with kHost.

@@ -261,6 +261,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
 }
 
 absl::Status Trainer::Impl::Start(const DeviceShare* share) {
+  shares_device_ = share != nullptr;
   RETURN_IF_ERROR(InitDevice(share));
   RETURN_IF_ERROR(InitPersistentTensors());
   RETURN_IF_ERROR(StartDataParallel());
@@ -314,6 +315,11 @@ absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
   if (launch == Launch::kAuto && options_.data_parallel.has_value()) {
     launch = Launch::kHost;
     host_launch_reason_ = "data parallel: device launch of NCCL's collectives is untested";
+  } else if (launch == Launch::kAuto && shares_device_) {
+    // Each device-launched graph holds device memory of its own (36 MiB for a small MLP on an
+    // H200, session 15), which would undo what one arena for every bucket saves.
+    launch = Launch::kHost;
+    host_launch_reason_ = "shape bucket: a device-launched graph holds device memory per bucket";
   }
   return capture::CapturedStep::Capture(launches, lanes, stream_->get(), launch);
 }
