@@ -96,8 +96,7 @@ class GroupFinder {
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
   // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
   bool PlainApply(const Node& node) const;
-  // Where `first` and `second` are plain applies read only by `add` (either input), which only a
-  // relu reads: that relu. `first` is the one BatchNormApplyActivations would fuse with the add.
+  // The relu that alone reads `add`'s output, where `add` is an add not taken; else null.
   const Node* AddRelu(const Node& add) const;
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
   void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
@@ -245,9 +244,13 @@ void GroupFinder::BatchNormApplyChains() {
     NodeGroup group{.members = {first.id, fused.id, add.id, relu->id},
                     .op = &ops::BatchNormApplyChainOp(),
                     .name = absl::StrCat(fused.name, "+chain"),
-                    .attrs = {{"layout", first.attrs.at("layout")}},
+                    .attrs = {},
                     .inputs = first.inputs,
                     .outputs = {Value{relu->id, 0}}};
+    // Only the layout: the chain's other attributes are its steps' (no residual or ReLU first).
+    if (auto layout = first.attrs.find("layout"); layout != first.attrs.end()) {
+      group.attrs["layout"] = layout->second;
+    }
     group.inputs.insert(group.inputs.end(), fused.inputs.begin(), fused.inputs.end());
     // Later blocks: an add of the last value and a plain apply read by that add alone.
     Value last{relu->id, 0};
