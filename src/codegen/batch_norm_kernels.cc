@@ -167,16 +167,10 @@ struct BnReluMask {
     }
 #endif
   }
-#if BN_MASK_FROM_X
-  // The forward's ReLU output as stored: its apply's expression, rounded to the element type.
   // `mean` is the saved mean as float (exact from the double the statistics kernel holds).
-  __device__ float Activation(float x, float mean, int k) const {
-    return ToFloat(FromFloat(fmaxf(fmaf(x - mean, scale[k], shift[k]), 0.0f)));
-  }
-#endif
   __device__ bool Keep(const elem_t* act_out, float act, float x, float mean, int k) const {
 #if BN_MASK_FROM_X
-    return Activation(x, mean, k) > 0.0f;
+    return ToFloat(FromFloat(fmaxf(fmaf(x - mean, scale[k], shift[k]), 0.0f))) > 0.0f;
 #else
     return act_out == nullptr || act > 0.0f;
 #endif
@@ -503,7 +497,6 @@ struct BnGradApplyBody {
   const elem_t* x;
   elem_t* dx;
   elem_t* masked_dy;
-  elem_t* act_store;  // With the mask from x: receives the recomputed ReLU output when set.
   int channels, col;
   BnReluMask mask;
   float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
@@ -520,25 +513,13 @@ struct BnGradApplyBody {
   }
   __device__ void Use(long long r, const Regs& in) const {
     BnVec g, out;
-#if BN_MASK_FROM_X
-    BnVec act;
-#endif
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-#if BN_MASK_FROM_X
-      act.v[k] = mask.Activation(in.x.v[k], mean[k], k);
-      g.v[k] = act.v[k] > 0.0f ? in.dy.v[k] : 0.0f;
-#else
       g.v[k] = mask.Keep(act_out, in.act.v[k], in.x.v[k], mean[k], k) ? in.dy.v[k] : 0.0f;
-#endif
       out.v[k] = fmaf(a[k], g.v[k], -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
     }
     const long long i = BnIndex(r, channels, col);
     BnStore(dx + i, out);
-#if BN_MASK_FROM_X
-    // Already rounded to the element type: stored, it has the forward's bits.
-    if (act_store != nullptr) BnStore(act_store + i, act);
-#endif
     // g is dy's value or zero: stored in dy's type, it is exact.
     if (masked_dy != nullptr) BnStore(masked_dy + i, g);
   }
@@ -550,8 +531,8 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ coef, const float* __restrict__ gamma,
                    const float* __restrict__ invstd, const float* __restrict__ beta,
                    elem_t* __restrict__ dx, elem_t* __restrict__ masked_dy, long long rows,
-                   int channels, long long rows_per_chunk, elem_t* __restrict__ act_store) {
-  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, act_store, channels, BnColumn(), {}};
+                   int channels, long long rows_per_chunk) {
+  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn(), {}};
   if (body.col >= channels) return;
   body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll

@@ -120,11 +120,10 @@ GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
 //     const float* gamma, const float* invstd, float* dgamma, float* dbeta, float* coef).
 GeneratedKernel BatchNormGradFinalize();
 // (c) dx = coef[0]·g - coef[1] - coef[2]·(x - mean), and masked_dy = g when masked_dy is not
-//     null; with `mask_from_x`, act_store = the recomputed ReLU output (the forward's bits) when
-//     act_store is not null. Tiled launch. Signature: (const elem_t* dy, const elem_t* act_out,
-//     const elem_t* x, const float* mean, const float* coef, const float* gamma,
-//     const float* invstd, const float* beta, elem_t* dx, elem_t* masked_dy, long long rows,
-//     int channels, long long rows_per_chunk, elem_t* act_store).
+//     null. Tiled launch. Signature: (const elem_t* dy, const elem_t* act_out, const elem_t* x,
+//     const float* mean, const float* coef, const float* gamma, const float* invstd,
+//     const float* beta, elem_t* dx, elem_t* masked_dy, long long rows, int channels,
+//     long long rows_per_chunk).
 GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false);
 

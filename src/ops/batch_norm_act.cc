@@ -20,9 +20,6 @@ namespace {
 bool HasResidual(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "residual", false); }
 bool HasMaskedOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "masked_output", false); }
 bool ReluFromX(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_x", false); }
-bool HasActOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "act_output", false); }
-// The output index of the recomputed ReLU output, after dx, dgamma, dbeta [and g].
-int ActOutputIndex(const Attrs& attrs) { return HasMaskedOutput(attrs) ? 4 : 3; }
 
 absl::Status CheckSameSpec(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
   if (a == b) return absl::OkStatus();
@@ -55,13 +52,6 @@ absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
   const std::vector<TensorSpec> bn_in = {in[0], in[2], in[3], in[4], in[5]};
   ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormGradOp().infer(attrs, bn_in));
   if (HasMaskedOutput(attrs)) out.push_back(in[0]);
-  if (HasActOutput(attrs)) {
-    if (!ReluFromX(attrs)) {
-      return absl::InvalidArgumentError(
-          "act_output recomputes the ReLU's output from x: it needs relu_from_x");
-    }
-    out.push_back(in[2]);
-  }
   return out;
 }
 
@@ -102,7 +92,6 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
         BatchNormApplyOp().cpu(apply, absl::MakeSpan(apply_in), absl::MakeSpan(apply_out)));
     act_out = &recomputed;
   }
-  if (HasActOutput(node.attrs)) *out[ActOutputIndex(node.attrs)] = recomputed;
   ir::HostTensor* relu_in[] = {in[0], act_out};
   const Node stub;
   RETURN_IF_ERROR(ReluGradOp().cpu(stub, absl::MakeSpan(relu_in), absl::MakeSpan(&g, 1)));
@@ -170,7 +159,6 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   args.dgamma = static_cast<float*>(ctx.outputs[1]);
   args.dbeta = static_cast<float*>(ctx.outputs[2]);
   if (HasMaskedOutput(node.attrs)) args.masked_dy = ctx.outputs[3];
-  if (HasActOutput(node.attrs)) args.act_store = ctx.outputs[ActOutputIndex(node.attrs)];
   args.rows = data.x.n * data.x.h * data.x.w;
   args.channels = data.x.c;
   args.plane = data.plane;

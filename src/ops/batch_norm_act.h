@@ -23,10 +23,7 @@ const ir::OpDef& BatchNormActTrainOp();
 // for a residual branch that reads g too). With bool relu_from_x the second input is the batch
 // norm's beta [C] instead of act_out, for a ReLU right after the batch norm: act_out is recomputed
 // from x as the forward wrote it (batch_norm_apply), inside the kernels that read x anyway, so the
-// ReLU's output is never read in the backward pass (two passes over it fewer). With bool
-// act_output (and relu_from_x) a last output holds that recomputed ReLU output, x's spec, with
-// the forward's bits: the mirror pass's recomputation of it for a weight gradient that runs after
-// this node, written by the kernel that reads x anyway.
+// ReLU's output is never read in the backward pass (two passes over it fewer).
 const ir::OpDef& BatchNormActGradOp();
 
 }  // namespace reprise::ops

@@ -221,20 +221,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                                                   const NhwcBatchNormBackward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
   const Request request{"batch_norm_grad", a.dtype, a.rows, 1, a.channels, a.plane};
-  const int vec = VectorWidth(a.channels, a.plane, a.dtype,
-                              {a.dy, a.act_out, a.x, a.dx, a.masked_dy, a.act_store});
+  const int vec =
+      VectorWidth(a.channels, a.plane, a.dtype, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
   if (a.relu_beta != nullptr && a.act_out != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": batch_norm_grad takes the ReLU mask from act_out or from x, not both"));
-  }
-  if (a.act_store != nullptr && a.relu_beta == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node '", node_name,
-                     "': batch_norm_grad stores the ReLU output only where it recomputes "
-                     "the mask from x"));
   }
   const bool from_x = a.relu_beta != nullptr;
   const Scratch scratch = ScratchOf(ctx, t, a.channels);
@@ -287,8 +281,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.masked_dy)
       .Add(rows)
       .Add(channels)
-      .Add(rows_per_chunk)
-      .Add(a.act_store);
+      .Add(rows_per_chunk);
   ASSIGN_OR_RETURN(parts.emplace_back(),
                    NvrtcKernel::Create(ctx, node_name,
                                        codegen::BatchNormGradApply(vec, a.dtype, a.plane, from_x),
@@ -296,8 +289,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   const std::string extras = absl::StrCat(a.act_out != nullptr     ? " +relu_mask"
                                           : a.relu_beta != nullptr ? " +relu_mask_from_x"
                                                                    : "",
-                                          a.masked_dy != nullptr ? " +masked_dy" : "",
-                                          a.act_store != nullptr ? " +act_out" : "");
+                                          a.masked_dy != nullptr ? " +masked_dy" : "");
   return std::unique_ptr<GpuKernel>(
       new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
 }

@@ -86,9 +86,6 @@ struct NhwcBatchNormBackward {
   float* dgamma;
   float* dbeta;
   void* masked_dy = nullptr;  // When set, receives the masked gradient g.
-  // With relu_beta: when set, receives the recomputed ReLU output (the forward's bits), for
-  // readers of a mirrored ReLU output that run after this gradient.
-  void* act_store = nullptr;
   int64_t rows = 0, channels = 0;
   int64_t plane = 0;              // 0: channels-last; H·W: NCHW.
   DType dtype = DType::kFloat32;  // Of the [rows, channels] arrays: kFloat32 or kBFloat16.

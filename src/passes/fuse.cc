@@ -70,17 +70,7 @@ class GroupFinder {
   }
   bool TryAdd(NodeGroup group) {
     const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
-    if (group.sink_readers) {
-      // The nodes it moves stay plain nodes: no other group may take them.
-      const std::optional<std::vector<int32_t>> sunk = SunkReaders(g_, consumers_, members);
-      if (!sunk.has_value()) return false;
-      for (int32_t n : *sunk) {
-        if (taken_[n]) return false;
-      }
-      for (int32_t n : *sunk) taken_[n] = true;
-    } else if (!Placeable(g_, consumers_, members)) {
-      return false;
-    }
+    if (!Placeable(g_, consumers_, members)) return false;
     for (int32_t m : members) taken_[m] = true;
     groups_.push_back(std::move(group));
     return true;
@@ -191,22 +181,6 @@ void GroupFinder::BatchNormActivations() {
     group.attrs["masked_output"] = masked_output;
     group.attrs["relu_from_x"] = beta.has_value();
     if (masked_output) group.outputs.push_back(Value{relu_grad.id, 0});
-    // A ReLU output the mirror pass recomputes (relu of a batch_norm_apply of this x) for other
-    // readers (a weight gradient): written by this node's kernel, which reads x anyway, instead
-    // of a launch of its own reading x again. Those readers then wait for this node.
-    if (beta.has_value()) {
-      const Node& relu = g_.node(relu_grad.inputs[1].node);
-      const Node& apply = g_.node(relu.inputs[0].node);
-      if (apply.op == &ops::BatchNormApplyOp() && !taken_[relu.id] && !taken_[apply.id] &&
-          SoleReader(Value{apply.id, 0}) == &relu && !kept_.contains(Value{relu.id, 0})) {
-        NodeGroup with_act = group;
-        with_act.members.insert(with_act.members.begin(), {apply.id, relu.id});
-        with_act.attrs["act_output"] = true;
-        with_act.outputs.push_back(Value{relu.id, 0});
-        with_act.sink_readers = true;
-        if (TryAdd(std::move(with_act))) continue;
-      }
-    }
     TryAdd(std::move(group));
   }
 }

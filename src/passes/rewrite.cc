@@ -35,48 +35,6 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
   return true;
 }
 
-std::optional<std::vector<int32_t>> SunkReaders(const Graph& graph, const Consumers& consumers,
-                                                const absl::flat_hash_set<int32_t>& members) {
-  const auto [lo, hi] = std::minmax_element(members.begin(), members.end());
-  const int32_t first = *lo, last = *hi;
-  // Every node in (first, last] that depends on a member, in id (topological) order.
-  std::vector<bool> depends(last - first + 1, false);
-  std::vector<int32_t> sunk;
-  for (int32_t id = first; id <= last; ++id) {
-    const Node& node = graph.node(id);
-    bool on_member = false;
-    for (const Value& v : node.inputs) {
-      on_member = on_member || (v.node >= first && v.node <= last &&
-                                (members.contains(v.node) || depends[v.node - first]));
-    }
-    for (int32_t c : node.control_inputs) {
-      on_member =
-          on_member || (c >= first && c <= last && (members.contains(c) || depends[c - first]));
-    }
-    if (members.contains(id)) {
-      if (on_member && id != first) {
-        // A member reading another member is the group's own wiring; one reading a sunk node
-        // would wait for itself.
-        for (const Value& v : node.inputs) {
-          if (v.node > first && v.node <= last && !members.contains(v.node) &&
-              depends[v.node - first])
-            return std::nullopt;
-        }
-        for (int32_t c : node.control_inputs) {
-          if (c > first && c <= last && !members.contains(c) && depends[c - first])
-            return std::nullopt;
-        }
-      }
-      continue;
-    }
-    if (!on_member) continue;
-    if (ir::IsLeaf(node)) return std::nullopt;
-    depends[id - first] = true;
-    sunk.push_back(id);
-  }
-  return sunk;
-}
-
 Value NewValueKey(const Graph& graph, int i) { return Value{graph.num_nodes() + i, 0}; }
 
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
@@ -95,8 +53,7 @@ absl::Status CheckGroup(const Graph& graph, const Consumers& consumers, const No
   const std::string where = absl::StrCat("fused group '", group.name, "'");
   if (members.empty() || group.op == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(where, ": no members or no op"));
-  if (group.sink_readers ? !SunkReaders(graph, consumers, members).has_value()
-                         : !Placeable(graph, consumers, members))
+  if (!Placeable(graph, consumers, members))
     return absl::InvalidArgumentError(absl::StrCat(where, ": another node runs between members"));
   const absl::flat_hash_set<Value> outputs(group.outputs.begin(), group.outputs.end());
   for (int32_t m : members) {
@@ -127,22 +84,9 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
   const absl::flat_hash_set<Value> kept_set(kept.begin(), kept.end());
   std::vector<int> group_of(graph.num_nodes(), -1);
   std::vector<int32_t> anchor(groups.size());
-  // Nodes a group sinks: skipped where they are, added right after that group's node.
-  std::vector<bool> sunk(graph.num_nodes(), false);
-  std::vector<std::vector<int32_t>> sunk_after(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
     const absl::flat_hash_set<int32_t> members(groups[i].members.begin(), groups[i].members.end());
     RETURN_IF_ERROR(CheckGroup(graph, consumers, groups[i], members, kept_set));
-    if (groups[i].sink_readers) {
-      sunk_after[i] = *SunkReaders(graph, consumers, members);
-      for (int32_t n : sunk_after[i]) {
-        if (sunk[n]) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("node '", graph.node(n).name, "' is sunk by two fused groups"));
-        }
-        sunk[n] = true;
-      }
-    }
     for (int32_t m : members) {
       if (group_of[m] >= 0) {
         return absl::InvalidArgumentError(
@@ -189,23 +133,9 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     out.values[Value{node.id, 0}] = v;
     out.nodes[node.id] = v.node;
   }
-  // Adds `node` (not in a group) with its inputs and control edges mapped.
-  auto add_plain = [&](const Node& node) -> absl::Status {
-    std::vector<Value> inputs;
-    for (const Value& v : node.inputs) {
-      ASSIGN_OR_RETURN(Value mapped, map_value(v));
-      inputs.push_back(mapped);
-    }
-    ASSIGN_OR_RETURN(std::vector<Value> values, g.AddOp(*node.op, node.name, inputs, node.attrs));
-    const int32_t id = g.num_nodes() - 1;
-    for (size_t o = 0; o < values.size(); ++o)
-      out.values[Value{node.id, static_cast<int>(o)}] = values[o];
-    out.nodes[node.id] = id;
-    return add_controls(id, node.control_inputs);
-  };
   for (const Node& node : graph.nodes()) {
     const int group = group_of[node.id];
-    if (ir::IsLeaf(node) || sunk[node.id]) continue;
+    if (ir::IsLeaf(node)) continue;
     if (group < 0) {
       std::vector<Value> inputs;
       for (const Value& v : node.inputs) {
@@ -261,14 +191,6 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
     }
     for (int32_t m : sorted) out.nodes[m] = id;
     RETURN_IF_ERROR(add_controls(id, controls));
-    for (int32_t n : sunk_after[group]) {
-      if (group_of[n] >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("fused group '", spec.name, "' sinks '",
-                                                       graph.node(n).name,
-                                                       "', a member of another group"));
-      }
-      RETURN_IF_ERROR(add_plain(graph.node(n)));
-    }
   }
   for (auto it = out.values.begin(); it != out.values.end();) {  // Callers map old values only.
     auto here = it++;

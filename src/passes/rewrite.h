@@ -3,7 +3,6 @@
 #ifndef REPRISE_SRC_PASSES_REWRITE_H_
 #define REPRISE_SRC_PASSES_REWRITE_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +25,6 @@ struct NodeGroup {
   // The old value each output of the new node stands for; invalid for a new value (scratch). A new
   // value that a later group reads gets a NewValueKey, which that group lists among its inputs.
   std::vector<Value> outputs;
-  // Nodes between the first and last member that read a member's value (and the nodes between
-  // that read theirs) move to just after the group's node, instead of making it unplaceable; see
-  // SunkReaders.
-  bool sink_readers = false;
 };
 
 // Names the i-th value that fused groups create in `graph` (none of its own values): a group's
@@ -54,12 +49,6 @@ struct Consumers {
 // have to run both before and after that node).
 bool Placeable(const Graph& graph, const Consumers& consumers,
                const absl::flat_hash_set<int32_t>& members);
-
-// For a group that sinks its readers: the nodes between its first and last member that depend on
-// a member (by value or control edge), in order; they run after the group's node. nullopt when
-// a member depends on one of them (the group would wait for itself) or one of them is a leaf.
-std::optional<std::vector<int32_t>> SunkReaders(const Graph& graph, const Consumers& consumers,
-                                                const absl::flat_hash_set<int32_t>& members);
 
 // Adds a copy of leaf `node` (input, parameter, state or constant) to `g`.
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node);

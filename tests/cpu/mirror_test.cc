@@ -201,12 +201,9 @@ TEST_P(ResNet18MirrorTest, EveryPolicyGivesTheSameBits) {
   // Twins of batch norms and the ReLUs (and residual adds) after them are one fused launch each;
   // where a stage's block outputs are recomputed from its shortcut on, they are one chain: a
   // shortcut step and one step per block output.
-  // The batch-norm + ReLU outputs that a batch-norm gradient recomputes its mask from are written
-  // by that gradient (act_output), their weight gradients moved after it.
-  int fused_applies = 0, chains = 0, act_outputs = 0;
+  int fused_applies = 0, chains = 0;
   for (const Node& n : plan->graph().nodes()) {
     fused_applies += n.op == &ops::BatchNormApplyOp() && ir::BoolAttrOr(n.attrs, "relu", false);
-    act_outputs += ir::BoolAttrOr(n.attrs, "act_output", false);
     if (n.op == &ops::BatchNormApplyChainOp()) {
       ++chains;
       std::cout << n.name << ": " << n.inputs.size() / 5 << " steps\n";
@@ -214,8 +211,7 @@ TEST_P(ResNet18MirrorTest, EveryPolicyGivesTheSameBits) {
       EXPECT_GE(n.outputs.size(), 1u) << n.name;
     }
   }
-  EXPECT_GT(fused_applies + act_outputs, 0);
-  EXPECT_GT(act_outputs, 0);
+  EXPECT_GT(fused_applies, 0);
   EXPECT_GE(chains, 2);
   ExpectEveryPolicyGivesTheSameBits(m, 2, /*separate_updates=*/true);
 }

@@ -11,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/ir/reference_executor.h"
-#include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -51,11 +50,6 @@ TEST_P(BatchNormApplyGpuTest, MatchesTheCpuReference) {
                   *g.AddParameter("invstd" + n, channel, Initializer::Uniform(0.5, 3))});
   }
   ASSERT_TRUE(g.AddOp(ops::BatchNormApplyChainOp(), "chain", chain, {{"layout", name}}).ok());
-  // The batch-norm gradient that also writes the recomputed ReLU output (act_output).
-  const Value dy = *g.AddParameter("dy", {shape}, Initializer::Uniform(-1, 1));
-  ASSERT_TRUE(g.AddOp(ops::BatchNormActGradOp(), "grad_act", {dy, beta, x, gamma, mean, invstd},
-                      {{"layout", name}, {"relu_from_x", true}, {"act_output", true}})
-                  .ok());
   ir::ReferenceExecutor cpu(g, false, 17);
   ExpectGpuMatchesCpu(g, cpu, 1e-6);
 }
