@@ -1,6 +1,6 @@
 // batch_norm_apply: shape rule, CPU reference (batch_norm_train's per-element formula) and GPU
-// lowering (the NHWC batch-norm kernels' apply for NHWC, conv_kernels.h's BatchNormRecompute for
-// NCHW).
+// lowering (the batch-norm kernels' apply, src/ops/batch_norm_nhwc.h, in either layout);
+// batch_norm_apply_chain: its steps chained in one launch.
 #include "src/ops/batch_norm_apply.h"
 
 #include <string>
@@ -190,10 +190,6 @@ const ir::OpDef& BatchNormApplyOp() {
                             .low_precision_lowering = true};
   return op;
 }
-
-}  // namespace reprise::ops
-
-namespace reprise::ops {
 
 const ir::OpDef& BatchNormApplyChainOp() {
   static const ir::OpDef op{.name = "batch_norm_apply_chain",
