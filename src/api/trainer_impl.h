@@ -192,8 +192,9 @@ class Trainer::Impl {
   std::vector<capture::LoweredLaunch> launches_;
   std::optional<capture::Lanes> lanes_;
   std::optional<capture::CapturedStep> captured_;
-  std::string host_launch_reason_;  // kAuto turned to kHost by the trainer itself (data parallel).
-  bool shares_device_ = false;      // A BucketedTrainer's bucket: kAuto launches from the host.
+  // Why the trainer itself turned kAuto to kHost (data parallel, or a shape bucket); "" otherwise.
+  std::string host_launch_reason_;
+  bool shares_device_ = false;  // A BucketedTrainer's bucket: kAuto launches from the host.
   // Label inputs -> the class count of the loss they feed, found once so SetInput stays cheap.
   struct LabelLimit {
     int64_t classes;

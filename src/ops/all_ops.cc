@@ -23,9 +23,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &ChannelBiasAddOp(), &ChannelSumOp(), &BatchNormTrainOp(), &BatchNormGradOp(),
           &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
           &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
-          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(), &TransposeOp(), &CastOp(), &MatmulBiasOp(),
-          &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(),
-          &SgdMomentumMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(), &TransposeOp(),
+          &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(),
+          &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(), &AdamMultiOp(),
+          &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.
           &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).

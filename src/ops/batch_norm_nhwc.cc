@@ -341,13 +341,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormChain(const Lowerin
                                                    codegen::kBatchNormChainMaxSteps,
                                                    " steps in one kernel, got ", steps));
   }
-  const Request request{.op = "batch_norm_apply_chain",
-                        .dtype = a.dtype,
-                        .rows = a.rows,
-                        .min_rows = 1,
-                        .channels = a.channels,
-                        .plane = a.plane,
-                        .needs_scratch = false};
+  const Request request{"batch_norm_apply_chain", a.dtype, a.rows, 1, a.channels, a.plane,
+                        /*needs_scratch=*/false};
   // The kernel's by-value parameter, laid out as its BnChain (six addresses per step).
   static_assert(sizeof(NhwcBatchNormChainStep) == 6 * sizeof(void*));
   struct Chain {
