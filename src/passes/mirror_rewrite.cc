@@ -11,6 +11,7 @@
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/pooling.h"
 #include "src/passes/rewrite.h"
+#include "src/passes/schedule.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -101,6 +102,10 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
   // weight gradient's) nothing else orders them before the backward's later launches, so the
   // memory plan could reuse nothing they read until the end of the step.
   std::vector<int32_t> pending_readers;
+  // Readers of twins that the data-gradient chain has not waited for yet. A twin only weight
+  // gradients read runs on their lane (src/passes/schedule.h), so its wait orders nothing on the
+  // chain's lane: the next backward node that is not a weight gradient waits for them instead.
+  std::vector<int32_t> unjoined_readers;
   auto emit_twin = [&](const Node& node) -> absl::Status {
     const TwinSpec twin = TwinOf(node);
     std::vector<Value> inputs;
@@ -113,6 +118,7 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
       twin_values[Value{node.id, o}] = outs[o];
     RETURN_IF_ERROR(add_controls(node, id));
     for (int32_t reader : pending_readers) RETURN_IF_ERROR(graph.AddControlEdge(reader, id));
+    unjoined_readers.insert(unjoined_readers.end(), pending_readers.begin(), pending_readers.end());
     pending_readers.clear();
     for (const Value& v : twin.inputs) {
       auto it = writers.find(v.node);
@@ -151,6 +157,12 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
     }
     ASSIGN_OR_RETURN(std::vector<Value> outs, graph.AddOp(*node.op, node.name, inputs, node.attrs));
     node_map[node.id] = graph.num_nodes() - 1;
+    if (node.id >= forward_end && !IsWeightGradient(node) &&
+        node.op->kind != ir::OpKind::kOptimizer) {
+      for (int32_t reader : unjoined_readers)
+        RETURN_IF_ERROR(graph.AddControlEdge(reader, node_map[node.id]));
+      unjoined_readers.clear();
+    }
     if (reads_twin) pending_readers.push_back(node_map[node.id]);
     for (int o = 0; o < static_cast<int>(outs.size()); ++o) values[Value{node.id, o}] = outs[o];
     RETURN_IF_ERROR(add_controls(node, node_map[node.id]));

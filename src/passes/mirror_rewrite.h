@@ -38,8 +38,10 @@ struct MirroredGraph {
 // twin) reads; a node nobody would read gets none. Twins read the twins of their inputs where
 // those have one. A twin that reads a leaf some node writes in place (a bias the optimizer
 // updates, the dropout step counter) runs before that writer: a control edge says so. Each twin
-// also waits for the readers of the twins before it, so that a reader on another lane (a weight
-// gradient) cannot keep their memory from being reused for the rest of the step.
+// also waits for the readers of the twins before it, and so does the next backward node that is
+// not a weight gradient, so that a reader on another lane (a weight gradient) cannot keep their
+// memory from being reused for the rest of the step: a twin only weight gradients read runs on
+// their lane (src/passes/schedule.h), so its own wait orders nothing on the data-gradient lane.
 // InvalidArgument naming the node when one is not a recomputable forward node, or when a writer
 // of its leaf inputs would run before its twin. Deterministic.
 absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& training,

@@ -10,17 +10,35 @@
 
 namespace reprise::passes {
 
-namespace {
-
 bool IsWeightGradient(const Node& node) {
   auto it = node.attrs.find("role");
   return it != node.attrs.end() && std::holds_alternative<std::string>(it->second) &&
          std::get<std::string>(it->second) == "wgrad";
 }
 
-// Weight gradients and optimizer updates: lane 1 whenever there are two lanes or more.
-bool OnWeightLane(const Node& node) {
-  return IsWeightGradient(node) || node.op->kind == ir::OpKind::kOptimizer;
+namespace {
+
+// The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
+// updates, and the nodes whose every reader is a weight gradient or another such node (a
+// recomputed activation that only a weight gradient reads: running it beside the data-gradient
+// chain, not in it, keeps it off the critical path). Node ids are topological, so readers come
+// later.
+std::vector<bool> WeightLaneNodes(const Graph& graph) {
+  const int n = graph.num_nodes();
+  std::vector<bool> weight(n, false);
+  std::vector<int> readers(n, 0), feeding_weight_only(n, 0);
+  for (int32_t id = n - 1; id >= 0; --id) {
+    const Node& node = graph.node(id);
+    if (ir::IsLeaf(node)) continue;
+    const bool feeds =
+        IsWeightGradient(node) || (readers[id] > 0 && readers[id] == feeding_weight_only[id]);
+    weight[id] = feeds || node.op->kind == ir::OpKind::kOptimizer;
+    for (const Value& v : node.inputs) {
+      ++readers[v.node];
+      if (feeds) ++feeding_weight_only[v.node];
+    }
+  }
+  return weight;
 }
 
 bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
@@ -37,7 +55,8 @@ int64_t CostOf(const Node& node) {
 // from weight gradients and optimizer updates, go to lanes 2, 3, ...: a side branch (ResNet's
 // downsample convolution, its data gradient) runs beside the main chain. A side node follows its
 // side producer's lane, so a branch stays on one lane; new branches take the side lanes in turn.
-std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch> order, int lanes) {
+std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch> order,
+                           const std::vector<bool>& weight_lane, int lanes) {
   const int n = graph.num_nodes();
   // Longest chain ending at the node, in cost, over the nodes lanes 0 and 2+ may hold: weight
   // gradients and updates have lane 1 whatever the path, so they neither end nor carry it.
@@ -45,7 +64,7 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
   std::vector<int32_t> via(n, -1);
   for (const ScheduledLaunch& launch : order) {  // A topological order.
     const Node& node = graph.node(launch.node);
-    if (OnWeightLane(node) || IsCommunication(node)) continue;
+    if (weight_lane[node.id] || IsCommunication(node)) continue;
     int64_t best = 0;
     auto consider = [&](int32_t producer) {
       if (ir::IsLeaf(graph.node(producer)) || longest[producer] <= best) return;
@@ -66,7 +85,7 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
   int next_side = 0;
   for (const ScheduledLaunch& launch : order) {
     const Node& node = graph.node(launch.node);
-    if (OnWeightLane(node)) {
+    if (weight_lane[node.id]) {
       lane[node.id] = 1;
       continue;
     }
@@ -81,8 +100,6 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
   return lane;
 }
 
-int LaneOf(const Node& node, int lanes) { return lanes >= 2 && OnWeightLane(node) ? 1 : 0; }
-
 // Fills lanes and the fewest waits that order every cross-lane dependency. With a communication
 // lane (comm_lane >= 0, one past the compute lanes) the collectives run there, and so do the
 // optimizer's nodes and whatever reads a collective's result (a cast widening an averaged 16-bit
@@ -91,11 +108,13 @@ int LaneOf(const Node& node, int lanes) { return lanes >= 2 && OnWeightLane(node
 void AssignLanes(const Graph& graph, int lanes, int comm_lane,
                  std::vector<ScheduledLaunch>& order) {
   std::vector<int> position(graph.num_nodes(), -1);
-  const std::vector<int> side = lanes > 2 ? SideLanes(graph, order, lanes) : std::vector<int>{};
+  const std::vector<bool> weight_lane = WeightLaneNodes(graph);
+  const std::vector<int> side =
+      lanes > 2 ? SideLanes(graph, order, weight_lane, lanes) : std::vector<int>{};
   for (int i = 0; i < static_cast<int>(order.size()); ++i) {
     const Node& node = graph.node(order[i].node);
     position[node.id] = i;
-    order[i].lane = lanes > 2 ? side[node.id] : LaneOf(node, lanes);
+    order[i].lane = lanes > 2 ? side[node.id] : (lanes == 2 && weight_lane[node.id] ? 1 : 0);
     bool after_collective = false;
     for (const Value& v : node.inputs) after_collective |= IsCommunication(graph.node(v.node));
     if (comm_lane >= 0 &&

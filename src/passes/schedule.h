@@ -1,7 +1,8 @@
 // Schedule: the order of launches and the lane of each. The order runs each optimizer update as
 // soon as it may, so gradients die early and the memory plan can reuse them. With two lanes the
-// weight gradients (and optimizer updates) run on lane 1 beside the data-gradient chain on lane
-// 0; with more, side branches off the critical path get lanes of their own. A data-parallel graph's
+// weight gradients, optimizer updates and what only weight gradients read (an activation the
+// backward pass recomputes for them) run on lane 1 beside the data-gradient chain on lane 0; with
+// more, side branches off the critical path get lanes of their own. A data-parallel graph's
 // collectives (all_reduce) and the optimizer updates that wait for them take one more lane, the
 // communication lane, after the compute lanes. Lanes become streams in eager mode and fork/join
 // branches of the captured graph.
@@ -26,10 +27,15 @@ struct ScheduledLaunch {
 
 inline constexpr int kMaxLanes = 4;
 
+// A weight gradient (role "wgrad"): with two lanes or more it runs on lane 1, and so does every
+// node that only weight gradients read.
+bool IsWeightGradient(const Node& node);
+
 struct ScheduleOptions {
-  // 1; 2 (weight gradients and optimizer updates on lane 1); 3 or 4 (also the nodes off the
-  // critical path, such as a residual block's downsample branch, on lanes 2, 3); or 0: 2 if the
-  // graph has weight gradients, else 1. Lanes that nothing lands on are not used.
+  // 1; 2 (weight gradients, optimizer updates and what only weight gradients read on lane 1); 3 or
+  // 4 (also the nodes off the critical path, such as a residual block's downsample branch, on lanes
+  // 2, 3); or 0: 2 if the graph has weight gradients, else 1. Lanes that nothing lands on are not
+  // used.
   int lanes = 1;
 };
 

@@ -1,12 +1,13 @@
-// The schedule's lanes: weight gradients and optimizer updates on lane 1, and with three or more
-// lanes the side branches off the critical path on lanes of their own, with waits that order
-// every dependency across lanes.
+// The schedule's lanes: weight gradients, optimizer updates and what only weight gradients read on
+// lane 1, and with three or more lanes the side branches off the critical path on lanes of their
+// own, with waits that order every dependency across lanes.
 #include "src/passes/schedule.h"
 
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
+#include "src/ops/ops.h"
 
 namespace reprise {
 namespace {
@@ -65,6 +66,34 @@ TEST(ScheduleTest, TwoLanesKeepEverythingButWeightGradientsAndUpdatesOnLaneZero)
     EXPECT_EQ(l.lane, side ? 1 : 0) << node.name;
   }
   ExpectEveryDependencyOrdered(t.graph, *order);
+}
+
+// A value only weight gradients read (a recomputed activation, say) is made on their lane, off
+// the data-gradient chain; one that lane 0 also reads stays there.
+TEST(ScheduleTest, TwoLanesPutWhatOnlyWeightGradientsReadOnLaneOne) {
+  Graph g;
+  const TensorSpec spec{Shape{4, 4}, DType::kFloat32};
+  const Value x = *g.AddInput("x", spec);
+  const Value dy = *g.AddInput("dy", spec);
+  const Value only_for_wgrad = *g.AddOp1(ops::ReluOp(), "only_for_wgrad", {x});
+  const Value feeds_it = *g.AddOp1(ops::ReluOp(), "feeds_only_for_wgrad", {x});
+  const Value twice = *g.AddOp1(ops::AddOp(), "read_by_wgrad_only", {feeds_it, feeds_it});
+  const Value shared = *g.AddOp1(ops::ReluOp(), "shared", {x});
+  const Attrs wgrad = {
+      {"transpose_a", true}, {"transpose_b", false}, {"role", std::string("wgrad")}};
+  ASSERT_TRUE(g.AddOp1(ops::MatmulOp(), "w1.wgrad", {only_for_wgrad, dy}, wgrad).ok());
+  ASSERT_TRUE(g.AddOp1(ops::MatmulOp(), "w2.wgrad", {twice, dy}, wgrad).ok());
+  ASSERT_TRUE(g.AddOp1(ops::MatmulOp(), "w3.wgrad", {shared, dy}, wgrad).ok());
+  ASSERT_TRUE(g.AddOp1(ops::ReluOp(), "data_gradient_chain", {shared}).ok());
+  auto order = passes::Schedule(g, {.lanes = 2});
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(LaneOfNode(g, *order, "only_for_wgrad"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "feeds_only_for_wgrad"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "read_by_wgrad_only"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "w1.wgrad"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "shared"), 0);
+  EXPECT_EQ(LaneOfNode(g, *order, "data_gradient_chain"), 0);
+  ExpectEveryDependencyOrdered(g, *order);
 }
 
 TEST(ScheduleTest, FourLanesOrderEveryDependencyAndTooManyIsAnError) {
