@@ -413,7 +413,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
 
 // Through the plan's lowering (capture/lowered_step.cc lets 16-bit floats through on
 // low_precision_lowering): a mixed-precision layer in either layout, fused and plain, with its
-// recompute, against the CPU reference (16-bit tensors through float32). One tolerance serves every
+// recomputes (one batch norm + ReLU, one chain of block outputs), against the CPU reference (16-bit tensors through float32). One tolerance serves every
 // output, so it is the bfloat16 outputs' 1e-2; the float32 statistics are held to 1e-5 by the tests
 // above.
 struct GraphCase {
@@ -463,6 +463,15 @@ TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
   auto apply = g.AddOp1(ops::BatchNormApplyOp(), "bn_act.twin",
                         {x, gamma, beta, (*act)[1], (*act)[2], residual}, apply_attrs);
   ASSERT_TRUE(apply.ok()) << apply.status();
+  // A recomputed stage's block outputs: the shortcut's batch norm, then two blocks, each
+  // relu(its batch norm + the output before); every carried value rounds to bfloat16.
+  std::vector<Value> chain = {residual, gamma, beta, (*plain)[1], (*plain)[2]};
+  for (const Value& step_x : {x, residual}) {
+    chain.insert(chain.end(), {step_x, gamma, beta, (*act)[1], (*act)[2]});
+  }
+  auto chained = g.AddOp(ops::BatchNormApplyChainOp(), "bn_chain.twin", chain,
+                         {{"layout", std::string(LayoutName(k.layout))}});
+  ASSERT_TRUE(chained.ok()) << chained.status();
   ir::ReferenceExecutor cpu(g, /*float64=*/false, 11);
   ExpectGpuMatchesCpu(g, cpu, 1e-2);
 }
