@@ -37,6 +37,9 @@ struct Layout {
   int64_t floats = 0;
 
   int64_t chunk(int l) const { return padded[l] / ranks; }
+  // kGroups: one block's slot of its group's exchange area: any exchanged activation, partial
+  // product or slice, unpadded ([rows][width]).
+  int64_t slot() const { return rows * *std::max_element(padded.begin(), padded.end()); }
 };
 
 Layout LayoutFor(const MlpStepPlan& plan, int ranks) {
@@ -114,7 +117,19 @@ std::pair<int, int> TileFor(int64_t m, int64_t n, int64_t p, bool mma) {
 
 }  // namespace
 
-absl::Status PlanCluster(MlpStepPlan& plan) {
+namespace {
+
+// kGroups: a group's exchange area at `ranks` blocks per model, a slot per block.
+int64_t AreaFloats(const MlpStepPlan& plan, int ranks) {
+  const Layout s = LayoutFor(plan, ranks);
+  return s.ranks * s.slot();
+}
+
+}  // namespace
+
+int64_t GroupAreaFloats(const MlpStepPlan& plan) { return AreaFloats(plan, plan.cluster); }
+
+absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   if (plan.target.threads != 256) {
     return absl::UnimplementedError(absl::StrCat(
         "the cluster schedule runs 256 threads per block, the target has ", plan.target.threads));
@@ -133,11 +148,27 @@ absl::Status PlanCluster(MlpStepPlan& plan) {
         "the cluster schedule needs ", needed, " bytes of shared memory per block at ", kMaxRanks,
         " blocks per model; a block may have ", plan.target.max_shared_bytes));
   }
+  const int fewest = ranks;
   while (ranks < kMaxRanks && int64_t{plan.models} * ranks * 4 <= plan.target.grid) ranks *= 2;
+  // A group's exchange area is a slot per block of the widths padded to 16 blocks: fewer blocks
+  // where the workspace would not hold one.
+  while (groups && ranks > fewest && AreaFloats(plan, ranks) > plan.workspace_floats) ranks /= 2;
   plan.cluster = ranks;
   plan.shared_bytes = LayoutFor(plan, ranks).floats * 4;
   plan.phases = 2 * plan.layers();  // Stamped sections: loads, each forward, head, each backward.
   plan.barriers = 0;
+  plan.groups = 0;
+  if (!groups) return absl::OkStatus();
+  const int64_t area = GroupAreaFloats(plan);
+  const int64_t fit = std::min<int64_t>({plan.models, plan.target.grid / ranks,
+                                         kMlpStepBarrierWords - 2, plan.workspace_floats / area});
+  if (fit < 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the group schedule needs ", ranks, " co-resident blocks per model (the grid has ",
+        plan.target.grid, ") and an exchange area of ", area,
+        " floats per group (the workspace has ", plan.workspace_floats, ")"));
+  }
+  plan.groups = static_cast<int>(fit);
   return absl::OkStatus();
 }
 
@@ -147,7 +178,11 @@ namespace {
 class ClusterBody {
  public:
   ClusterBody(const MlpStepPlan& plan, std::string& code)
-      : plan_(plan), s_(LayoutFor(plan, plan.cluster)), d_(plan.widths), code_(code) {}
+      : plan_(plan),
+        s_(LayoutFor(plan, plan.cluster)),
+        d_(plan.widths),
+        groups_(plan.groups > 0),
+        code_(code) {}
 
   void Emit(bool batched, bool shared_features, bool shared_labels, bool phase_clock);
 
@@ -166,6 +201,51 @@ class ClusterBody {
   void Line(const std::string& s) { absl::StrAppend(&code_, "  ", s, "\n"); }
   void Sync() { Line("SyncThreads();"); }
   void ClusterSync() { Line("SyncThreads();\n  ClusterSync();"); }
+  // Before the other blocks read `cols` columns of this block's rows x `ld` buffer at `src`:
+  // clusters read it in place after a cluster barrier; a group, once every block is done with
+  // the exchange area, copies it into this block's slot and meets at its barrier.
+  void Share(const std::string& src, int64_t ld, int64_t cols) {
+    if (!groups_) {
+      ClusterSync();
+      return;
+    }
+    Line("GroupSync(group_word, rank);  // Every block is done with the exchange area.");
+    Line(absl::StrCat("Publish<", s_.rows, ", ", cols, ", ", ld, ">(area + rank * ", s_.slot(),
+                      ", ", src, ");"));
+    Line("GroupSync(group_word, rank);");
+  }
+  // After the other blocks' reads of a shared buffer: a cluster's blocks overwrite it only after
+  // a barrier; a group's next Share waits for them itself, but this block's threads still meet
+  // before they read what the exchange wrote.
+  void SharedReadsDone() {
+    if (groups_) {
+      Sync();
+    } else {
+      ClusterSync();
+    }
+  }
+  // The reduce-scatter of the blocks' partial products (rows x `width`, in `full`), columns from
+  // c`column`, into the epilogue `e`.
+  std::string Reduce(int64_t cols, int64_t width, int column, const std::string& e) const {
+    if (groups_) {
+      return absl::StrCat("ReduceArea<", s_.rows, ", ", cols, ", ", width, ">(area, ", s_.slot(),
+                          ", c", column, ", ", e, ");");
+    }
+    return absl::StrCat("ReduceColumns<", s_.rows, ", ", cols, ", ", s_.full_ld, ">(",
+                        Smem(s_.full), ", c", column, ", ", e, ");");
+  }
+  // All-gather of the blocks' `chunk`-column slices (this block's at `slice`, leading dimension
+  // `ld`) into `full`.
+  void Gather(const std::string& slice, int64_t ld, int64_t chunk) {
+    if (!groups_) {
+      Line(absl::StrCat("GatherColumns<", s_.rows, ", ", chunk, ", ", ld, ", ", s_.full_ld, ">(",
+                        Smem(s_.full), ", ", slice, ");"));
+      return;
+    }
+    Share(slice, ld, chunk);
+    Line(absl::StrCat("GatherArea<", s_.rows, ", ", chunk, ", ", s_.full_ld, ">(", Smem(s_.full),
+                      ", area, ", s_.slot(), ");"));
+  }
   // SGD on W_l's outputs of an m x n product whose rows and columns past `rows` and `cols`
   // (expressions) are padding (`padded`: some are, for some block).
   std::string SgdOf(int l, const std::string& w_smem, const std::string& offset,
@@ -184,6 +264,7 @@ class ClusterBody {
   const MlpStepPlan& plan_;
   const Layout s_;
   const std::vector<int>& d_;
+  const bool groups_;  // kGroups: exchanges through the workspace, group barriers.
   std::string& code_;
 };
 
@@ -247,8 +328,7 @@ void ClusterBody::Forward(int l) {
                     s_.row_parallel[l] ? " (row-parallel)." : " (column-parallel)."));
   if (!s_.row_parallel[l]) {
     if (l > 0) {
-      Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ",
-                        s_.full_ld, ">(", Smem(s_.full), ", ", Smem(s_.h[l]), ");"));
+      Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
       Sync();
     }
     Line(
@@ -262,12 +342,12 @@ void ClusterBody::Forward(int l) {
   Line(absl::StrCat(Gemm(rows, s_.padded[l + 1], s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true),
                     "::Run(", Smem(s_.h[l]), ", ", Smem(s_.w[l]), ", Store{", Smem(s_.full), ", ",
                     s_.full_ld, "});"));
-  ClusterSync();
-  Line(absl::StrCat("ReduceColumns<", rows, ", ", s_.chunk(l + 1), ", ", s_.full_ld, ">(",
-                    Smem(s_.full), ", c", l + 1, ", BiasRelu{", Smem(s_.h[l + 1]), ", ",
-                    s_.h_ld[l + 1], ", ", Smem(s_.bias[l]), "});"));
+  Share(Smem(s_.full), s_.full_ld, s_.padded[l + 1]);
+  Line(Reduce(s_.chunk(l + 1), s_.padded[l + 1], l + 1,
+              absl::StrCat("BiasRelu{", Smem(s_.h[l + 1]), ", ", s_.h_ld[l + 1], ", ",
+                           Smem(s_.bias[l]), "}")));
   Line("// Every block has read the partial products: they may be overwritten.");
-  ClusterSync();
+  SharedReadsDone();
 }
 
 void ClusterBody::Head() {
@@ -278,8 +358,7 @@ void ClusterBody::Head() {
   std::string input;  // Its input: whole (in `full`) or this block's slice.
   if (!s_.row_parallel[l]) {
     if (l > 0) {
-      Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ",
-                        s_.full_ld, ">(", Smem(s_.full), ", ", Smem(s_.h[l]), ");"));
+      Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
       Sync();
     }
     Line(absl::StrCat(Gemm(rows, classes, s_.padded[l], s_.full_ld, false, s_.w_ld[l], true),
@@ -289,13 +368,18 @@ void ClusterBody::Head() {
     const std::string partial = Smem(s_.partial_logits);
     Line(absl::StrCat(Gemm(rows, classes, s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true),
                       "::Run(", Smem(s_.h[l]), ", ", w, ", Store{", partial, ", ", s_.z_ld, "});"));
-    ClusterSync();
+    Share(partial, s_.z_ld, classes);
+    // Partial logit (m, n) of block r: in its shared memory, or in its slot of the group's area.
+    auto part = [&](const char* r) {
+      return groups_
+                 ? absl::StrCat("LoadCg(area + ", r, " * ", s_.slot(), " + m * ", classes, " + n)")
+                 : absl::StrCat("Remote(", partial, " + m * ", s_.z_ld, " + n, ", r, ")[0]");
+    };
     Line(absl::StrCat("for (int i = threadIdx.x; i < ", rows * classes,
                       "; i += kThreads) {\n    const int m = i / ", classes, ", n = i - m * ",
-                      classes, ";\n    float v = Remote(", partial, " + m * ", s_.z_ld,
-                      " + n, 0)[0];\n    for (int r = 1; r < kRanks; ++r) v += Remote(", partial,
-                      " + m * ", s_.z_ld, " + n, r)[0];\n    ", z, "[m * ", s_.z_ld, " + n] = v + ",
-                      Smem(s_.bias[l]), "[n];\n  }"));
+                      classes, ";\n    float v = ", part("0"),
+                      ";\n    for (int r = 1; r < kRanks; ++r) v += ", part("r"), ";\n    ", z,
+                      "[m * ", s_.z_ld, " + n] = v + ", Smem(s_.bias[l]), "[n];\n  }"));
   }
   Sync();
   Line(absl::StrCat("SoftmaxCrossEntropy<", plan_.batch, ", ", rows, ", ", d_[layers], ", ",
@@ -361,8 +445,7 @@ void ClusterBody::Backward(int l) {
     Line("CpAsyncCommit();");
     Line("CpAsyncWaitAll();");
   } else {
-    Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.h_ld[l], ", ", s_.full_ld,
-                      ">(", full, ", ", Smem(s_.h[l]), ");"));
+    Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
   }
   Sync();
   Line(absl::StrCat(
@@ -380,15 +463,14 @@ void ClusterBody::Backward(int l) {
   Line(
       absl::StrCat(Gemm(rows, s_.padded[l], s_.chunk(l + 1), s_.slice_ld, false, s_.w_ld[l], false),
                    "::Run(", slice, ", ", w, ", Store{", full, ", ", s_.full_ld, "});"));
-  ClusterSync();
-  Line(absl::StrCat("ReduceColumns<", rows, ", ", s_.chunk(l), ", ", s_.full_ld, ">(", full, ", c",
-                    l, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ", s_.h_ld[l],
-                    "});"));
-  ClusterSync();
-  Line(absl::StrCat("GatherColumns<", rows, ", ", s_.chunk(l), ", ", s_.slice_ld, ", ", s_.full_ld,
-                    ">(", full, ", ", slice, ");"));
+  Share(full, s_.full_ld, s_.padded[l]);
+  Line(Reduce(s_.chunk(l), s_.padded[l], l,
+              absl::StrCat("Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ",
+                           s_.h_ld[l], "}")));
+  SharedReadsDone();
+  Gather(slice, s_.slice_ld, s_.chunk(l));
   Line("// Every block has gathered the slices: they may be overwritten.");
-  ClusterSync();
+  SharedReadsDone();
 }
 
 void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, bool phase_clock) {
@@ -396,8 +478,17 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
   const int64_t batch = plan_.batch;
   Line("using namespace mlpc;");
   Line("float* const sm = SharedBase();");
-  Line("const int rank = static_cast<int>(Rank());");
-  Line("const int k = blockIdx.x / kRanks;");
+  if (groups_) {
+    // Group g trains models g, g + groups, ...: the grid is a multiple of kRanks.
+    Line("const int rank = blockIdx.x % kRanks, group = blockIdx.x / kRanks;");
+    Line("unsigned* const group_word = barrier + 2 + group;");
+    Line(absl::StrCat("float* const area = ws + static_cast<size_t>(group) * ",
+                      GroupAreaFloats(plan_), ";"));
+    Line("for (int k = group; k < kModels; k += gridDim.x / kRanks) {");
+  } else {
+    Line("const int rank = static_cast<int>(Rank());");
+    Line("const int k = blockIdx.x / kRanks;");
+  }
   Line("const float lr_ = lr[0], mu_ = momentum[0], wd_ = weight_decay[0];");
   if (phase_clock) Line("StampPhase(phase_clock, 0);");
   if (!batched) Line("float* const model_loss = nullptr;");
@@ -441,6 +532,12 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
   }
   Line(absl::StrCat("if (rank == 0 && threadIdx.x == 0) ModelLoss<", plan_.batch, ">(",
                     Smem(s_.row_loss), ", k, kModels, model_loss, loss, barrier + 1);"));
+  if (groups_) {
+    // The next model's loads overwrite only this block's shared memory, which no other block
+    // reads; its first Share waits for the group's reads of the exchange area.
+    Line("SyncThreads();\n  }");
+    return;
+  }
   Line("// No block leaves while another may still read its shared memory.");
   ClusterSync();
 }

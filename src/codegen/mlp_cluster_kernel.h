@@ -17,6 +17,12 @@
 // Each block applies SGD to the weights it owns; the step-start weights stay in shared memory,
 // so every update uses them.
 //
+// kGroups runs the same code in one cooperative launch: a model's blocks are a group that
+// exchanges through its area of the workspace (each block copies what the others read into its
+// slot, L2 only) and meets at a barrier word of its own, so models are not limited to one wave of
+// hardware clusters, and each group trains models k, k + groups, ... in turn. The sums are the
+// clusters' in the same order: the same bits for the same blocks per model.
+//
 // Padding: the batch is padded to a multiple of 16, hidden widths to multiples of 16 ranks,
 // features and classes to multiples of 16, all with zeros (padding rows get a zero loss
 // gradient, padding columns zero weights and biases), so every product tiles exactly.
@@ -34,10 +40,16 @@ namespace reprise::codegen {
 // Chooses the blocks per model for `plan` (models, batch, widths and target set): the fewest
 // whose shared memory fits, doubled while twice the blocks would still fill at most half of
 // target.grid (more blocks per model shorten its chain of products), and at most 8, the portable
-// cluster size. Sets plan.cluster, shared_bytes, phases and barriers.
-// kUnimplemented, saying why, where even 8 blocks per model do not fit or the target is not 256
-// threads per block.
-absl::Status PlanCluster(MlpStepPlan& plan);
+// cluster size. Sets plan.cluster, shared_bytes, phases and barriers; with `groups` (kGroups)
+// also plan.groups: as many groups as the grid holds, at most one per model, as many barrier
+// words as there are and as many exchange areas (GroupAreaFloats each) as the workspace holds.
+// kUnimplemented, saying why, where even 8 blocks per model do not fit, the target is not 256
+// threads per block, or (kGroups) no group fits.
+absl::Status PlanCluster(MlpStepPlan& plan, bool groups = false);
+
+// kGroups: the workspace floats of one group's exchange area (a slot per block, each as large
+// as the widest activation of the model's padded batch).
+int64_t GroupAreaFloats(const MlpStepPlan& plan);
 
 // The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
 // MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block.
@@ -45,7 +57,8 @@ std::string MlpStepKernelSignature(const char* name, int layers, int threads, bo
                                    bool phase_clock);
 
 // The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
-// BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster.
+// BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster,
+// or (plan.groups > 0) a multiple of plan.cluster blocks, at most plan.grid(), cooperatively.
 // With `phase_clock`, index 0 is each block's start and index i + 1 the end of section i.
 GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
                                   bool shared_labels, bool phase_clock);

@@ -534,6 +534,13 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
 
   const bool auto_cluster =
       target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kClusterMinModels;
+  const bool auto_groups = target.schedule == MlpSchedule::kAuto && models >= kGroupsMinModels;
+  if (target.schedule == MlpSchedule::kGroups || auto_groups) {
+    MlpStepPlan grouped = plan;
+    const absl::Status status = PlanCluster(grouped, /*groups=*/true);
+    if (status.ok()) return grouped;
+    if (target.schedule == MlpSchedule::kGroups) return status;
+  }
   if (target.schedule == MlpSchedule::kCluster || auto_cluster) {
     const absl::Status clustered = PlanCluster(plan);
     if (clustered.ok()) return plan;

@@ -44,7 +44,18 @@ namespace reprise::codegen {
 //                 weights and activations in the blocks' shared memory, the layers split between
 //                 the blocks (see mlp_cluster_kernel.h). Not a cooperative launch: models beyond
 //                 one wave of clusters run in later waves.
-//   kAuto:        kCluster for TF32 ensembles of at least kClusterMinModels models where it fits
+//   kGroups:      kCluster's kernel in one cooperative launch instead: each model's blocks are a
+//                 group that exchanges activations through its own area of the workspace (L2)
+//                 and waits at a barrier word of its own; every group is co-resident, so every
+//                 model whose group fits the grid runs at once (hardware clusters of 4 fit 30 to a
+//                 wave on an H100 or H200, whose other SMs sit idle), and a group trains models
+//                 k, k + groups, ... in turn.
+//   kAuto:        kGroups for ensembles of at least kGroupsMinModels models where it fits
+//                 (measured on an H200, docs/benchmarks.md, session 17, the issue-9 MLPs: at
+//                 K = 32 51 us against 76 for the clusters' two waves and 77 for the layer phases
+//                 in TF32, 64 against 88 in f32; at K = 128 208 against 206 for the row chain in
+//                 TF32, 254 against 283 in f32); else kCluster for TF32 ensembles of at least
+//                 kClusterMinModels models where it fits
 //                 (measured on an H100, docs/benchmarks.md, session 12: the clusters beat both
 //                 other schedules there at K = 8 and 32 and tie the row chain at K = 128; in
 //                 strict f32, whose SIMT products are issue-bound in 4 or 8 SMs per model, and
@@ -52,9 +63,10 @@ namespace reprise::codegen {
 //                 models where it fits, else kLayerPhases. Measured on an H100 (docs/benchmarks.md,
 //                 session 11), the issue-9 MLPs 64-256-256-10 at batch 64: layer phases faster at K
 //                 = 4 and 8, the two equal at K = 32, the row chain 6-8% faster at K = 128.
-enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster };
+enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kGroups };
 inline constexpr int kRowChainMinModels = 32;
 inline constexpr int kClusterMinModels = 8;
+inline constexpr int kGroupsMinModels = 32;
 
 // What the kernel is planned for. Correct for any grid that is co-resident; tiles are sized for
 // `grid` blocks of `threads` threads.
@@ -86,7 +98,8 @@ struct MlpStepPlan {
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
   bool row_chain = false;            // The kRowChain schedule; its row blocks are head_rows.
-  int cluster = 0;                   // kCluster: blocks per model (one cluster); else 0.
+  int cluster = 0;                   // kCluster, kGroups: blocks per model; else 0.
+  int groups = 0;                    // kGroups: the groups launched (each `cluster` blocks).
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
   std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
                                      // row chain: tm = head_rows).
@@ -103,13 +116,16 @@ struct MlpStepPlan {
   int barriers = 0;
 
   int layers() const { return static_cast<int>(widths.size()) - 1; }
-  // Blocks to launch: models x cluster for kCluster (in clusters of `cluster`), else the target's
-  // grid (cooperatively).
-  int grid() const { return cluster > 0 ? models * cluster : target.grid; }
+  // Blocks to launch: models x cluster for kCluster (in clusters of `cluster`), groups x cluster
+  // for kGroups (cooperatively), else the target's grid (cooperatively).
+  int grid() const {
+    return cluster == 0 ? target.grid : groups > 0 ? groups * cluster : models * cluster;
+  }
 };
 
 // Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,
-// the low 31 bits count arrivals and are 0 between barriers and launches. The rest is reserved.
+// the low 31 bits count arrivals and are 0 between barriers and launches. Word 1 counts the models
+// whose loss is in (kCluster, kGroups); words 2.. are kGroups' group barriers, like word 0.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.

@@ -176,11 +176,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContex
                                                             KernelArgs args, int grid) {
   const dim3 block(plan.target.threads);
   const auto shared = static_cast<unsigned>(plan.shared_bytes);
-  if (plan.cluster > 0) {
+  if (plan.cluster > 0 && plan.groups == 0) {
     ASSIGN_OR_RETURN(std::unique_ptr<ClusterKernel> kernel,
                      ClusterKernel::Create(ctx, node_name, source, plan.grid(), plan.cluster, block,
                                            shared, std::move(args)));
     return std::unique_ptr<GpuKernel>(std::move(kernel));
+  }
+  if (plan.groups > 0 && grid > 0 && (grid % plan.cluster != 0 || grid > plan.grid())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node_name, "': the group schedule launches a multiple of ",
+                     plan.cluster, " blocks, at most ", plan.grid(), "; asked for ", grid));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CooperativeKernel> kernel,
                    CooperativeKernel::Create(ctx, node_name, source, grid > 0 ? grid : plan.grid(),

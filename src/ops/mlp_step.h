@@ -63,7 +63,8 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const runtime::DeviceInfo& device);
 codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx);
 
 // The launch of a planned step kernel `source` (with its arguments): cooperative on `grid` blocks
-// (0: the plan's), or for a cluster plan in clusters of plan.cluster blocks, plan.grid() of
+// (0: the plan's; for a kGroups plan a multiple of plan.cluster, at most plan.grid(), else
+// InvalidArgument), or for a kCluster plan in clusters of plan.cluster blocks, plan.grid() of
 // them (`grid` ignored). Errors name `node_name`.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,
                                                             const std::string& node_name,

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/codegen/mlp_cluster_kernel.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/runtime/kernel_store.h"
 
@@ -156,17 +157,20 @@ TEST(MlpStepKernelTest, RowChainPlansTwoPhasesOfRowBlockTiles) {
     for (int l = 1; l < 3; ++l) EXPECT_EQ(plan->dgrad[l].tm, plan->head_rows) << l;
     EXPECT_EQ(plan->wgrad.size(), 4u);
   }
-  // The default: for TF32 ensembles of kClusterMinModels or more, clusters wherever a model fits
-  // in 8 blocks' shared memory; otherwise (strict f32, fewer models, or 1024 wide: 4 MB of W_1)
-  // the row chain from kRowChainMinModels models, else layer phases.
+  // The default: for ensembles of kGroupsMinModels or more, groups wherever a model fits in 8
+  // blocks' shared memory; for TF32 ensembles of kClusterMinModels or more, clusters there;
+  // otherwise (strict f32 and fewer models, or 1024 wide: 4 MB of W_1) the row chain from
+  // kRowChainMinModels models, else layer phases.
   for (bool tf32 : {false, true}) {
     codegen::MlpStepTarget automatic;
     automatic.tf32 = tf32;
     for (int64_t models : {1, 7, 8, 31, 32, 128}) {
       auto plan = codegen::PlanMlpStep(64, {64, 256, 256, 10}, automatic, models);
       ASSERT_TRUE(plan.ok()) << plan.status();
-      const bool clustered = tf32 && models >= codegen::kClusterMinModels;
+      const bool grouped = models >= codegen::kGroupsMinModels;
+      const bool clustered = grouped || (tf32 && models >= codegen::kClusterMinModels);
       EXPECT_EQ(plan->cluster > 0, clustered) << models;
+      EXPECT_EQ(plan->groups > 0, grouped) << models;
       EXPECT_EQ(plan->row_chain, !clustered && models >= codegen::kRowChainMinModels) << models;
       auto wide = codegen::PlanMlpStep(64, {64, 1024, 1024, 10}, automatic, models);
       ASSERT_TRUE(wide.ok()) << wide.status();
@@ -293,6 +297,48 @@ TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
                                << (tf32 ? ", TF32: " : ": ") << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty());
   }
+}
+
+// The group schedule: the cluster kernel's layout in one cooperative launch, every model at once
+// where the grid holds a group per model (32 issue-9 models on an H100's 132 SMs), else in
+// rounds; each group's exchange area fits in the workspace; the kernels compile.
+TEST(MlpStepKernelTest, GroupKernelsCompileForSm90AndFitTheGridAndWorkspace) {
+  const std::vector<EnsembleShape> shapes = {
+      {32, 64, {64, 256, 256, 10}, true, false, false},
+      {128, 64, {64, 256, 256, 10}, true, false, false},
+      {3, 5, {3, 7, 7, 3}, false, true, true},
+      {6, 17, {33, 45, 45, 45, 7}, false, false, false},
+      {2, 9, {6, 8, 4}, true, true, true},
+  };
+  for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
+    codegen::MlpStepTarget target;
+    target.aligned = s.aligned;
+    target.tf32 = tf32;
+    target.schedule = codegen::MlpSchedule::kGroups;
+    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_GE(plan->groups, 1);
+    EXPECT_LE(plan->groups, s.models);
+    EXPECT_LE(plan->grid(), target.grid);
+    EXPECT_EQ(plan->grid(), plan->groups * plan->cluster);
+    EXPECT_LE(plan->groups * codegen::GroupAreaFloats(*plan), plan->workspace_floats);
+    EXPECT_LE(plan->groups + 2, codegen::kMlpStepBarrierWords);
+    const codegen::GeneratedKernel kernel =
+        codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
+                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
+  }
+  codegen::MlpStepTarget h100;
+  h100.schedule = codegen::MlpSchedule::kGroups;
+  auto issue9 = codegen::PlanMlpStep(64, {64, 256, 256, 10}, h100, 32);
+  ASSERT_TRUE(issue9.ok()) << issue9.status();
+  EXPECT_EQ(issue9->cluster, 4);
+  EXPECT_EQ(issue9->groups, 32);  // One wave: hardware clusters of 4 hold 30.
+  // A lone layer's workspace (its loss gradient) holds no exchange area of 16 x 16 floats.
+  const auto lone = codegen::PlanMlpStep(9, {6, 4}, h100, 2);
+  EXPECT_EQ(lone.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(lone.status().message(), HasSubstr("exchange area"));
 }
 
 // Blocks per model: the fewest whose shared memory fits, doubled while the models fill at most a

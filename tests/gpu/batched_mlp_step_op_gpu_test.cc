@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -129,8 +130,9 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
   const Node& node() const { return graph_.node(node_); }
   int num_inputs() const { return static_cast<int>(node().inputs.size()); }
 
-  // The op's own lowering (grid 0), or its plan launched on `grid` blocks (with `phase_clock`,
-  // the kernel that stamps each phase into that buffer).
+  // The op's own lowering (grid 0 on a kAuto case), or its plan (for `schedule` where given)
+  // launched on `grid` blocks, 0: the plan's (with `phase_clock`, the kernel that stamps each
+  // phase into that buffer).
   // `threads`: blocks of that many threads instead of the lowering's (0).
   absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(
       int grid = 0, void* phase_clock = nullptr, int threads = 0, int chain_rows = 0,
@@ -143,12 +145,12 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
       (i < num_inputs() ? ctx.inputs : ctx.outputs).push_back(buffers_[i].data());
       if (i < num_inputs()) ctx.input_specs.push_back(specs_[i]);
     }
-    if (grid == 0 && GetParam().schedule == codegen::MlpSchedule::kAuto) {
+    if (grid == 0 && !schedule.has_value() && GetParam().schedule == codegen::MlpSchedule::kAuto) {
       return ops::BatchedMlpTrainStepOp().lower(ctx, node());
     }
-    if (grid == 0) grid = device_.sm_count;
     const bool shared_x = specs_[0].shape.rank() == 2, shared_y = specs_[1].shape.rank() == 1;
     ASSIGN_OR_RETURN(codegen::MlpStepPlan plan, Plan(threads, chain_rows, schedule));
+    if (grid == 0) grid = plan.grid();
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
@@ -283,12 +285,18 @@ TEST_P(BatchedMlpStepOpGpuTest, MatchesCpuReferenceOverThreeSteps) {
 }
 
 TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
-  if (Clustered()) GTEST_SKIP() << "the cluster schedule's grid is one cluster per model";
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan, Plan());
+  if (plan.cluster > 0 && plan.groups == 0) {
+    GTEST_SKIP() << "the cluster schedule's grid is one cluster per model";
+  }
   REPRISE_ASSERT_OK_AND_ASSIGN(auto full, Lower());
   ASSERT_NO_FATAL_FAILURE(Reset());
   ASSERT_NO_FATAL_FAILURE(Run(*full, 3));
   const std::vector<std::string> want = Snapshot();
-  for (int grid : {1, 3}) {
+  // The group schedule: one group training every model in turn, or three groups (at most the
+  // plan's).
+  const int unit = plan.groups > 0 ? plan.cluster : 1;
+  for (int grid : {unit, (plan.groups > 0 ? std::min(3, plan.groups) : 3) * unit}) {
     REPRISE_ASSERT_OK_AND_ASSIGN(auto small, Lower(grid));
     ASSERT_NO_FATAL_FAILURE(Reset());
     ASSERT_NO_FATAL_FAILURE(Run(*small, 3));
@@ -297,6 +305,34 @@ TEST_P(BatchedMlpStepOpGpuTest, OneOrThreeBlocksGiveTheFullGridsBits) {
       EXPECT_TRUE(got[i] == want[i]) << "tensor " << i + 6 << " differs on " << grid << " blocks";
     }
   }
+}
+
+// The group schedule runs the cluster kernel's code with its exchanges through the workspace: the
+// same sums in the same order, so the same bits as the clusters over three steps, where both have
+// as many blocks per model.
+TEST_P(BatchedMlpStepOpGpuTest, GroupsGiveTheClustersBits) {
+  if (GetParam().schedule != codegen::MlpSchedule::kGroups) GTEST_SKIP() << "not a group case";
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan mine, Plan());
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan clustered,
+                               Plan(0, 0, codegen::MlpSchedule::kCluster));
+  if (mine.cluster != clustered.cluster) {
+    GTEST_SKIP() << "the workspace holds exchange areas for " << mine.cluster
+                 << " blocks per model, the clusters have " << clustered.cluster;
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto groups, Lower());
+  ASSERT_NO_FATAL_FAILURE(Reset());
+  ASSERT_NO_FATAL_FAILURE(Run(*groups, 3));
+  const std::vector<std::string> want = Snapshot();
+  const ir::HostTensor want_loss = Download(num_inputs());
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto clusters,
+                               Lower(0, nullptr, 0, 0, codegen::MlpSchedule::kCluster));
+  ASSERT_NO_FATAL_FAILURE(Reset());
+  ASSERT_NO_FATAL_FAILURE(Run(*clusters, 3));
+  const std::vector<std::string> got = Snapshot();
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(got[i] == want[i]) << "tensor " << i + 6 << " differs";
+  }
+  EXPECT_EQ(std::memcmp(Download(num_inputs()).raw(), want_loss.raw(), 4), 0);
 }
 
 // Three steps from the same start give the same bits every time: the clusters' exchanges through
@@ -410,18 +446,18 @@ TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ClusterSectionTimes) {
 TEST_P(BatchedMlpStepOpGpuTest, DISABLED_ScheduleTimes) {
   if (GetParam().schedule != codegen::MlpSchedule::kAuto) GTEST_SKIP() << "timed on its kAuto case";
   const std::vector<std::pair<codegen::MlpSchedule, int>> variants = {
-      {codegen::MlpSchedule::kCluster, 0},   {codegen::MlpSchedule::kLayerPhases, 0},
-      {codegen::MlpSchedule::kRowChain, 0},  {codegen::MlpSchedule::kRowChain, 8},
-      {codegen::MlpSchedule::kRowChain, 16}, {codegen::MlpSchedule::kRowChain, 32},
-      {codegen::MlpSchedule::kRowChain, 64}};
+      {codegen::MlpSchedule::kCluster, 0},     {codegen::MlpSchedule::kGroups, 0},
+      {codegen::MlpSchedule::kLayerPhases, 0}, {codegen::MlpSchedule::kRowChain, 0},
+      {codegen::MlpSchedule::kRowChain, 8},    {codegen::MlpSchedule::kRowChain, 16},
+      {codegen::MlpSchedule::kRowChain, 32},   {codegen::MlpSchedule::kRowChain, 64}};
   for (const auto& [schedule, rows] : variants) {
     const std::string what =
-        schedule == codegen::MlpSchedule::kCluster ? std::string("clusters")
+        schedule == codegen::MlpSchedule::kCluster  ? std::string("clusters")
+        : schedule == codegen::MlpSchedule::kGroups ? std::string("groups")
         : schedule == codegen::MlpSchedule::kLayerPhases
             ? std::string("layer phases")
             : absl::StrCat("row chain, ", rows == 0 ? "planned" : absl::StrCat(rows), " rows");
-    absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel =
-        Lower(device_.sm_count, nullptr, 0, rows, schedule);
+    absl::StatusOr<std::unique_ptr<ops::GpuKernel>> kernel = Lower(0, nullptr, 0, rows, schedule);
     if (!kernel.ok()) {
       std::printf("SCHEDULE %s, %s: %s\n", GetParam().name, what.c_str(),
                   kernel.status().ToString().c_str());
@@ -522,6 +558,35 @@ INSTANTIATE_TEST_SUITE_P(
                true,
                false,
                codegen::MlpSchedule::kCluster},
+        // The cluster kernel in one cooperative launch (kGroups): every model at once at K = 32,
+        // in rounds of the grid's groups at K = 128.
+        OpCase{"K32Issue9Tf32Groups",
+               32,
+               {64, 64, 2, 256, 10},
+               false,
+               true,
+               codegen::MlpSchedule::kGroups},
+        OpCase{"K128Issue9Tf32Groups",
+               128,
+               {64, 64, 2, 256, 10},
+               false,
+               true,
+               codegen::MlpSchedule::kGroups},
+        OpCase{
+            "K4Issue9Groups", 4, {64, 64, 2, 256, 10}, false, false, codegen::MlpSchedule::kGroups},
+        OpCase{"K3OddSharedGroups", 3, {5, 3, 2, 7, 3}, true, false, codegen::MlpSchedule::kGroups},
+        OpCase{"K6UnalignedGroups",
+               6,
+               {17, 33, 3, 45, 7},
+               false,
+               false,
+               codegen::MlpSchedule::kGroups},
+        OpCase{"K6UnalignedTf32Groups",
+               6,
+               {17, 33, 3, 45, 7},
+               false,
+               true,
+               codegen::MlpSchedule::kGroups},
         OpCase{"K128Issue9Tf32", 128, {64, 64, 2, 256, 10}, false, true},
         OpCase{"K8Issue9Tf32", 8, {64, 64, 2, 256, 10}, false, true},
         OpCase{"K128Issue9", 128, {64, 64, 2, 256, 10}, false}),
