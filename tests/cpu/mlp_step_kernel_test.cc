@@ -267,6 +267,25 @@ TEST(MlpStepKernelTest, EnsembleWorkspaceStacksEveryBufferPerModel) {
 // The cluster schedule: the ensemble test's shapes, a single MLP, and a four-layer unaligned one
 // (column-, row-, column-parallel, then a row-parallel head) plan within shared memory and compile,
 // f32 and TF32.
+// The plan of `schedule` for shape `s`, and whether its kernel compiles for sm_90.
+absl::StatusOr<codegen::MlpStepPlan> PlanOf(const EnsembleShape& s, bool tf32,
+                                            codegen::MlpSchedule schedule) {
+  codegen::MlpStepTarget target;
+  target.aligned = s.aligned;
+  target.tf32 = tf32;
+  target.schedule = schedule;
+  return codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+}
+void ExpectCompiles(const codegen::MlpStepPlan& plan, const EnsembleShape& s, bool tf32) {
+  const codegen::GeneratedKernel kernel =
+      s.models == 1 ? codegen::MlpStepKernel(plan)
+                    : codegen::BatchedMlpStepKernel(plan, s.shared_features, s.shared_labels);
+  auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+  ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
+                             << (tf32 ? ", TF32: " : ": ") << compiled.status();
+  EXPECT_FALSE(compiled->cubin.empty());
+}
+
 TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
   const std::vector<EnsembleShape> shapes = {
       {32, 64, {64, 256, 256, 10}, true, false, false},
@@ -279,23 +298,13 @@ TEST(MlpStepKernelTest, ClusterKernelCompilesForSm90) {
       {1, 32, {256, 256, 256, 256, 10}, true, false, false},
   };
   for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
-    codegen::MlpStepTarget target;
-    target.aligned = s.aligned;
-    target.tf32 = tf32;
-    target.schedule = codegen::MlpSchedule::kCluster;
-    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+    auto plan = PlanOf(s, tf32, codegen::MlpSchedule::kCluster);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_GE(plan->cluster, 1);
     EXPECT_LE(plan->cluster, 8);
     EXPECT_EQ(plan->grid(), s.models * plan->cluster);
-    EXPECT_LE(plan->shared_bytes, target.max_shared_bytes);
-    const codegen::GeneratedKernel kernel =
-        s.models == 1 ? codegen::MlpStepKernel(*plan)
-                      : codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
-    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
-                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
-    EXPECT_FALSE(compiled->cubin.empty());
+    EXPECT_LE(plan->shared_bytes, plan->target.max_shared_bytes);
+    ExpectCompiles(*plan, s, tf32);
   }
 }
 
@@ -311,23 +320,15 @@ TEST(MlpStepKernelTest, GroupKernelsCompileForSm90AndFitTheGridAndWorkspace) {
       {2, 9, {6, 8, 4}, true, true, true},
   };
   for (const auto& [s, tf32] : WithAndWithoutTf32(shapes)) {
-    codegen::MlpStepTarget target;
-    target.aligned = s.aligned;
-    target.tf32 = tf32;
-    target.schedule = codegen::MlpSchedule::kGroups;
-    auto plan = codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+    auto plan = PlanOf(s, tf32, codegen::MlpSchedule::kGroups);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_GE(plan->groups, 1);
     EXPECT_LE(plan->groups, s.models);
-    EXPECT_LE(plan->grid(), target.grid);
+    EXPECT_LE(plan->grid(), plan->target.grid);
     EXPECT_EQ(plan->grid(), plan->groups * plan->cluster);
     EXPECT_LE(plan->groups * codegen::GroupAreaFloats(*plan), plan->workspace_floats);
     EXPECT_LE(plan->groups + 2, codegen::kMlpStepBarrierWords);
-    const codegen::GeneratedKernel kernel =
-        codegen::BatchedMlpStepKernel(*plan, s.shared_features, s.shared_labels);
-    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-    ASSERT_TRUE(compiled.ok()) << s.models << " models of batch " << s.batch
-                               << (tf32 ? ", TF32: " : ": ") << compiled.status();
+    ExpectCompiles(*plan, s, tf32);
   }
   codegen::MlpStepTarget h100;
   h100.schedule = codegen::MlpSchedule::kGroups;
