@@ -1,9 +1,10 @@
 // batched_mlp_train_step's lowering alone on the GPU: from the node the fuse pass makes of a
 // batched ensemble, one launch per step (any schedule, MlpSchedule) matches the
 // op's CPU reference over three steps (total and per-model losses, logits, every weight and
-// velocity), repeated runs give the same bits, and the cooperative schedules launched on 1 or 3
-// blocks (every block then runs many (model, tile) tasks, most not prefetched) give the full
-// grid's bits.
+// velocity), repeated runs give the same bits, the cooperative schedules launched on 1 or 3
+// blocks (every block then runs many (model, tile) tasks, most not prefetched; the group
+// schedule: on 1 or 3 groups, each training many models in turn) give the full grid's bits, and
+// the group schedule gives the clusters' bits.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
