@@ -413,9 +413,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
 
 // Through the plan's lowering (capture/lowered_step.cc lets 16-bit floats through on
 // low_precision_lowering): a mixed-precision layer in either layout, fused and plain, with its
-// recomputes (one batch norm + ReLU, one chain of block outputs), against the CPU reference (16-bit tensors through float32). One tolerance serves every
-// output, so it is the bfloat16 outputs' 1e-2; the float32 statistics are held to 1e-5 by the tests
-// above.
+// recomputes (one batch norm + ReLU, one chain of block outputs), against the CPU reference (16-bit
+// tensors through float32). One tolerance serves every output, so it is the bfloat16 outputs' 1e-2;
+// the float32 statistics are held to 1e-5 by the tests above.
 struct GraphCase {
   int64_t n, h, w, c;
   Layout layout = Layout::kNHWC;
