@@ -1,6 +1,7 @@
 #include "src/codegen/mlp_cluster_kernel.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -129,6 +130,13 @@ int64_t AreaFloats(const MlpStepPlan& plan, int ranks) {
 
 int64_t GroupAreaFloats(const MlpStepPlan& plan) { return AreaFloats(plan, plan.cluster); }
 
+int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
+  MlpStepPlan plan;
+  plan.batch = static_cast<int>(batch);
+  plan.widths.assign(widths.begin(), widths.end());
+  return 2 * AreaFloats(plan, 4) * std::min<int64_t>(models, kMlpStepBarrierWords - 2);
+}
+
 absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   if (plan.target.threads != 256) {
     return absl::UnimplementedError(absl::StrCat(
@@ -158,6 +166,7 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   plan.phases = 2 * plan.layers();  // Stamped sections: loads, each forward, head, each backward.
   plan.barriers = 0;
   plan.groups = 0;
+  plan.exchange_areas = 0;
   if (!groups) return absl::OkStatus();
   const int64_t area = GroupAreaFloats(plan);
   const int64_t fit = std::min<int64_t>({plan.models, plan.target.grid / ranks,
@@ -169,6 +178,7 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
         " floats per group (the workspace has ", plan.workspace_floats, ")"));
   }
   plan.groups = static_cast<int>(fit);
+  plan.exchange_areas = plan.workspace_floats >= 2 * fit * area ? 2 : 1;
   return absl::OkStatus();
 }
 
@@ -177,14 +187,17 @@ namespace {
 // Writes the kernel body: statements appended to `code`.
 class ClusterBody {
  public:
-  ClusterBody(const MlpStepPlan& plan, std::string& code)
+  // `exchanges`: Share calls per model (kGroups with two areas; see Exchanges()).
+  ClusterBody(const MlpStepPlan& plan, std::string& code, int exchanges = 0)
       : plan_(plan),
         s_(LayoutFor(plan, plan.cluster)),
         d_(plan.widths),
         groups_(plan.groups > 0),
+        exchanges_per_model_(exchanges),
         code_(code) {}
 
   void Emit(bool batched, bool shared_features, bool shared_labels, bool phase_clock);
+  int Exchanges() const { return exchanges_; }
 
  private:
   // A product's type: out(m, n) = sum over p of A(m, p) B(p, n) (see mlpc::Gemm).
@@ -209,9 +222,20 @@ class ClusterBody {
       ClusterSync();
       return;
     }
-    Line("GroupSync(group_word, rank);  // Every block is done with the exchange area.");
-    Line(absl::StrCat("Publish<", s_.rows, ", ", cols, ", ", ld, ">(area + rank * ", s_.slot(),
-                      ", ", src, ");"));
+    // Exchange e uses area e % 2 (of two): the group's last barrier, of the exchange before,
+    // came after every block's reads of this area, except where a model's first exchange follows
+    // the previous model's last in the same area (an odd count per model).
+    const int e = exchanges_++;
+    const bool alternate = plan_.exchange_areas == 2;
+    if (!alternate || (e == 0 && exchanges_per_model_ % 2 == 1)) {
+      Line("GroupSync(group_word, rank);  // Every block is done with the exchange area.");
+    } else {
+      Sync();  // This block's threads have written what it publishes.
+    }
+    area_ = alternate && e % 2 == 1 ? absl::StrCat("(area + ", GroupAreaFloats(plan_), ")")
+                                    : std::string("area");
+    Line(absl::StrCat("Publish<", s_.rows, ", ", cols, ", ", ld, ">(", area_, " + rank * ",
+                      s_.slot(), ", ", src, ");"));
     Line("GroupSync(group_word, rank);");
   }
   // After the other blocks' reads of a shared buffer: a cluster's blocks overwrite it only after
@@ -228,8 +252,8 @@ class ClusterBody {
   // c`column`, into the epilogue `e`.
   std::string Reduce(int64_t cols, int64_t width, int column, const std::string& e) const {
     if (groups_) {
-      return absl::StrCat("ReduceArea<", s_.rows, ", ", cols, ", ", width, ">(area, ", s_.slot(),
-                          ", c", column, ", ", e, ");");
+      return absl::StrCat("ReduceArea<", s_.rows, ", ", cols, ", ", width, ">(", area_, ", ",
+                          s_.slot(), ", c", column, ", ", e, ");");
     }
     return absl::StrCat("ReduceColumns<", s_.rows, ", ", cols, ", ", s_.full_ld, ">(",
                         Smem(s_.full), ", c", column, ", ", e, ");");
@@ -244,7 +268,7 @@ class ClusterBody {
     }
     Share(slice, ld, chunk);
     Line(absl::StrCat("GatherArea<", s_.rows, ", ", chunk, ", ", s_.full_ld, ">(", Smem(s_.full),
-                      ", area, ", s_.slot(), ");"));
+                      ", ", area_, ", ", s_.slot(), ");"));
   }
   // SGD on W_l's outputs of an m x n product whose rows and columns past `rows` and `cols`
   // (expressions) are padding (`padded`: some are, for some block).
@@ -255,6 +279,15 @@ class ClusterBody {
                         "k + ", offset, ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ",
                         cols, ", lr_, mu_, wd_}");
   }
+  // W_l's weight gradient, the m x n product of A(m, p) = a[p a_ld + m] and b (b_ld), p over the
+  // batch rows, and its SGD, the weights' rows from `offset` (global, m gld + n) and w_smem (step
+  // start) on: in chunks of rows through h_{l+1}'s buffer (free in layer l's backward) and
+  // SgdRows where one fits, else in the product's Sgd epilogue. `before` emits work that goes
+  // ahead of the products.
+  void WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b, int64_t b_ld,
+                  int64_t m, int64_t n, const std::string& w_smem, const std::string& offset,
+                  const std::string& rows, const std::string& cols, bool padded,
+                  const std::function<void()>& before = {});
   void Loads();
   void LoadFeatures();
   void Forward(int l);
@@ -265,6 +298,9 @@ class ClusterBody {
   const Layout s_;
   const std::vector<int>& d_;
   const bool groups_;  // kGroups: exchanges through the workspace, group barriers.
+  const int exchanges_per_model_;
+  int exchanges_ = 0;          // Share calls emitted so far.
+  std::string area_ = "area";  // The exchange area of the latest Share.
   std::string& code_;
 };
 
@@ -322,6 +358,44 @@ void ClusterBody::Loads() {
   Sync();
 }
 
+void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b,
+                             int64_t b_ld, int64_t m, int64_t n, const std::string& w_smem,
+                             const std::string& offset, const std::string& rows,
+                             const std::string& cols, bool padded,
+                             const std::function<void()>& before) {
+  const int64_t stage_ld = n + 4;
+  int64_t chunk = 0;  // Rows per pass: the most that divide m and fit the stage.
+  if (l + 1 < s_.layers) {
+    const int64_t stage_floats = s_.rows * s_.h_ld[l + 1];
+    for (int64_t r = 16; r <= m; r += 16) {
+      if (m % r == 0 && r * stage_ld <= stage_floats) chunk = r;
+    }
+  }
+  if (chunk == 0) {
+    if (before) before();
+    Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false), "::Run(", a, ", ", b, ", ",
+                      SgdOf(l, w_smem, offset, rows, cols, padded), ");"));
+    return;
+  }
+  const std::string stage = Smem(s_.h[l + 1]);
+  const int64_t gld = d_[l];
+  if (before) before();
+  Line(absl::StrCat("#pragma unroll 1\n  for (int q = 0; q < ", m / chunk, "; ++q) {"));
+  Line(absl::StrCat("  const size_t at = ", offset, " + static_cast<size_t>(q) * ", chunk * gld,
+                    ";"));
+  Line(absl::StrCat("  const int rows_q = ", rows, " - q * ", chunk, ";"));
+  Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
+  Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
+  Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false), "::Run(", a, " + q * ",
+                    chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
+  Line("  SyncThreads();");
+  Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
+                    chunk * s_.w_ld[l], ", ", s_.w_ld[l], ", w", l, "k + at, vw", l, "k + at, ",
+                    gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
+  Line("  SyncThreads();  // The stage is read: the next chunk may overwrite it.");
+  Line("}");
+}
+
 void ClusterBody::Forward(int l) {
   const int64_t rows = s_.rows;
   Line(absl::StrCat("// Forward of layer ", l,
@@ -371,9 +445,9 @@ void ClusterBody::Head() {
     Share(partial, s_.z_ld, classes);
     // Partial logit (m, n) of block r: in its shared memory, or in its slot of the group's area.
     auto part = [&](const char* r) {
-      return groups_
-                 ? absl::StrCat("LoadCg(area + ", r, " * ", s_.slot(), " + m * ", classes, " + n)")
-                 : absl::StrCat("Remote(", partial, " + m * ", s_.z_ld, " + n, ", r, ")[0]");
+      return groups_ ? absl::StrCat("LoadCg(", area_, " + ", r, " * ", s_.slot(), " + m * ",
+                                    classes, " + n)")
+                     : absl::StrCat("Remote(", partial, " + m * ", s_.z_ld, " + n, ", r, ")[0]");
     };
     Line(absl::StrCat("for (int i = threadIdx.x; i < ", rows * classes,
                       "; i += kThreads) {\n    const int m = i / ", classes, ", n = i - m * ",
@@ -419,23 +493,23 @@ void ClusterBody::Backward(int l) {
   const std::string full = Smem(s_.full), slice = Smem(s_.slice), w = Smem(s_.w[l]);
   Line(absl::StrCat("// Backward of layer ", l, "."));
   if (s_.row_parallel[l]) {
-    // dz_l is whole (in `full`); its input h_l is this block's slice.
-    Line(
-        absl::StrCat(Gemm(s_.padded[l + 1], s_.chunk(l), rows, s_.full_ld, true, s_.h_ld[l], false),
-                     "::Run(", full, ", ", Smem(s_.h[l]), ", ",
-                     SgdOf(l, w, absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
-                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
-                           d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
-                     ");"));
+    // dz_l is whole (in `full`); its input h_l is this block's slice. l >= 1 here: the data
+    // gradient of this block's input columns is local; it reads the step-start weights, so it
+    // comes first.
+    auto dgrad = [&] {
+      Line(absl::StrCat(
+          Gemm(rows, s_.chunk(l), s_.padded[l + 1], s_.full_ld, false, s_.w_ld[l], false), "::Run(",
+          full, ", ", w, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ",
+          s_.h_ld[l], "});"));
+    };
+    WeightStep(l, full, s_.full_ld, Smem(s_.h[l]), s_.h_ld[l], s_.padded[l + 1], s_.chunk(l), w,
+               absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
+               absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
+               d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l], dgrad);
     Line(absl::StrCat("BiasSgd<", rows, ">(", full, " + c", l + 1, ", ", s_.full_ld, ", ",
                       Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1,
                       ", Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1),
                       "), lr_, mu_, wd_);"));
-    // l >= 1 here: the data gradient of this block's input columns is local.
-    Line(absl::StrCat(
-        Gemm(rows, s_.chunk(l), s_.padded[l + 1], s_.full_ld, false, s_.w_ld[l], false), "::Run(",
-        full, ", ", w, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ", s_.h_ld[l],
-        "});"));
     Sync();
     return;
   }
@@ -448,13 +522,10 @@ void ClusterBody::Backward(int l) {
     Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
   }
   Sync();
-  Line(absl::StrCat(
-      Gemm(s_.chunk(l + 1), s_.padded[l], rows, s_.slice_ld, true, s_.full_ld, false), "::Run(",
-      slice, ", ", full, ", ",
-      SgdOf(l, w, absl::StrCat("static_cast<size_t>(c", l + 1, ") * ", d_[l]),
-            absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
-            absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]),
-      ");"));
+  WeightStep(l, slice, s_.slice_ld, full, s_.full_ld, s_.chunk(l + 1), s_.padded[l], w,
+             absl::StrCat("static_cast<size_t>(c", l + 1, ") * ", d_[l]),
+             absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
+             absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]);
   Line(absl::StrCat("BiasSgd<", rows, ">(", slice, ", ", s_.slice_ld, ", ", Smem(s_.bias[l]), ", b",
                     l, "k + c", l + 1, ", vb", l, "k + c", l + 1, ", Valid(", d_[l + 1], ", c",
                     l + 1, ", ", s_.chunk(l + 1), "), lr_, mu_, wd_);"));
@@ -483,7 +554,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
     Line("const int rank = blockIdx.x % kRanks, group = blockIdx.x / kRanks;");
     Line("unsigned* const group_word = barrier + 2 + group;");
     Line(absl::StrCat("float* const area = ws + static_cast<size_t>(group) * ",
-                      GroupAreaFloats(plan_), ";"));
+                      plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
     Line("for (int k = group; k < kModels; k += gridDim.x / kRanks) {");
   } else {
     Line("const int rank = static_cast<int>(Rank());");
@@ -579,7 +650,11 @@ GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool sh
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\n",
                   MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock));
-  ClusterBody(plan, code).Emit(batched, shared_features, shared_labels, phase_clock);
+  std::string scratch;  // A first pass counts the exchanges per model.
+  ClusterBody counting(plan, scratch);
+  counting.Emit(batched, shared_features, shared_labels, phase_clock);
+  ClusterBody(plan, code, counting.Exchanges())
+      .Emit(batched, shared_features, shared_labels, phase_clock);
   absl::StrAppend(&code, "}\n");
   return {name, std::move(code)};
 }

@@ -29,7 +29,9 @@
 #ifndef REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
 #define REPRISE_SRC_CODEGEN_MLP_CLUSTER_KERNEL_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "src/codegen/generated_kernel.h"
@@ -42,7 +44,8 @@ namespace reprise::codegen {
 // target.grid (more blocks per model shorten its chain of products), and at most 8, the portable
 // cluster size. Sets plan.cluster, shared_bytes, phases and barriers; with `groups` (kGroups)
 // also plan.groups: as many groups as the grid holds, at most one per model, as many barrier
-// words as there are and as many exchange areas (GroupAreaFloats each) as the workspace holds.
+// words as there are and as many exchange areas (GroupAreaFloats each) as the workspace holds, and
+// plan.exchange_areas: 2 where the workspace holds two for each of them.
 // kUnimplemented, saying why, where even 8 blocks per model do not fit, the target is not 256
 // threads per block, or (kGroups) no group fits.
 absl::Status PlanCluster(MlpStepPlan& plan, bool groups = false);
@@ -50,6 +53,12 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups = false);
 // kGroups: the workspace floats of one group's exchange area (a slot per block, each as large
 // as the widest activation of the model's padded batch).
 int64_t GroupAreaFloats(const MlpStepPlan& plan);
+
+// What MlpStepWorkspaceFloats reserves for kGroups (it needs no target): two exchange areas per
+// group, at 4 blocks per model (the issue-9 MLPs' fewest in 227 KiB of shared memory), for as many
+// groups as there are barrier words. Where a plan needs more blocks per model, its groups get one
+// area each, or fewer groups.
+int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models);
 
 // The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
 // MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block.

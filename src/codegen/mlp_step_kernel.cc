@@ -438,6 +438,8 @@ int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths
   int64_t total = Align32(rows);  // Row losses.
   for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
   for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
+  if (models >= kGroupsMinModels)
+    total = std::max(total, GroupsWorkspaceFloats(batch, widths, models));
   return total;
 }
 

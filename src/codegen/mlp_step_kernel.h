@@ -97,9 +97,13 @@ struct MlpStepPlan {
   int batch = 0;            // Per model.
   std::vector<int> widths;  // d_0 .. d_L.
   MlpStepTarget target;
-  bool row_chain = false;            // The kRowChain schedule; its row blocks are head_rows.
-  int cluster = 0;                   // kCluster, kGroups: blocks per model; else 0.
-  int groups = 0;                    // kGroups: the groups launched (each `cluster` blocks).
+  bool row_chain = false;  // The kRowChain schedule; its row blocks are head_rows.
+  int cluster = 0;         // kCluster, kGroups: blocks per model; else 0.
+  int groups = 0;          // kGroups: the groups launched (each `cluster` blocks).
+  // kGroups: exchange areas per group (GroupAreaFloats each), 1 or 2. With 2, consecutive
+  // exchanges alternate between them, so a block publishes without first waiting for the group to
+  // finish reading the previous exchange.
+  int exchange_areas = 0;
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
   std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
                                      // row chain: tm = head_rows).
@@ -129,6 +133,7 @@ struct MlpStepPlan {
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
+// From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h).
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
                                int64_t models = 1);
 

@@ -575,6 +575,14 @@ INSTANTIATE_TEST_SUITE_P(
                codegen::MlpSchedule::kGroups},
         OpCase{
             "K4Issue9Groups", 4, {64, 64, 2, 256, 10}, false, false, codegen::MlpSchedule::kGroups},
+        // One hidden layer: one exchange per model (the head's partial logits), so with the two
+        // exchange areas of 32 models a model's exchange uses the previous model's area.
+        OpCase{"K32OneHidden512Groups",
+               32,
+               {64, 64, 1, 512, 10},
+               false,
+               true,
+               codegen::MlpSchedule::kGroups},
         OpCase{"K3OddSharedGroups", 3, {5, 3, 2, 7, 3}, true, false, codegen::MlpSchedule::kGroups},
         OpCase{"K6UnalignedGroups",
                6,
