@@ -112,10 +112,9 @@ struct TrainOptions {
   // all models; false keeps one launch per layer and pass.
   bool whole_step = true;
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step. -1 (the default): 128 with allow_tf32 (the whole step's cluster
-  // and group kernels: measured faster at K = 16, 32, 64 and 128 on an H200, docs/benchmarks.md,
-  // session 18), else 4 (sessions 6 and 12, H100; in f32 the whole step is also faster at K = 32,
-  // 0.069 against 0.095 ms, but slower at K = 128, session 18).
+  // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
+  // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
+  // in f32, slower at K = 128 in f32 (an H200, docs/benchmarks.md, session 18).
   int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM

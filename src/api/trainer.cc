@@ -44,11 +44,11 @@
 namespace reprise {
 namespace {
 
-// TrainOptions::ensemble_whole_step_max_models, its default (-1) resolved: 128 models with TF32
-// (the whole step's cluster and group kernels), else 4.
+// TrainOptions::ensemble_whole_step_max_models, its default (-1) resolved: 128 models with TF32,
+// else 64 (the whole step's cluster and group kernels).
 int64_t WholeStepMaxModels(const TrainOptions& options) {
   if (options.ensemble_whole_step_max_models >= 0) return options.ensemble_whole_step_max_models;
-  return options.allow_tf32 ? 128 : 4;
+  return options.allow_tf32 ? 128 : 64;
 }
 
 constexpr size_t kGemmWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
