@@ -51,10 +51,10 @@ namespace reprise::codegen {
 //                 wave on an H100 or H200, whose other SMs sit idle), and a group trains models
 //                 k, k + groups, ... in turn.
 //   kAuto:        kGroups for ensembles of at least kGroupsMinModels models where it fits
-//                 (measured on an H200, docs/benchmarks.md, session 17, the issue-9 MLPs: at
-//                 K = 32 51 us against 76 for the clusters' two waves and 77 for the layer phases
-//                 in TF32, 64 against 88 in f32; at K = 128 208 against 206 for the row chain in
-//                 TF32, 254 against 283 in f32); else kCluster for TF32 ensembles of at least
+//                 (measured on an H200, docs/benchmarks.md, session 18, the issue-9 MLPs: at
+//                 K = 32 41 us against 71 for the clusters' two waves and 75 for the layer phases
+//                 in TF32, 63 against 94 in f32; at K = 128 162 against 186 for the clusters and
+//                 205 for the row chain in TF32); else kCluster for TF32 ensembles of at least
 //                 kClusterMinModels models where it fits
 //                 (measured on an H100, docs/benchmarks.md, session 12: the clusters beat both
 //                 other schedules there at K = 8 and 32 and tie the row chain at K = 128; in
