@@ -1,7 +1,6 @@
 #include "src/codegen/mlp_cluster_kernel.h"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -279,15 +278,17 @@ class ClusterBody {
                         "k + ", offset, ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ",
                         cols, ", lr_, mu_, wd_}");
   }
+  // Rows per pass of W_l's m x n weight gradient through h_{l+1}'s buffer (free in layer l's
+  // backward): the most that divide m and fit; 0 where none fits, and for clusters, whose other
+  // blocks may still be reading that buffer (the head gathers it with no cluster barrier after).
+  int64_t StageRows(int l, int64_t m, int64_t n) const;
   // W_l's weight gradient, the m x n product of A(m, p) = a[p a_ld + m] and b (b_ld), p over the
   // batch rows, and its SGD, the weights' rows from `offset` (global, m gld + n) and w_smem (step
-  // start) on: in chunks of rows through h_{l+1}'s buffer (free in layer l's backward) and
-  // SgdRows where one fits, else in the product's Sgd epilogue. `before` emits work that goes
-  // ahead of the products.
+  // start) on: in chunks of StageRows rows and SgdRows where that is not 0 (they overwrite the
+  // buffer), else in the product's Sgd epilogue.
   void WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b, int64_t b_ld,
                   int64_t m, int64_t n, const std::string& w_smem, const std::string& offset,
-                  const std::string& rows, const std::string& cols, bool padded,
-                  const std::function<void()>& before = {});
+                  const std::string& rows, const std::string& cols, bool padded);
   void Loads();
   void LoadFeatures();
   void Forward(int l);
@@ -358,28 +359,28 @@ void ClusterBody::Loads() {
   Sync();
 }
 
+int64_t ClusterBody::StageRows(int l, int64_t m, int64_t n) const {
+  int64_t chunk = 0;
+  if (!groups_ || l + 1 >= s_.layers) return chunk;
+  const int64_t stage_floats = s_.rows * s_.h_ld[l + 1];
+  for (int64_t r = 16; r <= m; r += 16) {
+    if (m % r == 0 && r * (n + 4) <= stage_floats) chunk = r;
+  }
+  return chunk;
+}
+
 void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b,
                              int64_t b_ld, int64_t m, int64_t n, const std::string& w_smem,
                              const std::string& offset, const std::string& rows,
-                             const std::string& cols, bool padded,
-                             const std::function<void()>& before) {
-  const int64_t stage_ld = n + 4;
-  int64_t chunk = 0;  // Rows per pass: the most that divide m and fit the stage.
-  if (l + 1 < s_.layers) {
-    const int64_t stage_floats = s_.rows * s_.h_ld[l + 1];
-    for (int64_t r = 16; r <= m; r += 16) {
-      if (m % r == 0 && r * stage_ld <= stage_floats) chunk = r;
-    }
-  }
+                             const std::string& cols, bool padded) {
+  const int64_t chunk = StageRows(l, m, n), stage_ld = n + 4;
   if (chunk == 0) {
-    if (before) before();
     Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false), "::Run(", a, ", ", b, ", ",
                       SgdOf(l, w_smem, offset, rows, cols, padded), ");"));
     return;
   }
   const std::string stage = Smem(s_.h[l + 1]);
   const int64_t gld = d_[l];
-  if (before) before();
   Line(absl::StrCat("#pragma unroll 1\n  for (int q = 0; q < ", m / chunk, "; ++q) {"));
   Line(absl::StrCat("  const size_t at = ", offset, " + static_cast<size_t>(q) * ", chunk * gld,
                     ";"));
@@ -494,22 +495,25 @@ void ClusterBody::Backward(int l) {
   Line(absl::StrCat("// Backward of layer ", l, "."));
   if (s_.row_parallel[l]) {
     // dz_l is whole (in `full`); its input h_l is this block's slice. l >= 1 here: the data
-    // gradient of this block's input columns is local; it reads the step-start weights, so it
-    // comes first.
+    // gradient of this block's input columns is local. It reads the step-start weights, so where
+    // the weight step is staged it comes first.
     auto dgrad = [&] {
       Line(absl::StrCat(
           Gemm(rows, s_.chunk(l), s_.padded[l + 1], s_.full_ld, false, s_.w_ld[l], false), "::Run(",
           full, ", ", w, ", Masked{", slice, ", ", s_.slice_ld, ", ", Smem(s_.h[l]), ", ",
           s_.h_ld[l], "});"));
     };
+    const bool staged = StageRows(l, s_.padded[l + 1], s_.chunk(l)) > 0;
+    if (staged) dgrad();
     WeightStep(l, full, s_.full_ld, Smem(s_.h[l]), s_.h_ld[l], s_.padded[l + 1], s_.chunk(l), w,
                absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
                absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
-               d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l], dgrad);
+               d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]);
     Line(absl::StrCat("BiasSgd<", rows, ">(", full, " + c", l + 1, ", ", s_.full_ld, ", ",
                       Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1,
                       ", Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1),
                       "), lr_, mu_, wd_);"));
+    if (!staged) dgrad();
     Sync();
     return;
   }
