@@ -326,7 +326,8 @@ TEST(MlpStepKernelTest, GroupKernelsCompileForSm90AndFitTheGridAndWorkspace) {
     EXPECT_LE(plan->groups, s.models);
     EXPECT_LE(plan->grid(), plan->target.grid);
     EXPECT_EQ(plan->grid(), plan->groups * plan->cluster);
-    EXPECT_LE(plan->groups * codegen::GroupAreaFloats(*plan), plan->workspace_floats);
+    EXPECT_LE(plan->groups * plan->exchange_areas * codegen::GroupAreaFloats(*plan),
+              plan->workspace_floats);
     EXPECT_LE(plan->groups + 2, codegen::kMlpStepBarrierWords);
     ExpectCompiles(*plan, s, tf32);
   }
@@ -340,6 +341,43 @@ TEST(MlpStepKernelTest, GroupKernelsCompileForSm90AndFitTheGridAndWorkspace) {
   const auto lone = codegen::PlanMlpStep(9, {6, 4}, h100, 2);
   EXPECT_EQ(lone.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(lone.status().message(), HasSubstr("exchange area"));
+}
+
+// Occurrences of `needle` in `text`.
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// From 32 models the workspace holds two exchange areas per group: consecutive exchanges
+// alternate, so each needs one group barrier (after its publish) instead of two, except a
+// model's first where a model has an odd count. Only groups stage the weight step through
+// h_{l+1}'s buffer: a cluster's head reads that buffer remotely with no barrier after.
+TEST(MlpStepKernelTest, GroupExchangesAlternateAreasAndOnlyGroupsStageTheWeightStep) {
+  codegen::MlpStepTarget target;
+  target.tf32 = true;
+  target.schedule = codegen::MlpSchedule::kGroups;
+  const std::string kBarrier = "GroupSync(group_word, rank);";
+  struct Case {
+    int models;
+    std::vector<int64_t> widths;
+    int areas, barriers;  // Two exchanges per model with two hidden layers, one with one.
+  };
+  for (const Case& c : std::vector<Case>{{32, {64, 256, 256, 10}, 2, 2},
+                                         {4, {64, 256, 256, 10}, 1, 4},
+                                         {32, {64, 512, 10}, 2, 2}}) {
+    auto plan = codegen::PlanMlpStep(64, c.widths, target, c.models);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->exchange_areas, c.areas) << c.models << " models";
+    const std::string code = codegen::BatchedMlpStepKernel(*plan, false, false).code;
+    EXPECT_EQ(Count(code, kBarrier), c.barriers) << c.models << " models";
+    if (c.widths.size() == 4) EXPECT_GT(Count(code, "SgdRows<"), 0);
+  }
+  target.schedule = codegen::MlpSchedule::kCluster;
+  auto clusters = codegen::PlanMlpStep(64, {64, 256, 256, 10}, target, 32);
+  ASSERT_TRUE(clusters.ok()) << clusters.status();
+  EXPECT_EQ(Count(codegen::BatchedMlpStepKernel(*clusters, false, false).code, "SgdRows<"), 0);
 }
 
 // Blocks per model: the fewest whose shared memory fits, doubled while the models fill at most a
