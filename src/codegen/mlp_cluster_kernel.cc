@@ -200,12 +200,21 @@ class ClusterBody {
 
  private:
   // A product's type: out(m, n) = sum over p of A(m, p) B(p, n) (see mlpc::Gemm).
-  std::string Gemm(int64_t m, int64_t n, int64_t p, int64_t lda, bool at, int64_t ldb,
-                   bool bt) const {
+  // a_h, b_h: that operand is a hidden activation h_l (l >= 1, a slice or gathered), stored
+  // rounded to TF32 where the products run on tensor cores (Rounded).
+  std::string Gemm(int64_t m, int64_t n, int64_t p, int64_t lda, bool at, int64_t ldb, bool bt,
+                   bool a_h = false, bool b_h = false) const {
     const bool mma = plan_.target.tf32;
     const auto [rm, rn] = TileFor(m, n, p, mma);
     return absl::StrCat("Gemm<", m, ", ", n, ", ", p, ", ", lda, ", ", B(at), ", ", ldb, ", ",
-                        B(bt), ", ", rm, ", ", rn, ", ", B(mma), ">");
+                        B(bt), ", ", rm, ", ", rn, ", ", B(mma), ", ", B(a_h && Rounded()), ", ",
+                        B(b_h && Rounded()), ">");
+  }
+  // Hidden activations are stored rounded to TF32 (BiasRelu<true>) with tensor-core products:
+  // only products (which round them anyway), copies and ReLU masks read them.
+  bool Rounded() const { return plan_.target.tf32; }
+  std::string BiasRelu(int64_t h, int64_t ld, int64_t bias) const {
+    return absl::StrCat("BiasRelu<", B(Rounded()), ">{", Smem(h), ", ", ld, ", ", Smem(bias), "}");
   }
   std::string Smem(int64_t offset) const { return absl::StrCat("(sm + ", offset, ")"); }
   std::string Buf(const char* name, int l) const { return absl::StrCat(name, l); }
@@ -285,10 +294,10 @@ class ClusterBody {
   // W_l's weight gradient, the m x n product of A(m, p) = a[p a_ld + m] and b (b_ld), p over the
   // batch rows, and its SGD, the weights' rows from `offset` (global, m gld + n) and w_smem (step
   // start) on: in chunks of StageRows rows and SgdRows where that is not 0 (they overwrite the
-  // buffer), else in the product's Sgd epilogue.
+  // buffer), else in the product's Sgd epilogue. b_h: b is a hidden activation (see Gemm).
   void WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b, int64_t b_ld,
                   int64_t m, int64_t n, const std::string& w_smem, const std::string& offset,
-                  const std::string& rows, const std::string& cols, bool padded);
+                  const std::string& rows, const std::string& cols, bool padded, bool b_h);
   void Loads();
   void LoadFeatures();
   void Forward(int l);
@@ -372,10 +381,10 @@ int64_t ClusterBody::StageRows(int l, int64_t m, int64_t n) const {
 void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const std::string& b,
                              int64_t b_ld, int64_t m, int64_t n, const std::string& w_smem,
                              const std::string& offset, const std::string& rows,
-                             const std::string& cols, bool padded) {
+                             const std::string& cols, bool padded, bool b_h) {
   const int64_t chunk = StageRows(l, m, n), stage_ld = n + 4;
   if (chunk == 0) {
-    Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false), "::Run(", a, ", ", b, ", ",
+    Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a, ", ", b, ", ",
                       SgdOf(l, w_smem, offset, rows, cols, padded), ");"));
     return;
   }
@@ -387,7 +396,7 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
   Line(absl::StrCat("  const int rows_q = ", rows, " - q * ", chunk, ";"));
   Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
   Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
-  Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false), "::Run(", a, " + q * ",
+  Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a, " + q * ",
                     chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
   Line("  SyncThreads();");
   Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
@@ -407,20 +416,21 @@ void ClusterBody::Forward(int l) {
       Sync();
     }
     Line(
-        absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true),
-                     "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", BiasRelu{", Smem(s_.h[l + 1]),
-                     ", ", s_.h_ld[l + 1], ", ", Smem(s_.bias[l]), "});"));
+        absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true,
+                          /*a_h=*/l > 0),
+                     "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", ",
+                     BiasRelu(s_.h[l + 1], s_.h_ld[l + 1], s_.bias[l]), ");"));
     if (l == 0) Line("CpAsyncWaitAll();  // The other layers' weights.");
     Sync();
     return;
   }
-  Line(absl::StrCat(Gemm(rows, s_.padded[l + 1], s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true),
+  Line(absl::StrCat(Gemm(rows, s_.padded[l + 1], s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true,
+                         /*a_h=*/true),
                     "::Run(", Smem(s_.h[l]), ", ", Smem(s_.w[l]), ", Store{", Smem(s_.full), ", ",
                     s_.full_ld, "});"));
   Share(Smem(s_.full), s_.full_ld, s_.padded[l + 1]);
   Line(Reduce(s_.chunk(l + 1), s_.padded[l + 1], l + 1,
-              absl::StrCat("BiasRelu{", Smem(s_.h[l + 1]), ", ", s_.h_ld[l + 1], ", ",
-                           Smem(s_.bias[l]), "}")));
+              BiasRelu(s_.h[l + 1], s_.h_ld[l + 1], s_.bias[l])));
   Line("// Every block has read the partial products: they may be overwritten.");
   SharedReadsDone();
 }
@@ -436,12 +446,14 @@ void ClusterBody::Head() {
       Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
       Sync();
     }
-    Line(absl::StrCat(Gemm(rows, classes, s_.padded[l], s_.full_ld, false, s_.w_ld[l], true),
+    Line(absl::StrCat(Gemm(rows, classes, s_.padded[l], s_.full_ld, false, s_.w_ld[l], true,
+                           /*a_h=*/l > 0),
                       "::Run(", Smem(s_.full), ", ", w, ", BiasAdd{", z, ", ", s_.z_ld, ", ",
                       Smem(s_.bias[l]), "});"));
   } else {
     const std::string partial = Smem(s_.partial_logits);
-    Line(absl::StrCat(Gemm(rows, classes, s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true),
+    Line(absl::StrCat(Gemm(rows, classes, s_.chunk(l), s_.h_ld[l], false, s_.w_ld[l], true,
+                           /*a_h=*/true),
                       "::Run(", Smem(s_.h[l]), ", ", w, ", Store{", partial, ", ", s_.z_ld, "});"));
     Share(partial, s_.z_ld, classes);
     // Partial logit (m, n) of block r: in its shared memory, or in its slot of the group's area.
@@ -467,7 +479,8 @@ void ClusterBody::Head() {
   const std::string b_operand = l > 0 ? Smem(s_.h[l]) : absl::StrCat("(", Smem(s_.full), " + c0)");
   const int64_t b_ld = l > 0 ? s_.h_ld[l] : s_.full_ld;
   const std::string w_old = s_.row_parallel[l] ? w : absl::StrCat("(", w, " + c", l, ")");
-  Line(absl::StrCat(Gemm(classes, cols, rows, s_.z_ld, true, b_ld, false), "::Run(", z, ", ",
+  Line(absl::StrCat(Gemm(classes, cols, rows, s_.z_ld, true, b_ld, false, false, /*b_h=*/l > 0),
+                    "::Run(", z, ", ",
                     b_operand, ", ",
                     SgdOf(l, w_old, absl::StrCat("c", l), absl::StrCat(d_[layers]),
                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", cols, ")"),
@@ -508,7 +521,7 @@ void ClusterBody::Backward(int l) {
     WeightStep(l, full, s_.full_ld, Smem(s_.h[l]), s_.h_ld[l], s_.padded[l + 1], s_.chunk(l), w,
                absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
                absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
-               d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]);
+               d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l], /*b_h=*/true);
     Line(absl::StrCat("BiasSgd<", rows, ">(", full, " + c", l + 1, ", ", s_.full_ld, ", ",
                       Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1,
                       ", Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1),
@@ -529,7 +542,8 @@ void ClusterBody::Backward(int l) {
   WeightStep(l, slice, s_.slice_ld, full, s_.full_ld, s_.chunk(l + 1), s_.padded[l], w,
              absl::StrCat("static_cast<size_t>(c", l + 1, ") * ", d_[l]),
              absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
-             absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l]);
+             absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l],
+             /*b_h=*/l > 0);
   Line(absl::StrCat("BiasSgd<", rows, ">(", slice, ", ", s_.slice_ld, ", ", Smem(s_.bias[l]), ", b",
                     l, "k + c", l + 1, ", vb", l, "k + c", l + 1, ", Valid(", d_[l + 1], ", c",
                     l + 1, ", ", s_.chunk(l + 1), "), lr_, mu_, wd_);"));
