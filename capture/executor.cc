@@ -319,6 +319,50 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
   return UploadIfDevice(/*new_exec=*/false);
 }
 
+absl::Status CapturedStep::SetLaunchParams(int index, const LoweredLaunch& launch) {
+  const std::string context = absl::StrCat("parameter update of node '", launch.node_name, "'");
+  auto single_kernel = [&](cudaGraphNode_t node) -> absl::Status {
+    cudaGraphNodeType type;
+    RETURN_IF_ERROR(
+        runtime::CudaStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType", context));
+    if (type == cudaGraphNodeTypeKernel) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(context, ": not a kernel node"));
+  };
+  if (index < 0 || index >= static_cast<int>(launch_nodes_.size()) ||
+      launch_nodes_[index].size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(context, ": not one captured node"));
+  }
+  const cudaGraphNode_t node = launch_nodes_[index][0];
+  RETURN_IF_ERROR(single_kernel(node));
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                          "cudaStreamBeginCapture", context));
+  const absl::Status launched = launch.kernel->Launch(stream_);
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &raw);
+  const runtime::Graph alone = runtime::Graph::Adopt(raw);
+  RETURN_IF_ERROR(launched);
+  RETURN_IF_ERROR(runtime::CudaStatus(ended, "cudaStreamEndCapture", context));
+  size_t count = 0;
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(alone.get(), nullptr, &count),
+                                      "cudaGraphGetNodes", context));
+  if (count != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(context, ": it now records ", count, " nodes"));
+  }
+  cudaGraphNode_t fresh = nullptr;
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(alone.get(), &fresh, &count),
+                                      "cudaGraphGetNodes", context));
+  RETURN_IF_ERROR(single_kernel(fresh));
+  cudaKernelNodeParams params = {};
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphKernelNodeGetParams(fresh, &params),
+                                      "cudaGraphKernelNodeGetParams", context));
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphExecKernelNodeSetParams(exec_.get(), node, &params),
+                                      "cudaGraphExecKernelNodeSetParams", context));
+  ++node_updates_;
+  return UploadIfDevice(/*new_exec=*/false);
+}
+
 absl::Status CapturedStep::Replay(cudaStream_t stream) {
   if (launcher_.has_value()) {
     // The uploads went to stream_; a replay elsewhere would not be ordered after them.

@@ -1,5 +1,7 @@
 #include "capture/graph_attribution.h"
 
+#include "src/runtime/gather_list.h"
+
 namespace reprise::capture {
 namespace {
 
@@ -23,7 +25,10 @@ void ResolveGap(int begin, int end, const std::vector<int>& pending, bool certai
 }
 
 bool Matches(const CapturedNode& node, const LaunchSignature& launch, int kernel) {
-  if (launch.is_copy) return node.type == "memcpy";
+  if (launch.is_copy) {  // Its memcpy nodes, or its one gather kernel (InputCopy::Gathers).
+    return node.type == "memcpy" ||
+           (node.type == "kernel" && node.kernel_name == runtime::kGatherKernelName);
+  }
   return node.type == "kernel" && node.kernel_name == launch.kernel_names[kernel];
 }
 

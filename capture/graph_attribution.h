@@ -22,7 +22,7 @@ namespace reprise::capture {
 struct LaunchSignature {
   std::string node_name;  // The plan node, or "copy_inputs".
   int lane = 0;
-  bool is_copy = false;                   // The input copy: one memcpy node.
+  bool is_copy = false;  // The input copy: memcpy nodes or one gather kernel (anchored once).
   std::vector<std::string> kernel_names;  // NVRTC kernels, in launch order; empty: a library call.
 };
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/gather_copy.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::capture {
@@ -22,9 +23,26 @@ void InputCopy::UpdateStaged() {
     next = std::max(next, end);
   }
   if (next < bytes_) staged_.emplace_back(next, bytes_);
+
+  size_t staged_bytes = 0;
+  for (const auto& [begin, end] : staged_) staged_bytes += end - begin;
+  const bool all_on_device =
+      std::all_of(bound_.begin(), bound_.end(), [](const Bound& b) { return b.on_device; });
+  gathers_ =
+      all_on_device && staged_.size() + bound_.size() <= runtime::GatherList::kMaxRanges &&
+      (staged_.empty() || (host_on_device_ != nullptr && staged_bytes <= kGatherMaxStagedBytes));
+  gather_ = {};
+  if (!gathers_) return;
+  for (const auto& [begin, end] : staged_) {
+    gather_.ranges[gather_.count++] = {static_cast<char*>(device_) + begin,
+                                       static_cast<const char*>(host_on_device_) + begin,
+                                       end - begin};
+  }
+  for (const Bound& b : bound_) gather_.ranges[gather_.count++] = {b.slot, b.source, b.bytes};
 }
 
 absl::Status InputCopy::Launch(cudaStream_t stream) const {
+  if (gathers_) return runtime::LaunchGather(gather_, stream, "node 'copy_inputs'");
   // Bound inputs are not staged: their bytes would cross PCIe only to be overwritten.
   for (const auto& [begin, end] : staged_) {
     RETURN_IF_ERROR(
@@ -44,20 +62,22 @@ absl::Status InputCopy::Launch(cudaStream_t stream) const {
 std::string InputCopy::Describe() const {
   size_t staged = 0;
   for (const auto& [begin, end] : staged_) staged += end - begin;
-  std::string text = absl::StrCat("memcpy H2D ", staged, " bytes");
+  std::string text =
+      absl::StrCat(gathers_ ? "gather kernel, H2D " : "memcpy H2D ", staged, " bytes");
   if (!bound_.empty()) absl::StrAppend(&text, " + ", bound_.size(), " bound input copies");
   return text;
 }
 
-void InputCopy::Bind(void* slot, const void* source, size_t bytes) {
+void InputCopy::Bind(void* slot, const void* source, size_t bytes, bool on_device) {
   auto it =
       std::find_if(bound_.begin(), bound_.end(), [&](const Bound& b) { return b.slot == slot; });
   if (source == nullptr) {
     if (it != bound_.end()) bound_.erase(it);
   } else if (it != bound_.end()) {
     it->source = source;
+    it->on_device = on_device;
   } else {
-    bound_.push_back({slot, source, bytes});
+    bound_.push_back({slot, source, bytes, on_device});
   }
   UpdateStaged();
 }
@@ -84,17 +104,30 @@ absl::Status CheckLowPrecisionLowering(const Node& node, absl::Span<const Tensor
   return absl::OkStatus();
 }
 
+// The device address of pinned host memory (the staging), or nullptr where it has none: then the
+// input copy keeps to memcpy nodes.
+const void* MappedAddress(const void* host) {
+  if (host == nullptr) return nullptr;
+  cudaPointerAttributes attributes = {};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return attributes.type == cudaMemoryTypeHost ? attributes.devicePointer : nullptr;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
                                                      const StepResources& res) {
   const Graph& g = plan.graph();
   std::vector<LoweredLaunch> launches;
-  launches.push_back({"copy_inputs",
-                      0,
-                      {},
-                      std::make_unique<InputCopy>(res.arena + plan.memory.input_offset,
-                                                  res.input_staging, plan.memory.input_bytes)});
+  launches.push_back(
+      {"copy_inputs",
+       0,
+       {},
+       std::make_unique<InputCopy>(res.arena + plan.memory.input_offset, res.input_staging,
+                                   plan.memory.input_bytes, MappedAddress(res.input_staging))});
   const int compute_lanes = plan.compute_lanes();
   for (const passes::ScheduledLaunch& scheduled : plan.launches) {
     const Node& node = g.node(scheduled.node);

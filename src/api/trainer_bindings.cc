@@ -62,6 +62,7 @@ absl::StatusOr<void*> Trainer::Impl::InputBuffer(absl::string_view name, DType d
 absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, size_t bytes) {
   ASSIGN_OR_RETURN(const NamedTensor input, FindInputTensor(name));
   const TensorSpec& spec = input.spec;
+  bool device_here = false;
   if (data != nullptr) {
     if (static_cast<int64_t>(bytes) != spec.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
@@ -72,8 +73,7 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
     RETURN_IF_ERROR(runtime::CudaStatus(cudaPointerGetAttributes(&attributes, data),
                                         "cudaPointerGetAttributes",
                                         absl::StrCat("binding input '", name, "'")));
-    const bool device_here =
-        attributes.type == cudaMemoryTypeDevice && attributes.device == device_.ordinal;
+    device_here = attributes.type == cudaMemoryTypeDevice && attributes.device == device_.ordinal;
     const bool reachable = device_here || attributes.type == cudaMemoryTypeHost ||
                            attributes.type == cudaMemoryTypeManaged;
     if (!reachable) {
@@ -86,11 +86,14 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
   RETURN_IF_ERROR(WaitForLastStep());
   auto* copy = static_cast<capture::InputCopy*>(launches_[0].kernel.get());
   void* slot = static_cast<char*>(InputSlot(input.node)) + input.offset;
-  const bool was_bound = copy->IsBound(slot);
-  copy->Bind(slot, data, static_cast<size_t>(spec.bytes()));
+  const bool was_bound = copy->IsBound(slot), gathered = copy->Gathers();
+  copy->Bind(slot, data, static_cast<size_t>(spec.bytes()), device_here);
   if (!captured_.has_value()) return absl::OkStatus();  // Eager modes read the binding as they run.
-  if (was_bound && data != nullptr &&
-      captured_->SetCopySource(slot, data, static_cast<size_t>(spec.bytes())).ok()) {
+  // A rebinding patches the captured copy: the gather kernel's parameters, or the memcpy node.
+  if (was_bound && data != nullptr && copy->Gathers() == gathered &&
+      (gathered ? captured_->SetLaunchParams(0, launches_[0])
+                : captured_->SetCopySource(slot, data, static_cast<size_t>(spec.bytes())))
+          .ok()) {
     return absl::OkStatus();
   }
   // A new or removed copy, or a source the node cannot be switched to (another memory type).

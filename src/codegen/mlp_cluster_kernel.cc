@@ -384,8 +384,8 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
                              const std::string& cols, bool padded, bool b_h) {
   const int64_t chunk = StageRows(l, m, n), stage_ld = n + 4;
   if (chunk == 0) {
-    Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a, ", ", b, ", ",
-                      SgdOf(l, w_smem, offset, rows, cols, padded), ");"));
+    Line(absl::StrCat(Gemm(m, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a, ", ",
+                      b, ", ", SgdOf(l, w_smem, offset, rows, cols, padded), ");"));
     return;
   }
   const std::string stage = Smem(s_.h[l + 1]);
@@ -396,8 +396,8 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
   Line(absl::StrCat("  const int rows_q = ", rows, " - q * ", chunk, ";"));
   Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
   Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
-  Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a, " + q * ",
-                    chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
+  Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a,
+                    " + q * ", chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
   Line("  SyncThreads();");
   Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
                     chunk * s_.w_ld[l], ", ", s_.w_ld[l], ", w", l, "k + at, vw", l, "k + at, ",
@@ -415,11 +415,10 @@ void ClusterBody::Forward(int l) {
       Gather(Smem(s_.h[l]), s_.h_ld[l], s_.chunk(l));
       Sync();
     }
-    Line(
-        absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true,
-                          /*a_h=*/l > 0),
-                     "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", ",
-                     BiasRelu(s_.h[l + 1], s_.h_ld[l + 1], s_.bias[l]), ");"));
+    Line(absl::StrCat(Gemm(rows, s_.chunk(l + 1), s_.padded[l], s_.full_ld, false, s_.w_ld[l], true,
+                           /*a_h=*/l > 0),
+                      "::Run(", Smem(s_.full), ", ", Smem(s_.w[l]), ", ",
+                      BiasRelu(s_.h[l + 1], s_.h_ld[l + 1], s_.bias[l]), ");"));
     if (l == 0) Line("CpAsyncWaitAll();  // The other layers' weights.");
     Sync();
     return;
@@ -480,8 +479,7 @@ void ClusterBody::Head() {
   const int64_t b_ld = l > 0 ? s_.h_ld[l] : s_.full_ld;
   const std::string w_old = s_.row_parallel[l] ? w : absl::StrCat("(", w, " + c", l, ")");
   Line(absl::StrCat(Gemm(classes, cols, rows, s_.z_ld, true, b_ld, false, false, /*b_h=*/l > 0),
-                    "::Run(", z, ", ",
-                    b_operand, ", ",
+                    "::Run(", z, ", ", b_operand, ", ",
                     SgdOf(l, w_old, absl::StrCat("c", l), absl::StrCat(d_[layers]),
                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", cols, ")"),
                           d_[layers] != classes || d_[l] != s_.padded[l]),
