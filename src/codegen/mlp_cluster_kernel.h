@@ -23,6 +23,10 @@
 // hardware clusters, and each group trains models k, k + groups, ... in turn. The sums are the
 // clusters' in the same order: the same bits for the same blocks per model.
 //
+// With TF32 products the hidden activations are stored rounded to TF32: only products (which
+// round their operands anyway), copies and ReLU masks read them, so their products skip the
+// conversion and give the same bits (mlp_cluster_device.inc, Operand and BiasRelu).
+//
 // Padding: the batch is padded to a multiple of 16, hidden widths to multiples of 16 ranks,
 // features and classes to multiples of 16, all with zeros (padding rows get a zero loss
 // gradient, padding columns zero weights and biases), so every product tiles exactly.
