@@ -319,46 +319,17 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
   return UploadIfDevice(/*new_exec=*/false);
 }
 
-absl::Status CapturedStep::SetLaunchParams(int index, const LoweredLaunch& launch) {
-  const std::string context = absl::StrCat("parameter update of node '", launch.node_name, "'");
-  auto single_kernel = [&](cudaGraphNode_t node) -> absl::Status {
-    cudaGraphNodeType type;
-    RETURN_IF_ERROR(
-        runtime::CudaStatus(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType", context));
-    if (type == cudaGraphNodeTypeKernel) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(context, ": not a kernel node"));
-  };
-  if (index < 0 || index >= static_cast<int>(launch_nodes_.size()) ||
-      launch_nodes_[index].size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(context, ": not one captured node"));
-  }
-  const cudaGraphNode_t node = launch_nodes_[index][0];
-  RETURN_IF_ERROR(single_kernel(node));
-  RETURN_IF_ERROR(
-      runtime::CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                          "cudaStreamBeginCapture", context));
-  const absl::Status launched = launch.kernel->Launch(stream_);
-  cudaGraph_t raw = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(stream_, &raw);
-  const runtime::Graph alone = runtime::Graph::Adopt(raw);
-  RETURN_IF_ERROR(launched);
-  RETURN_IF_ERROR(runtime::CudaStatus(ended, "cudaStreamEndCapture", context));
-  size_t count = 0;
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(alone.get(), nullptr, &count),
-                                      "cudaGraphGetNodes", context));
-  if (count != 1) {
+absl::Status CapturedStep::SetGatherList(const runtime::GatherList& list) {
+  const char* kContext = "binding update (the input copy's gather kernel)";
+  if (launch_nodes_.empty() || launch_nodes_[0].size() != 1) {
     return absl::FailedPreconditionError(
-        absl::StrCat(context, ": it now records ", count, " nodes"));
+        absl::StrCat(kContext, ": launch 0 was not captured as one node"));
   }
-  cudaGraphNode_t fresh = nullptr;
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphGetNodes(alone.get(), &fresh, &count),
-                                      "cudaGraphGetNodes", context));
-  RETURN_IF_ERROR(single_kernel(fresh));
-  cudaKernelNodeParams params = {};
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphKernelNodeGetParams(fresh, &params),
-                                      "cudaGraphKernelNodeGetParams", context));
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphExecKernelNodeSetParams(exec_.get(), node, &params),
-                                      "cudaGraphExecKernelNodeSetParams", context));
+  void* args[1] = {const_cast<runtime::GatherList*>(&list)};
+  const cudaKernelNodeParams params = runtime::GatherKernelParams(list, args);
+  RETURN_IF_ERROR(runtime::CudaStatus(
+      cudaGraphExecKernelNodeSetParams(exec_.get(), launch_nodes_[0][0], &params),
+      "cudaGraphExecKernelNodeSetParams", kContext));
   ++node_updates_;
   return UploadIfDevice(/*new_exec=*/false);
 }

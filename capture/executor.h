@@ -102,11 +102,11 @@ class CapturedStep {
   // `destination` at a new source, in the executable graph itself: no capture, no instantiation.
   // NotFound if no such copy node writes `destination`. kDevice: no replay may be in flight.
   absl::Status SetCopySource(void* destination, const void* source, size_t bytes);
-  // Gives launch `index`'s captured kernel node the arguments `launch` launches with now (e.g. the
-  // input copy's gather kernel after a rebinding), in the executable graph itself: the launch is
-  // recorded alone for them, nothing is instantiated. FailedPrecondition unless the launch was
-  // and is one kernel node. Counted with node_updates. kDevice: no replay may be in flight.
-  absl::Status SetLaunchParams(int index, const LoweredLaunch& launch);
+  // Points the captured gather kernel of the input copy (launch 0, InputCopy::Gathers) at `list`,
+  // in the executable graph itself, as SetCopySource does for a memcpy node: no capture, no
+  // instantiation. An error if launch 0 is not that one kernel node. Counted with node_updates.
+  // kDevice: no replay may be in flight.
+  absl::Status SetGatherList(const runtime::GatherList& list);
 
   int64_t exec_updates() const { return exec_updates_; }
   int64_t instantiations() const { return instantiations_; }

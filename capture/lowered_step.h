@@ -64,6 +64,7 @@ class InputCopy : public ops::GpuKernel {
   // One gather kernel rather than memcpy nodes: every bound source is device memory, at most
   // kGatherMaxStagedBytes are staged through a mapped staging, and the copies fit a GatherList.
   bool Gathers() const { return gathers_; }
+  const runtime::GatherList& gather_list() const { return gather_; }  // With Gathers.
 
  private:
   // Recomputes staged_ and the gather list from the bindings (in Bind, not in every Launch).

@@ -91,7 +91,7 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
   if (!captured_.has_value()) return absl::OkStatus();  // Eager modes read the binding as they run.
   // A rebinding patches the captured copy: the gather kernel's parameters, or the memcpy node.
   if (was_bound && data != nullptr && copy->Gathers() == gathered &&
-      (gathered ? captured_->SetLaunchParams(0, launches_[0])
+      (gathered ? captured_->SetGatherList(copy->gather_list())
                 : captured_->SetCopySource(slot, data, static_cast<size_t>(spec.bytes())))
           .ok()) {
     return absl::OkStatus();

@@ -38,11 +38,23 @@ extern "C" __global__ void reprise_gather_copy(GatherList list) {
   }
 }
 
-cudaError_t LaunchGatherKernel(const GatherList& list, cudaStream_t stream) {
+cudaKernelNodeParams GatherKernelParams(const GatherList& list, void** args) {
   uint64_t largest = 0;
   for (int r = 0; r < list.count; ++r) largest = std::max(largest, list.ranges[r].bytes);
-  reprise_gather_copy<<<BlocksFor(largest), kThreads, 0, stream>>>(list);
-  return cudaGetLastError();
+  cudaKernelNodeParams params = {};
+  params.func = reinterpret_cast<void*>(&reprise_gather_copy);
+  params.gridDim = dim3(BlocksFor(largest));
+  params.blockDim = dim3(kThreads);
+  params.kernelParams = args;
+  return params;
+}
+
+cudaError_t LaunchGatherKernel(const GatherList& list, cudaStream_t stream) {
+  void* args[1] = {const_cast<GatherList*>(&list)};
+  const cudaKernelNodeParams p = GatherKernelParams(list, args);
+  const cudaError_t launched =
+      cudaLaunchKernel(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, stream);
+  return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
 }  // namespace reprise::runtime

@@ -26,6 +26,10 @@ struct GatherList {
 // The kernel's name in a captured graph (extern "C": unmangled).
 inline constexpr char kGatherKernelName[] = "reprise_gather_copy";
 
+// The kernel's launch for `list` (function, grid, block), its parameters `args`, whose one entry
+// the caller points at `list`: what a launch uses, and what a captured node is updated to.
+cudaKernelNodeParams GatherKernelParams(const GatherList& list, void** args);
+
 // Enqueues the kernel that copies every range of `list` on `stream`; cudaGetLastError's result.
 cudaError_t LaunchGatherKernel(const GatherList& list, cudaStream_t stream);
 
