@@ -93,7 +93,8 @@ absl::StatusOr<runtime::GraphExec> InstantiateForDeviceLaunch(
     absl::Span<const std::vector<cudaGraphNode_t>> launch_nodes) {
   if (graph.get() == nullptr) return absl::InvalidArgumentError("cannot instantiate a null graph");
   cudaGraphInstantiateParams params = {};
-  params.flags = cudaGraphInstantiateFlagDeviceLaunch;
+  // Each kernel node keeps the priority of the stream it was captured from (lane 0's is highest).
+  params.flags = cudaGraphInstantiateFlagDeviceLaunch | cudaGraphInstantiateFlagUseNodePriority;
   cudaGraphExec_t raw = nullptr;
   const cudaError_t error = cudaGraphInstantiateWithParams(&raw, graph.get(), &params);
   if (error == cudaSuccess && params.result_out == cudaGraphInstantiateSuccess) {

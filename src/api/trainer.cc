@@ -346,7 +346,9 @@ absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t
                                                                          int lanes,
                                                                          size_t workspace_reserve) {
   DeviceShare share;
-  ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::Create());
+  // Lane 0 runs on this stream: the data-gradient chain, the step's critical path, whose blocks
+  // should go first where the other lanes' kernels compete for the multiprocessors.
+  ASSIGN_OR_RETURN(runtime::Stream stream, runtime::Stream::CreateHighestPriority());
   share.stream = std::make_shared<runtime::Stream>(std::move(stream));
   const absl::StatusOr<int64_t> used_before_handles = runtime::DeviceMemoryInUse();
   ASSIGN_OR_RETURN(runtime::LtHandle lt, runtime::LtHandle::Create());

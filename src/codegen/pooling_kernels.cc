@@ -369,6 +369,86 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                       absl::StrCat("dy, argmax, dx, ", kSizeArgs)))};
 }
 
+// The two forms share one body; BN_POOL_ARGMAX picks what it writes, so each keeps only its
+// own work: the values never need the NaN rule (a ReLU output is never NaN: fmaxf returns the
+// number) nor the index, and the argmax never stores y.
+GeneratedKernel BnReluMaxPool2dForm(DType dtype, bool argmax) {
+  const std::string name = ElementKernelName(
+      argmax ? "reprise_bn_relu_max_pool2d_argmax_nhwc4" : "reprise_bn_relu_max_pool2d_nhwc4",
+      dtype);
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, "#define BN_POOL_ARGMAX ",
+                       argmax ? 1 : 0, "\n", R"(
+template <typename I>
+__device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
+                                         const float* __restrict__ mean,
+                                         const float* __restrict__ gamma,
+                                         const float* __restrict__ invstd,
+                                         const float* __restrict__ beta, void* __restrict__ out,
+                                         I n, I c, I h, I w, I oh, I ow, int kh, int kw, int sh,
+                                         int sw, int ph, int pw) {
+  const I groups = c / 4, total = n * oh * ow * groups;
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+    I b, r, q, ch;
+    GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
+    // batch_norm_apply's per-channel factors, formed as it forms them (scale in float).
+    float mu[4], scale[4], shift[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      mu[j] = mean[ch + j];
+      scale[j] = gamma[ch + j] * invstd[ch + j];
+      shift[j] = beta[ch + j];
+    }
+    // Below any ReLU output, so the window's first element always takes it; later ones only when
+    // greater: the element that sets the maximum is the first one equal to it, as max_pool2d's
+    // scan and its gradient's tie rule have it.
+    float best[4] = {-1.0f, -1.0f, -1.0f, -1.0f};
+#if BN_POOL_ARGMAX
+    int first[4] = {255, 255, 255, 255};  // Whole registers: byte arithmetic costs more.
+#endif
+    for (int a = 0; a < kh; ++a) {
+      const I row = r * sh - ph + a;
+      if (row < 0 || row >= h) continue;
+      for (int e = 0; e < kw; ++e) {
+        const I col = q * sw - pw + e;
+        if (col < 0 || col >= w) continue;
+        float v[4];
+        Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // The ReLU output as batch_norm_apply stores it.
+          v[j] = ToFloat(FromFloat(fmaxf(fmaf(v[j] - mu[j], scale[j], shift[j]), 0.0f)));
+          const bool greater = v[j] > best[j];
+          best[j] = greater ? v[j] : best[j];
+#if BN_POOL_ARGMAX
+          first[j] = greater ? a * kw + e : first[j];
+#endif
+        }
+      }
+    }
+#if BN_POOL_ARGMAX
+    *reinterpret_cast<uchar4*>(static_cast<unsigned char*>(out) + i * 4) =
+        make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
+                    static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
+#else
+    Store4(static_cast<elem_t*>(out) + i * 4, make_float4(best[0], best[1], best[2], best[3]));
+#endif
+  }
+}
+)",
+                       EntryFor(name,
+                                absl::StrCat("const elem_t* __restrict__ x, const float* "
+                                             "__restrict__ mean, const float* __restrict__ gamma, "
+                                             "const float* __restrict__ invstd, const float* "
+                                             "__restrict__ beta, void* __restrict__ out, ",
+                                             kSizeParams),
+                                "BnReluMaxPool2dNhwc4Body",
+                                absl::StrCat("x, mean, gamma, invstd, beta, out, ", kSizeArgs)))};
+}
+
+GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype) { return BnReluMaxPool2dForm(dtype, false); }
+GeneratedKernel BnReluMaxPool2dArgmaxNhwc4(DType dtype) { return BnReluMaxPool2dForm(dtype, true); }
+
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
   const std::string name = ElementKernelName("reprise_global_avg_pool_nchw", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
@@ -423,7 +503,8 @@ std::vector<GeneratedKernel> PoolingKernels() {
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
          {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4,
-          MaxPool2dGradFromArgmaxNhwc4, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+          MaxPool2dGradFromArgmaxNhwc4, BnReluMaxPool2dNhwc4, BnReluMaxPool2dArgmaxNhwc4,
+          GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
       kernels.push_back(make(dtype));
     }
   }

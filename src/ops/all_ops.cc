@@ -10,6 +10,7 @@
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "src/ops/transpose.h"
 
 namespace reprise::ops {
@@ -23,8 +24,9 @@ std::vector<const ir::OpDef*> AllOps() {
           &ChannelBiasAddOp(), &ChannelSumOp(), &BatchNormTrainOp(), &BatchNormGradOp(),
           &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
           &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
-          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(), &TransposeOp(),
-          &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(),
+          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(),
+          &MaxPool2dBnReluOp(), &MaxPool2dGradBnReluOp(), &TransposeOp(), &CastOp(),
+          &MatmulBiasOp(), &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(),
           &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(), &AdamMultiOp(),
           &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.

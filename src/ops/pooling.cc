@@ -59,14 +59,7 @@ absl::Status CheckGpuFloat32(const Node& node, absl::Span<const TensorSpec> spec
   return absl::OkStatus();
 }
 
-namespace {
-
 // max_pool2d ------------------------------------------------------------------------------------
-
-struct PoolParams {
-  int64_t kh = 0, kw = 0, sh = 0, sw = 0, ph = 0, pw = 0;
-  Layout layout = Layout::kNCHW;
-};
 
 absl::StatusOr<PoolParams> PoolParamsOf(const Attrs& attrs) {
   PoolParams p;
@@ -109,6 +102,17 @@ absl::StatusOr<ImageDims> PooledDims(const ImageDims& x, const PoolParams& p,
   }
   return y;
 }
+
+// Kernel arguments every max-pool kernel ends with: extents, window, layout.
+void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, const PoolParams& p) {
+  args.Add(static_cast<long long>(x.n)).Add(static_cast<long long>(x.c));
+  args.Add(static_cast<long long>(x.h)).Add(static_cast<long long>(x.w));
+  args.Add(static_cast<long long>(y.h)).Add(static_cast<long long>(y.w));
+  for (int64_t v : {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw}) args.Add(static_cast<int>(v));
+  args.Add(static_cast<int>(p.layout == Layout::kNHWC));
+}
+
+namespace {
 
 absl::StatusOr<std::vector<TensorSpec>> InferMaxPool(const Attrs& attrs,
                                                      absl::Span<const TensorSpec> in) {
@@ -215,15 +219,6 @@ absl::Status CpuMaxPoolGrad(const Node& node, absl::Span<ir::HostTensor* const> 
     });
     return absl::OkStatus();
   });
-}
-
-// Kernel arguments both max-pool kernels end with: extents, window, layout.
-void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, const PoolParams& p) {
-  args.Add(static_cast<long long>(x.n)).Add(static_cast<long long>(x.c));
-  args.Add(static_cast<long long>(x.h)).Add(static_cast<long long>(x.w));
-  args.Add(static_cast<long long>(y.h)).Add(static_cast<long long>(y.w));
-  for (int64_t v : {p.kh, p.kw, p.sh, p.sw, p.ph, p.pw}) args.Add(static_cast<int>(v));
-  args.Add(static_cast<int>(p.layout == Layout::kNHWC));
 }
 
 // Whether the channels-last kernels that take 4 channels per thread apply: a channel count that

@@ -69,6 +69,25 @@ absl::StatusOr<ImageDims> ImageDimsOf(const TensorSpec& x, Layout layout, absl::
 // float32, bfloat16 or float16 (GpuElementType in src/ops/gpu_element_type.h).
 absl::Status CheckGpuFloat32(const Node& node, absl::Span<const TensorSpec> specs);
 
+// Shared by the max-pooling ops (here and src/ops/pooling_bn_relu.h) ---------------------------
+
+// A max pooling's window, from its attrs (kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
+// layout); InvalidArgument for a window PyTorch would refuse.
+struct PoolParams {
+  int64_t kh = 0, kw = 0, sh = 0, sw = 0, ph = 0, pw = 0;
+  Layout layout = Layout::kNCHW;
+};
+absl::StatusOr<PoolParams> PoolParamsOf(const Attrs& attrs);
+
+// The extents of y for x (whose spec is `spec`), or InvalidArgument when the window leaves no
+// output.
+absl::StatusOr<ImageDims> PooledDims(const ImageDims& x, const PoolParams& p,
+                                     const TensorSpec& spec);
+
+class KernelArgs;
+// Appends the arguments every max-pooling kernel ends with: extents, window, layout.
+void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, const PoolParams& p);
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_POOLING_H_

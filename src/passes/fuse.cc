@@ -21,6 +21,7 @@
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "src/passes/fuse_batched.h"
 #include "src/passes/fuse_mlp_step.h"
 #include "src/passes/rewrite.h"
@@ -42,6 +43,7 @@ class GroupFinder {
   void LossWithGrad();
   void BatchNormActivations();
   void BatchNormApplyChains();
+  void PoolingOfRecomputedActivations();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
   void ConvDgradAccumulations();
@@ -96,6 +98,9 @@ class GroupFinder {
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
   // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
   bool PlainApply(const Node& node) const;
+  // Whether `reader`, which reads `v` in the graph, does not once fused: it is in a group whose
+  // inputs do not include `v` (a ReLU gradient whose mask now comes from x).
+  bool ReadFusedAway(int32_t reader, Value v) const;
   // The relu that alone reads `add`'s output, where `add` is an add not taken; else null.
   const Node* AddRelu(const Node& add) const;
   // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
@@ -279,6 +284,87 @@ void GroupFinder::BatchNormApplyChains() {
     }
     group.name = absl::StrCat(group.name, group.outputs.size() + 1);
     TryAdd(std::move(group));
+  }
+}
+
+bool GroupFinder::ReadFusedAway(int32_t reader, Value v) const {
+  if (!taken_[reader]) return false;
+  for (const NodeGroup& group : groups_) {
+    if (std::find(group.members.begin(), group.members.end(), reader) == group.members.end()) {
+      continue;
+    }
+    return std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end();
+  }
+  return false;
+}
+
+// A batch norm + ReLU output recomputed by the mirror pass whose readers are one max pooling
+// (itself recomputed) and that pooling's gradients, as in a network's stem: the pooling and its
+// gradients recompute the window values from the batch norm's input as they read them
+// (src/ops/pooling_bn_relu.h), so the ReLU output is never written or read back. Where the GPU
+// kernels run only: float32, channels-last, channels a multiple of 4, windows of at most 255.
+void GroupFinder::PoolingOfRecomputedActivations() {
+  for (const Node& apply : g_.nodes()) {
+    if (!PlainApply(apply) || apply.outputs[0].dtype != DType::kFloat32) continue;
+    const absl::StatusOr<Layout> layout = ops::LayoutAttr(apply.attrs);
+    if (!layout.ok() || *layout != Layout::kNHWC || apply.outputs[0].shape.dim(3) % 4 != 0) {
+      continue;
+    }
+    const Node* relu = SoleReader(Value{apply.id, 0});
+    if (relu == nullptr || relu->op != &ops::ReluOp()) continue;
+    const Value act{relu->id, 0};
+    if (kept_.contains(act)) continue;
+    const Node* pool = nullptr;
+    std::vector<const Node*> grads;
+    bool fusable = true;
+    for (int32_t r : Readers(act)) {
+      const Node& reader = g_.node(r);
+      if (reader.op == &ops::MaxPool2dOp() && pool == nullptr && !taken_[r]) {
+        pool = &reader;
+      } else if (reader.op == &ops::MaxPool2dGradOp() && !taken_[r] && reader.inputs[1] == act &&
+                 reader.inputs[0] != act) {
+        grads.push_back(&reader);
+      } else if (!ReadFusedAway(r, act)) {
+        fusable = false;
+      }
+    }
+    if (!fusable || pool == nullptr) continue;
+    const absl::StatusOr<ops::PoolParams> window = ops::PoolParamsOf(pool->attrs);
+    if (!window.ok() || window->kh * window->kw > 255) continue;
+    const Value pooled{pool->id, 0};
+    std::vector<int32_t> pooled_readers = Readers(pooled);
+    for (const Node* grad : grads) {
+      fusable = fusable && grad->inputs[2] == pooled && grad->attrs == pool->attrs;
+      std::erase(pooled_readers, grad->id);
+    }
+    // The pooled values must still be wanted without the gradients (the weight gradients of the
+    // next convolutions read them), or the fused pooling would run for nothing.
+    if (!fusable || (pooled_readers.empty() && !kept_.contains(pooled))) continue;
+    std::vector<NodeGroup> fused;
+    fused.push_back({.members = {apply.id, relu->id, pool->id},
+                     .op = &ops::MaxPool2dBnReluOp(),
+                     .name = absl::StrCat(apply.name, "+", relu->name, "+", pool->name),
+                     .attrs = pool->attrs,
+                     .inputs = apply.inputs,
+                     .outputs = {pooled}});
+    for (const Node* grad : grads) {
+      std::vector<Value> inputs = {grad->inputs[0]};
+      inputs.insert(inputs.end(), apply.inputs.begin(), apply.inputs.end());
+      fused.push_back({.members = {grad->id},
+                       .op = &ops::MaxPool2dGradBnReluOp(),
+                       .name = absl::StrCat(grad->name, "+", apply.name),
+                       .attrs = grad->attrs,
+                       .inputs = std::move(inputs),
+                       .outputs = {Value{grad->id, 0}}});
+    }
+    // All of them or none: a gradient left unfused would read the ReLU output that the fused
+    // pooling no longer writes.
+    const bool placeable = std::all_of(fused.begin(), fused.end(), [&](const NodeGroup& group) {
+      return Placeable(g_, consumers_,
+                       absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
+    });
+    if (!placeable) continue;
+    for (NodeGroup& group : fused) TryAdd(std::move(group));
   }
 }
 
@@ -709,6 +795,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     if (options.batch_norm_activations) {
       finder.BatchNormActivations();
       finder.BatchNormApplyChains();
+      finder.PoolingOfRecomputedActivations();
       finder.BatchNormApplyActivations();
     }
     if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);

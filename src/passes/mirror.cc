@@ -206,6 +206,17 @@ absl::StatusOr<MirroredTraining> Mirror(const autodiff::TrainingGraph& training,
       chosen = before_pruning;
       ASSIGN_OR_RETURN(planned, search.PlannedPeak(chosen));
     }
+    // Then by the laid-out peak, which the live bytes only bound: a group whose twins merely
+    // shift where buffers land (kAuto), or that the budget does without once laid out (kBudget),
+    // costs launches for nothing.
+    for (int i = static_cast<int>(groups.size()) - 1; i >= 0; --i) {
+      if (!chosen.contains(groups[i].front())) continue;  // Dropped above.
+      ASSIGN_OR_RETURN(std::optional<PeakEstimate> p,
+                       search.PeakOf(Without(chosen, groups[i]), /*place=*/true));
+      if (!p.has_value() || p->planned > (budget ? options.budget_bytes : planned)) continue;
+      chosen = Without(chosen, groups[i]);
+      planned = p->planned;
+    }
     if (!budget && planned >= unmirrored.planned) {  // No lower in the end: not worth a launch.
       chosen.clear();
       planned = unmirrored.planned;

@@ -16,7 +16,9 @@
 // live peak falls (never for a shift of where buffers happen to land), while that keeps happening
 // (kAuto) or until the laid-out peak meets the budget (kBudget); then groups whose removal does
 // not raise the live peak (kAuto) or break the budget (kBudget) are dropped again, for the least
-// recomputation. kAuto keeps the result only if the laid-out peak is lower than without it.
+// recomputation, and then those whose removal does not raise the laid-out peak (kAuto) or break
+// the budget once laid out (kBudget). kAuto keeps the result only if the laid-out peak is lower
+// than without it.
 #ifndef REPRISE_SRC_PASSES_MIRROR_H_
 #define REPRISE_SRC_PASSES_MIRROR_H_
 

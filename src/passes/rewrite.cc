@@ -47,9 +47,12 @@ absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
 
 namespace {
 
+// `reads(reader, v)`: whether `reader` still reads `v` once the groups are formed (a member of
+// another group reads only that group's inputs).
+template <typename Reads>
 absl::Status CheckGroup(const Graph& graph, const Consumers& consumers, const NodeGroup& group,
                         const absl::flat_hash_set<int32_t>& members,
-                        const absl::flat_hash_set<Value>& kept) {
+                        const absl::flat_hash_set<Value>& kept, Reads&& reads) {
   const std::string where = absl::StrCat("fused group '", group.name, "'");
   if (members.empty() || group.op == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(where, ": no members or no op"));
@@ -65,7 +68,9 @@ absl::Status CheckGroup(const Graph& graph, const Consumers& consumers, const No
       bool needed = kept.contains(v);
       auto it = consumers.readers.find(v);
       if (it != consumers.readers.end()) {
-        for (int32_t reader : it->second) needed = needed || !members.contains(reader);
+        for (int32_t reader : it->second) {
+          needed = needed || (!members.contains(reader) && reads(reader, v));
+        }
       }
       if (needed && !outputs.contains(v)) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": output ", out, " of '", node.name,
@@ -85,15 +90,26 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
   std::vector<int> group_of(graph.num_nodes(), -1);
   std::vector<int32_t> anchor(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
-    const absl::flat_hash_set<int32_t> members(groups[i].members.begin(), groups[i].members.end());
-    RETURN_IF_ERROR(CheckGroup(graph, consumers, groups[i], members, kept_set));
-    for (int32_t m : members) {
+    for (int32_t m : groups[i].members) {
+      if (m < 0 || m >= graph.num_nodes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("fused group '", groups[i].name, "': no node ", m));
+      }
       if (group_of[m] >= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("node '", graph.node(m).name, "' is in two fused groups"));
       }
       group_of[m] = static_cast<int>(i);
     }
+  }
+  auto reads = [&](int32_t reader, Value v) {
+    if (group_of[reader] < 0) return true;
+    const std::vector<Value>& inputs = groups[group_of[reader]].inputs;
+    return std::find(inputs.begin(), inputs.end(), v) != inputs.end();
+  };
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const absl::flat_hash_set<int32_t> members(groups[i].members.begin(), groups[i].members.end());
+    RETURN_IF_ERROR(CheckGroup(graph, consumers, groups[i], members, kept_set, reads));
     anchor[i] = *std::max_element(members.begin(), members.end());
   }
 

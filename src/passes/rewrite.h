@@ -56,7 +56,9 @@ absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node);
 // Rebuilds `graph`: every leaf first, then the other nodes in order, each group replaced by one
 // node at its last member's position.
 // InvalidArgument if groups overlap, a group is not Placeable, or a member's value read outside
-// its group (or listed in `kept`) is not among the group's outputs.
+// its group (or listed in `kept`) is not among the group's outputs. A reader in another group
+// reads only that group's inputs: a value it read before fusion but no longer does need not be
+// an output.
 absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<const NodeGroup> groups,
                                              absl::Span<const Value> kept);
 

@@ -31,6 +31,16 @@ absl::StatusOr<Stream> Stream::Create() {
   return Stream(stream);
 }
 
+absl::StatusOr<Stream> Stream::CreateHighestPriority() {
+  int least = 0, greatest = 0;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                       "stream priority range");
+  cudaStream_t stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest),
+                       "new stream of the greatest priority");
+  return Stream(stream);
+}
+
 absl::StatusOr<Event> Event::Create(unsigned int flags) {
   cudaEvent_t event = nullptr;
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, flags), "new event");
@@ -52,7 +62,10 @@ absl::StatusOr<Graph> Graph::Create() {
 absl::StatusOr<GraphExec> GraphExec::Create(const Graph& graph) {
   if (graph.get() == nullptr) return absl::InvalidArgumentError("cannot instantiate a null graph");
   cudaGraphExec_t exec = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph.get(), 0), "graph instantiation");
+  // Each kernel node keeps the priority of the stream it was captured from.
+  CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiateWithFlags(&exec, graph.get(), cudaGraphInstantiateFlagUseNodePriority),
+      "graph instantiation");
   return GraphExec(exec);
 }
 

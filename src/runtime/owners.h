@@ -47,6 +47,10 @@ struct ModuleDeleter {
 class Stream {
  public:
   static absl::StatusOr<Stream> Create();
+  // With the device's greatest priority: where streams compete for the multiprocessors, its
+  // kernels' blocks are scheduled first (a captured graph keeps that per node, as instantiated
+  // by GraphExec::Create and capture's device-launch instantiation).
+  static absl::StatusOr<Stream> CreateHighestPriority();
   cudaStream_t get() const { return stream_.get(); }
 
  private:

@@ -20,6 +20,8 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/ops.h"
+#include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "src/passes/mirror_rewrite.h"
 #include "src/passes/plan.h"
 #include "src/passes/plan_dump.h"
@@ -214,6 +216,12 @@ TEST_P(ResNet18MirrorTest, EveryPolicyGivesTheSameBits) {
   }
   EXPECT_GT(fused_applies, 0);
   EXPECT_GE(chains, 2);
+  // The stem's recomputed batch norm + ReLU output is never stored in NHWC: its pooling and the
+  // pooling's gradient recompute it from the batch norm's input (NCHW keeps the separate twins).
+  const bool nhwc = GetParam() == Layout::kNHWC;
+  EXPECT_EQ(CountOps(plan->graph(), ops::MaxPool2dBnReluOp()), nhwc ? 1 : 0);
+  EXPECT_EQ(CountOps(plan->graph(), ops::MaxPool2dGradBnReluOp()), nhwc ? 1 : 0);
+  EXPECT_EQ(CountOps(plan->graph(), ops::MaxPool2dGradOp()), nhwc ? 0 : 1);
   ExpectEveryPolicyGivesTheSameBits(m, 2, /*separate_updates=*/true);
 }
 
@@ -292,6 +300,26 @@ TEST_P(ResNet18MirrorTest, TwoLanesKeepTheSaving) {
 INSTANTIATE_TEST_SUITE_P(NchwAndNhwc, ResNet18MirrorTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const auto& info) { return std::string(LayoutName(info.param)); });
+
+// ResNet-50 at batch 64 with three lanes: the twins of layer4's first two block outputs lower the
+// live bytes but not the laid-out peak (their buffers only land elsewhere), so kAuto drops them
+// again; the twins of their batch norm + ReLU outputs stay.
+TEST(MirrorTest, AutoDropsTwinsThatDoNotLowerTheLaidOutPeak) {
+  auto net = models::BuildResNet(
+      {.depth = 50, .batch = 64, .classes = 1000, .image_size = 224, .layout = Layout::kNHWC});
+  ASSERT_TRUE(net.ok()) << net.status();
+  const Model m{std::move(net->graph), net->loss, "images", 1000};
+  passes::PlanOptions options = WithMirror({.policy = Policy::kAuto});
+  options.lanes = 3;
+  auto plan = passes::BuildPlan(TrainingOf(m), {}, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<std::string> originals = Originals(*plan);
+  EXPECT_THAT(originals, ::testing::Contains("layer3.1.relu"));
+  EXPECT_THAT(originals, ::testing::Contains("layer4.1.relu1"));
+  EXPECT_THAT(originals, ::testing::Not(::testing::Contains("layer4.0.relu")));
+  EXPECT_THAT(originals, ::testing::Not(::testing::Contains("layer4.1.relu")));
+  EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored * 11 / 20);
+}
 
 // h' = relu(x·Wx + h·Wh) over four steps: recomputing h' would keep both matmul outputs alive
 // to free h' alone, so the benefit test turns it down.

@@ -1,4 +1,5 @@
-// Backward mirroring on the GPU: batch_norm_apply matches its CPU reference; a ResNet-18 trained
+// Backward mirroring on the GPU: batch_norm_apply and the pooling of a recomputed batch norm +
+// ReLU output match their CPU references; a ResNet-18 trained
 // with TrainOptions::mirror auto replays its captured graph with the bits of its bulked run, and
 // its losses follow the unmirrored run's (bit for bit in NHWC, where the recomputed batch norm
 // uses the forward kernel's own expression; within 1e-5 over the first
@@ -12,6 +13,8 @@
 #include "reprise/reprise.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/batch_norm_apply.h"
+#include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -57,6 +60,64 @@ TEST_P(BatchNormApplyGpuTest, MatchesTheCpuReference) {
 INSTANTIATE_TEST_SUITE_P(BothLayouts, BatchNormApplyGpuTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const auto& info) { return std::string(LayoutName(info.param)); });
+
+// The stem's twins as the fuse pass forms them: max pooling of relu(batch_norm_apply(x)) and its
+// gradient, recomputing the window values from x; beside the separate ops on the same tensors.
+// `ties`: small integers with unit statistics, so that most windows hold several maxima (zeros
+// after the ReLU above all) and the first-maximum rule decides.
+void CheckPoolingOfRecomputedActivation(bool ties) {
+  Graph g;
+  const Shape shape{4, 11, 9, 8};  // NHWC; 8 channels: two groups of 4 per position.
+  const TensorSpec channel{Shape{8}};
+  const Value x = *g.AddParameter("x", {shape}, Initializer::Uniform(-2, 3));
+  auto per_channel = [&](const std::string& name, float low, float high) {
+    return ties ? *g.AddConstant(name, channel,
+                                 Initializer::Constant(name == "invstd" || name == "gamma" ? 1 : 0))
+                : *g.AddParameter(name, channel, Initializer::Uniform(low, high));
+  };
+  const Value gamma = per_channel("gamma", 0.5, 2), beta = per_channel("beta", -1, 1);
+  const Value mean = per_channel("mean", -0.5, 0.5), invstd = per_channel("invstd", 0.5, 3);
+  const Attrs pool = {{"kernel_h", int64_t{3}},       {"kernel_w", int64_t{3}},
+                      {"stride_h", int64_t{2}},       {"stride_w", int64_t{2}},
+                      {"pad_h", int64_t{1}},          {"pad_w", int64_t{1}},
+                      {"layout", std::string("NHWC")}};
+  auto y = g.AddOp1(ops::MaxPool2dBnReluOp(), "pool", {x, gamma, beta, mean, invstd}, pool);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const Value dy = *g.AddConstant("dy", g.spec(*y), Initializer::Uniform(-1, 1));
+  ASSERT_TRUE(
+      g.AddOp1(ops::MaxPool2dGradBnReluOp(), "pool_grad", {dy, x, gamma, beta, mean, invstd}, pool)
+          .ok());
+  Attrs apply_attrs = {{"layout", std::string("NHWC")}, {"relu", true}};
+  const Value a =
+      *g.AddOp1(ops::BatchNormApplyOp(), "apply", {x, gamma, beta, mean, invstd}, apply_attrs);
+  const Value separate = *g.AddOp1(ops::MaxPool2dOp(), "separate_pool", {a}, pool);
+  ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradOp(), "separate_grad", {dy, a, separate}, pool).ok());
+  ir::ReferenceExecutor cpu(g, false, 19);
+  if (ties) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> small(-2, 2);
+    std::vector<double> values(g.spec(x).NumElements());
+    for (double& v : values) v = small(rng);
+    ASSERT_TRUE(cpu.SetLeaf("x", values).ok());
+  }
+  std::vector<std::string> ran;
+  ExpectGpuMatchesCpu(g, cpu, ties ? 0.0 : 1e-6, {}, false, false, &ran);
+  int fused_kernels = 0;
+  for (const std::string& launch : ran) {
+    fused_kernels += launch.find("reprise_bn_relu_max_pool2d_") != std::string::npos;
+  }
+  EXPECT_EQ(fused_kernels, 2);  // The pooling, and the gradient's argmax pass.
+}
+
+TEST(PoolingOfRecomputedActivationGpuTest, MatchesTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  CheckPoolingOfRecomputedActivation(/*ties=*/false);
+}
+
+TEST(PoolingOfRecomputedActivationGpuTest, TiesMatchTheCpuReferenceBitwise) {
+  REPRISE_REQUIRE_GPU();
+  CheckPoolingOfRecomputedActivation(/*ties=*/true);
+}
 
 // Batch 8 at 128x128: at 32x32 the weight gradients, which the fused optimizer keeps to the end
 // of the step, are the whole activation peak and kAuto rightly mirrors nothing.
