@@ -11,9 +11,10 @@ weight_decay) step. fp32, TF32 off unless --tf32. Modes:
                  captured whole-step the same way
 Each step is timed with CUDA events after warm-up (graph modes include the copy of the
 next batch into the static inputs); inputs rotate over a few pre-generated random
-batches. peak_bytes = torch.cuda.max_memory_allocated during the mode, including those
-batches (config.input_bytes) and whatever earlier modes left allocated (base_bytes,
-e.g. cuBLAS workspaces; use --modes X for one mode per process). Exit status: 0 ok, 1 cannot run, 2 some mode failed.
+batches. peak_bytes = torch.cuda.max_memory_allocated over the timed steps (setup_peak_bytes:
+over setup and warm-up), including those batches (config.input_bytes) and whatever earlier
+modes left allocated (base_bytes, e.g. cuBLAS workspaces; use --modes X for one mode per
+process). Exit status: 0 ok, 1 cannot run, 2 some mode failed.
 
   python3 tools/bench/torch_mlp.py --depth 4 --width 1024 --batch 256 --json t.json
 """

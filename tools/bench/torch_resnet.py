@@ -19,11 +19,16 @@ Layout: nchw, or nhwc (model and inputs in torch.channels_last). Modes:
   compile_graph  torch.compile(mode=--compile-mode, by default "max-autotune-no-cudagraphs")
                  + SGD(fused=True),
                  captured whole-step the same way (compiling takes minutes; progress on stderr)
+  checkpoint     eager, the model run as torch.utils.checkpoint.checkpoint_sequential over
+                 --segments segments (use_reentrant=False): activations recomputed in backward
+  compile_budget compile_graph with torch._functorch.config.activation_memory_budget =
+                 --memory-budget (its automatic min-cut recomputation)
 Each step is timed with CUDA events after warm-up (graph modes include the copy of the next
 batch into the static inputs); inputs rotate over a few pre-generated random batches.
-images_per_s = batch / median step time. peak_bytes = torch.cuda.max_memory_allocated during the
-mode, including those batches (config.input_bytes) and whatever earlier modes left allocated
-(base_bytes; use --modes X for one mode per process). Exit status: 0 ok, 1 cannot run, 2 some
+images_per_s = batch / median step time. peak_bytes = torch.cuda.max_memory_allocated over the
+timed steps, including those batches (config.input_bytes) and whatever earlier modes left
+allocated (base_bytes; use --modes X for one mode per process); setup_peak_bytes: the same over
+setup and warm-up (compiling, cuDNN's autotuning). Exit status: 0 ok, 1 cannot run, 2 some
 mode failed. One line per mode on stdout:
   torch <mode> depth=50 batch=32 precision=tf32 layout=nchw median_ms=X p90_ms=Y images_per_s=Z
   torch <mode> depth=50 batch=32 precision=tf32 layout=nchw error='...'
@@ -40,7 +45,7 @@ try:
 except ImportError as e:  # reported in main()
     torch, nn, _IMPORT_ERROR = None, None, str(e)
 
-MODES = ("eager", "graph", "compile_graph")
+MODES = ("eager", "graph", "compile_graph", "checkpoint", "compile_budget")
 DEPTHS = (18, 34, 50, 101, 152)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 LAYOUTS = ("nchw", "nhwc")
@@ -73,6 +78,9 @@ def parse_args(argv=None):
                    help="auto: torchvision when it imports, else the in-script copy (builtin)")
     p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                    help="torch.compile mode of compile_graph ('default' compiles in about a minute)")
+    p.add_argument("--segments", type=int, default=4, help="checkpoint: checkpoint_sequential's")
+    p.add_argument("--memory-budget", type=float, default=0.5,
+                   help="compile_budget: torch._functorch.config.activation_memory_budget")
     p.add_argument("--json", metavar="FILE", help="write results as JSON here")
     a = p.parse_args(argv)
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -264,7 +272,45 @@ def setup_compile_graph(a, xs, ys):
             {"optimizer": "SGD(fused=True)" + (" + GradScaler" if scaler else "")})
 
 
-SETUP = {"eager": setup_eager, "graph": setup_graph, "compile_graph": setup_compile_graph}
+def as_sequential(model):
+    """The ResNet as one nn.Sequential of its stages (same modules), for checkpoint_sequential."""
+    return nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool, model.layer1,
+                         model.layer2, model.layer3, model.layer4, model.avgpool, nn.Flatten(1),
+                         model.fc)
+
+
+def setup_checkpoint(a, xs, ys):
+    from torch.utils.checkpoint import checkpoint_sequential
+    model, scaler = build_model(a), make_scaler(a)
+    for m in model.modules():  # A segment's input must survive to its recomputation.
+        if isinstance(m, nn.ReLU):
+            m.inplace = False
+    sequential, loss_fn = as_sequential(model), nn.CrossEntropyLoss()
+    opt = make_sgd(model.parameters(), a, foreach=True)
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with autocast(a):
+            logits = checkpoint_sequential(sequential, a.segments, xs[i % NUM_BATCHES],
+                                           use_reentrant=False)
+            loss = loss_fn(logits, ys[i % NUM_BATCHES])
+        torch_step.backward_and_step(opt, loss, scaler)
+    return step, {"optimizer": "SGD(foreach=True)", "segments": a.segments}
+
+
+def setup_compile_budget(a, xs, ys):
+    import torch._functorch.config as functorch_config
+    previous = functorch_config.activation_memory_budget
+    functorch_config.activation_memory_budget = a.memory_budget
+    try:
+        step, info = setup_compile_graph(a, xs, ys)  # Compiles (and partitions) here.
+    finally:
+        functorch_config.activation_memory_budget = previous
+    return step, {**info, "activation_memory_budget": a.memory_budget}
+
+
+SETUP = {"eager": setup_eager, "graph": setup_graph, "compile_graph": setup_compile_graph,
+         "checkpoint": setup_checkpoint, "compile_budget": setup_compile_budget}
 
 
 def progress(msg):
@@ -321,7 +367,9 @@ def main():
             print(f"{head} error={r['error']!r}", flush=True)
         else:
             print(f"{head} median_ms={r['median_ms']:.4f} p90_ms={r['p90_ms']:.4f} "
-                  f"images_per_s={r['images_per_s']:.1f}", flush=True)
+                  f"images_per_s={r['images_per_s']:.1f} peak_mib={r['peak_bytes'] / 2**20:.0f} "
+                  f"base_mib={r['base_bytes'] / 2**20:.0f} "
+                  f"setup_peak_mib={r['setup_peak_bytes'] / 2**20:.0f}", flush=True)
 
     if a.json:
         out = {"framework": "torch", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -59,10 +59,16 @@ def capturable_sgd_kwargs():
     return {"foreach": True}, "SGD(foreach=True)"
 
 
-def time_steps(step, warmup, iters):
+def time_steps(step, warmup, iters, peaks=None):
+    """CUDA-event times of `iters` steps after `warmup` untimed ones. With `peaks` (a dict), its
+    "setup_peak_bytes" is the allocation peak up to the end of the warm-up (compiling, cuDNN's
+    autotuning) and "peak_bytes" that of the timed steps alone: what the step itself holds."""
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
+    if peaks is not None:
+        peaks["setup_peak_bytes"] = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
@@ -75,7 +81,8 @@ def time_steps(step, warmup, iters):
 
 def run_mode(mode, setup, warmup, iters, progress=lambda msg: None):
     """Sets up `mode` with setup() -> (step, info), times it, and returns median and p90 ms, peak
-    memory (with base_bytes: what earlier modes left allocated) and setup time, or the error."""
+    memory of the timed steps (with base_bytes: what earlier modes left allocated; and the peak of
+    setup and warm-up), and setup time, or the error."""
     gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -88,16 +95,17 @@ def run_mode(mode, setup, warmup, iters, progress=lambda msg: None):
         torch.cuda.synchronize()
         setup_s = time.perf_counter() - t0
         progress(f"{mode}: set up in {setup_s:.1f} s; {warmup} warm-up and {iters} timed steps")
-        ms = sorted(time_steps(step, warmup, iters))
+        peaks = {}
+        ms = sorted(time_steps(step, warmup, iters, peaks))
         return {"median_ms": statistics.median(ms),
                 "p90_ms": statistics.quantiles(ms, n=10, method="inclusive")[8],
                 "peak_bytes": torch.cuda.max_memory_allocated(), "base_bytes": base,
-                "setup_s": setup_s, **info}
+                "setup_peak_bytes": peaks["setup_peak_bytes"], "setup_s": setup_s, **info}
     except Exception as e:  # report and go on with the next mode
         return {"error": f"{type(e).__name__}: {e}"}
     finally:
         del step
-        if mode == "compile_graph":
+        if mode.startswith("compile"):
             torch._dynamo.reset()
         gc.collect()
         torch.cuda.synchronize()
