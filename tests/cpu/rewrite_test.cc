@@ -1,4 +1,5 @@
-// ReplaceGroups refuses groups it cannot place or that would lose a value someone reads.
+// ReplaceGroups refuses groups it cannot place or that would lose a value someone reads (a
+// reader in another group reads only that group's inputs).
 #include "src/passes/rewrite.h"
 
 #include "gmock/gmock.h"
@@ -33,6 +34,25 @@ passes::NodeGroup Relus(const Chain& chain, std::vector<Value> outputs) {
 TEST(RewriteTest, ValueReadOutsideMustBeAnOutput) {
   Chain chain;
   auto out = passes::ReplaceGroups(chain.g, {Relus(chain, {chain.b})}, {});
+  EXPECT_THAT(out.status().message(), HasSubstr("output 0 of 'a' is needed outside"));
+}
+
+// c reads a, but once c is fused into a group whose inputs are x and b's group output (as a ReLU
+// gradient whose mask comes from x stops reading the ReLU output), a need not be an output.
+TEST(RewriteTest, ValueReadOnlyByAGroupThatNoLongerReadsItMayGo) {
+  Chain chain;
+  passes::NodeGroup relus = Relus(chain, {chain.b});
+  passes::NodeGroup add{.members = {chain.c.node},
+                        .op = &ops::AddOp(),
+                        .name = "c_from_x",
+                        .inputs = {chain.b, chain.x},
+                        .outputs = {chain.c}};
+  auto out = passes::ReplaceGroups(chain.g, {relus, add}, {chain.c});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->values.contains(chain.a));
+  // A group that still lists a among its inputs needs it.
+  add.inputs = {chain.b, chain.a};
+  out = passes::ReplaceGroups(chain.g, {relus, add}, {chain.c});
   EXPECT_THAT(out.status().message(), HasSubstr("output 0 of 'a' is needed outside"));
 }
 
