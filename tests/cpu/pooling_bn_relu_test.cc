@@ -27,19 +27,33 @@ Attrs PoolAttrs() {
 struct Stem {
   Graph g;
   Value x, gamma, beta, mean, invstd, dy;
-  Stem() {
+  // `dtype`: of x, dy and the outputs; the per-channel tensors stay float32 (mixed precision's).
+  explicit Stem(DType dtype = DType::kFloat32) {
     const TensorSpec channel{Shape{8}};
-    x = *g.AddParameter("x", {Shape{2, 9, 7, 8}}, Initializer::Uniform(-2, 2));
-    gamma = *g.AddParameter("gamma", channel, Initializer::Uniform(0.5, 2));
-    beta = *g.AddParameter("beta", channel, Initializer::Uniform(-1, 1));
-    mean = *g.AddParameter("mean", channel, Initializer::Uniform(-0.5, 0.5));
-    invstd = *g.AddParameter("invstd", channel, Initializer::Uniform(0.5, 3));
-    dy = *g.AddParameter("dy", {Shape{2, 5, 4, 8}}, Initializer::Uniform(-1, 1));
+    x = *g.AddConstant("x", {Shape{2, 9, 7, 8}, dtype}, Initializer::Uniform(-2, 2));
+    // In 16 bits, gamma · (x - mean) + beta lands within half a step of 1 for every x: distinct
+    // floats that round to one value, so only the rounded ReLU output gives the separate ops'
+    // argmax (the first element of each window).
+    const bool narrow = dtype != DType::kFloat32;
+    auto per_channel = [&](const char* name, double low, double high, double narrow_value) {
+      return *g.AddParameter(
+          name, channel,
+          narrow ? Initializer::Constant(narrow_value) : Initializer::Uniform(low, high));
+    };
+    gamma = per_channel("gamma", 0.5, 2, 1e-3);
+    beta = per_channel("beta", -1, 1, 1);
+    mean = per_channel("mean", -0.5, 0.5, 0);
+    invstd = per_channel("invstd", 0.5, 3, 1);
+    dy = *g.AddConstant("dy", {Shape{2, 5, 4, 8}, dtype}, Initializer::Uniform(-1, 1));
   }
 };
 
-TEST(PoolingBnReluTest, GivesTheSeparateOpsBits) {
-  Stem s;
+class PoolingBnReluTest : public ::testing::TestWithParam<DType> {};
+
+// bfloat16: the reference executor runs each op in float32 and rounds its outputs, so the fused
+// ops round the recomputed ReLU output as the separate batch_norm_apply's would be.
+TEST_P(PoolingBnReluTest, GivesTheSeparateOpsBits) {
+  Stem s(GetParam());
   Graph& g = s.g;
   const Value fused = *g.AddOp1(ops::MaxPool2dBnReluOp(), "fused",
                                 {s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
@@ -63,7 +77,11 @@ TEST(PoolingBnReluTest, GivesTheSeparateOpsBits) {
   }
 }
 
-TEST(PoolingBnReluTest, RefusesBadInputs) {
+INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, PoolingBnReluTest,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(PoolingBnReluInputsTest, RefusesBadInputs) {
   Stem s;
   auto wrong_dy = s.g.AddOp1(ops::MaxPool2dGradBnReluOp(), "grad",
                              {s.x, s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
