@@ -14,10 +14,11 @@ namespace reprise::ops {
 // max_pool2d_bn_relu: (x, gamma, beta, saved_mean, saved_invstd)
 //   -> y = max_pool2d(a), a = batch_norm_apply(x, ...) with relu (src/ops/batch_norm_apply.h).
 // Attrs: max_pool2d's (window and layout). No gradient rule: it only appears in the backward
-// pass. CPU: the two references in turn, so y has their bits. GPU: NHWC with a channel count
-// that is a multiple of 4, float32 or bfloat16 x and y beside float32 per-channel tensors, one
-// NVRTC kernel (codegen::BnReluMaxPool2dNhwc4) computing a as batch_norm_apply stores it; other
-// cases are kUnimplemented, naming the node (the fuse pass forms the op only where it runs).
+// pass. CPU: the two references in turn, so y has their bits (in 16 bits too: a is rounded as
+// the separate op's output would be). GPU: float32, NHWC with a channel count that is a multiple
+// of 4, one NVRTC kernel (codegen::BnReluMaxPool2dNhwc4) computing a as batch_norm_apply stores
+// it; other cases are kUnimplemented, naming the node (the fuse pass forms the op only where it
+// runs; a bfloat16 stem keeps the separate twins).
 const ir::OpDef& MaxPool2dBnReluOp();
 
 // max_pool2d_grad_bn_relu: (dy, x, gamma, beta, saved_mean, saved_invstd)
