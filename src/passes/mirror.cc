@@ -208,14 +208,19 @@ absl::StatusOr<MirroredTraining> Mirror(const autodiff::TrainingGraph& training,
     }
     // Then by the laid-out peak, which the live bytes only bound: a group whose twins merely
     // shift where buffers land (kAuto), or that the budget does without once laid out (kBudget),
-    // costs launches for nothing.
+    // costs launches for nothing. The live bytes bound the laid-out peak from below, so only a
+    // removal that keeps them within the limit is laid out (linear time against quadratic; still
+    // about 90 layouts for ResNet-152 b32, 4.6 of its 8.2 s of planning on this machine's CPU).
     for (int i = static_cast<int>(groups.size()) - 1; i >= 0; --i) {
       if (!chosen.contains(groups[i].front())) continue;  // Dropped above.
-      ASSIGN_OR_RETURN(std::optional<PeakEstimate> p,
-                       search.PeakOf(Without(chosen, groups[i]), /*place=*/true));
-      if (!p.has_value() || p->planned > (budget ? options.budget_bytes : planned)) continue;
-      chosen = Without(chosen, groups[i]);
-      planned = p->planned;
+      const int64_t limit = budget ? options.budget_bytes : planned;
+      NodeSet trial = Without(chosen, groups[i]);
+      ASSIGN_OR_RETURN(std::optional<PeakEstimate> bound, search.PeakOf(trial));
+      if (!bound.has_value() || bound->live > limit) continue;
+      ASSIGN_OR_RETURN(const int64_t laid_out, search.PlannedPeak(trial));
+      if (laid_out > limit) continue;
+      chosen = std::move(trial);
+      planned = laid_out;
     }
     if (!budget && planned >= unmirrored.planned) {  // No lower in the end: not worth a launch.
       chosen.clear();
