@@ -103,6 +103,9 @@ ABSL_FLAG(int, timeline, 0,
           "launch, replayed): "
           "each lane's busy time, lane 0's N longest waits for other lanes, the tail after "
           "lane 0's last launch, the launches' spans per kind of kernel and the N longest");
+ABSL_FLAG(bool, timeline_all, false,
+          "with --timeline: also list every launch's span in the replay, in order of its start "
+          "(to see what runs beside what)");
 ABSL_FLAG(
     std::string, optimizer, "sgd",
     "sgd (momentum 0.9, lr 0.01), nesterov, adam or adamw (lr 1e-3, weight decay 0.01 but not "
@@ -578,6 +581,16 @@ absl::Status Timeline() {
     const auto& s = spans[longest[i]];
     std::printf("  %8.3f ms  lane %d  %-36s %s\n", length(longest[i]), s.lane, s.node.c_str(),
                 s.kernel.c_str());
+  }
+  if (absl::GetFlag(FLAGS_timeline_all)) {
+    std::vector<int> by_start = longest;
+    std::sort(by_start.begin(), by_start.end(),
+              [&](int a, int b) { return spans[a].start_ms < spans[b].start_ms; });
+    std::printf("  every launch, by start: start ms, end ms, lane, node\n");
+    for (int i : by_start) {
+      std::printf("  %8.3f %8.3f  lane %d  %s\n", spans[i].start_ms, spans[i].end_ms, spans[i].lane,
+                  spans[i].node.c_str());
+    }
   }
   return absl::OkStatus();
 }

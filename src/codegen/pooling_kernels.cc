@@ -369,24 +369,20 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                       absl::StrCat("dy, argmax, dx, ", kSizeArgs)))};
 }
 
-// The two forms share one body; BN_POOL_ARGMAX picks what it writes, so each keeps only its
-// own work: the values never need the NaN rule (a ReLU output is never NaN: fmaxf returns the
-// number) nor the index, and the argmax never stores y.
-GeneratedKernel BnReluMaxPool2dForm(DType dtype, bool argmax) {
-  const std::string name = ElementKernelName(
-      argmax ? "reprise_bn_relu_max_pool2d_argmax_nhwc4" : "reprise_bn_relu_max_pool2d_nhwc4",
-      dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, "#define BN_POOL_ARGMAX ",
-                       argmax ? 1 : 0, "\n", R"(
+GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype) {
+  const std::string name = ElementKernelName("reprise_bn_relu_max_pool2d_nhwc4", dtype);
+  return {
+      name,
+      absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                          const float* __restrict__ mean,
                                          const float* __restrict__ gamma,
                                          const float* __restrict__ invstd,
-                                         const float* __restrict__ beta, void* __restrict__ out,
-                                         I n, I c, I h, I w, I oh, I ow, int kh, int kw, int sh,
-                                         int sw, int ph, int pw) {
+                                         const float* __restrict__ beta, elem_t* __restrict__ y,
+                                         unsigned char* __restrict__ argmax, I n, I c, I h, I w,
+                                         I oh, I ow, int kh, int kw, int sh, int sw, int ph,
+                                         int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
     I b, r, q, ch;
@@ -401,11 +397,10 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
     }
     // Below any ReLU output, so the window's first element always takes it; later ones only when
     // greater: the element that sets the maximum is the first one equal to it, as max_pool2d's
-    // scan and its gradient's tie rule have it.
+    // scan and its gradient's tie rule have it. A ReLU output is never NaN (fmaxf returns the
+    // number), so max_pool2d's NaN rule never applies.
     float best[4] = {-1.0f, -1.0f, -1.0f, -1.0f};
-#if BN_POOL_ARGMAX
     int first[4] = {255, 255, 255, 255};  // Whole registers: byte arithmetic costs more.
-#endif
     for (int a = 0; a < kh; ++a) {
       const I row = r * sh - ph + a;
       if (row < 0 || row >= h) continue;
@@ -420,34 +415,28 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
           v[j] = ToFloat(FromFloat(fmaxf(fmaf(v[j] - mu[j], scale[j], shift[j]), 0.0f)));
           const bool greater = v[j] > best[j];
           best[j] = greater ? v[j] : best[j];
-#if BN_POOL_ARGMAX
           first[j] = greater ? a * kw + e : first[j];
-#endif
         }
       }
     }
-#if BN_POOL_ARGMAX
-    *reinterpret_cast<uchar4*>(static_cast<unsigned char*>(out) + i * 4) =
+    Store4(y + i * 4, make_float4(best[0], best[1], best[2], best[3]));
+    *reinterpret_cast<uchar4*>(argmax + i * 4) =
         make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
                     static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
-#else
-    Store4(static_cast<elem_t*>(out) + i * 4, make_float4(best[0], best[1], best[2], best[3]));
-#endif
   }
 }
 )",
-                       EntryFor(name,
-                                absl::StrCat("const elem_t* __restrict__ x, const float* "
-                                             "__restrict__ mean, const float* __restrict__ gamma, "
-                                             "const float* __restrict__ invstd, const float* "
-                                             "__restrict__ beta, void* __restrict__ out, ",
-                                             kSizeParams),
-                                "BnReluMaxPool2dNhwc4Body",
-                                absl::StrCat("x, mean, gamma, invstd, beta, out, ", kSizeArgs)))};
+                   EntryFor(name,
+                            absl::StrCat("const elem_t* __restrict__ x, const float* "
+                                         "__restrict__ mean, const float* __restrict__ "
+                                         "gamma, const float* __restrict__ invstd, "
+                                         "const float* __restrict__ beta, elem_t* "
+                                         "__restrict__ y, unsigned char* __restrict__ "
+                                         "argmax, ",
+                                         kSizeParams),
+                            "BnReluMaxPool2dNhwc4Body",
+                            absl::StrCat("x, mean, gamma, invstd, beta, y, argmax, ", kSizeArgs)))};
 }
-
-GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype) { return BnReluMaxPool2dForm(dtype, false); }
-GeneratedKernel BnReluMaxPool2dArgmaxNhwc4(DType dtype) { return BnReluMaxPool2dForm(dtype, true); }
 
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
   const std::string name = ElementKernelName("reprise_global_avg_pool_nchw", dtype);
@@ -503,8 +492,8 @@ std::vector<GeneratedKernel> PoolingKernels() {
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
          {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4,
-          MaxPool2dGradFromArgmaxNhwc4, BnReluMaxPool2dNhwc4, BnReluMaxPool2dArgmaxNhwc4,
-          GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+          MaxPool2dGradFromArgmaxNhwc4, BnReluMaxPool2dNhwc4, GlobalAvgPoolNchw, GlobalAvgPoolNhwc,
+          GlobalAvgPoolGrad}) {
       kernels.push_back(make(dtype));
     }
   }

@@ -57,17 +57,16 @@ GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype = DType::kFloat32);
 // the extents, window and channels_last).
 GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype = DType::kFloat32);
 
-// reprise_bn_relu_max_pool2d_nhwc4 and reprise_bn_relu_max_pool2d_argmax_nhwc4: max pooling of
-// relu(batch_norm_apply(x)) recomputed on the fly (x a batch norm's input, with its saved
-// statistics), for the mirror pass's twins (src/ops/pooling_bn_relu.h). Each window element is
-// the value batch_norm_apply with ReLU stores (the same float expression, rounded to the element
-// type), scanned in max_pool2d's order; the first writes y (reprise_max_pool2d_nhwc4's values),
-// the second each window's argmax as reprise_max_pool2d_argmax_nhwc4 finds it. One thread per 4
-// channels of an output. Signature: (const elem_t* x, const float* mean, const float* gamma,
-// const float* invstd, const float* beta, void* y or argmax (a byte per element of y), then
-// MaxPool2d's extents, window and channels_last).
+// reprise_bn_relu_max_pool2d_nhwc4: max pooling of relu(batch_norm_apply(x)) recomputed on the
+// fly (x a batch norm's input, with its saved statistics), for the mirror pass's twins
+// (src/ops/pooling_bn_relu.h). Each window element is the value batch_norm_apply with ReLU stores
+// (the same float expression, rounded to the element type), scanned in max_pool2d's order; it
+// writes y (reprise_max_pool2d_nhwc4's values) and each window's argmax as
+// reprise_max_pool2d_argmax_nhwc4 finds it (a byte per element of y), for
+// reprise_max_pool2d_grad_from_argmax_nhwc4. One thread per 4 channels of an output. Signature:
+// (const elem_t* x, const float* mean, const float* gamma, const float* invstd, const float*
+// beta, elem_t* y, unsigned char* argmax, then MaxPool2d's extents, window and channels_last).
 GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype = DType::kFloat32);
-GeneratedKernel BnReluMaxPool2dArgmaxNhwc4(DType dtype = DType::kFloat32);
 
 // reprise_global_avg_pool_nchw: y[n, c] = mean of x[n, c, :, :] for NCHW: one warp per (n, c)
 // row of h·w contiguous values, lane-strided float sums joined by a fixed shuffle tree. Launch

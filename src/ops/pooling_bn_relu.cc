@@ -1,9 +1,11 @@
-// max_pool2d_bn_relu and max_pool2d_grad_bn_relu: shape rules, CPU references (batch_norm_apply's
-// and the pooling ops' references in turn) and GPU lowerings (codegen::BnReluMaxPool2dNhwc4 and
-// its argmax form).
+// max_pool2d_bn_relu and max_pool2d_grad_from_argmax: shape rules, CPU references
+// (batch_norm_apply's and max_pool2d's references, then the window scan that max_pool2d_grad makes)
+// and GPU lowerings (codegen::BnReluMaxPool2dNhwc4, codegen::MaxPool2dGradFromArgmaxNhwc4).
 #include "src/ops/pooling_bn_relu.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,22 +39,47 @@ absl::StatusOr<TensorSpec> PooledSpec(const Attrs& attrs, absl::Span<const Tenso
   return y[0];
 }
 
+// The argmax's spec for the pooled `y`: a byte per element, four channels to an int32; needs
+// channels-last y with a multiple of 4 channels and windows of at most 255 elements.
+absl::StatusOr<TensorSpec> ArgmaxSpec(const Attrs& attrs, const TensorSpec& y) {
+  ASSIGN_OR_RETURN(const PoolParams p, PoolParamsOf(attrs));
+  if (p.layout != Layout::kNHWC || y.shape.dim(3) % 4 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the windows' argmax packs four channels to an int32: it needs channels-last "
+                     "data with a multiple of 4 channels, got ",
+                     y.ToString(), " in ", LayoutName(p.layout)));
+  }
+  if (p.kh * p.kw > 255) {
+    return absl::InvalidArgumentError(absl::StrCat("the windows' argmax is a byte: a ", p.kh, "x",
+                                                   p.kw, " window has more than 255 elements"));
+  }
+  return TensorSpec{Shape{y.shape.dim(0), y.shape.dim(1), y.shape.dim(2), y.shape.dim(3) / 4},
+                    DType::kInt32};
+}
+
 absl::StatusOr<std::vector<TensorSpec>> InferPool(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, kBatchNormInputs));
   ASSIGN_OR_RETURN(TensorSpec y, PooledSpec(attrs, in));
-  return std::vector<TensorSpec>{y};
+  ASSIGN_OR_RETURN(TensorSpec argmax, ArgmaxSpec(attrs, y));
+  return std::vector<TensorSpec>{y, argmax};
 }
 
+// (dy, argmax, x): dy and argmax as max_pool2d_bn_relu makes them from x.
 absl::StatusOr<std::vector<TensorSpec>> InferPoolGrad(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckArity(in, kBatchNormInputs + 1));
-  ASSIGN_OR_RETURN(TensorSpec y, PooledSpec(attrs, in.subspan(1)));
-  if (!(in[0] == y)) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(const PoolParams p, PoolParamsOf(attrs));
+  ASSIGN_OR_RETURN(const ImageDims xd, ImageDimsOf(in[2], p.layout, "x"));
+  ASSIGN_OR_RETURN(const ImageDims yd, PooledDims(xd, p, in[2]));
+  const TensorSpec y{yd.ToShape(), in[2].dtype};
+  ASSIGN_OR_RETURN(const TensorSpec argmax, ArgmaxSpec(attrs, y));
+  if (!(in[0] == y) || !(in[1] == argmax)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "dy ", in[0].ToString(), " must be ", y.ToString(), ", the pooled x ", in[1].ToString()));
+        "dy ", in[0].ToString(), " and argmax ", in[1].ToString(), " must be ", y.ToString(),
+        " and ", argmax.ToString(), ", the pooled x ", in[2].ToString()));
   }
-  return std::vector<TensorSpec>{in[1]};
+  return std::vector<TensorSpec>{in[2]};
 }
 
 // The ReLU output as the separate batch_norm_apply would store it: its reference, rounded to the
@@ -73,39 +100,89 @@ absl::StatusOr<ir::HostTensor> ReluOutput(const Node& node, absl::Span<ir::HostT
   return a;
 }
 
-absl::StatusOr<ir::HostTensor> Pooled(const Node& node, ir::HostTensor& a) {
-  ASSIGN_OR_RETURN(const std::vector<TensorSpec> spec, MaxPool2dOp().infer(node.attrs, {a.spec()}));
-  ir::HostTensor y(spec[0]);
-  ir::HostTensor* in[] = {&a};
-  ir::HostTensor* out[] = {&y};
-  RETURN_IF_ERROR(MaxPool2dOp().cpu(node, absl::MakeSpan(in), absl::MakeSpan(out)));
-  return y;
+// The window element (row-major index within the kh x kw window) of the first maximum of each
+// output of `y`, NHWC: the element max_pool2d_grad sends that window's gradient to.
+template <typename T>
+void FindArgmax(absl::Span<const T> a, absl::Span<const T> y, const ImageDims& xd,
+                const ImageDims& yd, const PoolParams& p, unsigned char* argmax) {
+  for (int64_t b = 0; b < yd.n; ++b) {
+    for (int64_t r = 0; r < yd.h; ++r) {
+      for (int64_t q = 0; q < yd.w; ++q) {
+        for (int64_t ch = 0; ch < yd.c; ++ch) {
+          const int64_t yi = yd.Index(b, ch, r, q);
+          int64_t first = -1;
+          for (int64_t k = 0; k < p.kh * p.kw && first < 0; ++k) {
+            const int64_t row = r * p.sh - p.ph + k / p.kw, col = q * p.sw - p.pw + k % p.kw;
+            if (row >= 0 && row < xd.h && col >= 0 && col < xd.w &&
+                a[xd.Index(b, ch, row, col)] == y[yi]) {
+              first = k;
+            }
+          }
+          argmax[yi] = static_cast<unsigned char>(first);
+        }
+      }
+    }
+  }
 }
 
 absl::Status CpuPool(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(ir::HostTensor a, ReluOutput(node, in));
   ir::HostTensor* pool_in[] = {&a};
-  return MaxPool2dOp().cpu(node, absl::MakeSpan(pool_in), out);
+  RETURN_IF_ERROR(MaxPool2dOp().cpu(node, absl::MakeSpan(pool_in), out.subspan(0, 1)));
+  ASSIGN_OR_RETURN(const PoolParams p, PoolParamsOf(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims xd, ImageDimsOf(a.spec(), p.layout, "x"));
+  ASSIGN_OR_RETURN(const ImageDims yd, PooledDims(xd, p, a.spec()));
+  auto* argmax = static_cast<unsigned char*>(out[1]->raw());
+  return DispatchFloat(a.dtype(), [&]<typename T>() {
+    FindArgmax<T>(a.data<T>(), out[0]->data<T>(), xd, yd, p, argmax);
+    return absl::OkStatus();
+  });
 }
 
+// Each window's dy to its argmax element, windows in y's row-major order as max_pool2d_grad's
+// reference visits them, so every dx element sums its windows in the same order.
 absl::Status CpuPoolGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
                          absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(ir::HostTensor a, ReluOutput(node, in.subspan(1)));
-  ASSIGN_OR_RETURN(ir::HostTensor y, Pooled(node, a));
-  ir::HostTensor* grad_in[] = {in[0], &a, &y};
-  return MaxPool2dGradOp().cpu(node, absl::MakeSpan(grad_in), out);
+  ASSIGN_OR_RETURN(const PoolParams p, PoolParamsOf(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims xd, ImageDimsOf(in[2]->spec(), p.layout, "x"));
+  ASSIGN_OR_RETURN(const ImageDims yd, PooledDims(xd, p, in[2]->spec()));
+  const auto* argmax = static_cast<const unsigned char*>(in[1]->raw());
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    absl::Span<const T> dy = in[0]->data<T>();
+    absl::Span<T> dx = out[0]->data<T>();
+    std::fill(dx.begin(), dx.end(), T(0));
+    for (int64_t b = 0; b < yd.n; ++b) {
+      for (int64_t ch = 0; ch < yd.c; ++ch) {
+        for (int64_t r = 0; r < yd.h; ++r) {
+          for (int64_t q = 0; q < yd.w; ++q) {
+            const int64_t yi = yd.Index(b, ch, r, q), k = argmax[yi];
+            const int64_t row = r * p.sh - p.ph + k / p.kw, col = q * p.sw - p.pw + k % p.kw;
+            if (k >= p.kh * p.kw || row < 0 || row >= xd.h || col < 0 || col >= xd.w) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("node '", node.name, "': argmax ", k, " of window (", r, ", ", q,
+                               ") is no element of x inside its ", p.kh, "x", p.kw, " window"));
+            }
+            dx[xd.Index(b, ch, row, col)] += dy[yi];
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
 }
 
-// What the GPU kernel needs, checked: float32 tensors, channels-last with a channel count that
-// is a multiple of 4, every tensor aligned for 4-element loads. `x` is the batch norm's input.
+// What the GPU kernels need, checked: float32 data, channels-last with a channel count that is a
+// multiple of 4, every tensor aligned for 4-element loads. `x` is the input whose extents are
+// the pooling's input (the batch norm's input).
 struct GpuPool {
   PoolParams p;
   ImageDims x, y;
 };
 
-absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, int x) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, ctx.input_specs));
+absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, int x,
+                                  absl::Span<const TensorSpec> data) {
+  RETURN_IF_ERROR(CheckGpuFloat32(node, data));
   GpuPool pool;
   ASSIGN_OR_RETURN(pool.p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(pool.x, ImageDimsOf(ctx.input_specs[x], pool.p.layout, "x"));
@@ -127,53 +204,29 @@ absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, 
   return pool;
 }
 
-// The kernel's arguments: x and the per-channel tensors (gamma, beta, saved_mean, saved_invstd in
-// the op's order, from input `x` on), then its output (y or the argmax) and the sizes.
-KernelArgs PoolArgs(const LoweringContext& ctx, int x, void* out, const GpuPool& pool) {
-  KernelArgs args;
-  args.Add(ctx.inputs[x]).Add(ctx.inputs[x + 3]).Add(ctx.inputs[x + 1]).Add(ctx.inputs[x + 4]);
-  args.Add(ctx.inputs[x + 2]).Add(out);
-  AddPoolShape(args, pool.x, pool.y, pool.p);
-  return args;
-}
-
+// Inputs (x, gamma, beta, saved_mean, saved_invstd); outputs (y, argmax).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 0));
+  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 0, ctx.input_specs));
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[3]).Add(ctx.inputs[1]).Add(ctx.inputs[4]);
+  args.Add(ctx.inputs[2]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
+  AddPoolShape(args, pool.x, pool.y, pool.p);
   return NvrtcKernel::Create(ctx, node.name, codegen::BnReluMaxPool2dNhwc4(DType::kFloat32),
                              GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                             PoolArgs(ctx, 0, ctx.outputs[0], pool));
+                             std::move(args));
 }
 
+// Inputs (dy, argmax, x); output dx.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolGrad(const LoweringContext& ctx,
                                                          const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 1));
-  const size_t argmax_bytes = static_cast<size_t>(pool.y.NumElements());
-  if (pool.p.kh * pool.p.kw > 255) {
-    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': ", node.op_name(),
-                                                 " indexes windows in a byte; a ", pool.p.kh, "x",
-                                                 pool.p.kw, " window has more than 255 elements"));
-  }
-  if (ctx.workspace == nullptr || argmax_bytes > ctx.workspace_bytes) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("node '", node.name, "': ", node.op_name(), " needs ", argmax_bytes,
-                     " bytes of its lane's workspace for the windows' argmax, ",
-                     ctx.workspace == nullptr ? 0 : ctx.workspace_bytes, " available"));
-  }
-  KernelArgs gather;
-  gather.Add(ctx.inputs[0]).Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
-  AddPoolShape(gather, pool.x, pool.y, pool.p);
-  std::vector<std::unique_ptr<GpuKernel>> kernels(2);
-  ASSIGN_OR_RETURN(
-      kernels[0],
-      NvrtcKernel::Create(ctx, node.name, codegen::BnReluMaxPool2dArgmaxNhwc4(DType::kFloat32),
-                          GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                          PoolArgs(ctx, 1, ctx.workspace, pool)));
-  ASSIGN_OR_RETURN(
-      kernels[1],
-      NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(DType::kFloat32),
-                          GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                          std::move(gather)));
-  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), argmax_bytes));
+  ASSIGN_OR_RETURN(const GpuPool pool,
+                   GpuPoolOf(ctx, node, 2, {ctx.input_specs[0], ctx.input_specs[2]}));
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
+  AddPoolShape(args, pool.x, pool.y, pool.p);
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(DType::kFloat32),
+                             GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
+                             std::move(args));
 }
 
 }  // namespace
@@ -187,8 +240,8 @@ const ir::OpDef& MaxPool2dBnReluOp() {
   return op;
 }
 
-const ir::OpDef& MaxPool2dGradBnReluOp() {
-  static const ir::OpDef op{.name = "max_pool2d_grad_bn_relu",
+const ir::OpDef& MaxPool2dGradFromArgmaxOp() {
+  static const ir::OpDef op{.name = "max_pool2d_grad_from_argmax",
                             .kind = ir::OpKind::kReduction,
                             .infer = InferPoolGrad,
                             .cpu = CpuPoolGrad,

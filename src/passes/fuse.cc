@@ -111,7 +111,7 @@ class GroupFinder {
   const absl::flat_hash_set<Value> kept_;
   std::vector<bool> taken_;
   std::vector<NodeGroup> groups_;
-  int new_values_ = 0;  // NewValueKey()s handed out (the ReLU masks).
+  int new_values_ = 0;  // NewValueKey()s handed out (ReLU masks, pooling argmaxes).
 };
 
 void GroupFinder::LossWithGrad() {
@@ -340,21 +340,21 @@ void GroupFinder::PoolingOfRecomputedActivations() {
     // The pooled values must still be wanted without the gradients (the weight gradients of the
     // next convolutions read them), or the fused pooling would run for nothing.
     if (!fusable || (pooled_readers.empty() && !kept_.contains(pooled))) continue;
+    // The pooling notes each window's argmax for the gradients: a value of the new graph only.
+    const Value argmax = NewValueKey(g_, new_values_);
     std::vector<NodeGroup> fused;
     fused.push_back({.members = {apply.id, relu->id, pool->id},
                      .op = &ops::MaxPool2dBnReluOp(),
                      .name = absl::StrCat(apply.name, "+", relu->name, "+", pool->name),
                      .attrs = pool->attrs,
                      .inputs = apply.inputs,
-                     .outputs = {pooled}});
+                     .outputs = {pooled, argmax}});
     for (const Node* grad : grads) {
-      std::vector<Value> inputs = {grad->inputs[0]};
-      inputs.insert(inputs.end(), apply.inputs.begin(), apply.inputs.end());
       fused.push_back({.members = {grad->id},
-                       .op = &ops::MaxPool2dGradBnReluOp(),
+                       .op = &ops::MaxPool2dGradFromArgmaxOp(),
                        .name = absl::StrCat(grad->name, "+", apply.name),
                        .attrs = grad->attrs,
-                       .inputs = std::move(inputs),
+                       .inputs = {grad->inputs[0], argmax, apply.inputs[0]},
                        .outputs = {Value{grad->id, 0}}});
     }
     // All of them or none: a gradient left unfused would read the ReLU output that the fused
@@ -364,6 +364,7 @@ void GroupFinder::PoolingOfRecomputedActivations() {
                        absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
     });
     if (!placeable) continue;
+    ++new_values_;
     for (NodeGroup& group : fused) TryAdd(std::move(group));
   }
 }

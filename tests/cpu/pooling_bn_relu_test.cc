@@ -1,12 +1,14 @@
-// max_pool2d_bn_relu and max_pool2d_grad_bn_relu (src/ops/pooling_bn_relu.h): on the CPU
+// max_pool2d_bn_relu and max_pool2d_grad_from_argmax (src/ops/pooling_bn_relu.h): on the CPU
 // reference they give the bits of batch_norm_apply with ReLU followed by max_pool2d and its
-// gradient, in float32 and float64; bad inputs are refused with what was expected.
+// gradient, in float32, float64 and bfloat16; bad inputs are refused with what was expected.
 #include "src/ops/pooling_bn_relu.h"
 
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/ir/reference_executor.h"
@@ -55,10 +57,12 @@ class PoolingBnReluTest : public ::testing::TestWithParam<DType> {};
 TEST_P(PoolingBnReluTest, GivesTheSeparateOpsBits) {
   Stem s(GetParam());
   Graph& g = s.g;
-  const Value fused = *g.AddOp1(ops::MaxPool2dBnReluOp(), "fused",
-                                {s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
-  const Value fused_grad = *g.AddOp1(ops::MaxPool2dGradBnReluOp(), "fused_grad",
-                                     {s.dy, s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
+  const std::vector<Value> fused_pool = *g.AddOp(
+      ops::MaxPool2dBnReluOp(), "fused", {s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
+  const Value fused = fused_pool[0], argmax = fused_pool[1];
+  EXPECT_EQ(g.spec(argmax), (TensorSpec{Shape{2, 5, 4, 2}, DType::kInt32}));
+  const Value fused_grad =
+      *g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "fused_grad", {s.dy, argmax, s.x}, PoolAttrs());
   const Value a =
       *g.AddOp1(ops::BatchNormApplyOp(), "apply", {s.x, s.gamma, s.beta, s.mean, s.invstd},
                 {{"layout", std::string("NHWC")}, {"relu", true}});
@@ -74,6 +78,15 @@ TEST_P(PoolingBnReluTest, GivesTheSeparateOpsBits) {
       EXPECT_EQ(std::memcmp(u->raw(), v->raw(), u->spec().bytes()), 0)
           << g.node(one.node).name << (float64 ? " in float64" : " in float32");
     }
+    // A 3x3 window's index, and not always its first element.
+    const ir::HostTensor* indices = *cpu.Tensor(argmax);
+    const auto* bytes = static_cast<const unsigned char*>(indices->raw());
+    int later = 0;
+    for (int64_t i = 0; i < indices->spec().bytes(); ++i) {
+      EXPECT_LT(bytes[i], 9);
+      later += bytes[i] > 0;
+    }
+    if (GetParam() == DType::kFloat32) EXPECT_GT(later, 0);
   }
 }
 
@@ -83,15 +96,47 @@ INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, PoolingBnReluTest,
 
 TEST(PoolingBnReluInputsTest, RefusesBadInputs) {
   Stem s;
-  auto wrong_dy = s.g.AddOp1(ops::MaxPool2dGradBnReluOp(), "grad",
-                             {s.x, s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
-  EXPECT_THAT(wrong_dy.status().message(), HasSubstr("must be f32[2, 5, 4, 8], the pooled x"));
+  const std::vector<Value> pool = *s.g.AddOp(ops::MaxPool2dBnReluOp(), "good_pool",
+                                             {s.x, s.gamma, s.beta, s.mean, s.invstd}, PoolAttrs());
+  auto wrong_dy =
+      s.g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "grad", {s.x, pool[1], s.x}, PoolAttrs());
+  EXPECT_THAT(wrong_dy.status().message(),
+              HasSubstr("must be f32[2, 5, 4, 8] and i32[2, 5, 4, 2], the pooled x"));
+  auto wrong_argmax =
+      s.g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "grad", {s.dy, s.dy, s.x}, PoolAttrs());
+  EXPECT_THAT(wrong_argmax.status().message(), HasSubstr("and argmax f32[2, 5, 4, 8] must be"));
   auto missing =
       s.g.AddOp1(ops::MaxPool2dBnReluOp(), "pool", {s.x, s.gamma, s.beta, s.mean}, PoolAttrs());
   EXPECT_FALSE(missing.ok());
   auto wrong_channels = s.g.AddOp1(ops::MaxPool2dBnReluOp(), "pool",
                                    {s.x, s.dy, s.beta, s.mean, s.invstd}, PoolAttrs());
   EXPECT_THAT(wrong_channels.status().message(), HasSubstr("gamma must be"));
+  // The argmax packs four channels of channels-last data to an int32: 6 channels do not divide.
+  Graph six;
+  const Value x6 = *six.AddConstant("x", {Shape{2, 9, 7, 6}}, Initializer::Uniform(-2, 2));
+  std::vector<Value> bn = {x6};
+  for (const char* name : {"gamma", "beta", "mean", "invstd"}) {
+    bn.push_back(*six.AddParameter(name, TensorSpec{Shape{6}}, Initializer::Constant(1)));
+  }
+  auto odd = six.AddOp(ops::MaxPool2dBnReluOp(), "pool", bn, PoolAttrs());
+  EXPECT_THAT(odd.status().message(), HasSubstr("packs four channels to an int32"));
+}
+
+// An argmax that names no element of x inside its window (here 200 of a 3x3 window, or a padded
+// corner) is refused, naming the node, instead of sending dy elsewhere.
+TEST(PoolingBnReluInputsTest, RefusesAnArgmaxOutsideItsWindow) {
+  for (int index : {200, 0}) {  // Window (0, 0)'s element 0 is padding (pad 1).
+    Stem s;
+    const Value argmax = *s.g.AddConstant("argmax", {Shape{2, 5, 4, 2}, DType::kInt32},
+                                          Initializer::Constant(index));
+    ASSERT_TRUE(
+        s.g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "grad", {s.dy, argmax, s.x}, PoolAttrs())
+            .ok());
+    ir::ReferenceExecutor cpu(s.g, false, 3);
+    const absl::Status run = cpu.Run();
+    EXPECT_THAT(run.message(), HasSubstr("node 'grad': argmax"));
+    EXPECT_THAT(run.message(), HasSubstr(absl::StrCat("argmax ", index, " of window (0, 0)")));
+  }
 }
 
 }  // namespace

@@ -61,8 +61,9 @@ INSTANTIATE_TEST_SUITE_P(BothLayouts, BatchNormApplyGpuTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const auto& info) { return std::string(LayoutName(info.param)); });
 
-// The stem's twins as the fuse pass forms them: max pooling of relu(batch_norm_apply(x)) and its
-// gradient, recomputing the window values from x; beside the separate ops on the same tensors.
+// The stem's twins as the fuse pass forms them: max pooling of relu(batch_norm_apply(x)),
+// recomputing the window values from x and noting each window's argmax, and its gradient from
+// that argmax; beside the separate ops on the same tensors (the argmax too, bit for bit).
 // `ties`: small integers with unit statistics, so that most windows hold several maxima (zeros
 // after the ReLU above all) and the first-maximum rule decides.
 void CheckPoolingOfRecomputedActivation(bool ties) {
@@ -81,12 +82,10 @@ void CheckPoolingOfRecomputedActivation(bool ties) {
                       {"stride_h", int64_t{2}},       {"stride_w", int64_t{2}},
                       {"pad_h", int64_t{1}},          {"pad_w", int64_t{1}},
                       {"layout", std::string("NHWC")}};
-  auto y = g.AddOp1(ops::MaxPool2dBnReluOp(), "pool", {x, gamma, beta, mean, invstd}, pool);
+  auto y = g.AddOp(ops::MaxPool2dBnReluOp(), "pool", {x, gamma, beta, mean, invstd}, pool);
   ASSERT_TRUE(y.ok()) << y.status();
-  const Value dy = *g.AddConstant("dy", g.spec(*y), Initializer::Uniform(-1, 1));
-  ASSERT_TRUE(
-      g.AddOp1(ops::MaxPool2dGradBnReluOp(), "pool_grad", {dy, x, gamma, beta, mean, invstd}, pool)
-          .ok());
+  const Value dy = *g.AddConstant("dy", g.spec((*y)[0]), Initializer::Uniform(-1, 1));
+  ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "pool_grad", {dy, (*y)[1], x}, pool).ok());
   Attrs apply_attrs = {{"layout", std::string("NHWC")}, {"relu", true}};
   const Value a =
       *g.AddOp1(ops::BatchNormApplyOp(), "apply", {x, gamma, beta, mean, invstd}, apply_attrs);
@@ -102,11 +101,13 @@ void CheckPoolingOfRecomputedActivation(bool ties) {
   }
   std::vector<std::string> ran;
   ExpectGpuMatchesCpu(g, cpu, ties ? 0.0 : 1e-6, {}, false, false, &ran);
-  int fused_kernels = 0;
+  int fused_kernels = 0, gathers = 0;
   for (const std::string& launch : ran) {
-    fused_kernels += launch.find("reprise_bn_relu_max_pool2d_") != std::string::npos;
+    fused_kernels += launch.find("reprise_bn_relu_max_pool2d_nhwc4") != std::string::npos;
+    gathers += launch.find("reprise_max_pool2d_grad_from_argmax_nhwc4") != std::string::npos;
   }
-  EXPECT_EQ(fused_kernels, 2);  // The pooling, and the gradient's argmax pass.
+  EXPECT_EQ(fused_kernels, 1);  // The pooling, which notes the argmax too.
+  EXPECT_EQ(gathers, 2);        // The fused gradient's, and the separate gradient's.
 }
 
 TEST(PoolingOfRecomputedActivationGpuTest, MatchesTheCpuReference) {
