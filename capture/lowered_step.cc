@@ -154,6 +154,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     ctx.measure_conv_algorithms = res.measure_conv_algorithms;
     ctx.measure_matmul_algorithms = res.measure_matmul_algorithms;
     ctx.narrow_convolutions = res.narrow_convolutions;
+    ctx.own_weight_gradients = res.own_weight_gradients;
     ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);

@@ -28,7 +28,8 @@ struct StepResources {
   bool deterministic = false;
   bool measure_conv_algorithms = false;
   bool measure_matmul_algorithms = false;
-  bool narrow_convolutions = true;  // TrainOptions::narrow_convolutions.
+  bool narrow_convolutions = true;    // TrainOptions::narrow_convolutions.
+  bool own_weight_gradients = false;  // TrainOptions::own_weight_gradients.
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
   // Communication ops (data parallelism) need none, so their lane may have none.
   std::vector<void*> lane_workspaces;

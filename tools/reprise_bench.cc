@@ -58,6 +58,9 @@ ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them
 ABSL_FLAG(bool, narrow_conv, true,
           "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
           "kernels (false: cuDNN)");
+ABSL_FLAG(bool, own_wgrad, false,
+          "TrainOptions::own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
+          "as reprise's own kernel (false: cuDNN)");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
@@ -338,6 +341,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -453,6 +457,7 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -605,6 +610,7 @@ absl::Status VerifyModel(int steps) {
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
   options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
@@ -715,9 +721,10 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
       absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
       absl::GetFlag(FLAGS_schedule), EnsembleConfig());
-  std::printf("reprise-bench %s%s%s%s%s on %s\n", config.c_str(),
+  std::printf("reprise-bench %s%s%s%s%s%s on %s\n", config.c_str(),
               absl::GetFlag(FLAGS_fp16) ? " fp16=1" : "",
               absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
+              absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
               absl::GetFlag(FLAGS_inputs) == "device" ? " inputs=device" : "",
               absl::GetFlag(FLAGS_graph_launch) == "auto"
                   ? ""

@@ -102,6 +102,13 @@ struct TrainOptions {
   // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
   // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
   bool narrow_convolutions = true;
+  // 3x3 weight gradients (pad 1, stride 1, NHWC, float32 with TF32 allowed, channels multiples of
+  // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
+  // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
+  // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
+  // 17.73 ms with it against 17.40 (docs/benchmarks.md, session 21). It is the base of a weight
+  // gradient that applies the batch norm + ReLU of a mirrored step as it loads (issue 8).
+  bool own_weight_gradients = false;
   // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
   // product's own operands when the Trainer is created, instead of taking its heuristic's first.
   // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.

@@ -286,6 +286,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   res.deterministic = options_.deterministic;
   res.measure_conv_algorithms = options_.measure_conv_algorithms;
   res.narrow_convolutions = options_.narrow_convolutions;
+  res.own_weight_gradients = options_.own_weight_gradients;
   res.measure_matmul_algorithms = options_.measure_matmul_algorithms;
   res.communicator = communicator_.get();
   // Measuring algorithms runs them in the workspaces; heuristics read none of it.

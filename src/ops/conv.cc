@@ -10,6 +10,7 @@
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/narrow_conv.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/wgrad3x3.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/util/status_macros.h"
 
@@ -244,6 +245,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     absl::StatusOr<std::unique_ptr<GpuKernel>> narrow =
         LowerNarrowConv(ctx, node.name, kind, shape);
     if (narrow.ok() || !absl::IsResourceExhausted(narrow.status())) return narrow;
+  }
+  // 3x3 weight gradients of wide images likewise (faster than cuDNN's there).
+  if (ctx.own_weight_gradients && kind == ConvKind::kBackwardFilter &&
+      Wgrad3x3Applies(shape, ctx.allow_tf32).ok()) {
+    absl::StatusOr<std::unique_ptr<GpuKernel>> own = LowerWgrad3x3(ctx, node.name, shape);
+    if (own.ok() || !absl::IsResourceExhausted(own.status())) return own;
   }
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(

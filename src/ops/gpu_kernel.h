@@ -61,6 +61,9 @@ struct LoweringContext {
   // Convolutions with few input channels run as our own kernels where they apply
   // (TrainOptions::narrow_convolutions; src/ops/narrow_conv.h).
   bool narrow_convolutions = true;
+  // 3x3 weight gradients run as our own kernel where it applies (TrainOptions::
+  // own_weight_gradients; src/ops/wgrad3x3.h).
+  bool own_weight_gradients = false;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;

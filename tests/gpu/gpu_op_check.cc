@@ -62,7 +62,9 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                              .workspace_bytes = workspace->bytes(),
                              .input_staging = staging->data(),
                              .allow_tf32 = allow_tf32,
-                             .deterministic = deterministic};
+                             .deterministic = deterministic,
+                             // Every lowering we have, our own weight gradients too.
+                             .own_weight_gradients = true};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   if (described != nullptr) {

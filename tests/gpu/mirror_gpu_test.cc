@@ -124,9 +124,12 @@ TEST(PoolingOfRecomputedActivationGpuTest, TiesMatchTheCpuReferenceBitwise) {
 // of the step, are the whole activation peak and kAuto rightly mirrors nothing.
 constexpr int kBatch = 8, kSize = 128, kClasses = 4, kSteps = 10;
 
-std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, bool mirror) {
+std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, bool mirror,
+                                     bool tf32 = false) {
   TrainOptions options;
   options.mode = mode;
+  options.allow_tf32 = tf32;
+  options.own_weight_gradients = tf32;
   options.deterministic = true;
   options.channels_last = ChannelsLast::kOff;
   options.sgd.learning_rate = 0.005f;
@@ -194,6 +197,32 @@ TEST_P(MirrorResNetGpuTest, ReplayEqualsBulkedAndLossesFollowTheUnmirroredRun) {
 INSTANTIATE_TEST_SUITE_P(BothLayouts, MirrorResNetGpuTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const auto& info) { return std::string(LayoutName(info.param)); });
+
+// With TF32, layer1's 3x3 weight gradients (32 wide here) run as reprise's own kernel in both
+// modes, the mirrored one reading the recomputed batch-norm + ReLU output: the same bits.
+TEST(MirrorResNetTf32GpuTest, OwnWeightGradientsKeepTheMirroredStepBitwise) {
+  REPRISE_REQUIRE_GPU();
+  auto net = models::BuildResNet({.depth = 18,
+                                  .batch = kBatch,
+                                  .classes = kClasses,
+                                  .image_size = kSize,
+                                  .layout = Layout::kNHWC});
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto mirrored = MakeTrainer(*net, ExecMode::kGraph, true, /*tf32=*/true);
+  auto plain = MakeTrainer(*net, ExecMode::kGraph, false, /*tf32=*/true);
+  ASSERT_TRUE(mirrored && plain);
+  EXPECT_GT(mirrored->stats().mirrored_nodes, 0);
+  EXPECT_EQ(Train(*mirrored), Train(*plain));
+  for (Trainer* t : {mirrored.get(), plain.get()}) {
+    auto launches = t->ProfileLaunches(1);
+    ASSERT_TRUE(launches.ok()) << launches.status();
+    int own = 0;
+    for (const auto& launch : *launches) {
+      own += launch.kernel.find("reprise_wgrad3x3_tf32") != std::string::npos;
+    }
+    EXPECT_EQ(own, 4);  // layer1's two blocks, two 3x3 convolutions each.
+  }
+}
 
 }  // namespace
 }  // namespace reprise
