@@ -209,7 +209,7 @@ absl::Status Wgrad3x3Supports(const Wgrad3x3Shape& s) {
               ", got ", s.c, " in and ", s.k, " out");
   }
   if (s.w < 28 || s.w > 64) {
-    return no("our 3x3 weight gradients beat cuDNN's on images 28 to 64 wide, got ", s.w);
+    return no("our 3x3 weight gradients take images 28 to 64 wide, got ", s.w);
   }
   constexpr int64_t kMost = int64_t{1} << 31;
   if (s.n * s.h * s.w * std::max(s.c, s.k) >= kMost) {

@@ -1,6 +1,7 @@
 // CUDA C++ for the weight gradient of a 3x3 convolution (pad 1, stride 1, NHWC, float32 data on
-// TF32 tensor cores) over wide images, where it beats cuDNN's (docs/benchmarks.md, session 21:
-// 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200).
+// TF32 tensor cores) over wide images, where alone it beats cuDNN's (docs/benchmarks.md, session
+// 21: 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200; inside the whole step
+// it does not yet, so TrainOptions::own_weight_gradients is off by default).
 //
 // An implicit GEMM on mma.sync m16n8k8: dw[k][r][s][c] = sum over output positions of
 // dy[pos][k] x[pos shifted by (r - 1, s - 1)][c]. Block (k tile, c tile, filter row r, split) sums
@@ -26,8 +27,8 @@ struct Wgrad3x3Shape {
   int64_t n = 0, h = 0, w = 0, c = 0, k = 0;
 };
 
-// OK where the kernels handle `shape` and beat cuDNN: c and k multiples of 64, an image width of
-// 28 to 64 (narrower images run better on cuDNN; wider ones would not fit shared memory), and
+// OK where the kernels handle `shape`: c and k multiples of 64, an image width of 28 to 64
+// (narrower images run better on cuDNN even alone; wider ones would not fit shared memory), and
 // every tensor under 2^31 elements. Else kUnimplemented saying which limit.
 absl::Status Wgrad3x3Supports(const Wgrad3x3Shape& shape);
 
