@@ -26,12 +26,15 @@ std::string Constants(const Wgrad3x3Shape& s, const Wgrad3x3Launch& l) {
                       ", kRows = ", l.rows_per_stage, ", kRowsPerSplit = ", l.rows_per_split,
                       ", kSplits = ", l.splits, ";\nconstexpr int kDyPitch = ", kDyPitch,
                       ", kInputPitch = ", kInputPitch, ", kTile = ", kTile,
-                      ", kThreads = ", kWgrad3x3Threads, ";\n");
+                      ", kThreads = ", kWgrad3x3Threads,
+                      ";\nconstexpr int kKTiles = kK / kTile, kCTiles = kC / kTile, "
+                      "kTiles = kKTiles * kCTiles * 3;\n");
 }
 
-constexpr const char* kBody = R"(
+// Each kernel is its own source: the store compiles one module per (source, name), and the sum
+// should not pay for compiling the MMA kernel a second time.
+constexpr const char* kPartialsBody = R"(
 #define WG_DEV __device__ __forceinline__
-constexpr int kKTiles = kK / kTile, kCTiles = kC / kTile, kTiles = kKTiles * kCTiles * 3;
 constexpr int kOutRows = kN * kH;  // Output rows (stride 1, pad 1: as many as input rows).
 
 WG_DEV void CpAsync16(void* smem, const void* gmem) {
@@ -181,7 +184,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 }
+)";
 
+constexpr const char* kSumBody = R"(
 // dw[k][r][s][c]: the partials of block (k tile, c tile, r, split) in split order.
 extern "C" __global__ void reprise_wgrad3x3_sum(const float* __restrict__ partial,
                                                 float* __restrict__ dw) {
@@ -237,11 +242,11 @@ Wgrad3x3Launch Wgrad3x3LaunchFor(const Wgrad3x3Shape& s) {
 }
 
 GeneratedKernel Wgrad3x3Tf32(const Wgrad3x3Shape& s) {
-  return {"reprise_wgrad3x3_tf32", absl::StrCat(Constants(s, Wgrad3x3LaunchFor(s)), kBody)};
+  return {"reprise_wgrad3x3_tf32", absl::StrCat(Constants(s, Wgrad3x3LaunchFor(s)), kPartialsBody)};
 }
 
 GeneratedKernel Wgrad3x3Sum(const Wgrad3x3Shape& s) {
-  return {"reprise_wgrad3x3_sum", absl::StrCat(Constants(s, Wgrad3x3LaunchFor(s)), kBody)};
+  return {"reprise_wgrad3x3_sum", absl::StrCat(Constants(s, Wgrad3x3LaunchFor(s)), kSumBody)};
 }
 
 }  // namespace reprise::codegen
