@@ -175,14 +175,18 @@ GeneratedKernel MaxPool2dNhwc4(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
-__device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y, I n,
-                                   I c, I h, I w, I oh, I ow, int kh, int kw, int sh, int sw,
-                                   int ph, int pw) {
+__device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y,
+                                   unsigned char* __restrict__ argmax, I n, I c, I h, I w, I oh,
+                                   I ow, int kh, int kw, int sh, int sw, int ph, int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
     I b, r, q, ch;
     GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
     float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // The element that sets best last is the window's first one equal to the maximum (NaN
+    // matching NaN): later equal ones do not replace it. That is the element the gradient's
+    // first-match rule picks. Whole registers: byte arithmetic costs more.
+    int first[4] = {255, 255, 255, 255};
     bool found = false;
     for (int a = 0; a < kh; ++a) {
       const I row = r * sh - ph + a;
@@ -194,20 +198,30 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
         Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) best[j] = v[j];
+          if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) {
+            best[j] = v[j];
+            first[j] = a * kw + e;
+          }
         }
         found = true;
       }
     }
     Store4(y + i * 4, make_float4(best[0], best[1], best[2], best[3]));  // Exact: x's values.
+    if (argmax != nullptr) {
+      *reinterpret_cast<uchar4*>(argmax + i * 4) =
+          make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
+                      static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
+    }
   }
 }
 )",
                              EntryFor(name,
                                       absl::StrCat("const elem_t* __restrict__ x, elem_t* "
-                                                   "__restrict__ y, ",
+                                                   "__restrict__ y, unsigned char* __restrict__ "
+                                                   "argmax, ",
                                                    kSizeParams),
-                                      "MaxPool2dNhwc4Body", absl::StrCat("x, y, ", kSizeArgs)))};
+                                      "MaxPool2dNhwc4Body",
+                                      absl::StrCat("x, y, argmax, ", kSizeArgs)))};
 }
 
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype) {

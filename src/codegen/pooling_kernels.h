@@ -38,7 +38,10 @@ GeneratedKernel MaxPool2dGrad(DType dtype = DType::kFloat32);
 // aligned to 4 elements: one thread per 4 adjacent channels of one output (forward) or input
 // (gradient) position, so the window arithmetic is shared and the tensors move in 4-element loads
 // (ResNet's stem pooling was index-bound). Same results, bit for bit; same signatures (their
-// channels_last argument is ignored).
+// channels_last argument is ignored), except that the forward one takes `unsigned char* argmax`
+// after y: where not null, it also writes each window's argmax as reprise_max_pool2d_argmax_nhwc4
+// (below) finds it, so that a gradient can gather from it (max_pool2d_with_argmax,
+// src/ops/pooling_bn_relu.h).
 GeneratedKernel MaxPool2dNhwc4(DType dtype = DType::kFloat32);
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype = DType::kFloat32);
 

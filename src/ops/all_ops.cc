@@ -25,7 +25,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
           &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
           &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(),
-          &MaxPool2dBnReluOp(), &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(),
+          &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(), &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(),
           &MatmulBiasOp(), &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(),
           &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(), &AdamMultiOp(),
           &FusedPointwiseOp(), &MlpTrainStepOp(),

@@ -240,10 +240,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& c
   ASSIGN_OR_RETURN(PoolParams p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[0]));
+  const bool four = FourChannelsPerThread(ctx, xd, dtype);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
+  if (four) args.Add(static_cast<void*>(nullptr));  // No argmax wanted.
   AddPoolShape(args, xd, yd, p);
-  const bool four = FourChannelsPerThread(ctx, xd, dtype);
   return NvrtcKernel::Create(
       ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype) : codegen::MaxPool2d(dtype),
       GridFor(yd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));

@@ -1,6 +1,7 @@
-// max_pool2d_bn_relu and max_pool2d_grad_from_argmax: shape rules, CPU references
-// (batch_norm_apply's and max_pool2d's references, then the window scan that max_pool2d_grad makes)
-// and GPU lowerings (codegen::BnReluMaxPool2dNhwc4, codegen::MaxPool2dGradFromArgmaxNhwc4).
+// max_pool2d_bn_relu, max_pool2d_with_argmax and max_pool2d_grad_from_argmax: shape rules, CPU
+// references (batch_norm_apply's and max_pool2d's references, then the window scan that
+// max_pool2d_grad makes) and GPU lowerings (codegen::BnReluMaxPool2dNhwc4,
+// codegen::MaxPool2dNhwc4 with its argmax, codegen::MaxPool2dGradFromArgmaxNhwc4).
 #include "src/ops/pooling_bn_relu.h"
 
 #include <algorithm>
@@ -65,6 +66,14 @@ absl::StatusOr<std::vector<TensorSpec>> InferPool(const Attrs& attrs,
   return std::vector<TensorSpec>{y, argmax};
 }
 
+// (x) -> (y, argmax): max_pool2d's y.
+absl::StatusOr<std::vector<TensorSpec>> InferPoolWithArgmax(const Attrs& attrs,
+                                                            absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const std::vector<TensorSpec> y, MaxPool2dOp().infer(attrs, in));
+  ASSIGN_OR_RETURN(TensorSpec argmax, ArgmaxSpec(attrs, y[0]));
+  return std::vector<TensorSpec>{y[0], argmax};
+}
+
 // (dy, argmax, x): dy and argmax as max_pool2d_bn_relu makes them from x.
 absl::StatusOr<std::vector<TensorSpec>> InferPoolGrad(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
@@ -101,7 +110,8 @@ absl::StatusOr<ir::HostTensor> ReluOutput(const Node& node, absl::Span<ir::HostT
 }
 
 // The window element (row-major index within the kh x kw window) of the first maximum of each
-// output of `y`, NHWC: the element max_pool2d_grad sends that window's gradient to.
+// output of `y` (NaN matching NaN), NHWC: the element max_pool2d_grad sends that window's gradient
+// to.
 template <typename T>
 void FindArgmax(absl::Span<const T> a, absl::Span<const T> y, const ImageDims& xd,
                 const ImageDims& yd, const PoolParams& p, unsigned char* argmax) {
@@ -113,10 +123,9 @@ void FindArgmax(absl::Span<const T> a, absl::Span<const T> y, const ImageDims& x
           int64_t first = -1;
           for (int64_t k = 0; k < p.kh * p.kw && first < 0; ++k) {
             const int64_t row = r * p.sh - p.ph + k / p.kw, col = q * p.sw - p.pw + k % p.kw;
-            if (row >= 0 && row < xd.h && col >= 0 && col < xd.w &&
-                a[xd.Index(b, ch, row, col)] == y[yi]) {
-              first = k;
-            }
+            if (row < 0 || row >= xd.h || col < 0 || col >= xd.w) continue;
+            const T v = a[xd.Index(b, ch, row, col)];
+            if (v == y[yi] || (v != v && y[yi] != y[yi])) first = k;  // NaN matches NaN.
           }
           argmax[yi] = static_cast<unsigned char>(first);
         }
@@ -136,6 +145,19 @@ absl::Status CpuPool(const Node& node, absl::Span<ir::HostTensor* const> in,
   auto* argmax = static_cast<unsigned char*>(out[1]->raw());
   return DispatchFloat(a.dtype(), [&]<typename T>() {
     FindArgmax<T>(a.data<T>(), out[0]->data<T>(), xd, yd, p, argmax);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status CpuPoolWithArgmax(const Node& node, absl::Span<ir::HostTensor* const> in,
+                               absl::Span<ir::HostTensor* const> out) {
+  RETURN_IF_ERROR(MaxPool2dOp().cpu(node, in, out.subspan(0, 1)));
+  ASSIGN_OR_RETURN(const PoolParams p, PoolParamsOf(node.attrs));
+  ASSIGN_OR_RETURN(const ImageDims xd, ImageDimsOf(in[0]->spec(), p.layout, "x"));
+  ASSIGN_OR_RETURN(const ImageDims yd, PooledDims(xd, p, in[0]->spec()));
+  auto* argmax = static_cast<unsigned char*>(out[1]->raw());
+  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    FindArgmax<T>(in[0]->data<T>(), out[0]->data<T>(), xd, yd, p, argmax);
     return absl::OkStatus();
   });
 }
@@ -216,6 +238,18 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx,
                              std::move(args));
 }
 
+// Input x; outputs (y, argmax): max_pool2d's kernel, told to note the argmax.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringContext& ctx,
+                                                               const Node& node) {
+  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 0, ctx.input_specs));
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
+  AddPoolShape(args, pool.x, pool.y, pool.p);
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(DType::kFloat32),
+                             GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
+                             std::move(args));
+}
+
 // Inputs (dy, argmax, x); output dx.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolGrad(const LoweringContext& ctx,
                                                          const Node& node) {
@@ -237,6 +271,15 @@ const ir::OpDef& MaxPool2dBnReluOp() {
                             .infer = InferPool,
                             .cpu = CpuPool,
                             .lower = LowerPool};
+  return op;
+}
+
+const ir::OpDef& MaxPool2dWithArgmaxOp() {
+  static const ir::OpDef op{.name = "max_pool2d_with_argmax",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferPoolWithArgmax,
+                            .cpu = CpuPoolWithArgmax,
+                            .lower = LowerPoolWithArgmax};
   return op;
 }
 

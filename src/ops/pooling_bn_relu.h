@@ -5,6 +5,8 @@
 // pooling recomputes each window's values from the batch norm's input as it reads them and notes
 // each window's argmax on the way, and the gradient sends dy to those elements. The ReLU output is
 // never stored, and the batch norm's input is read once in the backward pass instead of twice.
+// Without mirroring, the forward pooling notes the argmax itself (max_pool2d_with_argmax), for the
+// same gradient: the ReLU output then dies in the forward pass too.
 #ifndef REPRISE_SRC_OPS_POOLING_BN_RELU_H_
 #define REPRISE_SRC_OPS_POOLING_BN_RELU_H_
 
@@ -26,8 +28,17 @@ namespace reprise::ops {
 // bfloat16 stem keeps the separate twins).
 const ir::OpDef& MaxPool2dBnReluOp();
 
+// max_pool2d_with_argmax: x -> (y = max_pool2d(x), argmax), argmax as above, for a forward pooling
+// whose gradient would read x only to find each window's maximum (the fuse pass forms it there,
+// src/passes/fuse.h): the gradient gathers from the argmax instead, so x need not be kept for the
+// backward pass and is not scanned again. Same layout, channel and window limits as above. CPU:
+// max_pool2d's reference, then the window scan. GPU: float32 with 16-byte aligned tensors,
+// max_pool2d's kernel (codegen::MaxPool2dNhwc4) with its argmax output; else kUnimplemented.
+const ir::OpDef& MaxPool2dWithArgmaxOp();
+
 // max_pool2d_grad_from_argmax: (dy, argmax, x) -> dx = max_pool2d_grad(dy, a, max_pool2d(a)) for
-// the `argmax` that max_pool2d_bn_relu makes from x (x gives dx's spec and is not read). Each
+// the `argmax` that max_pool2d_bn_relu makes from x, or max_pool2d_with_argmax from a (x gives
+// dx's spec and is not read, so any tensor of a's spec that is kept anyway will do). Each
 // element of dx sums the dy of the windows whose argmax it is, in y's row-major order as
 // max_pool2d_grad does, so dx has its bits. Attrs and GPU cases as above; one kernel
 // (codegen::MaxPool2dGradFromArgmaxNhwc4). The CPU reference refuses an argmax outside its

@@ -44,6 +44,7 @@ class GroupFinder {
   void BatchNormActivations();
   void BatchNormApplyChains();
   void PoolingOfRecomputedActivations();
+  void PoolingArgmaxInForward();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
   void ConvDgradAccumulations();
@@ -359,6 +360,69 @@ void GroupFinder::PoolingOfRecomputedActivations() {
     }
     // All of them or none: a gradient left unfused would read the ReLU output that the fused
     // pooling no longer writes.
+    const bool placeable = std::all_of(fused.begin(), fused.end(), [&](const NodeGroup& group) {
+      return Placeable(g_, consumers_,
+                       absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
+    });
+    if (!placeable) continue;
+    ++new_values_;
+    for (NodeGroup& group : fused) TryAdd(std::move(group));
+  }
+}
+
+// A forward max pooling whose gradients read its input only to find each window's maximum
+// (float32, channels-last, channels a multiple of 4, windows of at most 255 elements): the
+// pooling notes the argmax as it scans (max_pool2d_with_argmax) and the gradients gather from it,
+// so the input is not read again in the backward pass. Where that input is a ReLU of a batch
+// norm's output (a network's stem), the gradients take their spec from the batch norm's input,
+// which the batch norm's gradient keeps alive anyway: the ReLU output then dies in the forward
+// pass (the ReLU's gradient reads its mask from the batch norm's input, BatchNormActivations).
+void GroupFinder::PoolingArgmaxInForward() {
+  for (const Node& pool : g_.nodes()) {
+    if (pool.op != &ops::MaxPool2dOp() || taken_[pool.id] ||
+        pool.outputs[0].dtype != DType::kFloat32) {
+      continue;
+    }
+    const absl::StatusOr<ops::PoolParams> window = ops::PoolParamsOf(pool.attrs);
+    if (!window.ok() || window->layout != Layout::kNHWC || window->kh * window->kw > 255 ||
+        pool.outputs[0].shape.dim(3) % 4 != 0) {
+      continue;
+    }
+    const Value x = pool.inputs[0], pooled{pool.id, 0};
+    std::vector<const Node*> grads;
+    for (int32_t r : Readers(pooled)) {
+      const Node& reader = g_.node(r);
+      if (reader.op == &ops::MaxPool2dGradOp() && !taken_[r] && reader.inputs[1] == x &&
+          reader.inputs[2] == pooled && reader.inputs[0] != x && reader.attrs == pool.attrs) {
+        grads.push_back(&reader);
+      }
+    }
+    if (grads.empty()) continue;
+    Value spec_of_x = x;
+    const Node& producer = g_.node(x.node);
+    if (producer.op == &ops::ReluOp()) {
+      const Node& bn = g_.node(producer.inputs[0].node);
+      if (bn.op == &ops::BatchNormTrainOp() && producer.inputs[0].output == 0 &&
+          g_.spec(bn.inputs[0]) == g_.spec(x)) {
+        spec_of_x = bn.inputs[0];
+      }
+    }
+    const Value argmax = NewValueKey(g_, new_values_);
+    std::vector<NodeGroup> fused;
+    fused.push_back({.members = {pool.id},
+                     .op = &ops::MaxPool2dWithArgmaxOp(),
+                     .name = absl::StrCat(pool.name, "+argmax"),
+                     .attrs = pool.attrs,
+                     .inputs = {x},
+                     .outputs = {pooled, argmax}});
+    for (const Node* grad : grads) {
+      fused.push_back({.members = {grad->id},
+                       .op = &ops::MaxPool2dGradFromArgmaxOp(),
+                       .name = absl::StrCat(grad->name, "+argmax"),
+                       .attrs = grad->attrs,
+                       .inputs = {grad->inputs[0], argmax, spec_of_x},
+                       .outputs = {Value{grad->id, 0}}});
+    }
     const bool placeable = std::all_of(fused.begin(), fused.end(), [&](const NodeGroup& group) {
       return Placeable(g_, consumers_,
                        absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
@@ -797,6 +861,7 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
       finder.BatchNormActivations();
       finder.BatchNormApplyChains();
       finder.PoolingOfRecomputedActivations();
+      finder.PoolingArgmaxInForward();
       finder.BatchNormApplyActivations();
     }
     if (options.gemm_epilogues) finder.GemmEpilogues(options.relu_backward_epilogues);

@@ -18,6 +18,7 @@
 #include "src/api/model_dump.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
@@ -224,6 +225,38 @@ TEST_P(ResNet18MirrorTest, EveryPolicyGivesTheSameBits) {
   EXPECT_EQ(CountOps(plan->graph(), ops::MaxPool2dGradFromArgmaxOp()), nhwc ? 1 : 0);
   EXPECT_EQ(CountOps(plan->graph(), ops::MaxPool2dGradOp()), nhwc ? 0 : 1);
   ExpectEveryPolicyGivesTheSameBits(m, 2, /*separate_updates=*/true);
+}
+
+// Without mirroring the stem's forward pooling notes each window's argmax in NHWC, and its
+// gradient gathers from it: the ReLU output the pooling read is read by nothing else (the batch
+// norm's gradient takes its ReLU mask from the batch norm's input), so it dies in the forward pass.
+// EveryPolicyGivesTheSameBits checks the fused off plan against the unfused graph bit for bit.
+TEST_P(ResNet18MirrorTest, WithoutMirroringThePoolingNotesItsArgmaxInTheForwardPass) {
+  const Model m = ResNet(18, GetParam());
+  auto plan = PlanOf(m, {.policy = Policy::kOff});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Graph& g = plan->graph();
+  const bool nhwc = GetParam() == Layout::kNHWC;
+  EXPECT_EQ(CountOps(g, ops::MaxPool2dWithArgmaxOp()), nhwc ? 1 : 0);
+  EXPECT_EQ(CountOps(g, ops::MaxPool2dGradFromArgmaxOp()), nhwc ? 1 : 0);
+  EXPECT_EQ(CountOps(g, ops::MaxPool2dGradOp()), nhwc ? 0 : 1);
+  if (!nhwc) return;
+  const Node* pool = nullptr;
+  const Node* grad = nullptr;
+  for (const Node& n : g.nodes()) {
+    if (n.op == &ops::MaxPool2dWithArgmaxOp()) pool = &n;
+    if (n.op == &ops::MaxPool2dGradFromArgmaxOp()) grad = &n;
+  }
+  ASSERT_NE(pool, nullptr);
+  ASSERT_NE(grad, nullptr);
+  const Value act = pool->inputs[0];
+  const Node& stem = g.node(act.node);
+  EXPECT_EQ(stem.op, &ops::BatchNormActTrainOp()) << stem.name;
+  EXPECT_EQ(grad->inputs[1], (Value{pool->id, 1}));
+  EXPECT_EQ(grad->inputs[2], stem.inputs[0]);  // The batch norm's input, for dx's spec.
+  int readers = 0;
+  for (const Node& n : g.nodes()) readers += std::count(n.inputs.begin(), n.inputs.end(), act);
+  EXPECT_EQ(readers, 1);
 }
 
 // At a size where activations dominate, with the default (multi-tensor) optimizer launch: the

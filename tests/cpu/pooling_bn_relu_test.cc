@@ -1,9 +1,12 @@
-// max_pool2d_bn_relu and max_pool2d_grad_from_argmax (src/ops/pooling_bn_relu.h): on the CPU
-// reference they give the bits of batch_norm_apply with ReLU followed by max_pool2d and its
-// gradient, in float32, float64 and bfloat16; bad inputs are refused with what was expected.
+// max_pool2d_bn_relu, max_pool2d_with_argmax and max_pool2d_grad_from_argmax
+// (src/ops/pooling_bn_relu.h): on the CPU reference they give the bits of (batch_norm_apply with
+// ReLU followed by) max_pool2d and its gradient, in float32, float64 and bfloat16; bad inputs are
+// refused with what was expected.
 #include "src/ops/pooling_bn_relu.h"
 
+#include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,6 +96,45 @@ TEST_P(PoolingBnReluTest, GivesTheSeparateOpsBits) {
 INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, PoolingBnReluTest,
                          ::testing::Values(DType::kFloat32, DType::kBFloat16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// max_pool2d_with_argmax gives max_pool2d's y, and the gradient from its argmax gives
+// max_pool2d_grad's dx, bit for bit: with ties (small integers), signed zeros and NaNs, where the
+// first element equal to the maximum (NaN matching NaN) takes the window's gradient.
+TEST(PoolingWithArgmaxTest, GivesMaxPoolingsBits) {
+  Stem s;
+  Graph& g = s.g;
+  const std::vector<Value> with_argmax =
+      *g.AddOp(ops::MaxPool2dWithArgmaxOp(), "with_argmax", {s.x}, PoolAttrs());
+  EXPECT_EQ(g.spec(with_argmax[1]), (TensorSpec{Shape{2, 5, 4, 2}, DType::kInt32}));
+  const Value from_argmax = *g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "from_argmax",
+                                      {s.dy, with_argmax[1], s.x}, PoolAttrs());
+  const Value pooled = *g.AddOp1(ops::MaxPool2dOp(), "pool", {s.x}, PoolAttrs());
+  const Value grad = *g.AddOp1(ops::MaxPool2dGradOp(), "grad", {s.dy, s.x, pooled}, PoolAttrs());
+  for (bool float64 : {false, true}) {
+    ir::ReferenceExecutor cpu(g, float64, 3);
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int> small(-2, 1), pick(0, 30);
+    std::vector<double> values(g.spec(s.x).NumElements());
+    for (double& v : values) {
+      const int p = pick(rng);
+      v = p == 0 ? std::nan("") : p == 1 ? -0.0 : small(rng);
+    }
+    ASSERT_TRUE(cpu.SetLeaf("x", values).ok());
+    ASSERT_TRUE(cpu.Run().ok());
+    for (const auto& [one, other] :
+         {std::pair{with_argmax[0], pooled}, std::pair{from_argmax, grad}}) {
+      const ir::HostTensor* u = *cpu.Tensor(one);
+      const ir::HostTensor* v = *cpu.Tensor(other);
+      ASSERT_EQ(u->spec(), v->spec());
+      EXPECT_EQ(std::memcmp(u->raw(), v->raw(), u->spec().bytes()), 0)
+          << g.node(one.node).name << (float64 ? " in float64" : " in float32");
+    }
+  }
+  Attrs nchw_attrs = PoolAttrs();
+  nchw_attrs["layout"] = std::string("NCHW");
+  auto nchw = g.AddOp(ops::MaxPool2dWithArgmaxOp(), "nchw", {s.x}, nchw_attrs);
+  EXPECT_THAT(nchw.status().message(), HasSubstr("channels-last"));
+}
 
 TEST(PoolingBnReluInputsTest, RefusesBadInputs) {
   Stem s;

@@ -1,6 +1,7 @@
 // Max pooling, global average pooling, flatten and reshape on the GPU against the CPU reference,
 // in both layouts. Max pooling and its gradient match bit for bit, ties included (the same scan,
-// tie rule and summation order); the averages within fp32 rounding.
+// tie rule and summation order), as do the pooling that notes each window's argmax and the
+// gradient from it; the averages within fp32 rounding.
 #include <random>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -53,6 +55,16 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
   ASSERT_TRUE(y.ok()) << y.status();
   Value dy = *g.AddConstant("dy", g.spec(*y), Initializer::Uniform(-1, 1));
   ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradOp(), "pool_grad", {dy, x, *y}, PoolAttrs(k)).ok());
+  // Channels-last multiples of 4: the forward pooling that notes the argmax too, and the gradient
+  // that gathers from it (the argmax compared as the int32 words it packs).
+  const bool four = k.layout == Layout::kNHWC && k.c % 4 == 0;
+  if (four) {
+    auto with_argmax = g.AddOp(ops::MaxPool2dWithArgmaxOp(), "with_argmax", {x}, PoolAttrs(k));
+    ASSERT_TRUE(with_argmax.ok()) << with_argmax.status();
+    ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "from_argmax",
+                         {dy, (*with_argmax)[1], x}, PoolAttrs(k))
+                    .ok());
+  }
   ir::ReferenceExecutor cpu(g, false, 31);
   if (ties) {
     std::mt19937 rng(5);
@@ -64,9 +76,7 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
   std::vector<std::string> ran;
   ExpectGpuMatchesCpu(g, cpu, 0.0, {}, /*deterministic=*/false, /*allow_tf32=*/false, &ran);
   // Channels-last multiples of 4 take the two-pass gradient (argmax, then gather).
-  const bool two_pass = k.layout == Layout::kNHWC && k.c % 4 == 0;
-  EXPECT_EQ(absl::StrContains(absl::StrJoin(ran, "; "), "reprise_max_pool2d_argmax_nhwc4"),
-            two_pass);
+  EXPECT_EQ(absl::StrContains(absl::StrJoin(ran, "; "), "reprise_max_pool2d_argmax_nhwc4"), four);
 }
 
 class MaxPoolGpuTest : public ::testing::TestWithParam<PoolCase> {};
