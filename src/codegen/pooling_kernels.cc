@@ -168,6 +168,46 @@ __device__ __forceinline__ void Unpack(float4 v, float (&out)[4]) {
   out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
 }
 __device__ __forceinline__ bool SameMax(float v, float m) { return v == m || (v != v && m != m); }
+// Output i's window over x (channels-last, 4 channels from ch), each loaded value passed through
+// `value(v, j)` (j the channel within the 4): max_pool2d's maximum in `best` (the first element
+// equal to it keeps it, and a NaN beats any number), and in `first` the row-major index within
+// the window of the element that set it, which is the first one equal to the maximum (NaN
+// matching NaN): the element max_pool2d_grad sends the window's gradient to.
+template <typename I, typename Value>
+__device__ __forceinline__ void ScanWindow4(const elem_t* __restrict__ x, I i, I c, I h, I w,
+                                            I oh, I ow, int kh, int kw, int sh, int sw, int ph,
+                                            int pw, const Value& value, float (&best)[4],
+                                            int (&first)[4]) {
+  I b, r, q, ch;
+  GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
+  bool found = false;
+  for (int a = 0; a < kh; ++a) {
+    const I row = r * sh - ph + a;
+    if (row < 0 || row >= h) continue;
+    for (int e = 0; e < kw; ++e) {
+      const I col = q * sw - pw + e;
+      if (col < 0 || col >= w) continue;
+      float v[4];
+      Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = value(v[j], j);
+        if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) {
+          best[j] = v[j];
+          first[j] = a * kw + e;  // Whole registers: byte arithmetic costs more.
+        }
+      }
+      found = true;
+    }
+  }
+}
+template <typename I>
+__device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax, I i,
+                                             const int (&first)[4]) {
+  *reinterpret_cast<uchar4*>(argmax + i * 4) =
+      make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
+                  static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
+}
 )";
 }  // namespace
 
@@ -180,38 +220,12 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
                                    I ow, int kh, int kw, int sh, int sw, int ph, int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    I b, r, q, ch;
-    GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
     float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // The element that sets best last is the window's first one equal to the maximum (NaN
-    // matching NaN): later equal ones do not replace it. That is the element the gradient's
-    // first-match rule picks. Whole registers: byte arithmetic costs more.
     int first[4] = {255, 255, 255, 255};
-    bool found = false;
-    for (int a = 0; a < kh; ++a) {
-      const I row = r * sh - ph + a;
-      if (row < 0 || row >= h) continue;
-      for (int e = 0; e < kw; ++e) {
-        const I col = q * sw - pw + e;
-        if (col < 0 || col >= w) continue;
-        float v[4];
-        Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) {
-            best[j] = v[j];
-            first[j] = a * kw + e;
-          }
-        }
-        found = true;
-      }
-    }
+    ScanWindow4<I>(x, i, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw,
+                   [](float v, int) { return v; }, best, first);
     Store4(y + i * 4, make_float4(best[0], best[1], best[2], best[3]));  // Exact: x's values.
-    if (argmax != nullptr) {
-      *reinterpret_cast<uchar4*>(argmax + i * 4) =
-          make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
-                      static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
-    }
+    if (argmax != nullptr) StoreArgmax4<I>(argmax, i, first);
   }
 }
 )",
@@ -399,8 +413,7 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                          int pw) {
   const I groups = c / 4, total = n * oh * ow * groups;
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-    I b, r, q, ch;
-    GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
+    const I ch = (i % groups) * 4;
     // batch_norm_apply's per-channel factors, formed as it forms them (scale in float).
     float mu[4], scale[4], shift[4];
 #pragma unroll
@@ -409,34 +422,16 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
       scale[j] = gamma[ch + j] * invstd[ch + j];
       shift[j] = beta[ch + j];
     }
-    // Below any ReLU output, so the window's first element always takes it; later ones only when
-    // greater: the element that sets the maximum is the first one equal to it, as max_pool2d's
-    // scan and its gradient's tie rule have it. A ReLU output is never NaN (fmaxf returns the
-    // number), so max_pool2d's NaN rule never applies.
-    float best[4] = {-1.0f, -1.0f, -1.0f, -1.0f};
-    int first[4] = {255, 255, 255, 255};  // Whole registers: byte arithmetic costs more.
-    for (int a = 0; a < kh; ++a) {
-      const I row = r * sh - ph + a;
-      if (row < 0 || row >= h) continue;
-      for (int e = 0; e < kw; ++e) {
-        const I col = q * sw - pw + e;
-        if (col < 0 || col >= w) continue;
-        float v[4];
-        Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // The ReLU output as batch_norm_apply stores it.
-          v[j] = ToFloat(FromFloat(fmaxf(fmaf(v[j] - mu[j], scale[j], shift[j]), 0.0f)));
-          const bool greater = v[j] > best[j];
-          best[j] = greater ? v[j] : best[j];
-          first[j] = greater ? a * kw + e : first[j];
-        }
-      }
-    }
+    // Each window element is the ReLU output as batch_norm_apply stores it (never NaN: fmaxf
+    // returns the number), scanned as max_pool2d scans the stored output.
+    const auto relu_of_bn = [&](float v, int j) {
+      return ToFloat(FromFloat(fmaxf(fmaf(v - mu[j], scale[j], shift[j]), 0.0f)));
+    };
+    float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int first[4] = {255, 255, 255, 255};
+    ScanWindow4<I>(x, i, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, relu_of_bn, best, first);
     Store4(y + i * 4, make_float4(best[0], best[1], best[2], best[3]));
-    *reinterpret_cast<uchar4*>(argmax + i * 4) =
-        make_uchar4(static_cast<unsigned char>(first[0]), static_cast<unsigned char>(first[1]),
-                    static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
+    StoreArgmax4<I>(argmax, i, first);
   }
 }
 )",

@@ -194,18 +194,33 @@ absl::Status CpuPoolGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-// What the GPU kernels need, checked: float32 data, channels-last with a channel count that is a
-// multiple of 4, every tensor aligned for 4-element loads. `x` is the input whose extents are
-// the pooling's input (the batch norm's input).
+// What the GPU kernels need, checked: `data` all of one element type (float32 where
+// `float32_only`, else float32, bfloat16 or float16), channels-last with a channel count that is a
+// multiple of 4, every tensor aligned for 4-element loads. `x` is the input whose extents are the
+// pooling's input (the batch norm's input).
 struct GpuPool {
   PoolParams p;
   ImageDims x, y;
+  DType dtype = DType::kFloat32;
 };
 
 absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, int x,
-                                  absl::Span<const TensorSpec> data) {
-  RETURN_IF_ERROR(CheckGpuFloat32(node, data));
+                                  absl::Span<const TensorSpec> data, bool float32_only) {
   GpuPool pool;
+  pool.dtype = data[0].dtype;
+  if (float32_only) {
+    RETURN_IF_ERROR(CheckGpuFloat32(node, data));
+  } else {
+    for (const TensorSpec& spec : data) {
+      if (spec.dtype != pool.dtype ||
+          (pool.dtype != DType::kFloat32 && !IsLowPrecision(pool.dtype))) {
+        return absl::UnimplementedError(absl::StrCat(
+            "node '", node.name, "': ", node.op_name(),
+            " runs on the GPU for float32, bfloat16 or float16 data of one type, got ",
+            data[0].ToString(), " and ", spec.ToString()));
+      }
+    }
+  }
   ASSIGN_OR_RETURN(pool.p, PoolParamsOf(node.attrs));
   ASSIGN_OR_RETURN(pool.x, ImageDimsOf(ctx.input_specs[x], pool.p.layout, "x"));
   ASSIGN_OR_RETURN(pool.y, PooledDims(pool.x, pool.p, ctx.input_specs[x]));
@@ -215,11 +230,13 @@ absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, 
                      " runs on the GPU for channels-last x with a multiple of 4 channels, got ",
                      ctx.input_specs[x].ToString(), " in ", LayoutName(pool.p.layout)));
   }
+  const int64_t alignment = 4 * DTypeSize(pool.dtype);
   for (const std::vector<void*>* pointers : {&ctx.inputs, &ctx.outputs}) {
     for (void* p : *pointers) {
-      if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
         return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "': ", node.op_name(),
-                                                       " needs 16-byte aligned tensors"));
+                                                       " needs ", alignment,
+                                                       "-byte aligned tensors"));
       }
     }
   }
@@ -228,7 +245,8 @@ absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, 
 
 // Inputs (x, gamma, beta, saved_mean, saved_invstd); outputs (y, argmax).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 0, ctx.input_specs));
+  ASSIGN_OR_RETURN(const GpuPool pool,
+                   GpuPoolOf(ctx, node, 0, ctx.input_specs, /*float32_only=*/true));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[3]).Add(ctx.inputs[1]).Add(ctx.inputs[4]);
   args.Add(ctx.inputs[2]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
@@ -241,11 +259,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx,
 // Input x; outputs (y, argmax): max_pool2d's kernel, told to note the argmax.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringContext& ctx,
                                                                const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 0, ctx.input_specs));
+  ASSIGN_OR_RETURN(const GpuPool pool,
+                   GpuPoolOf(ctx, node, 0, ctx.input_specs, /*float32_only=*/false));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(DType::kFloat32),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(pool.dtype),
                              GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -253,12 +272,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringCon
 // Inputs (dy, argmax, x); output dx.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolGrad(const LoweringContext& ctx,
                                                          const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool,
-                   GpuPoolOf(ctx, node, 2, {ctx.input_specs[0], ctx.input_specs[2]}));
+  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 2,
+                                                 {ctx.input_specs[0], ctx.input_specs[2]},
+                                                 /*float32_only=*/false));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(DType::kFloat32),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(pool.dtype),
                              GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -279,7 +299,8 @@ const ir::OpDef& MaxPool2dWithArgmaxOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferPoolWithArgmax,
                             .cpu = CpuPoolWithArgmax,
-                            .lower = LowerPoolWithArgmax};
+                            .lower = LowerPoolWithArgmax,
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -288,7 +309,8 @@ const ir::OpDef& MaxPool2dGradFromArgmaxOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferPoolGrad,
                             .cpu = CpuPoolGrad,
-                            .lower = LowerPoolGrad};
+                            .lower = LowerPoolGrad,
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -32,16 +32,17 @@ const ir::OpDef& MaxPool2dBnReluOp();
 // whose gradient would read x only to find each window's maximum (the fuse pass forms it there,
 // src/passes/fuse.h): the gradient gathers from the argmax instead, so x need not be kept for the
 // backward pass and is not scanned again. Same layout, channel and window limits as above. CPU:
-// max_pool2d's reference, then the window scan. GPU: float32 with 16-byte aligned tensors,
-// max_pool2d's kernel (codegen::MaxPool2dNhwc4) with its argmax output; else kUnimplemented.
+// max_pool2d's reference, then the window scan. GPU: float32, bfloat16 or float16 tensors aligned
+// to 4 elements, max_pool2d's kernel (codegen::MaxPool2dNhwc4) with its argmax output; other types
+// are kUnimplemented.
 const ir::OpDef& MaxPool2dWithArgmaxOp();
 
 // max_pool2d_grad_from_argmax: (dy, argmax, x) -> dx = max_pool2d_grad(dy, a, max_pool2d(a)) for
 // the `argmax` that max_pool2d_bn_relu makes from x, or max_pool2d_with_argmax from a (x gives
 // dx's spec and is not read, so any tensor of a's spec that is kept anyway will do). Each
 // element of dx sums the dy of the windows whose argmax it is, in y's row-major order as
-// max_pool2d_grad does, so dx has its bits. Attrs and GPU cases as above; one kernel
-// (codegen::MaxPool2dGradFromArgmaxNhwc4). The CPU reference refuses an argmax outside its
+// max_pool2d_grad does, so dx has its bits. Attrs and GPU types as max_pool2d_with_argmax's; one
+// kernel (codegen::MaxPool2dGradFromArgmaxNhwc4). The CPU reference refuses an argmax outside its
 // window.
 const ir::OpDef& MaxPool2dGradFromArgmaxOp();
 

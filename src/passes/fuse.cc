@@ -371,18 +371,17 @@ void GroupFinder::PoolingOfRecomputedActivations() {
 }
 
 // A forward max pooling whose gradients read its input only to find each window's maximum
-// (float32, channels-last, channels a multiple of 4, windows of at most 255 elements): the
-// pooling notes the argmax as it scans (max_pool2d_with_argmax) and the gradients gather from it,
-// so the input is not read again in the backward pass. Where that input is a ReLU of a batch
+// (float32 or 16 bits, channels-last, channels a multiple of 4, windows of at most 255 elements):
+// the pooling notes the argmax as it scans (max_pool2d_with_argmax) and the gradients gather from
+// it, so the input is not read again in the backward pass. Where that input is a ReLU of a batch
 // norm's output (a network's stem), the gradients take their spec from the batch norm's input,
 // which the batch norm's gradient keeps alive anyway: the ReLU output then dies in the forward
 // pass (the ReLU's gradient reads its mask from the batch norm's input, BatchNormActivations).
 void GroupFinder::PoolingArgmaxInForward() {
   for (const Node& pool : g_.nodes()) {
-    if (pool.op != &ops::MaxPool2dOp() || taken_[pool.id] ||
-        pool.outputs[0].dtype != DType::kFloat32) {
-      continue;
-    }
+    if (pool.op != &ops::MaxPool2dOp() || taken_[pool.id]) continue;
+    const DType dtype = pool.outputs[0].dtype;
+    if (dtype != DType::kFloat32 && !IsLowPrecision(dtype)) continue;
     const absl::StatusOr<ops::PoolParams> window = ops::PoolParamsOf(pool.attrs);
     if (!window.ok() || window->layout != Layout::kNHWC || window->kh * window->kw > 255 ||
         pool.outputs[0].shape.dim(3) % 4 != 0) {

@@ -16,6 +16,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -67,6 +68,13 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
   ASSERT_EQ(g.spec(*y).dtype, kBf16);
   Value dy = *g.AddConstant("dy", g.spec(*y), Initializer::Uniform(-1, 1));
   ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradOp(), "pool_grad", {dy, x, *y}, PoolAttrs(k)).ok());
+  if (k.layout == Layout::kNHWC && k.c % 4 == 0) {  // The argmax forms, as in pooling_gpu_test.
+    auto noted = g.AddOp(ops::MaxPool2dWithArgmaxOp(), "with_argmax", {x}, PoolAttrs(k));
+    ASSERT_TRUE(noted.ok()) << noted.status();
+    ASSERT_TRUE(
+        g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "from_argmax", {dy, (*noted)[1], x}, PoolAttrs(k))
+            .ok());
+  }
   ir::ReferenceExecutor cpu(g, false, 41);
   if (ties) {
     std::mt19937 rng(7);
