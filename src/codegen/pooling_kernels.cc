@@ -49,10 +49,22 @@ __device__ __forceinline__ void CoveringWindows(I ih, I iw, I oh, I ow, int kh, 
 }
 )";
 
-// "extern "C" __global__ void name(params) { ... }" calling body<int>(args) where the tensors
-// index in 32 bits (n·c·h·w < 2^31), else body<long long>(args).
+// The size arguments a kernel's entry passes to its body: the entry's own parameters, or the
+// sizes themselves as literals, so that the window arithmetic divides by constants (a multiply and
+// a shift) instead of by registers.
+std::string SizeArgs(const PoolSizes* sizes) {
+  if (sizes == nullptr) return "n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw";
+  return absl::StrCat(sizes->n, "LL, ", sizes->c, "LL, ", sizes->h, "LL, ", sizes->w, "LL, ",
+                      sizes->oh, "LL, ", sizes->ow, "LL, ", sizes->kh, ", ", sizes->kw, ", ",
+                      sizes->sh, ", ", sizes->sw, ", ", sizes->ph, ", ", sizes->pw);
+}
+
+// "extern "C" __global__ void name(params) { ... }" calling body<int>(tensors, sizes[, extra])
+// where the tensors index in 32 bits (n·c·h·w < 2^31), else body<long long>(...).
 std::string EntryFor(const std::string& name, const std::string& params, const std::string& body,
-                     const std::string& args) {
+                     const std::string& tensors, const PoolSizes* sizes = nullptr,
+                     const std::string& extra = "") {
+  const std::string args = absl::StrCat(tensors, ", ", SizeArgs(sizes), extra);
   return absl::StrCat("extern \"C\" __global__ void ", name, "(", params,
                       ") {\n  if (n * c * h * w < (1LL << 31)) {\n    ", body, "<int>(", args,
                       ");\n  } else {\n    ", body, "<long long>(", args, ");\n  }\n}\n");
@@ -62,7 +74,6 @@ std::string EntryFor(const std::string& name, const std::string& params, const s
 constexpr char kSizeParams[] =
     "long long n, long long c, long long h, long long w, long long oh, long long ow, int kh, "
     "int kw, int sh, int sw, int ph, int pw, int channels_last";
-constexpr char kSizeArgs[] = "n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw";
 // The gradient kernels' tensors (dy, x, y, dx), before the sizes.
 constexpr char kGradTensorParams[] =
     "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ y, "
@@ -104,15 +115,13 @@ __device__ void MaxPool2dBody(const elem_t* __restrict__ x, elem_t* __restrict__
                                       absl::StrCat("const elem_t* __restrict__ x, elem_t* "
                                                    "__restrict__ y, ",
                                                    kSizeParams),
-                                      "MaxPool2dBody",
-                                      absl::StrCat("x, y, ", kSizeArgs, ", channels_last")))};
+                                      "MaxPool2dBody", "x, y", nullptr, ", channels_last"))};
 }
 
 GeneratedKernel MaxPool2dGrad(DType dtype) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad", dtype);
-  return {
-      name,
-      absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), kImageIndexing, R"(
 template <typename I>
 __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                                   const elem_t* __restrict__ y, elem_t* __restrict__ dx, I n, I c,
@@ -155,8 +164,8 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
   }
 }
 )",
-                   EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams), "MaxPool2dGradBody",
-                            absl::StrCat("dy, x, y, dx, ", kSizeArgs, ", channels_last")))};
+                       EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
+                                "MaxPool2dGradBody", "dy, x, y, dx", nullptr, ", channels_last"))};
 }
 
 // Channels-last max pooling, four channels per thread: the window arithmetic is shared by the
@@ -211,7 +220,7 @@ __device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax,
 )";
 }  // namespace
 
-GeneratedKernel MaxPool2dNhwc4(DType dtype) {
+GeneratedKernel MaxPool2dNhwc4(DType dtype, const PoolSizes* sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -234,14 +243,12 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
                                                    "__restrict__ y, unsigned char* __restrict__ "
                                                    "argmax, ",
                                                    kSizeParams),
-                                      "MaxPool2dNhwc4Body",
-                                      absl::StrCat("x, y, argmax, ", kSizeArgs)))};
+                                      "MaxPool2dNhwc4Body", "x, y, argmax", sizes))};
 }
 
-GeneratedKernel MaxPool2dGradNhwc4(DType dtype) {
+GeneratedKernel MaxPool2dGradNhwc4(DType dtype, const PoolSizes* sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
-  return {name, absl::StrCat(
-                    ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        const elem_t* __restrict__ x,
@@ -300,11 +307,11 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                    EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
-                             "MaxPool2dGradNhwc4Body", absl::StrCat("dy, x, y, dx, ", kSizeArgs)))};
+                             EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
+                                      "MaxPool2dGradNhwc4Body", "dy, x, y, dx", sizes))};
 }
 
-GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype) {
+GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype, const PoolSizes* sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -347,13 +354,13 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                                    "__restrict__ y, unsigned char* __restrict__ "
                                                    "argmax, ",
                                                    kSizeParams),
-                                      "MaxPool2dArgmaxNhwc4Body",
-                                      absl::StrCat("x, y, argmax, ", kSizeArgs)))};
+                                      "MaxPool2dArgmaxNhwc4Body", "x, y, argmax", sizes))};
 }
 
-GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype) {
+GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype, const PoolSizes* sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                                  const unsigned char* __restrict__ argmax,
@@ -388,20 +395,17 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                             EntryFor(name,
-                                      absl::StrCat("const elem_t* __restrict__ dy, const unsigned "
-                                                   "char* __restrict__ argmax, elem_t* "
-                                                   "__restrict__ dx, ",
-                                                   kSizeParams),
-                                      "MaxPool2dGradFromArgmaxNhwc4Body",
-                                      absl::StrCat("dy, argmax, dx, ", kSizeArgs)))};
+                       EntryFor(name,
+                                absl::StrCat("const elem_t* __restrict__ dy, const unsigned "
+                                             "char* __restrict__ argmax, elem_t* "
+                                             "__restrict__ dx, ",
+                                             kSizeParams),
+                                "MaxPool2dGradFromArgmaxNhwc4Body", "dy, argmax, dx", sizes))};
 }
 
-GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype) {
+GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype, const PoolSizes* sizes) {
   const std::string name = ElementKernelName("reprise_bn_relu_max_pool2d_nhwc4", dtype);
-  return {
-      name,
-      absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                          const float* __restrict__ mean,
@@ -435,16 +439,16 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
   }
 }
 )",
-                   EntryFor(name,
-                            absl::StrCat("const elem_t* __restrict__ x, const float* "
-                                         "__restrict__ mean, const float* __restrict__ "
-                                         "gamma, const float* __restrict__ invstd, "
-                                         "const float* __restrict__ beta, elem_t* "
-                                         "__restrict__ y, unsigned char* __restrict__ "
-                                         "argmax, ",
-                                         kSizeParams),
-                            "BnReluMaxPool2dNhwc4Body",
-                            absl::StrCat("x, mean, gamma, invstd, beta, y, argmax, ", kSizeArgs)))};
+                             EntryFor(name,
+                                      absl::StrCat("const elem_t* __restrict__ x, const float* "
+                                                   "__restrict__ mean, const float* __restrict__ "
+                                                   "gamma, const float* __restrict__ invstd, "
+                                                   "const float* __restrict__ beta, elem_t* "
+                                                   "__restrict__ y, unsigned char* __restrict__ "
+                                                   "argmax, ",
+                                                   kSizeParams),
+                                      "BnReluMaxPool2dNhwc4Body",
+                                      "x, mean, gamma, invstd, beta, y, argmax", sizes))};
 }
 
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
@@ -496,14 +500,19 @@ GeneratedKernel GlobalAvgPoolGrad(DType dtype) {
 )")};
 }
 
-std::vector<GeneratedKernel> PoolingKernels() {
+std::vector<GeneratedKernel> PoolingKernels(const PoolSizes* sizes) {
   std::vector<GeneratedKernel> kernels;
   for (DType dtype : kKernelElementTypes) {
-    for (GeneratedKernel (*make)(DType) :
-         {MaxPool2d, MaxPool2dGrad, MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4,
-          MaxPool2dGradFromArgmaxNhwc4, BnReluMaxPool2dNhwc4, GlobalAvgPoolNchw, GlobalAvgPoolNhwc,
-          GlobalAvgPoolGrad}) {
-      kernels.push_back(make(dtype));
+    if (sizes == nullptr) {
+      for (GeneratedKernel (*make)(DType) :
+           {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+        kernels.push_back(make(dtype));
+      }
+    }
+    for (GeneratedKernel (*make)(DType, const PoolSizes*) :
+         {MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4, MaxPool2dGradFromArgmaxNhwc4,
+          BnReluMaxPool2dNhwc4}) {
+      kernels.push_back(make(dtype, sizes));
     }
   }
   return kernels;

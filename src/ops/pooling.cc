@@ -112,6 +112,21 @@ void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, cons
   args.Add(static_cast<int>(p.layout == Layout::kNHWC));
 }
 
+codegen::PoolSizes PoolSizesOf(const ImageDims& x, const ImageDims& y, const PoolParams& p) {
+  return {.n = x.n,
+          .c = x.c,
+          .h = x.h,
+          .w = x.w,
+          .oh = y.h,
+          .ow = y.w,
+          .kh = static_cast<int>(p.kh),
+          .kw = static_cast<int>(p.kw),
+          .sh = static_cast<int>(p.sh),
+          .sw = static_cast<int>(p.sw),
+          .ph = static_cast<int>(p.ph),
+          .pw = static_cast<int>(p.pw)};
+}
+
 namespace {
 
 absl::StatusOr<std::vector<TensorSpec>> InferMaxPool(const Attrs& attrs,
@@ -241,12 +256,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& c
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[0], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[0]));
   const bool four = FourChannelsPerThread(ctx, xd, dtype);
+  const codegen::PoolSizes sizes = PoolSizesOf(xd, yd, p);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   if (four) args.Add(static_cast<void*>(nullptr));  // No argmax wanted.
   AddPoolShape(args, xd, yd, p);
   return NvrtcKernel::Create(
-      ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype) : codegen::MaxPool2d(dtype),
+      ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype, &sizes) : codegen::MaxPool2d(dtype),
       GridFor(yd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
@@ -257,6 +273,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
   ASSIGN_OR_RETURN(ImageDims xd, ImageDimsOf(ctx.input_specs[1], p.layout, "x"));
   ASSIGN_OR_RETURN(ImageDims yd, PooledDims(xd, p, ctx.input_specs[1]));
   const bool four = FourChannelsPerThread(ctx, xd, dtype);
+  const codegen::PoolSizes sizes = PoolSizesOf(xd, yd, p);
   // Two passes (each window's argmax, then the gather) where windows index in a byte and the
   // lane's workspace holds a byte per element of y; same bits as the one-pass kernel.
   const size_t argmax_bytes = static_cast<size_t>(yd.NumElements());
@@ -269,21 +286,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
     gather.Add(ctx.inputs[0]).Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
     AddPoolShape(gather, xd, yd, p);
     std::vector<std::unique_ptr<GpuKernel>> kernels(2);
-    ASSIGN_OR_RETURN(kernels[0],
-                     NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dArgmaxNhwc4(dtype),
-                                         GridFor(yd.NumElements() / 4, 256, *ctx.device), dim3(256),
-                                         0, std::move(find)));
-    ASSIGN_OR_RETURN(kernels[1], NvrtcKernel::Create(
-                                     ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(dtype),
-                                     GridFor(xd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                                     std::move(gather)));
+    ASSIGN_OR_RETURN(kernels[0], NvrtcKernel::Create(
+                                     ctx, node.name, codegen::MaxPool2dArgmaxNhwc4(dtype, &sizes),
+                                     GridFor(yd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
+                                     std::move(find)));
+    ASSIGN_OR_RETURN(
+        kernels[1],
+        NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(dtype, &sizes),
+                            GridFor(xd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
+                            std::move(gather)));
     return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), argmax_bytes));
   }
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
   AddPoolShape(args, xd, yd, p);
   return NvrtcKernel::Create(
-      ctx, node.name, four ? codegen::MaxPool2dGradNhwc4(dtype) : codegen::MaxPool2dGrad(dtype),
+      ctx, node.name,
+      four ? codegen::MaxPool2dGradNhwc4(dtype, &sizes) : codegen::MaxPool2dGrad(dtype),
       GridFor(xd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 

@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "reprise/graph.h"
 #include "reprise/tensor.h"
+#include "src/codegen/pooling_kernels.h"
 #include "src/ir/op_def.h"
 
 namespace reprise::ops {
@@ -87,6 +88,8 @@ absl::StatusOr<ImageDims> PooledDims(const ImageDims& x, const PoolParams& p,
 class KernelArgs;
 // Appends the arguments every max-pooling kernel ends with: extents, window, layout.
 void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, const PoolParams& p);
+// The same sizes, for kernels that compile them in (codegen::PoolSizes).
+codegen::PoolSizes PoolSizesOf(const ImageDims& x, const ImageDims& y, const PoolParams& p);
 
 }  // namespace reprise::ops
 

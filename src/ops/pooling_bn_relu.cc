@@ -202,6 +202,7 @@ struct GpuPool {
   PoolParams p;
   ImageDims x, y;
   DType dtype = DType::kFloat32;
+  codegen::PoolSizes sizes;  // Compiled into the kernels.
 };
 
 absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, int x,
@@ -214,10 +215,10 @@ absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, 
     for (const TensorSpec& spec : data) {
       if (spec.dtype != pool.dtype ||
           (pool.dtype != DType::kFloat32 && !IsLowPrecision(pool.dtype))) {
-        return absl::UnimplementedError(absl::StrCat(
-            "node '", node.name, "': ", node.op_name(),
-            " runs on the GPU for float32, bfloat16 or float16 data of one type, got ",
-            data[0].ToString(), " and ", spec.ToString()));
+        return absl::UnimplementedError(
+            absl::StrCat("node '", node.name, "': ", node.op_name(),
+                         " runs on the GPU for float32, bfloat16 or float16 data of one type, got ",
+                         data[0].ToString(), " and ", spec.ToString()));
       }
     }
   }
@@ -230,6 +231,7 @@ absl::StatusOr<GpuPool> GpuPoolOf(const LoweringContext& ctx, const Node& node, 
                      " runs on the GPU for channels-last x with a multiple of 4 channels, got ",
                      ctx.input_specs[x].ToString(), " in ", LayoutName(pool.p.layout)));
   }
+  pool.sizes = PoolSizesOf(pool.x, pool.y, pool.p);
   const int64_t alignment = 4 * DTypeSize(pool.dtype);
   for (const std::vector<void*>* pointers : {&ctx.inputs, &ctx.outputs}) {
     for (void* p : *pointers) {
@@ -251,9 +253,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx,
   args.Add(ctx.inputs[0]).Add(ctx.inputs[3]).Add(ctx.inputs[1]).Add(ctx.inputs[4]);
   args.Add(ctx.inputs[2]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::BnReluMaxPool2dNhwc4(DType::kFloat32),
-                             GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  return NvrtcKernel::Create(
+      ctx, node.name, codegen::BnReluMaxPool2dNhwc4(DType::kFloat32, &pool.sizes),
+      GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 // Input x; outputs (y, argmax): max_pool2d's kernel, told to note the argmax.
@@ -264,7 +266,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringCon
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(pool.dtype),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(pool.dtype, &pool.sizes),
                              GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -272,15 +274,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringCon
 // Inputs (dy, argmax, x); output dx.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolGrad(const LoweringContext& ctx,
                                                          const Node& node) {
-  ASSIGN_OR_RETURN(const GpuPool pool, GpuPoolOf(ctx, node, 2,
-                                                 {ctx.input_specs[0], ctx.input_specs[2]},
-                                                 /*float32_only=*/false));
+  ASSIGN_OR_RETURN(const GpuPool pool,
+                   GpuPoolOf(ctx, node, 2, {ctx.input_specs[0], ctx.input_specs[2]},
+                             /*float32_only=*/false));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(pool.dtype),
-                             GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  return NvrtcKernel::Create(
+      ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(pool.dtype, &pool.sizes),
+      GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 }  // namespace

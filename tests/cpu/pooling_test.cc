@@ -304,7 +304,25 @@ TEST(PoolingErrorsTest, GpuLoweringIsFloat32OrBfloat16Only) {
 }
 
 TEST(PoolingKernelsTest, EveryKernelCompilesForSm90) {
-  for (const codegen::GeneratedKernel& kernel : codegen::PoolingKernels()) {
+  std::vector<codegen::GeneratedKernel> kernels = codegen::PoolingKernels();
+  // And with sizes compiled in: a ResNet stem's at batch 2.
+  const codegen::PoolSizes stem{.n = 2,
+                                .c = 64,
+                                .h = 112,
+                                .w = 112,
+                                .oh = 56,
+                                .ow = 56,
+                                .kh = 3,
+                                .kw = 3,
+                                .sh = 2,
+                                .sw = 2,
+                                .ph = 1,
+                                .pw = 1};
+  for (codegen::GeneratedKernel& kernel : codegen::PoolingKernels(&stem)) {
+    EXPECT_NE(kernel.code.find("2LL, 64LL, 112LL"), std::string::npos) << kernel.name;
+    kernels.push_back(std::move(kernel));
+  }
+  for (const codegen::GeneratedKernel& kernel : kernels) {
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
     ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty()) << kernel.name;
