@@ -32,6 +32,7 @@
 #include "src/ops/mlp_step.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
+#include "src/ops/pooling.h"
 #include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
@@ -119,6 +120,11 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   }
   for (const Node& node : graph.nodes()) {  // Chunked optimizer kernels at their tables' sizes.
     for (const codegen::GeneratedKernel& kernel : ops::ChunkedKernelsOf(node)) {
+      sources.push_back(ops::ToKernelSource(kernel));
+    }
+  }
+  for (const Node& node : graph.nodes()) {  // Pooling kernels at their shapes.
+    for (const codegen::GeneratedKernel& kernel : ops::SizedPoolingKernelsOf(graph, node)) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
   }

@@ -220,7 +220,7 @@ __device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax,
 )";
 }  // namespace
 
-GeneratedKernel MaxPool2dNhwc4(DType dtype, const PoolSizes* sizes) {
+GeneratedKernel MaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -243,10 +243,10 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
                                                    "__restrict__ y, unsigned char* __restrict__ "
                                                    "argmax, ",
                                                    kSizeParams),
-                                      "MaxPool2dNhwc4Body", "x, y, argmax", sizes))};
+                                      "MaxPool2dNhwc4Body", "x, y, argmax", &sizes))};
 }
 
-GeneratedKernel MaxPool2dGradNhwc4(DType dtype, const PoolSizes* sizes) {
+GeneratedKernel MaxPool2dGradNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -308,10 +308,10 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
 }
 )",
                              EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
-                                      "MaxPool2dGradNhwc4Body", "dy, x, y, dx", sizes))};
+                                      "MaxPool2dGradNhwc4Body", "dy, x, y, dx", &sizes))};
 }
 
-GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype, const PoolSizes* sizes) {
+GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -354,10 +354,10 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                                    "__restrict__ y, unsigned char* __restrict__ "
                                                    "argmax, ",
                                                    kSizeParams),
-                                      "MaxPool2dArgmaxNhwc4Body", "x, y, argmax", sizes))};
+                                      "MaxPool2dArgmaxNhwc4Body", "x, y, argmax", &sizes))};
 }
 
-GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype, const PoolSizes* sizes) {
+GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
   return {name,
           absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
@@ -400,10 +400,10 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                              "char* __restrict__ argmax, elem_t* "
                                              "__restrict__ dx, ",
                                              kSizeParams),
-                                "MaxPool2dGradFromArgmaxNhwc4Body", "dy, argmax, dx", sizes))};
+                                "MaxPool2dGradFromArgmaxNhwc4Body", "dy, argmax, dx", &sizes))};
 }
 
-GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype, const PoolSizes* sizes) {
+GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_bn_relu_max_pool2d_nhwc4", dtype);
   return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
 template <typename I>
@@ -448,7 +448,7 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                                    "argmax, ",
                                                    kSizeParams),
                                       "BnReluMaxPool2dNhwc4Body",
-                                      "x, mean, gamma, invstd, beta, y, argmax", sizes))};
+                                      "x, mean, gamma, invstd, beta, y, argmax", &sizes))};
 }
 
 GeneratedKernel GlobalAvgPoolNchw(DType dtype) {
@@ -500,20 +500,23 @@ GeneratedKernel GlobalAvgPoolGrad(DType dtype) {
 )")};
 }
 
-std::vector<GeneratedKernel> PoolingKernels(const PoolSizes* sizes) {
+std::vector<GeneratedKernel> PoolingKernels() {
   std::vector<GeneratedKernel> kernels;
   for (DType dtype : kKernelElementTypes) {
-    if (sizes == nullptr) {
-      for (GeneratedKernel (*make)(DType) :
-           {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
-        kernels.push_back(make(dtype));
-      }
+    for (GeneratedKernel (*make)(DType) :
+         {MaxPool2d, MaxPool2dGrad, GlobalAvgPoolNchw, GlobalAvgPoolNhwc, GlobalAvgPoolGrad}) {
+      kernels.push_back(make(dtype));
     }
-    for (GeneratedKernel (*make)(DType, const PoolSizes*) :
-         {MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4, MaxPool2dGradFromArgmaxNhwc4,
-          BnReluMaxPool2dNhwc4}) {
-      kernels.push_back(make(dtype, sizes));
-    }
+  }
+  return kernels;
+}
+
+std::vector<GeneratedKernel> PoolingKernels(const PoolSizes& sizes, DType dtype) {
+  std::vector<GeneratedKernel> kernels;
+  for (GeneratedKernel (*make)(DType, const PoolSizes&) :
+       {MaxPool2dNhwc4, MaxPool2dGradNhwc4, MaxPool2dArgmaxNhwc4, MaxPool2dGradFromArgmaxNhwc4,
+        BnReluMaxPool2dNhwc4}) {
+    kernels.push_back(make(dtype, sizes));
   }
   return kernels;
 }

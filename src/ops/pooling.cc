@@ -15,6 +15,7 @@
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/pooling_bn_relu.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -125,6 +126,28 @@ codegen::PoolSizes PoolSizesOf(const ImageDims& x, const ImageDims& y, const Poo
           .sw = static_cast<int>(p.sw),
           .ph = static_cast<int>(p.ph),
           .pw = static_cast<int>(p.pw)};
+}
+
+std::vector<codegen::GeneratedKernel> SizedPoolingKernelsOf(const Graph& graph, const Node& node) {
+  // Which input is the pooled x: (x), (dy, x, y), (dy, argmax, x) or (x, batch-norm inputs).
+  int x = -1;
+  if (node.op == &MaxPool2dOp() || node.op == &MaxPool2dWithArgmaxOp() ||
+      node.op == &MaxPool2dBnReluOp()) {
+    x = 0;
+  } else if (node.op == &MaxPool2dGradOp()) {
+    x = 1;
+  } else if (node.op == &MaxPool2dGradFromArgmaxOp()) {
+    x = 2;
+  }
+  if (x < 0) return {};
+  const TensorSpec& spec = graph.spec(node.inputs[x]);
+  const absl::StatusOr<PoolParams> p = PoolParamsOf(node.attrs);
+  if (!p.ok() || p->layout != Layout::kNHWC) return {};
+  const absl::StatusOr<ImageDims> xd = ImageDimsOf(spec, p->layout, "x");
+  if (!xd.ok() || xd->c % 4 != 0) return {};
+  const absl::StatusOr<ImageDims> yd = PooledDims(*xd, *p, spec);
+  if (!yd.ok() || (spec.dtype != DType::kFloat32 && !IsLowPrecision(spec.dtype))) return {};
+  return codegen::PoolingKernels(PoolSizesOf(*xd, *yd, *p), spec.dtype);
 }
 
 namespace {
@@ -262,7 +285,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPool(const LoweringContext& c
   if (four) args.Add(static_cast<void*>(nullptr));  // No argmax wanted.
   AddPoolShape(args, xd, yd, p);
   return NvrtcKernel::Create(
-      ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype, &sizes) : codegen::MaxPool2d(dtype),
+      ctx, node.name, four ? codegen::MaxPool2dNhwc4(dtype, sizes) : codegen::MaxPool2d(dtype),
       GridFor(yd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
@@ -286,13 +309,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
     gather.Add(ctx.inputs[0]).Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
     AddPoolShape(gather, xd, yd, p);
     std::vector<std::unique_ptr<GpuKernel>> kernels(2);
-    ASSIGN_OR_RETURN(kernels[0], NvrtcKernel::Create(
-                                     ctx, node.name, codegen::MaxPool2dArgmaxNhwc4(dtype, &sizes),
-                                     GridFor(yd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
-                                     std::move(find)));
+    ASSIGN_OR_RETURN(
+        kernels[0], NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dArgmaxNhwc4(dtype, sizes),
+                                        GridFor(yd.NumElements() / 4, 256, *ctx.device), dim3(256),
+                                        0, std::move(find)));
     ASSIGN_OR_RETURN(
         kernels[1],
-        NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(dtype, &sizes),
+        NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(dtype, sizes),
                             GridFor(xd.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
                             std::move(gather)));
     return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), argmax_bytes));
@@ -302,7 +325,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMaxPoolGrad(const LoweringContex
   AddPoolShape(args, xd, yd, p);
   return NvrtcKernel::Create(
       ctx, node.name,
-      four ? codegen::MaxPool2dGradNhwc4(dtype, &sizes) : codegen::MaxPool2dGrad(dtype),
+      four ? codegen::MaxPool2dGradNhwc4(dtype, sizes) : codegen::MaxPool2dGrad(dtype),
       GridFor(xd.NumElements() / (four ? 4 : 1), 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 

@@ -91,6 +91,11 @@ void AddPoolShape(KernelArgs& args, const ImageDims& x, const ImageDims& y, cons
 // The same sizes, for kernels that compile them in (codegen::PoolSizes).
 codegen::PoolSizes PoolSizesOf(const ImageDims& x, const ImageDims& y, const PoolParams& p);
 
+// The kernels with sizes compiled in that a max-pooling node of `graph` (max_pool2d, its gradient
+// or the argmax forms, src/ops/pooling_bn_relu.h) may launch: the channels-last ones at its shape
+// and element type, for warming the kernel store before lowering. None for other nodes.
+std::vector<codegen::GeneratedKernel> SizedPoolingKernelsOf(const Graph& graph, const Node& node);
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_POOLING_H_

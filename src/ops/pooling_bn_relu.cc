@@ -254,7 +254,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPool(const LoweringContext& ctx,
   args.Add(ctx.inputs[2]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
   return NvrtcKernel::Create(
-      ctx, node.name, codegen::BnReluMaxPool2dNhwc4(DType::kFloat32, &pool.sizes),
+      ctx, node.name, codegen::BnReluMaxPool2dNhwc4(DType::kFloat32, pool.sizes),
       GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
@@ -266,7 +266,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolWithArgmax(const LoweringCon
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(ctx.outputs[1]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
-  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(pool.dtype, &pool.sizes),
+  return NvrtcKernel::Create(ctx, node.name, codegen::MaxPool2dNhwc4(pool.dtype, pool.sizes),
                              GridFor(pool.y.NumElements() / 4, 256, *ctx.device), dim3(256), 0,
                              std::move(args));
 }
@@ -281,7 +281,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerPoolGrad(const LoweringContext& 
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   AddPoolShape(args, pool.x, pool.y, pool.p);
   return NvrtcKernel::Create(
-      ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(pool.dtype, &pool.sizes),
+      ctx, node.name, codegen::MaxPool2dGradFromArgmaxNhwc4(pool.dtype, pool.sizes),
       GridFor(pool.x.NumElements() / 4, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 

@@ -303,9 +303,43 @@ TEST(PoolingErrorsTest, GpuLoweringIsFloat32OrBfloat16Only) {
   EXPECT_THAT(lowered.status().message(), HasSubstr("node 'pool1': max_pool2d runs on the GPU"));
 }
 
+// The trainer warms the kernel store with each pooling node's sized kernels: channels-last with a
+// multiple of 4 channels has them (at its shape and type), NCHW has none.
+TEST(PoolingKernelsTest, SizedKernelsOfAPoolingNode) {
+  for (Layout layout : {Layout::kNHWC, Layout::kNCHW}) {
+    Graph g;
+    const Shape shape = layout == Layout::kNHWC ? Shape{2, 12, 10, 8} : Shape{2, 8, 12, 10};
+    const Value x = *g.AddParameter("x", {shape}, Initializer::Uniform(-1, 1));
+    const Value y = *g.AddOp1(ops::MaxPool2dOp(), "pool", {x},
+                              {{"kernel_h", int64_t{3}},
+                               {"kernel_w", int64_t{3}},
+                               {"stride_h", int64_t{2}},
+                               {"stride_w", int64_t{2}},
+                               {"pad_h", int64_t{1}},
+                               {"pad_w", int64_t{1}},
+                               {"layout", std::string(LayoutName(layout))}});
+    const std::vector<codegen::GeneratedKernel> kernels =
+        ops::SizedPoolingKernelsOf(g, g.node(y.node));
+    if (layout == Layout::kNCHW) {
+      EXPECT_TRUE(kernels.empty());
+      continue;
+    }
+    ASSERT_EQ(kernels.size(), 5u);
+    for (const codegen::GeneratedKernel& kernel : kernels) {
+      EXPECT_NE(kernel.code.find("2LL, 8LL, 12LL, 10LL, 6LL, 5LL, 3, 3, 2, 2, 1, 1"),
+                std::string::npos)
+          << kernel.name;
+    }
+  }
+  Graph g;
+  const Value w = *g.AddParameter("w", {Shape{3, 4}}, Initializer::Uniform(-1, 1));
+  const Value r = *g.AddOp1(ops::ReluOp(), "relu", {w});
+  EXPECT_TRUE(ops::SizedPoolingKernelsOf(g, g.node(r.node)).empty());
+}
+
 TEST(PoolingKernelsTest, EveryKernelCompilesForSm90) {
   std::vector<codegen::GeneratedKernel> kernels = codegen::PoolingKernels();
-  // And with sizes compiled in: a ResNet stem's at batch 2.
+  // And the channels-last ones with sizes compiled in: a ResNet stem's at batch 2.
   const codegen::PoolSizes stem{.n = 2,
                                 .c = 64,
                                 .h = 112,
@@ -318,9 +352,11 @@ TEST(PoolingKernelsTest, EveryKernelCompilesForSm90) {
                                 .sw = 2,
                                 .ph = 1,
                                 .pw = 1};
-  for (codegen::GeneratedKernel& kernel : codegen::PoolingKernels(&stem)) {
-    EXPECT_NE(kernel.code.find("2LL, 64LL, 112LL"), std::string::npos) << kernel.name;
-    kernels.push_back(std::move(kernel));
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (codegen::GeneratedKernel& kernel : codegen::PoolingKernels(stem, dtype)) {
+      EXPECT_NE(kernel.code.find("2LL, 64LL, 112LL"), std::string::npos) << kernel.name;
+      kernels.push_back(std::move(kernel));
+    }
   }
   for (const codegen::GeneratedKernel& kernel : kernels) {
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
