@@ -262,7 +262,12 @@ TEST(TrainerGpuTest, BadBindingsAreClearErrors) {
 TEST(TrainerGpuTest, CreatingAndDestroyingTrainersLeaksNoDeviceMemory) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(SmallMlp());
-  { auto warm = MakeTrainer(*mlp, ExecMode::kGraph); }  // Context and library handles settle.
+  {  // Context and library handles settle, and the kernels the steps launch are loaded (CUDA
+     // may load a kernel's module lazily, at its first launch).
+    auto warm = MakeTrainer(*mlp, ExecMode::kGraph);
+    ASSERT_TRUE(warm);
+    Train(*warm, 3);
+  }
   auto before = runtime::DeviceMemoryInUse();
   ASSERT_TRUE(before.ok());
   for (int i = 0; i < 3; ++i) {
