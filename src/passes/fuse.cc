@@ -71,6 +71,18 @@ class GroupFinder {
     }
     return false;
   }
+  // All of `groups` or none of them (when one alone would leave a value unwritten that another
+  // reads).
+  bool TryAddAll(std::vector<NodeGroup> groups) {
+    for (const NodeGroup& group : groups) {
+      if (!Placeable(g_, consumers_,
+                     absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()))) {
+        return false;
+      }
+    }
+    for (NodeGroup& group : groups) TryAdd(std::move(group));
+    return true;
+  }
   bool TryAdd(NodeGroup group) {
     const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
     if (!Placeable(g_, consumers_, members)) return false;
@@ -360,13 +372,7 @@ void GroupFinder::PoolingOfRecomputedActivations() {
     }
     // All of them or none: a gradient left unfused would read the ReLU output that the fused
     // pooling no longer writes.
-    const bool placeable = std::all_of(fused.begin(), fused.end(), [&](const NodeGroup& group) {
-      return Placeable(g_, consumers_,
-                       absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
-    });
-    if (!placeable) continue;
-    ++new_values_;
-    for (NodeGroup& group : fused) TryAdd(std::move(group));
+    if (TryAddAll(std::move(fused))) ++new_values_;
   }
 }
 
@@ -422,13 +428,7 @@ void GroupFinder::PoolingArgmaxInForward() {
                        .inputs = {grad->inputs[0], argmax, spec_of_x},
                        .outputs = {Value{grad->id, 0}}});
     }
-    const bool placeable = std::all_of(fused.begin(), fused.end(), [&](const NodeGroup& group) {
-      return Placeable(g_, consumers_,
-                       absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()));
-    });
-    if (!placeable) continue;
-    ++new_values_;
-    for (NodeGroup& group : fused) TryAdd(std::move(group));
+    if (TryAddAll(std::move(fused))) ++new_values_;
   }
 }
 
