@@ -106,6 +106,11 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
   // gradients read runs on their lane (src/passes/schedule.h), so its wait orders nothing on the
   // chain's lane: the next backward node that is not a weight gradient waits for them instead.
   std::vector<int32_t> unjoined_readers;
+  // The last backward node copied (-1 before the first). A twin with no readers to wait for (the
+  // backward pass's first) waits for it instead: with nothing ordering it, it could run at any
+  // time after its inputs' forward producers, on another lane, so the memory plan could place its
+  // outputs over nothing that dies before it.
+  int32_t last_backward = -1;
   auto emit_twin = [&](const Node& node) -> absl::Status {
     const TwinSpec twin = TwinOf(node);
     std::vector<Value> inputs;
@@ -118,6 +123,9 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
       twin_values[Value{node.id, o}] = outs[o];
     RETURN_IF_ERROR(add_controls(node, id));
     for (int32_t reader : pending_readers) RETURN_IF_ERROR(graph.AddControlEdge(reader, id));
+    if (pending_readers.empty() && last_backward >= 0) {
+      RETURN_IF_ERROR(graph.AddControlEdge(last_backward, id));
+    }
     unjoined_readers.insert(unjoined_readers.end(), pending_readers.begin(), pending_readers.end());
     pending_readers.clear();
     for (const Value& v : twin.inputs) {
@@ -164,6 +172,7 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
       unjoined_readers.clear();
     }
     if (reads_twin) pending_readers.push_back(node_map[node.id]);
+    if (node.id >= forward_end) last_backward = node_map[node.id];
     for (int o = 0; o < static_cast<int>(outs.size()); ++o) values[Value{node.id, o}] = outs[o];
     RETURN_IF_ERROR(add_controls(node, node_map[node.id]));
   }
