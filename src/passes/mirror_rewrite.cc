@@ -106,10 +106,11 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
   // gradients read runs on their lane (src/passes/schedule.h), so its wait orders nothing on the
   // chain's lane: the next backward node that is not a weight gradient waits for them instead.
   std::vector<int32_t> unjoined_readers;
-  // The last backward node copied (-1 before the first). A twin with no readers to wait for (the
-  // backward pass's first) waits for it instead: with nothing ordering it, it could run at any
-  // time after its inputs' forward producers, on another lane, so the memory plan could place its
-  // outputs over nothing that dies before it.
+  // The last backward node copied (-1 before the first). The backward pass's first twin waits
+  // for it: with nothing ordering it, it could run at any time after its inputs' forward
+  // producers, on another lane, so the memory plan could place its outputs over nothing that dies
+  // before it. (Later twins wait for the readers of the twins before them; the same wait for every
+  // twin without such readers cost ResNet-50 b64 0.4 ms per step on an H200, session 22.)
   int32_t last_backward = -1;
   auto emit_twin = [&](const Node& node) -> absl::Status {
     const TwinSpec twin = TwinOf(node);
@@ -123,7 +124,7 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
       twin_values[Value{node.id, o}] = outs[o];
     RETURN_IF_ERROR(add_controls(node, id));
     for (int32_t reader : pending_readers) RETURN_IF_ERROR(graph.AddControlEdge(reader, id));
-    if (pending_readers.empty() && last_backward >= 0) {
+    if (out.mirrors.empty() && last_backward >= 0) {
       RETURN_IF_ERROR(graph.AddControlEdge(last_backward, id));
     }
     unjoined_readers.insert(unjoined_readers.end(), pending_readers.begin(), pending_readers.end());
