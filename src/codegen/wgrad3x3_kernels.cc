@@ -11,8 +11,8 @@ namespace {
 constexpr int kTile = 64;           // k and c per block.
 constexpr int kDyPitch = 72;        // Shared-memory row pitches in floats: conflict-free fragment
 constexpr int kInputPitch = 72;     // reads (8 t + g covers the 32 banks).
-constexpr int kTargetBlocks = 264;  // Two per multiprocessor of an H100: a constant, so the split
-                                    // (and the bits) do not depend on the device.
+constexpr int kTargetBlocks = 264;  // Two waves on an H100's 132 multiprocessors: a constant, so
+                                    // the split (and the bits) do not depend on the device.
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -51,7 +51,12 @@ WG_DEV void Mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
 
 // Block (k tile, c tile, filter row r, split). Shared memory: dy rows [2][kRows][kWp][kDyPitch],
 // then input rows [2][kRows][kAp][kInputPitch], input column w at index w + 1 (zeros around).
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
+// One block per SM: at two, ptxas capped the kernel at 128 registers and spilled, and two such
+// blocks took an SM's whole register file, so the data-gradient lane's kernels could not run
+// beside them. At one it takes 152 registers without spills and leaves room; inside ResNet-50's
+// step (b64, TF32, H200, session 22) that made the step 17.43 ms instead of 17.53 (cuDNN's:
+// 17.23), the blocks running in two waves.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     reprise_wgrad3x3_tf32(const float* __restrict__ x, const float* __restrict__ dy,
                           float* __restrict__ partial) {
   extern __shared__ float smem[];

@@ -1,7 +1,8 @@
 // CUDA C++ for the weight gradient of a 3x3 convolution (pad 1, stride 1, NHWC, float32 data on
-// TF32 tensor cores) over wide images, where alone it beats cuDNN's (docs/benchmarks.md, session
-// 21: 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200; inside the whole step
-// it does not yet, so TrainOptions::own_weight_gradients is off by default).
+// TF32 tensor cores) over wide images, where alone it beat cuDNN's (docs/benchmarks.md, session
+// 21: 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200, in its earlier form of
+// two blocks per SM; inside the whole step it does not yet, in either form, so
+// TrainOptions::own_weight_gradients is off by default).
 //
 // An implicit GEMM on mma.sync m16n8k8: dw[k][r][s][c] = sum over output positions of
 // dy[pos][k] x[pos shifted by (r - 1, s - 1)][c]. Block (k tile, c tile, filter row r, split) sums
@@ -42,8 +43,9 @@ struct Wgrad3x3Launch {
   int64_t shared_bytes = 0;
   int64_t partial_floats = 0;  // blocks x 64 x 192: the workspace the partials take.
 };
-// From the shape alone (never the device): two blocks per multiprocessor of an H100 in one wave
-// where the rows allow.
+// From the shape alone (never the device): about 264 blocks where the rows allow, two waves of
+// one block per multiprocessor of an H100 (the kernel keeps room beside it for the other lanes'
+// kernels, src/codegen/wgrad3x3_kernels.cc).
 Wgrad3x3Launch Wgrad3x3LaunchFor(const Wgrad3x3Shape& shape);
 
 // reprise_wgrad3x3_tf32: (const float* x, const float* dy, float* partial), exactly `blocks`
