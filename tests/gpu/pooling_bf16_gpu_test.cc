@@ -71,9 +71,9 @@ void CheckMaxPool(const PoolCase& k, bool ties) {
   if (k.layout == Layout::kNHWC && k.c % 4 == 0) {  // The argmax forms, as in pooling_gpu_test.
     auto noted = g.AddOp(ops::MaxPool2dWithArgmaxOp(), "with_argmax", {x}, PoolAttrs(k));
     ASSERT_TRUE(noted.ok()) << noted.status();
-    ASSERT_TRUE(
-        g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "from_argmax", {dy, (*noted)[1], x}, PoolAttrs(k))
-            .ok());
+    ASSERT_TRUE(g.AddOp1(ops::MaxPool2dGradFromArgmaxOp(), "from_argmax", {dy, (*noted)[1], x},
+                         PoolAttrs(k))
+                    .ok());
   }
   ir::ReferenceExecutor cpu(g, false, 41);
   if (ties) {
