@@ -1,6 +1,7 @@
 #include "src/passes/memory_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,20 @@ int64_t FirstFit(const std::vector<std::pair<int64_t, int64_t>>& live, int64_t b
 }
 
 int64_t AlignedSize(const Buffer& b) { return AlignUp(std::max<int64_t>(b.bytes, 1)); }
+
+// Whether no launch uses both.
+bool Disjoint(const Buffer& a, const Buffer& b) { return a.last < b.first || b.last < a.first; }
+
+// A launch on lane 0, the critical path, waits for another lane's launch so that its output may
+// take the place of a value that launch read only when the reader was scheduled at least this
+// many launches earlier: by then it has almost always finished, so the wait costs nothing.
+constexpr int kReuseWaitDistance = 8;
+
+// Launch `waits_for` must finish before launch `launch` starts.
+struct ReuseWait {
+  int launch = -1;
+  int waits_for = -1;
+};
 
 }  // namespace
 
@@ -189,8 +204,7 @@ absl::StatusOr<int64_t> LiveTransientBytes(const Graph& graph,
   return peak;
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
-                                      absl::Span<const ScheduledLaunch> schedule,
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLaunch> schedule,
                                       absl::Span<const Value> kept) {
   ASSIGN_OR_RETURN(MemoryPlan plan, Buffers(graph, schedule, kept));
 
@@ -285,43 +299,106 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
   }
   std::vector<int> transient;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) transient.push_back(u);
-  // Two transient buffers may share bytes when every use of one happens before the other is
-  // written (a block: before each of its writes).
-  auto dead_before = [&](const Unit& a, const Unit& b) {
-    for (int use : a.block.uses) {
-      for (int write : b.writes) {
-        if (!happens_before(use, write)) return false;
+  bool one_lane = true;
+  int lanes = 1, communication_lane = -1;
+  for (const ScheduledLaunch& launch : schedule) {
+    one_lane = one_lane && launch.lane == 0;
+    lanes = std::max(lanes, launch.lane + 1);
+    if (graph.node(launch.node).op->kind == ir::OpKind::kCommunication) {
+      communication_lane = launch.lane;
+    }
+  }
+  // The waits that let `a` and `b` share bytes although, as scheduled, a lane may still read the
+  // earlier of the two when the other is written: for each write of the later one, the last use
+  // on each lane not known to have finished. None when both are alive at one launch, when lane 0
+  // would wait for a reader fewer than kReuseWaitDistance launches before it, or when a compute
+  // lane would wait for the communication lane (the backward pass never waits for collectives).
+  auto waits_to_separate =
+      [&](const Unit& a, const Unit& b, absl::Span<const ScheduledLaunch> order,
+          const HappensBefore& happens_before) -> std::optional<std::vector<ReuseWait>> {
+    if (!Disjoint(a.block, b.block)) return std::nullopt;
+    const Unit& earlier = a.block.last < b.block.first ? a : b;
+    const Unit& later = &earlier == &a ? b : a;
+    std::vector<ReuseWait> waits;
+    std::vector<int> last_use(lanes);
+    for (int write : later.writes) {
+      std::fill(last_use.begin(), last_use.end(), -1);
+      for (int use : earlier.block.uses) {
+        if (happens_before(use, write)) continue;
+        last_use[order[use].lane] = std::max(last_use[order[use].lane], use);
+      }
+      for (int use : last_use) {
+        if (use < 0) continue;
+        if (order[write].lane == 0 && write - use < kReuseWaitDistance) return std::nullopt;
+        if (order[use].lane == communication_lane && order[write].lane != communication_lane) {
+          return std::nullopt;
+        }
+        waits.push_back({write, use});
       }
     }
-    return true;
+    return waits;
   };
-  bool one_lane = true;
-  for (const ScheduledLaunch& launch : schedule) one_lane = one_lane && launch.lane == 0;
-  auto apart = [&](const Unit& a, const Unit& b) {
-    if (a.block.first <= b.block.last && b.block.first <= a.block.last) {
-      return false;  // Both alive at one launch.
-    }
-    if (one_lane) return true;  // In order: disjoint intervals never meet.
-    return dead_before(a, b) || dead_before(b, a);
-  };
-  // First fit in `order`; returns the offsets (within the transient region) and the peak.
-  auto place = [&](const std::vector<int>& order) {
-    std::vector<int64_t> offsets(units.size(), 0);
+  // First fit in `order`; returns the offsets (within the transient region), the peak and the
+  // waits it added (each launch's, in `waits`).
+  struct Layout {
+    std::vector<int64_t> offsets;
     int64_t peak = 0;
+    std::vector<std::vector<int>> waits;
+  };
+  auto place = [&](const std::vector<int>& order) {
+    Layout layout{std::vector<int64_t>(units.size(), 0), 0, {}};
+    std::vector<ScheduledLaunch> working(schedule.begin(), schedule.end());
+    HappensBefore happens_before(working);
+    // Two transient buffers may share bytes when every use of one happens before the other is
+    // written (a block: before each of its writes).
+    auto dead_before = [&](const Unit& a, const Unit& b) {
+      for (int use : a.block.uses) {
+        for (int write : b.writes) {
+          if (!happens_before(use, write)) return false;
+        }
+      }
+      return true;
+    };
+    auto apart = [&](const Unit& a, const Unit& b) {
+      if (!Disjoint(a.block, b.block)) return false;  // Both alive at one launch.
+      if (one_lane) return true;                      // In order: disjoint intervals never meet.
+      return dead_before(a, b) || dead_before(b, a);
+    };
     std::vector<int> placed;
     std::vector<std::pair<int64_t, int64_t>> live;  // (offset, aligned size) in the region
+    std::vector<std::pair<int, std::vector<ReuseWait>>> separable;
     for (int i : order) {
       live.clear();
+      separable.clear();
       for (int j : placed) {
-        if (!apart(units[j], units[i])) live.emplace_back(offsets[j], AlignedSize(units[j].block));
+        if (apart(units[j], units[i])) continue;
+        if (auto waits = waits_to_separate(units[j], units[i], working, happens_before);
+            waits.has_value()) {
+          separable.emplace_back(j, *std::move(waits));
+          continue;
+        }
+        live.emplace_back(layout.offsets[j], AlignedSize(units[j].block));
       }
       std::sort(live.begin(), live.end());
       const int64_t size = AlignedSize(units[i].block);
-      offsets[i] = FirstFit(live, size);
-      peak = std::max(peak, offsets[i] + size);
+      const int64_t offset = FirstFit(live, size);
+      layout.offsets[i] = offset;
+      layout.peak = std::max(layout.peak, offset + size);
       placed.push_back(i);
+      // Where it took the place of a value another lane may still read, that lane's reader
+      // must finish first.
+      for (const auto& [j, waits] : separable) {
+        const int64_t other = layout.offsets[j];
+        if (other >= offset + size || offset >= other + AlignedSize(units[j].block)) continue;
+        for (const ReuseWait& w : waits) {
+          if (happens_before(w.waits_for, w.launch)) continue;
+          working[w.launch].waits.push_back(w.waits_for);
+          happens_before = HappensBefore(working);
+        }
+      }
     }
-    return std::make_pair(std::move(offsets), peak);
+    for (const ScheduledLaunch& launch : working) layout.waits.push_back(launch.waits);
+    return layout;
   };
   // Two orders, keeping the smaller peak: by first use (buffers fill the holes of earlier dead
   // ones as they come), and largest first (big buffers are laid out before small ones can
@@ -331,11 +408,16 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph,
                    [&](int a, int b) { return units[a].block.first < units[b].block.first; });
   std::stable_sort(by_size.begin(), by_size.end(),
                    [&](int a, int b) { return units[a].block.bytes > units[b].block.bytes; });
-  auto [offsets, peak] = place(by_first);
-  if (auto [size_offsets, size_peak] = place(by_size); size_peak < peak) {
-    offsets = std::move(size_offsets);
-    peak = size_peak;
+  Layout layout = place(by_first);
+  if (Layout by_size_layout = place(by_size); by_size_layout.peak < layout.peak) {
+    layout = std::move(by_size_layout);
   }
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    plan.reuse_waits += static_cast<int>(layout.waits[i].size() - schedule[i].waits.size());
+    schedule[i].waits = std::move(layout.waits[i]);
+  }
+  const std::vector<int64_t>& offsets = layout.offsets;
+  const int64_t peak = layout.peak;
   for (int u : transient) {
     int64_t offset = plan.transient_offset + offsets[u];
     for (int b : units[u].members) {

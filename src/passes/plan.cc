@@ -57,7 +57,8 @@ absl::StatusOr<Plan> PlanMirrored(autodiff::TrainingGraph training, absl::Span<c
   }
   ASSIGN_OR_RETURN(plan.launches, Schedule(plan.graph(), {.lanes = options.lanes}));
   if (place) {
-    ASSIGN_OR_RETURN(plan.memory, PlanMemory(plan.graph(), plan.launches, plan.kept));
+    ASSIGN_OR_RETURN(plan.memory,
+                     PlanMemory(plan.graph(), absl::MakeSpan(plan.launches), plan.kept));
   }
   return plan;
 }
@@ -129,7 +130,8 @@ std::string PlanToString(const Plan& plan) {
     absl::StrAppend(&out, "\n");
   }
   absl::StrAppend(&out, "arena ", plan.memory.arena_bytes, " bytes; transient peak ",
-                  plan.memory.transient_peak, " bytes\n");
+                  plan.memory.transient_peak, " bytes; ", plan.memory.reuse_waits,
+                  " waits added to reuse what another lane read\n");
   if (plan.mirror_evaluations > 0) {  // The mirror pass ran.
     absl::StrAppend(&out, "mirror: ", plan.mirrored.size(), " nodes recomputed; transient peak ",
                     plan.activation_peak_unmirrored, " bytes without mirroring\n");

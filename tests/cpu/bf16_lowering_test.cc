@@ -273,7 +273,7 @@ TEST(Bf16LoweringTest, PlanLoweringRefusesSixteenBitNodesWithoutKernelsByName) {
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     std::vector<Value> outputs;
     for (const Node& n : c.graph.nodes()) outputs.push_back({n.id, 0});
-    auto memory = passes::PlanMemory(c.graph, *schedule, outputs);
+    auto memory = passes::PlanMemory(c.graph, absl::MakeSpan(*schedule), outputs);
     ASSERT_TRUE(memory.ok()) << memory.status();
     passes::Plan plan;
     plan.training.graph = c.graph;

@@ -51,7 +51,7 @@ TEST_P(ConvDgradAccumulateTest, EveryResidualBlockInputGradientAccumulatesInPlac
   for (int lanes : {1, 2}) {
     auto schedule = passes::Schedule(g, {.lanes = lanes});
     ASSERT_TRUE(schedule.ok()) << schedule.status();
-    auto memory = passes::PlanMemory(g, *schedule, {fused->training.loss});
+    auto memory = passes::PlanMemory(g, absl::MakeSpan(*schedule), {fused->training.loss});
     ASSERT_TRUE(memory.ok()) << memory.status();
     int shared = 0;
     for (const Node& node : g.nodes()) {
@@ -128,7 +128,7 @@ TEST(ConvDgradAccumulateOpTest, TheMemoryPlanRefusesToWriteOverAValueReadLater) 
   ASSERT_TRUE(late.ok()) << late.status();
   auto schedule = passes::Schedule(s.g);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
-  auto memory = passes::PlanMemory(s.g, *schedule, {*late});
+  auto memory = passes::PlanMemory(s.g, absl::MakeSpan(*schedule), {*late});
   ASSERT_FALSE(memory.ok());
   EXPECT_THAT(memory.status().message(), HasSubstr("node 'fused' writes over 'acc'"));
 
@@ -138,7 +138,9 @@ TEST(ConvDgradAccumulateOpTest, TheMemoryPlanRefusesToWriteOverAValueReadLater) 
     auto over = t.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused",
                            {t.dy, t.w, over_parameter ? t.p : t.acc}, DgradAttrs());
     ASSERT_TRUE(over.ok()) << over.status();
-    auto refused = passes::PlanMemory(t.g, *passes::Schedule(t.g), {t.acc, *over});
+    auto order = passes::Schedule(t.g);
+    ASSERT_TRUE(order.ok()) << order.status();
+    auto refused = passes::PlanMemory(t.g, absl::MakeSpan(*order), {t.acc, *over});
     ASSERT_FALSE(refused.ok());
     EXPECT_THAT(refused.status().message(), HasSubstr("only a transient value"));
   }

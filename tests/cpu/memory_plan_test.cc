@@ -1,5 +1,6 @@
 // The memory plan never lets two tensors that are alive at once share bytes (a property checked
 // over random graphs), and it does reuse the space of dead ones.
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -105,6 +106,44 @@ TEST(MemoryPlanTest, InputsAreContiguousAndActivationsReuseSpace) {
   EXPECT_LT(plan->memory.transient_peak, activation_sum / 2);
   // The loss stays readable after the step.
   EXPECT_EQ(plan->memory.Find(mlp->loss)->cls, BufferClass::kFetched);
+}
+
+// The weight gradients' lane reads activations long after the data-gradient lane has moved on.
+// Without waits, nothing orders those reads before the data-gradient lane's later writes, so none
+// of that space could be reused (ResNet-50 b64 on three lanes: 5,549 MiB where one lane needs
+// 5,006). The plan adds waits instead: on lane 0, the critical path, only for readers at least 8
+// launches back, and never on the communication lane.
+TEST(MemoryPlanTest, WaitsLetLanesReuseWhatTheWeightGradientLaneRead) {
+  for (int lanes : {2, 3}) {
+    auto net = models::BuildResNet(
+        {.depth = 18, .batch = 2, .classes = 10, .image_size = 64, .layout = Layout::kNHWC});
+    ASSERT_TRUE(net.ok()) << net.status();
+    auto plan = passes::BuildPlan(*autodiff::BuildTrainingGraph(net->graph, net->loss, {}), {},
+                                  {.fuse = true, .lanes = lanes});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const auto scheduled = passes::Schedule(plan->graph(), {.lanes = lanes});
+    ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+    ASSERT_EQ(scheduled->size(), plan->launches.size());
+    int added = 0;
+    for (size_t i = 0; i < plan->launches.size(); ++i) {
+      const std::vector<int>& before = (*scheduled)[i].waits;
+      const std::vector<int>& after = plan->launches[i].waits;
+      ASSERT_GE(after.size(), before.size());
+      EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin()));
+      for (size_t k = before.size(); k < after.size(); ++k, ++added) {
+        const int reader = after[k];
+        EXPECT_LT(reader, static_cast<int>(i));
+        EXPECT_NE(plan->launches[reader].lane, plan->launches[i].lane);
+        if (plan->launches[i].lane == 0) EXPECT_GE(static_cast<int>(i) - reader, 8);
+      }
+    }
+    EXPECT_EQ(added, plan->memory.reuse_waits);
+    EXPECT_GT(added, 0) << lanes << " lanes";
+    // Within 0.5% of the live bytes, the bound no layout beats (without the waits: 2.1% over).
+    auto live = passes::LiveTransientBytes(plan->graph(), plan->launches, plan->kept);
+    ASSERT_TRUE(live.ok()) << live.status();
+    EXPECT_LE(plan->memory.transient_peak, *live + *live / 200) << lanes << " lanes";
+  }
 }
 
 }  // namespace

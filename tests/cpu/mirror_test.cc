@@ -335,13 +335,15 @@ INSTANTIATE_TEST_SUITE_P(NchwAndNhwc, ResNet18MirrorTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const auto& info) { return std::string(LayoutName(info.param)); });
 
-// ResNet-50 at batch 64 with three lanes: the twin of layer4's second block output lowers the
-// live bytes but not the laid-out peak (its buffers only land elsewhere), so kAuto drops it again;
-// the twins of the batch norm + ReLU outputs stay, and so does layer4's first block output's,
-// which the laid-out peak needs since the backward pass's first twin waits for the backward node
-// before it (before, nothing ordered it, so its outputs could share no bytes with values dying
-// before it).
-TEST(MirrorTest, AutoDropsTwinsThatDoNotLowerTheLaidOutPeak) {
+// ResNet-50 at batch 64 with three lanes. kAuto keeps a twin only where the laid-out peak, not
+// just the live bytes, comes down. The twins of the batch norm + ReLU outputs stay; so do the
+// block outputs of layer4, which the laid-out peak needs since the backward pass's first twin
+// waits for the backward node before it (before, nothing ordered it, so its outputs could share
+// no bytes with values dying before it), and since the memory plan may make a launch wait for
+// another lane's reader to reuse its space (before, layer4.1's output twin only moved buffers
+// around and was dropped). Against the unmirrored plan, which those waits lowered from 5,549 to
+// 5,010 MiB, auto's peak (2,907 MiB) is 42% lower.
+TEST(MirrorTest, AutoKeepsTheTwinsThatLowerTheLaidOutPeak) {
   auto net = models::BuildResNet(
       {.depth = 50, .batch = 64, .classes = 1000, .image_size = 224, .layout = Layout::kNHWC});
   ASSERT_TRUE(net.ok()) << net.status();
@@ -354,8 +356,8 @@ TEST(MirrorTest, AutoDropsTwinsThatDoNotLowerTheLaidOutPeak) {
   EXPECT_THAT(originals, ::testing::Contains("layer3.1.relu"));
   EXPECT_THAT(originals, ::testing::Contains("layer4.1.relu1"));
   EXPECT_THAT(originals, ::testing::Contains("layer4.0.relu"));
-  EXPECT_THAT(originals, ::testing::Not(::testing::Contains("layer4.1.relu")));
-  EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored * 11 / 20);
+  EXPECT_THAT(originals, ::testing::Contains("layer4.1.relu"));
+  EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored * 3 / 5);
   // Every twin waits for something: the first for the backward node before it, the others for
   // the readers of the twins before them.
   for (const passes::ScheduledLaunch& launch : plan->launches) {

@@ -25,7 +25,8 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
   for (const Node& n : g.nodes()) {
     for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) everything.push_back({n.id, o});
   }
-  ASSIGN_OR_RETURN(passes::MemoryPlan memory, passes::PlanMemory(g, schedule, everything));
+  ASSIGN_OR_RETURN(passes::MemoryPlan memory,
+                   passes::PlanMemory(g, absl::MakeSpan(schedule), everything));
   ASSIGN_OR_RETURN(runtime::DeviceInfo device, runtime::UseDevice(0));
   ASSIGN_OR_RETURN(runtime::DeviceBuffer arena, runtime::DeviceBuffer::Create(memory.arena_bytes));
   ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace, runtime::DeviceBuffer::Create(64 << 20));

@@ -25,7 +25,7 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       if (!unchecked.contains(Value{n.id, o})) everything.push_back({n.id, o});
     }
   }
-  auto memory = passes::PlanMemory(g, *schedule, everything);
+  auto memory = passes::PlanMemory(g, absl::MakeSpan(*schedule), everything);
   ASSERT_TRUE(memory.ok());
   auto device = runtime::UseDevice(0);
   ASSERT_TRUE(device.ok());
