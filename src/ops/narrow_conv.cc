@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/narrow_conv_kernels.h"
+#include "src/ops/partial_sum_wgrad.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -73,31 +74,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNarrowConv(const LoweringContext
   }
   const codegen::NarrowConvLaunch launch = codegen::NarrowConvWgradLaunch(s);
   const int blocks = BlocksFor(launch.tiles, *ctx.device);
-  const size_t workspace_bytes =
-      sizeof(float) * static_cast<size_t>(codegen::NarrowConvWgradPartialFloats(s, blocks));
-  if (ctx.workspace == nullptr || ctx.workspace_bytes < workspace_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "node '", node_name, "': a narrow weight gradient needs ", workspace_bytes,
-        " bytes of workspace for its partial sums; its lane has ", ctx.workspace_bytes));
-  }
-  KernelArgs partial_args;
-  partial_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.workspace);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<GpuKernel> partials,
-      NvrtcKernel::Create(ctx, node_name, codegen::NarrowConvWgrad(s), dim3(blocks), block,
-                          static_cast<unsigned>(launch.shared_bytes), std::move(partial_args)));
-  KernelArgs sum_args;
-  sum_args.Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
   const int64_t elements = s.k * s.c * s.r * s.s;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<GpuKernel> sum,
-      NvrtcKernel::Create(ctx, node_name, codegen::NarrowConvWgradSum(s, blocks),
-                          dim3(static_cast<unsigned>((elements + 31) / 32)),
-                          dim3(32 * codegen::kNarrowConvSumSlices), 0, std::move(sum_args)));
-  std::vector<std::unique_ptr<GpuKernel>> kernels;
-  kernels.push_back(std::move(partials));
-  kernels.push_back(std::move(sum));
-  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace_bytes));
+  return LowerPartialSumWgrad(
+      ctx, node_name, "a narrow weight gradient",
+      sizeof(float) * static_cast<size_t>(codegen::NarrowConvWgradPartialFloats(s, blocks)),
+      {codegen::NarrowConvWgrad(s), dim3(blocks), block,
+       static_cast<unsigned>(launch.shared_bytes)},
+      {codegen::NarrowConvWgradSum(s, blocks), dim3(static_cast<unsigned>((elements + 31) / 32)),
+       dim3(32 * codegen::kNarrowConvSumSlices)});
 }
 
 }  // namespace reprise::ops

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/wgrad3x3_kernels.h"
+#include "src/ops/partial_sum_wgrad.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -42,31 +43,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerWgrad3x3(const LoweringContext& 
   }
   const codegen::Wgrad3x3Shape s = ShapeOf(shape);
   const codegen::Wgrad3x3Launch launch = codegen::Wgrad3x3LaunchFor(s);
-  const size_t workspace_bytes = sizeof(float) * static_cast<size_t>(launch.partial_floats);
-  if (ctx.workspace == nullptr || ctx.workspace_bytes < workspace_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "node '", node_name, "': a 3x3 weight gradient needs ", workspace_bytes,
-        " bytes of workspace for its partial sums; its lane has ", ctx.workspace_bytes));
-  }
-  KernelArgs partial_args;
-  partial_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.workspace);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<GpuKernel> partials,
-      NvrtcKernel::Create(ctx, node_name, codegen::Wgrad3x3Tf32(s), dim3(launch.blocks),
-                          dim3(codegen::kWgrad3x3Threads),
-                          static_cast<unsigned>(launch.shared_bytes), std::move(partial_args)));
-  KernelArgs sum_args;
-  sum_args.Add(static_cast<const void*>(ctx.workspace)).Add(ctx.outputs[0]);
   const int64_t elements = s.k * 9 * s.c;
-  ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> sum,
-                   NvrtcKernel::Create(ctx, node_name, codegen::Wgrad3x3Sum(s),
-                                       dim3(static_cast<unsigned>(std::min<int64_t>(
-                                           (elements + 255) / 256, 8 * ctx.device->sm_count))),
-                                       dim3(256), 0, std::move(sum_args)));
-  std::vector<std::unique_ptr<GpuKernel>> kernels;
-  kernels.push_back(std::move(partials));
-  kernels.push_back(std::move(sum));
-  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace_bytes));
+  return LowerPartialSumWgrad(
+      ctx, node_name, "a 3x3 weight gradient",
+      sizeof(float) * static_cast<size_t>(launch.partial_floats),
+      {codegen::Wgrad3x3Tf32(s), dim3(launch.blocks), dim3(codegen::kWgrad3x3Threads),
+       static_cast<unsigned>(launch.shared_bytes)},
+      {codegen::Wgrad3x3Sum(s),
+       dim3(static_cast<unsigned>(
+           std::min<int64_t>((elements + 255) / 256, 8 * ctx.device->sm_count))),
+       dim3(256)});
 }
 
 }  // namespace reprise::ops
