@@ -326,6 +326,28 @@ absl::StatusOr<Model> BuildModel() {
       absl::StrCat("unknown --model '", name, "': this version knows mlp, resnet and ensemble"));
 }
 
+// Fresh random data, never zeros (the same for every measurement of a run).
+std::pair<std::vector<float>, std::vector<int32_t>> RandomInputs(const Model& model, int batch) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(model.classes) - 1);
+  std::vector<float> x(model.feature_count);
+  std::vector<int32_t> y(batch);
+  for (float& v : x) v = normal(rng);
+  for (int32_t& v : y) v = label(rng);
+  return {std::move(x), std::move(y)};
+}
+
+// --inputs host: copies them into the trainer's input buffers; device: binds device copies (kept
+// alive by the caller), so each step's input copy is a device-to-device one.
+absl::StatusOr<std::vector<reprise::runtime::DeviceBuffer>> FeedInputs(
+    reprise::Trainer& trainer, const Model& model, const std::vector<float>& x,
+    const std::vector<int32_t>& y) {
+  if (absl::GetFlag(FLAGS_inputs) == "device") return BindDeviceInputs(trainer, model, x, y);
+  RETURN_IF_ERROR(SetInputs(trainer, model, x, y));
+  return std::vector<reprise::runtime::DeviceBuffer>();
+}
+
 absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   const int batch = absl::GetFlag(FLAGS_batch);
   ASSIGN_OR_RETURN(Model model, BuildModel());
@@ -366,19 +388,9 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   }
   RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
-  std::mt19937 rng(7);  // Fresh random data, never zeros.
-  std::normal_distribution<float> normal;
-  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(model.classes) - 1);
-  std::vector<float> x(model.feature_count);
-  std::vector<int32_t> y(batch);
-  for (float& v : x) v = normal(rng);
-  for (int32_t& v : y) v = label(rng);
-  std::vector<reprise::runtime::DeviceBuffer> device_inputs;
-  if (absl::GetFlag(FLAGS_inputs) == "device") {
-    ASSIGN_OR_RETURN(device_inputs, BindDeviceInputs(*trainer, model, x, y));
-  } else {
-    RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
-  }
+  const auto [x, y] = RandomInputs(model, batch);
+  ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
+                   FeedInputs(*trainer, model, x, y));
   RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
   ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
@@ -446,6 +458,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
 struct BulkedTrainer {
   Model model;
   std::unique_ptr<reprise::Trainer> trainer;
+  std::vector<reprise::runtime::DeviceBuffer> device_inputs;  // Bound with --inputs device.
 };
 absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   ASSIGN_OR_RETURN(Model model, BuildModel());
@@ -464,10 +477,10 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
-  std::vector<float> x(model.feature_count, 0.5f);
-  std::vector<int32_t> y(absl::GetFlag(FLAGS_batch), 0);
-  RETURN_IF_ERROR(SetInputs(*trainer, model, x, y));
-  return BulkedTrainer{std::move(model), std::move(trainer)};
+  const auto [x, y] = RandomInputs(model, absl::GetFlag(FLAGS_batch));
+  ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
+                   FeedInputs(*trainer, model, x, y));
+  return BulkedTrainer{std::move(model), std::move(trainer), std::move(device_inputs)};
 }
 
 // Launch times summed per kind of kernel (the first two words of its description), largest
