@@ -313,9 +313,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLa
   // The waits that let `a` and `b` share bytes although, as scheduled, a lane may still read the
   // earlier of the two when the other is written: for each write of the later one, the last use
   // on each lane not known to have finished. None when both are alive at one launch, when a
-  // launch would wait for a reader fewer than kReuseWaitDistance launches before it, or when a
-  // compute lane would wait for the communication lane (the backward pass never waits for
-  // collectives).
+  // launch would wait for a reader fewer than kReuseWaitDistance launches before it, or when
+  // either is on the communication lane (the backward pass never waits for collectives, and a
+  // collective held up by a compute launch would start late).
   auto waits_to_separate =
       [&](const Unit& a, const Unit& b, absl::Span<const ScheduledLaunch> order,
           const HappensBefore& happens_before) -> std::optional<std::vector<ReuseWait>> {
@@ -333,7 +333,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLa
       for (int use : last_use) {
         if (use < 0) continue;
         if (write - use < kReuseWaitDistance) return std::nullopt;
-        if (order[use].lane == communication_lane && order[write].lane != communication_lane) {
+        if (order[use].lane == communication_lane || order[write].lane == communication_lane) {
           return std::nullopt;
         }
         waits.push_back({write, use});

@@ -67,10 +67,11 @@ struct MemoryPlan {
 // values stay readable after the step. With several lanes, a transient buffer's space is reused
 // only by a buffer whose producer runs after every use of it in every run (HappensBefore), so two
 // launches that may run at the same time never share memory. Where a value's last reader on
-// another lane is scheduled well before a producer (at least 8 launches), the plan may
+// another compute lane is scheduled well before a producer (at least 8 launches), the plan may
 // make that producer wait for the reader (a new entry in its `waits`) and reuse the space: without
 // such waits, the weight gradients' lane would keep every activation it reads from being reused
 // by the data-gradient lane (ResNet-50 b64, two or three lanes: 543 MiB more than one lane).
+// `reuse_waits` counts them; the communication lane neither waits nor is waited for this way.
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLaunch> schedule,
                                       absl::Span<const Value> kept);
 

@@ -142,6 +142,18 @@ void ExpectDataParallelSchedule(const passes::Plan& plan, int buckets) {
   std::vector<int> position(g.num_nodes(), -1);
   for (int i = 0; i < static_cast<int>(launches.size()); ++i) position[launches[i].node] = i;
   const passes::HappensBefore before(launches);
+  // The memory plan's reuse waits leave the communication lane alone, both ways.
+  const auto scheduled = passes::Schedule(g, {.lanes = plan.compute_lanes()});
+  ASSERT_TRUE(scheduled.ok()) << scheduled.status();
+  ASSERT_EQ(scheduled->size(), launches.size());
+  for (int i = 0; i < static_cast<int>(launches.size()); ++i) {
+    ASSERT_EQ((*scheduled)[i].lane, launches[i].lane) << g.node(launches[i].node).name;
+    const std::vector<int>& waits = launches[i].waits;
+    for (size_t k = (*scheduled)[i].waits.size(); k < waits.size(); ++k) {
+      EXPECT_NE(launches[i].lane, comm_lane) << g.node(launches[i].node).name;
+      EXPECT_NE(launches[waits[k]].lane, comm_lane) << g.node(launches[i].node).name;
+    }
+  }
   std::vector<int> all_reduces;
   for (int i = 0; i < static_cast<int>(launches.size()); ++i) {
     const Node& node = g.node(launches[i].node);

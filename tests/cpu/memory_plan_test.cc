@@ -111,8 +111,8 @@ TEST(MemoryPlanTest, InputsAreContiguousAndActivationsReuseSpace) {
 // The weight gradients' lane reads activations long after the data-gradient lane has moved on.
 // Without waits, nothing orders those reads before the data-gradient lane's later writes, so none
 // of that space could be reused (ResNet-50 b64 on three lanes: 5,549 MiB where one lane needs
-// 5,006). The plan adds waits instead, only for readers at least 8 launches back, and never for
-// the communication lane.
+// 5,006). The plan adds waits instead, only for readers at least 8 launches back, and never on
+// or for the communication lane (data_parallel_buckets_test checks that).
 TEST(MemoryPlanTest, WaitsLetLanesReuseWhatTheWeightGradientLaneRead) {
   for (int lanes : {2, 3}) {
     auto net = models::BuildResNet(
