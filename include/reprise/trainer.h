@@ -203,7 +203,10 @@ struct TrainerStats {
   int64_t optimizer_state_bytes = 0;
   int64_t activation_peak_bytes = 0;             // Peak of the liveness-planned transient region.
   int64_t activation_peak_unmirrored_bytes = 0;  // The same peak planned without mirroring.
-  int64_t mirrored_nodes = 0;                    // Forward nodes recomputed in the backward pass.
+  // Forward values the backward pass reads that no mirroring policy recomputes (convolution and
+  // matmul outputs...): no policy's activation peak is lower.
+  int64_t mirror_floor_bytes = 0;
+  int64_t mirrored_nodes = 0;  // Forward nodes recomputed in the backward pass.
   int64_t workspace_bytes = 0;
   double kernel_acquire_ms = 0;      // Create's wall time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0;      // NVRTC compiles (cold kernels).

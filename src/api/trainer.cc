@@ -639,6 +639,7 @@ TrainerStats Trainer::Impl::stats() const {
   s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
   s.activation_peak_bytes = plan_.memory.transient_peak;
   s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
+  s.mirror_floor_bytes = plan_.mirror_floor;
   s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
   s.workspace_bytes = workspaces_ != nullptr ? workspaces_->mapped_bytes() : 0;
   // What this trainer's creation asked of the process-wide store.

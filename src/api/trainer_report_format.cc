@@ -88,10 +88,11 @@ std::string TrainerReport::ToText() const {
       &text,
       "  memory: arena %.2f MiB = parameters %.2f + optimizer state %.2f + constants %.2f + "
       "inputs %.2f + kept %.2f + activation peak %.2f (gradients %.2f of it; %.2f unmirrored, %d "
-      "nodes mirrored)\n",
+      "nodes mirrored, %.2f no mirroring frees)\n",
       MiB(s.arena_bytes), MiB(s.parameter_bytes), MiB(s.optimizer_state_bytes),
       MiB(s.constant_bytes), MiB(s.input_bytes), MiB(s.fetched_bytes), MiB(s.activation_peak_bytes),
-      MiB(s.gradient_bytes), MiB(s.activation_peak_unmirrored_bytes), s.mirrored_nodes);
+      MiB(s.gradient_bytes), MiB(s.activation_peak_unmirrored_bytes), s.mirrored_nodes,
+      MiB(s.mirror_floor_bytes));
   std::vector<std::string> lanes;
   for (int64_t b : workspace_per_lane) lanes.push_back(absl::StrFormat("%.2f", MiB(b)));
   absl::StrAppendFormat(&text, "          workspaces %.2f MiB (lanes: %s); ",
@@ -159,6 +160,7 @@ std::string TrainerReport::ToJson() const {
   w.Key("kept").Int(s.fetched_bytes);
   w.Key("activation_peak").Int(s.activation_peak_bytes);
   w.Key("activation_peak_unmirrored").Int(s.activation_peak_unmirrored_bytes);
+  w.Key("mirror_floor").Int(s.mirror_floor_bytes);
   w.Key("gradients").Int(s.gradient_bytes);
   w.Key("workspaces").Int(s.workspace_bytes);
   w.Key("workspace_per_lane").BeginArray(util::JsonWriter::kInline);

@@ -165,6 +165,7 @@ void WritePlanMembers(const Plan& plan, absl::string_view stage, JsonWriter& w) 
   w.EndArray();
   w.Key("mirror").BeginObject();
   w.Key("activation_peak_unmirrored").Int(plan.activation_peak_unmirrored);
+  w.Key("floor").Int(plan.mirror_floor);
   w.Key("evaluations").Int(plan.mirror_evaluations);
   w.Key("mirrored").BeginArray();
   for (const auto& [original, twin] : plan.mirrored) {

@@ -124,6 +124,28 @@ class Search {
   int evaluations_ = 0;
 };
 
+}  // namespace
+
+int64_t MirrorFloorBytes(const autodiff::TrainingGraph& training, absl::Span<const Value> kept) {
+  const Graph& g = training.graph;
+  const absl::flat_hash_set<Value> kept_set(kept.begin(), kept.end());
+  absl::flat_hash_set<Value> counted;
+  int64_t bytes = 0;
+  for (int32_t id = training.forward_nodes; id < g.num_nodes(); ++id) {
+    for (const Value& v : g.node(id).inputs) {
+      if (v.node >= training.forward_nodes) continue;
+      const Node& producer = g.node(v.node);
+      // Leaves and kept values live outside the activations.
+      if (ir::IsLeaf(producer) || kept_set.contains(v)) continue;
+      const bool freed = Recomputable(producer) && IsMirroredOutput(producer, v.output);
+      if (!freed && counted.insert(v).second) bytes += g.spec(v).bytes();
+    }
+  }
+  return bytes;
+}
+
+namespace {
+
 NodeSet Without(NodeSet set, absl::Span<const int32_t> group) {
   for (int32_t id : group) set.erase(id);
   return set;
@@ -187,10 +209,11 @@ absl::StatusOr<MirroredTraining> Mirror(const autodiff::TrainingGraph& training,
     }
     if (budget && !met) {
       ASSIGN_OR_RETURN(planned, search.PlannedPeak(chosen));
-      return absl::InvalidArgumentError(
-          absl::StrCat("mirror budget ", options.budget_bytes,
-                       " bytes is below the smallest activation peak mirroring reaches, ", planned,
-                       " bytes (", unmirrored.planned, " bytes without mirroring)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mirror budget ", options.budget_bytes,
+          " bytes is below the smallest activation peak mirroring reaches, ", planned, " bytes (",
+          unmirrored.planned, " bytes without mirroring; ", MirrorFloorBytes(training, kept),
+          " bytes that the backward pass reads cannot be recomputed)"));
     }
     // Least recomputation: drop the groups that the result does without, latest first.
     const NodeSet before_pruning = chosen;

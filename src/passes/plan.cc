@@ -73,6 +73,7 @@ absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<cons
     kept.push_back(v);
   }
   MirrorReport report;
+  const int64_t floor = MirrorFloorBytes(training, kept);
   if (options.mirror.policy != MirrorOptions::Policy::kOff) {
     // Forward values keep their ids through mirroring, so `kept` holds for every candidate.
     auto peak = [&](const autodiff::TrainingGraph& candidate,
@@ -89,6 +90,7 @@ absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<cons
   plan.activation_peak_unmirrored = options.mirror.policy == MirrorOptions::Policy::kOff
                                         ? plan.memory.transient_peak
                                         : report.peak_unmirrored;
+  plan.mirror_floor = floor;
   plan.mirrored = std::move(report.mirrored);
   plan.mirror_evaluations = report.evaluations;
   return plan;
@@ -134,7 +136,8 @@ std::string PlanToString(const Plan& plan) {
                   " waits added to reuse what another lane read\n");
   if (plan.mirror_evaluations > 0) {  // The mirror pass ran.
     absl::StrAppend(&out, "mirror: ", plan.mirrored.size(), " nodes recomputed; transient peak ",
-                    plan.activation_peak_unmirrored, " bytes without mirroring\n");
+                    plan.activation_peak_unmirrored, " bytes without mirroring; ",
+                    plan.mirror_floor, " bytes read by the backward pass cannot be recomputed\n");
   }
   return out;
 }

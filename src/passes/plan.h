@@ -36,6 +36,7 @@ struct Plan {
   // Mirroring: the activation peak this plan would have without it (memory.transient_peak when
   // nothing is mirrored), and each recomputed forward node as (original, twin) names.
   int64_t activation_peak_unmirrored = 0;
+  int64_t mirror_floor = 0;  // MirrorFloorBytes: no policy's activation peak is lower.
   std::vector<std::pair<std::string, std::string>> mirrored;
   int mirror_evaluations = 0;  // Candidate graphs the mirror pass planned.
 

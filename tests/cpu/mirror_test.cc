@@ -18,8 +18,10 @@
 #include "src/api/model_dump.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
+#include "src/ops/conv.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
@@ -466,8 +468,44 @@ TEST(MirrorTest, BudgetBelowTheSmallestReachablePeakIsInvalidArgument) {
               HasSubstr(absl::StrCat(autoplan->activation_peak_unmirrored, " bytes without")));
   EXPECT_THAT(plan.status().message(),
               HasSubstr(absl::StrCat("smallest activation peak mirroring reaches, ")));
+  EXPECT_THAT(plan.status().message(), HasSubstr(absl::StrCat(autoplan->mirror_floor,
+                                                              " bytes that the backward pass reads "
+                                                              "cannot be recomputed")));
   auto negative = PlanOf(m, {.policy = Policy::kBudget, .budget_bytes = -1});
   EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The floor: on a ResNet, every batch-norm gradient reads its input, a convolution output; the
+// rest the backward pass reads and no policy recomputes is the batch norms' saved statistics and
+// the pooled features the classifier's weight gradient reads (a reduction's output). No policy's
+// planned peak is below it.
+TEST(MirrorTest, FloorIsWhatTheBackwardReadsAndNoPolicyRecomputes) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 4, .classes = 10, .image_size = 64, .layout = Layout::kNHWC});
+  ASSERT_TRUE(net.ok()) << net.status();
+  int64_t conv_outputs = 0, statistics = 0, pooled = 0;
+  for (const Node& n : net->graph.nodes()) {
+    if (n.op == &ops::Conv2dOp()) conv_outputs += n.outputs[0].bytes();
+    if (n.op == &ops::BatchNormTrainOp()) statistics += n.outputs[1].bytes() + n.outputs[2].bytes();
+    if (n.op->name == "global_avg_pool") pooled += n.outputs[0].bytes();
+  }
+  ASSERT_GT(conv_outputs, 0);
+  ASSERT_GT(statistics, 0);
+  ASSERT_EQ(pooled, 4 * 512 * 4);  // [batch, 512] float32.
+  const Model m{std::move(net->graph), net->loss, "images", 10};
+  auto autoplan = PlanOf(m, {.policy = Policy::kAuto});
+  ASSERT_TRUE(autoplan.ok()) << autoplan.status();
+  EXPECT_EQ(autoplan->mirror_floor, conv_outputs + statistics + pooled);
+  EXPECT_EQ(passes::MirrorFloorBytes(TrainingOf(m), {TrainingOf(m).loss}), autoplan->mirror_floor);
+  for (const MirrorOptions& mirror : {MirrorOptions{}, MirrorOptions{.policy = Policy::kAuto},
+                                      MirrorOptions{.policy = Policy::kBudget,
+                                      .budget_bytes = autoplan->memory.transient_peak + 1}}) {
+    auto plan = PlanOf(m, mirror);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->mirror_floor, autoplan->mirror_floor);
+    EXPECT_GE(plan->memory.transient_peak, plan->mirror_floor);
+  }
+  EXPECT_LT(autoplan->memory.transient_peak, autoplan->activation_peak_unmirrored);
 }
 
 TEST(MirrorTest, BudgetTakesTheLeastRecomputationThatFits) {
