@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/narrow_conv_kernels.h"
 #include "src/ops/partial_sum_wgrad.h"
-#include "src/util/status_macros.h"
 
 namespace reprise::ops {
 namespace {

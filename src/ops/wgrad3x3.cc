@@ -1,13 +1,10 @@
 #include "src/ops/wgrad3x3.h"
 
 #include <algorithm>
-#include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/wgrad3x3_kernels.h"
 #include "src/ops/partial_sum_wgrad.h"
-#include "src/util/status_macros.h"
 
 namespace reprise::ops {
 namespace {
