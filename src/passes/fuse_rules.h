@@ -1,0 +1,129 @@
+// The fuse pass's rules (src/passes/fuse.h): a GroupFinder walks the training graph once per rule
+// family and collects groups of nodes to replace by one fused node, each node in at most one
+// group. Each family lives in its own file (fuse_*_rules.cc); fuse.cc runs them in the order of
+// FusionRules(), earlier rules taking their nodes first.
+#ifndef REPRISE_SRC_PASSES_FUSE_RULES_H_
+#define REPRISE_SRC_PASSES_FUSE_RULES_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "src/ir/op_def.h"
+#include "src/passes/fuse.h"
+#include "src/passes/rewrite.h"
+
+namespace reprise::passes {
+
+inline bool Chainable(const Node& node) {
+  return node.op->kind == ir::OpKind::kPointwise && !node.op->pointwise.expression.empty();
+}
+
+// Finds the groups, each node in at most one. Each rule is a public member; the helpers they
+// share are private.
+class GroupFinder {
+ public:
+  GroupFinder(const Graph& graph, absl::Span<const Value> kept)
+      : g_(graph), consumers_(graph), kept_(kept.begin(), kept.end()), taken_(graph.num_nodes()) {}
+
+  void LossWithGrad();
+  void BatchNormActivations();
+  void BatchNormApplyChains();
+  void PoolingOfRecomputedActivations();
+  void PoolingArgmaxInForward();
+  void BatchNormApplyActivations();
+  void GemmEpilogues(bool relu_backward);
+  void ConvDgradAccumulations();
+  void PointwiseChains();
+  // sgd_momentum (folding widening gradient casts in, if asked) and adam.
+  void MultiTensorUpdates(bool fold_gradient_casts);
+  std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
+
+ private:
+  std::vector<int32_t> Readers(Value v) const {
+    auto it = consumers_.readers.find(v);
+    return it == consumers_.readers.end() ? std::vector<int32_t>{} : it->second;
+  }
+  // The one node reading `v`, if `v` has exactly one reader, is not kept and that reader is free.
+  const Node* SoleReader(Value v) const {
+    const std::vector<int32_t> readers = Readers(v);
+    if (kept_.contains(v) || readers.size() != 1 || taken_[readers[0]]) return nullptr;
+    return &g_.node(readers[0]);
+  }
+  bool NeededOutside(Value v, const absl::flat_hash_set<int32_t>& members) const {
+    if (kept_.contains(v)) return true;
+    for (int32_t r : Readers(v)) {
+      if (!members.contains(r)) return true;
+    }
+    return false;
+  }
+  // All of `groups` or none of them (when one alone would leave a value unwritten that another
+  // reads).
+  bool TryAddAll(std::vector<NodeGroup> groups) {
+    for (const NodeGroup& group : groups) {
+      if (!Placeable(g_, consumers_,
+                     absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()))) {
+        return false;
+      }
+    }
+    for (NodeGroup& group : groups) TryAdd(std::move(group));
+    return true;
+  }
+  bool TryAdd(NodeGroup group) {
+    const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
+    if (!Placeable(g_, consumers_, members)) return false;
+    for (int32_t m : members) taken_[m] = true;
+    groups_.push_back(std::move(group));
+    return true;
+  }
+  // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
+  void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
+                   absl::string_view name, bool fold_gradient_casts = false);
+  // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
+  // the lr_schedule and clip_coefficient that only it reads; the group in `updates`, `attrs` those
+  // of its nodes. False if it could not be placed.
+  bool AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_scalars,
+                 int index);
+  // Whether every value of `node` is read by `members` alone.
+  bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
+  // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
+  // pattern; false leaves both to the caller.
+  bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
+  // Whether `ancestor` is `node` or one of the nodes it depends on.
+  bool DependsOn(int32_t node, int32_t ancestor) const;
+  // The beta of the batch norm whose statistics `grad` (batch_norm_grad) reads, where `act` is a
+  // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
+  // batch_norm_apply of the same x and statistics): its mask can then come from x.
+  std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
+  // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
+  bool PlainApply(const Node& node) const;
+  // Whether `reader`, which reads `v` in the graph, does not once fused: it is in a group whose
+  // inputs do not include `v` (a ReLU gradient whose mask now comes from x).
+  bool ReadFusedAway(int32_t reader, Value v) const;
+  // The relu that alone reads `add`'s output, where `add` is an add not taken; else null.
+  const Node* AddRelu(const Node& add) const;
+  // Grows a chain from `seed` by readers of its values; returns the members and the column_sum.
+  void GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members, int32_t& column_sum) const;
+
+  const Graph& g_;
+  const Consumers consumers_;
+  const absl::flat_hash_set<Value> kept_;
+  std::vector<bool> taken_;
+  std::vector<NodeGroup> groups_;
+  int new_values_ = 0;  // NewValueKey()s handed out (ReLU masks, pooling argmaxes).
+};
+
+// A family of fusion rules behind one switch of FuseOptions.
+struct FusionRule {
+  const char* name;
+  bool (*enabled)(const FuseOptions& options);
+  void (*find)(GroupFinder& finder, const FuseOptions& options);
+};
+
+// Every family, in the order Fuse runs them.
+absl::Span<const FusionRule> FusionRules();
+
+}  // namespace reprise::passes
+
+#endif  // REPRISE_SRC_PASSES_FUSE_RULES_H_
