@@ -8,6 +8,7 @@
 #include "src/codegen/batched_kernels.h"
 #include "src/ops/batched.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
@@ -15,29 +16,16 @@
 namespace reprise::ops {
 namespace {
 
-absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckRank(in[0], 3, "logits"));
-  RETURN_IF_ERROR(CheckFloat(in[0], "logits"));
-  RETURN_IF_ERROR(CheckRank(in[1], 2, "labels"));
-  RETURN_IF_ERROR(CheckDType(in[1], DType::kInt32, "labels"));
-  if (in[1].shape.dim(0) != in[0].shape.dim(0) || in[1].shape.dim(1) != in[0].shape.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat("labels ", in[1].ToString(),
-                                                   " do not match the models and batch of logits ",
-                                                   in[0].ToString()));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<TensorSpec>> InferXent(const Attrs&, absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
-  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in, /*label_rank=*/2));
   return std::vector<TensorSpec>{{Shape{in[0].shape.dim(0)}, in[0].dtype}};
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs&,
                                                       absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 3));
-  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in, /*label_rank=*/2));
   if (in[2].shape != Shape{in[0].shape.dim(0)} || in[2].dtype != in[0].dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dloss must hold one value per model of the logits' dtype, got ", in[2].ToString()));
@@ -48,7 +36,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs&,
 absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs&,
                                                           absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 3));
-  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in, /*label_rank=*/2));
   if (in[2].shape.rank() != 0 || in[2].dtype != in[0].dtype) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtotal must be a scalar of the logits' dtype, got ", in[2].ToString()));

@@ -5,24 +5,13 @@
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
 namespace {
-
-absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckRank(in[0], 2, "logits"));
-  RETURN_IF_ERROR(CheckFloat(in[0], "logits"));
-  RETURN_IF_ERROR(CheckRank(in[1], 1, "labels"));
-  RETURN_IF_ERROR(CheckDType(in[1], DType::kInt32, "labels"));
-  if (in[1].shape.dim(0) != in[0].shape.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "labels ", in[1].ToString(), " do not match the batch of logits ", in[0].ToString()));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<TensorSpec>> InferXent(const Attrs&, absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
