@@ -295,6 +295,23 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
   return UploadIfDevice(/*new_exec=*/true);
 }
 
+absl::StatusOr<std::string> CapturedStep::Bind(InputCopy& copy, void* slot, const void* source,
+                                               size_t bytes, bool on_device,
+                                               absl::Span<const LoweredLaunch> launches,
+                                               const Lanes& lanes, cudaStream_t stream) {
+  const bool was_bound = copy.IsBound(slot), gathered = copy.Gathers();
+  copy.Bind(slot, source, bytes, on_device);
+  if (was_bound && source != nullptr && copy.Gathers() == gathered &&
+      (gathered ? SetGatherList(copy.gather_list()) : SetCopySource(slot, source, bytes)).ok()) {
+    return std::string();
+  }
+  // A new or removed copy, or a source the node cannot be switched to (another memory type).
+  (void)cudaGetLastError();
+  RETURN_IF_ERROR(Recapture(launches, lanes, stream));
+  return std::string(
+      source == nullptr ? "unbound" : (was_bound ? "rebound to another kind of memory" : "bound"));
+}
+
 absl::StatusOr<cudaGraphNode_t> CapturedStep::FindCopyNode(void* destination, size_t bytes) {
   if (auto it = copy_nodes_.find(destination); it != copy_nodes_.end()) return it->second;
   ASSIGN_OR_RETURN(const std::vector<CopyNode> copies, CopyNodesOf(graph_.get(), "binding update"));

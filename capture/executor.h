@@ -108,6 +108,17 @@ class CapturedStep {
   // kDevice: no replay may be in flight.
   absl::Status SetGatherList(const runtime::GatherList& list);
 
+  // Binds the input at `slot` to `source` (nullptr: unbinds it) in `copy`, the step's input copy
+  // (LoweredStep::input_copy, launch 0 of `launches`), and brings the executable graph up to date
+  // the cheapest way: a rebinding to memory of the same kind patches the copy's node in place
+  // (SetGatherList or SetCopySource); a new or removed binding, or a source the node cannot be
+  // switched to, records the step again (Recapture). Returns why it re-captured ("bound",
+  // "unbound", "rebound to another kind of memory"), or "" when it patched in place.
+  // kDevice: no replay may be in flight.
+  absl::StatusOr<std::string> Bind(InputCopy& copy, void* slot, const void* source, size_t bytes,
+                                   bool on_device, absl::Span<const LoweredLaunch> launches,
+                                   const Lanes& lanes, cudaStream_t stream);
+
   int64_t exec_updates() const { return exec_updates_; }
   int64_t instantiations() const { return instantiations_; }
   int64_t node_updates() const { return node_updates_; }

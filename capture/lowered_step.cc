@@ -118,16 +118,15 @@ const void* MappedAddress(const void* host) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
-                                                     const StepResources& res) {
+absl::StatusOr<LoweredStep> LowerPlan(const passes::Plan& plan, const StepResources& res) {
   const Graph& g = plan.graph();
-  std::vector<LoweredLaunch> launches;
-  launches.push_back(
-      {"copy_inputs",
-       0,
-       {},
-       std::make_unique<InputCopy>(res.arena + plan.memory.input_offset, res.input_staging,
-                                   plan.memory.input_bytes, MappedAddress(res.input_staging))});
+  LoweredStep step;
+  std::vector<LoweredLaunch>& launches = step.launches;
+  auto input_copy =
+      std::make_unique<InputCopy>(res.arena + plan.memory.input_offset, res.input_staging,
+                                  plan.memory.input_bytes, MappedAddress(res.input_staging));
+  step.input_copy = input_copy.get();
+  launches.push_back({"copy_inputs", 0, {}, std::move(input_copy)});
   const int compute_lanes = plan.compute_lanes();
   for (const passes::ScheduledLaunch& scheduled : plan.launches) {
     const Node& node = g.node(scheduled.node);
@@ -149,12 +148,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     } else if (scheduled.lane > 0) {
       ctx.workspace = res.lane_workspaces[scheduled.lane - 1];
     }
-    ctx.allow_tf32 = res.allow_tf32;
-    ctx.deterministic = res.deterministic;
-    ctx.measure_conv_algorithms = res.measure_conv_algorithms;
-    ctx.measure_matmul_algorithms = res.measure_matmul_algorithms;
-    ctx.narrow_convolutions = res.narrow_convolutions;
-    ctx.own_weight_gradients = res.own_weight_gradients;
+    ctx.options = res.lowering;
     ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {
       const passes::Buffer* b = plan.memory.Find(v);
@@ -179,7 +173,7 @@ absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
     for (int w : scheduled.waits) waits.push_back(w + 1);
     launches.push_back({node.name, scheduled.lane, std::move(waits), std::move(kernel)});
   }
-  return launches;
+  return step;
 }
 
 }  // namespace reprise::capture

@@ -24,12 +24,7 @@ struct StepResources {
   void* workspace = nullptr;  // cuBLASLt and cuDNN workspace (lane 0).
   size_t workspace_bytes = 0;
   const void* input_staging = nullptr;  // Pinned host mirror of the arena's input region.
-  bool allow_tf32 = false;
-  bool deterministic = false;
-  bool measure_conv_algorithms = false;
-  bool measure_matmul_algorithms = false;
-  bool narrow_convolutions = true;    // TrainOptions::narrow_convolutions.
-  bool own_weight_gradients = false;  // TrainOptions::own_weight_gradients.
+  ops::LoweringOptions lowering;
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
   // Communication ops (data parallelism) need none, so their lane may have none.
   std::vector<void*> lane_workspaces;
@@ -96,10 +91,14 @@ struct LoweredLaunch {
   std::unique_ptr<ops::GpuKernel> kernel;
 };
 
+struct LoweredStep {
+  std::vector<LoweredLaunch> launches;
+  InputCopy* input_copy = nullptr;  // Launch 0's kernel: where bindings go (CapturedStep::Bind).
+};
+
 // Compiles every kernel and picks every cuBLASLt algorithm now, so running needs neither. Launch 0
-// is always an InputCopy.
-absl::StatusOr<std::vector<LoweredLaunch>> LowerPlan(const passes::Plan& plan,
-                                                     const StepResources& resources);
+// is always the InputCopy.
+absl::StatusOr<LoweredStep> LowerPlan(const passes::Plan& plan, const StepResources& resources);
 
 }  // namespace reprise::capture
 

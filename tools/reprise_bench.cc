@@ -42,8 +42,8 @@ ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth
 ABSL_FLAG(bool, batch_ensembles, true,
           "train an ensemble's identical models as one batched model (TrainOptions)");
 ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
-          "TrainOptions::ensemble_whole_step_max_models (0: the batched per-layer step at any K); "
-          "-1 keeps its default");
+          "TrainOptions::kernels.ensemble_whole_step_max_models (0: the batched per-layer step at "
+          "any K); -1 keeps its default");
 ABSL_FLAG(int, input_features, 0, "input features (mlp, ensemble); 0 takes --width");
 ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp)");
@@ -58,11 +58,12 @@ ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them
 ABSL_FLAG(bool, narrow_conv, true,
           "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
           "kernels (false: cuDNN)");
-ABSL_FLAG(bool, own_wgrad, false,
-          "TrainOptions::own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
-          "as reprise's own kernel (false: cuDNN)");
+ABSL_FLAG(
+    bool, own_wgrad, false,
+    "TrainOptions::kernels.own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
+    "as reprise's own kernel (false: cuDNN)");
 ABSL_FLAG(bool, measure_matmul, false,
-          "TrainOptions::measure_matmul_algorithms: time cuBLASLt's candidates at Create");
+          "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values in "
           "the backward pass");
@@ -86,7 +87,7 @@ ABSL_FLAG(std::string, fusion, "all",
           "kernel), off, or all three; rows say /per-layer and /unfused");
 ABSL_FLAG(bool, relu_epilogues, false,
           "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
-          "(TrainOptions::relu_backward_epilogues)");
+          "(TrainOptions::kernels.relu_backward_epilogues)");
 ABSL_FLAG(std::string, inputs, "host",
           "host: SetInput (pinned staging, copied to the GPU inside each step); device: the batch "
           "waits in device memory bound with BindInput (a loader that delivers on the GPU, as "
@@ -358,18 +359,19 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   options.compute_dtype = ComputeDType();
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
-  options.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
+  options.kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
+  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
+  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
-    options.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
+    options.kernels.ensemble_whole_step_max_models =
+        absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
   }
   if (mode == reprise::ExecMode::kGraph) {
     ASSIGN_OR_RETURN(options.graph_launch,
@@ -468,10 +470,10 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
+  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
+  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
@@ -621,10 +623,10 @@ absl::Status VerifyModel(int steps) {
   options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
-  options.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
+  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
+  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);

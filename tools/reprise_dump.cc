@@ -34,6 +34,11 @@ ABSL_FLAG(bool, whole_step, true,
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
+ABSL_FLAG(std::string, dtype, "f32",
+          "TrainOptions::compute_dtype: f32, bf16 or f16 (mixed precision; stages training, plan "
+          "and cuda-graph)");
+ABSL_FLAG(std::string, channels_last, "auto", "TrainOptions::channels_last: auto, on or off");
+ABSL_FLAG(bool, tf32, false, "TrainOptions::allow_tf32");
 ABSL_FLAG(double, data_parallel_bucket_mb, 0,
           "data parallelism's gradient buckets in MiB: the plan's all-reduces on the "
           "communication lane (stages training and plan); 0: none");
@@ -78,6 +83,9 @@ int main(int argc, char** argv) {
   request.lanes = absl::GetFlag(FLAGS_lanes);
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.mirror = absl::GetFlag(FLAGS_mirror);
+  request.dtype = absl::GetFlag(FLAGS_dtype);
+  request.channels_last = absl::GetFlag(FLAGS_channels_last);
+  request.tf32 = absl::GetFlag(FLAGS_tf32);
   request.data_parallel_bucket_bytes =
       static_cast<int64_t>(absl::GetFlag(FLAGS_data_parallel_bucket_mb) * (1 << 20));
   request.output = absl::GetFlag(FLAGS_o);

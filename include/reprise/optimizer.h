@@ -20,6 +20,13 @@
 
 namespace reprise {
 
+// Plain SGD with momentum, TrainOptions::sgd (TrainOptions::optimizer, when set, replaces it).
+struct SgdOptions {
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;  // Added to the gradient as weight_decay · w (PyTorch's SGD).
+};
+
 enum class OptimizerKind : uint8_t {
   kSgd,  // PyTorch's torch.optim.SGD (dampening 0): v = μ·v + g; w -= lr·v (or Nesterov's step).
   kAdam,   // torch.optim.Adam: weight decay is added to the gradient (L2).

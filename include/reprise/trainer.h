@@ -22,8 +22,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "reprise/channels_last.h"
 #include "reprise/data_parallel.h"
 #include "reprise/graph.h"
+#include "reprise/mirror_options.h"
 #include "reprise/optimizer.h"
 
 namespace reprise {
@@ -42,37 +44,40 @@ enum class GraphLaunch : uint8_t { kAuto, kHost, kDevice };
 absl::string_view GraphLaunchName(GraphLaunch launch);
 absl::StatusOr<GraphLaunch> ParseGraphLaunch(absl::string_view name);  // "auto", "host", "device"
 
-// Whether an NCHW convolutional network runs channels-last (NHWC) inside, where cuDNN's
-// tensor-core convolutions are several times faster. Inputs, parameter names and shapes
-// (GetParameter, SaveWeights, LoadWeights) and fetched values stay as the graph declares them;
-// results differ from the NCHW run only by floating-point reassociation.
-enum class ChannelsLast : uint8_t {
-  kAuto,  // On when the graph has an NCHW float32 convolution.
-  kOn,    // On whenever the graph has an NCHW image op (convolution, batch norm, pooling).
-  kOff,   // Every op runs in the layout the graph gives it.
-};
-
-// Backward mirroring: recomputing cheap forward values (pointwise ops, batch-norm outputs, max
-// pooling; never convolutions or matmuls) in the backward pass, where that lowers the activation
-// peak, i.e. the liveness-planned transient memory (src/passes/mirror.h). Results are the same:
-// bit for bit on the CPU reference.
-struct MirrorOptions {
-  enum class Policy : uint8_t {
-    kOff,     // Keep every value the backward pass reads.
-    kAuto,    // Mirror while the peak keeps falling: the largest saving for cheap recomputation.
-    kBudget,  // The least recomputation that brings the activation peak to budget_bytes or below.
-  };
-  Policy policy = Policy::kOff;
-  int64_t budget_bytes = 0;  // kBudget only.
-};
-// "off", "auto" or a byte count (a budget), as the tools' --mirror flags take it.
-absl::StatusOr<MirrorOptions> ParseMirrorOptions(absl::string_view text);
-std::string MirrorOptionsToString(const MirrorOptions& options);  // "off", "auto" or the bytes.
-
-struct SgdOptions {
-  float learning_rate = 0.01f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;  // Added to the gradient as weight_decay · w (PyTorch's SGD).
+// Switches that only choose which kernels and algorithms run the same step: the defaults are what
+// the benchmarks (docs/benchmarks.md) measured fastest, and a user never needs to touch them.
+// TrainOptions::kernels; reprise-bench has a flag for each.
+struct KernelTuning {
+  // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
+  // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
+  // is made once and remembered for that shape in the process.
+  bool measure_conv_algorithms = false;
+  // Convolutions whose input has at most 4 channels (a network's stem) run as reprise's own
+  // tensor-core kernels (src/codegen/narrow_conv_kernels.h) where they apply (NHWC, groups 1,
+  // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
+  // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
+  bool narrow_convolutions = true;
+  // 3x3 weight gradients (pad 1, stride 1, NHWC, float32 with TF32 allowed, channels multiples of
+  // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
+  // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
+  // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
+  // 17.73 ms with it against 17.40 (H200, 2026-11-29, docs/benchmarks.md). It is the base of a
+  // weight gradient that applies the batch norm + ReLU of a mirrored step as it loads.
+  bool own_weight_gradients = false;
+  // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
+  // product's own operands when the Trainer is created, instead of taking its heuristic's first.
+  // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.
+  bool measure_matmul_algorithms = false;
+  // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
+  // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
+  // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
+  // in f32, slower at K = 128 in f32 (H200, 2026-11-28, docs/benchmarks.md).
+  int ensemble_whole_step_max_models = -1;
+  // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
+  // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
+  // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
+  // (2026-11-23, docs/benchmarks.md).
+  bool relu_backward_epilogues = false;
 };
 
 struct TrainOptions {
@@ -93,41 +98,11 @@ struct TrainOptions {
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
   bool deterministic = false;
-  // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
-  // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
-  // is made once and remembered for that shape in the process.
-  bool measure_conv_algorithms = false;
-  // Convolutions whose input has at most 4 channels (a network's stem) run as reprise's own
-  // tensor-core kernels (src/codegen/narrow_conv_kernels.h) where they apply (NHWC, groups 1,
-  // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
-  // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
-  bool narrow_convolutions = true;
-  // 3x3 weight gradients (pad 1, stride 1, NHWC, float32 with TF32 allowed, channels multiples of
-  // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
-  // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
-  // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
-  // 17.73 ms with it against 17.40 (docs/benchmarks.md, session 21). It is the base of a weight
-  // gradient that applies the batch norm + ReLU of a mirrored step as it loads (issue 8).
-  bool own_weight_gradients = false;
-  // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
-  // product's own operands when the Trainer is created, instead of taking its heuristic's first.
-  // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.
-  bool measure_matmul_algorithms = false;
   bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
   // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
   // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for
   // all models; false keeps one launch per layer and pass.
   bool whole_step = true;
-  // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
-  // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
-  // in f32, slower at K = 128 in f32 (an H200, docs/benchmarks.md, session 18).
-  int ensemble_whole_step_max_models = -1;
-  // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
-  // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
-  // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
-  // (docs/benchmarks.md, session 5).
-  bool relu_backward_epilogues = false;
   // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
   // also put side branches off the critical path (a residual block's downsample convolution and
@@ -175,6 +150,7 @@ struct TrainOptions {
   // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
   // reprise-bench --busy): profile those with kHost.
   GraphLaunch graph_launch = GraphLaunch::kAuto;
+  KernelTuning kernels;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().

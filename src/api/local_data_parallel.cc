@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "src/parallel/data_parallel_step.h"
+#include "src/passes/data_parallel.h"
 #include "src/runtime/device.h"
 #include "src/util/status_macros.h"
 
@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<LocalDataParallel>> LocalDataParallel::Create(
   dp.world_size = world;
   dp.rank = 0;
   // Everything that fails alike on every rank fails here, before any rank waits for the others.
-  RETURN_IF_ERROR(parallel::ValidateDataParallel(dp));
+  RETURN_IF_ERROR(passes::ValidateDataParallel(dp));
   ASSIGN_OR_RETURN(dp.id, NewDataParallelId());
   // One rank's failure ends the others' waits for it at once.
   dp.abort = std::make_shared<DataParallelAbort>();

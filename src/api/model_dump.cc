@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
-#include "src/autodiff/autodiff.h"
-#include "src/parallel/data_parallel_step.h"
-#include "src/passes/batch_ensemble.h"
-#include "src/passes/plan.h"
+#include "src/api/compile_options.h"
+#include "src/ops/mlp_step.h"
+#include "src/passes/pipeline.h"
 #include "src/passes/plan_dump.h"
+#include "src/runtime/device.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -74,32 +74,35 @@ absl::StatusOr<Model> BuildModel(const DumpRequest& request) {
   return Model{std::move(mlp.graph), mlp.loss};
 }
 
-// The training graph of `model` as the Trainer builds it: after ensemble batching (when asked).
-absl::StatusOr<autodiff::TrainingGraph> TrainingGraphOf(const Model& model,
-                                                        const DumpRequest& request) {
-  ASSIGN_OR_RETURN(const passes::BatchedGraph batched,
-                   passes::BatchEnsembles(model.graph, model.loss, {},
-                                          {.min_models = request.batch_ensembles ? 2 : INT_MAX}));
-  ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                   autodiff::BuildTrainingGraph(batched.graph, batched.loss, {}));
-  if (request.data_parallel_bucket_bytes == 0) return training;
-  std::string buckets;
-  return parallel::AddDataParallel({.bucket_bytes = request.data_parallel_bucket_bytes}, training,
-                                   &buckets);
+// The whole-step MLP kernel is planned for the visible device, as the Trainer plans it, or for
+// the default target (an H100) on a machine without one.
+codegen::MlpStepTarget DumpMlpStepTarget() {
+  const absl::StatusOr<int> devices = runtime::VisibleDeviceCount();
+  if (!devices.ok() || *devices == 0) return codegen::MlpStepTarget{};
+  const absl::StatusOr<runtime::DeviceInfo> device = runtime::UseDevice(0);
+  return device.ok() ? ops::MlpTrainStepTargetFor(*device) : codegen::MlpStepTarget{};
+}
+
+absl::StatusOr<passes::CompileOptions> CompileOptionsOf(const DumpRequest& request) {
+  ASSIGN_OR_RETURN(const TrainOptions options, TrainOptionsOf(request));
+  return CompileOptionsFor(options, DumpMlpStepTarget());
 }
 
 absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest& request,
                                           passes::DumpFormat format) {
-  TrainOptions options;
-  options.fuse = request.fuse;
-  options.lanes = request.lanes;
-  options.whole_step = request.whole_step;
-  options.batch_ensembles = request.batch_ensembles;
-  ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
+  ASSIGN_OR_RETURN(const TrainOptions options, TrainOptionsOf(request));
   ASSIGN_OR_RETURN(CapturedStepDump step,
                    CaptureStepForDump(model.graph, model.loss, options, request.cuda_debug_dot));
   if (request.cuda_debug_dot) return step.cuda_debug_dot;
   return capture::FormatCudaGraph(step.plan, step.graph, format);
+}
+
+absl::StatusOr<DType> ParseComputeDType(absl::string_view name) {
+  if (name == "f32") return DType::kFloat32;
+  if (name == "bf16") return DType::kBFloat16;
+  if (name == "f16") return DType::kFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --dtype '", name, "': expected f32, bf16 or f16"));
 }
 
 }  // namespace
@@ -126,10 +129,26 @@ absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
       absl::StrCat("unknown --stage '", name, "': expected ir, training, plan or cuda-graph"));
 }
 
-static absl::StatusOr<passes::PlanOptions> PlanOptionsOf(const DumpRequest& request) {
-  passes::PlanOptions options{.fuse = request.fuse, .lanes = request.lanes};
-  options.fusion.whole_mlp_step = request.whole_step && request.data_parallel_bucket_bytes == 0;
-  ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
+absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
+  TrainOptions options;
+  options.fuse = request.fuse;
+  options.lanes = request.lanes;
+  options.whole_step = request.whole_step;
+  options.batch_ensembles = request.batch_ensembles;
+  options.allow_tf32 = request.tf32;
+  absl::StatusOr<MirrorOptions> mirror = ParseMirrorOptions(request.mirror);
+  if (!mirror.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.status().message()));
+  options.mirror = *mirror;
+  absl::StatusOr<ChannelsLast> layout = ParseChannelsLast(request.channels_last);
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--channels_last: ", layout.status().message()));
+  }
+  options.channels_last = *layout;
+  ASSIGN_OR_RETURN(options.compute_dtype, ParseComputeDType(request.dtype));
+  if (request.data_parallel_bucket_bytes > 0) {
+    options.data_parallel = DataParallel{.bucket_bytes = request.data_parallel_bucket_bytes};
+  }
   return options;
 }
 
@@ -159,9 +178,7 @@ absl::Status ValidateDumpRequest(const DumpRequest& request) {
         "--data_parallel_bucket_mb must be positive, with --stage training or plan (a captured "
         "data-parallel step needs its ranks)");
   }
-  if (absl::Status mirror = ParseMirrorOptions(request.mirror).status(); !mirror.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.message()));
-  }
+  RETURN_IF_ERROR(TrainOptionsOf(request).status());
   RETURN_IF_ERROR(CheckWritable(request.output));
   RETURN_IF_ERROR(passes::CheckFormatAvailable(format));
   if (stage == DumpStage::kCudaGraph) return CheckDeviceForCapture();
@@ -177,14 +194,16 @@ absl::StatusOr<std::string> DumpModel(const DumpRequest& request) {
     case DumpStage::kIr:
       return passes::DumpForward(model.graph, model.loss, format);
     case DumpStage::kTraining: {
-      ASSIGN_OR_RETURN(autodiff::TrainingGraph training, TrainingGraphOf(model, request));
-      return passes::DumpTraining(training, format);
+      ASSIGN_OR_RETURN(const passes::CompileOptions options, CompileOptionsOf(request));
+      ASSIGN_OR_RETURN(passes::TrainingStep step,
+                       passes::BuildTrainingStep(model.graph, model.loss, options));
+      return passes::DumpTraining(step.training, format);
     }
     case DumpStage::kPlan: {
-      ASSIGN_OR_RETURN(autodiff::TrainingGraph training, TrainingGraphOf(model, request));
-      ASSIGN_OR_RETURN(const passes::PlanOptions options, PlanOptionsOf(request));
-      ASSIGN_OR_RETURN(passes::Plan plan, passes::BuildPlan(std::move(training), {}, options));
-      return passes::DumpPlan(plan, format);
+      ASSIGN_OR_RETURN(const passes::CompileOptions options, CompileOptionsOf(request));
+      ASSIGN_OR_RETURN(passes::CompiledStep step,
+                       passes::CompileStep(model.graph, model.loss, options));
+      return passes::DumpPlan(step.plan, format);
     }
     case DumpStage::kCudaGraph:
       return DumpCudaGraph(model, request, format);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "reprise/models.h"
+#include "reprise/trainer.h"
 
 namespace reprise {
 
@@ -36,6 +37,10 @@ struct DumpRequest {
   int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   std::string mirror = "off";   // off, auto or a byte budget (stages plan and cuda-graph).
+  // The Trainer's TrainOptions of the same names (stages training, plan and cuda-graph):
+  std::string dtype = "f32";           // compute_dtype: f32, bf16 or f16.
+  std::string channels_last = "auto";  // auto, on or off.
+  bool tf32 = false;                   // allow_tf32.
   // Data parallelism's gradient buckets of this many bytes, averaged by all_reduce nodes (stages
   // training and plan; turns off the whole-step kernel as the Trainer does); 0: none.
   int64_t data_parallel_bucket_bytes = 0;
@@ -49,8 +54,13 @@ struct DumpRequest {
 // message names the flag.
 absl::Status ValidateDumpRequest(const DumpRequest& request);
 
-// Validates `request`, builds the model and returns the dump's text (the caller writes it).
+// Validates `request`, builds the model and returns the dump's text (the caller writes it). The
+// training and plan stages are what Trainer::Create builds with TrainOptionsOf(request).
 absl::StatusOr<std::string> DumpModel(const DumpRequest& request);
+
+// The TrainOptions a Trainer would be created with for the same model: the request's options, the
+// rest as TrainOptions' defaults. InvalidArgument naming the flag for a bad value.
+absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request);
 
 // Writes `text` to `path`; Internal, naming the path and the system's reason, when it cannot.
 absl::Status WriteDump(const std::string& path, absl::string_view text);

@@ -10,6 +10,8 @@
 
 namespace reprise::nn {
 
+static_assert(kPaddingLabel == ops::kPaddingLabel, "the masked loss skips nn::kPaddingLabel");
+
 absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::string_view name,
                              bool bias) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));

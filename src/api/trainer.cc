@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
+#include "src/api/compile_options.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
@@ -44,13 +45,6 @@
 
 namespace reprise {
 namespace {
-
-// TrainOptions::ensemble_whole_step_max_models, its default (-1) resolved: 128 models with TF32,
-// else 64 (the whole step's cluster and group kernels).
-int64_t WholeStepMaxModels(const TrainOptions& options) {
-  if (options.ensemble_whole_step_max_models >= 0) return options.ensemble_whole_step_max_models;
-  return options.allow_tf32 ? 128 : 64;
-}
 
 constexpr size_t kGemmWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation for Hopper.
 // cuDNN's fastest convolution algorithms want more: 256 MiB per lane admits them at ResNet-50's
@@ -187,38 +181,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     return absl::InvalidArgumentError(
         absl::StrCat("device ", options.device, " requested, but ", devices, " are visible"));
   }
-  // Identical models of an ensemble train as one batched model; names stay per model. The
-  // batched ops lower float32 only, so a mixed-precision ensemble trains unbatched.
-  const bool batch = options.batch_ensembles && options.compute_dtype == DType::kFloat32;
+  // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
+  ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
   ASSIGN_OR_RETURN(
-      passes::BatchedGraph batched,
-      passes::BatchEnsembles(graph, loss, options.fetch,
-                             {.min_models = batch ? options.ensemble_min_models : INT_MAX}));
-  // NCHW networks run channels-last inside; fetched values keep the user's layout.
-  ASSIGN_OR_RETURN(
-      passes::ChannelsLastGraph layout,
-      passes::ApplyChannelsLast(batched.graph, batched.loss, batched.kept, options.channels_last));
-  // Mixed precision computes in 16 bits with float32 master weights (the loss and reads in f32).
-  ASSIGN_OR_RETURN(passes::MixedPrecisionGraph mixed,
-                   passes::ConvertToMixedPrecision(layout.graph, layout.loss, layout.kept,
-                                                   options.compute_dtype));
-  for (auto& [user, value] : layout.map.values) value = mixed.values.at(value);
-  ASSIGN_OR_RETURN(
-      autodiff::TrainingGraph training,
-      autodiff::BuildTrainingGraphWith(
-          mixed.graph, mixed.loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)),
-          autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype)));
-  // Data parallelism: the gradients averaged over the ranks, bucket by bucket, before the
-  // optimizer.
-  std::string buckets;
-  if (options.data_parallel.has_value()) {
-    ASSIGN_OR_RETURN(training,
-                     parallel::AddDataParallel(*options.data_parallel, training, &buckets));
-  }
-  if (options.lanes < 0 || options.lanes > passes::kMaxLanes) {
-    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
-                                                   passes::kMaxLanes, ", got ", options.lanes));
-  }
+      passes::CompiledStep compiled,
+      passes::CompileStep(graph, loss,
+                          CompileOptionsFor(options, ops::MlpTrainStepTargetFor(device))));
+  const Graph& unfused_training = compiled.unfused_training;
   // Label inputs and the class count of the loss that indexes by them, read from the unfused
   // graph so that no fused op needs to say which of its inputs are labels.
   struct LabelUse {
@@ -227,36 +196,25 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     std::string consumer;
   };
   std::vector<LabelUse> label_uses;
-  for (const Node& n : training.graph.nodes()) {
+  for (const Node& n : unfused_training.nodes()) {
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
     if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
-    const Shape& logits = training.graph.spec(n.inputs[0]).shape;
+    const Shape& logits = unfused_training.spec(n.inputs[0]).shape;
     Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
-    if (training.graph.node(labels.node).op == &ops::ModelTileOp()) {
-      labels = training.graph.node(labels.node).inputs[0];
+    if (unfused_training.node(labels.node).op == &ops::ModelTileOp()) {
+      labels = unfused_training.node(labels.node).inputs[0];
     }
     label_uses.push_back(
-        {training.graph.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
+        {unfused_training.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
   }
-  // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
-  ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
-  passes::PlanOptions plan_options{.fuse = options.fuse, .lanes = options.lanes};
-  plan_options.fusion.mlp_step_target = ops::MlpTrainStepTargetFor(device);
-  plan_options.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
-  plan_options.fusion.whole_step_max_models = WholeStepMaxModels(options);
-  plan_options.fusion.relu_backward_epilogues = options.relu_backward_epilogues;
-  plan_options.mirror = options.mirror;
-  std::vector<std::string> weight_names = WeightNamesOf(training.graph);
-  const Graph unfused_training = training.graph;  // For the models' own names of stacked tensors.
-  ASSIGN_OR_RETURN(passes::Plan plan,
-                   passes::BuildPlan(std::move(training), mixed.kept, plan_options));
-  auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(plan)));
-  impl->user_values_ = std::move(layout.map);
+  std::vector<std::string> weight_names = WeightNamesOf(unfused_training);
+  auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
+  impl->user_values_ = std::move(compiled.user_values);
   impl->weight_names_ = std::move(weight_names);
-  impl->SetEnsemble(graph, std::move(batched), unfused_training);
+  impl->SetEnsemble(graph, std::move(compiled.batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
-  impl->data_parallel_buckets_ = std::move(buckets);
+  impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
     impl->label_limits_[input] = {use.classes, use.consumer};
@@ -288,18 +246,15 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
     res.lane_workspaces.push_back(workspaces_->lane(lane));
   }
   res.input_staging = staging_->data();
-  res.allow_tf32 = options_.allow_tf32;
-  res.deterministic = options_.deterministic;
-  res.measure_conv_algorithms = options_.measure_conv_algorithms;
-  res.narrow_convolutions = options_.narrow_convolutions;
-  res.own_weight_gradients = options_.own_weight_gradients;
-  res.measure_matmul_algorithms = options_.measure_matmul_algorithms;
+  res.lowering = LoweringOptionsFor(options_);
   res.communicator = communicator_.get();
   // Measuring algorithms runs them in the workspaces; heuristics read none of it.
-  if (options_.measure_conv_algorithms || options_.measure_matmul_algorithms) {
+  if (options_.kernels.measure_conv_algorithms || options_.kernels.measure_matmul_algorithms) {
     RETURN_IF_ERROR(workspaces_->MapAll());
   }
-  ASSIGN_OR_RETURN(launches_, capture::LowerPlan(plan_, res));
+  ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(plan_, res));
+  launches_ = std::move(lowered.launches);
+  input_copy_ = lowered.input_copy;
   RETURN_IF_ERROR(BackWorkspaces());
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();

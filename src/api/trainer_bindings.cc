@@ -27,17 +27,15 @@ void* Trainer::Impl::InputSlot(int32_t id) const {
 }
 
 absl::Status Trainer::Impl::CheckNotBound(int32_t id) const {
-  const auto* copy = static_cast<const capture::InputCopy*>(launches_[0].kernel.get());
-  if (!copy->IsBound(InputSlot(id))) return absl::OkStatus();
+  if (!input_copy_->IsBound(InputSlot(id))) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("input '", plan_.graph().node(id).name,
                    "' is bound to caller memory (BindInput); unbind it with nullptr first"));
 }
 
 absl::Status Trainer::Impl::CheckNotBound(const NamedTensor& input) const {
-  const auto* copy = static_cast<const capture::InputCopy*>(launches_[0].kernel.get());
   if (input.offset == 0) RETURN_IF_ERROR(CheckNotBound(input.node));
-  if (!copy->IsBound(static_cast<char*>(InputSlot(input.node)) + input.offset)) {
+  if (!input_copy_->IsBound(static_cast<char*>(InputSlot(input.node)) + input.offset)) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(
@@ -84,24 +82,17 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
     }
   }
   RETURN_IF_ERROR(WaitForLastStep());
-  auto* copy = static_cast<capture::InputCopy*>(launches_[0].kernel.get());
   void* slot = static_cast<char*>(InputSlot(input.node)) + input.offset;
-  const bool was_bound = copy->IsBound(slot), gathered = copy->Gathers();
-  copy->Bind(slot, data, static_cast<size_t>(spec.bytes()), device_here);
-  if (!captured_.has_value()) return absl::OkStatus();  // Eager modes read the binding as they run.
-  // A rebinding patches the captured copy: the gather kernel's parameters, or the memcpy node.
-  if (was_bound && data != nullptr && copy->Gathers() == gathered &&
-      (gathered ? captured_->SetGatherList(copy->gather_list())
-                : captured_->SetCopySource(slot, data, static_cast<size_t>(spec.bytes())))
-          .ok()) {
+  const size_t input_bytes = static_cast<size_t>(spec.bytes());
+  if (!captured_.has_value()) {  // Eager modes read the binding as they run.
+    input_copy_->Bind(slot, data, input_bytes, device_here);
     return absl::OkStatus();
   }
-  // A new or removed copy, or a source the node cannot be switched to (another memory type).
-  (void)cudaGetLastError();
-  ++recapture_reasons_[absl::StrCat(
-      "input '", name, "' ",
-      data == nullptr ? "unbound" : (was_bound ? "rebound to another kind of memory" : "bound"))];
-  return captured_->Recapture(launches_, *lanes_, stream_->get());
+  ASSIGN_OR_RETURN(const std::string recaptured,
+                   captured_->Bind(*input_copy_, slot, data, input_bytes, device_here, launches_,
+                                   *lanes_, stream_->get()));
+  if (!recaptured.empty()) ++recapture_reasons_[absl::StrCat("input '", name, "' ", recaptured)];
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Impl::ForceRecapture(capture::CapturedStep::Apply apply) {

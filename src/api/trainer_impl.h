@@ -190,6 +190,7 @@ class Trainer::Impl {
   std::unique_ptr<parallel::Communicator> communicator_;
   std::string data_parallel_buckets_;
   std::vector<capture::LoweredLaunch> launches_;
+  capture::InputCopy* input_copy_ = nullptr;  // Launch 0's kernel, where bindings go.
   std::optional<capture::Lanes> lanes_;
   std::optional<capture::CapturedStep> captured_;
   // Why the trainer itself turned kAuto to kHost (data parallel, or a shape bucket); "" otherwise.

@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "reprise/graph.h"
-#include "reprise/trainer.h"
+#include "reprise/optimizer.h"
 
 namespace reprise::autodiff {
 

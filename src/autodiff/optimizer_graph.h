@@ -9,7 +9,6 @@
 
 #include "absl/status/status.h"
 #include "reprise/optimizer.h"
-#include "reprise/trainer.h"
 #include "src/autodiff/autodiff.h"
 
 namespace reprise::autodiff {

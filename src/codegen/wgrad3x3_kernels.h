@@ -2,7 +2,7 @@
 // TF32 tensor cores) over wide images, where alone it beat cuDNN's (docs/benchmarks.md, session
 // 21: 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200, in its earlier form of
 // two blocks per SM; inside the whole step it does not yet, in either form, so
-// TrainOptions::own_weight_gradients is off by default).
+// TrainOptions::kernels.own_weight_gradients is off by default).
 //
 // An implicit GEMM on mma.sync m16n8k8: dw[k][r][s][c] = sum over output positions of
 // dy[pos][k] x[pos shifted by (r - 1, s - 1)][c]. Block (k tile, c tile, filter row r, split) sums

@@ -36,7 +36,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedReluGradBiasGradOp(), &BatchedSoftmaxCrossEntropyOp(),
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
-          // Data parallelism (src/parallel/gradient_buckets.h).
+          // Data parallelism (src/passes/gradient_buckets.h).
           &AllReduceOp()};
 }
 

@@ -239,17 +239,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // Inputs of a few channels (a network's stem) run as our own kernels where they apply; where
   // their partial sums do not fit the lane's workspace, cuDNN's algorithms are chosen under the
   // same limit instead. The plan dump names what each convolution runs.
-  if (ctx.narrow_convolutions && !accumulate &&
+  if (ctx.options.narrow_convolutions && !accumulate &&
       (kind == ConvKind::kForward || kind == ConvKind::kBackwardFilter) &&
-      NarrowConvApplies(shape, ctx.allow_tf32).ok()) {
+      NarrowConvApplies(shape, ctx.options.allow_tf32).ok()) {
     absl::StatusOr<std::unique_ptr<GpuKernel>> narrow =
         LowerNarrowConv(ctx, node.name, kind, shape);
     if (narrow.ok() || !absl::IsResourceExhausted(narrow.status())) return narrow;
   }
-  // 3x3 weight gradients of wide images likewise, where asked (TrainOptions::own_weight_gradients
+  // 3x3 weight gradients of wide images likewise, where asked (TrainOptions::kernels.own_weight_gradients
   // says why it is off by default).
-  if (ctx.own_weight_gradients && kind == ConvKind::kBackwardFilter &&
-      Wgrad3x3Applies(shape, ctx.allow_tf32).ok()) {
+  if (ctx.options.own_weight_gradients && kind == ConvKind::kBackwardFilter &&
+      Wgrad3x3Applies(shape, ctx.options.allow_tf32).ok()) {
     absl::StatusOr<std::unique_ptr<GpuKernel>> own = LowerWgrad3x3(ctx, node.name, shape);
     if (own.ok() || !absl::IsResourceExhausted(own.status())) return own;
   }
@@ -257,9 +257,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
-  const runtime::ConvOptions options{.allow_tf32 = ctx.allow_tf32,
-                                     .deterministic = ctx.deterministic,
-                                     .measure = ctx.measure_conv_algorithms,
+  const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
+                                     .deterministic = ctx.options.deterministic,
+                                     .measure = ctx.options.measure_conv_algorithms,
                                      .workspace_limit = ctx.workspace_bytes,
                                      .device = DeviceKey(ctx.device)};
   const runtime::CudnnConv::Buffers buffers{ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],

@@ -43,14 +43,9 @@ class GpuKernel {
   virtual size_t WorkspaceBytes() const { return 0; }
 };
 
-// What a lowering needs: shared device resources and this node's device addresses.
-struct LoweringContext {
-  runtime::KernelStore* kernels = nullptr;
-  const runtime::LtHandle* lt = nullptr;
-  const runtime::CudnnHandle* cudnn = nullptr;
-  const runtime::DeviceInfo* device = nullptr;
-  void* workspace = nullptr;  // cuBLASLt and cuDNN workspace of the node's lane.
-  size_t workspace_bytes = 0;
+// How the step's launches choose their kernels and algorithms: the same for every node, set once
+// from TrainOptions (src/api/compile_options.h).
+struct LoweringOptions {
   bool allow_tf32 = false;
   // Library algorithms must give the same bits on every run (no atomics-based reductions).
   bool deterministic = false;
@@ -59,11 +54,22 @@ struct LoweringContext {
   // cuBLASLt products: time the heuristic's first candidates here and keep the fastest.
   bool measure_matmul_algorithms = false;
   // Convolutions with few input channels run as our own kernels where they apply
-  // (TrainOptions::narrow_convolutions; src/ops/narrow_conv.h).
+  // (TrainOptions::kernels.narrow_convolutions; src/ops/narrow_conv.h).
   bool narrow_convolutions = true;
   // 3x3 weight gradients run as our own kernel where it applies (TrainOptions::
   // own_weight_gradients; src/ops/wgrad3x3.h).
   bool own_weight_gradients = false;
+};
+
+// What a lowering needs: shared device resources and this node's device addresses.
+struct LoweringContext {
+  runtime::KernelStore* kernels = nullptr;
+  const runtime::LtHandle* lt = nullptr;
+  const runtime::CudnnHandle* cudnn = nullptr;
+  const runtime::DeviceInfo* device = nullptr;
+  void* workspace = nullptr;  // cuBLASLt and cuDNN workspace of the node's lane.
+  size_t workspace_bytes = 0;
+  LoweringOptions options;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;
   std::vector<TensorSpec> input_specs;

@@ -4,26 +4,14 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include "reprise/nn.h"
 #include "src/codegen/masked_loss_kernels.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
 namespace {
-
-absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckRank(in[0], 2, "logits"));
-  RETURN_IF_ERROR(CheckFloat(in[0], "logits"));
-  RETURN_IF_ERROR(CheckRank(in[1], 1, "labels"));
-  RETURN_IF_ERROR(CheckDType(in[1], DType::kInt32, "labels"));
-  if (in[1].shape.dim(0) != in[0].shape.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "labels ", in[1].ToString(), " do not match the batch of logits ", in[0].ToString()));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<TensorSpec>> Infer(const Attrs&, absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
@@ -62,11 +50,11 @@ absl::StatusOr<int64_t> ForEachCountedRow(
   auto ls = labels.data<int32_t>();
   int64_t counted = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    if (ls[r] == nn::kPaddingLabel) continue;
+    if (ls[r] == kPaddingLabel) continue;
     if (ls[r] < 0 || ls[r] >= cols) {
       return absl::InvalidArgumentError(
           absl::StrCat("label ", ls[r], " of row ", r, " is outside [0, ", cols,
-                       ") and is not the padding label ", nn::kPaddingLabel));
+                       ") and is not the padding label ", kPaddingLabel));
     }
     const T* zr = zs.data() + r * cols;
     T m = zr[0];

@@ -7,6 +7,9 @@
 
 namespace reprise::ops {
 
+// The label of a padded row: nn::kPaddingLabel (reprise/nn.h; src/api/nn.cc checks they agree).
+inline constexpr int32_t kPaddingLabel = -1;
+
 // (logits f32 [B, C], labels i32 [B]) -> f32 []: the mean of -log softmax(logits)[label] over
 // the rows whose label is not kPaddingLabel (0 when every row is padding).
 const ir::OpDef& MaskedSoftmaxCrossEntropyOp();

@@ -206,7 +206,7 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx) {
   codegen::MlpStepTarget target = MlpTrainStepTargetFor(*ctx.device);
   for (void* p : ctx.inputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
   for (void* p : ctx.outputs) target.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  target.tf32 = ctx.allow_tf32;
+  target.tf32 = ctx.options.allow_tf32;
   return target;
 }
 

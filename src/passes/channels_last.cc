@@ -12,6 +12,30 @@
 #include "src/ops/transpose.h"
 #include "src/util/status_macros.h"
 
+namespace reprise {
+
+absl::string_view ChannelsLastName(ChannelsLast mode) {
+  switch (mode) {
+    case ChannelsLast::kAuto:
+      return "auto";
+    case ChannelsLast::kOn:
+      return "on";
+    case ChannelsLast::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+absl::StatusOr<ChannelsLast> ParseChannelsLast(absl::string_view name) {
+  for (ChannelsLast mode : {ChannelsLast::kAuto, ChannelsLast::kOn, ChannelsLast::kOff}) {
+    if (name == ChannelsLastName(mode)) return mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown channels-last mode '", name, "': expected auto, on or off"));
+}
+
+}  // namespace reprise
+
 namespace reprise::passes {
 
 absl::StatusOr<Value> LayoutValueMap::Map(Value old) const {

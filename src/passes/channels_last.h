@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "reprise/graph.h"
-#include "reprise/trainer.h"
+#include "reprise/channels_last.h"
 
 namespace reprise::passes {
 

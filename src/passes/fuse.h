@@ -46,7 +46,7 @@ struct FuseOptions {
   bool gemm_epilogues = true;
   // With gemm_epilogues: a hidden ReLU layer's backward (relu_grad, bias gradient) in the
   // epilogue of the data-gradient matmul before it, float32 only. Off by default, as
-  // TrainOptions::relu_backward_epilogues says why.
+  // TrainOptions::kernels.relu_backward_epilogues says why.
   bool relu_backward_epilogues = false;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;

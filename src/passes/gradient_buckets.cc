@@ -1,4 +1,4 @@
-#include "src/parallel/gradient_buckets.h"
+#include "src/passes/gradient_buckets.h"
 
 #include <algorithm>
 #include <map>
@@ -14,7 +14,7 @@
 #include "src/passes/schedule.h"
 #include "src/util/status_macros.h"
 
-namespace reprise::parallel {
+namespace reprise::passes {
 
 absl::StatusOr<std::vector<GradientBucket>> AssignGradientBuckets(
     const autodiff::TrainingGraph& backward, int64_t bucket_bytes) {
@@ -204,4 +204,4 @@ std::string BucketsToString(absl::Span<const GradientBucket> buckets) {
   return out;
 }
 
-}  // namespace reprise::parallel
+}  // namespace reprise::passes

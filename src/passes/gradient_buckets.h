@@ -5,8 +5,8 @@
 // loss scaling's check) reads averaged gradients while the backward pass keeps its own; the
 // schedule runs each all-reduce on the communication lane right after the launch that makes the
 // bucket's last gradient, and each update after its bucket's all-reduce (src/passes/schedule.h).
-#ifndef REPRISE_SRC_PARALLEL_GRADIENT_BUCKETS_H_
-#define REPRISE_SRC_PARALLEL_GRADIENT_BUCKETS_H_
+#ifndef REPRISE_SRC_PASSES_GRADIENT_BUCKETS_H_
+#define REPRISE_SRC_PASSES_GRADIENT_BUCKETS_H_
 
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
 
-namespace reprise::parallel {
+namespace reprise::passes {
 
 struct GradientBucket {
   // The values averaged, distinct and of one float type, in the order the backward schedule makes
@@ -51,6 +51,6 @@ absl::StatusOr<autodiff::TrainingGraph> AverageGradients(const autodiff::Trainin
 // what ranks compare to check that they run the same collectives on the same layouts.
 std::string BucketsToString(absl::Span<const GradientBucket> buckets);
 
-}  // namespace reprise::parallel
+}  // namespace reprise::passes
 
-#endif  // REPRISE_SRC_PARALLEL_GRADIENT_BUCKETS_H_
+#endif  // REPRISE_SRC_PASSES_GRADIENT_BUCKETS_H_

@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "reprise/trainer.h"
+#include "reprise/mirror_options.h"
 #include "src/autodiff/autodiff.h"
 
 namespace reprise::passes {

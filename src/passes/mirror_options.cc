@@ -1,10 +1,11 @@
-// Parsing and printing MirrorOptions (include/reprise/trainer.h) for the tools' --mirror flags.
+// Parsing and printing MirrorOptions (include/reprise/mirror_options.h) for the --mirror flags.
+#include "reprise/mirror_options.h"
+
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "reprise/trainer.h"
 
 namespace reprise {
 

@@ -15,7 +15,7 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ops/all_reduce.h"
-#include "src/parallel/gradient_buckets.h"
+#include "src/passes/gradient_buckets.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
 #include "src/util/status_macros.h"
@@ -23,7 +23,7 @@
 namespace reprise {
 namespace {
 
-using parallel::GradientBucket;
+using passes::GradientBucket;
 using ::testing::HasSubstr;
 
 autodiff::TrainingGraph MlpTraining(int64_t depth = 4, int64_t width = 64) {
@@ -44,7 +44,7 @@ int LayerOf(const std::string& name) { return std::stoi(name.substr(2, name.find
 
 TEST(GradientBucketsTest, OneGradientPerBucketComesLastLayerFirst) {
   const autodiff::TrainingGraph t = MlpTraining();
-  auto buckets = parallel::AssignGradientBuckets(t, 1);
+  auto buckets = passes::AssignGradientBuckets(t, 1);
   ASSERT_TRUE(buckets.ok()) << buckets.status();
   ASSERT_EQ(buckets->size(), t.parameters.size());
   int previous_layer = 1 << 20, previous_ready = -1;
@@ -63,7 +63,7 @@ TEST(GradientBucketsTest, OneGradientPerBucketComesLastLayerFirst) {
 TEST(GradientBucketsTest, ABucketClosesOnceItHoldsTheSizeAndEveryGradientIsInOne) {
   const autodiff::TrainingGraph t = MlpTraining(6, 96);
   const int64_t cap = 40000;  // About one hidden layer's weight gradient (96 x 96 x 4 bytes).
-  auto buckets = parallel::AssignGradientBuckets(t, cap);
+  auto buckets = passes::AssignGradientBuckets(t, cap);
   ASSERT_TRUE(buckets.ok()) << buckets.status();
   ASSERT_GT(buckets->size(), 2u);
   absl::flat_hash_set<Value> seen;
@@ -80,17 +80,17 @@ TEST(GradientBucketsTest, ABucketClosesOnceItHoldsTheSizeAndEveryGradientIsInOne
     EXPECT_LT(b.bytes - last, cap) << i;                        // Not before.
   }
   EXPECT_EQ(seen.size(), t.parameters.size());
-  auto one = parallel::AssignGradientBuckets(t, int64_t{25} << 20);  // The default: one bucket.
+  auto one = passes::AssignGradientBuckets(t, int64_t{25} << 20);  // The default: one bucket.
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->size(), 1u);
-  EXPECT_THAT(parallel::AssignGradientBuckets(t, 0).status().message(), HasSubstr("bucket_bytes"));
+  EXPECT_THAT(passes::AssignGradientBuckets(t, 0).status().message(), HasSubstr("bucket_bytes"));
 }
 
 TEST(GradientBucketsTest, AveragedGradientsFeedTheOptimizerAndTheBackwardKeepsItsOwn) {
   const autodiff::TrainingGraph t = MlpTraining();
-  auto buckets = parallel::AssignGradientBuckets(t, 10000);
+  auto buckets = passes::AssignGradientBuckets(t, 10000);
   ASSERT_TRUE(buckets.ok());
-  auto averaged = parallel::AverageGradients(t, *buckets);
+  auto averaged = passes::AverageGradients(t, *buckets);
   ASSERT_TRUE(averaged.ok()) << averaged.status();
   const Graph& g = averaged->graph;
   EXPECT_EQ(g.num_nodes(), t.graph.num_nodes() + static_cast<int>(buckets->size()));
@@ -111,17 +111,17 @@ TEST(GradientBucketsTest, AveragedGradientsFeedTheOptimizerAndTheBackwardKeepsIt
   }
   GradientBucket stray = (*buckets)[0];
   stray.gradients.push_back(t.loss);
-  EXPECT_THAT(parallel::AverageGradients(t, {stray}).status().message(),
+  EXPECT_THAT(passes::AverageGradients(t, {stray}).status().message(),
               HasSubstr("no parameter's gradient"));
 }
 
 // Builds the data-parallel plan as the Trainer does.
 passes::Plan DataParallelPlan(const autodiff::TrainingGraph& t, int64_t bucket_bytes, int lanes,
                               std::vector<GradientBucket>* buckets = nullptr) {
-  auto b = parallel::AssignGradientBuckets(t, bucket_bytes);
+  auto b = passes::AssignGradientBuckets(t, bucket_bytes);
   EXPECT_TRUE(b.ok()) << b.status();
   if (buckets != nullptr) *buckets = *b;
-  auto averaged = parallel::AverageGradients(t, *b);
+  auto averaged = passes::AverageGradients(t, *b);
   EXPECT_TRUE(averaged.ok()) << averaged.status();
   passes::PlanOptions options{.fuse = true, .lanes = lanes};
   options.fusion.whole_mlp_step = false;

@@ -16,7 +16,7 @@
 #include "src/ops/all_reduce.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/parallel/fake_communicator.h"
-#include "src/parallel/gradient_buckets.h"
+#include "src/passes/gradient_buckets.h"
 #include "src/parallel/model_check.h"
 #include "src/passes/plan.h"
 #include "src/util/status_macros.h"
@@ -83,12 +83,12 @@ TEST(FakeCommunicatorTest, APlansAllReducesAverageEveryBucketAcrossRanks) {
   auto mlp = models::BuildMlp({.batch = 4, .input_features = 16, .depth = 3, .width = 24});
   ASSERT_TRUE(mlp.ok());
   const autodiff::TrainingGraph t = *autodiff::BuildTrainingGraph(mlp->graph, mlp->loss, {});
-  auto buckets = parallel::AssignGradientBuckets(t, 2000);
+  auto buckets = passes::AssignGradientBuckets(t, 2000);
   ASSERT_TRUE(buckets.ok());
   ASSERT_GT(buckets->size(), 1u);
   passes::PlanOptions options{.lanes = 2};
   options.fusion.whole_mlp_step = false;
-  auto plan = passes::BuildPlan(*parallel::AverageGradients(t, *buckets), {}, options);
+  auto plan = passes::BuildPlan(*passes::AverageGradients(t, *buckets), {}, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const Graph& g = plan->graph();
   constexpr int kWorld = 3;

@@ -11,6 +11,7 @@
 #include "reprise/models.h"
 #include "reprise/trainer.h"
 #include "src/parallel/data_parallel_step.h"
+#include "src/passes/data_parallel.h"
 
 namespace reprise {
 namespace {
@@ -120,7 +121,7 @@ TEST(RankFailedTest, AFailedTrainerCreateRecordsItsRank) {
 }
 
 TEST(RankFailedTest, ATimeoutThatIsNotPositiveIsRefused) {
-  EXPECT_THAT(parallel::ValidateDataParallel({.timeout = absl::ZeroDuration()}).message(),
+  EXPECT_THAT(passes::ValidateDataParallel({.timeout = absl::ZeroDuration()}).message(),
               HasSubstr("DataParallel::timeout must be positive"));
 }
 

@@ -36,7 +36,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode
   options.allow_tf32 = tf32;
   options.batch_ensembles = batch;
   options.whole_step = whole_step;
-  options.ensemble_whole_step_max_models = 1 << 20;  // The whole step at every K tested.
+  options.kernels.ensemble_whole_step_max_models = 1 << 20;  // The whole step at every K tested.
   options.seed = 5;
   options.sgd = kSgd;
   options.fetch = e.losses;

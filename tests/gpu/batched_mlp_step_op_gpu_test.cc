@@ -141,7 +141,7 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
-    ctx.allow_tf32 = GetParam().tf32;
+    ctx.options.allow_tf32 = GetParam().tf32;
     for (int i = 0; i < static_cast<int>(specs_.size()); ++i) {
       (i < num_inputs() ? ctx.inputs : ctx.outputs).push_back(buffers_[i].data());
       if (i < num_inputs()) ctx.input_specs.push_back(specs_[i]);

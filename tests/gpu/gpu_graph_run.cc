@@ -62,8 +62,8 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
                                    .workspace = workspace.data(),
                                    .workspace_bytes = workspace.bytes(),
                                    .input_staging = staging.data()};
-  ASSIGN_OR_RETURN(std::vector<capture::LoweredLaunch> launches, capture::LowerPlan(plan, res));
-  RETURN_IF_ERROR(capture::RunEager(launches, stream.get(), /*sync_each=*/true));
+  ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(plan, res));
+  RETURN_IF_ERROR(capture::RunEager(lowered.launches, stream.get(), /*sync_each=*/true));
   std::vector<ir::HostTensor> fetched;
   for (const Value& v : fetch) {
     const passes::Buffer* b = memory.Find(v);

@@ -53,26 +53,26 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   plan.training.graph = g;
   plan.launches = *schedule;
   plan.memory = *memory;
-  capture::StepResources res{.device = &*device,
-                             .kernels = &kernels,
-                             .lt = &*lt,
-                             .cudnn = &*cudnn,
-                             .arena = base,
-                             .workspace = workspace->data(),
-                             .workspace_bytes = workspace->bytes(),
-                             .input_staging = staging->data(),
-                             .allow_tf32 = allow_tf32,
-                             .deterministic = deterministic,
-                             // Every lowering we have, our own weight gradients too.
-                             .own_weight_gradients = true};
+  capture::StepResources res{
+      .device = &*device,
+      .kernels = &kernels,
+      .lt = &*lt,
+      .cudnn = &*cudnn,
+      .arena = base,
+      .workspace = workspace->data(),
+      .workspace_bytes = workspace->bytes(),
+      .input_staging = staging->data(),
+      // Every lowering we have, our own weight gradients too.
+      .lowering = {
+          .allow_tf32 = allow_tf32, .deterministic = deterministic, .own_weight_gradients = true}};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   if (described != nullptr) {
-    for (const capture::LoweredLaunch& launch : *launches) {
+    for (const capture::LoweredLaunch& launch : launches->launches) {
       described->push_back(launch.kernel->Describe());
     }
   }
-  const absl::Status ran = capture::RunEager(*launches, stream->get(), /*sync_each=*/true);
+  const absl::Status ran = capture::RunEager(launches->launches, stream->get(), /*sync_each=*/true);
   ASSERT_TRUE(ran.ok()) << ran;
   ASSERT_TRUE(cpu.Run().ok());
   for (const Node& n : g.nodes()) {
@@ -97,7 +97,7 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
         ASSERT_FALSE(std::isnan(g)) << n.name << "[" << i << "]";
       }
       std::string kernel;  // What ran, to name a library algorithm that is off.
-      for (const capture::LoweredLaunch& launch : *launches) {
+      for (const capture::LoweredLaunch& launch : launches->launches) {
         if (launch.node_name == n.name) kernel = launch.kernel->Describe();
       }
       EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name << ": " << kernel;

@@ -63,7 +63,7 @@ TEST(LaneWorkspacesGpuTest, TrainerBacksEachLaneByItsLaunches) {
   for (bool measure : {false, true}) {
     TrainOptions options;
     options.lanes = 2;
-    options.measure_conv_algorithms = measure;
+    options.kernels.measure_conv_algorithms = measure;
     auto impl = Trainer::Impl::Create(net->graph, net->loss, options);
     ASSERT_TRUE(impl.ok()) << impl.status();
     std::vector<size_t> needs(2, 0);

@@ -129,7 +129,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
   TrainOptions options;
   options.mode = mode;
   options.allow_tf32 = tf32;
-  options.own_weight_gradients = tf32;
+  options.kernels.own_weight_gradients = tf32;
   options.deterministic = true;
   options.channels_last = ChannelsLast::kOff;
   options.sgd.learning_rate = 0.005f;

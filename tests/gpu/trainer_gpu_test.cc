@@ -110,7 +110,7 @@ TEST(TrainerGpuTest, MeasuredMatmulAlgorithmsReplayBitwiseAndTrain) {
     TrainOptions options;
     options.mode = ExecMode::kGraph;
     options.whole_step = false;  // Per-layer cuBLASLt products.
-    options.measure_matmul_algorithms = measure;
+    options.kernels.measure_matmul_algorithms = measure;
     options.seed = 42;
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -175,8 +175,8 @@ TEST(TrainerGpuTest, FusedAndUnfusedStepsAgree) {
   EXPECT_EQ(Train(*per_layer_bulked, 10), Train(*per_layer_graph, 10));
 }
 
-// The ReLU-backward epilogues (TrainOptions::relu_backward_epilogues): the per-layer step with
-// them agrees with the unfused step to fp32 accuracy and its replay is bitwise its bulked run.
+// The ReLU-backward epilogues (TrainOptions::kernels.relu_backward_epilogues): the per-layer step
+// with them agrees with the unfused step to fp32 accuracy and its replay is bitwise its bulked run.
 TEST(TrainerGpuTest, ReluBackwardEpiloguesAgreeAndReplayBitwise) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(SmallMlp());
@@ -185,7 +185,7 @@ TEST(TrainerGpuTest, ReluBackwardEpiloguesAgreeAndReplayBitwise) {
     TrainOptions options;
     options.mode = mode;
     options.whole_step = false;
-    options.relu_backward_epilogues = epilogues;
+    options.kernels.relu_backward_epilogues = epilogues;
     options.seed = 42;
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
     EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -1,0 +1,49 @@
+#include "src/api/compile_options.h"
+
+#include "src/autodiff/optimizer_graph.h"
+
+namespace reprise {
+namespace {
+
+// TrainOptions::kernels.ensemble_whole_step_max_models, its default (-1) resolved: 128 models with
+// TF32, else 64 (the whole step's cluster and group kernels).
+int64_t WholeStepMaxModels(const TrainOptions& options) {
+  if (options.kernels.ensemble_whole_step_max_models >= 0)
+    return options.kernels.ensemble_whole_step_max_models;
+  return options.allow_tf32 ? 128 : 64;
+}
+
+}  // namespace
+
+passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
+                                         const codegen::MlpStepTarget& mlp_step_target) {
+  passes::CompileOptions compile;
+  compile.batch_ensembles = options.batch_ensembles;
+  compile.ensembles.min_models = options.ensemble_min_models;
+  compile.channels_last = options.channels_last;
+  compile.compute_dtype = options.compute_dtype;
+  compile.optimizer = options.optimizer.value_or(autodiff::FromSgd(options.sgd));
+  compile.loss_scale = options.loss_scale;
+  compile.data_parallel = options.data_parallel;
+  compile.plan.mirror = options.mirror;
+  compile.plan.fuse = options.fuse;
+  compile.plan.lanes = options.lanes;
+  compile.plan.fusion.mlp_step_target = mlp_step_target;
+  // The whole-step kernel keeps its gradients to itself: data parallelism needs them averaged.
+  compile.plan.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
+  compile.plan.fusion.whole_step_max_models = WholeStepMaxModels(options);
+  compile.plan.fusion.relu_backward_epilogues = options.kernels.relu_backward_epilogues;
+  compile.fetch = options.fetch;
+  return compile;
+}
+
+ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
+  return {.allow_tf32 = options.allow_tf32,
+          .deterministic = options.deterministic,
+          .measure_conv_algorithms = options.kernels.measure_conv_algorithms,
+          .measure_matmul_algorithms = options.kernels.measure_matmul_algorithms,
+          .narrow_convolutions = options.kernels.narrow_convolutions,
+          .own_weight_gradients = options.kernels.own_weight_gradients};
+}
+
+}  // namespace reprise
