@@ -106,8 +106,9 @@ struct TrainOptions {
   // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
   // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
   // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
-  // 17.73 ms with it against 17.40 (docs/benchmarks.md, session 21). It is the base of a weight
-  // gradient that applies the batch norm + ReLU of a mirrored step as it loads (issue 8).
+  // 17.73 ms with it against 17.40 (docs/results/history/2026-11-29_fb169a8.md). It is the base
+  // of a weight gradient that applies the batch norm + ReLU of a mirrored step as it loads
+  // (issue 8).
   bool own_weight_gradients = false;
   // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
   // product's own operands when the Trainer is created, instead of taking its heuristic's first.
@@ -121,12 +122,12 @@ struct TrainOptions {
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
   // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
   // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
-  // in f32, slower at K = 128 in f32 (an H200, docs/benchmarks.md, session 18).
+  // in f32, slower at K = 128 in f32 (an H200, docs/results/history/2026-11-28_357315a.md).
   int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
-  // (docs/benchmarks.md, session 5).
+  // (docs/results/history/2026-11-23_b8916d1.md).
   bool relu_backward_epilogues = false;
   // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
   // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
