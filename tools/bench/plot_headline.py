@@ -5,6 +5,7 @@ markdown and draws docs/headline.png (reprise beside PyTorch, JAX and llm.c wher
   python3 tools/bench/plot_headline.py                 # check, print the table, redraw the PNG
   python3 tools/bench/plot_headline.py --check         # check only
   python3 tools/bench/plot_headline.py --markdown      # check and print the table only
+  python3 tools/bench/plot_headline.py --brief         # check and print the README's short table
 
 Every value of headline.json names its raw file (`source`) and either a string of that file that
 holds it (`match`) or, for a JSON file, the key it is stored under (`key`); a value that the file
@@ -114,6 +115,23 @@ def markdown(doc):
     return "\n".join(lines), notes, commands
 
 
+def brief(doc):
+    """The README's table: the rows marked "brief", reprise against its fastest peer."""
+    lines = ["| workload | reprise | best peer | reprise vs best peer | GPU | date |",
+             "|---|---|---|---|---|---|"]
+    for row in doc["rows"]:
+        if not row.get("brief"):
+            continue
+        unit = " img/s" if row["unit"] == "img/s" else " ms"
+        best = best_peer(doc, row)
+        peer = (f"{shown(row, row['values'][best[1]]['value'])}{unit} ({doc['columns'][best[1]]})"
+                if best else "not measured")
+        lines.append(f"| {row['workload']} | **{shown(row, row['values']['reprise']['value'])}{unit}**"
+                     f" | {peer} | {f'{best[0]:.2f}×' if best else '—'} | {row['gpu']} |"
+                     f" {row['date']} |")
+    return "\n".join(lines)
+
+
 def plot(doc, path):
     try:
         import matplotlib
@@ -166,6 +184,7 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "docs/headline.png"))
     p.add_argument("--check", action="store_true", help="check the values only")
     p.add_argument("--markdown", action="store_true", help="check and print the table, no PNG")
+    p.add_argument("--brief", action="store_true", help="check and print the README's table")
     a = p.parse_args()
     try:
         with open(a.data) as f:
@@ -180,6 +199,9 @@ def main():
         return 1
     if a.check:
         print(f"plot_headline: {sum(len(r['values']) for r in doc['rows'])} values checked")
+        return 0
+    if a.brief:
+        print(brief(doc))
         return 0
     table, notes, commands = markdown(doc)
     print(table + "\n\nNotes:\n\n" + "\n".join(notes) + "\n\nCommands:\n\n" + "\n".join(commands))
