@@ -134,7 +134,8 @@ struct TrainOptions {
   // also put side branches off the critical path (a residual block's downsample convolution and
   // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
-  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last (docs/benchmarks.md).
+  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last
+  // (docs/results/history/2026-11-23_d971053.md).
   ChannelsLast channels_last = ChannelsLast::kAuto;
   // kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
   MirrorOptions mirror;
