@@ -106,7 +106,7 @@ def markdown(doc):
         if row.get("note"):
             peer_notes.append(row["note"])
         if peer_notes:
-            notes.append(f"{i}. " + "; ".join(peer_notes) + ".")
+            notes.append(f"- Row {i}: " + "; ".join(peer_notes) + ".")
         sources = ", ".join(sorted({f"`{v['source']}`" for v in row["values"].values()}))
         command = f"{i}. `{row['command']}`"
         if row.get("peer_command"):
