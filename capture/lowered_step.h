@@ -38,7 +38,8 @@ struct StepResources {
 //
 // The copies are one gather kernel (Gathers) where the device can read every source and they are
 // few and small; else memcpy nodes, one per copy. Each node of a graph costs a few microseconds
-// of a small step (on an H200, session 18: 8 to 13 us for the issue-9 step's three copies).
+// of a small step (on an H200: 8 to 13 us for the issue-9 step's three copies,
+// docs/results/history/2026-11-28_357315a.md).
 class InputCopy : public ops::GpuKernel {
  public:
   // Staged stretches of at most this many bytes in all are read by the gather kernel through the

@@ -377,7 +377,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
     ASSIGN_OR_RETURN(options.graph_launch,
                      reprise::ParseGraphLaunch(absl::GetFlag(FLAGS_graph_launch)));
     // CUPTI's kernel activity tracing and a device-launched step fault together ("unspecified
-    // launch failure" in the traced steps; H200, driver 580, session 15), so the busy fraction is
+    // launch failure" in the traced steps; H200, driver 580), so the busy fraction is
     // measured on host-launched steps (their rows read "graph", not "graph+devlaunch").
     if (absl::GetFlag(FLAGS_busy)) {
       if (options.graph_launch == reprise::GraphLaunch::kDevice) {

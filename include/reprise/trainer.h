@@ -61,8 +61,8 @@ struct KernelTuning {
   // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
   // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
   // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
-  // 17.73 ms with it against 17.40 (H200, 2026-11-29, docs/benchmarks.md). It is the base of a
-  // weight gradient that applies the batch norm + ReLU of a mirrored step as it loads.
+  // 17.73 ms with it against 17.40 (H200, docs/results/history/2026-11-29_fb169a8.md). It is the
+  // base of a weight gradient that applies the batch norm + ReLU of a mirrored step as it loads.
   bool own_weight_gradients = false;
   // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
   // product's own operands when the Trainer is created, instead of taking its heuristic's first.
@@ -71,12 +71,12 @@ struct KernelTuning {
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
   // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
   // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
-  // in f32, slower at K = 128 in f32 (H200, 2026-11-28, docs/benchmarks.md).
+  // in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
   int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
-  // (2026-11-23, docs/benchmarks.md).
+  // (docs/results/history/2026-11-23_b8916d1.md).
   bool relu_backward_epilogues = false;
 };
 
@@ -108,7 +108,8 @@ struct TrainOptions {
   // also put side branches off the critical path (a residual block's downsample convolution and
   // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
-  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last (docs/benchmarks.md).
+  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last
+  // (docs/results/history/2026-11-23_d971053.md).
   ChannelsLast channels_last = ChannelsLast::kAuto;
   // kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
   MirrorOptions mirror;

@@ -279,7 +279,8 @@ absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
     host_launch_reason_ = "data parallel: device launch of NCCL's collectives is untested";
   } else if (launch == Launch::kAuto && shares_device_) {
     // Each device-launched graph holds device memory of its own (36 MiB for a small MLP on an
-    // H200, session 15), which would undo what one arena for every bucket saves.
+    // H200, docs/results/history/2026-11-28_19049ae.md), which would undo what one arena for
+    // every bucket saves.
     launch = Launch::kHost;
     host_launch_reason_ = "shape bucket: a device-launched graph holds device memory per bucket";
   }

@@ -51,18 +51,19 @@ namespace reprise::codegen {
 //                 wave on an H100 or H200, whose other SMs sit idle), and a group trains models
 //                 k, k + groups, ... in turn.
 //   kAuto:        kGroups for ensembles of at least kGroupsMinModels models where it fits
-//                 (measured on an H200, docs/benchmarks.md, sessions 17 and 18, the issue-9 MLPs:
-//                 at K = 32 41 us against 76 for the clusters' two waves and 75 for the layer
-//                 phases in TF32, 63 against 94 in f32; at K = 128 162 against 219 for the
-//                 clusters and 205 for the row chain in TF32); else kCluster for TF32 ensembles of
-//                 at least kClusterMinModels models where it fits (measured on an H100,
-//                 docs/benchmarks.md, session 12: the clusters beat both other schedules there at K
-//                 = 8 and 32 and tie the row chain at K = 128; in strict f32, whose SIMT products
-//                 are issue-bound in 4 or 8 SMs per model, and at K = 4 they lose); else kRowChain
-//                 for ensembles of at least kRowChainMinModels models where it fits, else
-//                 kLayerPhases. Measured on an H100 (docs/benchmarks.md, session 11), the issue-9
-//                 MLPs 64-256-256-10 at batch 64: layer phases faster at K = 4 and 8, the two equal
-//                 at K = 32, the row chain 6-8% faster at K = 128.
+//                 (measured on an H200, docs/results/history/2026-11-28_86ad6a5.md and
+//                 2026-11-28_357315a.md, the issue-9 MLPs: at K = 32 41 us against 76 for the
+//                 clusters' two waves and 75 for the layer phases in TF32, 63 against 94 in f32;
+//                 at K = 128 162 against 219 for the clusters and 205 for the row chain in TF32);
+//                 else kCluster for TF32 ensembles of at least kClusterMinModels models where it
+//                 fits (measured on an H100, docs/results/history/2026-11-28_a482790.md: the
+//                 clusters beat both other schedules there at K = 8 and 32 and tie the row chain
+//                 at K = 128; in strict f32, whose SIMT products are issue-bound in 4 or 8 SMs per
+//                 model, and at K = 4 they lose); else kRowChain for ensembles of at least
+//                 kRowChainMinModels models where it fits, else kLayerPhases. Measured on an H100
+//                 (docs/results/history/2026-11-28_33a94cc.md), the issue-9 MLPs 64-256-256-10 at
+//                 batch 64: layer phases faster at K = 4 and 8, the two equal at K = 32, the row
+//                 chain 6-8% faster at K = 128.
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kGroups };
 inline constexpr int kRowChainMinModels = 32;
 inline constexpr int kClusterMinModels = 8;

@@ -1,9 +1,9 @@
 // CUDA C++ for convolutions whose input has only a few channels (a network's stem: 7x7, stride 2,
 // 3 -> 64 channels), where cuDNN's implicit GEMMs run at a few percent of the tensor cores' rate
 // (0.21 ms forward and 0.24 ms weight gradient for ResNet-50's stem at batch 32 on an H200, TF32,
-// whatever the padding of its input channels: docs/benchmarks.md, session 14). NHWC only, groups 1,
-// dilation 1; float32 data on TF32 tensor cores, or bfloat16 / float16 data on 16-bit tensor cores,
-// accumulating in float.
+// whatever the padding of its input channels: docs/results/history/2026-11-28_00b8c8f.md). NHWC
+// only, groups 1, dilation 1; float32 data on TF32 tensor cores, or bfloat16 / float16 data on
+// 16-bit tensor cores, accumulating in float.
 //
 // Both kernels are implicit GEMMs whose reduction runs over the filter taps j = (r, s, c) in the
 // NHWC filter's own order (so w[k][j] is the filter as stored), padded to the MMA step with taps

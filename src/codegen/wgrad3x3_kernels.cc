@@ -54,8 +54,8 @@ WG_DEV void Mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
 // One block per SM: at two, ptxas capped the kernel at 128 registers and spilled, and two such
 // blocks took an SM's whole register file, so the data-gradient lane's kernels could not run
 // beside them. At one it takes 152 registers without spills and leaves room; inside ResNet-50's
-// step (b64, TF32, H200, session 22) that made the step 17.43 ms instead of 17.53 (cuDNN's:
-// 17.23), the blocks running in two waves.
+// step (b64, TF32, H200, docs/results/history/2026-11-29_1389a89.md) that made the step 17.43 ms
+// instead of 17.53 (cuDNN's: 17.23), the blocks running in two waves.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     reprise_wgrad3x3_tf32(const float* __restrict__ x, const float* __restrict__ dy,
                           float* __restrict__ partial) {

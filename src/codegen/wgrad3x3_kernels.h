@@ -1,7 +1,7 @@
 // CUDA C++ for the weight gradient of a 3x3 convolution (pad 1, stride 1, NHWC, float32 data on
-// TF32 tensor cores) over wide images, where alone it beat cuDNN's (docs/benchmarks.md, session
-// 21: 0.145 against 0.235 ms for ResNet-50's layer1 at batch 64 on an H200, in its earlier form of
-// two blocks per SM; inside the whole step it does not yet, in either form, so
+// TF32 tensor cores) over wide images, where alone it beat cuDNN's (0.145 against 0.235 ms for
+// ResNet-50's layer1 at batch 64 on an H200, docs/results/history/2026-11-29_fb169a8.md, in its
+// earlier form of two blocks per SM; inside the whole step it does not yet, in either form, so
 // TrainOptions::kernels.own_weight_gradients is off by default).
 //
 // An implicit GEMM on mma.sync m16n8k8: dw[k][r][s][c] = sum over output positions of

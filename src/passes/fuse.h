@@ -37,10 +37,11 @@ struct FuseOptions {
   // A small ReLU MLP's whole step as one persistent kernel (src/passes/fuse_mlp_step.h), planned
   // for `mlp_step_target` (default: an H100); when it applies, nothing else is left to fuse.
   bool whole_mlp_step = true;
-  // An ensemble's whole step only up to this many models: on an H100 (docs/benchmarks.md, session
-  // 6) it beat the batched per-layer step at K = 4 (0.052 vs 0.065 ms) and lost at K = 32 (0.129
-  // vs 0.113) and K = 128 (0.382 vs 0.315). With TF32 (the cluster kernel, session 12) it wins at
-  // K = 8 (0.036 vs 0.053) and loses at 32 (0.084 vs 0.078); the trainer then allows 8.
+  // An ensemble's whole step only up to this many models: on an H100
+  // (docs/results/history/2026-11-23_bc4e85d.md) it beat the batched per-layer step at K = 4
+  // (0.052 vs 0.065 ms) and lost at K = 32 (0.129 vs 0.113) and K = 128 (0.382 vs 0.315). With
+  // TF32 (the cluster kernel, H100, docs/results/history/2026-11-28_a482790.md) it wins at K = 8
+  // (0.036 vs 0.053) and loses at 32 (0.084 vs 0.078); the trainer then allows 8.
   int64_t whole_step_max_models = 4;
   codegen::MlpStepTarget mlp_step_target;
   bool gemm_epilogues = true;

@@ -110,7 +110,8 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
   // for it: with nothing ordering it, it could run at any time after its inputs' forward
   // producers, on another lane, so the memory plan could place its outputs over nothing that dies
   // before it. (Later twins wait for the readers of the twins before them; the same wait for every
-  // twin without such readers cost ResNet-50 b64 0.4 ms per step on an H200, session 22.)
+  // twin without such readers cost ResNet-50 b64 0.4 ms per step on an H200:
+  // docs/results/history/2026-11-29_1389a89.md.)
   int32_t last_backward = -1;
   auto emit_twin = [&](const Node& node) -> absl::Status {
     const TwinSpec twin = TwinOf(node);

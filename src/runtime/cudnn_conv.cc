@@ -104,7 +104,8 @@ bool TransformDomain(ConvKind kind, int algo) {
 // With 16-bit data the candidates that run on tensor cores (CUDNN_TENSOR_OP_MATH) are tried
 // first, whatever their rank: the legacy API uses tensor cores only with that math type, and its
 // CUDNN_DEFAULT_MATH bfloat16 kernels ran ResNet-50's convolutions 40x slower than TF32 on an H100
-// (docs/benchmarks.md, session 4). The others stay as a last resort, for shapes without one.
+// (2026-11-23, docs/results/history/2026-11-23_d971053.md). The others stay as a last resort, for
+// shapes without one.
 template <typename Perf, typename WorkspaceOf>
 absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates,
                                               const ConvDescriptor& conv,

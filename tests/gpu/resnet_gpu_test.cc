@@ -134,7 +134,8 @@ ReluFlips CountReluFlips(Trainer& gpu, ir::ReferenceExecutor& exact, const Graph
 // 1/(N·H·W) (0.8% at ResNet-18's 4x4 layer3 with batch 8) and the updates of every layer below by
 // as much. NCHW meets such a tie on this batch: layer3.0's output element 3371 has a float64
 // pre-activation 8e-7 of its tensor's largest from zero, and fp32 (any summation order) may put it
-// on either side (H100, session 7; other image sizes and depths meet none and agree within 2e-3).
+// on either side (H100, docs/results/history/2026-11-23_1d2a383.md; other image sizes and depths
+// meet none and agree within 2e-3).
 // So the test checks that every decision that differs is a tie, allows a tie's cost only when
 // there is one, and compares the second step only when the first took float64's path (after a tie
 // the two runs train different weights). A wrong gradient is off by order 1 either way.

@@ -272,7 +272,7 @@ TEST(TrainerGpuTest, CreatingAndDestroyingTrainersLeaksNoDeviceMemory) {
   // A first round lets what the process keeps settle: context and library handles, the kernels
   // the steps load (CUDA may load a kernel's module lazily, at its first launch), and the
   // driver's pools, which after a whole suite of other tests once grew by 2 MiB during the first
-  // trainers measured (H200, sessions 22 and 23). A leak grows with every trainer.
+  // trainers measured (H200, 2026-11-29). A leak grows with every trainer.
   trainers(3);
   auto before = runtime::DeviceMemoryInUse();
   ASSERT_TRUE(before.ok());

@@ -1,61 +1,189 @@
 #!/usr/bin/env python3
-"""Turns reprise-bench, torch_mlp.py, torch_resnet.py and jax_mlp.py JSON files into the markdown table of
-docs/benchmarks.md (ms per step, one row per configuration) and, with --plot, a PNG bar chart.
+"""Turns the JSON files the benchmark tools write into markdown tables and, with --plot, a PNG bar
+chart of the step times.
 
-  python3 tools/bench/report.py docs/results/*.json --plot docs/results/mlp.png
+  python3 tools/bench/report.py docs/results/*.json --plot /tmp/steps.png
 
-Columns are every (framework, mode) found; a file that recorded an error shows it in place of a
-number. Exit status: 0 ok, 1 bad input (unreadable file, no results), 2 --plot without matplotlib.
+It reads, by their shape:
+- step times (ms per step per mode) from reprise-bench, torch_mlp.py, torch_resnet.py,
+  torch_ensemble.py, jax_mlp.py and jax_ensemble.py: one row per workload and GPU, one column per
+  (framework, mode); a mode that recorded an error shows it in place of a number;
+- data-parallel scaling from reprise-dp-bench and torch_ddp.py: one row per run and GPU count;
+- the host cost of each update path from reprise-update-bench: one row per model and path.
+Any other JSON is refused with a line on stderr naming the file, and the rest are still tabled.
+Exit status: 0 ok, 1 a file unreadable or refused, or no results at all, 2 --plot without
+matplotlib. Requirements: tools/bench/requirements.txt (matplotlib only for --plot).
 """
-import argparse, json, sys
+import argparse
+import json
+import os
+import sys
 
 
-def load(paths):
-    rows, columns = {}, []
-    for path in paths:
+def gpu_of(data):
+    gpu = data.get("gpu")
+    return gpu.replace("NVIDIA ", "") if isinstance(gpu, str) and gpu else "GPU not recorded"
+
+
+def precision(c):
+    """bf16 or fp16 before TF32: a 16-bit run may also allow TF32 in what stays float32."""
+    if c.get("bf16") or c.get("precision") == "bf16":
+        return " bf16"
+    if c.get("fp16") or c.get("precision") == "fp16":
+        return " fp16"
+    if c.get("tf32") or c.get("precision") == "tf32":
+        return " TF32"
+    return " f32"
+
+
+def workload(c):
+    """The row a step result belongs to, named from its configuration: an ensemble of MLPs
+    (reprise records model "ensemble" and the count in "ensemble"; the peers record "models"), a
+    ResNet (reprise records model "resnet"; torch_resnet.py records image_size and the torchvision
+    version as its model), or an MLP (torch_mlp.py and jax_mlp.py record no model)."""
+    models = c.get("ensemble") if c.get("model") == "ensemble" else c.get("models")
+    if c.get("model") == "ensemble" or models is not None:
+        return (f"Ensemble of {models} MLPs {c.get('input_features')}-"
+                + "-".join([str(c.get("width"))] * int(c.get("depth") or 0))
+                + f"-{c.get('classes')}, batch {c.get('batch')} each" + precision(c))
+    if c.get("model") == "mlp" or (c.get("model") is None and "image_size" not in c):
+        return f"MLP {c.get('depth')}×{c.get('width')}, batch {c.get('batch')}" + precision(c)
+    if c.get("model") == "resnet" or "image_size" in c:  # torch_resnet.py: "torchvision X.Y"
+        layout = str(c.get("layout", "nchw")).upper()
+        return (f"ResNet-{c.get('depth')} {c.get('image_size')}² {layout}, batch {c.get('batch')}"
+                + precision(c))
+    return None
+
+
+class Report:
+    def __init__(self):
+        self.steps, self.columns, self.files = {}, [], {}
+        self.scaling, self.updates, self.headline = [], [], None
+        self.refused = 0
+
+    def refuse(self, path, why):
+        print(f"report: {path}: {why}", file=sys.stderr)
+        self.refused += 1
+
+    def add(self, path):
         try:
             with open(path) as f:
                 data = json.load(f)
         except (OSError, ValueError) as e:
-            sys.exit(f"report: cannot read {path}: {e}")
-        key = workload(data.get("config", {}))
-        framework = data.get("framework") or ("reprise" if data.get("tool") == "reprise-bench" else "?")
-        for mode, r in data.get("results", {}).items():
-            column = f"{framework} {mode}"
-            if column not in columns:
-                columns.append(column)
+            if path.endswith(".jsonl"):
+                return self.refuse(path, "JSON Lines (one record per line), not a file this tool "
+                                   "reads: read it as it is")
+            return self.refuse(path, f"cannot read it: {e}")
+        name = os.path.basename(path)
+        if not isinstance(data, dict):
+            return self.refuse(path, "not a JSON object, so not a result this tool writes")
+        if isinstance(data.get("rows"), list) and isinstance(data.get("columns"), dict):
+            self.headline = data  # docs/results/headline.json: plot_headline.py's table.
+            return None
+        if data.get("tool") == "reprise-update-bench" and isinstance(data.get("models"), list):
+            return self.add_updates(path, name, data)
+        if isinstance(data.get("runs"), list) and ("single_ms" in data or "args" in data):
+            return self.add_scaling(path, name, data)
+        if isinstance(data.get("results"), dict) and isinstance(data.get("config"), dict):
+            return self.add_steps(path, name, data)
+        return self.refuse(path, "neither step times, data-parallel scaling nor update paths "
+                           f"(top-level keys: {', '.join(sorted(data)) or 'none'})")
+
+    def add_steps(self, path, name, data):
+        key = workload(data["config"])
+        if key is None:
+            return self.refuse(path, f"unknown model {data['config'].get('model')!r}")
+        key += f" — {gpu_of(data)}"
+        framework = data.get("framework") or (
+            "reprise" if data.get("tool") == "reprise-bench" else data.get("tool", "?"))
+        row = self.steps.setdefault(key, {})
+        variant = " unbatched" if data["config"].get("batch_ensembles") is False else ""
+        if data["config"].get("mirror") not in (None, "off"):
+            variant += f" mirror {data['config']['mirror']}"
+        for mode, r in data["results"].items():
+            column = f"{framework} {mode}{variant}"
             value = r.get("median_ms") if isinstance(r, dict) else None
-            rows.setdefault(key, {})[column] = value if value is not None else r.get("error", "?")
-    if not rows:
-        sys.exit("report: no results in the given files")
-    return rows, columns
+            if value is None:
+                value = r.get("error", "?") if isinstance(r, dict) else str(r)
+            if column in row:  # The same workload measured again: a row of its own.
+                key = f"{key} ({name})"
+                row = self.steps.setdefault(key, {})
+            if column not in self.columns:
+                self.columns.append(column)
+            row[column] = value
+            self.files.setdefault(key, [])
+            if name not in self.files[key]:
+                self.files[key].append(name)
+
+    def add_scaling(self, path, name, data):
+        if "args" in data:  # torch_ddp.py
+            a = data["args"]
+            label = (f"torch DDP, {a.get('model')}-{a.get('depth')} b{a.get('batch')}/GPU"
+                     + precision(a))
+        else:  # reprise-dp-bench records no precision: the file name tells it.
+            label = (f"reprise, {data.get('config')} b{data.get('batch_per_gpu')}/GPU, "
+                     f"{data.get('launcher', '?')} launcher")
+        for r in data["runs"]:
+            if not isinstance(r, dict):
+                return self.refuse(path, "a run that is not a JSON object")
+            mode = f" {r['mode']}" if "mode" in r else ""
+            ms = r.get("step_ms", r.get("median_ms"))
+            self.scaling.append([label + mode, r.get("gpus"), ms, r.get("images_per_s"),
+                                 r.get("efficiency"), r.get("exposed_comm_ms"), name])
+
+    def add_updates(self, path, name, data):
+        for m in data["models"]:
+            for p, r in (m.get("paths") or {}).items():
+                median = lambda k: (r.get(k) or {}).get("median") if isinstance(r, dict) else None
+                self.updates.append([m.get("spec", "?"), p, median("update_us"),
+                                     median("step_us"), median("total_us"), gpu_of(data), name])
 
 
-def workload(c):
-    """The row a result belongs to, named from its configuration: an MLP's depth × width, or a
-    ResNet's depth, image size and layout (reprise records model "resnet"; torch_resnet.py records
-    image_size and precision), with the batch and precision (bf16 or fp16 before TF32: a 16-bit
-    run may also allow TF32 in what stays float32)."""
-    tf32 = bool(c.get("tf32", False)) or c.get("precision") == "tf32"
-    bf16 = bool(c.get("bf16", False)) or c.get("precision") == "bf16"
-    fp16 = bool(c.get("fp16", False)) or c.get("precision") == "fp16"
-    precision = " (bf16)" if bf16 else (" (fp16)" if fp16 else (" (TF32)" if tf32 else ""))
-    if c.get("model") == "resnet" or (c.get("model") != "mlp" and "image_size" in c):
-        layout = str(c.get("layout", "nchw")).upper()
-        return (f"ResNet-{c.get('depth')} {c.get('image_size')}² {layout}, batch {c.get('batch')}"
-                + precision)
-    return f"MLP {c.get('depth')}×{c.get('width')}, batch {c.get('batch')}" + precision
+def cell(v, digits=3):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
 
 
-def table(rows, columns):
-    lines = ["| workload | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, values in sorted(rows.items()):
-        cells = []
-        for column in columns:
-            v = values.get(column)
-            cells.append("" if v is None else (f"{v:.3f}" if isinstance(v, (int, float)) else str(v)))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+def markdown(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines)
+
+
+def tables(rep):
+    out = []
+    if rep.headline:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import plot_headline
+        errors = plot_headline.check(rep.headline)
+        for e in errors:
+            print(f"report: headline: {e}", file=sys.stderr)
+        rep.refused += len(errors)
+        if not errors:
+            out.append("Headline (docs/results/headline.json):\n\n"
+                       + plot_headline.markdown(rep.headline)[0])
+    if rep.steps:
+        out.append("ms per training step (median):\n\n" + markdown(
+            ["workload — GPU"] + rep.columns + ["files"],
+            [[k] + [cell(rep.steps[k].get(c)) for c in rep.columns] + [", ".join(rep.files[k])]
+             for k in sorted(rep.steps)]))
+    if rep.scaling:
+        out.append("Data-parallel scaling (efficiency against the same framework's 1-GPU step):"
+                   "\n\n" + markdown(
+                       ["run", "GPUs", "ms per step", "images/s", "efficiency",
+                        "exposed communication ms", "file"],
+                       [[r[0], cell(r[1]), cell(r[2], 2), cell(r[3], 0),
+                         "" if r[4] is None else f"{100 * r[4]:.1f}%", cell(r[5], 2), r[6]]
+                        for r in rep.scaling]))
+    if rep.updates:
+        out.append("Host µs per change between replays (median):\n\n" + markdown(
+            ["model", "path", "update µs", "Step() µs", "total µs", "GPU", "file"],
+            [[r[0], r[1], cell(r[2], 2), cell(r[3], 2), cell(r[4], 2), r[5], r[6]]
+             for r in rep.updates]))
+    return "\n\n".join(out)
 
 
 def plot(rows, columns, path):
@@ -64,19 +192,21 @@ def plot(rows, columns, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("report: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
+        print("report: --plot needs matplotlib (pip install -r tools/bench/requirements.txt)",
+              file=sys.stderr)
         return 2
     keys = sorted(rows)
-    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(columns)), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(columns)), 4 + 0.2 * len(keys)))
     width = 0.8 / max(1, len(keys))
     for i, key in enumerate(keys):
-        values = [rows[key].get(c) if isinstance(rows[key].get(c), (int, float)) else 0 for c in columns]
+        values = [rows[key].get(c) if isinstance(rows[key].get(c), (int, float)) else 0
+                  for c in columns]
         ax.bar([x + i * width for x in range(len(columns))], values, width, label=key)
     ax.set_xticks([x + width * (len(keys) - 1) / 2 for x in range(len(columns))])
     ax.set_xticklabels(columns, rotation=30, ha="right")
     ax.set_ylabel("ms per training step")
     ax.set_yscale("log")
-    ax.legend()
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path)
     return 0
@@ -85,11 +215,23 @@ def plot(rows, columns, path):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="+")
-    p.add_argument("--plot", help="write a PNG bar chart here")
+    p.add_argument("--plot", help="write a PNG bar chart of the step times here")
     a = p.parse_args()
-    rows, columns = load(a.files)
-    print(table(rows, columns))
-    return plot(rows, columns, a.plot) if a.plot else 0
+    rep = Report()
+    for path in a.files:
+        rep.add(path)
+    text = tables(rep)
+    if not text:
+        print("report: no results in the given files", file=sys.stderr)
+        return 1
+    print(text)
+    status = 1 if rep.refused else 0
+    if a.plot:
+        if not rep.steps:
+            print("report: --plot: no step times to draw", file=sys.stderr)
+            return 1
+        status = plot(rep.steps, rep.columns, a.plot) or status
+    return status
 
 
 if __name__ == "__main__":
