@@ -43,7 +43,9 @@ std::string ShardBytes(int32_t magic, int32_t version, int32_t count,
   header[2] = count;
   std::string bytes(header.size() * 4 + tokens.size() * 2, '\0');
   std::memcpy(bytes.data(), header.data(), header.size() * 4);
-  std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+  if (!tokens.empty()) {
+    std::memcpy(bytes.data() + header.size() * 4, tokens.data(), tokens.size() * 2);
+  }
   return bytes;
 }
 
