@@ -3,6 +3,7 @@
 #define REPRISE_INCLUDE_REPRISE_REPRISE_H_
 
 #include "reprise/bucketed_trainer.h"
+#include "reprise/data.h"
 #include "reprise/data_parallel.h"
 #include "reprise/graph.h"
 #include "reprise/local_data_parallel.h"
