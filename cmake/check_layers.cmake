@@ -1,12 +1,13 @@
 # The include rule of the library's layers (CMakeLists.txt, REPRISE_LAYERS: name=folder, lowest
 # first): a source of a layer may include headers of its own layer and of the layers before it,
 # never of one after it. Public headers (include/reprise) count as the layer that implements
-# them: the vocabulary types below as ir, which everything may use; the rest (trainer.h, nn.h,
-# models.h, ...) as api.
+# them: the vocabulary types below as ir, which everything may use; those named in _public_layers
+# as that layer; the rest (trainer.h, nn.h, models.h, ...) as api.
 # Run as: cmake -DROOT=<source dir> -DLAYERS=util=src/util,ir=src/ir,... -P check_layers.cmake
 cmake_minimum_required(VERSION 3.24)
 set(_vocabulary tensor.h graph.h optimizer.h data_parallel.h mirror_options.h channels_last.h
     status_macros.h)
+set(_public_layers data.h=data)
 string(REPLACE "," ";" LAYERS "${LAYERS}")
 set(_names "")
 set(_folders "")
@@ -23,12 +24,17 @@ endforeach()
 function(layer_of path out)
   set(${out} -1 PARENT_SCOPE)
   if(path MATCHES "^reprise/(.*)$")
-    list(FIND _vocabulary "${CMAKE_MATCH_1}" _found)
-    if(_found GREATER -1)
-      list(FIND _names ir _index)
-    else()
-      list(FIND _names api _index)
+    set(_header "${CMAKE_MATCH_1}")
+    set(_layer api)
+    if(_header IN_LIST _vocabulary)
+      set(_layer ir)
     endif()
+    foreach(_entry IN LISTS _public_layers)
+      if(_entry MATCHES "^${_header}=(.*)$")
+        set(_layer ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    list(FIND _names ${_layer} _index)
     set(${out} ${_index} PARENT_SCOPE)
     return()
   endif()
