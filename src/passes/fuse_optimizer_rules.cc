@@ -9,6 +9,7 @@
 #include "src/codegen/fused_kernels.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/cast.h"
+#include "src/ops/lr_schedule.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
