@@ -25,6 +25,7 @@
 #include "reprise/data_parallel.h"
 #include "reprise/graph.h"
 #include "reprise/optimizer.h"
+#include "reprise/progress.h"
 
 namespace reprise {
 
@@ -178,6 +179,8 @@ struct TrainOptions {
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
+  // Kernel compilation progress during Create (reprise/progress.h); empty: no reports.
+  CompileProgressCallback on_compile_progress;
 };
 
 // Counters that make the engine's behaviour visible: nothing it does is silent.
