@@ -4,9 +4,9 @@
 # --version, a bad value and a stray argument gets their names from the same list, and builds
 # after them.
 add_library(reprise_cli STATIC ${PROJECT_SOURCE_DIR}/tools/cli.cc)
-target_include_directories(reprise_cli PUBLIC ${PROJECT_SOURCE_DIR})
+target_include_directories(reprise_cli PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 target_link_libraries(reprise_cli PUBLIC absl::flags absl::flags_parse absl::flags_usage
-                      absl::flags_reflection absl::status absl::strings)
+                      absl::flags_reflection absl::status absl::strings absl::synchronization)
 # Only this one file sees the version and build type, so changing them recompiles one file.
 # $<CONFIG> is the build type this binary was really built as (multi-config generators too).
 target_compile_definitions(reprise_cli PRIVATE

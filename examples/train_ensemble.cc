@@ -127,13 +127,11 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   namespace cli = reprise::cli;
   cli::ParseCommandLine(argc, argv, kProgram);
-  cli::CheckFlags(kProgram, {cli::AtLeast("models", FLAGS_models, 1),
-                             cli::AtLeast("steps", FLAGS_steps, 1),
-                             cli::AtLeast("batch", FLAGS_batch, 1),
-                             cli::AtLeast("depth", FLAGS_depth, 0),
-                             cli::AtLeast("width", FLAGS_width, 1),
-                             cli::AtLeast("classes", FLAGS_classes, 2),
-                             cli::AtLeast("print_every", FLAGS_print_every, 1)});
+  cli::CheckFlags(kProgram,
+                  {cli::AtLeast("models", FLAGS_models, 1), cli::AtLeast("steps", FLAGS_steps, 1),
+                   cli::AtLeast("batch", FLAGS_batch, 1), cli::AtLeast("depth", FLAGS_depth, 0),
+                   cli::AtLeast("width", FLAGS_width, 1), cli::AtLeast("classes", FLAGS_classes, 2),
+                   cli::AtLeast("print_every", FLAGS_print_every, 1)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr,

@@ -128,13 +128,12 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   namespace cli = reprise::cli;
   cli::ParseCommandLine(argc, argv, kProgram);
-  cli::CheckFlags(kProgram, {cli::AtLeast("steps", FLAGS_steps, 1),
-                             cli::AtLeast("batch", FLAGS_batch, 1),
-                             cli::AtLeast("depth", FLAGS_depth, 0),
-                             cli::AtLeast("width", FLAGS_width, 1),
-                             cli::AtLeast("classes", FLAGS_classes, 2),
-                             cli::AtLeast("print_every", FLAGS_print_every, 1),
-                             cli::AtLeast("verify", FLAGS_verify, 0)});
+  cli::CheckFlags(
+      kProgram,
+      {cli::AtLeast("steps", FLAGS_steps, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("depth", FLAGS_depth, 0), cli::AtLeast("width", FLAGS_width, 1),
+       cli::AtLeast("classes", FLAGS_classes, 2), cli::AtLeast("print_every", FLAGS_print_every, 1),
+       cli::AtLeast("verify", FLAGS_verify, 0)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr,

@@ -230,16 +230,15 @@ absl::Status Train() {
 int main(int argc, char** argv) {
   namespace cli = reprise::cli;
   cli::ParseCommandLine(argc, argv, kProgram);
-  cli::CheckFlags(kProgram, {cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152}),
-                             cli::AtLeast("steps", FLAGS_steps, 1),
-                             cli::AtLeast("batch", FLAGS_batch, 1),
-                             cli::AtLeast("image_size", FLAGS_image_size, 32),
-                             cli::AtLeast("classes", FLAGS_classes, 2),
-                             cli::NonNegative("noise", absl::GetFlag(FLAGS_noise)),
-                             cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
-                             cli::AtLeast("print_every", FLAGS_print_every, 1),
-                             cli::AtLeast("verify", FLAGS_verify, 0),
-                             cli::AtLeast("timed_steps", FLAGS_timed_steps, 1)});
+  cli::CheckFlags(
+      kProgram,
+      {cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152}),
+       cli::AtLeast("steps", FLAGS_steps, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("image_size", FLAGS_image_size, 32), cli::AtLeast("classes", FLAGS_classes, 2),
+       cli::NonNegative("noise", absl::GetFlag(FLAGS_noise)),
+       cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
+       cli::AtLeast("print_every", FLAGS_print_every, 1), cli::AtLeast("verify", FLAGS_verify, 0),
+       cli::AtLeast("timed_steps", FLAGS_timed_steps, 1)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr, "train_resnet: no CUDA device visible; it needs an NVIDIA GPU\n");

@@ -80,8 +80,9 @@ std::string HelpText(const Program& program) {
             [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
   std::string text = absl::StrCat("usage: ", program.name, " ", program.usage, "\n\nflags:\n");
   for (const absl::CommandLineFlag* flag : flags) {
-    absl::StrAppend(&text, "  --", flag->Name(), "  ", flag->Help(), " (default: ",
-                    flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(), ")\n");
+    absl::StrAppend(&text, "  --", flag->Name(), "  ", flag->Help(),
+                    " (default: ", flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(),
+                    ")\n");
   }
   absl::StrAppend(&text,
                   "  --help, -h  this text\n"
@@ -148,8 +149,7 @@ absl::Status AtLeast(absl::string_view flag, int64_t value, int64_t min) {
 
 absl::Status NonNegative(absl::string_view flag, double value) {
   if (value >= 0) return absl::OkStatus();  // NaN fails too.
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, " must be 0 or more, not ", value));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be 0 or more, not ", value));
 }
 
 absl::Status OneOf(absl::string_view flag, absl::string_view value,
@@ -157,17 +157,16 @@ absl::Status OneOf(absl::string_view flag, absl::string_view value,
   for (absl::string_view choice : choices) {
     if (value == choice) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ",
-                                                 absl::StrJoin(choices, ", "), ", not '", value,
-                                                 "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", absl::StrJoin(choices, ", "), ", not '", value, "'"));
 }
 
 absl::Status OneOf(absl::string_view flag, int64_t value, std::initializer_list<int64_t> choices) {
   for (int64_t choice : choices) {
     if (value == choice) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ",
-                                                 absl::StrJoin(choices, ", "), ", not ", value));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", absl::StrJoin(choices, ", "), ", not ", value));
 }
 
 CompileProgressCallback CompileProgressPrinter(absl::string_view name) {
@@ -175,7 +174,7 @@ CompileProgressCallback CompileProgressPrinter(absl::string_view name) {
     absl::Mutex mu;
     std::string name;
     bool terminal = isatty(STDERR_FILENO) == 1;
-    bool open_line = false;      // A terminal line written in place, not yet ended.
+    bool open_line = false;       // A terminal line written in place, not yet ended.
     double last_printed_s = -10;  // When the last line was printed (not on a terminal).
   };
   auto state = std::make_shared<State>();

@@ -174,23 +174,23 @@ absl::Status CheckBenchFlags() {
   return absl::OkStatus();
 }
 
-// TimeSteps(steps) in chunks, saying on stderr how far it got once a mode has been timed for
-// more than a few seconds (a ResNet-152 row of 500 steps runs for minutes).
+// TimeSteps(steps), in chunks of about five seconds when the steps would take longer than ten in
+// all (`step_s` estimates one step), saying on stderr how far it got after each chunk. Each chunk
+// starts on an idle device, so its first step's time includes the host's launch: short runs stay
+// one chunk, and in a long one (steps of many ms) that launch is a negligible part of a step.
 absl::StatusOr<std::vector<float>> TimeStepsShowingProgress(reprise::Trainer& trainer, int steps,
-                                                            absl::string_view what) {
+                                                            double step_s, absl::string_view what) {
+  if (steps * step_s < 10) return trainer.TimeSteps(steps);
+  const int chunk = std::max(1, static_cast<int>(5 / step_s));
   const absl::Time start = absl::Now();
-  absl::Time last_report = start;
   std::vector<float> ms;
   while (static_cast<int>(ms.size()) < steps) {
-    const int chunk = std::min(50, steps - static_cast<int>(ms.size()));
-    ASSIGN_OR_RETURN(std::vector<float> part, trainer.TimeSteps(chunk));
+    ASSIGN_OR_RETURN(std::vector<float> part,
+                     trainer.TimeSteps(std::min(chunk, steps - static_cast<int>(ms.size()))));
     ms.insert(ms.end(), part.begin(), part.end());
-    if (absl::Now() - last_report > absl::Seconds(5)) {
-      last_report = absl::Now();
-      std::fprintf(stderr, "reprise-bench: %.*s: %zu/%d steps (%.0f s)\n",
-                   static_cast<int>(what.size()), what.data(), ms.size(), steps,
-                   absl::ToDoubleSeconds(last_report - start));
-    }
+    std::fprintf(stderr, "reprise-bench: %.*s: %zu/%d steps (%.0f s)\n",
+                 static_cast<int>(what.size()), what.data(), ms.size(), steps,
+                 absl::ToDoubleSeconds(absl::Now() - start));
   }
   return ms;
 }
@@ -464,12 +464,13 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   const auto [x, y] = RandomInputs(model, batch);
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
                    FeedInputs(*trainer, model, x, y));
-  const std::string what =
-      absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion));
-  RETURN_IF_ERROR(
-      TimeStepsShowingProgress(*trainer, absl::GetFlag(FLAGS_warmup), what + " warm-up").status());
+  // The warm-up's steps estimate the timed ones, which report progress when they run long.
+  ASSIGN_OR_RETURN(const std::vector<float> warmup_ms,
+                   trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)));
   ASSIGN_OR_RETURN(std::vector<float> ms,
-                   TimeStepsShowingProgress(*trainer, absl::GetFlag(FLAGS_iters), what));
+                   TimeStepsShowingProgress(
+                       *trainer, absl::GetFlag(FLAGS_iters), Percentile(warmup_ms, 0.5) / 1000,
+                       absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
   // back to back would soon find the device's launch queue full and wait for the steps ahead of
   // them, which is device time (a ResNet-50 row once read 14 ms of "host" time per step).

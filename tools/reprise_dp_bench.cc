@@ -243,18 +243,18 @@ int main(int argc, char** argv) {
   namespace cli = reprise::cli;
   cli::ParseCommandLine(argc, argv, kProgram);
   const bool resnet = absl::GetFlag(FLAGS_model) == "resnet";
-  cli::CheckFlags(kProgram,
-                  {cli::OneOf("model", FLAGS_model, {"mlp", "resnet"}),
-                   resnet ? cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152})
-                          : cli::AtLeast("depth", FLAGS_depth, 0),
-                   cli::AtLeast("width", FLAGS_width, 1), cli::AtLeast("batch", FLAGS_batch, 1),
-                   cli::AtLeast("classes", FLAGS_classes, 2),
-                   cli::AtLeast("image_size", FLAGS_image_size, 32),
-                   cli::AtLeast("gpus", FLAGS_gpus, 0), cli::AtLeast("iters", FLAGS_iters, 1),
-                   cli::AtLeast("warmup", FLAGS_warmup, 0), cli::InRange("lanes", FLAGS_lanes, 0, 4),
-                   absl::GetFlag(FLAGS_bucket_mb) > 0
-                       ? absl::OkStatus()
-                       : absl::InvalidArgumentError("--bucket_mb must be positive"),
-                   cli::OneOf("launcher", FLAGS_launcher, {"local", "mpi"})});
+  cli::CheckFlags(
+      kProgram,
+      {cli::OneOf("model", FLAGS_model, {"mlp", "resnet"}),
+       resnet ? cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152})
+              : cli::AtLeast("depth", FLAGS_depth, 0),
+       cli::AtLeast("width", FLAGS_width, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("classes", FLAGS_classes, 2), cli::AtLeast("image_size", FLAGS_image_size, 32),
+       cli::AtLeast("gpus", FLAGS_gpus, 0), cli::AtLeast("iters", FLAGS_iters, 1),
+       cli::AtLeast("warmup", FLAGS_warmup, 0), cli::InRange("lanes", FLAGS_lanes, 0, 4),
+       absl::GetFlag(FLAGS_bucket_mb) > 0
+           ? absl::OkStatus()
+           : absl::InvalidArgumentError("--bucket_mb must be positive"),
+       cli::OneOf("launcher", FLAGS_launcher, {"local", "mpi"})});
   return cli::Finish(kProgram, Main());
 }

@@ -99,9 +99,8 @@ reprise::DumpRequest RequestFromFlags() {
 absl::Status CheckRequest(const reprise::DumpRequest& request) {
   namespace cli = reprise::cli;
   const std::string format = request.format;
-  for (const absl::Status& check :
-       {cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
-        cli::AtLeast("max_nodes", FLAGS_max_nodes, -1)}) {
+  for (const absl::Status& check : {cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
+                                    cli::AtLeast("max_nodes", FLAGS_max_nodes, -1)}) {
     RETURN_IF_ERROR(check);
   }
   const bool drawn = format == "dot" || format == "svg";
@@ -153,9 +152,9 @@ absl::StatusOr<std::string> Drawn(reprise::DumpRequest request) {
         ": --stage plan draws the same launches collapsed into blocks, --format json or html "
         "lists every node, and --max_nodes 0 draws them all (Graphviz may take many minutes)"));
   }
-  ASSIGN_OR_RETURN(const reprise::tools::DotView view,
-                   reprise::tools::DotFromDumpJson(json, {.max_nodes = max_nodes,
-                                                          .filter = filter}));
+  ASSIGN_OR_RETURN(
+      const reprise::tools::DotView view,
+      reprise::tools::DotFromDumpJson(json, {.max_nodes = max_nodes, .filter = filter}));
   if (!view.note.empty()) std::fprintf(stderr, "reprise-dump: %s\n", view.note.c_str());
   if (!svg) return view.dot;
   return reprise::util::RenderSvg(view.dot);
@@ -167,10 +166,10 @@ absl::StatusOr<std::string> Dump(reprise::DumpRequest request) {
   request.format = "json";
   ASSIGN_OR_RETURN(const std::string json, reprise::DumpModel(request));
   return reprise::tools::HtmlFromDumpJson(
-      json, absl::StrCat("reprise-dump: ", request.model, " ",
-                         request.model == "resnet" ? "ResNet-" : "depth ",
-                         absl::GetFlag(FLAGS_depth), ", batch ", absl::GetFlag(FLAGS_batch),
-                         ", stage ", request.stage));
+      json,
+      absl::StrCat("reprise-dump: ", request.model, " ",
+                   request.model == "resnet" ? "ResNet-" : "depth ", absl::GetFlag(FLAGS_depth),
+                   ", batch ", absl::GetFlag(FLAGS_batch), ", stage ", request.stage));
 }
 
 }  // namespace

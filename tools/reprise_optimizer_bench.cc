@@ -154,10 +154,10 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   namespace cli = reprise::cli;
   cli::ParseCommandLine(argc, argv, kProgram);
-  cli::CheckFlags(kProgram, {cli::AtLeast("iters", FLAGS_iters, 1),
-                             cli::AtLeast("warmup", FLAGS_warmup, 0),
-                             cli::InRange("copy_mib", FLAGS_copy_mib, 1, 1 << 20),
-                             cli::AtLeast("mlp_depth", FLAGS_mlp_depth, 0),
-                             cli::AtLeast("mlp_width", FLAGS_mlp_width, 1), CheckModels()});
+  cli::CheckFlags(kProgram,
+                  {cli::AtLeast("iters", FLAGS_iters, 1), cli::AtLeast("warmup", FLAGS_warmup, 0),
+                   cli::InRange("copy_mib", FLAGS_copy_mib, 1, 1 << 20),
+                   cli::AtLeast("mlp_depth", FLAGS_mlp_depth, 0),
+                   cli::AtLeast("mlp_width", FLAGS_mlp_width, 1), CheckModels()});
   return cli::Finish(kProgram, Main());
 }

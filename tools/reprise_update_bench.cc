@@ -57,15 +57,15 @@ constexpr reprise::cli::Program kProgram = {
 
 absl::StatusOr<reprise::tools::UpdateBenchConfig> ParseFlags() {
   return reprise::tools::ParseUpdateBenchFlags({
-                       .models = absl::GetFlag(FLAGS_models),
-                       .paths = absl::GetFlag(FLAGS_paths),
-                       .reps = absl::GetFlag(FLAGS_reps),
-                       .recapture_reps = absl::GetFlag(FLAGS_recapture_reps),
-                       .warmup = absl::GetFlag(FLAGS_warmup),
-                       .device_steps = absl::GetFlag(FLAGS_device_steps),
-                       .lanes = absl::GetFlag(FLAGS_lanes),
-                       .device_launch = absl::GetFlag(FLAGS_device_launch),
-                   });
+      .models = absl::GetFlag(FLAGS_models),
+      .paths = absl::GetFlag(FLAGS_paths),
+      .reps = absl::GetFlag(FLAGS_reps),
+      .recapture_reps = absl::GetFlag(FLAGS_recapture_reps),
+      .warmup = absl::GetFlag(FLAGS_warmup),
+      .device_steps = absl::GetFlag(FLAGS_device_steps),
+      .lanes = absl::GetFlag(FLAGS_lanes),
+      .device_launch = absl::GetFlag(FLAGS_device_launch),
+  });
 }
 
 absl::Status Main(const reprise::tools::UpdateBenchConfig& config) {

@@ -143,7 +143,8 @@ absl::Status Stats(const std::string& dir, int64_t cap, std::string& out) {
   bool missing = false;
   absl::StatusOr<runtime::CacheListing> listing = ListOrEmpty(dir, missing);
   if (!listing.ok()) return listing.status();
-  absl::StrAppendFormat(&out, "folder           %s%s\n", dir, missing ? " (does not exist yet)" : "");
+  absl::StrAppendFormat(&out, "folder           %s%s\n", dir,
+                        missing ? " (does not exist yet)" : "");
   absl::StrAppendFormat(&out, "entries          %d\n", listing->entries.size());
   absl::StrAppendFormat(&out, "bytes            %d (%s)\n", listing->entry_bytes,
                         HumanBytes(listing->entry_bytes));

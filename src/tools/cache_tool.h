@@ -24,8 +24,8 @@ struct CacheToolResult {
   // 0 on success; 2 for a usage error (unknown command or flag, missing or bad value); 1 for any
   // other error, a bad entry found by verify included.
   int exit_code = 0;
-  std::string out;    // For stdout.
-  std::string err;    // For stderr: "reprise-cache: <what is wrong>".
+  std::string out;  // For stdout.
+  std::string err;  // For stderr: "reprise-cache: <what is wrong>".
 };
 
 // `args` are the command line without the program's name; `now` dates stale temporary files.

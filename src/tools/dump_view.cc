@@ -96,8 +96,8 @@ std::string FullDot(const std::vector<Node>& nodes, const std::vector<bool>& sel
     const Node& n = nodes[i];
     if (selected[i]) {
       ++drawn;
-      absl::StrAppend(&dot, "  n", i, " [label=", passes::DotQuote(absl::StrCat(n.name, "\n", n.op,
-                                                                                  "\n", n.shape)),
+      absl::StrAppend(&dot, "  n", i,
+                      " [label=", passes::DotQuote(absl::StrCat(n.name, "\n", n.op, "\n", n.shape)),
                       IsLeaf(n.op) ? ", shape=ellipse" : "", "];\n");
     } else if (boundary[i]) {
       absl::StrAppend(&dot, "  n", i, " [label=", passes::DotQuote(n.name),
@@ -188,9 +188,9 @@ absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOpt
       count += selected[i];
     }
     if (count == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--filter '", options.filter, "' matches none of the ", nodes.size(),
-          " node names (a block's name is a prefix such as layer3.2, fc0 or conv1)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--filter '", options.filter, "' matches none of the ", nodes.size(),
+                       " node names (a block's name is a prefix such as layer3.2, fc0 or conv1)"));
     }
   }
   if (options.max_nodes <= 0 || count <= options.max_nodes) {
@@ -201,8 +201,8 @@ absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOpt
   int max_level = 1;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (selected[i]) {
-      max_level = std::max<int>(max_level, std::count(nodes[i].name.begin(), nodes[i].name.end(),
-                                                      '.'));
+      max_level =
+          std::max<int>(max_level, std::count(nodes[i].name.begin(), nodes[i].name.end(), '.'));
     }
   }
   const auto groups_at = [&](int level) {
@@ -240,8 +240,8 @@ absl::StatusOr<std::string> HtmlFromDumpJson(absl::string_view json, absl::strin
   // Inside <script>, "</" could end the element; in JSON it can only occur inside a string,
   // where "<\/" means the same.
   const std::string safe_json = absl::StrReplaceAll(json, {{"</", "<\\/"}});
-  const std::string safe_title = absl::StrReplaceAll(
-      title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}});
+  const std::string safe_title =
+      absl::StrReplaceAll(title, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}});
   return absl::StrCat(kDumpHtmlHead, "<title>", safe_title, "</title>\n", kDumpHtmlStyle,
                       "</head>\n<body>\n<h1>", safe_title, "</h1>\n", kDumpHtmlBody,
                       "<script type=\"application/json\" id=\"dump\">", safe_json, "</script>\n",

@@ -118,8 +118,7 @@ TEST(DumpViewTest, TooManyGroupsIsRefusedSayingHowToGetASmallerView) {
 }
 
 TEST(DumpViewTest, NotADumpIsRefused) {
-  EXPECT_EQ(DotFromDumpJson("{\"a\": 1}", {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DotFromDumpJson("{\"a\": 1}", {}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(HtmlFromDumpJson("[1, 2", "x").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -154,9 +153,9 @@ TEST(DumpViewTest, ReprisedumpDrawsResNet50AsSvgWithinAMinute) {
   if (util::FindDotProgram().empty()) GTEST_SKIP() << "Graphviz 'dot' is not installed";
   const std::filesystem::path tool = SelfDirectory() / "reprise-dump";
   ASSERT_TRUE(std::filesystem::exists(tool)) << "cmake/cli.cmake builds it before this test";
-  const std::string base = (std::filesystem::temp_directory_path() /
-                            absl::StrCat("reprise_dump_view_", getpid()))
-                               .string();
+  const std::string base =
+      (std::filesystem::temp_directory_path() / absl::StrCat("reprise_dump_view_", getpid()))
+          .string();
   const std::string command = absl::StrCat(
       "timeout 120 '", tool.string(), "' --model resnet --depth 50 --stage training --format svg",
       " -o '", base, ".svg' 2>'", base, ".err'");

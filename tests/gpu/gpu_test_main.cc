@@ -57,7 +57,8 @@ std::string SummaryLine(const ::testing::UnitTest& unit, const std::string& no_g
   for (const auto& [message, count] : reasons) why.push_back(absl::StrCat(count, "x ", message));
   std::string line = absl::StrCat("GPU tests: ", ran, " ran, ", skipped, " skipped");
   if (skipped > 0) absl::StrAppend(&line, " (", absl::StrJoin(why, "; "), ")");
-  if (unit.failed_test_count() > 0) absl::StrAppend(&line, ", ", unit.failed_test_count(), " FAILED");
+  if (unit.failed_test_count() > 0)
+    absl::StrAppend(&line, ", ", unit.failed_test_count(), " FAILED");
   if (!no_gpu.empty() && unit.Passed()) absl::StrAppend(&line, "; CPU-only run");
   return line;
 }
@@ -70,8 +71,7 @@ int main(int argc, char** argv) {
   const int status = RUN_ALL_TESTS();
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
   if (GTEST_FLAG_GET(list_tests)) return status;  // Nothing ran: no summary.
-  const std::string line =
-      reprise::testing::SummaryLine(unit, reprise::testing::NoGpuReason());
+  const std::string line = reprise::testing::SummaryLine(unit, reprise::testing::NoGpuReason());
   std::printf("%s\n", line.c_str());
   if (const char* path = std::getenv("REPRISE_TEST_SUMMARY"); path != nullptr && *path != '\0') {
     if (std::FILE* file = std::fopen(path, "w"); file != nullptr) {
