@@ -25,10 +25,46 @@ using util::JsonValue;
 struct Node {
   std::string name, op, shape;
   std::vector<int64_t> inputs, control_inputs;
+  // Computed from the loss (the backward pass and the update): drawn apart from the forward
+  // nodes of the same block, which keeps the collapsed graph free of cycles that make Graphviz
+  // slow (a block's forward feeds the loss, whose gradient flows back into the block).
+  bool backward = false;
 };
 
 bool IsLeaf(const std::string& op) {
   return op == "input" || op == "parameter" || op == "state" || op == "constant";
+}
+
+// Marks every node that is neither a leaf nor on the way to the loss: the backward pass and the
+// update (they start from the loss's seed gradient, a constant, not from the loss node itself).
+// Nothing is marked when the dump names no loss.
+void MarkBackward(const JsonValue& root, std::vector<Node>& nodes) {
+  const JsonValue* loss = root.Find("loss");
+  const JsonValue* id = loss == nullptr ? nullptr : loss->Find("node");
+  if (id == nullptr || !id->is_integer() || id->integer() < 0 ||
+      id->integer() >= static_cast<int64_t>(nodes.size())) {
+    return;
+  }
+  std::vector<bool> forward(nodes.size(), false);
+  std::vector<int64_t> stack = {id->integer()};
+  while (!stack.empty()) {
+    const int64_t n = stack.back();
+    stack.pop_back();
+    if (forward[n]) continue;
+    forward[n] = true;
+    for (int64_t in : nodes[n].inputs) stack.push_back(in);
+    for (int64_t in : nodes[n].control_inputs) stack.push_back(in);
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    nodes[i].backward = !forward[i] && !IsLeaf(nodes[i].op);
+  }
+}
+
+// The box a node is drawn in when collapsed at `level`.
+std::string GroupKey(const Node& node, int level) {
+  std::string key = GroupOf(node.name, level);
+  if (node.backward) key += " (backward)";
+  return key;
 }
 
 absl::Status NotADump(absl::string_view why) {
@@ -120,7 +156,7 @@ std::string CollapsedDot(const std::vector<Node>& nodes, const std::vector<bool>
                          int level, int64_t& drawn) {
   std::map<std::string, std::vector<size_t>> groups;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (selected[i]) groups[GroupOf(nodes[i].name, level)].push_back(i);
+    if (selected[i]) groups[GroupKey(nodes[i], level)].push_back(i);
   }
   absl::flat_hash_map<std::string, int> index;
   std::string dot =
@@ -149,10 +185,10 @@ std::string CollapsedDot(const std::vector<Node>& nodes, const std::vector<bool>
   std::map<std::pair<int, int>, int> edges;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!selected[i]) continue;
-    const int to = index[GroupOf(nodes[i].name, level)];
+    const int to = index[GroupKey(nodes[i], level)];
     for (int64_t in : nodes[i].inputs) {
       if (!selected[in]) continue;
-      const int from = index[GroupOf(nodes[in].name, level)];
+      const int from = index[GroupKey(nodes[in], level)];
       if (from != to) ++edges[{from, to}];
     }
   }
@@ -176,7 +212,8 @@ std::string GroupOf(absl::string_view name, int level) {
 
 absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOptions& options) {
   ASSIGN_OR_RETURN(const JsonValue root, util::ParseJson(json));
-  ASSIGN_OR_RETURN(const std::vector<Node> nodes, ReadNodes(root));
+  ASSIGN_OR_RETURN(std::vector<Node> nodes, ReadNodes(root));
+  MarkBackward(root, nodes);
   DotView view;
   view.graph_nodes = static_cast<int64_t>(nodes.size());
   std::vector<bool> selected(nodes.size(), true);
@@ -208,13 +245,13 @@ absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOpt
   const auto groups_at = [&](int level) {
     absl::flat_hash_set<std::string> groups;
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (selected[i]) groups.insert(GroupOf(nodes[i].name, level));
+      if (selected[i]) groups.insert(GroupKey(nodes[i], level));
     }
     return static_cast<int64_t>(groups.size());
   };
   int level = 0;
   for (int l = 1; l <= max_level; ++l) {
-    if (groups_at(l) > options.max_nodes) break;
+    if (groups_at(l) > std::min(options.max_nodes, kMaxGroups)) break;
     level = l;
   }
   const std::string smaller =
@@ -224,7 +261,8 @@ absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOpt
   if (level == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         count, " nodes are more than --max_nodes ", options.max_nodes,
-        ", and so are their groups by top-level name (", groups_at(1), "): ", smaller));
+        ", and so are their groups by top-level name (", groups_at(1), ", at most ",
+        std::min(options.max_nodes, kMaxGroups), " drawn): ", smaller));
   }
   view.collapse_level = level;
   view.dot = CollapsedDot(nodes, selected, level, view.drawn_nodes);

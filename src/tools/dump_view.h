@@ -1,7 +1,8 @@
 // Views of large graph dumps that stay usable. Graphviz lays out a ResNet-50 training graph (about
 // 2,000 nodes) for longer than anyone waits, so reprise-dump draws a graph above a node count as
 // one box per block: nodes are grouped by the leading parts of their dotted names ("layer3.2.conv1"
-// -> "layer3.2"), at the deepest level that fits, with one edge per pair of connected groups.
+// -> "layer3.2"), at the deepest level that fits, with one edge per pair of connected groups; the
+// backward pass and the update are drawn apart from the forward nodes of the same block.
 // --filter draws only the nodes whose names contain a text, in full. The HTML view is one
 // self-contained file (no script fetched from anywhere) that lists every node by group, with a
 // search box and links from each node to its inputs and consumers.
@@ -20,6 +21,11 @@
 #include "absl/strings/string_view.h"
 
 namespace reprise::tools {
+
+// A collapsed graph has at most this many boxes (or max_nodes, if fewer): with more, the edges
+// between blocks cross so often that Graphviz takes minutes again (ResNet-50's plan at 289
+// boxes ran past a minute; at 63 it takes seconds).
+inline constexpr int64_t kMaxGroups = 80;
 
 struct DotViewOptions {
   // Above this many nodes (after the filter) the graph is collapsed into groups; 0: never.

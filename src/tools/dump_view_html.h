@@ -10,7 +10,7 @@ namespace reprise::tools {
 inline constexpr const char kDumpHtmlHead[] =
     "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
 
-inline constexpr const char kDumpHtmlStyle[] = R"(<style>
+inline constexpr const char kDumpHtmlStyle[] = R"html(<style>
 body { font: 14px sans-serif; margin: 0 1em; }
 #main { display: flex; gap: 1em; align-items: flex-start; }
 #list { flex: 1; max-height: 85vh; overflow: auto; border: 1px solid #ccc; padding: .5em; }
@@ -22,14 +22,14 @@ a.sel { background: #ffe9a8; }
 .op { color: #666; } .fused { color: #b35c00; }
 table { border-collapse: collapse; } td { padding: 1px 6px; vertical-align: top; }
 </style>
-)";
+)html";
 
-inline constexpr const char kDumpHtmlBody[] = R"(<p id="summary"></p>
+inline constexpr const char kDumpHtmlBody[] = R"html(<p id="summary"></p>
 <input id="q" placeholder="filter by name or op (e.g. layer3.2 or conv)" autofocus>
 <div id="main"><div id="list"></div><div id="detail">Click a node.</div></div>
-)";
+)html";
 
-inline constexpr const char kDumpHtmlScript[] = R"(<script>
+inline constexpr const char kDumpHtmlScript[] = R"html(<script>
 "use strict";
 const dump = JSON.parse(document.getElementById("dump").textContent);
 const nodes = dump.nodes || [];
@@ -90,7 +90,7 @@ document.addEventListener("click", e => {
 document.getElementById("q").addEventListener("input", e => render(e.target.value.trim()));
 render("");
 </script>
-)";
+)html";
 
 }  // namespace reprise::tools
 
