@@ -259,10 +259,10 @@ absl::StatusOr<DotView> DotFromDumpJson(absl::string_view json, const DotViewOpt
       "--max_nodes N raises the limit (--max_nodes 0: every node; Graphviz may take many "
       "minutes), and --format html shows every node in an interactive page";
   if (level == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        count, " nodes are more than --max_nodes ", options.max_nodes,
-        ", and so are their groups by top-level name (", groups_at(1), ", at most ",
-        std::min(options.max_nodes, kMaxGroups), " drawn): ", smaller));
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " nodes are more than --max_nodes ", options.max_nodes,
+                     ", and so are their groups by top-level name (", groups_at(1), ", at most ",
+                     std::min(options.max_nodes, kMaxGroups), " drawn): ", smaller));
   }
   view.collapse_level = level;
   view.dot = CollapsedDot(nodes, selected, level, view.drawn_nodes);
