@@ -27,6 +27,7 @@
 #include "reprise/graph.h"
 #include "reprise/mirror_options.h"
 #include "reprise/optimizer.h"
+#include "reprise/progress.h"
 
 namespace reprise {
 
@@ -155,6 +156,8 @@ struct TrainOptions {
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
+  // Kernel compilation progress during Create (reprise/progress.h); empty: no reports.
+  CompileProgressCallback on_compile_progress;
 };
 
 // Counters that make the engine's behaviour visible: nothing it does is silent.

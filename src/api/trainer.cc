@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -232,7 +233,15 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
-  RETURN_IF_ERROR(kernels_->Prefetch(prefetch));
+  std::function<void(int64_t, int64_t)> on_ready;
+  if (const CompileProgressCallback& report = options_.on_compile_progress; report) {
+    on_ready = [&report, acquire_start](int64_t done, int64_t total) {
+      report({.done = done,
+              .total = total,
+              .elapsed_s = absl::ToDoubleSeconds(absl::Now() - acquire_start)});
+    };
+  }
+  RETURN_IF_ERROR(kernels_->Prefetch(prefetch, on_ready));
 
   capture::StepResources res;
   res.device = &device_;
