@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
+#include "src/api/input_checks.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
@@ -29,6 +30,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
@@ -171,6 +173,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
                                                                       Value loss,
                                                                       const TrainOptions& options) {
+  // Options and graph are checked first, so that bad ones are refused without a GPU.
+  RETURN_IF_ERROR(ValidateTrainOptions(options));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
   if (options.graph_launch == GraphLaunch::kDevice && options.mode != ExecMode::kGraph) {
@@ -225,18 +229,20 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     std::string input;
     int64_t classes;
     std::string consumer;
+    bool padding_allowed;
   };
   std::vector<LabelUse> label_uses;
   for (const Node& n : training.graph.nodes()) {
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
-    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
+    const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
+    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) continue;
     const Shape& logits = training.graph.spec(n.inputs[0]).shape;
     Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
     if (training.graph.node(labels.node).op == &ops::ModelTileOp()) {
       labels = training.graph.node(labels.node).inputs[0];
     }
-    label_uses.push_back(
-        {training.graph.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
+    label_uses.push_back({training.graph.node(labels.node).name, logits.dim(batched_loss ? 2 : 1),
+                          n.name, masked_loss});
   }
   // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
@@ -259,7 +265,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->data_parallel_buckets_ = std::move(buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
-    impl->label_limits_[input] = {use.classes, use.consumer};
+    impl->label_limits_[input] = {use.classes, use.consumer, use.padding_allowed};
   }
   // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
   RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
@@ -443,14 +449,8 @@ absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
   auto it = label_limits_.find(input_node);
   if (it == label_limits_.end()) return absl::OkStatus();
   const LabelLimit& limit = it->second;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] < 0 || labels[i] >= limit.classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", plan_.graph().node(input_node).name, "': label ", labels[i], " at index ", i,
-          " is outside [0, ", limit.classes, ") of '", limit.consumer, "'"));
-    }
-  }
-  return absl::OkStatus();
+  return reprise::CheckLabels(plan_.graph().node(input_node).name, limit.consumer,
+                              {limit.classes, limit.padding_allowed}, labels);
 }
 
 absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
@@ -469,6 +469,9 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
   }
   if (dtype == DType::kInt32) {
     RETURN_IF_ERROR(CheckLabels(*id, {static_cast<const int32_t*>(data), count}));
+  } else if (count == 1) {  // The optimizer's scalar inputs (learning_rate, momentum, ...).
+    RETURN_IF_ERROR(
+        CheckHyperparameterInput(plan_.graph().node(*id).name, *static_cast<const float*>(data)));
   }
   RETURN_IF_ERROR(WaitForLastStep());
   const passes::Buffer* b = plan_.memory.Find({*id, 0});
