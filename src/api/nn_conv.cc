@@ -80,6 +80,12 @@ namespace {
 absl::StatusOr<Value> BatchNormSteps(Graph& graph, Value x, absl::string_view name,
                                      const BatchNormOptions& options) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, ImageSpec(graph, x, "BatchNorm", name));
+  if (!(std::isfinite(options.epsilon) && options.epsilon > 0) ||
+      !(options.momentum >= 0 && options.momentum <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchNorm '", name, "': epsilon must be finite and greater than 0 and momentum in [0, 1]",
+        "; got epsilon ", options.epsilon, ", momentum ", options.momentum));
+  }
   const TensorSpec per_channel{Shape{Channels(x_spec, options.layout)}, x_spec.dtype};
   ASSIGN_OR_RETURN(Value gamma, graph.AddParameter(absl::StrCat(name, ".weight"), per_channel,
                                                    Initializer::Constant(1)));

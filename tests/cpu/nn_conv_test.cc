@@ -1,6 +1,7 @@
 // The convolutional layer builders: padding that makes an extent or a count wrap is refused
 // naming the layer, and a failed builder leaves the graph as it was.
 #include <cstdint>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -51,6 +52,18 @@ TEST(NnConvTest, MaxPoolWithHugePaddingIsRefused) {
   const auto y = nn::MaxPool2d(g, x, 3, 1, int64_t{1} << 62, "pool");
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(y.status().message(), AllOf(HasSubstr("pool"), HasSubstr("padding")));
+}
+
+TEST(NnConvTest, BatchNormRefusesNonFiniteOptionsNamingTheValue) {
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{2, 3, 4, 4}});
+  auto y = nn::BatchNorm(g, x, "bn", {.epsilon = std::numeric_limits<double>::quiet_NaN()});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), AllOf(HasSubstr("'bn'"), HasSubstr("epsilon nan")));
+  y = nn::BatchNorm(g, x, "bn", {.momentum = 2});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(y.status().message(), HasSubstr("momentum 2"));
+  EXPECT_EQ(g.num_nodes(), 1);
 }
 
 }  // namespace
