@@ -25,16 +25,27 @@ void Check(bool ok) {
 
 // Extents that are small, at a boundary, or large enough to wrap a product.
 int64_t Extent(FuzzedDataProvider& in) {
-  static constexpr int64_t kExtents[] = {
-      1, 2, 3, 4, 7, 8, 16, 0, -1, int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 40,
-      int64_t{1} << 62, std::numeric_limits<int64_t>::max()};
+  static constexpr int64_t kExtents[] = {1,
+                                         2,
+                                         3,
+                                         4,
+                                         7,
+                                         8,
+                                         16,
+                                         0,
+                                         -1,
+                                         int64_t{1} << 31,
+                                         int64_t{1} << 32,
+                                         int64_t{1} << 40,
+                                         int64_t{1} << 62,
+                                         std::numeric_limits<int64_t>::max()};
   if (in.ConsumeBool()) return in.ConsumeIntegralInRange<int64_t>(1, 9);
   return in.PickValueInArray(kExtents);
 }
 
 std::string Name(FuzzedDataProvider& in) {
-  static constexpr const char* kNames[] = {"", "a", "b", "fc", "conv", "bn", "loss", "x",
-                                           "fc.weight", "a.fc0.bias", "rng.step"};
+  static constexpr const char* kNames[] = {"",     "a", "b",         "fc",         "conv",    "bn",
+                                           "loss", "x", "fc.weight", "a.fc0.bias", "rng.step"};
   return in.PickValueInArray(kNames);
 }
 
@@ -130,8 +141,7 @@ void Run(FuzzedDataProvider& in) {
         Expect(g, before, nn::Flatten(g, pick(), name), values);
         break;
       case 10:
-        Expect(g, before, nn::Dropout(g, pick(), in.ConsumeFloatingPoint<double>(), name),
-               values);
+        Expect(g, before, nn::Dropout(g, pick(), in.ConsumeFloatingPoint<double>(), name), values);
         break;
       case 11: {
         const Value l = labels.empty() ? pick() : labels.back();
