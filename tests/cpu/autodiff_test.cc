@@ -70,9 +70,10 @@ TEST(AutodiffTest, ALossThatReadsNoParameterIsRefusedWithTheReason) {
   const Value loss = *nn::SoftmaxCrossEntropy(g, x, labels, "loss");
   const auto training = autodiff::BuildTrainingGraph(g, loss, {});
   EXPECT_EQ(training.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(training.status().message(),
-              testing::AllOf(testing::HasSubstr("'loss'"), testing::HasSubstr("unused.weight"),
-                             testing::HasSubstr("update nothing")));
+  EXPECT_THAT(
+      training.status().message(),
+      ::testing::AllOf(::testing::HasSubstr("'loss'"), ::testing::HasSubstr("unused.weight"),
+                       ::testing::HasSubstr("update nothing")));
 }
 
 TEST(AutodiffTest, AGraphWithoutParametersIsRefused) {
@@ -82,7 +83,7 @@ TEST(AutodiffTest, AGraphWithoutParametersIsRefused) {
   const Value loss = *nn::SoftmaxCrossEntropy(g, x, labels, "loss");
   const auto training = autodiff::BuildTrainingGraphWith(g, loss, autodiff::FromSgd({}));
   EXPECT_EQ(training.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(training.status().message(), testing::HasSubstr("no parameter"));
+  EXPECT_THAT(training.status().message(), ::testing::HasSubstr("no parameter"));
 }
 
 }  // namespace

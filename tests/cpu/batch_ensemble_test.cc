@@ -418,9 +418,9 @@ TEST(BatchEnsembleTest, AnUnknownValueOfAnUnbatchedGraphIsNotCalledASummedLoss) 
   const auto mapped = batched->Map(Value{9999, 0});
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(mapped.status().message(),
-              testing::AllOf(testing::HasSubstr("node 9999"),
-                             testing::HasSubstr("not a value of the graph"),
-                             testing::Not(testing::HasSubstr("model_sum"))));
+              ::testing::AllOf(::testing::HasSubstr("node 9999"),
+                               ::testing::HasSubstr("not a value of the graph"),
+                               ::testing::Not(::testing::HasSubstr("model_sum"))));
 }
 
 }  // namespace

@@ -160,8 +160,8 @@ TEST(MemoryPlanTest, BuffersWhoseTotalPassesInt64AreRefusedNamingTheNode) {
   const auto plan = passes::PlanMemory(g, absl::MakeSpan(*schedule), {});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(),
-              testing::AllOf(testing::HasSubstr("huge_relu"),
-                             testing::HasSubstr("f32[1152921504606846976]")));
+              ::testing::AllOf(::testing::HasSubstr("huge_relu"),
+                               ::testing::HasSubstr("f32[1152921504606846976]")));
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ TEST(ModelsTest, AddMlpThatFailsLeavesTheGraphAsItWasAndARetrySucceeds) {
 
 TEST(ModelsTest, EnsembleThatFailsAtALaterModelLeavesNoEarlierModel) {
   Graph g;
-  const MlpConfig config{.batch = 2, .input_features = 3, .depth = 1, .width = 4, .classes = 2};
+  const models::MlpConfig config{
+      .batch = 2, .input_features = 3, .depth = 1, .width = 4, .classes = 2};
   const auto losses = models::Ensemble(
       g, 3, [&](Graph& graph, absl::string_view prefix, int k) -> absl::StatusOr<Value> {
         if (k == 2) return absl::InvalidArgumentError("model 2 is refused");

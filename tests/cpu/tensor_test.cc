@@ -16,10 +16,10 @@ using ::testing::HasSubstr;
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
 TEST(TensorTest, CountsThatFitAreExact) {
-  EXPECT_EQ(Shape({}).NumElements(), 1);
+  EXPECT_EQ(Shape().NumElements(), 1);
   EXPECT_EQ(Shape({32, 256}).NumElements(), 32 * 256);
   EXPECT_EQ(*Shape({32, 256}).CheckedNumElements(), 32 * 256);
-  EXPECT_EQ(*TensorSpec({Shape{32, 256}, DType::kBFloat16}).CheckedBytes(), 32 * 256 * 2);
+  EXPECT_EQ(*(TensorSpec{Shape{32, 256}, DType::kBFloat16}.CheckedBytes()), 32 * 256 * 2);
 }
 
 TEST(TensorTest, ElementCountsPastInt64AreRefusedNamingTheShape) {
