@@ -1,5 +1,6 @@
 // Layer builders. Each adds its ops (and parameters) to a Graph and returns the output value, or
-// InvalidArgument naming the layer and the shapes that do not fit.
+// InvalidArgument naming the layer and the shapes that do not fit. A builder that fails leaves the
+// graph exactly as it was (Transactional in graph.h), so a retry with the same names succeeds.
 #ifndef REPRISE_INCLUDE_REPRISE_NN_H_
 #define REPRISE_INCLUDE_REPRISE_NN_H_
 
@@ -78,8 +79,8 @@ absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labe
 inline constexpr int32_t kPaddingLabel = -1;
 // SoftmaxCrossEntropy over the rows whose label is not kPaddingLabel: their mean (0 if there are
 // none), and a gradient that is zero on padded rows. A batch padded with such rows trains as the
-// batch alone (up to the order of the sums). Labels are not range-checked by SetInput: the CPU
-// reference refuses other negative labels and labels >= classes; the GPU kernels skip them too.
+// batch alone (up to the order of the sums). SetInput refuses any other label: negative labels
+// other than kPaddingLabel and labels >= classes are InvalidArgument, as for SoftmaxCrossEntropy.
 absl::StatusOr<Value> MaskedSoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
                                                 absl::string_view name = "");
 

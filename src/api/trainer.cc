@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
 #include "src/api/compile_options.h"
+#include "src/api/input_checks.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
@@ -31,6 +32,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
@@ -166,6 +168,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
                                                                       Value loss,
                                                                       const TrainOptions& options) {
+  // Options and graph are checked first, so that bad ones are refused without a GPU.
+  RETURN_IF_ERROR(ValidateTrainOptions(options));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
   if (options.graph_launch == GraphLaunch::kDevice && options.mode != ExecMode::kGraph) {
@@ -195,18 +199,20 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     std::string input;
     int64_t classes;
     std::string consumer;
+    bool padding_allowed;
   };
   std::vector<LabelUse> label_uses;
   for (const Node& n : unfused_training.nodes()) {
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
-    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
+    const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
+    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) continue;
     const Shape& logits = unfused_training.spec(n.inputs[0]).shape;
     Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
     if (unfused_training.node(labels.node).op == &ops::ModelTileOp()) {
       labels = unfused_training.node(labels.node).inputs[0];
     }
-    label_uses.push_back(
-        {unfused_training.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
+    label_uses.push_back({unfused_training.node(labels.node).name,
+                          logits.dim(batched_loss ? 2 : 1), n.name, masked_loss});
   }
   std::vector<std::string> weight_names = WeightNamesOf(unfused_training);
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
@@ -218,7 +224,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
-    impl->label_limits_[input] = {use.classes, use.consumer};
+    impl->label_limits_[input] = {use.classes, use.consumer, use.padding_allowed};
   }
   // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
   RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
@@ -408,14 +414,8 @@ absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
   auto it = label_limits_.find(input_node);
   if (it == label_limits_.end()) return absl::OkStatus();
   const LabelLimit& limit = it->second;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] < 0 || labels[i] >= limit.classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", plan_.graph().node(input_node).name, "': label ", labels[i], " at index ", i,
-          " is outside [0, ", limit.classes, ") of '", limit.consumer, "'"));
-    }
-  }
-  return absl::OkStatus();
+  return reprise::CheckLabels(plan_.graph().node(input_node).name, limit.consumer,
+                              {limit.classes, limit.padding_allowed}, labels);
 }
 
 absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
@@ -434,6 +434,9 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
   }
   if (dtype == DType::kInt32) {
     RETURN_IF_ERROR(CheckLabels(*id, {static_cast<const int32_t*>(data), count}));
+  } else if (count == 1) {  // The optimizer's scalar inputs (learning_rate, momentum, ...).
+    RETURN_IF_ERROR(
+        CheckHyperparameterInput(plan_.graph().node(*id).name, *static_cast<const float*>(data)));
   }
   RETURN_IF_ERROR(WaitForLastStep());
   const passes::Buffer* b = plan_.memory.Find({*id, 0});

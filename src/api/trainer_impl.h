@@ -200,6 +200,7 @@ class Trainer::Impl {
   struct LabelLimit {
     int64_t classes;
     std::string consumer;
+    bool padding_allowed = false;  // nn::kPaddingLabel is a label too (the masked loss).
   };
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   std::vector<std::string> weight_names_;  // WeightNamesOf the unfused training graph.
