@@ -1,5 +1,6 @@
 // The transformer layer builders of reprise/nn.h: layer norm, GELU, token and position embeddings.
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "reprise/nn.h"
@@ -37,7 +38,10 @@ absl::StatusOr<Value> LayerNorm(Graph& graph, Value x, absl::string_view name, d
                                                     Initializer::Constant(1.0)));
   ASSIGN_OR_RETURN(Value bias, graph.AddParameter(absl::StrCat(name, ".bias"), per_column,
                                                   Initializer::Zeros()));
-  return graph.AddOp1(ops::LayerNormOp(), name, {x, weight, bias}, {{"epsilon", epsilon}});
+  ASSIGN_OR_RETURN(
+      std::vector<Value> outputs,
+      graph.AddOp(ops::LayerNormOp(), name, {x, weight, bias}, {{"epsilon", epsilon}}));
+  return outputs[0];  // The saved statistics feed only the gradient.
 }
 
 absl::StatusOr<Value> Gelu(Graph& graph, Value x, absl::string_view name) {

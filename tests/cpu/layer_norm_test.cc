@@ -114,7 +114,7 @@ TEST(LayerNormTest, GradientsMatchFiniteDifferences) {
   Value x = *g.AddParameter("x", {Shape{4, 3}}, TestInit());
   Value w = *g.AddParameter("w", {Shape{3}}, TestInit());
   Value b = *g.AddParameter("b", {Shape{3}}, TestInit());
-  Value y = *g.AddOp1(ops::LayerNormOp(), "ln", {x, w, b}, {{"epsilon", 1e-3}});
+  Value y = (*g.AddOp(ops::LayerNormOp(), "ln", {x, w, b}, {{"epsilon", 1e-3}}))[0];
   Value labels = *g.AddInput("labels", {Shape{4}, DType::kInt32});
   Value loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {y, labels});
   ExpectGradientsMatchFiniteDifferences(g, loss, {2, 0, 1, 2}, 11);

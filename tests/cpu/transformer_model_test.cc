@@ -6,8 +6,12 @@
 
 #include "gtest/gtest.h"
 #include "reprise/nn.h"
+#include "reprise/trainer.h"
 #include "src/autodiff/autodiff.h"
+#include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
+#include "src/passes/mixed_precision.h"
+#include "src/passes/plan.h"
 #include "tests/cpu/test_graphs.h"
 
 namespace reprise {
@@ -45,7 +49,7 @@ TEST(TransformerModelTest, GradientsMatchFiniteDifferences) {
 TEST(TransformerModelTest, SgdOnTheCpuReferenceLowersTheLoss) {
   constexpr int64_t kBatch = 4, kT = 4, kVocab = 8;
   TinyModel m = BuildTiny(kBatch, kT, kVocab, 8, "ids");
-  auto training = autodiff::BuildTrainingGraph(m.graph, m.loss, {.learning_rate = 0.2f});
+  auto training = autodiff::BuildTrainingGraph(m.graph, m.loss, {.learning_rate = 0.05f});
   ASSERT_TRUE(training.ok()) << training.status();
   ir::ReferenceExecutor exec(training->graph, /*float64=*/false, /*seed=*/3);
   std::vector<int32_t> ids(kBatch * kT), labels(kBatch * kT);
@@ -63,6 +67,25 @@ TEST(TransformerModelTest, SgdOnTheCpuReferenceLowersTheLoss) {
     if (step >= 290) last += loss / 10;
   }
   EXPECT_LT(last, 0.25f * first) << "first " << first << ", last " << last;
+}
+
+// The whole pipeline plans the model's AdamW step, in float32 and in bfloat16 mixed precision, and
+// every launch of the plan can be captured.
+TEST(TransformerModelTest, AdamWStepPlansAndIsCapturableInFloat32AndBFloat16) {
+  for (DType compute : {DType::kFloat32, DType::kBFloat16}) {
+    TinyModel m = BuildTiny(4, 8, 32, 16, "ids");
+    auto mixed = passes::ConvertToMixedPrecision(m.graph, m.loss, {}, compute);
+    ASSERT_TRUE(mixed.ok()) << mixed.status();
+    OptimizerOptions adamw{.kind = OptimizerKind::kAdamW,
+                           .learning_rate = 1e-3f,
+                           .weight_decay = 0.1f,
+                           .max_grad_norm = 1.0f};
+    auto training = autodiff::BuildTrainingGraphWith(mixed->graph, mixed->loss, adamw);
+    ASSERT_TRUE(training.ok()) << training.status();
+    auto plan = passes::BuildPlan(*std::move(training), {});
+    ASSERT_TRUE(plan.ok()) << DTypeName(compute) << ": " << plan.status();
+    EXPECT_TRUE(ir::CheckCapturable(plan->graph()).ok()) << ir::CheckCapturable(plan->graph());
+  }
 }
 
 }  // namespace

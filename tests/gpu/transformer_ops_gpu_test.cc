@@ -126,7 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, TransformerOpsGpuTest,
 
 // embedding + positions -> layer_norm -> linear -> gelu -> linear -> softmax cross-entropy.
 constexpr int64_t kBatch = 4, kT = 16, kVocab = 50, kWidth = 32;
-constexpr float kLearningRate = 0.05f;
+constexpr float kLearningRate = 0.1f;
 struct Tiny {
   Graph graph;
   Value loss;
@@ -143,9 +143,11 @@ Tiny BuildTiny() {
   m.loss = *nn::SoftmaxCrossEntropy(g, *nn::Linear(g, x, kVocab, "proj"), labels, "loss");
   return m;
 }
+// Two batches in turn, each label a fixed function of its token and position: on the CPU
+// reference the loss falls from 3.98 to 1.59 in 30 steps.
 void MakeBatch(int step, std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
   for (int64_t i = 0; i < kBatch * kT; ++i) {
-    ids[i] = static_cast<int32_t>((i * 7 + step * 11) % kVocab);
+    ids[i] = static_cast<int32_t>((i * 7 + (step % 2) * 11) % kVocab);
     labels[i] = static_cast<int32_t>((ids[i] * 3 + i % kT) % kVocab);
   }
 }
@@ -204,7 +206,7 @@ TEST_P(TransformerTrainerGpuTest, GraphReplayMatchesCpuReferenceAndBulkedBits) {
       EXPECT_LT(std::sqrt(err / norm), tol) << name;
     }
   }
-  EXPECT_LT(losses.back(), 0.9f * losses.front()) << ::testing::PrintToString(losses);
+  EXPECT_LT(losses.back(), 0.6f * losses.front()) << ::testing::PrintToString(losses);
 }
 
 INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, TransformerTrainerGpuTest,
