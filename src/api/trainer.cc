@@ -20,8 +20,11 @@
 #include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/batched_kernels.h"
 #include "src/codegen/conv_kernels.h"
+#include "src/codegen/embedding_kernels.h"
 #include "src/codegen/fused_kernels.h"
+#include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/layer_norm_kernels.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/codegen/pooling_kernels.h"
@@ -37,6 +40,7 @@
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/transformer_ops.h"
 #include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
@@ -110,6 +114,18 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   if (HasImages(graph)) {  // The convolutional layers' own kernels.
     for (const auto& kernels :
          {codegen::ConvKernels(), codegen::PoolingKernels(), codegen::TransposeKernels()}) {
+      for (const codegen::GeneratedKernel& kernel : kernels) {
+        sources.push_back(ops::ToKernelSource(kernel));
+      }
+    }
+  }
+  const bool transformer =
+      std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
+        return n.op == &ops::LayerNormOp() || n.op == &ops::EmbeddingOp() || n.op == &ops::GeluOp();
+      });
+  if (transformer) {  // Layer norm, GELU and embedding kernels (src/ops/transformer_ops.h).
+    for (const auto& kernels :
+         {codegen::LayerNormKernels(), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }
@@ -203,6 +219,15 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   };
   std::vector<LabelUse> label_uses;
   for (const Node& n : unfused_training.nodes()) {
+    // Token ids index an embedding table's rows as labels index a loss's classes.
+    if (n.op == &ops::EmbeddingOp()) {
+      const Node& ids = unfused_training.node(n.inputs[0].node);
+      if (ids.op == &ir::InputOp()) {
+        label_uses.push_back(
+            {ids.name, unfused_training.spec(n.inputs[1]).shape.dim(0), n.name, false});
+      }
+      continue;
+    }
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
     const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
     if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) continue;
@@ -224,7 +249,10 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
-    impl->label_limits_[input] = {use.classes, use.consumer, use.padding_allowed};
+    // An input read as labels by several consumers (ids of two tables) takes the tightest range.
+    const LabelLimit limit{use.classes, use.consumer, use.padding_allowed};
+    auto [it, added] = impl->label_limits_.try_emplace(input, limit);
+    if (!added && use.classes < it->second.classes) it->second = limit;
   }
   // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
   RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));

@@ -11,6 +11,7 @@
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
+#include "src/ops/transformer_ops.h"
 #include "src/ops/transpose.h"
 
 namespace reprise::ops {
@@ -37,7 +38,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/passes/gradient_buckets.h).
-          &AllReduceOp()};
+          &AllReduceOp(),
+          // Transformers (src/ops/transformer_ops.h).
+          &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
+          &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp()};
 }
 
 }  // namespace reprise::ops
