@@ -1,4 +1,5 @@
 #include "src/ops/all_reduce.h"
+#include "src/ops/attention.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
@@ -37,7 +38,9 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/parallel/gradient_buckets.h).
-          &AllReduceOp()};
+          &AllReduceOp(),
+          // Transformers (src/ops/attention.h).
+          &CausalAttentionOp(), &CausalAttentionGradOp()};
 }
 
 }  // namespace reprise::ops
