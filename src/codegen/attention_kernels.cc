@@ -60,7 +60,7 @@ GeneratedKernel AttentionForward(DType dtype) {
   const elem_t* qi = q + RowIndex(b, i, h, seq, head_dim, row);
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) qs[d] = ToFloat(qi[d]);
   __syncthreads();
-  float local_max = -INFINITY;
+  float local_max = __int_as_float(0xff800000);  // -infinity (NVRTC has no math.h)
   for (int j = threadIdx.x; j <= i; j += blockDim.x) {
     const float s = scale * Dot(qs, k + RowIndex(b, j, h, seq, head_dim, row), head_dim);
     p[j] = s;

@@ -72,9 +72,11 @@ AttentionBuffers BuffersOf(const AttentionDims& dims, const LoweringContext& ctx
   return b;
 }
 
+// Which GPU a built cuDNN graph serves: its plans were finalised for that device.
 std::string DeviceKey(const runtime::DeviceInfo* device) {
   if (device == nullptr) return "";
-  return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
+  return absl::StrCat(device->ordinal, " ", device->name, " sm_", device->cc_major,
+                      device->cc_minor);
 }
 
 // One cuDNN execution with its graph built at lowering; Launch binds the stream and enqueues.
@@ -102,7 +104,7 @@ class CudnnAttentionKernel : public GpuKernel {
   size_t WorkspaceBytes() const override { return sdpa_.workspace_bytes(); }
 
  private:
-  std::string where_;  // "node '<name>'", for errors.
+  std::string where_;  // "<op> node '<name>'", for errors.
   runtime::CudnnSdpa sdpa_;
   const runtime::CudnnHandle* cudnn_;
   void* workspace_;
@@ -197,7 +199,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOwn(const LoweringContext& ctx,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node,
                                                  bool grad) {
-  const std::string where = absl::StrCat("node '", node.name, "'");
+  const std::string where = absl::StrCat(node.op_name(), " node '", node.name, "'");
   absl::StatusOr<AttentionDims> dims =
       grad ? GradDims(node.attrs, ctx.input_specs) : ForwardDims(node.attrs, ctx.input_specs);
   if (!dims.ok()) {

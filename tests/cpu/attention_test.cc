@@ -15,6 +15,7 @@
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/runtime/cudnn_sdpa.h"
 #include "src/runtime/kernel_store.h"
 #include "tests/cpu/test_graphs.h"
 
@@ -209,6 +210,45 @@ TEST(AttentionWorkspaceTest, BoundCoversTheBackwardAtGpt2Shapes) {
   const size_t accumulator = size_t{16} * 12 * 1024 * 64 * 4;
   const size_t scratch = size_t{16} * 12 * 1024 * 1024 * 2;
   EXPECT_GE(ops::AttentionWorkspaceBound(g), accumulator + scratch);
+}
+
+TEST(SdpaShapeTest, CudnnTakesGpt2AndRefusesWhatItCannotRun) {
+  runtime::SdpaShape gpt2{.batch = 16,
+                          .heads = 12,
+                          .seq = 1024,
+                          .head_dim = 64,
+                          .dtype = DType::kBFloat16,
+                          .row_stride = 3 * 768};
+  EXPECT_TRUE(runtime::SdpaShapeSupported(gpt2).ok());
+  runtime::SdpaShape f32 = gpt2;
+  f32.dtype = DType::kFloat32;
+  EXPECT_EQ(runtime::SdpaShapeSupported(f32).code(), absl::StatusCode::kUnimplemented);
+  runtime::SdpaShape narrow = gpt2;
+  narrow.head_dim = 12;
+  narrow.row_stride = 3 * 12 * 12;
+  const absl::Status status = runtime::SdpaShapeSupported(narrow);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("multiple of 8"));
+}
+
+// Lowering refuses, naming the node, before it touches a device.
+TEST(AttentionLoweringTest, RefusesFloat64AndCudnnWithoutAHandle) {
+  for (DType dtype : {DType::kFloat64, DType::kBFloat16}) {
+    Graph g;
+    Value qkv = *g.AddInput("qkv", {Shape{2, 8, 48}, dtype});
+    auto out = g.AddOp(ops::CausalAttentionOp(), "h3.attn", {qkv}, {{"heads", int64_t{2}}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ops::LoweringContext ctx;
+    ctx.input_specs = {g.spec(qkv)};
+    ctx.inputs = {nullptr};
+    ctx.outputs = {nullptr, nullptr};
+    const absl::Status status =
+        ops::CausalAttentionOp().lower(ctx, g.node((*out)[0].node)).status();
+    EXPECT_EQ(status.code(), dtype == DType::kFloat64 ? absl::StatusCode::kUnimplemented
+                                                      : absl::StatusCode::kFailedPrecondition)
+        << status;
+    EXPECT_THAT(status.message(), HasSubstr("h3.attn"));
+  }
 }
 
 // The float32 path's kernels (and their 16-bit forms) compile with NVRTC, no GPU needed.

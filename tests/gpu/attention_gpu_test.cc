@@ -97,9 +97,10 @@ TEST_P(AttentionGpuTest, DeterministicRunsGiveTheSameBits) {
   }
 }
 
-// bfloat16: 8 significant bits; float16: 11.
-constexpr double kBf16Tolerance = 2e-2;
-constexpr double kF16Tolerance = 4e-3;
+// A few roundings of the type (bfloat16: 8 significant bits, 2^-8 = 3.9e-3; float16: 11,
+// 4.9e-4), and float32 sums against double ones.
+constexpr double kBf16Tolerance = 3e-2;
+constexpr double kF16Tolerance = 1e-2;
 constexpr double kF32Tolerance = 1e-5;
 
 INSTANTIATE_TEST_SUITE_P(
