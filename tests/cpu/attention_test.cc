@@ -10,11 +10,13 @@
 #include "gtest/gtest.h"
 #include "reprise/nn.h"
 #include "reprise/nn_attention.h"
+#include "src/autodiff/autodiff.h"
 #include "src/codegen/attention_kernels.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/passes/mixed_precision.h"
 #include "src/runtime/cudnn_sdpa.h"
 #include "src/runtime/kernel_store.h"
 #include "tests/cpu/test_graphs.h"
@@ -194,6 +196,34 @@ TEST(AttentionGradientTest, NoGradientFlowsIntoTheStatistics) {
                                   .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), AllOf(HasSubstr("attn"), HasSubstr("statistics")));
+}
+
+// Mixed precision runs the attention in bfloat16 (its GPU lowering reads 16-bit data) with float32
+// statistics, and autodiff's gradient node follows; the reference runs the whole step.
+TEST(AttentionMixedPrecisionTest, RunsInBf16WithFloat32StatisticsAndABf16Gradient) {
+  Graph g;
+  Value x = *g.AddInput("features", {Shape{8, 16}, kF32});
+  Value qkv = *nn::Linear(g, x, 48, "c_attn");
+  auto y = nn::CausalAttention(g, qkv, 2, "attn", /*seq=*/4);
+  ASSERT_TRUE(y.ok()) << y.status();
+  Value logits = *nn::Linear(g, *y, 3, "head");
+  Value labels = *g.AddInput("labels", {Shape{8}, DType::kInt32});
+  Value loss = *nn::SoftmaxCrossEntropy(g, logits, labels, "loss");
+  auto mixed = passes::ConvertToMixedPrecision(g, loss, {}, DType::kBFloat16);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  const Graph& m = mixed->graph;
+  const Node& attn = m.node(*m.FindNode("attn"));
+  EXPECT_EQ(m.spec(attn.inputs[0]).dtype, DType::kBFloat16);
+  EXPECT_EQ(attn.outputs[0].dtype, DType::kBFloat16);
+  EXPECT_EQ(attn.outputs[1].dtype, kF32);
+  EXPECT_TRUE(attn.op->low_precision_lowering);
+  auto training = autodiff::BuildBackward(m, mixed->loss);
+  ASSERT_TRUE(training.ok()) << training.status();
+  auto grad = training->graph.FindNode("attn.grad");
+  ASSERT_TRUE(grad.ok()) << grad.status();
+  EXPECT_EQ(training->graph.node(*grad).outputs[0], (TensorSpec{Shape{8, 48}, DType::kBFloat16}));
+  ir::ReferenceExecutor cpu(training->graph, /*float64=*/false, 5);
+  EXPECT_TRUE(cpu.Run().ok());
 }
 
 TEST(AttentionWorkspaceTest, BoundCoversTheBackwardAtGpt2Shapes) {
