@@ -32,6 +32,7 @@
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/ops/attention.h"
 #include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
@@ -68,9 +69,11 @@ bool HasImages(const Graph& graph) {
   return false;
 }
 
-// Per-lane workspace: cuDNN convolutions get the larger one.
+// Per-lane workspace: cuDNN convolutions get the larger one, cuDNN attention what its shapes may
+// need.
 size_t WorkspaceBytesFor(const Graph& graph) {
-  return HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes;
+  return std::max(HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes,
+                  ops::AttentionWorkspaceBound(graph));
 }
 
 // Whether the plan runs optimizer kernels beyond plain SGD's (src/codegen/optimizer_kernels.h).

@@ -1,4 +1,5 @@
 #include "src/ops/all_reduce.h"
+#include "src/ops/attention.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
@@ -39,9 +40,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/passes/gradient_buckets.h).
           &AllReduceOp(),
-          // Transformers (src/ops/transformer_ops.h).
+          // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
-          &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp()};
+          &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
+          &CausalAttentionGradOp()};
 }
 
 }  // namespace reprise::ops
