@@ -90,14 +90,22 @@ void SetInput(PyTrainer& py, const std::string& name, nb::object data) {
   }
   const bool is_f32 = array.dtype() == nb::dtype<float>();
   const bool is_i32 = array.dtype() == nb::dtype<int32_t>();
+  const int device_type = array.device_type();
+  const bool on_device =
+      device_type == nb::device::cuda::value || device_type == nb::device::cuda_host::value;
   auto input = py.inputs.find(name);
   if (input != py.inputs.end()) {
+    // The messages are the C++ SetInput's; it checks a host array's dtype itself, but a bound
+    // pointer carries no dtype, so that is checked here.
     const TensorSpec& spec = input->second;
-    if (!is_f32 && !is_i32) {
+    const bool dtype_ok = spec.dtype == DType::kInt32 ? is_i32 : is_f32;
+    if ((!is_f32 && !is_i32) || (on_device && !dtype_ok)) {
       ThrowIfError(absl::InvalidArgumentError(
-          absl::StrCat("input '", name, "' takes ", DTypeName(spec.dtype), " data; got ",
-                       DTypeText(array.dtype()), " (convert it, e.g. numpy's astype(numpy.",
-                       spec.dtype == DType::kInt32 ? "int32" : "float32", "))")));
+          absl::StrCat("input '", name, "' is ", spec.ToString(), "; got ",
+                       is_f32   ? "f32"
+                       : is_i32 ? "i32"
+                                : DTypeText(array.dtype()),
+                       " data", is_f32 || is_i32 ? "" : " (only float32 and int32 are taken)")));
     }
     std::vector<int64_t> dims;
     for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
@@ -105,12 +113,12 @@ void SetInput(PyTrainer& py, const std::string& name, nb::object data) {
     const bool flat =
         array.ndim() == 1 && static_cast<int64_t>(array.size()) == spec.shape.NumElements();
     if (dims != spec.shape.dims() && !flat) {
-      ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
-          "input '", name, "' has shape ", spec.shape.ToString(), "; got ", ShapeText(array))));
+      ThrowIfError(
+          absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                  "; got an array of shape ", ShapeText(array))));
     }
   }
-  const int device_type = array.device_type();
-  if (device_type == nb::device::cuda::value || device_type == nb::device::cuda_host::value) {
+  if (on_device) {
     if (device_type == nb::device::cuda::value && array.device_id() != py.device) {
       ThrowIfError(absl::InvalidArgumentError(
           absl::StrCat("input '", name, "': the tensor is on CUDA device ", array.device_id(),

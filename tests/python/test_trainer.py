@@ -46,12 +46,15 @@ def test_mlp_loss_falls_and_verify_agrees(gpu):
 
 def test_wrong_inputs_raise_with_the_message(gpu):
     _, trainer = mlp_trainer()
-    with pytest.raises(ValueError, match=r"input 'features' has shape \[32, 16\]"):
+    features = r"input 'features' is f32\[32, 16\]; got "
+    with pytest.raises(ValueError, match=features + r"an array of shape \[32, 15\]"):
         trainer.set_input("features", np.zeros((32, 15), np.float32))
-    with pytest.raises(ValueError, match="'features'"):
-        trainer.set_input("features", np.zeros((32, 16), np.int32))  # The C++ dtype check.
-    with pytest.raises(ValueError, match="float64"):
+    with pytest.raises(ValueError, match=features + "i32 data"):  # The C++ dtype check.
+        trainer.set_input("features", np.zeros((32, 16), np.int32))
+    with pytest.raises(ValueError, match=features + "float64 data"):
         trainer.set_input("features", np.zeros((32, 16), np.float64))
+    with pytest.raises(ValueError, match=features + r"an array of shape \[511\]"):
+        trainer.set_input("features", np.zeros(511, np.float32))
     with pytest.raises(ValueError, match="'labels'"):
         trainer.set_input("labels", np.full(32, 99, np.int32))  # Label outside [0, classes).
     with pytest.raises(KeyError, match="'nope'"):
