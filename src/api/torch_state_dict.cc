@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ops/batch_norm.h"
 
@@ -12,7 +13,8 @@ TorchStateDictNames TorchStateDictNamesOf(const Graph& forward) {
   TorchStateDictNames names;
   for (const Node& node : forward.nodes()) {
     if (node.op == &ir::ParameterOp() || node.op == &ir::StateOp()) {
-      names.tensors.push_back(node.name);
+      // Dropout's step counter is the random ops' state, which torch keeps outside the module.
+      if (node.name != autodiff::kStepCounter) names.tensors.push_back(node.name);
       continue;
     }
     if (node.op != &ops::BatchNormTrainOp() && node.op != &ops::BatchNormInferOp()) continue;

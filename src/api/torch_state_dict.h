@@ -12,7 +12,7 @@ namespace reprise {
 
 struct TorchStateDictNames {
   // The graph's parameters and its own state tensors (batch-norm running statistics): torch's
-  // parameters and buffers. Graph order.
+  // parameters and buffers. Graph order. Not dropout's step counter "rng.step".
   std::vector<std::string> tensors;
   // One "<layer>.num_batches_tracked" per batch norm, named beside its "<layer>.running_mean"
   // (the batch norm node's name when the statistics are named otherwise). Graph order.

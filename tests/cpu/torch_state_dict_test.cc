@@ -91,6 +91,17 @@ TEST(TorchStateDictTest, MlpHasParametersOnly) {
   EXPECT_THAT(names.batch_counters, IsEmpty());
 }
 
+TEST(TorchStateDictTest, DropoutsStepCounterIsNoBuffer) {
+  Graph g;
+  auto x = g.AddInput("x", {Shape{4, 8}});
+  ASSERT_TRUE(x.ok());
+  auto h = nn::Linear(g, *x, 8, "fc");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(nn::Dropout(g, *h, 0.5, "drop").ok());
+  ASSERT_TRUE(g.FindNode(autodiff::kStepCounter).ok());
+  EXPECT_THAT(TorchStateDictNamesOf(g).tensors, ElementsAre("fc.weight", "fc.bias"));
+}
+
 TEST(TorchStateDictTest, CounterSitsBesideTheRunningStatistics) {
   Graph g;
   auto x = g.AddInput("x", {Shape{2, 3, 4, 4}});
