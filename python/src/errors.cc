@@ -1,5 +1,7 @@
 #include "python/src/errors.h"
 
+#include <nanobind/stl/string.h>
+
 #include <string>
 
 namespace nb = nanobind;
