@@ -277,6 +277,13 @@ struct LoadWeightsOptions {
   bool allow_unexpected = true;
 };
 
+// What Trainer::SaveWeights writes.
+struct SaveWeightsOptions {
+  // A PyTorch state dict: the model's parameters and buffers only, so that a torch module built
+  // with the same layer names loads the file with load_state_dict(strict=True).
+  bool torch_compatible = false;
+};
+
 class Trainer {
  public:
   // Builds the training step for `loss` (a scalar of `graph`) and prepares it to run: autodiff,
@@ -379,12 +386,16 @@ class Trainer {
   //                                     schedule read.
   // f32, f64 and i32 tensors are stored as F32, F64 and I32; the metadata is {"format": "pt"}.
   // Inputs and constants are not weights and are not written; nor is state a fused kernel keeps
-  // for itself. Waits for the queued steps. The file is written to a temporary file beside
-  // `path` and renamed into place, so a reader never sees a part of it. Only a regular file is
-  // replaced: InvalidArgument naming the path when it is a directory, device, pipe or socket; a
-  // symbolic link is written through (its target replaced the same way, the link kept), a
-  // dangling one refused. Internal when writing fails.
-  absl::Status SaveWeights(const std::string& path);
+  // for itself. With options.torch_compatible the file holds what torch's module.state_dict()
+  // holds instead: the parameters and the graph's own state (batch-norm running statistics),
+  // no optimizer state and no "rng.step", and an I64 scalar "<layer>.num_batches_tracked" (the
+  // step count) per batch norm. Waits for the queued steps. The file is written to a temporary
+  // file beside `path` and renamed into place, so a reader never sees a part of it. Only a
+  // regular file is replaced: InvalidArgument naming the path when it is a directory, device,
+  // pipe or socket; a symbolic link is written through (its target replaced the same way, the
+  // link kept), a dangling one refused. Internal when writing fails.
+  using SaveWeightsOptions = ::reprise::SaveWeightsOptions;  // Either spelling names it.
+  absl::Status SaveWeights(const std::string& path, const SaveWeightsOptions& options = {});
   // Reads tensors by name from a safetensors file into the parameters and state (see
   // SaveWeights for the names), after the queued steps. The captured step stays valid: the
   // weights are written in place, where its kernels already read them. Every tensor is checked

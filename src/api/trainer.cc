@@ -246,6 +246,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
   impl->user_values_ = std::move(compiled.user_values);
   impl->weight_names_ = std::move(weight_names);
+  impl->torch_names_ = TorchStateDictNamesOf(graph);
   impl->SetEnsemble(graph, std::move(compiled.batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
