@@ -215,7 +215,6 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerForward(const LoweringContext& c
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0, 1}));
   ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
-  RETURN_IF_ERROR(CheckKernelStore(ctx, node));
   const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
   if (ctx.workspace == nullptr || static_cast<size_t>(k.partial_bytes) > ctx.workspace_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -223,6 +222,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
         k.partial_bytes, " bytes of scratch in the lane's workspace, which has ",
         ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
   }
+  RETURN_IF_ERROR(CheckKernelStore(ctx, node));
   void* partial = ctx.workspace;
   std::vector<std::unique_ptr<GpuKernel>> kernels;
   KernelArgs dx_args;

@@ -115,6 +115,33 @@ TEST(EmbeddingTest, GradientMatchesFiniteDifferences) {
   ExpectGradientsMatchFiniteDifferences(g, loss, {2, 0, 1, 2}, 13);
 }
 
+// What the GPU lowering cannot run is refused before it touches a device, naming the node.
+TEST(EmbeddingTest, GpuLoweringRefusesWhatItCannotRunNamingTheNode) {
+  auto lower = [](int64_t vocab, DType dtype, void* workspace) {
+    Graph g;
+    Value ids = *g.AddInput("ids", {Shape{4}, DType::kInt32});
+    Value dy = *g.AddInput("dy", {Shape{4, 8}, dtype});
+    Value dt = *g.AddOp1(ops::EmbeddingGradOp(), "wte_grad", {dy, ids}, {{"vocab", vocab}});
+    const Node& node = g.node(dt.node);
+    ops::LoweringContext ctx;
+    ctx.input_specs = {g.spec(dy), g.spec(ids)};
+    ctx.inputs = {nullptr, nullptr};
+    ctx.outputs = {nullptr};
+    ctx.workspace = workspace;
+    ctx.workspace_bytes = workspace == nullptr ? 0 : 1 << 20;
+    return node.op->lower(ctx, node).status();
+  };
+  absl::Status s = lower(codegen::kEmbeddingMaxVocab + 1, DType::kFloat32, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("wte_grad"), HasSubstr("4194303 table rows")));
+  s = lower(10, DType::kFloat64, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("wte_grad"), HasSubstr("float32, bfloat16 or float16")));
+  s = lower(10, DType::kFloat32, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("wte_grad"), HasSubstr("4096 bytes of scratch")));
+}
+
 TEST(AddPositionsTest, ShapeErrorsNameTheNode) {
   Graph g;
   Value x = *g.AddInput("x", {Shape{6, 4}});

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "reprise/nn.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/passes/mixed_precision.h"
@@ -118,6 +119,38 @@ TEST(LayerNormTest, GradientsMatchFiniteDifferences) {
   Value labels = *g.AddInput("labels", {Shape{4}, DType::kInt32});
   Value loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {y, labels});
   ExpectGradientsMatchFiniteDifferences(g, loss, {2, 0, 1, 2}, 11);
+}
+
+// What the GPU lowerings cannot run is refused before they touch a device, naming the node.
+TEST(LayerNormTest, GpuLoweringRefusesWhatItCannotRunNamingTheNode) {
+  Graph g;
+  Value x = *g.AddInput("x", {Shape{64, 16}, DType::kFloat64});
+  Value w = *g.AddInput("w", {Shape{16}, DType::kFloat64});
+  auto fwd = g.AddOp(ops::LayerNormOp(), "ln", {x, w, w});
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  auto grad = g.AddOp(ops::LayerNormGradOp(), "ln.grad", {x, x, w, (*fwd)[1], (*fwd)[2]});
+  ASSERT_TRUE(grad.ok()) << grad.status();
+  ops::LoweringContext ctx;
+  ctx.input_specs = {g.spec(x), g.spec(w), g.spec(w)};
+  ctx.inputs = {nullptr, nullptr, nullptr};
+  ctx.outputs = {nullptr, nullptr, nullptr};
+  const Node& ln = g.node((*fwd)[0].node);
+  absl::Status s = ln.op->lower(ctx, ln).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("node 'ln'"), HasSubstr("f64[64, 16]")));
+  // float32 data, but no workspace for the parameter gradients' partial sums.
+  Graph h;
+  Value x32 = *h.AddInput("x", {Shape{64, 16}});
+  Value w32 = *h.AddParameter("w", {Shape{16}}, Initializer::Zeros());
+  Value m32 = *h.AddInput("m", {Shape{64}});
+  auto grad32 = h.AddOp(ops::LayerNormGradOp(), "ln.grad", {x32, x32, w32, m32, m32});
+  ASSERT_TRUE(grad32.ok()) << grad32.status();
+  ctx.input_specs = {h.spec(x32), h.spec(x32), h.spec(w32), h.spec(m32), h.spec(m32)};
+  ctx.inputs.assign(5, nullptr);
+  const Node& node = h.node((*grad32)[0].node);
+  s = node.op->lower(ctx, node).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("node 'ln.grad'"), HasSubstr("bytes of scratch")));
 }
 
 TEST(LayerNormTest, BuilderAddsPyTorchNamedParameters) {
