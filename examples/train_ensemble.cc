@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "examples/spirals.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(int, models, 8, "models in the ensemble");
 ABSL_FLAG(int, steps, 1000, "training steps (batched, captured)");
@@ -28,6 +28,13 @@ ABSL_FLAG(std::string, save, "", "write every model's weights to this safetensor
 namespace {
 
 using reprise::ExecMode;
+
+constexpr reprise::cli::Program kProgram = {
+    "train_ensemble",
+    "[--models K] [--steps N] [--batch N] [--depth N] [--width N] [--classes N] [--lr X] "
+    "[--print_every N] [--save FILE]\n  Trains K MLPs side by side, batched, as one captured "
+    "CUDA graph (needs an NVIDIA GPU).",
+    __FILE__};
 
 struct Run {
   reprise::models::MlpEnsemble ensemble;
@@ -44,6 +51,7 @@ absl::StatusOr<Run> MakeRun(ExecMode mode, bool batch_ensembles) {
                                                       .width = absl::GetFlag(FLAGS_width),
                                                       .classes = absl::GetFlag(FLAGS_classes)}));
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = mode;
   options.batch_ensembles = batch_ensembles;
   options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
@@ -117,18 +125,19 @@ absl::Status Train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  cli::CheckFlags(kProgram,
+                  {cli::AtLeast("models", FLAGS_models, 1), cli::AtLeast("steps", FLAGS_steps, 1),
+                   cli::AtLeast("batch", FLAGS_batch, 1), cli::AtLeast("depth", FLAGS_depth, 0),
+                   cli::AtLeast("width", FLAGS_width, 1), cli::AtLeast("classes", FLAGS_classes, 2),
+                   cli::AtLeast("print_every", FLAGS_print_every, 1)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr,
                  "train_ensemble: no CUDA device visible; it needs an NVIDIA GPU (compute "
                  "capability 8.0 or newer)\n");
-    return 2;
+    return cli::kExitFailure;
   }
-  absl::Status status = Train();
-  if (!status.ok()) {
-    std::fprintf(stderr, "train_ensemble: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return cli::Finish(kProgram, Train());
 }

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "examples/spirals.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(int, steps, 1500, "training steps with capture");
 ABSL_FLAG(int, batch, 256, "batch size");
@@ -28,6 +28,12 @@ namespace {
 
 using reprise::ExecMode;
 
+constexpr reprise::cli::Program kProgram = {
+    "train_mlp",
+    "[--steps N] [--batch N] [--depth N] [--width N] [--classes N] [--lr X] [--print_every N] "
+    "[--verify N]\n  Trains an MLP on spirals as one captured CUDA graph (needs an NVIDIA GPU).",
+    __FILE__};
+
 struct Run {
   std::unique_ptr<reprise::Trainer> trainer;
   reprise::models::Mlp mlp;
@@ -41,6 +47,7 @@ absl::StatusOr<Run> MakeRun(ExecMode mode) {
                                                        .width = absl::GetFlag(FLAGS_width),
                                                        .classes = absl::GetFlag(FLAGS_classes)}));
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = mode;
   options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
   options.fetch = {run.mlp.logits};
@@ -119,18 +126,20 @@ absl::Status Train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  cli::CheckFlags(
+      kProgram,
+      {cli::AtLeast("steps", FLAGS_steps, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("depth", FLAGS_depth, 0), cli::AtLeast("width", FLAGS_width, 1),
+       cli::AtLeast("classes", FLAGS_classes, 2), cli::AtLeast("print_every", FLAGS_print_every, 1),
+       cli::AtLeast("verify", FLAGS_verify, 0)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr,
                  "train_mlp: no CUDA device visible; it needs an NVIDIA GPU (compute "
                  "capability 8.0 or newer)\n");
-    return 2;
+    return cli::kExitFailure;
   }
-  absl::Status status = Train();
-  if (!status.ok()) {
-    std::fprintf(stderr, "train_mlp: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return cli::Finish(kProgram, Train());
 }

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
 #include "src/util/safetensors.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(int, depth, 18, "18, 34, 50, 101 or 152");
 ABSL_FLAG(int, steps, 200, "training steps with capture");
@@ -45,6 +45,13 @@ ABSL_FLAG(std::string, check_dir, "",
 namespace {
 
 using reprise::ExecMode;
+
+constexpr reprise::cli::Program kProgram = {
+    "train_resnet",
+    "[--depth 18|34|50|101|152] [--steps N] [--batch N] [--image_size N] [--layout nchw|nhwc] "
+    "[--check_dir DIR] ...\n  Trains a ResNet on noisy image templates as one captured CUDA graph "
+    "(needs an NVIDIA GPU).",
+    __FILE__};
 
 // Batches of noisy class templates: learnable, but not from a single pixel.
 class Templates {
@@ -91,6 +98,7 @@ absl::StatusOr<reprise::models::ResNet> Build() {
 absl::StatusOr<std::unique_ptr<reprise::Trainer>> MakeTrainer(const reprise::models::ResNet& net,
                                                               ExecMode mode, bool deterministic) {
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = mode;
   options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
@@ -102,6 +110,7 @@ absl::StatusOr<std::unique_ptr<reprise::Trainer>> MakeTrainer(const reprise::mod
 absl::Status WriteCheck(const std::string& dir) {
   ASSIGN_OR_RETURN(reprise::models::ResNet net, Build());
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = ExecMode::kGraph;
   options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
   options.allow_tf32 = false;
@@ -219,17 +228,22 @@ absl::Status Train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  cli::CheckFlags(
+      kProgram,
+      {cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152}),
+       cli::AtLeast("steps", FLAGS_steps, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("image_size", FLAGS_image_size, 32), cli::AtLeast("classes", FLAGS_classes, 2),
+       cli::NonNegative("noise", absl::GetFlag(FLAGS_noise)),
+       cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
+       cli::AtLeast("print_every", FLAGS_print_every, 1), cli::AtLeast("verify", FLAGS_verify, 0),
+       cli::AtLeast("timed_steps", FLAGS_timed_steps, 1)});
   auto devices = reprise::runtime::VisibleDeviceCount();
   if (!devices.ok() || *devices == 0) {
     std::fprintf(stderr, "train_resnet: no CUDA device visible; it needs an NVIDIA GPU\n");
-    return 2;
+    return cli::kExitFailure;
   }
   const std::string check_dir = absl::GetFlag(FLAGS_check_dir);
-  absl::Status status = check_dir.empty() ? Train() : WriteCheck(check_dir);
-  if (!status.ok()) {
-    std::fprintf(stderr, "train_resnet: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return cli::Finish(kProgram, check_dir.empty() ? Train() : WriteCheck(check_dir));
 }

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,6 +35,7 @@
 #include "src/runtime/kernel_activity.h"
 #include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
 ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
@@ -123,6 +123,78 @@ ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
 namespace {
+
+constexpr reprise::cli::Program kProgram = {
+    "reprise-bench",
+    "[--model mlp|resnet|ensemble] [--depth N] [--width N] [--batch N] [--mode "
+    "sync|bulked|graph|all|none] [--fusion on|per-layer|off|all] [--json FILE] ...\n"
+    "  ms per training step of a model for each execution mode, timed with CUDA events.",
+    __FILE__};
+
+// Every flag with a fixed set or range of values, checked before any device work.
+absl::Status CheckBenchFlags() {
+  namespace cli = reprise::cli;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  for (const absl::Status& check : {
+           cli::OneOf("model", FLAGS_model, {"mlp", "resnet", "ensemble"}),
+           model == "resnet" ? cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152})
+                             : cli::AtLeast("depth", FLAGS_depth, 0),
+           cli::AtLeast("ensemble", FLAGS_ensemble, 1),
+           cli::AtLeast("input_features", FLAGS_input_features, 0),
+           cli::AtLeast("width", FLAGS_width, 1),
+           cli::AtLeast("batch", FLAGS_batch, 1),
+           cli::AtLeast("classes", FLAGS_classes, 2),
+           cli::AtLeast("image_size", FLAGS_image_size, 32),
+           cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
+           cli::OneOf("channels_last", FLAGS_channels_last, {"auto", "on", "off"}),
+           cli::OneOf("mode", FLAGS_mode, {"sync", "bulked", "graph", "all", "none"}),
+           cli::AtLeast("iters", FLAGS_iters, 1),
+           cli::AtLeast("warmup", FLAGS_warmup, 1),
+           cli::InRange("lanes", FLAGS_lanes, 0, 4),
+           cli::OneOf("graph_launch", FLAGS_graph_launch, {"auto", "host", "device"}),
+           cli::OneOf("fusion", FLAGS_fusion, {"on", "per-layer", "off", "all"}),
+           cli::OneOf("inputs", FLAGS_inputs, {"host", "device"}),
+           cli::AtLeast("verify", FLAGS_verify, 0),
+           cli::AtLeast("profile", FLAGS_profile, 0),
+           cli::AtLeast("timeline", FLAGS_timeline, 0),
+           cli::OneOf("optimizer", FLAGS_optimizer, {"sgd", "nesterov", "adam", "adamw"}),
+           cli::NonNegative("max_grad_norm", absl::GetFlag(FLAGS_max_grad_norm)),
+           cli::OneOf("schedule", FLAGS_schedule, {"constant", "cosine", "step"}),
+           cli::AtLeast("warmup_steps", FLAGS_warmup_steps, 0),
+           cli::AtLeast("total_steps", FLAGS_total_steps, 1),
+       }) {
+    RETURN_IF_ERROR(check);
+  }
+  if (absl::Status mirror = reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)).status();
+      !mirror.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.message()));
+  }
+  if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
+    return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
+  }
+  return absl::OkStatus();
+}
+
+// TimeSteps(steps), in chunks of about five seconds when the steps would take longer than ten in
+// all (`step_s` estimates one step), saying on stderr how far it got after each chunk. Each chunk
+// starts on an idle device, so its first step's time includes the host's launch: short runs stay
+// one chunk, and in a long one (steps of many ms) that launch is a negligible part of a step.
+absl::StatusOr<std::vector<float>> TimeStepsShowingProgress(reprise::Trainer& trainer, int steps,
+                                                            double step_s, absl::string_view what) {
+  if (steps * step_s < 10) return trainer.TimeSteps(steps);
+  const int chunk = std::max(1, static_cast<int>(5 / step_s));
+  const absl::Time start = absl::Now();
+  std::vector<float> ms;
+  while (static_cast<int>(ms.size()) < steps) {
+    ASSIGN_OR_RETURN(std::vector<float> part,
+                     trainer.TimeSteps(std::min(chunk, steps - static_cast<int>(ms.size()))));
+    ms.insert(ms.end(), part.begin(), part.end());
+    std::fprintf(stderr, "reprise-bench: %.*s: %zu/%d steps (%.0f s)\n",
+                 static_cast<int>(what.size()), what.data(), ms.size(), steps,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return ms;
+}
 
 struct Result {
   std::string mode;
@@ -354,6 +426,7 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   ASSIGN_OR_RETURN(Model model, BuildModel());
   ASSIGN_OR_RETURN(const int64_t memory_before, reprise::runtime::DeviceMemoryInUse());
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = mode;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   options.compute_dtype = ComputeDType();
@@ -393,8 +466,13 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   const auto [x, y] = RandomInputs(model, batch);
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
                    FeedInputs(*trainer, model, x, y));
-  RETURN_IF_ERROR(trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)).status());
-  ASSIGN_OR_RETURN(std::vector<float> ms, trainer->TimeSteps(absl::GetFlag(FLAGS_iters)));
+  // The warm-up's steps estimate the timed ones, which report progress when they run long.
+  ASSIGN_OR_RETURN(const std::vector<float> warmup_ms,
+                   trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)));
+  ASSIGN_OR_RETURN(std::vector<float> ms,
+                   TimeStepsShowingProgress(
+                       *trainer, absl::GetFlag(FLAGS_iters), Percentile(warmup_ms, 0.5) / 1000,
+                       absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
   // back to back would soon find the device's launch queue full and wait for the steps ahead of
   // them, which is device time (a ResNet-50 row once read 14 ms of "host" time per step).
@@ -465,6 +543,7 @@ struct BulkedTrainer {
 absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   ASSIGN_OR_RETURN(Model model, BuildModel());
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.mode = reprise::ExecMode::kBulked;
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   options.compute_dtype = ComputeDType();
@@ -619,6 +698,7 @@ absl::Status Timeline() {
 absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(Model model, BuildModel());
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
@@ -704,9 +784,6 @@ std::string EnsembleConfig() {
 }
 
 absl::Status Main() {
-  if (absl::GetFlag(FLAGS_bf16) && absl::GetFlag(FLAGS_fp16)) {
-    return absl::InvalidArgumentError("--bf16 and --fp16 exclude each other");
-  }
   std::vector<reprise::ExecMode> modes;
   if (absl::GetFlag(FLAGS_mode) == "none") {
     // Only --profile, --timeline, --verify or --compare_torch.
@@ -715,13 +792,6 @@ absl::Status Main() {
   } else {
     ASSIGN_OR_RETURN(reprise::ExecMode m, reprise::ParseExecMode(absl::GetFlag(FLAGS_mode)));
     modes = {m};
-  }
-  if (absl::GetFlag(FLAGS_iters) <= 0 || absl::GetFlag(FLAGS_warmup) <= 0) {
-    return absl::InvalidArgumentError("--iters and --warmup must be positive");
-  }
-  if (absl::GetFlag(FLAGS_inputs) != "host" && absl::GetFlag(FLAGS_inputs) != "device") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--inputs must be host or device, got '", absl::GetFlag(FLAGS_inputs), "'"));
   }
   ASSIGN_OR_RETURN(int devices, reprise::runtime::VisibleDeviceCount());
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
@@ -840,11 +910,7 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  absl::Status status = Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "reprise-bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  reprise::cli::ParseCommandLine(argc, argv, kProgram);
+  reprise::cli::CheckFlags(kProgram, {CheckBenchFlags()});
+  return reprise::cli::Finish(kProgram, Main());
 }

@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
 #include "src/util/json_writer.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, model, "resnet", "mlp or resnet");
 ABSL_FLAG(int, depth, 50, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
@@ -49,6 +49,12 @@ ABSL_FLAG(std::string, launcher, "local",
           "under mpirun (MpiDataParallel)");
 
 namespace {
+
+constexpr reprise::cli::Program kProgram = {
+    "reprise-dp-bench",
+    "[--model mlp|resnet] [--depth N] [--width N] [--batch N] [--gpus N] [--iters N] "
+    "[--launcher local|mpi] [--json FILE] ...\n  Data-parallel scaling on the GPUs of one host.",
+    __FILE__};
 
 struct Model {
   reprise::Graph graph;
@@ -83,6 +89,7 @@ absl::StatusOr<Model> BuildModel() {
 
 reprise::TrainOptions Options() {
   reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
   options.compute_dtype =
       absl::GetFlag(FLAGS_bf16) ? reprise::DType::kBFloat16 : reprise::DType::kFloat32;
@@ -159,9 +166,6 @@ absl::StatusOr<MpiTimes> TimeUnderMpi(const Model& model) {
 
 absl::Status Main() {
   const std::string launcher = absl::GetFlag(FLAGS_launcher);
-  if (launcher != "local" && launcher != "mpi") {
-    return absl::InvalidArgumentError("--launcher must be local or mpi");
-  }
   ASSIGN_OR_RETURN(const Model model, BuildModel());
   const int batch = absl::GetFlag(FLAGS_batch);
 
@@ -236,11 +240,21 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "reprise-dp-bench: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  const bool resnet = absl::GetFlag(FLAGS_model) == "resnet";
+  cli::CheckFlags(
+      kProgram,
+      {cli::OneOf("model", FLAGS_model, {"mlp", "resnet"}),
+       resnet ? cli::OneOf("depth", FLAGS_depth, {18, 34, 50, 101, 152})
+              : cli::AtLeast("depth", FLAGS_depth, 0),
+       cli::AtLeast("width", FLAGS_width, 1), cli::AtLeast("batch", FLAGS_batch, 1),
+       cli::AtLeast("classes", FLAGS_classes, 2), cli::AtLeast("image_size", FLAGS_image_size, 32),
+       cli::AtLeast("gpus", FLAGS_gpus, 0), cli::AtLeast("iters", FLAGS_iters, 1),
+       cli::AtLeast("warmup", FLAGS_warmup, 0), cli::InRange("lanes", FLAGS_lanes, 0, 4),
+       absl::GetFlag(FLAGS_bucket_mb) > 0
+           ? absl::OkStatus()
+           : absl::InvalidArgumentError("--bucket_mb must be positive"),
+       cli::OneOf("launcher", FLAGS_launcher, {"local", "mpi"})});
+  return cli::Finish(kProgram, Main());
 }

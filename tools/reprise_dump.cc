@@ -1,18 +1,22 @@
 // reprise-dump: a model's graph at a stage of compilation, for reading and for other tools.
 //   reprise-dump --model mlp --depth 2 --width 64 --stage ir|training|plan|cuda-graph
-//                --format text|json|dot|svg [-o FILE] [--fuse=true|false] [--lanes 1|2]
-//                [--mirror off|auto|BYTES]
+//                --format text|json|dot|svg|html [-o FILE] [--fuse=true|false] [--lanes 1|2]
+//                [--mirror off|auto|BYTES] [--max_nodes N] [--filter NAME]
 // ir, training and plan need no GPU; cuda-graph captures the step on one. The work is
-// DumpModel (src/api/model_dump.h); this file only maps flags onto its request.
+// DumpModel (src/api/model_dump.h); this file maps flags onto its request, and draws large
+// graphs collapsed (or filtered) and the HTML view through src/tools/dump_view.h.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_cat.h"
 #include "src/api/model_dump.h"
+#include "src/tools/dump_view.h"
+#include "src/util/graphviz.h"
+#include "src/util/json_value.h"
+#include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
 ABSL_FLAG(int, ensemble, 4, "models in the ensemble (ensemble)");
@@ -25,7 +29,14 @@ ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(std::string, stage, "plan", "ir, training, plan or cuda-graph (needs a GPU)");
 ABSL_FLAG(std::string, format, "text",
-          "text, json (schema: docs/dump_schema.md), dot, or svg (needs Graphviz 'dot')");
+          "text, json (schema: docs/dump_schema.md), dot, svg (needs Graphviz 'dot') or html (one "
+          "self-contained page: every node by block, searchable, linked to inputs and consumers)");
+ABSL_FLAG(int, max_nodes, -1,
+          "dot and svg: above this many nodes, draw one box per block (nodes grouped by the "
+          "leading parts of their names); 0: every node; -1: 100 for svg, every node for dot");
+ABSL_FLAG(std::string, filter, "",
+          "dot and svg: draw only the nodes whose names contain this (e.g. layer3.2.), with the "
+          "values they read from outside as grey ellipses");
 ABSL_FLAG(std::string, o, "", "write the dump to this file instead of standard output");
 ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
 ABSL_FLAG(int, lanes, 0, "0 (auto) or 1 to 4 lanes (stages plan and cuda-graph)");
@@ -46,22 +57,21 @@ ABSL_FLAG(bool, cuda_debug_dot, false,
           "with --stage cuda-graph --format dot: CUDA's own DOT (cudaGraphDebugDotPrint), "
           "annotated in comments, instead of reprise's");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "reprise-dump --model mlp|resnet [--depth N --width N --image_size N --layout nchw|nhwc "
-      "--batch N --classes N] "
-      "--stage ir|training|plan|cuda-graph --format text|json|dot|svg [-o FILE] [--fuse=false]");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "reprise-dump: unexpected argument(s): %s\n",
-                 absl::StrJoin(rest.begin() + 1, rest.end(), " ").c_str());
-    return 1;
-  }
-  if (const std::string layout = absl::GetFlag(FLAGS_layout);
-      layout != "nchw" && layout != "nhwc") {
-    std::fprintf(stderr, "reprise-dump: --layout must be nchw or nhwc, not '%s'\n", layout.c_str());
-    return 1;
-  }
+namespace {
+
+constexpr reprise::cli::Program kProgram = {
+    "reprise-dump",
+    "--model mlp|resnet|ensemble [--depth N --width N --image_size N --layout nchw|nhwc "
+    "--batch N --classes N] --stage ir|training|plan|cuda-graph --format "
+    "text|json|dot|svg|html [-o FILE] [--fuse=false] [--max_nodes N] [--filter NAME]\n"
+    "  A model's graph at a stage of compilation; only cuda-graph needs a GPU.",
+    __FILE__};
+
+// Graphviz lays out 100 nodes in seconds; a 122-node MLP training graph took 49 s, a 226-node one
+// and a 280-node ResNet-18 plan more than two minutes.
+constexpr int64_t kSvgMaxNodes = 100;
+
+reprise::DumpRequest RequestFromFlags() {
   reprise::DumpRequest request;
   request.model = absl::GetFlag(FLAGS_model);
   request.mlp = {.batch = absl::GetFlag(FLAGS_batch),
@@ -90,19 +100,105 @@ int main(int argc, char** argv) {
       static_cast<int64_t>(absl::GetFlag(FLAGS_data_parallel_bucket_mb) * (1 << 20));
   request.output = absl::GetFlag(FLAGS_o);
   request.cuda_debug_dot = absl::GetFlag(FLAGS_cuda_debug_dot);
+  return request;
+}
 
-  absl::StatusOr<std::string> text = reprise::DumpModel(request);
-  absl::Status status = text.status();
-  if (status.ok()) {
-    if (request.output.empty() || request.output == "-") {
-      std::fputs(text->c_str(), stdout);
-    } else {
-      status = reprise::WriteDump(request.output, *text);
-    }
+// The flags' own checks, then DumpModel's (the html format is checked as json, which it embeds).
+// InvalidArgument is the command line's fault (exit 2); FailedPrecondition (no Graphviz, no GPU)
+// is not.
+absl::Status CheckRequest(const reprise::DumpRequest& request) {
+  namespace cli = reprise::cli;
+  const std::string format = request.format;
+  for (const absl::Status& check : {cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
+                                    cli::AtLeast("max_nodes", FLAGS_max_nodes, -1)}) {
+    RETURN_IF_ERROR(check);
   }
-  if (!status.ok()) {
-    std::fprintf(stderr, "reprise-dump: %s\n", status.ToString().c_str());
-    return 1;
+  const bool drawn = format == "dot" || format == "svg";
+  if (!drawn && (absl::GetFlag(FLAGS_max_nodes) != -1 || !absl::GetFlag(FLAGS_filter).empty())) {
+    return absl::InvalidArgumentError("--max_nodes and --filter go with --format dot or svg");
   }
-  return 0;
+  if (request.stage == "cuda-graph" && !absl::GetFlag(FLAGS_filter).empty()) {
+    return absl::InvalidArgumentError(
+        "--filter works on stages ir, training and plan (the captured CUDA graph's nodes are "
+        "kernels, not named nodes)");
+  }
+  reprise::DumpRequest checked = request;
+  if (format == "html") checked.format = "json";
+  return reprise::ValidateDumpRequest(checked);
+}
+
+// The JSON dump's node count: its graph's, or at stage cuda-graph the CUDA graph's.
+absl::StatusOr<int64_t> NodeCount(const std::string& json) {
+  ASSIGN_OR_RETURN(const reprise::util::JsonValue root, reprise::util::ParseJson(json));
+  const reprise::util::JsonValue* count = root.Find("num_nodes");
+  if (const reprise::util::JsonValue* cuda = root.Find("cuda_graph"); cuda != nullptr) {
+    count = cuda->Find("num_nodes");
+  }
+  if (count == nullptr || !count->is_integer()) {
+    return absl::InternalError("the JSON dump has no num_nodes");
+  }
+  return count->integer();
+}
+
+// dot or svg: as DumpModel draws it while the graph is small enough, else collapsed into blocks
+// (or refused at stage cuda-graph, whose nodes have no names to group by).
+absl::StatusOr<std::string> Drawn(reprise::DumpRequest request) {
+  const bool svg = request.format == "svg";
+  int64_t max_nodes = absl::GetFlag(FLAGS_max_nodes);
+  if (max_nodes == -1) max_nodes = svg ? kSvgMaxNodes : 0;
+  const std::string filter = absl::GetFlag(FLAGS_filter);
+  if (max_nodes == 0 && filter.empty()) return reprise::DumpModel(request);
+  const std::string format = request.format;
+  request.format = "json";
+  ASSIGN_OR_RETURN(const std::string json, reprise::DumpModel(request));
+  ASSIGN_OR_RETURN(const int64_t nodes, NodeCount(json));
+  if (filter.empty() && nodes <= max_nodes) {
+    request.format = format;
+    return reprise::DumpModel(request);
+  }
+  if (request.stage == "cuda-graph") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the captured CUDA graph has ", nodes, " nodes, more than --max_nodes ", max_nodes,
+        ": --stage plan draws the same launches collapsed into blocks, --format json or html "
+        "lists every node, and --max_nodes 0 draws them all (Graphviz may take many minutes)"));
+  }
+  ASSIGN_OR_RETURN(
+      const reprise::tools::DotView view,
+      reprise::tools::DotFromDumpJson(json, {.max_nodes = max_nodes, .filter = filter}));
+  if (!view.note.empty()) std::fprintf(stderr, "reprise-dump: %s\n", view.note.c_str());
+  if (!svg) return view.dot;
+  return reprise::util::RenderSvg(view.dot);
+}
+
+absl::StatusOr<std::string> Dump(reprise::DumpRequest request) {
+  if (request.format == "dot" || request.format == "svg") return Drawn(std::move(request));
+  if (request.format != "html") return reprise::DumpModel(request);
+  request.format = "json";
+  ASSIGN_OR_RETURN(const std::string json, reprise::DumpModel(request));
+  const std::string model = request.model == "resnet"
+                                ? absl::StrCat("ResNet-", absl::GetFlag(FLAGS_depth))
+                                : absl::StrCat(request.model, " depth ", absl::GetFlag(FLAGS_depth),
+                                               " width ", absl::GetFlag(FLAGS_width));
+  return reprise::tools::HtmlFromDumpJson(
+      json, absl::StrCat("reprise-dump: ", model, ", batch ", absl::GetFlag(FLAGS_batch),
+                         ", stage ", request.stage));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  const reprise::DumpRequest request = RequestFromFlags();
+  if (absl::Status status = CheckRequest(request); !status.ok()) {
+    if (absl::IsInvalidArgument(status)) cli::CheckFlags(kProgram, {status});
+    return cli::Finish(kProgram, status);
+  }
+  absl::StatusOr<std::string> text = Dump(request);
+  if (!text.ok()) return cli::Finish(kProgram, text.status());
+  if (request.output.empty() || request.output == "-") {
+    std::fputs(text->c_str(), stdout);
+    return cli::kExitOk;
+  }
+  return cli::Finish(kProgram, reprise::WriteDump(request.output, *text));
 }

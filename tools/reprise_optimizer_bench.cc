@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "reprise/reprise.h"
 #include "src/api/optimizer_bandwidth.h"
 #include "src/runtime/device.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(int, iters, 200, "timed updates per case");
 ABSL_FLAG(int, warmup, 20, "untimed updates before timing");
@@ -33,6 +33,24 @@ ABSL_FLAG(int, mlp_depth, 8, "hidden layers of the MLP");
 ABSL_FLAG(int, mlp_width, 1024, "hidden width and input features of the MLP");
 
 namespace {
+
+constexpr reprise::cli::Program kProgram = {
+    "reprise-optimizer-bench",
+    "[--models resnet50,mlp] [--iters N] [--warmup N] [--copy_mib N] [--mlp_depth N] "
+    "[--mlp_width N]\n  The optimizer update's bytes per second against the device copy "
+    "bandwidth.",
+    __FILE__};
+
+// Every name in --models is known (checked before any device work).
+absl::Status CheckModels() {
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
+    if (name != "resnet50" && name != "mlp") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--models: unknown model '%s': resnet50 or mlp", name));
+    }
+  }
+  return absl::OkStatus();
+}
 
 double Median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -103,6 +121,7 @@ absl::Status Main() {
     for (const Case& c : Cases()) {
       ASSIGN_OR_RETURN(Model model, BuildModel(std::string(model_name)));
       reprise::TrainOptions options;
+      options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
       options.optimizer = c.optimizer;
       options.whole_step = false;  // The update in launches of its own, not in a fused step.
       options.lanes = 1;
@@ -133,11 +152,12 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "reprise-optimizer-bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  cli::CheckFlags(kProgram,
+                  {cli::AtLeast("iters", FLAGS_iters, 1), cli::AtLeast("warmup", FLAGS_warmup, 0),
+                   cli::InRange("copy_mib", FLAGS_copy_mib, 1, 1 << 20),
+                   cli::AtLeast("mlp_depth", FLAGS_mlp_depth, 0),
+                   cli::AtLeast("mlp_width", FLAGS_mlp_width, 1), CheckModels()});
+  return cli::Finish(kProgram, Main());
 }

@@ -21,7 +21,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -30,6 +29,7 @@
 #include "src/runtime/device.h"
 #include "src/tools/update_bench.h"
 #include "src/util/status_macros.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, models,
           "mlp:8x256:b32,mlp:4x1024:b256,resnet18:b32:nhwc:tf32,resnet50:b32:nhwc:tf32",
@@ -49,19 +49,26 @@ ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 
 namespace {
 
-absl::Status Main() {
-  // Flags first: a bad one is refused before anything touches the device.
-  ASSIGN_OR_RETURN(const reprise::tools::UpdateBenchConfig config,
-                   reprise::tools::ParseUpdateBenchFlags({
-                       .models = absl::GetFlag(FLAGS_models),
-                       .paths = absl::GetFlag(FLAGS_paths),
-                       .reps = absl::GetFlag(FLAGS_reps),
-                       .recapture_reps = absl::GetFlag(FLAGS_recapture_reps),
-                       .warmup = absl::GetFlag(FLAGS_warmup),
-                       .device_steps = absl::GetFlag(FLAGS_device_steps),
-                       .lanes = absl::GetFlag(FLAGS_lanes),
-                       .device_launch = absl::GetFlag(FLAGS_device_launch),
-                   }));
+constexpr reprise::cli::Program kProgram = {
+    "reprise-update-bench",
+    "[--models SPEC,...] [--paths all|step,...] [--reps N] [--lanes N] [--device_launch] "
+    "[--json FILE]\n  The host cost of each way the captured step changes between replays.",
+    __FILE__};
+
+absl::StatusOr<reprise::tools::UpdateBenchConfig> ParseFlags() {
+  return reprise::tools::ParseUpdateBenchFlags({
+      .models = absl::GetFlag(FLAGS_models),
+      .paths = absl::GetFlag(FLAGS_paths),
+      .reps = absl::GetFlag(FLAGS_reps),
+      .recapture_reps = absl::GetFlag(FLAGS_recapture_reps),
+      .warmup = absl::GetFlag(FLAGS_warmup),
+      .device_steps = absl::GetFlag(FLAGS_device_steps),
+      .lanes = absl::GetFlag(FLAGS_lanes),
+      .device_launch = absl::GetFlag(FLAGS_device_launch),
+  });
+}
+
+absl::Status Main(const reprise::tools::UpdateBenchConfig& config) {
   ASSIGN_OR_RETURN(int devices, reprise::runtime::VisibleDeviceCount());
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device visible");
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
@@ -78,6 +85,7 @@ absl::Status Main() {
     ASSIGN_OR_RETURN(reprise::tools::BuiltModel built,
                      reprise::tools::BuildUpdateBenchModel(model));
     reprise::TrainOptions options;
+    options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
     options.mode = reprise::ExecMode::kGraph;
     options.allow_tf32 = model.tf32;
     options.lanes = config.lanes;
@@ -104,11 +112,10 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = Main();
-  if (!status.ok()) {
-    std::fprintf(stderr, "reprise-update-bench: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  namespace cli = reprise::cli;
+  cli::ParseCommandLine(argc, argv, kProgram);
+  // Flags first: a bad one is refused before anything touches the device.
+  const absl::StatusOr<reprise::tools::UpdateBenchConfig> config = ParseFlags();
+  cli::CheckFlags(kProgram, {config.status()});
+  return cli::Finish(kProgram, Main(*config));
 }

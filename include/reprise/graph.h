@@ -103,6 +103,16 @@ class Graph {
 
   std::string ToString() const;  // One line per node, in id order.
 
+  // A point to roll back to: what the graph held when Mark() was called.
+  struct Mark {
+    int32_t num_nodes = 0;
+    size_t num_control_edges = 0;
+  };
+  Mark GetMark() const { return {num_nodes(), control_log_.size()}; }
+  // Removes every node, name and control edge added since `mark`, so the graph is exactly as it
+  // was then. Values made since the mark become invalid.
+  void RollBack(const Mark& mark);
+
  private:
   absl::StatusOr<Value> AddLeaf(const ir::OpDef& op, absl::string_view name, TensorSpec spec,
                                 Initializer init);
@@ -110,7 +120,19 @@ class Graph {
 
   std::vector<Node> nodes_;
   absl::flat_hash_map<std::string, int32_t> by_name_;
+  std::vector<int32_t> control_log_;  // The `after` node of each control edge, in order added.
 };
+
+// Runs `build` (returning a Status or StatusOr) and, when it fails, rolls `graph` back to what it
+// was before: a builder that fails halfway leaves no node, parameter or name behind, so a retry
+// with the same names succeeds. Every multi-node builder in nn.h and models.h goes through it.
+template <typename Build>
+auto Transactional(Graph& graph, Build&& build) -> decltype(build()) {
+  const Graph::Mark mark = graph.GetMark();
+  auto result = build();
+  if (!result.ok()) graph.RollBack(mark);
+  return result;
+}
 
 }  // namespace reprise
 

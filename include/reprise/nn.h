@@ -1,5 +1,6 @@
 // Layer builders. Each adds its ops (and parameters) to a Graph and returns the output value, or
-// InvalidArgument naming the layer and the shapes that do not fit.
+// InvalidArgument naming the layer and the shapes that do not fit. A builder that fails leaves the
+// graph exactly as it was (Transactional in graph.h), so a retry with the same names succeeds.
 #ifndef REPRISE_INCLUDE_REPRISE_NN_H_
 #define REPRISE_INCLUDE_REPRISE_NN_H_
 
@@ -78,10 +79,35 @@ absl::StatusOr<Value> SoftmaxCrossEntropy(Graph& graph, Value logits, Value labe
 inline constexpr int32_t kPaddingLabel = -1;
 // SoftmaxCrossEntropy over the rows whose label is not kPaddingLabel: their mean (0 if there are
 // none), and a gradient that is zero on padded rows. A batch padded with such rows trains as the
-// batch alone (up to the order of the sums). Labels are not range-checked by SetInput: the CPU
-// reference refuses other negative labels and labels >= classes; the GPU kernels skip them too.
+// batch alone (up to the order of the sums). SetInput refuses any other label: negative labels
+// other than kPaddingLabel and labels >= classes are InvalidArgument, as for SoftmaxCrossEntropy.
 absl::StatusOr<Value> MaskedSoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,
                                                 absl::string_view name = "");
+
+// Transformer layers (src/api/nn_transformer.cc).
+
+// Layer normalisation over the last dimension of x [..., C], as torch.nn.LayerNorm(C): parameters
+// "<name>.weight" (ones) and "<name>.bias" (zeros), both [C].
+absl::StatusOr<Value> LayerNorm(Graph& graph, Value x, absl::string_view name,
+                                double epsilon = 1e-5);
+
+// GELU in its tanh form, as torch.nn.functional.gelu(x, approximate='tanh').
+absl::StatusOr<Value> Gelu(Graph& graph, Value x, absl::string_view name = "");
+
+// Rows of the table "<name>.weight" [vocab, width] picked by int32 ids of any shape: [..., width]
+// (torch.nn.Embedding's layout). The table starts uniform with standard deviation `init_std`
+// (GPT-2's 0.02 by default; the engine's initializers have no normal distribution). Trainer::
+// SetInput refuses ids outside [0, vocab), naming the input.
+absl::StatusOr<Value> Embedding(Graph& graph, Value ids, int64_t vocab, int64_t width,
+                                absl::string_view name, double init_std = 0.02);
+
+// x [..., T, C] plus the first T = `positions` rows of the table "<name>.weight"
+// [max_positions, C] at every sequence: a learned position embedding (GPT-2's wpe) over a batch of
+// sequences flattened to rows, so that x may be [batch·T, C]. InvalidArgument unless
+// 1 <= positions <= max_positions and positions divides x's rows.
+absl::StatusOr<Value> PositionEmbedding(Graph& graph, Value x, int64_t max_positions,
+                                        int64_t positions, absl::string_view name,
+                                        double init_std = 0.02);
 
 }  // namespace reprise::nn
 

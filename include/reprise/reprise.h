@@ -9,6 +9,7 @@
 #include "reprise/local_data_parallel.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
+#include "reprise/status_macros.h"
 #include "reprise/tensor.h"
 #include "reprise/trainer.h"
 

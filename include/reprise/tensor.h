@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace reprise {
@@ -36,7 +37,12 @@ class Shape {
   int rank() const { return static_cast<int>(dims_.size()); }
   int64_t dim(int i) const { return dims_[i]; }
   const std::vector<int64_t>& dims() const { return dims_; }
+  // The product of the extents; -1 when an extent is negative or the product overflows int64.
+  // Graph refuses such shapes, so every value of a graph has a valid count.
   int64_t NumElements() const;
+  // The product of the extents; InvalidArgument naming the shape when an extent is negative or
+  // the product overflows int64.
+  absl::StatusOr<int64_t> CheckedNumElements() const;
   std::string ToString() const;  // "[32, 256]"
 
   bool operator==(const Shape& other) const { return dims_ == other.dims_; }
@@ -52,6 +58,8 @@ struct TensorSpec {
 
   int64_t NumElements() const { return shape.NumElements(); }
   int64_t bytes() const { return shape.NumElements() * DTypeSize(dtype); }
+  // Byte size; InvalidArgument naming the spec when the count or the size overflows int64.
+  absl::StatusOr<int64_t> CheckedBytes() const;
   std::string ToString() const;  // "f32[32, 256]"
   bool operator==(const TensorSpec& other) const = default;
 };

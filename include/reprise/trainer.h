@@ -27,6 +27,7 @@
 #include "reprise/graph.h"
 #include "reprise/mirror_options.h"
 #include "reprise/optimizer.h"
+#include "reprise/progress.h"
 
 namespace reprise {
 
@@ -155,6 +156,8 @@ struct TrainOptions {
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
   std::vector<Value> fetch;  // Values of the user graph to keep readable through Read().
+  // Kernel compilation progress during Create (reprise/progress.h); empty: no reports.
+  CompileProgressCallback on_compile_progress;
 };
 
 // Counters that make the engine's behaviour visible: nothing it does is silent.
@@ -274,6 +277,13 @@ struct LoadWeightsOptions {
   bool allow_unexpected = true;
 };
 
+// What Trainer::SaveWeights writes.
+struct SaveWeightsOptions {
+  // A PyTorch state dict: the model's parameters and buffers only, so that a torch module built
+  // with the same layer names loads the file with load_state_dict(strict=True).
+  bool torch_compatible = false;
+};
+
 class Trainer {
  public:
   // Builds the training step for `loss` (a scalar of `graph`) and prepares it to run: autodiff,
@@ -287,11 +297,13 @@ class Trainer {
 
   // Binds the next step's value of an input (float32 or int32 by the input's dtype). The data is
   // copied; the caller's buffer may be reused at once. NotFound for an unknown name,
-  // InvalidArgument for a wrong dtype, a wrong size or a label outside [0, classes).
+  // InvalidArgument for a wrong dtype, a wrong size, a label outside [0, classes) (the masked loss
+  // also takes nn::kPaddingLabel), or an optimizer input ("learning_rate", "momentum", ...) that
+  // is NaN, infinite or out of its range.
   absl::Status SetInput(absl::string_view name, absl::Span<const float> data);
   absl::Status SetInput(absl::string_view name, absl::Span<const int32_t> data);
   // Binds the next steps' base learning rate; a schedule (OptimizerOptions::schedule) multiplies
-  // it on the device. Same errors as SetInput.
+  // it on the device. Same errors as SetInput: NaN, infinities and negative rates are refused.
   absl::Status SetLearningRate(float learning_rate);
 
   // Zero-copy input: the engine's own pinned host buffer for input `name`, which the next Step()
@@ -374,10 +386,16 @@ class Trainer {
   //                                     schedule read.
   // f32, f64 and i32 tensors are stored as F32, F64 and I32; the metadata is {"format": "pt"}.
   // Inputs and constants are not weights and are not written; nor is state a fused kernel keeps
-  // for itself. Waits for the queued steps. The file is written to a temporary file beside
-  // `path` and renamed into place, so a reader never sees a part of it. Internal when writing
-  // fails.
-  absl::Status SaveWeights(const std::string& path);
+  // for itself. With options.torch_compatible the file holds what torch's module.state_dict()
+  // holds instead: the parameters and the graph's own state (batch-norm running statistics),
+  // no optimizer state and no "rng.step", and an I64 scalar "<layer>.num_batches_tracked" (the
+  // step count) per batch norm. Waits for the queued steps. The file is written to a temporary
+  // file beside `path` and renamed into place, so a reader never sees a part of it. Only a
+  // regular file is replaced: InvalidArgument naming the path when it is a directory, device,
+  // pipe or socket; a symbolic link is written through (its target replaced the same way, the
+  // link kept), a dangling one refused. Internal when writing fails.
+  using SaveWeightsOptions = ::reprise::SaveWeightsOptions;  // Either spelling names it.
+  absl::Status SaveWeights(const std::string& path, const SaveWeightsOptions& options = {});
   // Reads tensors by name from a safetensors file into the parameters and state (see
   // SaveWeights for the names), after the queued steps. The captured step stays valid: the
   // weights are written in place, where its kernels already read them. Every tensor is checked
@@ -385,7 +403,8 @@ class Trainer {
   // and both specs, when a dtype or shape differs (F64 or BF16 data for an F32 tensor is refused,
   // not converted); InvalidArgument naming them for graph tensors the file lacks (unless
   // allow_missing) and file tensors the graph lacks (if not allow_unexpected). NotFound, DataLoss
-  // or InvalidArgument, naming the file, when it is missing, truncated or malformed.
+  // or InvalidArgument, naming the file, when it is missing, truncated or malformed, or not a
+  // regular file (a named pipe is refused at once, never waited on).
   using LoadWeightsOptions = ::reprise::LoadWeightsOptions;  // Either spelling names it.
   absl::Status LoadWeights(const std::string& path, const LoadWeightsOptions& options = {});
 
@@ -396,14 +415,14 @@ class Trainer {
   // and the model's fingerprint (src/api/checkpoint_format.h). The random seed is an attribute of
   // the graph, so the fingerprint covers it. Loss scaling's scale and counters are state tensors
   // ("loss_scale", "loss_scale.growth_tracker", "loss_scale.skipped_steps"), saved likewise. Waits
-  // for the queued steps; written to a temporary file renamed into place. Internal when writing
-  // fails.
+  // for the queued steps; written to a temporary file renamed into place, onto a regular file or
+  // through a symbolic link as SaveWeights. Internal when writing fails.
   absl::Status SaveCheckpoint(const std::string& path);
   // Restores what SaveCheckpoint saved, so that the next steps are bit for bit those the saving
   // trainer would have run. The file is read and checked whole before anything is written, so a
   // refused file changes nothing: NotFound for no file; DataLoss for a truncated or corrupt one
   // (checksum); InvalidArgument for a file that is no checkpoint or whose tensors differ in name,
-  // dtype or shape (named); FailedPrecondition for the checkpoint of another model. An input bound
+  // dtype or shape (named), or for a path that is not a regular file; FailedPrecondition for the checkpoint of another model. An input bound
   // with BindInput keeps reading the caller's memory.
   absl::Status RestoreCheckpoint(const std::string& path);
 

@@ -3,6 +3,9 @@
 #include "reprise/bucketed_trainer.h"
 
 #include <algorithm>
+#include <new>
+#include <optional>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +13,7 @@
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
 #include "src/passes/bucket_plan.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -205,8 +209,26 @@ absl::StatusOr<std::vector<T>> Pad(absl::Span<const T> data, int64_t rows, int64
         absl::StrCat("cannot pad ", rows, " rows to a bucket of ", bucket));
   }
   const int64_t per_row = static_cast<int64_t>(data.size()) / rows;
-  std::vector<T> out(data.begin(), data.end());
-  out.resize(bucket * per_row, fill);
+  const std::optional<int64_t> total = CheckedMul(bucket, per_row);
+  std::vector<T> out;
+  if (!total.has_value() || static_cast<uint64_t>(*total) > out.max_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("padding ", rows, " rows of ", per_row,
+                                                   " values to a bucket of ", bucket,
+                                                   " rows needs more values than fit in memory"));
+  }
+  try {
+    out.reserve(*total);
+  } catch (const std::bad_alloc&) {  // A Status-returning function lets no exception out.
+    return absl::ResourceExhaustedError(absl::StrCat("padding ", rows, " rows to a bucket of ",
+                                                     bucket, " rows: cannot allocate ", *total,
+                                                     " values"));
+  } catch (const std::length_error&) {
+    return absl::InvalidArgumentError(absl::StrCat("padding ", rows, " rows to a bucket of ",
+                                                   bucket, " rows: ", *total,
+                                                   " values are more than a vector holds"));
+  }
+  out.assign(data.begin(), data.end());
+  out.resize(*total, fill);
   return out;
 }
 

@@ -6,7 +6,8 @@
 
 namespace reprise::models {
 
-absl::StatusOr<MlpValues> AddMlp(Graph& g, const MlpConfig& config, absl::string_view prefix) {
+namespace {
+absl::StatusOr<MlpValues> AddMlpSteps(Graph& g, const MlpConfig& config, absl::string_view prefix) {
   if (config.batch <= 0 || config.input_features <= 0 || config.depth < 0 || config.width <= 0 ||
       config.classes <= 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -29,6 +30,11 @@ absl::StatusOr<MlpValues> AddMlp(Graph& g, const MlpConfig& config, absl::string
   ASSIGN_OR_RETURN(
       mlp.loss, nn::SoftmaxCrossEntropy(g, mlp.logits, mlp.labels, absl::StrCat(prefix, "loss")));
   return mlp;
+}
+}  // namespace
+
+absl::StatusOr<MlpValues> AddMlp(Graph& g, const MlpConfig& config, absl::string_view prefix) {
+  return Transactional(g, [&] { return AddMlpSteps(g, config, prefix); });
 }
 
 absl::StatusOr<Mlp> BuildMlp(const MlpConfig& config) {

@@ -6,7 +6,9 @@
 
 namespace reprise::models {
 
-absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const ModelBuilder& build) {
+namespace {
+absl::StatusOr<std::vector<Value>> EnsembleSteps(Graph& graph, int models,
+                                                 const ModelBuilder& build) {
   if (models < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("an ensemble needs at least one model, got ", models));
@@ -18,9 +20,15 @@ absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const Mode
   }
   return losses;
 }
+}  // namespace
 
-absl::StatusOr<Value> SumLosses(Graph& graph, absl::Span<const Value> losses,
-                                absl::string_view name) {
+absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const ModelBuilder& build) {
+  return Transactional(graph, [&] { return EnsembleSteps(graph, models, build); });
+}
+
+namespace {
+absl::StatusOr<Value> SumLossesSteps(Graph& graph, absl::Span<const Value> losses,
+                                     absl::string_view name) {
   if (losses.empty()) return absl::InvalidArgumentError("SumLosses needs at least one loss");
   if (losses.size() == 1) return losses[0];
   Value total = losses[0];
@@ -30,6 +38,12 @@ absl::StatusOr<Value> SumLosses(Graph& graph, absl::Span<const Value> losses,
     ASSIGN_OR_RETURN(total, nn::Add(graph, total, losses[i], add_name));
   }
   return total;
+}
+}  // namespace
+
+absl::StatusOr<Value> SumLosses(Graph& graph, absl::Span<const Value> losses,
+                                absl::string_view name) {
+  return Transactional(graph, [&] { return SumLossesSteps(graph, losses, name); });
 }
 
 absl::StatusOr<MlpEnsemble> BuildMlpEnsemble(int models, const MlpConfig& config) {

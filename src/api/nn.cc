@@ -12,8 +12,9 @@ namespace reprise::nn {
 
 static_assert(kPaddingLabel == ops::kPaddingLabel, "the masked loss skips nn::kPaddingLabel");
 
-absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::string_view name,
-                             bool bias) {
+namespace {
+absl::StatusOr<Value> LinearSteps(Graph& graph, Value x, int64_t out_features,
+                                  absl::string_view name, bool bias) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));
   if (x_spec.shape.rank() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -36,6 +37,12 @@ absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::
                                   Initializer::Uniform(-bound, bound)));
   return graph.AddOp1(ops::BiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b});
 }
+}  // namespace
+
+absl::StatusOr<Value> Linear(Graph& graph, Value x, int64_t out_features, absl::string_view name,
+                             bool bias) {
+  return Transactional(graph, [&] { return LinearSteps(graph, x, out_features, name, bias); });
+}
 
 absl::StatusOr<Value> Relu(Graph& graph, Value x, absl::string_view name) {
   return graph.AddOp1(ops::ReluOp(), name, {x});
@@ -45,8 +52,9 @@ absl::StatusOr<Value> Add(Graph& graph, Value a, Value b, absl::string_view name
   return graph.AddOp1(ops::AddOp(), name, {a, b});
 }
 
-absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_view name,
-                              uint64_t seed) {
+namespace {
+absl::StatusOr<Value> DropoutSteps(Graph& graph, Value x, double rate, absl::string_view name,
+                                   uint64_t seed) {
   if (!(rate >= 0 && rate < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("Dropout '", name, "': rate must be in [0, 1), got ", rate));
@@ -65,6 +73,12 @@ absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_v
                       {{"rate", rate},
                        {"seed", static_cast<int64_t>(seed)},
                        {"stream", static_cast<int64_t>(stream)}});
+}
+}  // namespace
+
+absl::StatusOr<Value> Dropout(Graph& graph, Value x, double rate, absl::string_view name,
+                              uint64_t seed) {
+  return Transactional(graph, [&] { return DropoutSteps(graph, x, rate, name, seed); });
 }
 
 absl::StatusOr<Value> MaskedSoftmaxCrossEntropy(Graph& graph, Value logits, Value labels,

@@ -30,8 +30,9 @@ int64_t Channels(const TensorSpec& spec, Layout layout) {
 
 }  // namespace
 
-absl::StatusOr<Value> Conv2d(Graph& graph, Value x, int64_t out_channels, absl::string_view name,
-                             const Conv2dOptions& options) {
+namespace {
+absl::StatusOr<Value> Conv2dSteps(Graph& graph, Value x, int64_t out_channels,
+                                  absl::string_view name, const Conv2dOptions& options) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, ImageSpec(graph, x, "Conv2d", name));
   const int64_t in_channels = Channels(x_spec, options.layout);
   const int64_t k = options.kernel;
@@ -68,10 +69,23 @@ absl::StatusOr<Value> Conv2d(Graph& graph, Value x, int64_t out_channels, absl::
   return graph.AddOp1(ops::ChannelBiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b},
                       {{"layout", layout}});
 }
+}  // namespace
 
-absl::StatusOr<Value> BatchNorm(Graph& graph, Value x, absl::string_view name,
-                                const BatchNormOptions& options) {
+absl::StatusOr<Value> Conv2d(Graph& graph, Value x, int64_t out_channels, absl::string_view name,
+                             const Conv2dOptions& options) {
+  return Transactional(graph, [&] { return Conv2dSteps(graph, x, out_channels, name, options); });
+}
+
+namespace {
+absl::StatusOr<Value> BatchNormSteps(Graph& graph, Value x, absl::string_view name,
+                                     const BatchNormOptions& options) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, ImageSpec(graph, x, "BatchNorm", name));
+  if (!(std::isfinite(options.epsilon) && options.epsilon > 0) ||
+      !(options.momentum >= 0 && options.momentum <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BatchNorm '", name, "': epsilon must be finite and greater than 0 and momentum in [0, 1]",
+        "; got epsilon ", options.epsilon, ", momentum ", options.momentum));
+  }
   const TensorSpec per_channel{Shape{Channels(x_spec, options.layout)}, x_spec.dtype};
   ASSIGN_OR_RETURN(Value gamma, graph.AddParameter(absl::StrCat(name, ".weight"), per_channel,
                                                    Initializer::Constant(1)));
@@ -92,6 +106,12 @@ absl::StatusOr<Value> BatchNorm(Graph& graph, Value x, absl::string_view name,
           ops::BatchNormTrainOp(), name, {x, gamma, beta, mean, var},
           {{"epsilon", options.epsilon}, {"momentum", options.momentum}, {"layout", layout}}));
   return outs[0];
+}
+}  // namespace
+
+absl::StatusOr<Value> BatchNorm(Graph& graph, Value x, absl::string_view name,
+                                const BatchNormOptions& options) {
+  return Transactional(graph, [&] { return BatchNormSteps(graph, x, name, options); });
 }
 
 absl::StatusOr<Value> MaxPool2d(Graph& graph, Value x, int64_t kernel, int64_t stride,

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
@@ -11,6 +12,7 @@
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
 #include "src/api/compile_options.h"
+#include "src/api/input_checks.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
@@ -18,8 +20,11 @@
 #include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/batched_kernels.h"
 #include "src/codegen/conv_kernels.h"
+#include "src/codegen/embedding_kernels.h"
 #include "src/codegen/fused_kernels.h"
+#include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/layer_norm_kernels.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/codegen/pooling_kernels.h"
@@ -27,13 +32,16 @@
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/ops/attention.h"
 #include "src/ops/batched.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/transformer_ops.h"
 #include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
@@ -61,9 +69,11 @@ bool HasImages(const Graph& graph) {
   return false;
 }
 
-// Per-lane workspace: cuDNN convolutions get the larger one.
+// Per-lane workspace: cuDNN convolutions get the larger one, cuDNN attention what its shapes may
+// need.
 size_t WorkspaceBytesFor(const Graph& graph) {
-  return HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes;
+  return std::max(HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes,
+                  ops::AttentionWorkspaceBound(graph));
 }
 
 // Whether the plan runs optimizer kernels beyond plain SGD's (src/codegen/optimizer_kernels.h).
@@ -107,6 +117,18 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
   if (HasImages(graph)) {  // The convolutional layers' own kernels.
     for (const auto& kernels :
          {codegen::ConvKernels(), codegen::PoolingKernels(), codegen::TransposeKernels()}) {
+      for (const codegen::GeneratedKernel& kernel : kernels) {
+        sources.push_back(ops::ToKernelSource(kernel));
+      }
+    }
+  }
+  const bool transformer =
+      std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
+        return n.op == &ops::LayerNormOp() || n.op == &ops::EmbeddingOp() || n.op == &ops::GeluOp();
+      });
+  if (transformer) {  // Layer norm, GELU and embedding kernels (src/ops/transformer_ops.h).
+    for (const auto& kernels :
+         {codegen::LayerNormKernels(), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }
@@ -165,6 +187,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
                                                                       Value loss,
                                                                       const TrainOptions& options) {
+  // Options and graph are checked first, so that bad ones are refused without a GPU.
+  RETURN_IF_ERROR(ValidateTrainOptions(options));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
   if (options.graph_launch == GraphLaunch::kDevice && options.mode != ExecMode::kGraph) {
@@ -194,30 +218,45 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     std::string input;
     int64_t classes;
     std::string consumer;
+    bool padding_allowed;
   };
   std::vector<LabelUse> label_uses;
   for (const Node& n : unfused_training.nodes()) {
+    // Token ids index an embedding table's rows as labels index a loss's classes.
+    if (n.op == &ops::EmbeddingOp()) {
+      const Node& ids = unfused_training.node(n.inputs[0].node);
+      if (ids.op == &ir::InputOp()) {
+        label_uses.push_back(
+            {ids.name, unfused_training.spec(n.inputs[1]).shape.dim(0), n.name, false});
+      }
+      continue;
+    }
     const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
-    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss) continue;
+    const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
+    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) continue;
     const Shape& logits = unfused_training.spec(n.inputs[0]).shape;
     Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
     if (unfused_training.node(labels.node).op == &ops::ModelTileOp()) {
       labels = unfused_training.node(labels.node).inputs[0];
     }
-    label_uses.push_back(
-        {unfused_training.node(labels.node).name, logits.dim(batched_loss ? 2 : 1), n.name});
+    label_uses.push_back({unfused_training.node(labels.node).name,
+                          logits.dim(batched_loss ? 2 : 1), n.name, masked_loss});
   }
   std::vector<std::string> weight_names = WeightNamesOf(unfused_training);
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
   impl->user_values_ = std::move(compiled.user_values);
   impl->weight_names_ = std::move(weight_names);
+  impl->torch_names_ = TorchStateDictNamesOf(graph);
   impl->SetEnsemble(graph, std::move(compiled.batched), unfused_training);
   impl->model_fingerprint_ =
       ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
   impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
-    impl->label_limits_[input] = {use.classes, use.consumer};
+    // An input read as labels by several consumers (ids of two tables) takes the tightest range.
+    const LabelLimit limit{use.classes, use.consumer, use.padding_allowed};
+    auto [it, added] = impl->label_limits_.try_emplace(input, limit);
+    if (!added && use.classes < it->second.classes) it->second = limit;
   }
   // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
   RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
@@ -232,7 +271,15 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
-  RETURN_IF_ERROR(kernels_->Prefetch(prefetch));
+  std::function<void(int64_t, int64_t)> on_ready;
+  if (const CompileProgressCallback& report = options_.on_compile_progress; report) {
+    on_ready = [&report, acquire_start](int64_t done, int64_t total) {
+      report({.done = done,
+              .total = total,
+              .elapsed_s = absl::ToDoubleSeconds(absl::Now() - acquire_start)});
+    };
+  }
+  RETURN_IF_ERROR(kernels_->Prefetch(prefetch, on_ready));
 
   capture::StepResources res;
   res.device = &device_;
@@ -399,14 +446,8 @@ absl::Status Trainer::Impl::CheckLabels(int32_t input_node,
   auto it = label_limits_.find(input_node);
   if (it == label_limits_.end()) return absl::OkStatus();
   const LabelLimit& limit = it->second;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] < 0 || labels[i] >= limit.classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", plan_.graph().node(input_node).name, "': label ", labels[i], " at index ", i,
-          " is outside [0, ", limit.classes, ") of '", limit.consumer, "'"));
-    }
-  }
-  return absl::OkStatus();
+  return reprise::CheckLabels(plan_.graph().node(input_node).name, limit.consumer,
+                              {limit.classes, limit.padding_allowed}, labels);
 }
 
 absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, size_t count,
@@ -425,6 +466,9 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
   }
   if (dtype == DType::kInt32) {
     RETURN_IF_ERROR(CheckLabels(*id, {static_cast<const int32_t*>(data), count}));
+  } else if (count == 1) {  // The optimizer's scalar inputs (learning_rate, momentum, ...).
+    RETURN_IF_ERROR(
+        CheckHyperparameterInput(plan_.graph().node(*id).name, *static_cast<const float*>(data)));
   }
   RETURN_IF_ERROR(WaitForLastStep());
   const passes::Buffer* b = plan_.memory.Find({*id, 0});

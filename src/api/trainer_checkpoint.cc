@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/api/checkpoint_format.h"
+#include "src/api/input_checks.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
@@ -92,6 +93,20 @@ absl::Status Trainer::Impl::RestoreCheckpoint(const std::string& path) {
     expected.push_back({slot.name, FileDType(spec.dtype), spec.shape.dims()});
   }
   RETURN_IF_ERROR(CheckCheckpointMatches(checkpoint, path, model_fingerprint_, expected));
+  // A saved hyperparameter goes through SetInput's checks too: a NaN rate would poison the weights.
+  for (const Slot& slot : slots) {
+    const TensorSpec& spec = plan_.graph().spec(slot.buffer->value);
+    if (!slot.staged || spec.dtype != DType::kFloat32 || spec.NumElements() != 1) continue;
+    float value;
+    std::memcpy(&value, checkpoint.file.Data(*checkpoint.file.Find(slot.name)).data(),
+                sizeof(value));
+    const absl::Status valid =
+        CheckHyperparameterInput(plan_.graph().node(slot.buffer->value.node).name, value);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", slot.name, "': ", valid.message()));
+    }
+  }
   // Checked through: from here on only a device fault can stop the restore half way.
   RETURN_IF_ERROR(Synchronize());
   char* arena = static_cast<char*>(arena_->data());

@@ -12,6 +12,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
+#include "src/api/torch_state_dict.h"
 #include "src/parallel/communicator.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
@@ -81,7 +82,8 @@ class Trainer::Impl {
   absl::StatusOr<std::vector<float>> GetParameter(absl::string_view name);
   absl::Status SetParameter(absl::string_view name, absl::Span<const float> data);
   std::vector<std::string> ParameterNames() const;
-  absl::Status SaveWeights(const std::string& path);  // In trainer_weights.cc.
+  // In trainer_weights.cc.
+  absl::Status SaveWeights(const std::string& path, const SaveWeightsOptions& options);
   absl::Status LoadWeights(const std::string& path, const LoadWeightsOptions& options);
   // The parameters and state of `training` (the graph before fusion, which may add state of its
   // own to the plan's), by name: what SaveWeights writes and LoadWeights reads.
@@ -200,9 +202,11 @@ class Trainer::Impl {
   struct LabelLimit {
     int64_t classes;
     std::string consumer;
+    bool padding_allowed = false;  // nn::kPaddingLabel is a label too (the masked loss).
   };
   absl::flat_hash_map<int32_t, LabelLimit> label_limits_;
   std::vector<std::string> weight_names_;  // WeightNamesOf the unfused training graph.
+  TorchStateDictNames torch_names_;        // Of the user's graph, for SaveWeights.
   passes::LayoutValueMap user_values_;     // From the channels-last pass.
   // Ensemble batching: the value map and stacked leaves (its graph is dropped), each model's
   // name -> its slice, and each stacked tensor -> its models' names, in model order.

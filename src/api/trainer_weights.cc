@@ -71,7 +71,8 @@ absl::StatusOr<std::vector<const passes::Buffer*>> Trainer::Impl::WeightBuffers(
   return buffers;
 }
 
-absl::Status Trainer::Impl::SaveWeights(const std::string& path) {
+absl::Status Trainer::Impl::SaveWeights(const std::string& path,
+                                        const SaveWeightsOptions& options) {
   ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> buffers, WeightBuffers());
   RETURN_IF_ERROR(Synchronize());
   const char* arena = static_cast<const char*>(arena_->data());
@@ -85,20 +86,37 @@ absl::Status Trainer::Impl::SaveWeights(const std::string& path) {
   }
   RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream_->get()),
                                       "cudaStreamSynchronize", "SaveWeights"));
+  // torch_compatible: only the user graph's own tensors (no optimizer state, no "rng.step").
+  const absl::flat_hash_set<std::string> torch_names(torch_names_.tensors.begin(),
+                                                     torch_names_.tensors.end());
+  const auto wanted = [&](const std::string& name) {
+    return !options.torch_compatible || torch_names.contains(name);
+  };
   std::vector<util::TensorView> views;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const TensorSpec& spec = plan_.graph().spec(buffers[i]->value);
     auto models = model_names_.find(weight_names_[i]);
     if (models == model_names_.end()) {
-      views.push_back({weight_names_[i], FileDType(spec.dtype), spec.shape.dims(), host[i]});
+      if (wanted(weight_names_[i])) {
+        views.push_back({weight_names_[i], FileDType(spec.dtype), spec.shape.dims(), host[i]});
+      }
       continue;
     }
     // A stacked tensor (ensemble batching) is written as its models' own tensors.
     const std::vector<int64_t> dims(spec.shape.dims().begin() + 1, spec.shape.dims().end());
     const size_t slice = host[i].size() / models->second.size();
     for (size_t k = 0; k < models->second.size(); ++k) {
+      if (!wanted(models->second[k])) continue;
       views.push_back({models->second[k], FileDType(spec.dtype), dims,
                        absl::string_view(host[i]).substr(k * slice, slice)});
+    }
+  }
+  // torch counts a batch norm's training forward passes in an int64 scalar; one per step here.
+  const int64_t batches = steps_;
+  const absl::string_view batches_bytes(reinterpret_cast<const char*>(&batches), sizeof(batches));
+  if (options.torch_compatible) {
+    for (const std::string& name : torch_names_.batch_counters) {
+      views.push_back({name, util::SafetensorsDType::kI64, {}, batches_bytes});
     }
   }
   return util::WriteSafetensors(path, views, {{"format", "pt"}});
@@ -179,7 +197,9 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
 
 // The public face. ------------------------------------------------------------------------------
 
-absl::Status Trainer::SaveWeights(const std::string& path) { return impl_->SaveWeights(path); }
+absl::Status Trainer::SaveWeights(const std::string& path, const SaveWeightsOptions& options) {
+  return impl_->SaveWeights(path, options);
+}
 
 absl::Status Trainer::LoadWeights(const std::string& path, const LoadWeightsOptions& options) {
   return impl_->LoadWeights(path, options);

@@ -1,6 +1,7 @@
 #include "src/autodiff/autodiff.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
 #include "src/ops/ops.h"
@@ -130,6 +131,20 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value
                                                      const LossScaleOptions& scaling) {
   RETURN_IF_ERROR(ValidateLossScaleOptions(scaling));
   ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss, scaling));
+  if (t.parameters.empty()) {
+    // A step would run and report a loss while nothing learns: refuse it for every caller.
+    const std::vector<int32_t> params = forward.NodesOf("parameter");
+    std::vector<std::string> names;
+    for (size_t i = 0; i < params.size() && i < 4; ++i)
+      names.push_back(forward.node(params[i]).name);
+    if (params.size() > 4) names.push_back("...");
+    return absl::InvalidArgumentError(
+        absl::StrCat("the loss '", forward.node(loss.node).name, "' ",
+                     params.empty() ? "has no parameter to train: the graph holds none"
+                                    : absl::StrCat("depends on none of the graph's ", params.size(),
+                                                   " parameters (", absl::StrJoin(names, ", "),
+                                                   "), so a training step would update nothing")));
+  }
   Graph& g = t.graph;
   RETURN_IF_ERROR(AddOptimizer(optimizer, scaling, t));
   // The step counter moves on once every random op and optimizer node of this step has read it,

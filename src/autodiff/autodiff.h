@@ -55,7 +55,8 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
 
 // Backward plus the optimizer `optimizer` describes (src/autodiff/optimizer_graph.h), loss scaling
 // as `scaling` says, and the advance of the device step counter after its last reader (skipped
-// with the update). InvalidArgument for bad options.
+// with the update). InvalidArgument for bad options, and for a loss that depends on none of the
+// graph's parameters (a step would train nothing), naming the loss and the parameters.
 absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
                                                      const OptimizerOptions& optimizer,
                                                      const LossScaleOptions& scaling = {});

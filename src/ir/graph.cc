@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
 #include "src/util/status_macros.h"
 
@@ -35,10 +36,11 @@ absl::StatusOr<Value> Graph::AddLeaf(const ir::OpDef& op, absl::string_view name
           op.name, " '", name, "': shape ", spec.shape.ToString(), " has a non-positive extent"));
     }
   }
-  if (init.kind == Initializer::Kind::kUniform && !(init.low <= init.high)) {
+  if (absl::StatusOr<int64_t> bytes = spec.CheckedBytes(); !bytes.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op.name, " '", name, "': uniform initialiser needs low <= high"));
+        absl::StrCat(op.name, " '", name, "': ", bytes.status().message()));
   }
+  RETURN_IF_ERROR(ir::CheckInitializer(init, absl::StrCat(op.name, " '", name, "'")));
   ASSIGN_OR_RETURN(std::vector<Value> out, AddOp(op, name, {}, {}));
   Node& node = nodes_[out[0].node];
   node.outputs = {std::move(spec)};
@@ -88,6 +90,14 @@ absl::StatusOr<std::vector<Value>> Graph::AddOp(const ir::OpDef& op, absl::strin
                           absl::StrCat(where, ": ", inferred.status().message()));
     }
     outputs = *std::move(inferred);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      // A shape rule multiplies extents (padding, widths): a product that wraps must not become a
+      // small buffer, so every output is counted with overflow checks before it is accepted.
+      if (absl::StatusOr<int64_t> bytes = outputs[i].CheckedBytes(); !bytes.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": output ", i, ": ", bytes.status().message()));
+      }
+    }
     for (int index : ir::MutatedInputs(op, attrs, static_cast<int>(inputs.size()))) {
       const Node& target = nodes_[inputs[index].node];
       if (target.op != &ir::ParameterOp() && target.op != &ir::StateOp()) {
@@ -134,7 +144,19 @@ absl::Status Graph::AddControlEdge(int32_t before, int32_t after) {
                                                    "'"));
   }
   nodes_[after].control_inputs.push_back(before);
+  control_log_.push_back(after);
   return absl::OkStatus();
+}
+
+void Graph::RollBack(const Mark& mark) {
+  while (control_log_.size() > mark.num_control_edges) {
+    nodes_[control_log_.back()].control_inputs.pop_back();
+    control_log_.pop_back();
+  }
+  while (num_nodes() > mark.num_nodes) {
+    by_name_.erase(nodes_.back().name);
+    nodes_.pop_back();
+  }
 }
 
 absl::StatusOr<int32_t> Graph::FindNode(absl::string_view name) const {

@@ -1,7 +1,10 @@
 #include "src/ir/initializer.h"
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "src/ir/low_precision.h"
 
 namespace reprise::ir {
@@ -42,7 +45,37 @@ void Fill(const Initializer& init, uint64_t state, absl::Span<T> out) {
   }
 }
 
+bool FitsFloat(double v) {
+  return std::isfinite(v) && std::fabs(v) <= std::numeric_limits<float>::max();
+}
+
 }  // namespace
+
+absl::Status CheckInitializer(const Initializer& init, absl::string_view what) {
+  switch (init.kind) {
+    case Initializer::Kind::kZeros:
+      return absl::OkStatus();
+    case Initializer::Kind::kConstant:
+      if (!FitsFloat(init.value)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": constant initialiser value ",
+                                                       init.value, " is not a finite float32"));
+      }
+      return absl::OkStatus();
+    case Initializer::Kind::kUniform:
+      if (!FitsFloat(init.low) || !FitsFloat(init.high)) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": uniform initialiser bounds [",
+                                                       init.low, ", ", init.high,
+                                                       "] are not finite float32 values"));
+      }
+      if (!(init.low <= init.high)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": uniform initialiser needs low <= ", "high, not [", init.low, ", ",
+                         init.high, "]"));
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, ": unknown initialiser kind"));
+}
 
 void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
                  HostTensor& tensor) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/util/checked_math.h"
 
 namespace reprise {
 
@@ -41,13 +42,28 @@ bool IsLowPrecision(DType dtype) { return dtype == DType::kBFloat16 || dtype == 
 
 absl::string_view LayoutName(Layout layout) { return layout == Layout::kNHWC ? "NHWC" : "NCHW"; }
 
-int64_t Shape::NumElements() const {
-  int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
-  return n;
+int64_t Shape::NumElements() const { return CheckedProduct(dims_).value_or(-1); }
+
+absl::StatusOr<int64_t> Shape::CheckedNumElements() const {
+  std::optional<int64_t> n = CheckedProduct(dims_);
+  if (!n.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shape ", ToString(), " has a negative extent or more elements than int64 can count"));
+  }
+  return *n;
 }
 
 std::string Shape::ToString() const { return absl::StrCat("[", absl::StrJoin(dims_, ", "), "]"); }
+
+absl::StatusOr<int64_t> TensorSpec::CheckedBytes() const {
+  std::optional<int64_t> n = CheckedProduct(shape.dims());
+  std::optional<int64_t> bytes = n.has_value() ? CheckedMul(*n, DTypeSize(dtype)) : std::nullopt;
+  if (!bytes.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToString(), " has more elements or bytes than int64 can count"));
+  }
+  return *bytes;
+}
 
 std::string TensorSpec::ToString() const {
   return absl::StrCat(DTypeName(dtype), shape.ToString());

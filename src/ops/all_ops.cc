@@ -1,4 +1,5 @@
 #include "src/ops/all_reduce.h"
+#include "src/ops/attention.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
@@ -11,6 +12,7 @@
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
+#include "src/ops/transformer_ops.h"
 #include "src/ops/transpose.h"
 
 namespace reprise::ops {
@@ -37,7 +39,11 @@ std::vector<const ir::OpDef*> AllOps() {
           &BatchedSoftmaxCrossEntropyGradOp(), &BatchedSoftmaxCrossEntropyWithGradOp(),
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/passes/gradient_buckets.h).
-          &AllReduceOp()};
+          &AllReduceOp(),
+          // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
+          &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
+          &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
+          &CausalAttentionGradOp()};
 }
 
 }  // namespace reprise::ops

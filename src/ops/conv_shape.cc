@@ -7,6 +7,7 @@
 #include "src/ir/op_def.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/pooling.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -90,9 +91,15 @@ absl::Status CheckGroups(const runtime::ConvShape& s, const std::string& operand
   return absl::OkStatus();
 }
 
+// The output extent, or -1 when the padding or the dilated kernel overflows int64.
 int64_t OutputSize(int64_t in, int64_t pad, int64_t dilation, int64_t kernel, int64_t stride) {
-  const int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1;
-  return span < 0 ? 0 : span / stride + 1;
+  std::optional<int64_t> padded = CheckedMul(pad, 2);
+  if (padded.has_value()) padded = CheckedAdd(*padded, in);
+  std::optional<int64_t> reach = CheckedMul(dilation, kernel - 1);
+  if (!padded.has_value() || !reach.has_value()) return -1;
+  const std::optional<int64_t> span = CheckedSub(*padded, *reach);
+  if (!span.has_value()) return -1;
+  return *span - 1 < 0 ? 0 : (*span - 1) / stride + 1;
 }
 
 // Fills p and q from the rest; InvalidArgument for a zero extent or an empty output.
@@ -102,6 +109,12 @@ absl::Status FillOutput(runtime::ConvShape& s, const std::string& operands) {
   }
   s.p = OutputSize(s.h, s.pad_h, s.dilation_h, s.r, s.stride_h);
   s.q = OutputSize(s.w, s.pad_w, s.dilation_w, s.s, s.stride_w);
+  if (s.p < 0 || s.q < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("padding ", s.pad_h, "x", s.pad_w, " or dilation ", s.dilation_h, "x",
+                     s.dilation_w, " of the ", s.r, "x", s.s, " kernel overflows int64 on the ",
+                     s.h, "x", s.w, " input: ", operands));
+  }
   if (s.p <= 0 || s.q <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "zero output size ", s.p, "x", s.q, ": the ", s.r, "x", s.s, " kernel with dilation ",

@@ -79,7 +79,7 @@ absl::StatusOr<PoolParams> PoolParamsOf(const Attrs& attrs) {
         absl::StrCat("a ", window, ": kernel and stride must be positive, padding non-negative"));
   }
   // Wider padding would make windows of padding alone, whose max (-inf) PyTorch also rejects.
-  if (2 * p.ph > p.kh || 2 * p.pw > p.kw) {
+  if (p.ph > p.kh / 2 || p.pw > p.kw / 2) {  // Not 2 * pad: a huge pad would overflow.
     return absl::InvalidArgumentError(
         absl::StrCat("a ", window, ": padding must be at most half the kernel"));
   }

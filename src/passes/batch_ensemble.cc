@@ -18,10 +18,16 @@ namespace reprise::passes {
 
 absl::StatusOr<ModelValue> BatchedGraph::Map(Value old) const {
   if (auto it = values.find(old); it != values.end()) return it->second;
+  if (groups.empty()) {  // Nothing was batched: every value of the original graph is mapped.
+    return absl::InvalidArgumentError(
+        absl::StrCat("output ", old.output, " of node ", old.node,
+                     " is not a value of the graph the trainer was created with"));
+  }
   return absl::NotFoundError(absl::StrCat(
       "output ", old.output, " of node ", old.node,
-      " has no value in the batched graph: it is an add of the models' losses, now summed in one "
-      "model_sum (read the total, or each model's loss)"));
+      " has no value in the batched graph: it is not a value of the graph the trainer was "
+      "created with, or it is an add of the models' losses, now summed in one model_sum (read "
+      "the total, or each model's loss)"));
 }
 
 namespace {

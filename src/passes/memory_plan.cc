@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -97,6 +98,24 @@ absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const Schedule
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) position[schedule[i].node] = i;
   const int end = static_cast<int>(schedule.size());
   MemoryPlan plan;
+  // Every offset and peak below is at most the sum of the aligned sizes of all buffers, so once
+  // that sum fits in int64 the layout's arithmetic cannot wrap.
+  int64_t total = 0;
+  for (const Node& node : graph.nodes()) {
+    for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
+      absl::StatusOr<int64_t> bytes = node.outputs[out].CheckedBytes();
+      std::optional<int64_t> aligned =
+          bytes.ok() ? CheckedAlignUp(std::max<int64_t>(*bytes, 1), kBufferAlignment)
+                     : std::nullopt;
+      std::optional<int64_t> sum = aligned.has_value() ? CheckedAdd(total, *aligned) : std::nullopt;
+      if (!sum.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "memory plan: output ", out, " of node '", node.name, "' (",
+            node.outputs[out].ToString(), ") takes the buffers past what int64 bytes can count"));
+      }
+      total = *sum;
+    }
+  }
   for (const Node& node : graph.nodes()) {
     if (!ir::IsLeaf(node) && position[node.id] < 0) {
       return absl::InvalidArgumentError(absl::StrCat("node '", node.name, "' is not scheduled"));

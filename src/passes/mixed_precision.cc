@@ -8,6 +8,7 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/cast.h"
 #include "src/ops/ops.h"
+#include "src/ops/transformer_ops.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -16,9 +17,12 @@ namespace {
 // Ops that read float32 whatever the rest computes in: the loss, whose log-sum-exp wants the range.
 bool ComputesInFloat32(const Node& node) { return node.op == &ops::SoftmaxCrossEntropyOp(); }
 
-// Inputs kept in float32 beside 16-bit data: batch norm's gamma, beta and running statistics.
+// Inputs kept in float32 beside 16-bit data: batch norm's gamma, beta and running statistics,
+// layer norm's weight and bias.
 bool KeepsFloat32Input(const Node& node, int input) {
-  return (node.op == &ops::BatchNormTrainOp() || node.op == &ops::BatchNormInferOp()) && input >= 1;
+  return (node.op == &ops::BatchNormTrainOp() || node.op == &ops::BatchNormInferOp() ||
+          node.op == &ops::LayerNormOp()) &&
+         input >= 1;
 }
 
 class Rewriter {

@@ -110,7 +110,7 @@ absl::StatusOr<std::string> ReadCacheFile(const std::string& path, bool mark_use
   }
   if (identity != nullptr) *identity = IdentityOf(st);
   if (!S_ISREG(st.st_mode)) return absl::DataLossError("unreadable: not a regular file");
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
     return absl::DataLossError(absl::StrCat("unreadable: ", ErrnoText(errno)));

@@ -194,14 +194,26 @@ absl::StatusOr<KernelBinary> KernelStore::GetBinary(const KernelSource& source) 
   return *entry.binary;
 }
 
-absl::Status KernelStore::Prefetch(absl::Span<const KernelSource> sources) {
+absl::Status KernelStore::Prefetch(
+    absl::Span<const KernelSource> sources,
+    const std::function<void(int64_t done, int64_t total)>& on_ready) {
+  const int64_t total = static_cast<int64_t>(sources.size());
   std::vector<absl::Status> statuses(sources.size());
-  ParallelFor(static_cast<int64_t>(sources.size()), HardwareThreads(), [&](int64_t i) {
+  absl::Mutex progress_mu;
+  int64_t done = 0;
+  if (on_ready) on_ready(0, total);
+  ParallelFor(total, HardwareThreads(), [&](int64_t i) {
     const KernelSource& source = sources[i];
     const std::string key = Key(source, arch_);
     Entry& entry = EntryFor(key);
-    absl::MutexLock entry_lock(&entry.mu);
-    statuses[i] = EnsureBinary(source, key, entry);
+    {
+      absl::MutexLock entry_lock(&entry.mu);
+      statuses[i] = EnsureBinary(source, key, entry);
+    }
+    if (on_ready && statuses[i].ok()) {
+      absl::MutexLock lock(&progress_mu);  // One call at a time, `done` increasing.
+      on_ready(++done, total);
+    }
   });
   for (absl::Status& status : statuses) RETURN_IF_ERROR(status);
   return absl::OkStatus();

@@ -13,6 +13,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,7 +86,10 @@ class KernelStore {
   // Obtains the CUBIN of every source (from memory, the lower layer or NVRTC) on up to
   // HardwareThreads() threads, without loading anything: needs no GPU and no current context.
   // Every source is attempted; the error returned is the first failing source's, in order.
-  absl::Status Prefetch(absl::Span<const KernelSource> sources);
+  // `on_ready(done, total)`, when given, is called with done == 0 first and once per source
+  // obtained after that, one call at a time (under a lock, from whichever thread obtained it).
+  absl::Status Prefetch(absl::Span<const KernelSource> sources,
+                        const std::function<void(int64_t done, int64_t total)>& on_ready = {});
 
   // The CUBIN and PTX of `source`, obtained as Prefetch does.
   absl::StatusOr<KernelBinary> GetBinary(const KernelSource& source);

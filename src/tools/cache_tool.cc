@@ -21,7 +21,10 @@ constexpr absl::string_view kUsage =
     "  --dir DIR         the cache folder (default: REPRISE_CACHE_DIR, else\n"
     "                    $XDG_CACHE_HOME/reprise/kernels, else ~/.cache/reprise/kernels)\n"
     "  --max-size BYTES  prune to this size, e.g. 100M (default: REPRISE_CACHE_MAX_BYTES or "
-    "256M)\n";
+    "256M)\n"
+    "  --version         reprise's version and build type\n"
+    "A folder that does not exist yet is an empty cache. Exit status: 0 ok, 1 failure (verify\n"
+    "found a bad entry, a folder that cannot be read), 2 usage error.\n";
 
 struct Command {
   std::string name;
@@ -75,6 +78,11 @@ absl::StatusOr<Command> ParseArgs(absl::Span<const std::string> args) {
       if (command.max_size.has_value() && command.name != "prune") {
         return absl::InvalidArgumentError("--max-size goes with prune only");
       }
+      if (command.max_size.has_value()) {  // Checked here: a bad value is a usage error.
+        if (absl::Status size = runtime::ParseByteSize(*command.max_size).status(); !size.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat("--max-size: ", size.message()));
+        }
+      }
       return command;
     }
   }
@@ -122,10 +130,21 @@ absl::StatusOr<int64_t> ResolveCap(const Command& command, const runtime::CacheE
   return runtime::kDefaultCacheMaxBytes;
 }
 
-absl::Status Stats(const std::string& dir, int64_t cap, std::string& out) {
+// The folder's listing; a folder that does not exist yet (a machine that never compiled a kernel)
+// is an empty cache, not an error.
+absl::StatusOr<runtime::CacheListing> ListOrEmpty(const std::string& dir, bool& missing) {
   absl::StatusOr<runtime::CacheListing> listing = runtime::ListCacheFolder(dir);
+  missing = absl::IsNotFound(listing.status());
+  if (missing) return runtime::CacheListing();
+  return listing;
+}
+
+absl::Status Stats(const std::string& dir, int64_t cap, std::string& out) {
+  bool missing = false;
+  absl::StatusOr<runtime::CacheListing> listing = ListOrEmpty(dir, missing);
   if (!listing.ok()) return listing.status();
-  absl::StrAppendFormat(&out, "folder           %s\n", dir);
+  absl::StrAppendFormat(&out, "folder           %s%s\n", dir,
+                        missing ? " (does not exist yet)" : "");
   absl::StrAppendFormat(&out, "entries          %d\n", listing->entries.size());
   absl::StrAppendFormat(&out, "bytes            %d (%s)\n", listing->entry_bytes,
                         HumanBytes(listing->entry_bytes));
@@ -135,7 +154,8 @@ absl::Status Stats(const std::string& dir, int64_t cap, std::string& out) {
 }
 
 absl::Status List(const std::string& dir, std::string& out) {
-  absl::StatusOr<runtime::CacheListing> listing = runtime::ListCacheFolder(dir);
+  bool missing = false;
+  absl::StatusOr<runtime::CacheListing> listing = ListOrEmpty(dir, missing);
   if (!listing.ok()) return listing.status();
   absl::StrAppendFormat(&out, "%-64s  %-32s  %-8s  %10s  %10s  %s\n", "key", "kernel", "arch",
                         "cubin", "ptx", "last use (UTC)");
@@ -160,6 +180,10 @@ absl::Status List(const std::string& dir, std::string& out) {
 
 absl::Status Verify(const std::string& dir, std::string& out) {
   absl::StatusOr<runtime::VerifyResult> result = runtime::VerifyCacheFolder(dir);
+  if (absl::IsNotFound(result.status())) {
+    absl::StrAppendFormat(&out, "0 entries ok, 0 bad in %s (does not exist yet)\n", dir);
+    return absl::OkStatus();
+  }
   if (!result.ok()) return result.status();
   for (const runtime::BadCacheEntry& bad : result->bad) {
     absl::StrAppendFormat(&out, "BAD %s: %s\n", bad.path, bad.problem.message());
@@ -196,6 +220,10 @@ absl::Status Run(const Command& command, const runtime::CacheEnvironment& env, a
   if (!cap.ok()) return cap.status();
   if (command.name == "stats") return Stats(*dir, *cap, out);
   absl::StatusOr<runtime::PruneResult> pruned = runtime::PruneCacheFolder(*dir, *cap, now);
+  if (absl::IsNotFound(pruned.status())) {
+    absl::StrAppendFormat(&out, "nothing to prune: no folder at %s\n", *dir);
+    return absl::OkStatus();
+  }
   if (!pruned.ok()) return pruned.status();
   absl::StrAppendFormat(&out,
                         "removed %d entries (%s) and %d stale temporary files; kept %d entries "
@@ -213,7 +241,7 @@ CacheToolResult RunCacheTool(absl::Span<const std::string> args,
   CacheToolResult result;
   absl::StatusOr<Command> command = ParseArgs(args);
   if (!command.ok()) {
-    result.exit_code = 1;
+    result.exit_code = 2;
     result.err = absl::StrCat("reprise-cache: ", command.status().message(), "\n", kUsage);
     return result;
   }

@@ -6,7 +6,8 @@
 //   reprise-cache [--dir DIR] verify       checks every entry; fails naming the bad ones
 //   reprise-cache [--dir DIR] prune [--max-size BYTES]   least recently used first, to the cap
 //   reprise-cache [--dir DIR] clear        removes every entry
-// Without --dir the folder and cap come from the environment (runtime/cache_config.h).
+// Without --dir the folder and cap come from the environment (runtime/cache_config.h). A folder
+// that does not exist yet is an empty cache (stats: 0 entries, exit 0).
 // Flags are parsed here rather than with absl flags, which exit the process on a bad flag.
 #ifndef REPRISE_SRC_TOOLS_CACHE_TOOL_H_
 #define REPRISE_SRC_TOOLS_CACHE_TOOL_H_
@@ -20,9 +21,11 @@
 namespace reprise::tools {
 
 struct CacheToolResult {
-  int exit_code = 0;  // 0 on success; 1 on any error, a bad entry found by verify included.
-  std::string out;    // For stdout.
-  std::string err;    // For stderr: "reprise-cache: <what is wrong>".
+  // 0 on success; 2 for a usage error (unknown command or flag, missing or bad value); 1 for any
+  // other error, a bad entry found by verify included.
+  int exit_code = 0;
+  std::string out;  // For stdout.
+  std::string err;  // For stderr: "reprise-cache: <what is wrong>".
 };
 
 // `args` are the command line without the program's name; `now` dates stale temporary files.

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
@@ -238,6 +241,60 @@ absl::Status CheckCoverage(std::vector<SafetensorsEntry>& entries, int64_t size)
   return absl::OkStatus();
 }
 
+// "a named pipe (FIFO)", "a directory", ...: what a path is when it is not a regular file.
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+bool ResizeNoThrow(std::string& bytes, size_t size) {
+  try {
+    bytes.resize(size);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const std::length_error&) {
+    return false;
+  }
+}
+
+// The file a write to `path` replaces: `path` itself, or for a symbolic link the file it resolves
+// to (so the link stays and its target gets the new contents). InvalidArgument when that exists
+// and is not a regular file, or the link dangles.
+absl::StatusOr<std::string> ResolveWriteTarget(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return path;  // A new file.
+    return absl::InternalError(absl::StrCat("writing ", path, ": cannot stat: ", ErrnoText(errno)));
+  }
+  std::string target = path;
+  if (S_ISLNK(st.st_mode)) {
+    char* resolved = ::realpath(path.c_str(), nullptr);
+    if (resolved == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("writing ", path, ": the symbolic link cannot be resolved (",
+                       ErrnoText(errno), "); refusing to replace it"));
+    }
+    target = resolved;
+    std::free(resolved);
+    if (::stat(target.c_str(), &st) != 0) {
+      return absl::InternalError(absl::StrCat("writing ", path, ": cannot stat its target ", target,
+                                              ": ", ErrnoText(errno)));
+    }
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "writing ", path, ": ", target == path ? "" : absl::StrCat("its target ", target, " "),
+        "is ", FileKind(st.st_mode), ", not a regular file; refusing to replace it"));
+  }
+  return target;
+}
+
 }  // namespace
 
 absl::string_view SafetensorsDTypeName(SafetensorsDType dtype) {
@@ -281,8 +338,10 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const TensorView> te
   return out;
 }
 
-absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorView> tensors,
+absl::Status WriteSafetensors(const std::string& requested_path,
+                              absl::Span<const TensorView> tensors,
                               const SafetensorsMetadata& metadata) {
+  ASSIGN_OR_RETURN(const std::string path, ResolveWriteTarget(requested_path));
   ASSIGN_OR_RETURN(Layout layout, LayOut(tensors, metadata));
   std::vector<absl::string_view> pieces = {layout.header};
   for (const TensorView* t : layout.order) pieces.push_back(t->data);
@@ -366,7 +425,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string bytes, absl::string
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe must not wait for a writer; the fstat below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     const std::string why = ErrnoText(errno);
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": ", why));
@@ -375,10 +435,15 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   struct stat st;
   std::string bytes;
   absl::Status status;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    status = absl::DataLossError(absl::StrCat(path, ": not a readable regular file"));
+  if (::fstat(fd, &st) != 0) {
+    status = absl::DataLossError(absl::StrCat(path, ": cannot stat: ", ErrnoText(errno)));
+  } else if (!S_ISREG(st.st_mode)) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(path, ": is ", FileKind(st.st_mode), ", not a regular file"));
+  } else if (!ResizeNoThrow(bytes, static_cast<size_t>(st.st_size))) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat(path, ": cannot allocate ", st.st_size, " bytes to read it"));
   } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);

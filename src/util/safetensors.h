@@ -53,8 +53,12 @@ absl::StatusOr<std::string> SerializeSafetensors(absl::Span<const TensorView> te
 
 // Writes what SerializeSafetensors makes to `path`, by way of a new temporary file beside it that
 // is renamed into place: a reader sees the old file or the new one, never a part, and a failed
-// write leaves nothing behind. InvalidArgument as SerializeSafetensors; Internal with the path
-// and errno's text when a write, flush or rename fails.
+// write leaves nothing behind. Only a regular file is replaced: InvalidArgument naming the path
+// when it exists and is a directory, a device, a named pipe or a socket. A symbolic link is
+// written through: the file it resolves to is replaced atomically (the temporary file goes beside
+// that target) and the link stays; a link that resolves to nothing is refused. InvalidArgument
+// as SerializeSafetensors; Internal with the path and errno's text when a write, flush or rename
+// fails.
 absl::Status WriteSafetensors(const std::string& path, absl::Span<const TensorView> tensors,
                               const SafetensorsMetadata& metadata = {});
 
@@ -94,8 +98,10 @@ inline constexpr int64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // tensors overlapping or a gap between them, bytes no tensor covers, a name given twice.
 absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string bytes, absl::string_view origin);
 
-// Reads and parses the file at `path`. NotFound when there is no such file, DataLoss when it
-// cannot be read, then as ParseSafetensors.
+// Reads and parses the file at `path` (a symbolic link is followed). NotFound when there is no
+// such file, InvalidArgument naming the path when it is not a regular file (a named pipe is
+// refused at once, never waited on), DataLoss when it cannot be read, ResourceExhausted when its
+// bytes cannot be allocated, then as ParseSafetensors.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 }  // namespace reprise::util

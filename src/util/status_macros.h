@@ -1,28 +1,14 @@
-// RETURN_IF_ERROR / ASSIGN_OR_RETURN: Debian's Abseil predates ABSL_RETURN_IF_ERROR, so we keep
-// our own two macros. Both evaluate their expression exactly once.
+// RETURN_IF_ERROR / ASSIGN_OR_RETURN: the library's own short spellings of the public
+// REPRISE_RETURN_IF_ERROR / REPRISE_ASSIGN_OR_RETURN (reprise/status_macros.h), which they expand
+// to: one implementation. Not installed, so a user's own macros of these names never collide.
 #ifndef REPRISE_SRC_UTIL_STATUS_MACROS_H_
 #define REPRISE_SRC_UTIL_STATUS_MACROS_H_
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "reprise/status_macros.h"
 
-#define REPRISE_CONCAT_INNER(a, b) a##b
-#define REPRISE_CONCAT(a, b) REPRISE_CONCAT_INNER(a, b)
+#define REPRISE_CONCAT(a, b) REPRISE_STATUS_CONCAT_(a, b)
 
-// Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                           \
-  do {                                                                  \
-    if (::absl::Status reprise_status = (expr); !reprise_status.ok()) { \
-      return reprise_status;                                            \
-    }                                                                   \
-  } while (false)
-
-// `ASSIGN_OR_RETURN(auto x, Foo());` declares x from an OK StatusOr, or returns its status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  REPRISE_ASSIGN_OR_RETURN_IMPL(REPRISE_CONCAT(reprise_statusor_, __LINE__), lhs, expr)
-#define REPRISE_ASSIGN_OR_RETURN_IMPL(statusor, lhs, expr) \
-  auto statusor = (expr);                                  \
-  if (!statusor.ok()) return std::move(statusor).status(); \
-  lhs = std::move(statusor).value()
+#define RETURN_IF_ERROR(expr) REPRISE_RETURN_IF_ERROR(expr)
+#define ASSIGN_OR_RETURN(lhs, expr) REPRISE_ASSIGN_OR_RETURN(lhs, expr)
 
 #endif  // REPRISE_SRC_UTIL_STATUS_MACROS_H_

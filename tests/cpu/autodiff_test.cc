@@ -5,6 +5,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "reprise/nn.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
 #include "src/passes/schedule.h"
 
@@ -58,6 +60,30 @@ TEST(AutodiffTest, NonScalarLossIsRejected) {
   auto t = autodiff::BuildTrainingGraph(mlp->graph, mlp->logits, {});
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t.status().message(), ::testing::HasSubstr("f32[4, 3]"));
+}
+
+TEST(AutodiffTest, ALossThatReadsNoParameterIsRefusedWithTheReason) {
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{4, 3}});
+  const Value labels = *g.AddInput("labels", {Shape{4}, DType::kInt32});
+  ASSERT_TRUE(nn::Linear(g, x, 3, "unused").ok());  // Parameters the loss never reads.
+  const Value loss = *nn::SoftmaxCrossEntropy(g, x, labels, "loss");
+  const auto training = autodiff::BuildTrainingGraph(g, loss, {});
+  EXPECT_EQ(training.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      training.status().message(),
+      ::testing::AllOf(::testing::HasSubstr("'loss'"), ::testing::HasSubstr("unused.weight"),
+                       ::testing::HasSubstr("update nothing")));
+}
+
+TEST(AutodiffTest, AGraphWithoutParametersIsRefused) {
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{4, 3}});
+  const Value labels = *g.AddInput("labels", {Shape{4}, DType::kInt32});
+  const Value loss = *nn::SoftmaxCrossEntropy(g, x, labels, "loss");
+  const auto training = autodiff::BuildTrainingGraphWith(g, loss, autodiff::FromSgd({}));
+  EXPECT_EQ(training.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(training.status().message(), ::testing::HasSubstr("no parameter"));
 }
 
 }  // namespace

@@ -409,5 +409,19 @@ TEST(BatchEnsembleTest, RefusesValuesNotInTheGraph) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(BatchEnsembleTest, AnUnknownValueOfAnUnbatchedGraphIsNotCalledASummedLoss) {
+  const auto mlp = models::BuildMlp({.batch = 2, .input_features = 3, .depth = 1, .width = 4});
+  ASSERT_TRUE(mlp.ok());
+  const auto batched = passes::BatchEnsembles(mlp->graph, mlp->loss, {});
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  ASSERT_TRUE(batched->groups.empty());
+  const auto mapped = batched->Map(Value{9999, 0});
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mapped.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("node 9999"),
+                               ::testing::HasSubstr("not a value of the graph"),
+                               ::testing::Not(::testing::HasSubstr("model_sum"))));
+}
+
 }  // namespace
 }  // namespace reprise

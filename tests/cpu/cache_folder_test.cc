@@ -82,6 +82,16 @@ TEST(CacheFolderTest, ReadCacheFileMissingIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(CacheFolderTest, ReadCacheFileOfANamedPipeIsRefusedWithoutWaiting) {
+  ScopedTempDir dir;
+  const std::string fifo = dir.path() + "/" + TestKey("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever opens it: an open that waited for one would hang here.
+  const absl::StatusOr<std::string> bytes = ReadCacheFile(fifo, false, nullptr);
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(bytes.status().message(), HasSubstr("not a regular file"));
+}
+
 TEST(CacheFolderTest, ReadCacheFileOfAFolderIsDataLoss) {
   ScopedTempDir dir;
   FileIdentity identity;

@@ -155,16 +155,40 @@ TEST_F(CacheToolTest, BadCallsFailWithAClearMessage) {
       {{"--dir", dir, "stats", "--max-size", "1M"}, "--max-size goes with prune only"},
       {{"--dir", dir, "prune", "--max-size", "lots"}, "--max-size: 'lots' is not a byte size"},
       {{"--dir", dir, "prune", "--max-size", "0"}, "is not a byte size"},
-      {{"--dir", dir + "/missing", "stats"}, "no kernel cache folder at " + dir + "/missing"},
-      {{"--dir", dir + "/missing", "verify"}, "no kernel cache folder"},
   };
   for (const BadCall& call : calls) {
     CacheToolResult result = RunTool(call.args);
-    EXPECT_EQ(result.exit_code, 1) << call.message;
+    EXPECT_EQ(result.exit_code, 2) << call.message << ": a usage error";
     EXPECT_THAT(result.err, StartsWith("reprise-cache: ")) << call.message;
     EXPECT_THAT(result.err, HasSubstr(call.message));
     EXPECT_THAT(result.out, IsEmpty()) << call.message;
   }
+}
+
+// A machine that never compiled a kernel has no folder yet: an empty cache, not a failure.
+TEST_F(CacheToolTest, MissingFolderIsAnEmptyCache) {
+  const std::string missing = dir_.path() + "/missing";
+  CacheToolResult stats = RunTool({"--dir", missing, "stats"}, {.max_bytes = "64M"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("folder           " + missing + " (does not exist yet)"));
+  EXPECT_THAT(stats.out, HasSubstr("entries          0\n"));
+  EXPECT_THAT(stats.out, HasSubstr("bytes            0 (0 B)"));
+  for (const char* command : {"list", "verify", "prune"}) {
+    CacheToolResult result = RunTool({"--dir", missing, command});
+    EXPECT_EQ(result.exit_code, 0) << command << ": " << result.err;
+    EXPECT_THAT(result.err, IsEmpty()) << command;
+  }
+  EXPECT_THAT(RunTool({"--dir", missing, "verify"}).out, HasSubstr("0 entries ok, 0 bad"));
+  EXPECT_FALSE(Exists(missing)) << "looking creates nothing";
+}
+
+// The folder exists but cannot be read: a failure (1), not a usage error.
+TEST_F(CacheToolTest, UnreadableFolderIsAFailure) {
+  const std::string file = dir_.path() + "/not_a_folder";
+  WriteFile(file, "x");
+  CacheToolResult result = RunTool({"--dir", file, "stats"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, StartsWith("reprise-cache: "));
 }
 
 TEST_F(CacheToolTest, OffWithoutDirIsAnError) {

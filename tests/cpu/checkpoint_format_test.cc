@@ -3,6 +3,8 @@
 // tensor of another shape, missing or extra, is refused naming what differs.
 #include "src/api/checkpoint_format.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -194,6 +196,38 @@ TEST_F(CheckpointFormatTest, MissingFileIsNotFoundAndNegativeStepIsRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(WriteCheckpoint(dir.path() + "/neg.safetensors", header_, tensors_).ok());
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/neg.safetensors"));
+}
+
+TEST_F(CheckpointFormatTest, ReadingANamedPipeIsRefusedAtOnce) {
+  ScopedTempDir dir;
+  const std::string fifo = dir.path() + "/state.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const absl::Status s = ReadCheckpoint(fifo).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(fifo, ": is a named pipe")));
+}
+
+TEST_F(CheckpointFormatTest, WritingOntoADeviceIsRefusedAndTheDeviceStays) {
+  const absl::Status s = WriteCheckpoint("/dev/null", header_, tensors_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/dev/null: is a character device"));
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST_F(CheckpointFormatTest, WritingThroughASymlinkUpdatesItsTarget) {
+  ScopedTempDir dir;
+  const std::string target = dir.path() + "/step41.safetensors";
+  const std::string link = dir.path() + "/latest.safetensors";
+  ASSERT_TRUE(WriteCheckpoint(target, header_, tensors_).ok());
+  std::filesystem::create_symlink(target, link);
+  header_.step = 42;
+  ASSERT_TRUE(WriteCheckpoint(link, header_, tensors_).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  absl::StatusOr<Checkpoint> read = ReadCheckpoint(target);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->header.step, 42);
 }
 
 }  // namespace

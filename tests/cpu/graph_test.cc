@@ -1,9 +1,12 @@
 // Building graphs: shape and dtype inference, and the errors users see for bad input.
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "src/ops/ops.h"
+#include "src/util/status_macros.h"
 
 namespace reprise {
 namespace {
@@ -89,6 +92,53 @@ TEST(GraphTest, MlpHasExpectedLayersAndPrints) {
   EXPECT_EQ(mlp->graph.spec(mlp->logits).ToString(), "f32[8, 3]");
   EXPECT_EQ(mlp->graph.spec(mlp->loss).ToString(), "f32[]");
   EXPECT_THAT(mlp->graph.ToString(), HasSubstr("fc2.matmul = matmul(fc1.relu, fc2.weight)"));
+}
+
+TEST(GraphTest, InputsWhoseCountOrSizeWrapsAreRefusedNamingTheInput) {
+  Graph g;
+  auto square = g.AddInput("x", {Shape{int64_t{1} << 32, int64_t{1} << 32}});
+  EXPECT_EQ(square.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(square.status().message(),
+              AllOf(HasSubstr("input 'x'"), HasSubstr("[4294967296, 4294967296]")));
+  auto wide = g.AddInput("y", {Shape{std::numeric_limits<int64_t>::max(), 2}});
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wide.status().message(), HasSubstr("input 'y'"));
+  // 2^62 elements count, but not their bytes as f32.
+  auto bytes = g.AddParameter("w", {Shape{int64_t{1} << 62, 4}}, Initializer::Zeros());
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bytes.status().message(), HasSubstr("parameter 'w'"));
+  EXPECT_EQ(g.num_nodes(), 0);
+}
+
+TEST(GraphTest, RollBackRemovesNodesNamesAndControlEdgesAddedSinceTheMark) {
+  Graph g;
+  const Value a = *g.AddInput("a", {Shape{2}});
+  const Value w = *g.AddParameter("w", {Shape{2}}, Initializer::Zeros());
+  const Value r = *nn::Relu(g, a, "r");
+  ASSERT_TRUE(g.AddControlEdge(a.node, r.node).ok());
+  const std::string before = g.ToString();
+  const Graph::Mark mark = g.GetMark();
+  ASSERT_TRUE(g.AddControlEdge(w.node, r.node).ok());  // An edge onto a node from before.
+  ASSERT_TRUE(nn::Add(g, r, w, "sum").ok());
+  g.RollBack(mark);
+  EXPECT_EQ(g.ToString(), before);
+  EXPECT_EQ(g.node(r.node).control_inputs, std::vector<int32_t>{a.node});
+  EXPECT_FALSE(g.FindNode("sum").ok());
+  EXPECT_TRUE(nn::Add(g, r, w, "sum").ok());  // The name is free again.
+}
+
+TEST(GraphTest, TransactionalKeepsWhatSucceedsAndUndoesWhatFails) {
+  Graph g;
+  const Value a = *g.AddInput("a", {Shape{2}});
+  const auto failed = Transactional(g, [&]() -> absl::StatusOr<Value> {
+    RETURN_IF_ERROR(nn::Relu(g, a, "r1").status());
+    return absl::InvalidArgumentError("the second step fails");
+  });
+  EXPECT_EQ(failed.status().message(), "the second step fails");
+  EXPECT_EQ(g.num_nodes(), 1);
+  const auto kept = Transactional(g, [&] { return nn::Relu(g, a, "r1"); });
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(g.num_nodes(), 2);
 }
 
 }  // namespace

@@ -1,15 +1,19 @@
 // The memory plan never lets two tensors that are alive at once share bytes (a property checked
 // over random graphs), and it does reuse the space of dead ones.
+#include "src/passes/memory_plan.h"
+
 #include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ops/ops.h"
 #include "src/passes/plan.h"
+#include "src/passes/schedule.h"
 
 namespace reprise {
 namespace {
@@ -144,6 +148,20 @@ TEST(MemoryPlanTest, WaitsLetLanesReuseWhatTheWeightGradientLaneRead) {
     ASSERT_TRUE(live.ok()) << live.status();
     EXPECT_LE(plan->memory.transient_peak, *live + *live / 200) << lanes << " lanes";
   }
+}
+
+TEST(MemoryPlanTest, BuffersWhoseTotalPassesInt64AreRefusedNamingTheNode) {
+  // Each value's 2^62 bytes count; the two together do not fit in the arena's int64 offsets.
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{int64_t{1} << 60}});
+  ASSERT_TRUE(nn::Relu(g, x, "huge_relu").ok());
+  auto schedule = passes::Schedule(g, {.lanes = 1});
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  const auto plan = passes::PlanMemory(g, absl::MakeSpan(*schedule), {});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(),
+              ::testing::AllOf(::testing::HasSubstr("huge_relu"),
+                               ::testing::HasSubstr("f32[1152921504606846976]")));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // problem, never a crash; writes go through a temporary file that is renamed into place.
 #include "src/util/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -315,14 +317,13 @@ TEST(SafetensorsTest, WritesGoThroughATemporaryFileRenamedIntoPlace) {
   EXPECT_EQ(ReadFile(path), *SerializeSafetensors({{"a", SafetensorsDType::kF32, {1}, four}}));
   EXPECT_EQ(Listing(dir.path()), std::vector<std::string>{"w.safetensors"});
 
-  // The rename fails (a folder that is not empty is in the way): the temporary file, fully
-  // written by then, is removed and the folder is left as it was.
+  // A folder is in the way: refused before anything is written, the folder left as it was.
   const std::string blocked = dir.path() + "/blocked";
   std::filesystem::create_directory(blocked);
   WriteFile(blocked + "/inside", "x");
   const absl::Status s = WriteSafetensors(blocked, {{"a", SafetensorsDType::kF32, {1}, four}});
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("writing ", blocked, ": rename into place")));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("writing ", blocked, ": is a directory")));
   EXPECT_EQ(Listing(dir.path()), (std::vector<std::string>{"blocked", "w.safetensors"}));
   EXPECT_EQ(Listing(blocked), std::vector<std::string>{"inside"});
 
@@ -336,6 +337,78 @@ TEST(SafetensorsTest, ReadingAMissingFileIsNotFound) {
   const absl::Status s = ReadSafetensors(dir.path() + "/absent.safetensors").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("absent.safetensors"));
+}
+
+TEST(SafetensorsTest, ReadingANamedPipeIsRefusedAtOnceNamingTheFile) {
+  ScopedTempDir dir;
+  const std::string fifo = dir.path() + "/pipe.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer ever opens the pipe: a blocking open would wait forever.
+  const absl::Status s = ReadSafetensors(fifo).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(fifo, ": is a named pipe (FIFO)")));
+}
+
+TEST(SafetensorsTest, ReadingADeviceOrADirectoryIsRefusedNamingTheFile) {
+  ScopedTempDir dir;
+  absl::Status s = ReadSafetensors("/dev/null").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/dev/null: is a character device"));
+  s = ReadSafetensors(dir.path()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(dir.path(), ": is a directory")));
+}
+
+TEST(SafetensorsTest, WritingOntoSomethingThatIsNotARegularFileIsRefused) {
+  ScopedTempDir dir;
+  const std::string four(4, '\0');
+  const std::vector<TensorView> tensors = {{"a", SafetensorsDType::kF32, {1}, four}};
+  // A device: refused, and the device node stays a device (as root this was /dev/null replaced).
+  absl::Status s = WriteSafetensors("/dev/null", tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/dev/null: is a character device"));
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  // A named pipe: refused without blocking, still a pipe.
+  const std::string fifo = dir.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  s = WriteSafetensors(fifo, tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(fifo, ": is a named pipe (FIFO)")));
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(Listing(dir.path()), std::vector<std::string>{"pipe"});
+}
+
+TEST(SafetensorsTest, WritingThroughASymlinkReplacesItsTargetAndKeepsTheLink) {
+  ScopedTempDir dir;
+  std::filesystem::create_directory(dir.path() + "/runs");
+  const std::string target = dir.path() + "/runs/w.safetensors";
+  const std::string link = dir.path() + "/latest.safetensors";
+  WriteFile(target, "old");
+  std::filesystem::create_symlink("runs/w.safetensors", link);
+  const std::string four(4, '\0');
+  const std::vector<TensorView> tensors = {{"a", SafetensorsDType::kF32, {1}, four}};
+  ASSERT_TRUE(WriteSafetensors(link, tensors).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(std::filesystem::read_symlink(link), "runs/w.safetensors");
+  EXPECT_EQ(ReadFile(target), *SerializeSafetensors(tensors));
+  EXPECT_EQ(Listing(dir.path() + "/runs"), std::vector<std::string>{"w.safetensors"});
+  EXPECT_TRUE(ReadSafetensors(link).ok());  // Reads follow the link.
+
+  // A link to a device or to nothing is refused, and stays.
+  const std::string to_device = dir.path() + "/null.safetensors";
+  std::filesystem::create_symlink("/dev/null", to_device);
+  absl::Status s = WriteSafetensors(to_device, tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("its target /dev/null is a character device"));
+  const std::string dangling = dir.path() + "/dangling.safetensors";
+  std::filesystem::create_symlink("absent/w.safetensors", dangling);
+  s = WriteSafetensors(dangling, tensors);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(dangling, ": the symbolic link cannot be")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
 }
 
 }  // namespace

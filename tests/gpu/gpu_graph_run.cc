@@ -18,7 +18,8 @@
 namespace reprise {
 
 absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::ReferenceExecutor& leaves,
-                                                     absl::Span<const Value> fetch) {
+                                                     absl::Span<const Value> fetch,
+                                                     bool deterministic) {
   ASSIGN_OR_RETURN(std::vector<passes::ScheduledLaunch> schedule, passes::Schedule(g));
   // Every value stays alive to the end, so any of them can be fetched.
   std::vector<Value> everything;
@@ -61,7 +62,8 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
                                    .arena = base,
                                    .workspace = workspace.data(),
                                    .workspace_bytes = workspace.bytes(),
-                                   .input_staging = staging.data()};
+                                   .input_staging = staging.data(),
+                                   .lowering = {.deterministic = deterministic}};
   ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(plan, res));
   RETURN_IF_ERROR(capture::RunEager(lowered.launches, stream.get(), /*sync_each=*/true));
   std::vector<ir::HostTensor> fetched;

@@ -1,0 +1,129 @@
+// TrainOptions and the structs it holds, field for field as in reprise/trainer.h and
+// reprise/optimizer.h (python/reprise/__init__.py adds keyword constructors).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/src/bindings.h"
+#include "python/src/errors.h"
+#include "reprise/optimizer.h"
+#include "reprise/trainer.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace reprise::python {
+namespace {
+
+void BindEnums(nb::module_& m) {
+  nb::enum_<ExecMode>(m, "ExecMode")
+      .value("sync", ExecMode::kSync)
+      .value("bulked", ExecMode::kBulked)
+      .value("graph", ExecMode::kGraph);
+  nb::enum_<GraphLaunch>(m, "GraphLaunch")
+      .value("auto", GraphLaunch::kAuto)
+      .value("host", GraphLaunch::kHost)
+      .value("device", GraphLaunch::kDevice);
+  nb::enum_<ChannelsLast>(m, "ChannelsLast")
+      .value("auto", ChannelsLast::kAuto)
+      .value("on", ChannelsLast::kOn)
+      .value("off", ChannelsLast::kOff);
+  nb::enum_<OptimizerKind>(m, "OptimizerKind")
+      .value("sgd", OptimizerKind::kSgd)
+      .value("adam", OptimizerKind::kAdam)
+      .value("adamw", OptimizerKind::kAdamW);
+  nb::enum_<LrDecay>(m, "LrDecay")
+      .value("constant", LrDecay::kConstant)
+      .value("cosine", LrDecay::kCosine)
+      .value("step", LrDecay::kStep);
+  nb::enum_<LossScaling>(m, "LossScaling")
+      .value("auto", LossScaling::kAuto)
+      .value("off", LossScaling::kOff)
+      .value("static", LossScaling::kStatic)
+      .value("dynamic", LossScaling::kDynamic);
+  nb::enum_<MirrorOptions::Policy>(m, "MirrorPolicy")
+      .value("off", MirrorOptions::Policy::kOff)
+      .value("auto", MirrorOptions::Policy::kAuto)
+      .value("budget", MirrorOptions::Policy::kBudget);
+}
+
+void BindOptimizer(nb::module_& m) {
+  nb::class_<SgdOptions>(m, "SgdOptions")
+      .def(nb::init<>())
+      .def_rw("learning_rate", &SgdOptions::learning_rate)
+      .def_rw("momentum", &SgdOptions::momentum)
+      .def_rw("weight_decay", &SgdOptions::weight_decay);
+  nb::class_<LrSchedule>(m, "LrSchedule")
+      .def(nb::init<>())
+      .def_rw("warmup_steps", &LrSchedule::warmup_steps)
+      .def_rw("decay", &LrSchedule::decay)
+      .def_rw("total_steps", &LrSchedule::total_steps)
+      .def_rw("min_lr_factor", &LrSchedule::min_lr_factor)
+      .def_rw("step_size", &LrSchedule::step_size)
+      .def_rw("gamma", &LrSchedule::gamma);
+  nb::class_<OptimizerOptions>(m, "OptimizerOptions")
+      .def(nb::init<>())
+      .def_rw("kind", &OptimizerOptions::kind)
+      .def_rw("learning_rate", &OptimizerOptions::learning_rate)
+      .def_rw("momentum", &OptimizerOptions::momentum)
+      .def_rw("nesterov", &OptimizerOptions::nesterov)
+      .def_rw("beta1", &OptimizerOptions::beta1)
+      .def_rw("beta2", &OptimizerOptions::beta2)
+      .def_rw("epsilon", &OptimizerOptions::epsilon)
+      .def_rw("weight_decay", &OptimizerOptions::weight_decay)
+      .def_rw("decay_rank1", &OptimizerOptions::decay_rank1)
+      .def_rw("max_grad_norm", &OptimizerOptions::max_grad_norm)
+      .def_rw("schedule", &OptimizerOptions::schedule);
+  nb::class_<LossScaleOptions>(m, "LossScaleOptions")
+      .def(nb::init<>())
+      .def_rw("mode", &LossScaleOptions::mode)
+      .def_rw("init_scale", &LossScaleOptions::init_scale)
+      .def_rw("growth_factor", &LossScaleOptions::growth_factor)
+      .def_rw("backoff_factor", &LossScaleOptions::backoff_factor)
+      .def_rw("growth_interval", &LossScaleOptions::growth_interval);
+  nb::class_<MirrorOptions>(m, "MirrorOptions")
+      .def(nb::init<>())
+      .def_rw("policy", &MirrorOptions::policy)
+      .def_rw("budget_bytes", &MirrorOptions::budget_bytes)
+      .def_static(
+          "parse", [](const std::string& text) { return ValueOrThrow(ParseMirrorOptions(text)); },
+          "text"_a, "\"off\", \"auto\" or a byte budget, as the tools' --mirror flags take it.")
+      .def("__str__", &MirrorOptionsToString);
+}
+
+}  // namespace
+
+void BindOptions(nb::module_& m) {
+  BindEnums(m);
+  BindOptimizer(m);
+  // Every field of the C++ TrainOptions but data_parallel (one process per GPU: use the C++ API).
+  nb::class_<TrainOptions>(m, "TrainOptions")
+      .def(nb::init<>())
+      .def_rw("mode", &TrainOptions::mode)
+      .def_rw("sgd", &TrainOptions::sgd)
+      .def_rw("optimizer", &TrainOptions::optimizer)
+      .def_rw("allow_tf32", &TrainOptions::allow_tf32)
+      .def_rw("compute_dtype", &TrainOptions::compute_dtype)
+      .def_rw("loss_scale", &TrainOptions::loss_scale)
+      .def_rw("deterministic", &TrainOptions::deterministic)
+      .def_rw("measure_conv_algorithms", &TrainOptions::measure_conv_algorithms)
+      .def_rw("narrow_convolutions", &TrainOptions::narrow_convolutions)
+      .def_rw("own_weight_gradients", &TrainOptions::own_weight_gradients)
+      .def_rw("measure_matmul_algorithms", &TrainOptions::measure_matmul_algorithms)
+      .def_rw("fuse", &TrainOptions::fuse)
+      .def_rw("whole_step", &TrainOptions::whole_step)
+      .def_rw("ensemble_whole_step_max_models", &TrainOptions::ensemble_whole_step_max_models)
+      .def_rw("relu_backward_epilogues", &TrainOptions::relu_backward_epilogues)
+      .def_rw("lanes", &TrainOptions::lanes)
+      .def_rw("channels_last", &TrainOptions::channels_last)
+      .def_rw("mirror", &TrainOptions::mirror)
+      .def_rw("batch_ensembles", &TrainOptions::batch_ensembles)
+      .def_rw("ensemble_min_models", &TrainOptions::ensemble_min_models)
+      .def_rw("graph_launch", &TrainOptions::graph_launch)
+      .def_rw("device", &TrainOptions::device)
+      .def_rw("seed", &TrainOptions::seed)
+      .def_rw("fetch", &TrainOptions::fetch);
+}
+
+}  // namespace reprise::python

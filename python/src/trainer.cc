@@ -1,0 +1,288 @@
+// Trainer: inputs from NumPy arrays (copied) or DLPack tensors (torch, CuPy: device memory is
+// bound without a copy), steps, the loss, verify, the report, checkpoints and weights.
+#include "reprise/trainer.h"
+
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "python/src/bindings.h"
+#include "python/src/errors.h"
+#include "reprise/graph.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace reprise::python {
+namespace {
+
+// The C++ Trainer and what Python needs beside it: the graph's tensor specs (for shapes and
+// dtypes), and the Python objects whose memory inputs are bound to, kept alive while bound.
+struct PyTrainer {
+  std::unique_ptr<Trainer> trainer;
+  int device = 0;
+  std::map<std::string, TensorSpec> inputs;   // Input nodes of the user's graph.
+  std::map<std::string, TensorSpec> tensors;  // Its parameters and state, for get_parameter.
+  std::map<std::string, nb::object> bound;
+
+  absl::Status Unbind(const std::string& name) {
+    if (bound.erase(name) == 0) return absl::OkStatus();
+    return trainer->BindInput(name, nullptr, 0);
+  }
+};
+
+std::unique_ptr<PyTrainer> Create(const Graph& graph, Value loss, const TrainOptions& options) {
+  auto py = std::make_unique<PyTrainer>();
+  py->device = options.device;
+  for (const Node& node : graph.nodes()) {
+    const absl::string_view op = node.op_name();
+    if (op == "input") py->inputs[node.name] = node.outputs[0];
+    if (op == "parameter" || op == "state") py->tensors[node.name] = node.outputs[0];
+  }
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer;
+  {
+    nb::gil_scoped_release release;  // Compiles kernels and plans: seconds, maybe minutes.
+    trainer = Trainer::Create(graph, loss, options);
+  }
+  py->trainer = ValueOrThrow(std::move(trainer));
+  return py;
+}
+
+std::string ShapeText(const nb::ndarray<nb::ro, nb::c_contig>& array) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
+  return Shape(std::move(dims)).ToString();
+}
+
+std::string DTypeText(const nb::dlpack::dtype& dtype) {
+  const char* kind = dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int)      ? "int"
+                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
+                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
+                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
+                                                                                          : "other";
+  return absl::StrCat(kind, dtype.bits);
+}
+
+// Host arrays are copied (Trainer::SetInput); device memory of the trainer's GPU, and pinned host
+// memory, is bound (Trainer::BindInput) and read by every step until another set_input.
+void SetInput(PyTrainer& py, const std::string& name, nb::object data) {
+  nb::ndarray<nb::ro, nb::c_contig> array;
+  if (!nb::try_cast(data, array)) {
+    throw nb::type_error(
+        absl::StrCat("set_input('", name,
+                     "'): expected a C-contiguous NumPy array or a DLPack tensor (torch, CuPy), "
+                     "got ",
+                     nb::type_name(data.type()).c_str())
+            .c_str());
+  }
+  const bool is_f32 = array.dtype() == nb::dtype<float>();
+  const bool is_i32 = array.dtype() == nb::dtype<int32_t>();
+  const int device_type = array.device_type();
+  const bool on_device =
+      device_type == nb::device::cuda::value || device_type == nb::device::cuda_host::value;
+  auto input = py.inputs.find(name);
+  if (input != py.inputs.end()) {
+    // The messages are the C++ SetInput's; it checks a host array's dtype itself, but a bound
+    // pointer carries no dtype, so that is checked here.
+    const TensorSpec& spec = input->second;
+    const bool dtype_ok = spec.dtype == DType::kInt32 ? is_i32 : is_f32;
+    if ((!is_f32 && !is_i32) || (on_device && !dtype_ok)) {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "' is ", spec.ToString(), "; got ",
+                       is_f32   ? "f32"
+                       : is_i32 ? "i32"
+                                : DTypeText(array.dtype()),
+                       " data", is_f32 || is_i32 ? "" : " (only float32 and int32 are taken)")));
+    }
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
+    // A flat array of the right size is taken too, as the C++ API takes a flat span.
+    const bool flat =
+        array.ndim() == 1 && static_cast<int64_t>(array.size()) == spec.shape.NumElements();
+    if (dims != spec.shape.dims() && !flat) {
+      ThrowIfError(
+          absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
+                                                  "; got an array of shape ", ShapeText(array))));
+    }
+  }
+  if (on_device) {
+    if (device_type == nb::device::cuda::value && array.device_id() != py.device) {
+      ThrowIfError(absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': the tensor is on CUDA device ", array.device_id(),
+                       ", the trainer on device ", py.device)));
+    }
+    ThrowIfError(py.trainer->BindInput(name, array.data(), array.nbytes()));
+    py.bound[name] = std::move(data);
+    return;
+  }
+  if (device_type != nb::device::cpu::value) {
+    ThrowIfError(absl::InvalidArgumentError(absl::StrCat("input '", name, "': DLPack device type ",
+                                                         device_type, " is neither CPU nor CUDA")));
+  }
+  ThrowIfError(py.Unbind(name));
+  if (is_i32) {
+    ThrowIfError(py.trainer->SetInput(
+        name, absl::Span<const int32_t>(static_cast<const int32_t*>(array.data()), array.size())));
+  } else {
+    // Other dtypes reach here only for names the graph lacks: the C++ call names the error.
+    ThrowIfError(py.trainer->SetInput(
+        name, absl::Span<const float>(is_f32 ? static_cast<const float*>(array.data()) : nullptr,
+                                      is_f32 ? array.size() : 0)));
+  }
+}
+
+// A NumPy array that owns `values`, of shape `dims` when its size matches, else flat.
+nb::ndarray<nb::numpy, float> ToNumpy(std::vector<float> values, const std::vector<int64_t>& dims) {
+  auto owned = std::make_unique<std::vector<float>>(std::move(values));
+  std::vector<size_t> shape = {owned->size()};
+  if (!dims.empty() && Shape(dims).NumElements() == static_cast<int64_t>(owned->size())) {
+    shape.assign(dims.begin(), dims.end());
+  }
+  float* data = owned->data();
+  nb::capsule owner(owned.release(),
+                    [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return nb::ndarray<nb::numpy, float>(data, shape.size(), shape.data(), owner);
+}
+
+nb::ndarray<nb::numpy, float> GetParameter(PyTrainer& py, const std::string& name) {
+  std::vector<float> values = ValueOrThrow(py.trainer->GetParameter(name));
+  auto it = py.tensors.find(name);
+  return ToNumpy(std::move(values),
+                 it == py.tensors.end() ? std::vector<int64_t>() : it->second.shape.dims());
+}
+
+void BindResults(nb::module_& m) {
+  nb::class_<VerifyResult>(m, "VerifyResult")
+      .def_ro("steps", &VerifyResult::steps)
+      .def_ro("tensors_compared", &VerifyResult::tensors_compared)
+      .def_ro("gradients_not_materialized", &VerifyResult::gradients_not_materialized)
+      .def_prop_ro("ok", &VerifyResult::ok)
+      .def_prop_ro("mismatch",
+                   [](const VerifyResult& r) -> std::optional<std::string> {
+                     if (!r.mismatch.has_value()) return std::nullopt;
+                     return r.mismatch->ToString();
+                   })
+      .def("__bool__", &VerifyResult::ok)
+      .def("__str__", &VerifyResult::ToString);
+  nb::class_<TrainerStats>(m, "TrainerStats")
+      .def_ro("steps", &TrainerStats::steps)
+      .def_ro("graph_replays", &TrainerStats::graph_replays)
+      .def_ro("graph_captures", &TrainerStats::graph_captures)
+      .def_ro("graph_instantiations", &TrainerStats::graph_instantiations)
+      .def_ro("graph_exec_updates", &TrainerStats::graph_exec_updates)
+      .def_ro("graph_node_updates", &TrainerStats::graph_node_updates)
+      .def_ro("graph_nodes", &TrainerStats::graph_nodes)
+      .def_ro("device_graph_launch", &TrainerStats::device_graph_launch)
+      .def_ro("launches_per_step", &TrainerStats::launches_per_step)
+      .def_ro("arena_bytes", &TrainerStats::arena_bytes)
+      .def_ro("parameter_bytes", &TrainerStats::parameter_bytes)
+      .def_ro("activation_peak_bytes", &TrainerStats::activation_peak_bytes)
+      .def_ro("kernels_compiled", &TrainerStats::kernels_compiled)
+      .def_ro("kernel_disk_hits", &TrainerStats::kernel_disk_hits)
+      .def("__str__", &TrainerStats::ToString);
+  nb::class_<TrainerReport>(m, "TrainerReport")
+      .def_ro("stats", &TrainerReport::stats)
+      .def("to_text", &TrainerReport::ToText)
+      .def("to_json", &TrainerReport::ToJson)
+      .def("__str__", &TrainerReport::ToText);
+}
+
+}  // namespace
+
+void BindTrainer(nb::module_& m) {
+  BindResults(m);
+  m.def(
+      "no_gpu_reason",
+      [] {
+        int count = 0;
+        const cudaError_t result = cudaGetDeviceCount(&count);
+        (void)cudaGetLastError();
+        if (result == cudaSuccess && count > 0) return std::string();
+        if (result == cudaSuccess) return std::string("the driver reports 0 devices");
+        return absl::StrCat(cudaGetErrorName(result), ": ", cudaGetErrorString(result));
+      },
+      "\"\" when a CUDA device is visible, else why not (what GPU tests print when they skip).");
+  nb::class_<PyTrainer>(m, "Trainer")
+      .def_static("create", &Create, "graph"_a, "loss"_a, "options"_a = TrainOptions(),
+                  "Builds and compiles the training step of `loss`; RuntimeError without a GPU.")
+      .def("set_input", &SetInput, "name"_a, "data"_a)
+      .def(
+          "set_learning_rate",
+          [](PyTrainer& py, float lr) { ThrowIfError(py.trainer->SetLearningRate(lr)); }, "lr"_a)
+      .def("step", [](PyTrainer& py) { ThrowIfError(py.trainer->Step()); })
+      .def("synchronize", [](PyTrainer& py) { ThrowIfError(py.trainer->Synchronize()); })
+      .def("loss", [](PyTrainer& py) { return ValueOrThrow(py.trainer->Loss()); })
+      .def(
+          "verify",
+          [](PyTrainer& py, int steps) {
+            absl::StatusOr<VerifyResult> result;
+            {
+              nb::gil_scoped_release release;
+              result = py.trainer->Verify(steps);
+            }
+            return ValueOrThrow(std::move(result));
+          },
+          "steps"_a)
+      .def(
+          "read",
+          [](PyTrainer& py, Value value) {
+            return ToNumpy(ValueOrThrow(py.trainer->Read(value)), {});
+          },
+          "value"_a, "A value named in TrainOptions.fetch, flat, as the last step computed it.")
+      .def(
+          "time_steps",
+          [](PyTrainer& py, int steps) { return ValueOrThrow(py.trainer->TimeSteps(steps)); },
+          "steps"_a, "Runs `steps` steps with the inputs set; each one's device time in ms.")
+      .def("report", [](const PyTrainer& py) { return py.trainer->Report(); })
+      .def("stats", [](const PyTrainer& py) { return py.trainer->stats(); })
+      .def("parameter_names", [](const PyTrainer& py) { return py.trainer->ParameterNames(); })
+      .def("get_parameter", &GetParameter, "name"_a)
+      .def(
+          "set_parameter",
+          [](PyTrainer& py, const std::string& name,
+             nb::ndarray<const float, nb::c_contig, nb::device::cpu> values) {
+            ThrowIfError(py.trainer->SetParameter(
+                name, absl::Span<const float>(values.data(), values.size())));
+          },
+          "name"_a, "values"_a)
+      .def(
+          "save_weights",
+          [](PyTrainer& py, const std::string& path, bool torch_compatible) {
+            ThrowIfError(py.trainer->SaveWeights(path, {.torch_compatible = torch_compatible}));
+          },
+          "path"_a, "torch_compatible"_a = false)
+      .def(
+          "load_weights",
+          [](PyTrainer& py, const std::string& path, bool allow_missing, bool allow_unexpected) {
+            ThrowIfError(py.trainer->LoadWeights(
+                path, {.allow_missing = allow_missing, .allow_unexpected = allow_unexpected}));
+          },
+          "path"_a, "allow_missing"_a = false, "allow_unexpected"_a = true)
+      .def(
+          "save_checkpoint",
+          [](PyTrainer& py, const std::string& path) {
+            ThrowIfError(py.trainer->SaveCheckpoint(path));
+          },
+          "path"_a)
+      .def(
+          "restore_checkpoint",
+          [](PyTrainer& py, const std::string& path) {
+            ThrowIfError(py.trainer->RestoreCheckpoint(path));
+          },
+          "path"_a);
+}
+
+}  // namespace reprise::python

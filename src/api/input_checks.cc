@@ -1,0 +1,111 @@
+#include "src/api/input_checks.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "reprise/nn.h"
+#include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
+#include "src/passes/schedule.h"
+#include "src/util/status_macros.h"
+
+namespace reprise {
+
+absl::Status CheckLabels(absl::string_view input, absl::string_view consumer, LabelRange range,
+                         absl::Span<const int32_t> labels) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const int32_t label = labels[i];
+    if (label >= 0 && label < range.classes) continue;
+    if (range.padding_allowed && label == nn::kPaddingLabel) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", input, "': label ", label, " at index ", i, " is outside [0, ", range.classes,
+        ")",
+        range.padding_allowed ? absl::StrCat(" and not the padding label ", nn::kPaddingLabel) : "",
+        " of '", consumer, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckHyperparameterInput(absl::string_view input, float value) {
+  const bool non_negative = input == autodiff::kLearningRate || input == autodiff::kMomentum ||
+                            input == autodiff::kWeightDecay || input == autodiff::kEpsilon ||
+                            input == autodiff::kMaxGradNorm;
+  const bool unit = input == autodiff::kBeta1 || input == autodiff::kBeta2;
+  if (non_negative && !(std::isfinite(value) && value >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", input, "' must be finite and at least 0, got ", value));
+  }
+  if (unit && !(value >= 0 && value < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", input, "' must be in [0, 1), got ", value));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckSgdField(absl::string_view field, float value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("TrainOptions::sgd.", field, " must be finite and at least 0, got ", value));
+}
+
+absl::Status CheckEnum(bool known, absl::string_view field, int value) {
+  if (known) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("TrainOptions::", field, " is ", value, ", not a known value"));
+}
+
+}  // namespace
+
+absl::Status ValidateTrainOptions(const TrainOptions& o) {
+  RETURN_IF_ERROR(CheckEnum(
+      o.mode == ExecMode::kSync || o.mode == ExecMode::kBulked || o.mode == ExecMode::kGraph,
+      "mode", static_cast<int>(o.mode)));
+  RETURN_IF_ERROR(CheckEnum(o.graph_launch == GraphLaunch::kAuto ||
+                                o.graph_launch == GraphLaunch::kHost ||
+                                o.graph_launch == GraphLaunch::kDevice,
+                            "graph_launch", static_cast<int>(o.graph_launch)));
+  RETURN_IF_ERROR(CheckEnum(o.channels_last == ChannelsLast::kAuto ||
+                                o.channels_last == ChannelsLast::kOn ||
+                                o.channels_last == ChannelsLast::kOff,
+                            "channels_last", static_cast<int>(o.channels_last)));
+  RETURN_IF_ERROR(CheckEnum(o.mirror.policy == MirrorOptions::Policy::kOff ||
+                                o.mirror.policy == MirrorOptions::Policy::kAuto ||
+                                o.mirror.policy == MirrorOptions::Policy::kBudget,
+                            "mirror.policy", static_cast<int>(o.mirror.policy)));
+  if (o.compute_dtype != DType::kFloat32 && o.compute_dtype != DType::kBFloat16 &&
+      o.compute_dtype != DType::kFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainOptions::compute_dtype must be f32, bf16 or f16, got ", DTypeName(o.compute_dtype)));
+  }
+  if (o.optimizer.has_value()) {
+    RETURN_IF_ERROR(autodiff::ValidateOptimizerOptions(*o.optimizer));
+  } else {
+    RETURN_IF_ERROR(CheckSgdField("learning_rate", o.sgd.learning_rate));
+    RETURN_IF_ERROR(CheckSgdField("momentum", o.sgd.momentum));
+    RETURN_IF_ERROR(CheckSgdField("weight_decay", o.sgd.weight_decay));
+  }
+  RETURN_IF_ERROR(autodiff::ValidateLossScaleOptions(o.loss_scale));
+  if (o.lanes < 0 || o.lanes > passes::kMaxLanes) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
+                                                   passes::kMaxLanes, ", got ", o.lanes));
+  }
+  if (o.ensemble_min_models < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainOptions::ensemble_min_models must be at least 1, got ", o.ensemble_min_models));
+  }
+  if (o.ensemble_whole_step_max_models < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::ensemble_whole_step_max_models must be -1 (auto) or at least "
+                     "0, got ",
+                     o.ensemble_whole_step_max_models));
+  }
+  if (o.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::device must be at least 0, got ", o.device));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace reprise

@@ -1,0 +1,43 @@
+// The checks Trainer::Create applies to its options and SetInput to the values it binds, apart
+// from the Trainer so that they are tested without a GPU: every option field Create reads, label
+// ranges of the losses that index by them, and the optimizer's hyperparameter inputs
+// (Trainer::SetLearningRate, SetInput("momentum"), ...).
+#ifndef REPRISE_SRC_API_INPUT_CHECKS_H_
+#define REPRISE_SRC_API_INPUT_CHECKS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "reprise/trainer.h"
+
+namespace reprise {
+
+// What a loss accepts as labels: [0, classes), and nn::kPaddingLabel where `padding_allowed`
+// (nn::MaskedSoftmaxCrossEntropy).
+struct LabelRange {
+  int64_t classes = 0;
+  bool padding_allowed = false;
+};
+
+// InvalidArgument naming `input`, the first bad label, its index and `consumer` (the loss) unless
+// every label is in `range`.
+absl::Status CheckLabels(absl::string_view input, absl::string_view consumer, LabelRange range,
+                         absl::Span<const int32_t> labels);
+
+// InvalidArgument naming the input and the value when `value` is NaN, infinite or out of the
+// range the optimizer reads `input` in (learning_rate, momentum, weight_decay, epsilon,
+// max_grad_norm: finite and at least 0; beta1, beta2: in [0, 1)). Other inputs: OK.
+absl::Status CheckHyperparameterInput(absl::string_view input, float value);
+
+// InvalidArgument naming the field and its value for an option Create cannot honour: an enum
+// value outside its list, a NaN, infinite or out-of-range hyperparameter (sgd, optimizer,
+// loss_scale), lanes outside [0, kMaxLanes], ensemble_min_models below 1,
+// ensemble_whole_step_max_models below -1, a negative device, a compute_dtype other than f32,
+// bf16 or f16.
+absl::Status ValidateTrainOptions(const TrainOptions& options);
+
+}  // namespace reprise
+
+#endif  // REPRISE_SRC_API_INPUT_CHECKS_H_

@@ -1,0 +1,143 @@
+#include "src/codegen/embedding_kernels.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
+
+namespace reprise::codegen {
+namespace {
+
+GeneratedKernel Make(const char* base, DType dtype, const std::string& signature,
+                     const std::string& body) {
+  const std::string name = ElementKernelName(base, dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "#define CHUNK ", kEmbeddingChunk,
+                             "\nextern \"C\" __global__ void ", name, "(", signature, ") {\n", body,
+                             "}\n")};
+}
+
+}  // namespace
+
+GeneratedKernel EmbeddingForward(DType dtype) {
+  return Make("reprise_embedding", dtype,
+              "const int* __restrict__ ids, const elem_t* __restrict__ table, "
+              "elem_t* __restrict__ out, long long tokens, int cols, int vocab",
+              R"(
+  const long long n = tokens * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const int id = ids[i / cols];
+    out[i] = (id >= 0 && id < vocab) ? table[(long long)id * cols + i % cols] : FromFloat(0.0f);
+  }
+)");
+}
+
+GeneratedKernel EmbeddingSortChunks() {
+  return Make("reprise_embedding_sort_chunks", DType::kFloat32,
+              "const int* __restrict__ ids, unsigned* __restrict__ keys, long long tokens, "
+              "int vocab",
+              R"(
+  __shared__ unsigned s[CHUNK];
+  const int i = threadIdx.x;
+  const long long t = (long long)blockIdx.x * CHUNK + i;
+  const int id = t < tokens ? ids[t] : -1;
+  s[i] = (id >= 0 && id < vocab) ? (unsigned)id * CHUNK + i : 0xffffffffu;
+  __syncthreads();
+  // Bitonic sort, ascending; the keys are distinct except for padding, so the result is unique.
+  for (int k = 2; k <= CHUNK; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const int partner = i ^ j;
+      if (partner > i) {
+        const unsigned a = s[i], b = s[partner];
+        const bool ascending = (i & k) == 0;
+        if ((a > b) == ascending) {
+          s[i] = b;
+          s[partner] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  keys[(long long)blockIdx.x * CHUNK + i] = s[i];
+)");
+}
+
+GeneratedKernel EmbeddingGrad(DType dtype) {
+  return Make("reprise_embedding_grad", dtype,
+              "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
+              "elem_t* __restrict__ dtable, int chunks, int cols",
+              R"(
+  extern __shared__ int range[];  // [chunks][2]: this row's first and end key in each chunk.
+  const unsigned v = blockIdx.x;
+  const unsigned first_key = v * CHUNK, end_key = first_key + CHUNK;
+  for (int k = threadIdx.x; k < chunks; k += blockDim.x) {
+    const unsigned* chunk = keys + (long long)k * CHUNK;
+    for (int side = 0; side < 2; ++side) {
+      const unsigned key = side == 0 ? first_key : end_key;
+      int lo = 0, hi = CHUNK;  // The first position whose key is >= key.
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (chunk[mid] < key) lo = mid + 1; else hi = mid;
+      }
+      range[2 * k + side] = lo;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; ++k) {
+      const unsigned* chunk = keys + (long long)k * CHUNK;
+      for (int j = range[2 * k]; j < range[2 * k + 1]; ++j) {
+        const long long t = (long long)k * CHUNK + (chunk[j] % CHUNK);
+        sum += ToFloat(dy[t * cols + c]);
+      }
+    }
+    dtable[(long long)v * cols + c] = FromFloat(sum);
+  }
+)");
+}
+
+GeneratedKernel AddPositions(DType dtype) {
+  return Make("reprise_add_positions", dtype,
+              "const elem_t* __restrict__ x, const elem_t* __restrict__ table, "
+              "elem_t* __restrict__ y, long long rows, int cols, int positions",
+              R"(
+  const long long n = rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long p = (i / cols) % positions;
+    y[i] = FromFloat(ToFloat(x[i]) + ToFloat(table[p * cols + i % cols]));
+  }
+)");
+}
+
+GeneratedKernel AddPositionsGrad(DType dtype) {
+  return Make("reprise_add_positions_grad", dtype,
+              "const elem_t* __restrict__ dy, elem_t* __restrict__ dtable, long long rows, "
+              "int cols, int positions, int table_rows",
+              R"(
+  const long long n = (long long)table_rows * cols;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long p = i / cols;
+    float sum = 0.0f;
+    if (p < positions) {
+      for (long long r = p; r < rows; r += positions) sum += ToFloat(dy[r * cols + i % cols]);
+    }
+    dtable[i] = FromFloat(sum);
+  }
+)");
+}
+
+std::vector<GeneratedKernel> EmbeddingKernels() {
+  std::vector<GeneratedKernel> kernels = {EmbeddingSortChunks()};
+  for (DType dtype : kKernelElementTypes) {
+    for (GeneratedKernel (*make)(DType) :
+         {EmbeddingForward, EmbeddingGrad, AddPositions, AddPositionsGrad}) {
+      kernels.push_back(make(dtype));
+    }
+  }
+  return kernels;
+}
+
+}  // namespace reprise::codegen

@@ -1,0 +1,64 @@
+// CUDA C++ source for token embeddings (src/ops/transformer_ops.h's embedding, embedding_grad,
+// add_positions and add_positions_grad). Tables are row-major [rows, cols]; ids are int32.
+//
+// Element types: tables, activations and gradients hold the `dtype` a kernel is generated for
+// (float32, bfloat16 or float16, src/codegen/element_type.h); sums run in float and round once.
+//
+// The embedding gradient is a scatter-add that must give the same bits on every run (so that a
+// replayed step equals the eager one), hence no float atomics. Tokens are cut into chunks of
+// kEmbeddingChunk; each chunk's keys id·kEmbeddingChunk + (token within the chunk) are sorted in
+// one block (a bitonic sort in shared memory). The keys are distinct, so the sorted chunk is the
+// same whatever order the sort compared them in. Then one block per vocabulary row finds its
+// tokens in every chunk by binary search and sums their gradient rows in (chunk, token) order:
+// token order, fixed by the data alone. Rows no token names get zeros. The work is one pass over
+// dy per token plus one write of the table, and no thread block scans all the ids.
+#ifndef REPRISE_SRC_CODEGEN_EMBEDDING_KERNELS_H_
+#define REPRISE_SRC_CODEGEN_EMBEDDING_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "reprise/tensor.h"
+#include "src/codegen/generated_kernel.h"
+
+namespace reprise::codegen {
+
+// Tokens per sorted chunk: one block of this many threads sorts one chunk.
+inline constexpr int kEmbeddingChunk = 1024;
+// The largest vocabulary whose keys fit in 32 bits (id·kEmbeddingChunk + 1023 < 2^32 - 1, the
+// key of padding and of ids outside the table).
+inline constexpr int64_t kEmbeddingMaxVocab = (int64_t{1} << 32) / kEmbeddingChunk - 1;
+
+// out[t, c] = table[ids[t], c]; zeros for an id outside [0, vocab) (the host refuses those
+// before they get here). Grid-stride over tokens·cols. Name reprise_embedding. Signature:
+// (const int* ids, const elem_t* table, elem_t* out, long long tokens, int cols, int vocab).
+GeneratedKernel EmbeddingForward(DType dtype);
+
+// Sorts chunk blockIdx.x's keys into keys[blockIdx.x·kEmbeddingChunk ...], padding past the last
+// token (and ids outside [0, vocab)) with 0xffffffff. Blocks of kEmbeddingChunk threads, one per
+// chunk. Name reprise_embedding_sort_chunks. Signature: (const int* ids, unsigned* keys,
+// long long tokens, int vocab).
+GeneratedKernel EmbeddingSortChunks();
+
+// dtable[v, c] = Σ dy[t, c] over the tokens t with ids[t] = v, in token order, from the sorted
+// chunks. One block per vocabulary row (grid = vocab), 2·chunks ints of dynamic shared memory.
+// Name reprise_embedding_grad. Signature: (const unsigned* keys, const elem_t* dy,
+// elem_t* dtable, int chunks, int cols).
+GeneratedKernel EmbeddingGrad(DType dtype);
+
+// y[r, c] = x[r, c] + table[r % positions, c]: position rows added to every sequence of a
+// [rows = batch·positions, cols] activation. Grid-stride. Name reprise_add_positions. Signature:
+// (const elem_t* x, const elem_t* table, elem_t* y, long long rows, int cols, int positions).
+GeneratedKernel AddPositions(DType dtype);
+
+// dtable[p, c] = Σ_b dy[b·positions + p, c] for p < positions (b in order), 0 for the table's
+// further rows. Grid-stride over table_rows·cols. Name reprise_add_positions_grad. Signature:
+// (const elem_t* dy, elem_t* dtable, long long rows, int cols, int positions, int table_rows).
+GeneratedKernel AddPositionsGrad(DType dtype);
+
+// Every kernel above for every kernel element type, for compile checks and the kernel store.
+std::vector<GeneratedKernel> EmbeddingKernels();
+
+}  // namespace reprise::codegen
+
+#endif  // REPRISE_SRC_CODEGEN_EMBEDDING_KERNELS_H_

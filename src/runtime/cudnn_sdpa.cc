@@ -1,0 +1,310 @@
+// The one translation unit that includes cudnn-frontend (cmake/cudnn_frontend.cmake gives it the
+// include directory and CUDNN_FRONTEND_SKIP_JSON_LIB).
+#include "src/runtime/cudnn_sdpa.h"
+
+#include <cuda_runtime_api.h>
+#include <cudnn_frontend.h>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "src/runtime/cuda_status.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::runtime {
+
+namespace fe = ::cudnn_frontend;
+
+struct CudnnSdpa::Plan {
+  std::shared_ptr<fe::graph::Graph> graph;  // Built; execute() is const and thread-safe.
+  int64_t workspace_bytes = 0;
+};
+
+namespace {
+
+// Tensor ids of the variant pack.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+struct Key {
+  SdpaPass pass;
+  SdpaShape shape;
+  bool deterministic;
+  std::string device;
+
+  bool operator==(const Key& other) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Key& key) {
+    const SdpaShape& s = key.shape;
+    return H::combine(std::move(h), key.pass, s.batch, s.heads, s.seq, s.head_dim, s.dtype,
+                      s.row_stride, key.deterministic, key.device);
+  }
+};
+
+class PlanCache {
+ public:
+  static PlanCache& Global() {
+    static PlanCache* cache = new PlanCache();
+    return *cache;
+  }
+  absl::Mutex& mu() { return mu_; }
+  absl::flat_hash_map<Key, std::shared_ptr<const CudnnSdpa::Plan>>& entries()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return entries_;
+  }
+  size_t size() {
+    absl::MutexLock lock(&mu_);
+    return entries_.size();
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<Key, std::shared_ptr<const CudnnSdpa::Plan>> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+// "<context>: cudnn-frontend <step> failed for <what>: <message>". GRAPH_NOT_SUPPORTED (a shape
+// or device cuDNN's attention cannot take) is Unimplemented; anything else Internal.
+absl::Status FrontendStatus(fe::error_t error, absl::string_view step, absl::string_view what,
+                            absl::string_view context) {
+  if (error.is_good()) return absl::OkStatus();
+  const bool unsupported = error.get_code() == fe::error_code_t::GRAPH_NOT_SUPPORTED;
+  std::string message =
+      absl::StrCat(context.empty() ? "" : absl::StrCat(context, ": "), "cudnn-frontend ", step,
+                   " failed for ", what, ": ", error.get_message());
+  return unsupported ? absl::UnimplementedError(message) : absl::InternalError(message);
+}
+
+fe::DataType_t IoType(DType dtype) {
+  return dtype == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
+}
+
+// Logical [B, H, T, D] over memory [B, T, H, D] with `row` elements between sequence positions.
+std::vector<int64_t> Dims(const SdpaShape& s) { return {s.batch, s.heads, s.seq, s.head_dim}; }
+std::vector<int64_t> Strides(const SdpaShape& s, int64_t row) {
+  return {s.seq * row, s.head_dim, row, 1};
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> Input(fe::graph::Graph& graph, const char* name,
+                                                    Uid uid, const SdpaShape& s, int64_t row) {
+  return graph.tensor(
+      fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(Dims(s)).set_stride(
+          Strides(s, row)));
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> Stats(fe::graph::Graph& graph, const SdpaShape& s) {
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name("stats")
+                          .set_uid(kStats)
+                          .set_dim({s.batch, s.heads, s.seq, 1})
+                          .set_stride({s.heads * s.seq, s.seq, 1, 1})
+                          .set_data_type(fe::DataType_t::FLOAT));
+}
+
+// The graph of one pass, not built yet.
+std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
+  const SdpaShape& s = key.shape;
+  const int64_t width = s.heads * s.head_dim;  // O's row stride.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(IoType(s.dtype))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto q = Input(*graph, "q", kQ, s, s.row_stride);
+  auto k = Input(*graph, "k", kK, s, s.row_stride);
+  auto v = Input(*graph, "v", kV, s, s.row_stride);
+  if (key.pass == SdpaPass::kForward) {
+    auto options = fe::graph::SDPA_attributes()
+                       .set_name("causal_attention")
+                       .set_generate_stats(true)
+                       .set_attn_scale(scale)
+                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                       .set_diagonal_band_right_bound(0);
+    auto [o, stats] = graph->sdpa(q, k, v, options);
+    o->set_output(true).set_uid(kO).set_dim(Dims(s)).set_stride(Strides(s, width));
+    stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({s.batch, s.heads, s.seq, 1})
+        .set_stride({s.heads * s.seq, s.seq, 1, 1});
+    return graph;
+  }
+  auto o = Input(*graph, "o", kO, s, width);
+  auto d_o = Input(*graph, "d_o", kDO, s, width);
+  auto stats = Stats(*graph, s);
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("causal_attention_grad")
+                     .set_attn_scale(scale)
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0)
+                     .set_deterministic_algorithm(key.deterministic);
+  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
+  dq->set_output(true).set_uid(kDQ).set_dim(Dims(s)).set_stride(Strides(s, s.row_stride));
+  dk->set_output(true).set_uid(kDK).set_dim(Dims(s)).set_stride(Strides(s, s.row_stride));
+  dv->set_output(true).set_uid(kDV).set_dim(Dims(s)).set_stride(Strides(s, s.row_stride));
+  return graph;
+}
+
+absl::StatusOr<std::shared_ptr<const CudnnSdpa::Plan>> Build(const CudnnHandle& handle,
+                                                             const Key& key,
+                                                             absl::string_view context) {
+  const std::string what =
+      absl::StrCat("sdpa ", key.pass == SdpaPass::kForward ? "fwd " : "bwd ", key.shape.ToString());
+  auto plan = std::make_shared<CudnnSdpa::Plan>();
+  plan->graph = Describe(key);
+  fe::graph::Graph& g = *plan->graph;
+  RETURN_IF_ERROR(FrontendStatus(g.validate(), "validate", what, context));
+  RETURN_IF_ERROR(FrontendStatus(g.build_operation_graph(handle.get()), "build_operation_graph",
+                                 what, context));
+  RETURN_IF_ERROR(FrontendStatus(g.create_execution_plans({fe::HeurMode_t::A}),
+                                 "create_execution_plans", what, context));
+  RETURN_IF_ERROR(FrontendStatus(g.check_support(handle.get()), "check_support", what, context));
+  RETURN_IF_ERROR(
+      FrontendStatus(g.build_plans(handle.get(), fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+                     "build_plans", what, context));
+  RETURN_IF_ERROR(FrontendStatus(g.get_workspace_size(plan->workspace_bytes), "get_workspace_size",
+                                 what, context));
+  return std::shared_ptr<const CudnnSdpa::Plan>(std::move(plan));
+}
+
+// Runs the plan's first execution into a throw-away capture on a stream of its own (as the
+// frontend's own warmup does for deserialised graphs), so that whatever cuDNN does on a plan's
+// first run (loading its kernels) happens now and not inside the Trainer's capture of the step,
+// whose thread-local mode refuses such calls. Nothing reaches the device: the capture is
+// discarded. Best effort: a warm-up that fails leaves the first run to the step itself, which
+// reports its own errors; only failing to give the handle its stream back is an error.
+absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnSdpa::Plan& plan,
+                    absl::string_view context) {
+  cudaStream_t original = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudnnGetStream(handle.get(), &original), "cudnnGetStream", context));
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::OkStatus();
+  }
+  // One allocation as large as any operand or the workspace, standing in for all of them.
+  const SdpaShape& s = key.shape;
+  const size_t bytes = std::max<size_t>(s.batch * s.seq * s.row_stride * 2, plan.workspace_bytes);
+  void* placeholder = nullptr;
+  if (cudaMalloc(&placeholder, bytes + (1 << 20)) == cudaSuccess &&
+      cudnnSetStream(handle.get(), stream) == CUDNN_STATUS_SUCCESS &&
+      cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+    std::unordered_map<int64_t, void*> pack;
+    for (Uid uid : {kQ, kK, kV, kO, kStats}) pack[uid] = placeholder;
+    if (key.pass == SdpaPass::kBackward) {
+      for (Uid uid : {kDO, kDQ, kDK, kDV}) pack[uid] = placeholder;
+    }
+    (void)plan.graph->execute(handle.get(), pack, placeholder);
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) {
+      cudaGraphDestroy(graph);
+    }
+  }
+  (void)cudaGetLastError();  // What the discarded capture left behind is not the caller's.
+  const absl::Status restored =
+      CudaStatus(cudnnSetStream(handle.get(), original), "cudnnSetStream", context);
+  if (placeholder != nullptr) cudaFree(placeholder);
+  cudaStreamDestroy(stream);
+  (void)cudaGetLastError();
+  return restored;
+}
+
+}  // namespace
+
+std::string SdpaShape::ToString() const {
+  return absl::StrCat(DTypeName(dtype), " B=", batch, " H=", heads, " T=", seq, " D=", head_dim,
+                      " row ", row_stride);
+}
+
+absl::Status SdpaShapeSupported(const SdpaShape& s) {
+  if (!IsLowPrecision(s.dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuDNN's fused attention computes in bfloat16 or float16, not ", DTypeName(s.dtype)));
+  }
+  if (s.batch < 1 || s.heads < 1 || s.seq < 1 || s.head_dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("empty attention shape ", s.ToString()));
+  }
+  if (s.head_dim % 8 != 0 || s.head_dim > 256) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuDNN's fused attention needs a head dimension that is a multiple of 8 and "
+                     "at most 256, got ",
+                     s.head_dim));
+  }
+  if (s.row_stride % 8 != 0 || s.row_stride < s.heads * s.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuDNN's fused attention needs rows of whole 16-byte vectors, got a row stride of ",
+        s.row_stride, " elements for ", s.heads, " heads of ", s.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudnnSdpa> CudnnSdpa::Create(const CudnnHandle& handle, SdpaPass pass,
+                                            const SdpaShape& shape, const SdpaOptions& options,
+                                            absl::string_view context) {
+  if (absl::Status supported = SdpaShapeSupported(shape); !supported.ok()) {
+    return absl::Status(supported.code(), absl::StrCat(context, ": ", supported.message()));
+  }
+  const bool deterministic = pass == SdpaPass::kBackward && options.deterministic;
+  const Key key{pass, shape, deterministic, options.device};
+  PlanCache& cache = PlanCache::Global();
+  // Builds run under the lock: two lowerings of one shape build it once, and cuDNN's graph
+  // builds are not worth running side by side.
+  absl::MutexLock lock(&cache.mu());
+  auto& entries = cache.entries();
+  if (auto it = entries.find(key); it != entries.end()) {
+    return CudnnSdpa(pass, shape, deterministic, it->second);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Build(handle, key, context));
+  RETURN_IF_ERROR(WarmUp(handle, key, *plan, context));
+  entries.emplace(key, plan);
+  return CudnnSdpa(pass, shape, deterministic, std::move(plan));
+}
+
+size_t CudnnSdpa::workspace_bytes() const { return static_cast<size_t>(plan_->workspace_bytes); }
+
+size_t CudnnSdpa::CacheSize() { return PlanCache::Global().size(); }
+
+std::string CudnnSdpa::Describe() const {
+  return absl::StrCat("cudnn sdpa ", pass_ == SdpaPass::kForward ? "fwd " : "bwd ",
+                      shape_.ToString(), deterministic_ ? " deterministic" : "", " ws ",
+                      plan_->workspace_bytes);
+}
+
+absl::Status CudnnSdpa::RunForward(const CudnnHandle& handle, const SdpaForwardBuffers& b,
+                                   void* workspace, absl::string_view context) const {
+  if (pass_ != SdpaPass::kForward) {
+    return absl::InternalError(absl::StrCat(context, ": RunForward on a backward sdpa plan"));
+  }
+  std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(b.q)},
+                                             {kK, const_cast<void*>(b.k)},
+                                             {kV, const_cast<void*>(b.v)},
+                                             {kO, b.o},
+                                             {kStats, b.stats}};
+  return FrontendStatus(plan_->graph->execute(handle.get(), pack, workspace), "execute", Describe(),
+                        context);
+}
+
+absl::Status CudnnSdpa::RunBackward(const CudnnHandle& handle, const SdpaBackwardBuffers& b,
+                                    void* workspace, absl::string_view context) const {
+  if (pass_ != SdpaPass::kBackward) {
+    return absl::InternalError(absl::StrCat(context, ": RunBackward on a forward sdpa plan"));
+  }
+  std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(b.q)},
+                                             {kK, const_cast<void*>(b.k)},
+                                             {kV, const_cast<void*>(b.v)},
+                                             {kO, const_cast<void*>(b.o)},
+                                             {kDO, const_cast<void*>(b.d_o)},
+                                             {kStats, const_cast<void*>(b.stats)},
+                                             {kDQ, b.dq},
+                                             {kDK, b.dk},
+                                             {kDV, b.dv}};
+  return FrontendStatus(plan_->graph->execute(handle.get(), pack, workspace), "execute", Describe(),
+                        context);
+}
+
+}  // namespace reprise::runtime

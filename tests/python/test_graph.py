@@ -1,0 +1,58 @@
+"""Graphs, nn builders, models and options from Python (CPU only)."""
+
+import pytest
+
+import reprise
+from reprise import nn
+
+
+def test_nn_builders_make_the_readme_mlp():
+    g = reprise.Graph()
+    x = g.add_input("features", [256, 2])
+    y = g.add_input("labels", [256], reprise.DType.int32)
+    h = nn.relu(g, nn.linear(g, x, 256, "fc0"))
+    logits = nn.linear(g, h, 3, "fc1")
+    loss = nn.softmax_cross_entropy(g, logits, y, "loss")
+    assert g.shape(logits) == [256, 3]
+    assert g.shape(loss) == []
+    assert g.dtype(y) == reprise.DType.int32
+    assert g.num_parameter_elements == 2 * 256 + 256 + 256 * 3 + 3
+
+
+def test_convolutional_builders():
+    g = reprise.Graph()
+    x = g.add_input("images", [2, 3, 16, 16])
+    h = nn.conv2d(g, x, 8, "conv1", kernel=3, padding=1)
+    h = nn.relu(g, nn.batch_norm(g, h, "bn1"))
+    h = nn.max_pool2d(g, h, 2, 2, 0, "pool")
+    h = nn.flatten(g, nn.global_avg_pool(g, h, "gap"))
+    assert g.shape(h) == [2, 8]
+
+
+def test_models():
+    mlp = reprise.models.mlp(batch=16, input_features=8, depth=3, width=32, classes=5)
+    assert mlp.graph.shape(mlp.logits) == [16, 5]
+    resnet = reprise.models.resnet(depth=18, batch=2, classes=10, image_size=32)
+    assert resnet.graph.shape(resnet.images) == [2, 3, 32, 32]
+    assert resnet.graph.shape(resnet.logits) == [2, 10]
+    # torchvision's resnet18 has 11,689,512 parameters with 1000 classes; 10 classes: fewer fc.
+    assert resnet.graph.num_parameter_elements == 11689512 - 512 * 990 - 990
+
+
+def test_train_options_mirror_the_cpp_fields():
+    options = reprise.TrainOptions(allow_tf32=True, mode=reprise.ExecMode.bulked, lanes=2)
+    assert options.allow_tf32 and options.lanes == 2
+    assert options.mode == reprise.ExecMode.bulked
+    assert options.sgd.learning_rate == pytest.approx(0.01)
+    options.sgd.learning_rate = 0.1  # Nested structs are edited in place.
+    assert options.sgd.learning_rate == pytest.approx(0.1)
+    assert options.optimizer is None
+    options.optimizer = reprise.OptimizerOptions(kind=reprise.OptimizerKind.adamw, weight_decay=0.1)
+    assert options.optimizer.kind == reprise.OptimizerKind.adamw
+    options.optimizer = None
+    assert options.optimizer is None
+    assert str(reprise.MirrorOptions.parse("auto")) == "auto"
+    with pytest.raises(TypeError, match="no field 'learning_rat'"):
+        reprise.TrainOptions(learning_rat=0.1)
+    with pytest.raises(AttributeError):
+        options.learning_rat = 0.1
