@@ -12,6 +12,7 @@
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/parallel/data_parallel_step.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/plan.h"
@@ -81,7 +82,8 @@ absl::StatusOr<autodiff::TrainingGraph> TrainingGraphOf(const Model& model,
                    passes::BatchEnsembles(model.graph, model.loss, {},
                                           {.min_models = request.batch_ensembles ? 2 : INT_MAX}));
   ASSIGN_OR_RETURN(autodiff::TrainingGraph training,
-                   autodiff::BuildTrainingGraph(batched.graph, batched.loss, {}));
+                   autodiff::BuildTrainingGraphWith(batched.graph, batched.loss,
+                                                    autodiff::FromSgd({}), {}, request.non_finite));
   if (request.data_parallel_bucket_bytes == 0) return training;
   std::string buckets;
   return parallel::AddDataParallel({.bucket_bytes = request.data_parallel_bucket_bytes}, training,
@@ -94,6 +96,7 @@ absl::StatusOr<std::string> DumpCudaGraph(const Model& model, const DumpRequest&
   options.fuse = request.fuse;
   options.lanes = request.lanes;
   options.whole_step = request.whole_step;
+  options.non_finite = request.non_finite;
   options.batch_ensembles = request.batch_ensembles;
   ASSIGN_OR_RETURN(options.mirror, ParseMirrorOptions(request.mirror));
   ASSIGN_OR_RETURN(CapturedStepDump step,

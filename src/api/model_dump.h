@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "reprise/models.h"
+#include "src/autodiff/non_finite_guard.h"
 
 namespace reprise {
 
@@ -35,7 +36,10 @@ struct DumpRequest {
   bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).
   int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
-  std::string mirror = "off";   // off, auto or a byte budget (stages plan and cuda-graph).
+  // The non-finite guard, as the Trainer's default (TrainOptions::non_finite): its check and
+  // counter are in the training graph, and the whole-step kernel declines a guarded step.
+  autodiff::NonFiniteOptions non_finite;
+  std::string mirror = "off";  // off, auto or a byte budget (stages plan and cuda-graph).
   // Data parallelism's gradient buckets of this many bytes, averaged by all_reduce nodes (stages
   // training and plan; turns off the whole-step kernel as the Trainer does); 0: none.
   int64_t data_parallel_bucket_bytes = 0;

@@ -33,6 +33,8 @@ struct Plan {
   // -> values here; empty when nothing was fused.
   absl::flat_hash_map<Value, Value> values;
   std::vector<std::pair<std::string, std::vector<std::string>>> fused_groups;
+  // Why the whole-step MLP kernel (FuseOptions::whole_mlp_step) did not apply, when it was tried.
+  std::string whole_step_declined;
   // Mirroring: the activation peak this plan would have without it (memory.transient_peak when
   // nothing is mirrored), and each recomputed forward node as (original, twin) names.
   int64_t activation_peak_unmirrored = 0;

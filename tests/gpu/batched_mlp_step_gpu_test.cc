@@ -36,6 +36,8 @@ std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode
   options.allow_tf32 = tf32;
   options.batch_ensembles = batch;
   options.whole_step = whole_step;
+  // The whole-step kernel cannot skip a step: it runs only without the non-finite guard.
+  if (whole_step) options.non_finite.policy = NonFinitePolicy::kIgnore;
   options.ensemble_whole_step_max_models = 1 << 20;  // The whole step at every K tested.
   options.seed = 5;
   options.sgd = kSgd;

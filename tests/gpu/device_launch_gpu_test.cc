@@ -78,6 +78,8 @@ TrainOptions OptionsFor(const Config& config, bool device_launch) {
   options.mode = ExecMode::kGraph;
   options.fuse = config.fuse;
   options.whole_step = config.whole_step;
+  // The whole-step kernel cannot skip a step: it runs only without the non-finite guard.
+  if (config.whole_step) options.non_finite.policy = NonFinitePolicy::kIgnore;
   options.lanes = config.lanes;
   options.deterministic = true;  // Two trainers, the same bits.
   options.seed = 11;
