@@ -13,6 +13,7 @@
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/non_finite_guard.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <utility>
 
+#include "src/autodiff/optimizer_graph.h"
+
 namespace reprise::testing {
 
 MlpStages SmallMlpStages(bool fuse, int lanes) {

@@ -306,7 +306,7 @@ TEST(NonFiniteGuardTest, ReluKeepsNanOnTheCpuReference) {
   EXPECT_EQ(ir::FloatElement(*out, 4), inf);
   EXPECT_EQ(ir::FloatElement(*out, 5), 0.0);
   // The fused chains' expression of relu keeps it too.
-  EXPECT_THAT(ops::ReluOp().pointwise.expression, HasSubstr("$0 != $0"));
+  EXPECT_THAT(std::string(ops::ReluOp().pointwise.expression), HasSubstr("$0 != $0"));
 }
 
 // The MLP: one NaN feature now reaches the loss (ReLU no longer hides it).
