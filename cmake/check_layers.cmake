@@ -5,7 +5,8 @@
 # as that layer; the rest (trainer.h, nn.h, models.h, ...) as api.
 # Run as: cmake -DROOT=<source dir> -DLAYERS=util=src/util,ir=src/ir,... -P check_layers.cmake
 cmake_minimum_required(VERSION 3.24)
-set(_vocabulary tensor.h graph.h optimizer.h data_parallel.h mirror_options.h channels_last.h)
+set(_vocabulary tensor.h graph.h optimizer.h data_parallel.h mirror_options.h channels_last.h
+    non_finite.h progress.h)
 set(_public_layers data.h=data status_macros.h=util)
 string(REPLACE "," ";" LAYERS "${LAYERS}")
 set(_names "")

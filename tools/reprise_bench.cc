@@ -119,6 +119,9 @@ ABSL_FLAG(std::string, schedule, "constant",
           "learning-rate decay after the warm-up: constant, cosine (over --total_steps) or step");
 ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up steps");
 ABSL_FLAG(int, total_steps, 10000, "steps of the cosine schedule; step size of the step decay");
+ABSL_FLAG(std::string, non_finite, "skip",
+          "the non-finite guard (TrainOptions::non_finite): skip (the default), stop or ignore "
+          "(no check; the whole-step MLP kernel runs only then)");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -238,8 +241,11 @@ double Percentile(std::vector<float> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-// --optimizer, --max_grad_norm, --schedule, --warmup_steps, --total_steps as TrainOptions.
+// --optimizer, --max_grad_norm, --schedule, --warmup_steps, --total_steps and --non_finite as
+// TrainOptions.
 absl::Status SetOptimizer(reprise::TrainOptions& options) {
+  ASSIGN_OR_RETURN(options.non_finite.policy,
+                   reprise::autodiff::ParseNonFinitePolicy(absl::GetFlag(FLAGS_non_finite)));
   const std::string kind = absl::GetFlag(FLAGS_optimizer), decay = absl::GetFlag(FLAGS_schedule);
   reprise::OptimizerOptions o;
   if (kind == "adam" || kind == "adamw") {

@@ -27,6 +27,7 @@
 #include "reprise/graph.h"
 #include "reprise/mirror_options.h"
 #include "reprise/optimizer.h"
+#include "reprise/non_finite.h"
 #include "reprise/progress.h"
 
 namespace reprise {
@@ -96,6 +97,13 @@ struct TrainOptions {
   // Loss scaling (reprise/optimizer.h): kAuto is dynamic for float16 and off otherwise; bfloat16
   // and float32 may ask for it too. LossScale() and SkippedSteps() read its state.
   LossScaleOptions loss_scale;
+  // One finiteness check of the loss and every gradient per step, on the device inside the step:
+  // kSkipStep (default) skips a non-finite step's update and counts it (SkippedSteps, Report),
+  // kStop also stops the trainer with a Status naming the step and the first non-finite tensor,
+  // kIgnore checks nothing. With loss scaling, the scaler's check is the guard. The whole-step MLP
+  // kernel (whole_step) updates inside itself with no skip, so a guarded step runs the per-layer
+  // plan instead (the fuse pass says so in the plan dump); kIgnore keeps the whole step.
+  NonFiniteOptions non_finite;
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
   bool deterministic = false;
@@ -208,6 +216,13 @@ struct TrainerStats {
   double host_step_us_mean = 0;
   double host_step_us_median = 0;
   int64_t verify_runs = 0;  // Trainer::Verify calls; their own graphs are not counted above.
+  // The non-finite guard (TrainOptions::non_finite): its policy ("skip", "stop", "ignore") and
+  // the steps whose update it (or loss scaling) skipped for a non-finite loss or gradient. The
+  // count lives on the device: stats() reads nothing there and leaves -1; Report() reads it.
+  std::string non_finite_policy;
+  int64_t skipped_steps = -1;
+  // Why the whole-step MLP kernel (TrainOptions::whole_step) was not used, when it was tried.
+  std::string whole_step_declined;
   std::string ToString() const;
 };
 
@@ -239,6 +254,19 @@ struct TrainerReport {
     int64_t skipped_steps = 0;
   };
   std::optional<LossScaleState> loss_scale;
+  // The non-finite guard's state when the report was made (read from the device after the queued
+  // steps); none with NonFinitePolicy::kIgnore and no loss scaling.
+  struct NonFiniteState {
+    std::string policy;  // "skip" or "stop" ("ignore" when only loss scaling checks).
+    // Who skips: "the guard's check of the loss and gradients" or "loss scaling's check (an
+    // overflow backs the scale off)".
+    std::string checked_by;
+    int64_t skipped_steps = 0;
+    int64_t steps_checked = -1;          // The guard's own count of steps; -1 under loss scaling.
+    int64_t first_non_finite_step = -1;  // Its index (from 0); -1: none, or under loss scaling.
+    std::string stop;                    // kStop, once stopped: the Status the trainer returns.
+  };
+  std::optional<NonFiniteState> non_finite;
 
   std::string ToText() const;
   std::string ToJson() const;
@@ -322,11 +350,14 @@ class Trainer {
   // read this way are not range-checked (the data is read on the device).
   absl::Status BindInput(absl::string_view name, const void* data, size_t bytes);
 
-  // Runs one training step. Asynchronous: it returns once the step is queued.
+  // Runs one training step. Asynchronous: it returns once the step is queued. Under
+  // NonFinitePolicy::kStop, once a call that waits has found a non-finite step, FailedPrecondition
+  // naming it (as every later call).
   absl::Status Step();
-  // Loss scaling's current scale, and the steps whose update it skipped for a non-finite
-  // gradient (TrainOptions::loss_scale), read from the device after the queued steps: a read on
-  // request, nothing the steps wait for. 1 and 0 when loss scaling is off.
+  // Loss scaling's current scale (TrainOptions::loss_scale), and the steps whose update was skipped
+  // for a non-finite loss or gradient (by loss scaling, or else the non-finite guard,
+  // TrainOptions::non_finite), read from the device after the queued steps: a read on request,
+  // nothing the steps wait for. 1 when loss scaling is off; 0 skipped with neither.
   absl::StatusOr<float> LossScale();
   absl::StatusOr<int64_t> SkippedSteps();
   // Waits for the queued steps to finish.

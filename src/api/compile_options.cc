@@ -24,6 +24,7 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.compute_dtype = options.compute_dtype;
   compile.optimizer = options.optimizer.value_or(autodiff::FromSgd(options.sgd));
   compile.loss_scale = options.loss_scale;
+  compile.non_finite = options.non_finite;
   compile.data_parallel = options.data_parallel;
   compile.plan.mirror = options.mirror;
   compile.plan.fuse = options.fuse;

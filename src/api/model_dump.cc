@@ -136,6 +136,7 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   options.whole_step = request.whole_step;
   options.batch_ensembles = request.batch_ensembles;
   options.allow_tf32 = request.tf32;
+  options.non_finite = request.non_finite;
   absl::StatusOr<MirrorOptions> mirror = ParseMirrorOptions(request.mirror);
   if (!mirror.ok())
     return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.status().message()));

@@ -98,7 +98,8 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
        {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
     sources.push_back(ops::ToKernelSource(kernel));
   }
-  if (UsesOptimizerKernels(graph)) {  // Adam, Nesterov, clipping, a schedule or loss scaling.
+  // Adam, Nesterov, clipping, a schedule, loss scaling or the non-finite guard.
+  if (UsesOptimizerKernels(graph)) {
     for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
       sources.push_back(ops::ToKernelSource(kernel));
     }
@@ -479,6 +480,8 @@ absl::Status Trainer::Impl::SetInput(absl::string_view name, const void* data, s
 }
 
 absl::Status Trainer::Impl::Step() {
+  // NonFinitePolicy::kStop, once a call that waited found the stop: no device read here.
+  RETURN_IF_ERROR(non_finite_stop_);
   const absl::Time start = absl::Now();
   cudaStream_t stream = stream_->get();
   if (captured_.has_value()) {
@@ -492,10 +495,15 @@ absl::Status Trainer::Impl::Step() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Impl::Synchronize() {
+absl::Status Trainer::Impl::WaitForQueued() {
   RETURN_IF_ERROR(WaitForLastStep());
   return runtime::CudaStatus(cudaStreamSynchronize(stream_->get()), "cudaStreamSynchronize",
                              "Trainer::Synchronize");
+}
+
+absl::Status Trainer::Impl::Synchronize() {
+  RETURN_IF_ERROR(WaitForQueued());
+  return CheckNonFiniteStop();
 }
 
 absl::StatusOr<std::vector<float>> Trainer::Impl::TimeSteps(int steps) {
@@ -556,7 +564,8 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   if (plan_.graph().spec(value).dtype != DType::kFloat32) {
     return absl::InvalidArgumentError("only f32 values can be read as floats");
   }
-  RETURN_IF_ERROR(Synchronize());
+  // A parameter stays readable after a NonFinitePolicy::kStop: the weights the stop kept.
+  RETURN_IF_ERROR(b->cls == passes::BufferClass::kParameter ? WaitForQueued() : Synchronize());
   std::vector<float> out(b->bytes / sizeof(float));
   RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(out.data(), static_cast<char*>(arena_->data()) + b->offset, b->bytes,
@@ -616,6 +625,8 @@ std::vector<std::string> Trainer::Impl::ParameterNames() const {
 TrainerStats Trainer::Impl::stats() const {
   TrainerStats s;
   s.steps = steps_;
+  s.non_finite_policy = std::string(autodiff::NonFinitePolicyName(options_.non_finite.policy));
+  s.whole_step_declined = plan_.whole_step_declined;
   if (captured_.has_value()) {
     s.graph_replays = captured_->replays();
     s.graph_captures = captured_->captures();
@@ -668,20 +679,24 @@ TrainerStats Trainer::Impl::stats() const {
 
 std::string TrainerStats::ToString() const {
   return absl::StrFormat(
-      "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
-      "replays %d, nodes %d | launches/step %d "
-      "on %d lane(s) | "
-      "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f; %.2f "
-      "unmirrored, %d nodes mirrored), workspace "
-      "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk hits "
-      "%d, "
-      "corrupt entries discarded %d",
-      steps, graph_captures, graph_instantiations, graph_exec_updates, graph_node_updates,
-      graph_replays, graph_nodes, launches_per_step, lanes, arena_bytes / 1048576.0,
-      parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
-      activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
-      mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
-      kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt);
+             "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
+             "replays %d, nodes %d | launches/step %d "
+             "on %d lane(s) | "
+             "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f; %.2f "
+             "unmirrored, %d nodes mirrored), workspace "
+             "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk "
+             "hits "
+             "%d, "
+             "corrupt entries discarded %d",
+             steps, graph_captures, graph_instantiations, graph_exec_updates, graph_node_updates,
+             graph_replays, graph_nodes, launches_per_step, lanes, arena_bytes / 1048576.0,
+             parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
+             activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
+             mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
+             kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt) +
+         absl::StrCat(
+             " | non-finite guard ", non_finite_policy,
+             skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "");
 }
 
 // Trainer: the public face forwards to Impl. ---------------------------------------------------

@@ -103,6 +103,13 @@ class Trainer::Impl {
   // In trainer_loss_scale.cc: loss scaling's state, read from the device after the queued steps;
   // none when loss scaling is off.
   absl::StatusOr<std::optional<TrainerReport::LossScaleState>> ReadLossScale() const;
+  // In trainer_non_finite.cc: the non-finite guard's state (TrainOptions::non_finite), read from
+  // the device after the queued steps; none with kIgnore and no loss scaling.
+  absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> ReadNonFinite() const;
+  // NonFinitePolicy::kStop, after the stream is synchronised: once the guard's record holds a
+  // non-finite step, the Status naming it and the first non-finite tensor (kept, and returned by
+  // every later call); OK otherwise and under the other policies.
+  absl::Status CheckNonFiniteStop();
   // In trainer_report.cc.
   TrainerReport Report() const;
   // Prints Report().ToText() to stderr when the environment has REPRISE_REPORT=1.
@@ -159,6 +166,10 @@ class Trainer::Impl {
   // Waits until no queued step still reads the input staging or writes the arena: a stream
   // synchronisation, so that Step() itself makes one driver call (the launch), no event record.
   absl::Status WaitForLastStep();
+  // Waits for every queued launch on the stream; Synchronize() is this, then the non-finite stop
+  // (CheckNonFiniteStop). Reading parameters and SaveWeights use this alone: they still work after
+  // a stop, to keep the weights the stop kept.
+  absl::Status WaitForQueued();
   absl::Status CheckLabels(int32_t input_node, absl::Span<const int32_t> labels) const;
   // Keeps what ensemble batching did to `user` (the user's graph): `batched`'s value map and
   // stacked leaves, the per-model names of the stacked tensors of `training` (its training
@@ -174,6 +185,13 @@ class Trainer::Impl {
   absl::Status CheckNotBound(const NamedTensor& input) const;  // Its slice of the input.
   // The arena buffers of weight_names_, in that order.
   absl::StatusOr<std::vector<const passes::Buffer*>> WeightBuffers() const;
+  // Copies `bytes` of the arena buffer of `name`'s output 0 to `host` after the queued work (a
+  // stream-ordered copy to pageable memory: it returns once done).
+  absl::Status ReadNamed(absl::string_view name, void* host, int64_t bytes) const;
+  // The first tensor of the plan holding an inf or a NaN in one eager run of the step with the
+  // inputs bound now (every launch in plan order on one stream), the arena restored after; its
+  // description, or "" if none.
+  absl::StatusOr<std::string> FirstNonFiniteTensor();
 
   TrainOptions options_;
   passes::Plan plan_;
@@ -223,6 +241,7 @@ class Trainer::Impl {
   std::map<std::string, int64_t> recapture_reasons_;
   int64_t library_handle_bytes_ = -1;
   int64_t verify_runs_ = 0;
+  absl::Status non_finite_stop_;  // NonFinitePolicy::kStop, once found: what every call returns.
 };
 
 }  // namespace reprise

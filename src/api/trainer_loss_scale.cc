@@ -53,8 +53,11 @@ absl::StatusOr<float> Trainer::LossScale() {
 }
 
 absl::StatusOr<int64_t> Trainer::SkippedSteps() {
-  ASSIGN_OR_RETURN(const std::optional<TrainerReport::LossScaleState> state,
-                   impl_->ReadLossScale());
+  // Loss scaling's count, or the non-finite guard's (trainer_non_finite.cc); a kStop trainer
+  // that has stopped says so.
+  RETURN_IF_ERROR(impl_->Synchronize());
+  ASSIGN_OR_RETURN(const std::optional<TrainerReport::NonFiniteState> state,
+                   impl_->ReadNonFinite());
   return state.has_value() ? state->skipped_steps : int64_t{0};
 }
 

@@ -9,6 +9,7 @@
 #include "capture/graph_inspect.h"
 #include "src/api/trainer_impl.h"
 #include "src/api/trainer_report_format.h"
+#include "src/autodiff/non_finite_guard.h"
 #include "src/runtime/cuda_status.h"
 
 namespace reprise {
@@ -58,6 +59,19 @@ TrainerReport Trainer::Impl::Report() const {
   } else {  // Said, not dropped: the report is how the engine's state is seen.
     report.loss_scale = TrainerReport::LossScaleState{
         .mode = absl::StrCat("unreadable (", loss_scale.status().ToString(), ")")};
+  }
+  absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> non_finite = ReadNonFinite();
+  if (non_finite.ok()) {
+    report.non_finite = *std::move(non_finite);
+    if (report.non_finite.has_value()) {
+      report.stats.skipped_steps = report.non_finite->skipped_steps;
+    } else {
+      report.stats.skipped_steps = 0;  // Nothing checks: nothing is skipped.
+    }
+  } else {
+    report.non_finite = TrainerReport::NonFiniteState{
+        .policy = std::string(autodiff::NonFinitePolicyName(options_.non_finite.policy)),
+        .checked_by = absl::StrCat("unreadable (", non_finite.status().ToString(), ")")};
   }
   return report;
 }

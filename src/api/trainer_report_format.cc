@@ -109,6 +109,25 @@ std::string TrainerReport::ToText() const {
                           loss_scale->mode, loss_scale->scale, loss_scale->growth_tracker,
                           loss_scale->skipped_steps);
   }
+  if (non_finite.has_value()) {
+    // Why steps were skipped: a non-finite loss or gradient, found by whom.
+    absl::StrAppend(
+        &text, "  non-finite guard ", non_finite->policy, ": ", non_finite->skipped_steps,
+        " steps skipped for an inf or a NaN in the loss or gradients, by ", non_finite->checked_by);
+    if (non_finite->steps_checked >= 0) {
+      absl::StrAppend(&text, "; ", non_finite->steps_checked, " steps checked");
+    }
+    if (non_finite->first_non_finite_step >= 0) {
+      absl::StrAppend(&text, "; first at step ", non_finite->first_non_finite_step);
+    }
+    absl::StrAppend(&text, "\n");
+    if (!non_finite->stop.empty()) absl::StrAppend(&text, "  stopped: ", non_finite->stop, "\n");
+  } else {
+    absl::StrAppend(&text, "  non-finite guard ", s.non_finite_policy, ": nothing checked\n");
+  }
+  if (!s.whole_step_declined.empty()) {
+    absl::StrAppend(&text, "  whole step not used: ", s.whole_step_declined, "\n");
+  }
   absl::StrAppend(&text, "  verify runs ", s.verify_runs, "\n");
   return text;
 }
@@ -184,6 +203,21 @@ std::string TrainerReport::ToJson() const {
   } else {
     w.Key("loss_scale").Null();
   }
+  w.Key("non_finite_policy").String(s.non_finite_policy);
+  w.Key("skipped_steps").Int(s.skipped_steps);
+  if (non_finite.has_value()) {
+    w.Key("non_finite").BeginObject(util::JsonWriter::kInline);
+    w.Key("policy").String(non_finite->policy);
+    w.Key("checked_by").String(non_finite->checked_by);
+    w.Key("skipped_steps").Int(non_finite->skipped_steps);
+    w.Key("steps_checked").Int(non_finite->steps_checked);
+    w.Key("first_non_finite_step").Int(non_finite->first_non_finite_step);
+    w.Key("stop").String(non_finite->stop);
+    w.EndObject();
+  } else {
+    w.Key("non_finite").Null();
+  }
+  w.Key("whole_step_declined").String(s.whole_step_declined);
   w.EndObject();
   return std::move(w).str();
 }

@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<const passes::Buffer*>> Trainer::Impl::WeightBuffers(
 absl::Status Trainer::Impl::SaveWeights(const std::string& path,
                                         const SaveWeightsOptions& options) {
   ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> buffers, WeightBuffers());
-  RETURN_IF_ERROR(Synchronize());
+  RETURN_IF_ERROR(WaitForQueued());  // Also after a NonFinitePolicy::kStop: the weights it kept.
   const char* arena = static_cast<const char*>(arena_->data());
   std::vector<std::string> host(buffers.size());
   for (size_t i = 0; i < buffers.size(); ++i) {

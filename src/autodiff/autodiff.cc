@@ -128,7 +128,8 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
 
 absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
                                                      const OptimizerOptions& optimizer,
-                                                     const LossScaleOptions& scaling) {
+                                                     const LossScaleOptions& scaling,
+                                                     const NonFiniteOptions& guard) {
   RETURN_IF_ERROR(ValidateLossScaleOptions(scaling));
   ASSIGN_OR_RETURN(TrainingGraph t, BuildBackward(forward, loss, scaling));
   if (t.parameters.empty()) {
@@ -146,12 +147,12 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value
                                                    "), so a training step would update nothing")));
   }
   Graph& g = t.graph;
-  RETURN_IF_ERROR(AddOptimizer(optimizer, scaling, t));
+  RETURN_IF_ERROR(AddOptimizer(optimizer, scaling, t, guard));
   // The step counter moves on once every random op and optimizer node of this step has read it,
-  // unless loss scaling skipped the update.
+  // unless loss scaling or the non-finite guard skipped the update.
   if (auto counter = g.FindNode(kStepCounter); counter.ok()) {
     std::vector<Value> inputs = {Value{*counter, 0}};
-    if (auto check = g.FindNode(kLossScaleCheck); check.ok()) inputs.push_back(Value{*check, 0});
+    if (auto check = FindStepCheck(g); check.ok()) inputs.push_back(Value{*check, 0});
     ASSIGN_OR_RETURN(std::vector<Value> none,
                      g.AddOp(ops::AdvanceStepOp(), "rng.advance", std::move(inputs)));
     const int32_t advance = g.num_nodes() - 1;

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "reprise/graph.h"
 #include "reprise/optimizer.h"
+#include "src/autodiff/non_finite_guard.h"
 
 namespace reprise::autodiff {
 
@@ -54,12 +55,15 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const Graph& forward, Value los
                                                  const SgdOptions& sgd);
 
 // Backward plus the optimizer `optimizer` describes (src/autodiff/optimizer_graph.h), loss scaling
-// as `scaling` says, and the advance of the device step counter after its last reader (skipped
-// with the update). InvalidArgument for bad options, and for a loss that depends on none of the
-// graph's parameters (a step would train nothing), naming the loss and the parameters.
+// as `scaling` says, the non-finite guard as `guard` says (src/autodiff/non_finite_guard.h; none
+// by default here, while the Trainer's default guards), and the advance of the device step
+// counter after its last reader (skipped with the update). InvalidArgument for bad options, and
+// for a loss that depends on none of the graph's parameters (a step would train nothing), naming
+// the loss and the parameters.
 absl::StatusOr<TrainingGraph> BuildTrainingGraphWith(const Graph& forward, Value loss,
                                                      const OptimizerOptions& optimizer,
-                                                     const LossScaleOptions& scaling = {});
+                                                     const LossScaleOptions& scaling = {},
+                                                     const NonFiniteOptions& guard = kNoGuard);
 
 // Control edges from every other reader of `leaf` to `writer`, which updates it in place: the
 // step reads the value it started with.

@@ -1,6 +1,7 @@
 #include "src/autodiff/optimizer_graph.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,25 +144,6 @@ LossScaleOptions ResolveLossScaling(LossScaleOptions scaling, DType compute) {
 
 namespace {
 
-// Loss scaling's check of every gradient: [1 / scale, found non-finite], which the norm and every
-// update read.
-absl::StatusOr<Value> AddLossScaleCheck(TrainingGraph& t) {
-  Graph& g = t.graph;
-  ASSIGN_OR_RETURN(const int32_t scale, g.FindNode(kLossScale));
-  std::vector<Value> grads;
-  for (int32_t param : t.parameters) grads.push_back(t.gradients.at(param));
-  if (grads.empty()) {
-    return absl::InvalidArgumentError("loss scaling needs a loss that depends on a parameter");
-  }
-  ASSIGN_OR_RETURN(Value flags, g.AddOp1(ops::GradNonfiniteOp(),
-                                         absl::StrCat(kLossScaleCheck, ".flags"), grads));
-  t.optimizer_nodes.push_back(flags.node);
-  ASSIGN_OR_RETURN(Value check,
-                   g.AddOp1(ops::LossScaleCheckOp(), kLossScaleCheck, {flags, Value{scale, 0}}));
-  t.optimizer_nodes.push_back(check.node);
-  return check;
-}
-
 // The scale's update, after every reader of the scale (the backward's seed, the check).
 absl::Status AddLossScaleUpdate(const LossScaleOptions& s, Value check, TrainingGraph& t) {
   Graph& g = t.graph;
@@ -188,16 +170,16 @@ absl::Status AddLossScaleUpdate(const LossScaleOptions& s, Value check, Training
 }  // namespace
 
 absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& scaling,
-                          TrainingGraph& t) {
+                          TrainingGraph& t, const NonFiniteOptions& guard) {
   RETURN_IF_ERROR(ValidateOptimizerOptions(o));
   RETURN_IF_ERROR(ValidateLossScaleOptions(scaling));
   Graph& g = t.graph;
-  std::vector<Value> check;  // Loss scaling's check, when scaling.
-  if (ScalesLoss(scaling)) {
-    ASSIGN_OR_RETURN(Value c, AddLossScaleCheck(t));
-    check.push_back(c);
-  }
-  const bool scaled = !check.empty();
+  // The check every update reads to skip a non-finite step (and, scaling, to unscale): loss
+  // scaling's, or the non-finite guard's with an unscale factor of 1.
+  std::vector<Value> check;
+  ASSIGN_OR_RETURN(std::optional<Value> step_check, AddNonFiniteCheck(guard, scaling, t));
+  if (step_check.has_value()) check.push_back(*step_check);
+  const bool scaled = ScalesLoss(scaling);
   const TensorSpec scalar{Shape{}, DType::kFloat32};
   auto input = [&](const char* name, float value) {
     return g.AddInput(name, scalar, Initializer::Constant(value));
@@ -234,7 +216,9 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
     ASSIGN_OR_RETURN(Value max_norm, input(kMaxGradNorm, o.max_grad_norm));
     std::vector<Value> grads;
     for (int32_t param : t.parameters) grads.push_back(t.gradients.at(param));
-    grads.insert(grads.end(), check.begin(), check.end());  // The norm of unscaled gradients.
+    // The norm of unscaled gradients. The guard alone has nothing to unscale: a non-finite
+    // gradient makes the norm non-finite, and the updates skip the step whatever it is.
+    if (scaled) grads.insert(grads.end(), check.begin(), check.end());
     Attrs norm_attrs;
     if (scaled) norm_attrs["loss_scaled"] = true;
     ASSIGN_OR_RETURN(Value partials,
@@ -271,7 +255,7 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
     inputs.push_back(spec.shape.rank() == 1 ? no_decay : wd);
     inputs.insert(inputs.end(), clip.begin(), clip.end());
     inputs.insert(inputs.end(), check.begin(), check.end());
-    if (scaled) attrs["loss_scaled"] = true;
+    if (!check.empty()) attrs["loss_scaled"] = true;
     ASSIGN_OR_RETURN(std::vector<Value> none,
                      g.AddOp(adam ? ops::AdamOp() : ops::SgdMomentumOp(),
                              absl::StrCat(name, suffix), std::move(inputs), std::move(attrs)));
@@ -280,6 +264,7 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
     t.optimizer_nodes.push_back(update);
   }
   if (scaled) RETURN_IF_ERROR(AddLossScaleUpdate(scaling, check[0], t));
+  if (!scaled && !check.empty()) RETURN_IF_ERROR(AddNonFiniteCount(check[0], t));
   return absl::OkStatus();
 }
 

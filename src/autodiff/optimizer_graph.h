@@ -3,13 +3,15 @@
 // scalars on the device: the scheduled learning rate (lr_schedule, from the device step counter),
 // the global gradient-norm clip coefficient (grad_sum_squares, clip_coefficient) and, with loss
 // scaling, the check of the gradients (grad_nonfinite, loss_scale_check) that every update and the
-// norm read, and the scale's update after them (loss_scale_update).
+// norm read, and the scale's update after them (loss_scale_update); with the non-finite guard
+// (src/autodiff/non_finite_guard.h), the same check without scaling and its counter.
 #ifndef REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
 #define REPRISE_SRC_AUTODIFF_OPTIMIZER_GRAPH_H_
 
 #include "absl/status/status.h"
 #include "reprise/optimizer.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/non_finite_guard.h"
 
 namespace reprise::autodiff {
 
@@ -47,9 +49,11 @@ LossScaleOptions ResolveLossScaling(LossScaleOptions scaling, DType compute);
 // parameter, run after every other reader of the parameter. Adam and schedules read the device
 // step counter kStepCounter, added as state if the graph has none; the caller advances it. When
 // `scaling` scales the loss (the backward was built with it, so the state kLossScale exists), the
-// loss-scale check, the updates' unscale-or-skip and the scale's update come too.
+// loss-scale check, the updates' unscale-or-skip and the scale's update come too; `guard` adds the
+// loss to that check, or without loss scaling adds the guard's own check and counter
+// (src/autodiff/non_finite_guard.h), read by every update alike.
 absl::Status AddOptimizer(const OptimizerOptions& options, const LossScaleOptions& scaling,
-                          TrainingGraph& t);
+                          TrainingGraph& t, const NonFiniteOptions& guard = kNoGuard);
 
 }  // namespace reprise::autodiff
 

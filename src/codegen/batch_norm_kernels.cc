@@ -206,7 +206,8 @@ struct BnApplyBody {
     for (int k = 0; k < BN_VEC; ++k) {
       float v = fmaf(a.x.v[k] - mean[k], scale[k], shift[k]);
       if (residual != nullptr) v += a.residual.v[k];
-      out.v[k] = relu ? fmaxf(v, 0.0f) : v;
+      // The relu op's expression: a NaN stays NaN (fmaxf would drop it).
+      out.v[k] = relu && !(v > 0.0f || v != v) ? 0.0f : v;
     }
     BnStore(y + BnIndex(r, channels, col), out);
   }
@@ -398,7 +399,10 @@ extern "C" __global__ void __launch_bounds__(256, 4)
           // batch_norm_apply's expression; from the second step on + the previous value and the
           // ReLU, as batch_norm_apply with residual and relu adds its stored residual.
           float v = fmaf(x[s].v[k] - coef[s][0][j0 + k], coef[s][1][j0 + k], coef[s][2][j0 + k]);
-          if (s > 0) v = fmaxf(v + carry[k], 0.0f);
+          if (s > 0) {
+            v += carry[k];
+            if (!(v > 0.0f || v != v)) v = 0.0f;  // The relu op's: a NaN stays NaN.
+          }
           out.v[k] = v;
           carry[k] = ToFloat(FromFloat(v));  // The element type's rounding, as stored and read.
         }

@@ -36,7 +36,8 @@ GeneratedKernel BiasAdd(DType dtype) {
                    dtype);
 }
 GeneratedKernel Relu(DType dtype) {
-  return Pointwise("reprise_relu", {{"x", Broadcast::kFull}}, "x > 0.0f ? x : 0.0f", dtype);
+  return Pointwise("reprise_relu", {{"x", Broadcast::kFull}}, "x > 0.0f || x != x ? x : 0.0f",
+                   dtype);
 }
 GeneratedKernel ReluGrad(DType dtype) {
   return Pointwise("reprise_relu_grad", {{"dy", Broadcast::kFull}, {"y", Broadcast::kFull}},

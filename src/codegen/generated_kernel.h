@@ -34,7 +34,7 @@ GeneratedKernel Pointwise(const std::string& name, const std::vector<PointwiseIn
 // The pointwise kernels the ops use, each a Pointwise() instance, float32, bfloat16 or
 // float16.
 GeneratedKernel BiasAdd(DType dtype = DType::kFloat32);   // x + b (b by row)
-GeneratedKernel Relu(DType dtype = DType::kFloat32);      // max(x, 0)
+GeneratedKernel Relu(DType dtype = DType::kFloat32);      // max(x, 0), a NaN kept
 GeneratedKernel ReluGrad(DType dtype = DType::kFloat32);  // y > 0 ? dy : 0, inputs (dy, y)
 GeneratedKernel Add(DType dtype = DType::kFloat32);       // a + b
 

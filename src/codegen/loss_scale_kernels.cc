@@ -51,13 +51,14 @@ GeneratedKernel LossScaleCheck() {
 extern "C" __global__ void reprise_loss_scale_check(const float* __restrict__ flags,
                                                     long long count,
                                                     const float* __restrict__ scale,
+                                                    const int* __restrict__ record,
                                                     float* __restrict__ check) {
   int found = 0;
   for (long long p = threadIdx.x; p < count; p += REPRISE_NORM_BLOCK) found |= flags[p] != 0.0f;
   found = __syncthreads_or(found);
   if (threadIdx.x == 0) {
-    check[0] = (float)(1.0 / (double)scale[0]);
-    check[1] = found ? 1.0f : 0.0f;
+    check[0] = scale != nullptr ? (float)(1.0 / (double)scale[0]) : 1.0f;
+    check[1] = found || (record != nullptr && record[1] != 0) ? 1.0f : 0.0f;
   }
 }
 )"};
@@ -89,8 +90,23 @@ extern "C" __global__ void reprise_loss_scale_update(float* __restrict__ scale,
 )"};
 }
 
+GeneratedKernel NonFiniteCount() {
+  return {"reprise_non_finite_count", R"(
+extern "C" __global__ void reprise_non_finite_count(int* __restrict__ skipped_steps,
+                                                    int* __restrict__ record,
+                                                    const float* __restrict__ check) {
+  const int steps = record[0];
+  if (check[1] != 0.0f) {
+    skipped_steps[0] = skipped_steps[0] + 1;
+    if (record[1] == 0) record[1] = steps + 1;
+  }
+  record[0] = steps + 1;
+}
+)"};
+}
+
 std::vector<GeneratedKernel> LossScaleKernels() {
-  return {GradNonfinite(), LossScaleCheck(), LossScaleUpdate()};
+  return {GradNonfinite(), LossScaleCheck(), LossScaleUpdate(), NonFiniteCount()};
 }
 
 }  // namespace reprise::codegen

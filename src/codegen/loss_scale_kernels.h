@@ -5,6 +5,9 @@
 //   loss_scale_check   check f32[2] = [1 / scale, any flag set]: what the optimizer kernels read
 //                      (src/codegen/optimizer_kernels.h) to unscale the gradients or skip;
 //   loss_scale_update  after the update: the scale and its counters move on.
+//
+// The non-finite guard (src/autodiff/non_finite_guard.h) runs the first two without a scale, and
+// non_finite_count in place of the third.
 #ifndef REPRISE_SRC_CODEGEN_LOSS_SCALE_KERNELS_H_
 #define REPRISE_SRC_CODEGEN_LOSS_SCALE_KERNELS_H_
 
@@ -55,13 +58,20 @@ LossScaleState<T> NextLossScale(LossScaleState<T> s, bool found_nonfinite, T gro
 // grid (most chunks of a tensor, tensors). Signature: (NormTable table, float* flags), NormTable
 // as GradSumSquares'.
 GeneratedKernel GradNonfinite();
-// Stage 2, one block of kNormBlock threads: check[0] = (float)(1 / (double)scale[0]), check[1] =
-// 1 if any of the `count` flags is set, else 0. Signature: (const float* flags, long long count,
-// const float* scale, float* check).
+// Stage 2, one block of kNormBlock threads: check[0] = (float)(1 / (double)scale[0]) (1 for a
+// null scale: the non-finite guard without loss scaling), check[1] = 1 if any of the `count` flags
+// is set or a non-null record (the guard's, under NonFinitePolicy::kStop) holds a non-finite step
+// (record[1] != 0), else 0. Signature: (const float* flags, long long count, const float* scale,
+// const int* record, float* check).
 GeneratedKernel LossScaleCheck();
 // Stage 3, one thread: NextLossScale in place. Signature: (float* scale, int* growth_tracker,
 // int* skipped_steps, const float* check, float growth, float backoff, long long interval).
 GeneratedKernel LossScaleUpdate();
+
+// The non-finite guard's counters (src/autodiff/non_finite_guard.h), one thread, after the
+// check: skipped_steps += found; record = [steps checked, 1 + the first non-finite step or 0]
+// moves on. Signature: (int* skipped_steps, int* record, const float* check).
+GeneratedKernel NonFiniteCount();
 
 // Every kernel above, for compile checks and prefetching.
 std::vector<GeneratedKernel> LossScaleKernels();

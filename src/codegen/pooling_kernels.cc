@@ -426,10 +426,11 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
       scale[j] = gamma[ch + j] * invstd[ch + j];
       shift[j] = beta[ch + j];
     }
-    // Each window element is the ReLU output as batch_norm_apply stores it (never NaN: fmaxf
-    // returns the number), scanned as max_pool2d scans the stored output.
+    // Each window element is the ReLU output as batch_norm_apply stores it (a NaN stays NaN),
+    // scanned as max_pool2d scans the stored output.
     const auto relu_of_bn = [&](float v, int j) {
-      return ToFloat(FromFloat(fmaxf(fmaf(v - mu[j], scale[j], shift[j]), 0.0f)));
+      const float a = fmaf(v - mu[j], scale[j], shift[j]);
+      return ToFloat(FromFloat(a > 0.0f || a != a ? a : 0.0f));
     };
     float best[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int first[4] = {255, 255, 255, 255};

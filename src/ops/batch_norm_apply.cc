@@ -60,8 +60,8 @@ absl::Status CpuApply(const Node& node, absl::Span<ir::HostTensor* const> in,
     for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
       const int64_t c = (i / inner) % d.c;
       T v = BatchNormOutput(x[i], mean[c], invstd[c], gamma[c], beta[c]);
-      if (residual) v = v + in[5]->data<T>()[i];  // As the add op rounds.
-      if (relu) v = v > T(0) ? v : T(0);          // As the relu op does.
+      if (residual) v = v + in[5]->data<T>()[i];    // As the add op rounds.
+      if (relu) v = v > T(0) || v != v ? v : T(0);  // As the relu op does: NaN stays NaN.
       y[i] = v;
     }
     return absl::OkStatus();

@@ -1,7 +1,9 @@
 // Dynamic loss scaling on the device (src/codegen/loss_scale_kernels.h): grad_nonfinite flags the
 // chunks of the gradients that hold an inf or a NaN, loss_scale_check turns the flags and the scale
 // into the check [1 / scale, found] that the optimizer updates read, and loss_scale_update moves
-// the scale and its counters on after the update. Flags and checks are exact (0, 1, a power of
+// the scale and its counters on after the update. The non-finite guard (src/autodiff/
+// non_finite_guard.h) is the same check without a scale (check[0] = 1), optionally sticky, and
+// non_finite_count keeps its counters. Flags and checks are exact (0, 1, a power of
 // two's inverse when the scale is one), so the reference and the kernels agree bit for bit.
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/multi_tensor.h"
+#include "src/ops/non_finite.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -97,21 +100,48 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext&
 
 // loss_scale_check ----------------------------------------------------------------------------
 
-absl::StatusOr<std::vector<TensorSpec>> InferCheck(const Attrs&, absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckArity(in, 2));
+// The inputs after the flags: the loss scale (absent for the non-finite guard without loss
+// scaling) and, with attr sticky, the guard's record i32[2].
+struct CheckInputs {
+  int scale = -1, record = -1;
+};
+
+CheckInputs CheckInputsOf(const Attrs& attrs, size_t count) {
+  CheckInputs c;
+  const bool sticky = ir::BoolAttrOr(attrs, "sticky", false);
+  if (sticky) c.record = static_cast<int>(count) - 1;
+  if (count == (sticky ? 3u : 2u)) c.scale = 1;
+  return c;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferCheck(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in) {
+  const bool sticky = ir::BoolAttrOr(attrs, "sticky", false);
+  if (in.size() < (sticky ? 2u : 1u) || in.size() > (sticky ? 3u : 2u)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected (flags[, scale]", sticky ? ", record)" : ")", ", got ", in.size(), " inputs"));
+  }
   RETURN_IF_ERROR(CheckRank(in[0], 1, "flags"));
   RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "flags"));
-  RETURN_IF_ERROR(CheckScalar(in[1], DType::kFloat32, "the loss scale"));
+  const CheckInputs c = CheckInputsOf(attrs, in.size());
+  if (c.scale >= 0) RETURN_IF_ERROR(CheckScalar(in[c.scale], DType::kFloat32, "the loss scale"));
+  if (c.record >= 0 && !(in[c.record] == TensorSpec{Shape{2}, DType::kInt32})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the non-finite record must be an i32[2], got ", in[c.record].ToString()));
+  }
   return std::vector<TensorSpec>{{Shape{2}, in[0].dtype}};
 }
 
-absl::Status CpuCheck(const Node&, absl::Span<ir::HostTensor* const> in,
+absl::Status CpuCheck(const Node& node, absl::Span<ir::HostTensor* const> in,
                       absl::Span<ir::HostTensor* const> out) {
+  const CheckInputs c = CheckInputsOf(node.attrs, in.size());
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto flags = in[0]->data<T>();
-    const bool found = std::any_of(flags.begin(), flags.end(), [](T f) { return f != T(0); });
+    bool found = std::any_of(flags.begin(), flags.end(), [](T f) { return f != T(0); });
+    if (c.record >= 0) found = found || in[c.record]->data<int32_t>()[1] != 0;
     auto check = out[0]->data<T>();
-    check[0] = static_cast<T>(1.0 / static_cast<double>(in[1]->data<T>()[0]));
+    check[0] =
+        c.scale >= 0 ? static_cast<T>(1.0 / static_cast<double>(in[c.scale]->data<T>()[0])) : T(1);
     check[1] = found ? T(1) : T(0);
     return absl::OkStatus();
   });
@@ -119,11 +149,50 @@ absl::Status CpuCheck(const Node&, absl::Span<ir::HostTensor* const> in,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheck(const LoweringContext& ctx,
                                                       const Node& node) {
+  const CheckInputs c = CheckInputsOf(node.attrs, ctx.inputs.size());
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(static_cast<long long>(ctx.input_specs[0].NumElements()));
-  args.Add(ctx.inputs[1]).Add(ctx.outputs[0]);
+  args.Add(c.scale >= 0 ? ctx.inputs[c.scale] : nullptr);
+  args.Add(c.record >= 0 ? ctx.inputs[c.record] : nullptr);
+  args.Add(ctx.outputs[0]);
   return NvrtcKernel::Create(ctx, node.name, codegen::LossScaleCheck(), dim3(1),
                              dim3(codegen::kNormBlock), 0, std::move(args));
+}
+
+// non_finite_count ----------------------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferCount(const Attrs&, absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  RETURN_IF_ERROR(CheckScalar(in[0], DType::kInt32, "the skipped-step count"));
+  if (!(in[1] == TensorSpec{Shape{2}, DType::kInt32})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the non-finite record must be an i32[2], got ", in[1].ToString()));
+  }
+  RETURN_IF_ERROR(CheckLossScaleCheck(in[2]));
+  return std::vector<TensorSpec>{};
+}
+
+absl::Status CpuCount(const Node&, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const>) {
+  return DispatchFloat(in[2]->dtype(), [&]<typename T>() {
+    int32_t& skipped = in[0]->data<int32_t>()[0];
+    auto record = in[1]->data<int32_t>();
+    const int32_t steps = record[0];
+    if (in[2]->data<T>()[1] != T(0)) {
+      ++skipped;
+      if (record[1] == 0) record[1] = steps + 1;
+    }
+    record[0] = steps + 1;
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCount(const LoweringContext& ctx,
+                                                      const Node& node) {
+  KernelArgs args;
+  for (int i = 0; i < 3; ++i) args.Add(ctx.inputs[i]);
+  return NvrtcKernel::Create(ctx, node.name, codegen::NonFiniteCount(), dim3(1), dim3(1), 0,
+                             std::move(args));
 }
 
 // loss_scale_update ---------------------------------------------------------------------------
@@ -210,6 +279,16 @@ const ir::OpDef& LossScaleCheckOp() {
                             .infer = InferCheck,
                             .cpu = CpuCheck,
                             .lower = LowerCheck};
+  return op;
+}
+
+const ir::OpDef& NonFiniteCountOp() {
+  static const ir::OpDef op{.name = "non_finite_count",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferCount,
+                            .cpu = CpuCount,
+                            .lower = LowerCount,
+                            .mutated_inputs = {0, 1}};
   return op;
 }
 

@@ -57,7 +57,7 @@ absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const Ml
         }
         T y = static_cast<T>(sum);
         y = y + b[j];
-        if (l + 1 < layers) y = y > T(0) ? y : T(0);
+        if (l + 1 < layers) y = y > T(0) || y != y ? y : T(0);  // As the relu op does.
         h[l + 1][i * d[l + 1] + j] = y;
       }
     }

@@ -14,7 +14,7 @@ const ir::OpDef& MatmulOp();
 
 // pointwise.cc
 const ir::OpDef& BiasAddOp();   // y[r, c] = x[r, c] + b[c]
-const ir::OpDef& ReluOp();      // y = max(x, 0)
+const ir::OpDef& ReluOp();      // y = max(x, 0); a NaN stays NaN (torch.relu)
 const ir::OpDef& ReluGradOp();  // dx = y > 0 ? dy : 0, inputs (dy, y)
 const ir::OpDef& AddOp();       // y = a + b, same shapes
 
@@ -56,7 +56,9 @@ const ir::OpDef& ClipCoefficientOp();
 // (g0, g1, ...) -> f32[P]: 1 for each chunk (codegen::kNormChunk elements) holding an inf or NaN.
 const ir::OpDef& GradNonfiniteOp();
 // (flags f32[P], scale f32[]) -> check f32[2] = [1 / scale, 1 if any flag is set else 0]: what
-// the updates read (attr loss_scaled) to unscale the gradients or skip.
+// the updates read (attr loss_scaled) to unscale the gradients or skip. Without the scale
+// (the non-finite guard, src/autodiff/non_finite_guard.h) check[0] = 1; attr sticky adds a last
+// input, the guard's record i32[2], and check[1] is also 1 once record[1] != 0.
 const ir::OpDef& LossScaleCheckOp();
 // (scale f32[], growth_tracker i32[], skipped_steps i32[], check f32[2]) -> nothing; moves the
 // first three on in place (codegen::NextLossScale). Attrs growth_factor, backoff_factor,

@@ -103,7 +103,8 @@ absl::Status CpuRelu(const Node&, absl::Span<ir::HostTensor* const> in,
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto x = in[0]->data<T>();
     auto y = out[0]->data<T>();
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+    // A NaN stays NaN, as torch.relu keeps it (x != x only for a NaN).
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] > T(0) || x[i] != x[i] ? x[i] : T(0);
     return absl::OkStatus();
   });
 }
@@ -172,13 +173,14 @@ const ir::OpDef& BiasAddOp() {
   return op;
 }
 const ir::OpDef& ReluOp() {
-  static const ir::OpDef op{.name = "relu",
-                            .infer = InferUnary,
-                            .grad = GradRelu,
-                            .cpu = CpuRelu,
-                            .lower = LowerRelu,
-                            .pointwise = {"($0 > 0.0f ? $0 : 0.0f)", {ir::Operand::kElement}},
-                            .low_precision_lowering = true};
+  static const ir::OpDef op{
+      .name = "relu",
+      .infer = InferUnary,
+      .grad = GradRelu,
+      .cpu = CpuRelu,
+      .lower = LowerRelu,
+      .pointwise = {"($0 > 0.0f || $0 != $0 ? $0 : 0.0f)", {ir::Operand::kElement}},
+      .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& ReluGradOp() {

@@ -71,20 +71,37 @@ absl::Span<const FusionRule> FusionRules() {
   return kRules;
 }
 
+namespace {
+
+// The whole step as one group (its barrier state added to `source`), or why not in `declined`.
+std::optional<NodeGroup> MatchWholeStep(Graph& source, const autodiff::TrainingGraph& training,
+                                        absl::Span<const Value> kept, const FuseOptions& options,
+                                        std::string* declined) {
+  // A sum of models' losses is an ensemble's step; anything else is tried as one MLP.
+  if (training.graph.node(training.loss.node).op == &ops::ModelSumOp()) {
+    return MatchBatchedMlpTrainStep(source, training, kept, options.mlp_step_target,
+                                    options.whole_step_max_models, declined);
+  }
+  return MatchMlpTrainStep(source, training, kept, options.mlp_step_target, declined);
+}
+
+}  // namespace
+
+bool WholeStepApplies(const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
+                      const FuseOptions& options) {
+  Graph source = training.graph;
+  std::string declined;
+  return MatchWholeStep(source, training, kept, options, &declined).has_value();
+}
+
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options) {
   FusedTraining fused;
   Graph source = training.graph;  // The whole-step match adds its barrier state here.
   std::vector<NodeGroup> groups;
   if (options.whole_mlp_step) {
-    // A sum of models' losses is an ensemble's step; anything else is tried as one MLP.
-    const bool ensemble = training.graph.node(training.loss.node).op == &ops::ModelSumOp();
     std::optional<NodeGroup> whole =
-        ensemble
-            ? MatchBatchedMlpTrainStep(source, training, kept, options.mlp_step_target,
-                                       options.whole_step_max_models, &fused.whole_step_declined)
-            : MatchMlpTrainStep(source, training, kept, options.mlp_step_target,
-                                &fused.whole_step_declined);
+        MatchWholeStep(source, training, kept, options, &fused.whole_step_declined);
     if (whole.has_value()) groups.push_back(*std::move(whole));
   }
   if (groups.empty()) {

@@ -43,6 +43,13 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   };
   const Graph& g = training.graph;
   if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
+  // The kernel updates each layer as soon as its weight gradient is ready, with no step-wide
+  // check before: it cannot skip a non-finite step. NonFinitePolicy::kIgnore keeps it.
+  if (g.FindNode(autodiff::kNonFiniteCheck).ok()) {
+    return fail(
+        "the non-finite guard (the kernel updates each layer inside itself, with no step-wide "
+        "skip; TrainOptions::non_finite kIgnore keeps the whole step)");
+  }
   const Node& total = g.node(training.loss.node);
   if (total.op != &ops::ModelSumOp()) return fail("the loss is not a sum of the models' losses");
   const Node& loss = g.node(total.inputs[0].node);

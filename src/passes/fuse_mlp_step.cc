@@ -27,6 +27,13 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   };
   const Graph& g = training.graph;
   if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
+  // The kernel updates each layer as soon as its weight gradient is ready, with no step-wide
+  // check before: it cannot skip a non-finite step. NonFinitePolicy::kIgnore keeps it.
+  if (g.FindNode(autodiff::kNonFiniteCheck).ok()) {
+    return fail(
+        "the non-finite guard (the kernel updates each layer inside itself, with no step-wide "
+        "skip; TrainOptions::non_finite kIgnore keeps the whole step)");
+  }
   const Node& loss = g.node(training.loss.node);
   if (loss.op != &ops::SoftmaxCrossEntropyOp())
     return fail("the loss is not softmax cross-entropy");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/optimizer_graph.h"
+#include "src/passes/fuse.h"
 #include "src/passes/data_parallel.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/schedule.h"
@@ -39,7 +40,8 @@ absl::StatusOr<TrainingStep> BuildTrainingStep(const Graph& graph, Value loss,
   ASSIGN_OR_RETURN(step.training,
                    autodiff::BuildTrainingGraphWith(
                        mixed.graph, mixed.loss, options.optimizer,
-                       autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype)));
+                       autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype),
+          options.non_finite));
   // Data parallelism: the gradients averaged over the ranks, bucket by bucket, before the
   // optimizer.
   if (options.data_parallel.has_value()) {
@@ -49,9 +51,9 @@ absl::StatusOr<TrainingStep> BuildTrainingStep(const Graph& graph, Value loss,
   return step;
 }
 
-absl::StatusOr<CompiledStep> CompileStep(const Graph& graph, Value loss,
-                                         const CompileOptions& options) {
-  ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, options));
+namespace {
+
+absl::StatusOr<CompiledStep> PlanStep(TrainingStep step, const CompileOptions& options) {
   CompiledStep compiled;
   compiled.unfused_training = step.training.graph;
   ASSIGN_OR_RETURN(compiled.plan, BuildPlan(std::move(step.training), step.kept, options.plan));
@@ -59,6 +61,32 @@ absl::StatusOr<CompiledStep> CompileStep(const Graph& graph, Value loss,
   compiled.user_values = std::move(step.user_values);
   compiled.data_parallel_buckets = std::move(step.data_parallel_buckets);
   return compiled;
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledStep> CompileStep(const Graph& graph, Value loss,
+                                         const CompileOptions& options) {
+  // The whole-step MLP kernel updates each layer as soon as its gradient is ready, so it cannot
+  // skip a step; a guarded step declines it and runs a launch per layer, which costs a small
+  // MLP far more than the guard is worth. So under the default kSkipStep a step the kernel
+  // runs stays unguarded, and the plan (dump, stats, report) says so; kStop, or
+  // TrainOptions::whole_step = false, guards it.
+  if (options.non_finite.policy == NonFinitePolicy::kSkipStep && options.plan.fuse &&
+      options.plan.fusion.whole_mlp_step) {
+    CompileOptions unguarded = options;
+    unguarded.non_finite.policy = NonFinitePolicy::kIgnore;
+    ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, unguarded));
+    if (WholeStepApplies(step.training, step.kept, options.plan.fusion)) {
+      ASSIGN_OR_RETURN(CompiledStep compiled, PlanStep(std::move(step), options));
+      compiled.plan.non_finite_unguarded =
+          "the whole-step MLP kernel updates each layer as its gradient is ready, so it cannot "
+          "skip a step (TrainOptions::whole_step = false guards it, a launch per layer)";
+      return compiled;
+    }
+  }
+  ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, options));
+  return PlanStep(std::move(step), options);
 }
 
 }  // namespace reprise::passes

@@ -41,6 +41,9 @@ struct CompileOptions {
   DType compute_dtype = DType::kFloat32;
   OptimizerOptions optimizer = autodiff::FromSgd(SgdOptions{});
   LossScaleOptions loss_scale;  // kAuto is resolved for compute_dtype here.
+  // The non-finite guard (reprise/non_finite.h). On by default, as TrainOptions'; a whole-step
+  // MLP kernel declines a guarded step (it updates each layer as its gradient is ready).
+  NonFiniteOptions non_finite;
   std::optional<DataParallel> data_parallel;
   PlanOptions plan;          // Mirror, fuse, lanes (0: auto).
   std::vector<Value> fetch;  // Forward values of the user's graph kept readable after the step.

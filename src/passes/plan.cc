@@ -48,6 +48,7 @@ absl::StatusOr<Plan> PlanMirrored(autodiff::TrainingGraph training, absl::Span<c
     plan.training = std::move(fused.training);
     plan.values = std::move(fused.values);
     plan.fused_groups = std::move(fused.groups);
+    plan.whole_step_declined = std::move(fused.whole_step_declined);
   } else {
     plan.training = std::move(training);
   }
@@ -134,6 +135,12 @@ std::string PlanToString(const Plan& plan) {
   absl::StrAppend(&out, "arena ", plan.memory.arena_bytes, " bytes; transient peak ",
                   plan.memory.transient_peak, " bytes; ", plan.memory.reuse_waits,
                   " waits added to reuse what another lane read\n");
+  if (!plan.whole_step_declined.empty()) {
+    absl::StrAppend(&out, "whole step: not used: ", plan.whole_step_declined, "\n");
+  }
+  if (!plan.non_finite_unguarded.empty()) {
+    absl::StrAppend(&out, "non-finite guard: not in this step: ", plan.non_finite_unguarded, "\n");
+  }
   if (plan.mirror_evaluations > 0) {  // The mirror pass ran.
     absl::StrAppend(&out, "mirror: ", plan.mirrored.size(), " nodes recomputed; transient peak ",
                     plan.activation_peak_unmirrored, " bytes without mirroring; ",

@@ -47,6 +47,13 @@ absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
   return "";
 }
 
+// cuBLASLt documents its ReLU epilogues as x := max(x, 0) and says nothing of NaN; NVIDIA's
+// forum ("Incorrect result of cublasLtMatmul with CUBLASLT_EPILOGUE_RELU when input is NaN",
+// forums.developer.nvidia.com/t/329783) reports that they map a NaN to 0, unlike torch.relu and
+// our relu op (the CPU reference keeps NaN). A fused layer therefore hides a NaN its own product
+// makes. The non-finite guard (src/autodiff/non_finite_guard.h) still sees what matters: a NaN
+// in the layer's input (a NaN feature) makes the layer's weight gradient dYᵀ·X NaN whatever dY
+// is (NaN · 0 is NaN), and no guarded update writes a NaN into a weight.
 cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
   switch (kind) {
     case MatmulEpilogue::Kind::kNone:

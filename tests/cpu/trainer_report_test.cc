@@ -119,5 +119,33 @@ TEST(TrainerReportTest, OutOfMemoryTextGivesBytesBreakdownAndFreeMemory) {
   EXPECT_THAT(text, HasSubstr("free device memory unknown"));
 }
 
+// The non-finite guard's line: how many steps it skipped, why, and who checked.
+TEST(TrainerReportTest, NonFiniteGuardSaysWhatItSkippedAndWhy) {
+  TrainerReport r = SampleReport();
+  r.stats.non_finite_policy = "skip";
+  r.stats.skipped_steps = 2;
+  r.non_finite =
+      TrainerReport::NonFiniteState{.policy = "skip",
+                                    .checked_by = "the guard's check of the loss and gradients",
+                                    .skipped_steps = 2,
+                                    .steps_checked = 200,
+                                    .first_non_finite_step = 17};
+  EXPECT_THAT(r.ToText(), HasSubstr("non-finite guard skip: 2 steps skipped for an inf or a NaN in "
+                                    "the loss or gradients, by the guard's check of the loss and "
+                                    "gradients; 200 steps checked; first at step 17"));
+  absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ((*json)["skipped_steps"].integer, 2);
+  EXPECT_EQ((*json)["non_finite"]["first_non_finite_step"].integer, 17);
+  EXPECT_EQ((*json)["non_finite"]["checked_by"].string,
+            "the guard's check of the loss and gradients");
+  r.non_finite.reset();
+  r.stats.non_finite_policy = "ignore";
+  EXPECT_THAT(r.ToText(), HasSubstr("non-finite guard ignore: nothing checked"));
+  json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ((*json)["non_finite"].type, testing::JsonValue::Type::kNull);
+}
+
 }  // namespace
 }  // namespace reprise
