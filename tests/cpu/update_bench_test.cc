@@ -330,8 +330,7 @@ TEST(UpdateBenchToolTest, BadFlagsFailBeforeTheDevice) {
     std::ifstream in(err);
     std::stringstream text;
     text << in.rdbuf();
-    EXPECT_THAT(text.str(),
-                AllOf(HasSubstr("reprise-update-bench: "), HasSubstr(c.message)));
+    EXPECT_THAT(text.str(), AllOf(HasSubstr("reprise-update-bench: "), HasSubstr(c.message)));
   }
   std::filesystem::remove(err);
 }
