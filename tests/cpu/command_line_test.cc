@@ -30,7 +30,7 @@ using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-struct Run {
+struct ProgramRun {
   int exit_code = -1;
   std::string out, err;
 };
@@ -47,7 +47,7 @@ std::filesystem::path SelfDirectory() {
 }
 
 // Runs `program` (beside this test) with `args` (shell words), capturing both streams.
-Run RunProgram(const std::string& program, const std::string& args) {
+ProgramRun RunProgram(const std::string& program, const std::string& args) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / absl::StrCat("reprise_cli_test_", getpid());
   std::filesystem::create_directories(dir);
@@ -55,7 +55,7 @@ Run RunProgram(const std::string& program, const std::string& args) {
       absl::StrCat("'", (SelfDirectory() / program).string(), "' ", args, " >'",
                    (dir / "out").string(), "' 2>'", (dir / "err").string(), "' </dev/null");
   const int status = std::system(command.c_str());
-  Run run;
+  ProgramRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   run.out = ReadAll(dir / "out");
   run.err = ReadAll(dir / "err");
@@ -102,7 +102,7 @@ class CommandLineTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(CommandLineTest, HelpListsItsOwnFlagsAndExitsZero) {
   for (const char* flag : {"--help", "-h"}) {
-    const Run run = RunProgram(GetParam(), flag);
+    const ProgramRun run = RunProgram(GetParam(), flag);
     EXPECT_EQ(run.exit_code, 0) << flag << "\n" << run.err;
     EXPECT_THAT(run.out, StartsWith("usage: " + GetParam())) << flag;
     EXPECT_THAT(run.out, HasSubstr(expect().own_flag)) << flag;
@@ -114,7 +114,7 @@ TEST_P(CommandLineTest, HelpListsItsOwnFlagsAndExitsZero) {
 }
 
 TEST_P(CommandLineTest, VersionNamesReprisesVersionAndTheBuildType) {
-  const Run run = RunProgram(GetParam(), "--version");
+  const ProgramRun run = RunProgram(GetParam(), "--version");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, StartsWith(absl::StrCat(GetParam(), " (reprise ", REPRISE_VERSION, ", ",
                                                REPRISE_BUILD_TYPE, " build, ")));
@@ -122,14 +122,14 @@ TEST_P(CommandLineTest, VersionNamesReprisesVersionAndTheBuildType) {
 }
 
 TEST_P(CommandLineTest, OutOfRangeValueIsAUsageError) {
-  const Run run = RunProgram(GetParam(), expect().out_of_range);
+  const ProgramRun run = RunProgram(GetParam(), expect().out_of_range);
   EXPECT_EQ(run.exit_code, 2) << expect().out_of_range << "\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr(expect().message)) << expect().out_of_range;
   EXPECT_THAT(run.err, Not(HasSubstr("CUDA"))) << "checked before any device work";
 }
 
 TEST_P(CommandLineTest, UnknownFlagIsAUsageError) {
-  const Run run = RunProgram(GetParam(), "--no_such_flag=1");
+  const ProgramRun run = RunProgram(GetParam(), "--no_such_flag=1");
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_THAT(run.err, HasSubstr("no_such_flag"));
 }
@@ -137,7 +137,7 @@ TEST_P(CommandLineTest, UnknownFlagIsAUsageError) {
 TEST_P(CommandLineTest, StrayArgumentIsAUsageError) {
   // reprise-cache takes one command; a second one is the stray argument.
   const std::string args = GetParam() == "reprise-cache" ? "stats stray" : "stray";
-  const Run run = RunProgram(GetParam(), args);
+  const ProgramRun run = RunProgram(GetParam(), args);
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_THAT(run.err, HasSubstr("stray"));
 }

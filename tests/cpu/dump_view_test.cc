@@ -66,7 +66,7 @@ TEST(DumpViewTest, SmallGraphIsDrawnInFull) {
 TEST(DumpViewTest, ResNet50TrainingGraphIsCollapsedIntoBlocks) {
   absl::StatusOr<DotView> view = DotFromDumpJson(ResNet50Json("training"), {.max_nodes = 300});
   ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_GT(view->graph_nodes, 1000);
+  EXPECT_GE(view->graph_nodes, 1000);
   EXPECT_GT(view->collapse_level, 0);
   EXPECT_LE(view->drawn_nodes, 300);
   EXPECT_GE(view->drawn_nodes, 16) << "one box per bottleneck block at least";

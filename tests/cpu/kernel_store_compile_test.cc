@@ -166,6 +166,22 @@ TEST(KernelStorePrefetchTest, ReportsTheFailingKernelAndCompilesTheRest) {
   EXPECT_EQ(stats.compile_failures, 1);
 }
 
+// TrainOptions::on_compile_progress is fed from here: 0 of N first, then one call per kernel
+// ready (from memory too), one at a time, ending at N.
+TEST(KernelStorePrefetchTest, ReportsProgressPerKernelEndingAtTheTotal) {
+  KernelStore store("sm_90");
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  const auto on_ready = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  ASSERT_TRUE(store.Prefetch({Scale(), Negate(), Scale()}, on_ready).ok());
+  ASSERT_EQ(calls.size(), 4u);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(calls[i], std::make_pair(i, int64_t{3}));
+
+  calls.clear();  // A second prefetch of kernels in memory still reports each one.
+  ASSERT_TRUE(store.Prefetch({Negate()}, on_ready).ok());
+  EXPECT_THAT(calls, ::testing::ElementsAre(std::make_pair(int64_t{0}, int64_t{1}),
+                                            std::make_pair(int64_t{1}, int64_t{1})));
+}
+
 TEST(KernelStoreDiskTest, SecondStoreOverTheSameFolderHitsOnDiskWithoutCompiling) {
   ScopedTempDir dir;
   KernelBinary first_binary;

@@ -304,8 +304,8 @@ TEST(UpdateBenchReportTest, DeviceLaunchIsSaidInTheTableAndTheJson) {
   EXPECT_TRUE((*json)["config"]["device_launch"].boolean);
 }
 
-// The tool beside this test (when built) exits 1 on a bad flag and says which, before it looks
-// for a device; this runs the same with or without a GPU.
+// The tool beside this test (when built) exits 2 (a usage error) on a bad flag and says which,
+// before it looks for a device; this runs the same with or without a GPU.
 TEST(UpdateBenchToolTest, BadFlagsFailBeforeTheDevice) {
   const std::filesystem::path tool =
       std::filesystem::read_symlink("/proc/self/exe").parent_path() / "reprise-update-bench";
@@ -326,12 +326,11 @@ TEST(UpdateBenchToolTest, BadFlagsFailBeforeTheDevice) {
     const std::string command = tool.string() + " " + c.flags + " > /dev/null 2> " + err;
     const int status = std::system(command.c_str());
     ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 1);
+    EXPECT_EQ(WEXITSTATUS(status), 2);
     std::ifstream in(err);
     std::stringstream text;
     text << in.rdbuf();
-    EXPECT_THAT(text.str(),
-                AllOf(HasSubstr("reprise-update-bench: INVALID_ARGUMENT"), HasSubstr(c.message)));
+    EXPECT_THAT(text.str(), AllOf(HasSubstr("reprise-update-bench: "), HasSubstr(c.message)));
   }
   std::filesystem::remove(err);
 }
