@@ -245,7 +245,7 @@ double Percentile(std::vector<float> v, double q) {
 // TrainOptions.
 absl::Status SetOptimizer(reprise::TrainOptions& options) {
   ASSIGN_OR_RETURN(options.non_finite.policy,
-                   reprise::autodiff::ParseNonFinitePolicy(absl::GetFlag(FLAGS_non_finite)));
+                   reprise::ParseNonFinitePolicy(absl::GetFlag(FLAGS_non_finite)));
   const std::string kind = absl::GetFlag(FLAGS_optimizer), decay = absl::GetFlag(FLAGS_schedule);
   reprise::OptimizerOptions o;
   if (kind == "adam" || kind == "adamw") {

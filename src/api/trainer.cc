@@ -15,6 +15,7 @@
 #include "src/api/input_checks.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
+#include "src/api/trainer_kernels.h"
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/optimizer_graph.h"
 #include "src/codegen/batch_norm_kernels.h"
@@ -59,117 +60,11 @@ constexpr size_t kGemmWorkspaceBytes = 32 << 20;  // cuBLASLt's recommendation f
 // shapes, and costs little beside a convolutional network's activations.
 constexpr size_t kConvWorkspaceBytes = 256 << 20;
 
-// Whether the graph holds 4-D (image) tensors: a convolutional network.
-bool HasImages(const Graph& graph) {
-  for (const Node& node : graph.nodes()) {
-    for (const TensorSpec& out : node.outputs) {
-      if (out.shape.rank() == 4) return true;
-    }
-  }
-  return false;
-}
-
 // Per-lane workspace: cuDNN convolutions get the larger one, cuDNN attention what its shapes may
 // need.
 size_t WorkspaceBytesFor(const Graph& graph) {
   return std::max(HasImages(graph) ? kConvWorkspaceBytes : kGemmWorkspaceBytes,
                   ops::AttentionWorkspaceBound(graph));
-}
-
-// Whether the plan runs optimizer kernels beyond plain SGD's (src/codegen/optimizer_kernels.h).
-bool UsesOptimizerKernels(const Graph& graph) {
-  for (const Node& node : graph.nodes()) {
-    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::AdvanceStepOp() &&
-        ((node.op != &ops::SgdMomentumOp() && node.op != &ops::SgdMomentumMultiOp()) ||
-         node.attrs.contains("nesterov")))
-      return true;
-  }
-  return false;
-}
-
-// Every fixed generated kernel, whether or not this plan uses it, and the plan's fused chains:
-// they compile (or load from the disk cache) in parallel, so lowering finds them all in memory.
-absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph& graph) {
-  std::vector<runtime::KernelSource> sources;
-  for (const codegen::GeneratedKernel& kernel : codegen::AllKernels()) {
-    sources.push_back(ops::ToKernelSource(kernel));
-  }
-  for (const codegen::GeneratedKernel& kernel :
-       {codegen::SoftmaxCrossEntropyWithGrad(), codegen::SgdMomentumMulti()}) {
-    sources.push_back(ops::ToKernelSource(kernel));
-  }
-  // Adam, Nesterov, clipping, a schedule, loss scaling or the non-finite guard.
-  if (UsesOptimizerKernels(graph)) {
-    for (const codegen::GeneratedKernel& kernel : codegen::OptimizerKernels()) {
-      sources.push_back(ops::ToKernelSource(kernel));
-    }
-    for (const codegen::GeneratedKernel& kernel : codegen::LossScaleKernels()) {
-      sources.push_back(ops::ToKernelSource(kernel));
-    }
-  }
-  const bool batched = std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
-    return absl::StartsWith(n.op_name(), "batched_") || absl::StartsWith(n.op_name(), "model_");
-  });
-  if (batched) {  // An ensemble's batched layers (src/passes/batch_ensemble.h).
-    for (const codegen::GeneratedKernel& kernel : codegen::BatchedKernels()) {
-      sources.push_back(ops::ToKernelSource(kernel));
-    }
-  }
-  if (HasImages(graph)) {  // The convolutional layers' own kernels.
-    for (const auto& kernels :
-         {codegen::ConvKernels(), codegen::PoolingKernels(), codegen::TransposeKernels()}) {
-      for (const codegen::GeneratedKernel& kernel : kernels) {
-        sources.push_back(ops::ToKernelSource(kernel));
-      }
-    }
-  }
-  const bool transformer =
-      std::any_of(graph.nodes().begin(), graph.nodes().end(), [](const Node& n) {
-        return n.op == &ops::LayerNormOp() || n.op == &ops::EmbeddingOp() || n.op == &ops::GeluOp();
-      });
-  if (transformer) {  // Layer norm, GELU and embedding kernels (src/ops/transformer_ops.h).
-    for (const auto& kernels :
-         {codegen::LayerNormKernels(), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
-      for (const codegen::GeneratedKernel& kernel : kernels) {
-        sources.push_back(ops::ToKernelSource(kernel));
-      }
-    }
-  }
-  for (const Node& node : graph.nodes()) {  // Chunked optimizer kernels at their tables' sizes.
-    for (const codegen::GeneratedKernel& kernel : ops::ChunkedKernelsOf(node)) {
-      sources.push_back(ops::ToKernelSource(kernel));
-    }
-  }
-  for (const Node& node : graph.nodes()) {  // Pooling kernels at their shapes.
-    for (const codegen::GeneratedKernel& kernel : ops::SizedPoolingKernelsOf(graph, node)) {
-      sources.push_back(ops::ToKernelSource(kernel));
-    }
-  }
-  for (const Node& node : graph.nodes()) {
-    if (node.op != &ops::FusedPointwiseOp()) continue;
-    ASSIGN_OR_RETURN(runtime::KernelSource source, ops::FusedPointwiseKernel(node));
-    sources.push_back(std::move(source));
-  }
-  return sources;
-}
-
-// One kernel store per device and cache folder for the whole process, so a second Trainer finds
-// every kernel already loaded. Never destroyed: its modules live as long as the CUDA context.
-std::shared_ptr<runtime::KernelStore> SharedKernelStore(const runtime::DeviceInfo& device) {
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* stores =
-      new absl::flat_hash_map<std::string, std::shared_ptr<runtime::KernelStore>>();
-  const runtime::CacheEnvironment env = runtime::CacheEnvironment::FromProcess();
-  const absl::StatusOr<runtime::CacheConfig> config = runtime::ResolveCacheConfig(env);
-  const std::string key = absl::StrCat(
-      device.ordinal, "|", config.ok() ? (config->enabled ? config->dir : "off") : "unusable");
-  absl::MutexLock lock(&mu);
-  std::shared_ptr<runtime::KernelStore>& store = (*stores)[key];
-  if (store == nullptr) {
-    store = std::make_shared<runtime::KernelStore>(device.ArchFlag(),
-                                                   runtime::DiskCacheFromEnvironment(env));
-  }
-  return store;
 }
 
 }  // namespace
@@ -240,8 +135,8 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
     if (unfused_training.node(labels.node).op == &ops::ModelTileOp()) {
       labels = unfused_training.node(labels.node).inputs[0];
     }
-    label_uses.push_back({unfused_training.node(labels.node).name,
-                          logits.dim(batched_loss ? 2 : 1), n.name, masked_loss});
+    label_uses.push_back({unfused_training.node(labels.node).name, logits.dim(batched_loss ? 2 : 1),
+                          n.name, masked_loss});
   }
   std::vector<std::string> weight_names = WeightNamesOf(unfused_training);
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
@@ -621,192 +516,5 @@ std::vector<std::string> Trainer::Impl::ParameterNames() const {
     names.push_back(plan_.graph().node(id).name);
   return names;
 }
-
-TrainerStats Trainer::Impl::stats() const {
-  TrainerStats s;
-  s.steps = steps_;
-  s.non_finite_policy = std::string(autodiff::NonFinitePolicyName(options_.non_finite.policy));
-  s.whole_step_declined = plan_.whole_step_declined;
-  if (captured_.has_value()) {
-    s.graph_replays = captured_->replays();
-    s.graph_captures = captured_->captures();
-    s.graph_instantiations = captured_->instantiations();
-    s.graph_exec_updates = captured_->exec_updates();
-    s.graph_node_updates = captured_->node_updates();
-    s.graph_nodes = captured_->num_nodes();
-    s.graph_uploads = captured_->uploads();
-    s.device_graph_launch = captured_->launch() == capture::CapturedStep::Launch::kDevice;
-    s.host_launch_reason =
-        host_launch_reason_.empty() ? captured_->host_launch_reason() : host_launch_reason_;
-  }
-  s.launches_per_step = static_cast<int64_t>(launches_.size());
-  s.lanes = lanes_.has_value() ? lanes_->count() : 1;
-  s.arena_bytes = plan_.memory.arena_bytes;
-  auto bytes = [&](passes::BufferClass c) {
-    auto it = plan_.memory.bytes_by_class.find(c);
-    return it == plan_.memory.bytes_by_class.end() ? int64_t{0} : it->second;
-  };
-  s.parameter_bytes = bytes(passes::BufferClass::kParameter);
-  s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
-  s.activation_peak_bytes = plan_.memory.transient_peak;
-  s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
-  s.mirror_floor_bytes = plan_.mirror_floor;
-  s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
-  s.workspace_bytes = workspaces_ != nullptr ? workspaces_->mapped_bytes() : 0;
-  // What this trainer's creation asked of the process-wide store.
-  const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
-  const runtime::KernelStore::Stats& after = kernel_stats_after_create_;
-  s.kernels_compiled = after.compiles - before.compiles;
-  s.kernel_cache_hits = after.memory_hits - before.memory_hits;
-  s.kernel_compile_ms = after.compile_ms - before.compile_ms;
-  s.kernel_disk_hits = after.lower_hits - before.lower_hits;
-  s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
-  s.kernel_acquire_ms = kernel_acquire_ms_;
-  s.input_bytes = bytes(passes::BufferClass::kInput);
-  s.constant_bytes = bytes(passes::BufferClass::kConstant);
-  s.fetched_bytes = bytes(passes::BufferClass::kFetched);
-  for (const auto& [param, gradient] : plan_.training.gradients) {
-    if (const passes::Buffer* b = plan_.memory.Find(gradient); b != nullptr) {
-      s.gradient_bytes += b->bytes;
-    }
-  }
-  s.library_handle_bytes = library_handle_bytes_;
-  s.host_step_us_mean = step_host_us_.mean();
-  s.host_step_us_median = step_host_us_.median();
-  s.verify_runs = verify_runs_;
-  return s;
-}
-
-std::string TrainerStats::ToString() const {
-  return absl::StrFormat(
-             "steps %d | graph: captures %d, instantiations %d, exec updates %d, node updates %d, "
-             "replays %d, nodes %d | launches/step %d "
-             "on %d lane(s) | "
-             "arena %.2f MiB (parameters %.2f, optimizer state %.2f, activation peak %.2f; %.2f "
-             "unmirrored, %d nodes mirrored), workspace "
-             "%.2f MiB | kernels: %.1f ms to acquire, compiled %d (%.0f ms), memory hits %d, disk "
-             "hits "
-             "%d, "
-             "corrupt entries discarded %d",
-             steps, graph_captures, graph_instantiations, graph_exec_updates, graph_node_updates,
-             graph_replays, graph_nodes, launches_per_step, lanes, arena_bytes / 1048576.0,
-             parameter_bytes / 1048576.0, optimizer_state_bytes / 1048576.0,
-             activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
-             mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
-             kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt) +
-         absl::StrCat(
-             " | non-finite guard ", non_finite_policy,
-             skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "");
-}
-
-// Trainer: the public face forwards to Impl. ---------------------------------------------------
-
-absl::string_view ExecModeName(ExecMode mode) {
-  switch (mode) {
-    case ExecMode::kSync:
-      return "sync";
-    case ExecMode::kBulked:
-      return "bulked";
-    case ExecMode::kGraph:
-      return "graph";
-  }
-  return "?";
-}
-
-absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name) {
-  for (ExecMode m : {ExecMode::kSync, ExecMode::kBulked, ExecMode::kGraph}) {
-    if (name == ExecModeName(m)) return m;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode '", name, "': expected sync, bulked or graph"));
-}
-
-absl::string_view GraphLaunchName(GraphLaunch launch) {
-  switch (launch) {
-    case GraphLaunch::kAuto:
-      return "auto";
-    case GraphLaunch::kHost:
-      return "host";
-    case GraphLaunch::kDevice:
-      return "device";
-  }
-  return "?";
-}
-
-absl::StatusOr<GraphLaunch> ParseGraphLaunch(absl::string_view name) {
-  for (GraphLaunch l : {GraphLaunch::kAuto, GraphLaunch::kHost, GraphLaunch::kDevice}) {
-    if (name == GraphLaunchName(l)) return l;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown graph launch '", name, "': expected auto, host or device"));
-}
-
-Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Trainer::~Trainer() {
-  if (impl_ != nullptr) impl_->PrintReportIfAsked();
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Graph& graph, Value loss,
-                                                         const TrainOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Create(graph, loss, options));
-  return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
-}
-
-absl::Status Trainer::SetInput(absl::string_view name, absl::Span<const float> data) {
-  return impl_->SetInput(name, data.data(), data.size(), DType::kFloat32);
-}
-absl::Status Trainer::SetInput(absl::string_view name, absl::Span<const int32_t> data) {
-  return impl_->SetInput(name, data.data(), data.size(), DType::kInt32);
-}
-absl::Status Trainer::SetLearningRate(float learning_rate) {
-  return SetInput(autodiff::kLearningRate, absl::MakeConstSpan(&learning_rate, 1));
-}
-absl::StatusOr<absl::Span<float>> Trainer::InputBuffer(absl::string_view name) {
-  ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kFloat32));
-  ASSIGN_OR_RETURN(const Impl::NamedTensor input, impl_->Resolve(name, ir::InputOp(), "input"));
-  return absl::MakeSpan(static_cast<float*>(data), input.spec.NumElements());
-}
-absl::StatusOr<absl::Span<int32_t>> Trainer::InputBufferInt32(absl::string_view name) {
-  ASSIGN_OR_RETURN(void* data, impl_->InputBuffer(name, DType::kInt32));
-  ASSIGN_OR_RETURN(const Impl::NamedTensor input, impl_->Resolve(name, ir::InputOp(), "input"));
-  return absl::MakeSpan(static_cast<int32_t*>(data), input.spec.NumElements());
-}
-absl::Status Trainer::BindInput(absl::string_view name, const void* data, size_t bytes) {
-  return impl_->BindInput(name, data, bytes);
-}
-absl::Status Trainer::Step() { return impl_->Step(); }
-absl::Status Trainer::Synchronize() { return impl_->Synchronize(); }
-absl::StatusOr<std::vector<float>> Trainer::TimeSteps(int steps) { return impl_->TimeSteps(steps); }
-absl::StatusOr<std::vector<Trainer::LaunchTime>> Trainer::ProfileLaunches(int repeats) {
-  return impl_->ProfileLaunches(repeats);
-}
-absl::StatusOr<std::vector<Trainer::LaunchSpan>> Trainer::TimeLanes(int repeats) {
-  return impl_->TimeLanes(repeats);
-}
-absl::StatusOr<float> Trainer::Loss() {
-  ASSIGN_OR_RETURN(std::vector<float> loss, impl_->ReadFloat(impl_->loss()));
-  return loss[0];
-}
-absl::StatusOr<std::vector<float>> Trainer::Read(Value value) {
-  ASSIGN_OR_RETURN(const passes::ModelValue batched, impl_->MapEnsembleValue(value));
-  ASSIGN_OR_RETURN(const Value converted, impl_->user_values().Map(batched.value));
-  ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(converted));
-  ASSIGN_OR_RETURN(std::vector<float> all, impl_->ReadFloat(planned));
-  if (batched.model < 0) return all;
-  // One model's slice of a stacked value (ensemble batching).
-  const int64_t models = impl_->plan().graph().spec(planned).shape.dim(0);
-  const int64_t per_model = static_cast<int64_t>(all.size()) / models;
-  return std::vector<float>(all.begin() + batched.model * per_model,
-                            all.begin() + (batched.model + 1) * per_model);
-}
-std::vector<std::string> Trainer::ParameterNames() const { return impl_->ParameterNames(); }
-absl::StatusOr<std::vector<float>> Trainer::GetParameter(absl::string_view name) {
-  return impl_->GetParameter(name);
-}
-absl::Status Trainer::SetParameter(absl::string_view name, absl::Span<const float> data) {
-  return impl_->SetParameter(name, data);
-}
-TrainerStats Trainer::stats() const { return impl_->stats(); }
-const Graph& Trainer::training_graph() const { return impl_->plan().graph(); }
 
 }  // namespace reprise

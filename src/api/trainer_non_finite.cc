@@ -69,7 +69,7 @@ absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::Read
       autodiff::ResolveLossScaling(options_.loss_scale, options_.compute_dtype);
   const autodiff::NonFiniteOptions& guard = options_.non_finite;
   TrainerReport::NonFiniteState state;
-  state.policy = std::string(autodiff::NonFinitePolicyName(guard.policy));
+  state.policy = std::string(NonFinitePolicyName(guard.policy));
   if (autodiff::ScalesLoss(scaling)) {
     state.checked_by = "loss scaling's check (an overflow backs the scale off)";
     int32_t skipped = 0;

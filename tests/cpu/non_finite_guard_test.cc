@@ -96,11 +96,11 @@ TEST(NonFiniteGuardTest, TrainOptionsGuardByDefault) {
 TEST(NonFiniteGuardTest, PolicyNamesRoundTrip) {
   for (NonFinitePolicy p :
        {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop, NonFinitePolicy::kIgnore}) {
-    auto parsed = autodiff::ParseNonFinitePolicy(autodiff::NonFinitePolicyName(p));
+    auto parsed = ParseNonFinitePolicy(NonFinitePolicyName(p));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, p);
   }
-  EXPECT_THAT(autodiff::ParseNonFinitePolicy("halt").status().message(), HasSubstr("'halt'"));
+  EXPECT_THAT(ParseNonFinitePolicy("halt").status().message(), HasSubstr("'halt'"));
 }
 
 // The guard's check reads the loss and every gradient, and every update reads the check.

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The non-finite guard's cost (TrainOptions::non_finite): the same step with the guard (skip) and
+# without it (ignore), alternating, on one GPU in one call:
+#   bash tools/device/guard_cost.sh BENCH [ROUNDS]
+# Rows: ResNet-50 b32 bf16 and TF32 (guarded by default), the MLP 8x256 b32 per-layer step (guarded),
+# and its default whole step (which the guard does not enter: both rows should be the same plan).
+set -uo pipefail
+bench=${1:?reprise-bench}; rounds=${2:-2}
+workloads=(
+  "r50_b32_bf16|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --bf16 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
+  "r50_b32_tf32|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
+  "mlp8x256_b32_tf32_per_layer|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion per-layer --iters 1000 --warmup 100 --inputs device --tf32"
+  "mlp8x256_b32_tf32_whole|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
+)
+for ((r = 1; r <= rounds; ++r)); do
+  for w in "${workloads[@]}"; do
+    name=${w%%|*}; flags=${w#*|}
+    for guard in ignore skip; do
+      row=$($bench $flags --non_finite=$guard 2>&1 | grep -E '^ *graph' | tail -n 1)
+      echo "round $r $guard $name: $row"
+    done
+  done
+done
