@@ -29,6 +29,10 @@ void BindEnums(nb::module_& m) {
       .value("auto", ChannelsLast::kAuto)
       .value("on", ChannelsLast::kOn)
       .value("off", ChannelsLast::kOff);
+  nb::enum_<NonFinitePolicy>(m, "NonFinitePolicy")
+      .value("skip", NonFinitePolicy::kSkipStep)
+      .value("stop", NonFinitePolicy::kStop)
+      .value("ignore", NonFinitePolicy::kIgnore);
   nb::enum_<OptimizerKind>(m, "OptimizerKind")
       .value("sgd", OptimizerKind::kSgd)
       .value("adam", OptimizerKind::kAdam)
@@ -97,6 +101,17 @@ void BindOptimizer(nb::module_& m) {
 void BindOptions(nb::module_& m) {
   BindEnums(m);
   BindOptimizer(m);
+  nb::class_<NonFiniteOptions>(m, "NonFiniteOptions")
+      .def(nb::init<>())
+      .def_rw("policy", &NonFiniteOptions::policy);
+  nb::class_<KernelTuning>(m, "KernelTuning")
+      .def(nb::init<>())
+      .def_rw("measure_conv_algorithms", &KernelTuning::measure_conv_algorithms)
+      .def_rw("narrow_convolutions", &KernelTuning::narrow_convolutions)
+      .def_rw("own_weight_gradients", &KernelTuning::own_weight_gradients)
+      .def_rw("measure_matmul_algorithms", &KernelTuning::measure_matmul_algorithms)
+      .def_rw("ensemble_whole_step_max_models", &KernelTuning::ensemble_whole_step_max_models)
+      .def_rw("relu_backward_epilogues", &KernelTuning::relu_backward_epilogues);
   // Every field of the C++ TrainOptions but data_parallel (one process per GPU: use the C++ API).
   nb::class_<TrainOptions>(m, "TrainOptions")
       .def(nb::init<>())
@@ -107,20 +122,16 @@ void BindOptions(nb::module_& m) {
       .def_rw("compute_dtype", &TrainOptions::compute_dtype)
       .def_rw("loss_scale", &TrainOptions::loss_scale)
       .def_rw("deterministic", &TrainOptions::deterministic)
-      .def_rw("measure_conv_algorithms", &TrainOptions::measure_conv_algorithms)
-      .def_rw("narrow_convolutions", &TrainOptions::narrow_convolutions)
-      .def_rw("own_weight_gradients", &TrainOptions::own_weight_gradients)
-      .def_rw("measure_matmul_algorithms", &TrainOptions::measure_matmul_algorithms)
       .def_rw("fuse", &TrainOptions::fuse)
       .def_rw("whole_step", &TrainOptions::whole_step)
-      .def_rw("ensemble_whole_step_max_models", &TrainOptions::ensemble_whole_step_max_models)
-      .def_rw("relu_backward_epilogues", &TrainOptions::relu_backward_epilogues)
       .def_rw("lanes", &TrainOptions::lanes)
       .def_rw("channels_last", &TrainOptions::channels_last)
       .def_rw("mirror", &TrainOptions::mirror)
       .def_rw("batch_ensembles", &TrainOptions::batch_ensembles)
       .def_rw("ensemble_min_models", &TrainOptions::ensemble_min_models)
       .def_rw("graph_launch", &TrainOptions::graph_launch)
+      .def_rw("kernels", &TrainOptions::kernels)
+      .def_rw("non_finite", &TrainOptions::non_finite)
       .def_rw("device", &TrainOptions::device)
       .def_rw("seed", &TrainOptions::seed)
       .def_rw("fetch", &TrainOptions::fetch);

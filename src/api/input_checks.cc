@@ -95,11 +95,11 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TrainOptions::ensemble_min_models must be at least 1, got ", o.ensemble_min_models));
   }
-  if (o.ensemble_whole_step_max_models < -1) {
+  if (o.kernels.ensemble_whole_step_max_models < -1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("TrainOptions::ensemble_whole_step_max_models must be -1 (auto) or at least "
+        absl::StrCat("TrainOptions::kernels.ensemble_whole_step_max_models must be -1 (auto) or at least "
                      "0, got ",
-                     o.ensemble_whole_step_max_models));
+                     o.kernels.ensemble_whole_step_max_models));
   }
   if (o.device < 0) {
     return absl::InvalidArgumentError(

@@ -106,7 +106,7 @@ TEST(InputChecksTest, TrainOptionsRefuseNonFiniteAndOutOfRangeFieldsNamingThem) 
   o.ensemble_min_models = 0;
   refused(o, "ensemble_min_models");
   o = {};
-  o.ensemble_whole_step_max_models = -2;
+  o.kernels.ensemble_whole_step_max_models = -2;
   refused(o, "ensemble_whole_step_max_models");
   o = {};
   o.compute_dtype = DType::kInt32;
