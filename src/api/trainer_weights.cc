@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/api/trainer_impl.h"
@@ -152,7 +153,9 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
       names.push_back(name);
       const util::SafetensorsEntry* entry = file.Find(name);
       if (entry == nullptr) {
-        missing.push_back(name);
+        // The non-finite guard's counters describe this trainer's run, not the model: a file
+        // from a step without the guard (the whole-step kernel, kIgnore) leaves them as they are.
+        if (!absl::StartsWith(name, "non_finite.")) missing.push_back(name);
         continue;
       }
       if (entry->dtype != FileDType(spec.dtype) || entry->shape != spec.shape.dims()) {
@@ -172,7 +175,10 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
     const absl::flat_hash_set<std::string> known(names.begin(), names.end());
     std::vector<std::string> unexpected;
     for (const util::SafetensorsEntry& entry : file.entries) {
-      if (!known.contains(entry.name)) unexpected.push_back(entry.name);
+      // As above: the guard's counters of another trainer's run are no part of the model.
+      if (!known.contains(entry.name) && !absl::StartsWith(entry.name, "non_finite.")) {
+        unexpected.push_back(entry.name);
+      }
     }
     if (!unexpected.empty()) {
       return absl::InvalidArgumentError(

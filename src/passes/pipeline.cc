@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/optimizer_graph.h"
-#include "src/passes/fuse.h"
 #include "src/passes/data_parallel.h"
+#include "src/passes/fuse.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/schedule.h"
 #include "src/util/status_macros.h"
@@ -41,7 +41,7 @@ absl::StatusOr<TrainingStep> BuildTrainingStep(const Graph& graph, Value loss,
                    autodiff::BuildTrainingGraphWith(
                        mixed.graph, mixed.loss, options.optimizer,
                        autodiff::ResolveLossScaling(options.loss_scale, options.compute_dtype),
-          options.non_finite));
+                       options.non_finite));
   // Data parallelism: the gradients averaged over the ranks, bucket by bucket, before the
   // optimizer.
   if (options.data_parallel.has_value()) {
@@ -77,7 +77,9 @@ absl::StatusOr<CompiledStep> CompileStep(const Graph& graph, Value loss,
     CompileOptions unguarded = options;
     unguarded.non_finite.policy = NonFinitePolicy::kIgnore;
     ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, unguarded));
-    if (WholeStepApplies(step.training, step.kept, options.plan.fusion)) {
+    std::vector<Value> kept = {step.training.loss};  // As BuildPlan keeps them.
+    kept.insert(kept.end(), step.kept.begin(), step.kept.end());
+    if (WholeStepApplies(step.training, kept, options.plan.fusion)) {
       ASSIGN_OR_RETURN(CompiledStep compiled, PlanStep(std::move(step), options));
       compiled.plan.non_finite_unguarded =
           "the whole-step MLP kernel updates each layer as its gradient is ready, so it cannot "
