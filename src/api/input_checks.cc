@@ -96,10 +96,10 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
         "TrainOptions::ensemble_min_models must be at least 1, got ", o.ensemble_min_models));
   }
   if (o.kernels.ensemble_whole_step_max_models < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TrainOptions::kernels.ensemble_whole_step_max_models must be -1 (auto) or at least "
-                     "0, got ",
-                     o.kernels.ensemble_whole_step_max_models));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainOptions::kernels.ensemble_whole_step_max_models must be -1 (auto) or at least "
+        "0, got ",
+        o.kernels.ensemble_whole_step_max_models));
   }
   if (o.device < 0) {
     return absl::InvalidArgumentError(

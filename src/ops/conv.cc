@@ -246,8 +246,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         LowerNarrowConv(ctx, node.name, kind, shape);
     if (narrow.ok() || !absl::IsResourceExhausted(narrow.status())) return narrow;
   }
-  // 3x3 weight gradients of wide images likewise, where asked (TrainOptions::kernels.own_weight_gradients
-  // says why it is off by default).
+  // 3x3 weight gradients of wide images likewise, where asked
+  // (TrainOptions::kernels.own_weight_gradients says why it is off by default).
   if (ctx.options.own_weight_gradients && kind == ConvKind::kBackwardFilter &&
       Wgrad3x3Applies(shape, ctx.options.allow_tf32).ok()) {
     absl::StatusOr<std::unique_ptr<GpuKernel>> own = LowerWgrad3x3(ctx, node.name, shape);

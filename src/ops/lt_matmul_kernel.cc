@@ -71,9 +71,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& 
   // Measured: the heuristic's first kMeasuredCandidates, each timed on this node's own operands
   // before the step has written them.
   constexpr int kMeasuredCandidates = 8, kMeasureRepeats = 10;
-  auto matmul =
-      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.options.allow_tf32, ctx.workspace_bytes, epilogue,
-                                ctx.options.measure_matmul_algorithms ? kMeasuredCandidates : 1);
+  auto matmul = runtime::LtMatmul::Create(
+      *ctx.lt, shape, ctx.options.allow_tf32, ctx.workspace_bytes, epilogue,
+      ctx.options.measure_matmul_algorithms ? kMeasuredCandidates : 1);
   if (matmul.ok() && ctx.options.measure_matmul_algorithms) {
     if (absl::Status chosen =
             matmul->ChooseFastest(cudaStreamPerThread, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],

@@ -1,7 +1,7 @@
 // The GPU lowering of conv2d_wgrad to reprise's own 3x3 weight-gradient kernel
 // (src/codegen/wgrad3x3_kernels.h): wide NHWC images, float32 on TF32 tensor cores. With
-// TrainOptions::kernels.own_weight_gradients, conv.cc asks here first and lowers to cuDNN where it does
-// not apply.
+// TrainOptions::kernels.own_weight_gradients, conv.cc asks here first and lowers to cuDNN where it
+// does not apply.
 #ifndef REPRISE_SRC_OPS_WGRAD3X3_H_
 #define REPRISE_SRC_OPS_WGRAD3X3_H_
 

@@ -27,8 +27,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "reprise/graph.h"
 #include "reprise/channels_last.h"
+#include "reprise/graph.h"
 
 namespace reprise::passes {
 

@@ -16,8 +16,8 @@
 #include "src/ops/all_reduce.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/parallel/fake_communicator.h"
-#include "src/passes/gradient_buckets.h"
 #include "src/parallel/model_check.h"
+#include "src/passes/gradient_buckets.h"
 #include "src/passes/plan.h"
 #include "src/util/status_macros.h"
 
