@@ -10,18 +10,13 @@
 #include "absl/strings/str_format.h"
 #include "reprise/data.h"
 #include "src/data/token_shard.h"
+#include "src/util/splitmix64.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::data {
 namespace {
 
-// SplitMix64 (Steele, Lea, Flood 2014): a fixed, well-mixed sequence from any 64-bit state.
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using util::SplitMix64;
 
 // Uniform in [0, bound) without modulo bias: Lemire's multiply-shift with rejection.
 uint64_t Bounded(uint64_t& state, uint64_t bound) {

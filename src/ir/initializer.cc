@@ -6,16 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ir/low_precision.h"
+#include "src/util/splitmix64.h"
 
 namespace reprise::ir {
 namespace {
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using util::SplitMix64;
 
 uint64_t NameHash(absl::string_view name) {  // FNV-1a: only spreads streams, needs no strength.
   uint64_t h = 0xcbf29ce484222325ull;
