@@ -431,8 +431,8 @@ class Trainer {
   // trainer would have run. The file is read and checked whole before anything is written, so a
   // refused file changes nothing: NotFound for no file; DataLoss for a truncated or corrupt one
   // (checksum); InvalidArgument for a file that is no checkpoint or whose tensors differ in name,
-  // dtype or shape (named), or for a path that is not a regular file; FailedPrecondition for the checkpoint of another model. An input bound
-  // with BindInput keeps reading the caller's memory.
+  // dtype or shape (named), or for a path that is not a regular file; FailedPrecondition for the
+  // checkpoint of another model. An input bound with BindInput keeps reading the caller's memory.
   absl::Status RestoreCheckpoint(const std::string& path);
 
   // Runs `steps` steps twice from one snapshot of the whole state, once captured as a CUDA graph
