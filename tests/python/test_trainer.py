@@ -113,9 +113,10 @@ def test_torch_compatible_weights_load_with_safetensors(gpu, tmp_path):
     assert int(tensors["layer1.0.bn2.num_batches_tracked"]) == 2
     assert tensors["layer2.0.downsample.1.running_var"].shape == (128,)
     np.testing.assert_array_equal(tensors["conv1.weight"], trainer.get_parameter("conv1.weight"))
-    # A state dict has no momentum (allow_missing keeps the trainer's); num_batches_tracked is
-    # unexpected, and ignored by default.
+    # No optimizer state in a torch file; num_batches_tracked is unexpected, ignored by default.
     trainer.load_weights(path, allow_missing=True)
+    with pytest.raises(ValueError, match="momentum"):
+        trainer.load_weights(path)
     full = str(tmp_path / "full.safetensors")
     trainer.save_weights(full)
     assert "conv1.weight.momentum" in safetensors_numpy.load_file(full)
