@@ -36,6 +36,7 @@
 #include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
 #include "tools/cli.h"
+#include "tools/launch_reports.h"
 
 ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
 ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
@@ -292,6 +293,32 @@ absl::StatusOr<reprise::ChannelsLast> ChannelsLastFlag() {
       absl::StrCat("--channels_last must be auto, on or off, not '", value, "'"));
 }
 
+// The TrainOptions every trainer of this run shares, from the flags: precision, lanes, kernels,
+// layout, mirroring, ensembles, the optimizer and the non-finite guard.
+absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
+  reprise::TrainOptions options;
+  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
+  options.mode = mode;
+  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.compute_dtype = ComputeDType();
+  options.lanes = absl::GetFlag(FLAGS_lanes);
+  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  options.kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
+  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
+  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
+  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
+    options.kernels.ensemble_whole_step_max_models =
+        absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
+  }
+  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
+  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  RETURN_IF_ERROR(SetOptimizer(options));
+  return options;
+}
+
 // The benchmarked model with one random batch for each of its inputs.
 struct Model {
   reprise::Graph graph;
@@ -431,27 +458,9 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
   const int batch = absl::GetFlag(FLAGS_batch);
   ASSIGN_OR_RETURN(Model model, BuildModel());
   ASSIGN_OR_RETURN(const int64_t memory_before, reprise::runtime::DeviceMemoryInUse());
-  reprise::TrainOptions options;
-  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = mode;
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.compute_dtype = ComputeDType();
+  ASSIGN_OR_RETURN(reprise::TrainOptions options, OptionsFromFlags(mode));
   options.fuse = fusion != Fusion::kOff;
   options.whole_step = fusion == Fusion::kOn;
-  options.kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
-  options.lanes = absl::GetFlag(FLAGS_lanes);
-  options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
-  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
-  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
-  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
-  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
-    options.kernels.ensemble_whole_step_max_models =
-        absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
-  }
   if (mode == reprise::ExecMode::kGraph) {
     ASSIGN_OR_RETURN(options.graph_launch,
                      reprise::ParseGraphLaunch(absl::GetFlag(FLAGS_graph_launch)));
@@ -467,7 +476,6 @@ absl::StatusOr<Result> Measure(reprise::ExecMode mode, Fusion fusion) {
       options.graph_launch = reprise::GraphLaunch::kHost;
     }
   }
-  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   const auto [x, y] = RandomInputs(model, batch);
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
@@ -548,21 +556,8 @@ struct BulkedTrainer {
 };
 absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   ASSIGN_OR_RETURN(Model model, BuildModel());
-  reprise::TrainOptions options;
-  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = reprise::ExecMode::kBulked;
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.compute_dtype = ComputeDType();
-  options.lanes = absl::GetFlag(FLAGS_lanes);
-  options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
-  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
-  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
-  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
-  RETURN_IF_ERROR(SetOptimizer(options));
+  ASSIGN_OR_RETURN(const reprise::TrainOptions options,
+                   OptionsFromFlags(reprise::ExecMode::kBulked));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   const auto [x, y] = RandomInputs(model, absl::GetFlag(FLAGS_batch));
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
@@ -570,153 +565,29 @@ absl::StatusOr<BulkedTrainer> CreateBulkedTrainer() {
   return BulkedTrainer{std::move(model), std::move(trainer), std::move(device_inputs)};
 }
 
-// Launch times summed per kind of kernel (the first two words of its description), largest
-// first, as shares of their sum.
-void PrintByKind(const std::vector<std::pair<std::string, double>>& kernel_ms, double total) {
-  std::map<std::string, std::pair<double, int>> by_kind;
-  for (const auto& [kernel, ms] : kernel_ms) {
-    const std::vector<std::string> words = absl::StrSplit(kernel, ' ');
-    const std::string kind = words.size() >= 2 ? absl::StrCat(words[0], " ", words[1]) : kernel;
-    by_kind[kind].first += ms;
-    by_kind[kind].second += 1;
-  }
-  std::vector<std::pair<std::string, std::pair<double, int>>> kinds(by_kind.begin(), by_kind.end());
-  std::sort(kinds.begin(), kinds.end(),
-            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  for (const auto& [kind, stat] : kinds) {
-    std::printf("  %-40s %4d launches %9.3f ms %5.1f%%\n", kind.c_str(), stat.second, stat.first,
-                100 * stat.first / total);
-  }
-}
-
 // Each launch's median time, summed per kind of kernel, then the slowest launches.
 absl::Status Profile() {
   ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
   ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchTime> times,
                    bulked.trainer->ProfileLaunches(10));
-  std::vector<std::pair<std::string, double>> kernel_ms;
-  double total = 0;
-  for (const auto& t : times) {
-    kernel_ms.emplace_back(t.kernel, t.median_ms);
-    total += t.median_ms;
-  }
-  std::printf("profile: %zu launches, %.3f ms in sum (launches timed one by one)\n", times.size(),
-              total);
-  PrintByKind(kernel_ms, total);
-  std::sort(times.begin(), times.end(),
-            [](const auto& a, const auto& b) { return a.median_ms > b.median_ms; });
-  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_profile), times.size()); ++i) {
-    std::printf("  %8.3f ms  lane %d  %-36s %s\n", times[i].median_ms, times[i].lane,
-                times[i].node.c_str(), times[i].kernel.c_str());
-  }
+  reprise::tools::PrintProfile(std::move(times), absl::GetFlag(FLAGS_profile));
   return absl::OkStatus();
 }
 
-// How the lanes overlap: busy time per lane, where lane 0 (the data-gradient chain) waits for
-// another lane, and what runs after lane 0's last launch.
+// How the lanes overlap (tools/launch_reports.h).
 absl::Status Timeline() {
   ASSIGN_OR_RETURN(BulkedTrainer bulked, CreateBulkedTrainer());
   ASSIGN_OR_RETURN(std::vector<reprise::Trainer::LaunchSpan> spans, bulked.trainer->TimeLanes(20));
-  float span = 0, lane0_end = 0;
-  std::map<int, std::pair<double, int>> busy;  // lane -> (ms, launches)
-  struct Wait {
-    float ms;
-    int launch, awaited;
-  };
-  std::vector<Wait> waits;
-  std::vector<float> lane_end;
-  for (int i = 0; i < static_cast<int>(spans.size()); ++i) {
-    const auto& s = spans[i];
-    span = std::max(span, s.end_ms);
-    busy[s.lane].first += s.end_ms - s.start_ms;
-    busy[s.lane].second += 1;
-    if (s.lane >= static_cast<int>(lane_end.size())) lane_end.resize(s.lane + 1, 0.0f);
-    if (s.lane == 0) {
-      lane0_end = s.end_ms;
-      int awaited = -1;
-      for (int w : s.waits) {
-        if (awaited < 0 || spans[w].end_ms > spans[awaited].end_ms) awaited = w;
-      }
-      if (awaited >= 0 && spans[awaited].end_ms > lane_end[0]) {
-        waits.push_back({spans[awaited].end_ms - lane_end[0], i, awaited});
-      }
-    }
-    lane_end[s.lane] = s.end_ms;
-  }
-  double waited = 0;
-  for (const Wait& w : waits) waited += w.ms;
-  std::printf("timeline: %zu launches, %.3f ms from the step's start to its last launch's end\n",
-              spans.size(), span);
-  for (const auto& [lane, b] : busy) {
-    std::printf("  lane %d: %4d launches, %.3f ms busy (%.1f%% of the step)\n", lane, b.second,
-                b.first, 100 * b.first / span);
-  }
-  std::printf(
-      "  lane 0 waits for other lanes %d times, %.3f ms in all; it ends at %.3f ms, "
-      "%.3f ms before the step\n",
-      static_cast<int>(waits.size()), waited, lane0_end, span - lane0_end);
-  std::sort(waits.begin(), waits.end(), [](const Wait& a, const Wait& b) { return a.ms > b.ms; });
-  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_timeline), waits.size()); ++i) {
-    const Wait& w = waits[i];
-    std::printf("  %8.3f ms  at %8.3f  %-36s waits for lane %d %s\n", w.ms,
-                spans[w.launch].start_ms, spans[w.launch].node.c_str(), spans[w.awaited].lane,
-                spans[w.awaited].node.c_str());
-  }
-  for (const auto& s : spans) {
-    if (s.lane != 0 && s.end_ms > lane0_end) {
-      std::printf("  after lane 0: %8.3f to %8.3f ms  lane %d  %-36s %s\n", s.start_ms, s.end_ms,
-                  s.lane, s.node.c_str(), s.kernel.c_str());
-    }
-  }
-  // Each launch's span in the replay (concurrent lanes overlap, so the sum exceeds the step):
-  // what the launches cost inside the captured step, unlike --profile's launches timed alone.
-  std::vector<std::pair<std::string, double>> kernel_ms;
-  double total = 0;
-  for (const auto& s : spans) {
-    kernel_ms.emplace_back(s.kernel, s.end_ms - s.start_ms);
-    total += s.end_ms - s.start_ms;
-  }
-  std::printf("  launch spans in the replay: %.3f ms in sum over the lanes\n", total);
-  PrintByKind(kernel_ms, total);
-  std::vector<int> longest(spans.size());
-  for (int i = 0; i < static_cast<int>(spans.size()); ++i) longest[i] = i;
-  auto length = [&](int i) { return spans[i].end_ms - spans[i].start_ms; };
-  std::sort(longest.begin(), longest.end(), [&](int a, int b) { return length(a) > length(b); });
-  for (int i = 0; i < std::min<int>(absl::GetFlag(FLAGS_timeline), longest.size()); ++i) {
-    const auto& s = spans[longest[i]];
-    std::printf("  %8.3f ms  lane %d  %-36s %s\n", length(longest[i]), s.lane, s.node.c_str(),
-                s.kernel.c_str());
-  }
-  if (absl::GetFlag(FLAGS_timeline_all)) {
-    std::vector<int> by_start = longest;
-    std::sort(by_start.begin(), by_start.end(),
-              [&](int a, int b) { return spans[a].start_ms < spans[b].start_ms; });
-    std::printf("  every launch, by start: start ms, end ms, lane, node\n");
-    for (int i : by_start) {
-      std::printf("  %8.3f %8.3f  lane %d  %s\n", spans[i].start_ms, spans[i].end_ms, spans[i].lane,
-                  spans[i].node.c_str());
-    }
-  }
+  reprise::tools::PrintTimeline(spans, absl::GetFlag(FLAGS_timeline),
+                                absl::GetFlag(FLAGS_timeline_all));
   return absl::OkStatus();
 }
 
 // Trainer::Verify on this configuration (graph mode, deterministic algorithms), with the report.
 absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(Model model, BuildModel());
-  reprise::TrainOptions options;
-  options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.compute_dtype = ComputeDType();
-  options.lanes = absl::GetFlag(FLAGS_lanes);
+  ASSIGN_OR_RETURN(reprise::TrainOptions options, OptionsFromFlags(reprise::ExecMode::kGraph));
   options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
-  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
-  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
-  ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
-  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
-  RETURN_IF_ERROR(SetOptimizer(options));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
