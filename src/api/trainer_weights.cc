@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/api/trainer_impl.h"
+#include "src/autodiff/non_finite_guard.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/safetensors.h"
 #include "src/util/status_macros.h"
@@ -155,7 +155,7 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
       if (entry == nullptr) {
         // The non-finite guard's counters describe this trainer's run, not the model: a file
         // from a step without the guard (the whole-step kernel, kIgnore) leaves them as they are.
-        if (!absl::StartsWith(name, "non_finite.")) missing.push_back(name);
+        if (!autodiff::IsNonFiniteCounter(name)) missing.push_back(name);
         continue;
       }
       if (entry->dtype != FileDType(spec.dtype) || entry->shape != spec.shape.dims()) {
@@ -176,7 +176,7 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
     std::vector<std::string> unexpected;
     for (const util::SafetensorsEntry& entry : file.entries) {
       // As above: the guard's counters of another trainer's run are no part of the model.
-      if (!known.contains(entry.name) && !absl::StartsWith(entry.name, "non_finite.")) {
+      if (!known.contains(entry.name) && !autodiff::IsNonFiniteCounter(entry.name)) {
         unexpected.push_back(entry.name);
       }
     }

@@ -40,6 +40,12 @@ inline constexpr char kNonFiniteCheck[] = "non_finite.check";
 inline constexpr char kNonFiniteSkippedSteps[] = "non_finite.skipped_steps";
 inline constexpr char kNonFiniteRecord[] = "non_finite.record";
 
+// Whether `name` is one of the guard's counters: state of a trainer's run, not of the model, so
+// weight files need not carry them (a step without the guard has none).
+inline bool IsNonFiniteCounter(absl::string_view name) {
+  return name == kNonFiniteSkippedSteps || name == kNonFiniteRecord;
+}
+
 // InvalidArgument for a policy that is not a known NonFinitePolicy, and for kStop with a loss
 // scaling that scales (`scaling` resolved: kAuto already decided).
 absl::Status ValidateNonFiniteOptions(const NonFiniteOptions& options,
