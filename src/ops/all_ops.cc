@@ -7,7 +7,9 @@
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
+#include "src/ops/layer_norm_residual.h"
 #include "src/ops/masked_loss.h"
+#include "src/ops/matmul_gelu.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/non_finite.h"
 #include "src/ops/ops.h"
@@ -44,7 +46,8 @@ std::vector<const ir::OpDef*> AllOps() {
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
-          &CausalAttentionGradOp()};
+          &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluBiasGradOp(),
+          &MatmulBiasResidualOp(), &LayerNormGradAddOp()};
 }
 
 }  // namespace reprise::ops
