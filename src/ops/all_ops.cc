@@ -6,6 +6,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
+#include "src/ops/decode_attention.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
@@ -44,7 +45,9 @@ std::vector<const ir::OpDef*> AllOps() {
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
-          &CausalAttentionGradOp()};
+          &CausalAttentionGradOp(),
+          // Decoding with a key/value cache (src/ops/decode_attention.h).
+          &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp()};
 }
 
 }  // namespace reprise::ops
