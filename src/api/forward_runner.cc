@@ -206,8 +206,10 @@ absl::Status ForwardRunner::Impl::Allocate() {
   arena_.emplace(std::move(arena));
   base_ = static_cast<char*>(arena_->data()) - parameter_region_;
   // Poisoned, as the trainer's: a kernel that reads what nothing wrote shows NaN, not zeros.
-  RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(arena_->data(), 0xff, own), "cudaMemset",
-                                      "the forward runner's arena"));
+  // On the trainer's stream, which the state's initial values then follow.
+  RETURN_IF_ERROR(
+      runtime::CudaStatus(cudaMemsetAsync(arena_->data(), 0xff, own, share_.stream->get()),
+                          "cudaMemsetAsync", "the forward runner's arena"));
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(memory.input_bytes, 1)));
   std::memset(staging_->data(), 0, staging_->bytes());

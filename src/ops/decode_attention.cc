@@ -42,11 +42,16 @@ absl::StatusOr<DecodeDims> DimsOf(const Attrs& attrs, absl::Span<const TensorSpe
   const char* names[] = {"k_cache", "v_cache"};
   for (int i = 1; i <= 2; ++i) {
     RETURN_IF_ERROR(CheckRank(in[i], 3, names[i - 1]));
-    if (in[i].dtype != in[0].dtype || in[i].shape.dim(0) != dims.batch ||
-        in[i].shape.dim(2) != dims.width() || in[i].shape.dim(1) < 1) {
+    // A 16-bit cache beside float32 qkv: a graph built for a mixed-precision trainer, whose
+    // pass makes qkv 16-bit too (src/ops/decode_attention.h).
+    const bool dtype_ok = in[i].dtype == in[0].dtype ||
+                          (in[0].dtype == DType::kFloat32 && IsLowPrecision(in[i].dtype));
+    if (!dtype_ok || in[i].shape.dim(0) != dims.batch || in[i].shape.dim(2) != dims.width() ||
+        in[i].shape.dim(1) < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           names[i - 1], " is ", in[i].ToString(), "; with qkv ", in[0].ToString(), " it must be [",
-          dims.batch, ", max_positions >= 1, ", dims.width(), "] ", DTypeName(in[0].dtype)));
+          dims.batch, ", max_positions >= 1, ", dims.width(), "] ", DTypeName(in[0].dtype),
+          in[0].dtype == DType::kFloat32 ? " (or 16-bit)" : ""));
     }
   }
   if (in[1] != in[2]) {
@@ -117,6 +122,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, con
   if (!codegen::IsKernelElementType(dtype)) {
     return absl::UnimplementedError(absl::StrCat(
         "node '", node.name, "' (decode_attention): no GPU ", "kernel for ", DTypeName(dtype)));
+  }
+  if (ctx.input_specs[1].dtype != dtype) {
+    return absl::UnimplementedError(absl::StrCat(
+        "node '", node.name, "' (decode_attention): ", DTypeName(ctx.input_specs[1].dtype),
+        " caches beside ", DTypeName(dtype),
+        " qkv; compile it with a trainer whose compute_dtype is the caches' (mixed precision then "
+        "makes qkv ",
+        DTypeName(ctx.input_specs[1].dtype), " too)"));
   }
   const int64_t shared = codegen::DecodeAttentionSharedBytes(dims.max_positions, dims.head_dim);
   if (shared > 48 * 1024) {

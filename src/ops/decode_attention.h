@@ -17,7 +17,9 @@
 //                      value. The builder makes it run after every reader of the counter (control
 //                      edges), so each replay reads one position and leaves the next.
 //
-// The caches and qkv share one float dtype (bfloat16 caches under mixed precision). No gradient
+// The caches and qkv share one float dtype, or the caches are 16-bit beside float32 qkv: a decoder
+// built for a mixed-precision trainer, whose pass then makes qkv 16-bit too (a float32 cache
+// would be read through a 16-bit copy, and written there). The GPU runs caches of qkv's dtype. No gradient
 // flows through any of them: the decode step is forward only. A position outside [0, P) is an
 // error on the CPU reference (OutOfRange naming the node); on the GPU the caches are left alone
 // and the outputs are NaN, so that a step past the cache's end is never mistaken for a result
