@@ -5,6 +5,7 @@
 #include "reprise/bucketed_trainer.h"
 #include "reprise/data.h"
 #include "reprise/data_parallel.h"
+#include "reprise/forward_runner.h"
 #include "reprise/graph.h"
 #include "reprise/local_data_parallel.h"
 #include "reprise/models.h"

@@ -32,6 +32,9 @@
 
 namespace reprise {
 
+class ForwardRunner;    // reprise/forward_runner.h
+struct ForwardOptions;  // reprise/forward_runner.h
+
 // How a step runs. All three run the same plan.
 enum class ExecMode : uint8_t {
   kSync,    // Launch op by op, synchronising after each: the unbulked baseline.
@@ -466,6 +469,19 @@ class Trainer {
   // deterministic library algorithms: set TrainOptions::deterministic for convolutional models.
   absl::StatusOr<VerifyResult> Verify(int steps);
 
+  // Compiles `graph`, a forward-only graph (no loss needed) whose parameters all are this
+  // trainer's, to run on this trainer's GPU with its current parameters read in place, and its
+  // `outputs` readable after each run: evaluation, decoding (reprise/forward_runner.h). The
+  // runner may outlive the trainer. InvalidArgument naming the parameter for a parameter the
+  // trainer lacks or has with another shape or dtype, and for no outputs; the pipeline's errors
+  // name the node. Defined in src/api/forward_runner.cc.
+  absl::StatusOr<std::unique_ptr<ForwardRunner>> CompileForward(const Graph& graph,
+                                                                absl::Span<const Value> outputs);
+  absl::StatusOr<std::unique_ptr<ForwardRunner>> CompileForward(const Graph& graph,
+                                                                absl::Span<const Value> outputs,
+                                                                const ForwardOptions& options);
+
+  const TrainOptions& options() const;  // As given to Create.
   TrainerStats stats() const;
   TrainerReport Report() const;
   // The graph the step runs: the user's forward, its backward and the optimizer.

@@ -120,6 +120,14 @@ class Trainer::Impl {
   // The safetensors dtype of a graph dtype (trainer_weights.cc).
   static util::SafetensorsDType FileDType(DType dtype);
   const passes::Plan& plan() const { return plan_; }
+  // What a ForwardRunner (src/api/forward_runner.cc) shares with its trainer: the stream, library
+  // handles, arena (where it reads the parameters) and workspaces, the kernel store and device.
+  DeviceShare SharedDevice() const {
+    return {stream_, lt_, cudnn_, arena_, workspaces_, library_handle_bytes_};
+  }
+  const std::shared_ptr<runtime::KernelStore>& kernel_store() const { return kernels_; }
+  const runtime::DeviceInfo& device() const { return device_; }
+  const TrainOptions& options() const { return options_; }
   // For tests and dumps (src/api/model_dump.h): the lowered launches and, in ExecMode::kGraph, the
   // captured step (null otherwise).
   const std::vector<capture::LoweredLaunch>& launches() const { return launches_; }

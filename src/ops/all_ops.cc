@@ -6,6 +6,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
+#include "src/ops/decode_attention.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/layer_norm_residual.h"
 #include "src/ops/masked_loss.h"
@@ -47,7 +48,9 @@ std::vector<const ir::OpDef*> AllOps() {
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
           &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluBiasGradOp(),
-          &MatmulBiasResidualOp(), &LayerNormGradAddOp()};
+          &MatmulBiasResidualOp(), &LayerNormGradAddOp(),
+          // Decoding with a key/value cache (src/ops/decode_attention.h).
+          &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp()};
 }
 
 }  // namespace reprise::ops
