@@ -94,6 +94,9 @@ class Report:
             return self.add_scaling(path, name, data)
         if isinstance(data.get("results"), dict) and isinstance(data.get("config"), dict):
             return self.add_steps(path, name, data)
+        if isinstance(data.get("error"), str) and isinstance(data.get("config"), dict):
+            # A run that could not start (no GPU, no torch): its row says why.
+            return self.add_steps(path, name, {**data, "results": {"run": {"error": data["error"]}}})
         if data.get("tool") == "gpt2_torch_check.py" and isinstance(data.get("records"), list):
             return self.add_check(name, data)
         return self.refuse(path, "neither step times, data-parallel scaling nor update paths "

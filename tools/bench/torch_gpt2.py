@@ -317,7 +317,8 @@ def main():
         print(f"torch_gpt2: error: {why}", file=sys.stderr)
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"error": why, "config": config}, f, indent=2)
+                json.dump({"framework": "torch", "tool": "torch_gpt2.py", "error": why,
+                           "config": config}, f, indent=2)
         return 1
     tf32 = a.precision in ("tf32", "bf16")
     torch.backends.cuda.matmul.allow_tf32 = tf32
