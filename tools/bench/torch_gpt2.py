@@ -19,7 +19,8 @@ LrSchedule formula (lr_factor below). Modes:
   compile        torch.compile(model, mode=--compile-mode) in the same loop (the optimizer is
                  fused already; compiling takes about a minute, reported as compile_s)
   compile_graph  the compiled model, with the whole step (forward, backward, clipping, the
-                 scheduled rate computed from a device-side step counter, AdamW) captured in one
+                 scheduled rate computed from a device-side step counter, AdamW with
+                 capturable=True and the rate as a device tensor) captured in one
                  torch.cuda.CUDAGraph (PyTorch's documented recipe, as torch_resnet.py does) and
                  replayed; the next batch is copied into the static inputs inside the timed step
   graph          the same capture of the eager model (not in the default modes)
@@ -152,12 +153,13 @@ def device_lr(step_t, base, warmup, total, min_factor):
     return base * torch.where(step_t < warmup, warm, cosine)
 
 
-def make_adamw(model, lr, weight_decay, fused):
-    """AdamW with weight decay on the 2-D weights (matmul weights, embeddings) only."""
+def make_adamw(model, lr, weight_decay, fused, capturable=False):
+    """AdamW with weight decay on the 2-D weights (matmul weights, embeddings) only; capturable
+    for a step inside a CUDA graph capture (Adam's step refuses to be captured otherwise)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    kw = {"fused": True} if fused else {"foreach": False}
+    kw = {"fused": True, "capturable": capturable} if fused else {"foreach": False}
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
 
 
@@ -212,12 +214,12 @@ def parse_args(argv=None):
 class Setup:
     """What every mode builds: the model on the GPU, its optimizer and one step's pieces."""
 
-    def __init__(self, a, compiled):
+    def __init__(self, a, compiled, captured):
         self.a = a
         self.model = build_gpt2(a.layers, a.heads, a.width, a.vocab, a.positions).cuda().train()
         self.params = [p for p in self.model.parameters()]
         self.forward = torch.compile(self.model, mode=a.compile_mode) if compiled else self.model
-        self.opt = make_adamw(self.model, a.lr, a.weight_decay, fused=True)
+        self.opt = make_adamw(self.model, a.lr, a.weight_decay, fused=True, capturable=captured)
 
     def loss(self, x, y):
         with autocast(self.a.precision):
@@ -293,8 +295,10 @@ def graph_step(s, xs, ys):
 
 
 def setup_mode(mode, a, xs, ys):
-    s = Setup(a, compiled=mode in ("compile", "compile_graph"))
-    info = {"optimizer": "AdamW(fused=True), clip_grad_norm_(1.0, foreach=True)"}
+    captured = mode in ("graph", "compile_graph")
+    s = Setup(a, compiled=mode in ("compile", "compile_graph"), captured=captured)
+    info = {"optimizer": f"AdamW(fused=True{', capturable=True' if captured else ''}), "
+                         "clip_grad_norm_(1.0, foreach=True)"}
     if mode in ("compile", "compile_graph"):
         info["compile_s"] = compile_first(s, xs, ys)
         info["compile_mode"] = a.compile_mode
