@@ -156,9 +156,14 @@ class RepriseSide:
     """reprise.models.build_gpt2 trained by reprise.Trainer with the same optimizer."""
 
     def __init__(self, reprise, a, precision):
-        cfg = reprise.models.Gpt2Config(batch=a.batch, seq=a.seq, max_positions=a.seq,
-                                        vocab=a.vocab, layers=a.layers, heads=a.heads,
-                                        width=a.width)
+        fields = dict(batch=a.batch, seq=a.seq, max_positions=a.seq, vocab=a.vocab,
+                      layers=a.layers, heads=a.heads, width=a.width)
+        try:
+            cfg = reprise.models.Gpt2Config(**fields)
+        except TypeError:  # a binding without keyword construction: set the fields one by one
+            cfg = reprise.models.Gpt2Config()
+            for name, value in fields.items():
+                setattr(cfg, name, value)
         self.model = reprise.models.build_gpt2(cfg)
         optimizer = reprise.OptimizerOptions(
             kind=reprise.OptimizerKind.adamw, learning_rate=a.lr, beta1=0.9, beta2=0.95,

@@ -125,12 +125,22 @@ build() {
   echo "llmc_gpt2: nvcc $nvcc ($("$nvcc" --version | tail -n 2 | head -n 1)); cuDNN headers $cudnn_inc; cuBLAS headers $cublas_inc"
   local log=$out/llmc_build.log t0=$SECONDS
   # llm.c's Makefile, with what it cannot detect here given on the command line (a command-line
-  # NVCC_INCLUDES / NVCC_LDFLAGS replaces the Makefile's own, so theirs are repeated).
+  # NVCC_INCLUDES / NVCC_LDFLAGS replaces the Makefile's own, so theirs are repeated). Without
+  # make, the two nvcc commands its rules run for these settings.
+  local sm=${LLMC_SM:-90}
+  local includes="-Icudnn-frontend/include -I$cudnn_inc -I$cublas_inc"
+  local ldflags="-L$linklib -L$cuda/lib64 -lcublas -lcublasLt $nvml_flag -lcudnn"
   (cd "$dir/src" && rm -f train_gpt2cu build/cudnn_att.o &&
-    make train_gpt2cu USE_CUDNN=1 PRECISION=BF16 GPU_COMPUTE_CAPABILITY=${LLMC_SM:-90} \
-      NO_MULTI_GPU=1 NO_USE_MPI=1 NVCC="$nvcc" \
-      NVCC_INCLUDES="-Icudnn-frontend/include -I$cudnn_inc -I$cublas_inc" \
-      NVCC_LDFLAGS="-L$linklib -L$cuda/lib64 -lcublas -lcublasLt $nvml_flag -lcudnn") > "$log" 2>&1
+    if command -v make > /dev/null; then
+      make train_gpt2cu USE_CUDNN=1 PRECISION=BF16 GPU_COMPUTE_CAPABILITY="$sm" \
+        NO_MULTI_GPU=1 NO_USE_MPI=1 NVCC="$nvcc" NVCC_INCLUDES="$includes" NVCC_LDFLAGS="$ldflags"
+    else
+      echo "no make here: running the nvcc commands of llm.c's Makefile for USE_CUDNN=1"
+      local flags="--threads=0 -t=0 --use_fast_math -std=c++17 -O3 --generate-code arch=compute_$sm,code=[compute_$sm,sm_$sm]"
+      mkdir -p build && set -x &&
+        "$nvcc" -c $flags -DENABLE_CUDNN -DENABLE_BF16 llmc/cudnn_att.cpp $includes -o build/cudnn_att.o &&
+        "$nvcc" $flags -DENABLE_CUDNN -DENABLE_BF16 train_gpt2.cu build/cudnn_att.o $ldflags $includes -o train_gpt2cu
+    fi) > "$log" 2>&1
   local rc=$?
   if ((rc != 0)) || [[ ! -x $dir/src/train_gpt2cu ]]; then
     grep -E "error|Error" "$log" | head -n 20 >&2
