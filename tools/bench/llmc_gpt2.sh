@@ -20,7 +20,9 @@
 #   for sm_90, without NCCL and MPI; what the Makefile cannot find by itself on the GPU host is
 #   passed in: nvcc (PATH, /usr/local/cuda, the Python environment), cuDNN's and cuBLAS's headers
 #   and libraries (the toolkit's or the Python environment's nvidia/ packages) and libnvidia-ml
-#   (linked through symbolic links with the unversioned names -l needs, in .stage/llmc/linklib).
+#   and NVRTC (which cudnn-frontend's headers now call), linked through symbolic links with the
+#   unversioned names -l needs, in .stage/llmc/linklib; llm.c's one call that CUDA 13 changed
+#   (cudaMemAdvise's location) is patched in the staged copy.
 # run: train_gpt2cu -e d12 -b B -t T -x STEPS with AdamW lr 6e-4 (10 warm-up steps, cosine to
 #   0.1x), weight decay 0.1, llm.c's defaults otherwise (bf16, TF32, recompute of GELU, cuDNN);
 #   no sampling, one validation batch (before step 1 and after the last; not timed). llm.c times
@@ -87,16 +89,19 @@ find_paths() {
   h=$(first "$cuda"/include/cublas_v2.h "$nv"/cu13/include/cublas_v2.h "$nv"/cublas/include/cublas_v2.h)
   [[ -n $h ]] || die "cublas_v2.h not found ($cuda/include, $nv/cu13/include, $nv/cublas/include)"
   cublas_inc=$(dirname "$h")
-  local cudnn_so cublas_so cublaslt_so nvml_so
+  local cudnn_so cublas_so cublaslt_so nvrtc_so nvml_so
   cudnn_so=$(first "$nv"/cudnn/lib/libcudnn.so.9 "$cuda"/lib64/libcudnn.so.9 /usr/lib/x86_64-linux-gnu/libcudnn.so.9)
   cublas_so=$(first "$cuda"/lib64/libcublas.so.13 "$nv"/cu13/lib/libcublas.so.13 "$nv"/cublas/lib/libcublas.so.13)
   cublaslt_so=$(first "$cuda"/lib64/libcublasLt.so.13 "$nv"/cu13/lib/libcublasLt.so.13 "$nv"/cublas/lib/libcublasLt.so.13)
+  # cudnn-frontend (1.2x and later) compiles one experimental engine with NVRTC, linked directly.
+  nvrtc_so=$(first "$cuda"/lib64/libnvrtc.so.13 "$nv"/cu13/lib/libnvrtc.so.13 "$nv"/cuda_nvrtc/lib/libnvrtc.so.13)
   nvml_so=$(first "$cuda"/lib64/stubs/libnvidia-ml.so "$cuda"/targets/x86_64-linux/lib/stubs/libnvidia-ml.so \
     "$nv"/cu13/lib/stubs/libnvidia-ml.so /usr/local/nvidia/lib64/libnvidia-ml.so.1 \
     /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /usr/lib64/libnvidia-ml.so.1)
   [[ -n $nvml_so ]] || nvml_so=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml.so.1 /{print $NF; exit}')
   [[ -n $cudnn_so ]] || die "libcudnn.so.9 not found ($nv/cudnn/lib, $cuda/lib64)"
   [[ -n $cublas_so && -n $cublaslt_so ]] || die "libcublas.so.13 / libcublasLt.so.13 not found ($cuda/lib64, $nv/cu13/lib)"
+  [[ -n $nvrtc_so ]] || die "libnvrtc.so.13 not found ($cuda/lib64, $nv/cu13/lib): cudnn-frontend's headers need it"
   # llm.c uses NVML only where nvml.h is found (__has_include), and then must link it.
   nvml_flag=-lnvidia-ml
   if [[ -z $nvml_so ]]; then
@@ -109,9 +114,10 @@ find_paths() {
   ln -s "$cudnn_so" "$linklib/libcudnn.so"
   ln -s "$cublas_so" "$linklib/libcublas.so"
   ln -s "$cublaslt_so" "$linklib/libcublasLt.so"
+  ln -s "$nvrtc_so" "$linklib/libnvrtc.so"
   [[ -n $nvml_so ]] && ln -s "$nvml_so" "$linklib/libnvidia-ml.so"
   local d libpath=""
-  for d in "$(dirname "$cudnn_so")" "$(dirname "$cublas_so")" "$cuda/lib64" /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+  for d in "$(dirname "$cudnn_so")" "$(dirname "$cublas_so")" "$(dirname "$nvrtc_so")" "$cuda/lib64" /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
     [[ -d $d ]] && libpath+="$d:"
   done
   export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:-}"
@@ -124,12 +130,22 @@ build() {
   find_paths
   echo "llmc_gpt2: nvcc $nvcc ($("$nvcc" --version | tail -n 2 | head -n 1)); cuDNN headers $cudnn_inc; cuBLAS headers $cublas_inc"
   local log=$out/llmc_build.log t0=$SECONDS
+  # CUDA 13 changed cudaMemAdvise's last argument from a device number to a cudaMemLocation:
+  # llm.c's one call (advising host memory for its out-of-memory fallback to managed memory)
+  # gets the host as a location. Applied to the staged copy only, where this toolkit needs it.
+  if grep -q "cudaMemAdvise(const void \*devPtr, size_t count, enum cudaMemoryAdvise advice, struct cudaMemLocation location)" \
+       "$cuda"/include/cuda_runtime_api.h "$cuda"/targets/x86_64-linux/include/cuda_runtime_api.h 2>/dev/null &&
+     grep -q "cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)" "$dir/src/llmc/cuda_utils.cuh"; then
+    sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+      "$dir/src/llmc/cuda_utils.cuh" || die "cannot patch $dir/src/llmc/cuda_utils.cuh for CUDA 13"
+    echo "llmc_gpt2: patched llmc/cuda_utils.cuh for CUDA 13's cudaMemAdvise (a cudaMemLocation, not a device number)"
+  fi
   # llm.c's Makefile, with what it cannot detect here given on the command line (a command-line
   # NVCC_INCLUDES / NVCC_LDFLAGS replaces the Makefile's own, so theirs are repeated). Without
   # make, the two nvcc commands its rules run for these settings.
   local sm=${LLMC_SM:-90}
   local includes="-Icudnn-frontend/include -I$cudnn_inc -I$cublas_inc"
-  local ldflags="-L$linklib -L$cuda/lib64 -lcublas -lcublasLt $nvml_flag -lcudnn"
+  local ldflags="-L$linklib -L$cuda/lib64 -lcublas -lcublasLt $nvml_flag -lcudnn -lnvrtc"
   (cd "$dir/src" && rm -f train_gpt2cu build/cudnn_att.o &&
     if command -v make > /dev/null; then
       make train_gpt2cu USE_CUDNN=1 PRECISION=BF16 GPU_COMPUTE_CAPABILITY="$sm" \
