@@ -5,7 +5,7 @@
 # per-step times parsed into the JSON report.py reads.
 #
 #   bash tools/bench/llmc_gpt2.sh stage            # here (no GPU): fills .stage/llmc (~10 MiB)
-#   bash tools/bench/llmc_gpt2.sh build            # on the GPU host: .stage/llmc/train_gpt2cu
+#   bash tools/bench/llmc_gpt2.sh build            # on the GPU host (or here, ahead of time)
 #   bash tools/bench/llmc_gpt2.sh run B T STEPS    # on the GPU host: one shape
 #   bash tools/bench/llmc_gpt2.sh all              # build, then B=16 T=1024 and B=4 T=256
 #
@@ -22,7 +22,10 @@
 #   and libraries (the toolkit's or the Python environment's nvidia/ packages) and libnvidia-ml
 #   and NVRTC (which cudnn-frontend's headers now call), linked through symbolic links with the
 #   unversioned names -l needs, in .stage/llmc/linklib; llm.c's one call that CUDA 13 changed
-#   (cudaMemAdvise's location) is patched in the staged copy.
+#   (cudaMemAdvise's location) is patched in the staged copy. Run here (nvcc 13 and cuDNN 9.19
+#   beside the toolkit), it builds the same binary ahead of time (about 3 CPU-minutes; the GPU
+#   host then skips the build when the staged binary finds its libraries there; LLMC_REBUILD=1
+#   builds anyway). LLMC_BUILT records where it was built.
 # run: train_gpt2cu -e d12 -b B -t T -x STEPS with AdamW lr 6e-4 (10 warm-up steps, cosine to
 #   0.1x), weight decay 0.1, llm.c's defaults otherwise (bf16, TF32, recompute of GELU, cuDNN);
 #   no sampling, one validation batch (before step 1 and after the last; not timed). llm.c times
@@ -128,6 +131,15 @@ build() {
     die "no llm.c source in $dir/src: run 'bash tools/bench/llmc_gpt2.sh stage' on the development machine and carry .stage"
   [[ -f $dir/src/cudnn-frontend/include/cudnn_frontend.h ]] || die "no cudnn-frontend headers in $dir/src/cudnn-frontend/include: stage again"
   find_paths
+  local exe=$dir/src/train_gpt2cu
+  if [[ -x $exe && ${LLMC_REBUILD:-0} != 1 ]]; then
+    if ldd "$exe" | grep -q "not found"; then
+      echo "llmc_gpt2: the staged train_gpt2cu misses libraries here ($(ldd "$exe" | awk '/not found/{printf "%s ", $1}')); building it again"
+    else
+      echo "llmc_gpt2: using the staged train_gpt2cu ($(cat "$dir/src/LLMC_BUILT" 2>/dev/null)); LLMC_REBUILD=1 builds it here"
+      return 0
+    fi
+  fi
   echo "llmc_gpt2: nvcc $nvcc ($("$nvcc" --version | tail -n 2 | head -n 1)); cuDNN headers $cudnn_inc; cuBLAS headers $cublas_inc"
   local log=$out/llmc_build.log t0=$SECONDS
   # CUDA 13 changed cudaMemAdvise's last argument from a device number to a cudaMemLocation:
@@ -162,6 +174,7 @@ build() {
     grep -E "error|Error" "$log" | head -n 20 >&2
     die "make train_gpt2cu failed (exit $rc) after $((SECONDS - t0)) s; the whole log is $log"
   fi
+  echo "on $(hostname) by $("$nvcc" --version | tail -n 2 | head -n 1), cuDNN headers $cudnn_inc, $(date -u +%Y-%m-%d)" > "$dir/src/LLMC_BUILT"
   echo "llmc_gpt2: built train_gpt2cu with cuDNN in $((SECONDS - t0)) s"
 }
 
@@ -219,11 +232,14 @@ else:
     print(f"llm.c cudnn batch={b} seq={t} layers=12 heads=12 width=768 vocab=50257 precision=bf16 "
           f"median_ms={med:.4f} p90_ms={result['p90_ms']:.4f} tokens_per_s={tps:.0f} "
           f"mfu={'?' if mfu is None else f'{100 * mfu:.1f}%'} loss={result['first_loss']}->{result['last_loss']}")
-try:
-    commit = open(stage + "/src/LLMC_COMMIT").read().split()[0]
-except OSError:
-    commit = None
+def first_line(name):
+    try:
+        return open(stage + "/src/" + name).read().strip()
+    except OSError:
+        return None
+commit = (first_line("LLMC_COMMIT") or "").split(" ")[0] or None
 json.dump({"framework": "llm.c", "tool": "llmc_gpt2.sh", "gpu": gpu, "llmc_commit": commit,
+           "built": first_line("LLMC_BUILT"),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "mfu_formula": gpt2_flops.FORMULA, "config": config, "results": {"cudnn": result}},
           open(path, "w"), indent=2)
