@@ -7,10 +7,11 @@
 # (llm.c: staged shards). Each program runs under `timeout`; logs and JSON land in
 # /tmp/gpt2-peers and travel back as $OUT/gpt2_peers.tgz after every phase (a timeout keeps
 # what ran), and the summary (report.py's tables of ms, tokens/s, MFU and the check's PASS/FAIL)
-# as $OUT/gpt2_summary.md. llm.c is built (2-3 minutes of nvcc, one core) in the background
-# while the check and reprise run. Expected wall time about 6-7 minutes, about half of it
-# torch.compile (roughly a minute per shape, another half-minute for the graph mode's compile)
-# and llm.c's build. GPT2_STEPS_SCALE=0.5 halves every timed step count.
+# as $OUT/gpt2_summary.md. llm.c is built in the background while the check and reprise run
+# (2-3 minutes of nvcc on one core), unless .stage/llmc holds a train_gpt2cu built ahead of time
+# that finds its libraries here. Expected wall time about 5-7 minutes, much of it torch.compile
+# (roughly a minute per shape, less for the graph mode's second compile from the cache).
+# GPT2_STEPS_SCALE=0.5 halves every timed step count.
 set -uo pipefail
 work=/tmp/gpt2-peers
 rm -rf "$work" && mkdir -p "$work"
