@@ -63,17 +63,19 @@ if want reprise; then
       phase "reprise_b$1_t$2" 180 reprise-bench --model gpt2 --batch "$1" --seq "$2" "${precision[@]}" \
         --optimizer adamw --max_grad_norm 1 --schedule cosine --warmup_steps 10 --total_steps 1000 \
         --mode graph --fusion on --inputs device --iters "$3" --warmup 10 --json "$work/reprise_b$1_t$2.json"
-      # Name the shape in the JSON where reprise-bench does not, so that report.py's rows are right.
+      # Where reprise-bench records no GPT-2 fields (its "depth" and "width" are then the MLP
+      # flags' defaults, unused), name the model it ran, GPT-2 124M at this shape, so that
+      # report.py puts its row beside the peers'; say so in the file.
       python3 - "$work/reprise_b$1_t$2.json" "$1" "$2" <<'EOF' 2>/dev/null
 import json, sys
 path, b, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 d = json.load(open(path))
 c = d.setdefault("config", {})
-for k, v in (("model", "gpt2"), ("batch", b), ("seq", t), ("layers", 12), ("heads", 12),
-             ("width", 768), ("vocab", 50257), ("positions", 1024), ("bf16", True)):
-    c.setdefault(k, v)
-if c.get("width") != 768 and c.get("model") == "gpt2":  # reprise-bench's MLP default, not GPT-2's
-    c["width"] = 768
+if "layers" not in c:
+    c.update(model="gpt2", batch=b, seq=t, layers=12, heads=12, width=768, vocab=50257,
+             positions=1024, bf16=True)
+    d["config_filled_by"] = "gpt2_peers.sh: reprise-bench recorded no GPT-2 fields"
+c.setdefault("seq", t)
 json.dump(d, open(path, "w"), indent=2)
 EOF
     done
