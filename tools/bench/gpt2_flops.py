@@ -54,7 +54,8 @@ def mfu(params, layers, width, seq, batch, ms, peak):
     """Model FLOPs utilisation of a step of `ms` milliseconds, or None without a peak."""
     if not peak or not ms:
         return None
-    return flops_per_token(params, layers, width, seq) * tokens_per_s(batch, seq, ms) / (peak * 1e12)
+    flops = flops_per_token(params, layers, width, seq) * tokens_per_s(batch, seq, ms)
+    return flops / (peak * 1e12)
 
 
 def from_config(config, ms, gpu_name, peak_override=None):

@@ -17,8 +17,9 @@ and the parameters after the last step: the relative 2-norm of the difference of
 together, ||p_reprise - p_torch|| / ||p_torch||, within the same tolerance (each tensor's is
 printed; one over 10x the tolerance is flagged; the key third of each c_attn bias, whose
 gradient is zero but for rounding, is shown and not counted: see compare_params). A yardstick
-row shows how far PyTorch's own bf16 run is from its fp32 run. Prints a PASS/FAIL table; exit status 0 when every check passes, 1 when
-one fails, 2 when it cannot run (no torch, no GPU, no reprise module: the reason is printed).
+row shows how far PyTorch's own bf16 run is from its fp32 run. Prints a PASS/FAIL table; exit
+status 0 when every check passes, 1 when one fails, 2 when it cannot run (no torch, no GPU, no
+reprise module: the reason is printed).
 
 The reprise module is imported from $REPRISE_PYTHON_PATH, else .stage/python, else build/python
 (a module built for the Python that runs this script: python3 is 3.12 on the GPU host).
@@ -283,8 +284,8 @@ def print_record(record):
         print(f"  {i:>4}  {o:>12.6f}  {t:>12.6f}  {rel(o, t):>10.2e}")
     flag = 10 * record["tolerance"]
     worst = sorted(record["params_per_tensor"].items(), key=lambda kv: -kv[1])
-    print(f"  parameters: relative 2-norm of the difference, all together {record['params_rel']:.2e};"
-          f" worst tensors:")
+    print("  parameters: relative 2-norm of the difference, all together "
+          f"{record['params_rel']:.2e}; worst tensors:")
     for name, r in worst[:5]:
         note = ("  (not counted: zero gradient but for rounding)" if name.endswith("[k]") else
                 "  (over 10x the tolerance)" if r > flag else "")

@@ -96,7 +96,8 @@ class Report:
             return self.add_steps(path, name, data)
         if isinstance(data.get("error"), str) and isinstance(data.get("config"), dict):
             # A run that could not start (no GPU, no torch): its row says why.
-            return self.add_steps(path, name, {**data, "results": {"run": {"error": data["error"]}}})
+            return self.add_steps(path, name,
+                                  {**data, "results": {"run": {"error": data["error"]}}})
         if data.get("tool") == "gpt2_torch_check.py" and isinstance(data.get("records"), list):
             return self.add_check(name, data)
         return self.refuse(path, "neither step times, data-parallel scaling nor update paths "
@@ -202,9 +203,10 @@ def tables(rep):
     if rep.gpt2:
         out.append(gpt2_table(rep.gpt2))
     if rep.checks:
+        value = lambda v: v if isinstance(v, str) else "" if v is None else f"{v:.2e}"
         out.append("GPT-2 against PyTorch (gpt2_torch_check.py; relative differences):\n\n"
                    + markdown(["precision", "check", "value", "tolerance", "result", "file"],
-                              [[str(c[0]), c[1], c[2] if isinstance(c[2], str) else "" if c[2] is None else f"{c[2]:.2e}",
+                              [[str(c[0]), c[1], value(c[2]),
                                 "" if c[3] is None else f"{c[3]:g}", "PASS" if c[4] else "FAIL",
                                 c[5]] for c in rep.checks]))
     if rep.scaling:

@@ -119,7 +119,8 @@ if nn is not None:
             """Mean cross-entropy of the next-token logits; tokens, targets [B, T] int64."""
             t = tokens.shape[1]
             if t > self.positions:
-                raise ValueError(f"sequence of {t} tokens is longer than the context {self.positions}")
+                raise ValueError(f"sequence of {t} tokens is longer than the context "
+                                 f"{self.positions}")
             pos = torch.arange(t, device=tokens.device)
             x = self.transformer.wte(tokens) + self.transformer.wpe(pos)
             for block in self.transformer.h:
@@ -244,7 +245,8 @@ def eager_step(s, xs, ys):
 
 def compile_first(s, xs, ys):
     """Runs one step so that torch.compile compiles forward and backward now; returns seconds."""
-    progress(f"compiling forward and backward (torch.compile mode {s.a.compile_mode}; about a minute)")
+    progress(f"compiling forward and backward (torch.compile mode {s.a.compile_mode}; "
+             "about a minute)")
     t0 = time.perf_counter()
     s.opt.zero_grad(set_to_none=True)
     s.loss(xs[0], ys[0]).backward()
@@ -317,7 +319,8 @@ def main():
               "min_lr_factor": a.min_lr_factor, "weight_decay": a.weight_decay,
               "compile_mode": a.compile_mode, "inputs": "random tokens"}
     if torch is None or not torch.cuda.is_available():
-        why = f"torch is not installed ({_IMPORT_ERROR})" if torch is None else "no CUDA GPU visible"
+        why = (f"torch is not installed ({_IMPORT_ERROR})" if torch is None
+               else "no CUDA GPU visible")
         print(f"torch_gpt2: error: {why}", file=sys.stderr)
         if a.json:
             with open(a.json, "w") as f:
