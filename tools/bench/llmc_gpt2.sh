@@ -80,11 +80,9 @@ EOF
 # The first existing file among the arguments (globs allowed), or nothing.
 first() { local f; for f in "$@"; do [[ -e $f ]] && { echo "$f"; return; }; done; }
 
-find_paths() {
-  nv=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
-  nvcc=${NVCC:-$(command -v nvcc || first /usr/local/cuda/bin/nvcc "$nv"/cu13/bin/nvcc "$nv"/cuda_nvcc/bin/nvcc)}
+# The headers and nvcc a build needs (find_libs first).
+find_build_tools() {
   [[ -x $nvcc ]] || die "nvcc not found (PATH, /usr/local/cuda/bin, $nv/cu13/bin); set NVCC"
-  cuda=$(cd "$(dirname "$nvcc")/.." && pwd)
   local h
   h=$(first "$nv"/cudnn/include/cudnn.h "$cuda"/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h)
   [[ -n $h ]] || die "cudnn.h not found (the Python environment's nvidia/cudnn/include, $cuda/include, /usr/include)"
@@ -92,6 +90,14 @@ find_paths() {
   h=$(first "$cuda"/include/cublas_v2.h "$nv"/cu13/include/cublas_v2.h "$nv"/cublas/include/cublas_v2.h)
   [[ -n $h ]] || die "cublas_v2.h not found ($cuda/include, $nv/cu13/include, $nv/cublas/include)"
   cublas_inc=$(dirname "$h")
+}
+
+# The libraries train_gpt2cu links and loads: link names in $dir/linklib, LD_LIBRARY_PATH.
+find_libs() {
+  nv=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
+  nvcc=${NVCC:-$(command -v nvcc || first /usr/local/cuda/bin/nvcc "$nv"/cu13/bin/nvcc "$nv"/cuda_nvcc/bin/nvcc)}
+  cuda=/usr/local/cuda
+  [[ -x $nvcc ]] && cuda=$(cd "$(dirname "$nvcc")/.." && pwd)
   local cudnn_so cublas_so cublaslt_so nvrtc_so nvml_so
   cudnn_so=$(first "$nv"/cudnn/lib/libcudnn.so.9 "$cuda"/lib64/libcudnn.so.9 /usr/lib/x86_64-linux-gnu/libcudnn.so.9)
   cublas_so=$(first "$cuda"/lib64/libcublas.so.13 "$nv"/cu13/lib/libcublas.so.13 "$nv"/cublas/lib/libcublas.so.13)
@@ -130,7 +136,7 @@ build() {
   [[ -f $dir/src/Makefile && -f $dir/src/train_gpt2.cu ]] ||
     die "no llm.c source in $dir/src: run 'bash tools/bench/llmc_gpt2.sh stage' on the development machine and carry .stage"
   [[ -f $dir/src/cudnn-frontend/include/cudnn_frontend.h ]] || die "no cudnn-frontend headers in $dir/src/cudnn-frontend/include: stage again"
-  find_paths
+  find_libs
   local exe=$dir/src/train_gpt2cu
   if [[ -x $exe && ${LLMC_REBUILD:-0} != 1 ]]; then
     if ldd "$exe" | grep -q "not found"; then
@@ -140,6 +146,7 @@ build() {
       return 0
     fi
   fi
+  find_build_tools
   echo "llmc_gpt2: nvcc $nvcc ($("$nvcc" --version | tail -n 2 | head -n 1)); cuDNN headers $cudnn_inc; cuBLAS headers $cublas_inc"
   local log=$out/llmc_build.log t0=$SECONDS
   # CUDA 13 changed cudaMemAdvise's last argument from a device number to a cudaMemLocation:
@@ -186,7 +193,7 @@ run() {
   train=$(ls "$dir"/data/*_train_*.bin 2>/dev/null | head -n 1)
   val=$(ls "$dir"/data/*_val_*.bin 2>/dev/null | head -n 1)
   [[ -n $train && -n $val ]] || die "no token shards in $dir/data: stage again"
-  [[ -n ${LD_LIBRARY_PATH:-} && -n ${linklib:-} ]] || find_paths
+  find_libs
   local pattern=${train%_train_*}
   # Run from src/ (llm.c reads dev/data/hellaswag and gpt2_tokenizer.bin relative to it: absent,
   # so no HellaSwag and token ids instead of text, neither of which runs here).
