@@ -12,7 +12,6 @@
 #include "src/ops/masked_loss.h"
 #include "src/ops/matmul_gelu.h"
 #include "src/ops/mlp_step.h"
-#include "src/ops/non_finite.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
@@ -25,16 +24,16 @@ std::vector<const ir::OpDef*> AllOps() {
   return {&MatmulOp(), &BiasAddOp(), &ReluOp(), &ReluGradOp(), &AddOp(), &ColumnSumOp(),
           &SoftmaxCrossEntropyOp(), &SoftmaxCrossEntropyGradOp(), &SgdMomentumOp(), &AdamOp(),
           &GradSumSquaresOp(), &ClipCoefficientOp(), &GradNonfiniteOp(), &LossScaleCheckOp(),
-          &LossScaleUpdateOp(), &NonFiniteCountOp(), &LrScheduleOp(), &DropoutOp(),
-          &DropoutGradOp(), &AdvanceStepOp(), &Conv2dOp(), &Conv2dDgradOp(),
-          &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(), &ChannelBiasAddOp(), &ChannelSumOp(),
-          &BatchNormTrainOp(), &BatchNormGradOp(), &BatchNormInferOp(), &MaxPool2dOp(),
-          &MaxPool2dGradOp(), &GlobalAvgPoolOp(), &GlobalAvgPoolGradOp(), &FlattenOp(),
-          &ReshapeOp(), &BatchNormActTrainOp(), &BatchNormActGradOp(), &BatchNormApplyOp(),
-          &BatchNormApplyChainOp(), &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(),
-          &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(), &MatmulBiasOp(),
-          &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(),
-          &SgdMomentumMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          &LossScaleUpdateOp(), &LrScheduleOp(), &DropoutOp(), &DropoutGradOp(), &AdvanceStepOp(),
+          &Conv2dOp(), &Conv2dDgradOp(), &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(),
+          &ChannelBiasAddOp(), &ChannelSumOp(), &BatchNormTrainOp(), &BatchNormGradOp(),
+          &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
+          &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
+          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(),
+          &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(), &MaxPool2dGradFromArgmaxOp(),
+          &TransposeOp(), &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
+          &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(),
+          &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.
           &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).

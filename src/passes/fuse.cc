@@ -97,13 +97,6 @@ std::optional<NodeGroup> MatchWholeStep(Graph& source, const autodiff::TrainingG
 
 }  // namespace
 
-bool WholeStepApplies(const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-                      const FuseOptions& options) {
-  Graph source = training.graph;
-  std::string declined;
-  return MatchWholeStep(source, training, kept, options, &declined).has_value();
-}
-
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options) {
   FusedTraining fused;

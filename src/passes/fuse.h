@@ -80,10 +80,6 @@ struct FusedTraining {
   std::string whole_step_declined;  // Why the whole-step kernel did not apply, if it did not.
 };
 
-// Whether the whole-step kernel (FuseOptions::whole_mlp_step, not consulted here) runs this step.
-bool WholeStepApplies(const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-                      const FuseOptions& options);
-
 // `kept` are values of `training` that must stay readable (the loss, fetched values).
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options);
