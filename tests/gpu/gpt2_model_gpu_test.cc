@@ -128,8 +128,10 @@ TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
 }
 
 std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning_rate,
-                                         bool deterministic, uint64_t seed = 42) {
+                                         bool deterministic, uint64_t seed = 42,
+                                         MirrorOptions mirror = {}) {
   TrainOptions options;
+  options.mirror = mirror;
   options.seed = seed;
   options.compute_dtype = DType::kBFloat16;
   options.deterministic = deterministic;
@@ -246,6 +248,34 @@ TEST(Gpt2ModelGpuTest, SaveAndLoadWeightsRoundTripByName) {
   for (const auto& e : torch.entries) torch_names.push_back(e.name);
   EXPECT_THAT(torch_names, ::testing::UnorderedElementsAreArray(parameters));
   EXPECT_EQ(parameters.size(), 4u + 12u * 2u);
+}
+
+// Layer norm and GELU outputs recomputed in the backward pass (TrainOptions::mirror auto): a
+// lower activation peak, replay = eager bit for bit, and losses that follow the unmirrored run's
+// (a recomputed GELU reads the rounded bfloat16 product where a fused chain may not: not bitwise).
+TEST(Gpt2ModelGpuTest, MirroredStepsReplayBitwiseAndFollowTheUnmirroredLosses) {
+  REPRISE_REQUIRE_GPU();
+  const Gpt2Config c = Small();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
+  std::unique_ptr<Trainer> plain = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true);
+  std::unique_ptr<Trainer> mirrored = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true, 42,
+                                                      {.policy = MirrorOptions::Policy::kAuto});
+  ASSERT_TRUE(plain && mirrored);
+  const TrainerStats stats = mirrored->stats();
+  EXPECT_GT(stats.mirrored_nodes, 0);
+  EXPECT_LT(stats.activation_peak_bytes, stats.activation_peak_unmirrored_bytes);
+  for (int s = 0; s < 10; ++s) {
+    const Batch b = MakeBatch(c, s);
+    for (Trainer* t : {plain.get(), mirrored.get()}) {
+      REPRISE_ASSERT_OK(Feed(*t, b));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float expected, plain->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, mirrored->Loss());
+    EXPECT_NEAR(loss, expected, 1e-2 * std::abs(expected)) << "step " << s;
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, mirrored->Verify(5));
+  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 TEST(Gpt2ModelGpuTest, TokenIdsOutsideTheVocabularyAreRefusedNamingTheInput) {
