@@ -3,11 +3,17 @@
 // AdamW step with clipping and a schedule; in bfloat16 its loss falls on a learnable pattern and a
 // captured step replays the eager one bit for bit, as GPT-2 124M's does over 50 steps; weights go
 // out and back in by name; token ids outside the vocabulary are refused.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/util/safetensors.h"
 #include "tests/cpu/cache_test_util.h"
+#include "tests/cpu/json_reader.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -293,6 +300,39 @@ TEST(Gpt2ModelGpuTest, TokenIdsOutsideTheVocabularyAreRefusedNamingTheInput) {
   s = t->SetInput("targets", b.targets);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), AllOf(HasSubstr("input 'targets'"), HasSubstr("'loss'")));
+}
+
+// reprise-bench --model gpt2 (built beside this test) on a small GPT-2: its JSON rows carry
+// tokens/s, the model TFLOPS and MFU, consistent with the step time.
+TEST(Gpt2BenchGpuTest, JsonCarriesTokensPerSecondAndMfu) {
+  REPRISE_REQUIRE_GPU();
+  const std::filesystem::path bench =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "reprise-bench";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << "reprise-bench is not beside this test";
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("reprise_gpt2_bench_" + std::to_string(getpid()) + ".json"))
+                                    .string();
+  const std::string command = bench.string() +
+                              " --model gpt2 --batch 4 --seq 64 --layers 2 --heads 4 --width 128"
+                              " --vocab 512 --iters 20 --warmup 5 --mode graph --fusion on"
+                              " --peak_tflops 100 --json " +
+                              json_path + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream in(json_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(json_path);
+  auto json = testing::ParseJson(text.str());
+  ASSERT_TRUE(json.ok()) << json.status() << "\n" << text.str();
+  EXPECT_EQ((*json)["config"]["model"].string, "gpt2");
+  EXPECT_EQ((*json)["config"]["seq"].integer, 64);
+  const testing::JsonValue& r = (*json)["results"]["graph"];
+  ASSERT_EQ(r.type, testing::JsonValue::Type::kObject) << text.str();
+  const double ms = r["median_ms"].number;
+  ASSERT_GT(ms, 0);
+  EXPECT_NEAR(r["tokens_per_s"].number, 4 * 64 / (ms / 1000), 1e-3 * 4 * 64 / (ms / 1000));
+  EXPECT_GT(r["model_tflops"].number, 0);
+  EXPECT_NEAR(r["mfu"].number, r["model_tflops"].number / 100, 1e-4);
 }
 
 }  // namespace
