@@ -149,7 +149,7 @@ std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning
 }
 
 // bfloat16 against the float32 CPU reference for the first steps (within 2e-2), then the loss
-// falls from ln(512) to under a third of it.
+// falls from ln(512) = 6.24 to under 0.5.
 TEST(Gpt2ModelGpuTest, BFloat16LossFallsOnALearnablePattern) {
   REPRISE_REQUIRE_GPU();
   const Gpt2Config c = Small();
@@ -175,7 +175,8 @@ TEST(Gpt2ModelGpuTest, BFloat16LossFallsOnALearnablePattern) {
     const float cpu_loss = (*cpu.Tensor(training.loss))->data<float>()[0];
     EXPECT_NEAR(loss, cpu_loss, 2e-2 * std::abs(cpu_loss)) << "step " << s;
   }
-  EXPECT_LT(losses.back(), losses.front() / 3) << ::testing::PrintToString(losses);
+  // The float32 CPU reference of these steps reaches 0.95 at step 40 and 0.006 at step 149.
+  EXPECT_LT(losses.back(), 0.5f) << ::testing::PrintToString(losses);
 }
 
 // A captured step replays the eager step's bits: every loss, gradient, parameter and AdamW moment
