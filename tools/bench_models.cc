@@ -277,6 +277,30 @@ absl::StatusOr<std::optional<OptimizerOptions>> BenchOptimizer(const std::string
   return o;
 }
 
+std::string OptimizerText(const std::optional<OptimizerOptions>& optimizer) {
+  if (!optimizer.has_value()) return "optimizer=sgd";
+  const OptimizerOptions& o = *optimizer;
+  std::string text = absl::StrFormat("optimizer=%s lr=%g",
+                                     o.kind == OptimizerKind::kAdamW  ? "adamw"
+                                     : o.kind == OptimizerKind::kAdam ? "adam"
+                                     : o.nesterov                     ? "nesterov"
+                                                                      : "sgd",
+                                     o.learning_rate);
+  if (o.kind != OptimizerKind::kSgd) {
+    absl::StrAppendFormat(&text, " betas=%g/%g weight_decay=%g decay_rank1=%d", o.beta1, o.beta2,
+                          o.weight_decay, o.decay_rank1);
+  }
+  absl::StrAppendFormat(&text, " max_grad_norm=%g warmup_steps=%d schedule=%s", o.max_grad_norm,
+                        o.schedule.warmup_steps,
+                        o.schedule.decay == LrDecay::kCosine ? "cosine"
+                        : o.schedule.decay == LrDecay::kStep ? "step"
+                                                             : "constant");
+  if (o.schedule.decay == LrDecay::kCosine) {
+    absl::StrAppendFormat(&text, " total_steps=%d", o.schedule.total_steps);
+  }
+  return text;
+}
+
 absl::Status CompareWithTorch(const BenchModelConfig& c, const std::string& precision, bool tf32,
                               int iters, int warmup, double graph_ms) {
   const int64_t input_features = c.input_features > 0 ? c.input_features : c.width;

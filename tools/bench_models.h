@@ -104,6 +104,11 @@ struct BenchOptimizerFlags {
 absl::StatusOr<std::optional<OptimizerOptions>> BenchOptimizer(const std::string& model,
                                                                const BenchOptimizerFlags& flags);
 
+// "optimizer=adamw lr=0.0006 betas=0.9/0.95 weight_decay=0.1 decay_rank1=0 max_grad_norm=1
+// warmup_steps=100 schedule=cosine total_steps=10000" (what BenchOptimizer chose), or
+// "optimizer=sgd" for plain SGD.
+std::string OptimizerText(const std::optional<OptimizerOptions>& optimizer);
+
 // Runs the PyTorch peer of `config` (tools/bench/torch_mlp.py, torch_resnet.py or
 // torch_ensemble.py) with python3 and prints each of its modes beside reprise's graph time; the
 // script prints "torch <mode> ... median_ms=X p90_ms=Y" per mode. `precision` as PeakTflops's

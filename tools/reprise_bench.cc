@@ -508,14 +508,12 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(reprise::runtime::DeviceInfo device, reprise::runtime::UseDevice(0));
   const reprise::tools::BenchModelConfig model = ModelConfig();
   const reprise::DType dtype = ComputeDType();
+  ASSIGN_OR_RETURN(const reprise::TrainOptions train, OptionsFromFlags(reprise::ExecMode::kGraph));
   std::printf(
-      "reprise-bench %s channels_last=%s tf32=%d bf16=%d lanes=%d mirror=%s optimizer=%s "
-      "max_grad_norm=%g warmup_steps=%d schedule=%s%s%s%s%s%s%s on %s\n",
+      "reprise-bench %s channels_last=%s tf32=%d bf16=%d lanes=%d mirror=%s %s%s%s%s%s%s%s on %s\n",
       reprise::tools::ModelConfigText(model), absl::GetFlag(FLAGS_channels_last),
       absl::GetFlag(FLAGS_tf32), dtype == reprise::DType::kBFloat16, absl::GetFlag(FLAGS_lanes),
-      absl::GetFlag(FLAGS_mirror), absl::GetFlag(FLAGS_optimizer),
-      absl::GetFlag(FLAGS_max_grad_norm), absl::GetFlag(FLAGS_warmup_steps),
-      absl::GetFlag(FLAGS_schedule),
+      absl::GetFlag(FLAGS_mirror), reprise::tools::OptimizerText(train.optimizer),
       model.model == "ensemble"
           ? absl::StrCat(" batch_ensembles=", absl::GetFlag(FLAGS_batch_ensembles))
           : "",

@@ -60,10 +60,8 @@ absl::Status CheckConfig(const Gpt2Config& c) {
   for (const auto& [fields, dims] : tensors) {
     if (!CheckedProduct(dims).has_value()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Gpt2Config: ", fields,
-                       " are too large: their tensor's bytes overflow "
-                       "int64 (",
-                       absl::StrJoin(dims, " x "), ")"));
+          absl::StrCat("Gpt2Config: ", fields, " are too large: their tensor's bytes (",
+                       absl::StrJoin(dims, " x "), ") overflow int64"));
     }
   }
   return absl::OkStatus();

@@ -3,11 +3,17 @@
 // AdamW step with clipping and a schedule; in bfloat16 its loss falls on a learnable pattern and a
 // captured step replays the eager one bit for bit, as GPT-2 124M's does over 50 steps; weights go
 // out and back in by name; token ids outside the vocabulary are refused.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +26,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/util/safetensors.h"
 #include "tests/cpu/cache_test_util.h"
+#include "tests/cpu/json_reader.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -128,8 +135,10 @@ TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
 }
 
 std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning_rate,
-                                         bool deterministic, uint64_t seed = 42) {
+                                         bool deterministic, uint64_t seed = 42,
+                                         MirrorOptions mirror = {}) {
   TrainOptions options;
+  options.mirror = mirror;
   options.seed = seed;
   options.compute_dtype = DType::kBFloat16;
   options.deterministic = deterministic;
@@ -140,7 +149,7 @@ std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning
 }
 
 // bfloat16 against the float32 CPU reference for the first steps (within 2e-2), then the loss
-// falls from ln(512) to under a third of it.
+// falls from ln(512) = 6.24 to under 0.5.
 TEST(Gpt2ModelGpuTest, BFloat16LossFallsOnALearnablePattern) {
   REPRISE_REQUIRE_GPU();
   const Gpt2Config c = Small();
@@ -166,7 +175,8 @@ TEST(Gpt2ModelGpuTest, BFloat16LossFallsOnALearnablePattern) {
     const float cpu_loss = (*cpu.Tensor(training.loss))->data<float>()[0];
     EXPECT_NEAR(loss, cpu_loss, 2e-2 * std::abs(cpu_loss)) << "step " << s;
   }
-  EXPECT_LT(losses.back(), losses.front() / 3) << ::testing::PrintToString(losses);
+  // The float32 CPU reference of these steps reaches 0.95 at step 40 and 0.006 at step 149.
+  EXPECT_LT(losses.back(), 0.5f) << ::testing::PrintToString(losses);
 }
 
 // A captured step replays the eager step's bits: every loss, gradient, parameter and AdamW moment
@@ -248,6 +258,34 @@ TEST(Gpt2ModelGpuTest, SaveAndLoadWeightsRoundTripByName) {
   EXPECT_EQ(parameters.size(), 4u + 12u * 2u);
 }
 
+// Layer norm and GELU outputs recomputed in the backward pass (TrainOptions::mirror auto): a
+// lower activation peak, replay = eager bit for bit, and losses that follow the unmirrored run's
+// (a recomputed GELU reads the rounded bfloat16 product where a fused chain may not: not bitwise).
+TEST(Gpt2ModelGpuTest, MirroredStepsReplayBitwiseAndFollowTheUnmirroredLosses) {
+  REPRISE_REQUIRE_GPU();
+  const Gpt2Config c = Small();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
+  std::unique_ptr<Trainer> plain = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true);
+  std::unique_ptr<Trainer> mirrored = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true, 42,
+                                                      {.policy = MirrorOptions::Policy::kAuto});
+  ASSERT_TRUE(plain && mirrored);
+  const TrainerStats stats = mirrored->stats();
+  EXPECT_GT(stats.mirrored_nodes, 0);
+  EXPECT_LT(stats.activation_peak_bytes, stats.activation_peak_unmirrored_bytes);
+  for (int s = 0; s < 10; ++s) {
+    const Batch b = MakeBatch(c, s);
+    for (Trainer* t : {plain.get(), mirrored.get()}) {
+      REPRISE_ASSERT_OK(Feed(*t, b));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float expected, plain->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, mirrored->Loss());
+    EXPECT_NEAR(loss, expected, 1e-2 * std::abs(expected)) << "step " << s;
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, mirrored->Verify(5));
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
 TEST(Gpt2ModelGpuTest, TokenIdsOutsideTheVocabularyAreRefusedNamingTheInput) {
   REPRISE_REQUIRE_GPU();
   const Gpt2Config c = Small();
@@ -263,6 +301,39 @@ TEST(Gpt2ModelGpuTest, TokenIdsOutsideTheVocabularyAreRefusedNamingTheInput) {
   s = t->SetInput("targets", b.targets);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), AllOf(HasSubstr("input 'targets'"), HasSubstr("'loss'")));
+}
+
+// reprise-bench --model gpt2 (built beside this test) on a small GPT-2: its JSON rows carry
+// tokens/s, the model TFLOPS and MFU, consistent with the step time.
+TEST(Gpt2BenchGpuTest, JsonCarriesTokensPerSecondAndMfu) {
+  REPRISE_REQUIRE_GPU();
+  const std::filesystem::path bench =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "reprise-bench";
+  if (!std::filesystem::exists(bench)) GTEST_SKIP() << "reprise-bench is not beside this test";
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("reprise_gpt2_bench_" + std::to_string(getpid()) + ".json"))
+                                    .string();
+  const std::string command = bench.string() +
+                              " --model gpt2 --batch 4 --seq 64 --layers 2 --heads 4 --width 128"
+                              " --vocab 512 --iters 20 --warmup 5 --mode graph --fusion on"
+                              " --peak_tflops 100 --json " +
+                              json_path + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream in(json_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(json_path);
+  auto json = testing::ParseJson(text.str());
+  ASSERT_TRUE(json.ok()) << json.status() << "\n" << text.str();
+  EXPECT_EQ((*json)["config"]["model"].string, "gpt2");
+  EXPECT_EQ((*json)["config"]["seq"].integer, 64);
+  const testing::JsonValue& r = (*json)["results"]["graph"];
+  ASSERT_EQ(r.type, testing::JsonValue::Type::kObject) << text.str();
+  const double ms = r["median_ms"].number;
+  ASSERT_GT(ms, 0);
+  EXPECT_NEAR(r["tokens_per_s"].number, 4 * 64 / (ms / 1000), 1e-3 * 4 * 64 / (ms / 1000));
+  EXPECT_GT(r["model_tflops"].number, 0);
+  EXPECT_NEAR(r["mfu"].number, r["model_tflops"].number / 100, 1e-4);
 }
 
 }  // namespace
