@@ -6,6 +6,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
+#include "src/ops/conv_bn.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/masked_loss.h"
 #include "src/ops/mlp_step.h"
@@ -25,6 +26,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &LossScaleUpdateOp(), &NonFiniteCountOp(), &LrScheduleOp(), &DropoutOp(),
           &DropoutGradOp(), &AdvanceStepOp(), &Conv2dOp(), &Conv2dDgradOp(),
           &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(), &ChannelBiasAddOp(), &ChannelSumOp(),
+          &Conv2dBatchNormTrainOp(),
           &BatchNormTrainOp(), &BatchNormGradOp(), &BatchNormInferOp(), &MaxPool2dOp(),
           &MaxPool2dGradOp(), &GlobalAvgPoolOp(), &GlobalAvgPoolGradOp(), &FlattenOp(),
           &ReshapeOp(), &BatchNormActTrainOp(), &BatchNormActGradOp(), &BatchNormApplyOp(),

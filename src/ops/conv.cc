@@ -12,6 +12,7 @@
 #include "src/ops/op_helpers.h"
 #include "src/ops/wgrad3x3.h"
 #include "src/runtime/cudnn_conv.h"
+#include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -215,6 +216,31 @@ class CudnnConvKernel : public GpuKernel {
   void* workspace_;
 };
 
+// One cuDNN graph-API plan built at lowering; Launch only binds the stream and executes it.
+class CudnnConvGraphKernel : public GpuKernel {
+ public:
+  CudnnConvGraphKernel(std::string where, runtime::CudnnConvGraph conv, const LoweringContext& ctx)
+      : where_(std::move(where)),
+        conv_(std::move(conv)),
+        cudnn_(ctx.cudnn),
+        buffers_{.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
+        workspace_(ctx.workspace) {}
+
+  absl::Status Launch(cudaStream_t stream) const override {
+    RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
+    return conv_.Run(*cudnn_, buffers_, workspace_, where_);
+  }
+  std::string Describe() const override { return conv_.Describe(); }
+  size_t WorkspaceBytes() const override { return conv_.workspace_bytes(); }
+
+ private:
+  std::string where_;  // "node '<name>'", for errors.
+  runtime::CudnnConvGraph conv_;
+  const runtime::CudnnHandle* cudnn_;
+  runtime::ConvGraphBuffers buffers_;
+  void* workspace_;
+};
+
 // Which GPU, for the algorithm cache: the choice depends on the architecture.
 std::string DeviceKey(const runtime::DeviceInfo* device) {
   if (device == nullptr) return "";
@@ -256,6 +282,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
+  }
+  // The graph API has no beta = 1 form: conv2d_dgrad_accumulate stays with the legacy call.
+  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && !accumulate) {
+    const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
+                                            .deterministic = ctx.options.deterministic,
+                                            .workspace_limit = ctx.workspace_bytes,
+                                            .device = DeviceKey(ctx.device)};
+    ASSIGN_OR_RETURN(runtime::CudnnConvGraph conv,
+                     runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where));
+    return std::unique_ptr<GpuKernel>(
+        new CudnnConvGraphKernel(std::move(where), std::move(conv), ctx));
   }
   const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                      .deterministic = ctx.options.deterministic,
