@@ -283,16 +283,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
-  // The graph API has no beta = 1 form: conv2d_dgrad_accumulate stays with the legacy call.
-  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && !accumulate) {
+  // conv2d_dgrad_accumulate adds in the graph's epilogue where cuDNN has a plan for that, else it
+  // keeps the legacy call (beta = 1).
+  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
     const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                             .deterministic = ctx.options.deterministic,
                                             .workspace_limit = ctx.workspace_bytes,
                                             .device = DeviceKey(ctx.device)};
-    ASSIGN_OR_RETURN(runtime::CudnnConvGraph conv,
-                     runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where));
-    return std::unique_ptr<GpuKernel>(
-        new CudnnConvGraphKernel(std::move(where), std::move(conv), ctx));
+    absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
+        *ctx.cudnn, kind, shape, {.add_to_output = accumulate}, options, where);
+    if (conv.ok()) {
+      return std::unique_ptr<GpuKernel>(
+          new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));
+    }
+    if (!accumulate || !absl::IsUnimplemented(conv.status())) return conv.status();
   }
   const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                      .deterministic = ctx.options.deterministic,

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
@@ -32,7 +33,7 @@ struct CudnnConvGraph::Plan {
 namespace {
 
 // Tensor ids of the variant pack.
-enum Uid : int64_t { kA = 1, kB, kOut, kScale, kBias, kSum, kSqSum };
+enum Uid : int64_t { kA = 1, kB, kOut, kScale, kBias, kSum, kSqSum, kAcc };
 
 struct Key {
   ConvKind kind;
@@ -47,8 +48,8 @@ struct Key {
   template <typename H>
   friend H AbslHashValue(H h, const Key& key) {
     return H::combine(std::move(h), key.kind, key.shape, key.fusion.scale_bias_relu_input,
-                      key.fusion.output_stats, key.allow_tf32, key.deterministic,
-                      key.workspace_limit, key.device);
+                      key.fusion.output_stats, key.fusion.add_to_output, key.allow_tf32,
+                      key.deterministic, key.workspace_limit, key.device);
   }
 };
 
@@ -204,6 +205,15 @@ std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
                                            .set_padding(pad)
                                            .set_stride(stride)
                                            .set_dilation(dilation));
+      if (key.fusion.add_to_output) {
+        // The float sum dgrad + acc, rounded once into acc's memory (kOut and kAcc alias).
+        TensorPtr acc = Tensor4d(*graph, "acc", kAcc, s.layout, s.n, s.c, s.h, s.w);
+        dx->set_dim({s.n, s.c, s.h, s.w});
+        dx = graph->pointwise(dx, acc,
+                              fe::graph::Pointwise_attributes()
+                                  .set_name("accumulate")
+                                  .set_mode(fe::PointwiseMode_t::ADD));
+      }
       SetOutput4d(dx, kOut, s.layout, s.dtype, s.n, s.c, s.h, s.w);
       return graph;
     }
@@ -304,6 +314,7 @@ absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnConvGr
     for (Uid uid : {kA, kB, kOut}) pack[uid] = placeholder;
     if (key.fusion.scale_bias_relu_input) pack[kScale] = pack[kBias] = placeholder;
     if (key.fusion.output_stats) pack[kSum] = pack[kSqSum] = placeholder;
+    if (key.fusion.add_to_output) pack[kAcc] = placeholder;
     (void)plan.graph->execute(handle.get(), pack, placeholder);
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) {
@@ -322,10 +333,11 @@ absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnConvGr
 }  // namespace
 
 std::string ConvFusion::ToString() const {
-  if (scale_bias_relu_input && output_stats) return "sbr+stats";
-  if (scale_bias_relu_input) return "sbr";
-  if (output_stats) return "stats";
-  return "";
+  std::vector<absl::string_view> parts;
+  if (scale_bias_relu_input) parts.push_back("sbr");
+  if (output_stats) parts.push_back("stats");
+  if (add_to_output) parts.push_back("acc");
+  return absl::StrJoin(parts, "+");
 }
 
 absl::StatusOr<CudnnConvGraph> CudnnConvGraph::Create(const CudnnHandle& handle, ConvKind kind,
@@ -342,10 +354,16 @@ absl::StatusOr<CudnnConvGraph> CudnnConvGraph::Create(const CudnnHandle& handle,
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": groups must divide both channel counts: ", shape.ToString()));
   }
-  if (fusion.any() && kind != ConvKind::kForward) {
+  if ((fusion.scale_bias_relu_input || fusion.output_stats) && kind != ConvKind::kForward) {
     return absl::UnimplementedError(absl::StrCat(context, ": the ", fusion.ToString(),
                                                  " fusion applies to forward convolutions, not ",
                                                  ConvKindName(kind)));
+  }
+  if (fusion.add_to_output &&
+      (kind != ConvKind::kBackwardData || fusion.scale_bias_relu_input || fusion.output_stats)) {
+    return absl::UnimplementedError(absl::StrCat(
+        context, ": accumulating into the output applies to data gradients alone, not ",
+        ConvKindName(kind), " ", fusion.ToString()));
   }
   const Key key{kind,
                 shape,
@@ -393,6 +411,7 @@ absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffe
   }
   std::unordered_map<int64_t, void*> pack = {
       {kA, const_cast<void*>(b.a)}, {kB, const_cast<void*>(b.b)}, {kOut, b.out}};
+  if (fusion_.add_to_output) pack[kAcc] = b.out;
   if (fusion_.scale_bias_relu_input) {
     if (b.scale == nullptr || b.bias == nullptr) {
       return absl::InvalidArgumentError(
@@ -408,6 +427,13 @@ absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffe
     }
     pack[kSum] = b.sum;
     pack[kSqSum] = b.sq_sum;
+    // The sums start from zero on every run, whether or not the engine adds into its outputs
+    // (the frontend's own tests hand it zeroed ones): a memset node under capture.
+    cudaStream_t stream = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudnnGetStream(handle.get(), &stream), "cudnnGetStream", context));
+    const size_t bytes = static_cast<size_t>(shape_.k) * sizeof(float);
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.sum, 0, bytes, stream), context);
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.sq_sum, 0, bytes, stream), context);
   }
   return FrontendStatus(plan_->graph->execute(handle.get(), pack, workspace), "execute", Describe(),
                         context);

@@ -12,8 +12,9 @@
 // A forward convolution may carry two fusions that cuDNN runs in the same kernel where it supports
 // them (ConvFusion): a prologue that normalises its input as batch norm's apply and ReLU do
 // (x' = relu(x · scale + bias), per input channel), and an epilogue that sums each output channel
-// and its squares (batch norm's statistics). Create() answers Unimplemented where cuDNN has no plan
-// for the pattern at that shape, so the caller keeps its own kernels.
+// and its squares (batch norm's statistics); a data gradient may add itself to its output.
+// Create() answers Unimplemented where cuDNN has no plan for the pattern at that shape, so the
+// caller keeps its own kernels.
 //
 //   ASSIGN_OR_RETURN(CudnnConvGraph conv, CudnnConvGraph::Create(cudnn, ConvKind::kForward, shape,
 //                                                                 {}, options, "node 'conv1'"));
@@ -54,10 +55,13 @@ struct ConvFusion {
   bool scale_bias_relu_input = false;
   // sum[k] = Σ y[., k, ., .] and sq_sum[k] = Σ y², float32 [K].
   bool output_stats = false;
+  // Data gradients only: out = dgrad(dy, w) + out, read and written in place (the legacy API's
+  // beta = 1; one rounding of the float sum).
+  bool add_to_output = false;
 
-  bool any() const { return scale_bias_relu_input || output_stats; }
+  bool any() const { return scale_bias_relu_input || output_stats || add_to_output; }
   bool operator==(const ConvFusion& other) const = default;
-  std::string ToString() const;  // "", "sbr", "stats" or "sbr+stats".
+  std::string ToString() const;  // "", "sbr", "stats", "sbr+stats" or "acc".
 };
 
 // Device addresses of one run. Operands by kind, in the ops' input order:
@@ -79,7 +83,7 @@ class CudnnConvGraph {
  public:
   // Builds (or finds in the cache) the plan. Errors name `context`, the frontend's step and its
   // message: Unimplemented for a dtype other than float32, bfloat16 or float16, for fusions on a
-  // kind other than kForward, or where no engine supports the graph under the options (the
+  // kind it does not apply to, or where no engine supports the graph under the options (the
   // frontend's support check); InvalidArgument for groups that do not divide the channels;
   // Internal for other frontend failures.
   static absl::StatusOr<CudnnConvGraph> Create(const CudnnHandle& handle, ConvKind kind,
