@@ -188,9 +188,10 @@ absl::Status CpuDgradAccumulate(const Node& node, absl::Span<ir::HostTensor* con
 class CudnnConvKernel : public GpuKernel {
  public:
   CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx,
-                  bool accumulate)
+                  bool accumulate, std::string note)
       : where_(std::move(where)),
         conv_(std::move(conv)),
+        note_(std::move(note)),
         accumulate_(accumulate),
         cudnn_(ctx.cudnn),
         a_(ctx.inputs[0]),
@@ -202,13 +203,16 @@ class CudnnConvKernel : public GpuKernel {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
     return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, accumulate_);
   }
-  std::string Describe() const override { return conv_.Describe(); }
+  std::string Describe() const override {
+    return note_.empty() ? conv_.Describe() : absl::StrCat(conv_.Describe(), " (", note_, ")");
+  }
   size_t WorkspaceBytes() const override { return conv_.algorithm().workspace_bytes; }
 
  private:
   std::string where_;  // "node '<name>'", for errors.
   runtime::CudnnConv conv_;
-  bool accumulate_;  // out += conv (conv2d_dgrad_accumulate).
+  std::string note_;  // Why the graph API does not run it, where it was asked to.
+  bool accumulate_;   // out += conv (conv2d_dgrad_accumulate).
   const runtime::CudnnHandle* cudnn_;
   const void* a_;
   const void* b_;
@@ -283,8 +287,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
-  // conv2d_dgrad_accumulate adds in the graph's epilogue where cuDNN has a plan for that, else it
-  // keeps the legacy call (beta = 1).
+  // Where the graph API has no plan (no engine passes the options' filters, or none adds a data
+  // gradient into its output), the legacy call runs, and its description says why.
+  std::string note;
   if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
     const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                             .deterministic = ctx.options.deterministic,
@@ -296,7 +301,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
       return std::unique_ptr<GpuKernel>(
           new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));
     }
-    if (!accumulate || !absl::IsUnimplemented(conv.status())) return conv.status();
+    if (!absl::IsUnimplemented(conv.status())) return conv.status();
+    std::string why(conv.status().message());
+    if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
+    note = absl::StrCat("graph API: ", why);
   }
   const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                      .deterministic = ctx.options.deterministic,
@@ -308,7 +316,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,
                    runtime::CudnnConv::Create(*ctx.cudnn, kind, shape, options, buffers, where));
   return std::unique_ptr<GpuKernel>(
-      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate));
+      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate, std::move(note)));
 }
 
 }  // namespace

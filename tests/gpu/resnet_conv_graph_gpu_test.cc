@@ -106,8 +106,8 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
 
   // The plan runs graph-API convolutions; the legacy call remains only where the graph API has
-  // no form (a data gradient accumulated into a residual's, cuDNN's beta = 1) or our own kernels
-  // run (the stem).
+  // no plan (its description says why), which at these shapes may only be a data gradient
+  // accumulated into a residual's (cuDNN's beta = 1); our own kernels may run the stem.
   auto launches = graph->ProfileLaunches(1);
   ASSERT_TRUE(launches.ok()) << launches.status();
   int by_graph = 0;
