@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/ir/low_precision.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_nhwc.h"
@@ -49,6 +50,15 @@ absl::StatusOr<std::vector<TensorSpec>> Infer(const Attrs& attrs, absl::Span<con
 absl::Status Cpu(const Node& node, absl::Span<ir::HostTensor* const> in,
                  absl::Span<ir::HostTensor* const> out) {
   RETURN_IF_ERROR(Conv2dOp().cpu(node, in.subspan(0, 2), out.subspan(3, 1)));
+  // The reference executor runs a 16-bit node through float32, rounding only its outputs: the
+  // convolution's output is rounded to its dtype here, before the batch norm reads it, as the
+  // separate ops store it.
+  const DType stored = node.outputs.size() == 4 ? node.outputs[3].dtype : out[3]->dtype();
+  if (IsLowPrecision(stored) && !IsLowPrecision(out[3]->dtype())) {
+    ir::HostTensor rounded(TensorSpec{out[3]->spec().shape, stored});
+    RETURN_IF_ERROR(ir::ConvertFloats(*out[3], rounded));
+    RETURN_IF_ERROR(ir::ConvertFloats(rounded, *out[3]));
+  }
   std::vector<ir::HostTensor*> bn_in = {out[3], in[2], in[3], in[4], in[5]};
   if (HasResidual(node.attrs)) bn_in.push_back(in[6]);
   return BatchNormPart(node.attrs).cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
