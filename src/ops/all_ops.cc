@@ -26,7 +26,6 @@ std::vector<const ir::OpDef*> AllOps() {
           &LossScaleUpdateOp(), &NonFiniteCountOp(), &LrScheduleOp(), &DropoutOp(),
           &DropoutGradOp(), &AdvanceStepOp(), &Conv2dOp(), &Conv2dDgradOp(),
           &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(), &ChannelBiasAddOp(), &ChannelSumOp(),
-          &Conv2dBatchNormTrainOp(),
           &BatchNormTrainOp(), &BatchNormGradOp(), &BatchNormInferOp(), &MaxPool2dOp(),
           &MaxPool2dGradOp(), &GlobalAvgPoolOp(), &GlobalAvgPoolGradOp(), &FlattenOp(),
           &ReshapeOp(), &BatchNormActTrainOp(), &BatchNormActGradOp(), &BatchNormApplyOp(),
@@ -43,6 +42,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/passes/gradient_buckets.h).
           &AllReduceOp(),
+          // A convolution with the batch norm of its output (src/ops/conv_bn.h).
+          &Conv2dBatchNormTrainOp(),
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
