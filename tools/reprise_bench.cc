@@ -73,6 +73,12 @@ ABSL_FLAG(
     bool, own_wgrad, false,
     "TrainOptions::kernels.own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
     "as reprise's own kernel (false: cuDNN)");
+ABSL_FLAG(std::string, conv_api, "legacy",
+          "TrainOptions::kernels.conv_api: legacy or graph (cuDNN's graph API through "
+          "cudnn-frontend)");
+ABSL_FLAG(bool, conv_bn_stats, false,
+          "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
+          "statistics summed in the convolution's epilogue");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
@@ -278,6 +284,14 @@ absl::StatusOr<reprise::ChannelsLast> ChannelsLastFlag() {
       absl::StrCat("--channels_last must be auto, on or off, not '", value, "'"));
 }
 
+absl::StatusOr<reprise::KernelTuning::ConvApi> ConvApiFlag() {
+  const std::string value = absl::GetFlag(FLAGS_conv_api);
+  if (value == "legacy") return reprise::KernelTuning::ConvApi::kLegacy;
+  if (value == "graph") return reprise::KernelTuning::ConvApi::kGraph;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--conv_api must be legacy or graph, not '", value, "'"));
+}
+
 // The TrainOptions every trainer of this run shares, from the flags: precision, lanes, kernels,
 // layout, mirroring, ensembles, the optimizer and the non-finite guard.
 absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
@@ -298,6 +312,8 @@ absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
         absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
   }
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.kernels.conv_api, ConvApiFlag());
+  options.kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   ASSIGN_OR_RETURN(options.non_finite.policy,

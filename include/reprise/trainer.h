@@ -83,6 +83,16 @@ struct KernelTuning {
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
   // (docs/results/history/2026-11-23_b8916d1.md).
   bool relu_backward_epilogues = false;
+  // Which cuDNN API runs the convolutions cuDNN runs: kLegacy (cudnnConvolutionForward and its
+  // kin) or kGraph (cuDNN's graph API through cudnn-frontend: one execution plan per shape, chosen
+  // by heuristics, deterministic ones only under `deterministic`). The plan dump names each.
+  enum class ConvApi : uint8_t { kLegacy, kGraph };
+  ConvApi conv_api = ConvApi::kLegacy;
+  // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
+  // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
+  // convolution's epilogue, where cuDNN has a plan for that (src/ops/conv_bn.h; elsewhere the
+  // node runs the two lowerings and the plan dump says why).
+  bool conv_batch_norm_stats = false;
 };
 
 struct TrainOptions {

@@ -34,6 +34,9 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
   compile.plan.fusion.whole_step_max_models = WholeStepMaxModels(options);
   compile.plan.fusion.relu_backward_epilogues = options.kernels.relu_backward_epilogues;
+  compile.plan.fusion.conv_batch_norm_stats =
+      options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
+      options.kernels.conv_batch_norm_stats;
   compile.fetch = options.fetch;
   return compile;
 }
@@ -44,7 +47,10 @@ ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
           .measure_conv_algorithms = options.kernels.measure_conv_algorithms,
           .measure_matmul_algorithms = options.kernels.measure_matmul_algorithms,
           .narrow_convolutions = options.kernels.narrow_convolutions,
-          .own_weight_gradients = options.kernels.own_weight_gradients};
+          .own_weight_gradients = options.kernels.own_weight_gradients,
+          .conv_api = options.kernels.conv_api == KernelTuning::ConvApi::kGraph
+                          ? ops::LoweringOptions::ConvApi::kGraph
+                          : ops::LoweringOptions::ConvApi::kLegacy};
 }
 
 }  // namespace reprise

@@ -6,6 +6,7 @@
 #include "src/ops/batched.h"
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
+#include "src/ops/conv_bn.h"
 #include "src/ops/decode_attention.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/layer_norm_residual.h"
@@ -43,6 +44,8 @@ std::vector<const ir::OpDef*> AllOps() {
           &ModelSumOp(), &ModelBroadcastOp(), &ModelTileOp(), &BatchedMlpTrainStepOp(),
           // Data parallelism (src/passes/gradient_buckets.h).
           &AllReduceOp(),
+          // A convolution with the batch norm of its output (src/ops/conv_bn.h).
+          &Conv2dBatchNormTrainOp(),
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),

@@ -12,6 +12,7 @@
 #include "src/ops/op_helpers.h"
 #include "src/ops/wgrad3x3.h"
 #include "src/runtime/cudnn_conv.h"
+#include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -187,9 +188,10 @@ absl::Status CpuDgradAccumulate(const Node& node, absl::Span<ir::HostTensor* con
 class CudnnConvKernel : public GpuKernel {
  public:
   CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx,
-                  bool accumulate)
+                  bool accumulate, std::string note)
       : where_(std::move(where)),
         conv_(std::move(conv)),
+        note_(std::move(note)),
         accumulate_(accumulate),
         cudnn_(ctx.cudnn),
         a_(ctx.inputs[0]),
@@ -201,17 +203,45 @@ class CudnnConvKernel : public GpuKernel {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
     return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, accumulate_);
   }
-  std::string Describe() const override { return conv_.Describe(); }
+  std::string Describe() const override {
+    return note_.empty() ? conv_.Describe() : absl::StrCat(conv_.Describe(), " (", note_, ")");
+  }
   size_t WorkspaceBytes() const override { return conv_.algorithm().workspace_bytes; }
 
  private:
   std::string where_;  // "node '<name>'", for errors.
   runtime::CudnnConv conv_;
-  bool accumulate_;  // out += conv (conv2d_dgrad_accumulate).
+  std::string note_;  // Why the graph API does not run it, where it was asked to.
+  bool accumulate_;   // out += conv (conv2d_dgrad_accumulate).
   const runtime::CudnnHandle* cudnn_;
   const void* a_;
   const void* b_;
   void* out_;
+  void* workspace_;
+};
+
+// One cuDNN graph-API plan built at lowering; Launch only binds the stream and executes it.
+class CudnnConvGraphKernel : public GpuKernel {
+ public:
+  CudnnConvGraphKernel(std::string where, runtime::CudnnConvGraph conv, const LoweringContext& ctx)
+      : where_(std::move(where)),
+        conv_(std::move(conv)),
+        cudnn_(ctx.cudnn),
+        buffers_{.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
+        workspace_(ctx.workspace) {}
+
+  absl::Status Launch(cudaStream_t stream) const override {
+    RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
+    return conv_.Run(*cudnn_, buffers_, workspace_, where_);
+  }
+  std::string Describe() const override { return conv_.Describe(); }
+  size_t WorkspaceBytes() const override { return conv_.workspace_bytes(); }
+
+ private:
+  std::string where_;  // "node '<name>'", for errors.
+  runtime::CudnnConvGraph conv_;
+  const runtime::CudnnHandle* cudnn_;
+  runtime::ConvGraphBuffers buffers_;
   void* workspace_;
 };
 
@@ -257,6 +287,25 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
+  // Where the graph API has no plan (no engine passes the options' filters, or none adds a data
+  // gradient into its output), the legacy call runs, and its description says why.
+  std::string note;
+  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
+    const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
+                                            .deterministic = ctx.options.deterministic,
+                                            .workspace_limit = ctx.workspace_bytes,
+                                            .device = DeviceKey(ctx.device)};
+    absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
+        *ctx.cudnn, kind, shape, {.add_to_output = accumulate}, options, where);
+    if (conv.ok()) {
+      return std::unique_ptr<GpuKernel>(
+          new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));
+    }
+    if (!absl::IsUnimplemented(conv.status())) return conv.status();
+    std::string why(conv.status().message());
+    if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
+    note = absl::StrCat("graph API: ", why);
+  }
   const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                      .deterministic = ctx.options.deterministic,
                                      .measure = ctx.options.measure_conv_algorithms,
@@ -267,7 +316,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,
                    runtime::CudnnConv::Create(*ctx.cudnn, kind, shape, options, buffers, where));
   return std::unique_ptr<GpuKernel>(
-      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate));
+      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate, std::move(note)));
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ struct LoweringOptions {
   // 3x3 weight gradients run as our own kernel where it applies (TrainOptions::
   // own_weight_gradients; src/ops/wgrad3x3.h).
   bool own_weight_gradients = false;
+  // Which cuDNN API runs convolutions (TrainOptions::kernels.conv_api): the legacy one
+  // (src/runtime/cudnn_conv.h) or the graph API (src/runtime/cudnn_conv_graph.h).
+  enum class ConvApi : uint8_t { kLegacy, kGraph };
+  ConvApi conv_api = ConvApi::kLegacy;
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.

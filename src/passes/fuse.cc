@@ -52,7 +52,8 @@ absl::Span<const FusionRule> FusionRules() {
       {"loss with its gradient", [](const FuseOptions& o) { return o.loss_with_grad; },
        [](GroupFinder& f, const FuseOptions&) { f.LossWithGrad(); }},
       {"batch norm activations", [](const FuseOptions& o) { return o.batch_norm_activations; },
-       [](GroupFinder& f, const FuseOptions&) {
+       [](GroupFinder& f, const FuseOptions& o) {
+         if (o.conv_batch_norm_stats) f.ConvBatchNormStats();
          f.BatchNormActivations();
          f.BatchNormApplyChains();
          f.PoolingOfRecomputedActivations();

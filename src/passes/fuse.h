@@ -62,6 +62,11 @@ struct FuseOptions {
   bool layer_norm_residual = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
+  // With batch_norm_activations: a convolution whose output only a training batch norm (and the
+  // backward) reads, with that batch norm and its add and ReLU, as one conv2d_bn_train node
+  // (src/ops/conv_bn.h), whose statistics cuDNN's graph API sums in the convolution's epilogue.
+  // Off by default: TrainOptions::kernels.conv_batch_norm_stats.
+  bool conv_batch_norm_stats = false;
   // A residual block's input gradient, conv2d_dgrad + add, as one cuDNN call accumulating in
   // place (conv2d_dgrad_accumulate).
   bool conv_dgrad_accumulate = true;

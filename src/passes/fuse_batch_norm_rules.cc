@@ -1,5 +1,6 @@
-// Fusion rules of batch normalization: batch norm + ReLU (and the residual add) forward and
-// backward, and the mirror pass's recomputed batch-norm applies, alone and in chains.
+// Fusion rules of batch normalization: a convolution with the batch norm of its output (cuDNN
+// sums the statistics in the convolution's epilogue), batch norm + ReLU (and the residual add)
+// forward and backward, and the mirror pass's recomputed batch-norm applies, alone and in chains.
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
@@ -8,11 +9,66 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/ops/batch_norm_apply.h"
+#include "src/ops/conv.h"
+#include "src/ops/conv_bn.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse_rules.h"
 #include "src/passes/rewrite.h"
 
 namespace reprise::passes {
+
+// A forward convolution whose output a training batch norm normalises, with that batch norm (and
+// its residual add and ReLU, as BatchNormActivations would take them): one conv2d_bn_train node.
+// The convolution's output stays a value of the group (the batch norm's gradient reads it).
+// Whether cuDNN fuses it is asked when the node is lowered; elsewhere it runs the two lowerings.
+void GroupFinder::ConvBatchNormStats() {
+  const auto layout = [](const Attrs& attrs) {
+    auto it = attrs.find("layout");
+    const std::string* name = it == attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
+    return name == nullptr ? std::string("NCHW") : *name;
+  };
+  for (const Node& bn : g_.nodes()) {
+    if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id]) continue;
+    const DType dtype = bn.outputs[0].dtype;
+    if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) continue;
+    const Value x = bn.inputs[0];
+    const Node& conv = g_.node(x.node);
+    if (conv.op != &ops::Conv2dOp() || taken_[conv.id] || layout(conv.attrs) != layout(bn.attrs)) {
+      continue;
+    }
+    NodeGroup group{.members = {conv.id, bn.id},
+                    .op = &ops::Conv2dBatchNormTrainOp(),
+                    .name = absl::StrCat(conv.name, "+", bn.name),
+                    .attrs = conv.attrs,
+                    .inputs = {conv.inputs[0], conv.inputs[1], bn.inputs[1], bn.inputs[2],
+                               bn.inputs[3], bn.inputs[4]},
+                    .outputs = {Value{bn.id, 0}, Value{bn.id, 1}, Value{bn.id, 2}, x}};
+    for (const char* key : {"epsilon", "momentum"}) {
+      if (auto it = bn.attrs.find(key); it != bn.attrs.end()) group.attrs[key] = it->second;
+    }
+    const Node* next = SoleReader(Value{bn.id, 0});
+    const Node* add = nullptr;
+    Value residual;
+    if (next != nullptr && next->op == &ops::AddOp()) {
+      add = next;
+      residual = add->inputs[0] == Value{bn.id, 0} ? add->inputs[1] : add->inputs[0];
+      next = residual == Value{bn.id, 0} ? nullptr : SoleReader(Value{add->id, 0});
+    }
+    const bool relu = next != nullptr && next->op == &ops::ReluOp();
+    group.attrs["relu"] = relu;
+    group.attrs["residual"] = relu && add != nullptr;
+    if (relu) {
+      group.name = absl::StrCat(group.name, add ? "+add" : "", "+relu");
+      group.members.push_back(next->id);
+      group.outputs[0] = Value{next->id, 0};
+      if (add) {
+        group.members.push_back(add->id);
+        group.inputs.push_back(residual);
+      }
+    }
+    TryAdd(std::move(group));
+  }
+}
 
 // Batch norms (either layout: both run on our kernels) whose output feeds a ReLU (directly or
 // through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient

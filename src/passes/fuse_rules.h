@@ -34,6 +34,7 @@ class GroupFinder {
       : g_(graph), consumers_(graph), kept_(kept.begin(), kept.end()), taken_(graph.num_nodes()) {}
 
   void LossWithGrad();
+  void ConvBatchNormStats();
   void BatchNormActivations();
   void BatchNormApplyChains();
   void PoolingOfRecomputedActivations();

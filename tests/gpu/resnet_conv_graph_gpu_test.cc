@@ -1,0 +1,205 @@
+// ResNet training with its convolutions through cuDNN's graph API
+// (TrainOptions::kernels.conv_api = kGraph): replay gives the bits of the bulked run, the first
+// losses follow the legacy API's trainer, the loss falls, and the plan runs graph-API plans; the
+// same with the batch norms' statistics summed in the convolutions' epilogues
+// (kernels.conv_batch_norm_stats), against the graph API's unfused trainer.
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/template_images.h"
+
+namespace reprise {
+namespace {
+
+constexpr int kBatch = 8, kSize = 64, kClasses = 4;
+
+struct Config {
+  std::string name;
+  int depth;
+  Layout layout;
+  DType compute;
+  bool tf32;
+};
+
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
+
+std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c, ExecMode mode,
+                                     KernelTuning::ConvApi api, bool conv_bn_stats = false,
+                                     bool deterministic = true) {
+  TrainOptions options;
+  options.mode = mode;
+  options.deterministic = deterministic;
+  options.allow_tf32 = c.tf32;
+  options.compute_dtype = c.compute;
+  options.channels_last = ChannelsLast::kOff;
+  options.kernels.conv_api = api;
+  options.kernels.conv_batch_norm_stats = conv_bn_stats;
+  options.sgd.learning_rate = 0.005f;
+  options.seed = 42;
+  auto trainer = Trainer::Create(net.graph, net.loss, options);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? *std::move(trainer) : nullptr;
+}
+
+class Data : public testing::TemplateImages {
+ public:
+  Data() : TemplateImages(kBatch, kSize, kClasses) {}
+};
+
+std::vector<float> Train(Trainer& t, int steps) {
+  Data data;
+  std::vector<float> x, losses;
+  std::vector<int32_t> y;
+  for (int s = 0; s < steps; ++s) {
+    data.Next(x, y);
+    EXPECT_TRUE(t.SetInput("images", x).ok());
+    EXPECT_TRUE(t.SetInput("labels", y).ok());
+    EXPECT_TRUE(t.Step().ok());
+    losses.push_back(*t.Loss());
+  }
+  return losses;
+}
+
+class ResNetConvGraphGpuTest : public ::testing::TestWithParam<Config> {};
+
+TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = models::BuildResNet({.depth = c.depth,
+                                  .batch = kBatch,
+                                  .classes = kClasses,
+                                  .image_size = kSize,
+                                  .layout = c.layout});
+  ASSERT_TRUE(net.ok()) << net.status();
+  using Api = KernelTuning::ConvApi;
+  auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph);
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph);
+  auto legacy = MakeTrainer(*net, c, ExecMode::kGraph, Api::kLegacy);
+  ASSERT_TRUE(graph && bulked && legacy);
+  std::cout << c.name << " graph API: " << graph->stats().ToString() << "\n";
+
+  const int steps = c.depth == 18 ? 40 : 12;
+  const std::vector<float> replayed = Train(*graph, steps), eager = Train(*bulked, steps);
+  const std::vector<float> by_legacy = Train(*legacy, 3);
+  EXPECT_EQ(replayed, eager);
+  for (const std::string& name : graph->ParameterNames()) {
+    EXPECT_EQ(*graph->GetParameter(name), *bulked->GetParameter(name)) << name;
+  }
+  // The same weights and batches: the two APIs differ by summation order (and, in 16 bits or
+  // TF32, by where it rounds), which grows through the layers and the updates.
+  const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(replayed[i], by_legacy[i], tolerance * by_legacy[i]) << "step " << i;
+  }
+  if (c.depth == 18) {
+    float first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) first += replayed[i], last += replayed[steps - 5 + i];
+    EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(replayed);
+  } else {
+    EXPECT_LT(replayed[steps - 1], replayed[0]) << ::testing::PrintToString(replayed);
+  }
+  EXPECT_EQ(graph->stats().graph_instantiations, 1);
+
+  // The plan runs graph-API convolutions; the legacy call remains only where the graph API has
+  // no plan (its description says why), which at these shapes may only be a data gradient
+  // accumulated into a residual's (cuDNN's beta = 1); our own kernels may run the stem.
+  auto launches = graph->ProfileLaunches(1);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  int by_graph = 0;
+  for (const Trainer::LaunchTime& launch : *launches) {
+    if (launch.kernel.rfind("cudnn graph conv ", 0) == 0) ++by_graph;
+    if (launch.kernel.rfind("cudnn conv ", 0) == 0) {
+      EXPECT_NE(launch.kernel.find("dgrad"), std::string::npos)
+          << launch.node << ": " << launch.kernel;
+    }
+  }
+  EXPECT_GT(by_graph, c.depth == 18 ? 20 : 60);
+}
+
+class ResNetConvBnStatsGpuTest : public ::testing::TestWithParam<Config> {};
+
+// Counts the conv2d_bn_train launches cuDNN runs fused and those that run separately (printing
+// why), from the plan's launch descriptions.
+void CountFused(Trainer& trainer, const std::string& what, int& fused, int& separate) {
+  fused = separate = 0;
+  auto launches = trainer.ProfileLaunches(1);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  for (const Trainer::LaunchTime& launch : *launches) {
+    if (launch.kernel.rfind("cudnn graph conv fwd stats ", 0) == 0) ++fused;
+    if (launch.kernel.rfind("unfused (", 0) == 0) {
+      ++separate;
+      std::cout << launch.node << ": " << launch.kernel.substr(0, 300) << "\n";
+    }
+  }
+  std::cout << what << ": " << fused << " fused conv + batch norm nodes, " << separate
+            << " run separately\n";
+  EXPECT_EQ(fused + separate, 20);  // ResNet-18: every convolution but the classifier's.
+}
+
+// Every convolution that a batch norm follows runs as one conv2d_bn_train node: fused where cuDNN
+// has a plan (required for NHWC bfloat16 when nondeterministic engines are allowed: cuDNN's
+// genstats may sum with atomics), else the two lowerings, as the plan dump says. Deterministic:
+// replay gives the bulked run's bits; either way the first steps follow the unfused trainer's.
+TEST_P(ResNetConvBnStatsGpuTest, ReplayEqualsBulkedAndFollowsUnfusedSteps) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = models::BuildResNet({.depth = c.depth,
+                                  .batch = kBatch,
+                                  .classes = kClasses,
+                                  .image_size = kSize,
+                                  .layout = c.layout});
+  ASSERT_TRUE(net.ok()) << net.status();
+  using Api = KernelTuning::ConvApi;
+  auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, true);
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph, true);
+  auto unfused = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, false);
+  auto fast = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, true, /*deterministic=*/false);
+  ASSERT_TRUE(graph && bulked && unfused && fast);
+  const int steps = 30;
+  const std::vector<float> replayed = Train(*graph, steps), eager = Train(*bulked, steps);
+  const std::vector<float> plain = Train(*unfused, 3), nondeterministic = Train(*fast, steps);
+  EXPECT_EQ(replayed, eager);
+  for (const std::string& name : graph->ParameterNames()) {
+    EXPECT_EQ(*graph->GetParameter(name), *bulked->GetParameter(name)) << name;
+  }
+  // The statistics are summed in float before the output is rounded (ours: in double after).
+  const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-3 : 2e-2;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(replayed[i], plain[i], tolerance * plain[i]) << "step " << i;
+    EXPECT_NEAR(nondeterministic[i], plain[i], tolerance * plain[i]) << "step " << i;
+  }
+  for (const std::vector<float>* losses : {&replayed, &nondeterministic}) {
+    float first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) first += (*losses)[i], last += (*losses)[steps - 5 + i];
+    EXPECT_LT(last, 0.8f * first) << ::testing::PrintToString(*losses);
+  }
+  int fused = 0, separate = 0;
+  CountFused(*graph, c.name + " deterministic", fused, separate);
+  CountFused(*fast, c.name, fused, separate);
+  if (c.layout == Layout::kNHWC && c.compute == DType::kBFloat16) EXPECT_GT(fused, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Networks, ResNetConvBnStatsGpuTest,
+    ::testing::Values(Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false},
+                      Config{"ResNet18NchwF32", 18, Layout::kNCHW, DType::kFloat32, false}),
+    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Networks, ResNetConvGraphGpuTest,
+    ::testing::Values(Config{"ResNet18NchwF32", 18, Layout::kNCHW, DType::kFloat32, false},
+                      Config{"ResNet18NhwcF32", 18, Layout::kNHWC, DType::kFloat32, false},
+                      Config{"ResNet18NhwcTf32", 18, Layout::kNHWC, DType::kFloat32, true},
+                      Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false},
+                      Config{"ResNet50NhwcBf16", 50, Layout::kNHWC, DType::kBFloat16, false},
+                      Config{"ResNet50NchwF32", 50, Layout::kNCHW, DType::kFloat32, false}),
+    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace reprise
