@@ -113,9 +113,9 @@ struct TrainOptions {
   // One finiteness check of the loss and every gradient per step, on the device inside the step:
   // kSkipStep (default) skips a non-finite step's update and counts it (SkippedSteps, Report),
   // kStop also stops the trainer with a Status naming the step and the first non-finite tensor,
-  // kIgnore checks nothing. With loss scaling, the scaler's check is the guard. The whole-step MLP
-  // kernel (whole_step) updates inside itself with no skip, so a guarded step runs the per-layer
-  // plan instead (the fuse pass says so in the plan dump); kIgnore keeps the whole step.
+  // kIgnore checks nothing. With loss scaling, the scaler's check is the guard. Every plan is
+  // guarded, the whole-step MLP kernels (whole_step) too: they check inside the kernel, at one
+  // grid barrier before their updates (their cluster schedules, which cannot wait, are not used).
   NonFiniteOptions non_finite;
   // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
   // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.

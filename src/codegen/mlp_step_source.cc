@@ -184,7 +184,9 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                       ";\n");
       args.push_back(wgrad_args(l));
     }
-    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
+    absl::StrAppend(&code,
+                    guarded ? "  {  // Phase 1: weight gradients of every layer.\n"
+                            : "  {  // Phase 1: weight gradients and SGD of every layer.\n",
                     "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
                     "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
                     ">(a, c, arrival);\n  }\n");

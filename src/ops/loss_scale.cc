@@ -275,7 +275,9 @@ const ir::OpDef& GradNonfiniteOp() {
                             .kind = ir::OpKind::kOptimizer,
                             .infer = InferNonfinite,
                             .cpu = CpuNonfinite,
-                            .lower = LowerNonfinite};
+                            .lower = LowerNonfinite,
+                            .low_precision = true,
+                            .low_precision_lowering = true};
   return op;
 }
 

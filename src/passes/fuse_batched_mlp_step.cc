@@ -107,7 +107,9 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
       sgd_of[node.inputs[0].node] = &node;
     }
     if (node.op == &ops::BatchedSoftmaxCrossEntropyGradOp()) grad = &node;
-    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
+    const bool guard_node = guarded && (node.op == &ops::GradNonfiniteOp() ||
+                                        node.op == &ops::LossScaleCheckOp());  // The kernel's own.
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp() && !guard_node)
       return fail("an optimizer other than SGD with momentum");
   }
   if (grad == nullptr || grad->inputs[0] != logits || grad->inputs[1] != loss.inputs[1])

@@ -109,7 +109,9 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
       sgd_of[node.inputs[0].node] = &node;
     }
     if (node.op == &ops::SoftmaxCrossEntropyGradOp()) grad = &node;
-    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp())
+    const bool guard_node = guarded && (node.op == &ops::GradNonfiniteOp() ||
+                                        node.op == &ops::LossScaleCheckOp());  // The kernel's own.
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp() && !guard_node)
       return fail("an optimizer other than SGD with momentum");
   }
   if (grad == nullptr) return fail("no loss gradient");

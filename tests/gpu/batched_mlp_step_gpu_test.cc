@@ -31,9 +31,11 @@ struct Case {
 const SgdOptions kSgd{.learning_rate = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f};
 
 std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode,
-                                     bool whole_step = true, bool batch = true, bool tf32 = false) {
+                                     bool whole_step = true, bool batch = true, bool tf32 = false,
+                                     NonFinitePolicy policy = NonFinitePolicy::kSkipStep) {
   TrainOptions options;
   options.mode = mode;
+  options.non_finite.policy = policy;
   options.allow_tf32 = tf32;
   options.batch_ensembles = batch;
   options.whole_step = whole_step;
@@ -86,7 +88,7 @@ std::map<std::string, std::vector<float>> SavedTensors(Trainer& t, const std::st
   EXPECT_TRUE(saved.ok()) << saved.status();
   if (!saved.ok()) return tensors;
   for (const util::SafetensorsEntry& entry : saved->entries) {
-    // The non-finite guard's counters belong to a trainer's run (the whole step has none).
+    // The non-finite guard's counters belong to a trainer's run, not to the model.
     if (absl::StartsWith(entry.name, "non_finite.")) continue;
     const absl::string_view data = saved->Data(entry);
     std::vector<float>& v = tensors[entry.name];
@@ -170,11 +172,14 @@ TEST_P(EnsembleWholeStepGpuTest, MatchesTheUnbatchedCpuReferencePerModel) {
 
 // A captured replay gives the bulked run's bits: per-model losses every step, every parameter and
 // momentum after 20 steps; one instantiation.
-void ExpectGraphReplayEqualsBulkedOver20Steps(const Case& c, bool tf32) {
+// `policy`: the default guard (the cooperative schedules only), or kIgnore (the cluster schedules
+// too, where they fit).
+void ExpectGraphReplayEqualsBulkedOver20Steps(const Case& c, bool tf32,
+                                              NonFinitePolicy policy = NonFinitePolicy::kSkipStep) {
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,
                                models::BuildMlpEnsemble(c.models, c.config));
-  auto graph = MakeTrainer(e, ExecMode::kGraph, true, true, tf32);
-  auto bulked = MakeTrainer(e, ExecMode::kBulked, true, true, tf32);
+  auto graph = MakeTrainer(e, ExecMode::kGraph, true, true, tf32, policy);
+  auto bulked = MakeTrainer(e, ExecMode::kBulked, true, true, tf32, policy);
   ASSERT_TRUE(graph && bulked);
   ASSERT_EQ(CountOp(*graph, "batched_mlp_train_step"), 1);
   ASSERT_EQ(CountOp(*bulked, "batched_mlp_train_step"), 1);
@@ -210,9 +215,14 @@ TEST(EnsembleWholeStepGpuTest, Tf32GraphReplayEqualsBulkedBitwiseOver20Steps) {
                                            /*tf32=*/true);
   ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K5UnalignedTf32", 5, {17, 33, 1, 45, 7}},
                                            /*tf32=*/true);
-  // The cluster schedule (TF32, 8 models or more) with padded, unaligned shapes and four layers.
   ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K8UnalignedTf32", 8, {17, 33, 3, 45, 7}},
                                            /*tf32=*/true);
+  // Unguarded, the cluster schedule (TF32, 8 models or more) with padded, unaligned shapes and
+  // four layers, and the group schedule (32 models).
+  ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K8UnalignedTf32", 8, {17, 33, 3, 45, 7}},
+                                           /*tf32=*/true, NonFinitePolicy::kIgnore);
+  ExpectGraphReplayEqualsBulkedOver20Steps(Case{"K32Issue9Tf32", 32, {64, 64, 2, 256, 10}},
+                                           /*tf32=*/true, NonFinitePolicy::kIgnore);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -2,8 +2,9 @@
 # The non-finite guard's cost (TrainOptions::non_finite): the same step with the guard (skip) and
 # without it (ignore), alternating, on one GPU in one call:
 #   bash tools/device/guard_cost.sh BENCH [ROUNDS]
-# Rows: ResNet-50 b32 bf16 and TF32 (guarded by default), the MLP 8x256 b32 per-layer step (guarded),
-# and its default whole step (which the guard does not enter: both rows should be the same plan).
+# Rows: ResNet-50 b32 bf16 and TF32, the MLP 8x256 b32 per-layer step and its default whole step,
+# and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (guarded: the row chain; ignore: the
+# group schedule), all guarded by default (the whole-step kernels inside themselves).
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
 workloads=(
@@ -11,6 +12,8 @@ workloads=(
   "r50_b32_tf32|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
   "mlp8x256_b32_tf32_per_layer|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion per-layer --iters 1000 --warmup 100 --inputs device --tf32"
   "mlp8x256_b32_tf32_whole|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
+  "ensemble4_issue9_tf32_whole|--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
+  "ensemble32_issue9_tf32_whole|--model ensemble --ensemble 32 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
 )
 for ((r = 1; r <= rounds; ++r)); do
   for w in "${workloads[@]}"; do
