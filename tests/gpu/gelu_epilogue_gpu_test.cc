@@ -43,8 +43,10 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   Value dy = *g.AddConstant("dy", {Shape{kM, kK}, dtype}, Initializer::Uniform(-1, 1));
   const Attrs tb = {{"transpose_b", true}};
   std::vector<Value> fwd = *g.AddOp(ops::MatmulBiasGeluAuxOp(), "fc", {x, w, bias}, tb);
-  // The data gradient of a [kN -> kK] projection, dy·w: [kM, kN], with fc's pre-activation.
-  ASSERT_TRUE(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back", {dy, w, fwd[1]}).ok());
+  // The data gradient of a [kN -> kK] projection (weight [kK, kN]), dy·w2: [kM, kN], through
+  // fc's pre-activation.
+  Value w2 = *g.AddConstant("w2", {Shape{kK, kN}, dtype}, Initializer::Uniform(-0.5, 0.5));
+  ASSERT_TRUE(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back", {dy, w2, fwd[1]}).ok());
   ASSERT_TRUE(g.AddOp(ops::MatmulBiasResidualOp(), "proj", {x, w, bias, residual}, tb).ok());
   ir::ReferenceExecutor cpu(g, false, 21);
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
