@@ -19,6 +19,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/layer_norm_residual.h"
 #include "src/ops/matmul_gelu.h"
+#include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
