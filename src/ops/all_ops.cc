@@ -47,7 +47,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
           &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluBiasGradOp(),
-          &MatmulBiasResidualOp(), &LayerNormGradAddOp()};
+          &MatmulBiasResidualOp(), &LayerNormGradAddOp(), &AddLayerNormOp()};
 }
 
 }  // namespace reprise::ops

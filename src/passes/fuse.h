@@ -9,6 +9,7 @@
 //   matmul -> gelu_grad -> column_sum        => matmul_dgelu_bgrad (cuBLASLt DGELU_BGRAD)
 //   matmul -> bias_add -> add(·, residual)   => matmul_bias_residual (cuBLASLt BIAS, beta = 1)
 //   add(layer_norm_grad's dx, other gradient) => layer_norm_grad_add (one kernel)
+//   add -> layer_norm (no epilogue took the add) => add_layer_norm (one pass)
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
@@ -58,7 +59,8 @@ struct FuseOptions {
   // the epilogues of their products (src/passes/fuse_gelu_rules.cc).
   bool gelu_epilogues = true;
   bool residual_epilogues = true;
-  // A layer norm's input gradient summed with the residual stream's in the layer norm's kernel.
+  // A layer norm fused with the residual add before it, and its input gradient summed with the
+  // residual stream's, each in the layer norm's kernel.
   bool layer_norm_residual = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;

@@ -48,6 +48,8 @@ class GroupFinder {
   // layer_norm_grad whose dx is added to another gradient: the add in the same kernel
   // (fuse_layer_norm_rules.cc).
   void LayerNormResidualGradients();
+  // add -> layer_norm as one add_layer_norm (the adds no product epilogue took).
+  void LayerNormResidualAdds();
   void ConvDgradAccumulations();
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.

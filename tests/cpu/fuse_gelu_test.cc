@@ -130,6 +130,35 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   }
 }
 
+// Without the residual epilogue the residual add joins the layer norm after it (add_layer_norm),
+// and the step keeps the unfused step's bits.
+TEST(FuseGeluTest, WithoutTheResidualEpilogueTheAddJoinsTheLayerNorm) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  passes::FuseOptions options = Unfused();
+  options.layer_norm_residual = true;
+  auto fused = passes::Fuse(*t, {t->loss}, options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("add_layer_norm"), 1);
+  EXPECT_EQ(counts.count("matmul_bias_residual"), 0u);
+  // ln_f's backward reads the sum the fused node wrote.
+  const Node& forward = g.node(*g.FindNode("residual+ln_f"));
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() == "layer_norm_grad" || n.op_name() == "layer_norm_grad_add") {
+      if (n.name.rfind("ln_f", 0) == 0) EXPECT_EQ(n.inputs[1], (Value{forward.id, 0})) << n.name;
+    }
+  }
+  const auto plain = RunCpu(t->graph, t->loss, 3);
+  const auto merged = RunCpu(g, fused->training.loss, 3);
+  EXPECT_EQ(plain.first, merged.first);
+  for (const auto& [name, values] : plain.second) {
+    EXPECT_EQ(values, merged.second.at(name)) << name;
+  }
+}
+
 // The plan a bfloat16 Trainer runs holds the fused nodes in bfloat16.
 TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   Block b = BuildBlock();

@@ -1,8 +1,8 @@
 // The transformer fusions on the GPU: matmul_bias_gelu_aux, matmul_dgelu_bgrad (cuBLASLt's
 // GELU_AUX_BIAS and DGELU_BGRAD), matmul_bias_residual (BIAS with beta = 1) and
-// layer_norm_grad_add against their CPU references in float32 and bfloat16; a pre-norm block
-// trained by Trainer whose captured replay gives eager's bits and whose losses follow the CPU
-// reference; GPT-2-sized timings of the fused products.
+// add_layer_norm and layer_norm_grad_add against their CPU references in float32 and bfloat16; a
+// pre-norm block trained by Trainer whose captured replay gives eager's bits and whose losses
+// follow the CPU reference; GPT-2-sized timings of the fused products.
 //
 // cuBLASLt documents its GELU epilogues only as "GELU"; the reference is GPT-2's tanh form. The
 // float32 tolerance (2e-5 relative L2, TF32 off) holds only if cuBLASLt computes the tanh form
@@ -53,6 +53,7 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
 }
 
+// add_layer_norm and layer_norm_grad_add.
 TEST_P(GeluEpilogueGpuTest, LayerNormGradientPlusResidualMatchesCpuReference) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();
@@ -64,6 +65,7 @@ TEST_P(GeluEpilogueGpuTest, LayerNormGradientPlusResidualMatchesCpuReference) {
     Value w = *g.AddConstant("w", {Shape{cols}}, Initializer::Uniform(0.5, 1.5));
     Value b = *g.AddConstant("b", {Shape{cols}}, Initializer::Uniform(-1, 1));
     std::vector<Value> ln = *g.AddOp(ops::LayerNormOp(), "ln", {x, w, b});
+    ASSERT_TRUE(g.AddOp(ops::AddLayerNormOp(), "add_ln", {x, dres, w, b}).ok());
     ASSERT_TRUE(g.AddOp(ops::LayerNormGradAddOp(), "ln_grad", {dy, x, w, ln[1], ln[2], dres}).ok());
     ir::ReferenceExecutor cpu(g, false, 22);
     ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
