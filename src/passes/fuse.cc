@@ -64,7 +64,7 @@ absl::Span<const FusionRule> FusionRules() {
          return o.gemm_epilogues && (o.gelu_epilogues || o.residual_epilogues);
        },
        [](GroupFinder& f, const FuseOptions& o) {
-         if (o.gelu_epilogues) f.GeluEpilogues();
+         if (o.gelu_epilogues) f.GeluEpilogues(o.gelu_backward_epilogue);
          if (o.residual_epilogues) f.ResidualEpilogues();
        }},
       {"layer norm residual adds", [](const FuseOptions& o) { return o.layer_norm_residual; },

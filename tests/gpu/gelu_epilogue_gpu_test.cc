@@ -149,8 +149,8 @@ INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, GeluBlockTrainerGpuTest,
                          ::testing::Values(DType::kFloat32, DType::kBFloat16),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
-// GPT-2 124M's MLP products at B=16, T=1024 in bfloat16, fused and plain, printed for the
-// record; the fused forward must not be slower than twice the plain product.
+// GPT-2 124M's MLP products at B=16, T=1024 in bfloat16, fused and plain, printed for the record
+// (speed is measured, not asserted: this only runs them at size).
 TEST(GeluEpilogueTimingGpuTest, Gpt2MlpProducts) {
   REPRISE_REQUIRE_GPU();
   constexpr int64_t kRows = 16384, kC = 768;
@@ -172,16 +172,11 @@ TEST(GeluEpilogueTimingGpuTest, Gpt2MlpProducts) {
   ASSERT_TRUE(g.AddOp(ops::MatmulOp(), "proj_plain", {h, w_proj}, tb).ok());
   ASSERT_TRUE(
       g.AddOp(ops::MatmulBiasResidualOp(), "proj_residual", {h, w_proj, b_proj, x}, tb).ok());
-  std::vector<double> ms;
   for (const char* name :
        {"fc_plain", "fc_gelu", "dgrad_plain", "dgrad_dgelu", "proj_plain", "proj_residual"}) {
     REPRISE_ASSERT_OK_AND_ASSIGN(const double t, TimeNodeMs(g, name, 20));
     std::printf("%-14s %.3f ms\n", name, t);
-    ms.push_back(t);
   }
-  EXPECT_LT(ms[1], 2 * ms[0]);
-  EXPECT_LT(ms[3], 2 * ms[2]);
-  EXPECT_LT(ms[5], 2 * ms[4]);
 }
 
 }  // namespace
