@@ -44,16 +44,10 @@ LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols) {
   return k;
 }
 
-GeneratedKernel LayerNormForward(DType dtype) {
-  return Make("reprise_layer_norm", dtype,
-              "const elem_t* __restrict__ x, const float* __restrict__ weight, "
-              "const float* __restrict__ bias, elem_t* __restrict__ y, "
-              "float* __restrict__ mean_out, float* __restrict__ rstd_out, long long rows, "
-              "int cols, float eps",
-              absl::StrCat(kRowPrologue, R"(
-  const elem_t* xr = x + row * cols;
-  float sum = 0.0f;
-  for (int c = lane; c < cols; c += 32) sum += ToFloat(xr[c]);
+namespace {
+
+// The forward's statistics and output once `sum` holds the row's sum of x (at xr).
+constexpr char kForwardTail[] = R"(
   const float mean = WarpSum(sum) / cols;
   float squares = 0.0f;
   for (int c = lane; c < cols; c += 32) {
@@ -69,7 +63,43 @@ GeneratedKernel LayerNormForward(DType dtype) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
-)"));
+)";
+
+}  // namespace
+
+GeneratedKernel LayerNormForward(DType dtype) {
+  return Make("reprise_layer_norm", dtype,
+              "const elem_t* __restrict__ x, const float* __restrict__ weight, "
+              "const float* __restrict__ bias, elem_t* __restrict__ y, "
+              "float* __restrict__ mean_out, float* __restrict__ rstd_out, long long rows, "
+              "int cols, float eps",
+              absl::StrCat(kRowPrologue, R"(
+  const elem_t* xr = x + row * cols;
+  float sum = 0.0f;
+  for (int c = lane; c < cols; c += 32) sum += ToFloat(xr[c]);
+)",
+                           kForwardTail));
+}
+
+GeneratedKernel LayerNormAddForward(DType dtype) {
+  // Each lane reads back only the elements of x it wrote itself.
+  return Make("reprise_add_layer_norm", dtype,
+              "const elem_t* __restrict__ a, const elem_t* __restrict__ b, "
+              "const float* __restrict__ weight, const float* __restrict__ bias, "
+              "elem_t* __restrict__ x, elem_t* __restrict__ y, float* __restrict__ mean_out, "
+              "float* __restrict__ rstd_out, long long rows, int cols, float eps",
+              absl::StrCat(kRowPrologue, R"(
+  const elem_t* ar = a + row * cols;
+  const elem_t* br = b + row * cols;
+  elem_t* xr = x + row * cols;
+  float sum = 0.0f;
+  for (int c = lane; c < cols; c += 32) {
+    const elem_t v = FromFloat(ToFloat(ar[c]) + ToFloat(br[c]));
+    xr[c] = v;
+    sum += ToFloat(v);
+  }
+)",
+                           kForwardTail));
 }
 
 namespace {
@@ -164,8 +194,8 @@ extern "C" __global__ void reprise_layer_norm_dparams_finalize(const float* __re
 std::vector<GeneratedKernel> LayerNormKernels() {
   std::vector<GeneratedKernel> kernels = {LayerNormParamFinalize()};
   for (DType dtype : kKernelElementTypes) {
-    for (GeneratedKernel (*make)(DType) :
-         {LayerNormForward, LayerNormDx, LayerNormDxAdd, LayerNormParamPartials}) {
+    for (GeneratedKernel (*make)(DType) : {LayerNormForward, LayerNormAddForward, LayerNormDx,
+                                           LayerNormDxAdd, LayerNormParamPartials}) {
       kernels.push_back(make(dtype));
     }
   }

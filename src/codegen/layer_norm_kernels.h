@@ -39,6 +39,11 @@ LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols);
 // const float* weight, const float* bias, elem_t* y, float* mean, float* rstd, long long rows,
 // int cols, float eps). Grid ceil(rows / kLayerNormRowsPerBlock).
 GeneratedKernel LayerNormForward(DType dtype);
+// The forward of x = a + b (rounded once to elem_t, as add's kernel does, and stored), then as
+// LayerNormForward over that x. Name reprise_add_layer_norm. Signature: (const elem_t* a,
+// const elem_t* b, const float* weight, const float* bias, elem_t* x, elem_t* y, float* mean,
+// float* rstd, long long rows, int cols, float eps).
+GeneratedKernel LayerNormAddForward(DType dtype);
 
 // dx, one warp per row: with g = dy·weight and x̂ = (x - mean)·rstd,
 // dx = rstd·(g - mean(g) - x̂·mean(g·x̂)). Name reprise_layer_norm_dx. Signature:

@@ -266,6 +266,43 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   return LowerGradOf(ctx, node, /*add=*/false);
 }
 
+// add_layer_norm: (a, b, weight, bias) -> (x = a + b, y, mean, rstd), add's then layer_norm's.
+absl::StatusOr<std::vector<TensorSpec>> InferAddForward(const Attrs& attrs,
+                                                        absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 4));
+  if (!(in[0] == in[1])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", in[0].ToString(), " and b ", in[1].ToString(), " must match"));
+  }
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, InferForward(attrs, in.subspan(1, 3)));
+  out.insert(out.begin(), in[0]);
+  return out;
+}
+
+absl::Status CpuAddForward(const Node& node, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out) {
+  const Node stub;
+  RETURN_IF_ERROR(AddOp().cpu(stub, in.subspan(0, 2), out.subspan(0, 1)));
+  std::vector<ir::HostTensor*> ln_in = {out[0], in[2], in[3]};
+  return CpuForward(node, ln_in, out.subspan(1, 3));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAddForward(const LoweringContext& ctx,
+                                                           const Node& node) {
+  ASSIGN_OR_RETURN(const double epsilon, EpsilonOf(node.attrs));
+  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0, 1}));
+  ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[0]));
+  RETURN_IF_ERROR(CheckKernelStore(ctx, node));
+  KernelArgs args;
+  for (void* p : ctx.inputs) args.Add(p);
+  for (void* p : ctx.outputs) args.Add(p);
+  args.Add(static_cast<long long>(r.rows))
+      .Add(static_cast<int>(r.cols))
+      .Add(static_cast<float>(epsilon));
+  return NvrtcKernel::Create(ctx, node.name, codegen::LayerNormAddForward(dtype), RowGrid(r.rows),
+                             dim3(kRowBlock), 0, std::move(args));
+}
+
 // layer_norm_grad_add: layer_norm_grad's inputs and dres (x's spec) -> (dx + dres, dweight, dbias).
 absl::StatusOr<std::vector<TensorSpec>> InferGradAdd(const Attrs& attrs,
                                                      absl::Span<const TensorSpec> in) {
@@ -295,6 +332,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradAdd(const LoweringContext& c
 }
 
 }  // namespace
+
+const ir::OpDef& AddLayerNormOp() {
+  static const ir::OpDef op{.name = "add_layer_norm",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferAddForward,
+                            .cpu = CpuAddForward,
+                            .lower = LowerAddForward,
+                            .low_precision_lowering = true};
+  return op;
+}
 
 const ir::OpDef& LayerNormGradAddOp() {
   static const ir::OpDef op{.name = "layer_norm_grad_add",

@@ -1,4 +1,5 @@
-// A layer norm's backward with the residual stream's gradient added in its kernel: in a
+// A layer norm fused with the residual add before it, and its backward with the residual
+// stream's gradient added in its kernel: in a
 // pre-norm transformer the gradient of x is the layer norm's dx plus the gradient that reaches x
 // along the residual path, which an add would otherwise read and write once more. Written by the
 // fuse pass (src/passes/fuse_layer_norm_rules.cc).
@@ -8,6 +9,11 @@
 #include "src/ir/op_def.h"
 
 namespace reprise::ops {
+
+// add_layer_norm: (a, b, weight, bias) -> (x, y, mean, rstd): x = a + b (add's rounding) and
+// layer_norm(x, weight, bias), both written in one pass; attrs as layer_norm's. Where the residual
+// add has no product epilogue to ride in (src/passes/fuse_gelu_rules.cc takes those first).
+const ir::OpDef& AddLayerNormOp();
 
 // layer_norm_grad_add: (dy, x, weight, mean, rstd, dres) -> (dx + dres, dweight, dbias), the
 // first five inputs, the attrs and the last two outputs as layer_norm_grad's

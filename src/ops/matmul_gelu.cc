@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/gelu_kernels.h"
+#include "src/codegen/generated_kernel.h"
+#include "src/ops/gpu_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -93,6 +96,47 @@ absl::Status CpuResidual(const Node& node, absl::Span<ir::HostTensor* const> in,
   return Run(AddOp(), {&biased, in[3]}, {out[0]});
 }
 
+// When cuBLASLt offers no algorithm for a GELU epilogue at this shape and type: the product with a
+// bias epilogue (forward) or none (backward), then our own GELU, GELU-derivative and column-sum
+// kernels, as the unfused ops compute them. Describe() shows which form runs.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUnfusedGelu(const LoweringContext& ctx,
+                                                            const Node& node,
+                                                            const runtime::MatmulShape& shape) {
+  const bool forward = node.op == &MatmulBiasGeluAuxOp();
+  const long long rows = shape.m, cols = shape.n, n = rows * cols;
+  LoweringContext product_ctx = ctx;
+  runtime::MatmulEpilogue epilogue;
+  if (forward) {  // The biased product into the pre-activation.
+    epilogue.kind = runtime::MatmulEpilogue::Kind::kBias;
+    epilogue.bias = ctx.inputs[2];
+    product_ctx.outputs = {ctx.outputs[1]};
+  }
+  std::vector<std::unique_ptr<GpuKernel>> kernels;
+  ASSIGN_OR_RETURN(kernels.emplace_back(), LowerLtMatmul(product_ctx, node, shape, epilogue));
+  const size_t workspace = kernels.back()->WorkspaceBytes();
+  const dim3 grid = GridFor(n, 256, *ctx.device);
+  KernelArgs act;
+  if (forward) {
+    act.Add(ctx.outputs[1]).Add(ctx.outputs[0]).Add(n).Add(cols);
+  } else {  // dz = dz·gelu'(pre) in place: each element read before it is written.
+    act.Add(ctx.outputs[0]).Add(ctx.inputs[2]).Add(ctx.outputs[0]).Add(n).Add(cols);
+  }
+  ASSIGN_OR_RETURN(
+      kernels.emplace_back(),
+      NvrtcKernel::Create(ctx, node.name,
+                          forward ? codegen::Gelu(shape.dtype) : codegen::GeluGrad(shape.dtype),
+                          grid, dim3(256), 0, std::move(act)));
+  if (!forward) {
+    KernelArgs sum;
+    sum.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
+    ASSIGN_OR_RETURN(kernels.emplace_back(),
+                     NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(shape.dtype),
+                                         dim3(static_cast<unsigned>((cols + 31) / 32)),
+                                         dim3(32, 32), 0, std::move(sum)));
+  }
+  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace));
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(ProductDims d,
                    ProductDimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1], 2));
@@ -112,7 +156,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, con
     epilogue.bias = ctx.inputs[2];
     epilogue.residual = ctx.inputs[3];
   }
-  return LowerLtMatmul(ctx, node, shape, epilogue);
+  absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
+  const bool gelu = epilogue.kind != Kind::kBiasResidual;
+  if (fused.ok() || !gelu || fused.status().code() != absl::StatusCode::kNotFound) return fused;
+  return LowerUnfusedGelu(ctx, node, shape);
 }
 
 }  // namespace

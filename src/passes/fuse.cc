@@ -65,11 +65,14 @@ absl::Span<const FusionRule> FusionRules() {
          return o.gemm_epilogues && (o.gelu_epilogues || o.residual_epilogues);
        },
        [](GroupFinder& f, const FuseOptions& o) {
-         if (o.gelu_epilogues) f.GeluEpilogues();
+         if (o.gelu_epilogues) f.GeluEpilogues(o.gelu_backward_epilogue);
          if (o.residual_epilogues) f.ResidualEpilogues();
        }},
-      {"layer norm residual gradients", [](const FuseOptions& o) { return o.layer_norm_residual; },
-       [](GroupFinder& f, const FuseOptions&) { f.LayerNormResidualGradients(); }},
+      {"layer norm residual adds", [](const FuseOptions& o) { return o.layer_norm_residual; },
+       [](GroupFinder& f, const FuseOptions&) {
+         f.LayerNormResidualGradients();
+         f.LayerNormResidualAdds();
+       }},
       {"GEMM epilogues", [](const FuseOptions& o) { return o.gemm_epilogues; },
        [](GroupFinder& f, const FuseOptions& o) { f.GemmEpilogues(o.relu_backward_epilogues); }},
       {"data gradient accumulation", [](const FuseOptions& o) { return o.conv_dgrad_accumulate; },

@@ -13,11 +13,12 @@
 namespace reprise::passes {
 
 // matmul -> bias_add -> gelu becomes matmul_bias_gelu_aux, which also writes the pre-activation
-// (the bias_add's value) that gelu_grad reads; where that gelu_grad reads a data-gradient matmul
-// and feeds a bias gradient, the three become matmul_dgelu_bgrad. Any float type: cuBLASLt sums
+// (the bias_add's value) that gelu_grad reads; with `backward_too`, where that gelu_grad reads a
+// data-gradient matmul and feeds a bias gradient, the three become matmul_dgelu_bgrad (otherwise
+// the pointwise-chain rule takes gelu_grad and the bias gradient). Any float type: cuBLASLt sums
 // the bias gradient in float32 and rounds once, as column_sum does. Widths that are not a
 // multiple of 8 (cuBLASLt's GELU aux layout) stay unfused.
-void GroupFinder::GeluEpilogues() {
+void GroupFinder::GeluEpilogues(bool backward_too) {
   for (const Node& mm : g_.nodes()) {
     if (mm.op != &ops::MatmulOp() || taken_[mm.id]) continue;
     const Node* bias = SoleReader(Value{mm.id, 0});
@@ -36,7 +37,8 @@ void GroupFinder::GeluEpilogues() {
                       .attrs = TransposeAttrs(mm),
                       .inputs = {mm.inputs[0], mm.inputs[1], bias->inputs[1]},
                       .outputs = {Value{gelu->id, 0}, pre}};
-    if (std::optional<NodeGroup> backward = GeluBackward(pre); backward.has_value()) {
+    if (std::optional<NodeGroup> backward = backward_too ? GeluBackward(pre) : std::nullopt;
+        backward.has_value()) {
       if (TryAddAll({forward, *std::move(backward)})) continue;
     }
     TryAdd(std::move(forward));

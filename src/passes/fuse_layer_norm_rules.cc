@@ -1,4 +1,5 @@
-// Fusion rules for layer normalization: its input gradient summed with the residual stream's.
+// Fusion rules for layer normalization: the residual add before it, and its input gradient summed
+// with the residual stream's.
 #include "absl/strings/str_cat.h"
 #include "src/ops/layer_norm_residual.h"
 #include "src/ops/ops.h"
@@ -28,6 +29,22 @@ void GroupFinder::LayerNormResidualGradients() {
                   .outputs = {Value{add.id, 0}, Value{grad.id, 1}, Value{grad.id, 2}}}))
         break;
     }
+  }
+}
+
+// add -> layer_norm becomes add_layer_norm, which writes the sum (read on by the residual stream
+// and by the backward) and the normalised output in one pass over the row.
+void GroupFinder::LayerNormResidualAdds() {
+  for (const Node& ln : g_.nodes()) {
+    if (ln.op != &ops::LayerNormOp() || taken_[ln.id]) continue;
+    const Node& add = g_.node(ln.inputs[0].node);
+    if (add.op != &ops::AddOp() || taken_[add.id]) continue;
+    TryAdd({.members = {add.id, ln.id},
+            .op = &ops::AddLayerNormOp(),
+            .name = absl::StrCat(add.name, "+", ln.name),
+            .attrs = ln.attrs,
+            .inputs = {add.inputs[0], add.inputs[1], ln.inputs[1], ln.inputs[2]},
+            .outputs = {Value{add.id, 0}, Value{ln.id, 0}, Value{ln.id, 1}, Value{ln.id, 2}}});
   }
 }
 

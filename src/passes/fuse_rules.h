@@ -41,14 +41,16 @@ class GroupFinder {
   void PoolingArgmaxInForward();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
-  // A GELU layer's forward and backward in cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD epilogues
-  // (fuse_gelu_rules.cc).
-  void GeluEpilogues();
+  // A GELU layer's forward (and with `backward` its backward) in cuBLASLt's GELU_AUX_BIAS and
+  // DGELU_BGRAD epilogues (fuse_gelu_rules.cc).
+  void GeluEpilogues(bool backward);
   // matmul -> bias_add -> add(·, residual) as one product reading the residual (beta = 1).
   void ResidualEpilogues();
   // layer_norm_grad whose dx is added to another gradient: the add in the same kernel
   // (fuse_layer_norm_rules.cc).
   void LayerNormResidualGradients();
+  // add -> layer_norm as one add_layer_norm (the adds no product epilogue took).
+  void LayerNormResidualAdds();
   void ConvDgradAccumulations();
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.

@@ -67,7 +67,8 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   Block b = BuildBlock();
   auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
   ASSERT_TRUE(t.ok()) << t.status();
-  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  auto fused =
+      passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false, .gelu_backward_epilogue = true});
   ASSERT_TRUE(fused.ok()) << fused.status();
   const Graph& g = fused->training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
@@ -117,7 +118,7 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   ASSERT_TRUE(t.ok()) << t.status();
   passes::FuseOptions only_ours = Unfused();
   only_ours.gemm_epilogues = only_ours.gelu_epilogues = only_ours.residual_epilogues = true;
-  only_ours.layer_norm_residual = true;
+  only_ours.layer_norm_residual = only_ours.gelu_backward_epilogue = true;
   auto fused = passes::Fuse(*t, {t->loss}, only_ours);
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu_bgrad"), 1u);
@@ -130,6 +131,57 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   }
 }
 
+// Without the residual epilogue the residual add joins the layer norm after it (add_layer_norm),
+// and the step keeps the unfused step's bits.
+TEST(FuseGeluTest, WithoutTheResidualEpilogueTheAddJoinsTheLayerNorm) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  passes::FuseOptions options = Unfused();
+  options.layer_norm_residual = true;
+  auto fused = passes::Fuse(*t, {t->loss}, options);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("add_layer_norm"), 1);
+  EXPECT_EQ(counts.count("matmul_bias_residual"), 0u);
+  // ln_f's backward reads the sum the fused node wrote.
+  const Node& forward = g.node(*g.FindNode("residual+ln_f"));
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() == "layer_norm_grad" || n.op_name() == "layer_norm_grad_add") {
+      if (n.name.rfind("ln_f", 0) == 0) EXPECT_EQ(n.inputs[1], (Value{forward.id, 0})) << n.name;
+    }
+  }
+  const auto plain = RunCpu(t->graph, t->loss, 3);
+  const auto merged = RunCpu(g, fused->training.loss, 3);
+  EXPECT_EQ(plain.first, merged.first);
+  for (const auto& [name, values] : plain.second) {
+    EXPECT_EQ(values, merged.second.at(name)) << name;
+  }
+}
+
+// By default the backward stays a product plus one fused pointwise kernel (GELU's derivative and
+// the bias gradient), which read the pre-activation the fused forward kept.
+TEST(FuseGeluTest, DefaultBackwardIsTheProductAndAPointwiseChain) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
+  EXPECT_EQ(counts.count("matmul_dgelu_bgrad"), 0u);
+  EXPECT_EQ(counts.count("gelu_grad"), 0u);  // In a fused_pointwise chain.
+  const Node& forward = g.node(*g.FindNode("c_fc.matmul+bias+gelu"));
+  bool read = false;
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() != "fused_pointwise") continue;
+    for (const Value& v : n.inputs) read = read || v == Value{forward.id, 1};
+  }
+  EXPECT_TRUE(read);
+}
+
 // The plan a bfloat16 Trainer runs holds the fused nodes in bfloat16.
 TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   Block b = BuildBlock();
@@ -140,8 +192,7 @@ TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   ASSERT_TRUE(step.ok()) << step.status();
   const Graph& g = step->plan.graph();
   const std::map<std::string, int> counts = OpCounts(g);
-  for (const char* op : {"matmul_bias_gelu_aux", "matmul_dgelu_bgrad", "matmul_bias_residual",
-                         "layer_norm_grad_add"}) {
+  for (const char* op : {"matmul_bias_gelu_aux", "matmul_bias_residual", "layer_norm_grad_add"}) {
     EXPECT_EQ(counts.count(op), 1u) << op;
   }
   for (const Node& n : g.nodes()) {

@@ -1,5 +1,5 @@
 // Times one node of a graph on the GPU through its own lowering, with every input and output in
-// a device buffer of its own: a sanity bound on a kernel's speed at a real model's sizes (GPT-2's
+// a device buffer of its own: a kernel's time at a real model's sizes (GPT-2's
 // [16384, 50257] logits) without the memory of a whole plan or a CPU reference of that size.
 #ifndef REPRISE_TESTS_GPU_NODE_TIMING_H_
 #define REPRISE_TESTS_GPU_NODE_TIMING_H_
