@@ -94,6 +94,61 @@ struct ResNet {
 // batch norms with weight 1 and bias 0. InvalidArgument for an unknown depth or too small an image.
 absl::StatusOr<ResNet> BuildResNet(const ResNetConfig& config);
 
+// GPT-2 (nanoGPT's model, the 124M one by default): pre-LayerNorm transformer blocks
+// x + attn(ln_1(x)), x + mlp(ln_2(x)), a final ln_f, GELU (tanh form) in a 4x MLP, learned
+// position embeddings and the output projection tied to the token embedding.
+struct Gpt2Config {
+  int64_t batch = 16;
+  int64_t seq = 1024;            // Tokens per sequence trained on (T), at most max_positions.
+  int64_t max_positions = 1024;  // Rows of the position embedding (GPT-2's context).
+  int64_t vocab = 50257;
+  int64_t layers = 12;
+  int64_t heads = 12;      // Must divide width.
+  int64_t width = 768;     // C, the residual stream's features.
+  double init_std = 0.02;  // Weights' standard deviation (c_proj's: init_std / sqrt(2·layers)).
+};
+
+struct Gpt2 {
+  Graph graph;
+  Value tokens;   // Input "tokens" i32 [batch, seq].
+  Value targets;  // Input "targets" i32 [batch, seq]: the next token of each position.
+  Value logits;   // [batch·seq, vocab], row b·seq + t for token t of sequence b.
+  Value loss;     // "loss": scalar mean cross-entropy over every position.
+};
+
+// The values of one GPT-2 added to a graph.
+struct Gpt2Values {
+  Value tokens, targets, logits, loss;
+};
+
+// GPT-2 with the parameter names and layouts of nanoGPT's (and Hugging Face's GPT2LMHeadModel's)
+// state dict, so that SaveWeights / LoadWeights interchange with it through safetensors:
+//   transformer.wte.weight [vocab, C]      token embedding, and the output projection (below)
+//   transformer.wpe.weight [max_positions, C]
+//   transformer.h.<i>.ln_1.weight / .bias [C]
+//   transformer.h.<i>.attn.c_attn.weight [3C, C] / .bias [3C]   q, k, v side by side
+//   transformer.h.<i>.attn.c_proj.weight [C, C] / .bias [C]
+//   transformer.h.<i>.ln_2.weight / .bias [C]
+//   transformer.h.<i>.mlp.c_fc.weight [4C, C] / .bias [4C]
+//   transformer.h.<i>.mlp.c_proj.weight [C, 4C] / .bias [C]
+//   transformer.ln_f.weight / .bias [C]
+// Linear weights are [out, in] as torch.nn.Linear's (Hugging Face's Conv1D keeps them transposed,
+// [in, out]: transpose those when converting). The logits are the final hidden states times
+// transformer.wte.weight transposed: the same parameter the embedding reads, so its gradient is
+// the sum of both uses' and there is no lm_head parameter. A torch state dict's lm_head.weight is
+// the same tensor as transformer.wte.weight (nanoGPT ties them): drop it when loading here
+// (LoadWeightsOptions::allow_unexpected, the default) and copy wte into it when going back.
+// Starts as nanoGPT does, uniform with the same standard deviation (the engine has no normal
+// initializer): weights and embeddings init_std, the two c_proj weights init_std / sqrt(2·layers),
+// biases 0, layer norms weight 1 and bias 0. The default (124M) has 124,439,808 parameters.
+// InvalidArgument naming the field for a size below 1 (or init_std not positive), heads not
+// dividing width, seq > max_positions, a vocab beyond int32 token ids, or sizes whose tensors'
+// bytes overflow int64.
+absl::StatusOr<Gpt2> BuildGpt2(const Gpt2Config& config);
+// BuildGpt2's model added to `graph` (whose names must be free: "tokens", "targets", "loss",
+// "transformer.*", "lm_head"). On any error the graph is left exactly as it was.
+absl::StatusOr<Gpt2Values> AddGpt2(Graph& graph, const Gpt2Config& config);
+
 }  // namespace reprise::models
 
 #endif  // REPRISE_INCLUDE_REPRISE_MODELS_H_

@@ -57,6 +57,14 @@ void BindGraph(nb::module_& m) {
           "value"_a)
       .def_prop_ro("num_nodes", &Graph::num_nodes)
       .def_prop_ro("num_parameter_elements", &Graph::NumParameterElements)
+      .def_prop_ro(
+          "parameter_names",
+          [](const Graph& g) {
+            std::vector<std::string> names;
+            for (int32_t id : g.NodesOf("parameter")) names.push_back(g.node(id).name);
+            return names;
+          },
+          "The parameters' names, in the order they were added.")
       .def("__str__", &Graph::ToString);
 }
 
@@ -143,6 +151,42 @@ void BindNn(nb::module_& m) {
       "graph"_a, "logits"_a, "labels"_a, "name"_a = "");
 }
 
+// Gpt2Config field for field, with a keyword constructor whose defaults are the C++ ones.
+void BindGpt2(nb::module_& models) {
+  const models::Gpt2Config d;
+  nb::class_<models::Gpt2Config>(models, "Gpt2Config")
+      .def(
+          "__init__",
+          [](models::Gpt2Config* c, int64_t batch, int64_t seq, int64_t max_positions,
+             int64_t vocab, int64_t layers, int64_t heads, int64_t width, double init_std) {
+            new (c) models::Gpt2Config{batch,  seq,   max_positions, vocab,
+                                       layers, heads, width,         init_std};
+          },
+          "batch"_a = d.batch, "seq"_a = d.seq, "max_positions"_a = d.max_positions,
+          "vocab"_a = d.vocab, "layers"_a = d.layers, "heads"_a = d.heads, "width"_a = d.width,
+          "init_std"_a = d.init_std)
+      .def_rw("batch", &models::Gpt2Config::batch)
+      .def_rw("seq", &models::Gpt2Config::seq)
+      .def_rw("max_positions", &models::Gpt2Config::max_positions)
+      .def_rw("vocab", &models::Gpt2Config::vocab)
+      .def_rw("layers", &models::Gpt2Config::layers)
+      .def_rw("heads", &models::Gpt2Config::heads)
+      .def_rw("width", &models::Gpt2Config::width)
+      .def_rw("init_std", &models::Gpt2Config::init_std);
+  nb::class_<models::Gpt2>(models, "Gpt2")
+      .def_ro("graph", &models::Gpt2::graph, nb::rv_policy::reference_internal)
+      .def_ro("tokens", &models::Gpt2::tokens)
+      .def_ro("targets", &models::Gpt2::targets)
+      .def_ro("logits", &models::Gpt2::logits)
+      .def_ro("loss", &models::Gpt2::loss);
+  models.def(
+      "build_gpt2",
+      [](const models::Gpt2Config& config) { return ValueOrThrow(models::BuildGpt2(config)); },
+      "config"_a = d,
+      "nanoGPT's GPT-2 (124M by default) under its state dict's names, the output projection "
+      "tied to transformer.wte.weight; inputs 'tokens' and 'targets' int32 [batch, seq].");
+}
+
 void BindModels(nb::module_& m) {
   nb::module_ models = m.def_submodule("models", "Ready-made models.");
   nb::class_<models::Mlp>(models, "Mlp")
@@ -179,6 +223,7 @@ void BindModels(nb::module_& m) {
       },
       "depth"_a = 50, "batch"_a = 32, "classes"_a = 1000, "image_size"_a = 224,
       "layout"_a = Layout::kNCHW, "torchvision's ResNet with torchvision's parameter names.");
+  BindGpt2(models);
 }
 
 }  // namespace

@@ -1,15 +1,59 @@
 #include "src/api/input_checks.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "reprise/nn.h"
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/optimizer_graph.h"
+#include "src/ir/op_def.h"
+#include "src/ops/batched.h"
+#include "src/ops/masked_loss.h"
+#include "src/ops/ops.h"
+#include "src/ops/pooling.h"
+#include "src/ops/transformer_ops.h"
 #include "src/passes/schedule.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
+
+namespace {
+
+// The input `v` is a copy of, through ops that only move its elements; nullopt if none.
+std::optional<int32_t> SourceInput(const Graph& g, Value v) {
+  while (true) {
+    const Node& n = g.node(v.node);
+    if (n.op == &ir::InputOp()) return n.id;
+    if (n.op != &ops::ReshapeOp() && n.op != &ops::FlattenOp() && n.op != &ops::ModelTileOp()) {
+      return std::nullopt;
+    }
+    v = n.inputs[0];
+  }
+}
+
+}  // namespace
+
+std::vector<LabelUse> LabelUsesOf(const Graph& training) {
+  std::vector<LabelUse> uses;
+  for (const Node& n : training.nodes()) {
+    const bool embedding = n.op == &ops::EmbeddingOp();
+    const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
+    const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
+    if (!embedding && n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) {
+      continue;
+    }
+    // Token ids (input 0) index a table's rows (input 1's first dimension) as labels (input 1)
+    // index a loss's classes (the logits' last dimension).
+    const Value labels = n.inputs[embedding ? 0 : 1];
+    const std::optional<int32_t> input = SourceInput(training, labels);
+    if (!input.has_value()) continue;
+    const int64_t classes = embedding ? training.spec(n.inputs[1]).shape.dim(0)
+                                      : training.spec(n.inputs[0]).shape.dim(batched_loss ? 2 : 1);
+    uses.push_back({training.node(*input).name, classes, n.name, masked_loss});
+  }
+  return uses;
+}
 
 absl::Status CheckLabels(absl::string_view input, absl::string_view consumer, LabelRange range,
                          absl::Span<const int32_t> labels) {

@@ -6,10 +6,13 @@
 #define REPRISE_SRC_API_INPUT_CHECKS_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "reprise/graph.h"
 #include "reprise/trainer.h"
 
 namespace reprise {
@@ -20,6 +23,19 @@ struct LabelRange {
   int64_t classes = 0;
   bool padding_allowed = false;
 };
+
+// An int32 input read as class labels by a loss or as row ids by an embedding table.
+struct LabelUse {
+  std::string input;     // The input's name.
+  int64_t classes = 0;   // The loss's classes, or the table's rows.
+  std::string consumer;  // The loss or embedding node.
+  bool padding_allowed = false;
+};
+// Every such use in `training` (the unfused training graph), seen through the copies between the
+// input and its reader (reshape, flatten, an ensemble's model_tile): GPT-2's [batch, seq] tokens
+// reach the embedding and its targets the loss as [batch·seq] rows. Labels computed from
+// anything else are no input's and are left out.
+std::vector<LabelUse> LabelUsesOf(const Graph& training);
 
 // InvalidArgument naming `input`, the first bad label, its index and `consumer` (the loss) unless
 // every label is in `range`.

@@ -108,36 +108,9 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
       passes::CompileStep(graph, loss,
                           CompileOptionsFor(options, ops::MlpTrainStepTargetFor(device))));
   const Graph& unfused_training = compiled.unfused_training;
-  // Label inputs and the class count of the loss that indexes by them, read from the unfused
-  // graph so that no fused op needs to say which of its inputs are labels.
-  struct LabelUse {
-    std::string input;
-    int64_t classes;
-    std::string consumer;
-    bool padding_allowed;
-  };
-  std::vector<LabelUse> label_uses;
-  for (const Node& n : unfused_training.nodes()) {
-    // Token ids index an embedding table's rows as labels index a loss's classes.
-    if (n.op == &ops::EmbeddingOp()) {
-      const Node& ids = unfused_training.node(n.inputs[0].node);
-      if (ids.op == &ir::InputOp()) {
-        label_uses.push_back(
-            {ids.name, unfused_training.spec(n.inputs[1]).shape.dim(0), n.name, false});
-      }
-      continue;
-    }
-    const bool batched_loss = n.op == &ops::BatchedSoftmaxCrossEntropyOp();
-    const bool masked_loss = n.op == &ops::MaskedSoftmaxCrossEntropyOp();
-    if (n.op != &ops::SoftmaxCrossEntropyOp() && !batched_loss && !masked_loss) continue;
-    const Shape& logits = unfused_training.spec(n.inputs[0]).shape;
-    Value labels = n.inputs[1];  // Labels every model shares reach the loss tiled.
-    if (unfused_training.node(labels.node).op == &ops::ModelTileOp()) {
-      labels = unfused_training.node(labels.node).inputs[0];
-    }
-    label_uses.push_back({unfused_training.node(labels.node).name, logits.dim(batched_loss ? 2 : 1),
-                          n.name, masked_loss});
-  }
+  // Label inputs and the class count of the loss or table that indexes by them, read from the
+  // unfused graph so that no fused op needs to say which of its inputs are labels.
+  const std::vector<LabelUse> label_uses = LabelUsesOf(unfused_training);
   std::vector<std::string> weight_names = WeightNamesOf(unfused_training);
   auto impl = std::unique_ptr<Impl>(new Impl(options, std::move(compiled.plan)));
   impl->user_values_ = std::move(compiled.user_values);

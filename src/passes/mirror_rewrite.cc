@@ -10,6 +10,7 @@
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/pooling.h"
+#include "src/ops/transformer_ops.h"
 #include "src/passes/rewrite.h"
 #include "src/passes/schedule.h"
 #include "src/util/status_macros.h"
@@ -18,6 +19,7 @@ namespace reprise::passes {
 namespace {
 
 bool IsBatchNorm(const Node& node) { return node.op == &ops::BatchNormTrainOp(); }
+bool IsLayerNorm(const Node& node) { return node.op == &ops::LayerNormOp(); }
 
 // What a twin computes and from which values of the original graph.
 struct TwinSpec {
@@ -40,11 +42,13 @@ constexpr int32_t kUnplaced = std::numeric_limits<int32_t>::max();
 
 bool Recomputable(const Node& node) {
   if (ir::IsLeaf(node) || node.op->cpu == nullptr || node.op->lower == nullptr) return false;
-  if (IsBatchNorm(node) || node.op == &ops::MaxPool2dOp()) return true;
+  if (IsBatchNorm(node) || IsLayerNorm(node) || node.op == &ops::MaxPool2dOp()) return true;
   return node.op->kind == ir::OpKind::kPointwise && ir::MutatedInputs(node).empty();
 }
 
-bool IsMirroredOutput(const Node& node, int output) { return !IsBatchNorm(node) || output == 0; }
+bool IsMirroredOutput(const Node& node, int output) {
+  return !(IsBatchNorm(node) || IsLayerNorm(node)) || output == 0;
+}
 
 absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& training,
                                               const absl::flat_hash_set<int32_t>& nodes) {

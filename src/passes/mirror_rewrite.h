@@ -18,14 +18,16 @@
 namespace reprise::passes {
 
 // Whether a forward node is cheap to recompute and free of side effects: pointwise ops (relu,
-// add, bias_add, dropout, which draws the same mask from the same step counter, ...), max
-// pooling, and batch_norm_train, whose output y is recomputed from the saved statistics by
-// batch_norm_apply (neither reducing again nor touching the running statistics). Matmuls,
-// convolutions and other reductions are not.
+// add, bias_add, dropout, which draws the same mask from the same step counter, gelu, ...), max
+// pooling, batch_norm_train, whose output y is recomputed from the saved statistics by
+// batch_norm_apply (neither reducing again nor touching the running statistics), and
+// layer_norm, whose twin is a layer_norm of the same input and weights (one pass over a row,
+// the same kernel: the same bits). Matmuls, convolutions and other reductions are not.
 bool Recomputable(const Node& node);
 
-// Whether output `output` of `node` is one its twin replaces: y alone for batch_norm_train (the
-// saved statistics stay as they are), every output otherwise.
+// Whether output `output` of `node` is one its twin replaces: y alone for batch_norm_train and
+// layer_norm (the saved statistics, which their gradients read, stay as they are), every output
+// otherwise.
 bool IsMirroredOutput(const Node& node, int output);
 
 struct MirroredGraph {

@@ -24,11 +24,18 @@ autodiff::TrainingGraph SmallResNet18Training(Layout layout) {
 
 void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
                                            const std::vector<int32_t>& labels, uint64_t seed) {
+  IntInputs int_inputs;
+  if (!labels.empty()) int_inputs.push_back({"labels", labels});
+  ExpectGradientsMatchFiniteDifferencesWithInputs(graph, loss, int_inputs, seed);
+}
+
+void ExpectGradientsMatchFiniteDifferencesWithInputs(const Graph& graph, Value loss,
+                                                     const IntInputs& int_inputs, uint64_t seed) {
   auto training = autodiff::BuildBackward(graph, loss);
   ASSERT_TRUE(training.ok()) << training.status();
   ir::ReferenceExecutor exec(training->graph, /*float64=*/true, seed);
-  if (!labels.empty()) {
-    ASSERT_TRUE(exec.SetLeaf("labels", labels).ok());
+  for (const auto& [name, values] : int_inputs) {
+    ASSERT_TRUE(exec.SetLeaf(name, values).ok()) << name;
   }
   for (int32_t id : graph.NodesOf("input")) {  // Random features: zeros would hide gradients.
     if (graph.node(id).outputs[0].dtype == DType::kInt32) continue;

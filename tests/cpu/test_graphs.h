@@ -3,6 +3,8 @@
 #define REPRISE_TESTS_CPU_TEST_GRAPHS_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "reprise/graph.h"
@@ -15,6 +17,11 @@ namespace reprise::testing {
 // named "labels"; float inputs get random values.
 void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,
                                            const std::vector<int32_t>& labels, uint64_t seed);
+// The same with every int32 input named in `int_inputs` fed its values (e.g. a language model's
+// "tokens" and "targets").
+using IntInputs = std::vector<std::pair<std::string, std::vector<int32_t>>>;
+void ExpectGradientsMatchFiniteDifferencesWithInputs(const Graph& graph, Value loss,
+                                                     const IntInputs& int_inputs, uint64_t seed);
 
 // Uniform(-1, 1): test parameters with values well away from zero on both sides.
 Initializer TestInit();
