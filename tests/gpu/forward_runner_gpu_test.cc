@@ -42,7 +42,13 @@ std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, bool whole_step = t
   TrainOptions options;
   options.seed = 7;
   options.whole_step = whole_step;
-  options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f};
+  // SGD lets the whole-step MLP kernel take the step (it updates the parameters where the runner
+  // reads them); AdamW runs a launch per layer.
+  if (whole_step) {
+    options.sgd.learning_rate = 0.05f;
+  } else {
+    options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f};
+  }
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return trainer.ok() ? *std::move(trainer) : nullptr;
