@@ -144,8 +144,8 @@ TEST(ForwardRunnerGpuTest, ErrorsNameTheParameterInputOrOutput) {
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("fc0.weight"), HasSubstr("f32[48, 8]"), HasSubstr("f32[32, 8]")));
   Graph extra;
-  Value x = *extra.AddInput("features", {Shape{kBatch, kFeatures}});
-  Value y = *nn::Linear(extra, x, 3, "probe");
+  REPRISE_ASSERT_OK_AND_ASSIGN(Value x, extra.AddInput("features", {Shape{kBatch, kFeatures}}));
+  REPRISE_ASSERT_OK_AND_ASSIGN(Value y, nn::Linear(extra, x, 3, "probe"));
   status = trainer->CompileForward(extra, {y}).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("'probe."));
