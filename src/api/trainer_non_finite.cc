@@ -78,10 +78,6 @@ absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::Read
     return state;
   }
   if (!autodiff::Guards(guard)) return std::nullopt;
-  if (!plan_.non_finite_unguarded.empty()) {  // The whole-step kernel (src/passes/pipeline.h).
-    state.checked_by = absl::StrCat("nothing: ", plan_.non_finite_unguarded);
-    return state;
-  }
   state.checked_by = "the guard's check of the loss and gradients";
   int32_t skipped = 0;
   int32_t record[2] = {0, 0};

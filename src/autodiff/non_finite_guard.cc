@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/autodiff.h"
-#include "src/ops/non_finite.h"
+#include "src/ops/cast.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -62,7 +62,17 @@ absl::StatusOr<std::optional<Value>> AddNonFiniteCheck(const NonFiniteOptions& o
   if (!Guards(options) && !scaled) return std::nullopt;
   Graph& g = t.graph;
   std::vector<Value> checked;
-  for (int32_t param : t.parameters) checked.push_back(t.gradients.at(param));
+  for (int32_t param : t.parameters) {
+    // A mixed-precision gradient is the widening cast of the 16-bit one the backward made: the
+    // 16-bit one is checked (finite exactly when its cast is), so that the cast stays the
+    // update's alone and the multi-tensor optimizer can fold it (one launch, one f32 pass less).
+    Value grad = t.gradients.at(param);
+    if (const Node& made = g.node(grad.node);
+        made.op == &ops::CastOp() && IsLowPrecision(g.spec(made.inputs[0]).dtype)) {
+      grad = made.inputs[0];
+    }
+    checked.push_back(grad);
+  }
   if (checked.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(scaled ? "loss scaling" : "the non-finite guard",
                                                    " needs a loss that depends on a parameter"));
@@ -81,33 +91,22 @@ absl::StatusOr<std::optional<Value>> AddNonFiniteCheck(const NonFiniteOptions& o
     ASSIGN_OR_RETURN(const int32_t scale, g.FindNode(kLossScale));
     inputs.push_back(Value{scale, 0});
   } else {
+    // The check also moves the guard's counters on (attr count), in the same launch.
+    ASSIGN_OR_RETURN(Value skipped, g.AddState(kNonFiniteSkippedSteps, {Shape{}, DType::kInt32},
+                                               Initializer::Zeros()));
     ASSIGN_OR_RETURN(Value record,
                      g.AddState(kNonFiniteRecord, {Shape{2}, DType::kInt32}, Initializer::Zeros()));
+    inputs.push_back(skipped);
+    inputs.push_back(record);
+    attrs["count"] = true;
     // kStop: once a step was found non-finite, every later update is skipped too, so that the
     // weights stay those the non-finite step started from until the host hears of it.
-    if (options.policy == NonFinitePolicy::kStop) {
-      inputs.push_back(record);
-      attrs["sticky"] = true;
-    }
+    if (options.policy == NonFinitePolicy::kStop) attrs["sticky"] = true;
   }
   ASSIGN_OR_RETURN(Value check,
                    g.AddOp1(ops::LossScaleCheckOp(), name, std::move(inputs), std::move(attrs)));
   t.optimizer_nodes.push_back(check.node);
   return check;
-}
-
-absl::Status AddNonFiniteCount(Value check, TrainingGraph& t) {
-  Graph& g = t.graph;
-  if (g.node(check.node).name != kNonFiniteCheck) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t record, g.FindNode(kNonFiniteRecord));
-  ASSIGN_OR_RETURN(Value skipped, g.AddState(kNonFiniteSkippedSteps, {Shape{}, DType::kInt32},
-                                             Initializer::Zeros()));
-  ASSIGN_OR_RETURN(std::vector<Value> none, g.AddOp(ops::NonFiniteCountOp(), "non_finite.count",
-                                                    {skipped, Value{record, 0}, check}));
-  const int32_t count = g.num_nodes() - 1;
-  RETURN_IF_ERROR(RunAfterEveryReader(g, record, count));
-  t.optimizer_nodes.push_back(count);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<int32_t> FindStepCheck(const Graph& g) {

@@ -1,8 +1,8 @@
 // The non-finite guard: one finiteness check of the loss and every gradient per step, computed on
 // the device inside the step, that the optimizer updates read to skip the step whole. It is loss
 // scaling's skip (src/ops/loss_scale.cc) generalised: without loss scaling the same check
-// (grad_nonfinite -> loss_scale_check) runs with an unscale factor of 1, and non_finite_count
-// keeps the guard's counters in state tensors; with loss scaling the scaler's own check is the
+// (grad_nonfinite -> loss_scale_check) runs with an unscale factor of 1 and keeps the guard's
+// counters in state tensors (attr count); with loss scaling the scaler's own check is the
 // guard (it skips and counts overflowing steps already) and only the loss is added to it.
 //
 // Nothing reaches the host per step: no synchronisation, no graph update. The counters are state
@@ -63,16 +63,12 @@ inline constexpr NonFiniteOptions kNoGuard{NonFinitePolicy::kIgnore};
 // The check the updates read (attr loss_scaled, as loss scaling's), added to `t` (its backward
 // built, no update yet); nullopt for kIgnore. With loss scaling (`scaling` resolved, its state
 // kLossScale present) the scaler's check of the gradients, the loss among them; otherwise
-// grad_nonfinite over the loss and the gradients, then loss_scale_check with no scale: [1, found],
-// sticky under kStop (found also once the record holds a non-finite step).
+// grad_nonfinite over the loss and the gradients (16-bit ones before their widening cast), then
+// loss_scale_check with no scale: [1, found], which also moves the skipped-step count and the
+// record on (attr count); sticky under kStop (found also once the record holds a non-finite step).
 absl::StatusOr<std::optional<Value>> AddNonFiniteCheck(const NonFiniteOptions& options,
                                                        const LossScaleOptions& scaling,
                                                        TrainingGraph& t);
-
-// Without loss scaling, after the check: non_finite_count moves the skipped-step count and the
-// record on (loss scaling's own update counts its skipped steps). No-op when `check` is the
-// scaler's.
-absl::Status AddNonFiniteCount(Value check, TrainingGraph& t);
 
 // The node of the check the updates read, loss scaling's or the guard's; NotFound if neither.
 absl::StatusOr<int32_t> FindStepCheck(const Graph& g);

@@ -264,7 +264,6 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
     t.optimizer_nodes.push_back(update);
   }
   if (scaled) RETURN_IF_ERROR(AddLossScaleUpdate(scaling, check[0], t));
-  if (!scaled && !check.empty()) RETURN_IF_ERROR(AddNonFiniteCount(check[0], t));
   return absl::OkStatus();
 }
 

@@ -72,11 +72,16 @@ GeneratedKernel LayerNormForward(DType dtype) {
 )"));
 }
 
-GeneratedKernel LayerNormDx(DType dtype) {
-  return Make("reprise_layer_norm_dx", dtype,
-              "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-              "const float* __restrict__ weight, const float* __restrict__ mean, "
-              "const float* __restrict__ rstd, elem_t* __restrict__ dx, long long rows, int cols",
+namespace {
+
+// dx per row; with `add`, dx = that + dres (the residual stream's other gradient), one rounding.
+GeneratedKernel Dx(DType dtype, bool add) {
+  return Make(add ? "reprise_layer_norm_dx_add" : "reprise_layer_norm_dx", dtype,
+              absl::StrCat("const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+                           "const float* __restrict__ weight, const float* __restrict__ mean, "
+                           "const float* __restrict__ rstd, ",
+                           add ? "const elem_t* __restrict__ dres, " : "",
+                           "elem_t* __restrict__ dx, long long rows, int cols"),
               absl::StrCat(kRowPrologue, R"(
   const elem_t* dyr = dy + row * cols;
   const elem_t* xr = x + row * cols;
@@ -92,10 +97,17 @@ GeneratedKernel LayerNormDx(DType dtype) {
   for (int c = lane; c < cols; c += 32) {
     const float g = ToFloat(dyr[c]) * weight[c];
     const float xhat = (ToFloat(xr[c]) - m) * r;
-    dxr[c] = FromFloat(r * (g - mean_g - xhat * mean_gx));
-  }
-)"));
+    const float d = r * (g - mean_g - xhat * mean_gx);
+)",
+                           add ? "    dxr[c] = FromFloat(d + ToFloat(dres[row * cols + c]));\n"
+                               : "    dxr[c] = FromFloat(d);\n",
+                           "  }\n"));
 }
+
+}  // namespace
+
+GeneratedKernel LayerNormDx(DType dtype) { return Dx(dtype, false); }
+GeneratedKernel LayerNormDxAdd(DType dtype) { return Dx(dtype, true); }
 
 GeneratedKernel LayerNormParamPartials(DType dtype) {
   return Make("reprise_layer_norm_dparams_partial", dtype,
@@ -152,7 +164,8 @@ extern "C" __global__ void reprise_layer_norm_dparams_finalize(const float* __re
 std::vector<GeneratedKernel> LayerNormKernels() {
   std::vector<GeneratedKernel> kernels = {LayerNormParamFinalize()};
   for (DType dtype : kKernelElementTypes) {
-    for (GeneratedKernel (*make)(DType) : {LayerNormForward, LayerNormDx, LayerNormParamPartials}) {
+    for (GeneratedKernel (*make)(DType) :
+         {LayerNormForward, LayerNormDx, LayerNormDxAdd, LayerNormParamPartials}) {
       kernels.push_back(make(dtype));
     }
   }

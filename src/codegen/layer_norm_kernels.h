@@ -45,6 +45,10 @@ GeneratedKernel LayerNormForward(DType dtype);
 // (const elem_t* dy, const elem_t* x, const float* weight, const float* mean, const float* rstd,
 // elem_t* dx, long long rows, int cols). Grid as the forward.
 GeneratedKernel LayerNormDx(DType dtype);
+// As LayerNormDx, plus another gradient of x added before the one rounding: dx = that + dres.
+// Name reprise_layer_norm_dx_add. Signature: (dy, x, weight, mean, rstd, const elem_t* dres,
+// elem_t* dx, long long rows, int cols).
+GeneratedKernel LayerNormDxAdd(DType dtype);
 
 // partial[0][k][c] = Σ dy·x̂ and partial[1][k][c] = Σ dy over chunk k's rows. Blocks of 32x8
 // threads, grid (ceil(cols / 32), chunks). Name reprise_layer_norm_dparams_partial. Signature:

@@ -6,8 +6,8 @@
 //                      (src/codegen/optimizer_kernels.h) to unscale the gradients or skip;
 //   loss_scale_update  after the update: the scale and its counters move on.
 //
-// The non-finite guard (src/autodiff/non_finite_guard.h) runs the first two without a scale, and
-// non_finite_count in place of the third.
+// The non-finite guard (src/autodiff/non_finite_guard.h) runs the first two without a scale, the
+// check also moving the guard's counters on in place of the third.
 #ifndef REPRISE_SRC_CODEGEN_LOSS_SCALE_KERNELS_H_
 #define REPRISE_SRC_CODEGEN_LOSS_SCALE_KERNELS_H_
 
@@ -53,25 +53,29 @@ LossScaleState<T> NextLossScale(LossScaleState<T> s, bool found_nonfinite, T gro
   return s;
 }
 
+// Tensors per launch of GradNonfinite: its table (24 bytes a tensor) and the flags' pointer stay
+// within 4 KiB of kernel arguments, and a ResNet-50's 161 gradients and its loss take one launch.
+inline constexpr int kNonfiniteTableSize = 168;
+
 // Stage 1: flags[first[t] + c] = 1 if chunk c (kNormChunk elements, src/codegen/
 // optimizer_kernels.h) of gradient t holds an inf or a NaN, else 0. Blocks of kNormBlock threads,
-// grid (most chunks of a tensor, tensors). Signature: (NormTable table, float* flags), NormTable
-// as GradSumSquares'.
+// grid (most chunks of a tensor, tensors). Signature: (NonfiniteTable table, float* flags), the
+// table of kNonfiniteTableSize tensors: pointers g, element counts n (long long), first flags
+// (int) and kinds (int: 0 float32, 1 bfloat16, 2 float16; 16-bit gradients are checked before
+// their widening cast).
 GeneratedKernel GradNonfinite();
 // Stage 2, one block of kNormBlock threads: check[0] = (float)(1 / (double)scale[0]) (1 for a
 // null scale: the non-finite guard without loss scaling), check[1] = 1 if any of the `count` flags
-// is set or a non-null record (the guard's, under NonFinitePolicy::kStop) holds a non-finite step
-// (record[1] != 0), else 0. Signature: (const float* flags, long long count, const float* scale,
-// const int* record, float* check).
+// is set or, `sticky` (the guard's NonFinitePolicy::kStop), the record holds a non-finite step
+// (record[1] != 0), else 0; with non-null skipped_steps (the guard) it then moves the guard's
+// counters on: skipped_steps += found; record = [steps checked, 1 + the first non-finite step
+// or 0]. Signature: (const float* flags,
+// long long count, const float* scale, int* record, int sticky, int* skipped_steps,
+// float* check).
 GeneratedKernel LossScaleCheck();
 // Stage 3, one thread: NextLossScale in place. Signature: (float* scale, int* growth_tracker,
 // int* skipped_steps, const float* check, float growth, float backoff, long long interval).
 GeneratedKernel LossScaleUpdate();
-
-// The non-finite guard's counters (src/autodiff/non_finite_guard.h), one thread, after the
-// check: skipped_steps += found; record = [steps checked, 1 + the first non-finite step or 0]
-// moves on. Signature: (int* skipped_steps, int* record, const float* check).
-GeneratedKernel NonFiniteCount();
 
 // Every kernel above, for compile checks and prefetching.
 std::vector<GeneratedKernel> LossScaleKernels();

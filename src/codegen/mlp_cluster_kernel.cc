@@ -133,7 +133,7 @@ int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
   MlpStepPlan plan;
   plan.batch = static_cast<int>(batch);
   plan.widths.assign(widths.begin(), widths.end());
-  return 2 * AreaFloats(plan, 4) * std::min<int64_t>(models, kMlpStepBarrierWords - 2);
+  return 2 * AreaFloats(plan, 4) * std::min<int64_t>(models, kMlpStepGuardWord - 2);
 }
 
 absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
@@ -168,8 +168,8 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   plan.exchange_areas = 0;
   if (!groups) return absl::OkStatus();
   const int64_t area = GroupAreaFloats(plan);
-  const int64_t fit = std::min<int64_t>({plan.models, plan.target.grid / ranks,
-                                         kMlpStepBarrierWords - 2, plan.workspace_floats / area});
+  const int64_t fit = std::min<int64_t>(
+      {plan.models, plan.target.grid / ranks, kMlpStepGuardWord - 2, plan.workspace_floats / area});
   if (fit < 1) {
     return absl::UnimplementedError(absl::StrCat(
         "the group schedule needs ", ranks, " co-resident blocks per model (the grid has ",
@@ -630,26 +630,6 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 }
 
 }  // namespace
-
-std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock) {
-  std::vector<std::string> params = {"const float* x",        "const int* labels",
-                                     "const float* dloss",    "const float* lr",
-                                     "const float* momentum", "const float* weight_decay"};
-  for (int l = 0; l < layers; ++l) {
-    for (const char* tensor : {"w", "b", "vw", "vb"}) {
-      params.push_back(absl::StrCat("float* ", tensor, l));
-    }
-  }
-  params.push_back("unsigned* barrier");
-  params.push_back("float* loss");
-  if (batched) params.push_back("float* model_loss");
-  params.push_back("float* logits");
-  params.push_back("float* ws");
-  if (phase_clock) params.push_back("unsigned long long* phase_clock");
-  return absl::StrCat("extern \"C\" __global__ void __launch_bounds__(", threads, ", 1)\n", name,
-                      "(", absl::StrJoin(params, ", "), ") {\n");
-}
 
 GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
                                   bool shared_labels, bool phase_clock) {

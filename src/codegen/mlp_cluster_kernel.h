@@ -65,9 +65,10 @@ int64_t GroupAreaFloats(const MlpStepPlan& plan);
 int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models);
 
 // The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
-// MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block.
+// MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block;
+// `guarded` adds the guard's counters after the barrier.
 std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock);
+                                   bool phase_clock, bool guarded = false);
 
 // The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
 // BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster,

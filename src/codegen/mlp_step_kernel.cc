@@ -11,26 +11,18 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "src/codegen/mlp_cluster_kernel.h"
+#include "src/codegen/mlp_step_layout.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::codegen {
 namespace {
 
-#include "src/codegen/mlp_primitives_device.inc"
-#include "src/codegen/mlp_step_device.inc"
+using namespace mlp_layout;  // NOLINT: the host mirrors of the device layout.
 
-enum Kind { kFwd = 0, kDgrad = 1, kWgrad = 2 };
-
-// Host mirrors of the device library's layout rules (mlp_step_device.inc); the generated
-// static_asserts catch any drift.
-int64_t Ceil4(int64_t x) { return (x + 3) / 4 * 4; }
-int64_t Ceil8(int64_t x) { return (x + 7) / 8 * 8; }
+// Host mirrors of the device library's padding rules (mlp_step_device.inc).
 int64_t PadRow(int64_t x) { return Ceil4(x) % 32 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
 int64_t PadRowMma(int64_t x) { return Ceil4(x) % 8 == 0 ? Ceil4(x) + 4 : Ceil4(x); }
 int64_t PadColMma(int64_t x) { return Ceil8(x) % 16 == 8 ? Ceil8(x) : Ceil8(x) + 8; }
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t Align32(int64_t x) { return (x + 31) / 32 * 32; }
-int64_t LossScratch(int64_t models) { return std::max<int64_t>(32, Ceil4(models)); }
 
 int64_t GemmSmemFloats(int kind, int64_t p, const MlpGemmTile& t) {
   const bool aip = kind != kWgrad, bip = kind == kFwd;
@@ -227,10 +219,6 @@ absl::Status ChoosePhaseTiles(std::vector<PhaseGemm>& gemms, const MlpStepTarget
   return absl::OkStatus();
 }
 
-// Whether wgrad of layer l reads a dz written in the phase just before it: dz_{L-1} comes from
-// the head, dz_0 from the phase before the last; every other dz is two phases old.
-bool WgradLate(int l, int layers) { return l == layers - 1 || l == 0; }
-
 // The kLayerPhases schedule's tiles (see MlpSchedule); `smem` grows to the floats they need.
 absl::Status PlanLayerPhases(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
   const int layers = plan.layers();
@@ -401,43 +389,18 @@ absl::Status PlanRowChain(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
   return absl::OkStatus();
 }
 
-std::string B(bool v) { return v ? "true" : "false"; }
-
-std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late,
-                     bool b_late = false) {
-  return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
-                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", ", B(b_late), ", ",
-                      B(t.mma), ">");
-}
-
-std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
-
-// A tensor argument of the generated kernel: its name (empty: none) and its model stride.
-struct Arg {
-  std::string name;
-  int64_t stride = 0;
-};
-
-// "T{p0, ..., pn, s0, ..., sn}" for GemmArgs and HeadArgs: the pointers, then their strides.
-std::string ArgsOf(const char* type, const std::vector<Arg>& args,
-                   const std::string& between = "") {
-  std::vector<std::string> ptrs, strides;
-  for (const Arg& a : args) {
-    ptrs.push_back(Ptr(a.name));
-    strides.push_back(absl::StrCat(a.stride));
-  }
-  return absl::StrCat(type, "{", absl::StrJoin(ptrs, ", "), ", ", between,
-                      absl::StrJoin(strides, ", "), "}");
-}
-
 }  // namespace
 
-int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models) {
+int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models,
+                               bool guarded) {
   const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
   const int64_t rows = models * batch;
   int64_t total = Align32(rows);  // Row losses.
   for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
   for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
+  for (int64_t l = 0; guarded && l < layers; ++l) {
+    total += Align32(models * widths[l + 1] * widths[l]) + Align32(models * widths[l + 1]);
+  }
   if (models >= kGroupsMinModels)
     total = std::max(total, GroupsWorkspaceFloats(batch, widths, models));
   return total;
@@ -457,7 +420,8 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
   const std::string key =
       absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
                    target.threads, ",", target.max_shared_bytes, ",", target.aligned, ",",
-                   target.tf32, ",", static_cast<int>(target.schedule), ",", target.chain_rows);
+                   target.tf32, ",", static_cast<int>(target.schedule), ",", target.chain_rows, ",",
+                   static_cast<int>(target.guard));
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
@@ -516,7 +480,8 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   plan.batch = static_cast<int>(batch);
   for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
   plan.target = target;
-  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models);
+  const bool guarded = target.guard != MlpGuard::kNone;
+  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models, guarded);
   if (plan.workspace_floats > kMaxElements) {
     return absl::UnimplementedError(
         absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
@@ -533,10 +498,30 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     offset += Align32(models * batch * widths[l + 1]);
   }
   plan.row_loss_offset = offset;
+  offset += Align32(models * batch);
+  if (guarded) {
+    plan.grad_w_offset.assign(layers, 0);
+    plan.grad_b_offset.assign(layers, 0);
+    for (int l = 0; l < layers; ++l) {
+      plan.grad_w_offset[l] = offset;
+      offset += Align32(models * widths[l + 1] * widths[l]);
+      plan.grad_b_offset[l] = offset;
+      offset += Align32(models * widths[l + 1]);
+    }
+  }
 
-  const bool auto_cluster =
-      target.schedule == MlpSchedule::kAuto && target.tf32 && models >= kClusterMinModels;
-  const bool auto_groups = target.schedule == MlpSchedule::kAuto && models >= kGroupsMinModels;
+  // The cluster schedules update inside each model's cluster, which cannot wait for the others'
+  // gradients: not under the guard.
+  if (guarded &&
+      (target.schedule == MlpSchedule::kCluster || target.schedule == MlpSchedule::kGroups)) {
+    return absl::UnimplementedError(
+        "the cluster and group schedules of the fused MLP step do not run the non-finite guard "
+        "(each model's blocks update its weights without waiting for the other models)");
+  }
+  const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !guarded && target.tf32 &&
+                            models >= kClusterMinModels;
+  const bool auto_groups =
+      target.schedule == MlpSchedule::kAuto && !guarded && models >= kGroupsMinModels;
   if (target.schedule == MlpSchedule::kGroups || auto_groups) {
     MlpStepPlan grouped = plan;
     const absl::Status status = PlanCluster(grouped, /*groups=*/true);
@@ -548,7 +533,8 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     if (clustered.ok()) return plan;
     if (target.schedule == MlpSchedule::kCluster) return clustered;
   }
-  const int64_t budget = target.max_shared_bytes / 4 - LossScratch(models);
+  const int64_t scratch = LossScratch(models) + (guarded ? kGuardScratch : 0);
+  const int64_t budget = target.max_shared_bytes / 4 - scratch;
   int64_t smem = 0;
   const bool chain = target.schedule == MlpSchedule::kRowChain ||
                      (target.schedule == MlpSchedule::kAuto && models >= kRowChainMinModels);
@@ -568,183 +554,13 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     return absl::UnimplementedError(
         absl::StrCat(models, " models of ", most_tiles, " tiles exceed 2^31 - 1 tasks per phase"));
   }
-  plan.shared_bytes = (smem + LossScratch(models)) * 4;
+  plan.shared_bytes = (smem + scratch) * 4;
+  if (guarded) {  // The update phase after the guard's barrier.
+    ++plan.phases;
+    ++plan.barriers;
+  }
   return plan;
 }
 }  // namespace
-
-namespace {
-
-// The kernel for `plan`; `batched`: the ensemble form (BatchedMlpStepKernel's parameters).
-GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
-                           bool shared_labels, bool phase_clock) {
-  const int layers = plan.layers();
-  const auto& d = plan.widths;
-  const int64_t batch = plan.batch;
-  const int64_t scratch = LossScratch(plan.models);
-  std::string code = kMlpPrimitives;
-  absl::StrAppend(&code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
-                  ";\nconstexpr bool kAligned = ", B(plan.target.aligned),
-                  ";\nconstexpr int kBatch = ", batch, ";\nconstexpr int kModels = ", plan.models,
-                  ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch,
-                  ";\n}  // namespace mlp\n", kMlpLibrary);
-
-  const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-  absl::StrAppend(&code, "\n",
-                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock),
-                  "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
-                  "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
-                  ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
-                  ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
-                  "  c.wd = weight_decay[0];\n  unsigned arrival = 0;\n");
-  // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
-  auto stamp = [&](int index) {
-    if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
-  };
-  stamp(0);
-  // Each tensor with its model stride: the elements of one model's slice (0 if shared).
-  auto h = [&](int l) {
-    return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}
-                  : Arg{absl::StrCat("h", l), batch * d[l]};
-  };
-  auto dz = [&](int l) { return Arg{absl::StrCat("dz", l), batch * d[l + 1]}; };
-  auto w = [&](int l) { return Arg{absl::StrCat("w", l), int64_t{d[l + 1]} * d[l]}; };
-  auto vw = [&](int l) { return Arg{absl::StrCat("vw", l), int64_t{d[l + 1]} * d[l]}; };
-  auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
-  auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
-  const Arg none;
-  for (int l = 1; l < layers; ++l) {
-    absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
-  }
-  for (int l = 0; l < layers; ++l) {
-    absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
-  }
-  auto forward_args = [&](int l) {
-    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
-  };
-  auto dgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
-  };
-  auto wgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
-  };
-  const int last = layers - 1;
-  const std::string head_type =
-      absl::StrCat("Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
-                   B(layers >= 2), ", ", B(layers >= 2), ">");
-  const std::string head_args =
-      ArgsOf("HeadArgs",
-             {h(last), w(last), b(last), Arg{"labels", shared_labels ? 0 : batch},
-              Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
-              Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
-             absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
-  if (plan.row_chain) {
-    const int64_t row_blocks = CeilDiv(batch, plan.head_rows);
-    absl::StrAppend(&code,
-                    "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
-    for (int l = 0; l + 1 < layers; ++l) {
-      absl::StrAppend(&code, "    typedef ",
-                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
-                      ";\n    const GemmArgs f", l, " = ", forward_args(l), ";\n");
-    }
-    for (int l = 1; l + 1 < layers; ++l) {
-      absl::StrAppend(&code, "    typedef ",
-                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
-                      ";\n    const GemmArgs g", l, " = ", dgrad_args(l), ";\n");
-    }
-    absl::StrAppend(&code, "    typedef ", head_type, " H;\n    const HeadArgs head = ", head_args,
-                    ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
-                    "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
-                    ", i = task - k * ", row_blocks, ";\n");
-    for (int l = 0; l + 1 < layers; ++l) {
-      absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
-    }
-    absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
-    for (int l = layers - 2; l >= 1; --l) {
-      absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
-    }
-    absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
-    stamp(1);
-    // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
-    // velocities and biases are prefetched before the barrier.
-    std::vector<std::string> types, args;
-    for (int l = layers - 1; l >= 0; --l) {
-      types.push_back(absl::StrCat("W", l));
-      absl::StrAppend(&code, "  typedef ",
-                      GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], true, l > 0), " W", l,
-                      ";\n");
-      args.push_back(wgrad_args(l));
-    }
-    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
-                    "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                    "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
-                    ">(a, c, arrival);\n  }\n");
-    stamp(2);
-    absl::StrAppend(&code, "}\n");
-    return {name, std::move(code)};
-  }
-  int phase = 0;
-  const int last_phase = plan.phases - 1;
-  auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
-  for (int l = 0; l + 1 < layers; ++l, ++phase) {
-    absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
-                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
-                    " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
-                    flags(), ", false, G>(a, c, arrival);\n  }\n");
-    stamp(phase + 1);
-  }
-  absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
-                  "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
-                  ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
-  stamp(phase + 1);
-  ++phase;
-  auto wgrad_type = [&](int l, bool a_late) {
-    return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
-  };
-  for (int bs = 0; bs < std::max(1, layers - 1); ++bs, ++phase) {
-    const int dl = layers - 2 - bs, wl = layers - 1 - bs;
-    std::vector<std::string> types = {"G1"}, args;
-    std::string g1, g2;
-    if (layers == 1) {
-      g1 = wgrad_type(0, WgradLate(0, layers));
-      args = {wgrad_args(0)};
-    } else if (dl >= 1) {
-      g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
-      g2 = wgrad_type(wl, WgradLate(wl, layers));
-      args = {dgrad_args(dl), wgrad_args(wl)};
-    } else {  // The last phase: wgrad of layers 1 and 0.
-      g1 = wgrad_type(wl, WgradLate(wl, layers));
-      g2 = wgrad_type(0, WgradLate(0, layers));
-      args = {wgrad_args(wl), wgrad_args(0)};
-    }
-    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
-                    g1, " G1;\n");
-    if (!g2.empty()) {
-      absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
-      types.push_back("G2");
-    }
-    absl::StrAppend(&code, "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                    "};\n    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
-                    absl::StrJoin(types, ", "), ">(a, c, arrival);\n  }\n");
-    stamp(phase + 1);
-  }
-  absl::StrAppend(&code, "}\n");
-  return {name, std::move(code)};
-}
-
-}  // namespace
-
-GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
-  if (plan.cluster > 0) return ClusterStepKernel(plan, /*batched=*/false, false, false, false);
-  return StepKernel(plan, /*batched=*/false, false, false, /*phase_clock=*/false);
-}
-
-GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
-                                     bool shared_labels, bool phase_clock) {
-  if (plan.cluster > 0) {
-    return ClusterStepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
-  }
-  return StepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
-}
 
 }  // namespace reprise::codegen

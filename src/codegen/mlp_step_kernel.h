@@ -66,6 +66,14 @@ namespace reprise::codegen {
 //                 chain 6-8% faster at K = 128.
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kGroups };
 inline constexpr int kRowChainMinModels = 32;
+
+// The non-finite guard inside the kernel (src/autodiff/non_finite_guard.h's policies). Guarded, no
+// update happens inside the backward: every weight gradient goes to the workspace, and after the
+// last phase a grid barrier gathers whether any block's gradients or the loss held an inf or a
+// NaN; then every block updates its share of every parameter, or none does and the skipped step
+// is counted (kStop: also every step after the first such one). The cluster schedules do not
+// guard (a model's cluster cannot wait for the others'), so a guarded plan never picks them.
+enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
 
@@ -82,6 +90,7 @@ struct MlpStepTarget {
   MlpSchedule schedule = MlpSchedule::kAuto;
   // kRowChain: rows per phase-0 task (a power of two); 0 lets the planner choose.
   int chain_rows = 0;
+  MlpGuard guard = MlpGuard::kNone;
 };
 
 // One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
@@ -116,6 +125,8 @@ struct MlpStepPlan {
   std::vector<int64_t> h_offset;   // [l], l = 1..L-1 used.
   std::vector<int64_t> dz_offset;  // [l], l = 0..L-1.
   int64_t row_loss_offset = 0;
+  // Guarded (target.guard): each layer's weight and bias gradients [K, ...] until the update.
+  std::vector<int64_t> grad_w_offset, grad_b_offset;
   int64_t workspace_floats = 0;
   int phases = 0;
   int barriers = 0;
@@ -130,13 +141,16 @@ struct MlpStepPlan {
 
 // Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,
 // the low 31 bits count arrivals and are 0 between barriers and launches. Word 1 counts the models
-// whose loss is in (kCluster, kGroups); words 2.. are kGroups' group barriers, like word 0.
+// whose loss is in (kCluster, kGroups); words 2..62 are kGroups' group barriers, like word 0; word
+// 63 (kMlpStepGuardWord) is the guard's: whether any block found a non-finite value this launch.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
+inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
-// From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h).
+// From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
+// `guarded`, the gradients too.
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
-                               int64_t models = 1);
+                               int64_t models = 1, bool guarded = false);
 
 // Picks the schedule (target.schedule) and tiles for every phase of `models` MLPs of these
 // shapes. kUnimplemented, saying which limit, where the shapes exceed what the kernel supports on
@@ -148,9 +162,10 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
 // The kernel "reprise_mlp_step" for `plan`. Parameters, in the op's input order then its
 // outputs: (const float* x, const int* labels, const float* dloss, const float* lr,
 // const float* momentum, const float* weight_decay, then per layer float* W, float* b,
-// float* W_velocity, float* b_velocity, then unsigned* barrier, float* loss, float* logits,
-// float* workspace). Launch with plan.target.threads threads and plan.shared_bytes of dynamic
-// shared memory, cooperatively.
+// float* W_velocity, float* b_velocity, then unsigned* barrier, guarded (plan.target.guard) also
+// int* skipped_steps, int* record (the guard's counters, src/autodiff/non_finite_guard.h), then
+// float* loss, float* logits, float* workspace). Launch with plan.target.threads threads and
+// plan.shared_bytes of dynamic shared memory, cooperatively.
 GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
 
 // The kernel "reprise_batched_mlp_step" for `plan` (any plan.models >= 1): the parameters of

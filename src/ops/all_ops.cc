@@ -8,9 +8,10 @@
 #include "src/ops/conv.h"
 #include "src/ops/decode_attention.h"
 #include "src/ops/fused_pointwise.h"
+#include "src/ops/layer_norm_residual.h"
 #include "src/ops/masked_loss.h"
+#include "src/ops/matmul_gelu.h"
 #include "src/ops/mlp_step.h"
-#include "src/ops/non_finite.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
@@ -23,16 +24,16 @@ std::vector<const ir::OpDef*> AllOps() {
   return {&MatmulOp(), &BiasAddOp(), &ReluOp(), &ReluGradOp(), &AddOp(), &ColumnSumOp(),
           &SoftmaxCrossEntropyOp(), &SoftmaxCrossEntropyGradOp(), &SgdMomentumOp(), &AdamOp(),
           &GradSumSquaresOp(), &ClipCoefficientOp(), &GradNonfiniteOp(), &LossScaleCheckOp(),
-          &LossScaleUpdateOp(), &NonFiniteCountOp(), &LrScheduleOp(), &DropoutOp(),
-          &DropoutGradOp(), &AdvanceStepOp(), &Conv2dOp(), &Conv2dDgradOp(),
-          &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(), &ChannelBiasAddOp(), &ChannelSumOp(),
-          &BatchNormTrainOp(), &BatchNormGradOp(), &BatchNormInferOp(), &MaxPool2dOp(),
-          &MaxPool2dGradOp(), &GlobalAvgPoolOp(), &GlobalAvgPoolGradOp(), &FlattenOp(),
-          &ReshapeOp(), &BatchNormActTrainOp(), &BatchNormActGradOp(), &BatchNormApplyOp(),
-          &BatchNormApplyChainOp(), &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(),
-          &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(), &MatmulBiasOp(),
-          &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(),
-          &SgdMomentumMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          &LossScaleUpdateOp(), &LrScheduleOp(), &DropoutOp(), &DropoutGradOp(), &AdvanceStepOp(),
+          &Conv2dOp(), &Conv2dDgradOp(), &Conv2dDgradAccumulateOp(), &Conv2dWgradOp(),
+          &ChannelBiasAddOp(), &ChannelSumOp(), &BatchNormTrainOp(), &BatchNormGradOp(),
+          &BatchNormInferOp(), &MaxPool2dOp(), &MaxPool2dGradOp(), &GlobalAvgPoolOp(),
+          &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
+          &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(),
+          &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(), &MaxPool2dGradFromArgmaxOp(),
+          &TransposeOp(), &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
+          &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(),
+          &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.
           &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).
@@ -45,7 +46,8 @@ std::vector<const ir::OpDef*> AllOps() {
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(),
-          &CausalAttentionGradOp(),
+          &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluBiasGradOp(),
+          &MatmulBiasResidualOp(), &LayerNormGradAddOp(),
           // Decoding with a key/value cache (src/ops/decode_attention.h).
           &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp()};
 }

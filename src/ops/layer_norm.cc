@@ -10,7 +10,9 @@
 #include "src/codegen/layer_norm_kernels.h"
 #include "src/ops/batch_norm_nhwc.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/layer_norm_residual.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/util/status_macros.h"
 
@@ -210,10 +212,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerForward(const LoweringContext& c
                              dim3(kRowBlock), 0, std::move(args));
 }
 
-// Three launches: dx per row, then the parameter gradients as per-chunk partial column sums (in
-// the lane's workspace) and their fixed-order total.
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, {0, 1}));
+// Three launches: dx per row (plus the residual gradient, input 5, with `add`), then the
+// parameter gradients as per-chunk partial column sums (in the lane's workspace) and their
+// fixed-order total.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ctx, const Node& node,
+                                                       bool add) {
+  ASSIGN_OR_RETURN(const DType dtype,
+                   NhwcDataType(node, ctx.input_specs,
+                                add ? std::vector<int>{0, 1, 5} : std::vector<int>{0, 1}));
   ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
   const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
   if (ctx.workspace == nullptr || static_cast<size_t>(k.partial_bytes) > ctx.workspace_bytes) {
@@ -227,11 +233,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   std::vector<std::unique_ptr<GpuKernel>> kernels;
   KernelArgs dx_args;
   dx_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.inputs[3]);
-  dx_args.Add(ctx.inputs[4]).Add(ctx.outputs[0]);
+  dx_args.Add(ctx.inputs[4]);
+  if (add) dx_args.Add(ctx.inputs[5]);
+  dx_args.Add(ctx.outputs[0]);
   dx_args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
-  ASSIGN_OR_RETURN(kernels.emplace_back(),
-                   NvrtcKernel::Create(ctx, node.name, codegen::LayerNormDx(dtype), RowGrid(r.rows),
-                                       dim3(kRowBlock), 0, std::move(dx_args)));
+  ASSIGN_OR_RETURN(
+      kernels.emplace_back(),
+      NvrtcKernel::Create(ctx, node.name,
+                          add ? codegen::LayerNormDxAdd(dtype) : codegen::LayerNormDx(dtype),
+                          RowGrid(r.rows), dim3(kRowBlock), 0, std::move(dx_args)));
   KernelArgs partial_args;
   partial_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[3]).Add(ctx.inputs[4]);
   partial_args.Add(partial).Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
@@ -252,7 +262,49 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
       new KernelSequence(std::move(kernels), static_cast<size_t>(k.partial_bytes)));
 }
 
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
+  return LowerGradOf(ctx, node, /*add=*/false);
+}
+
+// layer_norm_grad_add: layer_norm_grad's inputs and dres (x's spec) -> (dx + dres, dweight, dbias).
+absl::StatusOr<std::vector<TensorSpec>> InferGradAdd(const Attrs& attrs,
+                                                     absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 6));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, InferGrad(attrs, in.subspan(0, 5)));
+  if (!(in[5] == in[1])) {
+    return absl::InvalidArgumentError(absl::StrCat("the residual gradient ", in[5].ToString(),
+                                                   " must match x ", in[1].ToString()));
+  }
+  return out;
+}
+
+// The reference: layer_norm_grad's, then add's.
+absl::Status CpuGradAdd(const Node& node, absl::Span<ir::HostTensor* const> in,
+                        absl::Span<ir::HostTensor* const> out) {
+  ir::HostTensor dx(out[0]->spec());
+  std::vector<ir::HostTensor*> grad_out = {&dx, out[1], out[2]};
+  RETURN_IF_ERROR(CpuGrad(node, in.subspan(0, 5), grad_out));
+  std::vector<ir::HostTensor*> add_in = {&dx, in[5]};
+  const Node stub;
+  return AddOp().cpu(stub, add_in, out.subspan(0, 1));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradAdd(const LoweringContext& ctx,
+                                                        const Node& node) {
+  return LowerGradOf(ctx, node, /*add=*/true);
+}
+
 }  // namespace
+
+const ir::OpDef& LayerNormGradAddOp() {
+  static const ir::OpDef op{.name = "layer_norm_grad_add",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferGradAdd,
+                            .cpu = CpuGradAdd,
+                            .lower = LowerGradAdd,
+                            .low_precision_lowering = true};
+  return op;
+}
 
 const ir::OpDef& LayerNormOp() {
   static const ir::OpDef op{.name = "layer_norm",

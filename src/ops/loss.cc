@@ -1,11 +1,15 @@
 // softmax_cross_entropy: mean over the batch of -log softmax(logits)[label], and its gradient.
+// Logits are float32 or 16-bit (read as they are, without a float32 copy); the loss is float32
+// beside 16-bit logits and the gradient has the logits' dtype.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/loss_kernels.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/loss_checks.h"
+#include "src/ops/loss_rows.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -13,19 +17,24 @@
 namespace reprise::ops {
 namespace {
 
+// The loss (and dloss) are float32 beside 16-bit logits: the log-sum-exp is accumulated in float
+// and a 16-bit loss would round away what training reads from it.
+DType LossDType(DType logits) { return IsLowPrecision(logits) ? DType::kFloat32 : logits; }
+
 absl::StatusOr<std::vector<TensorSpec>> InferXent(const Attrs&, absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
   RETURN_IF_ERROR(CheckLogitsAndLabels(in));
-  return std::vector<TensorSpec>{{Shape{}, in[0].dtype}};
+  return std::vector<TensorSpec>{{Shape{}, LossDType(in[0].dtype)}};
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs&,
                                                       absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 3));
   RETURN_IF_ERROR(CheckLogitsAndLabels(in));
-  if (in[2].shape.rank() != 0 || in[2].dtype != in[0].dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dloss must be a scalar of the logits' dtype, got ", in[2].ToString()));
+  if (in[2].shape.rank() != 0 || in[2].dtype != LossDType(in[0].dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("dloss must be a scalar ",
+                                                   DTypeName(LossDType(in[0].dtype)),
+                                                   " (the loss's dtype), got ", in[2].ToString()));
   }
   return std::vector<TensorSpec>{in[0]};
 }
@@ -100,7 +109,14 @@ absl::StatusOr<unsigned> RowLossBytes(int rows, const Node& node) {
   return shared;
 }
 
+// Whether `ctx`'s logits take the row-per-block kernels (src/codegen/loss_kernels.h).
+bool RowPerBlock(const LoweringContext& ctx) {
+  const TensorSpec& z = ctx.input_specs[0];
+  return codegen::UseRowPerBlockLoss(z.shape.dim(0), z.shape.dim(1), z.dtype);
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx, const Node& node) {
+  if (RowPerBlock(ctx)) return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kLoss);
   const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
   const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
   ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
@@ -112,6 +128,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx,
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& ctx,
                                                          const Node& node) {
+  if (RowPerBlock(ctx)) return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kGradient);
   const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
   const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
   KernelArgs args;
@@ -127,7 +144,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& 
 absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs& attrs,
                                                           absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(std::vector<TensorSpec> grad, InferXentGrad(attrs, in));
-  return std::vector<TensorSpec>{{Shape{}, in[0].dtype}, grad[0]};
+  return std::vector<TensorSpec>{{Shape{}, LossDType(in[0].dtype)}, grad[0]};
 }
 
 absl::Status CpuXentWithGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -138,6 +155,9 @@ absl::Status CpuXentWithGrad(const Node& node, absl::Span<ir::HostTensor* const>
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentWithGrad(const LoweringContext& ctx,
                                                              const Node& node) {
+  if (RowPerBlock(ctx)) {
+    return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kLossAndGradient);
+  }
   const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
   const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
   ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
@@ -155,7 +175,8 @@ const ir::OpDef& SoftmaxCrossEntropyWithGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferXentWithGrad,
                             .cpu = CpuXentWithGrad,
-                            .lower = LowerXentWithGrad};
+                            .lower = LowerXentWithGrad,
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -165,7 +186,8 @@ const ir::OpDef& SoftmaxCrossEntropyOp() {
                             .infer = InferXent,
                             .grad = GradXent,
                             .cpu = CpuXent,
-                            .lower = LowerXent};
+                            .lower = LowerXent,
+                            .low_precision_lowering = true};
   return op;
 }
 const ir::OpDef& SoftmaxCrossEntropyGradOp() {
@@ -173,7 +195,8 @@ const ir::OpDef& SoftmaxCrossEntropyGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferXentGrad,
                             .cpu = CpuXentGrad,
-                            .lower = LowerXentGrad};
+                            .lower = LowerXentGrad,
+                            .low_precision_lowering = true};
   return op;
 }
 

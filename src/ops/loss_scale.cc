@@ -2,18 +2,20 @@
 // chunks of the gradients that hold an inf or a NaN, loss_scale_check turns the flags and the scale
 // into the check [1 / scale, found] that the optimizer updates read, and loss_scale_update moves
 // the scale and its counters on after the update. The non-finite guard (src/autodiff/
-// non_finite_guard.h) is the same check without a scale (check[0] = 1), optionally sticky, and
-// non_finite_count keeps its counters. Flags and checks are exact (0, 1, a power of
+// non_finite_guard.h) is the same check without a scale (check[0] = 1), optionally sticky, that
+// also keeps its counters. Flags and checks are exact (0, 1, a power of
 // two's inverse when the scale is one), so the reference and the kernels agree bit for bit.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
+#include "src/ir/low_precision.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/multi_tensor.h"
-#include "src/ops/non_finite.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -38,40 +40,47 @@ absl::StatusOr<std::vector<TensorSpec>> InferNonfinite(const Attrs&,
   if (in.empty()) return absl::InvalidArgumentError("expected at least one gradient");
   int64_t chunks = 0;
   for (size_t i = 0; i < in.size(); ++i) {
-    RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
+    // 16-bit gradients are checked before their widening cast: a cast of a finite value is finite.
+    if (in[i].dtype != DType::kFloat32 && !IsLowPrecision(in[i].dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient ", i, " must be float32, bfloat16 or float16, got ", in[i].ToString()));
+    }
     chunks += ChunksOf(in[i].NumElements());
   }
   if (chunks == 0) return absl::InvalidArgumentError("the gradients have no elements");
-  return std::vector<TensorSpec>{{Shape{chunks}, in[0].dtype}};
+  if (chunks > std::numeric_limits<int32_t>::max()) {  // The kernel's flag indices are int.
+    return absl::InvalidArgumentError(
+        absl::StrCat("the gradients have ", chunks, " chunks to check, more than 2^31 - 1"));
+  }
+  return std::vector<TensorSpec>{{Shape{chunks}, DType::kFloat32}};
 }
 
 absl::Status CpuNonfinite(const Node&, absl::Span<ir::HostTensor* const> in,
                           absl::Span<ir::HostTensor* const> out) {
-  return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
-    auto flags = out[0]->data<T>();
-    size_t f = 0;
-    for (const ir::HostTensor* g : in) {
-      auto x = g->data<T>();
-      const int64_t n = static_cast<int64_t>(x.size());
-      for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
-        const auto chunk = x.subspan(start, std::min<int64_t>(codegen::kNormChunk, n - start));
-        const bool bad =
-            std::any_of(chunk.begin(), chunk.end(), [](T v) { return !std::isfinite(v); });
-        flags[f++] = bad ? T(1) : T(0);
-      }
+  auto flags = out[0]->data<float>();
+  size_t f = 0;
+  for (const ir::HostTensor* g : in) {
+    const int64_t n = g->spec().shape.NumElements();
+    for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
+      const int64_t end = std::min<int64_t>(start + codegen::kNormChunk, n);
+      bool bad = false;
+      for (int64_t i = start; i < end && !bad; ++i) bad = !std::isfinite(ir::FloatElement(*g, i));
+      flags[f++] = bad ? 1.0f : 0.0f;
     }
-    return absl::OkStatus();
-  });
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext& ctx,
                                                           const Node& node) {
-  constexpr int kTable = codegen::kOptimizerTableSize;
-  struct Table {
+  constexpr int kTable = codegen::kNonfiniteTableSize;
+  struct Table {  // As codegen::GradNonfinite's.
     const void* g[kTable];
     long long n[kTable];
-    long long first[kTable];
+    int first[kTable];
+    int kind[kTable];  // 0 float32, 1 bfloat16, 2 float16.
   };
+  static_assert(sizeof(Table) + sizeof(void*) <= 4096, "kernel arguments over 4 KiB");
   const int64_t tensors = static_cast<int64_t>(ctx.inputs.size());
   std::vector<std::unique_ptr<GpuKernel>> parts;
   int64_t first_flag = 0;
@@ -82,7 +91,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext&
     for (int i = 0; i < count; ++i) {
       table.g[i] = ctx.inputs[first + i];
       table.n[i] = ctx.input_specs[first + i].NumElements();
-      table.first[i] = first_flag;
+      const DType dtype = ctx.input_specs[first + i].dtype;
+      table.kind[i] = dtype == DType::kBFloat16 ? 1 : dtype == DType::kFloat16 ? 2 : 0;
+      table.first[i] = static_cast<int>(first_flag);
       first_flag += ChunksOf(table.n[i]);
       most_chunks = std::max<int64_t>(most_chunks, ChunksOf(table.n[i]));
     }
@@ -100,36 +111,55 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext&
 
 // loss_scale_check ----------------------------------------------------------------------------
 
-// The inputs after the flags: the loss scale (absent for the non-finite guard without loss
-// scaling) and, with attr sticky, the guard's record i32[2].
+// The inputs after the flags: loss scaling's (flags, scale); the non-finite guard's, with attr
+// count, (flags, skipped_steps i32[], record i32[2]), which the check moves on in place (a
+// counter launch fewer), and with attr sticky (kStop) also finds a step non-finite once the
+// record holds one.
 struct CheckInputs {
-  int scale = -1, record = -1;
+  int scale = -1, skipped = -1, record = -1;
+  bool sticky = false;
 };
 
 CheckInputs CheckInputsOf(const Attrs& attrs, size_t count) {
   CheckInputs c;
-  const bool sticky = ir::BoolAttrOr(attrs, "sticky", false);
-  if (sticky) c.record = static_cast<int>(count) - 1;
-  if (count == (sticky ? 3u : 2u)) c.scale = 1;
+  c.sticky = ir::BoolAttrOr(attrs, "sticky", false);
+  if (ir::BoolAttrOr(attrs, "count", false)) {
+    c.skipped = 1;
+    c.record = 2;
+  } else if (count == 2) {
+    c.scale = 1;
+  }
   return c;
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferCheck(const Attrs& attrs,
                                                    absl::Span<const TensorSpec> in) {
-  const bool sticky = ir::BoolAttrOr(attrs, "sticky", false);
-  if (in.size() < (sticky ? 2u : 1u) || in.size() > (sticky ? 3u : 2u)) {
+  const CheckInputs c = CheckInputsOf(attrs, in.size());
+  if (c.record >= 0 ? in.size() != 3 : in.empty() || in.size() > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "expected (flags[, scale]", sticky ? ", record)" : ")", ", got ", in.size(), " inputs"));
+        "expected ", c.record >= 0 ? "(flags, skipped_steps, record)" : "(flags[, scale])",
+        ", got ", in.size(), " inputs"));
+  }
+  if (c.sticky && c.record < 0) {
+    return absl::InvalidArgumentError("attr sticky needs the guard's counters (attr count)");
   }
   RETURN_IF_ERROR(CheckRank(in[0], 1, "flags"));
   RETURN_IF_ERROR(CheckDType(in[0], DType::kFloat32, "flags"));
-  const CheckInputs c = CheckInputsOf(attrs, in.size());
   if (c.scale >= 0) RETURN_IF_ERROR(CheckScalar(in[c.scale], DType::kFloat32, "the loss scale"));
+  if (c.skipped >= 0) {
+    RETURN_IF_ERROR(CheckScalar(in[c.skipped], DType::kInt32, "the skipped-step count"));
+  }
   if (c.record >= 0 && !(in[c.record] == TensorSpec{Shape{2}, DType::kInt32})) {
     return absl::InvalidArgumentError(
         absl::StrCat("the non-finite record must be an i32[2], got ", in[c.record].ToString()));
   }
   return std::vector<TensorSpec>{{Shape{2}, in[0].dtype}};
+}
+
+std::vector<int> MutatedCheck(const Attrs& attrs, int num_inputs) {
+  const CheckInputs c = CheckInputsOf(attrs, static_cast<size_t>(num_inputs));
+  if (c.skipped < 0) return {};
+  return {c.skipped, c.record};
 }
 
 absl::Status CpuCheck(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -138,11 +168,21 @@ absl::Status CpuCheck(const Node& node, absl::Span<ir::HostTensor* const> in,
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto flags = in[0]->data<T>();
     bool found = std::any_of(flags.begin(), flags.end(), [](T f) { return f != T(0); });
-    if (c.record >= 0) found = found || in[c.record]->data<int32_t>()[1] != 0;
+    if (c.sticky) found = found || in[c.record]->data<int32_t>()[1] != 0;
     auto check = out[0]->data<T>();
     check[0] =
         c.scale >= 0 ? static_cast<T>(1.0 / static_cast<double>(in[c.scale]->data<T>()[0])) : T(1);
     check[1] = found ? T(1) : T(0);
+    if (c.skipped >= 0) {  // skipped_steps counts; record = [steps, 1 + the first found or 0].
+      int32_t& skipped = in[c.skipped]->data<int32_t>()[0];
+      auto record = in[c.record]->data<int32_t>();
+      const int32_t steps = record[0];
+      if (found) {
+        ++skipped;
+        if (record[1] == 0) record[1] = steps + 1;
+      }
+      record[0] = steps + 1;
+    }
     return absl::OkStatus();
   });
 }
@@ -154,45 +194,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheck(const LoweringContext& ctx
   args.Add(ctx.inputs[0]).Add(static_cast<long long>(ctx.input_specs[0].NumElements()));
   args.Add(c.scale >= 0 ? ctx.inputs[c.scale] : nullptr);
   args.Add(c.record >= 0 ? ctx.inputs[c.record] : nullptr);
+  args.Add(c.sticky ? 1 : 0);
+  args.Add(c.skipped >= 0 ? ctx.inputs[c.skipped] : nullptr);
   args.Add(ctx.outputs[0]);
   return NvrtcKernel::Create(ctx, node.name, codegen::LossScaleCheck(), dim3(1),
                              dim3(codegen::kNormBlock), 0, std::move(args));
-}
-
-// non_finite_count ----------------------------------------------------------------------------
-
-absl::StatusOr<std::vector<TensorSpec>> InferCount(const Attrs&, absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckArity(in, 3));
-  RETURN_IF_ERROR(CheckScalar(in[0], DType::kInt32, "the skipped-step count"));
-  if (!(in[1] == TensorSpec{Shape{2}, DType::kInt32})) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the non-finite record must be an i32[2], got ", in[1].ToString()));
-  }
-  RETURN_IF_ERROR(CheckLossScaleCheck(in[2]));
-  return std::vector<TensorSpec>{};
-}
-
-absl::Status CpuCount(const Node&, absl::Span<ir::HostTensor* const> in,
-                      absl::Span<ir::HostTensor* const>) {
-  return DispatchFloat(in[2]->dtype(), [&]<typename T>() {
-    int32_t& skipped = in[0]->data<int32_t>()[0];
-    auto record = in[1]->data<int32_t>();
-    const int32_t steps = record[0];
-    if (in[2]->data<T>()[1] != T(0)) {
-      ++skipped;
-      if (record[1] == 0) record[1] = steps + 1;
-    }
-    record[0] = steps + 1;
-    return absl::OkStatus();
-  });
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCount(const LoweringContext& ctx,
-                                                      const Node& node) {
-  KernelArgs args;
-  for (int i = 0; i < 3; ++i) args.Add(ctx.inputs[i]);
-  return NvrtcKernel::Create(ctx, node.name, codegen::NonFiniteCount(), dim3(1), dim3(1), 0,
-                             std::move(args));
 }
 
 // loss_scale_update ---------------------------------------------------------------------------
@@ -278,17 +284,8 @@ const ir::OpDef& LossScaleCheckOp() {
                             .kind = ir::OpKind::kOptimizer,
                             .infer = InferCheck,
                             .cpu = CpuCheck,
-                            .lower = LowerCheck};
-  return op;
-}
-
-const ir::OpDef& NonFiniteCountOp() {
-  static const ir::OpDef op{.name = "non_finite_count",
-                            .kind = ir::OpKind::kOptimizer,
-                            .infer = InferCount,
-                            .cpu = CpuCount,
-                            .lower = LowerCount,
-                            .mutated_inputs = {0, 1}};
+                            .lower = LowerCheck,
+                            .mutated_inputs_of = MutatedCheck};
   return op;
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/gpu_kernel.h"
@@ -23,6 +25,8 @@ std::string InputName(int index, int layers) {
                                        "learning_rate", "momentum", "weight_decay"};
   if (index < kFixedInputs) return kFixed[index];
   if (index == kFixedInputs + 4 * layers) return "barrier";
+  if (index == kFixedInputs + 4 * layers + 1) return "skipped_steps";
+  if (index == kFixedInputs + 4 * layers + 2) return "record";
   const int l = (index - kFixedInputs) / 4;
   switch ((index - kFixedInputs) % 4) {
     case 0:
@@ -43,13 +47,13 @@ absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec
 
 // Checks arity and every input; returns L and fills `widths` with F, out_0, ..., out_{L-1}.
 absl::StatusOr<int> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in,
-                                std::vector<int64_t>* widths) {
+                                std::vector<int64_t>* widths, bool guarded) {
   if (layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("attribute 'layers' must be >= 1, got ", layers));
   }
   const int l_count = static_cast<int>(layers);
-  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * l_count + 1));
+  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * l_count + 1 + (guarded ? 2 : 0)));
   const TensorSpec& x = in[0];
   if (x.shape.rank() != 2 || (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)) {
     return Bad(0, l_count, "a float matrix [batch, features]", x);
@@ -83,19 +87,22 @@ absl::StatusOr<int> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in,
   const int bar = kFixedInputs + 4 * l_count;
   const TensorSpec barrier{Shape{codegen::kMlpStepBarrierWords}, DType::kInt32};
   if (!(in[bar] == barrier)) return Bad(bar, l_count, barrier.ToString(), in[bar]);
+  if (guarded) RETURN_IF_ERROR(CheckMlpStepGuardInputs(in, bar + 1));
   return l_count;
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferMlpStep(const Attrs& attrs,
                                                      absl::Span<const TensorSpec> in) {
   ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(attrs, "layers"));
+  ASSIGN_OR_RETURN(const codegen::MlpGuard guard, MlpStepGuardOf(attrs));
+  const bool guarded = guard != codegen::MlpGuard::kNone;
   std::vector<int64_t> widths;
-  ASSIGN_OR_RETURN(int l_count, CheckInputs(layers, in, &widths));
+  ASSIGN_OR_RETURN(int l_count, CheckInputs(layers, in, &widths, guarded));
   const int64_t batch = in[0].shape.dim(0);
   return std::vector<TensorSpec>{
       {Shape{}, in[0].dtype},
       {Shape{batch, widths[l_count]}, in[0].dtype},
-      {Shape{MlpTrainStepWorkspaceFloats(batch, widths)}, DType::kFloat32}};
+      {Shape{MlpTrainStepWorkspaceFloats(batch, widths, guarded)}, DType::kFloat32}};
 }
 
 std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
@@ -105,7 +112,7 @@ std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
 }
 
 template <typename T>
-absl::Status StepOnCpu(int layers, absl::Span<ir::HostTensor* const> in,
+absl::Status StepOnCpu(int layers, codegen::MlpGuard guard, absl::Span<ir::HostTensor* const> in,
                        absl::Span<ir::HostTensor* const> out) {
   const int64_t batch = in[0]->spec().shape.dim(0);
   std::vector<int64_t> d = {in[0]->spec().shape.dim(1)};
@@ -122,26 +129,39 @@ absl::Status StepOnCpu(int layers, absl::Span<ir::HostTensor* const> in,
   }
   const MlpStepScalars s{in[2]->data<T>()[0], in[3]->data<T>()[0], in[4]->data<T>()[0],
                          in[5]->data<T>()[0]};
-  return MlpStepOnCpu<T>(batch, d, s, m, out[0]->data<T>().data());
+  T* loss = out[0]->data<T>().data();
+  if (guard == codegen::MlpGuard::kNone) return MlpStepOnCpu<T>(batch, d, s, m, loss);
+  MlpStepGradients<T> grads;
+  RETURN_IF_ERROR(MlpStepGradientsOnCpu<T>(batch, d, s, m, loss, &grads));
+  int32_t* record = in[kFixedInputs + 4 * layers + 2]->data<int32_t>().data();
+  const bool skip = !std::isfinite(*loss) || !grads.Finite() ||
+                    (guard == codegen::MlpGuard::kStop && record[1] != 0);
+  if (!skip) ApplyMlpStepOnCpu(s, m, grads);
+  CountMlpStepGuard(in[kFixedInputs + 4 * layers + 1]->data<int32_t>().data(), record, skip);
+  return absl::OkStatus();
 }
 
 absl::Status CpuMlpStep(const Node& node, absl::Span<ir::HostTensor* const> in,
                         absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(node.attrs, "layers"));
+  ASSIGN_OR_RETURN(const codegen::MlpGuard guard, MlpStepGuardOf(node.attrs));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    return StepOnCpu<T>(static_cast<int>(layers), in, out);
+    return StepOnCpu<T>(static_cast<int>(layers), guard, in, out);
   });
 }
 
 absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs,
                                              const codegen::MlpStepTarget& target) {
-  if (inputs.size() < kFixedInputs + 5 || (inputs.size() - kFixedInputs - 1) % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an mlp_train_step takes 6 + 4 L + 1 inputs for L >= 1 layers, got ", inputs.size()));
+  const bool guarded = target.guard != codegen::MlpGuard::kNone;
+  const size_t extra = 1 + (guarded ? 2 : 0);  // The barrier and the guard's counters.
+  if (inputs.size() < kFixedInputs + 4 + extra || (inputs.size() - kFixedInputs - extra) % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("an mlp_train_step takes 6 + 4 L + ", extra,
+                                                   " inputs for L >= 1 layers, got ",
+                                                   inputs.size()));
   }
-  const int64_t layers = static_cast<int64_t>(inputs.size() - kFixedInputs - 1) / 4;
+  const int64_t layers = static_cast<int64_t>(inputs.size() - kFixedInputs - extra) / 4;
   std::vector<int64_t> widths;
-  RETURN_IF_ERROR(CheckInputs(layers, inputs, &widths).status());
+  RETURN_IF_ERROR(CheckInputs(layers, inputs, &widths, guarded).status());
   if (inputs[0].dtype != DType::kFloat32) {
     return absl::UnimplementedError(
         absl::StrCat("the fused MLP step runs in f32 only, got ", inputs[0].ToString()));
@@ -151,8 +171,11 @@ absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& ctx,
                                                         const Node& node) {
-  const codegen::MlpStepTarget target = MlpTrainStepTargetFor(ctx);
-  auto plan = PlanFor(ctx.input_specs, target);
+  codegen::MlpStepTarget target = MlpTrainStepTargetFor(ctx);
+  auto guard = MlpStepGuardOf(node.attrs);
+  if (guard.ok()) target.guard = *guard;
+  auto plan = guard.ok() ? PlanFor(ctx.input_specs, target)
+                         : absl::StatusOr<codegen::MlpStepPlan>(guard.status());
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),
                         absl::StrCat("node '", node.name, "': ", plan.status().message()));
@@ -165,8 +188,34 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
 
 }  // namespace
 
-int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths) {
-  return codegen::MlpStepWorkspaceFloats(batch, widths);
+int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
+                                    bool guarded) {
+  return codegen::MlpStepWorkspaceFloats(batch, widths, 1, guarded);
+}
+
+absl::StatusOr<codegen::MlpGuard> MlpStepGuardOf(const Attrs& attrs) {
+  auto it = attrs.find("non_finite");
+  if (it == attrs.end()) return codegen::MlpGuard::kNone;
+  const std::string* name = std::get_if<std::string>(&it->second);
+  if (name != nullptr && *name == "skip") return codegen::MlpGuard::kSkip;
+  if (name != nullptr && *name == "stop") return codegen::MlpGuard::kStop;
+  return absl::InvalidArgumentError(
+      "attribute 'non_finite' of a whole-step MLP node must be \"skip\" or \"stop\"");
+}
+
+std::string MlpStepGuardName(codegen::MlpGuard guard) {
+  return guard == codegen::MlpGuard::kStop ? "stop" : "skip";
+}
+
+absl::Status CheckMlpStepGuardInputs(absl::Span<const TensorSpec> in, int first) {
+  const TensorSpec skipped{Shape{}, DType::kInt32}, record{Shape{2}, DType::kInt32};
+  if (!(in[first] == skipped) || !(in[first + 1] == record)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs ", first, " and ", first + 1, " (the non-finite guard's skipped_steps and record) ",
+        "must be ", skipped.ToString(), " and ", record.ToString(), ", got ", in[first].ToString(),
+        " and ", in[first + 1].ToString()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContext& ctx,

@@ -3,7 +3,11 @@
 // launch of a generated kernel (src/codegen/mlp_step_kernel.h): cooperative and persistent, or
 // in thread-block clusters (MlpSchedule::kCluster).
 //
-// attrs: "layers" (int L >= 1, the number of Linear layers; BuildMlp's depth + 1).
+// attrs: "layers" (int L >= 1, the number of Linear layers; BuildMlp's depth + 1);
+//        "non_finite" (optional: "skip" or "stop"): the non-finite guard inside the step (see
+//        codegen::MlpGuard and src/autodiff/non_finite_guard.h): the update happens only if the
+//        loss and every gradient are finite (and, "stop", no earlier step was found otherwise);
+//        a skipped step is counted in the guard's counters, inputs [7 + 4L] and [8 + 4L].
 // inputs, in order:
 //   [0] features f32 [B, F]          [1] labels i32 [B]       [2] dloss f32 [] (loss seed, 1)
 //   [3] learning_rate f32 []         [4] momentum f32 []      [5] weight_decay f32 []
@@ -15,10 +19,12 @@
 //            grid). Word 1 counts the models the cluster schedule has finished in a launch (0
 //            again at its end). Words 2..63 are reserved. Launches sharing one barrier must not
 //            overlap.
+//   [7 + 4L] skipped_steps i32 [], [8 + 4L] record i32 [2] (with "non_finite" only): the guard's
+//            counters, moved on as loss_scale_check's attr count moves them.
 // outputs: [0] loss f32 [] (mean softmax cross-entropy of the step's starting weights)
 //          [1] logits f32 [B, C] (C = out_{L-1})
 //          [2] workspace f32 [n]: activations and gradients (MlpTrainStepWorkspaceFloats).
-// Written in place: every W_l, b_l, both velocities, and the barrier.
+// Written in place: every W_l, b_l, both velocities, the barrier and the guard's counters.
 //
 // GPU limits (kUnimplemented from the lowering, and from CheckMlpTrainStepSupported without a
 // GPU): f32 only; batch and every width at most 65536; every weight matrix and the workspace
@@ -52,8 +58,18 @@ const ir::OpDef& MlpTrainStepOp();
 
 // f32 elements of output [2] for batch B and widths F, out_0, ..., out_{L-1}:
 // n = a(B) + sum over l = 1..L-1 of a(B * out_{l-1}) + sum over l = 0..L-1 of a(B * out_l),
-// with a(x) = x rounded up to a multiple of 32.
-int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths);
+// with a(x) = x rounded up to a multiple of 32; `guarded`, plus every layer's gradients.
+int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
+                                    bool guarded = false);
+
+// The guard a whole-step node's attr "non_finite" asks for (kNone without it); InvalidArgument
+// for a value other than "skip" or "stop".
+absl::StatusOr<codegen::MlpGuard> MlpStepGuardOf(const Attrs& attrs);
+// The attr value for `guard` (kSkip "skip", kStop "stop").
+std::string MlpStepGuardName(codegen::MlpGuard guard);
+// Checks the guard's counters, inputs [first] (skipped_steps i32 []) and [first + 1] (record
+// i32 [2]).
+absl::Status CheckMlpStepGuardInputs(absl::Span<const TensorSpec> in, int first);
 
 // What the lowering plans for on `device`: one block of 256 threads per SM, its opt-in shared
 // memory. A target built by hand (e.g. codegen::MlpStepTarget{} = an H100) needs no GPU.
@@ -73,7 +89,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LaunchForMlpStep(const LoweringContex
                                                             KernelArgs args, int grid = 0);
 
 // Pure shape check, no GPU needed: OK when a node with these inputs (the op's order; L is
-// derived from their number) is valid and the GPU lowering can run it on `target`.
+// derived from their number, with the counters where target.guard asks for the guard) is valid
+// and the GPU lowering can run it on `target`.
 // kInvalidArgument for an invalid node, kUnimplemented (naming the limit) for an unsupported one.
 absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
                                         const codegen::MlpStepTarget& target);
@@ -92,6 +109,8 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
 //   [2..5] dloss, learning_rate, momentum, weight_decay: f32 [] shared by all models
 //   [6 + 4l + 0..3] W_l [K, out_l, in_l], b_l [K, out_l] and their velocities
 //   [6 + 4L] barrier i32 [64] (as mlp_train_step's)
+//   [7 + 4L], [8 + 4L]: the guard's counters (as mlp_train_step's, with its attr "non_finite":
+//            one check of every model's gradients and the summed loss skips every model's update)
 // outputs: [0] loss f32 []: the sum of the models' losses (as model_sum: in model order)
 //          [1] losses f32 [K]: each model's mean softmax cross-entropy
 //          [2] logits f32 [K, B, C]
@@ -99,9 +118,11 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
 // GPU limits: mlp_train_step's per model, and at most 8192 models.
 const ir::OpDef& BatchedMlpTrainStepOp();
 
-// f32 elements of output [3]: MlpTrainStepWorkspaceFloats with K * B rows.
+// f32 elements of output [3]: MlpTrainStepWorkspaceFloats with K * B rows (and K models'
+// gradients, `guarded`).
 int64_t BatchedMlpTrainStepWorkspaceFloats(int64_t models, int64_t batch,
-                                           const std::vector<int64_t>& widths);
+                                           const std::vector<int64_t>& widths,
+                                           bool guarded = false);
 
 // As CheckMlpTrainStepSupported, for batched_mlp_train_step's inputs.
 absl::Status CheckBatchedMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,

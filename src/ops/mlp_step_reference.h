@@ -29,11 +29,32 @@ struct MlpStepScalars {
   double dloss = 1, lr = 0, mu = 0, wd = 0;
 };
 
-// Matmuls accumulate in double and round once; bias add, ReLU, the loss, column sums and SGD run
-// in T. Returns the mean loss in *loss. `who` prefixes the message of a bad label ("model 3 ").
+// One model's weight and bias gradients, per layer.
 template <typename T>
-absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const MlpStepScalars& s,
-                          const MlpStepTensors<T>& m, T* loss, const std::string& who = "") {
+struct MlpStepGradients {
+  std::vector<std::vector<T>> dw, db;
+
+  // Whether every one is finite (the non-finite guard's check, with the loss).
+  bool Finite() const {
+    for (const auto* grads : {&dw, &db}) {
+      for (const std::vector<T>& g : *grads) {
+        for (T v : g) {
+          if (!std::isfinite(v)) return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+// The forward pass, the loss and the backward pass, no update: the mean loss in *loss, the
+// logits, and the gradients in *grads. Matmuls accumulate in double and round once; bias add,
+// ReLU, the loss and column sums run in T. `who` prefixes the message of a bad label
+// ("model 3 ").
+template <typename T>
+absl::Status MlpStepGradientsOnCpu(int64_t batch, const std::vector<int64_t>& d,
+                                   const MlpStepScalars& s, const MlpStepTensors<T>& m, T* loss,
+                                   MlpStepGradients<T>* grads, const std::string& who = "") {
   const int layers = static_cast<int>(d.size()) - 1;
   const int64_t classes = d[layers];
   for (int64_t r = 0; r < batch; ++r) {
@@ -82,7 +103,10 @@ absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const Ml
     }
   }
   *loss = total / static_cast<T>(batch);
-  std::vector<std::vector<T>> dw(layers), db(layers);
+  std::vector<std::vector<T>>& dw = grads->dw;
+  std::vector<std::vector<T>>& db = grads->db;
+  dw.assign(layers, {});
+  db.assign(layers, {});
   for (int l = layers - 1; l >= 0; --l) {
     const int64_t n_out = d[l + 1], n_in = d[l];
     // Row by row so the inner loop is contiguous; each element still sums over i in order.
@@ -118,6 +142,14 @@ absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const Ml
       }
     }
   }
+  return absl::OkStatus();
+}
+
+// SGD with momentum of every parameter from `grads`, in T, as CpuSgd rounds it.
+template <typename T>
+void ApplyMlpStepOnCpu(const MlpStepScalars& s, const MlpStepTensors<T>& m,
+                       const MlpStepGradients<T>& grads) {
+  const int layers = static_cast<int>(grads.dw.size());
   const T lr = static_cast<T>(s.lr), mu = static_cast<T>(s.mu), wd = static_cast<T>(s.wd);
   auto sgd = [&](T* w, const std::vector<T>& g, T* v) {
     for (size_t i = 0; i < g.size(); ++i) {  // As CpuSgd: separate roundings.
@@ -128,10 +160,31 @@ absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const Ml
     }
   };
   for (int l = 0; l < layers; ++l) {
-    sgd(m.w[l], dw[l], m.vw[l]);
-    sgd(m.b[l], db[l], m.vb[l]);
+    sgd(m.w[l], grads.dw[l], m.vw[l]);
+    sgd(m.b[l], grads.db[l], m.vb[l]);
   }
+}
+
+// The whole step: gradients, then the update.
+template <typename T>
+absl::Status MlpStepOnCpu(int64_t batch, const std::vector<int64_t>& d, const MlpStepScalars& s,
+                          const MlpStepTensors<T>& m, T* loss, const std::string& who = "") {
+  MlpStepGradients<T> grads;
+  if (absl::Status st = MlpStepGradientsOnCpu(batch, d, s, m, loss, &grads, who); !st.ok())
+    return st;
+  ApplyMlpStepOnCpu(s, m, grads);
   return absl::OkStatus();
+}
+
+// The guard's counters after a step (as loss_scale_check with attr count moves them): skipped_steps
+// counts skipped steps, record = [steps checked, 1 + the first skipped step or 0].
+inline void CountMlpStepGuard(int32_t* skipped_steps, int32_t* record, bool skip) {
+  const int32_t steps = record[0];
+  if (skip) {
+    ++*skipped_steps;
+    if (record[1] == 0) record[1] = steps + 1;
+  }
+  record[0] = steps + 1;
 }
 
 }  // namespace reprise::ops

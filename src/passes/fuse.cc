@@ -59,6 +59,16 @@ absl::Span<const FusionRule> FusionRules() {
          f.PoolingArgmaxInForward();
          f.BatchNormApplyActivations();
        }},
+      {"GELU and residual epilogues",
+       [](const FuseOptions& o) {
+         return o.gemm_epilogues && (o.gelu_epilogues || o.residual_epilogues);
+       },
+       [](GroupFinder& f, const FuseOptions& o) {
+         if (o.gelu_epilogues) f.GeluEpilogues();
+         if (o.residual_epilogues) f.ResidualEpilogues();
+       }},
+      {"layer norm residual gradients", [](const FuseOptions& o) { return o.layer_norm_residual; },
+       [](GroupFinder& f, const FuseOptions&) { f.LayerNormResidualGradients(); }},
       {"GEMM epilogues", [](const FuseOptions& o) { return o.gemm_epilogues; },
        [](GroupFinder& f, const FuseOptions& o) { f.GemmEpilogues(o.relu_backward_epilogues); }},
       {"data gradient accumulation", [](const FuseOptions& o) { return o.conv_dgrad_accumulate; },
@@ -86,13 +96,6 @@ std::optional<NodeGroup> MatchWholeStep(Graph& source, const autodiff::TrainingG
 }
 
 }  // namespace
-
-bool WholeStepApplies(const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-                      const FuseOptions& options) {
-  Graph source = training.graph;
-  std::string declined;
-  return MatchWholeStep(source, training, kept, options, &declined).has_value();
-}
 
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options) {

@@ -4,6 +4,11 @@
 //   and where that relu's gradient reads a matmul and feeds a bias gradient (a hidden layer):
 //     matmul -> bias_add -> relu             => matmul_bias_relu_mask (also keeps a ReLU bit mask)
 //     matmul -> relu_grad -> column_sum      => matmul_drelu_bgrad (cuBLASLt DRELU_BGRAD)
+//   matmul -> bias_add -> gelu               => matmul_bias_gelu_aux (cuBLASLt GELU_AUX_BIAS,
+//                                               also keeping the pre-activation)
+//   matmul -> gelu_grad -> column_sum        => matmul_dgelu_bgrad (cuBLASLt DGELU_BGRAD)
+//   matmul -> bias_add -> add(·, residual)   => matmul_bias_residual (cuBLASLt BIAS, beta = 1)
+//   add(layer_norm_grad's dx, other gradient) => layer_norm_grad_add (one kernel)
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
@@ -49,6 +54,12 @@ struct FuseOptions {
   // epilogue of the data-gradient matmul before it, float32 only. Off by default, as
   // TrainOptions::kernels.relu_backward_epilogues says why.
   bool relu_backward_epilogues = false;
+  // With gemm_epilogues: transformer layers' GELU (forward and backward) and residual adds in
+  // the epilogues of their products (src/passes/fuse_gelu_rules.cc).
+  bool gelu_epilogues = true;
+  bool residual_epilogues = true;
+  // A layer norm's input gradient summed with the residual stream's in the layer norm's kernel.
+  bool layer_norm_residual = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
   // A residual block's input gradient, conv2d_dgrad + add, as one cuDNN call accumulating in
@@ -68,10 +79,6 @@ struct FusedTraining {
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;
   std::string whole_step_declined;  // Why the whole-step kernel did not apply, if it did not.
 };
-
-// Whether the whole-step kernel (FuseOptions::whole_mlp_step, not consulted here) runs this step.
-bool WholeStepApplies(const autodiff::TrainingGraph& training, absl::Span<const Value> kept,
-                      const FuseOptions& options);
 
 // `kept` are values of `training` that must stay readable (the loss, fetched values).
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,

@@ -43,13 +43,10 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   };
   const Graph& g = training.graph;
   if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
-  // The kernel updates each layer as soon as its weight gradient is ready, with no step-wide
-  // check before: it cannot skip a non-finite step. NonFinitePolicy::kIgnore keeps it.
-  if (g.FindNode(autodiff::kNonFiniteCheck).ok()) {
-    return fail(
-        "the non-finite guard (the kernel updates each layer inside itself, with no step-wide "
-        "skip; TrainOptions::non_finite kIgnore keeps the whole step)");
-  }
+  std::string guard_why;
+  const std::optional<WholeStepGuard> guard = MatchWholeStepGuard(g, &guard_why);
+  if (!guard.has_value()) return fail(guard_why);
+  const bool guarded = guard->mode != codegen::MlpGuard::kNone;
   const Node& total = g.node(training.loss.node);
   if (total.op != &ops::ModelSumOp()) return fail("the loss is not a sum of the models' losses");
   const Node& loss = g.node(total.inputs[0].node);
@@ -103,7 +100,9 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   for (const Node& node : g.nodes()) {
     if (ir::IsLeaf(node)) continue;
     if (node.op == &ops::SgdMomentumOp()) {
-      if (node.inputs.size() != 6 || Flag(node, "nesterov"))
+      // Guarded, each update reads the guard's check (input 6), which the kernel makes itself.
+      if (node.inputs.size() != (guarded ? 7u : 6u) || Flag(node, "nesterov") ||
+          (guarded && node.inputs[6] != guard->check))
         return fail("SGD with Nesterov momentum or gradient clipping");
       sgd_of[node.inputs[0].node] = &node;
     }
@@ -130,21 +129,22 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
       }
     }
   }
-  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.end());
+  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
   for (const Layer& layer : layers) {
     inputs.push_back(Value{layer.weight, 0});
     inputs.push_back(Value{layer.bias, 0});
     inputs.push_back(sgd_of.at(layer.weight)->inputs[2]);
     inputs.push_back(sgd_of.at(layer.bias)->inputs[2]);
   }
-  // MatchMlpTrainStep's 9L - 1 nodes, with the batched loss: model_sum and model_broadcast, and
-  // a model_tile for each input every model shares.
+  // MatchMlpTrainStep's 9L - 1 nodes, with the batched loss: model_sum and model_broadcast, a
+  // model_tile for each input every model shares, and the guard's.
   const int64_t num_layers = static_cast<int64_t>(layers.size());
   int64_t non_leaf = 0;
   for (const Node& node : g.nodes()) non_leaf += ir::IsLeaf(node) ? 0 : 1;
-  if (non_leaf != 9 * num_layers + 1 + tiles) {
+  const int64_t expected = 9 * num_layers + 1 + tiles + guard->nodes;
+  if (non_leaf != expected) {
     return fail(absl::StrCat("the step has ", non_leaf, " nodes; an ensemble of MLPs of ",
-                             num_layers, " layers has ", 9 * num_layers + 1 + tiles));
+                             num_layers, " layers has ", expected));
   }
   // Each model's products against the single MLP's limit: the kernel's tiles are per model.
   const TensorSpec& x = g.spec(*features);
@@ -162,7 +162,13 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   std::vector<TensorSpec> specs;
   for (const Value& v : inputs) specs.push_back(g.spec(v));
   specs.push_back({Shape{codegen::kMlpStepBarrierWords}, DType::kInt32});
-  if (absl::Status s = ops::CheckBatchedMlpTrainStepSupported(specs, target); !s.ok())
+  if (guarded) {
+    specs.push_back(g.spec(guard->skipped_steps));
+    specs.push_back(g.spec(guard->record));
+  }
+  codegen::MlpStepTarget guarded_target = target;
+  guarded_target.guard = guard->mode;
+  if (absl::Status s = ops::CheckBatchedMlpTrainStepSupported(specs, guarded_target); !s.ok())
     return fail(std::string(s.message()));
 
   auto barrier =
@@ -170,9 +176,15 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
                      {Shape{codegen::kMlpStepBarrierWords}, DType::kInt32}, Initializer::Zeros());
   if (!barrier.ok()) return fail(std::string(barrier.status().message()));
   inputs.push_back(*barrier);
+  Attrs attrs = {{"layers", num_layers}};
+  if (guarded) {
+    inputs.push_back(guard->skipped_steps);
+    inputs.push_back(guard->record);
+    attrs["non_finite"] = ops::MlpStepGuardName(guard->mode);
+  }
   NodeGroup group{.op = &ops::BatchedMlpTrainStepOp(),
                   .name = "batched_mlp_train_step",
-                  .attrs = {{"layers", num_layers}},
+                  .attrs = std::move(attrs),
                   .inputs = std::move(inputs),
                   .outputs = {training.loss, Value{loss.id, 0}, logits, Value{}}};
   for (const Node& node : g.nodes()) {

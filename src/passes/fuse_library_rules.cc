@@ -11,15 +11,6 @@
 
 namespace reprise::passes {
 
-namespace {
-
-Attrs TransposeAttrs(const Node& mm) {
-  return {{"transpose_a", ir::BoolAttrOr(mm.attrs, "transpose_a", false)},
-          {"transpose_b", ir::BoolAttrOr(mm.attrs, "transpose_b", false)}};
-}
-
-}  // namespace
-
 // A residual block's input gradient, add(conv2d_dgrad(dy, w), acc), as one cuDNN call that adds
 // the data gradient to acc in place (conv2d_dgrad_accumulate): no separate add reading both and
 // writing a third tensor. Only where acc is a transient value that nothing reads after the add

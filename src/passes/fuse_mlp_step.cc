@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "src/autodiff/non_finite_guard.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 
@@ -18,6 +19,31 @@ struct Layer {
 
 }  // namespace
 
+std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why) {
+  WholeStepGuard guard;
+  absl::StatusOr<int32_t> check = g.FindNode(autodiff::kNonFiniteCheck);
+  if (!check.ok()) return guard;
+  auto fail = [&](std::string reason) -> std::optional<WholeStepGuard> {
+    if (why != nullptr) *why = std::move(reason);
+    return std::nullopt;
+  };
+  const Node& c = g.node(*check);
+  guard.mode = Flag(c, "sticky") ? codegen::MlpGuard::kStop : codegen::MlpGuard::kSkip;
+  guard.check = Value{c.id, 0};
+  absl::StatusOr<int32_t> skipped = g.FindNode(autodiff::kNonFiniteSkippedSteps);
+  absl::StatusOr<int32_t> record = g.FindNode(autodiff::kNonFiniteRecord);
+  if (!skipped.ok() || !record.ok()) return fail("the non-finite guard has no counters");
+  guard.skipped_steps = Value{*skipped, 0};
+  guard.record = Value{*record, 0};
+  // grad_nonfinite -> the check that counts: the kernel does both.
+  if (c.op != &ops::LossScaleCheckOp() || g.node(c.inputs[0].node).op != &ops::GradNonfiniteOp() ||
+      !Flag(c, "count") || c.inputs.size() != 3 || c.inputs[1] != guard.skipped_steps ||
+      c.inputs[2] != guard.record)
+    return fail("the non-finite guard's check is not grad_nonfinite's, counting");
+  guard.nodes = 2;
+  return guard;
+}
+
 std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::TrainingGraph& training,
                                            absl::Span<const Value> kept,
                                            const codegen::MlpStepTarget& target, std::string* why) {
@@ -27,13 +53,9 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   };
   const Graph& g = training.graph;
   if (g.FindNode(autodiff::kLossScale).ok()) return fail("loss scaling (no unscale-or-skip)");
-  // The kernel updates each layer as soon as its weight gradient is ready, with no step-wide
-  // check before: it cannot skip a non-finite step. NonFinitePolicy::kIgnore keeps it.
-  if (g.FindNode(autodiff::kNonFiniteCheck).ok()) {
-    return fail(
-        "the non-finite guard (the kernel updates each layer inside itself, with no step-wide "
-        "skip; TrainOptions::non_finite kIgnore keeps the whole step)");
-  }
+  const std::optional<WholeStepGuard> guard = MatchWholeStepGuard(g, why);
+  if (!guard.has_value()) return std::nullopt;
+  const bool guarded = guard->mode != codegen::MlpGuard::kNone;
   const Node& loss = g.node(training.loss.node);
   if (loss.op != &ops::SoftmaxCrossEntropyOp())
     return fail("the loss is not softmax cross-entropy");
@@ -80,7 +102,9 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   for (const Node& node : g.nodes()) {
     if (ir::IsLeaf(node)) continue;
     if (node.op == &ops::SgdMomentumOp()) {
-      if (node.inputs.size() != 6 || Flag(node, "nesterov"))
+      // Guarded, each update reads the guard's check (input 6), which the kernel makes itself.
+      if (node.inputs.size() != (guarded ? 7u : 6u) || Flag(node, "nesterov") ||
+          (guarded && node.inputs[6] != guard->check))
         return fail("SGD with Nesterov momentum or gradient clipping");
       sgd_of[node.inputs[0].node] = &node;
     }
@@ -102,7 +126,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
       }
     }
   }
-  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.end());
+  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
   for (const Layer& layer : layers) {
     const Node& w_sgd = *sgd_of.at(layer.weight);
     const Node& b_sgd = *sgd_of.at(layer.bias);
@@ -113,13 +137,14 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   }
   // Autodiff of this chain gives exactly 9L - 1 nodes: 3L - 1 forward, the loss and its
   // gradient, per layer a weight gradient, a bias gradient and two updates, and per hidden layer
-  // a data gradient and a ReLU gradient. Anything more is work the fused kernel would not do.
+  // a data gradient and a ReLU gradient; and the guard's. Anything more is work the fused kernel
+  // would not do.
   const int64_t num_layers = static_cast<int64_t>(layers.size());
   int64_t non_leaf = 0;
   for (const Node& node : g.nodes()) non_leaf += ir::IsLeaf(node) ? 0 : 1;
-  if (non_leaf != 9 * num_layers - 1) {
+  if (non_leaf != 9 * num_layers - 1 + guard->nodes) {
     return fail(absl::StrCat("the step has ", non_leaf, " nodes; an MLP of ", num_layers,
-                             " layers has ", 9 * num_layers - 1));
+                             " layers has ", 9 * num_layers - 1 + guard->nodes));
   }
   // The kernel runs its products on CUDA cores, one tile set per phase: it wins while launch
   // latency dominates, not once the products are large (4x1024 at batch 256 runs slower fused).
@@ -134,16 +159,28 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   std::vector<TensorSpec> specs;
   for (const Value& v : inputs) specs.push_back(g.spec(v));
   specs.push_back({Shape{64}, DType::kInt32});  // The barrier.
+  if (guarded) {
+    specs.push_back(g.spec(guard->skipped_steps));
+    specs.push_back(g.spec(guard->record));
+  }
+  codegen::MlpStepTarget guarded_target = target;
+  guarded_target.guard = guard->mode;
   std::string unsupported;
-  if (!ops::MlpTrainStepSupported(specs, target, &unsupported)) return fail(unsupported);
+  if (!ops::MlpTrainStepSupported(specs, guarded_target, &unsupported)) return fail(unsupported);
 
   auto barrier =
       graph.AddState("mlp_train_step.barrier", {Shape{64}, DType::kInt32}, Initializer::Zeros());
   if (!barrier.ok()) return fail(std::string(barrier.status().message()));
   inputs.push_back(*barrier);
+  Attrs attrs = {{"layers", static_cast<int64_t>(layers.size())}};
+  if (guarded) {
+    inputs.push_back(guard->skipped_steps);
+    inputs.push_back(guard->record);
+    attrs["non_finite"] = ops::MlpStepGuardName(guard->mode);
+  }
   NodeGroup group{.op = &ops::MlpTrainStepOp(),
                   .name = "mlp_train_step",
-                  .attrs = {{"layers", static_cast<int64_t>(layers.size())}},
+                  .attrs = std::move(attrs),
                   .inputs = std::move(inputs),
                   .outputs = {training.loss, logits, Value{}}};
   for (const Node& node : g.nodes()) {

@@ -15,6 +15,18 @@
 
 namespace reprise::passes {
 
+// The non-finite guard of a training graph (src/autodiff/non_finite_guard.h) as the whole-step
+// kernels run it: its policy, its counters (inputs of the fused node after the barrier), the check
+// every update reads, and its non-leaf nodes (grad_nonfinite and the check, which counts).
+struct WholeStepGuard {
+  codegen::MlpGuard mode = codegen::MlpGuard::kNone;
+  Value skipped_steps, record, check;
+  int nodes = 0;
+};
+// The guard of `g` (mode kNone where it has none), or nullopt with the reason in `why` where its
+// nodes are not the guard's usual three.
+std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
+
 // Above this many forward multiply-adds per step the fused kernel is slower than library GEMMs
 // (measured on an H100: MLP 8x256 at batch 32, 19M, runs 60 us fused against 145 us; 4x1024 at
 // batch 256, 268M, 397 us against 194).

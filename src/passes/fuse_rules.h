@@ -20,6 +20,12 @@ inline bool Chainable(const Node& node) {
   return node.op->kind == ir::OpKind::kPointwise && !node.op->pointwise.expression.empty();
 }
 
+// A product's orientation, for the fused node that replaces matmul node `mm`.
+inline Attrs TransposeAttrs(const Node& mm) {
+  return {{"transpose_a", ir::BoolAttrOr(mm.attrs, "transpose_a", false)},
+          {"transpose_b", ir::BoolAttrOr(mm.attrs, "transpose_b", false)}};
+}
+
 // Finds the groups, each node in at most one. Each rule is a public member; the helpers they
 // share are private.
 class GroupFinder {
@@ -34,6 +40,14 @@ class GroupFinder {
   void PoolingArgmaxInForward();
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
+  // A GELU layer's forward and backward in cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD epilogues
+  // (fuse_gelu_rules.cc).
+  void GeluEpilogues();
+  // matmul -> bias_add -> add(·, residual) as one product reading the residual (beta = 1).
+  void ResidualEpilogues();
+  // layer_norm_grad whose dx is added to another gradient: the add in the same kernel
+  // (fuse_layer_norm_rules.cc).
+  void LayerNormResidualGradients();
   void ConvDgradAccumulations();
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
@@ -90,6 +104,9 @@ class GroupFinder {
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
   // pattern; false leaves both to the caller.
   bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
+  // The backward of the GELU layer whose pre-activation is `pre`: its gelu_grad, the data-gradient
+  // matmul feeding it and the bias gradient, as one matmul_dgelu_bgrad; nullopt if absent.
+  std::optional<NodeGroup> GeluBackward(Value pre) const;
   // Whether `ancestor` is `node` or one of the nodes it depends on.
   bool DependsOn(int32_t node, int32_t ancestor) const;
   // The beta of the batch norm whose statistics `grad` (batch_norm_grad) reads, where `act` is a

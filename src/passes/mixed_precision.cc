@@ -7,6 +7,7 @@
 #include "src/ir/op_def.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/cast.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/util/status_macros.h"
@@ -14,8 +15,9 @@
 namespace reprise::passes {
 namespace {
 
-// Ops that read float32 whatever the rest computes in: the loss, whose log-sum-exp wants the range.
-bool ComputesInFloat32(const Node& node) { return node.op == &ops::SoftmaxCrossEntropyOp(); }
+// Ops that read float32 whatever the rest computes in: the masked loss, whose kernels are
+// float32 only (the plain softmax cross-entropy reads 16-bit logits itself).
+bool ComputesInFloat32(const Node& node) { return node.op == &ops::MaskedSoftmaxCrossEntropyOp(); }
 
 // Inputs kept in float32 beside 16-bit data: batch norm's gamma, beta and running statistics,
 // layer norm's weight and bias.

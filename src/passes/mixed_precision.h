@@ -5,9 +5,11 @@
 //   - inputs and parameters keep their names and float32 types (bindings, GetParameter and
 //     SaveWeights do not change); a float input or parameter read by a 16-bit op is read through
 //     one cast "<name>.to_bf16" (or ".to_f16"), made once and shared by its readers;
-//   - every op computes in the 16-bit type, except batch norm's per-channel tensors (gamma, beta,
-//     running statistics: float32, as cuDNN and PyTorch keep them) and the loss, whose logits are
-//     cast back to float32;
+//   - every op computes in the 16-bit type, except batch norm's and layer norm's per-channel
+//     tensors (gamma, beta, running statistics: float32, as cuDNN and PyTorch keep them); the
+//     softmax cross-entropy reads the 16-bit logits as they are (no float32 copy of a language
+//     model's [tokens, vocabulary] logits), accumulates in float32 and gives a float32 loss and a
+//     16-bit logits gradient (src/codegen/loss_kernels.h);
 //   - a 16-bit value the user keeps (TrainOptions::fetch) is cast back to float32 for reading.
 //
 // The optimizer then updates float32 weights from float32 gradients. A graph without float32

@@ -67,26 +67,6 @@ absl::StatusOr<CompiledStep> PlanStep(TrainingStep step, const CompileOptions& o
 
 absl::StatusOr<CompiledStep> CompileStep(const Graph& graph, Value loss,
                                          const CompileOptions& options) {
-  // The whole-step MLP kernel updates each layer as soon as its gradient is ready, so it cannot
-  // skip a step; a guarded step declines it and runs a launch per layer, which costs a small
-  // MLP far more than the guard is worth. So under the default kSkipStep a step the kernel
-  // runs stays unguarded, and the plan (dump, stats, report) says so; kStop, or
-  // TrainOptions::whole_step = false, guards it.
-  if (options.non_finite.policy == NonFinitePolicy::kSkipStep && options.plan.fuse &&
-      options.plan.fusion.whole_mlp_step) {
-    CompileOptions unguarded = options;
-    unguarded.non_finite.policy = NonFinitePolicy::kIgnore;
-    ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, unguarded));
-    std::vector<Value> kept = {step.training.loss};  // As BuildPlan keeps them.
-    kept.insert(kept.end(), step.kept.begin(), step.kept.end());
-    if (WholeStepApplies(step.training, kept, options.plan.fusion)) {
-      ASSIGN_OR_RETURN(CompiledStep compiled, PlanStep(std::move(step), options));
-      compiled.plan.non_finite_unguarded =
-          "the whole-step MLP kernel updates each layer as its gradient is ready, so it cannot "
-          "skip a step (TrainOptions::whole_step = false guards it, a launch per layer)";
-      return compiled;
-    }
-  }
   ASSIGN_OR_RETURN(TrainingStep step, BuildTrainingStep(graph, loss, options));
   return PlanStep(std::move(step), options);
 }

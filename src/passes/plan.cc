@@ -138,9 +138,6 @@ std::string PlanToString(const Plan& plan) {
   if (!plan.whole_step_declined.empty()) {
     absl::StrAppend(&out, "whole step: not used: ", plan.whole_step_declined, "\n");
   }
-  if (!plan.non_finite_unguarded.empty()) {
-    absl::StrAppend(&out, "non-finite guard: not in this step: ", plan.non_finite_unguarded, "\n");
-  }
   if (plan.mirror_evaluations > 0) {  // The mirror pass ran.
     absl::StrAppend(&out, "mirror: ", plan.mirrored.size(), " nodes recomputed; transient peak ",
                     plan.activation_peak_unmirrored, " bytes without mirroring; ",

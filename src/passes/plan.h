@@ -35,9 +35,6 @@ struct Plan {
   std::vector<std::pair<std::string, std::vector<std::string>>> fused_groups;
   // Why the whole-step MLP kernel (FuseOptions::whole_mlp_step) did not apply, when it was tried.
   std::string whole_step_declined;
-  // Why the non-finite guard asked for (NonFinitePolicy::kSkipStep) is not in this step; empty
-  // when it is, or when none was asked (src/passes/pipeline.h).
-  std::string non_finite_unguarded;
   // Mirroring: the activation peak this plan would have without it (memory.transient_peak when
   // nothing is mirrored), and each recomputed forward node as (original, twin) names.
   int64_t activation_peak_unmirrored = 0;

@@ -43,6 +43,12 @@ absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
       return " +bias,relu,mask";
     case MatmulEpilogue::Kind::kDReluBiasGrad:
       return " drelu(mask),bias_grad";
+    case MatmulEpilogue::Kind::kGeluAuxBias:
+      return " +bias,gelu,aux";
+    case MatmulEpilogue::Kind::kDGeluBiasGrad:
+      return " dgelu(aux),bias_grad";
+    case MatmulEpilogue::Kind::kBiasResidual:
+      return " +bias+residual";
   }
   return "";
 }
@@ -66,6 +72,12 @@ cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
       return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
     case MatmulEpilogue::Kind::kDReluBiasGrad:
       return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case MatmulEpilogue::Kind::kGeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case MatmulEpilogue::Kind::kDGeluBiasGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case MatmulEpilogue::Kind::kBiasResidual:
+      return CUBLASLT_EPILOGUE_BIAS;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -73,6 +85,14 @@ cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
 bool UsesReluMask(MatmulEpilogue::Kind kind) {
   return kind == MatmulEpilogue::Kind::kReluMaskBias ||
          kind == MatmulEpilogue::Kind::kDReluBiasGrad;
+}
+
+bool UsesGeluInput(MatmulEpilogue::Kind kind) {
+  return kind == MatmulEpilogue::Kind::kGeluAuxBias || kind == MatmulEpilogue::Kind::kDGeluBiasGrad;
+}
+
+bool Aligned(const void* p) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kAlignment == 0;
 }
 
 }  // namespace
@@ -131,6 +151,20 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
     return absl::UnimplementedError(
         absl::StrCat(context, ": ReLU-mask epilogues are not available for batched products"));
   }
+  if (UsesGeluInput(epilogue.kind)) {
+    if (!Aligned(epilogue.gelu_input)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, ": the GELU input must be non-null and 256-byte aligned"));
+    }
+    if (shape.batch > 1 || shape.n % 8 != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          context, ": GELU epilogues need an unbatched product with n a multiple of 8"));
+    }
+  }
+  if (epilogue.kind == MatmulEpilogue::Kind::kBiasResidual && !Aligned(epilogue.residual)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": the residual must be non-null and 256-byte aligned"));
+  }
   LtMatmul mm;
   mm.handle_ = handle.get();
   mm.shape_ = shape;
@@ -185,6 +219,19 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
         context);
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                         &mask_ld, sizeof(mask_ld)),
+                         context);
+  }
+
+  if (UsesGeluInput(epilogue.kind)) {
+    // The sum before the GELU, in C's type and layout: one column of the column-major C^T (one of
+    // our rows) every n elements.
+    const int64_t aux_ld = shape.n;
+    CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &epilogue.gelu_input, sizeof(epilogue.gelu_input)),
+        context);
+    CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                        &aux_ld, sizeof(aux_ld)),
                          context);
   }
 
@@ -286,10 +333,13 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, vo
   if (workspace_bytes_ > 0 && workspace == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(Describe(), ": workspace is null"));
   }
+  // A residual epilogue reads the residual as cuBLASLt's C (beta = 1) and writes our c as its D.
+  const bool residual = epilogue_.kind == MatmulEpilogue::Kind::kBiasResidual;
   const float alpha = 1.0f;
-  const float beta = 0.0f;
+  const float beta = residual ? 1.0f : 0.0f;
+  const void* c_in = residual ? epilogue_.residual : c;
   return CudaStatus(
-      cublasLtMatmul(handle_, desc_.get(), &alpha, b, lt_a_.get(), a, lt_b_.get(), &beta, c,
+      cublasLtMatmul(handle_, desc_.get(), &alpha, b, lt_a_.get(), a, lt_b_.get(), &beta, c_in,
                      lt_c_.get(), c, lt_c_.get(), &algo_, workspace, workspace_bytes_, stream),
       "cublasLtMatmul", Describe());
 }

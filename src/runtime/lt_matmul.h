@@ -53,11 +53,30 @@ struct MatmulShape {
 //                  gradient, the column sums of that C (n values).
 // The mask holds, for each of C's m rows, ReluMaskWords(n) 32-bit words: bit j % 32 of word j / 32
 // is set when C[i, j] > 0 (cuBLASLt's bit mask of the column-major C^T, rows padded to 128 bits).
+//   kGeluAuxBias   C = gelu(product + bias), cuBLASLt's GELU (the tanh form), and the sum before
+//                  the GELU written to `gelu_input` ([m, n] of C's type): the forward of a layer
+//                  whose backward uses kDGeluBiasGrad. n must be a multiple of 8.
+//   kDGeluBiasGrad that backward fused into its data-gradient product: C = product ·
+//                  gelu'(gelu_input), and `bias` RECEIVES the column sums of that C.
+//   kBiasResidual  C = product + bias + residual ([m, n] of C's type, read as cuBLASLt's C
+//                  operand with beta = 1; it may be C itself): a linear layer's output added to a
+//                  residual stream.
 struct MatmulEpilogue {
-  enum class Kind : uint8_t { kNone, kBias, kReluBias, kReluMaskBias, kDReluBiasGrad };
+  enum class Kind : uint8_t {
+    kNone,
+    kBias,
+    kReluBias,
+    kReluMaskBias,
+    kDReluBiasGrad,
+    kGeluAuxBias,
+    kDGeluBiasGrad,
+    kBiasResidual
+  };
   Kind kind = Kind::kNone;
   const void* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
   void* relu_mask = nullptr;   // kReluMaskBias and kDReluBiasGrad; 256-byte aligned, fixed.
+  void* gelu_input = nullptr;  // kGeluAuxBias (written) and kDGeluBiasGrad (read); aligned, fixed.
+  const void* residual = nullptr;  // kBiasResidual; 256-byte aligned, fixed.
 };
 
 // 32-bit words of one row of a ReLU bit mask for rows of n values: n rounded up to 128 bits.

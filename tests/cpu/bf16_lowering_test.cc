@@ -20,6 +20,7 @@
 #include "src/ops/conv.h"
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/masked_loss.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/transpose.h"
@@ -247,8 +248,7 @@ TEST(Bf16LoweringTest, TransposeOfEightByteElementsIsRefusedNamingTheNode) {
 }
 
 // Lowering a plan refuses a 16-bit node whose op has no such kernels before lowering it: a
-// bfloat16 loss (the loss stays float32 under mixed precision) and a float16 relu (bfloat16 is
-// the only 16-bit type the pointwise kernels store).
+// bfloat16 masked loss (it stays float32 under mixed precision) and a float16 dropout.
 TEST(Bf16LoweringTest, PlanLoweringRefusesSixteenBitNodesWithoutKernelsByName) {
   struct Case {
     std::string node;
@@ -260,7 +260,7 @@ TEST(Bf16LoweringTest, PlanLoweringRefusesSixteenBitNodesWithoutKernelsByName) {
     cases[0].node = "loss";
     Value z = *g.AddInput("z", {Shape{8, 4}, kBf16});
     Value labels = *g.AddInput("labels", {Shape{8}, DType::kInt32});
-    ASSERT_TRUE(g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {z, labels}).ok());
+    ASSERT_TRUE(g.AddOp1(ops::MaskedSoftmaxCrossEntropyOp(), "loss", {z, labels}).ok());
   }
   {
     Graph& g = cases[1].graph;  // dropout has no 16-bit lowering (relu's serves float16 too).

@@ -36,8 +36,9 @@ TEST(MixedPrecisionTest, ComputeIsBFloat16AndWeightsStayFloat32) {
     if (n.op == &ops::Conv2dOp() || n.op == &ops::MatmulOp()) {
       for (const Value& v : n.inputs) EXPECT_EQ(g.spec(v).dtype, DType::kBFloat16) << n.name;
     }
-    if (n.op == &ops::SoftmaxCrossEntropyOp()) {
-      EXPECT_EQ(g.spec(n.inputs[0]).dtype, DType::kFloat32);
+    if (n.op == &ops::SoftmaxCrossEntropyOp()) {  // 16-bit logits, a float32 loss.
+      EXPECT_EQ(g.spec(n.inputs[0]).dtype, DType::kBFloat16);
+      EXPECT_EQ(n.outputs[0].dtype, DType::kFloat32);
     }
   }
   for (int32_t id : net.graph.NodesOf("parameter")) {
@@ -47,8 +48,8 @@ TEST(MixedPrecisionTest, ComputeIsBFloat16AndWeightsStayFloat32) {
     EXPECT_EQ(g.node(*found).outputs[0], old.outputs[0]) << old.name;  // f32, same shape.
   }
   EXPECT_EQ(g.node(*g.FindNode("images")).outputs[0].dtype, DType::kFloat32);
-  // 20 convolution weights, the fc weight and bias, the images, and the logits back to f32 (once,
-  // shared by the loss and the kept logits).
+  // 20 convolution weights, the fc weight and bias, the images, and the kept logits back to f32
+  // (the loss reads the bfloat16 logits).
   EXPECT_EQ(mixed->casts, 24);
   EXPECT_EQ(g.spec(mixed->kept[0]).dtype, DType::kFloat32);
   EXPECT_EQ(g.spec(mixed->loss).dtype, DType::kFloat32);

@@ -1,9 +1,9 @@
 // The non-finite guard on the GPU (TrainOptions::non_finite): an MLP trained with one NaN among
-// its input features. kSkipStep (the default) leaves every weight as it was and counts one skipped
-// step, with replay giving the eager run's bits; kStop makes the next waiting call return a
-// Status naming the step and the NaN input; kIgnore lets the NaN into the weights; a NaN feature
-// reaches the loss through the unfused ReLU kernels, as on the CPU reference; and checkpoints keep
-// the guard's counters.
+// its input features, as the whole-step kernel (the default) and per layer. kSkipStep (the
+// default) leaves every weight as it was and counts one skipped step, with replay giving the eager
+// run's bits; kStop makes the next waiting call return a Status naming the step and the NaN input;
+// kIgnore lets the NaN into the weights; a NaN feature reaches the loss through the unfused ReLU
+// kernels, as on the CPU reference; and checkpoints keep the guard's counters.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
@@ -30,11 +31,10 @@ models::Mlp SmallMlp() {
   return *std::move(mlp);
 }
 
-// Under kSkipStep an MLP the whole-step kernel runs stays unguarded (src/passes/pipeline.h): the
-// guard's tests run the per-layer step, which it guards.
+// The small MLP's default step is the whole-step kernel, guarded inside itself; whole_step =
+// false runs the per-layer step, guarded by its own launches.
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, TrainOptions options) {
   options.seed = 42;
-  if (options.non_finite.policy == NonFinitePolicy::kSkipStep) options.whole_step = false;
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return trainer.ok() ? *std::move(trainer) : nullptr;
@@ -78,10 +78,14 @@ bool AnyNan(const std::map<std::string, std::vector<float>>& weights) {
 TEST(NonFiniteGuardGpuTest, SkipStepLeavesWeightsUnchangedAndCountsIt) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
-  for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
-    SCOPED_TRACE(ExecModeName(mode));
+  for (const auto& [mode, whole_step] : {std::pair{ExecMode::kGraph, true},
+                                         {ExecMode::kBulked, true},
+                                         {ExecMode::kGraph, false},
+                                         {ExecMode::kBulked, false}}) {
+    SCOPED_TRACE(absl::StrCat(ExecModeName(mode), whole_step ? ", whole step" : ", per layer"));
     TrainOptions options;
     options.mode = mode;
+    options.whole_step = whole_step;
     auto t = MakeTrainer(mlp, options);
     ASSERT_TRUE(t);
     for (int s = 0; s < 2; ++s) {
@@ -142,28 +146,33 @@ TEST(NonFiniteGuardGpuTest, ReplayGivesTheEagerBitsThroughANanStep) {
 TEST(NonFiniteGuardGpuTest, StopReturnsAStatusNamingTheStepAndTheTensor) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
-  TrainOptions options;
-  options.non_finite.policy = NonFinitePolicy::kStop;
-  auto t = MakeTrainer(mlp, options);
-  ASSERT_TRUE(t);
-  REPRISE_ASSERT_OK(Feed(*t, 0));
-  REPRISE_ASSERT_OK(t->Step());
-  REPRISE_ASSERT_OK(t->Loss().status());
-  const auto before = Parameters(*t);
-  REPRISE_ASSERT_OK(Feed(*t, 1, /*nan=*/true));
-  REPRISE_ASSERT_OK(t->Step());  // Queued: Step() does not wait to find out.
-  const absl::Status stopped = t->Loss().status();
-  EXPECT_EQ(stopped.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(stopped.message(), HasSubstr("step 1 "));
-  EXPECT_THAT(stopped.message(), HasSubstr("'features'"));
-  EXPECT_THAT(stopped.message(), HasSubstr("element 337 = nan"));
-  EXPECT_EQ(t->Step(), stopped);
-  EXPECT_EQ(t->Synchronize(), stopped);
-  const TrainerReport report = t->Report();
-  ASSERT_TRUE(report.non_finite.has_value());
-  EXPECT_EQ(report.non_finite->stop, stopped.message());
-  // The weights stay readable: those before the NaN step, which the stop kept.
-  EXPECT_EQ(Parameters(*t), before);
+  for (const bool whole_step : {true, false}) {
+    SCOPED_TRACE(whole_step ? "whole step" : "per layer");
+    TrainOptions options;
+    options.non_finite.policy = NonFinitePolicy::kStop;
+    options.whole_step = whole_step;
+    auto t = MakeTrainer(mlp, options);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->stats().launches_per_step == 2, whole_step);  // Input copy + the whole step.
+    REPRISE_ASSERT_OK(Feed(*t, 0));
+    REPRISE_ASSERT_OK(t->Step());
+    REPRISE_ASSERT_OK(t->Loss().status());
+    const auto before = Parameters(*t);
+    REPRISE_ASSERT_OK(Feed(*t, 1, /*nan=*/true));
+    REPRISE_ASSERT_OK(t->Step());  // Queued: Step() does not wait to find out.
+    const absl::Status stopped = t->Loss().status();
+    EXPECT_EQ(stopped.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(stopped.message(), HasSubstr("step 1 "));
+    EXPECT_THAT(stopped.message(), HasSubstr("'features'"));
+    EXPECT_THAT(stopped.message(), HasSubstr("element 337 = nan"));
+    EXPECT_EQ(t->Step(), stopped);
+    EXPECT_EQ(t->Synchronize(), stopped);
+    const TrainerReport report = t->Report();
+    ASSERT_TRUE(report.non_finite.has_value());
+    EXPECT_EQ(report.non_finite->stop, stopped.message());
+    // The weights stay readable: those before the NaN step, which the stop kept.
+    EXPECT_EQ(Parameters(*t), before);
+  }
 }
 
 // kIgnore checks nothing: the NaN reaches the weights (the whole-step kernel runs then).
@@ -203,9 +212,9 @@ TEST(NonFiniteGuardGpuTest, NanFeatureReachesTheLossThroughTheReluKernels) {
   EXPECT_EQ(*t->SkippedSteps(), 1);
 }
 
-// The default step of a small MLP is the whole-step kernel, which cannot skip a step: it runs
-// unguarded, and the dump line, the stats and the report say so rather than count nothing.
-TEST(NonFiniteGuardGpuTest, TheDefaultWholeStepSaysItIsUnguarded) {
+// The default step of a small MLP is the whole-step kernel, guarded inside itself: still one
+// launch, and the report says the guard checks it.
+TEST(NonFiniteGuardGpuTest, TheDefaultWholeStepIsGuarded) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
   auto t = Trainer::Create(mlp.graph, mlp.loss, {});
@@ -214,8 +223,7 @@ TEST(NonFiniteGuardGpuTest, TheDefaultWholeStepSaysItIsUnguarded) {
   const TrainerReport report = (*t)->Report();
   ASSERT_TRUE(report.non_finite.has_value());
   EXPECT_EQ(report.non_finite->policy, "skip");
-  EXPECT_THAT(report.non_finite->checked_by, HasSubstr("nothing: the whole-step MLP kernel"));
-  EXPECT_THAT(report.ToText(), HasSubstr("whole_step = false guards it"));
+  EXPECT_EQ(report.non_finite->checked_by, "the guard's check of the loss and gradients");
 }
 
 // The guard's counters are state tensors: a checkpoint keeps them.

@@ -1,6 +1,7 @@
-// transpose on the GPU against the CPU reference, bit for bit: the tiled kernel on the layout
-// changes (tile-aligned and ragged extents, images, conv weights), the gather kernel on every other
-// permutation, and 1×1 weights (a copy).
+// transpose on the GPU against the CPU reference, bit for bit, in float32 and bfloat16 (the
+// channels-last pass moves mixed-precision activations): the tiled kernel on the layout changes
+// (tile-aligned and ragged extents, images, conv weights; odd 16-bit widths start rows at 2-byte
+// but not 4-byte offsets), the gather kernel on every other permutation, and 1×1 weights (a copy).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -20,23 +21,30 @@ struct Case {
   std::string perm;
 };
 
-// One parameter and one transpose per case, all in one graph.
-void CheckTransposes(const std::vector<Case>& cases) {
-  Graph g;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    Value x = *g.AddParameter(absl::StrCat("x", i), {cases[i].shape}, Initializer::Uniform(-1, 1));
-    auto y = g.AddOp1(ops::TransposeOp(), absl::StrCat("t", i), {x}, {{"perm", cases[i].perm}});
-    ASSERT_TRUE(y.ok()) << y.status();
+class TransposeGpuTest : public ::testing::TestWithParam<DType> {
+ protected:
+  // One random tensor and one transpose per case, all in one graph. A constant, so that bfloat16
+  // is allowed (parameters are float32 by rule).
+  void CheckTransposes(const std::vector<Case>& cases) {
+    const DType dtype = GetParam();
+    Graph g;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      Value x = *g.AddConstant(absl::StrCat("x", i), {cases[i].shape, dtype},
+                               Initializer::Uniform(-1, 1));
+      auto y = g.AddOp1(ops::TransposeOp(), absl::StrCat("t", i), {x}, {{"perm", cases[i].perm}});
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_EQ(g.spec(*y).dtype, dtype);
+    }
+    ir::ReferenceExecutor cpu(g, /*float64=*/false, 17);
+    ExpectGpuMatchesCpu(g, cpu, 0.0);
   }
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 17);
-  ExpectGpuMatchesCpu(g, cpu, 0.0);
-}
+};
 
-TEST(TransposeGpuTest, LayoutChangesMatchCpuBitwise) {
+TEST_P(TransposeGpuTest, LayoutChangesMatchCpuBitwise) {
   REPRISE_REQUIRE_GPU();
   CheckTransposes({{Shape{2, 64, 16, 16}, ops::kNchwToNhwc},
                    {Shape{2, 16, 16, 64}, ops::kNhwcToNchw},
-                   {Shape{4, 37, 9, 11}, ops::kNchwToNhwc},  // Ragged tiles on both sides.
+                   {Shape{4, 37, 9, 11}, ops::kNchwToNhwc},  // Ragged tiles, odd widths.
                    {Shape{4, 9, 11, 37}, ops::kNhwcToNchw},
                    {Shape{3, 3, 33, 31}, ops::kNchwToNhwc},  // Images: three rows per tile.
                    {Shape{3, 33, 31, 3}, ops::kNhwcToNchw},
@@ -47,7 +55,7 @@ TEST(TransposeGpuTest, LayoutChangesMatchCpuBitwise) {
                    {Shape{256, 64, 1, 1}, ops::kNchwToNhwc}});  // A copy.
 }
 
-TEST(TransposeGpuTest, EveryPermutationMatchesCpuBitwise) {
+TEST_P(TransposeGpuTest, EveryPermutationMatchesCpuBitwise) {
   REPRISE_REQUIRE_GPU();
   std::vector<Case> cases;
   ops::Permutation p{0, 1, 2, 3};
@@ -57,6 +65,10 @@ TEST(TransposeGpuTest, EveryPermutationMatchesCpuBitwise) {
   } while (std::next_permutation(p.begin(), p.end()));
   CheckTransposes(cases);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, TransposeGpuTest,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
 }  // namespace reprise

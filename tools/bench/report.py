@@ -9,7 +9,10 @@ It reads, by their shape:
   torch_ensemble.py, jax_mlp.py and jax_ensemble.py: one row per workload and GPU, one column per
   (framework, mode); a mode that recorded an error shows it in place of a number;
 - data-parallel scaling from reprise-dp-bench and torch_ddp.py: one row per run and GPU count;
-- the host cost of each update path from reprise-update-bench: one row per model and path.
+- the host cost of each update path from reprise-update-bench: one row per model and path;
+- GPT-2 (reprise-bench --model gpt2, torch_gpt2.py, llmc_gpt2.sh): besides the step-time table,
+  one table of ms per step, tokens per second and MFU, all computed here from each step time by
+  gpt2_flops.py (one formula for every framework); and gpt2_torch_check.py's PASS/FAIL verdicts.
 Any other JSON is refused with a line on stderr naming the file, and the rest are still tabled.
 Exit status: 0 ok, 1 a file unreadable or refused, or no results at all, 2 --plot without
 matplotlib. Requirements: tools/bench/requirements.txt (matplotlib only for --plot).
@@ -27,7 +30,7 @@ def gpu_of(data):
 
 def precision(c):
     """bf16 or fp16 before TF32: a 16-bit run may also allow TF32 in what stays float32."""
-    if c.get("bf16") or c.get("precision") == "bf16":
+    if c.get("bf16") or c.get("precision") == "bf16" or c.get("dtype") in ("bf16", "bfloat16"):
         return " bf16"
     if c.get("fp16") or c.get("precision") == "fp16":
         return " fp16"
@@ -41,6 +44,10 @@ def workload(c):
     (reprise records model "ensemble" and the count in "ensemble"; the peers record "models"), a
     ResNet (reprise records model "resnet"; torch_resnet.py records image_size and the torchvision
     version as its model), or an MLP (torch_mlp.py and jax_mlp.py record no model)."""
+    if c.get("model") == "gpt2":
+        return (f"GPT-2 {c.get('layers', 12)}L×{c.get('width', 768)} ({c.get('heads', 12)} heads, "
+                f"vocab {c.get('vocab', 50257)}), B={c.get('batch')} T={c.get('seq', 1024)}"
+                + precision(c))
     models = c.get("ensemble") if c.get("model") == "ensemble" else c.get("models")
     if c.get("model") == "ensemble" or models is not None:
         return (f"Ensemble of {models} MLPs {c.get('input_features')}-"
@@ -59,6 +66,7 @@ class Report:
     def __init__(self):
         self.steps, self.columns, self.files = {}, [], {}
         self.scaling, self.updates, self.headline = [], [], None
+        self.gpt2, self.checks = [], []
         self.refused = 0
 
     def refuse(self, path, why):
@@ -86,6 +94,12 @@ class Report:
             return self.add_scaling(path, name, data)
         if isinstance(data.get("results"), dict) and isinstance(data.get("config"), dict):
             return self.add_steps(path, name, data)
+        if isinstance(data.get("error"), str) and isinstance(data.get("config"), dict):
+            # A run that could not start (no GPU, no torch): its row says why.
+            return self.add_steps(path, name,
+                                  {**data, "results": {"run": {"error": data["error"]}}})
+        if data.get("tool") == "gpt2_torch_check.py" and isinstance(data.get("records"), list):
+            return self.add_check(name, data)
         return self.refuse(path, "neither step times, data-parallel scaling nor update paths "
                            f"(top-level keys: {', '.join(sorted(data)) or 'none'})")
 
@@ -111,9 +125,25 @@ class Report:
             if column not in self.columns:
                 self.columns.append(column)
             row[column] = value
+            if data["config"].get("model") == "gpt2":
+                self.gpt2.append([key, column, value, data["config"], data.get("gpu"), name])
             self.files.setdefault(key, [])
             if name not in self.files[key]:
                 self.files[key].append(name)
+
+    def add_check(self, name, data):
+        for r in data["records"]:
+            if "error" in r:
+                self.checks.append([r.get("precision"), "setup", r["error"], None, False, name])
+                continue
+            losses = r.get("losses") or []
+            worst = max((abs(o - t) / max(abs(t), 1e-30) for o, t in losses), default=None)
+            tol = r.get("tolerance")
+            self.checks.append([r.get("precision"), "loss, worst step", worst, tol,
+                                worst is not None and tol is not None and worst <= tol, name])
+            p = r.get("params_rel")
+            self.checks.append([r.get("precision"), "parameters, all", p, tol,
+                                p is not None and tol is not None and p <= tol, name])
 
     def add_scaling(self, path, name, data):
         if "args" in data:  # torch_ddp.py
@@ -170,6 +200,15 @@ def tables(rep):
             ["workload — GPU"] + rep.columns + ["files"],
             [[k] + [cell(rep.steps[k].get(c)) for c in rep.columns] + [", ".join(rep.files[k])]
              for k in sorted(rep.steps)]))
+    if rep.gpt2:
+        out.append(gpt2_table(rep.gpt2))
+    if rep.checks:
+        value = lambda v: v if isinstance(v, str) else "" if v is None else f"{v:.2e}"
+        out.append("GPT-2 against PyTorch (gpt2_torch_check.py; relative differences):\n\n"
+                   + markdown(["precision", "check", "value", "tolerance", "result", "file"],
+                              [[str(c[0]), c[1], value(c[2]),
+                                "" if c[3] is None else f"{c[3]:g}", "PASS" if c[4] else "FAIL",
+                                c[5]] for c in rep.checks]))
     if rep.scaling:
         out.append("Data-parallel scaling (efficiency against the same framework's 1-GPU step):"
                    "\n\n" + markdown(
@@ -184,6 +223,24 @@ def tables(rep):
             [[r[0], r[1], cell(r[2], 2), cell(r[3], 2), cell(r[4], 2), r[5], r[6]]
              for r in rep.updates]))
     return "\n\n".join(out)
+
+
+def gpt2_table(rows):
+    """GPT-2 rows: ms, tokens/s and MFU per (workload, framework mode), fastest first."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpt2_flops
+    body = []
+    for key, column, value, config, gpu, name in sorted(
+            rows, key=lambda r: (r[0], r[2] if isinstance(r[2], (int, float)) else float("inf"))):
+        if isinstance(value, (int, float)):
+            tps, mfu = gpt2_flops.from_config(config, value, gpu)
+            body.append([key, column, cell(value), f"{tps:,.0f}",
+                         "" if mfu is None else f"{100 * mfu:.1f}%", name])
+        else:
+            body.append([key, column, str(value), "", "", name])
+    return ("GPT-2 training step (MFU: " + gpt2_flops.FORMULA + ", over the GPU's dense bf16 "
+            "peak):\n\n" + markdown(["workload — GPU", "framework mode", "ms per step",
+                                      "tokens/s", "MFU", "file"], body))
 
 
 def plot(rows, columns, path):

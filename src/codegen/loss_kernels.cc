@@ -1,0 +1,187 @@
+#include "src/codegen/loss_kernels.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
+
+namespace reprise::codegen {
+namespace {
+
+// The row statistics. Each thread keeps (m, s) with s = Σ exp(x - m) over its elements, m
+// starting at -FLT_MAX rather than -inf so that a -inf logit adds exp(-inf) = 0 instead of the
+// NaN of -inf - -inf; a NaN logit makes s NaN (fmaxf passes NaN over, the sum does not).
+// Elements come four at a time where the row is aligned: one rescale per four, not per element.
+// The threads' pairs combine in a fixed tree (warp shuffles down, then the warps in order), so
+// every lane ends with the same bits on every run.
+constexpr char kRowStatistics[] = R"(
+#define XENT_LOWEST (-3.402823466e+38f)
+__device__ __forceinline__ void XentAddOne(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+__device__ __forceinline__ void XentAddFour(float& m, float& s, float4 v) {
+  const float top = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+  if (top > m) {
+    s *= expf(m - top);
+    m = top;
+  }
+  s += expf(v.x - m);
+  s += expf(v.y - m);
+  s += expf(v.z - m);
+  s += expf(v.w - m);
+}
+__device__ __forceinline__ void XentCombine(float& m, float& s, float m2, float s2) {
+  const float top = fmaxf(m, m2);
+  s = s * expf(m - top) + s2 * expf(m2 - top);
+  m = top;
+}
+// The row [first, first + cols) of z split into a head before the first 4-element boundary, a
+// body of aligned quads and a tail.
+struct XentSplit {
+  int head, quads;
+};
+__device__ __forceinline__ XentSplit XentSplitRow(long long first, int cols) {
+  XentSplit split;
+  split.head = min(cols, (int)((4 - (first & 3)) & 3));
+  split.quads = (cols - split.head) / 4;
+  return split;
+}
+// (m, s) of the whole row in every thread of the block.
+__device__ void XentRowStatistics(const elem_t* __restrict__ zr, int cols, XentSplit split,
+                                  float& m_out, float& s_out) {
+  __shared__ float warp_m[32], warp_s[32], row_m, row_s;
+  float m = XENT_LOWEST, s = 0.0f;
+  const int t = threadIdx.x;
+  if (t < split.head) XentAddOne(m, s, ToFloat(zr[t]));
+  const elem_t* body = zr + split.head;
+  for (int q = t; q < split.quads; q += blockDim.x) XentAddFour(m, s, Load4(body + 4 * q));
+  for (int c = split.head + 4 * split.quads + t; c < cols; c += blockDim.x) {
+    XentAddOne(m, s, ToFloat(zr[c]));
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float m2 = __shfl_down_sync(0xffffffffu, m, offset);
+    const float s2 = __shfl_down_sync(0xffffffffu, s, offset);
+    XentCombine(m, s, m2, s2);
+  }
+  const int lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_s[warp] = s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < warps ? warp_m[lane] : XENT_LOWEST;
+    s = lane < warps ? warp_s[lane] : 0.0f;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float m2 = __shfl_down_sync(0xffffffffu, m, offset);
+      const float s2 = __shfl_down_sync(0xffffffffu, s, offset);
+      XentCombine(m, s, m2, s2);
+    }
+    if (lane == 0) {
+      row_m = m;
+      row_s = s;
+    }
+  }
+  __syncthreads();
+  m_out = row_m;
+  s_out = row_s;
+}
+__device__ __forceinline__ float XentGradient(float x, float m, float inv_s, float scale,
+                                              bool is_label) {
+  return scale * (expf(x - m) * inv_s - (is_label ? 1.0f : 0.0f));
+}
+)";
+
+constexpr char kRowKernelBody[] = R"(
+  const int r = blockIdx.x;
+  const long long first = (long long)r * cols;
+  const elem_t* zr = z + first;
+  const XentSplit split = XentSplitRow(first, cols);
+  float m, s;
+  XentRowStatistics(zr, cols, split, m, s);
+  const int label = labels[r];
+#if XENT_LOSS
+  if (threadIdx.x == 0) {
+    row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - ToFloat(zr[label])
+                                               : __int_as_float(0x7fc00000);
+  }
+#endif
+#if XENT_GRAD
+  const float scale = dloss[0] / rows, inv_s = 1.0f / s;
+  elem_t* dzr = dz + first;
+  const int t = threadIdx.x;
+  if (t < split.head) dzr[t] = FromFloat(XentGradient(ToFloat(zr[t]), m, inv_s, scale, t == label));
+  const elem_t* body = zr + split.head;
+  elem_t* dbody = dzr + split.head;
+  for (int q = t; q < split.quads; q += blockDim.x) {
+    const float4 v = Load4(body + 4 * q);
+    const int c = split.head + 4 * q;
+    Store4(dbody + 4 * q, make_float4(XentGradient(v.x, m, inv_s, scale, c == label),
+                                      XentGradient(v.y, m, inv_s, scale, c + 1 == label),
+                                      XentGradient(v.z, m, inv_s, scale, c + 2 == label),
+                                      XentGradient(v.w, m, inv_s, scale, c + 3 == label)));
+  }
+  for (int c = split.head + 4 * split.quads + t; c < cols; c += blockDim.x) {
+    dzr[c] = FromFloat(XentGradient(ToFloat(zr[c]), m, inv_s, scale, c == label));
+  }
+#endif
+)";
+
+}  // namespace
+
+bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype) {
+  return IsLowPrecision(dtype) || cols >= 1024 || rows > 12288;
+}
+
+GeneratedKernel XentRows(DType dtype, XentOutputs outputs) {
+  const bool loss = outputs != XentOutputs::kGradient;
+  const bool grad = outputs != XentOutputs::kLoss;
+  const char* suffix = !grad ? "_loss" : !loss ? "_grad" : "_loss_grad";
+  const std::string name = ElementKernelName(absl::StrCat("reprise_xent_rows", suffix), dtype);
+  return {name, absl::StrCat(ElementTypeSource(dtype), "#define XENT_LOSS ", loss ? 1 : 0,
+                             "\n#define XENT_GRAD ", grad ? 1 : 0, "\n", kRowStatistics,
+                             "extern \"C\" __global__ void __launch_bounds__(", kXentRowThreads,
+                             ") ", name,
+                             "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
+                             "const float* __restrict__ dloss, float* __restrict__ row_loss, "
+                             "elem_t* __restrict__ dz, int rows, int cols) {\n"
+                             "  (void)dloss; (void)row_loss; (void)dz;\n",
+                             kRowKernelBody, "}\n")};
+}
+
+GeneratedKernel XentMean() {
+  return {"reprise_xent_mean", absl::StrCat("#define XENT_MEAN_THREADS ", kXentMeanThreads, R"(
+extern "C" __global__ void reprise_xent_mean(const float* __restrict__ row_loss,
+                                             float* __restrict__ loss, int rows) {
+  __shared__ float partial[XENT_MEAN_THREADS];
+  const int t = threadIdx.x;
+  float sum = 0.0f;
+  for (int r = t; r < rows; r += XENT_MEAN_THREADS) sum += row_loss[r];
+  partial[t] = sum;
+  __syncthreads();
+  for (int width = XENT_MEAN_THREADS / 2; width > 0; width /= 2) {
+    if (t < width) partial[t] += partial[t + width];
+    __syncthreads();
+  }
+  if (t == 0) loss[0] = partial[0] / rows;
+}
+)")};
+}
+
+std::vector<GeneratedKernel> LossKernels() {
+  std::vector<GeneratedKernel> kernels = {XentMean()};
+  for (DType dtype : kKernelElementTypes) {
+    for (XentOutputs outputs :
+         {XentOutputs::kLoss, XentOutputs::kGradient, XentOutputs::kLossAndGradient}) {
+      kernels.push_back(XentRows(dtype, outputs));
+    }
+  }
+  return kernels;
+}
+
+}  // namespace reprise::codegen

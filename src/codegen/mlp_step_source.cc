@@ -1,0 +1,285 @@
+// The source of the fused MLP step's cooperative kernels (kLayerPhases, kRowChain; see
+// mlp_step_kernel.h) for a plan of PlanMlpStep: the device libraries with the plan's constants,
+// then a kernel body that calls their phases in order with every tensor's address.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/codegen/mlp_cluster_kernel.h"
+#include "src/codegen/mlp_step_kernel.h"
+#include "src/codegen/mlp_step_layout.h"
+
+namespace reprise::codegen {
+namespace {
+
+#include "src/codegen/mlp_guard_device.inc"
+#include "src/codegen/mlp_head_device.inc"
+#include "src/codegen/mlp_primitives_device.inc"
+#include "src/codegen/mlp_step_device.inc"
+
+using namespace mlp_layout;  // NOLINT: the host mirrors of the device layout.
+
+std::string B(bool v) { return v ? "true" : "false"; }
+
+std::string GemmType(int kind, int64_t m, int64_t n, int64_t p, const MlpGemmTile& t, bool a_late,
+                     bool b_late = false) {
+  return absl::StrCat("Gemm<", kind, ", ", m, ", ", n, ", ", p, ", ", t.tm, ", ", t.tn, ", ", t.pc,
+                      ", ", t.rm, ", ", t.rn, ", ", t.split, ", ", B(a_late), ", ", B(b_late), ", ",
+                      B(t.mma), ">");
+}
+
+std::string Ptr(const std::string& name) { return name.empty() ? "nullptr" : name; }
+
+// A tensor argument of the generated kernel: its name (empty: none) and its model stride.
+struct Arg {
+  std::string name;
+  int64_t stride = 0;
+};
+
+// "T{p0, ..., pn, s0, ..., sn}" for GemmArgs and HeadArgs: the pointers, then their strides.
+std::string ArgsOf(const char* type, const std::vector<Arg>& args,
+                   const std::string& between = "") {
+  std::vector<std::string> ptrs, strides;
+  for (const Arg& a : args) {
+    ptrs.push_back(Ptr(a.name));
+    strides.push_back(absl::StrCat(a.stride));
+  }
+  return absl::StrCat(type, "{", absl::StrJoin(ptrs, ", "), ", ", between,
+                      absl::StrJoin(strides, ", "), "}");
+}
+
+// The kernel for `plan`; `batched`: the ensemble form (BatchedMlpStepKernel's parameters).
+GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_features,
+                           bool shared_labels, bool phase_clock) {
+  const int layers = plan.layers();
+  const auto& d = plan.widths;
+  const int64_t batch = plan.batch;
+  const int64_t scratch = LossScratch(plan.models);
+  const bool guarded = plan.target.guard != MlpGuard::kNone;
+  const int64_t guard_scratch = guarded ? kGuardScratch : 0;
+  std::string code = kMlpPrimitives;
+  absl::StrAppend(
+      &code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
+      ";\nconstexpr bool kAligned = ", B(plan.target.aligned), ";\nconstexpr int kBatch = ", batch,
+      ";\nconstexpr int kModels = ", plan.models,
+      ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch - guard_scratch,
+      ";\nconstexpr bool kGuard = ", B(guarded),
+      ";\nconstexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
+      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n", kMlpLibrary,
+      kMlpHeadLibrary);
+  if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
+
+  const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
+  absl::StrAppend(
+      &code, "\n",
+      MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock, guarded),
+      "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
+      "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
+      ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
+      ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
+      "  c.wd = weight_decay[0];\n  c.bad = nullptr;\n  unsigned arrival = 0;\n");
+  if (guarded) {
+    absl::StrAppend(&code, "  c.bad = reinterpret_cast<int*>(c.smem + kSmemFloatsTotal + ",
+                    "LossScratch(kModels));\n  const int stopped = GuardStart(c, record);\n");
+  }
+  // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
+  auto stamp = [&](int index) {
+    if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
+  };
+  stamp(0);
+  // Each tensor with its model stride: the elements of one model's slice (0 if shared).
+  auto h = [&](int l) {
+    return l == 0 ? Arg{"x", shared_features ? 0 : batch * d[0]}
+                  : Arg{absl::StrCat("h", l), batch * d[l]};
+  };
+  auto dz = [&](int l) { return Arg{absl::StrCat("dz", l), batch * d[l + 1]}; };
+  auto w = [&](int l) { return Arg{absl::StrCat("w", l), int64_t{d[l + 1]} * d[l]}; };
+  auto vw = [&](int l) { return Arg{absl::StrCat("vw", l), int64_t{d[l + 1]} * d[l]}; };
+  auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
+  auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
+  const Arg none;
+  for (int l = 1; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
+  }
+  for (int l = 0; l < layers; ++l) {
+    absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
+  }
+  auto forward_args = [&](int l) {
+    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
+  };
+  auto dgrad_args = [&](int l) {
+    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
+  };
+  // Guarded, a weight gradient's task writes the gradients to the workspace (out, bias_param).
+  auto wgrad_args = [&](int l) {
+    if (guarded) {
+      const Arg gw{absl::StrCat("ws + ", plan.grad_w_offset[l]), int64_t{d[l + 1]} * d[l]};
+      const Arg gb{absl::StrCat("ws + ", plan.grad_b_offset[l]), d[l + 1]};
+      return ArgsOf("GemmArgs", {dz(l), h(l), gw, none, none, none, gb, none});
+    }
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+  };
+  // Guarded, the step ends here: the check's barrier, then every parameter's update unless the
+  // step skips, and the counters.
+  auto guard_end = [&](int index) {
+    if (!guarded) return;
+    absl::StrAppend(&code, "  {  // The non-finite guard: check, then update or skip.\n",
+                    "    const bool skip = GuardBarrier(c, arrival, stopped);\n",
+                    "    if (!skip) {\n");
+    for (int l = 0; l < layers; ++l) {
+      const int64_t weights = int64_t{plan.models} * d[l + 1] * d[l];
+      const int64_t biases = int64_t{plan.models} * d[l + 1];
+      absl::StrAppend(&code, "      Update(w", l, ", vw", l, ", ws + ", plan.grad_w_offset[l], ", ",
+                      weights, ", c);\n      Update(b", l, ", vb", l, ", ws + ",
+                      plan.grad_b_offset[l], ", ", biases, ", c);\n");
+    }
+    absl::StrAppend(&code, "    }\n    GuardCount(skipped_steps, record, skip);\n  }\n");
+    stamp(index);
+  };
+  const int last = layers - 1;
+  const std::string head_type =
+      absl::StrCat("Head<", batch, ", ", d[last], ", ", d[layers], ", ", plan.head_rows, ", ",
+                   B(layers >= 2), ", ", B(layers >= 2), ">");
+  const std::string head_args =
+      ArgsOf("HeadArgs",
+             {h(last), w(last), b(last), Arg{"labels", shared_labels ? 0 : batch},
+              Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
+              Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
+             absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
+  if (plan.row_chain) {
+    const int64_t row_blocks = CeilDiv(batch, plan.head_rows);
+    absl::StrAppend(&code,
+                    "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
+                      ";\n    const GemmArgs f", l, " = ", forward_args(l), ";\n");
+    }
+    for (int l = 1; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "    typedef ",
+                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
+                      ";\n    const GemmArgs g", l, " = ", dgrad_args(l), ";\n");
+    }
+    absl::StrAppend(&code, "    typedef ", head_type, " H;\n    const HeadArgs head = ", head_args,
+                    ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
+                    "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
+                    ", i = task - k * ", row_blocks, ";\n");
+    for (int l = 0; l + 1 < layers; ++l) {
+      absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
+    for (int l = layers - 2; l >= 1; --l) {
+      absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
+    }
+    absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
+    stamp(1);
+    // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
+    // velocities and biases are prefetched before the barrier.
+    std::vector<std::string> types, args;
+    for (int l = layers - 1; l >= 0; --l) {
+      types.push_back(absl::StrCat("W", l));
+      absl::StrAppend(&code, "  typedef ",
+                      GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], true, l > 0), " W", l,
+                      ";\n");
+      args.push_back(wgrad_args(l));
+    }
+    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
+                    "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
+                    "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
+                    ">(a, c, arrival);\n  }\n");
+    stamp(2);
+    guard_end(3);
+    absl::StrAppend(&code, "}\n");
+    return {name, std::move(code)};
+  }
+  int phase = 0;
+  const int last_phase = plan.phases - 1 - (guarded ? 1 : 0);  // Of the GEMMs.
+  auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
+  for (int l = 0; l + 1 < layers; ++l, ++phase) {
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
+                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
+                    " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
+                    flags(), ", false, G>(a, c, arrival);\n  }\n");
+    stamp(phase + 1);
+  }
+  absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
+                  "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
+                  ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+  stamp(phase + 1);
+  ++phase;
+  auto wgrad_type = [&](int l, bool a_late) {
+    return GemmType(kWgrad, d[l + 1], d[l], batch, plan.wgrad[l], a_late);
+  };
+  for (int bs = 0; bs < std::max(1, layers - 1); ++bs, ++phase) {
+    const int dl = layers - 2 - bs, wl = layers - 1 - bs;
+    std::vector<std::string> types = {"G1"}, args;
+    std::string g1, g2;
+    if (layers == 1) {
+      g1 = wgrad_type(0, WgradLate(0, layers));
+      args = {wgrad_args(0)};
+    } else if (dl >= 1) {
+      g1 = GemmType(kDgrad, batch, d[dl], d[dl + 1], plan.dgrad[dl], true);
+      g2 = wgrad_type(wl, WgradLate(wl, layers));
+      args = {dgrad_args(dl), wgrad_args(wl)};
+    } else {  // The last phase: wgrad of layers 1 and 0.
+      g1 = wgrad_type(wl, WgradLate(wl, layers));
+      g2 = wgrad_type(0, WgradLate(0, layers));
+      args = {wgrad_args(wl), wgrad_args(0)};
+    }
+    absl::StrAppend(&code, "  {  // Phase ", phase, ": backward step ", bs, ".\n", "    typedef ",
+                    g1, " G1;\n");
+    if (!g2.empty()) {
+      absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
+      types.push_back("G2");
+    }
+    absl::StrAppend(&code, "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
+                    "};\n    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
+                    absl::StrJoin(types, ", "), ">(a, c, arrival);\n  }\n");
+    stamp(phase + 1);
+  }
+  guard_end(phase + 1);
+  absl::StrAppend(&code, "}\n");
+  return {name, std::move(code)};
+}
+
+}  // namespace
+
+std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
+                                   bool phase_clock, bool guarded) {
+  std::vector<std::string> params = {"const float* x",        "const int* labels",
+                                     "const float* dloss",    "const float* lr",
+                                     "const float* momentum", "const float* weight_decay"};
+  for (int l = 0; l < layers; ++l) {
+    for (const char* tensor : {"w", "b", "vw", "vb"}) {
+      params.push_back(absl::StrCat("float* ", tensor, l));
+    }
+  }
+  params.push_back("unsigned* barrier");
+  if (guarded) {
+    params.push_back("int* skipped_steps");
+    params.push_back("int* record");
+  }
+  params.push_back("float* loss");
+  if (batched) params.push_back("float* model_loss");
+  params.push_back("float* logits");
+  params.push_back("float* ws");
+  if (phase_clock) params.push_back("unsigned long long* phase_clock");
+  return absl::StrCat("extern \"C\" __global__ void __launch_bounds__(", threads, ", 1)\n", name,
+                      "(", absl::StrJoin(params, ", "), ") {\n");
+}
+
+GeneratedKernel MlpStepKernel(const MlpStepPlan& plan) {
+  if (plan.cluster > 0) return ClusterStepKernel(plan, /*batched=*/false, false, false, false);
+  return StepKernel(plan, /*batched=*/false, false, false, /*phase_clock=*/false);
+}
+
+GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
+                                     bool shared_labels, bool phase_clock) {
+  if (plan.cluster > 0) {
+    return ClusterStepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
+  }
+  return StepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
+}
+
+}  // namespace reprise::codegen

@@ -1,0 +1,26 @@
+// The GPU lowering of softmax cross-entropy over wide rows and 16-bit logits (the row-per-block
+// kernels of src/codegen/loss_kernels.h), shared by loss.cc's three ops.
+#ifndef REPRISE_SRC_OPS_LOSS_ROWS_H_
+#define REPRISE_SRC_OPS_LOSS_ROWS_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "src/codegen/loss_kernels.h"
+#include "src/ir/op_def.h"
+#include "src/ops/gpu_kernel.h"
+
+namespace reprise::ops {
+
+// Lowers `node` (inputs logits, labels[, dloss]; outputs loss and/or dlogits in that order) to the
+// row kernel writing `outputs`, followed, when it writes the loss, by the fixed-order mean of the
+// row losses it left in the lane's workspace (rows floats). Unimplemented for logits other than
+// float32, bfloat16 and float16; ResourceExhausted when the workspace cannot hold the row losses.
+// Errors name the node.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringContext& ctx,
+                                                                const Node& node,
+                                                                codegen::XentOutputs outputs);
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_LOSS_ROWS_H_

@@ -1,0 +1,150 @@
+// matmul_bias_gelu_aux, matmul_dgelu_bgrad and matmul_bias_residual: shape rules, CPU references
+// (the replaced ops' references in sequence, so a fused step computes what the unfused one does)
+// and the cuBLASLt lowering with the matching epilogue.
+#include "src/ops/matmul_gelu.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/lt_matmul_kernel.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/ops/transformer_ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+// InvalidArgument unless `v` is `expected`, naming what it is.
+absl::Status CheckSpec(const TensorSpec& v, const TensorSpec& expected, absl::string_view what) {
+  if (v == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", v.ToString(), " must be ", expected.ToString()));
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferGeluAux(const Attrs& attrs,
+                                                     absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(attrs, in[0], in[1], 2));
+  RETURN_IF_ERROR(CheckSpec(in[2], {Shape{d.n}, in[0].dtype}, "bias"));
+  const TensorSpec out{Shape{d.m, d.n}, in[0].dtype};
+  return std::vector<TensorSpec>{out, out};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferDGelu(const Attrs& attrs,
+                                                   absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(attrs, in[0], in[1], 2));
+  const TensorSpec out{Shape{d.m, d.n}, in[0].dtype};
+  RETURN_IF_ERROR(CheckSpec(in[2], out, "the GELU input"));
+  return std::vector<TensorSpec>{out, {Shape{d.n}, in[0].dtype}};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferResidual(const Attrs& attrs,
+                                                      absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 4));
+  ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(attrs, in[0], in[1], 2));
+  RETURN_IF_ERROR(CheckSpec(in[2], {Shape{d.n}, in[0].dtype}, "bias"));
+  const TensorSpec out{Shape{d.m, d.n}, in[0].dtype};
+  RETURN_IF_ERROR(CheckSpec(in[3], out, "the residual"));
+  return std::vector<TensorSpec>{out};
+}
+
+// The product op(A)·op(B) as the matmul reference computes it (summed in double, rounded once).
+absl::StatusOr<ir::HostTensor> Product(const Node& node, const ir::HostTensor& a,
+                                       const ir::HostTensor& b) {
+  ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(node.attrs, a.spec(), b.spec(), 2));
+  ir::HostTensor c(TensorSpec{Shape{d.m, d.n}, a.dtype()});
+  RETURN_IF_ERROR(DispatchFloat(a.dtype(), [&]<typename T>() {
+    ReferenceProduct(a.data<T>().data(), b.data<T>().data(), c.data<T>().data(), d.m, d.n, d.k,
+                     d.ta, d.tb);
+    return absl::OkStatus();
+  }));
+  return c;
+}
+
+// Runs `op`'s reference on `in` into `out`.
+absl::Status Run(const ir::OpDef& op, std::vector<ir::HostTensor*> in,
+                 std::vector<ir::HostTensor*> out) {
+  const Node stub;
+  return op.cpu(stub, in, out);
+}
+
+absl::Status CpuGeluAux(const Node& node, absl::Span<ir::HostTensor* const> in,
+                        absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(ir::HostTensor product, Product(node, *in[0], *in[1]));
+  RETURN_IF_ERROR(Run(BiasAddOp(), {&product, in[2]}, {out[1]}));
+  return Run(GeluOp(), {out[1]}, {out[0]});
+}
+
+absl::Status CpuDGelu(const Node& node, absl::Span<ir::HostTensor* const> in,
+                      absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(ir::HostTensor product, Product(node, *in[0], *in[1]));
+  RETURN_IF_ERROR(Run(GeluGradOp(), {&product, in[2]}, {out[0]}));
+  return Run(ColumnSumOp(), {out[0]}, {out[1]});
+}
+
+absl::Status CpuResidual(const Node& node, absl::Span<ir::HostTensor* const> in,
+                         absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(ir::HostTensor product, Product(node, *in[0], *in[1]));
+  ir::HostTensor biased(product.spec());
+  RETURN_IF_ERROR(Run(BiasAddOp(), {&product, in[2]}, {&biased}));
+  return Run(AddOp(), {&biased, in[3]}, {out[0]});
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(ProductDims d,
+                   ProductDimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1], 2));
+  runtime::MatmulShape shape{d.m, d.n, d.k, d.ta, d.tb, ctx.input_specs[0].dtype};
+  using Kind = runtime::MatmulEpilogue::Kind;
+  runtime::MatmulEpilogue epilogue;
+  if (node.op == &MatmulBiasGeluAuxOp()) {
+    epilogue.kind = Kind::kGeluAuxBias;
+    epilogue.bias = ctx.inputs[2];
+    epilogue.gelu_input = ctx.outputs[1];
+  } else if (node.op == &MatmulDGeluBiasGradOp()) {
+    epilogue.kind = Kind::kDGeluBiasGrad;
+    epilogue.gelu_input = ctx.inputs[2];
+    epilogue.bias = ctx.outputs[1];
+  } else {
+    epilogue.kind = Kind::kBiasResidual;
+    epilogue.bias = ctx.inputs[2];
+    epilogue.residual = ctx.inputs[3];
+  }
+  return LowerLtMatmul(ctx, node, shape, epilogue);
+}
+
+}  // namespace
+
+const ir::OpDef& MatmulBiasGeluAuxOp() {
+  static const ir::OpDef op{.name = "matmul_bias_gelu_aux",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferGeluAux,
+                            .cpu = CpuGeluAux,
+                            .lower = Lower,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& MatmulDGeluBiasGradOp() {
+  static const ir::OpDef op{.name = "matmul_dgelu_bgrad",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferDGelu,
+                            .cpu = CpuDGelu,
+                            .lower = Lower,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& MatmulBiasResidualOp() {
+  static const ir::OpDef op{.name = "matmul_bias_residual",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferResidual,
+                            .cpu = CpuResidual,
+                            .lower = Lower,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+}  // namespace reprise::ops

@@ -1,0 +1,28 @@
+// Linear layers with their activation or residual folded into cuBLASLt epilogues
+// (src/runtime/lt_matmul.h), written by the fuse pass (src/passes/fuse_gelu_rules.cc). Each
+// one's CPU reference runs the references of the ops it replaces, in order.
+#ifndef REPRISE_SRC_OPS_MATMUL_GELU_H_
+#define REPRISE_SRC_OPS_MATMUL_GELU_H_
+
+#include "src/ir/op_def.h"
+
+namespace reprise::ops {
+
+// matmul_bias_gelu_aux: (A, B, bias) -> (gelu(pre), pre) with pre = op(A)·op(B) + bias, GELU the
+// tanh form (src/ops/transformer_ops.h): a hidden layer whose pre-activation the backward reads.
+// cuBLASLt's GELU_AUX_BIAS. Attrs transpose_a, transpose_b; n (the output width) a multiple of 8.
+const ir::OpDef& MatmulBiasGeluAuxOp();
+
+// matmul_dgelu_bgrad: (A, B, pre) -> (dz, db), that layer's backward fused into the data-gradient
+// product dh = op(A)·op(B) feeding it: dz = gelu_grad(dh, pre) = dh·gelu'(pre), db the column
+// sums of dz (column_sum). cuBLASLt's DGELU_BGRAD. Attrs transpose_a, transpose_b.
+const ir::OpDef& MatmulDGeluBiasGradOp();
+
+// matmul_bias_residual: (A, B, bias, residual) -> op(A)·op(B) + bias + residual: a projection
+// added to the residual stream (bias_add then add), cuBLASLt's BIAS epilogue reading the residual
+// as its C with beta = 1. Attrs transpose_a, transpose_b.
+const ir::OpDef& MatmulBiasResidualOp();
+
+}  // namespace reprise::ops
+
+#endif  // REPRISE_SRC_OPS_MATMUL_GELU_H_

@@ -1,0 +1,93 @@
+// Fusion rules that fold a transformer MLP's pointwise work into its cuBLASLt products: the GELU
+// layer (bias, GELU, and in the backward GELU's derivative and the bias gradient) and the
+// projection added to the residual stream.
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/ops/matmul_gelu.h"
+#include "src/ops/ops.h"
+#include "src/ops/transformer_ops.h"
+#include "src/passes/fuse_rules.h"
+
+namespace reprise::passes {
+
+// matmul -> bias_add -> gelu becomes matmul_bias_gelu_aux, which also writes the pre-activation
+// (the bias_add's value) that gelu_grad reads; where that gelu_grad reads a data-gradient matmul
+// and feeds a bias gradient, the three become matmul_dgelu_bgrad. Any float type: cuBLASLt sums
+// the bias gradient in float32 and rounds once, as column_sum does. Widths that are not a
+// multiple of 8 (cuBLASLt's GELU aux layout) stay unfused.
+void GroupFinder::GeluEpilogues() {
+  for (const Node& mm : g_.nodes()) {
+    if (mm.op != &ops::MatmulOp() || taken_[mm.id]) continue;
+    const Node* bias = SoleReader(Value{mm.id, 0});
+    if (bias == nullptr || bias->op != &ops::BiasAddOp() || bias->inputs[0] != Value{mm.id, 0})
+      continue;
+    const Value pre{bias->id, 0};
+    if (g_.spec(pre).shape.dim(1) % 8 != 0) continue;
+    const Node* gelu = nullptr;
+    for (int32_t r : Readers(pre)) {
+      if (g_.node(r).op == &ops::GeluOp() && !taken_[r]) gelu = &g_.node(r);
+    }
+    if (gelu == nullptr) continue;
+    NodeGroup forward{.members = {mm.id, bias->id, gelu->id},
+                      .op = &ops::MatmulBiasGeluAuxOp(),
+                      .name = absl::StrCat(mm.name, "+bias+gelu"),
+                      .attrs = TransposeAttrs(mm),
+                      .inputs = {mm.inputs[0], mm.inputs[1], bias->inputs[1]},
+                      .outputs = {Value{gelu->id, 0}, pre}};
+    if (std::optional<NodeGroup> backward = GeluBackward(pre); backward.has_value()) {
+      if (TryAddAll({forward, *std::move(backward)})) continue;
+    }
+    TryAdd(std::move(forward));
+  }
+}
+
+std::optional<NodeGroup> GroupFinder::GeluBackward(Value pre) const {
+  for (int32_t r : Readers(pre)) {
+    const Node& grad = g_.node(r);
+    if (grad.op != &ops::GeluGradOp() || taken_[r] || grad.inputs[1] != pre) continue;
+    const Value dh = grad.inputs[0];
+    const Node& product = g_.node(dh.node);
+    if (product.op != &ops::MatmulOp() || taken_[product.id] || SoleReader(dh) != &grad ||
+        !(g_.spec(dh) == g_.spec(pre)))
+      continue;
+    for (int32_t s : Readers(Value{grad.id, 0})) {
+      const Node& column_sum = g_.node(s);
+      if (column_sum.op != &ops::ColumnSumOp() || taken_[s]) continue;
+      return NodeGroup{.members = {product.id, grad.id, column_sum.id},
+                       .op = &ops::MatmulDGeluBiasGradOp(),
+                       .name = absl::StrCat(product.name, "+", grad.name, "+bias_grad"),
+                       .attrs = TransposeAttrs(product),
+                       .inputs = {product.inputs[0], product.inputs[1], pre},
+                       .outputs = {Value{grad.id, 0}, Value{column_sum.id, 0}}};
+    }
+  }
+  return std::nullopt;
+}
+
+// matmul -> bias_add -> add(·, residual), the product and bias read by nothing else, becomes
+// matmul_bias_residual: cuBLASLt reads the residual as its C (beta = 1) and writes the sum, so no
+// separate add reads both and writes a third tensor. The residual is only read, so the memory
+// plan needs no in-place accumulation.
+void GroupFinder::ResidualEpilogues() {
+  for (const Node& mm : g_.nodes()) {
+    if (mm.op != &ops::MatmulOp() || taken_[mm.id]) continue;
+    const Node* bias = SoleReader(Value{mm.id, 0});
+    if (bias == nullptr || bias->op != &ops::BiasAddOp() || bias->inputs[0] != Value{mm.id, 0})
+      continue;
+    const Value biased{bias->id, 0};
+    const Node* add = SoleReader(biased);
+    if (add == nullptr || add->op != &ops::AddOp()) continue;
+    const Value residual = add->inputs[0] == biased ? add->inputs[1] : add->inputs[0];
+    if (residual == biased || !(g_.spec(residual) == g_.spec(biased))) continue;
+    TryAdd({.members = {mm.id, bias->id, add->id},
+            .op = &ops::MatmulBiasResidualOp(),
+            .name = absl::StrCat(mm.name, "+bias+residual"),
+            .attrs = TransposeAttrs(mm),
+            .inputs = {mm.inputs[0], mm.inputs[1], bias->inputs[1], residual},
+            .outputs = {Value{add->id, 0}}});
+  }
+}
+
+}  // namespace reprise::passes

@@ -1,0 +1,201 @@
+// The transformer fusions (src/passes/fuse_gelu_rules.cc, fuse_layer_norm_rules.cc): a pre-norm
+// MLP block's GELU layer, residual projection and layer-norm input gradient become the fused
+// nodes, the fused step gives the unfused step's bits on the CPU reference, a bfloat16 plan holds
+// them, and what the rules cannot take stays unfused.
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/nn.h"
+#include "reprise/trainer.h"
+#include "src/api/compile_options.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/layer_norm_residual.h"
+#include "src/ops/matmul_gelu.h"
+#include "src/ops/ops.h"
+#include "src/passes/fuse.h"
+#include "src/passes/pipeline.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kTokens = 12, kVocab = 20, kWidth = 16;
+
+struct Block {
+  Graph graph;
+  Value loss;
+};
+
+// ids -> wte -> x; x + fc2(gelu(fc1(ln_1(x)))) -> ln_f -> head -> loss: GPT-2's MLP half-block.
+Block BuildBlock(int64_t hidden = 4 * kWidth) {
+  Block b;
+  Graph& g = b.graph;
+  Value ids = *g.AddInput("ids", {Shape{kTokens}, DType::kInt32});
+  Value labels = *g.AddInput("labels", {Shape{kTokens}, DType::kInt32});
+  Value x = *nn::Embedding(g, ids, kVocab, kWidth, "wte", 0.5);
+  Value h = *nn::Gelu(g, *nn::Linear(g, *nn::LayerNorm(g, x, "ln_1"), hidden, "c_fc"), "gelu");
+  x = *nn::Add(g, x, *nn::Linear(g, h, kWidth, "c_proj"), "residual");
+  Value logits = *nn::Linear(g, *nn::LayerNorm(g, x, "ln_f"), kVocab, "head");
+  b.loss = *nn::SoftmaxCrossEntropy(g, logits, labels, "loss");
+  return b;
+}
+
+std::map<std::string, int> OpCounts(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes()) {
+    if (!ir::IsLeaf(n)) ++counts[std::string(n.op_name())];
+  }
+  return counts;
+}
+
+passes::FuseOptions Unfused() {
+  passes::FuseOptions o;
+  o.whole_mlp_step = false;
+  o.gemm_epilogues = o.gelu_epilogues = o.residual_epilogues = o.layer_norm_residual = false;
+  o.loss_with_grad = o.batch_norm_activations = o.conv_dgrad_accumulate = false;
+  o.pointwise_chains = o.multi_tensor_optimizer = false;
+  return o;
+}
+
+TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
+  EXPECT_EQ(counts.at("matmul_dgelu_bgrad"), 1);
+  EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
+  EXPECT_EQ(counts.at("layer_norm_grad_add"), 1);  // ln_1's dx plus the residual path's gradient.
+  EXPECT_EQ(counts.count("gelu"), 0u);
+  EXPECT_EQ(counts.count("gelu_grad"), 0u);
+  // The backward reads the pre-activation the forward kept.
+  const Node& forward = g.node(*g.FindNode("c_fc.matmul+bias+gelu"));
+  const Node& backward = g.node(*g.FindNode("c_proj.matmul.dgrad+gelu.grad+bias_grad"));
+  EXPECT_EQ(backward.inputs[2], (Value{forward.id, 1}));
+  // The residual projection reads the embedding as its C.
+  const Node& residual = g.node(*g.FindNode("c_proj.matmul+bias+residual"));
+  EXPECT_EQ(g.node(residual.inputs[3].node).op_name(), "embedding");
+}
+
+// Runs `steps` steps on the CPU reference with fixed batches; the losses and the parameters.
+std::pair<std::vector<float>, std::map<std::string, std::vector<float>>> RunCpu(const Graph& g,
+                                                                                Value loss,
+                                                                                int steps) {
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 5);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> ids(kTokens), labels(kTokens);
+    for (int64_t i = 0; i < kTokens; ++i) {
+      ids[i] = static_cast<int32_t>((i * 7 + s) % kVocab);
+      labels[i] = static_cast<int32_t>((i * 3 + 1) % kVocab);
+    }
+    EXPECT_TRUE(cpu.SetLeaf("ids", ids).ok());
+    EXPECT_TRUE(cpu.SetLeaf("labels", labels).ok());
+    EXPECT_TRUE(cpu.Run().ok());
+    losses.push_back((*cpu.Tensor(loss))->data<float>()[0]);
+  }
+  std::map<std::string, std::vector<float>> parameters;
+  for (int32_t id : g.NodesOf("parameter")) {
+    auto values = (*cpu.Tensor({id, 0}))->data<float>();
+    parameters[g.node(id).name].assign(values.begin(), values.end());
+  }
+  return {losses, parameters};
+}
+
+TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  passes::FuseOptions only_ours = Unfused();
+  only_ours.gemm_epilogues = only_ours.gelu_epilogues = only_ours.residual_epilogues = true;
+  only_ours.layer_norm_residual = true;
+  auto fused = passes::Fuse(*t, {t->loss}, only_ours);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu_bgrad"), 1u);
+  const auto plain = RunCpu(t->graph, t->loss, 3);
+  const auto merged = RunCpu(fused->training.graph, fused->training.loss, 3);
+  EXPECT_EQ(plain.first, merged.first);
+  EXPECT_LT(plain.first.back(), plain.first.front());
+  for (const auto& [name, values] : plain.second) {
+    EXPECT_EQ(values, merged.second.at(name)) << name;
+  }
+}
+
+// The plan a bfloat16 Trainer runs holds the fused nodes in bfloat16.
+TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
+  Block b = BuildBlock();
+  TrainOptions options;
+  options.compute_dtype = DType::kBFloat16;
+  auto step =
+      passes::CompileStep(b.graph, b.loss, CompileOptionsFor(options, codegen::MlpStepTarget{}));
+  ASSERT_TRUE(step.ok()) << step.status();
+  const Graph& g = step->plan.graph();
+  const std::map<std::string, int> counts = OpCounts(g);
+  for (const char* op : {"matmul_bias_gelu_aux", "matmul_dgelu_bgrad", "matmul_bias_residual",
+                         "layer_norm_grad_add"}) {
+    EXPECT_EQ(counts.count(op), 1u) << op;
+  }
+  for (const Node& n : g.nodes()) {
+    if (n.op == &ops::MatmulBiasGeluAuxOp()) {
+      EXPECT_EQ(n.outputs[1].dtype, DType::kBFloat16);
+    }
+  }
+}
+
+// cuBLASLt's GELU aux needs widths that are multiples of 8: a hidden width of 20 stays unfused.
+TEST(FuseGeluTest, WidthNotAMultipleOfEightStaysUnfused) {
+  Block b = BuildBlock(/*hidden=*/20);
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  EXPECT_EQ(counts.count("matmul_bias_gelu_aux"), 0u);
+  EXPECT_EQ(counts.count("matmul_dgelu_bgrad"), 0u);
+  EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
+}
+
+TEST(FuseGeluTest, FusedOpsRefuseMismatchedOperandsByName) {
+  Graph g;
+  Value a = *g.AddInput("a", {Shape{4, 8}});
+  Value w = *g.AddInput("w", {Shape{16, 8}});
+  Value bias = *g.AddInput("bias", {Shape{16}});
+  Value short_bias = *g.AddInput("short_bias", {Shape{15}});
+  Value pre = *g.AddInput("pre", {Shape{4, 16}});
+  Value wrong = *g.AddInput("wrong", {Shape{4, 15}});
+  const Attrs tb = {{"transpose_b", true}};
+  EXPECT_TRUE(g.AddOp(ops::MatmulBiasGeluAuxOp(), "ok", {a, w, bias}, tb).ok());
+  EXPECT_THAT(g.AddOp(ops::MatmulBiasGeluAuxOp(), "fc", {a, w, short_bias}, tb).status().message(),
+              AllOf(HasSubstr("fc"), HasSubstr("bias")));
+  Value dy = *g.AddInput("dy", {Shape{4, 8}});
+  // dy's 8 columns against w's 16 rows: the inner dimensions differ.
+  EXPECT_EQ(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back", {dy, w, pre}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Value w2 = *g.AddInput("w2", {Shape{8, 16}});
+  EXPECT_TRUE(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back2", {dy, w2, pre}).ok());
+  EXPECT_THAT(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back3", {dy, w2, wrong}).status().message(),
+              HasSubstr("GELU input"));
+  EXPECT_THAT(
+      g.AddOp(ops::MatmulBiasResidualOp(), "proj", {a, w, bias, wrong}, tb).status().message(),
+      AllOf(HasSubstr("proj"), HasSubstr("residual")));
+  Value x = *g.AddInput("x", {Shape{4, 16}});
+  Value wln = *g.AddInput("wln", {Shape{16}});
+  Value stat = *g.AddInput("stat", {Shape{4}});
+  EXPECT_TRUE(g.AddOp(ops::LayerNormGradAddOp(), "ln_grad", {pre, x, wln, stat, stat, x}).ok());
+  EXPECT_THAT(g.AddOp(ops::LayerNormGradAddOp(), "ln_grad2", {pre, x, wln, stat, stat, wrong})
+                  .status()
+                  .message(),
+              AllOf(HasSubstr("ln_grad2"), HasSubstr("residual gradient")));
+}
+
+}  // namespace
+}  // namespace reprise

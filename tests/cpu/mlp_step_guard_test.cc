@@ -1,0 +1,288 @@
+// The non-finite guard inside the whole-step MLP kernels (codegen::MlpGuard), without a GPU: a
+// guarded training graph fuses into mlp_train_step / batched_mlp_train_step with the guard's
+// counters, so that no plan under the default options is unguarded; the fused CPU reference skips
+// and counts exactly as the unfused guarded graph does (kSkipStep and kStop); guarded plans add the
+// check's barrier and the gradients' workspace, never pick the cluster schedules, and compile for
+// sm_90.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "reprise/trainer.h"
+#include "src/api/compile_options.h"
+#include "src/autodiff/autodiff.h"
+#include "src/autodiff/non_finite_guard.h"
+#include "src/codegen/mlp_step_kernel.h"
+#include "src/ir/low_precision.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/mlp_step.h"
+#include "src/passes/fuse.h"
+#include "src/passes/pipeline.h"
+#include "src/runtime/kernel_store.h"
+
+namespace reprise {
+namespace {
+
+using autodiff::NonFinitePolicy;
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 8, kFeatures = 6;
+// What the guard may add to a step's launches: the check of the gradients, then the check's
+// verdict and its counters.
+constexpr int64_t kMaxGuardLaunches = 8;
+
+models::Mlp BuildSmallMlp() {
+  auto mlp = models::BuildMlp(
+      {.batch = kBatch, .input_features = kFeatures, .depth = 2, .width = 12, .classes = 4});
+  EXPECT_TRUE(mlp.ok()) << mlp.status();
+  return *std::move(mlp);
+}
+
+absl::StatusOr<autodiff::TrainingGraph> Build(const models::Mlp& mlp, NonFinitePolicy policy) {
+  return autodiff::BuildTrainingGraphWith(mlp.graph, mlp.loss, {}, {},
+                                          autodiff::NonFiniteOptions{.policy = policy});
+}
+
+void SetBatch(ir::ReferenceExecutor& exec, int step, int nan_at = -1) {
+  std::mt19937 rng(200 + step);
+  std::normal_distribution<double> normal;
+  std::vector<double> x(kBatch * kFeatures);
+  for (double& v : x) v = normal(rng);
+  std::vector<int32_t> y(kBatch);
+  for (int i = 0; i < kBatch; ++i) y[i] = (x[i * kFeatures] > 0) + 2 * (x[i * kFeatures + 1] > 0);
+  if (nan_at >= 0) x[nan_at] = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(exec.SetLeaf("features", x).ok());
+  ASSERT_TRUE(exec.SetLeaf("labels", y).ok());
+}
+
+// Every parameter and state (the guard's counters included), as doubles, but the kernel's
+// barrier.
+std::map<std::string, std::vector<double>> Leaves(const Graph& g, ir::ReferenceExecutor& exec) {
+  std::map<std::string, std::vector<double>> out;
+  for (const char* op : {"parameter", "state"}) {
+    for (int32_t id : g.NodesOf(op)) {
+      const std::string& name = g.node(id).name;
+      if (name.find("barrier") != std::string::npos) continue;
+      const ir::HostTensor* t = *exec.Tensor({id, 0});
+      std::vector<double>& values = out[name];
+      for (int64_t i = 0; i < t->size(); ++i) {
+        values.push_back(t->dtype() == DType::kInt32 ? t->data<int32_t>()[i]
+                                                     : ir::FloatElement(*t, i));
+      }
+    }
+  }
+  return out;
+}
+
+// A guarded step fuses whole: the kernel takes the guard's counters and its policy.
+TEST(MlpStepGuardTest, WholeStepKeepsAGuardedStep) {
+  const models::Mlp mlp = BuildSmallMlp();
+  for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop}) {
+    auto t = Build(mlp, policy);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto fused = passes::Fuse(*t, {t->loss}, {});
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    EXPECT_TRUE(fused->whole_step_declined.empty()) << fused->whole_step_declined;
+    const Graph& g = fused->training.graph;
+    auto step = g.FindNode("mlp_train_step");
+    ASSERT_TRUE(step.ok()) << step.status();
+    const Node& node = g.node(*step);
+    EXPECT_EQ(std::get<std::string>(node.attrs.at("non_finite")),
+              policy == NonFinitePolicy::kStop ? "stop" : "skip");
+    const size_t n = node.inputs.size();
+    EXPECT_EQ(g.node(node.inputs[n - 2].node).name, autodiff::kNonFiniteSkippedSteps);
+    EXPECT_EQ(g.node(node.inputs[n - 1].node).name, autodiff::kNonFiniteRecord);
+    EXPECT_FALSE(g.FindNode(std::string(autodiff::kNonFiniteCheck)).ok());
+  }
+}
+
+// The fused reference against the unfused guarded graph, bit for bit, over a clean step, a step
+// with one NaN feature (the case) and clean steps after: weights, momenta and counters.
+TEST(MlpStepGuardTest, FusedReferenceSkipsAndCountsAsTheUnfusedGraph) {
+  const models::Mlp mlp = BuildSmallMlp();
+  for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop}) {
+    auto t = Build(mlp, policy);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto fused = passes::Fuse(*t, {t->loss}, {});
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_TRUE(fused->training.graph.FindNode("mlp_train_step").ok());
+    ir::ReferenceExecutor a(t->graph, false, 9), b(fused->training.graph, false, 9);
+    for (int32_t id : t->graph.NodesOf("parameter")) {
+      const ir::HostTensor* w = *a.Tensor({id, 0});
+      std::vector<double> values;
+      for (int64_t i = 0; i < w->size(); ++i) values.push_back(ir::FloatElement(*w, i));
+      ASSERT_TRUE(b.SetLeaf(t->graph.node(id).name, values).ok());
+    }
+    std::map<std::string, std::vector<double>> before;
+    for (int step = 0; step < 4; ++step) {
+      const int nan_at = step == 1 ? 3 * kFeatures + 2 : -1;
+      SetBatch(a, step, nan_at);
+      SetBatch(b, step, nan_at);
+      ASSERT_TRUE(a.Run().ok());
+      ASSERT_TRUE(b.Run().ok());
+      const auto unfused = Leaves(t->graph, a);
+      ASSERT_EQ(Leaves(fused->training.graph, b), unfused) << "step " << step;
+      if (step == 0) before = unfused;
+      if (step == 1) {  // Skipped: all but the counters as before it.
+        for (const auto& [name, values] : unfused) {
+          if (!autodiff::IsNonFiniteCounter(name)) EXPECT_EQ(values, before.at(name)) << name;
+        }
+        EXPECT_EQ(unfused.at(autodiff::kNonFiniteSkippedSteps), std::vector<double>{1});
+        EXPECT_EQ(unfused.at(autodiff::kNonFiniteRecord), (std::vector<double>{2, 2}));
+      }
+    }
+    const auto last = Leaves(t->graph, a);
+    // kSkipStep trains on after the skipped step; kStop skips every later step too.
+    EXPECT_EQ(last.at(autodiff::kNonFiniteSkippedSteps),
+              std::vector<double>{policy == NonFinitePolicy::kStop ? 3.0 : 1.0});
+    EXPECT_EQ(last.at("fc0.weight") == before.at("fc0.weight"), policy == NonFinitePolicy::kStop);
+  }
+}
+
+// Under the default TrainOptions (kSkipStep) every whole-step plan is guarded: the single MLP's
+// and the ensemble's kernels take the guard.
+TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
+  const codegen::MlpStepTarget h100;  // The default target: 132 SMs.
+  const models::MlpConfig config{
+      .batch = 32, .input_features = 64, .depth = 2, .width = 64, .classes = 10};
+  auto mlp = models::BuildMlp(config);
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  TrainOptions options;
+  options.allow_tf32 = true;
+  auto single = passes::CompileStep(mlp->graph, mlp->loss, CompileOptionsFor(options, h100));
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto step = single->plan.graph().FindNode("mlp_train_step");
+  ASSERT_TRUE(step.ok()) << single->plan.whole_step_declined;
+  EXPECT_EQ(std::get<std::string>(single->plan.graph().node(*step).attrs.at("non_finite")), "skip");
+  for (int models : {4, 32}) {
+    auto ensemble = models::BuildMlpEnsemble(models, config);
+    ASSERT_TRUE(ensemble.ok()) << ensemble.status();
+    auto compiled =
+        passes::CompileStep(ensemble->graph, ensemble->loss, CompileOptionsFor(options, h100));
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    auto batched = compiled->plan.graph().FindNode("batched_mlp_train_step");
+    ASSERT_TRUE(batched.ok()) << models << " models: " << compiled->plan.whole_step_declined;
+    EXPECT_EQ(std::get<std::string>(compiled->plan.graph().node(*batched).attrs.at("non_finite")),
+              "skip");
+  }
+  options.non_finite.policy = NonFinitePolicy::kIgnore;
+  auto ignored = passes::CompileStep(mlp->graph, mlp->loss, CompileOptionsFor(options, h100));
+  ASSERT_TRUE(ignored.ok()) << ignored.status();
+  step = ignored->plan.graph().FindNode("mlp_train_step");
+  ASSERT_TRUE(step.ok());
+  EXPECT_FALSE(ignored->plan.graph().node(*step).attrs.contains("non_finite"));
+}
+
+// A guarded plan: one more phase (the update after the check's barrier), each layer's gradients
+// in the workspace after the row losses, the flag word in shared memory, and never the cluster
+// schedules (which cannot wait for every model before updating).
+TEST(MlpStepGuardTest, GuardedPlansAddTheCheckPhaseAndSkipTheClusterSchedules) {
+  const std::vector<int64_t> widths = {64, 256, 256, 10};
+  for (int64_t models : {1, 4, 32}) {
+    for (codegen::MlpSchedule schedule :
+         {codegen::MlpSchedule::kAuto, codegen::MlpSchedule::kLayerPhases,
+          codegen::MlpSchedule::kRowChain}) {
+      codegen::MlpStepTarget target;
+      target.tf32 = true;
+      target.schedule = schedule;
+      auto plain = codegen::PlanMlpStep(64, widths, target, models);
+      target.guard = codegen::MlpGuard::kSkip;
+      auto guarded = codegen::PlanMlpStep(64, widths, target, models);
+      ASSERT_TRUE(plain.ok() && guarded.ok()) << guarded.status();
+      EXPECT_EQ(guarded->cluster, 0) << models << " models";
+      EXPECT_LE(guarded->shared_bytes, target.max_shared_bytes);
+      if (plain->cluster == 0) EXPECT_EQ(guarded->phases, plain->phases + 1);
+      int64_t grads = 0;
+      for (int l = 0; l + 1 < static_cast<int>(widths.size()); ++l) {
+        grads += models * (widths[l + 1] * widths[l] + widths[l + 1]);
+        EXPECT_GE(guarded->grad_w_offset[l], guarded->row_loss_offset + models * 64);
+        EXPECT_LE(guarded->grad_b_offset[l] + models * widths[l + 1], guarded->workspace_floats);
+      }
+      EXPECT_GE(guarded->workspace_floats,
+                codegen::MlpStepWorkspaceFloats(64, widths, models) + grads);
+    }
+  }
+  codegen::MlpStepTarget cluster;
+  cluster.tf32 = true;
+  cluster.schedule = codegen::MlpSchedule::kCluster;
+  cluster.guard = codegen::MlpGuard::kStop;
+  auto refused = codegen::PlanMlpStep(64, widths, cluster, 8);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(refused.status().message(), HasSubstr("non-finite guard"));
+}
+
+// The guard's launches per step on a mixed-precision ResNet-50 (the plan a Trainer runs): it reads
+// the 16-bit gradients, so every widening cast stays folded into the multi-tensor update.
+TEST(MlpStepGuardTest, GuardAddsFewLaunchesToAMixedPrecisionResNet50) {
+  absl::StatusOr<models::ResNet> net =
+      models::BuildResNet({.depth = 50, .batch = 2, .classes = 10, .image_size = 32});
+  ASSERT_TRUE(net.ok()) << net.status();
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    TrainOptions options;
+    options.compute_dtype = dtype;
+    auto guarded = passes::CompileStep(net->graph, net->loss,
+                                       CompileOptionsFor(options, codegen::MlpStepTarget{}));
+    options.non_finite.policy = NonFinitePolicy::kIgnore;
+    auto ignored = passes::CompileStep(net->graph, net->loss,
+                                       CompileOptionsFor(options, codegen::MlpStepTarget{}));
+    ASSERT_TRUE(guarded.ok() && ignored.ok()) << guarded.status() << ignored.status();
+    const int64_t added = static_cast<int64_t>(guarded->plan.launches.size()) -
+                          static_cast<int64_t>(ignored->plan.launches.size());
+    int casts = 0;
+    for (const auto& launch : guarded->plan.launches) {
+      casts += guarded->plan.graph().node(launch.node).op_name() == "cast" ? 1 : 0;
+    }
+    std::printf("%s: %zu launches guarded, %zu unguarded, %d casts\n", DTypeName(dtype).data(),
+                guarded->plan.launches.size(), ignored->plan.launches.size(), casts);
+    EXPECT_GE(added, 1);
+    EXPECT_LE(added, kMaxGuardLaunches) << DTypeName(dtype);
+  }
+}
+
+TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
+  struct Case {
+    int64_t models, batch;
+    std::vector<int64_t> widths;
+    bool aligned;
+  };
+  const std::vector<Case> cases = {{1, 32, {256, 256, 256, 10}, true},
+                                   {1, 5, {3, 7, 7, 3}, false},
+                                   {1, 7, {12, 4}, true},
+                                   {4, 64, {64, 256, 256, 10}, true},
+                                   {3, 5, {3, 7, 7, 3}, false}};
+  for (const Case& c : cases) {
+    for (bool tf32 : {false, true}) {
+      for (codegen::MlpSchedule schedule :
+           {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
+        for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
+          codegen::MlpStepTarget target;
+          target.aligned = c.aligned;
+          target.tf32 = tf32;
+          target.schedule = schedule;
+          target.guard = guard;
+          auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          const codegen::GeneratedKernel kernel =
+              c.models == 1 ? codegen::MlpStepKernel(*plan)
+                            : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
+          EXPECT_THAT(kernel.code, HasSubstr("GuardBarrier"));
+          auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+          ASSERT_TRUE(compiled.ok())
+              << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
+              << (plan->row_chain ? " chain" : "") << ": " << compiled.status();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace reprise

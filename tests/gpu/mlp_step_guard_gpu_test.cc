@@ -1,0 +1,170 @@
+// The non-finite guard inside the whole-step MLP kernels on the GPU (codegen::MlpGuard): a NaN in
+// one input feature of a single MLP or of one model of a batched ensemble is skipped and counted,
+// every weight unchanged bit for bit, and the next clean step trains; clean steps give the bits
+// of the unguarded kernel (kIgnore) of the same schedule; kStop names the step.
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 32, kFeatures = 64;
+const models::MlpConfig kConfig{
+    .batch = kBatch, .input_features = kFeatures, .depth = 2, .width = 128, .classes = 10};
+
+// A trainer of `models` MLPs (1: a plain MLP), whole step.
+std::unique_ptr<Trainer> Make(int models, TrainOptions options) {
+  options.seed = 7;
+  absl::StatusOr<std::unique_ptr<Trainer>> t;
+  if (models == 1) {
+    auto mlp = models::BuildMlp(kConfig);
+    EXPECT_TRUE(mlp.ok()) << mlp.status();
+    if (!mlp.ok()) return nullptr;
+    t = Trainer::Create(mlp->graph, mlp->loss, options);
+  } else {
+    auto ensemble = models::BuildMlpEnsemble(models, kConfig);
+    EXPECT_TRUE(ensemble.ok()) << ensemble.status();
+    if (!ensemble.ok()) return nullptr;
+    t = Trainer::Create(ensemble->graph, ensemble->loss, options);
+  }
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return nullptr;
+  // Input copies + the one whole-step launch.
+  EXPECT_LE((*t)->stats().launches_per_step, 1 + 2 * models) << "not the whole step";
+  return *std::move(t);
+}
+
+// Batch `step` for every model; with `nan`, model models - 1's row 5, feature 17 is a NaN.
+absl::Status Feed(Trainer& t, int models, int step, bool nan = false) {
+  for (int k = 0; k < models; ++k) {
+    std::mt19937 rng(90 + 31 * step + k);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kBatch * kFeatures);
+    for (float& v : x) v = normal(rng);
+    std::vector<int32_t> y(kBatch);
+    for (int i = 0; i < kBatch; ++i)
+      y[i] = static_cast<int32_t>((x[i * kFeatures] > 0) + 2 * (i % 4));
+    if (nan && k == models - 1) x[5 * kFeatures + 17] = std::numeric_limits<float>::quiet_NaN();
+    const std::string prefix = models == 1 ? "" : absl::StrCat("m", k, ".");
+    RETURN_IF_ERROR(t.SetInput(prefix + "features", x));
+    RETURN_IF_ERROR(t.SetInput(prefix + "labels", y));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::vector<float>> Parameters(Trainer& t) {
+  std::map<std::string, std::vector<float>> out;
+  for (const std::string& name : t.ParameterNames()) {
+    auto values = t.GetParameter(name);
+    EXPECT_TRUE(values.ok()) << values.status();
+    if (values.ok()) out[name] = *std::move(values);
+  }
+  return out;
+}
+
+bool AnyNan(const std::map<std::string, std::vector<float>>& weights) {
+  for (const auto& [name, values] : weights) {
+    for (float v : values) {
+      if (std::isnan(v)) return true;
+    }
+  }
+  return false;
+}
+
+// The example in the whole-step kernel (1 model) and the batched one (4 models: layer
+// phases; 32: the row chain, the cluster schedules being declined under the guard).
+TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
+  REPRISE_REQUIRE_GPU();
+  for (int models : {1, 4, 32}) {
+    for (bool tf32 : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
+      TrainOptions options;
+      options.allow_tf32 = tf32;
+      auto t = Make(models, options);
+      ASSERT_TRUE(t);
+      for (int s = 0; s < 2; ++s) {
+        REPRISE_ASSERT_OK(Feed(*t, models, s));
+        REPRISE_ASSERT_OK(t->Step());
+      }
+      const auto before = Parameters(*t);
+      REPRISE_ASSERT_OK(Feed(*t, models, 2, /*nan=*/true));
+      REPRISE_ASSERT_OK(t->Step());
+      EXPECT_EQ(Parameters(*t), before);  // Bit for bit: no block updated.
+      REPRISE_ASSERT_OK_AND_ASSIGN(int64_t skipped, t->SkippedSteps());
+      EXPECT_EQ(skipped, 1);
+      const TrainerReport report = t->Report();
+      ASSERT_TRUE(report.non_finite.has_value());
+      EXPECT_EQ(report.non_finite->steps_checked, 3);
+      EXPECT_EQ(report.non_finite->first_non_finite_step, 2);
+      REPRISE_ASSERT_OK(Feed(*t, models, 3));
+      REPRISE_ASSERT_OK(t->Step());
+      const auto after = Parameters(*t);
+      EXPECT_NE(after, before);
+      EXPECT_FALSE(AnyNan(after));
+      EXPECT_EQ(*t->SkippedSteps(), 1);
+    }
+  }
+}
+
+// Clean steps: the guarded kernel's bits are the unguarded one's (the same gradients, the same
+// SGD arithmetic, only later), for the schedules both pick.
+TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
+  REPRISE_REQUIRE_GPU();
+  for (int models : {1, 4}) {
+    for (bool tf32 : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
+      TrainOptions guarded_options, ignored_options;
+      guarded_options.allow_tf32 = ignored_options.allow_tf32 = tf32;
+      ignored_options.non_finite.policy = NonFinitePolicy::kIgnore;
+      auto guarded = Make(models, guarded_options);
+      auto ignored = Make(models, ignored_options);
+      ASSERT_TRUE(guarded && ignored);
+      for (int s = 0; s < 5; ++s) {
+        for (Trainer* t : {guarded.get(), ignored.get()}) {
+          REPRISE_ASSERT_OK(Feed(*t, models, s));
+          REPRISE_ASSERT_OK(t->Step());
+        }
+        ASSERT_EQ(Parameters(*guarded), Parameters(*ignored)) << "step " << s;
+        REPRISE_ASSERT_OK_AND_ASSIGN(float a, guarded->Loss());
+        REPRISE_ASSERT_OK_AND_ASSIGN(float b, ignored->Loss());
+        EXPECT_EQ(a, b);
+      }
+      EXPECT_EQ(*guarded->SkippedSteps(), 0);
+    }
+  }
+}
+
+// kStop in the batched kernel: the next waiting call names the step; every later step is skipped.
+TEST(MlpStepGuardGpuTest, StopNamesTheStepInTheBatchedKernel) {
+  REPRISE_REQUIRE_GPU();
+  TrainOptions options;
+  options.non_finite.policy = NonFinitePolicy::kStop;
+  auto t = Make(4, options);
+  ASSERT_TRUE(t);
+  REPRISE_ASSERT_OK(Feed(*t, 4, 0));
+  REPRISE_ASSERT_OK(t->Step());
+  REPRISE_ASSERT_OK(t->Loss().status());
+  const auto before = Parameters(*t);
+  REPRISE_ASSERT_OK(Feed(*t, 4, 1, /*nan=*/true));
+  REPRISE_ASSERT_OK(t->Step());
+  const absl::Status stopped = t->Loss().status();
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stopped.message(), HasSubstr("step 1 "));
+  EXPECT_THAT(stopped.message(), HasSubstr("nan"));
+  EXPECT_EQ(Parameters(*t), before);
+}
+
+}  // namespace
+}  // namespace reprise
