@@ -82,7 +82,7 @@ class ForwardRunner {
   ForwardStats stats() const;
 
   class Impl;
-  explicit ForwardRunner(std::unique_ptr<Impl> impl);
+  explicit ForwardRunner(std::unique_ptr<Impl> impl);  // Trainer::CompileForward makes them.
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -19,42 +19,17 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "src/api/compile_options.h"
+#include "src/api/forward_plan.h"
 #include "src/api/input_checks.h"
 #include "src/api/trainer_impl.h"
 #include "src/ir/host_tensor.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
 #include "src/ops/mlp_step.h"
-#include "src/ops/ops.h"
-#include "src/ops/transformer_ops.h"
-#include "src/passes/mixed_precision.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
-namespace {
-
-// Mixed precision reads a float32 tensor through a 16-bit copy, so a float32 state that an op
-// writes in place (a decoder's key/value cache) would be written in the copy: such state must be
-// built in the compute dtype.
-absl::Status CheckWrittenState(const Graph& graph, DType compute) {
-  if (compute == DType::kFloat32) return absl::OkStatus();
-  for (const Node& n : graph.nodes()) {
-    for (int index : ir::MutatedInputs(n)) {
-      const Node& state = graph.node(n.inputs[index].node);
-      const DType dtype = state.outputs[0].dtype;
-      if (state.op == &ir::StateOp() && IsFloat(dtype) && dtype != compute) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "CompileForward: state '", state.name, "' is ", state.outputs[0].ToString(), " and '",
-            n.name, "' writes it in place, but the trainer computes in ", DTypeName(compute),
-            ": build it in ", DTypeName(compute), " (BuildGpt2Decoder's cache_dtype)"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 class ForwardRunner::Impl {
  public:
@@ -72,7 +47,8 @@ class ForwardRunner::Impl {
 
  private:
   Impl() = default;
-  absl::Status MatchParameters(const Trainer::Impl& trainer);
+  // Points each parameter buffer at the trainer's (see the top of this file).
+  absl::Status PlaceParameters(const Trainer::Impl& trainer);
   absl::Status Allocate();
   absl::Status InitLeaves(bool state_only);
   absl::StatusOr<const passes::Buffer*> OutputBuffer(Value output) const;
@@ -92,12 +68,7 @@ class ForwardRunner::Impl {
   std::vector<capture::LoweredLaunch> launches_;
   std::optional<capture::Lanes> lanes_;
   std::optional<capture::CapturedStep> captured_;
-  // Inputs read as token ids or labels -> the range they index.
-  struct Limit {
-    LabelRange range;
-    std::string consumer;
-  };
-  absl::flat_hash_map<std::string, Limit> limits_;
+  absl::flat_hash_map<std::string, ForwardPlan::Limit> limits_;  // Token ids and labels.
   int64_t runs_ = 0;
   int64_t shared_parameter_bytes_ = 0;
 };
@@ -105,60 +76,29 @@ class ForwardRunner::Impl {
 absl::StatusOr<std::unique_ptr<ForwardRunner::Impl>> ForwardRunner::Impl::Create(
     const Trainer::Impl& trainer, const Graph& graph, absl::Span<const Value> outputs,
     const ForwardOptions& options) {
-  if (outputs.empty()) {
-    return absl::InvalidArgumentError("CompileForward needs at least one output to read");
-  }
-  for (Value v : outputs) {
-    if (!graph.SpecOf(v).ok()) {
-      return absl::InvalidArgumentError("CompileForward: an output is not a value of the graph");
-    }
-  }
-  RETURN_IF_ERROR(ir::CheckCapturable(graph));
-  RETURN_IF_ERROR(CheckWrittenState(graph, trainer.options().compute_dtype));
+  const TrainOptions& train = trainer.options();
+  ASSIGN_OR_RETURN(ForwardPlan planned,
+                   BuildForwardPlan(graph, outputs, train,
+                                    ops::MlpTrainStepTargetFor(trainer.device()), options.fuse));
+  RETURN_IF_ERROR(CheckForwardParameters(
+      planned.plan, [&](const std::string& name) -> absl::StatusOr<TensorSpec> {
+        ASSIGN_OR_RETURN(const Trainer::Impl::NamedTensor t,
+                         trainer.Resolve(name, ir::ParameterOp(), "parameter"));
+        return t.spec;
+      }));
   auto impl = std::unique_ptr<Impl>(new Impl());
   impl->options_ = options;
-  const TrainOptions& train = trainer.options();
   impl->seed_ = train.seed;
-  // Mixed precision as the trainer's: 16-bit compute, the outputs read back as float32.
-  ASSIGN_OR_RETURN(
-      passes::MixedPrecisionGraph mixed,
-      passes::ConvertToMixedPrecision(graph, outputs[0], outputs, train.compute_dtype));
-  for (const Node& n : mixed.graph.nodes()) {
-    if (n.op == &ops::EmbeddingOp() && mixed.graph.node(n.inputs[0].node).op == &ir::InputOp()) {
-      impl->limits_[mixed.graph.node(n.inputs[0].node).name] = {
-          {mixed.graph.spec(n.inputs[1]).shape.dim(0)}, n.name};
-    }
-    if (n.op == &ops::SoftmaxCrossEntropyOp() &&
-        mixed.graph.node(n.inputs[1].node).op == &ir::InputOp()) {
-      impl->limits_[mixed.graph.node(n.inputs[1].node).name] = {
-          {mixed.graph.spec(n.inputs[0]).shape.dim(1)}, n.name};
-    }
-  }
-  autodiff::TrainingGraph forward;
-  forward.loss = mixed.loss;
-  forward.parameters = mixed.graph.NodesOf("parameter");
-  forward.forward_nodes = mixed.graph.num_nodes();
-  forward.graph = std::move(mixed.graph);
-  // The trainer's fusion, on one lane (the runner borrows lane 0's workspace), with nothing to
-  // mirror and no whole training step to fuse.
-  passes::PlanOptions plan_options =
-      CompileOptionsFor(train, ops::MlpTrainStepTargetFor(trainer.device())).plan;
-  plan_options.mirror = {};
-  plan_options.fuse = options.fuse;
-  plan_options.fusion.whole_mlp_step = false;
-  plan_options.lanes = 1;
-  ASSIGN_OR_RETURN(impl->plan_, passes::BuildPlan(std::move(forward), mixed.kept, plan_options));
-  RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    ASSIGN_OR_RETURN(const Value planned, impl->plan_.MapValue(mixed.kept[i]));
-    impl->outputs_[outputs[i]] = planned;
-  }
+  impl->plan_ = std::move(planned.plan);
+  impl->outputs_ = std::move(planned.outputs);
+  impl->limits_ = std::move(planned.limits);
+  impl->parameter_region_ = planned.parameter_region;
   impl->share_ = trainer.SharedDevice();
   impl->kernels_ = trainer.kernel_store();
   impl->device_ = trainer.device();
   impl->lowering_ = LoweringOptionsFor(train);
   RETURN_IF_ERROR(impl->Allocate());
-  RETURN_IF_ERROR(impl->MatchParameters(trainer));
+  RETURN_IF_ERROR(impl->PlaceParameters(trainer));
   RETURN_IF_ERROR(impl->InitLeaves(/*state_only=*/false));
 
   capture::StepResources res;
@@ -191,17 +131,7 @@ absl::StatusOr<std::unique_ptr<ForwardRunner::Impl>> ForwardRunner::Impl::Create
 
 absl::Status ForwardRunner::Impl::Allocate() {
   const passes::MemoryPlan& memory = plan_.memory;
-  int64_t first_own = memory.arena_bytes;
-  for (const passes::Buffer& b : memory.buffers) {
-    if (b.cls != passes::BufferClass::kParameter) first_own = std::min(first_own, b.offset);
-  }
-  for (const passes::Buffer& b : memory.buffers) {
-    if (b.cls == passes::BufferClass::kParameter && b.offset + b.bytes > first_own) {
-      return absl::InternalError("the forward plan did not place its parameters first");
-    }
-  }
-  parameter_region_ = first_own;
-  const int64_t own = std::max<int64_t>(memory.arena_bytes - first_own, 1);
+  const int64_t own = std::max<int64_t>(memory.arena_bytes - parameter_region_, 1);
   ASSIGN_OR_RETURN(runtime::DeviceBuffer arena, runtime::DeviceBuffer::Create(own));
   arena_.emplace(std::move(arena));
   base_ = static_cast<char*>(arena_->data()) - parameter_region_;
@@ -216,30 +146,21 @@ absl::Status ForwardRunner::Impl::Allocate() {
   return absl::OkStatus();
 }
 
-absl::Status ForwardRunner::Impl::MatchParameters(const Trainer::Impl& trainer) {
+absl::Status ForwardRunner::Impl::PlaceParameters(const Trainer::Impl& trainer) {
   const Graph& g = plan_.graph();
   const passes::MemoryPlan& trainer_memory = trainer.plan().memory;
   const char* trainer_arena = static_cast<const char*>(share_.arena->data());
   for (passes::Buffer& b : plan_.memory.buffers) {
     if (b.cls != passes::BufferClass::kParameter) continue;
-    const Node& node = g.node(b.value.node);
-    absl::StatusOr<Trainer::Impl::NamedTensor> named =
-        trainer.Resolve(node.name, ir::ParameterOp(), "parameter");
-    if (!named.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CompileForward: the graph's parameter '", node.name, "' ", node.outputs[0].ToString(),
-          " is not a parameter of the trainer (parameters are matched by name)"));
-    }
-    if (named->spec != node.outputs[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CompileForward: parameter '", node.name, "' is ", node.outputs[0].ToString(),
-          " in the graph but ", named->spec.ToString(), " in the trainer"));
-    }
-    const passes::Buffer* source = trainer_memory.Find({named->node, 0});
+    const std::string& name = g.node(b.value.node).name;
+    // CheckForwardParameters found it, of the same spec.
+    ASSIGN_OR_RETURN(const Trainer::Impl::NamedTensor named,
+                     trainer.Resolve(name, ir::ParameterOp(), "parameter"));
+    const passes::Buffer* source = trainer_memory.Find({named.node, 0});
     if (source == nullptr) {
-      return absl::InternalError(absl::StrCat("the trainer has no buffer for '", node.name, "'"));
+      return absl::InternalError(absl::StrCat("the trainer has no buffer for '", name, "'"));
     }
-    const char* address = trainer_arena + source->offset + named->offset;
+    const char* address = trainer_arena + source->offset + named.offset;
     b.offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(address) -
                                     reinterpret_cast<uintptr_t>(base_));
     shared_parameter_bytes_ += b.bytes;

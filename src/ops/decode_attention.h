@@ -19,9 +19,9 @@
 //
 // The caches and qkv share one float dtype, or the caches are 16-bit beside float32 qkv: a decoder
 // built for a mixed-precision trainer, whose pass then makes qkv 16-bit too (a float32 cache
-// would be read through a 16-bit copy, and written there). The GPU runs caches of qkv's dtype. No gradient
-// flows through any of them: the decode step is forward only. A position outside [0, P) is an
-// error on the CPU reference (OutOfRange naming the node); on the GPU the caches are left alone
+// would be read through a 16-bit copy, and written there). The GPU runs caches of qkv's dtype. No
+// gradient flows through any of them: the decode step is forward only. A position outside [0, P) is
+// an error on the CPU reference (OutOfRange naming the node); on the GPU the caches are left alone
 // and the outputs are NaN, so that a step past the cache's end is never mistaken for a result
 // (the generation loop refuses to run one: include/reprise/gpt2_decode.h).
 #ifndef REPRISE_SRC_OPS_DECODE_ATTENTION_H_

@@ -75,6 +75,7 @@ const std::map<std::string, Expectations>& Table() {
       {"train_mlp", {"--print_every", "--print_every 0", "--print_every must be at least 1"}},
       {"train_resnet", {"--image_size", "--depth -3", "--depth must be 18, 34, 50, 101, 152"}},
       {"train_ensemble", {"--models", "--models=0", "--models must be at least 1"}},
+      {"train_gpt2", {"--eval_every", "--dtype f8", "--dtype must be bf16, f32"}},
       {"reprise-bench", {"--fusion", "--batch 0", "--batch must be at least 1"}},
       {"reprise-dp-bench", {"--launcher", "--lanes 9", "--lanes must be from 0 to 4"}},
       {"reprise-update-bench", {"--recapture_reps", "--reps 0", "--reps must be at least 1"}},

@@ -261,17 +261,22 @@ TEST(DecodeOpsGpuTest, MatchTheCpuReference) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     Graph g;
     const TensorSpec cache{Shape{3, 7, 8}, dtype};
-    Value qkv = *g.AddInput("qkv", {Shape{3, 24}, dtype}, Initializer::Uniform(-1, 1));
-    Value k = *g.AddState("k", cache, Initializer::Uniform(-1, 1));
-    Value v = *g.AddState("v", cache, Initializer::Uniform(-1, 1));
-    Value position = *g.AddState("position", {Shape{1}, DType::kInt32}, Initializer::Constant(4));
-    Value y =
-        *g.AddOp1(ops::DecodeAttentionOp(), "attn", {qkv, k, v, position}, {{"heads", int64_t{2}}});
-    Value table = *g.AddParameter("wpe", {Shape{7, 8}, dtype}, Initializer::Uniform(-1, 1));
-    Value at = *g.AddOp1(ops::AddPositionAtOp(), "wpe_at", {y, table, position});
-    Value next = *g.AddOp1(ops::AdvancePositionOp(), "advance", {position});
-    ASSERT_TRUE(g.AddControlEdge(at.node, next.node).ok());
-    ASSERT_TRUE(g.AddControlEdge(y.node, next.node).ok());
+    const Initializer uniform = Initializer::Uniform(-1, 1);
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value qkv, g.AddInput("qkv", {Shape{3, 24}, dtype}, uniform));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value k, g.AddState("k", cache, uniform));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value v, g.AddState("v", cache, uniform));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value position, g.AddState("position", {Shape{1}, DType::kInt32},
+                                                            Initializer::Constant(4)));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value y, g.AddOp1(ops::DecodeAttentionOp(), "attn",
+                                                   {qkv, k, v, position}, {{"heads", int64_t{2}}}));
+    // Parameters are float32: a 16-bit table is a constant here (mixed precision casts one).
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value table, g.AddConstant("wpe", {Shape{7, 8}, dtype}, uniform));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value at,
+                                 g.AddOp1(ops::AddPositionAtOp(), "wpe_at", {y, table, position}));
+    REPRISE_ASSERT_OK_AND_ASSIGN(Value next,
+                                 g.AddOp1(ops::AdvancePositionOp(), "advance", {position}));
+    REPRISE_ASSERT_OK(g.AddControlEdge(at.node, next.node));
+    REPRISE_ASSERT_OK(g.AddControlEdge(y.node, next.node));
     ir::ReferenceExecutor cpu(g, /*float64=*/false, 3);
     ExpectGpuMatchesCpu(g, cpu, dtype == DType::kFloat32 ? 1e-6 : 1e-2);
   }
