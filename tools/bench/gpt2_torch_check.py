@@ -239,19 +239,18 @@ def compare_params(ours, ref, names):
 
 
 def check_names(ours_names, torch_names):
-    """Problems with the two models' parameter names, as sentences (empty when they match)."""
-    # The model's own tensors only: the training graph may hold other state of its own.
-    ours = {n for n in ours_names if n.startswith("transformer.") or n == TIED}
-    theirs = set(torch_names) - {TIED}
+    """(problems, extras): why the two models' parameters cannot be compared, as sentences
+    (empty when every torch parameter has its reprise twin and the output projection is tied),
+    and the names reprise has beyond torch's (shown, not compared: the training graph may hold
+    tensors of its own)."""
+    ours, theirs = set(ours_names), set(torch_names) - {TIED}
     problems = []
     if TIED in ours:
         problems.append(f"reprise has a separate {TIED}: the output projection is not tied to "
                         "transformer.wte.weight")
     for n in sorted(theirs - ours):
         problems.append(f"torch's parameter {n} is missing in reprise")
-    for n in sorted(ours - theirs - {TIED}):
-        problems.append(f"reprise's parameter {n} has no torch counterpart")
-    return problems
+    return problems, sorted(ours - theirs - {TIED})
 
 
 def run_pair(a, precision, make_ours, ours_label, device, data):
@@ -259,10 +258,12 @@ def run_pair(a, precision, make_ours, ours_label, device, data):
     ours = make_ours()
     record = {"precision": precision, "tolerance": a.tol[precision], "ours": ours_label}
     ref = TorchSide(a, precision, device, init=ours.get)
-    problems = check_names(ours.names(), ref.names())
+    problems, extras = check_names(ours.names(), ref.names())
     if problems:
         record["error"] = "; ".join(problems)
         return record
+    if extras:
+        record["not_compared"] = extras
     record["transposed"] = ref.transposed
     record["losses"] = [[ours.step(x, y), ref.step(x, y)] for x, y in data]
     names = [n for n in ref.names() if n != TIED]
@@ -295,6 +296,8 @@ def print_record(record):
     if "error" in record:
         print(f"  cannot compare: {record['error']}")
         return
+    if record.get("not_compared"):
+        print(f"  (reprise's other tensors, not compared: {', '.join(record['not_compared'])})")
     if record.get("transposed"):
         print(f"  (given transposed, and transposed back: {', '.join(record['transposed'])})")
     print(f"  {'step':>4}  {'ours':>12}  {'torch':>12}  {'relative':>10}")
