@@ -133,16 +133,18 @@ class Report:
 
     def add_check(self, name, data):
         for r in data["records"]:
+            ours = r.get("ours", "reprise")
+            label = f"{r.get('precision')} ({ours})" if ours != "reprise" else r.get("precision")
             if "error" in r:
-                self.checks.append([r.get("precision"), "setup", r["error"], None, False, name])
+                self.checks.append([label, "setup", r["error"], None, False, name])
                 continue
             losses = r.get("losses") or []
             worst = max((abs(o - t) / max(abs(t), 1e-30) for o, t in losses), default=None)
             tol = r.get("tolerance")
-            self.checks.append([r.get("precision"), "loss, worst step", worst, tol,
+            self.checks.append([label, "loss, worst step", worst, tol,
                                 worst is not None and tol is not None and worst <= tol, name])
             p = r.get("params_rel")
-            self.checks.append([r.get("precision"), "parameters, all", p, tol,
+            self.checks.append([label, "parameters, all", p, tol,
                                 p is not None and tol is not None and p <= tol, name])
 
     def add_scaling(self, path, name, data):

@@ -60,8 +60,9 @@ if want reprise; then
     if grep -q -- '--dtype' <<< "$help"; then precision=(--dtype bf16); else precision=(--bf16); fi
     for shape in "16 1024 $(steps 50)" "4 256 $(steps 200)"; do
       set -- $shape
+      # --model gpt2 trains with nanoGPT's AdamW, clipping and warm-up + cosine unless told
+      # otherwise: the peers' optimizer.
       phase "reprise_b$1_t$2" 180 reprise-bench --model gpt2 --batch "$1" --seq "$2" "${precision[@]}" \
-        --optimizer adamw --max_grad_norm 1 --schedule cosine --warmup_steps 10 --total_steps 1000 \
         --mode graph --fusion on --inputs device --iters "$3" --warmup 10 --json "$work/reprise_b$1_t$2.json"
       # Where reprise-bench records no GPT-2 fields (its "depth" and "width" are then the MLP
       # flags' defaults, unused), name the model it ran, GPT-2 124M at this shape, so that
