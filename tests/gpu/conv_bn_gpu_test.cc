@@ -40,9 +40,9 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
     return TensorSpec{nhwc ? Shape{t.n, h, w, c} : Shape{t.n, c, h, w}, t.dtype};
   };
   Graph g;
-  const Value x = *g.AddParameter("x", image(t.c, t.h, t.w), Initializer::Uniform(-1, 2));
+  const Value x = *g.AddConstant("x", image(t.c, t.h, t.w), Initializer::Uniform(-1, 2));
   const Value w =
-      *g.AddParameter("w", {nhwc ? Shape{t.k, t.r, t.r, t.c} : Shape{t.k, t.c, t.r, t.r}, t.dtype},
+      *g.AddConstant("w", {nhwc ? Shape{t.k, t.r, t.r, t.c} : Shape{t.k, t.c, t.r, t.r}, t.dtype},
                       Initializer::Uniform(-0.5, 0.5));
   const Value gamma = *g.AddParameter("gamma", {Shape{t.k}}, Initializer::Uniform(0.5, 1.5));
   const Value beta = *g.AddParameter("beta", {Shape{t.k}}, Initializer::Uniform(-1, 1));
@@ -50,7 +50,7 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
   const Value var = *g.AddState("running_var", {Shape{t.k}}, Initializer::Uniform(0.5, 2));
   std::vector<Value> inputs = {x, w, gamma, beta, mean, var};
   if (t.residual) {
-    inputs.push_back(*g.AddParameter("residual", image(t.k, p, q), Initializer::Uniform(-1, 1)));
+    inputs.push_back(*g.AddConstant("residual", image(t.k, p, q), Initializer::Uniform(-1, 1)));
   }
   const Attrs attrs = {{"layout", std::string(LayoutName(t.layout))},
                        {"stride_h", t.stride},

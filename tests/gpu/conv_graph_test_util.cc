@@ -109,11 +109,11 @@ ConvReference ComputeConvReference(const ConvCase& t,
                        {"groups", t.groups},       {"layout", layout}};
   Graph g;
   const Initializer uniform = Initializer::Uniform(-1, 1);
-  const Value x = *g.AddParameter("x", {activation(t.c, t.h, t.w)}, uniform);
-  const Value w = *g.AddParameter(
+  const Value x = *g.AddConstant("x", {activation(t.c, t.h, t.w)}, uniform);
+  const Value w = *g.AddConstant(
       "w", {t.layout == Layout::kNHWC ? Shape{t.k, t.r, t.s, cg} : Shape{t.k, cg, t.r, t.s}},
       uniform);
-  const Value dy = *g.AddParameter("dy", {activation(t.k, s.p, s.q)}, uniform);
+  const Value dy = *g.AddConstant("dy", {activation(t.k, s.p, s.q)}, uniform);
   const Value y = *g.AddOp1(ops::Conv2dOp(), "conv", {x, w}, attrs);
   Attrs dgrad = attrs;
   dgrad["input_h"] = t.h;
