@@ -4,10 +4,13 @@
 // both layouts, float32 and bfloat16. Where cuDNN has no plan for the fused graph the node runs
 // the separate lowerings; the test prints which ran, and requires the fused form for NHWC
 // bfloat16, the pattern cuDNN's Hopper engines fuse.
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "reprise/graph.h"
 #include "src/ir/reference_executor.h"
@@ -43,7 +46,7 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
   const Value x = *g.AddConstant("x", image(t.c, t.h, t.w), Initializer::Uniform(-1, 2));
   const Value w =
       *g.AddConstant("w", {nhwc ? Shape{t.k, t.r, t.r, t.c} : Shape{t.k, t.c, t.r, t.r}, t.dtype},
-                      Initializer::Uniform(-0.5, 0.5));
+                     Initializer::Uniform(-0.5, 0.5));
   const Value gamma = *g.AddParameter("gamma", {Shape{t.k}}, Initializer::Uniform(0.5, 1.5));
   const Value beta = *g.AddParameter("beta", {Shape{t.k}}, Initializer::Uniform(-1, 1));
   const Value mean = *g.AddState("running_mean", {Shape{t.k}}, Initializer::Uniform(-1, 1));
@@ -68,11 +71,17 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
   // float32: the two paths sum in other orders; bfloat16: outputs within about one ulp.
   ExpectGpuMatchesCpu(g, cpu, t.dtype == DType::kFloat32 ? 1e-4 : 1e-2, {}, false, false,
                       &described);
-  ASSERT_EQ(described.size(), 1u);
-  std::cout << t.name << ": " << described[0] << "\n";
-  const bool fused = described[0].rfind("cudnn graph conv fwd stats ", 0) == 0;
-  EXPECT_TRUE(fused || described[0].rfind("unfused (", 0) == 0) << described[0];
-  if (nhwc && t.dtype == DType::kBFloat16) EXPECT_TRUE(fused) << described[0];
+  // The step may describe other launches too (its input copy); the conv_bn node's line says
+  // whether it ran fused or why not.
+  const std::string all = absl::StrJoin(described, "; ");
+  std::cout << t.name << ": " << all << "\n";
+  auto starts = [&](absl::string_view prefix) {
+    return std::any_of(described.begin(), described.end(),
+                       [&](const std::string& d) { return absl::StartsWith(d, prefix); });
+  };
+  const bool fused = starts("cudnn graph conv fwd stats ");
+  EXPECT_TRUE(fused || starts("unfused (")) << all;
+  if (nhwc && t.dtype == DType::kBFloat16) EXPECT_TRUE(fused) << all;
 }
 
 INSTANTIATE_TEST_SUITE_P(
