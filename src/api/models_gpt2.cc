@@ -26,8 +26,10 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("Gpt2Config::", field, " ", why));
 }
 
+}  // namespace
+
 // Everything about the config that can be wrong, checked before any node is added.
-absl::Status CheckConfig(const Gpt2Config& c) {
+absl::Status CheckGpt2Config(const Gpt2Config& c) {
   const std::pair<absl::string_view, int64_t> sizes[] = {
       {"batch", c.batch}, {"seq", c.seq},       {"max_positions", c.max_positions},
       {"vocab", c.vocab}, {"layers", c.layers}, {"heads", c.heads},
@@ -68,24 +70,26 @@ absl::Status CheckConfig(const Gpt2Config& c) {
 }
 
 // Uniform(-a, a) has standard deviation a / sqrt(3).
-Initializer UniformWithStd(double std) {
+Initializer Gpt2Uniform(double std) {
   const double bound = std * std::sqrt(3.0);
   return Initializer::Uniform(-bound, bound);
 }
 
 // nn::Linear's nodes ("<name>.matmul", "<name>.bias_add": what the fuse pass folds into a GEMM
 // epilogue) with GPT-2's initialisation instead of torch.nn.Linear's.
-absl::StatusOr<Value> Linear(Graph& g, Value x, int64_t in, int64_t out, const std::string& name,
-                             double weight_std) {
+absl::StatusOr<Value> Gpt2Linear(Graph& g, Value x, int64_t in, int64_t out,
+                                 const std::string& name, double weight_std) {
   ASSIGN_OR_RETURN(Value w,
                    g.AddParameter(absl::StrCat(name, ".weight"), {Shape{out, in}, DType::kFloat32},
-                                  UniformWithStd(weight_std)));
+                                  Gpt2Uniform(weight_std)));
   ASSIGN_OR_RETURN(Value y, g.AddOp1(ops::MatmulOp(), absl::StrCat(name, ".matmul"), {x, w},
                                      {{"transpose_b", true}}));
   ASSIGN_OR_RETURN(Value b, g.AddParameter(absl::StrCat(name, ".bias"),
                                            {Shape{out}, DType::kFloat32}, Initializer::Zeros()));
   return g.AddOp1(ops::BiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b});
 }
+
+namespace {
 
 // [batch, seq] int32 ids as the [batch·seq] rows the embedding and the loss index by.
 absl::StatusOr<Value> Rows(Graph& g, Value ids, int64_t rows, absl::string_view name) {
@@ -98,19 +102,19 @@ absl::StatusOr<Value> Block(Graph& g, Value x, const Gpt2Config& c, int64_t i) {
   const int64_t width = c.width;
   const double proj_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.layers));
   ASSIGN_OR_RETURN(Value a, nn::LayerNorm(g, x, h + "ln_1"));
-  ASSIGN_OR_RETURN(a, Linear(g, a, width, 3 * width, h + "attn.c_attn", c.init_std));
+  ASSIGN_OR_RETURN(a, Gpt2Linear(g, a, width, 3 * width, h + "attn.c_attn", c.init_std));
   ASSIGN_OR_RETURN(a, nn::CausalAttention(g, a, c.heads, h + "attn", c.seq));
-  ASSIGN_OR_RETURN(a, Linear(g, a, width, width, h + "attn.c_proj", proj_std));
+  ASSIGN_OR_RETURN(a, Gpt2Linear(g, a, width, width, h + "attn.c_proj", proj_std));
   ASSIGN_OR_RETURN(x, nn::Add(g, x, a, h + "attn.residual"));
   ASSIGN_OR_RETURN(Value m, nn::LayerNorm(g, x, h + "ln_2"));
-  ASSIGN_OR_RETURN(m, Linear(g, m, width, 4 * width, h + "mlp.c_fc", c.init_std));
+  ASSIGN_OR_RETURN(m, Gpt2Linear(g, m, width, 4 * width, h + "mlp.c_fc", c.init_std));
   ASSIGN_OR_RETURN(m, nn::Gelu(g, m, h + "mlp.gelu"));
-  ASSIGN_OR_RETURN(m, Linear(g, m, 4 * width, width, h + "mlp.c_proj", proj_std));
+  ASSIGN_OR_RETURN(m, Gpt2Linear(g, m, 4 * width, width, h + "mlp.c_proj", proj_std));
   return nn::Add(g, x, m, h + "mlp.residual");
 }
 
 absl::StatusOr<Gpt2Values> AddGpt2Steps(Graph& g, const Gpt2Config& c, bool tie_output) {
-  RETURN_IF_ERROR(CheckConfig(c));
+  RETURN_IF_ERROR(CheckGpt2Config(c));
   const int64_t rows = c.batch * c.seq;
   Gpt2Values v;
   ASSIGN_OR_RETURN(v.tokens, g.AddInput("tokens", {Shape{c.batch, c.seq}, DType::kInt32}));
@@ -128,8 +132,8 @@ absl::StatusOr<Gpt2Values> AddGpt2Steps(Graph& g, const Gpt2Config& c, bool tie_
   // Weight tying: the output projection reads the embedding's own table, [vocab, C] as a
   // Linear's [out, in] weight, so autodiff sums the two uses' gradients into one.
   if (!tie_output) {
-    ASSIGN_OR_RETURN(head, g.AddParameter("lm_head.weight", {Shape{c.vocab, c.width}},
-                                          UniformWithStd(c.init_std)));
+    ASSIGN_OR_RETURN(
+        head, g.AddParameter("lm_head.weight", {Shape{c.vocab, c.width}}, Gpt2Uniform(c.init_std)));
   }
   ASSIGN_OR_RETURN(v.logits,
                    g.AddOp1(ops::MatmulOp(), "lm_head", {x, head}, {{"transpose_b", true}}));

@@ -1,7 +1,12 @@
-// The GPT-2 builder behind models::BuildGpt2, with the one choice the public API does not offer.
+// The GPT-2 builder behind models::BuildGpt2, with the one choice the public API does not offer,
+// and the pieces the decoder (models_gpt2_decode.cc) builds with.
 #ifndef REPRISE_SRC_API_MODELS_GPT2_H_
 #define REPRISE_SRC_API_MODELS_GPT2_H_
 
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "reprise/graph.h"
 #include "reprise/models.h"
@@ -12,6 +17,16 @@ namespace reprise::models {
 // own, "lm_head.weight" [vocab, C] (initialised as the embedding), read where the tied model reads
 // transformer.wte.weight: the tests compare the tied gradient with the sum of these two.
 absl::StatusOr<Gpt2Values> AddGpt2Model(Graph& graph, const Gpt2Config& config, bool tie_output);
+
+// What BuildGpt2 and BuildGpt2Decoder share.
+// InvalidArgument, naming the field, for a config BuildGpt2 cannot build.
+absl::Status CheckGpt2Config(const Gpt2Config& config);
+// Uniform with standard deviation `std`: GPT-2's initialisation (the engine has no normal one).
+Initializer Gpt2Uniform(double std);
+// x [rows, in] · Wᵀ + b with W "<name>.weight" [out, in] (Gpt2Uniform(weight_std)) and b
+// "<name>.bias" (zeros), as nn::Linear's nodes, so that the fuse pass folds them alike.
+absl::StatusOr<Value> Gpt2Linear(Graph& g, Value x, int64_t in, int64_t out,
+                                 const std::string& name, double weight_std);
 
 }  // namespace reprise::models
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "reprise/gpt2_decode.h"
 #include "reprise/nn.h"
+#include "src/api/models_gpt2.h"
 #include "src/ops/decode_attention.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -18,27 +19,6 @@ namespace reprise::models {
 namespace {
 
 constexpr char kPosition[] = "decode.position";
-
-// Uniform(-a, a) has standard deviation a / sqrt(3): GPT-2's initialisation, as BuildGpt2's
-// (the decoder normally reads a trainer's weights; standalone it starts from the same values).
-Initializer UniformWithStd(double std) {
-  const double bound = std * std::sqrt(3.0);
-  return Initializer::Uniform(-bound, bound);
-}
-
-// x [batch, in] · Wᵀ + b, W "<name>.weight" [out, in]: the ops BuildGpt2's layers use, so that
-// the fuse pass folds the bias into the same GEMM epilogue.
-absl::StatusOr<Value> Linear(Graph& g, Value x, int64_t in, int64_t out, const std::string& name,
-                             double weight_std) {
-  ASSIGN_OR_RETURN(Value w,
-                   g.AddParameter(absl::StrCat(name, ".weight"), {Shape{out, in}, DType::kFloat32},
-                                  UniformWithStd(weight_std)));
-  ASSIGN_OR_RETURN(Value y, g.AddOp1(ops::MatmulOp(), absl::StrCat(name, ".matmul"), {x, w},
-                                     {{"transpose_b", true}}));
-  ASSIGN_OR_RETURN(Value b, g.AddParameter(absl::StrCat(name, ".bias"),
-                                           {Shape{out}, DType::kFloat32}, Initializer::Zeros()));
-  return g.AddOp1(ops::BiasAddOp(), absl::StrCat(name, ".bias_add"), {y, b});
-}
 
 // One pre-LayerNorm block on x [batch, C] for the token at the position counter; adds the ids of
 // the nodes that read the counter to `readers`.
@@ -51,16 +31,16 @@ absl::StatusOr<Value> Block(Graph& g, Value x, Value position, const Gpt2Config&
   ASSIGN_OR_RETURN(Value keys, g.AddState(h + "attn.k_cache", cache, Initializer::Zeros()));
   ASSIGN_OR_RETURN(Value values, g.AddState(h + "attn.v_cache", cache, Initializer::Zeros()));
   ASSIGN_OR_RETURN(Value a, nn::LayerNorm(g, x, h + "ln_1"));
-  ASSIGN_OR_RETURN(a, Linear(g, a, width, 3 * width, h + "attn.c_attn", c.init_std));
+  ASSIGN_OR_RETURN(a, Gpt2Linear(g, a, width, 3 * width, h + "attn.c_attn", c.init_std));
   ASSIGN_OR_RETURN(a, g.AddOp1(ops::DecodeAttentionOp(), h + "attn", {a, keys, values, position},
                                {{"heads", c.heads}}));
   readers.push_back(a.node);
-  ASSIGN_OR_RETURN(a, Linear(g, a, width, width, h + "attn.c_proj", proj_std));
+  ASSIGN_OR_RETURN(a, Gpt2Linear(g, a, width, width, h + "attn.c_proj", proj_std));
   ASSIGN_OR_RETURN(x, nn::Add(g, x, a, h + "attn.residual"));
   ASSIGN_OR_RETURN(Value m, nn::LayerNorm(g, x, h + "ln_2"));
-  ASSIGN_OR_RETURN(m, Linear(g, m, width, 4 * width, h + "mlp.c_fc", c.init_std));
+  ASSIGN_OR_RETURN(m, Gpt2Linear(g, m, width, 4 * width, h + "mlp.c_fc", c.init_std));
   ASSIGN_OR_RETURN(m, nn::Gelu(g, m, h + "mlp.gelu"));
-  ASSIGN_OR_RETURN(m, Linear(g, m, 4 * width, width, h + "mlp.c_proj", proj_std));
+  ASSIGN_OR_RETURN(m, Gpt2Linear(g, m, 4 * width, width, h + "mlp.c_proj", proj_std));
   return nn::Add(g, x, m, h + "mlp.residual");
 }
 
@@ -72,8 +52,7 @@ absl::Status CheckDecoderConfig(const Gpt2Config& c, DType cache_dtype) {
   // BuildGpt2's own checks, on a config whose seq it accepts (the decoder reads one token).
   Gpt2Config one = c;
   one.seq = 1;
-  Graph scratch;
-  return AddGpt2(scratch, one).status();
+  return CheckGpt2Config(one);
 }
 
 absl::StatusOr<Gpt2Decoder> BuildDecoder(const Gpt2Config& c, DType cache_dtype) {
@@ -88,7 +67,7 @@ absl::StatusOr<Gpt2Decoder> BuildDecoder(const Gpt2Config& c, DType cache_dtype)
   ASSIGN_OR_RETURN(const int32_t wte, g.FindNode("transformer.wte.weight"));
   ASSIGN_OR_RETURN(Value wpe, g.AddParameter("transformer.wpe.weight",
                                              {Shape{c.max_positions, c.width}, DType::kFloat32},
-                                             UniformWithStd(c.init_std)));
+                                             Gpt2Uniform(c.init_std)));
   std::vector<int32_t> readers;
   ASSIGN_OR_RETURN(x, g.AddOp1(ops::AddPositionAtOp(), "transformer.wpe", {x, wpe, position}));
   readers.push_back(x.node);
