@@ -75,7 +75,7 @@ std::string VersionText(absl::string_view name) {
 std::string HelpText(const Program& program) {
   std::vector<const absl::CommandLineFlag*> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename() == program.source) flags.push_back(flag);
+    if (program.DefinesFlagsIn(flag->Filename())) flags.push_back(flag);
   }
   std::sort(flags.begin(), flags.end(),
             [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
@@ -97,8 +97,9 @@ void ParseCommandLine(int argc, char** argv, const Program& program) {
   // Abseil's own --helpfull and --helpshort then list this program's flags too: by default it
   // matches the source file's name against the program's, and reprise-bench is reprise_bench.cc.
   absl::FlagsUsageConfig config;
-  const std::string source = program.source;
-  config.contains_help_flags = [source](absl::string_view file) { return file == source; };
+  config.contains_help_flags = [program](absl::string_view file) {
+    return program.DefinesFlagsIn(file);
+  };
   config.contains_helpshort_flags = config.contains_help_flags;
   const std::string name = program.name;
   config.version_string = [name] { return VersionText(name) + "\n"; };

@@ -35,6 +35,12 @@ struct Program {
   const char* name;    // As installed: "reprise-bench", "train_mlp".
   const char* usage;   // The arguments after the name, for the usage line.
   const char* source;  // __FILE__ of the file that defines the program's flags.
+  // __FILE__ of a second file whose flags are the program's too (a group split out by job).
+  const char* more_flags = nullptr;
+
+  bool DefinesFlagsIn(absl::string_view file) const {
+    return file == source || (more_flags != nullptr && file == more_flags);
+  }
 };
 
 // "reprise-bench (reprise 0.4.0, Release build, assertions off, CUDA 13.0)".

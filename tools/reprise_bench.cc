@@ -31,6 +31,7 @@
 #include "src/runtime/kernel_activity.h"
 #include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
+#include "tools/bench_kernel_flags.h"
 #include "tools/bench_models.h"
 #include "tools/bench_results.h"
 #include "tools/cli.h"
@@ -42,9 +43,6 @@ ABSL_FLAG(std::string, model, "mlp",
 ABSL_FLAG(int, ensemble, 32, "models in the ensemble (ensemble): MLPs of --depth, --width, ...");
 ABSL_FLAG(bool, batch_ensembles, true,
           "train an ensemble's identical models as one batched model (TrainOptions)");
-ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
-          "TrainOptions::kernels.ensemble_whole_step_max_models (0: the batched per-layer step at "
-          "any K); -1 keeps its default");
 ABSL_FLAG(int, input_features, 0, "input features (mlp, ensemble); 0 takes --width");
 ABSL_FLAG(int, depth, 8, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
 ABSL_FLAG(int, width, 256, "hidden width and input features (mlp); gpt2: 768 unless given");
@@ -65,22 +63,6 @@ ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(std::string, channels_last, "auto",
           "auto, on or off: run an NCHW network channels-last inside (resnet)");
-ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
-ABSL_FLAG(bool, narrow_conv, true,
-          "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
-          "kernels (false: cuDNN)");
-ABSL_FLAG(
-    bool, own_wgrad, false,
-    "TrainOptions::kernels.own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
-    "as reprise's own kernel (false: cuDNN)");
-ABSL_FLAG(std::string, conv_api, "legacy",
-          "TrainOptions::kernels.conv_api: legacy or graph (cuDNN's graph API through "
-          "cudnn-frontend)");
-ABSL_FLAG(bool, conv_bn_stats, false,
-          "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
-          "statistics summed in the convolution's epilogue");
-ABSL_FLAG(bool, measure_matmul, false,
-          "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values in "
           "the backward pass");
@@ -102,9 +84,6 @@ ABSL_FLAG(std::string, graph_launch, "auto",
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
-ABSL_FLAG(bool, relu_epilogues, false,
-          "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
-          "(TrainOptions::kernels.relu_backward_epilogues)");
 ABSL_FLAG(std::string, inputs, "host",
           "host: SetInput (pinned staging, copied to the GPU inside each step); device: the batch "
           "waits in device memory bound with BindInput (a loader that delivers on the GPU, as "
@@ -153,7 +132,7 @@ constexpr reprise::cli::Program kProgram = {
     "  gpt2 also prints tokens/s and MFU: model flops per step (6*N + 6*L*T*C) * tokens, llm.c's\n"
     "  count (N parameters, the tied embedding once; L layers; T tokens per sequence; C width),\n"
     "  over the step time and the GPU's dense peak for the compute type (--peak_tflops).",
-    __FILE__};
+    __FILE__, reprise::tools::kBenchKernelFlagsFile};
 
 // Every flag with a fixed set or range of values, checked before any device work.
 absl::Status CheckBenchFlags() {
@@ -284,14 +263,6 @@ absl::StatusOr<reprise::ChannelsLast> ChannelsLastFlag() {
       absl::StrCat("--channels_last must be auto, on or off, not '", value, "'"));
 }
 
-absl::StatusOr<reprise::KernelTuning::ConvApi> ConvApiFlag() {
-  const std::string value = absl::GetFlag(FLAGS_conv_api);
-  if (value == "legacy") return reprise::KernelTuning::ConvApi::kLegacy;
-  if (value == "graph") return reprise::KernelTuning::ConvApi::kGraph;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--conv_api must be legacy or graph, not '", value, "'"));
-}
-
 // The TrainOptions every trainer of this run shares, from the flags: precision, lanes, kernels,
 // layout, mirroring, ensembles, the optimizer and the non-finite guard.
 absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
@@ -302,18 +273,8 @@ absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
   options.compute_dtype = ComputeDType();
   options.lanes = absl::GetFlag(FLAGS_lanes);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  options.kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
-  options.kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
-  options.kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
-  options.kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
-  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
-  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
-    options.kernels.ensemble_whole_step_max_models =
-        absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
-  }
+  ASSIGN_OR_RETURN(options.kernels, reprise::tools::KernelTuningFromFlags());
   ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
-  ASSIGN_OR_RETURN(options.kernels.conv_api, ConvApiFlag());
-  options.kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
   options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   ASSIGN_OR_RETURN(options.non_finite.policy,
@@ -526,16 +487,14 @@ absl::Status Main() {
   const reprise::DType dtype = ComputeDType();
   ASSIGN_OR_RETURN(const reprise::TrainOptions train, OptionsFromFlags(reprise::ExecMode::kGraph));
   std::printf(
-      "reprise-bench %s channels_last=%s tf32=%d bf16=%d lanes=%d mirror=%s %s%s%s%s%s%s%s on %s\n",
+      "reprise-bench %s channels_last=%s tf32=%d bf16=%d lanes=%d mirror=%s %s%s%s%s%s%s on %s\n",
       reprise::tools::ModelConfigText(model), absl::GetFlag(FLAGS_channels_last),
       absl::GetFlag(FLAGS_tf32), dtype == reprise::DType::kBFloat16, absl::GetFlag(FLAGS_lanes),
       absl::GetFlag(FLAGS_mirror), reprise::tools::OptimizerText(train.optimizer),
       model.model == "ensemble"
           ? absl::StrCat(" batch_ensembles=", absl::GetFlag(FLAGS_batch_ensembles))
           : "",
-      dtype == reprise::DType::kFloat16 ? " fp16=1" : "",
-      absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
-      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
+      dtype == reprise::DType::kFloat16 ? " fp16=1" : "", reprise::tools::KernelFlagsText(),
       absl::GetFlag(FLAGS_inputs) == "device" ? " inputs=device" : "",
       absl::GetFlag(FLAGS_graph_launch) == "auto"
           ? ""

@@ -1,0 +1,70 @@
+// reprise-bench's flags that tune kernels (TrainOptions::kernels, reprise::KernelTuning), in a
+// file of their own; reprise-bench's --help lists them with its other flags (cli::Program).
+#include "tools/bench_kernel_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
+          "TrainOptions::kernels.ensemble_whole_step_max_models (0: the batched per-layer step at "
+          "any K); -1 keeps its default");
+ABSL_FLAG(bool, measure_conv, false, "pick convolution algorithms by timing them");
+ABSL_FLAG(bool, narrow_conv, true,
+          "convolutions of inputs with at most 4 channels (the stem) run as reprise's own "
+          "kernels (false: cuDNN)");
+ABSL_FLAG(
+    bool, own_wgrad, false,
+    "TrainOptions::kernels.own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
+    "as reprise's own kernel (false: cuDNN)");
+ABSL_FLAG(std::string, conv_api, "legacy",
+          "TrainOptions::kernels.conv_api: legacy or graph (cuDNN's graph API through "
+          "cudnn-frontend)");
+ABSL_FLAG(bool, conv_bn_stats, false,
+          "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
+          "statistics summed in the convolution's epilogue");
+ABSL_FLAG(bool, measure_matmul, false,
+          "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
+ABSL_FLAG(bool, relu_epilogues, false,
+          "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
+          "(TrainOptions::kernels.relu_backward_epilogues)");
+
+namespace reprise::tools {
+
+const char kBenchKernelFlagsFile[] = __FILE__;
+
+namespace {
+absl::StatusOr<KernelTuning::ConvApi> ConvApiFlag() {
+  const std::string value = absl::GetFlag(FLAGS_conv_api);
+  if (value == "legacy") return KernelTuning::ConvApi::kLegacy;
+  if (value == "graph") return KernelTuning::ConvApi::kGraph;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--conv_api must be legacy or graph, not '", value, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
+  KernelTuning kernels;
+  kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
+  kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
+  kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
+  kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);
+  kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
+  if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
+    kernels.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
+  }
+  auto conv_api = ConvApiFlag();
+  if (!conv_api.ok()) return conv_api.status();
+  kernels.conv_api = *conv_api;
+  kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
+  return kernels;
+}
+
+std::string KernelFlagsText() {
+  return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
+                      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "");
+}
+
+}  // namespace reprise::tools
