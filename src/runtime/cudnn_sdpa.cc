@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/cudnn_warm_up.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -172,46 +173,23 @@ absl::StatusOr<std::shared_ptr<const CudnnSdpa::Plan>> Build(const CudnnHandle& 
   return std::shared_ptr<const CudnnSdpa::Plan>(std::move(plan));
 }
 
-// Runs the plan's first execution into a throw-away capture on a stream of its own (as the
-// frontend's own warmup does for deserialised graphs), so that whatever cuDNN does on a plan's
-// first run (loading its kernels) happens now and not inside the Trainer's capture of the step,
-// whose thread-local mode refuses such calls. Nothing reaches the device: the capture is
-// discarded. Best effort: a warm-up that fails leaves the first run to the step itself, which
-// reports its own errors; only failing to give the handle its stream back is an error.
+// The plan's first run, ahead of the step's capture (WarmUpInThrowawayCapture), with one
+// allocation as large as any operand or the workspace standing in for all of them.
 absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnSdpa::Plan& plan,
                     absl::string_view context) {
-  cudaStream_t original = nullptr;
-  RETURN_IF_ERROR(CudaStatus(cudnnGetStream(handle.get(), &original), "cudnnGetStream", context));
-  cudaStream_t stream = nullptr;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::OkStatus();
-  }
-  // One allocation as large as any operand or the workspace, standing in for all of them.
   const SdpaShape& s = key.shape;
   const size_t bytes = std::max<size_t>(s.batch * s.seq * s.row_stride * 2, plan.workspace_bytes);
-  void* placeholder = nullptr;
-  if (cudaMalloc(&placeholder, bytes + (1 << 20)) == cudaSuccess &&
-      cudnnSetStream(handle.get(), stream) == CUDNN_STATUS_SUCCESS &&
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
-    std::unordered_map<int64_t, void*> pack;
-    for (Uid uid : {kQ, kK, kV, kO, kStats}) pack[uid] = placeholder;
-    if (key.pass == SdpaPass::kBackward) {
-      for (Uid uid : {kDO, kDQ, kDK, kDV}) pack[uid] = placeholder;
-    }
-    (void)plan.graph->execute(handle.get(), pack, placeholder);
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) {
-      cudaGraphDestroy(graph);
-    }
-  }
-  (void)cudaGetLastError();  // What the discarded capture left behind is not the caller's.
-  const absl::Status restored =
-      CudaStatus(cudnnSetStream(handle.get(), original), "cudnnSetStream", context);
-  if (placeholder != nullptr) cudaFree(placeholder);
-  cudaStreamDestroy(stream);
-  (void)cudaGetLastError();
-  return restored;
+  return WarmUpInThrowawayCapture(
+      handle, bytes,
+      [&](void* placeholder) {
+        std::unordered_map<int64_t, void*> pack;
+        for (Uid uid : {kQ, kK, kV, kO, kStats}) pack[uid] = placeholder;
+        if (key.pass == SdpaPass::kBackward) {
+          for (Uid uid : {kDO, kDQ, kDK, kDV}) pack[uid] = placeholder;
+        }
+        (void)plan.graph->execute(handle.get(), pack, placeholder);
+      },
+      context);
 }
 
 }  // namespace
