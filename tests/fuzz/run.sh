@@ -22,8 +22,13 @@ cxx="${FUZZ_CXX:-$(command -v clang++ || true)}"
 [[ -n "$cxx" ]] || { echo "run.sh: clang++ is needed (apt-get install clang)" >&2; exit 1; }
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
-  -DREPRISE_FUZZ=ON -DREPRISE_SANITIZE="address;undefined" -DREPRISE_WITH_MPI=OFF "${launcher[@]}" >/dev/null
+# -O1 and line tables only: what libFuzzer's documentation suggests, and a faster build than -O2 -g.
+# One CUDA architecture: the fuzzers link the library's kernels but never launch them.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -gline-tables-only" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CUDA_ARCHITECTURES=90-real -DREPRISE_FUZZ=ON \
+  -DREPRISE_SANITIZE="address;undefined" -DREPRISE_WITH_MPI=OFF -DREPRISE_PYTHON=OFF \
+  "${launcher[@]}" >/dev/null
 targets=()
 for f in "${fuzzers[@]}"; do targets+=("reprise_${f}_fuzzer"); done
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
