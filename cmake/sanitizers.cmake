@@ -11,18 +11,14 @@
 #
 # REPRISE_FUZZ: the libFuzzer targets of tests/fuzz (clang only; tests/fuzz/run.sh configures a
 # build that way and runs them).
-#
-# A target whose property REPRISE_UNINSTRUMENTED is set gets neither (the fuzz build sets it on
-# the layers that only talk to the GPU, which no fuzzer reaches without one: they build faster).
 set(REPRISE_SANITIZE "" CACHE STRING "Sanitizers for the host C++ code, e.g. address;undefined")
 option(REPRISE_FUZZ "Build the libFuzzer targets of tests/fuzz (clang)" OFF)
-set(reprise_instrumented "$<NOT:$<BOOL:$<TARGET_PROPERTY:REPRISE_UNINSTRUMENTED>>>")
 
 if(REPRISE_SANITIZE)
   list(JOIN REPRISE_SANITIZE "," reprise_sanitizers)
   add_compile_options(
-    "$<$<AND:$<COMPILE_LANGUAGE:CXX>,${reprise_instrumented}>:-fsanitize=${reprise_sanitizers}>"
-    "$<$<AND:$<COMPILE_LANGUAGE:CXX>,${reprise_instrumented}>:-fno-sanitize-recover=all>"
+    "$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${reprise_sanitizers}>"
+    "$<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=all>"
     "$<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>")
   add_link_options("$<$<LINK_LANGUAGE:CXX>:-fsanitize=${reprise_sanitizers}>")
   function(reprise_sanitizer_environment)
@@ -43,7 +39,6 @@ if(REPRISE_FUZZ)
     message(FATAL_ERROR "REPRISE_FUZZ needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++")
   endif()
   # Coverage for the fuzzers in every object they link, the library included.
-  add_compile_options(
-    "$<$<AND:$<COMPILE_LANGUAGE:CXX>,${reprise_instrumented}>:-fsanitize=fuzzer-no-link>")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>")
   add_subdirectory(${PROJECT_SOURCE_DIR}/tests/fuzz ${PROJECT_BINARY_DIR}/fuzz)
 endif()
