@@ -36,9 +36,11 @@ absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
   ASSIGN_OR_RETURN(const int64_t tensors, ir::IntAttr(attrs, "tensors"));
   const bool norm = ir::BoolAttrOr(attrs, "clip_norm", false);
   const bool scaled = ir::BoolAttrOr(attrs, "loss_scaled", false);
-  const int64_t shared = num_inputs - kPerTensor * tensors;
+  // tensors is bounded first, so that kPerTensor * tensors cannot overflow.
+  const bool fits = tensors >= 1 && tensors <= num_inputs;
+  const int64_t shared = fits ? num_inputs - kPerTensor * tensors : -1;
   const int64_t fixed = kFixedShared + (norm ? 2 : 0) + (scaled ? 1 : 0);
-  if (tensors < 1 || shared < fixed || shared > fixed + (norm ? 0 : 1)) {
+  if (!fits || shared < fixed || shared > fixed + (norm ? 0 : 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected ", kPerTensor, " inputs per tensor (w, g, m, v, weight_decay) for ",
                      tensors, " tensors, then lr, step, beta1, beta2, epsilon",

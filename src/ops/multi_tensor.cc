@@ -16,8 +16,10 @@ namespace reprise::ops {
 absl::StatusOr<int64_t> MultiTensorCount(const Attrs& attrs, int num_inputs, int per_tensor,
                                          int min_shared, int max_shared) {
   ASSIGN_OR_RETURN(int64_t tensors, ir::IntAttr(attrs, "tensors"));
-  const int64_t shared = num_inputs - per_tensor * tensors;
-  if (tensors < 1 || shared < min_shared || shared > max_shared) {
+  // tensors is bounded first, so that per_tensor * tensors cannot overflow.
+  const bool fits = tensors >= 1 && tensors <= num_inputs;
+  const int64_t shared = fits ? num_inputs - per_tensor * tensors : -1;
+  if (!fits || shared < min_shared || shared > max_shared) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected ", per_tensor, " inputs per tensor for ", tensors, " tensors plus ",
                      min_shared, min_shared == max_shared ? "" : absl::StrCat(" to ", max_shared),
