@@ -56,7 +56,8 @@ using ModelBuilder =
 absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const ModelBuilder& build);
 
 // losses[0] + losses[1] + ..., added left to right; the last add is named `name`. Training on
-// the sum gives each model the gradients of its own loss. InvalidArgument for no losses.
+// the sum gives each model the gradients of its own loss. InvalidArgument for no losses, or for
+// one that is not a float scalar of `graph`.
 absl::StatusOr<Value> SumLosses(Graph& graph, absl::Span<const Value> losses,
                                 absl::string_view name = "loss");
 

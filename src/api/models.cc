@@ -1,5 +1,8 @@
 #include "reprise/models.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "reprise/nn.h"
 #include "src/util/status_macros.h"
@@ -7,6 +10,9 @@
 namespace reprise::models {
 
 namespace {
+// The most hidden layers of an MLP: int32 node ids, 8 nodes a layer at most.
+constexpr int64_t kMaxLayers = std::numeric_limits<int32_t>::max() / 8;
+
 absl::StatusOr<MlpValues> AddMlpSteps(Graph& g, const MlpConfig& config, absl::string_view prefix) {
   if (config.batch <= 0 || config.input_features <= 0 || config.depth < 0 || config.width <= 0 ||
       config.classes <= 1) {
@@ -14,6 +20,12 @@ absl::StatusOr<MlpValues> AddMlpSteps(Graph& g, const MlpConfig& config, absl::s
         "MLP needs batch, input_features, width > 0, depth >= 0 and classes > 1; got batch=",
         config.batch, " input_features=", config.input_features, " depth=", config.depth,
         " width=", config.width, " classes=", config.classes));
+  }
+  // Node ids are int32 and each hidden layer adds a handful of nodes: a deeper MLP could never be
+  // built, and would run out of memory trying.
+  if (config.depth > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("MLP depth ", config.depth, " is more than ",
+                                                   kMaxLayers, " layers a graph can hold"));
   }
   MlpValues mlp;
   ASSIGN_OR_RETURN(mlp.features, g.AddInput(absl::StrCat(prefix, "features"),

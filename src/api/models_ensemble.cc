@@ -30,6 +30,15 @@ namespace {
 absl::StatusOr<Value> SumLossesSteps(Graph& graph, absl::Span<const Value> losses,
                                      absl::string_view name) {
   if (losses.empty()) return absl::InvalidArgumentError("SumLosses needs at least one loss");
+  // Checked here, not left to the adds: a single loss is returned without one.
+  for (size_t i = 0; i < losses.size(); ++i) {
+    absl::StatusOr<TensorSpec> spec = graph.SpecOf(losses[i]);
+    if (!spec.ok() || spec->shape.rank() != 0 || !IsFloat(spec->dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SumLosses: loss ", i, " must be a float scalar of the graph, got ",
+                       spec.ok() ? spec->ToString() : std::string(spec.status().message())));
+    }
+  }
   if (losses.size() == 1) return losses[0];
   Value total = losses[0];
   for (size_t i = 1; i < losses.size(); ++i) {

@@ -40,6 +40,14 @@ absl::Status CheckGpt2Config(const Gpt2Config& c) {
   if (!(c.init_std > 0) || !std::isfinite(c.init_std)) {
     return Invalid("init_std", absl::StrCat("must be finite and positive, got ", c.init_std));
   }
+  // Node ids are int32 and a block adds a few dozen nodes: more layers could never be built.
+  constexpr int64_t kMaxLayers = std::numeric_limits<int32_t>::max() / 64;
+  if (c.layers > kMaxLayers) {
+    return Invalid("layers", absl::StrCat("must be at most ", kMaxLayers,
+                                          " (the nodes a graph can "
+                                          "hold), got ",
+                                          c.layers));
+  }
   if (c.width % c.heads != 0) {
     return Invalid("heads", absl::StrCat("(", c.heads, ") must divide width (", c.width, ")"));
   }

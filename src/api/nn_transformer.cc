@@ -25,9 +25,10 @@ absl::Status CheckPositive(absl::string_view layer, absl::string_view name, absl
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<Value> LayerNorm(Graph& graph, Value x, absl::string_view name, double epsilon) {
+// The builders that add a parameter and then an op: the public ones below run them transactionally,
+// so that a refused op leaves no parameter behind.
+absl::StatusOr<Value> LayerNormSteps(Graph& graph, Value x, absl::string_view name,
+                                     double epsilon) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));
   if (x_spec.shape.rank() < 1) {
     return absl::InvalidArgumentError(
@@ -44,12 +45,8 @@ absl::StatusOr<Value> LayerNorm(Graph& graph, Value x, absl::string_view name, d
   return outputs[0];  // The saved statistics feed only the gradient.
 }
 
-absl::StatusOr<Value> Gelu(Graph& graph, Value x, absl::string_view name) {
-  return graph.AddOp1(ops::GeluOp(), name, {x});
-}
-
-absl::StatusOr<Value> Embedding(Graph& graph, Value ids, int64_t vocab, int64_t width,
-                                absl::string_view name, double init_std) {
+absl::StatusOr<Value> EmbeddingSteps(Graph& graph, Value ids, int64_t vocab, int64_t width,
+                                     absl::string_view name, double init_std) {
   RETURN_IF_ERROR(CheckPositive("Embedding", name, "vocab", static_cast<double>(vocab)));
   RETURN_IF_ERROR(CheckPositive("Embedding", name, "width", static_cast<double>(width)));
   RETURN_IF_ERROR(CheckPositive("Embedding", name, "init_std", init_std));
@@ -59,9 +56,9 @@ absl::StatusOr<Value> Embedding(Graph& graph, Value ids, int64_t vocab, int64_t 
   return graph.AddOp1(ops::EmbeddingOp(), name, {ids, table});
 }
 
-absl::StatusOr<Value> PositionEmbedding(Graph& graph, Value x, int64_t max_positions,
-                                        int64_t positions, absl::string_view name,
-                                        double init_std) {
+absl::StatusOr<Value> PositionEmbeddingSteps(Graph& graph, Value x, int64_t max_positions,
+                                             int64_t positions, absl::string_view name,
+                                             double init_std) {
   ASSIGN_OR_RETURN(TensorSpec x_spec, graph.SpecOf(x));
   RETURN_IF_ERROR(CheckPositive("PositionEmbedding", name, "max_positions",
                                 static_cast<double>(max_positions)));
@@ -75,6 +72,30 @@ absl::StatusOr<Value> PositionEmbedding(Graph& graph, Value x, int64_t max_posit
                                                    {Shape{max_positions, width}, x_spec.dtype},
                                                    UniformWithStd(init_std)));
   return graph.AddOp1(ops::AddPositionsOp(), name, {x, table}, {{"positions", positions}});
+}
+
+}  // namespace
+
+absl::StatusOr<Value> LayerNorm(Graph& graph, Value x, absl::string_view name, double epsilon) {
+  return Transactional(graph, [&] { return LayerNormSteps(graph, x, name, epsilon); });
+}
+
+absl::StatusOr<Value> Gelu(Graph& graph, Value x, absl::string_view name) {
+  return graph.AddOp1(ops::GeluOp(), name, {x});
+}
+
+absl::StatusOr<Value> Embedding(Graph& graph, Value ids, int64_t vocab, int64_t width,
+                                absl::string_view name, double init_std) {
+  return Transactional(graph,
+                       [&] { return EmbeddingSteps(graph, ids, vocab, width, name, init_std); });
+}
+
+absl::StatusOr<Value> PositionEmbedding(Graph& graph, Value x, int64_t max_positions,
+                                        int64_t positions, absl::string_view name,
+                                        double init_std) {
+  return Transactional(graph, [&] {
+    return PositionEmbeddingSteps(graph, x, max_positions, positions, name, init_std);
+  });
 }
 
 }  // namespace reprise::nn

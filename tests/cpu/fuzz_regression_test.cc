@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/graph.h"
+#include "reprise/models.h"
+#include "reprise/nn.h"
 #include "src/ops/ops.h"
 
 namespace reprise {
@@ -36,6 +38,68 @@ TEST(FuzzRegressionTest, MultiTensorUpdatesRefuseHugeTensorCounts) {
           << op->name << " tensors=" << tensors;
       EXPECT_EQ(g.ToString(), before);
     }
+  }
+}
+
+// SumLosses of one loss returned it unchecked: a value of no graph (Value{}) came back OK, and a
+// caller reading its spec read out of bounds.
+TEST(FuzzRegressionTest, SumLossesChecksASingleLoss) {
+  Graph g;
+  auto x = g.AddInput("x", {Shape{4}, DType::kFloat32});
+  auto labels = g.AddInput("labels", {Shape{4}, DType::kInt32});
+  auto scalar = g.AddParameter("w", {Shape{}}, Initializer::Zeros());
+  ASSERT_TRUE(x.ok() && labels.ok() && scalar.ok());
+  const std::string before = g.ToString();
+  for (const Value& bad : {Value{}, Value{99, 0}, Value{scalar->node, 1}, *x, *labels}) {
+    auto sum = models::SumLosses(g, {bad});
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument) << bad.node;
+    EXPECT_EQ(models::SumLosses(g, {*scalar, bad}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(g.ToString(), before);
+  }
+  auto one = models::SumLosses(g, {*scalar});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, *scalar);
+}
+
+// LayerNorm, Embedding and PositionEmbedding add their parameters before their op: an op that was
+// refused left the parameters in the graph, so a retry failed on their names.
+TEST(FuzzRegressionTest, TransformerLayersLeaveTheGraphAsItWasWhenRefused) {
+  Graph g;
+  auto x = g.AddInput("x", {Shape{2, 3, 4}, DType::kFloat32});
+  auto ids = g.AddInput("ids", {Shape{6}, DType::kInt32});
+  ASSERT_TRUE(x.ok() && ids.ok());
+  const std::string before = g.ToString();
+  // Float ids; positions outside [1, max_positions]; a NaN epsilon.
+  EXPECT_FALSE(nn::Embedding(g, *x, 10, 4, "wte").ok());
+  EXPECT_EQ(g.ToString(), before);
+  EXPECT_FALSE(nn::PositionEmbedding(g, *x, 8, 0, "wpe").ok());
+  EXPECT_EQ(g.ToString(), before);
+  EXPECT_FALSE(nn::LayerNorm(g, *x, "ln", std::numeric_limits<double>::quiet_NaN()).ok());
+  EXPECT_EQ(g.ToString(), before);
+  // The same names then build.
+  EXPECT_TRUE(nn::Embedding(g, *ids, 10, 4, "wte").ok());
+  EXPECT_TRUE(nn::PositionEmbedding(g, *x, 8, 3, "wpe").ok());
+  EXPECT_TRUE(nn::LayerNorm(g, *x, "ln").ok());
+}
+
+// A huge MLP depth or GPT-2 layer count with tiny widths passed every size check and the builder
+// looped adding layers until memory ran out; no graph can hold them (int32 node ids).
+TEST(FuzzRegressionTest, ModelsRefuseMoreLayersThanAGraphHolds) {
+  for (int64_t depth : {int64_t{1} << 40, std::numeric_limits<int64_t>::max()}) {
+    Graph g;
+    auto mlp = models::AddMlp(
+        g, {.batch = 1, .input_features = 1, .depth = depth, .width = 1, .classes = 2});
+    EXPECT_EQ(mlp.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(g.num_nodes(), 0);
+    auto gpt = models::BuildGpt2({.batch = 1,
+                                  .seq = 1,
+                                  .max_positions = 1,
+                                  .vocab = 2,
+                                  .layers = depth,
+                                  .heads = 1,
+                                  .width = 1});
+    EXPECT_EQ(gpt.status().code(), absl::StatusCode::kInvalidArgument);
   }
 }
 

@@ -53,6 +53,7 @@ void Expect(const Graph& g, const std::string& before, const Result& result,
     return;
   }
   if constexpr (std::is_same_v<Result, absl::StatusOr<Value>>) {
+    Check(result->valid() && result->node < g.num_nodes());  // A value of the graph.
     values.push_back(*result);
   } else if constexpr (std::is_same_v<Result, absl::StatusOr<std::vector<Value>>>) {
     values.insert(values.end(), result->begin(), result->end());
@@ -73,7 +74,8 @@ models::Gpt2Config RandomGpt2Config(FuzzedDataProvider& in) {
   c.vocab = Extent(in);
   c.layers = Count(in);
   c.heads = Extent(in);
-  c.width = in.ConsumeBool() ? c.heads * in.ConsumeIntegralInRange<int64_t>(1, 4) : Extent(in);
+  const bool divisible = c.heads > 0 && c.heads < (int64_t{1} << 32) && in.ConsumeBool();
+  c.width = divisible ? c.heads * in.ConsumeIntegralInRange<int64_t>(1, 4) : Extent(in);
   c.init_std = in.ConsumeBool() ? 0.02 : RandomDouble(in);
   return c;
 }
@@ -244,7 +246,7 @@ void Run(FuzzedDataProvider& in) {
         nn::Conv2dOptions o;
         o.kernel = Extent(in);
         o.stride = Extent(in);
-        o.padding = in.ConsumeBool() ? Extent(in) - 1 : 0;
+        o.padding = in.ConsumeBool() ? Extent(in) : 0;
         o.dilation = in.ConsumeBool() ? Extent(in) : 1;
         o.groups = in.ConsumeBool() ? Extent(in) : 1;
         o.bias = in.ConsumeBool();
@@ -264,8 +266,8 @@ void Run(FuzzedDataProvider& in) {
       }
       case 7:
         Expect(g, before,
-               nn::MaxPool2d(g, pick(), Extent(in), Extent(in), Extent(in) - 1, name,
-                             RandomLayout(in)),
+               nn::MaxPool2d(g, pick(), Extent(in), Extent(in), in.ConsumeBool() ? 0 : Extent(in),
+                             name, RandomLayout(in)),
                values);
         break;
       case 8:
