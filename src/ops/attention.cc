@@ -56,7 +56,8 @@ absl::StatusOr<AttentionDims> ForwardDims(const Attrs& attrs, absl::Span<const T
         what, " must be [batch, seq, width] or [batch * seq, width], got ", in[0].ToString()));
   }
   const int64_t width = shape.dim(shape.rank() - 1);
-  const int64_t parts = dims.packed ? 3 * heads : heads;
+  // heads is bounded by the width before it is tripled, which could overflow.
+  const int64_t parts = heads > width ? width + 1 : dims.packed ? 3 * heads : heads;
   if (width < parts || width % parts != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " ", in[0].ToString(), ": its last dimension must split into ",

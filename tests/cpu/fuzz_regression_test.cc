@@ -11,6 +11,7 @@
 #include "reprise/graph.h"
 #include "reprise/models.h"
 #include "reprise/nn.h"
+#include "reprise/nn_attention.h"
 #include "src/ops/ops.h"
 
 namespace reprise {
@@ -101,6 +102,23 @@ TEST(FuzzRegressionTest, ModelsRefuseMoreLayersThanAGraphHolds) {
                                   .width = 1});
     EXPECT_EQ(gpt.status().code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// A packed causal attention tripled its heads before comparing them with the width: a huge
+// head count overflowed int64.
+TEST(FuzzRegressionTest, AttentionRefusesHugeHeadCounts) {
+  Graph g;
+  auto qkv = g.AddInput("qkv", {Shape{2, 3, 12}, DType::kFloat32});
+  ASSERT_TRUE(qkv.ok());
+  for (int64_t heads : kHugeCounts) {
+    EXPECT_EQ(nn::CausalAttention(g, *qkv, heads, "attn").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << heads;
+    EXPECT_EQ(nn::CausalAttention(g, *qkv, *qkv, *qkv, heads, "attn").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << heads;
+  }
+  EXPECT_TRUE(nn::CausalAttention(g, *qkv, 2, "attn").ok());
 }
 
 }  // namespace
