@@ -31,7 +31,8 @@ absl::StatusOr<DecodeDims> DimsOf(const Attrs& attrs, absl::Span<const TensorSpe
   RETURN_IF_ERROR(CheckFloat(in[0], "qkv"));
   DecodeDims dims{.batch = in[0].shape.dim(0), .heads = heads};
   const int64_t packed = in[0].shape.dim(1);
-  if (packed < 3 * heads || packed % (3 * heads) != 0) {
+  // heads is bounded by the width before it is tripled, which could overflow.
+  if (heads > packed || packed < 3 * heads || packed % (3 * heads) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("qkv ", in[0].ToString(),
                                                    ": its last dimension must split into 3 x ",
                                                    heads, " heads of equal width"));

@@ -12,6 +12,7 @@
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "reprise/nn_attention.h"
+#include "src/ops/decode_attention.h"
 #include "src/ops/ops.h"
 
 namespace reprise {
@@ -119,6 +120,16 @@ TEST(FuzzRegressionTest, AttentionRefusesHugeHeadCounts) {
         << heads;
   }
   EXPECT_TRUE(nn::CausalAttention(g, *qkv, 2, "attn").ok());
+  // The decoder's attention, the same rule.
+  auto rows = g.AddInput("rows", {Shape{2, 12}, DType::kFloat32});
+  auto cache = g.AddState("cache", {Shape{2, 2, 4, 4}}, Initializer::Zeros());
+  auto position = g.AddState("position", {Shape{2}, DType::kInt32}, Initializer::Zeros());
+  ASSERT_TRUE(rows.ok() && cache.ok() && position.ok());
+  for (int64_t heads : kHugeCounts) {
+    EXPECT_FALSE(g.AddOp(ops::DecodeAttentionOp(), "decode", {*rows, *cache, *cache, *position},
+                         {{"heads", heads}})
+                     .ok());
+  }
 }
 
 }  // namespace
