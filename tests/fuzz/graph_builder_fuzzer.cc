@@ -30,6 +30,7 @@ namespace {
 // Graphs with more nodes than this are built and checked but not compiled (ResNet-152 would
 // take seconds per input under the sanitizers).
 constexpr int kMaxCompiledNodes = 400;
+constexpr int kMaxMirroredNodes = 60;
 
 std::string Name(FuzzedDataProvider& in) {
   static constexpr const char* kNames[] = {
@@ -171,7 +172,10 @@ void RunReference(FuzzedDataProvider& in, const Graph& g) {
 // reference on the training graph when it is small.
 void Compile(FuzzedDataProvider& in, const Graph& g, Value loss) {
   if (g.num_nodes() > kMaxCompiledNodes) return;
-  const passes::CompileOptions options = RandomCompileOptions(in);
+  passes::CompileOptions options = RandomCompileOptions(in);
+  // Mirroring plans every candidate it weighs: beyond this it takes seconds per input under the
+  // sanitizers, and libFuzzer reports a timeout.
+  if (g.num_nodes() > kMaxMirroredNodes) options.plan.mirror.policy = MirrorOptions::Policy::kOff;
   absl::StatusOr<passes::CompiledStep> step = passes::CompileStep(g, loss, options);
   if (!step.ok()) return;
   CheckGraph(step->plan.graph());
