@@ -486,7 +486,8 @@ absl::Status Main() {
   const reprise::tools::BenchModelConfig model = ModelConfig();
   const reprise::DType dtype = ComputeDType();
   ASSIGN_OR_RETURN(const reprise::TrainOptions train, OptionsFromFlags(reprise::ExecMode::kGraph));
-  std::printf(
+  // absl::PrintF: several arguments are std::string, which printf's varargs cannot take.
+  absl::PrintF(
       "reprise-bench %s channels_last=%s tf32=%d bf16=%d lanes=%d mirror=%s %s%s%s%s%s%s on %s\n",
       reprise::tools::ModelConfigText(model), absl::GetFlag(FLAGS_channels_last),
       absl::GetFlag(FLAGS_tf32), dtype == reprise::DType::kBFloat16, absl::GetFlag(FLAGS_lanes),
