@@ -111,9 +111,10 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   }
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
 
-  // The plan runs graph-API convolutions; the legacy call remains only where the graph API has
-  // no plan (its description says why), which at these shapes may only be a data gradient
-  // accumulated into a residual's (cuDNN's beta = 1); our own kernels may run the stem.
+  // The plan runs graph-API convolutions; the legacy call remains for the data gradients added
+  // to a residual's (its beta = 1 writes over the accumulator, which the graph API does not
+  // promise) and where the graph API has no plan (its description says why); our own kernels may
+  // run the stem.
   auto launches = graph->ProfileLaunches(1);
   ASSERT_TRUE(launches.ok()) << launches.status();
   int by_graph = 0;
