@@ -291,10 +291,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // runs, and its description says why. A data gradient added to its accumulator writes over it
   // (conv2d_dgrad_accumulate's output is its third input's memory): the legacy API's beta = 1 is
   // documented to blend in place, while the graph API's epilogue reading the tensor its output
-  // aliases is not promised for every engine (split or multi-pass ones), and is the suspect of
-  // ResNet-50's divergence under the graph API (tests/gpu/resnet50_conv_graph_gpu_test.cc checks
-  // every one of its shapes in place and into another output), so that one stays on the legacy
-  // call.
+  // aliases is not promised for every engine (split or multi-pass ones; PyTorch met cuDNN's fused
+  // convolution + add going wrong when the added tensor aliased an operand, pytorch#62926). It is
+  // the suspect of ResNet-50's divergence under the graph API (issue 42;
+  // tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of its shapes in place and into another
+  // output), so that one stays on the legacy call.
   std::string note;
   if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && accumulate) {
     note =
