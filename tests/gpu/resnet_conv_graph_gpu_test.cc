@@ -120,6 +120,8 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   int by_graph = 0;
   for (const Trainer::LaunchTime& launch : *launches) {
     if (launch.kernel.rfind("cudnn graph conv ", 0) == 0) ++by_graph;
+    EXPECT_NE(launch.kernel.rfind("cudnn graph conv dgrad acc", 0), 0u)
+        << launch.node << ": " << launch.kernel;
     if (launch.kernel.rfind("cudnn conv ", 0) == 0) {
       EXPECT_NE(launch.kernel.find("dgrad"), std::string::npos)
           << launch.node << ": " << launch.kernel;
