@@ -118,13 +118,8 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
         return n.op == &ops::LayerNormOp() || n.op == &ops::EmbeddingOp() || n.op == &ops::GeluOp();
       });
   if (transformer) {  // Layer norm, GELU and embedding kernels (src/ops/transformer_ops.h).
-    std::vector<int64_t> widths;  // The fused layer-norm gradient is compiled per width.
-    for (const Node& n : graph.nodes()) {
-      if (n.op != &ops::LayerNormOp() || n.outputs[0].shape.rank() == 0) continue;
-      widths.push_back(n.outputs[0].shape.dims().back());
-    }
     for (const auto& kernels :
-         {codegen::LayerNormKernels(widths), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
+         {codegen::LayerNormKernels(), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -35,12 +34,11 @@ constexpr char kRowPrologue[] = R"(
 
 }  // namespace
 
-LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols, int64_t min_rows) {
-  // ceil(rows / min_rows) chunks, at most 256, of equal rows but the last (32: each of the partial
-  // kernel's 8 row-threads walks about 4): enough blocks to fill a GPU at GPT-2's widths, few
-  // partials to sum.
+LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols) {
+  // At least 32 rows per chunk (each of the block's 8 row-threads walks 4+), at most 256 chunks:
+  // enough blocks to fill a GPU at GPT-2's widths, few partials to sum.
   LayerNormChunking k;
-  const int64_t chunks = std::clamp<int64_t>((rows + min_rows - 1) / min_rows, 1, 256);
+  const int64_t chunks = std::clamp<int64_t>((rows + 31) / 32, 1, 256);
   k.rows_per_chunk = (rows + chunks - 1) / chunks;
   k.chunks = (rows + k.rows_per_chunk - 1) / k.rows_per_chunk;
   k.partial_bytes = 2 * k.chunks * cols * static_cast<int64_t>(sizeof(float));
@@ -269,87 +267,6 @@ GeneratedKernel Dx(DType dtype, bool add) {
 GeneratedKernel LayerNormDx(DType dtype) { return Dx(dtype, false); }
 GeneratedKernel LayerNormDxAdd(DType dtype) { return Dx(dtype, true); }
 
-GeneratedKernel LayerNormGradFused(DType dtype, bool add, int packs) {
-  const std::string base =
-      absl::StrCat(add ? "reprise_layer_norm_grad_add_p" : "reprise_layer_norm_grad_p", packs);
-  return Make(base.c_str(), dtype,
-              absl::StrCat(
-                  "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-                  "const float* __restrict__ weight, const float* __restrict__ mean, "
-                  "const float* __restrict__ rstd, ",
-                  add ? "const elem_t* __restrict__ dres, " : "",
-                  "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, int cols, "
-                  "long long rows_per_chunk"),
-              absl::StrCat("  constexpr int kPacks = ", packs, ";\n", R"(
-  // Lane l holds columns 4l + 128p (p < kPacks) of every row its warp takes: the row's dy and x
-  // stay in registers between the two passes, and the parameter gradients build up per lane.
-  __shared__ float red[8][128 * kPacks];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long first = blockIdx.x * rows_per_chunk;
-  const long long end = min(rows, first + rows_per_chunk);
-  float4 dw[kPacks], db[kPacks];
-  for (int p = 0; p < kPacks; ++p) {
-    dw[p] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    db[p] = dw[p];
-  }
-  for (long long row = first + warp; row < end; row += 8) {
-    const elem_t* dyr = dy + row * cols;
-    const elem_t* xr = x + row * cols;
-    const float m = mean[row], r = rstd[row];
-    float4 d[kPacks], h[kPacks], w[kPacks];
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int p = 0; p < kPacks; ++p) {
-      const int c = 4 * lane + 128 * p;
-      if (c < cols) {
-        d[p] = Load4(dyr + c);
-        const float4 v = Load4(xr + c);
-        h[p] = make_float4((v.x - m) * r, (v.y - m) * r, (v.z - m) * r, (v.w - m) * r);
-        w[p] = *reinterpret_cast<const float4*>(weight + c);
-        const float g0 = d[p].x * w[p].x, g1 = d[p].y * w[p].y, g2 = d[p].z * w[p].z,
-                    g3 = d[p].w * w[p].w;
-        sum_g += (g0 + g1) + (g2 + g3);
-        sum_gx += (g0 * h[p].x + g1 * h[p].y) + (g2 * h[p].z + g3 * h[p].w);
-        dw[p] = make_float4(dw[p].x + d[p].x * h[p].x, dw[p].y + d[p].y * h[p].y,
-                            dw[p].z + d[p].z * h[p].z, dw[p].w + d[p].w * h[p].w);
-        db[p] = make_float4(db[p].x + d[p].x, db[p].y + d[p].y, db[p].z + d[p].z,
-                            db[p].w + d[p].w);
-      }
-    }
-    const float mean_g = WarpSum(sum_g) / cols, mean_gx = WarpSum(sum_gx) / cols;
-    elem_t* dxr = dx + row * cols;
-    for (int p = 0; p < kPacks; ++p) {
-      const int c = 4 * lane + 128 * p;
-      if (c < cols) {
-        float4 o = make_float4(r * (d[p].x * w[p].x - mean_g - h[p].x * mean_gx),
-                               r * (d[p].y * w[p].y - mean_g - h[p].y * mean_gx),
-                               r * (d[p].z * w[p].z - mean_g - h[p].z * mean_gx),
-                               r * (d[p].w * w[p].w - mean_g - h[p].w * mean_gx));
-)",
-                           add ? R"(        const float4 e = Load4(dres + row * cols + c);
-        o = make_float4(o.x + e.x, o.y + e.y, o.z + e.z, o.w + e.w);
-)"
-                               : "",
-                           R"(        Store4(dxr + c, o);
-      }
-    }
-  }
-  // The block's partial sums: its 8 warps' in warp order, weight then bias through one buffer.
-  for (int which = 0; which < 2; ++which) {
-    for (int p = 0; p < kPacks; ++p) {
-      const int c = 4 * lane + 128 * p;
-      if (c < cols) *reinterpret_cast<float4*>(&red[warp][c]) = which == 0 ? dw[p] : db[p];
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-      float t = 0.0f;
-      for (int s = 0; s < 8; ++s) t += red[s][c];
-      partial[((long long)which * gridDim.x + blockIdx.x) * cols + c] = t;
-    }
-    __syncthreads();
-  }
-)"));
-}
-
 GeneratedKernel LayerNormParamPartials(DType dtype) {
   return Make("reprise_layer_norm_dparams_partial", dtype,
               "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
@@ -402,7 +319,7 @@ extern "C" __global__ void reprise_layer_norm_dparams_finalize(const float* __re
 )"};
 }
 
-std::vector<GeneratedKernel> LayerNormKernels(absl::Span<const int64_t> widths) {
+std::vector<GeneratedKernel> LayerNormKernels() {
   std::vector<GeneratedKernel> kernels = {LayerNormParamFinalize()};
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
@@ -410,18 +327,6 @@ std::vector<GeneratedKernel> LayerNormKernels(absl::Span<const int64_t> widths) 
           LayerNormParamPartials, LayerNormForwardVec, LayerNormAddForwardVec, LayerNormDxVec,
           LayerNormDxAddVec}) {
       kernels.push_back(make(dtype));
-    }
-    for (int packs = 1; packs <= (widths.empty() ? kLayerNormMaxPacks : 0); ++packs) {
-      kernels.push_back(LayerNormGradFused(dtype, false, packs));
-      kernels.push_back(LayerNormGradFused(dtype, true, packs));
-    }
-    std::set<int> packs;
-    for (int64_t cols : widths) {
-      if (const int p = LayerNormFusedPacks(cols); p > 0) packs.insert(p);
-    }
-    for (int p : packs) {
-      kernels.push_back(LayerNormGradFused(dtype, false, p));
-      kernels.push_back(LayerNormGradFused(dtype, true, p));
     }
   }
   return kernels;

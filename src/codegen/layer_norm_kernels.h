@@ -33,7 +33,7 @@ struct LayerNormChunking {
   int64_t rows_per_chunk = 0;
   int64_t partial_bytes = 0;  // float partial[2][chunks][cols] in the lane's workspace.
 };
-LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols, int64_t min_rows = 32);
+LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols);
 
 // Forward, one warp per row: mean, rstd = 1/sqrt(biased var + eps) (two passes over the row),
 // y = (x - mean)·rstd·weight + bias. Name reprise_layer_norm. Signature: (const elem_t* x,
@@ -74,35 +74,14 @@ bool LayerNormVectorizes(int64_t cols, absl::Span<const void* const> pointers);
 // long long rows, int cols, long long rows_per_chunk).
 GeneratedKernel LayerNormParamPartials(DType dtype);
 
-// dx and the parameter-gradient partials of LayerNormParamPartials in one pass over dy and x,
-// with `add` plus dres as LayerNormDxAdd: block k (256 threads, 8 warps) takes chunk k's rows
-// (LayerNormChunkingFor with kLayerNormFusedMinRows), a warp a row at a time, each lane holding
-// four columns of each of `packs` groups of 128 in registers, so cols <= 128·packs
-// (LayerNormFusedPacks). The partials then go to LayerNormParamFinalize. Names
-// reprise_layer_norm_grad_p<packs> and reprise_layer_norm_grad_add_p<packs> (+ the type suffix).
-// Signature: (dy, x, weight, mean, rstd, [const elem_t* dres,] elem_t* dx, float* partial, long
-// long rows, int cols, long long rows_per_chunk). Grid: chunks blocks.
-inline constexpr int kLayerNormMaxPacks = 8;
-// Chunks of at least 16 rows, two per warp: GPT-2 at B=4, T=256 (1,024 rows) still gets 64 blocks.
-inline constexpr int64_t kLayerNormFusedMinRows = 16;
-GeneratedKernel LayerNormGradFused(DType dtype, bool add, int packs);
-// The packs of LayerNormGradFused for a width, or 0 where it does not apply (cols not a multiple
-// of 4, or over 128·kLayerNormMaxPacks).
-inline int LayerNormFusedPacks(int64_t cols) {
-  if (cols % 4 != 0 || cols > 128 * kLayerNormMaxPacks) return 0;
-  return static_cast<int>((cols + 127) / 128);
-}
-
 // dweight[c] = Σ_k partial[0][k][c], dbias[c] = Σ_k partial[1][k][c], k in order; float32 for
 // every element type. Blocks of 256 threads, ceil(cols / 256) of them. Name
 // reprise_layer_norm_dparams_finalize. Signature: (const float* partial, int chunks, int cols,
 // float* dweight, float* dbias).
 GeneratedKernel LayerNormParamFinalize();
 
-// The row and parameter kernels above for every kernel element type, with the fused gradient
-// for the packs of `widths` (the widths of a graph's layer norms), or for every packs count when
-// `widths` is empty: for compile checks and the kernel store's prefetch.
-std::vector<GeneratedKernel> LayerNormKernels(absl::Span<const int64_t> widths = {});
+// Every kernel above for every kernel element type, for compile checks and the kernel store.
+std::vector<GeneratedKernel> LayerNormKernels();
 
 }  // namespace reprise::codegen
 

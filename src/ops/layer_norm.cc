@@ -215,31 +215,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerForward(const LoweringContext& c
       RowGrid(r.rows), dim3(kRowBlock), 0, std::move(args));
 }
 
-// The parameter gradients' fixed-order total of the per-chunk partials.
-absl::StatusOr<std::unique_ptr<GpuKernel>> Finalize(const LoweringContext& ctx, const Node& node,
-                                                    void* partial,
-                                                    const codegen::LayerNormChunking& k,
-                                                    int64_t cols) {
-  KernelArgs args;
-  args.Add(partial).Add(static_cast<int>(k.chunks)).Add(static_cast<int>(cols));
-  args.Add(ctx.outputs[1]).Add(ctx.outputs[2]);
-  return NvrtcKernel::Create(ctx, node.name, codegen::LayerNormParamFinalize(),
-                             dim3(static_cast<unsigned>((cols + 255) / 256)), dim3(256), 0,
-                             std::move(args));
-}
-
-// Two launches where the width allows (dx and the partials in one pass), else three: dx per row
-// (plus the residual gradient, input 5, with `add`), then the parameter gradients as per-chunk
-// partial column sums (in the lane's workspace) and their fixed-order total.
+// Three launches: dx per row (plus the residual gradient, input 5, with `add`), then the
+// parameter gradients as per-chunk partial column sums (in the lane's workspace) and their
+// fixed-order total.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ctx, const Node& node,
                                                        bool add) {
   ASSIGN_OR_RETURN(const DType dtype,
                    NhwcDataType(node, ctx.input_specs,
                                 add ? std::vector<int>{0, 1, 5} : std::vector<int>{0, 1}));
   ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
-  const int packs = codegen::LayerNormFusedPacks(r.cols);
-  const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(
-      r.rows, r.cols, packs > 0 ? codegen::kLayerNormFusedMinRows : 32);
+  const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
   if (ctx.workspace == nullptr || static_cast<size_t>(k.partial_bytes) > ctx.workspace_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "node '", node.name, "': layer_norm_grad rows=", r.rows, " cols=", r.cols, " needs ",
@@ -254,24 +239,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ct
   dx_args.Add(ctx.inputs[4]);
   if (add) dx_args.Add(ctx.inputs[5]);
   dx_args.Add(ctx.outputs[0]);
+  dx_args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
   std::vector<const void*> vectorized = {ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
                                          ctx.outputs[0]};
   if (add) vectorized.push_back(ctx.inputs[5]);
   const bool vec = codegen::LayerNormVectorizes(r.cols, vectorized);
-  if (vec && packs > 0) {
-    // One pass for dx and the partials, then the fixed-order total.
-    dx_args.Add(partial).Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
-    dx_args.Add(static_cast<long long>(k.rows_per_chunk));
-    ASSIGN_OR_RETURN(
-        kernels.emplace_back(),
-        NvrtcKernel::Create(ctx, node.name, codegen::LayerNormGradFused(dtype, add, packs),
-                            dim3(static_cast<unsigned>(k.chunks)), dim3(kRowBlock), 0,
-                            std::move(dx_args)));
-    ASSIGN_OR_RETURN(kernels.emplace_back(), Finalize(ctx, node, partial, k, r.cols));
-    return std::unique_ptr<GpuKernel>(
-        new KernelSequence(std::move(kernels), static_cast<size_t>(k.partial_bytes)));
-  }
-  dx_args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
   codegen::GeneratedKernel dx_kernel =
       vec ? (add ? codegen::LayerNormDxAddVec(dtype) : codegen::LayerNormDxVec(dtype))
           : (add ? codegen::LayerNormDxAdd(dtype) : codegen::LayerNormDx(dtype));
@@ -287,7 +259,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ct
                                        dim3(static_cast<unsigned>((r.cols + 31) / 32),
                                             static_cast<unsigned>(k.chunks)),
                                        dim3(32, 8), 0, std::move(partial_args)));
-  ASSIGN_OR_RETURN(kernels.emplace_back(), Finalize(ctx, node, partial, k, r.cols));
+  KernelArgs final_args;
+  final_args.Add(partial).Add(static_cast<int>(k.chunks)).Add(static_cast<int>(r.cols));
+  final_args.Add(ctx.outputs[1]).Add(ctx.outputs[2]);
+  ASSIGN_OR_RETURN(kernels.emplace_back(),
+                   NvrtcKernel::Create(ctx, node.name, codegen::LayerNormParamFinalize(),
+                                       dim3(static_cast<unsigned>((r.cols + 255) / 256)), dim3(256),
+                                       0, std::move(final_args)));
   return std::unique_ptr<GpuKernel>(
       new KernelSequence(std::move(kernels), static_cast<size_t>(k.partial_bytes)));
 }

@@ -202,9 +202,8 @@ TEST(TransformerKernelsTest, EveryKernelCompilesForSm90WithDistinctNames) {
   std::vector<codegen::GeneratedKernel> kernels = codegen::EmbeddingKernels();
   for (codegen::GeneratedKernel& k : codegen::LayerNormKernels()) kernels.push_back(std::move(k));
   // Embedding: 1 + 4 per type; layer norm: the finalize + forward, add forward, dx, dx_add,
-  // partials, the vectorized forward, add forward, dx, dx_add and the fused gradient with and
-  // without the residual for 1..kLayerNormMaxPacks packs, per type.
-  EXPECT_EQ(kernels.size(), 1u + 4u * 3u + 1u + (9u + 2u * codegen::kLayerNormMaxPacks) * 3u);
+  // partials and the vectorized forward, add forward, dx, dx_add per type.
+  EXPECT_EQ(kernels.size(), 1u + 4u * 3u + 1u + 9u * 3u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -216,27 +215,14 @@ TEST(TransformerKernelsTest, EveryKernelCompilesForSm90WithDistinctNames) {
 
 // The layer-norm parameter gradient's chunking depends on the shapes alone.
 TEST(TransformerKernelsTest, LayerNormChunkingCoversEveryRowOnce) {
-  for (int64_t min_rows : {int64_t{32}, codegen::kLayerNormFusedMinRows}) {
-    for (int64_t rows : {1, 15, 16, 31, 32, 33, 1000, 1024, 16384, 100000}) {
-      const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(rows, 768, min_rows);
-      EXPECT_GE(k.chunks, 1);
-      EXPECT_LE(k.chunks, 256);
-      EXPECT_GE(k.chunks * k.rows_per_chunk, rows) << rows;
-      EXPECT_LT((k.chunks - 1) * k.rows_per_chunk, rows) << rows;
-      EXPECT_EQ(k.partial_bytes, 2 * k.chunks * 768 * 4);
-    }
+  for (int64_t rows : {1, 31, 32, 33, 1000, 16384, 100000}) {
+    const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(rows, 768);
+    EXPECT_GE(k.chunks, 1);
+    EXPECT_LE(k.chunks, 256);
+    EXPECT_GE(k.chunks * k.rows_per_chunk, rows) << rows;
+    EXPECT_LT((k.chunks - 1) * k.rows_per_chunk, rows) << rows;
+    EXPECT_EQ(k.partial_bytes, 2 * k.chunks * 768 * 4);
   }
-}
-
-// The fused gradient's packs: four columns a lane, 128 a pack, none past the largest.
-TEST(TransformerKernelsTest, LayerNormFusedPacksCoverTheWidth) {
-  EXPECT_EQ(codegen::LayerNormFusedPacks(4), 1);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(128), 1);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(132), 2);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(768), 6);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(1024), 8);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(1028), 0);
-  EXPECT_EQ(codegen::LayerNormFusedPacks(50), 0);
 }
 
 }  // namespace
