@@ -5,7 +5,8 @@
 // (src/passes/fuse_batch_norm_rules.cc) where TrainOptions::kernels.conv_batch_norm_stats asks.
 //
 // GPU, where cuDNN has a plan for the fused graph at the node's shape (float16 NHWC data, see
-// ConvBatchNormStatsSupport; float32 per-channel tensors): the convolution with its statistics, a
+// ConvBatchNormStatsSupport; float32 per-channel tensors) and training is not deterministic
+// (cuDNN's epilogue sums differ run to run): the convolution with its statistics, a
 // per-channel finalize (src/ops/conv_bn_finalize.h) and our batch norm's apply pass
 // (src/ops/batch_norm_nhwc.h) with the residual add and ReLU. Elsewhere the node runs the
 // separate lowerings (the convolution's, then batch_norm_train's or batch_norm_act_train's), and
