@@ -293,9 +293,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // documented to blend in place, while the graph API's epilogue reading the tensor its output
   // aliases is not promised for every engine (split or multi-pass ones; PyTorch met cuDNN's fused
   // convolution + add going wrong when the added tensor aliased an operand, pytorch#62926). It is
-  // the suspect of ResNet-50's divergence under the graph API (issue 42;
-  // tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of its shapes in place and into another
-  // output), so that one stays on the legacy call.
+  // kept on the legacy call (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
+  // ResNet-50's shapes in place and into another output). It was the suspect of ResNet-50's
+  // divergence under the graph API (issue 42), but the divergence stayed without it (H200,
+  // 2026-12-02) while every single convolution agreed with the legacy API.
   std::string note;
   if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && accumulate) {
     note =
