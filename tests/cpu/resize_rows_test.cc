@@ -109,7 +109,7 @@ TEST(ResizeRowsTest, GradientsMatchFiniteDifferencesInFloat64) {
     if (classes < rows) attrs[ops::kLossClassesAttr] = classes;
     Value loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {z, labels}, attrs);
     SCOPED_TRACE(::testing::Message() << table_rows << " -> " << rows);
-    testing::ExpectGradientsMatchFiniteDifferences(g, loss, {0, 1, 2, 1, 0, 1}, 17);
+    testing::ExpectGradientsMatchFiniteDifferences(g, loss, {0, 1, 1, 0, 1, 0}, 17);
   }
 }
 
