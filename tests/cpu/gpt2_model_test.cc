@@ -374,6 +374,27 @@ TEST(Gpt2ModelTest, AdamWStepCompilesInBFloat16AndChecksTokenRanges) {
   auto step = passes::CompileStep(gpt->graph, gpt->loss, options);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(ir::CheckCapturable(step->plan.graph()).ok());
+  // The table is padded once per step, from the bfloat16 copy the embedding reads too: no float32
+  // tensor of the padded table's size.
+  const Graph& plan = step->plan.graph();
+  const Shape padded_table{models::Gpt2LogitsWidth(c), c.width};
+  int pads = 0;
+  for (const Node& n : plan.nodes()) {
+    for (const TensorSpec& out : n.outputs) {
+      EXPECT_FALSE(out.shape == padded_table && out.dtype == DType::kFloat32) << n.name;
+    }
+    if (n.op != &ops::ResizeRowsOp() || n.outputs[0].shape != padded_table) continue;
+    ++pads;
+    EXPECT_EQ(n.outputs[0].dtype, DType::kBFloat16);
+    const Node& source = plan.node(n.inputs[0].node);
+    EXPECT_EQ(source.op_name(), "cast") << source.name;
+    int embedding_reads = 0;
+    for (const Node& reader : plan.nodes()) {
+      embedding_reads += reader.op_name() == "embedding" && reader.inputs[1] == n.inputs[0];
+    }
+    EXPECT_EQ(embedding_reads, 1) << "the embedding reads another copy of the table";
+  }
+  EXPECT_EQ(pads, 1);
   std::vector<std::string> uses;
   for (const LabelUse& use : LabelUsesOf(step->unfused_training)) {
     uses.push_back(use.input + " < " + std::to_string(use.classes) + " (" + use.consumer + ")");
