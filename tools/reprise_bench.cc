@@ -51,6 +51,9 @@ ABSL_FLAG(int, seq, 1024, "gpt2: tokens per sequence (T); the position table has
 ABSL_FLAG(int, layers, 12, "gpt2: transformer blocks");
 ABSL_FLAG(int, heads, 12, "gpt2: attention heads (must divide the width)");
 ABSL_FLAG(int, vocab, 50257, "gpt2: vocabulary");
+ABSL_FLAG(int, padded_vocab, 0,
+          "gpt2: the logits' columns (Gpt2Config::padded_vocab); 0 rounds --vocab up to a "
+          "multiple of 128, --vocab itself pads nothing");
 ABSL_FLAG(std::string, dtype, "auto",
           "compute type: f32, bf16 or fp16 (mixed precision, TrainOptions::compute_dtype); auto: "
           "bf16 for gpt2, else what --bf16 / --fp16 say (f32 without them)");
@@ -150,6 +153,7 @@ absl::Status CheckBenchFlags() {
            cli::AtLeast("layers", FLAGS_layers, 1),
            cli::AtLeast("heads", FLAGS_heads, 1),
            cli::AtLeast("vocab", FLAGS_vocab, 2),
+           cli::AtLeast("padded_vocab", FLAGS_padded_vocab, 0),
            cli::OneOf("dtype", FLAGS_dtype, {"auto", "f32", "bf16", "fp16"}),
            cli::NonNegative("peak_tflops", absl::GetFlag(FLAGS_peak_tflops)),
            cli::AtLeast("classes", FLAGS_classes, 2),
@@ -307,7 +311,8 @@ reprise::tools::BenchModelConfig ModelConfig() {
           .layers = absl::GetFlag(FLAGS_layers),
           .heads = absl::GetFlag(FLAGS_heads),
           .gpt2_width = Given("width") ? absl::GetFlag(FLAGS_width) : 768,
-          .vocab = absl::GetFlag(FLAGS_vocab)};
+          .vocab = absl::GetFlag(FLAGS_vocab),
+          .padded_vocab = absl::GetFlag(FLAGS_padded_vocab)};
 }
 
 // The flags' model with one random batch for each of its inputs.
