@@ -9,11 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/codegen/mlp_cluster_layout.h"
+#include "src/codegen/mlp_guard_source.h"
 
 namespace reprise::codegen {
 namespace {
 
 #include "src/codegen/mlp_cluster_device.inc"
+#include "src/codegen/mlp_cluster_guard_device.inc"
+#include "src/codegen/mlp_guard_device.inc"
 #include "src/codegen/mlp_primitives_device.inc"
 
 using namespace mlp_cluster;  // NOLINT: the layout shared with the planner.
@@ -29,6 +32,7 @@ class ClusterBody {
         s_(LayoutFor(plan, plan.cluster)),
         d_(plan.widths),
         groups_(plan.groups > 0),
+        guarded_(plan.groups > 0 && plan.target.guard != MlpGuard::kNone),
         exchanges_per_model_(exchanges),
         code_(code) {}
 
@@ -120,10 +124,28 @@ class ClusterBody {
   std::string SgdOf(int l, const std::string& w_smem, const std::string& offset,
                     const std::string& rows, const std::string& cols, bool padded) const {
     const bool vec2 = plan_.target.aligned && d_[l] % 2 == 0;
+    if (guarded_) {  // The gradient into the workspace; the update waits for the guard.
+      return absl::StrCat("GradOut<", B(padded), ", ", B(vec2), ">{gw", l, "k + ", offset, ", ",
+                          d_[l], ", ", rows, ", ", cols, ", bad}");
+    }
     return absl::StrCat("Sgd<", B(padded), ", ", B(vec2), ">{", w_smem, ", ", s_.w_ld[l], ", w", l,
                         "k + ", offset, ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ",
                         cols, ", lr_, mu_, wd_}");
   }
+  // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD, or guarded its
+  // store to the workspace, for columns from `first` (an expression) of which `cols` exist.
+  std::string BiasStep(int l, const std::string& dz, int64_t ld, const std::string& bias,
+                       const std::string& first, const std::string& cols) const {
+    if (guarded_) {
+      return absl::StrCat("BiasGrad<", s_.rows, ">(", dz, ", ", ld, ", gb", l, "k + ", first, ", ",
+                          cols, ", bad);");
+    }
+    return absl::StrCat("BiasSgd<", s_.rows, ">(", dz, ", ", ld, ", ", bias, ", b", l, "k + ",
+                        first, ", vb", l, "k + ", first, ", ", cols, ", lr_, mu_, wd_);");
+  }
+  // Guarded, after every group's last model: the check's grid barrier, then every parameter's
+  // update or none, the counters, and the guard word left zero for the next launch.
+  void GuardEnd();
   // Rows per pass of W_l's m x n weight gradient through h_{l+1}'s buffer (free in layer l's
   // backward): the most that divide m and fit; 0 where none fits, and for clusters, whose other
   // blocks may still be reading that buffer (the head gathers it with no cluster barrier after).
@@ -144,7 +166,8 @@ class ClusterBody {
   const MlpStepPlan& plan_;
   const Layout s_;
   const std::vector<int>& d_;
-  const bool groups_;  // kGroups: exchanges through the workspace, group barriers.
+  const bool groups_;   // kGroups: exchanges through the workspace, group barriers.
+  const bool guarded_;  // kGroups under the non-finite guard: gradients to the workspace.
   const int exchanges_per_model_;
   int exchanges_ = 0;          // Share calls emitted so far.
   std::string area_ = "area";  // The exchange area of the latest Share.
@@ -231,14 +254,21 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
   Line(absl::StrCat("  const size_t at = ", offset, " + static_cast<size_t>(q) * ", chunk * gld,
                     ";"));
   Line(absl::StrCat("  const int rows_q = ", rows, " - q * ", chunk, ";"));
-  Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
-  Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
+  if (!guarded_) {
+    Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
+    Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
+  }
   Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a,
                     " + q * ", chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
   Line("  SyncThreads();");
-  Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
-                    chunk * s_.w_ld[l], ", ", s_.w_ld[l], ", w", l, "k + at, vw", l, "k + at, ",
-                    gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
+  if (guarded_) {
+    Line(absl::StrCat("  GradRows<", chunk, ", ", n, ", ", B(Vec(gld)), ">(", stage, ", ", stage_ld,
+                      ", gw", l, "k + at, ", gld, ", rows_q, ", cols, ", bad);"));
+  } else {
+    Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
+                      chunk * s_.w_ld[l], ", ", s_.w_ld[l], ", w", l, "k + at, vw", l, "k + at, ",
+                      gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
+  }
   Line("  SyncThreads();  // The stage is read: the next chunk may overwrite it.");
   Line("}");
 }
@@ -321,8 +351,8 @@ void ClusterBody::Head() {
                           absl::StrCat("Valid(", d_[l], ", c", l, ", ", cols, ")"),
                           d_[layers] != classes || d_[l] != s_.padded[l]),
                     ");"));
-  Line(absl::StrCat("if (rank == 0) BiasSgd<", rows, ">(", z, ", ", s_.z_ld, ", ", Smem(s_.bias[l]),
-                    ", b", l, "k, vb", l, "k, ", d_[layers], ", lr_, mu_, wd_);"));
+  Line(absl::StrCat("if (rank == 0) ",
+                    BiasStep(l, z, s_.z_ld, Smem(s_.bias[l]), "0", absl::StrCat(d_[layers]))));
   if (l == 0) return;
   // The data gradient into the head's input: whole in place of its input, or this block's slice.
   if (!s_.row_parallel[l]) {
@@ -357,10 +387,9 @@ void ClusterBody::Backward(int l) {
                absl::StrCat("c", l), absl::StrCat(d_[l + 1]),
                absl::StrCat("Valid(", d_[l], ", c", l, ", ", s_.chunk(l), ")"),
                d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l], /*b_h=*/true);
-    Line(absl::StrCat("BiasSgd<", rows, ">(", full, " + c", l + 1, ", ", s_.full_ld, ", ",
-                      Smem(s_.bias[l]), ", b", l, "k + c", l + 1, ", vb", l, "k + c", l + 1,
-                      ", Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1),
-                      "), lr_, mu_, wd_);"));
+    Line(BiasStep(l, absl::StrCat(full, " + c", l + 1), s_.full_ld, Smem(s_.bias[l]),
+                  absl::StrCat("c", l + 1),
+                  absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")")));
     if (!staged) dgrad();
     Sync();
     return;
@@ -379,9 +408,8 @@ void ClusterBody::Backward(int l) {
              absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")"),
              absl::StrCat(d_[l]), d_[l + 1] != s_.padded[l + 1] || d_[l] != s_.padded[l],
              /*b_h=*/l > 0);
-  Line(absl::StrCat("BiasSgd<", rows, ">(", slice, ", ", s_.slice_ld, ", ", Smem(s_.bias[l]), ", b",
-                    l, "k + c", l + 1, ", vb", l, "k + c", l + 1, ", Valid(", d_[l + 1], ", c",
-                    l + 1, ", ", s_.chunk(l + 1), "), lr_, mu_, wd_);"));
+  Line(BiasStep(l, slice, s_.slice_ld, Smem(s_.bias[l]), absl::StrCat("c", l + 1),
+                absl::StrCat("Valid(", d_[l + 1], ", c", l + 1, ", ", s_.chunk(l + 1), ")")));
   if (l == 0) return;
   Sync();  // The weight gradient has read `full`.
   Line(
@@ -406,8 +434,14 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
     // Group g trains models g, g + groups, ...: the grid is a multiple of kRanks.
     Line("const int rank = blockIdx.x % kRanks, group = blockIdx.x / kRanks;");
     Line("unsigned* const group_word = barrier + 2 + group;");
-    Line(absl::StrCat("float* const area = ws + static_cast<size_t>(group) * ",
+    Line(absl::StrCat("float* const area = ws + ", plan_.area_offset,
+                      " + static_cast<size_t>(group) * ",
                       plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
+    if (guarded_) {
+      Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
+      Line(absl::StrCat("const int stopped = mlpg::GuardStart<",
+                        B(plan_.target.guard == MlpGuard::kStop), ">(bad, nullptr, record);"));
+    }
     Line("for (int k = group; k < kModels; k += gridDim.x / kRanks) {");
   } else {
     Line("const int rank = static_cast<int>(Rank());");
@@ -432,6 +466,11 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
       Line(absl::StrCat("float* const ", name, l, "k = ", name, l, " + static_cast<size_t>(k) * ",
                         d_[l + 1], ";"));
     }
+    if (!guarded_) continue;
+    Line(absl::StrCat("float* const gw", l, "k = ws + ", plan_.grad_w_offset[l],
+                      " + static_cast<size_t>(k) * ", weights, ";"));
+    Line(absl::StrCat("float* const gb", l, "k = ws + ", plan_.grad_b_offset[l],
+                      " + static_cast<size_t>(k) * ", d_[l + 1], ";"));
   }
   // c_l: the first of this block's columns of h_l (its slice).
   for (int l = 0; l < layers; ++l) {
@@ -455,15 +494,30 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
     stamp();
   }
   Line(absl::StrCat("if (rank == 0 && threadIdx.x == 0) ModelLoss<", plan_.batch, ">(",
-                    Smem(s_.row_loss), ", k, kModels, model_loss, loss, barrier + 1);"));
+                    Smem(s_.row_loss), ", k, kModels, model_loss, loss, barrier + 1, ",
+                    guarded_ ? "bad" : "nullptr", ");"));
   if (groups_) {
     // The next model's loads overwrite only this block's shared memory, which no other block
     // reads; its first Share waits for the group's reads of the exchange area.
     Line("SyncThreads();\n  }");
+    if (guarded_) GuardEnd();
     return;
   }
   Line("// No block leaves while another may still read its shared memory.");
   ClusterSync();
+}
+
+void ClusterBody::GuardEnd() {
+  Line("{  // The non-finite guard: check every model, then update every parameter or none.");
+  Line("  const float glr = lr[0], gmu = momentum[0], gwd = weight_decay[0];");
+  Line("  unsigned arrival = 0;");
+  Line(absl::StrCat("  const bool skip = mlpg::GuardBarrier(barrier, barrier + ", kMlpStepGuardWord,
+                    ", bad, arrival, stopped);"));
+  absl::StrAppend(&code_, "  if (!skip)\n", GuardUpdateSource(plan_, "glr", "gmu", "gwd"));
+  Line("  mlpg::GuardCount(skipped_steps, record, skip);");
+  // Word 1 (the models' loss counter) is zero and unused from the guard's barrier on.
+  Line(absl::StrCat("  mlpg::GuardLeave(barrier + ", kMlpStepGuardWord, ", barrier + 1);"));
+  Line("}");
 }
 
 }  // namespace
@@ -480,9 +534,12 @@ GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool sh
                   "  const int v = total - start;\n  return v < 0 ? 0 : v > size ? size : v;\n}\n"
                   "}  // namespace mlpc\n",
                   kMlpClusterLibrary);
+  const bool guarded = plan.groups > 0 && plan.target.guard != MlpGuard::kNone;
+  if (guarded) absl::StrAppend(&code, kMlpClusterGuardLibrary, kMlpGuardLibrary);
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-  absl::StrAppend(&code, "\n",
-                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock));
+  absl::StrAppend(
+      &code, "\n",
+      MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock, guarded));
   std::string scratch;  // A first pass counts the exchanges per model.
   ClusterBody counting(plan, scratch);
   counting.Emit(batched, shared_features, shared_labels, phase_clock);

@@ -21,7 +21,10 @@
 // exchanges through its area of the workspace (each block copies what the others read into its
 // slot, L2 only) and meets at a barrier word of its own, so models are not limited to one wave of
 // hardware clusters, and each group trains models k, k + groups, ... in turn. The sums are the
-// clusters' in the same order: the same bits for the same blocks per model.
+// clusters' in the same order: the same bits for the same blocks per model. Under the non-finite
+// guard (kGroups only) the SGD epilogues store the gradients to the workspace instead, flagging a
+// non-finite one, and after every group's last model one grid barrier decides whether every
+// parameter is updated or none (mlp_cluster_guard_device.inc, mlp_guard_device.inc).
 //
 // With TF32 products the hidden activations are stored rounded to TF32: only products (which
 // round their operands anyway), copies and ReLU masks read them, so their products skip the

@@ -30,6 +30,7 @@ struct Layout {
   int64_t z = 0, z_ld = 0;          // Logits, then their gradient.
   int64_t partial_logits = -1;      // A row-parallel head's partial logits.
   int64_t row_loss = 0;
+  int64_t guard = -1;  // Guarded: the block's non-finite flag (an int).
   int64_t floats = 0;
 
   int64_t chunk(int l) const { return padded[l] / ranks; }

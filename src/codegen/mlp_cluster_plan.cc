@@ -55,6 +55,7 @@ Layout LayoutFor(const MlpStepPlan& plan, int ranks) {
   s.z = take(s.rows * s.z_ld);
   if (s.row_parallel[layers - 1]) s.partial_logits = take(s.rows * s.z_ld);
   s.row_loss = take(s.rows);
+  if (plan.target.guard != MlpGuard::kNone) s.guard = take(1);
   return s;
 }
 
@@ -108,6 +109,11 @@ int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
 }
 
 absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
+  if (!groups && plan.target.guard != MlpGuard::kNone) {
+    return absl::UnimplementedError(
+        "the cluster schedule does not run the non-finite guard (a model's cluster cannot wait "
+        "for the others' gradients)");
+  }
   if (plan.target.threads != 256) {
     return absl::UnimplementedError(absl::StrCat(
         "the cluster schedule runs 256 threads per block, the target has ", plan.target.threads));
@@ -130,7 +136,12 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   while (ranks < kMaxRanks && int64_t{plan.models} * ranks * 4 <= plan.target.grid) ranks *= 2;
   // A group's exchange area is a slot per block of the widths padded to 16 blocks: fewer blocks
   // where the workspace would not hold one.
-  while (groups && ranks > fewest && AreaFloats(plan, ranks) > plan.workspace_floats) ranks /= 2;
+  // The exchange areas' room: the workspace, or guarded what the gradients leave from
+  // plan.area_offset on (SearchMlpStepPlan: before them where that is 0).
+  const int64_t room = plan.target.guard == MlpGuard::kNone ? plan.workspace_floats
+                       : plan.area_offset > 0 ? plan.workspace_floats - plan.area_offset
+                                              : plan.grad_w_offset[0];
+  while (groups && ranks > fewest && AreaFloats(plan, ranks) > room) ranks /= 2;
   plan.cluster = ranks;
   plan.shared_bytes = LayoutFor(plan, ranks).floats * 4;
   plan.phases = 2 * plan.layers();  // Stamped sections: loads, each forward, head, each backward.
@@ -140,15 +151,15 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   if (!groups) return absl::OkStatus();
   const int64_t area = GroupAreaFloats(plan);
   const int64_t fit = std::min<int64_t>(
-      {plan.models, plan.target.grid / ranks, kMlpStepGuardWord - 2, plan.workspace_floats / area});
+      {plan.models, plan.target.grid / ranks, kMlpStepGuardWord - 2, room / area});
   if (fit < 1) {
     return absl::UnimplementedError(absl::StrCat(
         "the group schedule needs ", ranks, " co-resident blocks per model (the grid has ",
         plan.target.grid, ") and an exchange area of ", area,
-        " floats per group (the workspace has ", plan.workspace_floats, ")"));
+        " floats per group (the workspace has ", room, " past the gradients)"));
   }
   plan.groups = static_cast<int>(fit);
-  plan.exchange_areas = plan.workspace_floats >= 2 * fit * area ? 2 : 1;
+  plan.exchange_areas = room >= 2 * fit * area ? 2 : 1;
   return absl::OkStatus();
 }
 

@@ -401,8 +401,10 @@ int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths
   for (int64_t l = 0; guarded && l < layers; ++l) {
     total += Align32(models * widths[l + 1] * widths[l]) + Align32(models * widths[l + 1]);
   }
-  if (models >= kGroupsMinModels)
-    total = std::max(total, GroupsWorkspaceFloats(batch, widths, models));
+  if (models >= kGroupsMinModels) {
+    const int64_t groups = GroupsWorkspaceFloats(batch, widths, models);
+    total = guarded ? total + groups : std::max(total, groups);
+  }
   return total;
 }
 
@@ -510,18 +512,19 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     }
   }
 
-  // The cluster schedules update inside each model's cluster, which cannot wait for the others'
-  // gradients: not under the guard.
-  if (guarded &&
-      (target.schedule == MlpSchedule::kCluster || target.schedule == MlpSchedule::kGroups)) {
+  // The cluster schedule updates inside each model's cluster, which cannot wait for the others'
+  // gradients (a later wave's): not under the guard. kGroups' areas come after the gradients.
+  if (guarded && target.schedule == MlpSchedule::kCluster) {
     return absl::UnimplementedError(
-        "the cluster and group schedules of the fused MLP step do not run the non-finite guard "
-        "(each model's blocks update its weights without waiting for the other models)");
+        "the cluster schedule of the fused MLP step does not run the non-finite guard (each "
+        "model's cluster updates its weights without waiting for the other models)");
   }
+  // kGroups' exchange areas: where the workspace has the most room that the gradients do not
+  // take, before them (the other schedules' activations, unused by the groups) or after them.
+  if (guarded && plan.workspace_floats - offset >= plan.grad_w_offset[0]) plan.area_offset = offset;
   const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !guarded && target.tf32 &&
                             models >= kClusterMinModels;
-  const bool auto_groups =
-      target.schedule == MlpSchedule::kAuto && !guarded && models >= kGroupsMinModels;
+  const bool auto_groups = target.schedule == MlpSchedule::kAuto && models >= kGroupsMinModels;
   if (target.schedule == MlpSchedule::kGroups || auto_groups) {
     MlpStepPlan grouped = plan;
     const absl::Status status = PlanCluster(grouped, /*groups=*/true);

@@ -71,8 +71,12 @@ inline constexpr int kRowChainMinModels = 32;
 // update happens inside the backward: every weight gradient goes to the workspace, and after the
 // last phase a grid barrier gathers whether any block's gradients or the loss held an inf or a
 // NaN; then every block updates its share of every parameter, or none does and the skipped step
-// is counted (kStop: also every step after the first such one). The cluster schedules do not
-// guard (a model's cluster cannot wait for the others'), so a guarded plan never picks them.
+// is counted (kStop: also every step after the first such one). The check is the step's, over
+// every model (an ensemble is one training graph, its loss the models' sum): one non-finite model
+// skips the whole step, as the unfused graph's guard does. kGroups guards the same way: each
+// model's blocks write its gradients to the workspace, and after every group's last model one
+// grid barrier decides. kCluster cannot (a model's cluster may run in a later wave than
+// another's), so a guarded plan never picks it.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
@@ -114,6 +118,8 @@ struct MlpStepPlan {
   // exchanges alternate between them, so a block publishes without first waiting for the group to
   // finish reading the previous exchange.
   int exchange_areas = 0;
+  // kGroups: where the exchange areas start in the workspace (guarded: clear of the gradients).
+  int64_t area_offset = 0;
   std::vector<MlpGemmTile> forward;  // [l], l = 0..L-2 (row chain: tm = head_rows).
   std::vector<MlpGemmTile> dgrad;    // [l], used for l = 1..L-2 (layer L-1's is in the head;
                                      // row chain: tm = head_rows).
@@ -148,7 +154,7 @@ inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 // From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
-// `guarded`, the gradients too.
+// `guarded`, the gradients too (kGroups' exchange areas after them).
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
                                int64_t models = 1, bool guarded = false);
 

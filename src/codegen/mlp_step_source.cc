@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/codegen/mlp_cluster_kernel.h"
+#include "src/codegen/mlp_guard_source.h"
 #include "src/codegen/mlp_step_kernel.h"
 #include "src/codegen/mlp_step_layout.h"
 
@@ -81,7 +82,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       "  c.wd = weight_decay[0];\n  c.bad = nullptr;\n  unsigned arrival = 0;\n");
   if (guarded) {
     absl::StrAppend(&code, "  c.bad = reinterpret_cast<int*>(c.smem + kSmemFloatsTotal + ",
-                    "LossScratch(kModels));\n  const int stopped = GuardStart(c, record);\n");
+                    "LossScratch(kModels));\n  const int stopped = ",
+                    "mlpg::GuardStart<kGuardSticky>(c.bad, barrier + kGuardWord, record);\n");
   }
   // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
   auto stamp = [&](int index) {
@@ -124,17 +126,11 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   // step skips, and the counters.
   auto guard_end = [&](int index) {
     if (!guarded) return;
-    absl::StrAppend(&code, "  {  // The non-finite guard: check, then update or skip.\n",
-                    "    const bool skip = GuardBarrier(c, arrival, stopped);\n",
-                    "    if (!skip) {\n");
-    for (int l = 0; l < layers; ++l) {
-      const int64_t weights = int64_t{plan.models} * d[l + 1] * d[l];
-      const int64_t biases = int64_t{plan.models} * d[l + 1];
-      absl::StrAppend(&code, "      Update(w", l, ", vw", l, ", ws + ", plan.grad_w_offset[l], ", ",
-                      weights, ", c);\n      Update(b", l, ", vb", l, ", ws + ",
-                      plan.grad_b_offset[l], ", ", biases, ", c);\n");
-    }
-    absl::StrAppend(&code, "    }\n    GuardCount(skipped_steps, record, skip);\n  }\n");
+    absl::StrAppend(
+        &code, "  {  // The non-finite guard: check, then update or skip.\n",
+        "    const bool skip = mlpg::GuardBarrier(barrier, barrier + kGuardWord, c.bad, ",
+        "arrival, stopped);\n", "    if (!skip)\n", GuardUpdateSource(plan, "c.lr", "c.mu", "c.wd"),
+        "    mlpg::GuardCount(skipped_steps, record, skip);\n  }\n");
     stamp(index);
   };
   const int last = layers - 1;

@@ -2,8 +2,8 @@
 // guarded training graph fuses into mlp_train_step / batched_mlp_train_step with the guard's
 // counters, so that no plan under the default options is unguarded; the fused CPU reference skips
 // and counts exactly as the unfused guarded graph does (kSkipStep and kStop); guarded plans add the
-// check's barrier and the gradients' workspace, never pick the cluster schedules, and compile for
-// sm_90.
+// check's barrier and the gradients' workspace, keep the group schedule (its exchange areas clear
+// of the gradients), never pick the cluster schedule, and compile for sm_90.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -18,6 +18,7 @@
 #include "src/api/compile_options.h"
 #include "src/autodiff/autodiff.h"
 #include "src/autodiff/non_finite_guard.h"
+#include "src/codegen/mlp_cluster_kernel.h"
 #include "src/codegen/mlp_step_kernel.h"
 #include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
@@ -32,6 +33,7 @@ namespace {
 
 using autodiff::NonFinitePolicy;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kBatch = 8, kFeatures = 6;
 // What the guard may add to a step's launches: the check of the gradients, then the check's
@@ -181,9 +183,10 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
 }
 
 // A guarded plan: one more phase (the update after the check's barrier), each layer's gradients
-// in the workspace after the row losses, the flag word in shared memory, and never the cluster
-// schedules (which cannot wait for every model before updating).
-TEST(MlpStepGuardTest, GuardedPlansAddTheCheckPhaseAndSkipTheClusterSchedules) {
+// in the workspace after the row losses, the flag word in shared memory; 32 models keep the group
+// schedule, its exchange areas clear of the gradients; never the cluster schedule (whose later
+// waves of models cannot be waited for before updating).
+TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
   const std::vector<int64_t> widths = {64, 256, 256, 10};
   for (int64_t models : {1, 4, 32}) {
     for (codegen::MlpSchedule schedule :
@@ -196,7 +199,19 @@ TEST(MlpStepGuardTest, GuardedPlansAddTheCheckPhaseAndSkipTheClusterSchedules) {
       target.guard = codegen::MlpGuard::kSkip;
       auto guarded = codegen::PlanMlpStep(64, widths, target, models);
       ASSERT_TRUE(plain.ok() && guarded.ok()) << guarded.status();
-      EXPECT_EQ(guarded->cluster, 0) << models << " models";
+      if (models == 32 && schedule == codegen::MlpSchedule::kAuto) {
+        EXPECT_GT(guarded->groups, 0) << "the group schedule under the guard";
+        EXPECT_EQ(guarded->groups, plain->groups);
+        EXPECT_EQ(guarded->cluster, plain->cluster);
+        // The exchange areas lie before the gradients or after them, in the workspace.
+        const int64_t areas =
+            guarded->groups * guarded->exchange_areas * codegen::GroupAreaFloats(*guarded);
+        EXPECT_TRUE(guarded->area_offset + areas <= guarded->grad_w_offset[0] ||
+                    guarded->area_offset >= guarded->grad_b_offset.back() + models * widths.back());
+        EXPECT_LE(guarded->area_offset + areas, guarded->workspace_floats);
+      } else {
+        EXPECT_EQ(guarded->cluster, 0) << models << " models";
+      }
       EXPECT_LE(guarded->shared_bytes, target.max_shared_bytes);
       if (plain->cluster == 0) EXPECT_EQ(guarded->phases, plain->phases + 1);
       int64_t grads = 0;
@@ -281,6 +296,43 @@ TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
               << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
               << (plan->row_chain ? " chain" : "") << ": " << compiled.status();
         }
+      }
+    }
+  }
+}
+
+// The group schedule's guarded kernels (gradients to the workspace, the check's grid barrier, the
+// update after the last model), deep and shallow, padded and not, single and batched.
+TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
+  struct Case {
+    int64_t models, batch;
+    std::vector<int64_t> widths;
+    bool aligned;
+  };
+  const std::vector<Case> cases = {{32, 64, {64, 256, 256, 10}, true},
+                                   {3, 5, {3, 7, 7, 3}, false},
+                                   {1, 16, {16, 32, 32, 32, 32, 8}, true},
+                                   {2, 16, {20, 40, 40, 40, 6}, true}};
+  for (const Case& c : cases) {
+    for (bool tf32 : {false, true}) {
+      for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
+        codegen::MlpStepTarget target;
+        target.aligned = c.aligned;
+        target.tf32 = tf32;
+        target.schedule = codegen::MlpSchedule::kGroups;
+        target.guard = guard;
+        auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        ASSERT_GT(plan->groups, 0);
+        const codegen::GeneratedKernel kernel =
+            c.models == 1 ? codegen::MlpStepKernel(*plan)
+                          : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
+        EXPECT_THAT(kernel.code, HasSubstr("GuardBarrier"));
+        EXPECT_THAT(kernel.code, HasSubstr("GradOut"));
+        EXPECT_THAT(kernel.code, Not(HasSubstr("BiasSgd<")));
+        auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+        ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()
+                                   << (tf32 ? " tf32" : "") << ": " << compiled.status();
       }
     }
   }

@@ -172,8 +172,8 @@ TEST_P(EnsembleWholeStepGpuTest, MatchesTheUnbatchedCpuReferencePerModel) {
 
 // A captured replay gives the bulked run's bits: per-model losses every step, every parameter and
 // momentum after 20 steps; one instantiation.
-// `policy`: the default guard (the cooperative schedules only), or kIgnore (the cluster schedules
-// too, where they fit).
+// `policy`: the default guard (every schedule but the clusters: 32 models run the group schedule
+// guarded), or kIgnore (the cluster schedule too, where it fits).
 void ExpectGraphReplayEqualsBulkedOver20Steps(const Case& c, bool tf32,
                                               NonFinitePolicy policy = NonFinitePolicy::kSkipStep) {
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::MlpEnsemble e,

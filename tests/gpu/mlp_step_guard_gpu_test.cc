@@ -1,7 +1,8 @@
 // The non-finite guard inside the whole-step MLP kernels on the GPU (codegen::MlpGuard): a NaN in
 // one input feature of a single MLP or of one model of a batched ensemble is skipped and counted,
 // every weight unchanged bit for bit, and the next clean step trains; clean steps give the bits
-// of the unguarded kernel (kIgnore) of the same schedule; kStop names the step.
+// of the unguarded kernel (kIgnore) of the same schedule; kStop names the step. The single MLP's
+// step also skips an inf feature and a gradient that alone overflows (its loss finite).
 #include <cmath>
 #include <limits>
 #include <map>
@@ -84,7 +85,7 @@ bool AnyNan(const std::map<std::string, std::vector<float>>& weights) {
 }
 
 // The example in the whole-step kernel (1 model) and the batched one (4 models: layer
-// phases; 32: the row chain, the cluster schedules being declined under the guard).
+// phases; 32: the group schedule, which runs the guard too).
 TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
   REPRISE_REQUIRE_GPU();
   for (int models : {1, 4, 32}) {
@@ -164,6 +165,76 @@ TEST(MlpStepGuardGpuTest, StopNamesTheStepInTheBatchedKernel) {
   EXPECT_THAT(stopped.message(), HasSubstr("step 1 "));
   EXPECT_THAT(stopped.message(), HasSubstr("nan"));
   EXPECT_EQ(Parameters(*t), before);
+}
+
+// The single MLP's whole step with an inf feature: skipped and counted as the NaN is.
+TEST(MlpStepGuardGpuTest, InfFeatureIsSkipped) {
+  REPRISE_REQUIRE_GPU();
+  for (bool tf32 : {false, true}) {
+    SCOPED_TRACE(tf32 ? "TF32" : "f32");
+    TrainOptions options;
+    options.allow_tf32 = tf32;
+    auto t = Make(1, options);
+    ASSERT_TRUE(t);
+    REPRISE_ASSERT_OK(Feed(*t, 1, 0));
+    REPRISE_ASSERT_OK(t->Step());
+    const auto before = Parameters(*t);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kBatch * kFeatures);
+    for (float& v : x) v = normal(rng);
+    x[9 * kFeatures + 4] = -std::numeric_limits<float>::infinity();
+    REPRISE_ASSERT_OK(t->SetInput("features", x));
+    REPRISE_ASSERT_OK(t->Step());
+    EXPECT_EQ(Parameters(*t), before);
+    EXPECT_EQ(*t->SkippedSteps(), 1);
+  }
+}
+
+// A gradient alone non-finite, the loss finite: feature 11 is 1e38 in every row but layer 0's
+// weights of it are 0 (the forward never sees it), and layer 1's weights are scaled by 1e6 (so
+// layer 0's data gradient is large), so W_0's gradient of feature 11 overflows to inf. Guarded,
+// the step is skipped and counted with its loss finite; unguarded, the inf reaches the weights
+// (what makes this a gradient-only case).
+TEST(MlpStepGuardGpuTest, OverflowingGradientWithAFiniteLossIsSkipped) {
+  REPRISE_REQUIRE_GPU();
+  for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kIgnore}) {
+    const bool guarded = policy == NonFinitePolicy::kSkipStep;
+    SCOPED_TRACE(guarded ? "guarded" : "ignored");
+    TrainOptions options;
+    options.non_finite.policy = policy;
+    auto t = Make(1, options);
+    ASSERT_TRUE(t);
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> w0, t->GetParameter("fc0.weight"));
+    ASSERT_EQ(w0.size(), static_cast<size_t>(kConfig.width * kFeatures));
+    for (int o = 0; o < kConfig.width; ++o) w0[o * kFeatures + 11] = 0.0f;
+    REPRISE_ASSERT_OK(t->SetParameter("fc0.weight", w0));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> w1, t->GetParameter("fc1.weight"));
+    for (float& v : w1) v *= 1e6f;
+    REPRISE_ASSERT_OK(t->SetParameter("fc1.weight", w1));
+    const auto before = Parameters(*t);
+    std::mt19937 rng(4);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(kBatch * kFeatures);
+    for (float& v : x) v = normal(rng);
+    for (int r = 0; r < kBatch; ++r) x[r * kFeatures + 11] = 1e38f;
+    std::vector<int32_t> y(kBatch);
+    for (int i = 0; i < kBatch; ++i) y[i] = i % kConfig.classes;
+    REPRISE_ASSERT_OK(t->SetInput("features", x));
+    REPRISE_ASSERT_OK(t->SetInput("labels", y));
+    REPRISE_ASSERT_OK(t->Step());
+    REPRISE_ASSERT_OK_AND_ASSIGN(float loss, t->Loss());
+    EXPECT_TRUE(std::isfinite(loss)) << loss;
+    const auto after = Parameters(*t);
+    if (guarded) {
+      EXPECT_EQ(after, before);
+      EXPECT_EQ(*t->SkippedSteps(), 1);
+    } else {
+      bool finite = true;
+      for (float v : after.at("fc0.weight")) finite = finite && std::isfinite(v);
+      EXPECT_FALSE(finite) << "W_0's gradient did not overflow: not a gradient-only case";
+    }
+  }
 }
 
 }  // namespace

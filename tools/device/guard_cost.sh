@@ -3,8 +3,9 @@
 # without it (ignore), alternating, on one GPU in one call:
 #   bash tools/device/guard_cost.sh BENCH [ROUNDS]
 # Rows: ResNet-50 b32 bf16 and TF32, the MLP 8x256 b32 per-layer step and its default whole step,
-# and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (guarded: the row chain; ignore: the
-# group schedule), all guarded by default (the whole-step kernels inside themselves).
+# and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (the group schedule, guarded or not:
+# guarded, each model's gradients wait in the workspace for one grid-wide check before every
+# update), all guarded by default (the whole-step kernels inside themselves).
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
 workloads=(
