@@ -8,8 +8,9 @@
 #   FUZZ_SECONDS=300 tests/fuzz/run.sh json safetensors
 #
 # Fuzzers: safetensors (safetensors + checkpoint readers), json (the JSON parser), cache_entry
-# (the kernel cache's entry decoder), graph_builder (the nn/Graph API with random shapes and
-# layers; it links the whole library, so its first build is long).
+# (the kernel cache's entry decoder), graph_builder (the Graph, nn and models API with random
+# shapes, ops and configs, the CPU reference and the step compiler; it compiles the layers up to
+# passes, about 10 minutes on 2 cores the first time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${FUZZ_SECONDS:-60}"
