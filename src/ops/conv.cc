@@ -294,9 +294,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // aliases is not promised for every engine (split or multi-pass ones; PyTorch met cuDNN's fused
   // convolution + add going wrong when the added tensor aliased an operand, pytorch#62926). It is
   // kept on the legacy call (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
-  // ResNet-50's shapes in place and into another output). It was the suspect of ResNet-50's
-  // divergence under the graph API (issue 42), but the divergence stayed without it (H200,
-  // 2026-12-02) while every single convolution agreed with the legacy API.
+  // ResNet-50's shapes in place and into another output). With it, a bfloat16 ResNet-50's losses
+  // left the legacy API's at the second step; without it they are the legacy API's bit for bit
+  // (H200, 2026-12-02).
   std::string note;
   if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && accumulate) {
     note =
