@@ -190,7 +190,8 @@ absl::Status Train() {
       .weight_decay = absl::GetFlag(FLAGS_weight_decay),
       .decay_rank1 = false,
       .max_grad_norm = 1.0f,
-      .schedule = {.warmup_steps = std::min(absl::GetFlag(FLAGS_warmup), steps),
+      // A run shorter than the warm-up still decays: the cosine needs a step after the warm-up.
+      .schedule = {.warmup_steps = std::min(absl::GetFlag(FLAGS_warmup), steps - 1),
                    .decay = reprise::LrDecay::kCosine,
                    .total_steps = steps,
                    .min_lr_factor = 0.1f}};

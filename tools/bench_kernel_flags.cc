@@ -23,7 +23,8 @@ ABSL_FLAG(std::string, conv_api, "legacy",
           "cudnn-frontend)");
 ABSL_FLAG(bool, conv_bn_stats, false,
           "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
-          "statistics summed in the convolution's epilogue");
+          "statistics summed in the convolution's epilogue (float16 NHWC models: cuDNN has no "
+          "engine for it in bfloat16 or float32)");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(bool, relu_epilogues, false,

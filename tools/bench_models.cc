@@ -101,7 +101,8 @@ absl::StatusOr<BenchModel> Gpt2(const BenchModelConfig& c) {
                                   .vocab = c.vocab,
                                   .layers = c.layers,
                                   .heads = c.heads,
-                                  .width = c.gpt2_width};
+                                  .width = c.gpt2_width,
+                                  .padded_vocab = c.padded_vocab};
   ASSIGN_OR_RETURN(models::Gpt2 gpt, models::BuildGpt2(config));
   BenchModel model{.graph = std::move(gpt.graph), .loss = gpt.loss};
   const int64_t tokens = c.batch * c.seq;
@@ -167,10 +168,20 @@ double PeakTflops(const std::string& device_name, const std::string& precision) 
   return 0;
 }
 
+namespace {
+
+// The logits' columns the gpt2 model is built with.
+int64_t Gpt2LogitsColumns(const BenchModelConfig& c) {
+  return models::Gpt2LogitsWidth({.vocab = c.vocab, .padded_vocab = c.padded_vocab});
+}
+
+}  // namespace
+
 std::string ModelConfigText(const BenchModelConfig& c) {
   if (c.model == "gpt2") {
-    return absl::StrFormat("gpt2 batch=%d seq=%d layers=%d heads=%d width=%d vocab=%d", c.batch,
-                           c.seq, c.layers, c.heads, c.gpt2_width, c.vocab);
+    return absl::StrFormat("gpt2 batch=%d seq=%d layers=%d heads=%d width=%d vocab=%d logits=%d",
+                           c.batch, c.seq, c.layers, c.heads, c.gpt2_width, c.vocab,
+                           Gpt2LogitsColumns(c));
   }
   std::string text =
       absl::StrFormat("%s depth=%d width=%d image_size=%d layout=%s batch=%d classes=%d", c.model,
@@ -185,8 +196,8 @@ std::string ModelConfigJson(const BenchModelConfig& c) {
   if (c.model == "gpt2") {
     return absl::StrFormat(
         "\"model\": \"gpt2\", \"batch\": %d, \"seq\": %d, \"layers\": %d, \"heads\": %d, "
-        "\"width\": %d, \"vocab\": %d",
-        c.batch, c.seq, c.layers, c.heads, c.gpt2_width, c.vocab);
+        "\"width\": %d, \"vocab\": %d, \"padded_vocab\": %d",
+        c.batch, c.seq, c.layers, c.heads, c.gpt2_width, c.vocab, Gpt2LogitsColumns(c));
   }
   std::string json = absl::StrFormat(
       "\"model\": \"%s\", \"depth\": %d, \"width\": %d, \"image_size\": %d, \"layout\": "

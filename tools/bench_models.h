@@ -27,9 +27,10 @@ struct BenchModelConfig {
   // resnet: depth (18, 34, 50, 101 or 152), images and layout ("nchw" or "nhwc"); classes.
   int64_t image_size = 224;
   std::string layout = "nchw";
-  // gpt2: sequence length, layers, heads, width, vocabulary (models::Gpt2Config); the position
-  // table has max(1024, seq) rows.
-  int64_t seq = 1024, layers = 12, heads = 12, gpt2_width = 768, vocab = 50257;
+  // gpt2: sequence length, layers, heads, width, vocabulary and the logits' columns
+  // (models::Gpt2Config; padded_vocab 0 rounds vocab up to 128); the position table has
+  // max(1024, seq) rows.
+  int64_t seq = 1024, layers = 12, heads = 12, gpt2_width = 768, vocab = 50257, padded_vocab = 0;
 };
 
 // The model's configuration for the table's first line ("gpt2 batch=16 seq=1024 layers=12 ...")

@@ -45,6 +45,10 @@ std::string ResultText(const BenchResult& r) {
       PerSecond(r.samples_per_step, r.median_ms), r.host_us_per_step, r.launches, r.graph_nodes,
       r.device_bytes / kMiB, busy, activation);
   absl::StrAppendFormat(&text, "%-16s path: %s\n", "", r.path);
+  if (r.host_us_queued >= 0) {
+    absl::StrAppendFormat(&text, "%-16s host us per Step() queued behind a running step: %.2f\n",
+                          "", r.host_us_queued);
+  }
   if (r.host_us_after_input >= 0) {
     absl::StrAppendFormat(&text, "%-16s host us per Step() right after SetInput: %.2f\n", "",
                           r.host_us_after_input);
@@ -71,13 +75,14 @@ std::string ResultJson(const BenchResult& r) {
       "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s, "
       "\"activation_peak_bytes\": %d, \"activation_peak_unmirrored_bytes\": %d, "
       "\"mirrored_nodes\": %d, \"path\": \"%s\", \"host_us_after_input\": %s, "
-      "\"tokens_per_s\": %s, \"model_tflops\": %s, \"mfu\": %s}",
+      "\"host_us_queued\": %s, \"tokens_per_s\": %s, \"model_tflops\": %s, \"mfu\": %s}",
       r.mode, r.median_ms, r.p90_ms, PerSecond(r.samples_per_step, r.median_ms), r.host_us_per_step,
       r.launches, r.graph_nodes, r.arena_bytes, r.device_bytes, r.kernel_acquire_ms,
       r.kernels_compiled, r.kernel_disk_hits,
       r.busy_fraction < 0 ? "null" : absl::StrFormat("%.4f", r.busy_fraction),
       r.activation_peak_bytes, r.activation_peak_unmirrored_bytes, r.mirrored_nodes, r.path,
       r.host_us_after_input < 0 ? "null" : absl::StrFormat("%.3f", r.host_us_after_input),
+      r.host_us_queued < 0 ? "null" : absl::StrFormat("%.3f", r.host_us_queued),
       tokens ? absl::StrFormat("%.1f", PerSecond(r.tokens_per_step, r.median_ms)) : "null",
       tokens ? absl::StrFormat("%.3f", ModelTflops(r)) : "null",
       tokens && r.peak_tflops > 0 ? absl::StrFormat("%.5f", ModelTflops(r) / r.peak_tflops)

@@ -24,6 +24,8 @@ struct BenchResult {
   // Host time of Step() right after SetInput wrote the next batch, as in a training loop (the
   // host has just been busy rather than asleep in Synchronize()); -1 with --inputs device.
   double host_us_after_input = -1;
+  // Host time of Step() queued behind the step before it, still running on the device.
+  double host_us_queued = -1;
   int64_t samples_per_step = 0;
   // GPT-2: tokens and model flops per step (bench_models.h's Gpt2FlopsPerStep); 0 otherwise.
   int64_t tokens_per_step = 0;

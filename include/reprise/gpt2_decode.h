@@ -38,7 +38,8 @@ struct Gpt2Decoder {
 // the state "decode.position" i32 [1] counts the tokens so far. A step at position p writes the
 // token's keys and values into row p of the caches, adds position embedding p, attends over rows
 // 0..p and advances the counter (src/ops/decode_attention.h): its logits are those BuildGpt2's
-// graph gives at position p of the same sequence. InvalidArgument for a config BuildGpt2 refuses
+// graph gives at position p of the same sequence (their first vocab columns: the decoder's logits
+// are not padded to Gpt2LogitsWidth). InvalidArgument for a config BuildGpt2 refuses
 // or a cache_dtype other than float32, bfloat16 or float16.
 absl::StatusOr<Gpt2Decoder> BuildGpt2Decoder(const Gpt2Config& config,
                                              DType cache_dtype = DType::kFloat32);

@@ -106,14 +106,25 @@ struct Gpt2Config {
   int64_t heads = 12;      // Must divide width.
   int64_t width = 768;     // C, the residual stream's features.
   double init_std = 0.02;  // Weights' standard deviation (c_proj's: init_std / sqrt(2·layers)).
+  // Columns of the logits (the output product's rows): the vocabulary padded with classes that
+  // never occur, so that the product's leading dimension keeps tensor-core kernels aligned
+  // (50,257 is odd; 50,304 is 393·128). 0: vocab rounded up to a multiple of 128 (Gpt2LogitsWidth);
+  // vocab: no padding. The parameters do not change: transformer.wte.weight stays [vocab, C].
+  int64_t padded_vocab = 0;
 };
+
+// The logits' width for `config`: padded_vocab, or vocab rounded up to a multiple of 128 when it
+// is 0. Meaningful for a config BuildGpt2 accepts.
+int64_t Gpt2LogitsWidth(const Gpt2Config& config);
 
 struct Gpt2 {
   Graph graph;
   Value tokens;   // Input "tokens" i32 [batch, seq].
   Value targets;  // Input "targets" i32 [batch, seq]: the next token of each position.
-  Value logits;   // [batch·seq, vocab], row b·seq + t for token t of sequence b.
-  Value loss;     // "loss": scalar mean cross-entropy over every position.
+  // [batch·seq, Gpt2LogitsWidth(config)], row b·seq + t for token t of sequence b: the first vocab
+  // columns are the tokens' logits, the rest (the padding) are 0 and take no part in the loss.
+  Value logits;
+  Value loss;  // "loss": scalar mean cross-entropy over every position.
 };
 
 // The values of one GPT-2 added to a graph.
@@ -135,15 +146,19 @@ struct Gpt2Values {
 // Linear weights are [out, in] as torch.nn.Linear's (Hugging Face's Conv1D keeps them transposed,
 // [in, out]: transpose those when converting). The logits are the final hidden states times
 // transformer.wte.weight transposed: the same parameter the embedding reads, so its gradient is
-// the sum of both uses' and there is no lm_head parameter. A torch state dict's lm_head.weight is
-// the same tensor as transformer.wte.weight (nanoGPT ties them): drop it when loading here
-// (LoadWeightsOptions::allow_unexpected, the default) and copy wte into it when going back.
-// Starts as nanoGPT does, uniform with the same standard deviation (the engine has no normal
-// initializer): weights and embeddings init_std, the two c_proj weights init_std / sqrt(2·layers),
-// biases 0, layer norms weight 1 and bias 0. The default (124M) has 124,439,808 parameters.
-// InvalidArgument naming the field for a size below 1 (or init_std not positive), heads not
-// dividing width, seq > max_positions, a vocab beyond int32 token ids, or sizes whose tensors'
-// bytes overflow int64.
+// the sum of both uses' and there is no lm_head parameter. The product reads the table padded with
+// zero rows to Gpt2LogitsWidth(config) (a resize_rows node "lm_head.pad", in the compute dtype), so
+// the logits' padding columns are 0, and the loss takes only the first vocab columns as classes
+// (their gradient is 0, and the table's gradient is the first vocab rows of the padded one's). A
+// torch state dict's lm_head.weight is the same tensor as transformer.wte.weight (nanoGPT ties
+// them): drop it when loading here (LoadWeightsOptions::allow_unexpected, the default) and copy wte
+// into it when going back. Starts as nanoGPT does, uniform with the same standard deviation (the
+// engine has no normal initializer): weights and embeddings init_std, the two c_proj weights
+// init_std / sqrt(2·layers), biases 0, layer norms weight 1 and bias 0. The default (124M) has
+// 124,439,808 parameters. InvalidArgument naming the field for a size below 1 (or init_std not
+// positive), heads not dividing width, seq > max_positions, a vocab beyond int32 token ids, a
+// padded_vocab below vocab (other than 0) or beyond int32, or sizes whose tensors' bytes overflow
+// int64.
 absl::StatusOr<Gpt2> BuildGpt2(const Gpt2Config& config);
 // BuildGpt2's model added to `graph` (whose names must be free: "tokens", "targets", "loss",
 // "transformer.*", "lm_head"). On any error the graph is left exactly as it was.

@@ -90,8 +90,8 @@ struct KernelTuning {
   ConvApi conv_api = ConvApi::kLegacy;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
-  // convolution's epilogue, where cuDNN has a plan for that (src/ops/conv_bn.h; elsewhere the
-  // node runs the two lowerings and the plan dump says why).
+  // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic
+  // (src/ops/conv_bn.h; elsewhere the node runs the two lowerings and the plan dump says why).
   bool conv_batch_norm_stats = false;
 };
 

@@ -158,13 +158,14 @@ void BindGpt2(nb::module_& models) {
       .def(
           "__init__",
           [](models::Gpt2Config* c, int64_t batch, int64_t seq, int64_t max_positions,
-             int64_t vocab, int64_t layers, int64_t heads, int64_t width, double init_std) {
-            new (c) models::Gpt2Config{batch,  seq,   max_positions, vocab,
-                                       layers, heads, width,         init_std};
+             int64_t vocab, int64_t layers, int64_t heads, int64_t width, double init_std,
+             int64_t padded_vocab) {
+            new (c) models::Gpt2Config{batch, seq,   max_positions, vocab,       layers,
+                                       heads, width, init_std,      padded_vocab};
           },
           "batch"_a = d.batch, "seq"_a = d.seq, "max_positions"_a = d.max_positions,
           "vocab"_a = d.vocab, "layers"_a = d.layers, "heads"_a = d.heads, "width"_a = d.width,
-          "init_std"_a = d.init_std)
+          "init_std"_a = d.init_std, "padded_vocab"_a = d.padded_vocab)
       .def_rw("batch", &models::Gpt2Config::batch)
       .def_rw("seq", &models::Gpt2Config::seq)
       .def_rw("max_positions", &models::Gpt2Config::max_positions)
@@ -172,7 +173,11 @@ void BindGpt2(nb::module_& models) {
       .def_rw("layers", &models::Gpt2Config::layers)
       .def_rw("heads", &models::Gpt2Config::heads)
       .def_rw("width", &models::Gpt2Config::width)
-      .def_rw("init_std", &models::Gpt2Config::init_std);
+      .def_rw("init_std", &models::Gpt2Config::init_std)
+      .def_rw("padded_vocab", &models::Gpt2Config::padded_vocab,
+              "columns of the logits: 0 pads vocab to a multiple of 128, vocab pads nothing");
+  models.def("gpt2_logits_width", &models::Gpt2LogitsWidth, "config"_a,
+             "The logits' columns for `config`: padded_vocab, or vocab rounded up to 128 if 0.");
   nb::class_<models::Gpt2>(models, "Gpt2")
       .def_ro("graph", &models::Gpt2::graph, nb::rv_policy::reference_internal)
       .def_ro("tokens", &models::Gpt2::tokens)
@@ -184,7 +189,8 @@ void BindGpt2(nb::module_& models) {
       [](const models::Gpt2Config& config) { return ValueOrThrow(models::BuildGpt2(config)); },
       "config"_a = d,
       "nanoGPT's GPT-2 (124M by default) under its state dict's names, the output projection "
-      "tied to transformer.wte.weight; inputs 'tokens' and 'targets' int32 [batch, seq].");
+      "tied to transformer.wte.weight; inputs 'tokens' and 'targets' int32 [batch, seq]; logits "
+      "[batch*seq, gpt2_logits_width(config)], the columns past vocab zero padding.");
 }
 
 void BindModels(nb::module_& m) {

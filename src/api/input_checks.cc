@@ -9,6 +9,7 @@
 #include "src/autodiff/optimizer_graph.h"
 #include "src/ir/op_def.h"
 #include "src/ops/batched.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/masked_loss.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
@@ -48,8 +49,12 @@ std::vector<LabelUse> LabelUsesOf(const Graph& training) {
     const Value labels = n.inputs[embedding ? 0 : 1];
     const std::optional<int32_t> input = SourceInput(training, labels);
     if (!input.has_value()) continue;
-    const int64_t classes = embedding ? training.spec(n.inputs[1]).shape.dim(0)
-                                      : training.spec(n.inputs[0]).shape.dim(batched_loss ? 2 : 1);
+    int64_t classes = embedding ? training.spec(n.inputs[1]).shape.dim(0)
+                                : training.spec(n.inputs[0]).shape.dim(batched_loss ? 2 : 1);
+    if (n.op == &ops::SoftmaxCrossEntropyOp()) {  // Its real classes, padding columns left out.
+      absl::StatusOr<int64_t> real = ops::LossClasses(n.attrs, training.spec(n.inputs[0]));
+      if (real.ok()) classes = *real;
+    }
     uses.push_back({training.node(*input).name, classes, n.name, masked_loss});
   }
   return uses;

@@ -14,8 +14,10 @@
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "reprise/nn_attention.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
+#include "src/ops/resize_rows.h"
 #include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
@@ -50,12 +52,21 @@ absl::Status CheckGpt2Config(const Gpt2Config& c) {
   if (c.vocab > std::numeric_limits<int32_t>::max()) {
     return Invalid("vocab", absl::StrCat("(", c.vocab, ") must fit int32 token ids"));
   }
+  if (c.padded_vocab != 0 && c.padded_vocab < c.vocab) {
+    return Invalid("padded_vocab", absl::StrCat("(", c.padded_vocab,
+                                                ") must be 0 or at least vocab (", c.vocab, ")"));
+  }
+  const int64_t logits_width = Gpt2LogitsWidth(c);  // vocab fits int32: rounding up cannot wrap.
+  if (logits_width > std::numeric_limits<int32_t>::max()) {
+    return Invalid("padded_vocab",
+                   absl::StrCat("(", logits_width, ", vocab ", c.vocab, " padded) must fit int32"));
+  }
   // The largest tensors, in float64 bytes (the CPU reference's gradient checks): each must be
   // addressable. Named by the fields that make it.
   const std::pair<absl::string_view, std::vector<int64_t>> tensors[] = {
-      {"batch, seq and vocab (the logits)", {c.batch, c.seq, c.vocab, 8}},
+      {"batch, seq and padded_vocab (the logits)", {c.batch, c.seq, logits_width, 8}},
       {"batch, seq and width (the MLP's hidden values)", {c.batch, c.seq, 4, c.width, 8}},
-      {"vocab and width (the token embedding)", {c.vocab, c.width, 8}},
+      {"padded_vocab and width (the padded token embedding)", {logits_width, c.width, 8}},
       {"max_positions and width (the position embedding)", {c.max_positions, c.width, 8}},
       {"layers and width (the blocks' weights)", {c.layers, 12, c.width, c.width, 8}},
   };
@@ -67,6 +78,12 @@ absl::Status CheckGpt2Config(const Gpt2Config& c) {
     }
   }
   return absl::OkStatus();
+}
+
+int64_t Gpt2LogitsWidth(const Gpt2Config& c) {
+  constexpr int64_t kAlign = 128;  // Rows of the product a multiple of 128: tensor-core tiles.
+  if (c.padded_vocab != 0) return c.padded_vocab;
+  return (c.vocab + kAlign - 1) / kAlign * kAlign;
 }
 
 // Uniform(-a, a) has standard deviation a / sqrt(3).
@@ -135,10 +152,20 @@ absl::StatusOr<Gpt2Values> AddGpt2Steps(Graph& g, const Gpt2Config& c, bool tie_
     ASSIGN_OR_RETURN(
         head, g.AddParameter("lm_head.weight", {Shape{c.vocab, c.width}}, Gpt2Uniform(c.init_std)));
   }
+  // The product reads the table padded with zero rows (its gradient: the first vocab rows of the
+  // padded one's), and the loss leaves the padding columns out.
+  const int64_t logits_width = Gpt2LogitsWidth(c);
+  Attrs loss_attrs;
+  if (logits_width > c.vocab) {
+    ASSIGN_OR_RETURN(
+        head, g.AddOp1(ops::ResizeRowsOp(), "lm_head.pad", {head}, {{"rows", logits_width}}));
+    loss_attrs[ops::kLossClassesAttr] = c.vocab;
+  }
   ASSIGN_OR_RETURN(v.logits,
                    g.AddOp1(ops::MatmulOp(), "lm_head", {x, head}, {{"transpose_b", true}}));
   ASSIGN_OR_RETURN(Value targets, Rows(g, v.targets, rows, "targets.rows"));
-  ASSIGN_OR_RETURN(v.loss, nn::SoftmaxCrossEntropy(g, v.logits, targets, "loss"));
+  ASSIGN_OR_RETURN(v.loss, g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {v.logits, targets},
+                                    std::move(loss_attrs)));
   return v;
 }
 

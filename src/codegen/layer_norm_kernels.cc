@@ -1,6 +1,7 @@
 #include "src/codegen/layer_norm_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,18 @@ LayerNormChunking LayerNormChunkingFor(int64_t rows, int64_t cols) {
 
 namespace {
 
+constexpr char kForwardSignature[] =
+    "const elem_t* __restrict__ x, const float* __restrict__ weight, "
+    "const float* __restrict__ bias, elem_t* __restrict__ y, "
+    "float* __restrict__ mean_out, float* __restrict__ rstd_out, long long rows, "
+    "int cols, float eps";
+
+constexpr char kAddForwardSignature[] =
+    "const elem_t* __restrict__ a, const elem_t* __restrict__ b, "
+    "const float* __restrict__ weight, const float* __restrict__ bias, "
+    "elem_t* __restrict__ x, elem_t* __restrict__ y, float* __restrict__ mean_out, "
+    "float* __restrict__ rstd_out, long long rows, int cols, float eps";
+
 // The forward's statistics and output once `sum` holds the row's sum of x (at xr).
 constexpr char kForwardTail[] = R"(
   const float mean = WarpSum(sum) / cols;
@@ -68,11 +81,7 @@ constexpr char kForwardTail[] = R"(
 }  // namespace
 
 GeneratedKernel LayerNormForward(DType dtype) {
-  return Make("reprise_layer_norm", dtype,
-              "const elem_t* __restrict__ x, const float* __restrict__ weight, "
-              "const float* __restrict__ bias, elem_t* __restrict__ y, "
-              "float* __restrict__ mean_out, float* __restrict__ rstd_out, long long rows, "
-              "int cols, float eps",
+  return Make("reprise_layer_norm", dtype, kForwardSignature,
               absl::StrCat(kRowPrologue, R"(
   const elem_t* xr = x + row * cols;
   float sum = 0.0f;
@@ -83,11 +92,7 @@ GeneratedKernel LayerNormForward(DType dtype) {
 
 GeneratedKernel LayerNormAddForward(DType dtype) {
   // Each lane reads back only the elements of x it wrote itself.
-  return Make("reprise_add_layer_norm", dtype,
-              "const elem_t* __restrict__ a, const elem_t* __restrict__ b, "
-              "const float* __restrict__ weight, const float* __restrict__ bias, "
-              "elem_t* __restrict__ x, elem_t* __restrict__ y, float* __restrict__ mean_out, "
-              "float* __restrict__ rstd_out, long long rows, int cols, float eps",
+  return Make("reprise_add_layer_norm", dtype, kAddForwardSignature,
               absl::StrCat(kRowPrologue, R"(
   const elem_t* ar = a + row * cols;
   const elem_t* br = b + row * cols;
@@ -100,6 +105,129 @@ GeneratedKernel LayerNormAddForward(DType dtype) {
   }
 )",
                            kForwardTail));
+}
+
+namespace {
+
+// The vectorized row kernels: each lane walks the row four elements at a time (Load4/Store4,
+// float4 of the float32 weight and bias), for rows whose width is a multiple of 4 with every
+// pointer aligned to 16 bytes (LayerNormVectorizes). The sums run in another order than the
+// scalar kernels' (lane l holds columns 4l..4l+3, 4l+128.. instead of l, l+32, ..): both are
+// fixed by the shapes, so runs and replays still give the same bits.
+constexpr char kVecLoop[] = "for (int c = 4 * lane; c < cols; c += 128)";
+
+constexpr char kVecForwardTail[] = R"(
+  const float mean = WarpSum(sum) / cols;
+  float squares = 0.0f;
+  for (int c = 4 * lane; c < cols; c += 128) {
+    const float4 v = Load4(xr + c);
+    const float a = v.x - mean, b = v.y - mean, d = v.z - mean, e = v.w - mean;
+    squares += (a * a + b * b) + (d * d + e * e);
+  }
+  const float rstd = rsqrtf(WarpSum(squares) / cols + eps);
+  elem_t* yr = y + row * cols;
+  for (int c = 4 * lane; c < cols; c += 128) {
+    const float4 v = Load4(xr + c);
+    const float4 w = *reinterpret_cast<const float4*>(weight + c);
+    const float4 b = *reinterpret_cast<const float4*>(bias + c);
+    Store4(yr + c, make_float4((v.x - mean) * rstd * w.x + b.x, (v.y - mean) * rstd * w.y + b.y,
+                               (v.z - mean) * rstd * w.z + b.z, (v.w - mean) * rstd * w.w + b.w));
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+)";
+
+}  // namespace
+
+GeneratedKernel LayerNormForwardVec(DType dtype) {
+  return Make("reprise_layer_norm_vec", dtype, kForwardSignature,
+              absl::StrCat(kRowPrologue, R"(
+  const elem_t* xr = x + row * cols;
+  float sum = 0.0f;
+  )",
+                           kVecLoop, R"( {
+    const float4 v = Load4(xr + c);
+    sum += (v.x + v.y) + (v.z + v.w);
+  }
+)",
+                           kVecForwardTail));
+}
+
+GeneratedKernel LayerNormAddForwardVec(DType dtype) {
+  // x = a + b rounded once to elem_t; the statistics read the rounded values back from x (each
+  // lane reads only what it wrote itself).
+  return Make("reprise_add_layer_norm_vec", dtype, kAddForwardSignature,
+              absl::StrCat(kRowPrologue, R"(
+  const elem_t* ar = a + row * cols;
+  const elem_t* br = b + row * cols;
+  elem_t* xr = x + row * cols;
+  float sum = 0.0f;
+  )",
+                           kVecLoop, R"( {
+    const float4 u = Load4(ar + c), w = Load4(br + c);
+    Store4(xr + c, make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w));
+    const float4 v = Load4(xr + c);
+    sum += (v.x + v.y) + (v.z + v.w);
+  }
+)",
+                           kVecForwardTail));
+}
+
+namespace {
+
+// dx, four elements at a time; the arithmetic of Dx below.
+GeneratedKernel DxVec(DType dtype, bool add) {
+  return Make(add ? "reprise_layer_norm_dx_add_vec" : "reprise_layer_norm_dx_vec", dtype,
+              absl::StrCat("const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+                           "const float* __restrict__ weight, const float* __restrict__ mean, "
+                           "const float* __restrict__ rstd, ",
+                           add ? "const elem_t* __restrict__ dres, " : "",
+                           "elem_t* __restrict__ dx, long long rows, int cols"),
+              absl::StrCat(kRowPrologue, R"(
+  const elem_t* dyr = dy + row * cols;
+  const elem_t* xr = x + row * cols;
+  const float m = mean[row], r = rstd[row];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  )",
+                           kVecLoop, R"( {
+    const float4 d = Load4(dyr + c), v = Load4(xr + c);
+    const float4 w = *reinterpret_cast<const float4*>(weight + c);
+    const float g0 = d.x * w.x, g1 = d.y * w.y, g2 = d.z * w.z, g3 = d.w * w.w;
+    sum_g += (g0 + g1) + (g2 + g3);
+    sum_gx += (g0 * ((v.x - m) * r) + g1 * ((v.y - m) * r)) +
+              (g2 * ((v.z - m) * r) + g3 * ((v.w - m) * r));
+  }
+  const float mean_g = WarpSum(sum_g) / cols, mean_gx = WarpSum(sum_gx) / cols;
+  elem_t* dxr = dx + row * cols;
+  )",
+                           kVecLoop, R"( {
+    const float4 d = Load4(dyr + c), v = Load4(xr + c);
+    const float4 w = *reinterpret_cast<const float4*>(weight + c);
+    float4 o = make_float4(r * (d.x * w.x - mean_g - (v.x - m) * r * mean_gx),
+                           r * (d.y * w.y - mean_g - (v.y - m) * r * mean_gx),
+                           r * (d.z * w.z - mean_g - (v.z - m) * r * mean_gx),
+                           r * (d.w * w.w - mean_g - (v.w - m) * r * mean_gx));
+)",
+                           add ? R"(    const float4 e = Load4(dres + row * cols + c);
+    o = make_float4(o.x + e.x, o.y + e.y, o.z + e.z, o.w + e.w);
+)"
+                               : "",
+                           "    Store4(dxr + c, o);\n  }\n"));
+}
+
+}  // namespace
+
+GeneratedKernel LayerNormDxVec(DType dtype) { return DxVec(dtype, false); }
+GeneratedKernel LayerNormDxAddVec(DType dtype) { return DxVec(dtype, true); }
+
+bool LayerNormVectorizes(int64_t cols, absl::Span<const void* const> pointers) {
+  if (cols % 4 != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -194,8 +322,10 @@ extern "C" __global__ void reprise_layer_norm_dparams_finalize(const float* __re
 std::vector<GeneratedKernel> LayerNormKernels() {
   std::vector<GeneratedKernel> kernels = {LayerNormParamFinalize()};
   for (DType dtype : kKernelElementTypes) {
-    for (GeneratedKernel (*make)(DType) : {LayerNormForward, LayerNormAddForward, LayerNormDx,
-                                           LayerNormDxAdd, LayerNormParamPartials}) {
+    for (GeneratedKernel (*make)(DType) :
+         {LayerNormForward, LayerNormAddForward, LayerNormDx, LayerNormDxAdd,
+          LayerNormParamPartials, LayerNormForwardVec, LayerNormAddForwardVec, LayerNormDxVec,
+          LayerNormDxAddVec}) {
       kernels.push_back(make(dtype));
     }
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
@@ -54,6 +55,18 @@ GeneratedKernel LayerNormDx(DType dtype);
 // Name reprise_layer_norm_dx_add. Signature: (dy, x, weight, mean, rstd, const elem_t* dres,
 // elem_t* dx, long long rows, int cols).
 GeneratedKernel LayerNormDxAdd(DType dtype);
+
+// The four row kernels above, each lane walking its row four elements at a time (8-byte loads of
+// 16-bit types, 16-byte loads of float32 and of the weight and bias): names with "_vec" before
+// the type suffix (reprise_layer_norm_vec_bf16, ...), the same signatures and grids. Only for a
+// width that LayerNormVectorizes.
+GeneratedKernel LayerNormForwardVec(DType dtype);
+GeneratedKernel LayerNormAddForwardVec(DType dtype);
+GeneratedKernel LayerNormDxVec(DType dtype);
+GeneratedKernel LayerNormDxAddVec(DType dtype);
+// True when the vectorized kernels apply: cols a multiple of 4 and each of `pointers` (the
+// tensors they read or write four at a time) 16-byte aligned.
+bool LayerNormVectorizes(int64_t cols, absl::Span<const void* const> pointers);
 
 // partial[0][k][c] = Σ dy·x̂ and partial[1][k][c] = Σ dy over chunk k's rows. Blocks of 32x8
 // threads, grid (ceil(cols / 32), chunks). Name reprise_layer_norm_dparams_partial. Signature:

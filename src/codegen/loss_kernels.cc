@@ -91,9 +91,10 @@ __device__ void XentRowStatistics(const elem_t* __restrict__ zr, int cols, XentS
   m_out = row_m;
   s_out = row_s;
 }
-__device__ __forceinline__ float XentGradient(float x, float m, float inv_s, float scale,
-                                              bool is_label) {
-  return scale * (expf(x - m) * inv_s - (is_label ? 1.0f : 0.0f));
+// The gradient at column c: exactly 0 for a padding column (c >= classes).
+__device__ __forceinline__ float XentGradient(float x, float m, float inv_s, float scale, int c,
+                                              int label, int classes) {
+  return c < classes ? scale * (expf(x - m) * inv_s - (c == label ? 1.0f : 0.0f)) : 0.0f;
 }
 )";
 
@@ -103,11 +104,11 @@ constexpr char kRowKernelBody[] = R"(
   const elem_t* zr = z + first;
   const XentSplit split = XentSplitRow(first, cols);
   float m, s;
-  XentRowStatistics(zr, cols, split, m, s);
+  XentRowStatistics(zr, classes, XentSplitRow(first, classes), m, s);
   const int label = labels[r];
 #if XENT_LOSS
   if (threadIdx.x == 0) {
-    row_loss[r] = (label >= 0 && label < cols) ? logf(s) + m - ToFloat(zr[label])
+    row_loss[r] = (label >= 0 && label < classes) ? logf(s) + m - ToFloat(zr[label])
                                                : __int_as_float(0x7fc00000);
   }
 #endif
@@ -115,19 +116,19 @@ constexpr char kRowKernelBody[] = R"(
   const float scale = dloss[0] / rows, inv_s = 1.0f / s;
   elem_t* dzr = dz + first;
   const int t = threadIdx.x;
-  if (t < split.head) dzr[t] = FromFloat(XentGradient(ToFloat(zr[t]), m, inv_s, scale, t == label));
+  if (t < split.head) dzr[t] = FromFloat(XentGradient(ToFloat(zr[t]), m, inv_s, scale, t, label, classes));
   const elem_t* body = zr + split.head;
   elem_t* dbody = dzr + split.head;
   for (int q = t; q < split.quads; q += blockDim.x) {
     const float4 v = Load4(body + 4 * q);
     const int c = split.head + 4 * q;
-    Store4(dbody + 4 * q, make_float4(XentGradient(v.x, m, inv_s, scale, c == label),
-                                      XentGradient(v.y, m, inv_s, scale, c + 1 == label),
-                                      XentGradient(v.z, m, inv_s, scale, c + 2 == label),
-                                      XentGradient(v.w, m, inv_s, scale, c + 3 == label)));
+    Store4(dbody + 4 * q, make_float4(XentGradient(v.x, m, inv_s, scale, c, label, classes),
+                                      XentGradient(v.y, m, inv_s, scale, c + 1, label, classes),
+                                      XentGradient(v.z, m, inv_s, scale, c + 2, label, classes),
+                                      XentGradient(v.w, m, inv_s, scale, c + 3, label, classes)));
   }
   for (int c = split.head + 4 * split.quads + t; c < cols; c += blockDim.x) {
-    dzr[c] = FromFloat(XentGradient(ToFloat(zr[c]), m, inv_s, scale, c == label));
+    dzr[c] = FromFloat(XentGradient(ToFloat(zr[c]), m, inv_s, scale, c, label, classes));
   }
 #endif
 )";
@@ -149,7 +150,7 @@ GeneratedKernel XentRows(DType dtype, XentOutputs outputs) {
                              ") ", name,
                              "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
                              "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols) {\n"
+                             "elem_t* __restrict__ dz, int rows, int cols, int classes) {\n"
                              "  (void)dloss; (void)row_loss; (void)dz;\n",
                              kRowKernelBody, "}\n")};
 }

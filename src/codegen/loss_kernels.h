@@ -34,14 +34,15 @@ bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype);
 // What a row kernel writes.
 enum class XentOutputs { kLoss, kGradient, kLossAndGradient };
 
-// One block of kXentRowThreads per row r (grid = rows):
-//   kLoss:     row_loss[r] = log Σ_c exp(z[r, c] - m) + m - z[r, label[r]]  (m the row max; NaN
-//              for a label outside [0, cols));
-//   kGradient: dz[r, c] = dloss[0] / rows · (softmax(z[r, :])[c] - (c == label[r])), rounded
-//              once to the logits' type.
+// One block of kXentRowThreads per row r (grid = rows) of `cols` columns, the first `classes` of
+// them real (the rest pad the row: no part in the softmax, a gradient of exactly 0):
+//   kLoss:     row_loss[r] = log Σ_{c<classes} exp(z[r, c] - m) + m - z[r, label[r]]  (m the
+//              max over the classes; NaN for a label outside [0, classes));
+//   kGradient: dz[r, c] = dloss[0] / rows · (softmax(z[r, :classes])[c] - (c == label[r])) for
+//              c < classes, rounded once to the logits' type; 0 for c >= classes.
 // Named ElementKernelName("reprise_xent_rows_loss" | "_grad" | "_loss_grad", dtype). Signature:
 // (const elem_t* z, const int* labels, const float* dloss, float* row_loss, elem_t* dz, int rows,
-// int cols); the pointers a variant does not use may be null.
+// int cols, int classes); the pointers a variant does not use may be null.
 GeneratedKernel XentRows(DType dtype, XentOutputs outputs);
 
 // loss[0] = (Σ_r row_loss[r]) / rows in a fixed order: one block of kXentMeanThreads. Name

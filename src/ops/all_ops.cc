@@ -16,6 +16,7 @@
 #include "src/ops/ops.h"
 #include "src/ops/pooling.h"
 #include "src/ops/pooling_bn_relu.h"
+#include "src/ops/resize_rows.h"
 #include "src/ops/transformer_ops.h"
 #include "src/ops/transpose.h"
 
@@ -52,7 +53,9 @@ std::vector<const ir::OpDef*> AllOps() {
           &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluBiasGradOp(),
           &MatmulBiasResidualOp(), &LayerNormGradAddOp(), &AddLayerNormOp(),
           // Decoding with a key/value cache (src/ops/decode_attention.h).
-          &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp()};
+          &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp(),
+          // A table padded with zero rows (GPT-2's vocabulary; src/ops/resize_rows.h).
+          &ResizeRowsOp()};
 }
 
 }  // namespace reprise::ops

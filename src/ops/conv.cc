@@ -287,16 +287,28 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
-  // Where the graph API has no plan (no engine passes the options' filters, or none adds a data
-  // gradient into its output), the legacy call runs, and its description says why.
+  // Where the graph API has no plan (no engine passes the options' filters), the legacy call
+  // runs, and its description says why. A data gradient added to its accumulator writes over it
+  // (conv2d_dgrad_accumulate's output is its third input's memory): the legacy API's beta = 1 is
+  // documented to blend in place, while the graph API's epilogue reading the tensor its output
+  // aliases is not promised for every engine (split or multi-pass ones; PyTorch met cuDNN's fused
+  // convolution + add going wrong when the added tensor aliased an operand, pytorch#62926). It is
+  // kept on the legacy call (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
+  // ResNet-50's shapes in place and into another output). It was the suspect of ResNet-50's
+  // divergence under the graph API (issue 42), but the divergence stayed without it (H200,
+  // 2026-12-02) while every single convolution agreed with the legacy API.
   std::string note;
-  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
+  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && accumulate) {
+    note =
+        "graph API: the sum is written over its accumulator, an in-place epilogue cuDNN's graph "
+        "API does not promise; the legacy call's beta = 1 does";
+  } else if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
     const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                             .deterministic = ctx.options.deterministic,
                                             .workspace_limit = ctx.workspace_bytes,
                                             .device = DeviceKey(ctx.device)};
-    absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
-        *ctx.cudnn, kind, shape, {.add_to_output = accumulate}, options, where);
+    absl::StatusOr<runtime::CudnnConvGraph> conv =
+        runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where);
     if (conv.ok()) {
       return std::unique_ptr<GpuKernel>(
           new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));

@@ -208,8 +208,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerForward(const LoweringContext& c
   args.Add(static_cast<long long>(r.rows))
       .Add(static_cast<int>(r.cols))
       .Add(static_cast<float>(epsilon));
-  return NvrtcKernel::Create(ctx, node.name, codegen::LayerNormForward(dtype), RowGrid(r.rows),
-                             dim3(kRowBlock), 0, std::move(args));
+  const bool vec = codegen::LayerNormVectorizes(
+      r.cols, {ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]});
+  return NvrtcKernel::Create(
+      ctx, node.name, vec ? codegen::LayerNormForwardVec(dtype) : codegen::LayerNormForward(dtype),
+      RowGrid(r.rows), dim3(kRowBlock), 0, std::move(args));
 }
 
 // Three launches: dx per row (plus the residual gradient, input 5, with `add`), then the
@@ -237,11 +240,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ct
   if (add) dx_args.Add(ctx.inputs[5]);
   dx_args.Add(ctx.outputs[0]);
   dx_args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
-  ASSIGN_OR_RETURN(
-      kernels.emplace_back(),
-      NvrtcKernel::Create(ctx, node.name,
-                          add ? codegen::LayerNormDxAdd(dtype) : codegen::LayerNormDx(dtype),
-                          RowGrid(r.rows), dim3(kRowBlock), 0, std::move(dx_args)));
+  std::vector<const void*> vectorized = {ctx.inputs[0], ctx.inputs[1], ctx.inputs[2],
+                                         ctx.outputs[0]};
+  if (add) vectorized.push_back(ctx.inputs[5]);
+  const bool vec = codegen::LayerNormVectorizes(r.cols, vectorized);
+  codegen::GeneratedKernel dx_kernel =
+      vec ? (add ? codegen::LayerNormDxAddVec(dtype) : codegen::LayerNormDxVec(dtype))
+          : (add ? codegen::LayerNormDxAdd(dtype) : codegen::LayerNormDx(dtype));
+  ASSIGN_OR_RETURN(kernels.emplace_back(),
+                   NvrtcKernel::Create(ctx, node.name, std::move(dx_kernel), RowGrid(r.rows),
+                                       dim3(kRowBlock), 0, std::move(dx_args)));
   KernelArgs partial_args;
   partial_args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[3]).Add(ctx.inputs[4]);
   partial_args.Add(partial).Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols));
@@ -299,8 +307,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAddForward(const LoweringContext
   args.Add(static_cast<long long>(r.rows))
       .Add(static_cast<int>(r.cols))
       .Add(static_cast<float>(epsilon));
-  return NvrtcKernel::Create(ctx, node.name, codegen::LayerNormAddForward(dtype), RowGrid(r.rows),
-                             dim3(kRowBlock), 0, std::move(args));
+  const bool vec = codegen::LayerNormVectorizes(
+      r.cols,
+      {ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.inputs[3], ctx.outputs[0], ctx.outputs[1]});
+  return NvrtcKernel::Create(
+      ctx, node.name,
+      vec ? codegen::LayerNormAddForwardVec(dtype) : codegen::LayerNormAddForward(dtype),
+      RowGrid(r.rows), dim3(kRowBlock), 0, std::move(args));
 }
 
 // layer_norm_grad_add: layer_norm_grad's inputs and dres (x's spec) -> (dx + dres, dweight, dbias).

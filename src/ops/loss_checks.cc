@@ -1,5 +1,7 @@
 #include "src/ops/loss_checks.h"
 
+#include <variant>
+
 #include "absl/strings/str_cat.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
@@ -19,6 +21,22 @@ absl::Status CheckLogitsAndLabels(absl::Span<const TensorSpec> in, int label_ran
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LossClasses(const Attrs& attrs, const TensorSpec& logits) {
+  const int64_t cols = logits.shape.dim(logits.shape.rank() - 1);
+  auto it = attrs.find(kLossClassesAttr);
+  if (it == attrs.end()) return cols;
+  const int64_t* classes = std::get_if<int64_t>(&it->second);
+  if (classes == nullptr) {
+    return absl::InvalidArgumentError("attribute 'classes' must be an integer");
+  }
+  if (*classes < 1 || *classes > cols) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'classes' (", *classes,
+                                                   ") must be in [1, ", cols,
+                                                   "], the columns of logits ", logits.ToString()));
+  }
+  return *classes;
 }
 
 }  // namespace reprise::ops

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/element_type.h"
+#include "src/ops/loss_checks.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -24,6 +25,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
                      " needs a kernel store, and the plan has none"));
   }
   const int64_t rows = logits.shape.dim(0), cols = logits.shape.dim(1);
+  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, logits));
   if (rows > (int64_t{1} << 31) - 1 || cols > (int64_t{1} << 31) - 1) {
     return absl::UnimplementedError(absl::StrCat(
         "node '", node.name, "': logits ", logits.ToString(), " exceed 2^31 rows or columns"));
@@ -42,7 +44,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
   void* dloss = grad ? ctx.inputs[2] : nullptr;
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(dloss).Add(row_loss).Add(dz);
-  args.Add(static_cast<int>(rows)).Add(static_cast<int>(cols));
+  args.Add(static_cast<int>(rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(classes));
   std::vector<std::unique_ptr<GpuKernel>> kernels;
   ASSIGN_OR_RETURN(kernels.emplace_back(),
                    NvrtcKernel::Create(ctx, node.name, codegen::XentRows(logits.dtype, outputs),

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "src/ops/batched.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -414,7 +415,11 @@ class Finder {
 const ir::OpDef* BatchedOpOf(const Node& node) {
   if (node.op == &ops::MatmulOp()) return &ops::BatchedMatmulOp();
   if (node.op == &ops::BiasAddOp()) return &ops::BatchedBiasAddOp();
-  if (node.op == &ops::SoftmaxCrossEntropyOp()) return &ops::BatchedSoftmaxCrossEntropyOp();
+  if (node.op == &ops::SoftmaxCrossEntropyOp()) {
+    // The batched loss takes every column as a class: no padding columns.
+    if (node.attrs.contains(ops::kLossClassesAttr)) return nullptr;
+    return &ops::BatchedSoftmaxCrossEntropyOp();
+  }
   if (IsElementwise(node)) return node.op;
   return nullptr;
 }

@@ -11,6 +11,7 @@
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/conv.h"
 #include "src/ops/conv_bn.h"
+#include "src/ops/conv_shape.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse_rules.h"
 #include "src/passes/rewrite.h"
@@ -20,7 +21,9 @@ namespace reprise::passes {
 // A forward convolution whose output a training batch norm normalises, with that batch norm (and
 // its residual add and ReLU, as BatchNormActivations would take them): one conv2d_bn_train node.
 // The convolution's output stays a value of the group (the batch norm's gradient reads it).
-// Whether cuDNN fuses it is asked when the node is lowered; elsewhere it runs the two lowerings.
+// Only where cuDNN has engines for the fusion (ops::ConvBatchNormStatsSupport: float16 NHWC);
+// whether it has a plan at the node's shape is asked when the node is lowered, and where it has
+// none the node runs the two lowerings.
 void GroupFinder::ConvBatchNormStats() {
   const auto layout = [](const Attrs& attrs) {
     auto it = attrs.find("layout");
@@ -29,11 +32,15 @@ void GroupFinder::ConvBatchNormStats() {
   };
   for (const Node& bn : g_.nodes()) {
     if (bn.op != &ops::BatchNormTrainOp() || taken_[bn.id]) continue;
-    const DType dtype = bn.outputs[0].dtype;
-    if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) continue;
     const Value x = bn.inputs[0];
     const Node& conv = g_.node(x.node);
     if (conv.op != &ops::Conv2dOp() || taken_[conv.id] || layout(conv.attrs) != layout(bn.attrs)) {
+      continue;
+    }
+    const absl::StatusOr<runtime::ConvShape> shape =
+        ops::Conv2dShape(conv.attrs, g_.spec(conv.inputs[0]), g_.spec(conv.inputs[1]));
+    if (!shape.ok() || shape->dtype != bn.outputs[0].dtype ||
+        !ops::ConvBatchNormStatsSupport(shape->layout, shape->dtype, shape->c, shape->k).ok()) {
       continue;
     }
     NodeGroup group{.members = {conv.id, bn.id},

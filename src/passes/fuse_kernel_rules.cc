@@ -17,12 +17,14 @@ void GroupFinder::LossWithGrad() {
     if (loss.op != &ops::SoftmaxCrossEntropyOp() || taken_[loss.id]) continue;
     for (int32_t r : Readers(loss.inputs[0])) {
       const Node& grad = g_.node(r);
+      // The same labels and the same real classes (the "classes" attribute).
       if (grad.op != &ops::SoftmaxCrossEntropyGradOp() || taken_[r] ||
-          grad.inputs[1] != loss.inputs[1])
+          grad.inputs[1] != loss.inputs[1] || grad.attrs != loss.attrs)
         continue;
       TryAdd({.members = {loss.id, grad.id},
               .op = &ops::SoftmaxCrossEntropyWithGradOp(),
               .name = absl::StrCat(loss.name, "+grad"),
+              .attrs = loss.attrs,
               .inputs = {loss.inputs[0], loss.inputs[1], grad.inputs[2]},
               .outputs = {Value{loss.id, 0}, Value{grad.id, 0}}});
       break;

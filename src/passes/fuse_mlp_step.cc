@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/non_finite_guard.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 
@@ -59,6 +60,8 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   const Node& loss = g.node(training.loss.node);
   if (loss.op != &ops::SoftmaxCrossEntropyOp())
     return fail("the loss is not softmax cross-entropy");
+  if (loss.attrs.contains(ops::kLossClassesAttr))
+    return fail("the loss leaves padding columns out (attribute 'classes')");
   const Value labels = loss.inputs[1];
   if (g.node(labels.node).op != &ir::InputOp()) return fail("the labels are not an input");
 

@@ -207,7 +207,7 @@ std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
                                            .set_stride(stride)
                                            .set_dilation(dilation));
       if (key.fusion.add_to_output) {
-        // The float sum dgrad + acc, rounded once into acc's memory (kOut and kAcc alias).
+        // The float sum dgrad + acc, rounded once into out (which may alias acc).
         TensorPtr acc = Tensor4d(*graph, "acc", kAcc, s.layout, s.n, s.c, s.h, s.w);
         dx->set_dim({s.n, s.c, s.h, s.w});
         dx = graph->pointwise(dx, acc,
@@ -389,7 +389,7 @@ absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffe
   }
   std::unordered_map<int64_t, void*> pack = {
       {kA, const_cast<void*>(b.a)}, {kB, const_cast<void*>(b.b)}, {kOut, b.out}};
-  if (fusion_.add_to_output) pack[kAcc] = b.out;
+  if (fusion_.add_to_output) pack[kAcc] = b.acc != nullptr ? const_cast<void*>(b.acc) : b.out;
   if (fusion_.scale_bias_relu_input) {
     if (b.scale == nullptr || b.bias == nullptr) {
       return absl::InvalidArgumentError(

@@ -12,7 +12,7 @@
 // A forward convolution may carry two fusions that cuDNN runs in the same kernel where it supports
 // them (ConvFusion): a prologue that normalises its input as batch norm's apply and ReLU do
 // (x' = relu(x · scale + bias), per input channel), and an epilogue that sums each output channel
-// and its squares (batch norm's statistics); a data gradient may add itself to its output.
+// and its squares (batch norm's statistics); a data gradient may add a tensor to itself.
 // Create() answers Unimplemented where cuDNN has no plan for the pattern at that shape, so the
 // caller keeps its own kernels.
 //
@@ -55,8 +55,10 @@ struct ConvFusion {
   bool scale_bias_relu_input = false;
   // sum[k] = Σ y[., k, ., .] and sq_sum[k] = Σ y², float32 [K].
   bool output_stats = false;
-  // Data gradients only: out = dgrad(dy, w) + out, read and written in place (the legacy API's
-  // beta = 1; one rounding of the float sum).
+  // Data gradients only: out = dgrad(dy, w) + acc (ConvGraphBuffers::acc), one rounding of the
+  // float sum. acc may be out itself (the legacy API's beta = 1), but cuDNN's graph API does not
+  // promise that an engine reads each element of an input before it writes the output aliasing
+  // it (a split or multi-pass engine may not), so the lowerings do not ask for it in place.
   bool add_to_output = false;
 
   bool any() const { return scale_bias_relu_input || output_stats || add_to_output; }
@@ -68,11 +70,13 @@ struct ConvFusion {
 //   kForward:        a = x,  b = w,  out = y
 //   kBackwardData:   a = dy, b = w,  out = dx
 //   kBackwardFilter: a = x,  b = dy, out = dw
-// scale and bias for ConvFusion::scale_bias_relu_input, sum and sq_sum for output_stats.
+// scale and bias for ConvFusion::scale_bias_relu_input, sum and sq_sum for output_stats, acc for
+// add_to_output (null: out, in place).
 struct ConvGraphBuffers {
   const void* a = nullptr;
   const void* b = nullptr;
   void* out = nullptr;
+  const void* acc = nullptr;
   const void* scale = nullptr;
   const void* bias = nullptr;
   void* sum = nullptr;

@@ -73,6 +73,9 @@ TEST(Gpt2DecoderTest, TokenByTokenEqualsTheFullForwardAtEveryPosition) {
     ASSERT_TRUE(step.SetLeaf(name, std::vector<double>(data.begin(), data.end())).ok()) << name;
   }
   absl::Span<const double> expected = (*whole.Tensor(full->logits))->data<double>();
+  // The full model's logits are padded to 128 columns; the decoder's are not.
+  const int64_t width = Gpt2LogitsWidth(config);
+  ASSERT_EQ(width, 128);
   for (int64_t t = 0; t < config.seq; ++t) {
     std::vector<int32_t> column;
     for (int64_t b = 0; b < config.batch; ++b) column.push_back(tokens[b * config.seq + t]);
@@ -83,8 +86,7 @@ TEST(Gpt2DecoderTest, TokenByTokenEqualsTheFullForwardAtEveryPosition) {
     absl::Span<const double> logits = (*step.Tensor(decoder->logits))->data<double>();
     for (int64_t b = 0; b < config.batch; ++b) {
       for (int64_t v = 0; v < config.vocab; ++v) {
-        EXPECT_NEAR(logits[b * config.vocab + v], expected[(b * config.seq + t) * config.vocab + v],
-                    1e-10)
+        EXPECT_NEAR(logits[b * config.vocab + v], expected[(b * config.seq + t) * width + v], 1e-10)
             << "sequence " << b << " position " << t << " token " << v;
       }
     }

@@ -1,10 +1,14 @@
 // models::BuildGpt2 without a GPU: nanoGPT's names, shapes and parameter count, the tied output
-// projection (its gradient is the sum of both uses' gradients), nanoGPT's initialisation, refused
-// configs that leave the graph as it was, the loss at initialisation on the CPU reference,
-// float64 gradients against finite differences, and the whole step planned in bfloat16.
+// projection (its gradient is the sum of both uses' gradients, padded vocabulary or not), the
+// logits padded to a multiple of 128 with zero columns that leave the loss as it was, nanoGPT's
+// initialisation, refused configs that leave the graph as it was, the loss at initialisation on
+// the CPU reference, float64 gradients against finite differences, and the whole step planned in
+// bfloat16.
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -16,6 +20,8 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/loss_checks.h"
+#include "src/ops/resize_rows.h"
 #include "src/passes/pipeline.h"
 #include "tests/cpu/test_graphs.h"
 
@@ -79,33 +85,95 @@ TEST(Gpt2ModelTest, NamesShapesAndInputsAreNanoGpts) {
   EXPECT_EQ(g.node(gpt->targets.node).name, "targets");
   EXPECT_EQ(g.spec(gpt->tokens), (TensorSpec{Shape{2, 8}, DType::kInt32}));
   EXPECT_EQ(g.spec(gpt->targets), (TensorSpec{Shape{2, 8}, DType::kInt32}));
-  EXPECT_EQ(g.spec(gpt->logits), (TensorSpec{Shape{16, 32}, DType::kFloat32}));
+  // 32 tokens padded to 128 columns.
+  EXPECT_EQ(models::Gpt2LogitsWidth(c), 128);
+  EXPECT_EQ(g.spec(gpt->logits), (TensorSpec{Shape{16, 128}, DType::kFloat32}));
   EXPECT_EQ(g.spec(gpt->loss), (TensorSpec{Shape{}, DType::kFloat32}));
   EXPECT_EQ(g.node(gpt->loss.node).name, "loss");
   EXPECT_FALSE(g.FindNode("lm_head.weight").ok());
 }
 
-// The projection reads the very Value the embedding reads: one parameter, two readers.
+// The projection reads the very Value the embedding reads (one parameter, two readers), through
+// a zero-row padding to the logits' width where that is wider than the vocabulary; the loss then
+// takes the vocabulary's columns as its classes.
 TEST(Gpt2ModelTest, OutputProjectionReadsTheTokenEmbeddingTable) {
-  auto gpt = models::BuildGpt2(Small());
-  ASSERT_TRUE(gpt.ok()) << gpt.status();
-  const Graph& g = gpt->graph;
-  const Value wte{*g.FindNode("transformer.wte.weight"), 0};
-  const Node& head = g.node(gpt->logits.node);
-  EXPECT_EQ(head.op_name(), "matmul");
-  EXPECT_EQ(head.inputs[1], wte);
-  EXPECT_TRUE(std::get<bool>(head.attrs.at("transpose_b")));
-  int readers = 0;
-  for (const Node& n : g.nodes()) {
-    for (Value in : n.inputs) readers += in == wte;
+  for (const int64_t padded_vocab : {int64_t{0}, int64_t{32}, int64_t{40}}) {
+    Gpt2Config c = Small();
+    c.padded_vocab = padded_vocab;
+    auto gpt = models::BuildGpt2(c);
+    ASSERT_TRUE(gpt.ok()) << gpt.status();
+    const Graph& g = gpt->graph;
+    const Value wte{*g.FindNode("transformer.wte.weight"), 0};
+    const Node& head = g.node(gpt->logits.node);
+    const Node& loss = g.node(gpt->loss.node);
+    EXPECT_EQ(head.op_name(), "matmul");
+    EXPECT_TRUE(std::get<bool>(head.attrs.at("transpose_b")));
+    const int64_t width = padded_vocab == 0 ? 128 : padded_vocab;
+    EXPECT_EQ(g.spec(gpt->logits).shape, (Shape{16, width}));
+    if (width == c.vocab) {  // No padding.
+      EXPECT_EQ(head.inputs[1], wte);
+      EXPECT_FALSE(loss.attrs.contains(ops::kLossClassesAttr));
+    } else {
+      const Node& pad = g.node(head.inputs[1].node);
+      EXPECT_EQ(pad.op, &ops::ResizeRowsOp());
+      EXPECT_EQ(pad.name, "lm_head.pad");
+      EXPECT_EQ(pad.inputs[0], wte);
+      EXPECT_EQ(std::get<int64_t>(pad.attrs.at("rows")), width);
+      EXPECT_EQ(std::get<int64_t>(loss.attrs.at(ops::kLossClassesAttr)), c.vocab);
+    }
+    int readers = 0;
+    for (const Node& n : g.nodes()) {
+      for (Value in : n.inputs) readers += in == wte;
+    }
+    EXPECT_EQ(readers, 2) << padded_vocab;
   }
-  EXPECT_EQ(readers, 2);
+}
+
+// The padded logits' first vocab columns and the loss are those of the unpadded model (the same
+// parameters by name and seed), and the padding columns are zeros.
+TEST(Gpt2ModelTest, PaddedLogitsAreZeroColumnsBesideTheUnpaddedOnes) {
+  Gpt2Config unpadded = Small();
+  unpadded.vocab = 100;
+  unpadded.padded_vocab = 100;
+  Gpt2Config padded = unpadded;
+  padded.padded_vocab = 0;  // 128.
+  auto a = models::BuildGpt2(unpadded);
+  auto b = models::BuildGpt2(padded);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  ir::ReferenceExecutor ea(a->graph, /*float64=*/true, 6), eb(b->graph, /*float64=*/true, 6);
+  std::vector<int32_t> tokens(16), targets(16);
+  for (int i = 0; i < 16; ++i) tokens[i] = (i * 7 + 3) % 100, targets[i] = (i * 13 + 99) % 100;
+  for (ir::ReferenceExecutor* e : {&ea, &eb}) {
+    ASSERT_TRUE(e->SetLeaf("tokens", tokens).ok());
+    ASSERT_TRUE(e->SetLeaf("targets", targets).ok());
+    ASSERT_TRUE(e->Run().ok());
+  }
+  EXPECT_NEAR((*ea.Tensor(a->loss))->data<double>()[0], (*eb.Tensor(b->loss))->data<double>()[0],
+              1e-12);
+  auto za = (*ea.Tensor(a->logits))->data<double>();
+  auto zb = (*eb.Tensor(b->logits))->data<double>();
+  ASSERT_EQ(zb.size(), 16u * 128);
+  for (int64_t r = 0; r < 16; ++r) {
+    for (int64_t c = 0; c < 128; ++c) {
+      if (c < 100) {
+        EXPECT_NEAR(zb[r * 128 + c], za[r * 100 + c], 1e-12) << r << "," << c;
+      } else {
+        EXPECT_EQ(zb[r * 128 + c], 0.0) << r << "," << c;
+      }
+    }
+  }
 }
 
 // float64 backward of the tied model and of the same model with lm_head.weight a parameter of its
-// own holding the same values: the tied gradient is the sum of the untied two.
-TEST(Gpt2ModelTest, TiedGradientIsTheSumOfBothUsesGradients) {
-  const Gpt2Config c = Small();
+// own holding the same values: the tied gradient is the sum of the untied two, without padding
+// and with a vocabulary of 500 padded to 512 (the head's share: the padded gradient's first rows).
+// The parameter: vocab and padded_vocab.
+class Gpt2TyingTest : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(Gpt2TyingTest, TiedGradientIsTheSumOfBothUsesGradients) {
+  Gpt2Config c = Small();
+  std::tie(c.vocab, c.padded_vocab) = GetParam();
+  const int32_t vocab = static_cast<int32_t>(c.vocab);
   Graph tied_graph, untied_graph;
   auto tied = models::AddGpt2Model(tied_graph, c, /*tie_output=*/true);
   auto untied = models::AddGpt2Model(untied_graph, c, /*tie_output=*/false);
@@ -117,7 +185,10 @@ TEST(Gpt2ModelTest, TiedGradientIsTheSumOfBothUsesGradients) {
   ir::ReferenceExecutor a(tied_backward->graph, /*float64=*/true, 9);
   ir::ReferenceExecutor b(untied_backward->graph, /*float64=*/true, 9);
   std::vector<int32_t> tokens(16), targets(16);
-  for (int i = 0; i < 16; ++i) tokens[i] = (i * 7 + 3) % 32, targets[i] = (i * 5 + 1) % 32;
+  for (int i = 0; i < 16; ++i) {
+    tokens[i] = (i * 7 + 3) % vocab;
+    targets[i] = (i * 5 + 1 + (i == 3 ? vocab - 2 : 0)) % vocab;  // One label near the padding.
+  }
   for (ir::ReferenceExecutor* e : {&a, &b}) {
     ASSERT_TRUE(e->SetLeaf("tokens", tokens).ok());
     ASSERT_TRUE(e->SetLeaf("targets", targets).ok());
@@ -148,7 +219,19 @@ TEST(Gpt2ModelTest, TiedGradientIsTheSumOfBothUsesGradients) {
   // Both uses contribute, so neither alone would pass.
   EXPECT_GT(head_norm, 1e-8);
   EXPECT_GT(embedding_norm, 1e-8);
+  EXPECT_EQ(tied_backward->graph.FindNode("lm_head.pad").ok(),
+            models::Gpt2LogitsWidth(c) > c.vocab);
 }
+
+INSTANTIATE_TEST_SUITE_P(UnpaddedAndPadded, Gpt2TyingTest,
+                         ::testing::Values(std::pair<int64_t, int64_t>{32, 32},
+                                           std::pair<int64_t, int64_t>{500, 0}),
+                         [](const auto& info) {
+                           return "Vocab" + std::to_string(info.param.first) + "Logits" +
+                                  std::to_string(
+                                      models::Gpt2LogitsWidth({.vocab = info.param.first,
+                                                               .padded_vocab = info.param.second}));
+                         });
 
 // Sample standard deviation and mean of a leaf as the initialisers fill it.
 std::pair<double, double> StdAndMean(ir::ReferenceExecutor& e, const std::string& name) {
@@ -204,6 +287,11 @@ TEST(Gpt2ModelTest, BadConfigsNameTheFieldAndLeaveTheGraphAsItWas) {
       {{.vocab = int64_t{1} << 40}, "vocab"},
       {{.batch = int64_t{1} << 40, .seq = 1 << 20, .max_positions = 1 << 20}, "batch, seq"},
       {{.layers = int64_t{1} << 50}, "layers and width"},
+      {{.padded_vocab = 50256}, "padded_vocab (50256) must be 0 or at least vocab (50257)"},
+      {{.padded_vocab = -1}, "padded_vocab"},
+      {{.padded_vocab = int64_t{1} << 31},
+       "padded_vocab (2147483648, vocab 50257 padded) must fit"},
+      {{.vocab = (int64_t{1} << 31) - 1}, "padded_vocab"},  // Rounded up past int32.
   };
   for (const auto& [config, field] : bad) {
     Graph g;
@@ -286,6 +374,27 @@ TEST(Gpt2ModelTest, AdamWStepCompilesInBFloat16AndChecksTokenRanges) {
   auto step = passes::CompileStep(gpt->graph, gpt->loss, options);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(ir::CheckCapturable(step->plan.graph()).ok());
+  // The table is padded once per step, from the bfloat16 copy the embedding reads too: no float32
+  // tensor of the padded table's size.
+  const Graph& plan = step->plan.graph();
+  const Shape padded_table{models::Gpt2LogitsWidth(c), c.width};
+  int pads = 0;
+  for (const Node& n : plan.nodes()) {
+    for (const TensorSpec& out : n.outputs) {
+      EXPECT_FALSE(out.shape == padded_table && out.dtype == DType::kFloat32) << n.name;
+    }
+    if (n.op != &ops::ResizeRowsOp() || n.outputs[0].shape != padded_table) continue;
+    ++pads;
+    EXPECT_EQ(n.outputs[0].dtype, DType::kBFloat16);
+    const Node& source = plan.node(n.inputs[0].node);
+    EXPECT_EQ(source.op_name(), "cast") << source.name;
+    int embedding_reads = 0;
+    for (const Node& reader : plan.nodes()) {
+      embedding_reads += reader.op_name() == "embedding" && reader.inputs[1] == n.inputs[0];
+    }
+    EXPECT_EQ(embedding_reads, 1) << "the embedding reads another copy of the table";
+  }
+  EXPECT_EQ(pads, 1);
   std::vector<std::string> uses;
   for (const LabelUse& use : LabelUsesOf(step->unfused_training)) {
     uses.push_back(use.input + " < " + std::to_string(use.classes) + " (" + use.consumer + ")");

@@ -1,9 +1,9 @@
 // conv2d_bn_train (src/ops/conv_bn.h) lowered on the GPU against its CPU reference (the conv and
 // batch-norm references it replaces): the output, the saved statistics, the convolution's output
 // and the running statistics it updates in place, with and without the ReLU and residual add, in
-// both layouts, float32 and bfloat16. Where cuDNN has no plan for the fused graph the node runs
-// the separate lowerings; the test prints which ran, and requires the fused form for NHWC
-// bfloat16, the pattern cuDNN's Hopper engines fuse.
+// both layouts, float32, bfloat16 and float16. The fused form (cuDNN's genstats epilogue) must run
+// exactly where ops::ConvBatchNormStatsSupport says cuDNN has engines for it, float16 NHWC with
+// channel counts that are multiples of 8; elsewhere the separate lowerings, described with why.
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -27,6 +27,7 @@ struct ConvBnCase {
   DType dtype;
   int64_t n, c, h, w, k, r, stride, pad;
   bool relu, residual;
+  bool fused;  // cuDNN's fused form runs (else the separate lowerings).
 };
 
 void PrintTo(const ConvBnCase& c, std::ostream* os) { *os << c.name; }
@@ -68,7 +69,7 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
   ASSERT_TRUE(out.ok()) << out.status();
   ir::ReferenceExecutor cpu(g, /*float64=*/false, 11);
   std::vector<std::string> described;
-  // float32: the two paths sum in other orders; bfloat16: outputs within about one ulp.
+  // float32: the two paths sum in other orders; 16 bits: outputs within about one ulp.
   ExpectGpuMatchesCpu(g, cpu, t.dtype == DType::kFloat32 ? 1e-4 : 1e-2, {}, false, false,
                       &described);
   // The step may describe other launches too (its input copy); the conv_bn node's line says
@@ -79,27 +80,35 @@ TEST_P(ConvBnGpuTest, MatchesCpuReference) {
     return std::any_of(described.begin(), described.end(),
                        [&](const std::string& d) { return absl::StartsWith(d, prefix); });
   };
-  const bool fused = starts("cudnn graph conv fwd stats ");
-  EXPECT_TRUE(fused || starts("unfused (")) << all;
-  if (nhwc && t.dtype == DType::kBFloat16) EXPECT_TRUE(fused) << all;
+  EXPECT_EQ(starts("cudnn graph conv fwd stats "), t.fused) << all;
+  EXPECT_EQ(starts("unfused ("), !t.fused) << all;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvBnGpuTest,
-    ::testing::Values(ConvBnCase{"NhwcBf16", Layout::kNHWC, DType::kBFloat16, 4, 64, 14, 14, 64, 3,
-                                 1, 1, false, false},
-                      ConvBnCase{"NhwcBf16Relu", Layout::kNHWC, DType::kBFloat16, 4, 64, 14, 14, 64,
-                                 3, 1, 1, true, false},
+    ::testing::Values(ConvBnCase{"NhwcF16", Layout::kNHWC, DType::kFloat16, 4, 64, 14, 14, 64, 3, 1,
+                                 1, false, false, true},
+                      ConvBnCase{"NhwcF16Relu", Layout::kNHWC, DType::kFloat16, 4, 64, 14, 14, 64,
+                                 3, 1, 1, true, false, true},
+                      ConvBnCase{"NhwcF16ResidualRelu", Layout::kNHWC, DType::kFloat16, 4, 64, 14,
+                                 14, 64, 3, 1, 1, true, true, true},
+                      ConvBnCase{"NhwcF161x1Stride2", Layout::kNHWC, DType::kFloat16, 4, 64, 28, 28,
+                                 128, 1, 2, 0, false, false, true},
+                      ConvBnCase{"NhwcF163x3Stride2Relu", Layout::kNHWC, DType::kFloat16, 4, 64, 28,
+                                 28, 128, 3, 2, 1, true, false, true},
+                      // Not fused: 12 input channels, bfloat16, float32, NCHW.
+                      ConvBnCase{"NhwcF16Channels12", Layout::kNHWC, DType::kFloat16, 4, 12, 14, 14,
+                                 16, 3, 1, 1, true, false, false},
+                      ConvBnCase{"NhwcBf16", Layout::kNHWC, DType::kBFloat16, 4, 64, 14, 14, 64, 3,
+                                 1, 1, false, false, false},
                       ConvBnCase{"NhwcBf16ResidualRelu", Layout::kNHWC, DType::kBFloat16, 4, 64, 14,
-                                 14, 64, 3, 1, 1, true, true},
-                      ConvBnCase{"NhwcBf161x1Stride2", Layout::kNHWC, DType::kBFloat16, 4, 64, 28,
-                                 28, 128, 1, 2, 0, false, false},
+                                 14, 64, 3, 1, 1, true, true, false},
                       ConvBnCase{"NhwcF32Relu", Layout::kNHWC, DType::kFloat32, 4, 32, 14, 14, 32,
-                                 3, 1, 1, true, false},
+                                 3, 1, 1, true, false, false},
                       ConvBnCase{"NchwF32ResidualRelu", Layout::kNCHW, DType::kFloat32, 2, 16, 10,
-                                 10, 16, 3, 1, 1, true, true},
-                      ConvBnCase{"NchwBf16Relu", Layout::kNCHW, DType::kBFloat16, 2, 32, 10, 10, 32,
-                                 3, 1, 1, true, false}),
+                                 10, 16, 3, 1, 1, true, true, false},
+                      ConvBnCase{"NchwF16Relu", Layout::kNCHW, DType::kFloat16, 2, 32, 10, 10, 32,
+                                 3, 1, 1, true, false, false}),
     [](const ::testing::TestParamInfo<ConvBnCase>& info) { return info.param.name; });
 
 }  // namespace

@@ -101,6 +101,7 @@ void ExpectDecodeMatchesFullForward(DType compute, ExecMode mode, double toleran
   REPRISE_ASSERT_OK(full->SetInput("targets", tokens));
   REPRISE_ASSERT_OK(full->Run());
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> expected, full->Read(eval->logits));
+  const int64_t width = models::Gpt2LogitsWidth(config);  // The full model's padded logits.
   REPRISE_ASSERT_OK_AND_ASSIGN(auto generator,
                                Gpt2Generator::Create(*trainer, config, {.mode = mode}));
   ForwardRunner& decode = generator->runner();
@@ -119,7 +120,7 @@ void ExpectDecodeMatchesFullForward(DType compute, ExecMode mode, double toleran
       EXPECT_EQ(next, std::vector<int32_t>{static_cast<int32_t>(t + 1)});
       for (int64_t b = 0; b < config.batch; ++b) {
         for (int64_t v = 0; v < config.vocab; ++v) {
-          const double want = expected[(b * config.seq + t) * config.vocab + v];
+          const double want = expected[(b * config.seq + t) * width + v];
           const double got = logits[b * config.vocab + v];
           error += (got - want) * (got - want);
           norm += want * want;
@@ -205,7 +206,8 @@ TEST(Gpt2DecodeGpuTest, GreedyGenerationFollowsTheFullForwardsArgmax) {
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> logits, full->Read(eval->logits));
   for (int b = 0; b < 2; ++b) {
     for (int t = 3; t < config.seq - 1; ++t) {
-      const float* row = logits.data() + (b * config.seq + t) * config.vocab;
+      // The full model's rows are padded past the vocabulary; the decoder's are not.
+      const float* row = logits.data() + (b * config.seq + t) * models::Gpt2LogitsWidth(config);
       REPRISE_ASSERT_OK_AND_ASSIGN(
           const int32_t argmax,
           SampleToken(absl::MakeConstSpan(row, config.vocab), {.temperature = 0}, 0));

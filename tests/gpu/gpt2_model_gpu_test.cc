@@ -2,7 +2,9 @@
 // heads, vocabulary 512, 64 tokens, batch 4) in float32 against the CPU reference of the same
 // AdamW step with clipping and a schedule; in bfloat16 its loss falls on a learnable pattern and a
 // captured step replays the eager one bit for bit, as GPT-2 124M's does over 50 steps; weights go
-// out and back in by name; token ids outside the vocabulary are refused.
+// out and back in by name; token ids outside the vocabulary are refused. With a vocabulary of 500
+// (the logits padded to 512 columns) the float32 and bfloat16 steps match the CPU reference too,
+// and the forward logits are the reference's with exactly zero padding columns.
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,12 +92,17 @@ double RelativeL2(absl::Span<const float> a, absl::Span<const float> b) {
   return std::sqrt(err / std::max(norm, 1e-30));
 }
 
+// Small() with a vocabulary of 500: the logits padded to 512 columns.
+Gpt2Config SmallPadded() {
+  Gpt2Config c = Small();
+  c.vocab = 500;
+  return c;
+}
+
 // Five steps in float32 (no TF32) as captured replays against the CPU reference of the same
 // training graph from the same initial weights: the losses agree to 1e-4 and the parameters to
 // 1e-4 (relative L2 per tensor).
-TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
-  REPRISE_REQUIRE_GPU();
-  const Gpt2Config c = Small();
+void ExpectFloat32StepsMatchTheCpuReference(const Gpt2Config& c) {
   REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
   TrainOptions options;
   options.seed = 42;
@@ -115,7 +122,7 @@ TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
     const float cpu_loss = (*cpu.Tensor(training.loss))->data<float>()[0];
     REPRISE_ASSERT_OK_AND_ASSIGN(const float gpu_loss, gpu->Loss());
     EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::abs(cpu_loss)) << "step " << s;
-    if (s == 0) EXPECT_NEAR(cpu_loss, std::log(512.0), 0.1);
+    if (s == 0) EXPECT_NEAR(cpu_loss, std::log(static_cast<double>(c.vocab)), 0.1);
   }
   for (const std::string& name : gpu->ParameterNames()) {
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> p, gpu->GetParameter(name));
@@ -131,6 +138,68 @@ TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
       continue;
     }
     EXPECT_LT(RelativeL2(g, r), 1e-4) << name;
+  }
+}
+
+TEST(Gpt2ModelGpuTest, Float32StepsMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  ExpectFloat32StepsMatchTheCpuReference(Small());
+}
+
+TEST(Gpt2ModelGpuTest, PaddedVocabFloat32StepsMatchTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  ASSERT_EQ(models::Gpt2LogitsWidth(SmallPadded()), 512);
+  ExpectFloat32StepsMatchTheCpuReference(SmallPadded());
+}
+
+// The forward logits (ForwardRunner on the trainer's initial weights) against the CPU reference:
+// the vocabulary's 500 columns within 1e-4 (float32) or 2e-2 (bfloat16) relative L2, the 12
+// padding columns exactly 0, and the loss as the reference's.
+TEST(Gpt2ModelGpuTest, PaddedVocabLogitsMatchTheCpuReferenceWithZeroPadding) {
+  REPRISE_REQUIRE_GPU();
+  const Gpt2Config c = SmallPadded();
+  const int64_t vocab = c.vocab, width = models::Gpt2LogitsWidth(c), rows = c.batch * c.seq;
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
+  const Batch b = MakeBatch(c, 0);
+  ir::ReferenceExecutor cpu(gpt.graph, /*float64=*/false, /*seed=*/42);
+  REPRISE_ASSERT_OK(cpu.SetLeaf("tokens", b.tokens));
+  REPRISE_ASSERT_OK(cpu.SetLeaf("targets", b.targets));
+  REPRISE_ASSERT_OK(cpu.Run());
+  absl::Span<const float> expected = (*cpu.Tensor(gpt.logits))->data<float>();
+  const float expected_loss = (*cpu.Tensor(gpt.loss))->data<float>()[0];
+  ASSERT_EQ(expected.size(), static_cast<size_t>(rows * width));
+  for (DType compute : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(compute));
+    TrainOptions options;
+    options.seed = 42;
+    options.compute_dtype = compute;
+    options.optimizer = NanoGptAdamW(1e-3f);
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(gpt.graph, gpt.loss, options));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto forward,
+                                 trainer->CompileForward(gpt.graph, {gpt.logits, gpt.loss}));
+    REPRISE_ASSERT_OK(forward->SetInput("tokens", b.tokens));
+    REPRISE_ASSERT_OK(forward->SetInput("targets", b.targets));
+    REPRISE_ASSERT_OK(forward->Run());
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> logits, forward->Read(gpt.logits));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> loss, forward->Read(gpt.loss));
+    ASSERT_EQ(logits.size(), expected.size());
+    std::vector<float> got_real, expected_real;
+    int nonzero_padding = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t col = 0; col < width; ++col) {
+        const float v = logits[r * width + col];
+        if (col >= vocab) {
+          nonzero_padding += v != 0.0f;
+          continue;
+        }
+        got_real.push_back(v);
+        expected_real.push_back(expected[r * width + col]);
+      }
+    }
+    const double tolerance = compute == DType::kFloat32 ? 1e-4 : 2e-2;
+    EXPECT_EQ(nonzero_padding, 0);
+    EXPECT_LT(RelativeL2(got_real, expected_real), tolerance);
+    EXPECT_NEAR(loss[0], expected_loss, tolerance * std::abs(expected_loss));
   }
 }
 
@@ -191,6 +260,33 @@ TEST(Gpt2ModelGpuTest, BFloat16CapturedStepsAgreeWithEagerBitForBit) {
   REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, trainer->Verify(20));
   EXPECT_TRUE(result.ok()) << result.ToString();
   EXPECT_EQ(result.steps, 20);
+}
+
+// bfloat16 with the padded vocabulary: the first steps within 2e-2 of the float32 CPU reference,
+// then a captured step replays the eager one bit for bit.
+TEST(Gpt2ModelGpuTest, PaddedVocabBFloat16MatchesTheCpuReferenceAndReplaysEager) {
+  REPRISE_REQUIRE_GPU();
+  const Gpt2Config c = SmallPadded();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
+  std::unique_ptr<Trainer> gpu = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true);
+  ASSERT_TRUE(gpu);
+  REPRISE_ASSERT_OK_AND_ASSIGN(
+      autodiff::TrainingGraph training,
+      autodiff::BuildTrainingGraphWith(gpt.graph, gpt.loss, NanoGptAdamW(1e-3f)));
+  ir::ReferenceExecutor cpu(training.graph, /*float64=*/false, /*seed=*/42);
+  for (int s = 0; s < 3; ++s) {
+    const Batch b = MakeBatch(c, s);
+    REPRISE_ASSERT_OK(Feed(*gpu, b));
+    REPRISE_ASSERT_OK(gpu->Step());
+    REPRISE_ASSERT_OK(cpu.SetLeaf("tokens", b.tokens));
+    REPRISE_ASSERT_OK(cpu.SetLeaf("targets", b.targets));
+    REPRISE_ASSERT_OK(cpu.Run());
+    const float cpu_loss = (*cpu.Tensor(training.loss))->data<float>()[0];
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, gpu->Loss());
+    EXPECT_NEAR(loss, cpu_loss, 2e-2 * std::abs(cpu_loss)) << "step " << s;
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, gpu->Verify(5));
+  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 // The bar: GPT-2 124M in bfloat16, replay = eager bit for bit over 50 steps (B=4, T=256
@@ -301,6 +397,15 @@ TEST(Gpt2ModelGpuTest, TokenIdsOutsideTheVocabularyAreRefusedNamingTheInput) {
   s = t->SetInput("targets", b.targets);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), AllOf(HasSubstr("input 'targets'"), HasSubstr("'loss'")));
+  // With the vocabulary padded, a target in the padding is refused as well.
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 padded, models::BuildGpt2(SmallPadded()));
+  std::unique_ptr<Trainer> p = BFloat16Trainer(padded, 1e-3f, /*deterministic=*/false);
+  ASSERT_TRUE(p);
+  Batch pb = MakeBatch(SmallPadded(), 0);
+  pb.targets[9] = 505;
+  s = p->SetInput("targets", pb.targets);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("input 'targets'"), HasSubstr("outside [0, 500)")));
 }
 
 // reprise-bench --model gpt2 (built beside this test) on a small GPT-2: its JSON rows carry

@@ -1,15 +1,19 @@
 // Softmax cross-entropy on the GPU: the loss, its gradient and the fused pair against the CPU
 // reference in float32 and bfloat16 (relative L2 1e-5 and 1e-2), on the one-block kernels and the
-// row-per-block ones (wide rows, unaligned row starts); the fused pair giving the separate ops'
+// row-per-block ones (wide rows, unaligned row starts); the same with padding columns left out
+// (the "classes" attribute: their gradient exactly 0); the fused pair giving the separate ops'
 // bits; a language-model step in bfloat16 replayed bit for bit as eager runs it; the GPT-2-sized
-// loss's time, printed.
+// loss's time, printed, unpadded and padded to 50,304 columns.
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
+#include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/loss_checks.h"
 #include "src/ops/ops.h"
 #include "tests/gpu/gpu_graph_run.h"
 #include "tests/gpu/gpu_op_check.h"
@@ -26,17 +30,20 @@ struct XentGraph {
   Value loss, grad, fused_loss, fused_grad;
 };
 
-// The three ops on the same logits and labels (labels 0, cols - 1 and others in between).
-XentGraph BuildXent(int64_t rows, int64_t cols, DType dtype) {
+// The three ops on the same logits and labels (labels 0, classes - 1 and others in between), over
+// the first `classes` columns (0: all of them).
+XentGraph BuildXent(int64_t rows, int64_t cols, DType dtype, int64_t classes = 0) {
   XentGraph x;
   Graph& g = x.g;
   Value z = *g.AddConstant("z", {Shape{rows, cols}, dtype}, Initializer::Uniform(-8, 8));
   Value labels = *g.AddInput("labels", {Shape{rows}, DType::kInt32});
   Value dloss = *g.AddConstant("dloss", {Shape{}, DType::kFloat32}, Initializer::Constant(3.0));
-  x.loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {z, labels});
-  x.grad = *g.AddOp1(ops::SoftmaxCrossEntropyGradOp(), "grad", {z, labels, dloss});
+  Attrs attrs;
+  if (classes > 0) attrs[ops::kLossClassesAttr] = classes;
+  x.loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {z, labels}, attrs);
+  x.grad = *g.AddOp1(ops::SoftmaxCrossEntropyGradOp(), "grad", {z, labels, dloss}, attrs);
   std::vector<Value> both =
-      *g.AddOp(ops::SoftmaxCrossEntropyWithGradOp(), "both", {z, labels, dloss});
+      *g.AddOp(ops::SoftmaxCrossEntropyWithGradOp(), "both", {z, labels, dloss}, attrs);
   x.fused_loss = both[0];
   x.fused_grad = both[1];
   return x;
@@ -85,6 +92,34 @@ TEST_P(LossGpuTest, FusedPairHasTheSeparateOpsBitsOnEveryRun) {
     EXPECT_TRUE(SameBits(first[0], first[2])) << rows << "x" << cols;
     EXPECT_TRUE(SameBits(first[1], first[3])) << rows << "x" << cols;
     for (int i = 0; i < 4; ++i) EXPECT_TRUE(SameBits(first[i], second[i])) << i;
+  }
+}
+
+// Padding columns left out: small rows (which would take the one-block kernels without the
+// attribute), rows whose real part ends unaligned, and GPT-2's vocabulary padded to 50,304. The
+// gradient of every padding column is exactly 0; the fused pair has the separate ops' bits.
+TEST_P(LossGpuTest, PaddingColumnsLeftOutMatchCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  for (auto [rows, cols, classes] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {37, 64, 50}, {67, 5120, 5003}, {9, 50304, 50257}, {13000, 8, 7}}) {
+    XentGraph x = BuildXent(rows, cols, dtype, classes);
+    ir::ReferenceExecutor cpu(x.g, false, 13);
+    ASSERT_TRUE(cpu.SetLeaf("labels", Labels(rows, classes)).ok());
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " classes " << classes);
+    ExpectGpuMatchesCpu(x.g, cpu, Tolerance(dtype));
+    const std::vector<Value> fetch = {x.loss, x.grad, x.fused_loss, x.fused_grad};
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> got, RunOnGpu(x.g, cpu, fetch));
+    EXPECT_TRUE(SameBits(got[0], got[2]));
+    EXPECT_TRUE(SameBits(got[1], got[3]));
+    int64_t nonzero = 0;
+    for (int i : {1, 3}) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = classes; c < cols; ++c)
+          nonzero += ir::FloatElement(got[i], r * cols + c) != 0;
+      }
+    }
+    EXPECT_EQ(nonzero, 0);
   }
 }
 
@@ -137,6 +172,17 @@ TEST(LossTimingGpuTest, Gpt2SizedLossAndGradient) {
   ASSERT_TRUE(g.AddOp(ops::SoftmaxCrossEntropyWithGradOp(), "xent", {z, labels, dloss}).ok());
   REPRISE_ASSERT_OK_AND_ASSIGN(const double ms, TimeNodeMs(g, "xent", 20));
   std::printf("softmax_cross_entropy_with_grad bf16 [16384, 50257]: %.3f ms\n", ms);
+  Graph padded;
+  z = *padded.AddInput("z", {Shape{16384, 50304}, DType::kBFloat16});
+  labels = *padded.AddInput("labels", {Shape{16384}, DType::kInt32});
+  dloss = *padded.AddInput("dloss", {Shape{}, DType::kFloat32});
+  ASSERT_TRUE(padded
+                  .AddOp(ops::SoftmaxCrossEntropyWithGradOp(), "xent", {z, labels, dloss},
+                         {{ops::kLossClassesAttr, int64_t{50257}}})
+                  .ok());
+  REPRISE_ASSERT_OK_AND_ASSIGN(const double padded_ms, TimeNodeMs(padded, "xent", 20));
+  std::printf("softmax_cross_entropy_with_grad bf16 [16384, 50304], 50257 classes: %.3f ms\n",
+              padded_ms);
 }
 
 }  // namespace

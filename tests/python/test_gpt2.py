@@ -27,6 +27,8 @@ def test_config_defaults_are_gpt2_small():
     assert (c.batch, c.seq, c.max_positions, c.vocab, c.layers, c.heads, c.width) == (
         16, 1024, 1024, 50257, 12, 12, 768)
     assert c.init_std == pytest.approx(0.02)
+    assert c.padded_vocab == 0
+    assert reprise.models.gpt2_logits_width(c) == 50304  # 50257 padded to a multiple of 128.
     c.width = 64
     assert c.width == 64
 
@@ -44,8 +46,12 @@ def test_small_model_values_and_shapes():
     assert gpt.graph.shape(gpt.tokens) == [2, 16]
     assert gpt.graph.dtype(gpt.tokens) == reprise.DType.int32
     assert gpt.graph.shape(gpt.targets) == [2, 16]
-    assert gpt.graph.shape(gpt.logits) == [32, 64]
+    assert gpt.graph.shape(gpt.logits) == [32, 128]  # 64 tokens padded to 128 columns.
     assert gpt.graph.shape(gpt.loss) == []
+    unpadded = small_config()
+    unpadded.padded_vocab = 64
+    plain = reprise.models.build_gpt2(unpadded)
+    assert plain.graph.shape(plain.logits) == [32, 64]
 
 
 def test_bad_config_raises_naming_the_field():
@@ -53,6 +59,8 @@ def test_bad_config_raises_naming_the_field():
         reprise.models.build_gpt2(reprise.models.Gpt2Config(heads=5))
     with pytest.raises(ValueError, match="seq"):
         reprise.models.build_gpt2(reprise.models.Gpt2Config(seq=2048))
+    with pytest.raises(ValueError, match="padded_vocab"):
+        reprise.models.build_gpt2(reprise.models.Gpt2Config(padded_vocab=50000))
     with pytest.raises(TypeError):
         reprise.models.Gpt2Config(widht=64)
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole GPU suite on one GPU in about a third of its serial time: SHARDS processes of
+# reprise_gpu_tests run side by side (gtest sharding), then the tests that read the device's
+# global memory use (cudaMemGetInfo, which the other processes would disturb) run alone.
+#   bash tools/device/gpu_suite_sharded.sh [SHARDS] [LIMIT_S]     (from a checkout with .stage)
+# Each shard's output lands in $OUT/gpu_suite_shard_<i>.txt (or /tmp); failures and the tallies
+# are printed at the end.
+set -uo pipefail
+shards=${1:-3}; limit=${2:-480}
+out=${OUT:-/tmp}
+[[ -f .stage/env.sh ]] && source .stage/env.sh
+alone='BucketedTrainerGpuTest.ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanTheLargestAlone'
+alone+=':ForwardRunnerGpuTest.RunnersLeakNoDeviceMemory:Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory'
+alone+=':LaneWorkspacesGpuTest.BacksWhatIsNeededAndReleasesTheRest'
+start=$SECONDS
+for ((i = 0; i < shards; ++i)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" reprise_gpu_tests \
+    --gtest_brief=1 --gtest_filter="-$alone" > "$out/gpu_suite_shard_$i.txt" 2>&1 &
+done
+wait
+timeout 120 reprise_gpu_tests --gtest_brief=1 --gtest_filter="$alone" > "$out/gpu_suite_alone.txt" 2>&1
+for f in "$out"/gpu_suite_shard_*.txt "$out/gpu_suite_alone.txt"; do
+  echo "== $(basename "$f"): $(grep -E '^GPU tests:|tests? from .* ran' "$f" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$f" | sort -u | head -20
+  tail -n 1 "$f" | grep -qE 'GPU tests:' || echo "   (no summary line: stopped at the ${limit} s limit or crashed)"
+done
+echo "suite wall time: $((SECONDS - start)) s"
