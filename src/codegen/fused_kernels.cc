@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/column_sum_kernels.h"
 #include "src/codegen/element_type.h"
 #include "src/codegen/optimizer_kernels.h"
 
@@ -51,25 +52,10 @@ GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec) {
                          "    const long long c = i % cols;\n    (void)c;\n", ElementBody(spec),
                          "  }\n}\n")};
   }
-  // The column-sum form walks the same (column, row slice) grid as ColumnSum(), so each partial
-  // sum and the final sum of the 32 slices happen in the same order. It sums the steps' float
-  // values, as the CPU reference of the fused node does, and rounds the total once.
-  const std::string name = ElementKernelName("reprise_fused_pointwise_colsum", spec.dtype);
-  params.push_back("elem_t* __restrict__ column_sum");
-  params.push_back("long long rows");
-  params.push_back("long long cols");
-  return {name, absl::StrCat(ElementTypeSource(spec.dtype), "extern \"C\" __global__ void ", name,
-                             "(", absl::StrJoin(params, ", "), ") {\n",
-                             "  __shared__ float partial[32][33];\n",
-                             "  const long long c = blockIdx.x * 32LL + threadIdx.x;\n",
-                             "  float sum = 0.0f;\n", "  if (c < cols) {\n",
-                             "    for (long long r = threadIdx.y; r < rows; r += 32) {\n",
-                             "    const long long i = r * cols + c;\n", ElementBody(spec),
-                             "    sum += s", spec.column_sum, ";\n", "    }\n", "  }\n",
-                             "  partial[threadIdx.y][threadIdx.x] = sum;\n", "  __syncthreads();\n",
-                             "  if (threadIdx.y == 0 && c < cols) {\n", "    float total = 0.0f;\n",
-                             "    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];\n",
-                             "    column_sum[c] = FromFloat(total);\n", "  }\n}\n")};
+  // The column-sum form is ColumnSum()'s kernel with the chain in it (column_sum_kernels.h): the
+  // same walk, so each partial sum and the final sum happen in the same order. It sums the steps'
+  // float values, as the CPU reference of the fused node does, and rounds the total once.
+  return ColumnSumKernel(ElementKernelName("reprise_fused_pointwise_colsum", spec.dtype), spec);
 }
 
 GeneratedKernel SoftmaxCrossEntropyWithGrad() {

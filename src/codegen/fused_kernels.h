@@ -26,9 +26,10 @@ struct FusedPointwiseSpec {
 
 // The kernel is named ElementKernelName("reprise_fused_pointwise[_colsum]", spec.dtype). Without
 // a column sum: a grid-stride loop, signature (const elem_t* in..., elem_t* out..., long long n,
-// long long cols). With one: blocks of 32x32 threads, one block per 32 columns, summing rows in
+// long long cols). With one: ColumnSumKernel (src/codegen/column_sum_kernels.h), summing rows in
 // the same order as ColumnSum() (so the float32 bits match the unfused kernels); signature
-// (const elem_t* in..., elem_t* out..., elem_t* column_sum, long long rows, long long cols).
+// (const elem_t* in..., elem_t* out..., elem_t* column_sum, float* partial, long long rows,
+// long long cols, long long rows_per_block, int vector).
 GeneratedKernel FusedPointwise(const FusedPointwiseSpec& spec);
 
 // The loss and its gradient in one block: loss[0] as SoftmaxCrossEntropy(), dz as

@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/codegen/column_sum_kernels.h"
 #include "src/codegen/element_type.h"
+#include "src/codegen/fused_kernels.h"
 #include "src/codegen/random_kernels.h"
 
 namespace reprise::codegen {
@@ -49,26 +51,11 @@ GeneratedKernel Add(DType dtype) {
 }
 
 GeneratedKernel ColumnSum(DType dtype) {
-  // A 32x32 block: 32 adjacent columns (coalesced reads) times 32 row slices, so each thread's
-  // serial chain is rows/32 long; the slices are then added in a fixed order (deterministic).
-  const std::string name = ElementKernelName("reprise_column_sum", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), "extern \"C\" __global__ void ", name, R"((
-    const elem_t* __restrict__ dy, elem_t* __restrict__ db, long long rows, long long cols) {
-  __shared__ float partial[32][33];
-  const long long c = blockIdx.x * 32LL + threadIdx.x;
-  float sum = 0.0f;
-  if (c < cols) {
-    for (long long r = threadIdx.y; r < rows; r += 32) sum += ToFloat(dy[r * cols + c]);
-  }
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float total = 0.0f;
-    for (int s = 0; s < 32; ++s) total += partial[s][threadIdx.x];
-    db[c] = FromFloat(total);
-  }
-}
-)")};
+  // The one-step chain "in0" summed: the fused kernels' column sum with nothing stored, so the
+  // two add the same values in the same order.
+  FusedPointwiseSpec spec{
+      .inputs = {Broadcast::kFull}, .expressions = {"in0"}, .column_sum = 0, .dtype = dtype};
+  return ColumnSumKernel(ElementKernelName("reprise_column_sum", dtype), spec);
 }
 
 // Device helpers of every loss kernel: one warp's max and Σ exp(z - max) over a row, the row's
@@ -162,7 +149,8 @@ extern "C" __global__ void reprise_sgd_momentum(float* __restrict__ w, const flo
 std::vector<GeneratedKernel> AllKernels() {
   std::vector<GeneratedKernel> kernels;
   for (DType dtype : kKernelElementTypes) {
-    for (GeneratedKernel (*make)(DType) : {BiasAdd, Relu, ReluGrad, Add, ColumnSum}) {
+    for (GeneratedKernel (*make)(DType) :
+         {BiasAdd, Relu, ReluGrad, Add, ColumnSum, ColumnSumFinalize}) {
       kernels.push_back(make(dtype));
     }
   }

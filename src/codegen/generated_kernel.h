@@ -39,9 +39,10 @@ GeneratedKernel ReluGrad(DType dtype = DType::kFloat32);  // y > 0 ? dy : 0, inp
 GeneratedKernel Add(DType dtype = DType::kFloat32);       // a + b
 
 // db[c] = sum over r of dy[r, c], dy row-major [rows, cols]; fixed summation order, in float
-// for either element type (16-bit types round once, at the store). Launch with blocks of 32x32
-// threads, one block per 32 columns. Signature: (const elem_t* dy, elem_t* db, long long rows,
-// long long cols).
+// for either element type (16-bit types round once, at the store): ColumnSumKernel
+// (src/codegen/column_sum_kernels.h) of the one-step chain dy. Signature: (const elem_t* dy,
+// elem_t* db, float* partial, long long rows, long long cols, long long rows_per_block,
+// int vector), launched as column_sum_kernels.h says.
 GeneratedKernel ColumnSum(DType dtype = DType::kFloat32);
 
 // loss[0] = mean over rows of logsumexp(z[r, :]) - z[r, label[r]]; one block, fixed order.

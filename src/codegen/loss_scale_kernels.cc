@@ -21,45 +21,71 @@ __device__ __forceinline__ int NotFinite(float x) {
 
 }  // namespace
 
-GeneratedKernel GradNonfinite() {
+GeneratedKernel GradNonfinite(int capacity) {
   return {"reprise_grad_nonfinite",
-          Defines() + absl::StrCat("#define REPRISE_NONFINITE_TABLE ", kNonfiniteTableSize, "\n") +
+          Defines() +
+              absl::StrCat("#define REPRISE_CAPACITY ", capacity,
+                           "\n#define REPRISE_NORM_BLOCKS_PER_SM ", kNormBlocksPerSm, "\n") +
               R"(
-struct NonfiniteTable {
-  const void* g[REPRISE_NONFINITE_TABLE];
-  long long n[REPRISE_NONFINITE_TABLE];
-  int first[REPRISE_NONFINITE_TABLE];
-  int kind[REPRISE_NONFINITE_TABLE];  // 0 float32, 1 bfloat16, 2 float16.
+struct NonfiniteTable {  // As the chunked optimizer kernels' tables (src/ops/multi_tensor.h).
+  const void* g[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
 };
-// A 16-bit float is not finite when its exponent bits are all set.
-__device__ __forceinline__ int NotFinite16(unsigned short x, unsigned exponent) {
-  return (x & exponent) == exponent;
+struct NonfiniteKinds {
+  unsigned char kind[REPRISE_CAPACITY];  // 0 float32, 1 bfloat16, 2 float16.
+};
+// Whether any of the two 16-bit floats in `w` has all its exponent bits set.
+__device__ __forceinline__ int NotFinite16Pair(unsigned w, unsigned exponent) {
+  return ((w & exponent) == exponent) | (((w >> 16) & exponent) == exponent);
 }
-extern "C" __global__ void reprise_grad_nonfinite(NonfiniteTable table,
-                                                  float* __restrict__ flags) {
-  const int t = blockIdx.y;
-  const long long n = table.n[t];
-  const long long start = (long long)blockIdx.x * REPRISE_NORM_CHUNK;
-  if (start >= n) return;  // The whole block leaves together.
-  const long long count = n - start;
-  int bad = 0;
-  if (table.kind[t] != 0) {
-    // Checked before their widening cast, in the dtype the backward made them.
-    const unsigned short* __restrict__ g = (const unsigned short*)table.g[t] + start;
-    const unsigned exponent = table.kind[t] == 2 ? 0x7c00u : 0x7f80u;
-    for (int k = 0; k < REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK; ++k) {
-      const long long i = (long long)k * REPRISE_NORM_BLOCK + threadIdx.x;
-      if (i < count) bad |= NotFinite16(g[i], exponent);
+__device__ __forceinline__ int NotFiniteWord(unsigned w, int kind, unsigned exponent) {
+  return kind == 0 ? NotFinite(__uint_as_float(w)) : NotFinite16Pair(w, exponent);
+}
+// Blocks stride over the chunks of every tensor of the table. A whole, 16-byte aligned chunk is
+// read with 16-byte loads, all issued before any is tested (bandwidth-bound: the check used to be
+// one 2-byte load per thread and a block per (chunk, tensor) pair, most of them idle); a tensor's
+// short last chunk and unaligned tensors go element by element.
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
+reprise_grad_nonfinite(NonfiniteTable table, NonfiniteKinds kinds, int count,
+                       float* __restrict__ flags, long long first_flag) {
+  constexpr int kVectors = REPRISE_NORM_CHUNK * 4 / 16 / REPRISE_NORM_BLOCK;  // float32, per thread.
+  int t = 0;
+  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
+    while (c >= table.first[t + 1]) ++t;
+    const int kind = kinds.kind[t];
+    const int bytes = kind == 0 ? 4 : 2;
+    const unsigned exponent = kind == 2 ? 0x7c00u : 0x7f80u;
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    const char* __restrict__ base = (const char*)table.g[t] + start * bytes;
+    int bad = 0;
+    if (n == REPRISE_NORM_CHUNK && ((unsigned long long)base & 15ull) == 0ull) {
+      const uint4* __restrict__ v = (const uint4*)base;
+      const int vectors = REPRISE_NORM_CHUNK * bytes / 16;
+      uint4 x[kVectors];
+#pragma unroll
+      for (int k = 0; k < kVectors; ++k) {
+        const int q = k * REPRISE_NORM_BLOCK + (int)threadIdx.x;
+        x[k] = q < vectors ? v[q] : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int k = 0; k < kVectors; ++k) {
+        bad |= NotFiniteWord(x[k].x, kind, exponent) | NotFiniteWord(x[k].y, kind, exponent) |
+               NotFiniteWord(x[k].z, kind, exponent) | NotFiniteWord(x[k].w, kind, exponent);
+      }
+    } else if (kind != 0) {  // Checked before their widening cast, in the backward's dtype.
+      const unsigned short* __restrict__ g = (const unsigned short*)base;
+      for (int i = threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+        bad |= (g[i] & exponent) == exponent;
+      }
+    } else {
+      const float* __restrict__ g = (const float*)base;
+      for (int i = threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) bad |= NotFinite(g[i]);
     }
-  } else {
-    const float* __restrict__ g = (const float*)table.g[t] + start;
-    for (int k = 0; k < REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK; ++k) {
-      const long long i = (long long)k * REPRISE_NORM_BLOCK + threadIdx.x;
-      if (i < count) bad |= NotFinite(g[i]);
-    }
+    bad = __syncthreads_or(bad);
+    if (threadIdx.x == 0) flags[first_flag + c] = bad ? 1.0f : 0.0f;
   }
-  bad = __syncthreads_or(bad);
-  if (threadIdx.x == 0) flags[table.first[t] + blockIdx.x] = bad ? 1.0f : 0.0f;
 }
 )"};
 }
@@ -119,7 +145,7 @@ extern "C" __global__ void reprise_loss_scale_update(float* __restrict__ scale,
 }
 
 std::vector<GeneratedKernel> LossScaleKernels() {
-  return {GradNonfinite(), LossScaleCheck(), LossScaleUpdate()};
+  return {GradNonfinite(32), LossScaleCheck(), LossScaleUpdate()};
 }
 
 }  // namespace reprise::codegen

@@ -53,17 +53,16 @@ LossScaleState<T> NextLossScale(LossScaleState<T> s, bool found_nonfinite, T gro
   return s;
 }
 
-// Tensors per launch of GradNonfinite: its table (24 bytes a tensor) and the flags' pointer stay
-// within 4 KiB of kernel arguments, and a ResNet-50's 161 gradients and its loss take one launch.
-inline constexpr int kNonfiniteTableSize = 168;
-
-// Stage 1: flags[first[t] + c] = 1 if chunk c (kNormChunk elements, src/codegen/
-// optimizer_kernels.h) of gradient t holds an inf or a NaN, else 0. Blocks of kNormBlock threads,
-// grid (most chunks of a tensor, tensors). Signature: (NonfiniteTable table, float* flags), the
-// table of kNonfiniteTableSize tensors: pointers g, element counts n (long long), first flags
-// (int) and kinds (int: 0 float32, 1 bfloat16, 2 float16; 16-bit gradients are checked before
-// their widening cast).
-GeneratedKernel GradNonfinite();
+// Stage 1: flags[first_flag + c] = 1 if chunk c (kNormChunk elements, src/codegen/
+// optimizer_kernels.h) of the table's list of chunks (tensor by tensor, as the chunked optimizer
+// kernels walk them) holds an inf or a NaN, else 0. Blocks of kNormBlock threads stride over the
+// chunks (grid: at most kNormBlocksPerSm blocks per multiprocessor), reading whole aligned chunks
+// with 16-byte loads. Signature: (NonfiniteTable table, NonfiniteKinds kinds, int count,
+// float* flags, long long first_flag), NonfiniteTable { const void* g[C]; long long n[C];
+// int first[C + 1]; } as ops::ChunkTable lays it out for `capacity` C (MultiTensorCapacity) and
+// one pointer array, NonfiniteKinds { unsigned char kind[C]; } (0 float32, 1 bfloat16,
+// 2 float16; 16-bit gradients are checked before their widening cast).
+GeneratedKernel GradNonfinite(int capacity);
 // Stage 2, one block of kNormBlock threads: check[0] = (float)(1 / (double)scale[0]) (1 for a
 // null scale: the non-finite guard without loss scaling), check[1] = 1 if any of the `count` flags
 // is set or, `sticky` (the guard's NonFinitePolicy::kStop), the record holds a non-finite step

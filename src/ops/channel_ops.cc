@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/column_sum_launch.h"
 #include "src/ops/conv.h"
 #include "src/ops/conv_shape.h"
 #include "src/ops/gpu_element_type.h"
@@ -125,14 +126,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChannelSum(const LoweringContext
   ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
   const ChannelSplit split = SplitOf(dy.shape, layout);
   KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   if (layout == Layout::kNHWC) {
     // Channels last is a row-major [N·H·W, C] matrix: the bias gradient of a linear layer.
-    args.Add(static_cast<long long>(split.outer)).Add(static_cast<long long>(split.channels));
-    return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(dtype),
-                               dim3(static_cast<unsigned>((split.channels + 31) / 32)),
-                               dim3(32, 32), 0, std::move(args));
+    args.Add(ctx.inputs[0]);
+    ASSIGN_OR_RETURN(
+        ColumnSumLaunches launches,
+        LowerColumnSums(ctx, node.name, codegen::ColumnSum(dtype), dtype, std::move(args),
+                        {ctx.inputs[0]}, ctx.outputs[0], split.outer, split.channels));
+    return AsKernel(std::move(launches));
   }
+  args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(split.outer))
       .Add(static_cast<long long>(split.channels))
       .Add(static_cast<long long>(split.inner));

@@ -1,6 +1,7 @@
 #include "src/ops/fused_pointwise.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "src/codegen/fused_kernels.h"
+#include "src/ops/column_sum_launch.h"
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -160,18 +162,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx
   const int64_t cols = element.shape.rank() == 0 ? 1 : element.shape.dim(element.shape.rank() - 1);
   const codegen::GeneratedKernel kernel =
       codegen::FusedPointwise(KernelSpec(program, static_cast<int>(ctx.inputs.size()), dtype));
-  KernelArgs args;
-  for (void* p : ctx.inputs) args.Add(p);
-  for (void* p : ctx.outputs) args.Add(p);
   if (program.column_sum < 0) {
+    KernelArgs args;
+    for (void* p : ctx.inputs) args.Add(p);
+    for (void* p : ctx.outputs) args.Add(p);
     args.Add(static_cast<long long>(n)).Add(static_cast<long long>(cols));
     return NvrtcKernel::Create(ctx, node.name, kernel, GridFor(n, 256, *ctx.device), dim3(256), 0,
                                std::move(args));
   }
-  // The column sums are the last output, already in `args`; one 32x32 block per 32 columns.
-  args.Add(static_cast<long long>(n / cols)).Add(static_cast<long long>(cols));
-  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(static_cast<unsigned>((cols + 31) / 32)),
-                             dim3(32, 32), 0, std::move(args));
+  // The column sums are the last output: LowerColumnSums adds their address after the others.
+  KernelArgs summed;
+  std::vector<void*> arrays(ctx.inputs.begin(), ctx.inputs.end());
+  arrays.insert(arrays.end(), ctx.outputs.begin(), ctx.outputs.end() - 1);
+  for (void* p : arrays) summed.Add(p);
+  ASSIGN_OR_RETURN(ColumnSumLaunches launches,
+                   LowerColumnSums(ctx, node.name, kernel, dtype, std::move(summed), arrays,
+                                   ctx.outputs.back(), cols == 0 ? 0 : n / cols, cols));
+  return AsKernel(std::move(launches));
 }
 
 }  // namespace

@@ -71,40 +71,33 @@ absl::Status CpuNonfinite(const Node&, absl::Span<ir::HostTensor* const> in,
   return absl::OkStatus();
 }
 
+// One launch per codegen::kMaxMultiTensorCapacity gradients (one for any model below that), its
+// blocks striding over every chunk of every gradient, as grad_sum_squares does.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNonfinite(const LoweringContext& ctx,
                                                           const Node& node) {
-  constexpr int kTable = codegen::kNonfiniteTableSize;
-  struct Table {  // As codegen::GradNonfinite's.
-    const void* g[kTable];
-    long long n[kTable];
-    int first[kTable];
-    int kind[kTable];  // 0 float32, 1 bfloat16, 2 float16.
-  };
-  static_assert(sizeof(Table) + sizeof(void*) <= 4096, "kernel arguments over 4 KiB");
   const int64_t tensors = static_cast<int64_t>(ctx.inputs.size());
   std::vector<std::unique_ptr<GpuKernel>> parts;
   int64_t first_flag = 0;
-  for (int64_t first = 0; first < tensors; first += kTable) {
-    Table table = {};
-    const int count = static_cast<int>(std::min<int64_t>(kTable, tensors - first));
-    int64_t most_chunks = 1;
-    for (int i = 0; i < count; ++i) {
-      table.g[i] = ctx.inputs[first + i];
-      table.n[i] = ctx.input_specs[first + i].NumElements();
-      const DType dtype = ctx.input_specs[first + i].dtype;
-      table.kind[i] = dtype == DType::kBFloat16 ? 1 : dtype == DType::kFloat16 ? 2 : 0;
-      table.first[i] = static_cast<int>(first_flag);
-      first_flag += ChunksOf(table.n[i]);
-      most_chunks = std::max<int64_t>(most_chunks, ChunksOf(table.n[i]));
+  for (int64_t first = 0; first < tensors; first += codegen::kMaxMultiTensorCapacity) {
+    const int64_t count = std::min<int64_t>(codegen::kMaxMultiTensorCapacity, tensors - first);
+    const int capacity = codegen::MultiTensorCapacity(count);
+    ChunkTable table(capacity, 1);
+    std::vector<unsigned char> kinds(capacity, 0);  // As codegen::GradNonfinite's NonfiniteKinds.
+    for (int64_t t = first; t < first + count; ++t) {
+      RETURN_IF_ERROR(table.Add({ctx.inputs[t]}, ctx.input_specs[t].NumElements()));
+      const DType dtype = ctx.input_specs[t].dtype;
+      kinds[t - first] = dtype == DType::kBFloat16 ? 1 : dtype == DType::kFloat16 ? 2 : 0;
     }
     KernelArgs args;
-    args.AddBytes(&table, sizeof(table));
-    args.Add(ctx.outputs[0]);
-    dim3 grid(static_cast<unsigned>(most_chunks), static_cast<unsigned>(count));
+    args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
+    args.Add(table.count()).Add(ctx.outputs[0]).Add(static_cast<long long>(first_flag));
+    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kNormBlocksPerSm;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
-                     NvrtcKernel::Create(ctx, node.name, codegen::GradNonfinite(), grid,
+                     NvrtcKernel::Create(ctx, node.name, codegen::GradNonfinite(capacity), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));
     parts.push_back(std::move(part));
+    first_flag += table.chunks();
   }
   return Sequence(std::move(parts));
 }

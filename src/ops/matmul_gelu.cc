@@ -3,12 +3,14 @@
 // and the cuBLASLt lowering with the matching epilogue.
 #include "src/ops/matmul_gelu.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/column_sum_launch.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -126,15 +128,18 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUnfusedGelu(const LoweringContex
       NvrtcKernel::Create(ctx, node.name,
                           forward ? codegen::Gelu(shape.dtype) : codegen::GeluGrad(shape.dtype),
                           grid, dim3(256), 0, std::move(act)));
+  size_t most_workspace = workspace;
   if (!forward) {
+    // The partial sums may reuse the product's workspace: the launches run one after another.
     KernelArgs sum;
-    sum.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
-    ASSIGN_OR_RETURN(kernels.emplace_back(),
-                     NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(shape.dtype),
-                                         dim3(static_cast<unsigned>((cols + 31) / 32)),
-                                         dim3(32, 32), 0, std::move(sum)));
+    sum.Add(ctx.outputs[0]);
+    ASSIGN_OR_RETURN(ColumnSumLaunches launches,
+                     LowerColumnSums(ctx, node.name, codegen::ColumnSum(shape.dtype), shape.dtype,
+                                     std::move(sum), {ctx.outputs[0]}, ctx.outputs[1], rows, cols));
+    for (auto& kernel : launches.kernels) kernels.push_back(std::move(kernel));
+    most_workspace = std::max(most_workspace, launches.workspace_bytes);
   }
-  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace));
+  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), most_workspace));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {

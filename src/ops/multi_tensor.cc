@@ -6,6 +6,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ir/op_def.h"
 #include "src/ops/ops.h"
@@ -121,7 +122,8 @@ absl::Status ChunkTable::Add(absl::Span<void* const> pointers, int64_t n) {
 
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   const bool adam = node.op == &AdamMultiOp();
-  if (!adam && node.op != &GradSumSquaresOp()) return {};
+  const bool nonfinite = node.op == &GradNonfiniteOp();
+  if (!adam && !nonfinite && node.op != &GradSumSquaresOp()) return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
   if (adam) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
@@ -136,7 +138,9 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   }
   std::vector<codegen::GeneratedKernel> kernels;
   for (int capacity : capacities) {
-    kernels.push_back(adam ? codegen::AdamMulti(capacity) : codegen::GradSumSquares(capacity));
+    kernels.push_back(adam        ? codegen::AdamMulti(capacity)
+                      : nonfinite ? codegen::GradNonfinite(capacity)
+                                  : codegen::GradSumSquares(capacity));
   }
   return kernels;
 }

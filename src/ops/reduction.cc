@@ -1,5 +1,6 @@
 // column_sum: the bias gradient, a sum over the batch dimension.
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/column_sum_launch.h"
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -35,13 +36,14 @@ absl::Status CpuColumnSum(const Node&, absl::Span<ir::HostTensor* const> in,
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerColumnSum(const LoweringContext& ctx,
                                                           const Node& node) {
   ASSIGN_OR_RETURN(const DType dtype, GpuElementType(node, ctx.input_specs));
-  const long long rows = ctx.input_specs[0].shape.dim(0);
-  const long long cols = ctx.input_specs[0].shape.dim(1);
   KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.outputs[0]).Add(rows).Add(cols);
-  return NvrtcKernel::Create(ctx, node.name, codegen::ColumnSum(dtype),
-                             dim3(static_cast<unsigned>((cols + 31) / 32)), dim3(32, 32), 0,
-                             std::move(args));
+  args.Add(ctx.inputs[0]);
+  ASSIGN_OR_RETURN(
+      ColumnSumLaunches launches,
+      LowerColumnSums(ctx, node.name, codegen::ColumnSum(dtype), dtype, std::move(args),
+                      {ctx.inputs[0]}, ctx.outputs[0], ctx.input_specs[0].shape.dim(0),
+                      ctx.input_specs[0].shape.dim(1)));
+  return AsKernel(std::move(launches));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ops/ops.h"
 
@@ -59,6 +60,8 @@ TEST(ChunkTableTest, LargestTablesFitTheKernelParameterSpace) {
   const int most = codegen::kMaxMultiTensorCapacity;
   EXPECT_LE(ops::ChunkTable(most, 5).bytes() + 19 * 8, kCudaParameterBytes);
   EXPECT_LE(ops::ChunkTable(most, 1).bytes() + 4 * 8, kCudaParameterBytes);
+  // grad_nonfinite's: the table, a byte of kind per tensor, then three more arguments.
+  EXPECT_LE(ops::ChunkTable(most, 1).bytes() + most + 3 * 8, kCudaParameterBytes);
 }
 
 TEST(ChunkTableTest, NormChunksRoundUp) {
@@ -94,6 +97,8 @@ TEST(ChunkedKernelsOfTest, OneKernelPerTableCapacity) {
   const std::vector<Value> few(grads.begin(), grads.begin() + 33);
   ASSERT_TRUE(g.AddOp1(ops::GradSumSquaresOp(), "partials", few).ok());
   const Node& norm = g.node(g.num_nodes() - 1);
+  ASSERT_TRUE(g.AddOp1(ops::GradNonfiniteOp(), "flags", grads).ok());
+  const Node& flags = g.node(g.num_nodes() - 1);
   auto sources = [](const std::vector<codegen::GeneratedKernel>& kernels) {
     std::vector<std::string> codes;
     for (const codegen::GeneratedKernel& k : kernels) codes.push_back(k.code);
@@ -102,6 +107,8 @@ TEST(ChunkedKernelsOfTest, OneKernelPerTableCapacity) {
   EXPECT_EQ(sources(ops::ChunkedKernelsOf(adam)),
             sources({codegen::AdamMulti(512), codegen::AdamMulti(128)}));
   EXPECT_EQ(sources(ops::ChunkedKernelsOf(norm)), sources({codegen::GradSumSquares(64)}));
+  EXPECT_EQ(sources(ops::ChunkedKernelsOf(flags)),
+            sources({codegen::GradNonfinite(512), codegen::GradNonfinite(128)}));
   EXPECT_TRUE(ops::ChunkedKernelsOf(g.node(grads[0].node)).empty());
 }
 
