@@ -18,11 +18,15 @@ bool IsWeightGradient(const Node& node) {
 
 namespace {
 
+bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
+
 // The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
-// updates, and the nodes whose every reader is a weight gradient or another such node (a
+// updates, the nodes whose every reader is a weight gradient or another such node (a
 // recomputed activation that only a weight gradient reads: running it beside the data-gradient
-// chain, not in it, keeps it off the critical path). Node ids are topological, so readers come
-// later.
+// chain, not in it, keeps it off the critical path), and the nodes that read nothing but such
+// nodes' outputs and leaves (a weight gradient's cast back to float32 under mixed precision:
+// on lane 0 it would wait there for lane 1's product). Node ids are topological, so readers
+// come later.
 std::vector<bool> WeightLaneNodes(const Graph& graph) {
   const int n = graph.num_nodes();
   std::vector<bool> weight(n, false);
@@ -38,10 +42,19 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
       if (feeds) ++feeding_weight_only[v.node];
     }
   }
+  for (int32_t id = 0; id < n; ++id) {
+    const Node& node = graph.node(id);
+    if (weight[id] || ir::IsLeaf(node) || IsCommunication(node)) continue;
+    bool computed_input = false, all_weight = true;
+    for (const Value& v : node.inputs) {
+      if (ir::IsLeaf(graph.node(v.node))) continue;
+      computed_input = true;
+      all_weight = all_weight && weight[v.node];
+    }
+    weight[id] = computed_input && all_weight;
+  }
   return weight;
 }
-
-bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
 
 // Estimated device cost of a node, to find the step's critical path: bytes written, weighted up
 // for the ops whose time grows with more than their output (GEMMs, convolutions).

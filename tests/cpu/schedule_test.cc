@@ -1,12 +1,13 @@
-// The schedule's lanes: weight gradients, optimizer updates and what only weight gradients read on
-// lane 1, and with three or more lanes the side branches off the critical path on lanes of their
-// own, with waits that order every dependency across lanes.
+// The schedule's lanes: weight gradients, optimizer updates, what only weight gradients read and
+// what reads only them on lane 1, and with three or more lanes the side branches off the critical
+// path on lanes of their own, with waits that order every dependency across lanes.
 #include "src/passes/schedule.h"
 
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
+#include "src/ops/cast.h"
 #include "src/ops/ops.h"
 
 namespace reprise {
@@ -93,6 +94,32 @@ TEST(ScheduleTest, TwoLanesPutWhatOnlyWeightGradientsReadOnLaneOne) {
   EXPECT_EQ(LaneOfNode(g, *order, "w1.wgrad"), 1);
   EXPECT_EQ(LaneOfNode(g, *order, "shared"), 0);
   EXPECT_EQ(LaneOfNode(g, *order, "data_gradient_chain"), 0);
+  ExpectEveryDependencyOrdered(g, *order);
+}
+
+// What reads nothing but a weight gradient's output (its cast back to float32 under mixed
+// precision) runs on the weight gradient's lane instead of waiting for it on lane 0; a node that
+// also reads a lane-0 value stays on lane 0.
+TEST(ScheduleTest, TwoLanesPutWhatReadsOnlyWeightGradientsOnLaneOne) {
+  Graph g;
+  const TensorSpec spec{Shape{4, 4}, DType::kBFloat16};
+  const Value x = *g.AddInput("x", spec);
+  const Value dy = *g.AddInput("dy", spec);
+  const Attrs wgrad = {
+      {"transpose_a", true}, {"transpose_b", false}, {"role", std::string("wgrad")}};
+  const Value dw = *g.AddOp1(ops::MatmulOp(), "w.wgrad", {x, dy}, wgrad);
+  const Value widened = *g.AddOp1(ops::CastOp(), "w.to_bf16.grad", {dw},
+                                  {{"dtype", ops::DTypeAttr(DType::kFloat32)}});
+  const Value dx = *g.AddOp1(ops::ReluOp(), "data_gradient", {dy});
+  const Value dx32 =
+      *g.AddOp1(ops::CastOp(), "dx.to_f32", {dx}, {{"dtype", ops::DTypeAttr(DType::kFloat32)}});
+  ASSERT_TRUE(g.AddOp1(ops::AddOp(), "mixed_reader", {widened, dx32}).ok());
+  auto order = passes::Schedule(g, {.lanes = 2});
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(LaneOfNode(g, *order, "w.wgrad"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "w.to_bf16.grad"), 1);
+  EXPECT_EQ(LaneOfNode(g, *order, "data_gradient"), 0);
+  EXPECT_EQ(LaneOfNode(g, *order, "mixed_reader"), 0);
   ExpectEveryDependencyOrdered(g, *order);
 }
 
