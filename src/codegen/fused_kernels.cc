@@ -4,7 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "src/codegen/column_sum_kernels.h"
 #include "src/codegen/element_type.h"
-#include "src/codegen/optimizer_kernels.h"
+#include "src/codegen/gradient_loads.h"
 
 namespace reprise::codegen {
 namespace {

@@ -42,7 +42,7 @@ GeneratedKernel SoftmaxCrossEntropyWithGrad();
 // const float* lr, const float* mu, const float* wd), where SgdTable is
 // { float* w[N]; const grad_t* g[N]; float* v[N]; long long n[N]; }, the gradients of type
 // `gradient` (float32, or bfloat16 / float16 widened exactly on load; GradientType in
-// optimizer_kernels.h); kernel name ElementKernelName("reprise_sgd_momentum_multi", gradient).
+// gradient_loads.h); kernel name ElementKernelName("reprise_sgd_momentum_multi", gradient).
 inline constexpr int kSgdTableSize = 32;
 GeneratedKernel SgdMomentumMulti(DType gradient = DType::kFloat32);
 

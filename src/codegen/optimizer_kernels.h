@@ -115,13 +115,6 @@ GeneratedKernel SgdUpdate();
 // ElementKernelName("reprise_sgd_update_multi", gradient).
 GeneratedKernel SgdUpdateMulti(DType gradient = DType::kFloat32);
 
-// Device source shared by the update kernels that read gradients of several types: the types
-// Bf16Grad and F16Grad (16-bit gradients, told apart by overloads) and GradValue(g, i),
-// GradQuad(g, q) (elements 4q .. 4q+3 in one load) and GradAligned(g) for float, Bf16Grad and
-// F16Grad. GradientType names a gradient dtype's device type ("float", "Bf16Grad", "F16Grad").
-std::string GradientLoads();
-std::string GradientType(DType gradient);
-
 // Adam / AdamW (decoupled != 0) in place: g' = clip·(unscale·g) (+ wd·w for Adam); w *= decay
 // (AdamW); m = β1·m + (1-β1)·g'; v = β2·v + (1-β2)·g'²; w -= step_size·m / (sqrt(v) / bc2_sqrt +
 // ε). Signature: (float* w, const float* g, float* m, float* v, const float* lr, const int* step,
