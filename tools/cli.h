@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -31,6 +32,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// Whether two __FILE__ names are one file: equal, or the longer ends with "/" and the shorter.
+// Abseil may hand a flag's file name back normalised (a build that compiles through relative
+// paths, as a compiler cache does, loses its leading "../").
+inline bool SameSourceFile(absl::string_view a, absl::string_view b) {
+  if (a.size() < b.size()) std::swap(a, b);
+  if (a == b) return true;
+  return !b.empty() && a.substr(a.size() - b.size()) == b && a[a.size() - b.size() - 1] == '/';
+}
+
 struct Program {
   const char* name;    // As installed: "reprise-bench", "train_mlp".
   const char* usage;   // The arguments after the name, for the usage line.
@@ -39,7 +49,8 @@ struct Program {
   const char* more_flags = nullptr;
 
   bool DefinesFlagsIn(absl::string_view file) const {
-    return file == source || (more_flags != nullptr && file == more_flags);
+    return SameSourceFile(file, source) ||
+           (more_flags != nullptr && SameSourceFile(file, more_flags));
   }
 };
 
