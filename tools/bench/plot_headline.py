@@ -170,8 +170,8 @@ def plot(doc, path):
     ax.set_xlim(0, ax.get_xlim()[1] + 0.3)
     ax.set_xlabel("peer's time per step / reprise's (> 1: reprise is faster; img/s rows inverted)",
                   fontsize=8)
-    ax.set_title("reprise against its fastest peers, as measured (PyTorch eager: see the table;"
-                 " llm.c: not measured)", fontsize=8.5)
+    ax.set_title("reprise against its fastest peers, as measured (PyTorch eager: see the table)",
+                 fontsize=8.5)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
