@@ -40,7 +40,7 @@ using ::testing::HasSubstr;
 constexpr int kModels = 32;
 const models::MlpConfig kConfig{
     .batch = 64, .input_features = 64, .depth = 2, .width = 256, .classes = 10};
-constexpr int kLayers = 3;  // kConfig.depth + 1.
+constexpr int kLayers = 3;                 // kConfig.depth + 1.
 constexpr int kBarrier = 6 + 4 * kLayers;  // The node's barrier input.
 
 // The fused step of the 32-model ensemble under `policy`: its graph and its
