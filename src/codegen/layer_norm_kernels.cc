@@ -177,19 +177,28 @@ GeneratedKernel LayerNormAddForwardVec(DType dtype) {
 
 namespace {
 
-// dx, four elements at a time; the arithmetic of Dx below.
-GeneratedKernel DxVec(DType dtype, bool add) {
-  return Make(add ? "reprise_layer_norm_dx_add_vec" : "reprise_layer_norm_dx_vec", dtype,
-              absl::StrCat("const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-                           "const float* __restrict__ weight, const float* __restrict__ mean, "
-                           "const float* __restrict__ rstd, ",
-                           add ? "const elem_t* __restrict__ dres, " : "",
-                           "elem_t* __restrict__ dx, long long rows, int cols"),
-              absl::StrCat(kRowPrologue, R"(
+// The dx kernels' parameters (with `add`, the residual stream's other gradient dres) and their
+// start of a row, shared by the scalar and the vectorized forms.
+std::string DxSignature(bool add) {
+  return absl::StrCat(
+      "const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+      "const float* __restrict__ weight, const float* __restrict__ mean, "
+      "const float* __restrict__ rstd, ",
+      add ? "const elem_t* __restrict__ dres, " : "",
+      "elem_t* __restrict__ dx, long long rows, int cols");
+}
+
+constexpr char kDxRowStart[] = R"(
   const elem_t* dyr = dy + row * cols;
   const elem_t* xr = x + row * cols;
   const float m = mean[row], r = rstd[row];
-  float sum_g = 0.0f, sum_gx = 0.0f;
+  float sum_g = 0.0f, sum_gx = 0.0f;)";
+
+// dx, four elements at a time; the arithmetic of Dx below.
+GeneratedKernel DxVec(DType dtype, bool add) {
+  return Make(add ? "reprise_layer_norm_dx_add_vec" : "reprise_layer_norm_dx_vec", dtype,
+              DxSignature(add),
+              absl::StrCat(kRowPrologue, kDxRowStart, R"(
   )",
                            kVecLoop, R"( {
     const float4 d = Load4(dyr + c), v = Load4(xr + c);
@@ -234,17 +243,8 @@ namespace {
 
 // dx per row; with `add`, dx = that + dres (the residual stream's other gradient), one rounding.
 GeneratedKernel Dx(DType dtype, bool add) {
-  return Make(add ? "reprise_layer_norm_dx_add" : "reprise_layer_norm_dx", dtype,
-              absl::StrCat("const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-                           "const float* __restrict__ weight, const float* __restrict__ mean, "
-                           "const float* __restrict__ rstd, ",
-                           add ? "const elem_t* __restrict__ dres, " : "",
-                           "elem_t* __restrict__ dx, long long rows, int cols"),
-              absl::StrCat(kRowPrologue, R"(
-  const elem_t* dyr = dy + row * cols;
-  const elem_t* xr = x + row * cols;
-  const float m = mean[row], r = rstd[row];
-  float sum_g = 0.0f, sum_gx = 0.0f;
+  return Make(add ? "reprise_layer_norm_dx_add" : "reprise_layer_norm_dx", dtype, DxSignature(add),
+              absl::StrCat(kRowPrologue, kDxRowStart, R"(
   for (int c = lane; c < cols; c += 32) {
     const float g = ToFloat(dyr[c]) * weight[c];
     sum_g += g;
