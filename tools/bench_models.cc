@@ -243,6 +243,12 @@ absl::StatusOr<std::vector<runtime::DeviceBuffer>> FeedBenchInputs(Trainer& trai
     RETURN_IF_ERROR(trainer.BindInput(input.name, buffer.data(), bytes));
     buffers.push_back(std::move(buffer));
   }
+  // A pageable cudaMemcpy may return before its DMA lands, on the legacy stream, which the
+  // step's stream does not wait for.
+  if (const cudaError_t e = cudaStreamSynchronize(cudaStreamLegacy); e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("waiting for the inputs' copies to the device: ", cudaGetErrorString(e)));
+  }
   return buffers;
 }
 

@@ -299,7 +299,11 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
                                           absl::StrCat("initialising '", node.name, "'")));
     }
   }
-  return absl::OkStatus();
+  // The arena's cudaMemset and these pageable cudaMemcpy calls run on the legacy stream and may
+  // still be in flight when they return; the step's non-blocking stream does not wait for the
+  // legacy stream, so the first step could read half-initialised tensors. Wait for them once.
+  return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize",
+                             "the initial values");
 }
 
 absl::Status Trainer::Impl::WaitForLastStep() {

@@ -83,6 +83,9 @@ class PathRunner {
                                           absl::StrCat("bound copy of input '", input, "'")));
       buffers_.push_back(std::move(buffer));
     }
+    // The memsets ran on the legacy stream, which the step's stream does not wait for.
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
+                                        "cudaStreamSynchronize", "zeroed bound copies"));
     return trainer_.BindInput(input_, buffers_[0].data(), bytes_);
   }
 

@@ -102,9 +102,12 @@ template <typename E>
 absl::Status Upload(const DeviceArray<E>& a, const std::vector<float>& values) {
   std::vector<E> host(values.size());
   for (size_t i = 0; i < values.size(); ++i) host[i] = Narrow<E>(values[i]);
-  return runtime::CudaStatus(
+  RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(a.data, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice),
-      "cudaMemcpy");
+      "cudaMemcpy"));
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
 template <typename E>

@@ -52,9 +52,12 @@ absl::StatusOr<DeviceArray> Allocate(int64_t n, int offset) {
 }
 
 absl::Status Upload(const DeviceArray& a, const std::vector<float>& host) {
-  return runtime::CudaStatus(
+  RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(a.data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-      "cudaMemcpy");
+      "cudaMemcpy"));
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
 std::vector<float> Download(const DeviceArray& a) {

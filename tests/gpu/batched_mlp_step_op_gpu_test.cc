@@ -194,6 +194,9 @@ class BatchedMlpStepOpGpuTest : public ::testing::TestWithParam<OpCase> {
         REPRISE_ASSERT_OK(cudaMemset(buffers_[i].data(), 0xff, specs_[i].bytes()));
       }
     }
+    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+    // non-blocking stream's launches do not wait for.
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   }
 
   void Run(const ops::GpuKernel& kernel, int steps) {

@@ -68,6 +68,9 @@ struct DeviceBatches {
       x.push_back(dx);
       y.push_back(dy);
     }
+    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+    // non-blocking stream's launches do not wait for.
+    EXPECT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
   }
   ~DeviceBatches() {
     for (float* p : x) cudaFree(p);

@@ -138,6 +138,9 @@ TEST(CudnnConvTest, MeasuredDeterministicAlgorithmsAgreeAndReplayBitwise) {
     for (float& v : host) v = uniform(rng);
     REPRISE_ASSERT_OK(cudaMemcpy(buffer->data(), host.data(), bytes, cudaMemcpyHostToDevice));
   }
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   const runtime::CudnnConv::Buffers buffers{x.data(), dy.data(), dw.data(), ws.data()};
   const auto run = [&](const runtime::CudnnConv& conv) {
     std::vector<float> out(w_bytes / sizeof(float));

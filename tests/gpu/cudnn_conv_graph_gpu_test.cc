@@ -189,8 +189,10 @@ TEST(CudnnConvGraphTest, AccumulatedDataGradientMatchesLegacyAndReference) {
     for (size_t i = 0; i < want.size(); ++i) want[i] = ref.dx[i] + ref.x[i];
     const std::vector<uint8_t> acc = testing::Encode(dtype, ref.x);
     const auto reset = [&]() {
-      return testing::ToStatus(
-          cudaMemcpy(dev.out(kind), acc.data(), acc.size(), cudaMemcpyHostToDevice), "reset");
+      RETURN_IF_ERROR(testing::ToStatus(
+          cudaMemcpy(dev.out(kind), acc.data(), acc.size(), cudaMemcpyHostToDevice), "reset"));
+      // The copy may still be in flight on the legacy stream, which dev's stream does not wait for.
+      return testing::ToStatus(cudaStreamSynchronize(cudaStreamLegacy), "reset");
     };
     absl::StatusOr<runtime::CudnnConvGraph> graph_conv =
         runtime::CudnnConvGraph::Create(dev.cudnn(), kind, shape, {.add_to_output = true},

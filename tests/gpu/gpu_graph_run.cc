@@ -51,6 +51,10 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
           n.name));
     }
   }
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
+                                      "cudaStreamSynchronize", "the leaves' uploads"));
   passes::Plan plan;
   plan.training.graph = g;
   plan.launches = schedule;

@@ -49,6 +49,9 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       ASSERT_EQ(cudaMemcpy(base + b->offset, host, b->bytes, cudaMemcpyHostToDevice), cudaSuccess);
     }
   }
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
   passes::Plan plan;
   plan.training.graph = g;
   plan.launches = *schedule;

@@ -103,7 +103,9 @@ class DeviceStep {
                                             "cudaMemset"));
       }
     }
-    return absl::OkStatus();
+    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+    // non-blocking stream's launches do not wait for.
+    return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   }
 
   const Node& node() const { return fused_.graph.node(fused_.node); }
@@ -206,9 +208,12 @@ absl::Status Feed(DeviceStep& s, int step, Poison poison = Poison::kNone) {
   RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(s.data(0), x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice),
       "cudaMemcpy"));
-  return runtime::CudaStatus(
+  RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(s.data(1), y.data(), y.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
-      "cudaMemcpy");
+      "cudaMemcpy"));
+  // The copies may still be in flight on the legacy stream, which the step's stream does not wait
+  // for.
+  return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
 class GuardedGroupStepGpuTest : public ::testing::Test {

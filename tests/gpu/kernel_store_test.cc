@@ -56,6 +56,9 @@ TEST_F(KernelStoreTest, LaunchedKernelComputesAxpy) {
   REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dy, DeviceBuffer::Create(kN * sizeof(float)));
   REPRISE_ASSERT_OK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
   REPRISE_ASSERT_OK(cudaMemcpy(dy.data(), y.data(), dy.bytes(), cudaMemcpyHostToDevice));
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   REPRISE_ASSERT_OK_AND_ASSIGN(Stream stream, Stream::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(const DriverApi* driver, Driver());
 
@@ -103,6 +106,9 @@ TEST_F(KernelStoreTest, KernelFromTheDiskLoadsAndRuns) {
   REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dy, DeviceBuffer::Create(kN * sizeof(float)));
   REPRISE_ASSERT_OK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
   REPRISE_ASSERT_OK(cudaMemcpy(dy.data(), y.data(), dy.bytes(), cudaMemcpyHostToDevice));
+  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+  // non-blocking stream's launches do not wait for.
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   REPRISE_ASSERT_OK_AND_ASSIGN(Stream stream, Stream::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(const DriverApi* driver, Driver());
   int n = kN;

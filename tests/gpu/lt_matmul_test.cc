@@ -69,6 +69,9 @@ class Operands {
                          "copy A");
     CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), o.b_host.data(), b.bytes(), cudaMemcpyHostToDevice),
                          "copy B");
+    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
+    // non-blocking stream's launches do not wait for.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "copy B");
     o.a.emplace(std::move(a));
     o.b.emplace(std::move(b));
     o.c.emplace(std::move(c));
@@ -180,6 +183,7 @@ TEST_P(LtMatmulTest, CapturedRunMatchesEagerBitwise) {
   REPRISE_ASSERT_OK(cudaStreamSynchronize(stream_->get()));
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> eager, operands.ReadC());
   REPRISE_ASSERT_OK(cudaMemset(operands.C(), 0, eager.size() * sizeof(float)));
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));  // The memset runs on that stream.
 
   REPRISE_ASSERT_OK(cudaStreamBeginCapture(stream_->get(), cudaStreamCaptureModeThreadLocal));
   const absl::Status recorded =

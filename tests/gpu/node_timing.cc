@@ -39,6 +39,9 @@ absl::StatusOr<double> TimeNodeMs(const Graph& g, absl::string_view name, int re
     ctx.input_specs.push_back(spec);
     ctx.inputs.push_back(buffers.back().data());
   }
+  // The memsets run on the legacy stream, which `stream` (non-blocking) does not wait for.
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
+                                      "cudaStreamSynchronize", node.name));
   for (const TensorSpec& spec : node.outputs) {
     ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(spec.bytes()));
     buffers.push_back(std::move(buffer));

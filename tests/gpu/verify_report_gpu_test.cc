@@ -146,6 +146,7 @@ TEST(ReportGpuTest, CountersMatchWhatTheTestDid) {
   void* features = nullptr;
   REPRISE_ASSERT_OK(cudaMalloc(&features, m.input_elements * sizeof(float)));
   REPRISE_ASSERT_OK(cudaMemset(features, 0, m.input_elements * sizeof(float)));
+  REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));  // The memset runs on that stream.
   REPRISE_ASSERT_OK(t->BindInput("features", features, m.input_elements * sizeof(float)));
   REPRISE_ASSERT_OK(t->Step());
   REPRISE_ASSERT_OK(t->Synchronize());
