@@ -202,6 +202,12 @@ TEST_P(DeviceLaunchGpuTest, QueuedStepsAndEventsWaitForTheTailLaunchedStep) {
   EXPECT_EQ(device_loss, host_loss);
   ExpectSameParameters(*host, *device);
 
+  // compute-sanitizer instruments host- and device-launched kernels differently, so the two
+  // timings below compare nothing there (tools/device/gpu_suite_sanitized.sh sets this).
+  if (std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER") != nullptr) {
+    GTEST_SKIP() << "the steps' order and bits checked; their timing means nothing under "
+                    "compute-sanitizer";
+  }
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> host_ms, host->TimeSteps(20));
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> device_ms, device->TimeSteps(20));
   std::sort(host_ms.begin(), host_ms.end());
