@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite under compute-sanitizer, sharded like gpu_suite_sharded.sh: TOOL is memcheck (with
 # --leak-check full) or racecheck; FILTER picks the tests (default: all, the memory-use tests alone
-# after the shards). Each shard stops at
-# LIMIT_S; its output says which test it had reached, so a partial run still says what it covered.
+# after the shards). Each shard stops at LIMIT_S; its output says which test it had reached, so a
+# partial run still says what it covered.
 #   bash tools/device/gpu_suite_sanitized.sh TOOL [SHARDS] [LIMIT_S] [FILTER]
 # Output per shard in $OUT/sanitized_<tool>_<i>.txt; the sanitizer's summaries and the tallies
 # are printed at the end.
