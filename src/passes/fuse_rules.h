@@ -98,10 +98,14 @@ class GroupFinder {
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name, bool fold_gradient_casts = false);
   // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
-  // the lr_schedule and clip_coefficient that only it reads; the group in `updates`, `attrs` those
-  // of its nodes. False if it could not be placed.
+  // the lr_schedule and clip_coefficient that only it reads and (fold_casts) the widening casts of
+  // 16-bit gradients that only an update reads; the group in `updates`, `attrs` those of its
+  // nodes. False if it could not be placed.
   bool AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_scalars,
-                 int index);
+                 bool fold_casts, int index);
+  // The widening cast of a 16-bit gradient that `update` (its gradient input `input`) alone reads,
+  // which a multi-tensor update can take in; nullptr if none.
+  const Node* FoldableGradientCast(const Node& update, int input) const;
   // Whether every value of `node` is read by `members` alone.
   bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the

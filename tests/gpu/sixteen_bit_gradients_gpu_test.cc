@@ -1,0 +1,105 @@
+// The chunked optimizer kernels reading float32, bfloat16 and float16 gradients side by side
+// (codegen::GradKinds): grad_sum_squares and adam_multi (AdamW, warm-up schedule, clip norm folded
+// in; plain, loss-scaled and skipped) give the CPU reference's bits over two tables of odd-sized
+// tensors, reading the 16-bit gradients themselves and reading their float32 casts (the path
+// before the fold) alike, so the two paths give the same bits. Then mixed-precision MLPs trained
+// with AdamW, clipping and the guard (float16: loss scaling too) replay eager bit for bit.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "reprise/reprise.h"
+#include "src/ir/reference_executor.h"
+#include "tests/cpu/sixteen_bit_gradient_step.h"
+#include "tests/gpu/gpu_op_check.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace reprise {
+namespace {
+
+TEST(SixteenBitGradientsGpuTest, NormAndAdamMultiGiveTheCpuBitsForMixedGradientTypes) {
+  REPRISE_REQUIRE_GPU();
+  for (const char* mode : {"plain", "scaled", "skipped"}) {
+    for (bool widening_casts : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(mode, widening_casts ? ", through casts" : ", 16-bit read"));
+      const bool scaled = std::string(mode) != "plain";
+      // 600 tensors: two launches of each kernel, 512 tensors and 88.
+      auto step = testing::BuildSixteenBitGradientStep(600, widening_casts, scaled);
+      ASSERT_TRUE(step.ok()) << step.status();
+      ir::ReferenceExecutor cpu(step->graph, false, 5);
+      ASSERT_TRUE(cpu.SetLeaf("step", std::vector<int32_t>{7, 0}).ok());
+      if (scaled) {
+        const double found = std::string(mode) == "skipped" ? 1 : 0;
+        ASSERT_TRUE(cpu.SetLeaf("check", std::vector<double>{0.125, found}).ok());
+      }
+      ExpectGpuMatchesCpu(step->graph, cpu, /*tolerance=*/0);
+    }
+  }
+}
+
+// The norm alone over 700 tensors: two launches, the second's partial sums after the first's.
+TEST(SixteenBitGradientsGpuTest, NormOfMixedGradientTypesIsTheCpuBits) {
+  REPRISE_REQUIRE_GPU();
+  for (bool scaled : {false, true}) {
+    Graph g;
+    std::vector<Value> grads;
+    for (int t = 0; t < 700; ++t) {
+      grads.push_back(*g.AddConstant(
+          "g" + std::to_string(t),
+          {testing::GradientStepShape(t), testing::GradientTypeOf(t)}, Initializer::Uniform(-1, 1)));
+    }
+    Attrs attrs;
+    if (scaled) {
+      grads.push_back(*g.AddInput("check", {Shape{2}}, Initializer::Zeros()));
+      attrs["loss_scaled"] = true;
+    }
+    ASSERT_TRUE(g.AddOp1(ops::GradSumSquaresOp(), "partials", grads, attrs).ok());
+    ir::ReferenceExecutor cpu(g, false, 8);
+    if (scaled) {
+      ASSERT_TRUE(cpu.SetLeaf("check", std::vector<double>{0.125, 0}).ok());
+    }
+    ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
+  }
+}
+
+// An MLP in bfloat16 and float16 with AdamW, clipping, a schedule and the guard: the plan's
+// updates read the 16-bit gradients, and graph replays give the eager steps' bits.
+TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
+  REPRISE_REQUIRE_GPU();
+  for (DType compute : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(compute));
+    auto mlp = models::BuildMlp(
+        {.batch = 32, .input_features = 64, .depth = 4, .width = 256, .classes = 10});
+    ASSERT_TRUE(mlp.ok()) << mlp.status();
+    TrainOptions options;
+    options.seed = 3;
+    options.compute_dtype = compute;
+    options.deterministic = true;
+    options.optimizer = OptimizerOptions{
+        .kind = OptimizerKind::kAdamW,
+        .learning_rate = 1e-3f,
+        .weight_decay = 0.1f,
+        .decay_rank1 = false,
+        .max_grad_norm = 0.5f,
+        .schedule = {.warmup_steps = 2, .decay = LrDecay::kCosine, .total_steps = 50}};
+    auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    std::vector<float> features(32 * 64);
+    for (float& x : features) x = uniform(rng);
+    std::vector<int32_t> labels(32);
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+    ASSERT_TRUE((*trainer)->SetInput("features", features).ok());
+    ASSERT_TRUE((*trainer)->SetInput("labels", labels).ok());
+    ASSERT_TRUE((*trainer)->Step().ok());
+    auto result = (*trainer)->Verify(5);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(result->ok()) << result->ToString();
+  }
+}
+
+}  // namespace
+}  // namespace reprise
