@@ -55,6 +55,9 @@ class GroupFinder {
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
   void MultiTensorUpdates(bool fold_gradient_casts);
+  // Groups the casts of float32 parameters to each 16-bit type (mixed precision's weight copies)
+  // into one cast_multi, placed at the first: one launch instead of one per parameter.
+  void ParameterCasts();
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:
@@ -79,18 +82,14 @@ class GroupFinder {
   // reads).
   bool TryAddAll(std::vector<NodeGroup> groups) {
     for (const NodeGroup& group : groups) {
-      if (!Placeable(g_, consumers_,
-                     absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()))) {
-        return false;
-      }
+      if (!GroupPlaceable(g_, consumers_, group)) return false;
     }
     for (NodeGroup& group : groups) TryAdd(std::move(group));
     return true;
   }
   bool TryAdd(NodeGroup group) {
-    const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
-    if (!Placeable(g_, consumers_, members)) return false;
-    for (int32_t m : members) taken_[m] = true;
+    if (!GroupPlaceable(g_, consumers_, group)) return false;
+    for (int32_t m : group.members) taken_[m] = true;
     groups_.push_back(std::move(group));
     return true;
   }

@@ -2,7 +2,8 @@
 // non-finite checks read them before their widening casts, and the multi-tensor updates fold the
 // casts in (widening exactly on load), so no gradient is cast to float32 by a launch of its own;
 // the step keeps the bits of the path with the casts. Under data parallelism the norm and the
-// checks read the averaged gradients.
+// checks read the averaged gradients. The parameters' 16-bit copies are made in one launch
+// (cast_multi) with the casts' bits.
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -13,14 +14,21 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "absl/strings/str_cat.h"
 #include "src/autodiff/autodiff.h"
+#include "src/codegen/cast_kernels.h"
+#include "src/codegen/optimizer_kernels.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/all_reduce.h"
+#include "src/ops/cast.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/gradient_buckets.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/pipeline.h"
+#include "src/runtime/kernel_store.h"
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 
 namespace reprise {
@@ -242,30 +250,109 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
                                     .decay = LrDecay::kCosine,
                                     .total_steps = 1000}};
   options.plan.lanes = 0;
-  std::map<bool, int> launches, casts, widening;
-  for (bool fold : {true, false}) {
-    options.plan.fusion.fold_gradient_casts = fold;
+  // 0: the path before (a launch per cast); 1: gradient casts folded; 2: and the parameters'
+  // copies in one cast_multi.
+  std::map<int, int> launches, casts, widening, multi;
+  for (int variant : {0, 1, 2}) {
+    options.plan.fusion.fold_gradient_casts = variant >= 1;
+    options.plan.fusion.multi_tensor_casts = variant == 2;
     auto compiled = passes::CompileStep(gpt->graph, gpt->loss, options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     const passes::Plan& plan = compiled->plan;
     const Graph& g = plan.graph();
-    launches[fold] = static_cast<int>(plan.launches.size());
+    launches[variant] = static_cast<int>(plan.launches.size());
     for (const passes::ScheduledLaunch& l : plan.launches) {
       const Node& node = g.node(l.node);
+      multi[variant] += node.op_name() == "cast_multi";
       if (node.op_name() != "cast") continue;
-      ++casts[fold];
-      widening[fold] += IsLowPrecision(g.spec(node.inputs[0]).dtype);
+      ++casts[variant];
+      widening[variant] += IsLowPrecision(g.spec(node.inputs[0]).dtype);
     }
-    if (fold) {
+    if (variant >= 1) {
       EXPECT_EQ(GradientCastsReadByTheOptimizer(g), 0);
     }
-    std::cout << "GPT-2 124M bf16 plan, gradient casts " << (fold ? "folded" : "kept") << ": "
-              << launches[fold] << " launches, " << casts[fold] << " casts (" << widening[fold]
-              << " widening)\n";
+    std::cout << "GPT-2 124M bf16 plan, "
+              << (variant == 0   ? "casts as before"
+                  : variant == 1 ? "gradient casts folded"
+                                 : "gradient casts folded, parameter casts in one launch")
+              << ": " << launches[variant] << " launches, " << casts[variant] << " casts ("
+              << widening[variant] << " widening), " << multi[variant] << " cast_multi\n";
   }
-  EXPECT_EQ(widening[true], 0);
-  EXPECT_GT(widening[false], 90);  // Every matrix and bias but layer norm's.
-  EXPECT_EQ(launches[false] - launches[true], widening[false]);
+  EXPECT_EQ(widening[1], 0);
+  EXPECT_GT(widening[0], 90);  // Every matrix and bias but layer norm's.
+  EXPECT_EQ(launches[0] - launches[1], widening[0]);
+  // Every parameter's copy in one launch.
+  EXPECT_EQ(casts[2], 0);
+  EXPECT_EQ(multi[2], 1);
+  EXPECT_EQ(launches[1] - launches[2], casts[1] - 1);
+}
+
+// cast_multi: the casts' bits (so a step keeps its bits), shapes named in errors, and a kernel
+// that compiles for every capacity and both 16-bit types.
+TEST(CastMultiTest, GivesTheCastsBitsAndNamesBadInputs) {
+  Graph g;
+  std::vector<Value> x;
+  for (int t = 0; t < 5; ++t) {
+    x.push_back(*g.AddParameter("p" + std::to_string(t), {testing::GradientStepShape(t)},
+                                Initializer::Uniform(-70000, 70000)));
+  }
+  for (DType to : {DType::kBFloat16, DType::kFloat16}) {
+    auto multi = g.AddOp(ops::CastMultiOp(), "multi." + std::string(DTypeName(to)), x,
+                         {{"dtype", ops::DTypeAttr(to)}});
+    ASSERT_TRUE(multi.ok()) << multi.status();
+    std::vector<Value> single;
+    for (int t = 0; t < 5; ++t) {
+      single.push_back(*g.AddOp1(ops::CastOp(), absl::StrCat("single", t, DTypeName(to)), {x[t]},
+                                 {{"dtype", ops::DTypeAttr(to)}}));
+    }
+    ir::ReferenceExecutor cpu(g, false, 3);
+    ASSERT_TRUE(cpu.Run().ok());
+    for (int t = 0; t < 5; ++t) {
+      EXPECT_EQ(g.spec((*multi)[t]), g.spec(single[t]));
+      EXPECT_EQ(Bytes(**cpu.Tensor((*multi)[t])), Bytes(**cpu.Tensor(single[t]))) << t;
+    }
+  }
+  auto wide = g.AddOp(ops::CastMultiOp(), "wide", x, {{"dtype", std::string("f32")}});
+  EXPECT_THAT(wide.status().message(), HasSubstr("bf16 or f16"));
+  const Value labels = *g.AddInput("labels", {Shape{3}, DType::kInt32}, Initializer::Zeros());
+  auto ints = g.AddOp(ops::CastMultiOp(), "ints", {x[0], labels}, {{"dtype", std::string("bf16")}});
+  EXPECT_THAT(ints.status().message(), HasSubstr("tensor 1"));
+  for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
+    for (DType to : {DType::kBFloat16, DType::kFloat16}) {
+      const codegen::GeneratedKernel kernel = codegen::CastMulti(capacity, to);
+      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+      ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
+      EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_0[",
+                                                ops::ChunkTable(capacity, 2).bytes(), "]")),
+                std::string::npos)
+          << kernel.name;
+    }
+  }
+}
+
+// In a bfloat16 ResNet plan too: the convolution and classifier weights' copies in one launch
+// where the first was made, read by every layer after it.
+TEST(CastMultiTest, ResNetBf16PlanCastsItsWeightsInOneLaunch) {
+  auto net = models::BuildResNet({.depth = 18, .batch = 2, .classes = 3, .image_size = 32});
+  ASSERT_TRUE(net.ok()) << net.status();
+  passes::CompileOptions options;
+  options.compute_dtype = DType::kBFloat16;
+  auto compiled = passes::CompileStep(net->graph, net->loss, options);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const passes::Plan& plan = compiled->plan;
+  const Graph& g = plan.graph();
+  int multi = 0, casts = 0;
+  size_t tensors = 0;
+  for (const passes::ScheduledLaunch& l : plan.launches) {
+    const Node& node = g.node(l.node);
+    casts += node.op_name() == "cast" && g.node(node.inputs[0].node).op == &ir::ParameterOp();
+    if (node.op_name() != "cast_multi") continue;
+    ++multi;
+    tensors = node.inputs.size();
+  }
+  EXPECT_EQ(multi, 1);
+  EXPECT_EQ(casts, 0);
+  EXPECT_GT(tensors, 20u);  // Every convolution's weight and the classifier's.
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 // (codegen::GradKinds): grad_sum_squares and adam_multi (AdamW, warm-up schedule, clip norm folded
 // in; plain, loss-scaled and skipped) give the CPU reference's bits over two tables of odd-sized
 // tensors, reading the 16-bit gradients themselves and reading their float32 casts (the path
-// before the fold) alike, so the two paths give the same bits. Then mixed-precision MLPs trained
-// with AdamW, clipping and the guard (float16: loss scaling too) replay eager bit for bit.
+// before the fold) alike, so the two paths give the same bits; cast_multi gives the casts' bits.
+// Then mixed-precision MLPs trained with AdamW, clipping and the guard (float16: loss scaling
+// too) replay eager bit for bit.
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/cast.h"
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -60,6 +62,25 @@ TEST(SixteenBitGradientsGpuTest, NormOfMixedGradientTypesIsTheCpuBits) {
     if (scaled) {
       ASSERT_TRUE(cpu.SetLeaf("check", std::vector<double>{0.125, 0}).ok());
     }
+    ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
+  }
+}
+
+// cast_multi over 600 parameters of odd sizes (two launches; each tensor's tail element by
+// element) gives the casts' bits, to bfloat16 and to float16 (values near float16's largest).
+TEST(SixteenBitGradientsGpuTest, CastMultiGivesTheCpuBits) {
+  REPRISE_REQUIRE_GPU();
+  for (DType to : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(to));
+    Graph g;
+    std::vector<Value> x;
+    for (int t = 0; t < 600; ++t) {
+      x.push_back(*g.AddParameter("p" + std::to_string(t), {testing::GradientStepShape(t)},
+                                  Initializer::Uniform(-60000, 60000)));
+    }
+    ASSERT_TRUE(g.AddOp(ops::CastMultiOp(), "parameters.to_16", x, {{"dtype", ops::DTypeAttr(to)}})
+                    .ok());
+    ir::ReferenceExecutor cpu(g, false, 9);
     ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
   }
 }
