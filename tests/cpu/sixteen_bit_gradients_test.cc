@@ -300,6 +300,11 @@ TEST(CastMultiTest, GivesTheCastsBitsAndNamesBadInputs) {
     auto multi = g.AddOp(ops::CastMultiOp(), "multi." + std::string(DTypeName(to)), x,
                          {{"dtype", ops::DTypeAttr(to)}});
     ASSERT_TRUE(multi.ok()) << multi.status();
+    // What Trainer creation prefetches is what the lowering compiles.
+    const std::vector<codegen::GeneratedKernel> prefetched =
+        ops::ChunkedKernelsOf(g.node((*multi)[0].node));
+    ASSERT_EQ(prefetched.size(), 1u);
+    EXPECT_EQ(prefetched[0].code, codegen::CastMulti(32, to).code);
     std::vector<Value> single;
     for (int t = 0; t < 5; ++t) {
       single.push_back(*g.AddOp1(ops::CastOp(), absl::StrCat("single", t, DTypeName(to)), {x[t]},
