@@ -217,7 +217,8 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
     ASSIGN_OR_RETURN(Value max_norm, input(kMaxGradNorm, o.max_grad_norm));
     std::vector<Value> grads;
     // 16-bit gradients before their widening cast: the kernel widens them exactly on load.
-    for (int32_t param : t.parameters) grads.push_back(GradientAsComputed(g, t.gradients.at(param)));
+    for (int32_t param : t.parameters)
+      grads.push_back(GradientAsComputed(g, t.gradients.at(param)));
     // The norm of unscaled gradients. The guard alone has nothing to unscale: a non-finite
     // gradient makes the norm non-finite, and the updates skip the step whatever it is.
     if (scaled) grads.insert(grads.end(), check.begin(), check.end());

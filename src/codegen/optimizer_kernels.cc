@@ -303,7 +303,8 @@ extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float
 
 GeneratedKernel SgdUpdateMulti(DType gradient) {
   const std::string name = ElementKernelName("reprise_sgd_update_multi", gradient);
-  return {name, absl::StrCat(OptimizerHelpers(), "typedef ", GradientType(gradient), " grad_t;\n", R"(
+  return {name,
+          absl::StrCat(OptimizerHelpers(), "typedef ", GradientType(gradient), " grad_t;\n", R"(
 struct SgdTable {
   float* w[REPRISE_TABLE];
   const grad_t* g[REPRISE_TABLE];
@@ -311,7 +312,7 @@ struct SgdTable {
   long long n[REPRISE_TABLE];
 };
 extern "C" __global__ void )",
-                             name, R"((SgdTable table, const float* __restrict__ lr,
+                       name, R"((SgdTable table, const float* __restrict__ lr,
                                       const float* __restrict__ mu, const float* __restrict__ wd,
                                       const float* __restrict__ clip,
                                       const float* __restrict__ unscale, int nesterov) {

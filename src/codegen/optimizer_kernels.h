@@ -132,14 +132,14 @@ GeneratedKernel Adam();
 // `partials`) reduced from the global norm's partial sums by each block as ClipCoefficientKernel
 // does. Each tensor has its own weight decay. Blocks of kNormBlock threads walk the chunks from
 // the last to the first, so that the gradients GradSumSquares read last, which may still be in
-// L2, come first. Signature: (AdamMultiTable table, GradKinds kinds, int count, const float* lr, const int* step,
-// const float* beta1, const float* beta2, const float* eps, const float* clip, const float*
-// partials, long long partial_count, const float* max_norm, const float* unscale, int decoupled,
-// int scheduled, long long warmup_steps, int decay, long long total_steps, double min_factor,
-// long long step_size, double gamma); clip, partials (with max_norm) and unscale may be null,
-// AdamMultiTable { float* w[C]; const void* g[C]; float* m[C]; float* v[C];
-// const float* weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count
-// tensors, first[t] the first chunk of tensor t and first[count] the chunk count.
+// L2, come first. Signature: (AdamMultiTable table, GradKinds kinds, int count, const float* lr,
+// const int* step, const float* beta1, const float* beta2, const float* eps, const float* clip,
+// const float* partials, long long partial_count, const float* max_norm, const float* unscale, int
+// decoupled, int scheduled, long long warmup_steps, int decay, long long total_steps, double
+// min_factor, long long step_size, double gamma); clip, partials (with max_norm) and unscale may be
+// null, AdamMultiTable { float* w[C]; const void* g[C]; float* m[C]; float* v[C]; const float*
+// weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count tensors, first[t]
+// the first chunk of tensor t and first[count] the chunk count.
 GeneratedKernel AdamMulti(int capacity);
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])

@@ -25,8 +25,8 @@ absl::StatusOr<std::vector<TensorSpec>> InferCastMulti(const Attrs& attrs,
     RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("tensor ", i)));
     ASSIGN_OR_RETURN(std::vector<TensorSpec> single, CastOp().infer(attrs, {in[i]}));
     if (!IsLowPrecision(single[0].dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("cast_multi converts to bf16 or f16, not ",
-                                                     DTypeName(single[0].dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cast_multi converts to bf16 or f16, not ", DTypeName(single[0].dtype)));
     }
     out.push_back(single[0]);
   }

@@ -33,7 +33,7 @@ inline Shape GradientStepShape(int t) {
 
 struct SixteenBitGradientStep {
   Graph graph;
-  Value partials;                 // grad_sum_squares' output.
+  Value partials;                  // grad_sum_squares' output.
   std::vector<std::string> state;  // Names of every w, m and v the update writes.
 };
 
@@ -42,8 +42,8 @@ struct SixteenBitGradientStep {
 // loss scaling's check (input "check", f32[2]) to both. With `widening_casts` every 16-bit
 // gradient is read through a cast to float32, as before the fold.
 inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int tensors,
-                                                                         bool widening_casts,
-                                                                         bool scaled) {
+                                                                          bool widening_casts,
+                                                                          bool scaled) {
   SixteenBitGradientStep s;
   Graph& g = s.graph;
   const TensorSpec scalar{Shape{}, DType::kFloat32};
@@ -86,8 +86,8 @@ inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int te
                    g.AddOp1(ops::GradSumSquaresOp(), "grad_norm.partials", norm_inputs, scaling));
   std::vector<Value> inputs;
   for (int t = 0; t < tensors; ++t) {
-    inputs.insert(inputs.end(), {per_tensor[t][0], gradients[t], per_tensor[t][2],
-                                 per_tensor[t][3], t % 4 == 1 ? no_wd : wd});
+    inputs.insert(inputs.end(), {per_tensor[t][0], gradients[t], per_tensor[t][2], per_tensor[t][3],
+                                 t % 4 == 1 ? no_wd : wd});
   }
   inputs.insert(inputs.end(), {lr, step, beta1, beta2, eps, s.partials, max_norm});
   if (scaled) inputs.push_back(check);

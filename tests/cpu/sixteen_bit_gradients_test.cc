@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
-#include "absl/strings/str_cat.h"
 #include "src/autodiff/autodiff.h"
 #include "src/codegen/cast_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
@@ -88,8 +88,8 @@ TEST(SixteenBitGradientsTest, ShapeRulesNameTheGradient) {
   for (const char* name : {"lr", "beta1", "beta2", "eps"}) {
     inputs.push_back(*g.AddInput(name, scalar, Initializer::Zeros()));
   }
-  inputs.insert(inputs.begin() + 6, *g.AddState("step", {Shape{2}, DType::kInt32},
-                                                Initializer::Zeros()));
+  inputs.insert(inputs.begin() + 6,
+                *g.AddState("step", {Shape{2}, DType::kInt32}, Initializer::Zeros()));
   auto adam = g.AddOp(ops::AdamMultiOp(), "adam", inputs, {{"tensors", int64_t{1}}});
   EXPECT_EQ(adam.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(adam.status().message(), HasSubstr("tensor 0"));
@@ -114,18 +114,18 @@ std::vector<std::string> RunSteps(const Graph& g, Value loss, int steps) {
     EXPECT_TRUE(cpu.Run().ok());
     out.push_back(Bytes(**cpu.Tensor(loss)));
   }
-  for (int32_t id : g.NodesOf("parameter")) out.push_back(g.node(id).name + Bytes(**cpu.Tensor({id, 0})));
+  for (int32_t id : g.NodesOf("parameter"))
+    out.push_back(g.node(id).name + Bytes(**cpu.Tensor({id, 0})));
   return out;
 }
 
-const OptimizerOptions kAdamW = {.kind = OptimizerKind::kAdamW,
-                                 .learning_rate = 1e-3f,
-                                 .weight_decay = 0.1f,
-                                 .decay_rank1 = false,
-                                 .max_grad_norm = 0.5f,
-                                 .schedule = {.warmup_steps = 2,
-                                              .decay = LrDecay::kCosine,
-                                              .total_steps = 20}};
+const OptimizerOptions kAdamW = {
+    .kind = OptimizerKind::kAdamW,
+    .learning_rate = 1e-3f,
+    .weight_decay = 0.1f,
+    .decay_rank1 = false,
+    .max_grad_norm = 0.5f,
+    .schedule = {.warmup_steps = 2, .decay = LrDecay::kCosine, .total_steps = 20}};
 
 // The 16-bit gradients' widening casts that a node of `g` reads (an update, the norm, a check).
 int GradientCastsReadByTheOptimizer(const Graph& g) {
@@ -152,9 +152,9 @@ TEST_P(FoldedAdamGradientCastsTest, UpdatesReadThe16BitGradientsAndTheStepKeepsI
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   auto mixed = passes::ConvertToMixedPrecision(mlp->graph, mlp->loss, {}, compute);
   ASSERT_TRUE(mixed.ok()) << mixed.status();
-  auto training = autodiff::BuildTrainingGraphWith(
-      mixed->graph, mixed->loss, kAdamW, autodiff::ResolveLossScaling({}, compute),
-      {NonFinitePolicy::kSkipStep});
+  auto training = autodiff::BuildTrainingGraphWith(mixed->graph, mixed->loss, kAdamW,
+                                                   autodiff::ResolveLossScaling({}, compute),
+                                                   {NonFinitePolicy::kSkipStep});
   ASSERT_TRUE(training.ok()) << training.status();
   for (const char* op : {"grad_sum_squares", "grad_nonfinite"}) {
     for (int32_t id : training->graph.NodesOf(op)) {
@@ -173,7 +173,8 @@ TEST_P(FoldedAdamGradientCastsTest, UpdatesReadThe16BitGradientsAndTheStepKeepsI
   int adam = 0, narrow = 0;
   for (const Node& node : g.nodes()) {
     if (node.op_name() == "cast") {
-      EXPECT_FALSE(IsLowPrecision(g.spec(node.inputs[0]).dtype)) << "a widening cast: " << node.name;
+      EXPECT_FALSE(IsLowPrecision(g.spec(node.inputs[0]).dtype))
+          << "a widening cast: " << node.name;
     }
     if (node.op_name() != "adam_multi") continue;
     ++adam;
@@ -239,16 +240,15 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   passes::CompileOptions options;
   options.compute_dtype = DType::kBFloat16;
-  options.optimizer = {.kind = OptimizerKind::kAdamW,
-                       .learning_rate = 6e-4f,
-                       .beta1 = 0.9f,
-                       .beta2 = 0.95f,
-                       .weight_decay = 0.1f,
-                       .decay_rank1 = false,
-                       .max_grad_norm = 1.0f,
-                       .schedule = {.warmup_steps = 100,
-                                    .decay = LrDecay::kCosine,
-                                    .total_steps = 1000}};
+  options.optimizer = {
+      .kind = OptimizerKind::kAdamW,
+      .learning_rate = 6e-4f,
+      .beta1 = 0.9f,
+      .beta2 = 0.95f,
+      .weight_decay = 0.1f,
+      .decay_rank1 = false,
+      .max_grad_norm = 1.0f,
+      .schedule = {.warmup_steps = 100, .decay = LrDecay::kCosine, .total_steps = 1000}};
   options.plan.lanes = 0;
   // 0: the path before (a launch per cast); 1: gradient casts folded; 2: and the parameters'
   // copies in one cast_multi.

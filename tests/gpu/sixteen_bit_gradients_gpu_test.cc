@@ -48,9 +48,9 @@ TEST(SixteenBitGradientsGpuTest, NormOfMixedGradientTypesIsTheCpuBits) {
     Graph g;
     std::vector<Value> grads;
     for (int t = 0; t < 700; ++t) {
-      grads.push_back(*g.AddConstant(
-          "g" + std::to_string(t),
-          {testing::GradientStepShape(t), testing::GradientTypeOf(t)}, Initializer::Uniform(-1, 1)));
+      grads.push_back(*g.AddConstant("g" + std::to_string(t),
+                                     {testing::GradientStepShape(t), testing::GradientTypeOf(t)},
+                                     Initializer::Uniform(-1, 1)));
     }
     Attrs attrs;
     if (scaled) {
@@ -78,8 +78,8 @@ TEST(SixteenBitGradientsGpuTest, CastMultiGivesTheCpuBits) {
       x.push_back(*g.AddParameter("p" + std::to_string(t), {testing::GradientStepShape(t)},
                                   Initializer::Uniform(-60000, 60000)));
     }
-    ASSERT_TRUE(g.AddOp(ops::CastMultiOp(), "parameters.to_16", x, {{"dtype", ops::DTypeAttr(to)}})
-                    .ok());
+    ASSERT_TRUE(
+        g.AddOp(ops::CastMultiOp(), "parameters.to_16", x, {{"dtype", ops::DTypeAttr(to)}}).ok());
     ir::ReferenceExecutor cpu(g, false, 9);
     ExpectGpuMatchesCpu(g, cpu, /*tolerance=*/0);
   }
