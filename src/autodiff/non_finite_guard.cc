@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/gradient_as_computed.h"
 #include "src/ops/cast.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -54,6 +55,16 @@ absl::Status ValidateNonFiniteOptions(const NonFiniteOptions& options,
                    static_cast<int>(options.policy), ")"));
 }
 
+Value GradientAsComputed(const Graph& g, Value gradient) {
+  // A mixed-precision gradient is the widening cast of the 16-bit one the backward made.
+  const Node& made = g.node(gradient.node);
+  if (made.op == &ops::CastOp() && IsLowPrecision(g.spec(made.inputs[0]).dtype) &&
+      g.spec(gradient).dtype == DType::kFloat32) {
+    return made.inputs[0];
+  }
+  return gradient;
+}
+
 absl::StatusOr<std::optional<Value>> AddNonFiniteCheck(const NonFiniteOptions& options,
                                                        const LossScaleOptions& scaling,
                                                        TrainingGraph& t) {
@@ -63,15 +74,7 @@ absl::StatusOr<std::optional<Value>> AddNonFiniteCheck(const NonFiniteOptions& o
   Graph& g = t.graph;
   std::vector<Value> checked;
   for (int32_t param : t.parameters) {
-    // A mixed-precision gradient is the widening cast of the 16-bit one the backward made: the
-    // 16-bit one is checked (finite exactly when its cast is), so that the cast stays the
-    // update's alone and the multi-tensor optimizer can fold it (one launch, one f32 pass less).
-    Value grad = t.gradients.at(param);
-    if (const Node& made = g.node(grad.node);
-        made.op == &ops::CastOp() && IsLowPrecision(g.spec(made.inputs[0]).dtype)) {
-      grad = made.inputs[0];
-    }
-    checked.push_back(grad);
+    checked.push_back(GradientAsComputed(g, t.gradients.at(param)));
   }
   if (checked.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(scaled ? "loss scaling" : "the non-finite guard",

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/autodiff/gradient_as_computed.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -215,7 +216,9 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
   if (o.max_grad_norm > 0) {
     ASSIGN_OR_RETURN(Value max_norm, input(kMaxGradNorm, o.max_grad_norm));
     std::vector<Value> grads;
-    for (int32_t param : t.parameters) grads.push_back(t.gradients.at(param));
+    // 16-bit gradients before their widening cast: the kernel widens them exactly on load.
+    for (int32_t param : t.parameters)
+      grads.push_back(GradientAsComputed(g, t.gradients.at(param)));
     // The norm of unscaled gradients. The guard alone has nothing to unscale: a non-finite
     // gradient makes the norm non-finite, and the updates skip the step whatever it is.
     if (scaled) grads.insert(grads.end(), check.begin(), check.end());

@@ -1,5 +1,11 @@
 #include "src/codegen/cast_kernels.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
+#include "src/codegen/optimizer_kernels.h"
+
 namespace reprise::codegen {
 
 GeneratedKernel Cast() {
@@ -33,6 +39,46 @@ extern "C" __global__ void reprise_cast(const void* __restrict__ x, void* __rest
   }
 }
 )"};
+}
+
+GeneratedKernel CastMulti(int capacity, DType to) {
+  const std::string name = ElementKernelName("reprise_cast_multi", to);
+  return {name, absl::StrCat(ElementTypeSource(to), "#define REPRISE_CAPACITY ", capacity,
+                             "\n#define REPRISE_CHUNK ", kNormChunk, "\n#define REPRISE_BLOCK ",
+                             kNormBlock, "\n#define REPRISE_BLOCKS_PER_SM ", kNormBlocksPerSm, R"(
+struct CastTable {
+  const float* x[REPRISE_CAPACITY];
+  elem_t* y[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
+};
+// Each element rounded by FromFloat, as the single cast does; four at a time (one 16-byte load,
+// one 8-byte store) where both tensors are aligned.
+extern "C" __global__ void __launch_bounds__(REPRISE_BLOCK, REPRISE_BLOCKS_PER_SM) )",
+                             name, R"((CastTable table, int count) {
+  int t = 0;
+  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
+    while (c >= table.first[t + 1]) ++t;
+    const long long start = (long long)(c - table.first[t]) * REPRISE_CHUNK;
+    const int n = (int)min((long long)REPRISE_CHUNK, table.n[t] - start);
+    const float* __restrict__ x = table.x[t] + start;
+    elem_t* __restrict__ y = table.y[t] + start;
+    const bool aligned =
+        (((unsigned long long)table.x[t] & 15ull) | ((unsigned long long)table.y[t] & 7ull)) == 0ull;
+    int done = 0;
+    if (aligned && sizeof(elem_t) == 2) {
+      done = n / 4 * 4;
+      for (int q = threadIdx.x; q < n / 4; q += REPRISE_BLOCK) {
+        const float4 v = ((const float4*)x)[q];
+        const unsigned int lo = (unsigned int)FromFloat(v.x) | ((unsigned int)FromFloat(v.y) << 16);
+        const unsigned int hi = (unsigned int)FromFloat(v.z) | ((unsigned int)FromFloat(v.w) << 16);
+        ((uint2*)y)[q] = make_uint2(lo, hi);
+      }
+    }
+    for (int i = done + threadIdx.x; i < n; i += REPRISE_BLOCK) y[i] = FromFloat(x[i]);
+  }
+}
+)")};
 }
 
 }  // namespace reprise::codegen

@@ -15,6 +15,10 @@ std::string GradientType(DType gradient) {
   }
 }
 
+unsigned char GradientKind(DType gradient) {
+  return gradient == DType::kBFloat16 ? 1 : gradient == DType::kFloat16 ? 2 : 0;
+}
+
 std::string GradientLoads() {
   return R"(
 // Gradients the updates read: float32, or bfloat16 / float16 widened exactly on load. Each 16-bit

@@ -15,6 +15,9 @@ namespace reprise::codegen {
 std::string GradientLoads();
 // A gradient dtype's device type: "float", "Bf16Grad" or "F16Grad".
 std::string GradientType(DType gradient);
+// A gradient dtype's code in the multi-tensor kernels' kind tables: 0 float32, 1 bfloat16,
+// 2 float16.
+unsigned char GradientKind(DType gradient);
 
 }  // namespace reprise::codegen
 

@@ -12,10 +12,12 @@ namespace {
 
 constexpr double kPi = 3.141592653589793;
 
+}  // namespace
+
 // Device twins of the host functions below, operation for operation. Products that feed a sum
 // are rounded explicitly (__dmul_rn, __fmul_rn): NVRTC would otherwise contract them into FMAs,
 // which the host does not use.
-std::string Helpers() {
+std::string OptimizerHelpers() {
   return absl::StrCat(GradientLoads(), "#define REPRISE_TABLE ", kOptimizerTableSize,
                       "\n#define REPRISE_NORM_BLOCK ", kNormBlock, "\n#define REPRISE_NORM_CHUNK ",
                       kNormChunk, "\n#define REPRISE_NORM_BLOCKS_PER_SM ", kNormBlocksPerSm,
@@ -221,85 +223,6 @@ __device__ __forceinline__ void SgdRange(const float* lr, const float* mu, const
 )");
 }
 
-// What the chunked multi-tensor kernels add: their capacity, and the walk over a chunk.
-std::string ChunkedHelpers(int capacity) {
-  return absl::StrCat(Helpers(), "#define REPRISE_CAPACITY ", capacity, R"(
-// The elements 4q .. 4q + 3 of a chunk of n: one 16-byte load where the chunk is aligned and the
-// quad whole, else one by one; missing elements read as 0.
-__device__ __forceinline__ float4 LoadQuad(const float* __restrict__ x, int q, int n,
-                                           bool aligned) {
-  if (aligned && 4 * q + 4 <= n) return ((const float4*)x)[q];
-  float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (4 * q < n) r.x = x[4 * q];
-  if (4 * q + 1 < n) r.y = x[4 * q + 1];
-  if (4 * q + 2 < n) r.z = x[4 * q + 2];
-  if (4 * q + 3 < n) r.w = x[4 * q + 3];
-  return r;
-}
-// acc + (x·inv)² for element i of n; nothing for i >= n.
-__device__ __forceinline__ float AddSquare(float acc, float x, int i, int n, float inv) {
-  if (i >= n) return acc;
-  const float v = __fmul_rn(x, inv);
-  return __fadd_rn(acc, __fmul_rn(v, v));
-}
-__device__ __forceinline__ void AdamQuad(const AdamStep& a, float4& w, const float4& g, float4& m,
-                                         float4& v) {
-  AdamElement(a, w.x, g.x, m.x, v.x);
-  AdamElement(a, w.y, g.y, m.y, v.y);
-  AdamElement(a, w.z, g.z, m.z, v.z);
-  AdamElement(a, w.w, g.w, m.w, v.w);
-}
-// One chunk of n <= REPRISE_NORM_CHUNK elements. Where all four arrays are 16-byte aligned, each
-// thread loads two quads of each before it computes and stores either (eight 16-byte loads in
-// flight), with streaming hints: every byte is read and written once, and should not push out of
-// L2 the gradients that are still to come. The rest goes element by element.
-__device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__ w,
-                                          const float* __restrict__ g, float* __restrict__ m,
-                                          float* __restrict__ v, int n, bool aligned) {
-  int done = 0;
-  if (aligned) {
-    const int quads = n / 4;
-    done = 4 * quads;
-    float4* __restrict__ w4 = (float4*)w;
-    const float4* __restrict__ g4 = (const float4*)g;
-    float4* __restrict__ m4 = (float4*)m;
-    float4* __restrict__ v4 = (float4*)v;
-    for (int q = threadIdx.x; q < quads; q += 2 * REPRISE_NORM_BLOCK) {
-      const int r = q + REPRISE_NORM_BLOCK;
-      const bool second = r < quads;
-      float4 wa = __ldcs(w4 + q), ga = __ldcs(g4 + q), ma = __ldcs(m4 + q), va = __ldcs(v4 + q);
-      float4 wb = wa, gb = ga, mb = ma, vb = va;
-      if (second) {
-        wb = __ldcs(w4 + r);
-        gb = __ldcs(g4 + r);
-        mb = __ldcs(m4 + r);
-        vb = __ldcs(v4 + r);
-      }
-      AdamQuad(a, wa, ga, ma, va);
-      __stcs(w4 + q, wa);
-      __stcs(m4 + q, ma);
-      __stcs(v4 + q, va);
-      if (second) {
-        AdamQuad(a, wb, gb, mb, vb);
-        __stcs(w4 + r, wb);
-        __stcs(m4 + r, mb);
-        __stcs(v4 + r, vb);
-      }
-    }
-  }
-  for (int i = done + threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
-    float wi = w[i], mi = m[i], vi = v[i];
-    AdamElement(a, wi, g[i], mi, vi);
-    w[i] = wi;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-)");
-}
-
-}  // namespace
-
 double PowInt(double base, uint64_t exponent) {
   double result = 1.0;
   while (exponent != 0) {
@@ -353,7 +276,7 @@ int MultiTensorCapacity(int64_t tensors) {
 }
 
 GeneratedKernel LrSchedule() {
-  return {"reprise_lr_schedule", Helpers() + R"(
+  return {"reprise_lr_schedule", OptimizerHelpers() + R"(
 extern "C" __global__ void reprise_lr_schedule(const float* __restrict__ lr,
                                                const int* __restrict__ step,
                                                float* __restrict__ out, long long warmup,
@@ -365,7 +288,7 @@ extern "C" __global__ void reprise_lr_schedule(const float* __restrict__ lr,
 }
 
 GeneratedKernel SgdUpdate() {
-  return {"reprise_sgd_update", Helpers() + R"(
+  return {"reprise_sgd_update", OptimizerHelpers() + R"(
 extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float* __restrict__ g,
                                               float* __restrict__ v, const float* __restrict__ lr,
                                               const float* __restrict__ mu,
@@ -380,7 +303,8 @@ extern "C" __global__ void reprise_sgd_update(float* __restrict__ w, const float
 
 GeneratedKernel SgdUpdateMulti(DType gradient) {
   const std::string name = ElementKernelName("reprise_sgd_update_multi", gradient);
-  return {name, absl::StrCat(Helpers(), "typedef ", GradientType(gradient), " grad_t;\n", R"(
+  return {name,
+          absl::StrCat(OptimizerHelpers(), "typedef ", GradientType(gradient), " grad_t;\n", R"(
 struct SgdTable {
   float* w[REPRISE_TABLE];
   const grad_t* g[REPRISE_TABLE];
@@ -388,7 +312,7 @@ struct SgdTable {
   long long n[REPRISE_TABLE];
 };
 extern "C" __global__ void )",
-                             name, R"((SgdTable table, const float* __restrict__ lr,
+                       name, R"((SgdTable table, const float* __restrict__ lr,
                                       const float* __restrict__ mu, const float* __restrict__ wd,
                                       const float* __restrict__ clip,
                                       const float* __restrict__ unscale, int nesterov) {
@@ -403,7 +327,7 @@ extern "C" __global__ void )",
 }
 
 GeneratedKernel Adam() {
-  return {"reprise_adam", Helpers() + R"(
+  return {"reprise_adam", OptimizerHelpers() + R"(
 extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __restrict__ g,
                                         float* __restrict__ m, float* __restrict__ v,
                                         const float* __restrict__ lr, const int* __restrict__ step,
@@ -423,105 +347,8 @@ extern "C" __global__ void reprise_adam(float* __restrict__ w, const float* __re
 )"};
 }
 
-GeneratedKernel AdamMulti(int capacity) {
-  return {"reprise_adam_multi", ChunkedHelpers(capacity) + R"(
-struct AdamMultiTable {
-  float* w[REPRISE_CAPACITY];
-  const float* g[REPRISE_CAPACITY];
-  float* m[REPRISE_CAPACITY];
-  float* v[REPRISE_CAPACITY];
-  const float* weight_decay[REPRISE_CAPACITY];
-  long long n[REPRISE_CAPACITY];
-  int first[REPRISE_CAPACITY + 1];
-};
-extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
-reprise_adam_multi(AdamMultiTable table, int count, const float* __restrict__ lr,
-                   const int* __restrict__ step, const float* __restrict__ beta1,
-                   const float* __restrict__ beta2, const float* __restrict__ eps,
-                   const float* __restrict__ clip, const float* __restrict__ partials,
-                   long long partial_count, const float* __restrict__ max_norm,
-                   const float* __restrict__ unscale, int decoupled, int scheduled,
-                   long long warmup, int decay, long long total, double floor_factor,
-                   long long step_size, double gamma) {
-  if (Skipped(unscale)) return;
-  __shared__ double sums[REPRISE_NORM_BLOCK];
-  __shared__ float block_clip;
-  // The step's scalars: the same bits in every block, as the single-purpose kernels write them.
-  const unsigned long long s = StepOf(step);
-  const float rate = scheduled ? ScheduledRate(lr[0], s, warmup, decay, total, floor_factor,
-                                               step_size, gamma)
-                               : lr[0];
-  float coefficient = clip != nullptr ? clip[0] : 1.0f;
-  if (partials != nullptr) {
-    const double sum = SumPartials(partials, partial_count, sums);
-    if (threadIdx.x == 0) block_clip = ClipOfSum(sum, max_norm[0]);
-    __syncthreads();
-    coefficient = block_clip;
-  }
-  int t = count - 1;
-  AdamStep a = MakeAdamStep(rate, s, beta1[0], beta2[0], eps[0], table.weight_decay[t][0],
-                            coefficient, InverseScale(unscale), decoupled);
-  for (int c = table.first[count] - 1 - (int)blockIdx.x; c >= 0; c -= (int)gridDim.x) {
-    if (c < table.first[t]) {
-      do --t;
-      while (c < table.first[t]);
-      SetWeightDecay(a, rate, table.weight_decay[t][0], decoupled);
-    }
-    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
-    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
-    float* __restrict__ w = table.w[t];
-    const float* __restrict__ g = table.g[t];
-    float* __restrict__ m = table.m[t];
-    float* __restrict__ v = table.v[t];
-    AdamChunk(a, w + start, g + start, m + start, v + start, n, Aligned16(w, g, m, v));
-  }
-}
-)"};
-}
-
-GeneratedKernel GradSumSquares(int capacity) {
-  return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
-struct NormTable {
-  const float* g[REPRISE_CAPACITY];
-  long long n[REPRISE_CAPACITY];
-  int first[REPRISE_CAPACITY + 1];
-};
-extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
-reprise_grad_sum_squares(NormTable table, int count, float* __restrict__ partials,
-                         long long first_partial, const float* __restrict__ unscale) {
-  __shared__ float sums[REPRISE_NORM_BLOCK];
-  constexpr int kQuads = REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK / 4;  // Per thread and chunk.
-  const float inv = InverseScale(unscale);
-  int t = 0;
-  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
-    while (c >= table.first[t + 1]) ++t;
-    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
-    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
-    const bool aligned = ((unsigned long long)table.g[t] & 15ull) == 0ull;
-    const float* __restrict__ g = table.g[t] + start;
-    float4 x[kQuads];  // All loads in flight before the first add.
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      x[k] = LoadQuad(g, k * REPRISE_NORM_BLOCK + (int)threadIdx.x, n, aligned);
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int i = 4 * (k * REPRISE_NORM_BLOCK + (int)threadIdx.x);
-      acc = AddSquare(acc, x[k].x, i, n, inv);
-      acc = AddSquare(acc, x[k].y, i + 1, n, inv);
-      acc = AddSquare(acc, x[k].z, i + 2, n, inv);
-      acc = AddSquare(acc, x[k].w, i + 3, n, inv);
-    }
-    const float total = BlockTreeSum(acc, sums);
-    if (threadIdx.x == 0) partials[first_partial + c] = total;
-  }
-}
-)"};
-}
-
 GeneratedKernel ClipCoefficientKernel() {
-  return {"reprise_clip_coefficient", Helpers() + R"(
+  return {"reprise_clip_coefficient", OptimizerHelpers() + R"(
 extern "C" __global__ void reprise_clip_coefficient(const float* __restrict__ partials,
                                                     long long count,
                                                     const float* __restrict__ max_norm,

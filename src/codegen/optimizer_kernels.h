@@ -87,6 +87,11 @@ inline constexpr int kOptimizerTableSize = 32;
 // from CUDA 12.1 on Volta and later), sized for a capacity that MultiTensorCapacity picks: the
 // smallest power of two from 32 up to kMaxMultiTensorCapacity that holds the tensors. Beyond
 // that, a node takes one launch per kMaxMultiTensorCapacity tensors.
+//
+// Their gradients may be float32, bfloat16 or float16, tensor by tensor, as GradKinds { unsigned
+// char kind[C]; } (GradientKind: 0, 1, 2) says, a second by-value argument: a 16-bit gradient is
+// widened exactly on load, so its update (or sum of squares) has the bits of its float32 cast's,
+// and mixed precision needs no widening cast (a launch and a float32 pass each) per parameter.
 inline constexpr int kMaxMultiTensorCapacity = 512;
 int MultiTensorCapacity(int64_t tensors);
 // Resident blocks per multiprocessor that the kernels' launch bounds promise, so that a grid of
@@ -127,26 +132,30 @@ GeneratedKernel Adam();
 // `partials`) reduced from the global norm's partial sums by each block as ClipCoefficientKernel
 // does. Each tensor has its own weight decay. Blocks of kNormBlock threads walk the chunks from
 // the last to the first, so that the gradients GradSumSquares read last, which may still be in
-// L2, come first. Signature: (AdamMultiTable table, int count, const float* lr, const int* step,
-// const float* beta1, const float* beta2, const float* eps, const float* clip, const float*
-// partials, long long partial_count, const float* max_norm, const float* unscale, int decoupled,
-// int scheduled, long long warmup_steps, int decay, long long total_steps, double min_factor,
-// long long step_size, double gamma); clip, partials (with max_norm) and unscale may be null,
-// AdamMultiTable { float* w[C]; const float* g[C]; float* m[C]; float* v[C];
-// const float* weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count
-// tensors, first[t] the first chunk of tensor t and first[count] the chunk count.
+// L2, come first. Signature: (AdamMultiTable table, GradKinds kinds, int count, const float* lr,
+// const int* step, const float* beta1, const float* beta2, const float* eps, const float* clip,
+// const float* partials, long long partial_count, const float* max_norm, const float* unscale, int
+// decoupled, int scheduled, long long warmup_steps, int decay, long long total_steps, double
+// min_factor, long long step_size, double gamma); clip, partials (with max_norm) and unscale may be
+// null, AdamMultiTable { float* w[C]; const void* g[C]; float* m[C]; float* v[C]; const float*
+// weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count tensors, first[t]
+// the first chunk of tensor t and first[count] the chunk count.
 GeneratedKernel AdamMulti(int capacity);
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table, blocks of kNormBlock threads striding over the chunks. Signature:
-// (NormTable table, int count, float* partials, long long first_partial, const float* unscale),
-// NormTable { const float* g[C]; long long n[C]; int first[C + 1]; } as AdamMulti's; unscale may
-// be null (1).
+// (NormTable table, GradKinds kinds, int count, float* partials, long long first_partial,
+// const float* unscale), NormTable { const void* g[C]; long long n[C]; int first[C + 1]; } as
+// AdamMulti's; unscale may be null (1).
 GeneratedKernel GradSumSquares(int capacity);
 // Stage 2, one block of kNormBlock threads: norm[0] = sqrt(SumPartials), coef[0] =
 // ClipCoefficient(norm, max_norm[0]). Signature: (const float* partials, long long count,
 // const float* max_norm, float* norm, float* coef).
 GeneratedKernel ClipCoefficientKernel();
+
+// The device helpers every optimizer kernel's source starts with (gradient_loads.h's, the step's
+// scalars, the block tree sum, the element updates).
+std::string OptimizerHelpers();
 
 // Every kernel above, for compile checks and prefetching; the chunked ones at the smallest
 // capacity (a larger one compiles when a node needs it).

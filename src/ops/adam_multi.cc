@@ -3,11 +3,14 @@
 // that launch: the scheduled rate (lr_schedule's attributes) and the clip coefficient from the
 // global norm's partial sums (grad_sum_squares' output), so that neither needs a launch of its own.
 // The reference runs lr_schedule's, clip_coefficient's and adam's references, so the fused step
-// has the unfused step's bits.
+// has the unfused step's bits. A gradient may be bfloat16 or float16 (the fuse pass folds a
+// mixed-precision gradient's widening cast in): the kernel widens it exactly on load, as the
+// reference executor does for the reference, so the bits are those of the cast's update.
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lr_schedule.h"
@@ -95,7 +98,12 @@ absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
     }
   }
   for (int64_t t = 0; t < layout.tensors; ++t) {
-    auto checked = AdamOp().infer(attrs, AdamInputs<TensorSpec>(in, layout, t, in[h], clip));
+    std::vector<TensorSpec> single = AdamInputs<TensorSpec>(in, layout, t, in[h], clip);
+    // A 16-bit gradient of the weight's shape is read as its exact float32 widening.
+    if (IsLowPrecision(single[1].dtype) && single[1].shape == single[0].shape) {
+      single[1].dtype = DType::kFloat32;
+    }
+    auto checked = AdamOp().infer(attrs, single);
     if (!checked.ok()) {
       return absl::Status(checked.status().code(),
                           absl::StrCat("tensor ", t, ": ", checked.status().message()));
@@ -152,13 +160,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
         std::min<int64_t>(codegen::kMaxMultiTensorCapacity, layout.tensors - first);
     const int capacity = codegen::MultiTensorCapacity(count);
     ChunkTable table(capacity, kPerTensor);
+    std::vector<unsigned char> kinds(capacity, 0);  // codegen::AdamMulti's GradKinds.
     for (int64_t t = first; t < first + count; ++t) {
       const auto begin = ctx.inputs.begin() + kPerTensor * t;
       const std::vector<void*> pointers(begin, begin + kPerTensor);
       RETURN_IF_ERROR(table.Add(pointers, ctx.input_specs[kPerTensor * t].NumElements()));
+      kinds[t - first] = codegen::GradientKind(ctx.input_specs[kPerTensor * t + 1].dtype);
     }
     KernelArgs args;
-    args.AddBytes(table.data(), table.bytes()).Add(table.count());
+    args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
+    args.Add(table.count());
     for (int i = 0; i < kFixedShared; ++i) args.Add(shared(i));
     args.Add(shared(layout.clip)).Add(shared(layout.partials)).Add(partial_count);
     args.Add(shared(layout.partials >= 0 ? layout.partials + 1 : -1)).Add(shared(layout.check));
@@ -185,7 +196,10 @@ const ir::OpDef& AdamMultiOp() {
                             .infer = InferAdamMulti,
                             .cpu = CpuAdamMulti,
                             .lower = LowerAdamMulti,
-                            .mutated_inputs_of = MultiMutated};
+                            .mutated_inputs_of = MultiMutated,
+                            // The weights and moments are float32; 16-bit gradients (the fuse
+                            // pass folds their widening casts in) are read as they are.
+                            .low_precision_lowering = true};
   return op;
 }
 

@@ -33,7 +33,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &GlobalAvgPoolGradOp(), &FlattenOp(), &ReshapeOp(), &BatchNormActTrainOp(),
           &BatchNormActGradOp(), &BatchNormApplyOp(), &BatchNormApplyChainOp(),
           &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(), &MaxPool2dGradFromArgmaxOp(),
-          &TransposeOp(), &CastOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
+          &TransposeOp(), &CastOp(), &CastMultiOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
           &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(),
           &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.

@@ -11,6 +11,11 @@ namespace reprise::ops {
 
 const ir::OpDef& CastOp();
 
+// cast_multi: (x_0, ..., x_{n-1}) float32 -> each converted to attr "dtype" (bf16 or f16) as cast
+// converts it, in one launch per codegen::kMaxMultiTensorCapacity tensors. The fuse pass makes it
+// from mixed precision's casts of the float32 parameters to their 16-bit copies.
+const ir::OpDef& CastMultiOp();
+
 // The "dtype" attribute's value for a float type, and back; InvalidArgument for a name that is not
 // a float type.
 std::string DTypeAttr(DType dtype);

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/multi_tensor.h"
@@ -30,11 +31,16 @@ absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs& attrs,
   if (gradients < in.size()) RETURN_IF_ERROR(CheckLossScaleCheck(in.back()));
   int64_t partials = 0;
   for (size_t i = 0; i < gradients; ++i) {
-    RETURN_IF_ERROR(CheckDType(in[i], DType::kFloat32, absl::StrCat("gradient ", i)));
+    // A 16-bit gradient is summed as its exact float32 widening (the reference executor widens it
+    // for the reference; the kernel on load), before its widening cast: the same bits.
+    if (in[i].dtype != DType::kFloat32 && !IsLowPrecision(in[i].dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradient ", i, " must be float32, bfloat16 or float16, got ", in[i].ToString()));
+    }
     partials += NormChunks(in[i].NumElements());
   }
   if (partials == 0) return absl::InvalidArgumentError("the gradients have no elements");
-  return std::vector<TensorSpec>{{Shape{partials}, in[0].dtype}};
+  return std::vector<TensorSpec>{{Shape{partials}, DType::kFloat32}};
 }
 
 absl::Status CpuSumSquares(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -69,11 +75,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext
     const int64_t count = std::min<int64_t>(codegen::kMaxMultiTensorCapacity, tensors - first);
     const int capacity = codegen::MultiTensorCapacity(count);
     ChunkTable table(capacity, 1);
+    std::vector<unsigned char> kinds(capacity, 0);  // codegen::GradSumSquares' GradKinds.
     for (int64_t t = first; t < first + count; ++t) {
       RETURN_IF_ERROR(table.Add({ctx.inputs[t]}, ctx.input_specs[t].NumElements()));
+      kinds[t - first] = codegen::GradientKind(ctx.input_specs[t].dtype);
     }
     KernelArgs args;
-    args.AddBytes(table.data(), table.bytes()).Add(table.count());
+    args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
+    args.Add(table.count());
     args.Add(ctx.outputs[0]).Add(static_cast<long long>(first_partial)).Add(check);
     const int64_t most = int64_t{ctx.device->sm_count} * codegen::kNormBlocksPerSm;
     const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
@@ -127,7 +136,8 @@ const ir::OpDef& GradSumSquaresOp() {
                             .kind = ir::OpKind::kOptimizer,
                             .infer = InferSumSquares,
                             .cpu = CpuSumSquares,
-                            .lower = LowerSumSquares};
+                            .lower = LowerSumSquares,
+                            .low_precision_lowering = true};
   return op;
 }
 

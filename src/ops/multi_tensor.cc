@@ -6,9 +6,11 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "src/codegen/cast_kernels.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ir/op_def.h"
+#include "src/ops/cast.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
 
@@ -123,7 +125,8 @@ absl::Status ChunkTable::Add(absl::Span<void* const> pointers, int64_t n) {
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   const bool adam = node.op == &AdamMultiOp();
   const bool nonfinite = node.op == &GradNonfiniteOp();
-  if (!adam && !nonfinite && node.op != &GradSumSquaresOp()) return {};
+  const bool cast = node.op == &CastMultiOp() && !node.outputs.empty();
+  if (!adam && !nonfinite && !cast && node.op != &GradSumSquaresOp()) return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
   if (adam) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
@@ -140,6 +143,7 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   for (int capacity : capacities) {
     kernels.push_back(adam        ? codegen::AdamMulti(capacity)
                       : nonfinite ? codegen::GradNonfinite(capacity)
+                      : cast      ? codegen::CastMulti(capacity, node.outputs[0].dtype)
                                   : codegen::GradSumSquares(capacity));
   }
   return kernels;

@@ -81,6 +81,8 @@ absl::Span<const FusionRule> FusionRules() {
        [](GroupFinder& f, const FuseOptions&) { f.PointwiseChains(); }},
       {"multi-tensor optimizer", [](const FuseOptions& o) { return o.multi_tensor_optimizer; },
        [](GroupFinder& f, const FuseOptions& o) { f.MultiTensorUpdates(o.fold_gradient_casts); }},
+      {"parameter casts", [](const FuseOptions& o) { return o.multi_tensor_casts; },
+       [](GroupFinder& f, const FuseOptions&) { f.ParameterCasts(); }},
   };
   return kRules;
 }

@@ -83,6 +83,9 @@ struct FuseOptions {
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
   // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
   bool fold_gradient_casts = true;
+  // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
+  // where the first was made, instead of one launch per parameter.
+  bool multi_tensor_casts = true;
 };
 
 struct FusedTraining {

@@ -40,16 +40,30 @@ void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts) {
   }
   int index = 0;
   for (const auto& [hyper, updates] : by_hyper) {
-    // With the step's scalars if it can be placed so, else without them.
-    if (AdamGroup(updates, std::get<2>(hyper), true, index) ||
-        AdamGroup(updates, std::get<2>(hyper), false, index)) {
+    // With the step's scalars and the gradients' casts if it can be placed so, else without them.
+    const Attrs& attrs = std::get<2>(hyper);
+    if (AdamGroup(updates, attrs, true, fold_gradient_casts, index) ||
+        AdamGroup(updates, attrs, false, fold_gradient_casts, index) ||
+        (fold_gradient_casts && (AdamGroup(updates, attrs, true, false, index) ||
+                                 AdamGroup(updates, attrs, false, false, index)))) {
       ++index;
     }
   }
 }
 
+const Node* GroupFinder::FoldableGradientCast(const Node& update, int input) const {
+  const Value gradient = update.inputs[input];
+  const Node& producer = g_.node(gradient.node);
+  if (producer.op != &ops::CastOp() || taken_[producer.id] ||
+      !IsLowPrecision(g_.spec(producer.inputs[0]).dtype) ||
+      g_.spec(gradient).dtype != DType::kFloat32 || SoleReader(gradient) != &update) {
+    return nullptr;
+  }
+  return &producer;
+}
+
 bool GroupFinder::AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs,
-                            bool fold_scalars, int index) {
+                            bool fold_scalars, bool fold_casts, int index) {
   constexpr int kPerTensor = 4, kShared = 6;  // lr, step, beta1, beta2, epsilon, weight_decay
   const Node& first = g_.node(updates[0]);
   absl::StatusOr<ops::OptionalShared> optional = ops::OptionalSharedInputs(
@@ -87,12 +101,17 @@ bool GroupFinder::AdamGroup(const std::vector<int32_t>& updates, const Attrs& at
       group.attrs["clip_norm"] = true;
     }
   }
-  if (updates.size() < 2 && group.members.size() == updates.size()) return false;
   for (int32_t m : updates) {
     const Node& node = g_.node(m);
     group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + kPerTensor);
+    // A 16-bit gradient's widening cast: adam_multi reads the 16-bit gradient, widening it exactly.
+    if (const Node* cast = fold_casts ? FoldableGradientCast(node, 1) : nullptr; cast != nullptr) {
+      group.inputs[group.inputs.size() - kPerTensor + 1] = cast->inputs[0];
+      group.members.push_back(cast->id);
+    }
     group.inputs.push_back(node.inputs[kPerTensor + 5]);
   }
+  if (updates.size() < 2 && group.members.size() == updates.size()) return false;
   group.inputs.push_back(lr);
   for (int i = 1; i < 5; ++i) group.inputs.push_back(shared(i));  // step, betas, epsilon
   group.inputs.insert(group.inputs.end(), clip.begin(), clip.end());
@@ -117,11 +136,8 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
   std::map<Key, std::vector<int32_t>> by_hyper;
   for (const Node& node : g_.nodes()) {
     if (node.op != &single || taken_[node.id]) continue;
-    const Node& producer = g_.node(node.inputs[1].node);  // Every update's input 1.
-    if (fold_gradient_casts && producer.op == &ops::CastOp() && !taken_[producer.id] &&
-        IsLowPrecision(g_.spec(producer.inputs[0]).dtype) && SoleReader(node.inputs[1]) == &node) {
-      cast_of[node.id] = producer.id;
-    }
+    const Node* cast = fold_gradient_casts ? FoldableGradientCast(node, 1) : nullptr;
+    if (cast != nullptr) cast_of[node.id] = cast->id;  // Every update's input 1.
     std::vector<std::pair<int32_t, int32_t>> shared;
     for (size_t i = per_tensor; i < node.inputs.size(); ++i)
       shared.emplace_back(node.inputs[i].node, node.inputs[i].output);

@@ -55,6 +55,9 @@ class GroupFinder {
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
   void MultiTensorUpdates(bool fold_gradient_casts);
+  // Groups the casts of float32 parameters to each 16-bit type (mixed precision's weight copies)
+  // into one cast_multi, placed at the first: one launch instead of one per parameter.
+  void ParameterCasts();
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:
@@ -79,18 +82,14 @@ class GroupFinder {
   // reads).
   bool TryAddAll(std::vector<NodeGroup> groups) {
     for (const NodeGroup& group : groups) {
-      if (!Placeable(g_, consumers_,
-                     absl::flat_hash_set<int32_t>(group.members.begin(), group.members.end()))) {
-        return false;
-      }
+      if (!GroupPlaceable(g_, consumers_, group)) return false;
     }
     for (NodeGroup& group : groups) TryAdd(std::move(group));
     return true;
   }
   bool TryAdd(NodeGroup group) {
-    const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
-    if (!Placeable(g_, consumers_, members)) return false;
-    for (int32_t m : members) taken_[m] = true;
+    if (!GroupPlaceable(g_, consumers_, group)) return false;
+    for (int32_t m : group.members) taken_[m] = true;
     groups_.push_back(std::move(group));
     return true;
   }
@@ -98,10 +97,14 @@ class GroupFinder {
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name, bool fold_gradient_casts = false);
   // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
-  // the lr_schedule and clip_coefficient that only it reads; the group in `updates`, `attrs` those
-  // of its nodes. False if it could not be placed.
+  // the lr_schedule and clip_coefficient that only it reads and (fold_casts) the widening casts of
+  // 16-bit gradients that only an update reads; the group in `updates`, `attrs` those of its
+  // nodes. False if it could not be placed.
   bool AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_scalars,
-                 int index);
+                 bool fold_casts, int index);
+  // The widening cast of a 16-bit gradient that `update` (its gradient input `input`) alone reads,
+  // which a multi-tensor update can take in; nullptr if none.
+  const Node* FoldableGradientCast(const Node& update, int input) const;
   // Whether every value of `node` is read by `members` alone.
   bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the

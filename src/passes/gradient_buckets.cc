@@ -149,6 +149,12 @@ absl::StatusOr<autodiff::TrainingGraph> AverageGradients(const autodiff::Trainin
         const Value gradient = gradient_of(buckets[b], i);
         if (gradient == buckets[b].gradients[i]) {
           averaged[gradient] = outs[i];
+          // The checks and the norm may read a widened gradient's 16-bit value
+          // (autodiff::GradientAsComputed): they read the average too, in float32.
+          const Node& made = t.graph.node(gradient.node);
+          if (made.op == &ops::CastOp() && IsLowPrecision(t.graph.spec(made.inputs[0]).dtype)) {
+            averaged.try_emplace(made.inputs[0], outs[i]);
+          }
           continue;
         }
         const Node& cast = t.graph.node(gradient.node);

@@ -12,8 +12,11 @@
 //     16-bit logits gradient (src/codegen/loss_kernels.h);
 //   - a 16-bit value the user keeps (TrainOptions::fetch) is cast back to float32 for reading.
 //
-// The optimizer then updates float32 weights from float32 gradients. A graph without float32
-// compute comes back unchanged.
+// The optimizer then updates float32 weights from the 16-bit gradients, widened exactly where they
+// are read (the global norm, the non-finite checks and the multi-tensor updates take them as they
+// are; the fuse pass folds their widening casts into the updates), and the fuse pass makes every
+// parameter's 16-bit copy in one launch (cast_multi). A graph without float32 compute comes back
+// unchanged.
 #ifndef REPRISE_SRC_PASSES_MIXED_PRECISION_H_
 #define REPRISE_SRC_PASSES_MIXED_PRECISION_H_
 

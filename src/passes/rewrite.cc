@@ -35,6 +35,21 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
   return true;
 }
 
+bool GroupPlaceable(const Graph& graph, const Consumers& consumers, const NodeGroup& group) {
+  const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
+  if (!group.at_first_member) return Placeable(graph, consumers, members);
+  // At the first member, every input of every member must already be there: leaves only, and no
+  // node the members must wait for.
+  for (int32_t m : members) {
+    const Node& node = graph.node(m);
+    if (!node.control_inputs.empty()) return false;
+    for (const Value& v : node.inputs) {
+      if (!ir::IsLeaf(graph.node(v.node))) return false;
+    }
+  }
+  return !members.empty();
+}
+
 Value NewValueKey(const Graph& graph, int i) { return Value{graph.num_nodes() + i, 0}; }
 
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
@@ -56,7 +71,7 @@ absl::Status CheckGroup(const Graph& graph, const Consumers& consumers, const No
   const std::string where = absl::StrCat("fused group '", group.name, "'");
   if (members.empty() || group.op == nullptr)
     return absl::InvalidArgumentError(absl::StrCat(where, ": no members or no op"));
-  if (!Placeable(graph, consumers, members))
+  if (!GroupPlaceable(graph, consumers, group))
     return absl::InvalidArgumentError(absl::StrCat(where, ": another node runs between members"));
   const absl::flat_hash_set<Value> outputs(group.outputs.begin(), group.outputs.end());
   for (int32_t m : members) {
@@ -110,7 +125,8 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
   for (size_t i = 0; i < groups.size(); ++i) {
     const absl::flat_hash_set<int32_t> members(groups[i].members.begin(), groups[i].members.end());
     RETURN_IF_ERROR(CheckGroup(graph, consumers, groups[i], members, kept_set, reads));
-    anchor[i] = *std::max_element(members.begin(), members.end());
+    anchor[i] = groups[i].at_first_member ? *std::min_element(members.begin(), members.end())
+                                          : *std::max_element(members.begin(), members.end());
   }
 
   RewrittenGraph out;
@@ -166,7 +182,7 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
       RETURN_IF_ERROR(add_controls(id, node.control_inputs));
       continue;
     }
-    if (node.id != anchor[group]) continue;  // The group's node goes where its last member was.
+    if (node.id != anchor[group]) continue;  // The group's node goes where its anchor was.
     const NodeGroup& spec = groups[group];
     std::vector<Value> inputs;
     for (const Value& v : spec.inputs) {

@@ -25,6 +25,9 @@ struct NodeGroup {
   // The old value each output of the new node stands for; invalid for a new value (scratch). A new
   // value that a later group reads gets a NewValueKey, which that group lists among its inputs.
   std::vector<Value> outputs;
+  // The node goes where the first member was, not the last: for members that read leaves only
+  // (a multi-tensor cast of parameters), whose readers lie anywhere after each member.
+  bool at_first_member = false;
 };
 
 // Names the i-th value that fused groups create in `graph` (none of its own values): a group's
@@ -49,6 +52,10 @@ struct Consumers {
 // have to run both before and after that node).
 bool Placeable(const Graph& graph, const Consumers& consumers,
                const absl::flat_hash_set<int32_t>& members);
+
+// True when `group` can become one node at its place (NodeGroup::at_first_member: its first
+// member's; else its last member's, as Placeable says).
+bool GroupPlaceable(const Graph& graph, const Consumers& consumers, const NodeGroup& group);
 
 // Adds a copy of leaf `node` (input, parameter, state or constant) to `g`.
 absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node);

@@ -22,7 +22,8 @@ TEST(OptimizerKernelsTest, EveryKernelCompilesForSm90) {
 }
 
 // The chunked kernels compile at their largest table too, taking it as a parameter of the size
-// of the host's table (ops::ChunkTable), and the norm's with no local memory.
+// of the host's table (ops::ChunkTable) and their gradients' kinds as the next, and the norm's
+// with no local memory.
 TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
   for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
     for (const auto& [kernel, arrays] : {std::pair{codegen::AdamMulti(capacity), 5},
@@ -33,6 +34,10 @@ TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
       EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_0[", bytes, "]")),
                 std::string::npos)
           << kernel.name << " with " << capacity << " tensors: " << bytes << " bytes";
+      // Then the gradients' kinds, a byte per tensor.
+      EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_1[", capacity, "]")),
+                std::string::npos)
+          << kernel.name << " with " << capacity << " tensors";
       if (arrays == 1) EXPECT_EQ(compiled->ptx.find(".local"), std::string::npos);
     }
   }

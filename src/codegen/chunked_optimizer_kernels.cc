@@ -1,0 +1,236 @@
+// The chunked multi-tensor kernels of optimizer_kernels.h (AdamMulti, GradSumSquares): every tensor
+// of a table seen as one list of chunks, each tensor's gradient of its own type (GradKinds).
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/optimizer_kernels.h"
+
+namespace reprise::codegen {
+namespace {
+
+// What the chunked multi-tensor kernels add: their capacity, the gradients' kinds, and the walk
+// over a chunk, for each gradient type (float, Bf16Grad, F16Grad of gradient_loads.h).
+std::string ChunkedHelpers(int capacity) {
+  return absl::StrCat(OptimizerHelpers(), "#define REPRISE_CAPACITY ", capacity, R"(
+struct GradKinds {
+  unsigned char kind[REPRISE_CAPACITY];  // 0 float32, 1 bfloat16, 2 float16.
+};
+// The elements 4q .. 4q + 3 of a chunk of n: one load where the chunk is aligned and the quad
+// whole, else one by one; missing elements read as 0.
+template <typename G>
+__device__ __forceinline__ float4 LoadQuad(const G* __restrict__ x, int q, int n, bool aligned) {
+  if (aligned && 4 * q + 4 <= n) return GradQuad(x, q);
+  float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (4 * q < n) r.x = GradValue(x, 4 * q);
+  if (4 * q + 1 < n) r.y = GradValue(x, 4 * q + 1);
+  if (4 * q + 2 < n) r.z = GradValue(x, 4 * q + 2);
+  if (4 * q + 3 < n) r.w = GradValue(x, 4 * q + 3);
+  return r;
+}
+// Elements 4q .. 4q + 3 with a streaming load (read once, not to be kept in L2), widened exactly.
+__device__ __forceinline__ float4 StreamGradQuad(const float* g, int q) {
+  return __ldcs((const float4*)g + q);
+}
+__device__ __forceinline__ float4 StreamGradQuad(const Bf16Grad* g, int q) {
+  const uint2 u = __ldcs((const uint2*)g + q);
+  return make_float4(Bf16Value(u.x & 0xffffu), Bf16Value(u.x >> 16), Bf16Value(u.y & 0xffffu),
+                     Bf16Value(u.y >> 16));
+}
+__device__ __forceinline__ float4 StreamGradQuad(const F16Grad* g, int q) {
+  const uint2 u = __ldcs((const uint2*)g + q);
+  return make_float4(F16Value(u.x & 0xffffu), F16Value(u.x >> 16), F16Value(u.y & 0xffffu),
+                     F16Value(u.y >> 16));
+}
+// acc + (x·inv)² for element i of n; nothing for i >= n.
+__device__ __forceinline__ float AddSquare(float acc, float x, int i, int n, float inv) {
+  if (i >= n) return acc;
+  const float v = __fmul_rn(x, inv);
+  return __fadd_rn(acc, __fmul_rn(v, v));
+}
+__device__ __forceinline__ void AdamQuad(const AdamStep& a, float4& w, const float4& g, float4& m,
+                                         float4& v) {
+  AdamElement(a, w.x, g.x, m.x, v.x);
+  AdamElement(a, w.y, g.y, m.y, v.y);
+  AdamElement(a, w.z, g.z, m.z, v.z);
+  AdamElement(a, w.w, g.w, m.w, v.w);
+}
+// One chunk of n <= REPRISE_NORM_CHUNK elements. Where all four arrays are aligned (16 bytes,
+// 8 for a 16-bit gradient), each thread loads two quads of each before it computes and stores
+// either (eight vector loads in flight), with streaming hints: every byte is read and written
+// once, and should not push out of L2 the gradients that are still to come. The rest goes
+// element by element.
+template <typename G>
+__device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__ w,
+                                          const G* __restrict__ g, float* __restrict__ m,
+                                          float* __restrict__ v, int n, bool aligned) {
+  int done = 0;
+  if (aligned) {
+    const int quads = n / 4;
+    done = 4 * quads;
+    float4* __restrict__ w4 = (float4*)w;
+    float4* __restrict__ m4 = (float4*)m;
+    float4* __restrict__ v4 = (float4*)v;
+    for (int q = threadIdx.x; q < quads; q += 2 * REPRISE_NORM_BLOCK) {
+      const int r = q + REPRISE_NORM_BLOCK;
+      const bool second = r < quads;
+      float4 wa = __ldcs(w4 + q), ga = StreamGradQuad(g, q), ma = __ldcs(m4 + q),
+             va = __ldcs(v4 + q);
+      float4 wb = wa, gb = ga, mb = ma, vb = va;
+      if (second) {
+        wb = __ldcs(w4 + r);
+        gb = StreamGradQuad(g, r);
+        mb = __ldcs(m4 + r);
+        vb = __ldcs(v4 + r);
+      }
+      AdamQuad(a, wa, ga, ma, va);
+      __stcs(w4 + q, wa);
+      __stcs(m4 + q, ma);
+      __stcs(v4 + q, va);
+      if (second) {
+        AdamQuad(a, wb, gb, mb, vb);
+        __stcs(w4 + r, wb);
+        __stcs(m4 + r, mb);
+        __stcs(v4 + r, vb);
+      }
+    }
+  }
+  for (int i = done + threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+    float wi = w[i], mi = m[i], vi = v[i];
+    AdamElement(a, wi, GradValue(g, i), mi, vi);
+    w[i] = wi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+// Chunk `start` of tensor `t` (n elements of it), its gradient of the kind the table says.
+__device__ __forceinline__ void AdamTensorChunk(const AdamStep& a, float* __restrict__ w,
+                                                const void* g, int kind, float* __restrict__ m,
+                                                float* __restrict__ v, long long start, int n) {
+  const bool aligned = Aligned16(w, m, v, v);
+  if (kind == 1) {
+    const Bf16Grad* gb = (const Bf16Grad*)g;
+    AdamChunk(a, w + start, gb + start, m + start, v + start, n, aligned && GradAligned(gb));
+  } else if (kind == 2) {
+    const F16Grad* gh = (const F16Grad*)g;
+    AdamChunk(a, w + start, gh + start, m + start, v + start, n, aligned && GradAligned(gh));
+  } else {
+    const float* gf = (const float*)g;
+    AdamChunk(a, w + start, gf + start, m + start, v + start, n, aligned && GradAligned(gf));
+  }
+}
+// Thread j's Σ (x·inv)² over the quads j, j + REPRISE_NORM_BLOCK, ... of a chunk of n, all loads
+// in flight before the first add.
+template <typename G>
+__device__ __forceinline__ float ThreadSumSquares(const G* __restrict__ g, int n, bool aligned,
+                                                  float inv) {
+  constexpr int kQuads = REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK / 4;  // Per thread and chunk.
+  float4 x[kQuads];
+#pragma unroll
+  for (int k = 0; k < kQuads; ++k) {
+    x[k] = LoadQuad(g, k * REPRISE_NORM_BLOCK + (int)threadIdx.x, n, aligned);
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQuads; ++k) {
+    const int i = 4 * (k * REPRISE_NORM_BLOCK + (int)threadIdx.x);
+    acc = AddSquare(acc, x[k].x, i, n, inv);
+    acc = AddSquare(acc, x[k].y, i + 1, n, inv);
+    acc = AddSquare(acc, x[k].z, i + 2, n, inv);
+    acc = AddSquare(acc, x[k].w, i + 3, n, inv);
+  }
+  return acc;
+}
+)");
+}
+
+}  // namespace
+
+GeneratedKernel AdamMulti(int capacity) {
+  return {"reprise_adam_multi", ChunkedHelpers(capacity) + R"(
+struct AdamMultiTable {
+  float* w[REPRISE_CAPACITY];
+  const void* g[REPRISE_CAPACITY];
+  float* m[REPRISE_CAPACITY];
+  float* v[REPRISE_CAPACITY];
+  const float* weight_decay[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
+};
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
+reprise_adam_multi(AdamMultiTable table, GradKinds kinds, int count, const float* __restrict__ lr,
+                   const int* __restrict__ step, const float* __restrict__ beta1,
+                   const float* __restrict__ beta2, const float* __restrict__ eps,
+                   const float* __restrict__ clip, const float* __restrict__ partials,
+                   long long partial_count, const float* __restrict__ max_norm,
+                   const float* __restrict__ unscale, int decoupled, int scheduled,
+                   long long warmup, int decay, long long total, double floor_factor,
+                   long long step_size, double gamma) {
+  if (Skipped(unscale)) return;
+  __shared__ double sums[REPRISE_NORM_BLOCK];
+  __shared__ float block_clip;
+  // The step's scalars: the same bits in every block, as the single-purpose kernels write them.
+  const unsigned long long s = StepOf(step);
+  const float rate = scheduled ? ScheduledRate(lr[0], s, warmup, decay, total, floor_factor,
+                                               step_size, gamma)
+                               : lr[0];
+  float coefficient = clip != nullptr ? clip[0] : 1.0f;
+  if (partials != nullptr) {
+    const double sum = SumPartials(partials, partial_count, sums);
+    if (threadIdx.x == 0) block_clip = ClipOfSum(sum, max_norm[0]);
+    __syncthreads();
+    coefficient = block_clip;
+  }
+  int t = count - 1;
+  AdamStep a = MakeAdamStep(rate, s, beta1[0], beta2[0], eps[0], table.weight_decay[t][0],
+                            coefficient, InverseScale(unscale), decoupled);
+  for (int c = table.first[count] - 1 - (int)blockIdx.x; c >= 0; c -= (int)gridDim.x) {
+    if (c < table.first[t]) {
+      do --t;
+      while (c < table.first[t]);
+      SetWeightDecay(a, rate, table.weight_decay[t][0], decoupled);
+    }
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    AdamTensorChunk(a, table.w[t], table.g[t], kinds.kind[t], table.m[t], table.v[t], start, n);
+  }
+}
+)"};
+}
+
+GeneratedKernel GradSumSquares(int capacity) {
+  return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
+struct NormTable {
+  const void* g[REPRISE_CAPACITY];
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
+};
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
+reprise_grad_sum_squares(NormTable table, GradKinds kinds, int count, float* __restrict__ partials,
+                         long long first_partial, const float* __restrict__ unscale) {
+  __shared__ float sums[REPRISE_NORM_BLOCK];
+  const float inv = InverseScale(unscale);
+  int t = 0;
+  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
+    while (c >= table.first[t + 1]) ++t;
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    const int kind = kinds.kind[t];
+    float acc;
+    if (kind == 1) {
+      const Bf16Grad* g = (const Bf16Grad*)table.g[t];
+      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+    } else if (kind == 2) {
+      const F16Grad* g = (const F16Grad*)table.g[t];
+      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+    } else {
+      const float* g = (const float*)table.g[t];
+      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+    }
+    const float total = BlockTreeSum(acc, sums);
+    if (threadIdx.x == 0) partials[first_partial + c] = total;
+  }
+}
+)"};
+}
+
+}  // namespace reprise::codegen
