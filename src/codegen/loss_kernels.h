@@ -1,7 +1,9 @@
 // CUDA C++ source for softmax cross-entropy over wide rows (a language model's vocabulary) and
 // over 16-bit logits: one block per row, the logits read in their own type and widened on load,
-// the row's max and Σ exp(z - max) accumulated online in float in one pass, the loss written in
-// float32 and the gradient in the logits' type. No float32 copy of the logits exists.
+// the row's max and Σ exp(z - max) accumulated in float, the loss written in float32 and the
+// gradient in the logits' type. No float32 copy of the logits exists. Two forms: XentRows reads a
+// row twice (statistics online, then the gradient); XentRowsOnePass, where a row fits shared
+// memory in whole 16-byte vectors, reads it once.
 //
 // The small-vocabulary float32 losses keep the one-block kernels of generated_kernel.h (whose bits
 // the batched ensemble kernels share); UseRowPerBlockLoss says which family a shape takes.
