@@ -26,6 +26,7 @@
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/codegen/layer_norm_backward_kernels.h"
 #include "src/codegen/layer_norm_kernels.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
@@ -118,8 +119,8 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
         return n.op == &ops::LayerNormOp() || n.op == &ops::EmbeddingOp() || n.op == &ops::GeluOp();
       });
   if (transformer) {  // Layer norm, GELU and embedding kernels (src/ops/transformer_ops.h).
-    for (const auto& kernels :
-         {codegen::LayerNormKernels(), codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
+    for (const auto& kernels : {codegen::LayerNormKernels(), codegen::LayerNormBackwardKernels(),
+                                codegen::EmbeddingKernels(), codegen::GeluKernels()}) {
       for (const codegen::GeneratedKernel& kernel : kernels) {
         sources.push_back(ops::ToKernelSource(kernel));
       }

@@ -1,7 +1,9 @@
 // CUDA C++ source for softmax cross-entropy over wide rows (a language model's vocabulary) and
 // over 16-bit logits: one block per row, the logits read in their own type and widened on load,
-// the row's max and Σ exp(z - max) accumulated online in float in one pass, the loss written in
-// float32 and the gradient in the logits' type. No float32 copy of the logits exists.
+// the row's max and Σ exp(z - max) accumulated in float, the loss written in float32 and the
+// gradient in the logits' type. No float32 copy of the logits exists. Two forms: XentRows reads a
+// row twice (statistics online, then the gradient); XentRowsOnePass, where a row fits shared
+// memory in whole 16-byte vectors, reads it once.
 //
 // The small-vocabulary float32 losses keep the one-block kernels of generated_kernel.h (whose bits
 // the batched ensemble kernels share); UseRowPerBlockLoss says which family a shape takes.
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "reprise/tensor.h"
 #include "src/codegen/generated_kernel.h"
 
@@ -45,11 +48,35 @@ enum class XentOutputs { kLoss, kGradient, kLossAndGradient };
 // int cols, int classes); the pointers a variant does not use may be null.
 GeneratedKernel XentRows(DType dtype, XentOutputs outputs);
 
+// The one-pass form of XentRows for rows of exactly `cols` columns (fixed in the source): the
+// same outputs, signature (its cols argument unused), grid (one block per row) and determinism,
+// but each block of kXentOnePassThreads copies its row once into shared memory (16-byte
+// asynchronous copies, cols·ElementBytes(dtype) bytes of dynamic shared memory, the launch's
+// shared_bytes) and takes the statistics and the gradient from there, so the logits are read from
+// memory once, not twice (GPT-2's [16384, 50304] bfloat16 logits: 1.65 GB read and 1.65 GB
+// written instead of 3.3 GB read). Two blocks fit a multiprocessor up to about 113 KB a row, so
+// one block's arithmetic overlaps the other's copy.
+//
+// Bits: each thread's (m, s) is the exact max of its elements and its sum of exp(x - m) in
+// column order; the pairs combine in XentRows's tree. exp is the hardware's base-2 exponential of
+// (x - m)·log2(e) (a relative error of a few 1e-7 where a term matters, against expf's 2 ulp), and
+// the gradient is p·(scale / s) - scale at the label. So the loss and gradient agree with
+// XentRows's to float32 rounding but not bit for bit; every run, and the loss, gradient and fused
+// kernels of one width, give the same bits. Named ElementKernelName("reprise_xent_onepass" +
+// "_loss" | "_grad" | "_loss_grad", dtype). Only where XentOnePassApplies.
+inline constexpr int kXentOnePassThreads = 512;
+inline constexpr int64_t kXentOnePassMaxRowBytes = 192 * 1024;
+GeneratedKernel XentRowsOnePass(DType dtype, XentOutputs outputs, int64_t cols);
+// True when a row of `cols` `dtype` elements splits into whole 16-byte vectors and fits
+// kXentOnePassMaxRowBytes (98,304 16-bit or 49,152 float32 columns), and every one of `pointers`
+// (the logits and the gradient) is 16-byte aligned.
+bool XentOnePassApplies(int64_t cols, DType dtype, absl::Span<const void* const> pointers);
+
 // loss[0] = (Σ_r row_loss[r]) / rows in a fixed order: one block of kXentMeanThreads. Name
 // reprise_xent_mean. Signature: (const float* row_loss, float* loss, int rows).
 GeneratedKernel XentMean();
 
-// Every kernel above, for every kernel element type.
+// Every kernel above, for every kernel element type (the one-pass form at GPT-2's 50,304 columns).
 std::vector<GeneratedKernel> LossKernels();
 
 }  // namespace reprise::codegen

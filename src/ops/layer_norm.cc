@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/layer_norm_backward_kernels.h"
 #include "src/codegen/layer_norm_kernels.h"
+#include "src/codegen/vector16.h"
 #include "src/ops/batch_norm_nhwc.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/layer_norm_residual.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
+#include "src/ops/row_kernel_choice.h"
 #include "src/ops/transformer_ops.h"
 #include "src/util/status_macros.h"
 
@@ -215,22 +218,67 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerForward(const LoweringContext& c
       RowGrid(r.rows), dim3(kRowBlock), 0, std::move(args));
 }
 
-// Three launches: dx per row (plus the residual gradient, input 5, with `add`), then the
-// parameter gradients as per-chunk partial column sums (in the lane's workspace) and their
-// fixed-order total.
+absl::Status CheckScratch(const LoweringContext& ctx, const Node& node, const Rows& r,
+                          int64_t bytes) {
+  if (ctx.workspace == nullptr || static_cast<size_t>(bytes) > ctx.workspace_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node '", node.name, "': ", node.op_name(), " rows=", r.rows, " cols=", r.cols,
+                     " needs ", bytes, " bytes of scratch in the lane's workspace, which has ",
+                     ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
+  }
+  return absl::OkStatus();
+}
+
+// Two launches (src/codegen/layer_norm_backward_kernels.h): dx (plus the residual gradient,
+// input 5, with `add`) and per-block partial parameter sums in one pass over the rows, then
+// their fixed-order total.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOnePassGrad(
+    const LoweringContext& ctx, const Node& node, bool add, DType dtype, const Rows& r,
+    const codegen::LayerNormBackwardLaunch& l) {
+  RETURN_IF_ERROR(CheckScratch(ctx, node, r, l.partial_bytes));
+  RETURN_IF_ERROR(CheckKernelStore(ctx, node));
+  void* partial = ctx.workspace;
+  std::vector<std::unique_ptr<GpuKernel>> kernels;
+  KernelArgs args;
+  for (int i = 0; i < (add ? 6 : 5); ++i) args.Add(ctx.inputs[i]);
+  args.Add(ctx.outputs[0]).Add(partial);
+  args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols)).Add(l.team);
+  args.Add(static_cast<long long>(l.rows_per_chunk));
+  ASSIGN_OR_RETURN(kernels.emplace_back(),
+                   NvrtcKernel::Create(ctx, node.name, codegen::LayerNormBackward(dtype, add),
+                                       dim3(static_cast<unsigned>(l.chunks)), dim3(l.block()), 0,
+                                       std::move(args)));
+  KernelArgs total_args;
+  total_args.Add(partial).Add(static_cast<int>(l.chunks)).Add(static_cast<int>(r.cols));
+  total_args.Add(ctx.outputs[1]).Add(ctx.outputs[2]);
+  ASSIGN_OR_RETURN(
+      kernels.emplace_back(),
+      NvrtcKernel::Create(ctx, node.name, codegen::LayerNormParamTotal(),
+                          dim3(static_cast<unsigned>((r.cols + 31) / 32), 2),
+                          dim3(32, codegen::kLayerNormTotalRowThreads), 0, std::move(total_args)));
+  return std::unique_ptr<GpuKernel>(
+      new KernelSequence(std::move(kernels), static_cast<size_t>(l.partial_bytes)));
+}
+
+// The one-pass kernels where the width splits into 16-byte vectors and the tensors are aligned
+// (unless TwoPassRowKernelsForced); else three launches: dx per row (plus the residual gradient,
+// input 5, with `add`), then the parameter gradients as per-chunk partial column sums (in the
+// lane's workspace) and their fixed-order total.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ctx, const Node& node,
                                                        bool add) {
   ASSIGN_OR_RETURN(const DType dtype,
                    NhwcDataType(node, ctx.input_specs,
                                 add ? std::vector<int>{0, 1, 5} : std::vector<int>{0, 1}));
   ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
-  const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
-  if (ctx.workspace == nullptr || static_cast<size_t>(k.partial_bytes) > ctx.workspace_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "node '", node.name, "': layer_norm_grad rows=", r.rows, " cols=", r.cols, " needs ",
-        k.partial_bytes, " bytes of scratch in the lane's workspace, which has ",
-        ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
+  const codegen::LayerNormBackwardLaunch one_pass =
+      codegen::LayerNormBackwardLaunchFor(r.rows, r.cols, dtype);
+  if (one_pass.team > 0 && !TwoPassRowKernelsForced() &&
+      codegen::Aligned16({ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0],
+                          add ? ctx.inputs[5] : nullptr})) {
+    return LowerOnePassGrad(ctx, node, add, dtype, r, one_pass);
   }
+  const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
+  RETURN_IF_ERROR(CheckScratch(ctx, node, r, k.partial_bytes));
   RETURN_IF_ERROR(CheckKernelStore(ctx, node));
   void* partial = ctx.workspace;
   std::vector<std::unique_ptr<GpuKernel>> kernels;

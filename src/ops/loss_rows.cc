@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/element_type.h"
 #include "src/ops/loss_checks.h"
+#include "src/ops/row_kernel_choice.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -45,11 +46,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(dloss).Add(row_loss).Add(dz);
   args.Add(static_cast<int>(rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(classes));
+  // The one-pass kernel reads the logits once; the loss, the gradient and the fused pair of the
+  // same logits take the same form (their alignment is the arena's), so they share bits.
+  const bool one_pass = !TwoPassRowKernelsForced() &&
+                        codegen::XentOnePassApplies(cols, logits.dtype, {ctx.inputs[0], dz});
   std::vector<std::unique_ptr<GpuKernel>> kernels;
-  ASSIGN_OR_RETURN(kernels.emplace_back(),
-                   NvrtcKernel::Create(ctx, node.name, codegen::XentRows(logits.dtype, outputs),
-                                       dim3(static_cast<unsigned>(rows)),
-                                       dim3(codegen::kXentRowThreads), 0, std::move(args)));
+  ASSIGN_OR_RETURN(
+      kernels.emplace_back(),
+      NvrtcKernel::Create(
+          ctx, node.name,
+          one_pass ? codegen::XentRowsOnePass(logits.dtype, outputs, cols)
+                   : codegen::XentRows(logits.dtype, outputs),
+          dim3(static_cast<unsigned>(rows)),
+          dim3(one_pass ? codegen::kXentOnePassThreads : codegen::kXentRowThreads),
+          one_pass ? static_cast<unsigned>(cols * codegen::ElementBytes(logits.dtype)) : 0,
+          std::move(args)));
   if (loss) {
     KernelArgs mean_args;
     mean_args.Add(row_loss).Add(ctx.outputs[0]).Add(static_cast<int>(rows));

@@ -13,7 +13,8 @@
 namespace reprise::ops {
 
 // Lowers `node` (inputs logits, labels[, dloss]; outputs loss and/or dlogits in that order) to the
-// row kernel writing `outputs` over the node's real classes (loss_checks.h's LossClasses),
+// row kernel writing `outputs` over the node's real classes (loss_checks.h's LossClasses), in its
+// one-pass form where XentOnePassApplies and TwoPassRowKernelsForced (row_kernel_choice.h) is not,
 // followed, when it writes the loss, by the fixed-order mean of the row losses it left in the
 // lane's workspace (rows floats). Unimplemented for logits other than float32, bfloat16 and
 // float16; ResourceExhausted when the workspace cannot hold the row losses. Errors name the node.

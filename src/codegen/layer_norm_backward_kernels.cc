@@ -1,0 +1,179 @@
+#include "src/codegen/layer_norm_backward_kernels.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/element_type.h"
+#include "src/codegen/vector16.h"
+
+namespace reprise::codegen {
+namespace {
+
+// About this many blocks (two a multiprocessor fill a 132-SM GPU in one wave) and at least this
+// many steps a block, so that the block's final sums are a small part of its work.
+constexpr int64_t kTargetChunks = 256;
+constexpr int64_t kMinSteps = 4;
+
+// The kernel's body; LNB_ADD says whether dres is read. See the header for the layout.
+constexpr char kBackwardBody[] = R"(
+  __shared__ float2 sums[2][LNB_THREADS / 32];
+  __shared__ __align__(16) float stage[LNB_THREADS * VEC];
+  const int slots = blockDim.x / team;
+  const int slot = threadIdx.x / team, j = threadIdx.x - slot * team;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int team_warps = team / 32, first_warp = slot * team_warps;
+  const int c0 = j * VEC;
+  const bool active = c0 < cols;
+  float w[VEC], dw[VEC], db[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    w[i] = active ? weight[c0 + i] : 0.0f;
+    dw[i] = 0.0f;
+    db[i] = 0.0f;
+  }
+  const long long first = (long long)blockIdx.x * rows_per_chunk;
+  const long long end = min(rows, first + rows_per_chunk);
+  const int steps = (int)((rows_per_chunk + slots - 1) / slots);
+  for (int step = 0; step < steps; ++step) {
+    const long long row = first + (long long)step * slots + slot;
+    const bool live = active && row < end;
+    vec_t d = ZeroVec(), v = ZeroVec();
+#if LNB_ADD
+    vec_t e = ZeroVec();
+#endif
+    float m = 0.0f, r = 0.0f;
+    if (live) {
+      const long long at = row * cols + c0;
+      d = LoadVec(dy + at);
+      v = LoadVec(x + at);
+#if LNB_ADD
+      e = LoadVec(dres + at);
+#endif
+      m = mean[row];
+      r = rstd[row];
+    }
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    if (live) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float dv = VecAt(d, i), xhat = (VecAt(v, i) - m) * r, g = dv * w[i];
+        sum_g += g;
+        sum_gx += g * xhat;
+        dw[i] += dv * xhat;
+        db[i] += dv;
+      }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sum_g += __shfl_down_sync(0xffffffffu, sum_g, offset);
+      sum_gx += __shfl_down_sync(0xffffffffu, sum_gx, offset);
+    }
+    // Two buffers, alternating by step: a warp writes step s + 2's sums only after the barrier
+    // of step s + 1, which every thread passes after reading step s's.
+    if (lane == 0) sums[step & 1][warp] = make_float2(sum_g, sum_gx);
+    __syncthreads();
+    float total_g = 0.0f, total_gx = 0.0f;
+    for (int k = 0; k < team_warps; ++k) {
+      const float2 p = sums[step & 1][first_warp + k];
+      total_g += p.x;
+      total_gx += p.y;
+    }
+    if (live) {
+      const float mean_g = total_g / cols, mean_gx = total_gx / cols;
+      float o[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        o[i] = r * (VecAt(d, i) * w[i] - mean_g - (VecAt(v, i) - m) * r * mean_gx);
+#if LNB_ADD
+        o[i] += VecAt(e, i);
+#endif
+      }
+      StoreVec(dx + row * cols + c0, o);
+    }
+  }
+  // The block's parameter sums: its slots' in slot order, dweight then dbias through one stage.
+  for (int which = 0; which < 2; ++which) {
+    if (active) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) stage[slot * cols + c0 + i] = which == 0 ? dw[i] : db[i];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      float t = 0.0f;
+      for (int k = 0; k < slots; ++k) t += stage[k * cols + c];
+      partial[((long long)which * gridDim.x + blockIdx.x) * cols + c] = t;
+    }
+    __syncthreads();
+  }
+)";
+
+}  // namespace
+
+LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, DType dtype) {
+  LayerNormBackwardLaunch l;
+  const int64_t vec = Vector16Elements(dtype);
+  if (rows <= 0 || cols <= 0 || cols % vec != 0) return l;
+  const int64_t team = (cols / vec + 31) / 32 * 32;
+  if (team > kLayerNormBackwardThreads) return l;
+  l.team = static_cast<int>(team);
+  l.slots = static_cast<int>(kLayerNormBackwardThreads / team);
+  const int64_t steps =
+      std::max(kMinSteps, (rows + l.slots * kTargetChunks - 1) / (l.slots * kTargetChunks));
+  l.rows_per_chunk = l.slots * steps;
+  l.chunks = (rows + l.rows_per_chunk - 1) / l.rows_per_chunk;
+  l.partial_bytes = 2 * l.chunks * cols * static_cast<int64_t>(sizeof(float));
+  return l;
+}
+
+GeneratedKernel LayerNormBackward(DType dtype, bool add) {
+  const std::string name =
+      ElementKernelName(add ? "reprise_layer_norm_bwd_add" : "reprise_layer_norm_bwd", dtype);
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define LNB_ADD ",
+                       add ? 1 : 0, "\n#define LNB_THREADS ", kLayerNormBackwardThreads, "\n",
+                       "extern \"C\" __global__ void __launch_bounds__(", kLayerNormBackwardThreads,
+                       ", 2) ", name,
+                       "(const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+                       "const float* __restrict__ weight, const float* __restrict__ mean, "
+                       "const float* __restrict__ rstd, ",
+                       add ? "const elem_t* __restrict__ dres, " : "",
+                       "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, "
+                       "int cols, int team, long long rows_per_chunk) {\n",
+                       kBackwardBody, "}\n")};
+}
+
+GeneratedKernel LayerNormParamTotal() {
+  return {"reprise_layer_norm_dparams_total",
+          absl::StrCat("#define LNT_ROWS ", kLayerNormTotalRowThreads, R"(
+extern "C" __global__ void reprise_layer_norm_dparams_total(const float* __restrict__ partial,
+                                                            int chunks, int cols,
+                                                            float* __restrict__ dweight,
+                                                            float* __restrict__ dbias) {
+  __shared__ float sums[LNT_ROWS][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, which = blockIdx.y;
+  const float* p = partial + (long long)which * chunks * cols;
+  float t = 0.0f;
+  if (c < cols) {
+    for (int k = threadIdx.y; k < chunks; k += LNT_ROWS) t += p[(long long)k * cols + c];
+  }
+  sums[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int k = 0; k < LNT_ROWS; ++k) total += sums[k][threadIdx.x];
+    (which == 0 ? dweight : dbias)[c] = total;
+  }
+}
+)")};
+}
+
+std::vector<GeneratedKernel> LayerNormBackwardKernels() {
+  std::vector<GeneratedKernel> kernels = {LayerNormParamTotal()};
+  for (DType dtype : kKernelElementTypes) {
+    kernels.push_back(LayerNormBackward(dtype, false));
+    kernels.push_back(LayerNormBackward(dtype, true));
+  }
+  return kernels;
+}
+
+}  // namespace reprise::codegen
