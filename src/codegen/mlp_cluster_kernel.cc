@@ -124,27 +124,30 @@ class ClusterBody {
   std::string SgdOf(int l, const std::string& w_smem, const std::string& offset,
                     const std::string& rows, const std::string& cols, bool padded) const {
     const bool vec2 = plan_.target.aligned && d_[l] % 2 == 0;
-    if (guarded_) {  // The gradient into the workspace; the update waits for the guard.
-      return absl::StrCat("GradOut<", B(padded), ", ", B(vec2), ">{gw", l, "k + ", offset, ", ",
-                          d_[l], ", ", rows, ", ", cols, ", bad}");
+    const std::string sgd = absl::StrCat(
+        "Sgd<", B(padded), ", ", B(vec2), ">{", w_smem, ", ", s_.w_ld[l], ", w", l, "k + ", offset,
+        ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ", cols, ", lr_, mu_, wd_}");
+    if (guarded_) {  // The same update, the step-start values copied out first.
+      return absl::StrCat("SgdKeep<", B(padded), ", ", B(vec2), ">{", sgd, ", sw", l, "k + ",
+                          offset, ", svw", l, "k + ", offset, ", bad, stopped}");
     }
-    return absl::StrCat("Sgd<", B(padded), ", ", B(vec2), ">{", w_smem, ", ", s_.w_ld[l], ", w", l,
-                        "k + ", offset, ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ",
-                        cols, ", lr_, mu_, wd_}");
+    return sgd;
   }
-  // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD, or guarded its
-  // store to the workspace, for columns from `first` (an expression) of which `cols` exist.
+  // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD (guarded, the
+  // step-start values copied out first), for columns from `first` (an expression) of which `cols`
+  // exist.
   std::string BiasStep(int l, const std::string& dz, int64_t ld, const std::string& bias,
                        const std::string& first, const std::string& cols) const {
     if (guarded_) {
-      return absl::StrCat("BiasGrad<", s_.rows, ">(", dz, ", ", ld, ", gb", l, "k + ", first, ", ",
-                          cols, ", bad);");
+      return absl::StrCat("BiasSgdKeep<", s_.rows, ">(", dz, ", ", ld, ", ", bias, ", b", l, "k + ",
+                          first, ", vb", l, "k + ", first, ", sb", l, "k + ", first, ", svb", l,
+                          "k + ", first, ", ", cols, ", lr_, mu_, wd_, bad, stopped);");
     }
     return absl::StrCat("BiasSgd<", s_.rows, ">(", dz, ", ", ld, ", ", bias, ", b", l, "k + ",
                         first, ", vb", l, "k + ", first, ", ", cols, ", lr_, mu_, wd_);");
   }
-  // Guarded, after every group's last model: the check's grid barrier, then every parameter's
-  // update or none, the counters, and the guard word left zero for the next launch.
+  // Guarded, after every group's last model: the block's arrival on the guard word; the last
+  // block counts the step and, where it skips, restores every parameter.
   void GuardEnd();
   // Rows per pass of W_l's m x n weight gradient through h_{l+1}'s buffer (free in layer l's
   // backward): the most that divide m and fit; 0 where none fits, and for clusters, whose other
@@ -167,7 +170,7 @@ class ClusterBody {
   const Layout s_;
   const std::vector<int>& d_;
   const bool groups_;   // kGroups: exchanges through the workspace, group barriers.
-  const bool guarded_;  // kGroups under the non-finite guard: gradients to the workspace.
+  const bool guarded_;  // kGroups under the non-finite guard: step-start copies to the workspace.
   const int exchanges_per_model_;
   int exchanges_ = 0;          // Share calls emitted so far.
   std::string area_ = "area";  // The exchange area of the latest Share.
@@ -254,20 +257,19 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
   Line(absl::StrCat("  const size_t at = ", offset, " + static_cast<size_t>(q) * ", chunk * gld,
                     ";"));
   Line(absl::StrCat("  const int rows_q = ", rows, " - q * ", chunk, ";"));
-  if (!guarded_) {
-    Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
-    Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
-  }
+  Line(absl::StrCat("  SgdRows<", chunk, ", ", n, ", ", B(Vec(gld)), "> sgd;"));
+  Line(absl::StrCat("  sgd.Load(vw", l, "k + at, ", gld, ", rows_q, ", cols, ");"));
   Line(absl::StrCat("  ", Gemm(chunk, n, s_.rows, a_ld, true, b_ld, false, false, b_h), "::Run(", a,
                     " + q * ", chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
   Line("  SyncThreads();");
-  if (guarded_) {
-    Line(absl::StrCat("  GradRows<", chunk, ", ", n, ", ", B(Vec(gld)), ">(", stage, ", ", stage_ld,
-                      ", gw", l, "k + at, ", gld, ", rows_q, ", cols, ", bad);"));
+  const std::string w_rows = absl::StrCat(w_smem, " + q * ", chunk * s_.w_ld[l], ", ", s_.w_ld[l]);
+  if (guarded_) {  // The same update, the step-start values copied out first.
+    Line(absl::StrCat("  SgdRowsKeep(sgd, ", stage, ", ", stage_ld, ", ", w_rows, ", w", l,
+                      "k + at, vw", l, "k + at, sw", l, "k + at, svw", l, "k + at, ", gld,
+                      ", rows_q, ", cols, ", lr_, mu_, wd_, bad, stopped);"));
   } else {
-    Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_smem, " + q * ",
-                      chunk * s_.w_ld[l], ", ", s_.w_ld[l], ", w", l, "k + at, vw", l, "k + at, ",
-                      gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
+    Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_rows, ", w", l, "k + at, vw", l,
+                      "k + at, ", gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
   }
   Line("  SyncThreads();  // The stage is read: the next chunk may overwrite it.");
   Line("}");
@@ -439,8 +441,10 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                       plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
     if (guarded_) {
       Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
-      Line(absl::StrCat("const int stopped = mlpg::GuardStart<",
-                        B(plan_.target.guard == MlpGuard::kStop), ">(bad, nullptr, record);"));
+      Line(absl::StrCat("const mlpg::Counters counters = mlpg::GuardBegin<",
+                        B(plan_.target.guard == MlpGuard::kStop),
+                        ">(bad, nullptr, skipped_steps, record);"));
+      Line("const int stopped = counters.stopped;");
     }
     Line("for (int k = group; k < kModels; k += gridDim.x / kRanks) {");
   } else {
@@ -467,10 +471,19 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                         d_[l + 1], ";"));
     }
     if (!guarded_) continue;
-    Line(absl::StrCat("float* const gw", l, "k = ws + ", plan_.grad_w_offset[l],
-                      " + static_cast<size_t>(k) * ", weights, ";"));
-    Line(absl::StrCat("float* const gb", l, "k = ws + ", plan_.grad_b_offset[l],
-                      " + static_cast<size_t>(k) * ", d_[l + 1], ";"));
+    // The step-start copies of W_l, b_l and their velocities (plan.grad_w_offset, ...).
+    struct Start {
+      const char* name;
+      int64_t offset, stride;
+    };
+    const int64_t biases = d_[l + 1];
+    for (const Start& s : {Start{"sw", plan_.grad_w_offset[l], weights},
+                           Start{"svw", plan_.start_vw_offset[l], weights},
+                           Start{"sb", plan_.grad_b_offset[l], biases},
+                           Start{"svb", plan_.start_vb_offset[l], biases}}) {
+      Line(absl::StrCat("float* const ", s.name, l, "k = ws + ", s.offset,
+                        " + static_cast<size_t>(k) * ", s.stride, ";"));
+    }
   }
   // c_l: the first of this block's columns of h_l (its slice).
   for (int l = 0; l < layers; ++l) {
@@ -508,15 +521,11 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 }
 
 void ClusterBody::GuardEnd() {
-  Line("{  // The non-finite guard: check every model, then update every parameter or none.");
-  Line("  const float glr = lr[0], gmu = momentum[0], gwd = weight_decay[0];");
-  Line("  unsigned arrival = 0;");
-  Line(absl::StrCat("  const bool skip = mlpg::GuardBarrier(barrier, barrier + ", kMlpStepGuardWord,
-                    ", bad, arrival, stopped);"));
-  absl::StrAppend(&code_, "  if (!skip)\n", GuardUpdateSource(plan_, "glr", "gmu", "gwd"));
-  Line("  mlpg::GuardCount(skipped_steps, record, skip);");
-  // Word 1 (the models' loss counter) is zero and unused from the guard's barrier on.
-  Line(absl::StrCat("  mlpg::GuardLeave(barrier + ", kMlpStepGuardWord, ", barrier + 1);"));
+  Line("{  // The non-finite guard: the last block to finish decides (no block waits).");
+  Line(absl::StrCat("  if (mlpg::GuardFinish(barrier + ", kMlpStepGuardWord,
+                    ", bad, counters, skipped_steps, record)) {"));
+  absl::StrAppend(&code_, GuardRestoreSource(plan_));
+  Line("  }");
   Line("}");
 }
 

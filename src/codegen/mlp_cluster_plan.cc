@@ -136,7 +136,7 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   while (ranks < kMaxRanks && int64_t{plan.models} * ranks * 4 <= plan.target.grid) ranks *= 2;
   // A group's exchange area is a slot per block of the widths padded to 16 blocks: fewer blocks
   // where the workspace would not hold one.
-  // The exchange areas' room: the workspace, or guarded what the gradients leave from
+  // The exchange areas' room: the workspace, or guarded what the step-start copies leave from
   // plan.area_offset on (SearchMlpStepPlan: before them where that is 0).
   const int64_t room = plan.target.guard == MlpGuard::kNone ? plan.workspace_floats
                        : plan.area_offset > 0 ? plan.workspace_floats - plan.area_offset
@@ -156,7 +156,7 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
     return absl::UnimplementedError(absl::StrCat(
         "the group schedule needs ", ranks, " co-resident blocks per model (the grid has ",
         plan.target.grid, ") and an exchange area of ", area,
-        " floats per group (the workspace has ", room, " past the gradients)"));
+        " floats per group (the workspace has ", room, " past the step-start copies)"));
   }
   plan.groups = static_cast<int>(fit);
   plan.exchange_areas = room >= 2 * fit * area ? 2 : 1;

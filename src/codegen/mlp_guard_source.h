@@ -1,6 +1,6 @@
 // The generated code of the fused MLP step's non-finite guard that both kernel generators emit
-// (mlp_step_source.cc for the layer phases and the row chain, mlp_cluster_kernel.cc for the
-// group schedule) over the device functions of mlp_guard_device.inc.
+// (mlp_step_source.cc for the layer phases and the row chain, mlp_cluster_kernel.cc for the group
+// schedule): the restore of a skipped step, over mlp_guard_device.inc's device functions.
 #ifndef REPRISE_SRC_CODEGEN_MLP_GUARD_SOURCE_H_
 #define REPRISE_SRC_CODEGEN_MLP_GUARD_SOURCE_H_
 
@@ -10,15 +10,11 @@
 
 namespace reprise::codegen {
 
-// Statements (of a kernel with MlpStepKernelSignature's parameters, `ws` the workspace) that apply
-// SGD to every parameter of the plan's models, w{l}, b{l} with velocities vw{l}, vb{l}, from their
-// gradients at plan.grad_w_offset / grad_b_offset of ws, over every thread of the grid; lr, mu and
-// wd name the step's scalars. Every parameter whose size and address allow it is one range of
-// float4s: each thread takes four of them per round and issues all their loads before any store,
-// so a round costs one trip to L2 rather than one per parameter tensor (the compiler may not move
-// a load above a store that might alias it). The rest go element by element.
-std::string GuardUpdateSource(const MlpStepPlan& plan, const std::string& lr, const std::string& mu,
-                              const std::string& wd);
+// Statements (of a kernel with MlpStepKernelSignature's parameters) by which one block copies
+// every parameter and velocity of the plan's models back from its step-start copy in the workspace
+// (plan.grad_w_offset, grad_b_offset, start_vw_offset, start_vb_offset): the restore of a skipped
+// step (by the last block to finish, mlpg::GuardFinish).
+std::string GuardRestoreSource(const MlpStepPlan& plan);
 
 }  // namespace reprise::codegen
 

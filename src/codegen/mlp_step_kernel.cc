@@ -398,8 +398,8 @@ int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths
   int64_t total = Align32(rows);  // Row losses.
   for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
   for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
-  for (int64_t l = 0; guarded && l < layers; ++l) {
-    total += Align32(models * widths[l + 1] * widths[l]) + Align32(models * widths[l + 1]);
+  for (int64_t l = 0; guarded && l < layers; ++l) {  // Parameters and velocities (see the plan).
+    total += 2 * (Align32(models * widths[l + 1] * widths[l]) + Align32(models * widths[l + 1]));
   }
   if (models >= kGroupsMinModels) {
     const int64_t groups = GroupsWorkspaceFloats(batch, widths, models);
@@ -502,24 +502,29 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   plan.row_loss_offset = offset;
   offset += Align32(models * batch);
   if (guarded) {
-    plan.grad_w_offset.assign(layers, 0);
-    plan.grad_b_offset.assign(layers, 0);
+    for (auto* v :
+         {&plan.grad_w_offset, &plan.grad_b_offset, &plan.start_vw_offset, &plan.start_vb_offset}) {
+      v->assign(layers, 0);
+    }
     for (int l = 0; l < layers; ++l) {
+      const int64_t weights = Align32(models * widths[l + 1] * widths[l]);
+      const int64_t biases = Align32(models * widths[l + 1]);
       plan.grad_w_offset[l] = offset;
-      offset += Align32(models * widths[l + 1] * widths[l]);
-      plan.grad_b_offset[l] = offset;
-      offset += Align32(models * widths[l + 1]);
+      plan.grad_b_offset[l] = offset + weights;
+      plan.start_vw_offset[l] = offset + weights + biases;
+      plan.start_vb_offset[l] = offset + 2 * weights + biases;
+      offset += 2 * (weights + biases);
     }
   }
 
   // The cluster schedule updates inside each model's cluster, which cannot wait for the others'
-  // gradients (a later wave's): not under the guard. kGroups' areas come after the gradients.
+  // gradients (a later wave's): not under the guard. kGroups' areas avoid the step-start copies.
   if (guarded && target.schedule == MlpSchedule::kCluster) {
     return absl::UnimplementedError(
         "the cluster schedule of the fused MLP step does not run the non-finite guard (each "
         "model's cluster updates its weights without waiting for the other models)");
   }
-  // kGroups' exchange areas: where the workspace has the most room that the gradients do not
+  // kGroups' exchange areas: where the workspace has the most room that the copies do not
   // take, before them (the other schedules' activations, unused by the groups) or after them.
   if (guarded && plan.workspace_floats - offset >= plan.grad_w_offset[0]) plan.area_offset = offset;
   const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !guarded && target.tf32 &&
@@ -558,9 +563,15 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
         absl::StrCat(models, " models of ", most_tiles, " tiles exceed 2^31 - 1 tasks per phase"));
   }
   plan.shared_bytes = (smem + scratch) * 4;
-  if (guarded) {  // The update phase after the guard's barrier.
-    ++plan.phases;
-    ++plan.barriers;
+  if (guarded) {
+    // The guard word counts finished blocks in 16 bits (and flagged ones in the other 16).
+    if (target.grid > 0xffff) {
+      return absl::UnimplementedError(
+          absl::StrCat("the guarded fused MLP step runs at most 65535 "
+                       "blocks, the target has ",
+                       target.grid));
+    }
+    ++plan.phases;  // The guard's section after the last phase (stamped; no barrier).
   }
   return plan;
 }

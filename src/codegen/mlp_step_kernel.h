@@ -67,16 +67,18 @@ namespace reprise::codegen {
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kGroups };
 inline constexpr int kRowChainMinModels = 32;
 
-// The non-finite guard inside the kernel (src/autodiff/non_finite_guard.h's policies). Guarded, no
-// update happens inside the backward: every weight gradient goes to the workspace, and after the
-// last phase a grid barrier gathers whether any block's gradients or the loss held an inf or a
-// NaN; then every block updates its share of every parameter, or none does and the skipped step
-// is counted (kStop: also every step after the first such one). The check is the step's, over
-// every model (an ensemble is one training graph, its loss the models' sum): one non-finite model
-// skips the whole step, as the unfused graph's guard does. kGroups guards the same way: each
-// model's blocks write its gradients to the workspace, and after every group's last model one
-// grid barrier decides. kCluster cannot (a model's cluster may run in a later wave than
-// another's), so a guarded plan never picks it.
+// The non-finite guard inside the kernel (src/autodiff/non_finite_guard.h's policies). The check
+// is the step's, over every model (an ensemble is one training graph, its loss the models' sum):
+// one non-finite model skips the whole step, as the unfused graph's guard does.
+// kLayerPhases, kRowChain and kGroups: every weight update happens in place where the unguarded
+// kernel does it, and first copies the step-start values it overwrites (weights, biases and their
+// velocities) to the workspace; a non-finite gradient (or loss) sets its block's flag. No grid
+// barrier is added: after its last task each block adds its arrival and flag to the guard word,
+// and the last block to arrive counts the step and, where it skips, alone copies every parameter
+// and velocity back (kStop: once stopped, no task writes any). A clean step so costs the copies'
+// stores, spread over the backward, and one atomic per block; only a skipped step pays for the
+// restore. kCluster cannot guard (a model's cluster may run in a later wave than another's, after
+// the restore), so a guarded plan never picks it.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
@@ -131,8 +133,10 @@ struct MlpStepPlan {
   std::vector<int64_t> h_offset;   // [l], l = 1..L-1 used.
   std::vector<int64_t> dz_offset;  // [l], l = 0..L-1.
   int64_t row_loss_offset = 0;
-  // Guarded (target.guard): each layer's weight and bias gradients [K, ...] until the update.
+  // Guarded (target.guard), each layer's [K, ...]: the step-start weights and biases, and their
+  // velocities at start_vw_offset / start_vb_offset (the copies a skipped step is restored from).
   std::vector<int64_t> grad_w_offset, grad_b_offset;
+  std::vector<int64_t> start_vw_offset, start_vb_offset;
   int64_t workspace_floats = 0;
   int phases = 0;
   int barriers = 0;
@@ -148,13 +152,14 @@ struct MlpStepPlan {
 // Elements of the i32 barrier state. Word 0 is the grid barrier: bit 31 flips at every barrier,
 // the low 31 bits count arrivals and are 0 between barriers and launches. Word 1 counts the models
 // whose loss is in (kCluster, kGroups); words 2..62 are kGroups' group barriers, like word 0; word
-// 63 (kMlpStepGuardWord) is the guard's: whether any block found a non-finite value this launch.
+// 63 (kMlpStepGuardWord) is the guard's: the blocks that finished (low 16 bits) and those of them
+// that found a non-finite value (high 16 bits); zero between launches.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 // From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
-// `guarded`, the gradients too (kGroups' exchange areas after them).
+// `guarded`, the parameters' step-start copies too (kGroups' exchange areas after them).
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
                                int64_t models = 1, bool guarded = false);
 

@@ -79,11 +79,12 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
       ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
       ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
-      "  c.wd = weight_decay[0];\n  c.bad = nullptr;\n  unsigned arrival = 0;\n");
+      "  c.wd = weight_decay[0];\n  c.bad = nullptr;\n  c.stopped = 0;\n  unsigned arrival = 0;\n");
   if (guarded) {
     absl::StrAppend(&code, "  c.bad = reinterpret_cast<int*>(c.smem + kSmemFloatsTotal + ",
-                    "LossScratch(kModels));\n  const int stopped = ",
-                    "mlpg::GuardStart<kGuardSticky>(c.bad, barrier + kGuardWord, record);\n");
+                    "LossScratch(kModels));\n  const mlpg::Counters counters = ",
+                    "mlpg::GuardBegin<kGuardSticky>(c.bad, barrier + kGuardWord, skipped_steps, ",
+                    "record);\n  c.stopped = counters.stopped;\n");
   }
   // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
   auto stamp = [&](int index) {
@@ -108,29 +109,34 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
   }
   auto forward_args = [&](int l) {
-    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
+    return ArgsOf("GemmArgs",
+                  {h(l), w(l), h(l + 1), b(l), none, none, none, none, none, none, none, none});
   };
   auto dgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
+    return ArgsOf("GemmArgs",
+                  {dz(l), w(l), dz(l - 1), none, h(l), none, none, none, none, none, none, none});
   };
-  // Guarded, a weight gradient's task writes the gradients to the workspace (out, bias_param).
+  // Guarded, a weight gradient's task also copies the step-start values to the workspace.
   auto wgrad_args = [&](int l) {
+    Arg start_w, start_vw, start_b, start_vb;
     if (guarded) {
-      const Arg gw{absl::StrCat("ws + ", plan.grad_w_offset[l]), int64_t{d[l + 1]} * d[l]};
-      const Arg gb{absl::StrCat("ws + ", plan.grad_b_offset[l]), d[l + 1]};
-      return ArgsOf("GemmArgs", {dz(l), h(l), gw, none, none, none, gb, none});
+      const int64_t weights = int64_t{d[l + 1]} * d[l];
+      start_w = Arg{absl::StrCat("ws + ", plan.grad_w_offset[l]), weights};
+      start_vw = Arg{absl::StrCat("ws + ", plan.start_vw_offset[l]), weights};
+      start_b = Arg{absl::StrCat("ws + ", plan.grad_b_offset[l]), d[l + 1]};
+      start_vb = Arg{absl::StrCat("ws + ", plan.start_vb_offset[l]), d[l + 1]};
     }
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l), start_w, start_vw,
+                               start_b, start_vb});
   };
-  // Guarded, the step ends here: the check's barrier, then every parameter's update unless the
-  // step skips, and the counters.
+  // Guarded, the step ends here: each block's arrival on the guard word; the last block counts
+  // the step and restores every parameter where it skips.
   auto guard_end = [&](int index) {
     if (!guarded) return;
-    absl::StrAppend(
-        &code, "  {  // The non-finite guard: check, then update or skip.\n",
-        "    const bool skip = mlpg::GuardBarrier(barrier, barrier + kGuardWord, c.bad, ",
-        "arrival, stopped);\n", "    if (!skip)\n", GuardUpdateSource(plan, "c.lr", "c.mu", "c.wd"),
-        "    mlpg::GuardCount(skipped_steps, record, skip);\n  }\n");
+    absl::StrAppend(&code, "  {  // The non-finite guard: the last block to finish decides.\n",
+                    "    if (mlpg::GuardFinish(barrier + kGuardWord, c.bad, counters, "
+                    "skipped_steps, record)) {\n",
+                    GuardRestoreSource(plan), "    }\n  }\n");
     stamp(index);
   };
   const int last = layers - 1;

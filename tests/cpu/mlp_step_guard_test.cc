@@ -2,8 +2,8 @@
 // guarded training graph fuses into mlp_train_step / batched_mlp_train_step with the guard's
 // counters, so that no plan under the default options is unguarded; the fused CPU reference skips
 // and counts exactly as the unfused guarded graph does (kSkipStep and kStop); guarded plans add the
-// check's barrier and the gradients' workspace, keep the group schedule (its exchange areas clear
-// of the gradients), never pick the cluster schedule, and compile for sm_90.
+// workspace for the step-start copies, keep the group schedule (its exchange areas clear of the
+// copies), add no grid barrier, never pick the cluster schedule, and compile for sm_90.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -182,10 +182,11 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
   EXPECT_FALSE(ignored->plan.graph().node(*step).attrs.contains("non_finite"));
 }
 
-// A guarded plan: one more phase (the update after the check's barrier), each layer's gradients
-// in the workspace after the row losses, the flag word in shared memory; 32 models keep the group
-// schedule, its exchange areas clear of the gradients; never the cluster schedule (whose later
-// waves of models cannot be waited for before updating).
+// A guarded plan: one more stamped section (the guard's, after the last phase) and no more grid
+// barriers; each layer's step-start parameters and velocities in the workspace after the row
+// losses, apart; the flag word in shared memory; 32 models keep the group schedule, its exchange
+// areas clear of the gradients; never the cluster schedule (whose later waves of models cannot be
+// waited for before updating).
 TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
   const std::vector<int64_t> widths = {64, 256, 256, 10};
   for (int64_t models : {1, 4, 32}) {
@@ -213,12 +214,25 @@ TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
         EXPECT_EQ(guarded->cluster, 0) << models << " models";
       }
       EXPECT_LE(guarded->shared_bytes, target.max_shared_bytes);
-      if (plain->cluster == 0) EXPECT_EQ(guarded->phases, plain->phases + 1);
+      if (plain->cluster == 0) {
+        EXPECT_EQ(guarded->phases, plain->phases + 1);
+        EXPECT_EQ(guarded->barriers, plain->barriers) << "the guard adds no grid barrier";
+      }
       int64_t grads = 0;
+      int64_t end = guarded->row_loss_offset + models * 64;
       for (int l = 0; l + 1 < static_cast<int>(widths.size()); ++l) {
-        grads += models * (widths[l + 1] * widths[l] + widths[l + 1]);
-        EXPECT_GE(guarded->grad_w_offset[l], guarded->row_loss_offset + models * 64);
-        EXPECT_LE(guarded->grad_b_offset[l] + models * widths[l + 1], guarded->workspace_floats);
+        const int64_t weights = models * widths[l + 1] * widths[l], biases = models * widths[l + 1];
+        grads += weights + biases;
+        // w, b, the velocities of w and b: in order, none overlapping the one before.
+        const int64_t starts[] = {guarded->grad_w_offset[l], guarded->grad_b_offset[l],
+                                  guarded->start_vw_offset[l], guarded->start_vb_offset[l]};
+        const int64_t sizes[] = {weights, biases, weights, biases};
+        for (int i = 0; i < 4; ++i) {
+          EXPECT_GE(starts[i], end) << "layer " << l << ", copy " << i;
+          EXPECT_EQ(starts[i] % 32, 0);
+          end = starts[i] + sizes[i];
+        }
+        EXPECT_LE(end, guarded->workspace_floats);
       }
       EXPECT_EQ(guarded->workspace_floats,
                 codegen::MlpStepWorkspaceFloats(64, widths, models, /*guarded=*/true));
@@ -290,7 +304,10 @@ TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
           const codegen::GeneratedKernel kernel =
               c.models == 1 ? codegen::MlpStepKernel(*plan)
                             : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-          EXPECT_THAT(kernel.code, HasSubstr("GuardBarrier"));
+          // No grid-wide wait for the check: each block arrives on the guard word and leaves.
+          EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+          EXPECT_THAT(kernel.code, HasSubstr("mlpg::Restore<"));
+          EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
           auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
           ASSERT_TRUE(compiled.ok())
               << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
@@ -301,8 +318,8 @@ TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
   }
 }
 
-// The group schedule's guarded kernels (gradients to the workspace, the check's grid barrier, the
-// update after the last model), deep and shallow, padded and not, single and batched.
+// The group schedule's guarded kernels (updates in place with step-start copies, no grid barrier,
+// the restore by the last block), deep and shallow, padded and not, single and batched.
 TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
   struct Case {
     int64_t models, batch;
@@ -327,8 +344,10 @@ TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
         const codegen::GeneratedKernel kernel =
             c.models == 1 ? codegen::MlpStepKernel(*plan)
                           : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-        EXPECT_THAT(kernel.code, HasSubstr("GuardBarrier"));
-        EXPECT_THAT(kernel.code, HasSubstr("GradOut"));
+        // The unguarded epilogues' updates with the step-start copies.
+        EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+        EXPECT_THAT(kernel.code, HasSubstr("SgdKeep<"));
+        EXPECT_THAT(kernel.code, HasSubstr("BiasSgdKeep<"));
         EXPECT_THAT(kernel.code, Not(HasSubstr("BiasSgd<")));
         auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
         ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()

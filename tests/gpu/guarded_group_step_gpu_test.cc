@@ -5,7 +5,8 @@
 // whole step (the ensemble is one training graph with one check: no model's weights move) and
 // counts it; the clean steps around it train bit for bit as the unguarded group kernel fed only
 // the clean batches; one group or three, each training many models in turn, give the full grid's
-// bits; kStop skips every step from the first non-finite one and records it.
+// bits; kStop skips every step from the first non-finite one and records it. The layer phases
+// and the row chain restore a skipped step on any grid too.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -149,14 +150,16 @@ class DeviceStep {
     return codegen::PlanMlpStep(kConfig.batch, widths, target, kModels);
   }
 
-  // The guarded group plan launched on `grid` blocks.
-  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> LowerOnGrid(int grid) {
-    ASSIGN_OR_RETURN(const codegen::MlpStepPlan plan, Plan(codegen::MlpSchedule::kGroups, true));
+  // The plan of `schedule` (guarded or not, as this step's node) launched on `grid` blocks.
+  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> LowerOnGrid(
+      int grid, codegen::MlpSchedule schedule = codegen::MlpSchedule::kGroups,
+      bool guarded = true) {
+    ASSIGN_OR_RETURN(const codegen::MlpStepPlan plan, Plan(schedule, guarded));
     ops::LoweringContext ctx = Context();
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
-    return ops::LaunchForMlpStep(ctx, "guarded_groups_small_grid", plan,
+    return ops::LaunchForMlpStep(ctx, "guarded_step_on_a_grid", plan,
                                  codegen::BatchedMlpStepKernel(plan, false, false), std::move(args),
                                  grid);
   }
@@ -299,7 +302,7 @@ TEST_F(GuardedGroupStepGpuTest, PoisonedModelSkipsTheStepAndCleanStepsMatchTheUn
 }
 
 // One group training all 32 models in turn, or three groups: the full grid's bits, the skipped
-// step included (each model's gradients wait in the workspace for the grid's check).
+// step included (restored by whichever block finishes last).
 TEST_F(GuardedGroupStepGpuTest, OneOrThreeGroupsGiveTheFullGridsBits) {
   DeviceStep full;
   REPRISE_ASSERT_OK(full.Init(NonFinitePolicy::kSkipStep, device_, kernels_));
@@ -341,6 +344,54 @@ TEST_F(GuardedGroupStepGpuTest, StopSkipsEveryStepFromTheFirstNonFiniteOne) {
   EXPECT_TRUE(s.Parameters() == before);
   EXPECT_EQ(s.Ints(kBarrier + 1), std::vector<int32_t>{2});
   EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
+}
+
+// The layer phases and the row chain under the guard, which adds no grid barrier to them (each
+// block counts itself out on the guard word; the last to finish decides, counts, and alone
+// restores a skipped step's parameters from their step-start copies), on their full grid and on 1
+// or 3 blocks (many tasks per block; the last block to finish differs): a NaN feature or a label
+// outside the classes leaves every parameter and velocity as it was, bit for bit, and is counted;
+// the clean steps around them give the bits of the unguarded kernel of the same schedule and grid.
+TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid) {
+  for (codegen::MlpSchedule schedule :
+       {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
+    for (int grid : {0, 1, 3}) {
+      SCOPED_TRACE(
+          absl::StrCat(schedule == codegen::MlpSchedule::kRowChain ? "row chain" : "layer phases",
+                       ", grid ", grid));
+      DeviceStep guarded, plain;
+      REPRISE_ASSERT_OK(guarded.Init(NonFinitePolicy::kSkipStep, device_, kernels_));
+      REPRISE_ASSERT_OK(plain.Init(NonFinitePolicy::kIgnore, device_, kernels_));
+      for (int i = 0; i < kBarrier; ++i) REPRISE_ASSERT_OK(plain.CopyInput(i, guarded));
+      REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan, guarded.Plan(schedule, true));
+      ASSERT_EQ(plan.cluster, 0);
+      const int blocks = grid == 0 ? plan.grid() : grid;
+      REPRISE_ASSERT_OK_AND_ASSIGN(auto guarded_kernel,
+                                   guarded.LowerOnGrid(blocks, schedule, true));
+      REPRISE_ASSERT_OK_AND_ASSIGN(auto plain_kernel, plain.LowerOnGrid(blocks, schedule, false));
+      std::vector<std::string> before = guarded.Parameters();
+      for (int step = 0; step < 4; ++step) {
+        SCOPED_TRACE(absl::StrCat("step ", step));
+        const Poison poison = step == 1   ? Poison::kNanFeature
+                              : step == 2 ? Poison::kBadLabel
+                                          : Poison::kNone;
+        REPRISE_ASSERT_OK(Feed(guarded, step, poison));
+        ASSERT_NO_FATAL_FAILURE(Launch(*guarded_kernel));
+        if (poison == Poison::kNone) {
+          REPRISE_ASSERT_OK(Feed(plain, step));
+          ASSERT_NO_FATAL_FAILURE(Launch(*plain_kernel));
+          EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
+          EXPECT_EQ(guarded.Bytes(guarded.inputs()), plain.Bytes(plain.inputs())) << "loss";
+        } else {
+          EXPECT_TRUE(guarded.Parameters() == before) << "a parameter moved on a skipped step";
+        }
+        before = guarded.Parameters();
+        const int skipped = step < 1 ? 0 : step == 1 ? 1 : 2;
+        EXPECT_EQ(guarded.Ints(kBarrier + 1), std::vector<int32_t>{skipped});
+        EXPECT_EQ(guarded.Ints(kBarrier + 2), (std::vector<int32_t>{step + 1, step < 1 ? 0 : 2}));
+      }
+    }
+  }
 }
 
 }  // namespace
