@@ -93,12 +93,6 @@ absl::Status CheckHyperparameterInput(absl::string_view input, float value) {
 
 namespace {
 
-absl::Status CheckSgdField(absl::string_view field, float value) {
-  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("TrainOptions::sgd.", field, " must be finite and at least 0, got ", value));
-}
-
 absl::Status CheckEnum(bool known, absl::string_view field, int value) {
   if (known) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -128,13 +122,7 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "TrainOptions::compute_dtype must be f32, bf16 or f16, got ", DTypeName(o.compute_dtype)));
   }
-  if (o.optimizer.has_value()) {
-    RETURN_IF_ERROR(autodiff::ValidateOptimizerOptions(*o.optimizer));
-  } else {
-    RETURN_IF_ERROR(CheckSgdField("learning_rate", o.sgd.learning_rate));
-    RETURN_IF_ERROR(CheckSgdField("momentum", o.sgd.momentum));
-    RETURN_IF_ERROR(CheckSgdField("weight_decay", o.sgd.weight_decay));
-  }
+  RETURN_IF_ERROR(autodiff::ValidateOptimizerOptions(o.optimizer));
   RETURN_IF_ERROR(autodiff::ValidateLossScaleOptions(o.loss_scale));
   if (o.lanes < 0 || o.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",

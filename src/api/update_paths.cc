@@ -224,7 +224,7 @@ absl::StatusOr<UpdateBenchResult> MeasureUpdatePaths(const Graph& graph, Value l
   result.graph_nodes = stats.graph_nodes;
   result.lanes = static_cast<int>(stats.lanes);
   const float learning_rate =
-      options.optimizer.has_value() ? options.optimizer->learning_rate : options.sgd.learning_rate;
+      options.optimizer.learning_rate;
   for (UpdatePath path : bench.paths) {
     ASSIGN_OR_RETURN(UpdatePathResult measured, MeasurePath(*trainer, path, bench, learning_rate));
     result.paths.push_back(std::move(measured));
