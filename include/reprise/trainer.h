@@ -216,11 +216,11 @@ struct TrainerStats {
   int64_t graph_exec_updates = 0;  // Re-captures applied in place by cudaGraphExecUpdate.
   int64_t graph_node_updates = 0;  // Bindings patched into the executable graph's copy nodes.
   int64_t graph_nodes = 0;         // Nodes in the captured CUDA graph (0 before capture).
-  // Device-launched steps (TrainOptions::graph_launch): uploads of the step's executable graph to
-  // the device (one per instantiation, exec update and node update); 0 otherwise.
+  // Device-launched steps (TrainOptions::launch.graph_launch): uploads of the step's executable
+  // graph to the device (one per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
-  // Whether Step() launches the captured step from the device (TrainOptions::graph_launch), and
-  // under kAuto why the host launches it where it does.
+  // Whether Step() launches the captured step from the device (TrainOptions::launch.graph_launch),
+  // and under kAuto why the host launches it where it does.
   bool device_graph_launch = false;
   std::string host_launch_reason;
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
@@ -255,12 +255,13 @@ struct TrainerStats {
   double host_step_us_mean = 0;
   double host_step_us_median = 0;
   int64_t verify_runs = 0;  // Trainer::Verify calls; their own graphs are not counted above.
-  // The non-finite guard (TrainOptions::non_finite): its policy ("skip", "stop", "ignore") and
-  // the steps whose update it (or loss scaling) skipped for a non-finite loss or gradient. The
+  // The non-finite guard (TrainOptions::numerics.non_finite): its policy ("skip", "stop", "ignore")
+  // and the steps whose update it (or loss scaling) skipped for a non-finite loss or gradient. The
   // count lives on the device: stats() reads nothing there and leaves -1; Report() reads it.
   std::string non_finite_policy;
   int64_t skipped_steps = -1;
-  // Why the whole-step MLP kernel (TrainOptions::whole_step) was not used, when it was tried.
+  // Why the whole-step MLP kernel (TrainOptions::kernels.whole_step) was not used, when it was
+  // tried.
   std::string whole_step_declined;
   std::string ToString() const;
 };
@@ -393,10 +394,10 @@ class Trainer {
   // NonFinitePolicy::kStop, once a call that waits has found a non-finite step, FailedPrecondition
   // naming it (as every later call).
   absl::Status Step();
-  // Loss scaling's current scale (TrainOptions::loss_scale), and the steps whose update was skipped
-  // for a non-finite loss or gradient (by loss scaling, or else the non-finite guard,
-  // TrainOptions::non_finite), read from the device after the queued steps: a read on request,
-  // nothing the steps wait for. 1 when loss scaling is off; 0 skipped with neither.
+  // Loss scaling's current scale (TrainOptions::numerics.loss_scale), and the steps whose update
+  // was skipped for a non-finite loss or gradient (by loss scaling, or else the non-finite guard,
+  // TrainOptions::numerics.non_finite), read from the device after the queued steps: a read on
+  // request, nothing the steps wait for. 1 when loss scaling is off; 0 skipped with neither.
   absl::StatusOr<float> LossScale();
   absl::StatusOr<int64_t> SkippedSteps();
   // Waits for the queued steps to finish.
@@ -502,7 +503,8 @@ class Trainer {
   // A difference is a result (VerifyResult::mismatch), not an error. The trainer is left as it
   // was: state, step count and inputs restored, nothing captured for it changed. Needs device
   // memory for two more copies of the arena; ResourceExhausted otherwise. Bitwise agreement needs
-  // deterministic library algorithms: set TrainOptions::deterministic for convolutional models.
+  // deterministic library algorithms: set TrainOptions::numerics.deterministic for convolutional
+  // models.
   absl::StatusOr<VerifyResult> Verify(int steps);
 
   // Compiles `graph`, a forward-only graph (no loss needed) whose parameters all are this

@@ -41,11 +41,11 @@ def test_models():
 
 def test_train_options_mirror_the_cpp_fields():
     options = reprise.TrainOptions(allow_tf32=True, mode=reprise.ExecMode.bulked, lanes=2)
-    assert options.allow_tf32 and options.lanes == 2
-    assert options.mode == reprise.ExecMode.bulked
-    assert options.sgd.learning_rate == pytest.approx(0.01)
-    options.sgd.learning_rate = 0.1  # Nested structs are edited in place.
-    assert options.sgd.learning_rate == pytest.approx(0.1)
+    assert options.numerics.allow_tf32 and options.launch.lanes == 2
+    assert options.launch.mode == reprise.ExecMode.bulked
+    assert options.optimizer.learning_rate == pytest.approx(0.01)
+    options.optimizer.learning_rate = 0.1  # Nested structs are edited in place.
+    assert options.optimizer.learning_rate == pytest.approx(0.1)
     assert options.optimizer is None
     options.optimizer = reprise.OptimizerOptions(kind=reprise.OptimizerKind.adamw, weight_decay=0.1)
     assert options.optimizer.kind == reprise.OptimizerKind.adamw
