@@ -105,15 +105,15 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
   RETURN_IF_ERROR(CheckEnum(o.launch.mode == ExecMode::kSync ||
                                 o.launch.mode == ExecMode::kBulked ||
                                 o.launch.mode == ExecMode::kGraph,
-                            "mode", static_cast<int>(o.launch.mode)));
+                            "launch.mode", static_cast<int>(o.launch.mode)));
   RETURN_IF_ERROR(CheckEnum(o.launch.graph_launch == GraphLaunch::kAuto ||
                                 o.launch.graph_launch == GraphLaunch::kHost ||
                                 o.launch.graph_launch == GraphLaunch::kDevice,
-                            "graph_launch", static_cast<int>(o.launch.graph_launch)));
+                            "launch.graph_launch", static_cast<int>(o.launch.graph_launch)));
   RETURN_IF_ERROR(CheckEnum(o.kernels.channels_last == ChannelsLast::kAuto ||
                                 o.kernels.channels_last == ChannelsLast::kOn ||
                                 o.kernels.channels_last == ChannelsLast::kOff,
-                            "channels_last", static_cast<int>(o.kernels.channels_last)));
+                            "kernels.channels_last", static_cast<int>(o.kernels.channels_last)));
   RETURN_IF_ERROR(CheckEnum(o.mirror.policy == MirrorOptions::Policy::kOff ||
                                 o.mirror.policy == MirrorOptions::Policy::kAuto ||
                                 o.mirror.policy == MirrorOptions::Policy::kBudget,
@@ -124,7 +124,9 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
         absl::StrCat("TrainOptions::numerics.compute_dtype must be f32, bf16 or f16, got ",
                      DTypeName(o.numerics.compute_dtype)));
   }
-  RETURN_IF_ERROR(autodiff::ValidateOptimizerOptions(o.optimizer));
+  if (absl::Status s = autodiff::ValidateOptimizerOptions(o.optimizer); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::optimizer: ", s.message()));
+  }
   RETURN_IF_ERROR(autodiff::ValidateLossScaleOptions(o.numerics.loss_scale));
   if (o.launch.lanes < 0 || o.launch.lanes > passes::kMaxLanes) {
     return absl::InvalidArgumentError(

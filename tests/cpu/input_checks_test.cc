@@ -79,13 +79,13 @@ TEST(InputChecksTest, TrainOptionsRefuseNonFiniteAndOutOfRangeFieldsNamingThem) 
   };
   TrainOptions o;
   o.optimizer.learning_rate = kNaN;
-  refused(o, "sgd.learning_rate");
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::learning_rate");
   o = {};
   o.optimizer.momentum = -kInf;
-  refused(o, "sgd.momentum");
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::momentum");
   o = {};
   o.optimizer.weight_decay = kInf;
-  refused(o, "sgd.weight_decay");
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::weight_decay");
   o = {};
   o.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdam, .beta1 = kNaN};
   refused(o, "beta1");
@@ -113,7 +113,7 @@ TEST(InputChecksTest, TrainOptionsRefuseNonFiniteAndOutOfRangeFieldsNamingThem) 
   refused(o, "compute_dtype");
   o = {};
   o.launch.mode = static_cast<ExecMode>(7);
-  refused(o, "mode");
+  refused(o, "TrainOptions::launch.mode");
   o = {};
   o.device = -1;
   refused(o, "device");
