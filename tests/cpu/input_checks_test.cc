@@ -126,7 +126,8 @@ TEST(InputChecksTest, CreateRefusesBadOptionsBeforeLookingForAGpu) {
   o.optimizer.learning_rate = kNaN;
   const auto trainer = Trainer::Create(mlp->graph, mlp->loss, o);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(trainer.status().message(), HasSubstr("sgd.learning_rate"));
+  EXPECT_THAT(trainer.status().message(),
+              HasSubstr("TrainOptions::optimizer: OptimizerOptions::learning_rate"));
 }
 
 }  // namespace
