@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -291,8 +292,9 @@ absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
   if (Given("schedule")) optimizer.schedule = absl::GetFlag(FLAGS_schedule);
   if (Given("max_grad_norm")) optimizer.max_grad_norm = absl::GetFlag(FLAGS_max_grad_norm);
   if (Given("warmup_steps")) optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  ASSIGN_OR_RETURN(options.optimizer,
+  ASSIGN_OR_RETURN(const std::optional<reprise::OptimizerOptions> chosen,
                    reprise::tools::BenchOptimizer(absl::GetFlag(FLAGS_model), optimizer));
+  if (chosen.has_value()) options.optimizer = *chosen;  // Else TrainOptions' default SGD.
   return options;
 }
 
