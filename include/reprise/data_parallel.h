@@ -90,7 +90,7 @@ struct DataParallel {
 // DataParallel::timeout.
 //
 //   ASSIGN_OR_RETURN(reprise::MpiRank me, reprise::MpiDataParallel());
-//   options.data_parallel = me.data_parallel;
+//   options.parallel.data_parallel = me.data_parallel;
 //   options.device = me.device;
 //   ... train ...
 //   RETURN_IF_ERROR(reprise::MpiFinalize());  // After every Trainer is destroyed.

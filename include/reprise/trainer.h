@@ -168,9 +168,9 @@ struct KernelTuning {
   // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.
   bool measure_matmul_algorithms = false;
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
-  // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
-  // in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
+  // the batched per-layer step. -1 (the default): 128 with numerics.allow_tf32, else 64: the whole
+  // step (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to
+  // 64 in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
   int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
@@ -179,7 +179,7 @@ struct KernelTuning {
   bool relu_backward_epilogues = false;
   // Which cuDNN API runs the convolutions cuDNN runs: kLegacy (cudnnConvolutionForward and its
   // kin) or kGraph (cuDNN's graph API through cudnn-frontend: one execution plan per shape, chosen
-  // by heuristics, deterministic ones only under `deterministic`). The plan dump names each.
+  // by heuristics, deterministic ones only under numerics.deterministic). The plan dump names each.
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kLegacy;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
