@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/ir/reference_executor.h"
 #include "src/util/safetensors.h"
 #include "tests/gpu/gpu_test_util.h"
