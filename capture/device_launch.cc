@@ -9,7 +9,7 @@
 namespace reprise::capture {
 namespace {
 
-constexpr char kWhat[] = "device graph launch (TrainOptions::graph_launch)";
+constexpr char kWhat[] = "device graph launch (TrainOptions::launch.graph_launch)";
 
 std::string MemoryKind(const void* pointer) {
   cudaPointerAttributes attributes = {};

@@ -52,9 +52,9 @@ absl::StatusOr<Run> MakeRun(ExecMode mode, bool batch_ensembles) {
                                                       .classes = absl::GetFlag(FLAGS_classes)}));
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = mode;
-  options.batch_ensembles = batch_ensembles;
-  options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.launch.mode = mode;
+  options.parallel.batch_ensembles = batch_ensembles;
+  options.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
   options.fetch = run.ensemble.losses;  // Each model's loss stays readable.
   ASSIGN_OR_RETURN(run.trainer,
                    reprise::Trainer::Create(run.ensemble.graph, run.ensemble.loss, options));

@@ -180,7 +180,7 @@ absl::Status Train() {
   const int steps = absl::GetFlag(FLAGS_steps);
   reprise::TrainOptions options;
   options.seed = absl::GetFlag(FLAGS_seed);
-  options.compute_dtype =
+  options.numerics.compute_dtype =
       absl::GetFlag(FLAGS_dtype) == "f32" ? reprise::DType::kFloat32 : reprise::DType::kBFloat16;
   options.optimizer = reprise::OptimizerOptions{
       .kind = reprise::OptimizerKind::kAdamW,

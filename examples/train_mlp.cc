@@ -48,8 +48,8 @@ absl::StatusOr<Run> MakeRun(ExecMode mode) {
                                                        .classes = absl::GetFlag(FLAGS_classes)}));
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = mode;
-  options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.launch.mode = mode;
+  options.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
   options.fetch = {run.mlp.logits};
   ASSIGN_OR_RETURN(run.trainer, reprise::Trainer::Create(run.mlp.graph, run.mlp.loss, options));
   return run;

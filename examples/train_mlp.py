@@ -35,7 +35,7 @@ def make_run(args, mode):
     mlp = reprise.models.mlp(batch=args.batch, input_features=2, depth=args.depth,
                              width=args.width, classes=args.classes)
     options = reprise.TrainOptions(mode=mode, fetch=[mlp.logits])
-    options.sgd.learning_rate = args.lr
+    options.optimizer.learning_rate = args.lr
     return mlp, reprise.Trainer.create(mlp.graph, mlp.loss, options)
 
 

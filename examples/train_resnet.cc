@@ -99,10 +99,10 @@ absl::StatusOr<std::unique_ptr<reprise::Trainer>> MakeTrainer(const reprise::mod
                                                               ExecMode mode, bool deterministic) {
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = mode;
-  options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.deterministic = deterministic;
+  options.launch.mode = mode;
+  options.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.numerics.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.numerics.deterministic = deterministic;
   return reprise::Trainer::Create(net.graph, net.loss, options);
 }
 
@@ -111,10 +111,10 @@ absl::Status WriteCheck(const std::string& dir) {
   ASSIGN_OR_RETURN(reprise::models::ResNet net, Build());
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = ExecMode::kGraph;
-  options.sgd.learning_rate = absl::GetFlag(FLAGS_lr);
-  options.allow_tf32 = false;
-  options.deterministic = true;
+  options.launch.mode = ExecMode::kGraph;
+  options.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
+  options.numerics.allow_tf32 = false;
+  options.numerics.deterministic = true;
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(net.graph, net.loss, options));
   const int batch = absl::GetFlag(FLAGS_batch), size = absl::GetFlag(FLAGS_image_size);
   Templates data(absl::GetFlag(FLAGS_classes), int64_t{3} * size * size, /*seed=*/1);
@@ -133,17 +133,17 @@ absl::Status WriteCheck(const std::string& dir) {
        SafetensorsDType::kI32,
        {batch},
        absl::string_view(reinterpret_cast<const char*>(y.data()), y.size() * sizeof(int32_t))}};
-  RETURN_IF_ERROR(
-      reprise::util::WriteSafetensors(dir + "/batch.safetensors", tensors,
-                                      {{"depth", absl::StrCat(absl::GetFlag(FLAGS_depth))},
-                                       {"classes", absl::StrCat(absl::GetFlag(FLAGS_classes))},
-                                       {"image_size", absl::StrCat(size)},
-                                       {"layout", nhwc ? "NHWC" : "NCHW"},
-                                       {"lr", absl::StrCat(options.sgd.learning_rate)},
-                                       {"momentum", absl::StrCat(options.sgd.momentum)},
-                                       {"weight_decay", absl::StrCat(options.sgd.weight_decay)},
-                                       {"bn_momentum", "0.1"},
-                                       {"bn_epsilon", "1e-05"}}));
+  RETURN_IF_ERROR(reprise::util::WriteSafetensors(
+      dir + "/batch.safetensors", tensors,
+      {{"depth", absl::StrCat(absl::GetFlag(FLAGS_depth))},
+       {"classes", absl::StrCat(absl::GetFlag(FLAGS_classes))},
+       {"image_size", absl::StrCat(size)},
+       {"layout", nhwc ? "NHWC" : "NCHW"},
+       {"lr", absl::StrCat(options.optimizer.learning_rate)},
+       {"momentum", absl::StrCat(options.optimizer.momentum)},
+       {"weight_decay", absl::StrCat(options.optimizer.weight_decay)},
+       {"bn_momentum", "0.1"},
+       {"bn_epsilon", "1e-05"}}));
   RETURN_IF_ERROR(trainer->SetInput("images", x));
   RETURN_IF_ERROR(trainer->SetInput("labels", y));
   RETURN_IF_ERROR(trainer->Step());

@@ -297,6 +297,11 @@ absl::StatusOr<std::optional<OptimizerOptions>> BenchOptimizer(const std::string
 std::string OptimizerText(const std::optional<OptimizerOptions>& optimizer) {
   if (!optimizer.has_value()) return "optimizer=sgd";
   const OptimizerOptions& o = *optimizer;
+  // TrainOptions::optimizer always holds one: its plain SGD reads as BenchOptimizer's nullopt.
+  if (o.kind == OptimizerKind::kSgd && !o.nesterov && o.max_grad_norm == 0 &&
+      o.schedule.warmup_steps == 0 && o.schedule.decay == LrDecay::kConstant) {
+    return "optimizer=sgd";
+  }
   std::string text = absl::StrFormat("optimizer=%s lr=%g",
                                      o.kind == OptimizerKind::kAdamW  ? "adamw"
                                      : o.kind == OptimizerKind::kAdam ? "adam"

@@ -52,7 +52,7 @@ struct BenchModel {
   Value loss;
   // Every input of the graph with its batch (an ensemble: each model's "m<k>.<input>").
   std::vector<BenchInput> inputs;
-  // An ensemble the trainer batches (TrainOptions::batch_ensembles) also takes its inputs
+  // An ensemble the trainer batches (TrainOptions::parallel.batch_ensembles) also takes its inputs
   // stacked under "m*.<input>": bound whole, one copy each, instead of every model's slice.
   std::vector<BenchInput> stacked_inputs;
   int64_t samples_per_step = 0;
@@ -101,7 +101,7 @@ struct BenchOptimizerFlags {
 // or adamw (lr 1e-3, weight decay 0.01 but not on rank-1 parameters); for gpt2 unless given
 // nanoGPT's AdamW (lr 6e-4, betas 0.9 / 0.95, weight decay 0.1 on 2-D weights only) with
 // clipping at 1, 100 warm-up steps and a cosine decay. nullopt for plain SGD, which keeps
-// TrainOptions::sgd's fused paths. InvalidArgument naming the flag for an unknown name.
+// TrainOptions::optimizer's fused paths. InvalidArgument naming the flag for an unknown name.
 absl::StatusOr<std::optional<OptimizerOptions>> BenchOptimizer(const std::string& model,
                                                                const BenchOptimizerFlags& flags);
 

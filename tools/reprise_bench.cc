@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,8 @@ ABSL_FLAG(int, padded_vocab, 0,
           "gpt2: the logits' columns (Gpt2Config::padded_vocab); 0 rounds --vocab up to a "
           "multiple of 128, --vocab itself pads nothing");
 ABSL_FLAG(std::string, dtype, "auto",
-          "compute type: f32, bf16 or fp16 (mixed precision, TrainOptions::compute_dtype); auto: "
+          "compute type: f32, bf16 or fp16 (mixed precision, "
+          "TrainOptions::numerics.compute_dtype); auto: "
           "bf16 for gpt2, else what --bf16 / --fp16 say (f32 without them)");
 ABSL_FLAG(double, peak_tflops, 0,
           "gpt2: the GPU's peak TFLOPS for MFU; 0 takes the data sheet's dense rate for the "
@@ -79,11 +81,12 @@ ABSL_FLAG(bool, bf16, false,
           "compute_dtype)");
 ABSL_FLAG(bool, fp16, false,
           "mixed precision: compute in float16 with float32 master weights and dynamic loss "
-          "scaling (TrainOptions::compute_dtype, loss_scale)");
+          "scaling (TrainOptions::numerics.compute_dtype, loss_scale)");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
-ABSL_FLAG(std::string, graph_launch, "auto",
-          "graph mode: auto, host or device: who launches the captured step "
-          "(TrainOptions::graph_launch); rows launched from the device read graph+devlaunch");
+ABSL_FLAG(
+    std::string, graph_launch, "auto",
+    "graph mode: auto, host or device: who launches the captured step "
+    "(TrainOptions::launch.graph_launch); rows launched from the device read graph+devlaunch");
 ABSL_FLAG(std::string, fusion, "all",
           "on (every fusion, the whole-step MLP kernel included), per-layer (no whole-step "
           "kernel), off, or all three; rows say /per-layer and /unfused");
@@ -119,9 +122,10 @@ ABSL_FLAG(std::string, schedule, "constant",
           "learning-rate decay after the warm-up: constant, cosine (over --total_steps) or step");
 ABSL_FLAG(int, warmup_steps, 0, "linear learning-rate warm-up steps");
 ABSL_FLAG(int, total_steps, 10000, "steps of the cosine schedule; step size of the step decay");
-ABSL_FLAG(std::string, non_finite, "skip",
-          "the non-finite guard (TrainOptions::non_finite): skip (the default), stop or ignore "
-          "(no check; the whole-step MLP kernel runs only then)");
+ABSL_FLAG(
+    std::string, non_finite, "skip",
+    "the non-finite guard (TrainOptions::numerics.non_finite): skip (the default), stop or ignore "
+    "(no check; the whole-step MLP kernel runs only then)");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
@@ -272,24 +276,25 @@ absl::StatusOr<reprise::ChannelsLast> ChannelsLastFlag() {
 absl::StatusOr<reprise::TrainOptions> OptionsFromFlags(reprise::ExecMode mode) {
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.mode = mode;
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.compute_dtype = ComputeDType();
-  options.lanes = absl::GetFlag(FLAGS_lanes);
-  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  options.launch.mode = mode;
+  options.numerics.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.numerics.compute_dtype = ComputeDType();
+  options.launch.lanes = absl::GetFlag(FLAGS_lanes);
+  options.numerics.deterministic = absl::GetFlag(FLAGS_deterministic);
   ASSIGN_OR_RETURN(options.kernels, reprise::tools::KernelTuningFromFlags());
-  ASSIGN_OR_RETURN(options.channels_last, ChannelsLastFlag());
+  ASSIGN_OR_RETURN(options.kernels.channels_last, ChannelsLastFlag());
   ASSIGN_OR_RETURN(options.mirror, reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)));
-  options.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
-  ASSIGN_OR_RETURN(options.non_finite.policy,
+  options.parallel.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
+  ASSIGN_OR_RETURN(options.numerics.non_finite.policy,
                    reprise::ParseNonFinitePolicy(absl::GetFlag(FLAGS_non_finite)));
   reprise::tools::BenchOptimizerFlags optimizer{.total_steps = absl::GetFlag(FLAGS_total_steps)};
   if (Given("optimizer")) optimizer.optimizer = absl::GetFlag(FLAGS_optimizer);
   if (Given("schedule")) optimizer.schedule = absl::GetFlag(FLAGS_schedule);
   if (Given("max_grad_norm")) optimizer.max_grad_norm = absl::GetFlag(FLAGS_max_grad_norm);
   if (Given("warmup_steps")) optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
-  ASSIGN_OR_RETURN(options.optimizer,
+  ASSIGN_OR_RETURN(const std::optional<reprise::OptimizerOptions> chosen,
                    reprise::tools::BenchOptimizer(absl::GetFlag(FLAGS_model), optimizer));
+  if (chosen.has_value()) options.optimizer = *chosen;  // Else TrainOptions' default SGD.
   return options;
 }
 
@@ -331,21 +336,21 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   ASSIGN_OR_RETURN(BenchModel model, BuildModel());
   ASSIGN_OR_RETURN(const int64_t memory_before, reprise::runtime::DeviceMemoryInUse());
   ASSIGN_OR_RETURN(reprise::TrainOptions options, OptionsFromFlags(mode));
-  options.fuse = fusion != Fusion::kOff;
-  options.whole_step = fusion == Fusion::kOn;
+  options.kernels.fuse = fusion != Fusion::kOff;
+  options.kernels.whole_step = fusion == Fusion::kOn;
   if (mode == reprise::ExecMode::kGraph) {
-    ASSIGN_OR_RETURN(options.graph_launch,
+    ASSIGN_OR_RETURN(options.launch.graph_launch,
                      reprise::ParseGraphLaunch(absl::GetFlag(FLAGS_graph_launch)));
     // CUPTI's kernel activity tracing and a device-launched step fault together ("unspecified
     // launch failure" in the traced steps; H200, driver 580), so the busy fraction is
     // measured on host-launched steps (their rows read "graph", not "graph+devlaunch").
     if (absl::GetFlag(FLAGS_busy)) {
-      if (options.graph_launch == reprise::GraphLaunch::kDevice) {
+      if (options.launch.graph_launch == reprise::GraphLaunch::kDevice) {
         return absl::InvalidArgumentError(
             "--busy traces kernels with CUPTI, which faults device-launched steps: use "
             "--graph_launch=auto or host");
       }
-      options.graph_launch = reprise::GraphLaunch::kHost;
+      options.launch.graph_launch = reprise::GraphLaunch::kHost;
     }
   }
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
@@ -476,7 +481,7 @@ absl::Status Timeline() {
 absl::Status VerifyModel(int steps) {
   ASSIGN_OR_RETURN(BenchModel model, BuildModel());
   ASSIGN_OR_RETURN(reprise::TrainOptions options, OptionsFromFlags(reprise::ExecMode::kGraph));
-  options.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
+  options.numerics.deterministic = true;  // Bitwise agreement needs algorithms without atomics.
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   RETURN_IF_ERROR(reprise::tools::SetBenchInputs(*trainer, model));
   ASSIGN_OR_RETURN(const reprise::VerifyResult result, trainer->Verify(steps));

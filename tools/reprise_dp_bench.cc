@@ -90,12 +90,12 @@ absl::StatusOr<Model> BuildModel() {
 reprise::TrainOptions Options() {
   reprise::TrainOptions options;
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-  options.allow_tf32 = absl::GetFlag(FLAGS_tf32);
-  options.compute_dtype =
+  options.numerics.allow_tf32 = absl::GetFlag(FLAGS_tf32);
+  options.numerics.compute_dtype =
       absl::GetFlag(FLAGS_bf16) ? reprise::DType::kBFloat16 : reprise::DType::kFloat32;
-  options.lanes = absl::GetFlag(FLAGS_lanes);
+  options.launch.lanes = absl::GetFlag(FLAGS_lanes);
   // The data-parallel step cannot use the whole-step MLP kernel; neither does the baseline.
-  options.whole_step = false;
+  options.kernels.whole_step = false;
   return options;
 }
 
@@ -126,7 +126,7 @@ absl::StatusOr<double> TimeTrainer(reprise::Trainer& t) {
 // The step time of `ranks` data-parallel ranks: the slowest rank's median.
 absl::StatusOr<double> TimeDataParallel(const Model& model, int ranks) {
   reprise::TrainOptions options = Options();
-  options.data_parallel = reprise::DataParallel{
+  options.parallel.data_parallel = reprise::DataParallel{
       .bucket_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20))};
   ASSIGN_OR_RETURN(auto dp,
                    reprise::LocalDataParallel::Create(model.graph, model.loss, options, ranks));
@@ -155,8 +155,8 @@ absl::StatusOr<MpiTimes> TimeUnderMpi(const Model& model) {
     RETURN_IF_ERROR(Feed(*single, model, out.rank));
     ASSIGN_OR_RETURN(out.single_ms, TimeTrainer(*single));
   }
-  options.data_parallel = me.data_parallel;
-  options.data_parallel->bucket_bytes =
+  options.parallel.data_parallel = me.data_parallel;
+  options.parallel.data_parallel->bucket_bytes =
       static_cast<int64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20));
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   RETURN_IF_ERROR(Feed(*trainer, model, out.rank));

@@ -46,10 +46,12 @@ ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
 ABSL_FLAG(std::string, dtype, "f32",
-          "TrainOptions::compute_dtype: f32, bf16 or f16 (mixed precision; stages training, plan "
+          "TrainOptions::numerics.compute_dtype: f32, bf16 or f16 (mixed precision; stages "
+          "training, plan "
           "and cuda-graph)");
-ABSL_FLAG(std::string, channels_last, "auto", "TrainOptions::channels_last: auto, on or off");
-ABSL_FLAG(bool, tf32, false, "TrainOptions::allow_tf32");
+ABSL_FLAG(std::string, channels_last, "auto",
+          "TrainOptions::kernels.channels_last: auto, on or off");
+ABSL_FLAG(bool, tf32, false, "TrainOptions::numerics.allow_tf32");
 ABSL_FLAG(double, data_parallel_bucket_mb, 0,
           "data parallelism's gradient buckets in MiB: the plan's all-reduces on the "
           "communication lane (stages training and plan); 0: none");

@@ -123,8 +123,9 @@ absl::Status Main() {
       reprise::TrainOptions options;
       options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
       options.optimizer = c.optimizer;
-      options.whole_step = false;  // The update in launches of its own, not in a fused step.
-      options.lanes = 1;
+      options.kernels.whole_step =
+          false;  // The update in launches of its own, not in a fused step.
+      options.launch.lanes = 1;
       ASSIGN_OR_RETURN(
           reprise::OptimizerTiming timing,
           reprise::TimeOptimizerUpdate(model.graph, model.loss, options, warmup, iters));

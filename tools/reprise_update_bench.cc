@@ -14,7 +14,8 @@
 //   reprise-update-bench --models mlp:8x256:b32,resnet50:b32:nhwc:tf32 --json update.json
 //   reprise-update-bench --models mlp:2x64:b16 --paths step,bind_input --reps 200
 //   reprise-update-bench --models mlp:2x64:b16,resnet50:b32:nhwc:tf32 --device_launch
-//       (TrainOptions::graph_launch = kDevice: Step() launches a one-node graph that tail-launches
+//       (TrainOptions::launch.graph_launch = kDevice: Step() launches a one-node graph that
+//       tail-launches
 //        the step from the device; every change of the step's graph is uploaded again)
 #include <cstdio>
 #include <fstream>
@@ -43,7 +44,7 @@ ABSL_FLAG(int, warmup, 20, "untimed repetitions before each path's timed ones");
 ABSL_FLAG(int, device_steps, 100, "replays timed on the device for the step's device time");
 ABSL_FLAG(int, lanes, 0, "0 (auto), 1, 2, 3 or 4 concurrent lanes");
 ABSL_FLAG(bool, device_launch, false,
-          "launch the captured step from the device (TrainOptions::graph_launch = kDevice), "
+          "launch the captured step from the device (TrainOptions::launch.graph_launch = kDevice), "
           "else from the host (kHost)");
 ABSL_FLAG(std::string, json, "", "write results to this JSON file");
 
@@ -86,10 +87,10 @@ absl::Status Main(const reprise::tools::UpdateBenchConfig& config) {
                      reprise::tools::BuildUpdateBenchModel(model));
     reprise::TrainOptions options;
     options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
-    options.mode = reprise::ExecMode::kGraph;
-    options.allow_tf32 = model.tf32;
-    options.lanes = config.lanes;
-    options.graph_launch =
+    options.launch.mode = reprise::ExecMode::kGraph;
+    options.numerics.allow_tf32 = model.tf32;
+    options.launch.lanes = config.lanes;
+    options.launch.graph_launch =
         config.device_launch ? reprise::GraphLaunch::kDevice : reprise::GraphLaunch::kHost;
     reprise::UpdateBenchOptions bench = config.options;
     bench.bound_input = built.feature_input;

@@ -1,5 +1,5 @@
 // Options of the channels-last pass (src/passes/channels_last.h), which TrainOptions::
-// channels_last sets.
+// kernels.channels_last sets.
 #ifndef REPRISE_INCLUDE_REPRISE_CHANNELS_LAST_H_
 #define REPRISE_INCLUDE_REPRISE_CHANNELS_LAST_H_
 

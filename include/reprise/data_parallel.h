@@ -8,9 +8,9 @@
 // one process (reprise/local_data_parallel.h). With one process per rank:
 //
 //   reprise::TrainOptions options;
-//   options.data_parallel = reprise::DataParallel{.rank = rank, .world_size = size, .id = id};
-//   options.device = local_rank;
-//   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(graph, loss, options));
+//   options.parallel.data_parallel = reprise::DataParallel{.rank = rank, .world_size = size, .id =
+//   id}; options.device = local_rank; ASSIGN_OR_RETURN(auto trainer,
+//   reprise::Trainer::Create(graph, loss, options));
 //
 // where rank 0 made `id` with NewDataParallelId() and every rank received it (any transport).
 #ifndef REPRISE_INCLUDE_REPRISE_DATA_PARALLEL_H_
@@ -62,7 +62,7 @@ class DataParallelAbort {
   std::optional<Failure> failure_ ABSL_GUARDED_BY(mu_);
 };
 
-// TrainOptions::data_parallel: this trainer is rank `rank` of `world_size` replicas.
+// TrainOptions::parallel.data_parallel: this trainer is rank `rank` of `world_size` replicas.
 struct DataParallel {
   int rank = 0;
   int world_size = 1;
@@ -90,7 +90,7 @@ struct DataParallel {
 // DataParallel::timeout.
 //
 //   ASSIGN_OR_RETURN(reprise::MpiRank me, reprise::MpiDataParallel());
-//   options.data_parallel = me.data_parallel;
+//   options.parallel.data_parallel = me.data_parallel;
 //   options.device = me.device;
 //   ... train ...
 //   RETURN_IF_ERROR(reprise::MpiFinalize());  // After every Trainer is destroyed.

@@ -34,13 +34,13 @@ struct Gpt2Decoder {
 // not used): the blocks of models::BuildGpt2 under the same parameter names, for one token per
 // sequence. Each layer keeps state "transformer.h.<i>.attn.k_cache" and ".v_cache"
 // [batch, max_positions, C] of `cache_dtype`, which must be the compute dtype of the trainer that
-// runs it (TrainOptions::compute_dtype: the caches hold k and v as its attention reads them), and
-// the state "decode.position" i32 [1] counts the tokens so far. A step at position p writes the
-// token's keys and values into row p of the caches, adds position embedding p, attends over rows
-// 0..p and advances the counter (src/ops/decode_attention.h): its logits are those BuildGpt2's
-// graph gives at position p of the same sequence (their first vocab columns: the decoder's logits
-// are not padded to Gpt2LogitsWidth). InvalidArgument for a config BuildGpt2 refuses
-// or a cache_dtype other than float32, bfloat16 or float16.
+// runs it (TrainOptions::numerics.compute_dtype: the caches hold k and v as its attention reads
+// them), and the state "decode.position" i32 [1] counts the tokens so far. A step at position p
+// writes the token's keys and values into row p of the caches, adds position embedding p, attends
+// over rows 0..p and advances the counter (src/ops/decode_attention.h): its logits are those
+// BuildGpt2's graph gives at position p of the same sequence (their first vocab columns: the
+// decoder's logits are not padded to Gpt2LogitsWidth). InvalidArgument for a config BuildGpt2
+// refuses or a cache_dtype other than float32, bfloat16 or float16.
 absl::StatusOr<Gpt2Decoder> BuildGpt2Decoder(const Gpt2Config& config,
                                              DType cache_dtype = DType::kFloat32);
 

@@ -51,8 +51,8 @@ using ModelBuilder =
 // An ensemble of `models` models in one graph: calls `build` with prefix "m<k>." for k = 0, 1,
 // ... and returns their losses in model order. The models are separate (their own inputs and
 // parameters); the Trainer batches structurally identical ones into one batched GEMM per layer
-// (TrainOptions::batch_ensembles), and so it would if they were built by hand. InvalidArgument for
-// models < 1; the builder's errors pass through.
+// (TrainOptions::parallel.batch_ensembles), and so it would if they were built by hand.
+// InvalidArgument for models < 1; the builder's errors pass through.
 absl::StatusOr<std::vector<Value>> Ensemble(Graph& graph, int models, const ModelBuilder& build);
 
 // losses[0] + losses[1] + ..., added left to right; the last add is named `name`. Training on

@@ -14,8 +14,8 @@ namespace reprise::nn {
 // softmax(q·kᵀ / sqrt(D) + causal mask)·v, where q, k and v are [batch, seq, C] with the `heads`
 // heads of width D = C / heads side by side in each row (a Linear layer's output). Returns
 // [batch, seq, C] in the same layout (the output projection's input). In bfloat16 and float16
-// (TrainOptions::compute_dtype) the GPU runs cuDNN's fused flash attention; in float32 exact
-// kernels of ours. Rank-2 inputs [batch·seq, C] (a matmul's output) need `seq` and give a
+// (TrainOptions::numerics.compute_dtype) the GPU runs cuDNN's fused flash attention; in float32
+// exact kernels of ours. Rank-2 inputs [batch·seq, C] (a matmul's output) need `seq` and give a
 // [batch·seq, C] result. InvalidArgument, naming the layer, for specs that differ or a C that
 // `heads` does not divide.
 //

@@ -1,7 +1,8 @@
-// Options of the non-finite guard (src/autodiff/non_finite_guard.h), which TrainOptions::non_finite
-// sets: one finiteness check of the loss and every gradient per step, on the device inside the
-// step, that every update reads. Every plan is guarded unless kIgnore: the whole-step MLP kernels
-// run the check inside themselves, before any update (codegen::MlpGuard).
+// Options of the non-finite guard (src/autodiff/non_finite_guard.h), which
+// TrainOptions::numerics.non_finite sets: one finiteness check of the loss and every gradient per
+// step, on the device inside the step, that every update reads. Every plan is guarded unless
+// kIgnore: the whole-step MLP kernels run the check inside themselves, before any update
+// (codegen::MlpGuard).
 #ifndef REPRISE_INCLUDE_REPRISE_NON_FINITE_H_
 #define REPRISE_INCLUDE_REPRISE_NON_FINITE_H_
 

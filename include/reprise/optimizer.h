@@ -20,7 +20,8 @@
 
 namespace reprise {
 
-// Plain SGD with momentum, TrainOptions::sgd (TrainOptions::optimizer, when set, replaces it).
+// Plain SGD with momentum: the OptimizerOptions of kind kSgd with these three numbers
+// (autodiff::FromSgd); TrainOptions::optimizer's default is this SGD with these defaults.
 struct SgdOptions {
   float learning_rate = 0.01f;
   float momentum = 0.9f;

@@ -44,15 +44,109 @@ enum class ExecMode : uint8_t {
 absl::string_view ExecModeName(ExecMode mode);
 absl::StatusOr<ExecMode> ParseExecMode(absl::string_view name);  // "sync", "bulked", "graph"
 
-// Who launches a captured step (TrainOptions::graph_launch).
+// Who launches a captured step (TrainOptions::launch.graph_launch).
 enum class GraphLaunch : uint8_t { kAuto, kHost, kDevice };
 absl::string_view GraphLaunchName(GraphLaunch launch);
 absl::StatusOr<GraphLaunch> ParseGraphLaunch(absl::string_view name);  // "auto", "host", "device"
 
-// Switches that only choose which kernels and algorithms run the same step: the defaults are what
-// the benchmarks (docs/benchmarks.md) measured fastest, and a user never needs to touch them.
-// TrainOptions::kernels; reprise-bench has a flag for each.
+// TrainOptions is grouped by concern, one struct per job, so that what a user sets reads as what
+// it is for: `optimizer` (how parameters move), `numerics` (what the step computes in and how
+// its numbers are checked and repeated), `mirror` (memory: what the backward pass recomputes),
+// `parallel` (more than one model or rank per step), `launch` (how the plan's launches are
+// issued), `kernels` (which kernels run the same step: tuning whose defaults a user never needs
+// to touch). The optimizer and numerics decide what a step computes; the other groups decide how
+// it runs, and change results at most by the order of floating-point operations.
+
+// The numbers a step computes in, how they are checked, and whether they repeat bit for bit.
+// TrainOptions::numerics.
+struct NumericsOptions {
+  // kFloat32, or kBFloat16 or kFloat16 for mixed precision: the forward and backward compute in 16
+  // bits while parameters, optimizer state, batch-norm statistics and the loss stay float32
+  // (src/passes/mixed_precision.h). An op without a 16-bit GPU lowering is refused at Create,
+  // naming the node. float16's narrow range needs loss scaling, on by default for it (loss_scale).
+  DType compute_dtype = DType::kFloat32;
+  bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
+  // Loss scaling (reprise/optimizer.h): kAuto is dynamic for float16 and off otherwise; bfloat16
+  // and float32 may ask for it too. LossScale() and SkippedSteps() read its state.
+  LossScaleOptions loss_scale;
+  // One finiteness check of the loss and every gradient per step, on the device inside the step:
+  // kSkipStep (default) skips a non-finite step's update and counts it (SkippedSteps, Report),
+  // kStop also stops the trainer with a Status naming the step and the first non-finite tensor,
+  // kIgnore checks nothing. With loss scaling, the scaler's check is the guard. Every plan is
+  // guarded, the whole-step MLP kernels (kernels.whole_step) too: they check inside the kernel, at
+  // one grid barrier before their updates (their cluster schedules, which cannot wait, are not
+  // used).
+  NonFiniteOptions non_finite;
+  // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
+  // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
+  bool deterministic = false;
+};
+
+// More than one model, or more than one GPU, per step. TrainOptions::parallel.
+struct ParallelOptions {
+  // Data parallelism (reprise/data_parallel.h): this trainer is one rank of a job whose ranks
+  // average their gradients with NCCL inside the captured step. Every rank must be created at
+  // about the same time (creation waits for all), with the same graph and options but its own
+  // `device`, and call Step() (and Verify, SetParameter, LoadWeights, RestoreCheckpoint) alike.
+  // Parameters start as rank 0's. Turns off the whole-step MLP kernel (kernels.whole_step).
+  std::optional<DataParallel> data_parallel;
+  // Ensembles: structurally identical models of one graph (same ops and shapes, their own inputs
+  // and weights, e.g. models::BuildMlpEnsemble or models built one by one) train as one batched
+  // model, one strided-batched GEMM per layer for all of them (src/passes/batch_ensemble.h).
+  // Per-model names stay valid: SetInput("m3.features"), GetParameter("m3.fc1.weight"),
+  // SaveWeights/LoadWeights write and read each model's tensors under its own names, and Read()
+  // of a model's fetched value gives that model's slice. Per model, results are those of the
+  // unbatched step up to the order of the total's sum. Groups of fewer than
+  // ensemble_min_models models stay unbatched, and so do all with a 16-bit compute_dtype (the
+  // batched ops lower float32 only).
+  bool batch_ensembles = true;
+  int ensemble_min_models = 2;
+};
+
+// How the plan's launches are issued: op by op or replayed, from the host or the device, on how
+// many concurrent lanes. All of them run the same plan. TrainOptions::launch.
+struct LaunchOptions {
+  ExecMode mode = ExecMode::kGraph;
+  // ExecMode::kGraph: who launches the captured step on each Step().
+  //   kDevice: the device. The step's graph is instantiated for device launch and a one-node
+  //     graph whose kernel tail-launches it is what Step() launches, so Step()'s host time stays
+  //     that of a one-node launch whatever the model (a plain replay costs ~0.15 us of host time
+  //     per graph node on an H100: 96 us for ResNet-50). Same kernels, same bits. The step still
+  //     completes before the stream's next work (the next step, Loss(), Read()). Every change of
+  //     the executable graph (BindInput's node update, a re-capture) is uploaded to the device
+  //     again, counted in TrainerStats::graph_uploads. A step whose graph the device cannot
+  //     launch (a host or event node, a copy from pageable host memory) fails Create with
+  //     FailedPrecondition naming the node.
+  //   kHost: cudaGraphLaunch from the host.
+  //   kAuto: kDevice where the device can launch the step's graph and it has at least 32 nodes
+  //     (below that the host launch costs a few us, less than the launcher's kernel costs the
+  //     device), else kHost from then on (a binding the device cannot copy from turns it to kHost
+  //     too); kHost with parallel.data_parallel and in a BucketedTrainer's buckets (a
+  //     device-launched graph holds device memory per bucket). TrainerStats says which and why,
+  //     and the report prints it.
+  // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
+  // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
+  // reprise-bench --busy): profile those with kHost.
+  GraphLaunch graph_launch = GraphLaunch::kAuto;
+  // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
+  // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
+  // also put side branches off the critical path (a residual block's downsample convolution and
+  // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
+  int lanes = 0;
+};
+
+// Switches that only choose which kernels, layouts and algorithms run the same step: the
+// defaults are what the benchmarks (docs/benchmarks.md) measured fastest, and a user never needs
+// to touch them. TrainOptions::kernels; reprise-bench has a flag for each.
 struct KernelTuning {
+  bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
+  // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
+  // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for
+  // all models; false keeps one launch per layer and pass.
+  bool whole_step = true;
+  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last
+  // (docs/results/history/2026-11-23_d971053.md).
+  ChannelsLast channels_last = ChannelsLast::kAuto;
   // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
   // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
   // is made once and remembered for that shape in the process.
@@ -74,9 +168,9 @@ struct KernelTuning {
   // The choice is fixed for the Trainer's life, so its steps keep repeating the same bits.
   bool measure_matmul_algorithms = false;
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step. -1 (the default): 128 with allow_tf32, else 64: the whole step
-  // (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to 64
-  // in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
+  // the batched per-layer step. -1 (the default): 128 with numerics.allow_tf32, else 64: the whole
+  // step (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to
+  // 64 in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
   int ensemble_whole_step_max_models = -1;
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
@@ -85,7 +179,7 @@ struct KernelTuning {
   bool relu_backward_epilogues = false;
   // Which cuDNN API runs the convolutions cuDNN runs: kLegacy (cudnnConvolutionForward and its
   // kin) or kGraph (cuDNN's graph API through cudnn-frontend: one execution plan per shape, chosen
-  // by heuristics, deterministic ones only under `deterministic`). The plan dump names each.
+  // by heuristics, deterministic ones only under numerics.deterministic). The plan dump names each.
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kLegacy;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
@@ -96,83 +190,15 @@ struct KernelTuning {
 };
 
 struct TrainOptions {
-  ExecMode mode = ExecMode::kGraph;
-  SgdOptions sgd;
-  // When set, replaces `sgd`: SGD, SGD with Nesterov, Adam or AdamW, with gradient clipping and a
-  // learning-rate schedule, all computed on the device (reprise/optimizer.h).
-  std::optional<OptimizerOptions> optimizer;
-  bool allow_tf32 = false;  // Let matmuls and convolutions use TF32 tensor cores.
-  // kFloat32, or kBFloat16 or kFloat16 for mixed precision: the forward and backward compute in 16
-  // bits while parameters, optimizer state, batch-norm statistics and the loss stay float32
-  // (src/passes/mixed_precision.h). An op without a 16-bit GPU lowering is refused at Create,
-  // naming the node. float16's narrow range needs loss scaling, on by default for it (loss_scale).
-  DType compute_dtype = DType::kFloat32;
-  // Loss scaling (reprise/optimizer.h): kAuto is dynamic for float16 and off otherwise; bfloat16
-  // and float32 may ask for it too. LossScale() and SkippedSteps() read its state.
-  LossScaleOptions loss_scale;
-  // One finiteness check of the loss and every gradient per step, on the device inside the step:
-  // kSkipStep (default) skips a non-finite step's update and counts it (SkippedSteps, Report),
-  // kStop also stops the trainer with a Status naming the step and the first non-finite tensor,
-  // kIgnore checks nothing. With loss scaling, the scaler's check is the guard. Every plan is
-  // guarded, the whole-step MLP kernels (whole_step) too: they check inside the kernel, at one
-  // grid barrier before their updates (their cluster schedules, which cannot wait, are not used).
-  NonFiniteOptions non_finite;
-  // Choose only library algorithms that give the same bits on every run (cuDNN weight gradients
-  // without atomics), so that sync, bulked and graph steps agree bit for bit. Slower.
-  bool deterministic = false;
-  bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
-  // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
-  // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for
-  // all models; false keeps one launch per layer and pass.
-  bool whole_step = true;
-  // Concurrent lanes: 1 runs the step in order; 2 runs weight gradients and optimizer updates on a
-  // second lane beside the data-gradient chain (fork/join branches of the captured graph); 3 or 4
-  // also put side branches off the critical path (a residual block's downsample convolution and
-  // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
-  int lanes = 0;
-  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last
-  // (docs/results/history/2026-11-23_d971053.md).
-  ChannelsLast channels_last = ChannelsLast::kAuto;
-  // kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
+  // SGD with momentum by default (learning rate 0.01, momentum 0.9: PyTorch's torch.optim.SGD);
+  // SGD with Nesterov, Adam or AdamW, with gradient clipping and a learning-rate schedule, all
+  // computed on the device (reprise/optimizer.h).
+  OptimizerOptions optimizer;
+  NumericsOptions numerics;
+  // Memory: kOff until mirrored steps have passed their GPU tests; see MirrorOptions.
   MirrorOptions mirror;
-  // Ensembles: structurally identical models of one graph (same ops and shapes, their own inputs
-  // and weights, e.g. models::BuildMlpEnsemble or models built one by one) train as one batched
-  // model, one strided-batched GEMM per layer for all of them (src/passes/batch_ensemble.h).
-  // Per-model names stay valid: SetInput("m3.features"), GetParameter("m3.fc1.weight"),
-  // SaveWeights/LoadWeights write and read each model's tensors under its own names, and Read()
-  // of a model's fetched value gives that model's slice. Per model, results are those of the
-  // unbatched step up to the order of the total's sum. Groups of fewer than
-  // ensemble_min_models models stay unbatched, and so do all with a 16-bit compute_dtype (the
-  // batched ops lower float32 only).
-  bool batch_ensembles = true;
-  int ensemble_min_models = 2;
-  // Data parallelism (reprise/data_parallel.h): this trainer is one rank of a job whose ranks
-  // average their gradients with NCCL inside the captured step. Every rank must be created at
-  // about the same time (creation waits for all), with the same graph and options but its own
-  // `device`, and call Step() (and Verify, SetParameter, LoadWeights, RestoreCheckpoint) alike.
-  // Parameters start as rank 0's. Turns off the whole-step MLP kernel (whole_step).
-  std::optional<DataParallel> data_parallel;
-  // ExecMode::kGraph: who launches the captured step on each Step().
-  //   kDevice: the device. The step's graph is instantiated for device launch and a one-node
-  //     graph whose kernel tail-launches it is what Step() launches, so Step()'s host time stays
-  //     that of a one-node launch whatever the model (a plain replay costs ~0.15 us of host time
-  //     per graph node on an H100: 96 us for ResNet-50). Same kernels, same bits. The step still
-  //     completes before the stream's next work (the next step, Loss(), Read()). Every change of
-  //     the executable graph (BindInput's node update, a re-capture) is uploaded to the device
-  //     again, counted in TrainerStats::graph_uploads. A step whose graph the device cannot
-  //     launch (a host or event node, a copy from pageable host memory) fails Create with
-  //     FailedPrecondition naming the node.
-  //   kHost: cudaGraphLaunch from the host.
-  //   kAuto: kDevice where the device can launch the step's graph and it has at least 32 nodes
-  //     (below that the host launch costs a few us, less than the launcher's kernel costs the
-  //     device), else kHost from then on (a binding the device cannot copy from turns it to kHost
-  //     too); kHost with data_parallel and in a BucketedTrainer's buckets (a device-launched
-  //     graph holds device memory per bucket). TrainerStats says which and why, and the report
-  //     prints it.
-  // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
-  // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
-  // reprise-bench --busy): profile those with kHost.
-  GraphLaunch graph_launch = GraphLaunch::kAuto;
+  ParallelOptions parallel;
+  LaunchOptions launch;
   KernelTuning kernels;
   int device = 0;            // CUDA device ordinal.
   uint64_t seed = 0;         // Seeds the parameter initialisers.
@@ -190,11 +216,11 @@ struct TrainerStats {
   int64_t graph_exec_updates = 0;  // Re-captures applied in place by cudaGraphExecUpdate.
   int64_t graph_node_updates = 0;  // Bindings patched into the executable graph's copy nodes.
   int64_t graph_nodes = 0;         // Nodes in the captured CUDA graph (0 before capture).
-  // Device-launched steps (TrainOptions::graph_launch): uploads of the step's executable graph to
-  // the device (one per instantiation, exec update and node update); 0 otherwise.
+  // Device-launched steps (TrainOptions::launch.graph_launch): uploads of the step's executable
+  // graph to the device (one per instantiation, exec update and node update); 0 otherwise.
   int64_t graph_uploads = 0;
-  // Whether Step() launches the captured step from the device (TrainOptions::graph_launch), and
-  // under kAuto why the host launches it where it does.
+  // Whether Step() launches the captured step from the device (TrainOptions::launch.graph_launch),
+  // and under kAuto why the host launches it where it does.
   bool device_graph_launch = false;
   std::string host_launch_reason;
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
@@ -229,12 +255,13 @@ struct TrainerStats {
   double host_step_us_mean = 0;
   double host_step_us_median = 0;
   int64_t verify_runs = 0;  // Trainer::Verify calls; their own graphs are not counted above.
-  // The non-finite guard (TrainOptions::non_finite): its policy ("skip", "stop", "ignore") and
-  // the steps whose update it (or loss scaling) skipped for a non-finite loss or gradient. The
+  // The non-finite guard (TrainOptions::numerics.non_finite): its policy ("skip", "stop", "ignore")
+  // and the steps whose update it (or loss scaling) skipped for a non-finite loss or gradient. The
   // count lives on the device: stats() reads nothing there and leaves -1; Report() reads it.
   std::string non_finite_policy;
   int64_t skipped_steps = -1;
-  // Why the whole-step MLP kernel (TrainOptions::whole_step) was not used, when it was tried.
+  // Why the whole-step MLP kernel (TrainOptions::kernels.whole_step) was not used, when it was
+  // tried.
   std::string whole_step_declined;
   std::string ToString() const;
 };
@@ -367,10 +394,10 @@ class Trainer {
   // NonFinitePolicy::kStop, once a call that waits has found a non-finite step, FailedPrecondition
   // naming it (as every later call).
   absl::Status Step();
-  // Loss scaling's current scale (TrainOptions::loss_scale), and the steps whose update was skipped
-  // for a non-finite loss or gradient (by loss scaling, or else the non-finite guard,
-  // TrainOptions::non_finite), read from the device after the queued steps: a read on request,
-  // nothing the steps wait for. 1 when loss scaling is off; 0 skipped with neither.
+  // Loss scaling's current scale (TrainOptions::numerics.loss_scale), and the steps whose update
+  // was skipped for a non-finite loss or gradient (by loss scaling, or else the non-finite guard,
+  // TrainOptions::numerics.non_finite), read from the device after the queued steps: a read on
+  // request, nothing the steps wait for. 1 when loss scaling is off; 0 skipped with neither.
   absl::StatusOr<float> LossScale();
   absl::StatusOr<int64_t> SkippedSteps();
   // Waits for the queued steps to finish.
@@ -476,7 +503,8 @@ class Trainer {
   // A difference is a result (VerifyResult::mismatch), not an error. The trainer is left as it
   // was: state, step count and inputs restored, nothing captured for it changed. Needs device
   // memory for two more copies of the arena; ResourceExhausted otherwise. Bitwise agreement needs
-  // deterministic library algorithms: set TrainOptions::deterministic for convolutional models.
+  // deterministic library algorithms: set TrainOptions::numerics.deterministic for convolutional
+  // models.
   absl::StatusOr<VerifyResult> Verify(int steps);
 
   // Compiles `graph`, a forward-only graph (no loss needed) whose parameters all are this

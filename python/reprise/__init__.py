@@ -38,6 +38,7 @@ from ._reprise import (  # noqa: F401  (the public names)
     LossScaling,
     LrDecay,
     MirrorPolicy,
+    NonFinitePolicy,
     OptimizerKind,
     Trainer,
     TrainerReport,
@@ -50,10 +51,11 @@ from ._reprise import (  # noqa: F401  (the public names)
 )
 
 __all__ = [
-    "ChannelsLast", "DType", "ExecMode", "Graph", "GraphLaunch", "Layout", "LossScaleOptions",
-    "LossScaling", "LrDecay", "LrSchedule", "MirrorOptions", "MirrorPolicy", "OptimizerKind",
-    "OptimizerOptions", "SgdOptions", "TrainOptions", "Trainer", "TrainerReport", "TrainerStats", "Value",
-    "VerifyResult", "models", "nn", "no_gpu_reason",
+    "ChannelsLast", "DType", "ExecMode", "Graph", "GraphLaunch", "KernelTuning", "LaunchOptions",
+    "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule", "MirrorOptions",
+    "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions", "OptimizerKind",
+    "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions", "Trainer", "TrainerReport",
+    "TrainerStats", "Value", "VerifyResult", "models", "nn", "no_gpu_reason",
 ]
 
 
@@ -72,9 +74,82 @@ def _with_keywords(base):
                                          "__doc__": base.__doc__, "__module__": __name__})
 
 
-TrainOptions = _with_keywords(_reprise.TrainOptions)
 SgdOptions = _with_keywords(_reprise.SgdOptions)
 OptimizerOptions = _with_keywords(_reprise.OptimizerOptions)
 LrSchedule = _with_keywords(_reprise.LrSchedule)
 LossScaleOptions = _with_keywords(_reprise.LossScaleOptions)
 MirrorOptions = _with_keywords(_reprise.MirrorOptions)
+NonFiniteOptions = _with_keywords(_reprise.NonFiniteOptions)
+NumericsOptions = _with_keywords(_reprise.NumericsOptions)
+ParallelOptions = _with_keywords(_reprise.ParallelOptions)
+LaunchOptions = _with_keywords(_reprise.LaunchOptions)
+KernelTuning = _with_keywords(_reprise.KernelTuning)
+
+# TrainOptions' groups, and the group of each field TrainOptions had before it was grouped: the
+# flat names stay a shorthand, as keywords (TrainOptions(allow_tf32=True, lanes=2)) and as
+# attributes (options.lanes), each the same field as options.<group>.<name>.
+_GROUPS = ("optimizer", "numerics", "mirror", "parallel", "launch", "kernels")
+_FLAT = {
+    "mode": "launch", "graph_launch": "launch", "lanes": "launch",
+    "compute_dtype": "numerics", "allow_tf32": "numerics", "loss_scale": "numerics",
+    "non_finite": "numerics", "deterministic": "numerics",
+    "batch_ensembles": "parallel", "ensemble_min_models": "parallel",
+    "fuse": "kernels", "whole_step": "kernels", "channels_last": "kernels",
+}
+
+
+def _flat_property(group, name):
+    return property(lambda self: getattr(getattr(self, group), name),
+                    lambda self, value: setattr(getattr(self, group), name, value),
+                    doc=f"The same field as TrainOptions.{group}.{name}.")
+
+
+def _set_group(self, group, value):
+    """A group from its struct, or from a dict of its fields (numerics={"allow_tf32": True})."""
+    if isinstance(value, dict):
+        target = getattr(self, group)
+        for name, field in value.items():
+            if not hasattr(type(target), name):
+                raise TypeError(f"TrainOptions.{group} has no field {name!r}")
+            setattr(target, name, field)
+    else:
+        setattr(self, group, value)
+
+
+def _sgd_get(self):
+    # OptimizerOptions has SgdOptions' three fields: options.sgd.learning_rate = 0.1 edits the
+    # optimizer in place, as it edited the SGD options before.
+    return self.optimizer
+
+
+def _sgd_set(self, sgd):
+    self.optimizer = OptimizerOptions(kind=OptimizerKind.sgd, learning_rate=sgd.learning_rate,
+                                      momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+
+
+def _optimizer_set(self, optimizer):
+    # None (what meant "plain SGD" before TrainOptions held the optimizer itself): the default SGD.
+    _reprise.TrainOptions.optimizer.__set__(self, OptimizerOptions() if optimizer is None
+                                            else optimizer)
+
+
+def _train_options_init(self, **fields):
+    _reprise.TrainOptions.__init__(self)
+    for name, value in fields.items():
+        if name in _GROUPS:
+            _set_group(self, name, value)
+        elif name in _FLAT or hasattr(_reprise.TrainOptions, name) or name == "sgd":
+            setattr(self, name, value)
+        else:
+            raise TypeError(f"TrainOptions has no field {name!r}")
+
+
+TrainOptions = type("TrainOptions", (_reprise.TrainOptions,), {
+    "__init__": _train_options_init,
+    "__slots__": (),
+    "__doc__": _reprise.TrainOptions.__doc__,
+    "__module__": __name__,
+    "optimizer": property(_reprise.TrainOptions.optimizer.__get__, _optimizer_set),
+    "sgd": property(_sgd_get, _sgd_set, doc="The same object as TrainOptions.optimizer."),
+    **{name: _flat_property(group, name) for name, group in _FLAT.items()},
+})

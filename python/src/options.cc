@@ -106,32 +106,42 @@ void BindOptions(nb::module_& m) {
       .def_rw("policy", &NonFiniteOptions::policy);
   nb::class_<KernelTuning>(m, "KernelTuning")
       .def(nb::init<>())
+      .def_rw("fuse", &KernelTuning::fuse)
+      .def_rw("whole_step", &KernelTuning::whole_step)
+      .def_rw("channels_last", &KernelTuning::channels_last)
       .def_rw("measure_conv_algorithms", &KernelTuning::measure_conv_algorithms)
       .def_rw("narrow_convolutions", &KernelTuning::narrow_convolutions)
       .def_rw("own_weight_gradients", &KernelTuning::own_weight_gradients)
       .def_rw("measure_matmul_algorithms", &KernelTuning::measure_matmul_algorithms)
       .def_rw("ensemble_whole_step_max_models", &KernelTuning::ensemble_whole_step_max_models)
       .def_rw("relu_backward_epilogues", &KernelTuning::relu_backward_epilogues);
-  // Every field of the C++ TrainOptions but data_parallel (one process per GPU: use the C++ API).
+  nb::class_<NumericsOptions>(m, "NumericsOptions")
+      .def(nb::init<>())
+      .def_rw("compute_dtype", &NumericsOptions::compute_dtype)
+      .def_rw("allow_tf32", &NumericsOptions::allow_tf32)
+      .def_rw("loss_scale", &NumericsOptions::loss_scale)
+      .def_rw("non_finite", &NumericsOptions::non_finite)
+      .def_rw("deterministic", &NumericsOptions::deterministic);
+  // All but data_parallel (one process per GPU: use the C++ API).
+  nb::class_<ParallelOptions>(m, "ParallelOptions")
+      .def(nb::init<>())
+      .def_rw("batch_ensembles", &ParallelOptions::batch_ensembles)
+      .def_rw("ensemble_min_models", &ParallelOptions::ensemble_min_models);
+  nb::class_<LaunchOptions>(m, "LaunchOptions")
+      .def(nb::init<>())
+      .def_rw("mode", &LaunchOptions::mode)
+      .def_rw("graph_launch", &LaunchOptions::graph_launch)
+      .def_rw("lanes", &LaunchOptions::lanes);
+  // Every field of the C++ TrainOptions, grouped as there (python/reprise/__init__.py also takes
+  // and gives the old flat names).
   nb::class_<TrainOptions>(m, "TrainOptions")
       .def(nb::init<>())
-      .def_rw("mode", &TrainOptions::mode)
-      .def_rw("sgd", &TrainOptions::sgd)
       .def_rw("optimizer", &TrainOptions::optimizer)
-      .def_rw("allow_tf32", &TrainOptions::allow_tf32)
-      .def_rw("compute_dtype", &TrainOptions::compute_dtype)
-      .def_rw("loss_scale", &TrainOptions::loss_scale)
-      .def_rw("deterministic", &TrainOptions::deterministic)
-      .def_rw("fuse", &TrainOptions::fuse)
-      .def_rw("whole_step", &TrainOptions::whole_step)
-      .def_rw("lanes", &TrainOptions::lanes)
-      .def_rw("channels_last", &TrainOptions::channels_last)
+      .def_rw("numerics", &TrainOptions::numerics)
       .def_rw("mirror", &TrainOptions::mirror)
-      .def_rw("batch_ensembles", &TrainOptions::batch_ensembles)
-      .def_rw("ensemble_min_models", &TrainOptions::ensemble_min_models)
-      .def_rw("graph_launch", &TrainOptions::graph_launch)
+      .def_rw("parallel", &TrainOptions::parallel)
+      .def_rw("launch", &TrainOptions::launch)
       .def_rw("kernels", &TrainOptions::kernels)
-      .def_rw("non_finite", &TrainOptions::non_finite)
       .def_rw("device", &TrainOptions::device)
       .def_rw("seed", &TrainOptions::seed)
       .def_rw("fetch", &TrainOptions::fetch);

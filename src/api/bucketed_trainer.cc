@@ -34,10 +34,11 @@ absl::StatusOr<std::unique_ptr<BucketedTrainer>> BucketedTrainer::Create(
         "TrainOptions::fetch names values of one graph, and a BucketedTrainer has one graph per "
         "bucket: fetch through Bucket(batch) of a Trainer built alone");
   }
-  if (options.data_parallel.has_value()) {
+  if (options.parallel.data_parallel.has_value()) {
     // Each bucket's step would join the job as the same rank with its own collectives.
     return absl::UnimplementedError(
-        "TrainOptions::data_parallel with shape buckets is not implemented: a BucketedTrainer's "
+        "TrainOptions::parallel.data_parallel with shape buckets is not implemented: a "
+        "BucketedTrainer's "
         "buckets would each join the job as the same rank");
   }
   std::vector<std::unique_ptr<Trainer::Impl>> impls;

@@ -24,7 +24,7 @@ absl::Status CheckDeviceForCapture() {
 absl::StatusOr<CapturedStepDump> CaptureStepForDump(const Graph& graph, Value loss,
                                                     TrainOptions options, bool cuda_debug_dot) {
   RETURN_IF_ERROR(CheckDeviceForCapture());
-  options.mode = ExecMode::kGraph;
+  options.launch.mode = ExecMode::kGraph;
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer::Impl> trainer,
                    Trainer::Impl::Create(graph, loss, options));
   RETURN_IF_ERROR(trainer->Step());

@@ -10,7 +10,7 @@ namespace {
 int64_t WholeStepMaxModels(const TrainOptions& options) {
   if (options.kernels.ensemble_whole_step_max_models >= 0)
     return options.kernels.ensemble_whole_step_max_models;
-  return options.allow_tf32 ? 128 : 64;
+  return options.numerics.allow_tf32 ? 128 : 64;
 }
 
 }  // namespace
@@ -18,20 +18,21 @@ int64_t WholeStepMaxModels(const TrainOptions& options) {
 passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
                                          const codegen::MlpStepTarget& mlp_step_target) {
   passes::CompileOptions compile;
-  compile.batch_ensembles = options.batch_ensembles;
-  compile.ensembles.min_models = options.ensemble_min_models;
-  compile.channels_last = options.channels_last;
-  compile.compute_dtype = options.compute_dtype;
-  compile.optimizer = options.optimizer.value_or(autodiff::FromSgd(options.sgd));
-  compile.loss_scale = options.loss_scale;
-  compile.non_finite = options.non_finite;
-  compile.data_parallel = options.data_parallel;
+  compile.batch_ensembles = options.parallel.batch_ensembles;
+  compile.ensembles.min_models = options.parallel.ensemble_min_models;
+  compile.channels_last = options.kernels.channels_last;
+  compile.compute_dtype = options.numerics.compute_dtype;
+  compile.optimizer = options.optimizer;
+  compile.loss_scale = options.numerics.loss_scale;
+  compile.non_finite = options.numerics.non_finite;
+  compile.data_parallel = options.parallel.data_parallel;
   compile.plan.mirror = options.mirror;
-  compile.plan.fuse = options.fuse;
-  compile.plan.lanes = options.lanes;
+  compile.plan.fuse = options.kernels.fuse;
+  compile.plan.lanes = options.launch.lanes;
   compile.plan.fusion.mlp_step_target = mlp_step_target;
   // The whole-step kernel keeps its gradients to itself: data parallelism needs them averaged.
-  compile.plan.fusion.whole_mlp_step = options.whole_step && !options.data_parallel.has_value();
+  compile.plan.fusion.whole_mlp_step =
+      options.kernels.whole_step && !options.parallel.data_parallel.has_value();
   compile.plan.fusion.whole_step_max_models = WholeStepMaxModels(options);
   compile.plan.fusion.relu_backward_epilogues = options.kernels.relu_backward_epilogues;
   compile.plan.fusion.conv_batch_norm_stats =
@@ -42,8 +43,8 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
 }
 
 ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
-  return {.allow_tf32 = options.allow_tf32,
-          .deterministic = options.deterministic,
+  return {.allow_tf32 = options.numerics.allow_tf32,
+          .deterministic = options.numerics.deterministic,
           .measure_conv_algorithms = options.kernels.measure_conv_algorithms,
           .measure_matmul_algorithms = options.kernels.measure_matmul_algorithms,
           .narrow_convolutions = options.kernels.narrow_convolutions,

@@ -48,12 +48,12 @@ absl::StatusOr<ForwardPlan> BuildForwardPlan(const Graph& graph, absl::Span<cons
     }
   }
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
-  RETURN_IF_ERROR(CheckWrittenState(graph, train.compute_dtype));
+  RETURN_IF_ERROR(CheckWrittenState(graph, train.numerics.compute_dtype));
   ForwardPlan out;
   // Mixed precision as the trainer's: 16-bit compute, the outputs read back as float32.
   ASSIGN_OR_RETURN(
       passes::MixedPrecisionGraph mixed,
-      passes::ConvertToMixedPrecision(graph, outputs[0], outputs, train.compute_dtype));
+      passes::ConvertToMixedPrecision(graph, outputs[0], outputs, train.numerics.compute_dtype));
   const Graph& g = mixed.graph;
   // An input read by several (ids of two tables) takes the tightest range, as the trainer's.
   for (const LabelUse& use : LabelUsesOf(g)) {

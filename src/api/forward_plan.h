@@ -34,9 +34,9 @@ struct ForwardPlan {
 };
 
 // `graph` compiled as `train` compiles a step, without autodiff or optimizer: mixed precision as
-// train.compute_dtype (the outputs read back as float32), fusion if `fuse` (no whole-step MLP
-// kernel), one lane, nothing mirrored, a memory plan that keeps `outputs`. InvalidArgument for no
-// outputs, an output not in the graph, and a float state written in place (a key/value cache) of
+// train.numerics.compute_dtype (the outputs read back as float32), fusion if `fuse` (no whole-step
+// MLP kernel), one lane, nothing mirrored, a memory plan that keeps `outputs`. InvalidArgument for
+// no outputs, an output not in the graph, and a float state written in place (a key/value cache) of
 // another dtype than a 16-bit compute_dtype, naming it; the passes' errors pass through.
 absl::StatusOr<ForwardPlan> BuildForwardPlan(const Graph& graph, absl::Span<const Value> outputs,
                                              const TrainOptions& train,

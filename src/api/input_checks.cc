@@ -93,12 +93,6 @@ absl::Status CheckHyperparameterInput(absl::string_view input, float value) {
 
 namespace {
 
-absl::Status CheckSgdField(absl::string_view field, float value) {
-  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("TrainOptions::sgd.", field, " must be finite and at least 0, got ", value));
-}
-
 absl::Status CheckEnum(bool known, absl::string_view field, int value) {
   if (known) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -108,41 +102,41 @@ absl::Status CheckEnum(bool known, absl::string_view field, int value) {
 }  // namespace
 
 absl::Status ValidateTrainOptions(const TrainOptions& o) {
-  RETURN_IF_ERROR(CheckEnum(
-      o.mode == ExecMode::kSync || o.mode == ExecMode::kBulked || o.mode == ExecMode::kGraph,
-      "mode", static_cast<int>(o.mode)));
-  RETURN_IF_ERROR(CheckEnum(o.graph_launch == GraphLaunch::kAuto ||
-                                o.graph_launch == GraphLaunch::kHost ||
-                                o.graph_launch == GraphLaunch::kDevice,
-                            "graph_launch", static_cast<int>(o.graph_launch)));
-  RETURN_IF_ERROR(CheckEnum(o.channels_last == ChannelsLast::kAuto ||
-                                o.channels_last == ChannelsLast::kOn ||
-                                o.channels_last == ChannelsLast::kOff,
-                            "channels_last", static_cast<int>(o.channels_last)));
+  RETURN_IF_ERROR(CheckEnum(o.launch.mode == ExecMode::kSync ||
+                                o.launch.mode == ExecMode::kBulked ||
+                                o.launch.mode == ExecMode::kGraph,
+                            "launch.mode", static_cast<int>(o.launch.mode)));
+  RETURN_IF_ERROR(CheckEnum(o.launch.graph_launch == GraphLaunch::kAuto ||
+                                o.launch.graph_launch == GraphLaunch::kHost ||
+                                o.launch.graph_launch == GraphLaunch::kDevice,
+                            "launch.graph_launch", static_cast<int>(o.launch.graph_launch)));
+  RETURN_IF_ERROR(CheckEnum(o.kernels.channels_last == ChannelsLast::kAuto ||
+                                o.kernels.channels_last == ChannelsLast::kOn ||
+                                o.kernels.channels_last == ChannelsLast::kOff,
+                            "kernels.channels_last", static_cast<int>(o.kernels.channels_last)));
   RETURN_IF_ERROR(CheckEnum(o.mirror.policy == MirrorOptions::Policy::kOff ||
                                 o.mirror.policy == MirrorOptions::Policy::kAuto ||
                                 o.mirror.policy == MirrorOptions::Policy::kBudget,
                             "mirror.policy", static_cast<int>(o.mirror.policy)));
-  if (o.compute_dtype != DType::kFloat32 && o.compute_dtype != DType::kBFloat16 &&
-      o.compute_dtype != DType::kFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TrainOptions::compute_dtype must be f32, bf16 or f16, got ", DTypeName(o.compute_dtype)));
+  if (o.numerics.compute_dtype != DType::kFloat32 && o.numerics.compute_dtype != DType::kBFloat16 &&
+      o.numerics.compute_dtype != DType::kFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::numerics.compute_dtype must be f32, bf16 or f16, got ",
+                     DTypeName(o.numerics.compute_dtype)));
   }
-  if (o.optimizer.has_value()) {
-    RETURN_IF_ERROR(autodiff::ValidateOptimizerOptions(*o.optimizer));
-  } else {
-    RETURN_IF_ERROR(CheckSgdField("learning_rate", o.sgd.learning_rate));
-    RETURN_IF_ERROR(CheckSgdField("momentum", o.sgd.momentum));
-    RETURN_IF_ERROR(CheckSgdField("weight_decay", o.sgd.weight_decay));
+  if (absl::Status s = autodiff::ValidateOptimizerOptions(o.optimizer); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::optimizer: ", s.message()));
   }
-  RETURN_IF_ERROR(autodiff::ValidateLossScaleOptions(o.loss_scale));
-  if (o.lanes < 0 || o.lanes > passes::kMaxLanes) {
-    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
-                                                   passes::kMaxLanes, ", got ", o.lanes));
+  RETURN_IF_ERROR(autodiff::ValidateLossScaleOptions(o.numerics.loss_scale));
+  if (o.launch.lanes < 0 || o.launch.lanes > passes::kMaxLanes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::launch.lanes must be 0 (auto) or 1 to ", passes::kMaxLanes,
+                     ", got ", o.launch.lanes));
   }
-  if (o.ensemble_min_models < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TrainOptions::ensemble_min_models must be at least 1, got ", o.ensemble_min_models));
+  if (o.parallel.ensemble_min_models < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::parallel.ensemble_min_models must be at least 1, got ",
+                     o.parallel.ensemble_min_models));
   }
   if (o.kernels.ensemble_whole_step_max_models < -1) {
     return absl::InvalidArgumentError(absl::StrCat(

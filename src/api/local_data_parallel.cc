@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<LocalDataParallel>> LocalDataParallel::Create(
                      " GPU", visible == 1 ? " is" : "s are", " visible"));
   }
   const int world = gpus == 0 ? visible : gpus;
-  DataParallel dp = options.data_parallel.value_or(DataParallel{});
+  DataParallel dp = options.parallel.data_parallel.value_or(DataParallel{});
   dp.world_size = world;
   dp.rank = 0;
   // Everything that fails alike on every rank fails here, before any rank waits for the others.
@@ -120,8 +120,8 @@ absl::StatusOr<std::unique_ptr<LocalDataParallel>> LocalDataParallel::Create(
   const absl::Status first = local->workers_->RunOnEach([&](int rank) -> absl::Status {
     TrainOptions mine = options;
     mine.device = rank;
-    mine.data_parallel = dp;
-    mine.data_parallel->rank = rank;
+    mine.parallel.data_parallel = dp;
+    mine.parallel.data_parallel->rank = rank;
     absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(graph, loss, mine);
     results[rank] = trainer.status();
     if (trainer.ok()) local->trainers_[rank] = *std::move(trainer);

@@ -131,12 +131,12 @@ absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name) {
 
 absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   TrainOptions options;
-  options.fuse = request.fuse;
-  options.lanes = request.lanes;
-  options.whole_step = request.whole_step;
-  options.batch_ensembles = request.batch_ensembles;
-  options.allow_tf32 = request.tf32;
-  options.non_finite = request.non_finite;
+  options.kernels.fuse = request.fuse;
+  options.launch.lanes = request.lanes;
+  options.kernels.whole_step = request.whole_step;
+  options.parallel.batch_ensembles = request.batch_ensembles;
+  options.numerics.allow_tf32 = request.tf32;
+  options.numerics.non_finite = request.non_finite;
   absl::StatusOr<MirrorOptions> mirror = ParseMirrorOptions(request.mirror);
   if (!mirror.ok())
     return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.status().message()));
@@ -145,10 +145,11 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   if (!layout.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--channels_last: ", layout.status().message()));
   }
-  options.channels_last = *layout;
-  ASSIGN_OR_RETURN(options.compute_dtype, ParseComputeDType(request.dtype));
+  options.kernels.channels_last = *layout;
+  ASSIGN_OR_RETURN(options.numerics.compute_dtype, ParseComputeDType(request.dtype));
   if (request.data_parallel_bucket_bytes > 0) {
-    options.data_parallel = DataParallel{.bucket_bytes = request.data_parallel_bucket_bytes};
+    options.parallel.data_parallel =
+        DataParallel{.bucket_bytes = request.data_parallel_bucket_bytes};
   }
   return options;
 }

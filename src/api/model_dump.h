@@ -41,8 +41,8 @@ struct DumpRequest {
   std::string dtype = "f32";           // compute_dtype: f32, bf16 or f16.
   std::string channels_last = "auto";  // auto, on or off.
   bool tf32 = false;                   // allow_tf32.
-  // The non-finite guard, as the Trainer's default (TrainOptions::non_finite): its check and
-  // counter are in the training graph, except where the whole-step kernel runs the step.
+  // The non-finite guard, as the Trainer's default (TrainOptions::numerics.non_finite): its check
+  // and counter are in the training graph, except where the whole-step kernel runs the step.
   NonFiniteOptions non_finite;
   // Data parallelism's gradient buckets of this many bytes, averaged by all_reduce nodes (stages
   // training and plan; turns off the whole-step kernel as the Trainer does); 0: none.

@@ -132,7 +132,8 @@ absl::StatusOr<int32_t> SampleToken(absl::Span<const float> logits, const Sample
 
 absl::StatusOr<std::unique_ptr<Gpt2Generator>> Gpt2Generator::Create(
     Trainer& trainer, const Gpt2Config& config, const ForwardOptions& options) {
-  ASSIGN_OR_RETURN(Gpt2Decoder decoder, BuildGpt2Decoder(config, trainer.options().compute_dtype));
+  ASSIGN_OR_RETURN(Gpt2Decoder decoder,
+                   BuildGpt2Decoder(config, trainer.options().numerics.compute_dtype));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ForwardRunner> runner,
       trainer.CompileForward(decoder.graph, {decoder.logits, decoder.position}, options));

@@ -89,10 +89,11 @@ absl::StatusOr<ResNet> BuildResNet(const ResNetConfig& config) {
         " classes=", config.classes, " image_size=", config.image_size));
   }
   if (config.dtype != DType::kFloat32 && config.dtype != DType::kFloat64) {
-    return absl::UnimplementedError(absl::StrCat(
-        "ResNet graphs are built in f32 (or f64), not ", DTypeName(config.dtype),
-        ": for bf16/f16 training build it in f32 and set TrainOptions::compute_dtype (16-bit "
-        "compute with f32 master weights)"));
+    return absl::UnimplementedError(absl::StrCat("ResNet graphs are built in f32 (or f64), not ",
+                                                 DTypeName(config.dtype),
+                                                 ": for bf16/f16 training build it in f32 and set "
+                                                 "TrainOptions::numerics.compute_dtype (16-bit "
+                                                 "compute with f32 master weights)"));
   }
   ResNet net;
   Graph& g = net.graph;

@@ -63,7 +63,7 @@ OptimizerTraffic OptimizerTrafficOf(const passes::Plan& plan) {
 
 absl::StatusOr<OptimizerTiming> TimeOptimizerUpdate(const Graph& graph, Value loss,
                                                     TrainOptions options, int warmup, int iters) {
-  options.mode = ExecMode::kBulked;
+  options.launch.mode = ExecMode::kBulked;
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer::Impl> trainer,
                    Trainer::Impl::Create(graph, loss, options));
   for (int step = 0; step < 2; ++step) RETURN_IF_ERROR(trainer->Step());

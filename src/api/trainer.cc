@@ -74,10 +74,10 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
   absl::StatusOr<std::unique_ptr<Impl>> impl = Prepare(graph, loss, options);
   const absl::Status status = impl.ok() ? (*impl)->Start(nullptr) : impl.status();
   if (status.ok()) return impl;
-  if (!options.data_parallel.has_value()) return status;
+  if (!options.parallel.data_parallel.has_value()) return status;
   // Named by rank, and recorded before this rank's communicator goes, so that the ranks of this
   // process that wait for this one stop at once.
-  return parallel::RankFailed(*options.data_parallel, status);
+  return parallel::RankFailed(*options.parallel.data_parallel, status);
 }
 
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
@@ -87,11 +87,13 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   RETURN_IF_ERROR(ValidateTrainOptions(options));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
-  if (options.graph_launch == GraphLaunch::kDevice && options.mode != ExecMode::kGraph) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "TrainOptions::graph_launch = device launches the captured step graph from the device; "
-        "mode ",
-        ExecModeName(options.mode), " captures none (use ExecMode::kGraph)"));
+  if (options.launch.graph_launch == GraphLaunch::kDevice &&
+      options.launch.mode != ExecMode::kGraph) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::launch.graph_launch = device launches the captured step graph "
+                     "from the device; "
+                     "mode ",
+                     ExecModeName(options.launch.mode), " captures none (use ExecMode::kGraph)"));
   }
   ASSIGN_OR_RETURN(int devices, runtime::VisibleDeviceCount());
   if (devices == 0) {
@@ -117,8 +119,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->weight_names_ = std::move(weight_names);
   impl->torch_names_ = TorchStateDictNamesOf(graph);
   impl->SetEnsemble(graph, std::move(compiled.batched), unfused_training);
-  impl->model_fingerprint_ =
-      ModelFingerprint(graph, loss, options.optimizer.value_or(autodiff::FromSgd(options.sgd)));
+  impl->model_fingerprint_ = ModelFingerprint(graph, loss, options.optimizer);
   impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
@@ -176,7 +177,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   kernel_stats_after_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());
-  if (options_.mode == ExecMode::kGraph) {
+  if (options_.launch.mode == ExecMode::kGraph) {
     ASSIGN_OR_RETURN(capture::CapturedStep step, CaptureStep(launches_, *lanes_));
     captured_.emplace(std::move(step));
   }
@@ -186,11 +187,11 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
 absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
     absl::Span<const capture::LoweredLaunch> launches, const capture::Lanes& lanes) {
   using Launch = capture::CapturedStep::Launch;
-  Launch launch = options_.graph_launch == GraphLaunch::kHost     ? Launch::kHost
-                  : options_.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
-                                                                  : Launch::kAuto;
+  Launch launch = options_.launch.graph_launch == GraphLaunch::kHost     ? Launch::kHost
+                  : options_.launch.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
+                                                                         : Launch::kAuto;
   // NCCL's collectives inside a device-launched graph have not run on a GPU pair yet.
-  if (launch == Launch::kAuto && options_.data_parallel.has_value()) {
+  if (launch == Launch::kAuto && options_.parallel.data_parallel.has_value()) {
     launch = Launch::kHost;
     host_launch_reason_ = "data parallel: device launch of NCCL's collectives is untested";
   } else if (launch == Launch::kAuto && shares_device_) {
@@ -359,7 +360,7 @@ absl::Status Trainer::Impl::Step() {
   if (captured_.has_value()) {
     RETURN_IF_ERROR(captured_->Replay(stream));
   } else {
-    RETURN_IF_ERROR(lanes_->Run(launches_, stream, options_.mode == ExecMode::kSync));
+    RETURN_IF_ERROR(lanes_->Run(launches_, stream, options_.launch.mode == ExecMode::kSync));
   }
   step_queued_ = true;
   ++steps_;

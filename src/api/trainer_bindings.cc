@@ -97,9 +97,9 @@ absl::Status Trainer::Impl::BindInput(absl::string_view name, const void* data, 
 
 absl::Status Trainer::Impl::ForceRecapture(capture::CapturedStep::Apply apply) {
   if (!captured_.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ForceRecapture: the step is not captured (mode ", ExecModeName(options_.mode),
-                     "); only ExecMode::kGraph has a graph to update"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ForceRecapture: the step is not captured (mode ", ExecModeName(options_.launch.mode),
+        "); only ExecMode::kGraph has a graph to update"));
   }
   RETURN_IF_ERROR(WaitForLastStep());  // No queued replay runs the executable being replaced.
   ++recapture_reasons_[kForcedRecapture];

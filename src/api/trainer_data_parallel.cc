@@ -12,8 +12,8 @@
 namespace reprise {
 
 absl::Status Trainer::Impl::StartDataParallel() {
-  if (!options_.data_parallel.has_value()) return absl::OkStatus();
-  const DataParallel& dp = *options_.data_parallel;
+  if (!options_.parallel.data_parallel.has_value()) return absl::OkStatus();
+  const DataParallel& dp = *options_.parallel.data_parallel;
   ASSIGN_OR_RETURN(communicator_,
                    parallel::NcclCommunicator::Create(dp.id, dp.rank, dp.world_size,
                                                       options_.device, parallel::RankWait(dp)));

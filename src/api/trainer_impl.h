@@ -103,8 +103,8 @@ class Trainer::Impl {
   // In trainer_loss_scale.cc: loss scaling's state, read from the device after the queued steps;
   // none when loss scaling is off.
   absl::StatusOr<std::optional<TrainerReport::LossScaleState>> ReadLossScale() const;
-  // In trainer_non_finite.cc: the non-finite guard's state (TrainOptions::non_finite), read from
-  // the device after the queued steps; none with kIgnore and no loss scaling.
+  // In trainer_non_finite.cc: the non-finite guard's state (TrainOptions::numerics.non_finite),
+  // read from the device after the queued steps; none with kIgnore and no loss scaling.
   absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> ReadNonFinite() const;
   // NonFinitePolicy::kStop, after the stream is synchronised: once the guard's record holds a
   // non-finite step, the Status naming it and the first non-finite tensor (kept, and returned by
@@ -160,8 +160,8 @@ class Trainer::Impl {
   absl::Status InitDevice(const DeviceShare* share);
   // After lowering: backs each lane's workspace as far as its chosen algorithms need.
   absl::Status BackWorkspaces();
-  // Captures `launches` on the trainer's stream for the launch TrainOptions::graph_launch asks
-  // for.
+  // Captures `launches` on the trainer's stream for the launch TrainOptions::launch.graph_launch
+  // asks for.
   absl::StatusOr<capture::CapturedStep> CaptureStep(
       absl::Span<const capture::LoweredLaunch> launches, const capture::Lanes& lanes);
   absl::Status InitPersistentTensors();

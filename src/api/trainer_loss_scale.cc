@@ -15,7 +15,7 @@ namespace reprise {
 
 absl::StatusOr<std::optional<TrainerReport::LossScaleState>> Trainer::Impl::ReadLossScale() const {
   const LossScaleOptions scaling =
-      autodiff::ResolveLossScaling(options_.loss_scale, options_.compute_dtype);
+      autodiff::ResolveLossScaling(options_.numerics.loss_scale, options_.numerics.compute_dtype);
   if (!autodiff::ScalesLoss(scaling)) return std::nullopt;
   const Graph& g = plan_.graph();
   // Each state tensor is 4 bytes: the f32 scale and the i32 counters.

@@ -66,8 +66,8 @@ absl::Status Trainer::Impl::ReadNamed(absl::string_view name, void* host, int64_
 
 absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::ReadNonFinite() const {
   const LossScaleOptions scaling =
-      autodiff::ResolveLossScaling(options_.loss_scale, options_.compute_dtype);
-  const autodiff::NonFiniteOptions& guard = options_.non_finite;
+      autodiff::ResolveLossScaling(options_.numerics.loss_scale, options_.numerics.compute_dtype);
+  const autodiff::NonFiniteOptions& guard = options_.numerics.non_finite;
   TrainerReport::NonFiniteState state;
   state.policy = std::string(NonFinitePolicyName(guard.policy));
   if (autodiff::ScalesLoss(scaling)) {
@@ -92,12 +92,12 @@ absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::Read
 
 absl::Status Trainer::Impl::CheckNonFiniteStop() {
   if (!non_finite_stop_.ok()) return non_finite_stop_;
-  if (options_.non_finite.policy != NonFinitePolicy::kStop) return absl::OkStatus();
+  if (options_.numerics.non_finite.policy != NonFinitePolicy::kStop) return absl::OkStatus();
   int32_t record[2] = {0, 0};
   RETURN_IF_ERROR(ReadNamed(autodiff::kNonFiniteRecord, record, 8));
   if (record[1] == 0) return absl::OkStatus();
   std::string first;
-  if (options_.data_parallel.has_value()) {
+  if (options_.parallel.data_parallel.has_value()) {
     first = "not searched (an eager run of a data-parallel step needs every rank)";
   } else {
     absl::StatusOr<std::string> found = FirstNonFiniteTensor();

@@ -70,7 +70,7 @@ TrainerReport Trainer::Impl::Report() const {
     }
   } else {
     report.non_finite = TrainerReport::NonFiniteState{
-        .policy = std::string(NonFinitePolicyName(options_.non_finite.policy)),
+        .policy = std::string(NonFinitePolicyName(options_.numerics.non_finite.policy)),
         .checked_by = absl::StrCat("unreadable (", non_finite.status().ToString(), ")")};
   }
   return report;

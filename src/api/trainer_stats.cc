@@ -10,7 +10,7 @@ namespace reprise {
 TrainerStats Trainer::Impl::stats() const {
   TrainerStats s;
   s.steps = steps_;
-  s.non_finite_policy = std::string(NonFinitePolicyName(options_.non_finite.policy));
+  s.non_finite_policy = std::string(NonFinitePolicyName(options_.numerics.non_finite.policy));
   s.whole_step_declined = plan_.whole_step_declined;
   if (captured_.has_value()) {
     s.graph_replays = captured_->replays();

@@ -211,7 +211,8 @@ absl::StatusOr<VerifyResult> Trainer::Impl::Verify(int steps, const VerifyFault&
   }
   ASSIGN_OR_RETURN(capture::Lanes lanes, capture::Lanes::Create(launches));
   // Launched as the trainer launches its own step (from the device or the host, as
-  // TrainOptions::graph_launch chose), so that the bits compared are the ones that launch gives.
+  // TrainOptions::launch.graph_launch chose), so that the bits compared are the ones that launch
+  // gives.
   ASSIGN_OR_RETURN(capture::CapturedStep graph, CaptureStep(launches, lanes));
 
   // What is compared, in the order the step writes it.

@@ -198,10 +198,10 @@ absl::StatusOr<std::vector<UpdatePath>> ParseUpdatePaths(absl::string_view list)
 absl::StatusOr<UpdateBenchResult> MeasureUpdatePaths(const Graph& graph, Value loss,
                                                      const TrainOptions& options,
                                                      const UpdateBenchOptions& bench) {
-  if (options.mode != ExecMode::kGraph) {
+  if (options.launch.mode != ExecMode::kGraph) {
     return absl::InvalidArgumentError(
         absl::StrCat("update paths belong to the captured step: mode must be graph, not ",
-                     ExecModeName(options.mode)));
+                     ExecModeName(options.launch.mode)));
   }
   if (bench.paths.empty()) return absl::InvalidArgumentError("no update path to measure");
   if (bench.reps < 1 || bench.recapture_reps < 1 || bench.warmup < 0 || bench.device_steps < 1) {
@@ -226,8 +226,7 @@ absl::StatusOr<UpdateBenchResult> MeasureUpdatePaths(const Graph& graph, Value l
   result.launches_per_step = stats.launches_per_step;
   result.graph_nodes = stats.graph_nodes;
   result.lanes = static_cast<int>(stats.lanes);
-  const float learning_rate =
-      options.optimizer.has_value() ? options.optimizer->learning_rate : options.sgd.learning_rate;
+  const float learning_rate = options.optimizer.learning_rate;
   for (UpdatePath path : bench.paths) {
     ASSIGN_OR_RETURN(UpdatePathResult measured, MeasurePath(*trainer, path, bench, learning_rate));
     result.paths.push_back(std::move(measured));

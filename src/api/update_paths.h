@@ -68,8 +68,8 @@ struct UpdateBenchResult {
   int lanes = 1;
 };
 
-// Creates the trainer of `graph` (options.mode must be ExecMode::kGraph), times its replays on
-// the device, then measures each path of `bench` in turn. kBindInput binds bound_input to one of
+// Creates the trainer of `graph` (options.launch.mode must be ExecMode::kGraph), times its replays
+// on the device, then measures each path of `bench` in turn. kBindInput binds bound_input to one of
 // two zeroed device buffers (a re-capture, before the timed repetitions), flips between them
 // each repetition, and unbinds it after. InvalidArgument for bad counts or another mode; the
 // trainer's errors pass through.

@@ -12,7 +12,7 @@
 // the loss is each rank's own: a rank whose loss alone is non-finite (every gradient finite)
 // would skip alone. Not yet handled: the check would need the loss averaged too.
 //
-// TrainOptions::non_finite (its options: reprise/non_finite.h).
+// TrainOptions::numerics.non_finite (its options: reprise/non_finite.h).
 #ifndef REPRISE_SRC_AUTODIFF_NON_FINITE_GUARD_H_
 #define REPRISE_SRC_AUTODIFF_NON_FINITE_GUARD_H_
 
@@ -57,7 +57,7 @@ inline bool Guards(const NonFiniteOptions& options) {
 }
 
 // The graph builders' default: no guard, so that a bare training graph (tests of other passes)
-// stays as it was. The Trainer passes TrainOptions::non_finite, which guards by default.
+// stays as it was. The Trainer passes TrainOptions::numerics.non_finite, which guards by default.
 inline constexpr NonFiniteOptions kNoGuard{NonFinitePolicy::kIgnore};
 
 // The check the updates read (attr loss_scaled, as loss scaling's), added to `t` (its backward

@@ -75,9 +75,9 @@ class AllReduceKernel : public GpuKernel {
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAllReduce(const LoweringContext& ctx,
                                                           const Node& node) {
   if (ctx.communicator == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("op 'all_reduce' node '", node.name,
-                     "' needs a communicator: the trainer has no TrainOptions::data_parallel"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "op 'all_reduce' node '", node.name,
+        "' needs a communicator: the trainer has no TrainOptions::parallel.data_parallel"));
   }
   const DType dtype = ctx.input_specs[0].dtype;
   if (dtype == DType::kFloat64) {

@@ -32,7 +32,7 @@ const ir::OpDef& CausalAttentionOp();
 
 // causal_attention_grad: packed (qkv, y, stats, dy) -> dqkv [B, T, 3·C]; separate
 // (q, k, v, y, stats, dy) -> (dq, dk, dv). Attr heads; attr deterministic is not needed: the
-// lowering follows TrainOptions::deterministic.
+// lowering follows TrainOptions::numerics.deterministic.
 const ir::OpDef& CausalAttentionGradOp();
 
 // An upper bound of the workspace cuDNN's attention backward may ask for in one lane at the

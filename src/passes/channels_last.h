@@ -64,8 +64,8 @@ absl::StatusOr<ChannelsLastGraph> ConvertToChannelsLast(const Graph& graph, Valu
 // Whether the graph has an op that ConvertToChannelsLast converts: an NCHW image op.
 bool HasNchwImageOps(const Graph& graph);
 
-// TrainOptions::channels_last: kOn converts whenever HasNchwImageOps; kAuto only when some NCHW
-// conv2d computes in float32 (float64 graphs are CPU reference checks); kOff never.
+// TrainOptions::kernels.channels_last: kOn converts whenever HasNchwImageOps; kAuto only when some
+// NCHW conv2d computes in float32 (float64 graphs are CPU reference checks); kOff never.
 bool WantsChannelsLast(const Graph& graph, ChannelsLast mode);
 
 // ConvertToChannelsLast when WantsChannelsLast, else `graph` as is, every value mapped to itself.

@@ -1,6 +1,6 @@
-// The data-parallel pass: TrainOptions::data_parallel checked, and the training graph's gradients
-// bucketed and averaged over the ranks before the optimizer (gradient_buckets.h). The ranks'
-// communication itself lives in src/parallel.
+// The data-parallel pass: TrainOptions::parallel.data_parallel checked, and the training graph's
+// gradients bucketed and averaged over the ranks before the optimizer (gradient_buckets.h). The
+// ranks' communication itself lives in src/parallel.
 #ifndef REPRISE_SRC_PASSES_DATA_PARALLEL_H_
 #define REPRISE_SRC_PASSES_DATA_PARALLEL_H_
 

@@ -16,8 +16,9 @@ namespace reprise::passes {
 absl::StatusOr<TrainingStep> BuildTrainingStep(const Graph& graph, Value loss,
                                                const CompileOptions& options) {
   if (options.plan.lanes < 0 || options.plan.lanes > kMaxLanes) {
-    return absl::InvalidArgumentError(absl::StrCat("TrainOptions::lanes must be 0 (auto) or 1 to ",
-                                                   kMaxLanes, ", got ", options.plan.lanes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::launch.lanes must be 0 (auto) or 1 to ", kMaxLanes, ", got ",
+                     options.plan.lanes));
   }
   TrainingStep step;
   // The batched ops lower float32 only, so a mixed-precision ensemble trains unbatched.

@@ -45,8 +45,8 @@ struct UpdateBenchFlags {
   std::string models;  // Comma-separated specs.
   std::string paths;   // ParseUpdatePaths: "all" or names separated by commas.
   int reps = 0, recapture_reps = 0, warmup = 0, device_steps = 0;
-  int lanes = 0;               // TrainOptions::lanes: 0 (auto) to 4.
-  bool device_launch = false;  // TrainOptions::graph_launch kDevice, else kHost.
+  int lanes = 0;               // TrainOptions::launch.lanes: 0 (auto) to 4.
+  bool device_launch = false;  // TrainOptions::launch.graph_launch kDevice, else kHost.
 };
 struct UpdateBenchConfig {
   std::vector<UpdateBenchModel> models;
@@ -81,7 +81,7 @@ struct UpdateBenchReport {
   std::string gpu, date;
   int reps = 0, recapture_reps = 0, warmup = 0, lanes = 0;
   bool device_launch =
-      false;  // Steps launched from the device (TrainOptions::graph_launch kDevice).
+      false;  // Steps launched from the device (TrainOptions::launch.graph_launch kDevice).
   std::vector<UpdateBenchRun> runs;
 };
 

@@ -19,7 +19,7 @@ absl::Status Tutorial() {
 
   // 2. Train: the whole step (forward, backward, SGD) is captured once and replayed.
   reprise::TrainOptions options;  // Graph mode; SGD, learning rate 0.01, momentum 0.9.
-  options.sgd.learning_rate = 0.1f;
+  options.optimizer.learning_rate = 0.1f;
   REPRISE_ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(g, loss, options));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;

@@ -114,7 +114,7 @@ TEST(CapturableTest, TrainerCreateRefusesAnUncapturableOpBeforeTouchingTheDevice
   const Model m = ModelWith(LegacyStreamCopyOp());
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked, ExecMode::kSync}) {
     TrainOptions options;
-    options.mode = mode;  // Eager modes run the same plan, which must be capturable too.
+    options.launch.mode = mode;  // Eager modes run the same plan, which must be capturable too.
     const absl::Status status = Trainer::Create(m.graph, m.loss, options).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
     EXPECT_THAT(status.message(), AllOf(HasSubstr("test_legacy_stream_copy"), HasSubstr("'staged'"),

@@ -309,7 +309,7 @@ TEST(DataParallelPlanTest, ThePlanDumpShowsEachAllReduceOnTheCommunicationLane) 
 
 TEST(DataParallelPlanTest, ShapeBucketsRefuseDataParallelism) {
   TrainOptions options;
-  options.data_parallel = DataParallel{};
+  options.parallel.data_parallel = DataParallel{};
   auto trainer = BucketedTrainer::Create(
       [](int64_t batch) -> absl::StatusOr<BucketModel> {
         ASSIGN_OR_RETURN(models::Mlp mlp, models::BuildMlp({.batch = batch}));

@@ -1,5 +1,5 @@
-// TrainOptions::graph_launch = kDevice launches the captured step graph from the device, so it
-// needs ExecMode::kGraph: the eager modes are refused at Trainer::Create, before the device is
+// TrainOptions::launch.graph_launch = kDevice launches the captured step graph from the device, so
+// it needs ExecMode::kGraph: the eager modes are refused at Trainer::Create, before the device is
 // touched (this runs the same with or without a GPU). The default, kAuto, is allowed in every mode;
 // the launch names parse back.
 #include "absl/strings/str_cat.h"
@@ -19,8 +19,8 @@ TEST(DeviceLaunchOptionsTest, EagerModesAreRefusedNamingTheOptionAndTheMode) {
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   for (ExecMode mode : {ExecMode::kSync, ExecMode::kBulked}) {
     TrainOptions options;
-    options.mode = mode;
-    options.graph_launch = GraphLaunch::kDevice;
+    options.launch.mode = mode;
+    options.launch.graph_launch = GraphLaunch::kDevice;
     const absl::Status status = Trainer::Create(mlp->graph, mlp->loss, options).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_THAT(status.message(), AllOf(HasSubstr("graph_launch = device"),
@@ -30,7 +30,7 @@ TEST(DeviceLaunchOptionsTest, EagerModesAreRefusedNamingTheOptionAndTheMode) {
 }
 
 TEST(DeviceLaunchOptionsTest, AutoByDefault) {
-  EXPECT_EQ(TrainOptions{}.graph_launch, GraphLaunch::kAuto);
+  EXPECT_EQ(TrainOptions{}.launch.graph_launch, GraphLaunch::kAuto);
 }
 
 TEST(DeviceLaunchOptionsTest, NamesParseBackAndUnknownOnesAreClearErrors) {

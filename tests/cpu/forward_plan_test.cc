@@ -42,7 +42,7 @@ TEST(ForwardPlanTest, ADecoderPlanIsForwardOnlyWithItsParametersFirst) {
     auto decoder = models::BuildGpt2Decoder(Small(), compute);
     ASSERT_TRUE(decoder.ok()) << decoder.status();
     TrainOptions train;
-    train.compute_dtype = compute;
+    train.numerics.compute_dtype = compute;
     auto planned = BuildForwardPlan(decoder->graph, {decoder->logits, decoder->position}, train, {},
                                     /*fuse=*/true);
     ASSERT_TRUE(planned.ok()) << planned.status();
@@ -90,7 +90,7 @@ TEST(ForwardPlanTest, BadOutputsAndAFloat32CacheUnderBFloat16AreRefused) {
   auto decoder = models::BuildGpt2Decoder(Small(), DType::kFloat32);
   ASSERT_TRUE(decoder.ok());
   TrainOptions bf16;
-  bf16.compute_dtype = DType::kBFloat16;
+  bf16.numerics.compute_dtype = DType::kBFloat16;
   absl::Status status =
       BuildForwardPlan(decoder->graph, {decoder->logits}, bf16, {}, true).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;

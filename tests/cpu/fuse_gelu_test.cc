@@ -186,7 +186,7 @@ TEST(FuseGeluTest, DefaultBackwardIsTheProductAndAPointwiseChain) {
 TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   Block b = BuildBlock();
   TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
+  options.numerics.compute_dtype = DType::kBFloat16;
   auto step =
       passes::CompileStep(b.graph, b.loss, CompileOptionsFor(options, codegen::MlpStepTarget{}));
   ASSERT_TRUE(step.ok()) << step.status();

@@ -78,14 +78,14 @@ TEST(InputChecksTest, TrainOptionsRefuseNonFiniteAndOutOfRangeFieldsNamingThem) 
     EXPECT_THAT(s.message(), HasSubstr(field));
   };
   TrainOptions o;
-  o.sgd.learning_rate = kNaN;
-  refused(o, "sgd.learning_rate");
+  o.optimizer.learning_rate = kNaN;
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::learning_rate");
   o = {};
-  o.sgd.momentum = -kInf;
-  refused(o, "sgd.momentum");
+  o.optimizer.momentum = -kInf;
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::momentum");
   o = {};
-  o.sgd.weight_decay = kInf;
-  refused(o, "sgd.weight_decay");
+  o.optimizer.weight_decay = kInf;
+  refused(o, "TrainOptions::optimizer: OptimizerOptions::weight_decay");
   o = {};
   o.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdam, .beta1 = kNaN};
   refused(o, "beta1");
@@ -97,23 +97,23 @@ TEST(InputChecksTest, TrainOptionsRefuseNonFiniteAndOutOfRangeFieldsNamingThem) 
       OptimizerOptions{.schedule = {.decay = LrDecay::kStep, .step_size = 1, .gamma = kNaN}};
   refused(o, "gamma");
   o = {};
-  o.loss_scale = {.mode = LossScaling::kDynamic, .backoff_factor = kNaN};
+  o.numerics.loss_scale = {.mode = LossScaling::kDynamic, .backoff_factor = kNaN};
   refused(o, "backoff_factor");
   o = {};
-  o.lanes = 9;
+  o.launch.lanes = 9;
   refused(o, "lanes");
   o = {};
-  o.ensemble_min_models = 0;
+  o.parallel.ensemble_min_models = 0;
   refused(o, "ensemble_min_models");
   o = {};
   o.kernels.ensemble_whole_step_max_models = -2;
   refused(o, "ensemble_whole_step_max_models");
   o = {};
-  o.compute_dtype = DType::kInt32;
+  o.numerics.compute_dtype = DType::kInt32;
   refused(o, "compute_dtype");
   o = {};
-  o.mode = static_cast<ExecMode>(7);
-  refused(o, "mode");
+  o.launch.mode = static_cast<ExecMode>(7);
+  refused(o, "TrainOptions::launch.mode");
   o = {};
   o.device = -1;
   refused(o, "device");
@@ -123,10 +123,11 @@ TEST(InputChecksTest, CreateRefusesBadOptionsBeforeLookingForAGpu) {
   const auto mlp = models::BuildMlp({.batch = 2, .input_features = 3, .depth = 1, .width = 4});
   ASSERT_TRUE(mlp.ok());
   TrainOptions o;
-  o.sgd.learning_rate = kNaN;
+  o.optimizer.learning_rate = kNaN;
   const auto trainer = Trainer::Create(mlp->graph, mlp->loss, o);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(trainer.status().message(), HasSubstr("sgd.learning_rate"));
+  EXPECT_THAT(trainer.status().message(),
+              HasSubstr("TrainOptions::optimizer: OptimizerOptions::learning_rate"));
 }
 
 }  // namespace

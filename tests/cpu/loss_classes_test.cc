@@ -152,7 +152,7 @@ TEST(LossClassesTest, Bf16StepFusesWithTheClassesAndChecksLabelsAgainstThem) {
   constexpr int64_t kTokens = 64, kVocab = 300, kPadded = 384;
   PaddedHead h = BuildPaddedHead(kTokens, kVocab, kPadded, 32);
   TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
+  options.numerics.compute_dtype = DType::kBFloat16;
   auto step =
       passes::CompileStep(h.g, h.loss, CompileOptionsFor(options, codegen::MlpStepTarget{}));
   ASSERT_TRUE(step.ok()) << step.status();

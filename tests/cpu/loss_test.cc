@@ -117,7 +117,7 @@ TEST(LossTest, Bf16StepKeepsNoFloat32CopyOfTheLogits) {
   Value logits = *nn::Linear(g, x, kVocab, "lm_head", /*bias=*/false);
   Value loss = *nn::SoftmaxCrossEntropy(g, logits, labels, "loss");
   TrainOptions options;
-  options.compute_dtype = kBf16;
+  options.numerics.compute_dtype = kBf16;
   auto step = passes::CompileStep(g, loss, CompileOptionsFor(options, codegen::MlpStepTarget{}));
   ASSERT_TRUE(step.ok()) << step.status();
   const Graph& plan = step->plan.graph();

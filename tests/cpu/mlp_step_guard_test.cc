@@ -157,7 +157,7 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
   auto mlp = models::BuildMlp(config);
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   TrainOptions options;
-  options.allow_tf32 = true;
+  options.numerics.allow_tf32 = true;
   auto single = passes::CompileStep(mlp->graph, mlp->loss, CompileOptionsFor(options, h100));
   ASSERT_TRUE(single.ok()) << single.status();
   auto step = single->plan.graph().FindNode("mlp_train_step");
@@ -174,7 +174,7 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
     EXPECT_EQ(std::get<std::string>(compiled->plan.graph().node(*batched).attrs.at("non_finite")),
               "skip");
   }
-  options.non_finite.policy = NonFinitePolicy::kIgnore;
+  options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
   auto ignored = passes::CompileStep(mlp->graph, mlp->loss, CompileOptionsFor(options, h100));
   ASSERT_TRUE(ignored.ok()) << ignored.status();
   step = ignored->plan.graph().FindNode("mlp_train_step");
@@ -257,10 +257,10 @@ TEST(MlpStepGuardTest, GuardAddsFewLaunchesToAMixedPrecisionResNet50) {
   ASSERT_TRUE(net.ok()) << net.status();
   for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
     TrainOptions options;
-    options.compute_dtype = dtype;
+    options.numerics.compute_dtype = dtype;
     auto guarded = passes::CompileStep(net->graph, net->loss,
                                        CompileOptionsFor(options, codegen::MlpStepTarget{}));
-    options.non_finite.policy = NonFinitePolicy::kIgnore;
+    options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
     auto ignored = passes::CompileStep(net->graph, net->loss,
                                        CompileOptionsFor(options, codegen::MlpStepTarget{}));
     ASSERT_TRUE(guarded.ok() && ignored.ok()) << guarded.status() << ignored.status();

@@ -90,7 +90,7 @@ bool AnyNan(const std::vector<double>& values) {
 }
 
 TEST(NonFiniteGuardTest, TrainOptionsGuardByDefault) {
-  EXPECT_EQ(TrainOptions{}.non_finite.policy, NonFinitePolicy::kSkipStep);
+  EXPECT_EQ(TrainOptions{}.numerics.non_finite.policy, NonFinitePolicy::kSkipStep);
 }
 
 TEST(NonFiniteGuardTest, PolicyNamesRoundTrip) {

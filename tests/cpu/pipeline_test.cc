@@ -35,8 +35,8 @@ std::string TrainerPlan(const TrainOptions& options) {
 
 TEST(CompileStepTest, DumpPrintsTheBf16ChannelsLastPlanATrainerRuns) {
   TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
-  options.channels_last = ChannelsLast::kOn;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.kernels.channels_last = ChannelsLast::kOn;
   const std::string trainer = TrainerPlan(options);
   absl::StatusOr<std::string> dumped = DumpModel({.model = "resnet",
                                                   .resnet = SmallResNet50(),
@@ -52,8 +52,8 @@ TEST(CompileStepTest, DumpPrintsTheBf16ChannelsLastPlanATrainerRuns) {
 
 TEST(CompileStepTest, ADumpWithOtherOptionsPrintsAnotherPlan) {
   TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
-  options.channels_last = ChannelsLast::kOn;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.kernels.channels_last = ChannelsLast::kOn;
   absl::StatusOr<std::string> float32 = DumpModel(
       {.model = "resnet", .resnet = SmallResNet50(), .stage = "plan", .channels_last = "on"});
   ASSERT_TRUE(float32.ok()) << float32.status();
@@ -64,11 +64,11 @@ TEST(CompileStepTest, TrainOptionsOfMapsTheDumpFlags) {
   absl::StatusOr<TrainOptions> options = TrainOptionsOf(
       {.lanes = 3, .mirror = "auto", .dtype = "f16", .channels_last = "off", .tf32 = true});
   ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->lanes, 3);
+  EXPECT_EQ(options->launch.lanes, 3);
   EXPECT_EQ(options->mirror.policy, MirrorOptions::Policy::kAuto);
-  EXPECT_EQ(options->compute_dtype, DType::kFloat16);
-  EXPECT_EQ(options->channels_last, ChannelsLast::kOff);
-  EXPECT_TRUE(options->allow_tf32);
+  EXPECT_EQ(options->numerics.compute_dtype, DType::kFloat16);
+  EXPECT_EQ(options->kernels.channels_last, ChannelsLast::kOff);
+  EXPECT_TRUE(options->numerics.allow_tf32);
   EXPECT_THAT(TrainOptionsOf({.dtype = "f64"}).status().message(), HasSubstr("--dtype"));
   EXPECT_THAT(TrainOptionsOf({.channels_last = "maybe"}).status().message(),
               HasSubstr("--channels_last"));

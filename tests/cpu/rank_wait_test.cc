@@ -111,7 +111,7 @@ TEST(RankFailedTest, AFailedTrainerCreateRecordsItsRank) {
   auto abort = std::make_shared<DataParallelAbort>();
   TrainOptions options;
   options.device = 1000;
-  options.data_parallel = DataParallel{.rank = 1, .world_size = 2, .abort = abort};
+  options.parallel.data_parallel = DataParallel{.rank = 1, .world_size = 2, .abort = abort};
   const absl::Status s = Trainer::Create(mlp.graph, mlp.loss, options).status();
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("data-parallel rank 1 of 2: "));

@@ -58,7 +58,7 @@ TEST(ResNetTest, BadConfigurationsAreClearErrors) {
   EXPECT_EQ(dtype.status().code(), absl::StatusCode::kUnimplemented);
   auto bf16 = models::BuildResNet({.depth = 18, .dtype = DType::kBFloat16});
   EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(bf16.status().message(), HasSubstr("TrainOptions::compute_dtype"));
+  EXPECT_THAT(bf16.status().message(), HasSubstr("TrainOptions::numerics.compute_dtype"));
 }
 
 // A few steps on one fixed batch: the CPU reference of the whole step (conv, batch norm, pooling,

@@ -63,7 +63,7 @@ TEST(MeasureUpdatePathsTest, RefusesEagerModes) {
   const SmallModel m = Mlp();
   for (ExecMode mode : {ExecMode::kSync, ExecMode::kBulked}) {
     TrainOptions options;
-    options.mode = mode;
+    options.launch.mode = mode;
     ExpectInvalid(MeasureUpdatePaths(m.graph, m.loss, options, Bench()).status(),
                   {"mode must be graph", std::string(ExecModeName(mode)).c_str()});
   }

@@ -153,8 +153,8 @@ TEST(AttentionTrainerGpuTest, CapturedStepsAgreeWithEagerBitForBit) {
   REPRISE_REQUIRE_GPU();
   TinyTransformer m = BuildTinyTransformer();
   TrainOptions options;
-  options.compute_dtype = DType::kBFloat16;
-  options.deterministic = true;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.numerics.deterministic = true;
   options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-3f};
   REPRISE_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(m.graph, m.loss, options));
   std::vector<float> x(m.rows * m.features);

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
+#include "src/autodiff/optimizer_graph.h"
 #include "src/ir/reference_executor.h"
 #include "src/util/safetensors.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -34,14 +35,14 @@ std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode
                                      bool whole_step = true, bool batch = true, bool tf32 = false,
                                      NonFinitePolicy policy = NonFinitePolicy::kSkipStep) {
   TrainOptions options;
-  options.mode = mode;
-  options.non_finite.policy = policy;
-  options.allow_tf32 = tf32;
-  options.batch_ensembles = batch;
-  options.whole_step = whole_step;
+  options.launch.mode = mode;
+  options.numerics.non_finite.policy = policy;
+  options.numerics.allow_tf32 = tf32;
+  options.parallel.batch_ensembles = batch;
+  options.kernels.whole_step = whole_step;
   options.kernels.ensemble_whole_step_max_models = 1 << 20;  // The whole step at every K tested.
   options.seed = 5;
-  options.sgd = kSgd;
+  options.optimizer = autodiff::FromSgd(kSgd);
   options.fetch = e.losses;
   auto trainer = Trainer::Create(e.graph, e.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -60,8 +60,8 @@ TEST(CastGpuTest, SixteenBitMlpsTrain) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     SCOPED_TRACE(DTypeName(dtype));
     TrainOptions options;
-    options.compute_dtype = dtype;
-    options.sgd.learning_rate = 0.05f;
+    options.numerics.compute_dtype = dtype;
+    options.optimizer.learning_rate = 0.05f;
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
     std::vector<float> x(8 * 16);

@@ -1,6 +1,6 @@
-// ResNet-18 built NCHW and trained channels-last inside (TrainOptions::channels_last) against the
-// same network trained NCHW: the same losses and weights up to reassociation, PyTorch's parameter
-// shapes, and fetched 4-D values read back in NCHW.
+// ResNet-18 built NCHW and trained channels-last inside (TrainOptions::kernels.channels_last)
+// against the same network trained NCHW: the same losses and weights up to reassociation, PyTorch's
+// parameter shapes, and fetched 4-D values read back in NCHW.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -52,9 +52,9 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   std::unique_ptr<Trainer> trainers[2];
   for (int i = 0; i < 2; ++i) {
     TrainOptions options;
-    options.channels_last = i == 0 ? ChannelsLast::kOn : ChannelsLast::kOff;
-    options.deterministic = true;
-    options.sgd.learning_rate = 0.005f;
+    options.kernels.channels_last = i == 0 ? ChannelsLast::kOn : ChannelsLast::kOff;
+    options.numerics.deterministic = true;
+    options.optimizer.learning_rate = 0.005f;
     options.seed = 42;
     options.fetch = {relu1};
     auto trainer = Trainer::Create(net->graph, net->loss, options);

@@ -31,10 +31,11 @@ using testing::Weights;
 
 TrainOptions Options(ExecMode mode) {
   TrainOptions options;
-  options.mode = mode;
-  options.whole_step = false;  // Data parallelism turns it off; the plain trainer must match.
+  options.launch.mode = mode;
+  options.kernels.whole_step =
+      false;  // Data parallelism turns it off; the plain trainer must match.
   options.seed = 42;
-  options.sgd.learning_rate = 0.05f;
+  options.optimizer.learning_rate = 0.05f;
   return options;
 }
 
@@ -51,7 +52,7 @@ TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = *models::BuildMlp(DpMlp(32));
   TrainOptions plain_options = Options(ExecMode::kGraph);
-  plain_options.compute_dtype = GetParam();
+  plain_options.numerics.compute_dtype = GetParam();
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(mlp.graph, mlp.loss, plain_options));
   TrainOptions options = plain_options;
   REPRISE_ASSERT_OK_AND_ASSIGN(const DataParallelId id, NewDataParallelId());
@@ -86,7 +87,7 @@ TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
   REPRISE_ASSERT_OK_AND_ASSIGN(auto single,
                                Trainer::Create(whole.graph, whole.loss, Options(ExecMode::kGraph)));
   TrainOptions options = Options(ExecMode::kGraph);
-  options.data_parallel = DataParallel{.bucket_bytes = 8 << 10};  // Several buckets.
+  options.parallel.data_parallel = DataParallel{.bucket_bytes = 8 << 10};  // Several buckets.
   REPRISE_ASSERT_OK_AND_ASSIGN(auto dp,
                                LocalDataParallel::Create(half.graph, half.loss, options, 2));
   std::mt19937 rng(11);
@@ -125,7 +126,7 @@ TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) 
   std::vector<std::vector<std::map<std::string, std::vector<float>>>> by_mode;
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     TrainOptions options = Options(mode);
-    options.data_parallel = DataParallel{.bucket_bytes = 8 << 10};
+    options.parallel.data_parallel = DataParallel{.bucket_bytes = 8 << 10};
     REPRISE_ASSERT_OK_AND_ASSIGN(auto dp,
                                  LocalDataParallel::Create(half.graph, half.loss, options, 2));
     std::mt19937 rng(17);
@@ -176,7 +177,7 @@ TEST(DataParallelGpuTest, RanksWithDifferentModelsAreRefusedOnEveryRank) {
       const models::Mlp mlp = *models::BuildMlp(DpMlp(8, rank == 0 ? 64 : 96));
       TrainOptions options = Options(ExecMode::kGraph);
       options.device = rank;
-      options.data_parallel = DataParallel{.rank = rank, .world_size = 2, .id = id};
+      options.parallel.data_parallel = DataParallel{.rank = rank, .world_size = 2, .id = id};
       results[rank] = Trainer::Create(mlp.graph, mlp.loss, options).status();
     });
   }
@@ -203,7 +204,7 @@ std::vector<RankOutcome> CreateRanks(
       int64_t width = 64;
       TrainOptions options = Options(ExecMode::kGraph);
       options.device = rank;
-      options.data_parallel = DataParallel{.rank = rank, .world_size = ranks, .id = id};
+      options.parallel.data_parallel = DataParallel{.rank = rank, .world_size = ranks, .id = id};
       configure(rank, width, options);
       const models::Mlp mlp = *models::BuildMlp(DpMlp(8, width));
       const absl::Time start = absl::Now();
@@ -223,7 +224,7 @@ TEST(DataParallelFailureGpuTest, ARankMissingItsGpuStopsTheOtherRankAtOnce) {
   auto abort = std::make_shared<DataParallelAbort>();
   const std::vector<RankOutcome> ranks =
       CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
-        options.data_parallel->abort = abort;
+        options.parallel.data_parallel->abort = abort;
         if (rank == 1) options.device = 1000;
       });
   EXPECT_EQ(ranks[1].status.code(), absl::StatusCode::kInvalidArgument) << ranks[1].status;
@@ -245,7 +246,7 @@ TEST(DataParallelFailureGpuTest, WithoutASharedAbortTheOtherRankGivesUpAtTheTime
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
   const std::vector<RankOutcome> ranks =
       CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
-        options.data_parallel->timeout = absl::Seconds(3);
+        options.parallel.data_parallel->timeout = absl::Seconds(3);
         if (rank == 1) options.device = 1000;
       });
   EXPECT_EQ(ranks[1].status.code(), absl::StatusCode::kInvalidArgument) << ranks[1].status;
@@ -263,7 +264,7 @@ TEST(DataParallelFailureGpuTest, AMismatchedModelOnOneRankFailsEveryRankWithinSe
   auto abort = std::make_shared<DataParallelAbort>();
   const std::vector<RankOutcome> ranks =
       CreateRanks(2, [&](int rank, int64_t& width, TrainOptions& options) {
-        options.data_parallel->abort = abort;
+        options.parallel.data_parallel->abort = abort;
         if (rank == 1) width = 96;
       });
   for (int rank = 0; rank < 2; ++rank) {
@@ -283,13 +284,13 @@ TEST(DataParallelFailureGpuTest, AJobAfterAFailedOneTrains) {
   auto abort = std::make_shared<DataParallelAbort>();
   const std::vector<RankOutcome> failed =
       CreateRanks(2, [&](int rank, int64_t&, TrainOptions& options) {
-        options.data_parallel->abort = abort;
+        options.parallel.data_parallel->abort = abort;
         if (rank == 1) options.device = 1000;
       });
   ASSERT_FALSE(failed[0].status.ok());
   const models::Mlp half = *models::BuildMlp(DpMlp(32));
   TrainOptions options = Options(ExecMode::kGraph);
-  options.data_parallel = DataParallel{};
+  options.parallel.data_parallel = DataParallel{};
   REPRISE_ASSERT_OK_AND_ASSIGN(auto dp,
                                LocalDataParallel::Create(half.graph, half.loss, options, 2));
   std::mt19937 rng(5);

@@ -1,4 +1,4 @@
-// Device graph launch (TrainOptions::graph_launch, capture/device_launch.h): the step's
+// Device graph launch (TrainOptions::launch.graph_launch, capture/device_launch.h): the step's
 // graph tail-launched by a one-node launcher graph trains bit for bit as the host-launched graph,
 // step by step, with the loss read right after Step() being that step's, with the learning rate and
 // input bindings changed between steps and with the executable instantiated anew; every change of
@@ -75,13 +75,13 @@ const Config kConfigs[] = {
 
 TrainOptions OptionsFor(const Config& config, bool device_launch) {
   TrainOptions options;
-  options.mode = ExecMode::kGraph;
-  options.fuse = config.fuse;
-  options.whole_step = config.whole_step;
-  options.lanes = config.lanes;
-  options.deterministic = true;  // Two trainers, the same bits.
+  options.launch.mode = ExecMode::kGraph;
+  options.kernels.fuse = config.fuse;
+  options.kernels.whole_step = config.whole_step;
+  options.launch.lanes = config.lanes;
+  options.numerics.deterministic = true;  // Two trainers, the same bits.
   options.seed = 11;
-  options.graph_launch = device_launch ? GraphLaunch::kDevice : GraphLaunch::kHost;
+  options.launch.graph_launch = device_launch ? GraphLaunch::kDevice : GraphLaunch::kHost;
   return options;
 }
 
@@ -328,8 +328,8 @@ TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> host,
                                Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
   TrainOptions options = OptionsFor(config, false);
-  options.graph_launch = TrainOptions{}.graph_launch;
-  ASSERT_EQ(options.graph_launch, GraphLaunch::kAuto);
+  options.launch.graph_launch = TrainOptions{}.launch.graph_launch;
+  ASSERT_EQ(options.launch.graph_launch, GraphLaunch::kAuto);
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
                                Trainer::Create(model.graph, model.loss, options));
   const std::vector<Batch> batches = MakeBatches(model, 6);
@@ -359,7 +359,7 @@ TEST(DeviceLaunchAutoGpuTest, SmallStepIsLaunchedFromTheHostSayingWhy) {
   const Config& config = kConfigs[0];
   REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
   TrainOptions options = OptionsFor(config, false);
-  options.graph_launch = GraphLaunch::kAuto;
+  options.launch.graph_launch = GraphLaunch::kAuto;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> trainer,
                                Trainer::Create(model.graph, model.loss, options));
   REPRISE_ASSERT_OK(trainer->Step());
@@ -429,7 +429,7 @@ TEST(DeviceLaunchInstantiateGpuTest, HostNodeIsRefusedNamingIt) {
   const absl::StatusOr<runtime::GraphExec> exec = capture::InstantiateForDeviceLaunch(graph);
   EXPECT_EQ(exec.status().code(), absl::StatusCode::kFailedPrecondition) << exec.status();
   EXPECT_THAT(exec.status().message(),
-              AllOf(HasSubstr("TrainOptions::graph_launch"), HasSubstr("host node"),
+              AllOf(HasSubstr("TrainOptions::launch.graph_launch"), HasSubstr("host node"),
                     HasSubstr("cannot be instantiated for launch from the device")));
   // Nothing left behind for the next launch to report.
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

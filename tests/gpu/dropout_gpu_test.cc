@@ -49,7 +49,7 @@ Model DropoutMlp() {
 
 std::unique_ptr<Trainer> MakeTrainer(const Model& m, ExecMode mode) {
   TrainOptions options;
-  options.mode = mode;
+  options.launch.mode = mode;
   options.seed = 8;
   options.fetch = {m.dropped};
   auto t = Trainer::Create(m.graph, m.loss, options);

@@ -30,13 +30,13 @@ models::MlpConfig Config() {
 
 std::unique_ptr<Trainer> MakeTrainer(const models::MlpEnsemble& e, ExecMode mode, bool batch) {
   TrainOptions options;
-  options.mode = mode;
-  options.batch_ensembles = batch;
+  options.launch.mode = mode;
+  options.parallel.batch_ensembles = batch;
   // The batched per-layer path (library GEMMs); batched_mlp_step_gpu_test.cc tests the whole-step
   // kernel that ensembles of small MLPs get by default.
-  options.whole_step = false;
+  options.kernels.whole_step = false;
   options.seed = 11;
-  options.sgd.learning_rate = 0.05f;
+  options.optimizer.learning_rate = 0.05f;
   options.fetch = e.losses;
   auto trainer = Trainer::Create(e.graph, e.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
@@ -150,7 +150,7 @@ TEST(EnsembleGpuTest, ModelsSharingOneBatchAgreeWithUnbatched) {
   std::vector<float> per_mode;
   for (const bool batch : {true, false}) {
     TrainOptions options;
-    options.batch_ensembles = batch;
+    options.parallel.batch_ensembles = batch;
     options.seed = 3;
     REPRISE_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(g, total, options));
     std::mt19937 rng(2);

@@ -41,11 +41,11 @@ Batch MakeBatch(uint32_t seed) {
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, bool whole_step = true) {
   TrainOptions options;
   options.seed = 7;
-  options.whole_step = whole_step;
+  options.kernels.whole_step = whole_step;
   // SGD lets the whole-step MLP kernel take the step (it updates the parameters where the runner
   // reads them); AdamW runs a launch per layer.
   if (whole_step) {
-    options.sgd.learning_rate = 0.05f;
+    options.optimizer.learning_rate = 0.05f;
   } else {
     options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f};
   }

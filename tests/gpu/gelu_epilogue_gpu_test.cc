@@ -116,8 +116,8 @@ TEST_P(GeluBlockTrainerGpuTest, FusedBlockFollowsCpuReferenceAndReplaysEagerBits
   Block b = BuildBlock();
   TrainOptions options;
   options.seed = 42;
-  options.compute_dtype = compute;
-  options.sgd.learning_rate = 0.1f;
+  options.numerics.compute_dtype = compute;
+  options.optimizer.learning_rate = 0.1f;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> gpu,
                                Trainer::Create(b.graph, b.loss, options));
   auto training = autodiff::BuildTrainingGraph(b.graph, b.loss, {.learning_rate = 0.1f});

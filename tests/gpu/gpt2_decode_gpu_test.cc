@@ -42,7 +42,7 @@ std::vector<int32_t> Tokens(const Gpt2Config& c, uint32_t seed) {
 std::unique_ptr<Trainer> MakeTrainer(const Gpt2& model, DType compute) {
   TrainOptions options;
   options.seed = 11;
-  options.compute_dtype = compute;
+  options.numerics.compute_dtype = compute;
   options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdamW, .learning_rate = 1e-3f};
   auto trainer = Trainer::Create(model.graph, model.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

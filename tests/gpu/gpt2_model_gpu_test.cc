@@ -110,7 +110,7 @@ void ExpectFloat32StepsMatchTheCpuReference(const Gpt2Config& c) {
   REPRISE_ASSERT_OK_AND_ASSIGN(auto gpu, Trainer::Create(gpt.graph, gpt.loss, options));
   REPRISE_ASSERT_OK_AND_ASSIGN(
       autodiff::TrainingGraph training,
-      autodiff::BuildTrainingGraphWith(gpt.graph, gpt.loss, *options.optimizer));
+      autodiff::BuildTrainingGraphWith(gpt.graph, gpt.loss, options.optimizer));
   ir::ReferenceExecutor cpu(training.graph, /*float64=*/false, /*seed=*/42);
   for (int s = 0; s < 5; ++s) {
     const Batch b = MakeBatch(c, s);
@@ -172,7 +172,7 @@ TEST(Gpt2ModelGpuTest, PaddedVocabLogitsMatchTheCpuReferenceWithZeroPadding) {
     SCOPED_TRACE(DTypeName(compute));
     TrainOptions options;
     options.seed = 42;
-    options.compute_dtype = compute;
+    options.numerics.compute_dtype = compute;
     options.optimizer = NanoGptAdamW(1e-3f);
     REPRISE_ASSERT_OK_AND_ASSIGN(auto trainer, Trainer::Create(gpt.graph, gpt.loss, options));
     REPRISE_ASSERT_OK_AND_ASSIGN(auto forward,
@@ -209,8 +209,8 @@ std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning
   TrainOptions options;
   options.mirror = mirror;
   options.seed = seed;
-  options.compute_dtype = DType::kBFloat16;
-  options.deterministic = deterministic;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.numerics.deterministic = deterministic;
   options.optimizer = NanoGptAdamW(learning_rate);
   auto trainer = Trainer::Create(gpt.graph, gpt.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -17,7 +17,7 @@ namespace reprise {
 // Runs every non-leaf node of `g` on the GPU (each its own launch, in schedule order, synchronised
 // after each) with the leaves' values taken from `leaves`, and returns the value of each of
 // `fetch`, in order, in its own element type. `deterministic` lowers as
-// TrainOptions::deterministic does.
+// TrainOptions::numerics.deterministic does.
 absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::ReferenceExecutor& leaves,
                                                      absl::Span<const Value> fetch,
                                                      bool deterministic = false);

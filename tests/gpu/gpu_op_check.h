@@ -16,9 +16,9 @@ namespace reprise {
 // with the CPU reference run of the same graph: relative L2 error at most `tolerance`.
 // `unchecked` values are not compared (e.g. ones with padding the GPU leaves unspecified) and not
 // kept, so an op may write over them (OpDef::output_overwrites_input).
-// `deterministic` lowers as TrainOptions::deterministic does (other library algorithms);
-// `allow_tf32` as TrainOptions::allow_tf32; every lowering we have is allowed (our own weight
-// gradients too, which TrainOptions leaves off by default). With `described`, each launch's
+// `deterministic` lowers as TrainOptions::numerics.deterministic does (other library algorithms);
+// `allow_tf32` as TrainOptions::numerics.allow_tf32; every lowering we have is allowed (our own
+// weight gradients too, which TrainOptions leaves off by default). With `described`, each launch's
 // Describe() is appended to it, in launch order.
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
                          const absl::flat_hash_set<Value>& unchecked = {},

@@ -78,7 +78,7 @@ TEST_P(GraphDumpGpuTest, EveryComputeLaunchHasAKernelNodeAndEveryNvrtcKernelIsNa
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(models::Mlp mlp, models::BuildMlp(kSmallMlp));
   TrainOptions options;
-  options.fuse = GetParam();
+  options.kernels.fuse = GetParam();
   REPRISE_ASSERT_OK_AND_ASSIGN(CapturedStepDump step,
                                CaptureStepForDump(mlp.graph, mlp.loss, options, false));
   ExpectEveryLaunchAccountedFor(step);
@@ -92,8 +92,8 @@ TEST_P(GraphDumpGpuTest, ResNetStepOnFourLanesIsAccountedFor) {
       models::BuildResNet(
           {.depth = 18, .batch = 2, .classes = 4, .image_size = 32, .layout = Layout::kNHWC}));
   TrainOptions options;
-  options.fuse = GetParam();
-  options.lanes = 4;
+  options.kernels.fuse = GetParam();
+  options.launch.lanes = 4;
   REPRISE_ASSERT_OK_AND_ASSIGN(CapturedStepDump step,
                                CaptureStepForDump(net.graph, net.loss, options, false));
   ExpectEveryLaunchAccountedFor(step);

@@ -62,7 +62,7 @@ TEST(LaneWorkspacesGpuTest, TrainerBacksEachLaneByItsLaunches) {
   ASSERT_TRUE(net.ok()) << net.status();
   for (bool measure : {false, true}) {
     TrainOptions options;
-    options.lanes = 2;
+    options.launch.lanes = 2;
     options.kernels.measure_conv_algorithms = measure;
     auto impl = Trainer::Impl::Create(net->graph, net->loss, options);
     ASSERT_TRUE(impl.ok()) << impl.status();

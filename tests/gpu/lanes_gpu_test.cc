@@ -23,10 +23,11 @@ models::MlpConfig Mlp() {
 
 TrainOptions Options(ExecMode mode, int lanes, bool fuse = true) {
   TrainOptions options;
-  options.mode = mode;
-  options.lanes = lanes;
-  options.fuse = fuse;
-  options.whole_step = false;  // Lanes split per-layer launches; the whole-step kernel has none.
+  options.launch.mode = mode;
+  options.launch.lanes = lanes;
+  options.kernels.fuse = fuse;
+  options.kernels.whole_step =
+      false;  // Lanes split per-layer launches; the whole-step kernel has none.
   options.seed = 3;
   return options;
 }
@@ -153,7 +154,7 @@ TEST(LanesGpuTest, ResNetOnThreeAndFourLanesGivesTheBitsOfOne) {
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (int lanes : {1, 3, 4}) {
     TrainOptions options = Options(ExecMode::kGraph, lanes);
-    options.deterministic = true;
+    options.numerics.deterministic = true;
     auto t = Trainer::Create(net->graph, net->loss, options);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ((*t)->stats().lanes, lanes);

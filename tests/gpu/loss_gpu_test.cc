@@ -140,8 +140,8 @@ TEST(LossTrainerGpuTest, LanguageModelHeadReplaysEagerBitsAndLearns) {
     x = *nn::LayerNorm(g, x, "ln_f");
     Value loss = *nn::SoftmaxCrossEntropy(g, *nn::Linear(g, x, kVocab, "lm_head"), labels, "loss");
     TrainOptions options;
-    options.compute_dtype = compute;
-    options.sgd.learning_rate = 0.2f;
+    options.numerics.compute_dtype = compute;
+    options.optimizer.learning_rate = 0.2f;
     REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> trainer,
                                  Trainer::Create(g, loss, options));
     std::vector<int32_t> id_values(kTokens), label_values(kTokens);

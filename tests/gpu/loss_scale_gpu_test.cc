@@ -1,9 +1,9 @@
-// float16 mixed precision and loss scaling on the GPU (TrainOptions::compute_dtype,
-// TrainOptions::loss_scale): float16 MLPs and ResNet-18s (both layouts) follow the CPU reference's
-// float16 step; overflows inside the captured step are skipped with no host work and replay gives
-// the bulked run's bits through backoffs and growths; changing the scale patches nothing in the
-// graph; a power-of-two scale in float32 gives unscaled training's very bits; checkpoints carry
-// the scale and its counters.
+// float16 mixed precision and loss scaling on the GPU (TrainOptions::numerics.compute_dtype,
+// TrainOptions::numerics.loss_scale): float16 MLPs and ResNet-18s (both layouts) follow the CPU
+// reference's float16 step; overflows inside the captured step are skipped with no host work and
+// replay gives the bulked run's bits through backoffs and growths; changing the scale patches
+// nothing in the graph; a power-of-two scale in float32 gives unscaled training's very bits;
+// checkpoints carry the scale and its counters.
 #include <unistd.h>
 
 #include <cmath>
@@ -114,10 +114,10 @@ TEST(LossScaleGpuTest, Float16MlpFollowsTheCpuReference) {
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     SCOPED_TRACE(ExecModeName(mode));
     TrainOptions options;
-    options.mode = mode;
-    options.compute_dtype = DType::kFloat16;
+    options.launch.mode = mode;
+    options.numerics.compute_dtype = DType::kFloat16;
     options.optimizer = sgd_momentum;
-    options.loss_scale = kSafeScale;
+    options.numerics.loss_scale = kSafeScale;
     auto gpu = MakeTrainer(mlp.graph, mlp.loss, options);
     ASSERT_TRUE(gpu);
     CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd_momentum, kSafeScale);
@@ -166,10 +166,10 @@ TEST(LossScaleGpuTest, OverflowsInsideTheCapturedStepSkipAndReplayEqualsBulked) 
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     TrainOptions options;
-    options.mode = mode;
-    options.compute_dtype = DType::kFloat16;
+    options.launch.mode = mode;
+    options.numerics.compute_dtype = DType::kFloat16;
     options.optimizer = sgd;
-    options.loss_scale = oscillating;
+    options.numerics.loss_scale = oscillating;
     trainers.push_back(MakeTrainer(mlp.graph, mlp.loss, options));
     ASSERT_TRUE(trainers.back());
   }
@@ -234,9 +234,10 @@ TEST(LossScaleGpuTest, Float32PowerOfTwoScaleGivesUnscaledBits) {
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (const LossScaling mode : {LossScaling::kOff, LossScaling::kDynamic}) {
     TrainOptions options;
-    options.whole_step = false;  // The whole-step kernel has no loss scaling: same kernels both.
+    options.kernels.whole_step =
+        false;  // The whole-step kernel has no loss scaling: same kernels both.
     options.optimizer = OptimizerOptions{.kind = OptimizerKind::kAdam, .learning_rate = 1e-3f};
-    options.loss_scale = {.mode = mode, .init_scale = 256.0f, .growth_interval = 3};
+    options.numerics.loss_scale = {.mode = mode, .init_scale = 256.0f, .growth_interval = 3};
     trainers.push_back(MakeTrainer(mlp.graph, mlp.loss, options));
     ASSERT_TRUE(trainers.back());
   }
@@ -265,8 +266,9 @@ TEST(LossScaleGpuTest, CheckpointsCarryTheScaleAndItsCounters) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
   TrainOptions options;
-  options.compute_dtype = DType::kFloat16;
-  options.loss_scale = {.mode = LossScaling::kDynamic, .init_scale = 0x1p30f, .growth_interval = 3};
+  options.numerics.compute_dtype = DType::kFloat16;
+  options.numerics.loss_scale = {
+      .mode = LossScaling::kDynamic, .init_scale = 0x1p30f, .growth_interval = 3};
   auto saving = MakeTrainer(mlp.graph, mlp.loss, options);
   auto restoring = MakeTrainer(mlp.graph, mlp.loss, options);
   ASSERT_TRUE(saving && restoring);
@@ -286,8 +288,8 @@ TEST(LossScaleGpuTest, CheckpointsCarryTheScaleAndItsCounters) {
   // most scale / 32 per row, so about 2^20 fits float16's 65504), then the growths every third
   // clean step back to 2^20 overflow on some batches. The reference measured 12 in 20 steps.
   {
-    const OptimizerOptions sgd = autodiff::FromSgd(options.sgd);
-    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd, options.loss_scale);
+    const OptimizerOptions sgd = options.optimizer;
+    CpuStep step = CpuFloat16Step(mlp.graph, mlp.loss, sgd, options.numerics.loss_scale);
     ir::ReferenceExecutor cpu(step.training.graph, /*float64=*/false, /*seed=*/42);
     for (int s = 0; s < 20; ++s) {
       MlpBatch(s, x, y);
@@ -336,12 +338,12 @@ TEST_P(ResNetFloat16GpuTest, FollowsTheCpuReferenceAndReplayEqualsBulked) {
   const OptimizerOptions sgd = autodiff::FromSgd({.learning_rate = 0.005f});
   auto make = [&](ExecMode mode) {
     TrainOptions options;
-    options.mode = mode;
-    options.deterministic = true;
-    options.channels_last = ChannelsLast::kOff;  // Each layout runs as declared.
-    options.compute_dtype = DType::kFloat16;
+    options.launch.mode = mode;
+    options.numerics.deterministic = true;
+    options.kernels.channels_last = ChannelsLast::kOff;  // Each layout runs as declared.
+    options.numerics.compute_dtype = DType::kFloat16;
     options.optimizer = sgd;
-    options.loss_scale = kSafeScale;
+    options.numerics.loss_scale = kSafeScale;
     return MakeTrainer(net->graph, net->loss, options);
   };
   auto gpu = make(ExecMode::kGraph);

@@ -127,12 +127,12 @@ constexpr int kBatch = 8, kSize = 128, kClasses = 4, kSteps = 10;
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, bool mirror,
                                      bool tf32 = false) {
   TrainOptions options;
-  options.mode = mode;
-  options.allow_tf32 = tf32;
+  options.launch.mode = mode;
+  options.numerics.allow_tf32 = tf32;
   options.kernels.own_weight_gradients = tf32;
-  options.deterministic = true;
-  options.channels_last = ChannelsLast::kOff;
-  options.sgd.learning_rate = 0.005f;
+  options.numerics.deterministic = true;
+  options.kernels.channels_last = ChannelsLast::kOff;
+  options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   if (mirror) options.mirror.policy = MirrorOptions::Policy::kAuto;
   auto trainer = Trainer::Create(net.graph, net.loss, options);

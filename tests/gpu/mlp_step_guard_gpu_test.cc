@@ -92,7 +92,7 @@ TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
     for (bool tf32 : {false, true}) {
       SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
       TrainOptions options;
-      options.allow_tf32 = tf32;
+      options.numerics.allow_tf32 = tf32;
       auto t = Make(models, options);
       ASSERT_TRUE(t);
       for (int s = 0; s < 2; ++s) {
@@ -127,8 +127,8 @@ TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
     for (bool tf32 : {false, true}) {
       SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
       TrainOptions guarded_options, ignored_options;
-      guarded_options.allow_tf32 = ignored_options.allow_tf32 = tf32;
-      ignored_options.non_finite.policy = NonFinitePolicy::kIgnore;
+      guarded_options.numerics.allow_tf32 = ignored_options.numerics.allow_tf32 = tf32;
+      ignored_options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
       auto guarded = Make(models, guarded_options);
       auto ignored = Make(models, ignored_options);
       ASSERT_TRUE(guarded && ignored);
@@ -151,7 +151,7 @@ TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
 TEST(MlpStepGuardGpuTest, StopNamesTheStepInTheBatchedKernel) {
   REPRISE_REQUIRE_GPU();
   TrainOptions options;
-  options.non_finite.policy = NonFinitePolicy::kStop;
+  options.numerics.non_finite.policy = NonFinitePolicy::kStop;
   auto t = Make(4, options);
   ASSERT_TRUE(t);
   REPRISE_ASSERT_OK(Feed(*t, 4, 0));
@@ -173,7 +173,7 @@ TEST(MlpStepGuardGpuTest, InfFeatureIsSkipped) {
   for (bool tf32 : {false, true}) {
     SCOPED_TRACE(tf32 ? "TF32" : "f32");
     TrainOptions options;
-    options.allow_tf32 = tf32;
+    options.numerics.allow_tf32 = tf32;
     auto t = Make(1, options);
     ASSERT_TRUE(t);
     REPRISE_ASSERT_OK(Feed(*t, 1, 0));
@@ -202,7 +202,7 @@ TEST(MlpStepGuardGpuTest, OverflowingGradientWithAFiniteLossIsSkipped) {
     const bool guarded = policy == NonFinitePolicy::kSkipStep;
     SCOPED_TRACE(guarded ? "guarded" : "ignored");
     TrainOptions options;
-    options.non_finite.policy = policy;
+    options.numerics.non_finite.policy = policy;
     auto t = Make(1, options);
     ASSERT_TRUE(t);
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> w0, t->GetParameter("fc0.weight"));

@@ -1,5 +1,5 @@
-// The non-finite guard on the GPU (TrainOptions::non_finite): an MLP trained with one NaN among
-// its input features, as the whole-step kernel (the default) and per layer. kSkipStep (the
+// The non-finite guard on the GPU (TrainOptions::numerics.non_finite): an MLP trained with one NaN
+// among its input features, as the whole-step kernel (the default) and per layer. kSkipStep (the
 // default) leaves every weight as it was and counts one skipped step, with replay giving the eager
 // run's bits; kStop makes the next waiting call return a Status naming the step and the NaN input;
 // kIgnore lets the NaN into the weights; a NaN feature reaches the loss through the unfused ReLU
@@ -84,8 +84,8 @@ TEST(NonFiniteGuardGpuTest, SkipStepLeavesWeightsUnchangedAndCountsIt) {
                                          {ExecMode::kBulked, false}}) {
     SCOPED_TRACE(absl::StrCat(ExecModeName(mode), whole_step ? ", whole step" : ", per layer"));
     TrainOptions options;
-    options.mode = mode;
-    options.whole_step = whole_step;
+    options.launch.mode = mode;
+    options.kernels.whole_step = whole_step;
     auto t = MakeTrainer(mlp, options);
     ASSERT_TRUE(t);
     for (int s = 0; s < 2; ++s) {
@@ -122,8 +122,8 @@ TEST(NonFiniteGuardGpuTest, ReplayGivesTheEagerBitsThroughANanStep) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
   TrainOptions graph_options, bulked_options;
-  graph_options.deterministic = bulked_options.deterministic = true;
-  bulked_options.mode = ExecMode::kBulked;
+  graph_options.numerics.deterministic = bulked_options.numerics.deterministic = true;
+  bulked_options.launch.mode = ExecMode::kBulked;
   auto graph = MakeTrainer(mlp, graph_options);
   auto bulked = MakeTrainer(mlp, bulked_options);
   ASSERT_TRUE(graph && bulked);
@@ -149,8 +149,8 @@ TEST(NonFiniteGuardGpuTest, StopReturnsAStatusNamingTheStepAndTheTensor) {
   for (const bool whole_step : {true, false}) {
     SCOPED_TRACE(whole_step ? "whole step" : "per layer");
     TrainOptions options;
-    options.non_finite.policy = NonFinitePolicy::kStop;
-    options.whole_step = whole_step;
+    options.numerics.non_finite.policy = NonFinitePolicy::kStop;
+    options.kernels.whole_step = whole_step;
     auto t = MakeTrainer(mlp, options);
     ASSERT_TRUE(t);
     EXPECT_EQ(t->stats().launches_per_step == 2, whole_step);  // Input copy + the whole step.
@@ -182,8 +182,8 @@ TEST(NonFiniteGuardGpuTest, IgnoreLetsTheNanIn) {
   for (const bool whole_step : {true, false}) {
     SCOPED_TRACE(whole_step ? "whole step" : "per layer");
     TrainOptions options;
-    options.non_finite.policy = NonFinitePolicy::kIgnore;
-    options.whole_step = whole_step;
+    options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
+    options.kernels.whole_step = whole_step;
     auto t = MakeTrainer(mlp, options);
     ASSERT_TRUE(t);
     EXPECT_EQ(t->stats().launches_per_step == 2, whole_step);  // Input copy + the whole step.
@@ -202,7 +202,7 @@ TEST(NonFiniteGuardGpuTest, NanFeatureReachesTheLossThroughTheReluKernels) {
   REPRISE_REQUIRE_GPU();
   const models::Mlp mlp = SmallMlp();
   TrainOptions options;
-  options.fuse = false;
+  options.kernels.fuse = false;
   auto t = MakeTrainer(mlp, options);
   ASSERT_TRUE(t);
   REPRISE_ASSERT_OK(Feed(*t, 0, /*nan=*/true));

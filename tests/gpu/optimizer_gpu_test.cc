@@ -344,7 +344,7 @@ Batch MakeBatch(std::mt19937& rng) {
 
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
   TrainOptions options;
-  options.mode = mode;
+  options.launch.mode = mode;
   options.seed = 42;
   options.optimizer = AdamWClippedCosine();
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
@@ -463,7 +463,7 @@ TEST(OptimizerGpuTest, TenThousandReplaysNeedNoGraphUpdate) {
   TrainOptions options;
   options.seed = 3;
   options.optimizer = AdamWClippedCosine();
-  options.optimizer->schedule.total_steps = 8000;
+  options.optimizer.schedule.total_steps = 8000;
   auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   std::mt19937 rng(1);

@@ -1,5 +1,5 @@
-// Mixed-precision ResNet training on the GPU (TrainOptions::compute_dtype bfloat16): every launch
-// of the plan lowers, replay gives the bits of the bulked run, the first loss is the float32
+// Mixed-precision ResNet training on the GPU (TrainOptions::numerics.compute_dtype bfloat16): every
+// launch of the plan lowers, replay gives the bits of the bulked run, the first loss is the float32
 // network's within bfloat16 rounding, and the loss falls.
 #include <cmath>
 #include <random>
@@ -17,10 +17,10 @@ constexpr int kBatch = 8, kSize = 64, kClasses = 4;
 
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, DType compute) {
   TrainOptions options;
-  options.mode = mode;
-  options.deterministic = true;
-  options.compute_dtype = compute;
-  options.sgd.learning_rate = 0.005f;
+  options.launch.mode = mode;
+  options.numerics.deterministic = true;
+  options.numerics.compute_dtype = compute;
+  options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

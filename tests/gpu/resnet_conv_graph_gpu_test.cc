@@ -33,18 +33,18 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c,
                                      KernelTuning::ConvApi api, bool conv_bn_stats = false,
                                      bool deterministic = true) {
   TrainOptions options;
-  options.mode = mode;
-  options.deterministic = deterministic;
-  options.allow_tf32 = c.tf32;
-  options.compute_dtype = c.compute;
-  options.channels_last = ChannelsLast::kOff;
+  options.launch.mode = mode;
+  options.numerics.deterministic = deterministic;
+  options.numerics.allow_tf32 = c.tf32;
+  options.numerics.compute_dtype = c.compute;
+  options.kernels.channels_last = ChannelsLast::kOff;
   options.kernels.conv_api = api;
   options.kernels.conv_batch_norm_stats = conv_bn_stats;
-  options.sgd.learning_rate = 0.005f;
+  options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   if (c.compute == DType::kFloat16) {
     // A scale that no step of this small network overflows, and that does not grow.
-    options.loss_scale = {
+    options.numerics.loss_scale = {
         .mode = LossScaling::kDynamic, .init_scale = 1024.0f, .growth_interval = 1000000};
   }
   auto trainer = Trainer::Create(net.graph, net.loss, options);

@@ -31,12 +31,13 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
                                      int lanes = 0, std::vector<Value> fetch = {}) {
   TrainOptions options;
   options.fetch = std::move(fetch);
-  options.mode = mode;
-  options.fuse = fuse;
-  options.lanes = lanes;
-  options.deterministic = true;
-  options.channels_last = ChannelsLast::kOff;  // NCHW runs NCHW: the planar batch norm is tested.
-  options.sgd.learning_rate = 0.005f;
+  options.launch.mode = mode;
+  options.kernels.fuse = fuse;
+  options.launch.lanes = lanes;
+  options.numerics.deterministic = true;
+  options.kernels.channels_last =
+      ChannelsLast::kOff;  // NCHW runs NCHW: the planar batch norm is tested.
+  options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -50,9 +50,9 @@ Batch MakeBatch(std::mt19937& rng) {
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode, bool fuse = true,
                                      bool whole_step = true) {
   TrainOptions options;
-  options.mode = mode;
-  options.fuse = fuse;
-  options.whole_step = whole_step;
+  options.launch.mode = mode;
+  options.kernels.fuse = fuse;
+  options.kernels.whole_step = whole_step;
   options.seed = 42;
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
@@ -108,8 +108,8 @@ TEST(TrainerGpuTest, MeasuredMatmulAlgorithmsReplayBitwiseAndTrain) {
   std::vector<std::vector<float>> losses;
   for (bool measure : {false, true}) {
     TrainOptions options;
-    options.mode = ExecMode::kGraph;
-    options.whole_step = false;  // Per-layer cuBLASLt products.
+    options.launch.mode = ExecMode::kGraph;
+    options.kernels.whole_step = false;  // Per-layer cuBLASLt products.
     options.kernels.measure_matmul_algorithms = measure;
     options.seed = 42;
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
@@ -186,8 +186,8 @@ TEST(TrainerGpuTest, ReluBackwardEpiloguesAgreeAndReplayBitwise) {
   ASSERT_TRUE(mlp.ok());
   auto make = [&](ExecMode mode, bool epilogues) {
     TrainOptions options;
-    options.mode = mode;
-    options.whole_step = false;
+    options.launch.mode = mode;
+    options.kernels.whole_step = false;
     options.kernels.relu_backward_epilogues = epilogues;
     options.seed = 42;
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);

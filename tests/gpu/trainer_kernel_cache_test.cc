@@ -46,7 +46,7 @@ absl::StatusOr<TrainerStats> CreateTrainerStats() {
       models::Mlp mlp,
       models::BuildMlp({.batch = 8, .input_features = 4, .depth = 1, .width = 16, .classes = 3}));
   TrainOptions options;
-  options.mode = ExecMode::kBulked;
+  options.launch.mode = ExecMode::kBulked;
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(mlp.graph, mlp.loss, options));
   return trainer->stats();
 }

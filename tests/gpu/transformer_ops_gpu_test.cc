@@ -156,10 +156,10 @@ void MakeBatch(int step, std::vector<int32_t>& ids, std::vector<int32_t>& labels
 
 std::unique_ptr<Trainer> MakeTrainer(const Tiny& m, ExecMode mode, DType compute) {
   TrainOptions options;
-  options.mode = mode;
+  options.launch.mode = mode;
   options.seed = 42;
-  options.compute_dtype = compute;
-  options.sgd.learning_rate = kLearningRate;
+  options.numerics.compute_dtype = compute;
+  options.optimizer.learning_rate = kLearningRate;
   auto trainer = Trainer::Create(m.graph, m.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return trainer.ok() ? *std::move(trainer) : nullptr;

@@ -62,9 +62,10 @@ inline TrustModel SmallResNet18() {
 inline TrainOptions TrustOptions(const TrustModel& m, ExecMode mode = ExecMode::kGraph,
                                  uint64_t seed = 3) {
   TrainOptions options;
-  options.mode = mode;
+  options.launch.mode = mode;
   options.seed = seed;
-  options.deterministic = true;  // cuDNN weight gradients without atomics: same bits every run.
+  options.numerics.deterministic =
+      true;  // cuDNN weight gradients without atomics: same bits every run.
   options.optimizer = OptimizerOptions{
       .kind = OptimizerKind::kAdamW,
       .learning_rate = m.convolutional ? 1e-3f : 3e-3f,

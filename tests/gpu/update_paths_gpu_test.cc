@@ -71,8 +71,8 @@ TEST_P(UpdatePathsGpuTest, EachPathTakesItsOwnRoute) {
   auto model = config.build();
   ASSERT_TRUE(model.ok()) << model.status();
   TrainOptions options;
-  options.whole_step = config.whole_step;
-  options.lanes = config.lanes;
+  options.kernels.whole_step = config.whole_step;
+  options.launch.lanes = config.lanes;
   const int kReps = 5, kRecaptureReps = 3;
   auto result = MeasureUpdatePaths(model->first, model->second, options,
                                    {.paths = *ParseUpdatePaths("all"),
@@ -119,9 +119,9 @@ INSTANTIATE_TEST_SUITE_P(Models, UpdatePathsGpuTest, ::testing::ValuesIn(kConfig
 
 TrainOptions BitwiseOptions() {
   TrainOptions options;
-  options.whole_step = false;
-  options.lanes = 2;
-  options.deterministic = true;
+  options.kernels.whole_step = false;
+  options.launch.lanes = 2;
+  options.numerics.deterministic = true;
   options.seed = 3;
   return options;
 }
@@ -186,7 +186,7 @@ TEST(ForceRecaptureGpuTest, NeedsACapturedStep) {
   auto model = SmallMlp();
   ASSERT_TRUE(model.ok()) << model.status();
   TrainOptions options;
-  options.mode = ExecMode::kBulked;
+  options.launch.mode = ExecMode::kBulked;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer::Impl> trainer,
                                Trainer::Impl::Create(model->first, model->second, options));
   const absl::Status status = trainer->ForceRecapture(Apply::kInstantiate);

@@ -34,7 +34,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, uint64_t seed,
                                      bool whole_step = true) {
   TrainOptions options;
   options.seed = seed;
-  options.whole_step = whole_step;
+  options.kernels.whole_step = whole_step;
   auto trainer = Trainer::Create(mlp.graph, mlp.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   return trainer.ok() ? *std::move(trainer) : nullptr;

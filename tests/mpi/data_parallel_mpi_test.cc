@@ -80,9 +80,10 @@ std::vector<std::string> Gather(const std::string& bytes) {
 
 TrainOptions Options() {
   TrainOptions options;
-  options.whole_step = false;  // Data parallelism turns it off; the plain trainer must match.
+  options.kernels.whole_step =
+      false;  // Data parallelism turns it off; the plain trainer must match.
   options.seed = 42;
-  options.sgd.learning_rate = 0.05f;
+  options.optimizer.learning_rate = 0.05f;
   return options;
 }
 
@@ -135,8 +136,8 @@ TEST(MpiDataParallelTest, RanksOnSlicesTrainAsOneGpuOnTheWholeBatchAndEndBitwise
                                Trainer::Create(whole.graph, whole.loss, single_options));
   TrainOptions options = Options();
   options.device = me.device;
-  options.data_parallel = me.data_parallel;
-  options.data_parallel->bucket_bytes = 8 << 10;  // Several buckets.
+  options.parallel.data_parallel = me.data_parallel;
+  options.parallel.data_parallel->bucket_bytes = 8 << 10;  // Several buckets.
   REPRISE_ASSERT_OK_AND_ASSIGN(auto dp, Trainer::Create(slice.graph, slice.loss, options));
   std::mt19937 rng(11);  // The same batches on every rank.
   for (int step = 0; step < kSteps; ++step) {
@@ -179,8 +180,8 @@ TEST(MpiDataParallelTest, AMismatchedModelOnOneRankFailsEveryRankWithinSeconds) 
   const models::Mlp mlp = *models::BuildMlp(DpMlp(8, last ? 96 : 64));
   TrainOptions options = Options();
   options.device = me.device;
-  options.data_parallel = me.data_parallel;
-  options.data_parallel->timeout = absl::Seconds(60);
+  options.parallel.data_parallel = me.data_parallel;
+  options.parallel.data_parallel->timeout = absl::Seconds(60);
   const absl::Time start = absl::Now();
   const absl::Status s = Trainer::Create(mlp.graph, mlp.loss, options).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -199,8 +200,8 @@ TEST(MpiDataParallelTest, ARankMissingItsGpuLeavesNoOtherRankWaitingPastTheTimeo
   const models::Mlp mlp = *models::BuildMlp(DpMlp(8));
   TrainOptions options = Options();
   options.device = last ? 1000 : me.device;
-  options.data_parallel = me.data_parallel;
-  options.data_parallel->timeout = absl::Seconds(5);
+  options.parallel.data_parallel = me.data_parallel;
+  options.parallel.data_parallel->timeout = absl::Seconds(5);
   const absl::Time start = absl::Now();
   const absl::Status s = Trainer::Create(mlp.graph, mlp.loss, options).status();
   const absl::Duration took = absl::Now() - start;

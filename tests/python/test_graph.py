@@ -39,20 +39,57 @@ def test_models():
     assert resnet.graph.num_parameter_elements == 11689512 - 512 * 990 - 990
 
 
-def test_train_options_mirror_the_cpp_fields():
+def test_train_options_mirror_the_cpp_groups():
     options = reprise.TrainOptions(allow_tf32=True, mode=reprise.ExecMode.bulked, lanes=2)
-    assert options.allow_tf32 and options.lanes == 2
-    assert options.mode == reprise.ExecMode.bulked
-    assert options.sgd.learning_rate == pytest.approx(0.01)
-    options.sgd.learning_rate = 0.1  # Nested structs are edited in place.
-    assert options.sgd.learning_rate == pytest.approx(0.1)
-    assert options.optimizer is None
+    assert options.numerics.allow_tf32 and options.launch.lanes == 2
+    assert options.launch.mode == reprise.ExecMode.bulked
+    assert options.optimizer.kind == reprise.OptimizerKind.sgd
+    assert options.optimizer.learning_rate == pytest.approx(0.01)
+    options.optimizer.learning_rate = 0.1  # Nested structs are edited in place.
+    assert options.optimizer.learning_rate == pytest.approx(0.1)
     options.optimizer = reprise.OptimizerOptions(kind=reprise.OptimizerKind.adamw, weight_decay=0.1)
     assert options.optimizer.kind == reprise.OptimizerKind.adamw
-    options.optimizer = None
-    assert options.optimizer is None
+    options.optimizer = None  # The default: SGD.
+    assert options.optimizer.kind == reprise.OptimizerKind.sgd
+    options.kernels.fuse = False
+    options.parallel.ensemble_min_models = 3
+    options.numerics.non_finite.policy = reprise.NonFinitePolicy.stop
+    assert not options.kernels.fuse and options.parallel.ensemble_min_models == 3
+    assert options.numerics.non_finite.policy == reprise.NonFinitePolicy.stop
     assert str(reprise.MirrorOptions.parse("auto")) == "auto"
     with pytest.raises(TypeError, match="no field 'learning_rat'"):
         reprise.TrainOptions(learning_rat=0.1)
     with pytest.raises(AttributeError):
         options.learning_rat = 0.1
+
+
+def test_train_options_take_groups_as_structs_or_dicts():
+    options = reprise.TrainOptions(
+        numerics=reprise.NumericsOptions(compute_dtype=reprise.DType.bfloat16),
+        launch={"lanes": 3, "graph_launch": reprise.GraphLaunch.host},
+        kernels=reprise.KernelTuning(whole_step=False))
+    assert options.numerics.compute_dtype == reprise.DType.bfloat16
+    assert options.launch.lanes == 3 and options.launch.graph_launch == reprise.GraphLaunch.host
+    assert not options.kernels.whole_step and options.kernels.fuse
+    with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
+        reprise.TrainOptions(launch={"lane": 2})
+
+
+def test_train_options_keep_the_flat_names_as_a_shorthand():
+    flat = reprise.TrainOptions(compute_dtype=reprise.DType.float16, deterministic=True,
+                                whole_step=False, batch_ensembles=False,
+                                graph_launch=reprise.GraphLaunch.host)
+    assert flat.numerics.compute_dtype == reprise.DType.float16 and flat.numerics.deterministic
+    assert not flat.kernels.whole_step and not flat.parallel.batch_ensembles
+    assert flat.launch.graph_launch == reprise.GraphLaunch.host
+    flat.lanes = 4  # flat alias
+    assert flat.launch.lanes == 4 and flat.lanes == 4  # flat alias
+    flat.channels_last = reprise.ChannelsLast.off  # flat alias
+    assert flat.kernels.channels_last == reprise.ChannelsLast.off
+    # sgd=: the optimizer set to that SGD; the sgd attribute is the optimizer itself.
+    flat = reprise.TrainOptions(sgd=reprise.SgdOptions(learning_rate=0.2, momentum=0.5))
+    assert flat.optimizer.kind == reprise.OptimizerKind.sgd
+    assert flat.optimizer.learning_rate == pytest.approx(0.2)
+    assert flat.optimizer.momentum == pytest.approx(0.5)
+    flat.sgd.learning_rate = 0.3  # flat alias
+    assert flat.optimizer.learning_rate == pytest.approx(0.3)

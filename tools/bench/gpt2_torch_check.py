@@ -178,10 +178,10 @@ class RepriseSide:
                                         total_steps=a.steps, min_lr_factor=a.min_lr_factor))
         dtype = reprise.DType.bfloat16 if precision == "bf16" else reprise.DType.float32
         options = reprise.TrainOptions(optimizer=optimizer, allow_tf32=False, compute_dtype=dtype)
-        if non_finite:  # the non-finite guard's policy (TrainOptions::non_finite)
+        if non_finite:  # the non-finite guard's policy (TrainOptions::numerics.non_finite)
             guard = reprise._reprise.NonFiniteOptions()
             guard.policy = getattr(reprise._reprise.NonFinitePolicy, non_finite)
-            options.non_finite = guard
+            options.numerics.non_finite = guard
         self.trainer = reprise.Trainer.create(self.model.graph, self.model.loss, options)
 
     def names(self):
