@@ -129,7 +129,7 @@ absl::Status XentReference(const ir::HostTensor& z, const ir::HostTensor& labels
   return absl::OkStatus();
 }
 
-// Which of the family `node` is: what it writes, and whether its tensors lead with the models.
+// What `node`, one of the family, writes.
 XentOutputs OutputsOf(const Node& node) {
   if (node.op == &SoftmaxCrossEntropyOp() || node.op == &BatchedSoftmaxCrossEntropyOp()) {
     return XentOutputs::kLoss;
