@@ -1,7 +1,8 @@
 // Batch norm under mixed precision, without a device: bfloat16 data beside float32 per-channel
 // tensors passes every op's shape rule and the CPU reference, the training ops say they lower
-// bfloat16 (OpDef::low_precision_lowering), NHWC lowerings take it as far as the kernel store, and
-// NCHW lowerings refuse it by node name. The GPU side is tests/gpu/batch_norm_bf16_gpu_test.cc.
+// bfloat16 (OpDef::low_precision_lowering), the lowerings of either layout take it as far as the
+// kernel store, and bfloat16 per-channel tensors are refused by node name. The GPU side is
+// tests/gpu/batch_norm_launcher_gpu_test.cc and batch_norm_gpu_test.cc.
 #include <string>
 #include <vector>
 
