@@ -1,6 +1,8 @@
 // Batched ops: K models' tensors stacked along a leading model dimension, so that the ensemble
 // pass (src/passes/batch_ensemble.h) can run K identically shaped layers as one launch. Model k's
-// slice of every output is what the unbatched op computes from model k's slices of the inputs.
+// slice of every output is what the unbatched op computes from model k's slices of the inputs:
+// each is defined beside its unbatched op, with the same shape rule, reference and gradient rule
+// over the leading model dimension.
 #ifndef REPRISE_SRC_OPS_BATCHED_H_
 #define REPRISE_SRC_OPS_BATCHED_H_
 
@@ -8,7 +10,7 @@
 
 namespace reprise::ops {
 
-// batched_matmul.cc. (A [K, ...], B [K, ...]) -> C [K, m, n]: C[k] = op(A[k])·op(B[k]), attrs
+// matmul.cc. (A [K, ...], B [K, ...]) -> C [K, m, n]: C[k] = op(A[k])·op(B[k]), attrs
 // transpose_a, transpose_b, role as matmul's. One strided-batched cuBLASLt product. Its gradient
 // is two batched_matmul nodes, dgrad and wgrad, as matmul's.
 const ir::OpDef& BatchedMatmulOp();
@@ -17,15 +19,15 @@ const ir::OpDef& BatchedMatmulOp();
 // transpose_b, relu.
 const ir::OpDef& BatchedMatmulBiasOp();
 
-// batched_bias.cc. (x [K, R, C], b [K, C]) -> y[k, r, c] = x[k, r, c] + b[k, c].
+// pointwise.cc. (x [K, R, C], b [K, C]) -> y[k, r, c] = x[k, r, c] + b[k, c].
 const ir::OpDef& BatchedBiasAddOp();
-// (dy [K, R, C]) -> db [K, C], db[k, c] = Σ_r dy[k, r, c]: the batched bias gradient.
+// reduction.cc. (dy [K, R, C]) -> db [K, C], db[k, c] = Σ_r dy[k, r, c]: the batched bias gradient.
 const ir::OpDef& BatchedColumnSumOp();
 // (dy, y [K, R, C]) -> (dx = y > 0 ? dy : 0, db [K, C] = column sums of dx): relu_grad and the
 // bias gradient that follows it in one kernel (the fuse pass's).
 const ir::OpDef& BatchedReluGradBiasGradOp();
 
-// batched_loss.cc. (logits f32 [K, B, C], labels i32 [K, B]) -> f32 [K]: each model's mean
+// loss.cc. (logits f32 [K, B, C], labels i32 [K, B]) -> f32 [K]: each model's mean
 // softmax cross-entropy.
 const ir::OpDef& BatchedSoftmaxCrossEntropyOp();
 // (logits, labels, dloss f32 [K]) -> dlogits [K, B, C].
@@ -35,7 +37,8 @@ const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp();
 // fuse pass's form of batched_softmax_cross_entropy, model_sum, model_broadcast and
 // batched_softmax_cross_entropy_grad (one loss kernel, then model_sum's).
 const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp();
-// (x f32 [K]) -> f32 []: x[0] + ... + x[K-1] in index order; the sum of the models' losses.
+// model_sum.cc. (x f32 [K]) -> f32 []: x[0] + ... + x[K-1] in index order; the sum of the models'
+// losses.
 const ir::OpDef& ModelSumOp();
 // (x f32 []) -> f32 [K], every entry x; attr models (K). model_sum's gradient.
 const ir::OpDef& ModelBroadcastOp();

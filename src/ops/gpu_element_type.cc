@@ -26,4 +26,15 @@ absl::StatusOr<DType> GpuElementType(const Node& node, absl::Span<const TensorSp
       absl::StrJoin(names, ", ")));
 }
 
+absl::Status RequireFloat32(const Node& node, absl::Span<const TensorSpec> specs) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.dtype != DType::kFloat32) {
+      return absl::UnimplementedError(absl::StrCat("node '", node.name, "' (", node.op_name(),
+                                                   "): the GPU kernel takes float32, got ",
+                                                   spec.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace reprise::ops

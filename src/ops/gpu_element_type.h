@@ -17,6 +17,10 @@ namespace reprise::ops {
 // do not all share one type.
 absl::StatusOr<DType> GpuElementType(const Node& node, absl::Span<const TensorSpec> inputs);
 
+// OK when every spec is float32: the kernels of the ensemble ops (src/codegen/batched_kernels.h)
+// have no other type. Unimplemented naming the node, its op and the first other spec.
+absl::Status RequireFloat32(const Node& node, absl::Span<const TensorSpec> specs);
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_GPU_ELEMENT_TYPE_H_

@@ -2,15 +2,24 @@
 // Logits are float32 or 16-bit (read as they are, without a float32 copy); the loss is float32
 // beside 16-bit logits and the gradient has the logits' dtype. The attribute "classes"
 // (loss_checks.h) leaves the logits' last columns out: a vocabulary padded for aligned products.
+//
+// The ensemble forms (batched.h: batched_softmax_cross_entropy and its gradient and fused pair)
+// share every rule here with a leading model dimension: logits [K, B, C], labels [K, B], a loss
+// per model [K]. Their GPU kernels (src/codegen/batched_kernels.h) are the one-block kernels' per
+// model, float32 only.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/batched_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/codegen/loss_kernels.h"
+#include "src/ops/batched.h"
+#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/loss_checks.h"
 #include "src/ops/loss_rows.h"
+#include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -18,27 +27,51 @@
 namespace reprise::ops {
 namespace {
 
+using codegen::XentOutputs;
+
 // The loss (and dloss) are float32 beside 16-bit logits: the log-sum-exp is accumulated in float
 // and a 16-bit loss would round away what training reads from it.
 DType LossDType(DType logits) { return IsLowPrecision(logits) ? DType::kFloat32 : logits; }
 
+// The logits' sizes; `lead` is 1 where they lead with the models (the ensemble ops), else 0.
+struct XentDims {
+  int lead;
+  int64_t models, rows, cols;
+};
+XentDims DimsOf(const TensorSpec& logits) {
+  const int lead = logits.shape.rank() - 2;
+  return {lead, lead == 1 ? logits.shape.dim(0) : 1, logits.shape.dim(lead),
+          logits.shape.dim(lead + 1)};
+}
+
+// The loss: [] for one model, [K] for an ensemble.
+TensorSpec LossSpec(const TensorSpec& logits) {
+  const XentDims d = DimsOf(logits);
+  return {d.lead == 1 ? Shape{d.models} : Shape{}, LossDType(logits.dtype)};
+}
+
+template <int kLead>
 absl::StatusOr<std::vector<TensorSpec>> InferXent(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
-  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
+  RETURN_IF_ERROR(CheckLogitsAndLabels(in, /*label_rank=*/1 + kLead));
   RETURN_IF_ERROR(LossClasses(attrs, in[0]).status());
-  return std::vector<TensorSpec>{{Shape{}, LossDType(in[0].dtype)}};
+  return std::vector<TensorSpec>{LossSpec(in[0])};
 }
 
+// (logits, labels, dloss of the loss's spec) -> dlogits.
+template <int kLead>
 absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs& attrs,
                                                       absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 3));
-  RETURN_IF_ERROR(CheckLogitsAndLabels(in));
-  RETURN_IF_ERROR(LossClasses(attrs, in[0]).status());
-  if (in[2].shape.rank() != 0 || in[2].dtype != LossDType(in[0].dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("dloss must be a scalar ",
-                                                   DTypeName(LossDType(in[0].dtype)),
-                                                   " (the loss's dtype), got ", in[2].ToString()));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> loss, InferXent<kLead>(attrs, in.subspan(0, 2)));
+  if (!(in[2] == loss[0])) {
+    const std::string dtype(DTypeName(loss[0].dtype));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dloss must be ",
+                     kLead == 0 ? absl::StrCat("a scalar ", dtype)
+                                : absl::StrCat(loss[0].ToString(), " (one value per model)"),
+                     " (the loss's dtype), got ", in[2].ToString()));
   }
   return std::vector<TensorSpec>{in[0]};
 }
@@ -46,172 +79,248 @@ absl::StatusOr<std::vector<TensorSpec>> InferXentGrad(const Attrs& attrs,
 absl::StatusOr<std::vector<Value>> GradXent(Graph& g, const Node& node,
                                             absl::Span<const Value> dout,
                                             const std::vector<bool>& needs) {
+  const ir::OpDef& grad_op = node.op == &BatchedSoftmaxCrossEntropyOp()
+                                 ? BatchedSoftmaxCrossEntropyGradOp()
+                                 : SoftmaxCrossEntropyGradOp();
   std::vector<Value> grads(2);  // Labels get none.
   if (needs[0]) {
-    ASSIGN_OR_RETURN(grads[0],
-                     g.AddOp1(SoftmaxCrossEntropyGradOp(), absl::StrCat(node.name, ".grad"),
-                              {node.inputs[0], node.inputs[1], dout[0]}, node.attrs));
+    ASSIGN_OR_RETURN(grads[0], g.AddOp1(grad_op, absl::StrCat(node.name, ".grad"),
+                                        {node.inputs[0], node.inputs[1], dout[0]}, node.attrs));
   }
   return grads;
 }
 
-// Per row, over its first `classes` columns: m = max z, s = Σ exp(z - m); loss_r = log s + m -
-// z[label].
+// The reference for every model of `z` (one without a leading model dimension): per row, over its
+// first `classes` columns, m = max z, s = Σ exp(z - m), the row's loss log s + m - z[label];
+// loss[k] (when not null) the mean of model k's; dz (when not null) = dloss[k] / rows ·
+// (exp(z - m) / s - [c == label]) and exactly 0 at and beyond `classes`, with dloss[0] for every
+// model when `shared_dloss`.
 template <typename T>
-absl::Status ForEachRow(const ir::HostTensor& z, const ir::HostTensor& labels, int64_t classes,
-                        const std::function<void(int64_t, const T*, T, T, int)>& fn) {
-  const int64_t rows = z.spec().shape.dim(0), cols = z.spec().shape.dim(1);
+absl::Status XentReference(const ir::HostTensor& z, const ir::HostTensor& labels, int64_t classes,
+                           const T* dloss, bool shared_dloss, T* loss, T* dz) {
+  const XentDims d = DimsOf(z.spec());
   auto zs = z.data<T>();
   auto ls = labels.data<int32_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    if (ls[r] < 0 || ls[r] >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", ls[r], " of row ", r, " is outside [0, ", classes, ")"));
+  for (int64_t k = 0; k < d.models; ++k) {
+    const T scale = dloss == nullptr ? T(0) : dloss[shared_dloss ? 0 : k] / static_cast<T>(d.rows);
+    T total = 0;
+    for (int64_t r = 0; r < d.rows; ++r) {
+      const int64_t row = k * d.rows + r;
+      const int32_t label = ls[row];
+      if (label < 0 || label >= classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("label ", label, " of ", d.lead == 1 ? absl::StrCat("model ", k, " ") : "",
+                         "row ", r, " is outside [0, ", classes, ")"));
+      }
+      const T* zr = zs.data() + row * d.cols;
+      T m = zr[0];
+      for (int64_t c = 1; c < classes; ++c) m = std::max(m, zr[c]);
+      T s = 0;
+      for (int64_t c = 0; c < classes; ++c) s += std::exp(zr[c] - m);
+      total += std::log(s) + m - zr[label];
+      if (dz == nullptr) continue;
+      for (int64_t c = 0; c < d.cols; ++c) {
+        dz[row * d.cols + c] =
+            c < classes ? scale * (std::exp(zr[c] - m) / s - (c == label ? T(1) : T(0))) : T(0);
+      }
     }
-    const T* zr = zs.data() + r * cols;
-    T m = zr[0];
-    for (int64_t c = 1; c < classes; ++c) m = std::max(m, zr[c]);
-    T s = 0;
-    for (int64_t c = 0; c < classes; ++c) s += std::exp(zr[c] - m);
-    fn(r, zr, m, s, ls[r]);
+    if (loss != nullptr) loss[k] = total / static_cast<T>(d.rows);
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuXent(const Node& node, absl::Span<ir::HostTensor* const> in,
-                     absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, in[0]->spec()));
-  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    T total = 0;
-    RETURN_IF_ERROR(ForEachRow<T>(
-        *in[0], *in[1], classes,
-        [&](int64_t, const T* zr, T m, T s, int label) { total += std::log(s) + m - zr[label]; }));
-    out[0]->data<T>()[0] = total / static_cast<T>(in[0]->spec().shape.dim(0));
-    return absl::OkStatus();
-  });
+// What `node`, one of the family, writes.
+XentOutputs OutputsOf(const Node& node) {
+  if (node.op == &SoftmaxCrossEntropyOp() || node.op == &BatchedSoftmaxCrossEntropyOp()) {
+    return XentOutputs::kLoss;
+  }
+  if (node.op == &SoftmaxCrossEntropyGradOp() || node.op == &BatchedSoftmaxCrossEntropyGradOp()) {
+    return XentOutputs::kGradient;
+  }
+  return XentOutputs::kLossAndGradient;
 }
 
-// Columns at or beyond the real classes get a gradient of exactly 0.
-absl::Status CpuXentGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
-                         absl::Span<ir::HostTensor* const> out) {
+// Every op of the family: inputs (logits, labels[, dloss]), outputs (loss[, total], dlogits) as
+// it writes them. The ensemble's fused pair takes the gradient of the models' summed loss, dtotal,
+// for every model, and sums their losses as model_sum does.
+absl::Status CpuXentFamily(const Node& node, absl::Span<ir::HostTensor* const> in,
+                           absl::Span<ir::HostTensor* const> out) {
+  const XentOutputs outputs = OutputsOf(node);
+  const bool stacked = DimsOf(in[0]->spec()).lead == 1;
   ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, in[0]->spec()));
-  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    const int64_t rows = in[0]->spec().shape.dim(0), cols = in[0]->spec().shape.dim(1);
-    const T scale = in[2]->data<T>()[0] / static_cast<T>(rows);
-    auto dz = out[0]->data<T>();
-    return ForEachRow<T>(*in[0], *in[1], classes, [&](int64_t r, const T* zr, T m, T s, int label) {
-      for (int64_t c = 0; c < cols; ++c) {
-        dz[r * cols + c] =
-            c < classes ? scale * (std::exp(zr[c] - m) / s - (c == label ? T(1) : T(0))) : T(0);
-      }
-    });
-  });
+  RETURN_IF_ERROR(DispatchFloat(in[0]->dtype(), [&]<typename T>() {
+    const T* dloss = outputs == XentOutputs::kLoss ? nullptr : in[2]->data<T>().data();
+    T* loss = outputs == XentOutputs::kGradient ? nullptr : out[0]->data<T>().data();
+    T* dz = outputs == XentOutputs::kLoss ? nullptr : out.back()->data<T>().data();
+    return XentReference<T>(*in[0], *in[1], classes, dloss,
+                            stacked && outputs == XentOutputs::kLossAndGradient, loss, dz);
+  }));
+  if (!stacked || outputs != XentOutputs::kLossAndGradient) return absl::OkStatus();
+  return ModelSumOp().cpu(Node(), out.subspan(0, 1), out.subspan(1, 1));
 }
 
 // Shared memory of the one-block loss kernels: one float per row, at most the default 48 KiB.
-absl::StatusOr<unsigned> RowLossBytes(int rows, const Node& node) {
+absl::StatusOr<unsigned> RowLossBytes(int64_t rows, const Node& node) {
   const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
-  if (shared > 48 * 1024) {
+  if (rows > 12288) {
     return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
                                                  " exceeds the loss kernel's limit of 12288 rows"));
   }
   return shared;
 }
 
-// Whether `ctx`'s logits take the row-per-block kernels (src/codegen/loss_kernels.h): the only
-// ones that leave padding columns out.
-absl::StatusOr<bool> RowPerBlock(const LoweringContext& ctx, const Node& node) {
-  const TensorSpec& z = ctx.input_specs[0];
-  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, z));
-  return classes < z.shape.dim(1) ||
-         codegen::UseRowPerBlockLoss(z.shape.dim(0), z.shape.dim(1), z.dtype);
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXent(const LoweringContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(const bool row_per_block, RowPerBlock(ctx, node));
-  if (row_per_block) return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kLoss);
-  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
-  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
-  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
+// The one-block float32 kernels (generated_kernel.h, fused_kernels.h, batched_kernels.h), per
+// model: the loss one block of 512 threads per model, the gradient a warp per row with the models
+// along the grid's y. Arguments (z, labels[, dloss], [loss,] [dz,] rows, cols).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOneBlockLoss(const LoweringContext& ctx,
+                                                             const Node& node,
+                                                             const codegen::GeneratedKernel& kernel,
+                                                             XentOutputs outputs) {
+  const XentDims d = DimsOf(ctx.input_specs[0]);
+  const int rows = static_cast<int>(d.rows), cols = static_cast<int>(d.cols);
+  const auto models = static_cast<unsigned>(d.models);
   KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]).Add(rows).Add(cols);
-  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropy(), dim3(1), dim3(512),
-                             shared, std::move(args));
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentGrad(const LoweringContext& ctx,
-                                                         const Node& node) {
-  ASSIGN_OR_RETURN(const bool row_per_block, RowPerBlock(ctx, node));
-  if (row_per_block) return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kGradient);
-  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
-  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
-  KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]).Add(ctx.outputs[0]);
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]);
+  if (outputs != XentOutputs::kLoss) args.Add(ctx.inputs[2]);
+  if (outputs != XentOutputs::kGradient) args.Add(ctx.outputs[0]);
+  if (outputs != XentOutputs::kLoss) args.Add(ctx.outputs.back());
   args.Add(rows).Add(cols);
-  const int warps_per_block = 8;
-  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropyGrad(),
-                             dim3((rows + warps_per_block - 1) / warps_per_block),
-                             dim3(32 * warps_per_block), 0, std::move(args));
+  if (outputs == XentOutputs::kGradient) {
+    const int warps_per_block = 8;
+    return NvrtcKernel::Create(ctx, node.name, kernel,
+                               dim3((rows + warps_per_block - 1) / warps_per_block, models),
+                               dim3(32 * warps_per_block), 0, std::move(args));
+  }
+  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
+  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(models), dim3(512), shared,
+                             std::move(args));
+}
+
+// An ensemble's: its one-block kernels, then (the fused pair) model_sum's kernel for the total.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerStackedLoss(const LoweringContext& ctx,
+                                                            const Node& node, XentOutputs outputs) {
+  RETURN_IF_ERROR(RequireFloat32(node, absl::MakeConstSpan(ctx.input_specs).subspan(0, 1)));
+  const XentDims d = DimsOf(ctx.input_specs[0]);
+  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, ctx.input_specs[0]));
+  if (classes < d.cols) {
+    return absl::UnimplementedError(absl::StrCat("node '", node.name,
+                                                 "': the ensemble loss kernels take every column "
+                                                 "as a class, got attribute 'classes' ",
+                                                 classes, " of ", d.cols));
+  }
+  const codegen::GeneratedKernel kernel =
+      outputs == XentOutputs::kLoss       ? codegen::BatchedSoftmaxCrossEntropy()
+      : outputs == XentOutputs::kGradient ? codegen::BatchedSoftmaxCrossEntropyGrad()
+                                          : codegen::BatchedSoftmaxCrossEntropyWithGrad();
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  ASSIGN_OR_RETURN(parts.emplace_back(), LowerOneBlockLoss(ctx, node, kernel, outputs));
+  if (outputs == XentOutputs::kLossAndGradient) {
+    KernelArgs sum_args;
+    sum_args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(static_cast<int>(d.models));
+    ASSIGN_OR_RETURN(parts.emplace_back(),
+                     NvrtcKernel::Create(ctx, node.name, codegen::ModelSum(), dim3(1), dim3(32), 0,
+                                         std::move(sum_args)));
+  }
+  return Sequence(std::move(parts));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentFamily(const LoweringContext& ctx,
+                                                           const Node& node) {
+  const XentOutputs outputs = OutputsOf(node);
+  const TensorSpec& z = ctx.input_specs[0];
+  if (DimsOf(z).lead == 1) return LowerStackedLoss(ctx, node, outputs);
+  // The row-per-block kernels (src/codegen/loss_kernels.h) are the only ones that leave padding
+  // columns out.
+  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, z));
+  if (classes < z.shape.dim(1) ||
+      codegen::UseRowPerBlockLoss(z.shape.dim(0), z.shape.dim(1), z.dtype)) {
+    return LowerRowPerBlockLoss(ctx, node, outputs);
+  }
+  const codegen::GeneratedKernel kernel =
+      outputs == XentOutputs::kLoss       ? codegen::SoftmaxCrossEntropy()
+      : outputs == XentOutputs::kGradient ? codegen::SoftmaxCrossEntropyGrad()
+                                          : codegen::SoftmaxCrossEntropyWithGrad();
+  return LowerOneBlockLoss(ctx, node, kernel, outputs);
 }
 
 // softmax_cross_entropy_with_grad: (z, labels, dloss) -> (loss, dz), the fused pair.
 absl::StatusOr<std::vector<TensorSpec>> InferXentWithGrad(const Attrs& attrs,
                                                           absl::Span<const TensorSpec> in) {
-  ASSIGN_OR_RETURN(std::vector<TensorSpec> grad, InferXentGrad(attrs, in));
-  return std::vector<TensorSpec>{{Shape{}, LossDType(in[0].dtype)}, grad[0]};
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> grad, InferXentGrad<0>(attrs, in));
+  return std::vector<TensorSpec>{LossSpec(in[0]), grad[0]};
 }
 
-absl::Status CpuXentWithGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
-                             absl::Span<ir::HostTensor* const> out) {
-  RETURN_IF_ERROR(CpuXent(node, in.subspan(0, 2), out.subspan(0, 1)));
-  return CpuXentGrad(node, in, out.subspan(1, 1));
-}
-
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentWithGrad(const LoweringContext& ctx,
-                                                             const Node& node) {
-  ASSIGN_OR_RETURN(const bool row_per_block, RowPerBlock(ctx, node));
-  if (row_per_block) {
-    return LowerRowPerBlockLoss(ctx, node, codegen::XentOutputs::kLossAndGradient);
+// batched_softmax_cross_entropy_with_grad: (z, labels, dtotal []) -> (loss [K], total [], dz).
+absl::StatusOr<std::vector<TensorSpec>> InferStackedXentWithGrad(const Attrs& attrs,
+                                                                 absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> loss, InferXent<1>(attrs, in.subspan(0, 2)));
+  const TensorSpec total{Shape{}, loss[0].dtype};
+  if (!(in[2] == total)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtotal must be a scalar ", DTypeName(total.dtype), ", got ", in[2].ToString()));
   }
-  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
-  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
-  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
-  KernelArgs args;
-  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.inputs[2]);
-  args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(rows).Add(cols);
-  return NvrtcKernel::Create(ctx, node.name, codegen::SoftmaxCrossEntropyWithGrad(), dim3(1),
-                             dim3(512), shared, std::move(args));
+  return std::vector<TensorSpec>{loss[0], total, in[0]};
 }
 
 }  // namespace
+
+const ir::OpDef& SoftmaxCrossEntropyOp() {
+  static const ir::OpDef op{.name = "softmax_cross_entropy",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferXent<0>,
+                            .grad = GradXent,
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& SoftmaxCrossEntropyGradOp() {
+  static const ir::OpDef op{.name = "softmax_cross_entropy_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferXentGrad<0>,
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily,
+                            .low_precision_lowering = true};
+  return op;
+}
 
 const ir::OpDef& SoftmaxCrossEntropyWithGradOp() {
   static const ir::OpDef op{.name = "softmax_cross_entropy_with_grad",
                             .kind = ir::OpKind::kReduction,
                             .infer = InferXentWithGrad,
-                            .cpu = CpuXentWithGrad,
-                            .lower = LowerXentWithGrad,
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily,
                             .low_precision_lowering = true};
   return op;
 }
 
-const ir::OpDef& SoftmaxCrossEntropyOp() {
-  static const ir::OpDef op{.name = "softmax_cross_entropy",
+const ir::OpDef& BatchedSoftmaxCrossEntropyOp() {
+  static const ir::OpDef op{.name = "batched_softmax_cross_entropy",
                             .kind = ir::OpKind::kReduction,
-                            .infer = InferXent,
+                            .infer = InferXent<1>,
                             .grad = GradXent,
-                            .cpu = CpuXent,
-                            .lower = LowerXent,
-                            .low_precision_lowering = true};
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily};
   return op;
 }
-const ir::OpDef& SoftmaxCrossEntropyGradOp() {
-  static const ir::OpDef op{.name = "softmax_cross_entropy_grad",
+
+const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp() {
+  static const ir::OpDef op{.name = "batched_softmax_cross_entropy_grad",
                             .kind = ir::OpKind::kReduction,
-                            .infer = InferXentGrad,
-                            .cpu = CpuXentGrad,
-                            .lower = LowerXentGrad,
-                            .low_precision_lowering = true};
+                            .infer = InferXentGrad<1>,
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily};
+  return op;
+}
+
+const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp() {
+  static const ir::OpDef op{.name = "batched_softmax_cross_entropy_with_grad",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferStackedXentWithGrad,
+                            .cpu = CpuXentFamily,
+                            .lower = LowerXentFamily};
   return op;
 }
 

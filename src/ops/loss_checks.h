@@ -1,5 +1,5 @@
-// The shape rule the softmax cross-entropy family shares (loss.cc, masked_loss.cc and the
-// ensembles' batched_loss.cc): float logits [..., C] with int32 labels [...] of the same leading
+// The shape rule the softmax cross-entropy family shares (loss.cc, with the ensembles' forms, and
+// masked_loss.cc): float logits [..., C] with int32 labels [...] of the same leading
 // dimensions (the batch; for an ensemble, the models and the batch).
 #ifndef REPRISE_SRC_OPS_LOSS_CHECKS_H_
 #define REPRISE_SRC_OPS_LOSS_CHECKS_H_

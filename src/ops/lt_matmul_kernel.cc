@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/op_helpers.h"
@@ -50,6 +51,14 @@ absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& 
   }
   const int rows = rank - 2, cols = rank - 1;  // The matrix dimensions.
   ProductDims d;
+  d.stacked = rank == 3;
+  if (d.stacked) {
+    d.models = a.shape.dim(0);
+    if (b.shape.dim(0) != d.models || d.models <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("A ", a.ToString(), " and B ", b.ToString(),
+                                                     " must stack the same positive model count"));
+    }
+  }
   d.ta = ir::BoolAttrOr(attrs, "transpose_a", false);
   d.tb = ir::BoolAttrOr(attrs, "transpose_b", false);
   d.m = d.ta ? a.shape.dim(cols) : a.shape.dim(rows);
@@ -62,6 +71,19 @@ absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& 
         b.ToString(), (d.tb ? " transposed" : ""), " give k = ", d.k, " and ", kb));
   }
   return d;
+}
+
+Shape ProductDims::Stack(std::initializer_list<int64_t> dims) const {
+  std::vector<int64_t> all;
+  if (stacked) all.push_back(models);
+  all.insert(all.end(), dims.begin(), dims.end());
+  return Shape(all);
+}
+
+runtime::MatmulShape ProductDims::Matmul(DType dtype) const {
+  runtime::MatmulShape shape{m, n, k, ta, tb, dtype};
+  shape.batch = models;
+  return shape;
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,

@@ -4,6 +4,7 @@
 #define REPRISE_SRC_OPS_LT_MATMUL_KERNEL_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -14,11 +15,19 @@
 namespace reprise::ops {
 
 // A product's sizes and orientation: attrs transpose_a and transpose_b, and the last two
-// dimensions of A and B, each of rank `rank` (2 for matmul, 3 for a stack of products) and of one
-// float dtype. InvalidArgument naming the shapes otherwise.
+// dimensions of A and B, each of rank `rank` (2 for matmul, 3 for a stack of products along a
+// leading model dimension, the same positive count in both) and of one float dtype.
+// InvalidArgument naming the shapes otherwise.
 struct ProductDims {
+  int64_t models = 1;  // The stacked products; 1 for rank 2.
   int64_t m, n, k;
   bool ta, tb;
+  bool stacked = false;  // Rank 3: every tensor of the op leads with the model dimension.
+
+  // `dims` after the model dimension where the operands have one: C is Stack({m, n}).
+  Shape Stack(std::initializer_list<int64_t> dims) const;
+  // The cuBLASLt product: one, or a strided batch of `models`.
+  runtime::MatmulShape Matmul(DType dtype) const;
 };
 absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& a,
                                           const TensorSpec& b, int rank);
@@ -45,6 +54,15 @@ void ReferenceProduct(const T* a, const T* b, T* c, int64_t m, int64_t n, int64_
       }
       c[i * n + j] = static_cast<T>(sum);
     }
+  }
+}
+
+// ReferenceProduct for each of d.models stacked products.
+template <typename T>
+void ReferenceProducts(const ProductDims& d, const T* a, const T* b, T* c) {
+  for (int64_t model = 0; model < d.models; ++model) {
+    ReferenceProduct(a + model * d.m * d.k, b + model * d.k * d.n, c + model * d.m * d.n, d.m, d.n,
+                     d.k, d.ta, d.tb);
   }
 }
 

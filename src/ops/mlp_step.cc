@@ -1,10 +1,13 @@
-// mlp_train_step: shape rule, CPU reference (the unfused training graph's arithmetic, op by op)
-// and the cooperative GPU lowering.
+// mlp_train_step and its ensemble form batched_mlp_train_step (K identically shaped MLPs, every
+// tensor stacked [K, ...]): one shape rule, one CPU reference (the unfused training graph's
+// arithmetic, op by op, per model, then the sum of the models' losses) and one GPU lowering
+// (cooperative, or in thread-block clusters), the batched op's with a leading model dimension.
 #include "src/ops/mlp_step.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <variant>
 
@@ -20,6 +23,24 @@ namespace {
 
 constexpr int kFixedInputs = 6;
 
+// What the inputs say: K, L, the per-model batch and widths, which inputs every model shares.
+struct StepShape {
+  bool stacked = false;  // batched_mlp_train_step: the tensors lead with the models.
+  int64_t models = 1, batch = 0;
+  int layers = 0;
+  std::vector<int64_t> widths;  // F, out_0, ..., out_{L-1}.
+  bool shared_features = false, shared_labels = false;
+  bool guarded = false;  // With the guard's counters after the barrier.
+
+  // `dims` after the model dimension where the op has one.
+  Shape Stack(std::initializer_list<int64_t> dims) const {
+    std::vector<int64_t> all;
+    if (stacked) all.push_back(models);
+    all.insert(all.end(), dims.begin(), dims.end());
+    return Shape(all);
+  }
+};
+
 std::string InputName(int index, int layers) {
   static const char* const kFixed[] = {"features",      "labels",   "dloss",
                                        "learning_rate", "momentum", "weight_decay"};
@@ -28,16 +49,8 @@ std::string InputName(int index, int layers) {
   if (index == kFixedInputs + 4 * layers + 1) return "skipped_steps";
   if (index == kFixedInputs + 4 * layers + 2) return "record";
   const int l = (index - kFixedInputs) / 4;
-  switch ((index - kFixedInputs) % 4) {
-    case 0:
-      return absl::StrCat("W_", l);
-    case 1:
-      return absl::StrCat("b_", l);
-    case 2:
-      return absl::StrCat("velocity of W_", l);
-    default:
-      return absl::StrCat("velocity of b_", l);
-  }
+  static const char* const kPerLayer[] = {"W_", "b_", "velocity of W_", "velocity of b_"};
+  return absl::StrCat(kPerLayer[(index - kFixedInputs) % 4], l);
 }
 
 absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec& got) {
@@ -45,64 +58,113 @@ absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec
                                                  ") must be ", what, ", got ", got.ToString()));
 }
 
-// Checks arity and every input; returns L and fills `widths` with F, out_0, ..., out_{L-1}.
-absl::StatusOr<int> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in,
-                                std::vector<int64_t>* widths, bool guarded) {
+// Checks arity and every input of an L-layer step; stacked, K comes from W_0 [K, out_0, F], and
+// the features [B, F] and labels [B] may be shared by every model.
+absl::StatusOr<StepShape> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in, bool guarded,
+                                      bool stacked) {
   if (layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("attribute 'layers' must be >= 1, got ", layers));
   }
-  const int l_count = static_cast<int>(layers);
-  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * l_count + 1 + (guarded ? 2 : 0)));
-  const TensorSpec& x = in[0];
-  if (x.shape.rank() != 2 || (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)) {
-    return Bad(0, l_count, "a float matrix [batch, features]", x);
+  StepShape s;
+  s.stacked = stacked;
+  s.layers = static_cast<int>(layers);
+  s.guarded = guarded;
+  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * s.layers + 1 + (guarded ? 2 : 0)));
+  const int lead = stacked ? 1 : 0;
+  if (stacked) {
+    const TensorSpec& w0 = in[kFixedInputs];
+    if (w0.shape.rank() != 3 || w0.shape.dim(0) < 1) {
+      return Bad(kFixedInputs, s.layers, "a stacked weight [models, out, in]", w0);
+    }
+    s.models = w0.shape.dim(0);
   }
+  const TensorSpec& x = in[0];
   const DType dt = x.dtype;
-  const int64_t batch = x.shape.dim(0);
-  const TensorSpec labels{Shape{batch}, DType::kInt32};
-  if (!(in[1] == labels)) return Bad(1, l_count, labels.ToString(), in[1]);
+  if ((dt != DType::kFloat32 && dt != DType::kFloat64) ||
+      !(x.shape.rank() == 2 || (stacked && x.shape.rank() == 3 && x.shape.dim(0) == s.models))) {
+    return Bad(0, s.layers,
+               stacked ? absl::StrCat("a float tensor [", s.models,
+                                      ", batch, features] or [batch, features]")
+                       : "a float matrix [batch, features]",
+               x);
+  }
+  s.shared_features = stacked && x.shape.rank() == 2;
+  s.batch = x.shape.dim(x.shape.rank() - 2);
+  s.widths = {x.shape.dim(x.shape.rank() - 1)};
+  const TensorSpec own_labels{s.Stack({s.batch}), DType::kInt32};
+  const TensorSpec shared_labels{Shape{s.batch}, DType::kInt32};
+  s.shared_labels = stacked && in[1] == shared_labels;
+  if (!(in[1] == own_labels) && !s.shared_labels) {
+    return Bad(1, s.layers,
+               stacked ? absl::StrCat(own_labels.ToString(), " or ", shared_labels.ToString())
+                       : own_labels.ToString(),
+               in[1]);
+  }
   for (int i = 2; i < kFixedInputs; ++i) {
     if (!(in[i] == TensorSpec{Shape{}, dt})) {
-      return Bad(i, l_count, absl::StrCat("a ", DTypeName(dt), " scalar"), in[i]);
+      return Bad(i, s.layers, absl::StrCat("a ", DTypeName(dt), " scalar"), in[i]);
     }
   }
-  widths->assign(1, x.shape.dim(1));
-  for (int l = 0; l < l_count; ++l) {
+  for (int l = 0; l < s.layers; ++l) {
     const int base = kFixedInputs + 4 * l;
     const TensorSpec& w = in[base];
-    if (w.shape.rank() != 2 || w.dtype != dt || w.shape.dim(1) != widths->back()) {
+    if (w.shape.rank() != 2 + lead || w.dtype != dt || (stacked && w.shape.dim(0) != s.models) ||
+        w.shape.dim(1 + lead) != s.widths.back()) {
       return Bad(
-          base, l_count,
-          absl::StrCat(DTypeName(dt), " [out, ", widths->back(), "] (its inputs are ",
+          base, s.layers,
+          absl::StrCat(DTypeName(dt), " [", stacked ? absl::StrCat(s.models, ", ") : "", "out, ",
+                       s.widths.back(), "] (its inputs are ",
                        l == 0 ? "the features" : absl::StrCat("layer ", l - 1, "'s outputs"), ")"),
           w);
     }
-    const TensorSpec bias{Shape{w.shape.dim(0)}, dt};
-    if (!(in[base + 1] == bias)) return Bad(base + 1, l_count, bias.ToString(), in[base + 1]);
-    if (!(in[base + 2] == w)) return Bad(base + 2, l_count, w.ToString(), in[base + 2]);
-    if (!(in[base + 3] == bias)) return Bad(base + 3, l_count, bias.ToString(), in[base + 3]);
-    widths->push_back(w.shape.dim(0));
+    const int64_t out = w.shape.dim(lead);
+    const TensorSpec bias{s.Stack({out}), dt};
+    if (!(in[base + 1] == bias)) return Bad(base + 1, s.layers, bias.ToString(), in[base + 1]);
+    if (!(in[base + 2] == w)) return Bad(base + 2, s.layers, w.ToString(), in[base + 2]);
+    if (!(in[base + 3] == bias)) return Bad(base + 3, s.layers, bias.ToString(), in[base + 3]);
+    s.widths.push_back(out);
   }
-  const int bar = kFixedInputs + 4 * l_count;
+  const int bar = kFixedInputs + 4 * s.layers;
   const TensorSpec barrier{Shape{codegen::kMlpStepBarrierWords}, DType::kInt32};
-  if (!(in[bar] == barrier)) return Bad(bar, l_count, barrier.ToString(), in[bar]);
+  if (!(in[bar] == barrier)) return Bad(bar, s.layers, barrier.ToString(), in[bar]);
   if (guarded) RETURN_IF_ERROR(CheckMlpStepGuardInputs(in, bar + 1));
-  return l_count;
+  return s;
 }
 
-absl::StatusOr<std::vector<TensorSpec>> InferMlpStep(const Attrs& attrs,
-                                                     absl::Span<const TensorSpec> in) {
+// CheckInputs with L derived from the number of inputs.
+absl::StatusOr<StepShape> ShapeOf(absl::Span<const TensorSpec> in, bool guarded, bool stacked) {
+  const size_t extra = 1 + (guarded ? 2 : 0);  // The barrier and the guard's counters.
+  if (in.size() < kFixedInputs + 4 + extra || (in.size() - kFixedInputs - extra) % 4 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(stacked ? "a batched_mlp_train_step" : "an mlp_train_step",
+                     " takes 6 + 4 L + ", extra, " inputs for L >= 1 layers, got ", in.size()));
+  }
+  return CheckInputs(static_cast<int64_t>(in.size() - kFixedInputs - extra) / 4, in, guarded,
+                     stacked);
+}
+
+bool Stacked(const Node& node) { return node.op == &BatchedMlpTrainStepOp(); }
+
+absl::StatusOr<StepShape> ShapeOfNode(const Attrs& attrs, absl::Span<const TensorSpec> in,
+                                      bool stacked) {
   ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(attrs, "layers"));
   ASSIGN_OR_RETURN(const codegen::MlpGuard guard, MlpStepGuardOf(attrs));
-  const bool guarded = guard != codegen::MlpGuard::kNone;
-  std::vector<int64_t> widths;
-  ASSIGN_OR_RETURN(int l_count, CheckInputs(layers, in, &widths, guarded));
-  const int64_t batch = in[0].shape.dim(0);
-  return std::vector<TensorSpec>{
-      {Shape{}, in[0].dtype},
-      {Shape{batch, widths[l_count]}, in[0].dtype},
-      {Shape{MlpTrainStepWorkspaceFloats(batch, widths, guarded)}, DType::kFloat32}};
+  return CheckInputs(layers, in, guard != codegen::MlpGuard::kNone, stacked);
+}
+
+// Outputs: loss [], the stacked op's losses [K], logits [K?, B, C], workspace.
+template <bool kStacked>
+absl::StatusOr<std::vector<TensorSpec>> InferMlpStep(const Attrs& attrs,
+                                                     absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const StepShape s, ShapeOfNode(attrs, in, kStacked));
+  const DType dt = in[0].dtype;
+  std::vector<TensorSpec> out = {{Shape{}, dt}};
+  if (kStacked) out.push_back({Shape{s.models}, dt});
+  out.push_back({s.Stack({s.batch, s.widths.back()}), dt});
+  out.push_back({Shape{codegen::MlpStepWorkspaceFloats(s.batch, s.widths, s.models, s.guarded)},
+                 DType::kFloat32});
+  return out;
 }
 
 std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
@@ -111,71 +173,94 @@ std::vector<int> MutatedMlpStep(const Attrs&, int num_inputs) {
   return mutated;
 }
 
+// The single MLP's reference for each model's slices, then (stacked) the models' losses summed
+// in model order (as model_sum). Guarded, every model's gradients first, then every update or
+// none.
 template <typename T>
-absl::Status StepOnCpu(int layers, codegen::MlpGuard guard, absl::Span<ir::HostTensor* const> in,
-                       absl::Span<ir::HostTensor* const> out) {
-  const int64_t batch = in[0]->spec().shape.dim(0);
-  std::vector<int64_t> d = {in[0]->spec().shape.dim(1)};
-  MlpStepTensors<T> m{.x = in[0]->data<T>().data(),
-                      .labels = in[1]->data<int32_t>().data(),
-                      .logits = out[1]->data<T>().data()};
-  for (int l = 0; l < layers; ++l) {
-    const int base = kFixedInputs + 4 * l;
-    d.push_back(in[base]->spec().shape.dim(0));
-    m.w.push_back(in[base]->data<T>().data());
-    m.b.push_back(in[base + 1]->data<T>().data());
-    m.vw.push_back(in[base + 2]->data<T>().data());
-    m.vb.push_back(in[base + 3]->data<T>().data());
+absl::Status StepModelsOnCpu(const StepShape& s, codegen::MlpGuard guard,
+                             absl::Span<ir::HostTensor* const> in,
+                             absl::Span<ir::HostTensor* const> out) {
+  const MlpStepScalars scalars{in[2]->data<T>()[0], in[3]->data<T>()[0], in[4]->data<T>()[0],
+                               in[5]->data<T>()[0]};
+  const int64_t b = s.batch, classes = s.widths.back();
+  T* losses = out[s.stacked ? 1 : 0]->data<T>().data();
+  T* logits = out[s.stacked ? 2 : 1]->data<T>().data();
+  std::vector<MlpStepTensors<T>> tensors;
+  std::vector<MlpStepGradients<T>> grads(s.models);
+  bool finite = true;
+  for (int64_t k = 0; k < s.models; ++k) {
+    MlpStepTensors<T> m{
+        .x = in[0]->data<T>().data() + (s.shared_features ? 0 : k * b * s.widths[0]),
+        .labels = in[1]->data<int32_t>().data() + (s.shared_labels ? 0 : k * b),
+        .logits = logits + k * b * classes};
+    for (int l = 0; l < s.layers; ++l) {
+      const int base = kFixedInputs + 4 * l;
+      const int64_t weights = s.widths[l + 1] * s.widths[l], biases = s.widths[l + 1];
+      m.w.push_back(in[base]->data<T>().data() + k * weights);
+      m.b.push_back(in[base + 1]->data<T>().data() + k * biases);
+      m.vw.push_back(in[base + 2]->data<T>().data() + k * weights);
+      m.vb.push_back(in[base + 3]->data<T>().data() + k * biases);
+    }
+    RETURN_IF_ERROR(MlpStepGradientsOnCpu<T>(b, s.widths, scalars, m, losses + k, &grads[k],
+                                             s.stacked ? absl::StrCat("model ", k, " ") : ""));
+    finite = finite && grads[k].Finite();
+    tensors.push_back(std::move(m));
   }
-  const MlpStepScalars s{in[2]->data<T>()[0], in[3]->data<T>()[0], in[4]->data<T>()[0],
-                         in[5]->data<T>()[0]};
-  T* loss = out[0]->data<T>().data();
-  if (guard == codegen::MlpGuard::kNone) return MlpStepOnCpu<T>(batch, d, s, m, loss);
-  MlpStepGradients<T> grads;
-  RETURN_IF_ERROR(MlpStepGradientsOnCpu<T>(batch, d, s, m, loss, &grads));
-  int32_t* record = in[kFixedInputs + 4 * layers + 2]->data<int32_t>().data();
-  const bool skip = !std::isfinite(*loss) || !grads.Finite() ||
-                    (guard == codegen::MlpGuard::kStop && record[1] != 0);
-  if (!skip) ApplyMlpStepOnCpu(s, m, grads);
-  CountMlpStepGuard(in[kFixedInputs + 4 * layers + 1]->data<int32_t>().data(), record, skip);
+  T total = losses[0];
+  for (int64_t k = 1; k < s.models; ++k) total += losses[k];
+  if (s.stacked) out[0]->data<T>()[0] = total;
+  const int first_counter = kFixedInputs + 4 * s.layers + 1;
+  int32_t* record =
+      guard == codegen::MlpGuard::kNone ? nullptr : in[first_counter + 1]->data<int32_t>().data();
+  const bool skip = record != nullptr && (!finite || !std::isfinite(total) ||
+                                          (guard == codegen::MlpGuard::kStop && record[1] != 0));
+  if (!skip) {
+    for (int64_t k = 0; k < s.models; ++k) ApplyMlpStepOnCpu(scalars, tensors[k], grads[k]);
+  }
+  if (record != nullptr) {
+    CountMlpStepGuard(in[first_counter]->data<int32_t>().data(), record, skip);
+  }
   return absl::OkStatus();
 }
 
 absl::Status CpuMlpStep(const Node& node, absl::Span<ir::HostTensor* const> in,
                         absl::Span<ir::HostTensor* const> out) {
-  ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(node.attrs, "layers"));
   ASSIGN_OR_RETURN(const codegen::MlpGuard guard, MlpStepGuardOf(node.attrs));
-  return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
-    return StepOnCpu<T>(static_cast<int>(layers), guard, in, out);
-  });
+  std::vector<TensorSpec> specs;
+  for (const ir::HostTensor* t : in) specs.push_back(t->spec());
+  ASSIGN_OR_RETURN(const StepShape s, ShapeOfNode(node.attrs, specs, Stacked(node)));
+  return DispatchFloat(in[0]->dtype(),
+                       [&]<typename T>() { return StepModelsOnCpu<T>(s, guard, in, out); });
+}
+
+absl::StatusOr<codegen::MlpStepPlan> PlanFor(const StepShape& s, DType dtype,
+                                             const codegen::MlpStepTarget& target) {
+  if (dtype != DType::kFloat32) {
+    return absl::UnimplementedError(
+        absl::StrCat("the fused MLP step runs in f32 only, got ", DTypeName(dtype)));
+  }
+  return codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
 }
 
 absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs,
-                                             const codegen::MlpStepTarget& target) {
-  const bool guarded = target.guard != codegen::MlpGuard::kNone;
-  const size_t extra = 1 + (guarded ? 2 : 0);  // The barrier and the guard's counters.
-  if (inputs.size() < kFixedInputs + 4 + extra || (inputs.size() - kFixedInputs - extra) % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("an mlp_train_step takes 6 + 4 L + ", extra,
-                                                   " inputs for L >= 1 layers, got ",
-                                                   inputs.size()));
-  }
-  const int64_t layers = static_cast<int64_t>(inputs.size() - kFixedInputs - extra) / 4;
-  std::vector<int64_t> widths;
-  RETURN_IF_ERROR(CheckInputs(layers, inputs, &widths, guarded).status());
-  if (inputs[0].dtype != DType::kFloat32) {
-    return absl::UnimplementedError(
-        absl::StrCat("the fused MLP step runs in f32 only, got ", inputs[0].ToString()));
-  }
-  return codegen::PlanMlpStep(inputs[0].shape.dim(0), widths, target);
+                                             const codegen::MlpStepTarget& target, bool stacked) {
+  ASSIGN_OR_RETURN(const StepShape s,
+                   ShapeOf(inputs, target.guard != codegen::MlpGuard::kNone, stacked));
+  return PlanFor(s, inputs[0].dtype, target);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& ctx,
                                                         const Node& node) {
+  const bool stacked = Stacked(node);
   codegen::MlpStepTarget target = MlpTrainStepTargetFor(ctx);
-  auto guard = MlpStepGuardOf(node.attrs);
+  const absl::StatusOr<codegen::MlpGuard> guard = MlpStepGuardOf(node.attrs);
   if (guard.ok()) target.guard = *guard;
-  auto plan = guard.ok() ? PlanFor(ctx.input_specs, target)
-                         : absl::StatusOr<codegen::MlpStepPlan>(guard.status());
+  const absl::StatusOr<StepShape> shape =
+      guard.ok() ? ShapeOf(ctx.input_specs, target.guard != codegen::MlpGuard::kNone, stacked)
+                 : absl::StatusOr<StepShape>(guard.status());
+  const absl::StatusOr<codegen::MlpStepPlan> plan =
+      shape.ok() ? PlanFor(*shape, ctx.input_specs[0].dtype, target)
+                 : absl::StatusOr<codegen::MlpStepPlan>(shape.status());
   if (!plan.ok()) {
     return absl::Status(plan.status().code(),
                         absl::StrCat("node '", node.name, "': ", plan.status().message()));
@@ -183,7 +268,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  return LaunchForMlpStep(ctx, node.name, *plan, codegen::MlpStepKernel(*plan), std::move(args));
+  return LaunchForMlpStep(
+      ctx, node.name, *plan,
+      stacked ? codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels)
+              : codegen::MlpStepKernel(*plan),
+      std::move(args));
 }
 
 }  // namespace
@@ -261,7 +350,17 @@ codegen::MlpStepTarget MlpTrainStepTargetFor(const LoweringContext& ctx) {
 
 absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
                                         const codegen::MlpStepTarget& target) {
-  return PlanFor(inputs, target).status();
+  return PlanFor(inputs, target, /*stacked=*/false).status();
+}
+
+int64_t BatchedMlpTrainStepWorkspaceFloats(int64_t models, int64_t batch,
+                                           const std::vector<int64_t>& widths, bool guarded) {
+  return codegen::MlpStepWorkspaceFloats(batch, widths, models, guarded);
+}
+
+absl::Status CheckBatchedMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
+                                               const codegen::MlpStepTarget& target) {
+  return PlanFor(inputs, target, /*stacked=*/true).status();
 }
 
 bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
@@ -274,7 +373,17 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
 const ir::OpDef& MlpTrainStepOp() {
   static const ir::OpDef op{.name = "mlp_train_step",
                             .kind = ir::OpKind::kOptimizer,
-                            .infer = InferMlpStep,
+                            .infer = InferMlpStep<false>,
+                            .cpu = CpuMlpStep,
+                            .lower = LowerMlpStep,
+                            .mutated_inputs_of = MutatedMlpStep};
+  return op;
+}
+
+const ir::OpDef& BatchedMlpTrainStepOp() {
+  static const ir::OpDef op{.name = "batched_mlp_train_step",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferMlpStep<true>,
                             .cpu = CpuMlpStep,
                             .lower = LowerMlpStep,
                             .mutated_inputs_of = MutatedMlpStep};

@@ -98,7 +98,7 @@ absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
 bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
                            const codegen::MlpStepTarget& target, std::string* why);
 
-// batched_mlp_train_step (batched_mlp_step.cc): mlp_train_step for K models of one shape, every
+// batched_mlp_train_step (mlp_step.cc, beside it): mlp_train_step for K models of one shape, every
 // tensor stacked [K, ...] (an ensemble after src/passes/batch_ensemble.h), as one launch: a
 // cooperative one whose phases run (model, tile) tasks, or one thread-block cluster per model.
 // Model k's slices compute what mlp_train_step computes on them.

@@ -1,7 +1,9 @@
 // Pointwise ops: each lowers to an NVRTC kernel generated from one expression, over float32,
 // bfloat16 or float16 tensors (computed in float, rounded once at the store).
 #include "absl/strings/str_cat.h"
+#include "src/codegen/batched_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/batched.h"
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -35,17 +37,21 @@ absl::Status CheckSame(const TensorSpec& a, const TensorSpec& b, absl::string_vi
   return absl::OkStatus();
 }
 
-// bias_add ------------------------------------------------------------------------------------
+// bias_add, and its ensemble form batched_bias_add (batched.h): x [K, R, C] and b [K, C], each
+// model's bias added to its rows. The same rules with a leading model dimension (kLead = 1).
 
+template <int kLead>
 absl::StatusOr<std::vector<TensorSpec>> InferBiasAdd(const Attrs&,
                                                      absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
-  RETURN_IF_ERROR(CheckRank(in[0], 2, "x"));
-  RETURN_IF_ERROR(CheckRank(in[1], 1, "bias"));
+  RETURN_IF_ERROR(CheckRank(in[0], 2 + kLead, "x"));
+  RETURN_IF_ERROR(CheckRank(in[1], 1 + kLead, "bias"));
   RETURN_IF_ERROR(CheckFloat(in[0], "x"));
-  if (in[1].dtype != in[0].dtype || in[1].shape.dim(0) != in[0].shape.dim(1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bias ", in[1].ToString(), " does not match the columns of x ", in[0].ToString()));
+  if (in[1].dtype != in[0].dtype || in[1].shape.dim(kLead) != in[0].shape.dim(1 + kLead) ||
+      (kLead == 1 && in[1].shape.dim(0) != in[0].shape.dim(0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bias ", in[1].ToString(), " does not match the ",
+                     kLead == 1 ? "[models, columns]" : "columns", " of x ", in[0].ToString()));
   }
   return std::vector<TensorSpec>{in[0]};
 }
@@ -53,24 +59,44 @@ absl::StatusOr<std::vector<TensorSpec>> InferBiasAdd(const Attrs&,
 absl::StatusOr<std::vector<Value>> GradBiasAdd(Graph& g, const Node& node,
                                                absl::Span<const Value> dout,
                                                const std::vector<bool>& needs) {
+  const ir::OpDef& column_sum =
+      node.op == &BatchedBiasAddOp() ? BatchedColumnSumOp() : ColumnSumOp();
   std::vector<Value> grads(2);
   if (needs[0]) grads[0] = dout[0];
   if (needs[1]) {
     ASSIGN_OR_RETURN(grads[1],
-                     g.AddOp1(ColumnSumOp(), absl::StrCat(node.name, ".bias_grad"), {dout[0]}));
+                     g.AddOp1(column_sum, absl::StrCat(node.name, ".bias_grad"), {dout[0]}));
   }
   return grads;
 }
 
+// Model k's rows take b[k]; without a model dimension, every row takes b.
 absl::Status CpuBiasAdd(const Node&, absl::Span<ir::HostTensor* const> in,
                         absl::Span<ir::HostTensor* const> out) {
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto x = in[0]->data<T>(), b = in[1]->data<T>();
     auto y = out[0]->data<T>();
-    const int64_t cols = b.size();
-    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) y[i] = x[i] + b[i % cols];
+    const Shape& shape = in[0]->spec().shape;
+    const int64_t cols = shape.dim(shape.rank() - 1);
+    const int64_t per_model = shape.dim(shape.rank() - 2) * cols;
+    for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+      y[i] = x[i] + b[(i / per_model) * cols + i % cols];
+    }
     return absl::OkStatus();
   });
+}
+
+// Its kernel indexes the bias by model and column (the pointwise kernels by column only).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBatchedBiasAdd(const LoweringContext& ctx,
+                                                               const Node& node) {
+  RETURN_IF_ERROR(RequireFloat32(node, ctx.input_specs));
+  const Shape& shape = ctx.input_specs[0].shape;
+  const long long n = shape.NumElements();
+  KernelArgs args;
+  args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
+  args.Add(n).Add(static_cast<long long>(shape.dim(1))).Add(static_cast<long long>(shape.dim(2)));
+  return NvrtcKernel::Create(ctx, node.name, codegen::BatchedBiasAdd(),
+                             GridFor(n, 256, *ctx.device), dim3(256), 0, std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasAdd(const LoweringContext& ctx,
@@ -164,7 +190,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdd(const LoweringContext& ctx, 
 const ir::OpDef& BiasAddOp() {
   static const ir::OpDef op{
       .name = "bias_add",
-      .infer = InferBiasAdd,
+      .infer = InferBiasAdd<0>,
       .grad = GradBiasAdd,
       .cpu = CpuBiasAdd,
       .lower = LowerBiasAdd,
@@ -172,6 +198,17 @@ const ir::OpDef& BiasAddOp() {
       .low_precision_lowering = true};
   return op;
 }
+// Pointwise by kind (cheap to recompute), but with no chainable expression: its bias operand is
+// indexed by model and column, which fused pointwise kernels do not express.
+const ir::OpDef& BatchedBiasAddOp() {
+  static const ir::OpDef op{.name = "batched_bias_add",
+                            .infer = InferBiasAdd<1>,
+                            .grad = GradBiasAdd,
+                            .cpu = CpuBiasAdd,
+                            .lower = LowerBatchedBiasAdd};
+  return op;
+}
+
 const ir::OpDef& ReluOp() {
   static const ir::OpDef op{
       .name = "relu",

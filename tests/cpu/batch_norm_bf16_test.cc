@@ -1,7 +1,8 @@
 // Batch norm under mixed precision, without a device: bfloat16 data beside float32 per-channel
 // tensors passes every op's shape rule and the CPU reference, the training ops say they lower
-// bfloat16 (OpDef::low_precision_lowering), NHWC lowerings take it as far as the kernel store, and
-// NCHW lowerings refuse it by node name. The GPU side is tests/gpu/batch_norm_bf16_gpu_test.cc.
+// bfloat16 (OpDef::low_precision_lowering), the lowerings of either layout take it as far as the
+// kernel store, and bfloat16 per-channel tensors are refused by node name. The GPU side is
+// tests/gpu/batch_norm_launcher_gpu_test.cc and batch_norm_gpu_test.cc.
 #include <string>
 #include <vector>
 
@@ -153,30 +154,26 @@ std::vector<absl::Status> LowerEachNode(Layout layout) {
   return results;
 }
 
-// NHWC: every node passes its type checks and stops only at the missing kernel store, naming
-// the node.
-TEST(BatchNormBFloat16Test, NhwcLoweringsTakeBFloat16UpToTheKernelStore) {
-  const std::vector<absl::Status> results = LowerEachNode(Layout::kNHWC);
+// Every node passes its type checks and stops only at the missing kernel store, naming the node
+// (and, NCHW, the layout): NCHW batch norm, its gradient, its recompute and the fused forms run
+// on the NHWC kernels (planar view), so they take bfloat16 as far.
+class BatchNormBFloat16LoweringTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(BatchNormBFloat16LoweringTest, LoweringsTakeBFloat16UpToTheKernelStore) {
+  const Layout layout = GetParam();
+  const std::vector<absl::Status> results = LowerEachNode(layout);
   const char* names[] = {"'bn'", "'bn.grad'", "'bn_act'", "'bn_act.grad'", "'bn.twin'"};
   ASSERT_EQ(results.size(), 5u);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(results[i].code(), absl::StatusCode::kFailedPrecondition) << results[i];
     EXPECT_THAT(results[i].message(), AllOf(HasSubstr(names[i]), HasSubstr("kernel store")));
+    if (layout == Layout::kNCHW) EXPECT_THAT(results[i].message(), HasSubstr("nchw"));
   }
 }
 
-// NCHW: batch norm, its gradient, its recompute and the fused forms run on the same kernels as
-// NHWC (planar view), so they take bfloat16 up to the kernel store, naming the node and layout.
-TEST(BatchNormBFloat16Test, NchwLoweringsTakeBFloat16UpToTheKernelStore) {
-  const std::vector<absl::Status> results = LowerEachNode(Layout::kNCHW);
-  const char* names[] = {"'bn'", "'bn.grad'", "'bn_act'", "'bn_act.grad'", "'bn.twin'"};
-  ASSERT_EQ(results.size(), 5u);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(results[i].code(), absl::StatusCode::kFailedPrecondition) << results[i];
-    EXPECT_THAT(results[i].message(),
-                AllOf(HasSubstr(names[i]), HasSubstr("nchw"), HasSubstr("kernel store")));
-  }
-}
+INSTANTIATE_TEST_SUITE_P(BothLayouts, BatchNormBFloat16LoweringTest,
+                         ::testing::Values(Layout::kNHWC, Layout::kNCHW),
+                         [](const auto& info) { return std::string(LayoutName(info.param)); });
 
 // A graph built in bfloat16 throughout (per-channel tensors too) has no GPU batch norm: the NHWC
 // lowering names the node and the per-channel input.

@@ -39,20 +39,7 @@ TEST_P(MatmulGpuTest, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(AllTransposes, MatmulGpuTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
-TEST(OpsGpuTest, PointwiseAndReductionOpsMatchCpuReference) {
-  REPRISE_REQUIRE_GPU();
-  Graph g;
-  Value x = *g.AddParameter("x", {Shape{37, 29}}, Random());
-  Value y = *g.AddParameter("y", {Shape{37, 29}}, Random());
-  Value bias = *g.AddParameter("bias", {Shape{29}}, Random());
-  Value r = *g.AddOp1(ops::ReluOp(), "relu", {x});
-  ASSERT_TRUE(g.AddOp1(ops::BiasAddOp(), "bias_add", {x, bias}).ok());
-  ASSERT_TRUE(g.AddOp1(ops::ReluGradOp(), "relu_grad", {y, r}).ok());
-  ASSERT_TRUE(g.AddOp1(ops::AddOp(), "add", {x, y}).ok());
-  ASSERT_TRUE(g.AddOp1(ops::ColumnSumOp(), "column_sum", {y}).ok());
-  ir::ReferenceExecutor cpu(g, false, 2);
-  ExpectGpuMatchesCpu(g, cpu, 1e-6);
-}
+// The pointwise ops and column_sum: pointwise_gpu_test.cc, over float32 and bfloat16.
 
 TEST(OpsGpuTest, SoftmaxCrossEntropyAndGradMatchCpuReference) {
   REPRISE_REQUIRE_GPU();

@@ -1,11 +1,12 @@
-// The channels-last batch-norm launchers with bfloat16 data and float32 per-channel tensors, as
-// mixed precision runs them: the forward with a residual and ReLU, the backward masked by the
-// forward's ReLU output and writing the masked gradient, and batch_norm_apply's recompute.
-// Checked against float64 computed from the bfloat16 inputs (every bfloat16 output within one
-// bfloat16 ulp of it, float32 statistics to 1e-5), against the float32 kernels on the same values
-// (the same float arithmetic: equal statistics, outputs equal to the float32 ones rounded), and
-// for identical bits on a second run. The graph-level test below runs the ops through the plan's
-// lowering against the CPU reference.
+// The channels-last batch-norm launchers called directly with the flags a fuse pass sets, with
+// float32 data or, as mixed precision runs them, bfloat16 data beside float32 per-channel
+// tensors: the forward with a residual and ReLU, the backward masked by the forward's ReLU output
+// and writing the masked gradient, and batch_norm_apply's recompute. Checked against float64
+// computed from the inputs (float32 outputs to 1e-5; every bfloat16 output within one bfloat16
+// ulp of it; float32 statistics to 1e-5), for identical bits on a second run, and, bfloat16,
+// against the float32 kernels on the same values (the same float arithmetic: equal statistics,
+// outputs equal to the float32 ones rounded). batch_norm_gpu_test.cc runs the ops through the
+// plan's lowering against the CPU reference, in float32 and in mixed precision.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -35,19 +36,19 @@
 namespace reprise {
 namespace {
 
-struct Bf16Case {
+struct Case {
   int64_t rows, channels;
   int offset;  // Elements by which the row-walked tensors start past an allocation's start.
 };
 
-std::string CaseName(const ::testing::TestParamInfo<Bf16Case>& info) {
-  const Bf16Case& k = info.param;
+std::string CaseName(const Case& k) {
   return absl::StrCat("rows", k.rows, "_c", k.channels,
                       k.offset ? absl::StrCat("_offset", k.offset) : "");
 }
 
-// Four channels per thread need C % 4 == 0 and 8-byte aligned bfloat16 rows.
-bool ExpectVec4(const Bf16Case& k) { return k.channels % 4 == 0 && (k.offset * 2) % 8 == 0; }
+// Four channels per thread need C % 4 == 0 and rows aligned to four elements (16 bytes of
+// float32, 8 of bfloat16).
+bool ExpectVec4(const Case& k) { return k.channels % 4 == 0 && k.offset % 4 == 0; }
 
 // Uniform values rounded to bfloat16, held as floats (exactly representable in both types).
 std::vector<float> RandomBf16Values(int64_t n, float low, float high, unsigned seed) {
@@ -118,16 +119,17 @@ std::vector<E> Download(const DeviceArray<E>& a) {
   return host;
 }
 
-// The inputs of one layer, as floats; the [rows, C] ones hold bfloat16 values.
+// The inputs of one layer, as floats; for bfloat16 data the [rows, C] ones hold bfloat16 values.
 struct Inputs {
   std::vector<float> x, residual, dy, gamma, beta, running_mean, running_var;
 };
 
-Inputs MakeInputs(int64_t m, int64_t c) {
+Inputs MakeInputs(int64_t m, int64_t c, DType data = DType::kBFloat16) {
   const int64_t n = m * c;
-  return {RandomBf16Values(n, -3, 5, 1), RandomBf16Values(n, -1, 1, 2),
-          RandomBf16Values(n, -1, 1, 3), RandomFloats(c, 0.5, 1.5, 4),
-          RandomFloats(c, -1, 1, 5),     RandomFloats(c, -1, 1, 6),
+  auto rows = data == DType::kBFloat16 ? RandomBf16Values : RandomFloats;
+  return {rows(n, -3, 5, 1),         rows(n, -1, 1, 2),
+          rows(n, -1, 1, 3),         RandomFloats(c, 0.5, 1.5, 4),
+          RandomFloats(c, -1, 1, 5), RandomFloats(c, -1, 1, 6),
           RandomFloats(c, 0.5, 2, 7)};
 }
 
@@ -276,12 +278,17 @@ std::vector<double> AsDoubles(const std::vector<E>& v) {
   return d;
 }
 
-// A bfloat16 output computed in float and rounded once: relative L2 error at most 1e-2, and every
-// element within one bfloat16 ulp of the float64 value (plus 1e-5 for the float arithmetic where
-// the value nearly cancels).
-void ExpectBf16Near(const std::vector<uint16_t>& got, const std::vector<double>& want,
-                    const std::string& what) {
+// An output computed in float and stored as E, against float64: relative L2 error at most 1e-5
+// for float32. For bfloat16 (rounded once) at most 1e-2, and every element within one bfloat16
+// ulp of the float64 value (plus 1e-5 for the float arithmetic where the value nearly cancels).
+template <typename E>
+void ExpectNearFloat64(const std::vector<E>& got, const std::vector<double>& want,
+                       const std::string& what) {
   const std::vector<double> g = AsDoubles(got);
+  if constexpr (std::is_same_v<E, float>) {
+    EXPECT_LE(RelativeL2(g, want), 1e-5) << what;
+    return;
+  }
   EXPECT_LE(RelativeL2(g, want), 1e-2) << what;
   int64_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -294,24 +301,23 @@ void ExpectBf16Near(const std::vector<uint16_t>& got, const std::vector<double>&
   EXPECT_EQ(bad, 0) << what;
 }
 
-class BatchNormBf16Test : public ::testing::TestWithParam<Bf16Case> {};
-
-TEST_P(BatchNormBf16Test, FusedFlagsMatchFloat64AndRepeatBitForBit) {
-  REPRISE_REQUIRE_GPU();
-  const Bf16Case k = GetParam();
+// The forward, backward and recompute with data of type E against float64 computed from the
+// inputs, and the same bits on a second run.
+template <typename E>
+void ExpectLaunchersMatchFloat64(const Case& k) {
+  constexpr DType kType = DTypeOf<E>();
   const int64_t m = k.rows, c = k.channels, n = m * c;
   REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
-  const Inputs in = MakeInputs(m, c);
+  const Inputs in = MakeInputs(m, c, kType);
   std::string describe;
-  REPRISE_ASSERT_OK_AND_ASSIGN(auto runs, RunTwice<uint16_t>(gpu, m, c, k.offset, in, &describe));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto runs, RunTwice<E>(gpu, m, c, k.offset, in, &describe));
   EXPECT_NE(describe.find(ExpectVec4(k) ? "vec=4" : "vec=1"), std::string::npos) << describe;
-  EXPECT_NE(describe.find("nhwc bf16"), std::string::npos) << describe;
+  EXPECT_EQ(describe.find("nhwc bf16") != std::string::npos, kType == DType::kBFloat16) << describe;
   EXPECT_TRUE(SameBits(runs[0], runs[1]));
-  const Results<uint16_t>& r = runs[0];
+  const Results<E>& r = runs[0];
   // The recompute runs the forward's expression on the forward's statistics.
   EXPECT_EQ(r.recomputed, r.y);
-
-  // Forward in float64 from the bfloat16 inputs.
+  // Forward in float64 from the inputs.
   const std::vector<float>&x = in.x, &gamma = in.gamma, &beta = in.beta;
   std::vector<double> want_y(n), want_mean(c), want_invstd(c), want_rm(c), want_rv(c);
   for (int64_t j = 0; j < c; ++j) {
@@ -331,13 +337,13 @@ TEST_P(BatchNormBf16Test, FusedFlagsMatchFloat64AndRepeatBitForBit) {
     want_rm[j] = 0.9 * in.running_mean[j] + 0.1 * mean;
     want_rv[j] = 0.9 * in.running_var[j] + 0.1 * var * m / (m - 1);
   }
-  ExpectBf16Near(r.y, want_y, "y");
+  ExpectNearFloat64(r.y, want_y, "y");
   EXPECT_LE(RelativeL2(AsDoubles(r.saved_mean), want_mean), 1e-5);
   EXPECT_LE(RelativeL2(AsDoubles(r.saved_invstd), want_invstd), 1e-5);
   EXPECT_LE(RelativeL2(AsDoubles(r.running_mean), want_rm), 1e-5);
   EXPECT_LE(RelativeL2(AsDoubles(r.running_var), want_rv), 1e-5);
 
-  // Backward in float64 from what the GPU's backward read: its bfloat16 y as the ReLU mask, its
+  // Backward in float64 from what the GPU's backward read: its stored y as the ReLU mask, its
   // saved statistics.
   std::vector<double> want_dx(n), want_masked(n), want_dgamma(c), want_dbeta(c);
   for (int64_t j = 0; j < c; ++j) {
@@ -357,18 +363,56 @@ TEST_P(BatchNormBf16Test, FusedFlagsMatchFloat64AndRepeatBitForBit) {
     want_dgamma[j] = dot;
     want_dbeta[j] = sum;
   }
-  ExpectBf16Near(r.dx, want_dx, "dx");
+  ExpectNearFloat64(r.dx, want_dx, "dx");
   EXPECT_EQ(AsDoubles(r.masked), want_masked);  // dy's own values, or zero.
   EXPECT_LE(RelativeL2(AsDoubles(r.dgamma), want_dgamma), 1e-5);
   EXPECT_LE(RelativeL2(AsDoubles(r.dbeta), want_dbeta), 1e-5);
 }
 
+class NhwcBatchNormLauncherTest : public ::testing::TestWithParam<std::tuple<DType, Case>> {};
+
+TEST_P(NhwcBatchNormLauncherTest, FusedFlagsMatchFloat64AndRepeatBitForBit) {
+  REPRISE_REQUIRE_GPU();
+  const auto [dtype, k] = GetParam();
+  if (dtype == DType::kBFloat16) {
+    ExpectLaunchersMatchFloat64<uint16_t>(k);
+  } else {
+    ExpectLaunchersMatchFloat64<float>(k);
+  }
+}
+
+// float32: ResNet-50's widest layer and ResNet-18's, wide channels over few rows, scalar columns
+// (C % 4 != 0), a misaligned start, few rows; bfloat16 the shapes of mixed-precision ResNet-18
+// and ResNet-50, with starts one element and four elements (8 bytes) in.
+INSTANTIATE_TEST_SUITE_P(Shapes, NhwcBatchNormLauncherTest,
+                         ::testing::Values(std::tuple{DType::kFloat32, Case{32 * 56 * 56, 256, 0}},
+                                           std::tuple{DType::kFloat32, Case{8 * 28 * 28, 64, 0}},
+                                           std::tuple{DType::kFloat32, Case{98, 2048, 0}},
+                                           std::tuple{DType::kFloat32, Case{1000, 10, 0}},
+                                           std::tuple{DType::kFloat32, Case{300, 16, 1}},
+                                           std::tuple{DType::kFloat32, Case{8, 512, 0}},
+                                           std::tuple{DType::kFloat32, Case{32, 256, 0}},
+                                           std::tuple{DType::kFloat32, Case{7, 3, 0}},
+                                           std::tuple{DType::kBFloat16, Case{8 * 28 * 28, 64, 0}},
+                                           std::tuple{DType::kBFloat16, Case{98, 2048, 0}},
+                                           std::tuple{DType::kBFloat16, Case{300, 16, 1}},
+                                           std::tuple{DType::kBFloat16, Case{300, 16, 4}},
+                                           std::tuple{DType::kBFloat16, Case{8, 512, 0}},
+                                           std::tuple{DType::kBFloat16, Case{1000, 10, 0}},
+                                           std::tuple{DType::kBFloat16, Case{7, 3, 0}}),
+                         [](const auto& info) {
+                           return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
+                                               CaseName(std::get<1>(info.param)));
+                         });
+
 // The bfloat16 kernels do the float32 kernels' arithmetic and only round at the stores: on the
 // same (bfloat16-representable) values and the same vector width, every float32 statistic has the
 // same bits, and every bfloat16 output is the float32 kernels' output rounded to nearest even.
+class BatchNormBf16Test : public ::testing::TestWithParam<Case> {};
+
 TEST_P(BatchNormBf16Test, EqualsTheFloat32KernelsRounded) {
   REPRISE_REQUIRE_GPU();
-  const Bf16Case k = GetParam();
+  const Case k = GetParam();
   const int64_t m = k.rows, c = k.channels;
   REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
   const Inputs in = MakeInputs(m, c);
@@ -408,88 +452,10 @@ TEST_P(BatchNormBf16Test, EqualsTheFloat32KernelsRounded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
-                         ::testing::Values(Bf16Case{8 * 28 * 28, 64, 0}, Bf16Case{98, 2048, 0},
-                                           Bf16Case{300, 16, 1}, Bf16Case{300, 16, 4},
-                                           Bf16Case{8, 512, 0}, Bf16Case{1000, 10, 0},
-                                           Bf16Case{7, 3, 0}),
-                         CaseName);
-
-// Through the plan's lowering (capture/lowered_step.cc lets 16-bit floats through on
-// low_precision_lowering): a mixed-precision layer in either layout, fused and plain, with its
-// recomputes (one batch norm + ReLU, one chain of block outputs), against the CPU reference (16-bit
-// tensors through float32). One tolerance serves every output, so it is the bfloat16 outputs' 1e-2;
-// the float32 statistics are held to 1e-5 by the tests above.
-struct GraphCase {
-  int64_t n, h, w, c;
-  Layout layout = Layout::kNHWC;
-};
-
-class BatchNormBf16GraphTest : public ::testing::TestWithParam<GraphCase> {};
-
-TEST_P(BatchNormBf16GraphTest, FusedAndPlainOpsMatchCpuReference) {
-  REPRISE_REQUIRE_GPU();
-  const GraphCase k = GetParam();
-  const Shape image =
-      k.layout == Layout::kNHWC ? Shape{k.n, k.h, k.w, k.c} : Shape{k.n, k.c, k.h, k.w};
-  const TensorSpec data{image, DType::kBFloat16};
-  Graph g;
-  const Value x = *g.AddConstant("x", data, Initializer::Uniform(-3, 5));
-  const Value residual = *g.AddConstant("residual", data, Initializer::Uniform(-1, 1));
-  const Value dy = *g.AddConstant("dy", data, Initializer::Uniform(-1, 1));
-  const Value gamma = *g.AddParameter("gamma", {Shape{k.c}}, Initializer::Uniform(0.5, 1.5));
-  const Value beta = *g.AddParameter("beta", {Shape{k.c}}, Initializer::Uniform(-1, 1));
-  // Each training node updates running statistics of its own, so their order does not matter.
-  auto state = [&](const std::string& name, double low, double high) {
-    return *g.AddState(name, {Shape{k.c}}, Initializer::Uniform(low, high));
-  };
-  const Attrs base = {
-      {"layout", std::string(LayoutName(k.layout))}, {"epsilon", 1e-5}, {"momentum", 0.1}};
-  Attrs with_residual = base, with_mask = base, apply_attrs = base;
-  with_residual["residual"] = true;
-  with_mask["masked_output"] = true;
-  apply_attrs["residual"] = true;
-  apply_attrs["relu"] = true;
-
-  auto act = g.AddOp(ops::BatchNormActTrainOp(), "bn_act",
-                     {x, gamma, beta, state("rm_act", -1, 1), state("rv_act", 0.5, 2), residual},
-                     with_residual);
-  ASSERT_TRUE(act.ok()) << act.status();
-  auto act_grad = g.AddOp(ops::BatchNormActGradOp(), "bn_act.grad",
-                          {dy, (*act)[0], x, gamma, (*act)[1], (*act)[2]}, with_mask);
-  ASSERT_TRUE(act_grad.ok()) << act_grad.status();
-  auto plain = g.AddOp(ops::BatchNormTrainOp(), "bn",
-                       {x, gamma, beta, state("rm", -1, 1), state("rv", 0.5, 2)}, base);
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  auto plain_grad =
-      g.AddOp(ops::BatchNormGradOp(), "bn.grad", {dy, x, gamma, (*plain)[1], (*plain)[2]}, base);
-  ASSERT_TRUE(plain_grad.ok()) << plain_grad.status();
-  auto apply = g.AddOp1(ops::BatchNormApplyOp(), "bn_act.twin",
-                        {x, gamma, beta, (*act)[1], (*act)[2], residual}, apply_attrs);
-  ASSERT_TRUE(apply.ok()) << apply.status();
-  // A recomputed stage's block outputs: the shortcut's batch norm, then two blocks, each
-  // relu(its batch norm + the output before); every carried value rounds to bfloat16.
-  std::vector<Value> chain = {residual, gamma, beta, (*plain)[1], (*plain)[2]};
-  for (const Value& step_x : {x, residual}) {
-    chain.insert(chain.end(), {step_x, gamma, beta, (*act)[1], (*act)[2]});
-  }
-  auto chained = g.AddOp(ops::BatchNormApplyChainOp(), "bn_chain.twin", chain,
-                         {{"layout", std::string(LayoutName(k.layout))}});
-  ASSERT_TRUE(chained.ok()) << chained.status();
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 11);
-  ExpectGpuMatchesCpu(g, cpu, 1e-2);
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16GraphTest,
-                         ::testing::Values(GraphCase{8, 14, 14, 64}, GraphCase{2, 7, 7, 2048},
-                                           GraphCase{4, 6, 6, 10}, GraphCase{3, 5, 1, 1},
-                                           GraphCase{8, 14, 14, 64, Layout::kNCHW},
-                                           GraphCase{2, 7, 7, 2048, Layout::kNCHW},
-                                           GraphCase{3, 5, 1, 1, Layout::kNCHW}),
-                         [](const ::testing::TestParamInfo<GraphCase>& info) {
-                           const GraphCase& k = info.param;
-                           return absl::StrCat(k.n, "x", k.h, "x", k.w, "x", k.c,
-                                               k.layout == Layout::kNCHW ? "_nchw" : "");
-                         });
+                         ::testing::Values(Case{8 * 28 * 28, 64, 0}, Case{98, 2048, 0},
+                                           Case{300, 16, 1}, Case{300, 16, 4}, Case{8, 512, 0},
+                                           Case{1000, 10, 0}, Case{7, 3, 0}),
+                         [](const auto& info) { return CaseName(info.param); });
 
 }  // namespace
 }  // namespace reprise

@@ -1,6 +1,7 @@
-// bfloat16 GPU lowerings, the parts visible without a device: which ops have them, that their
-// kernels exist per element type under distinct names and compile with NVRTC, and that tensors of
-// another type, or of mixed types, are refused by name before any kernel is built.
+// 16-bit (bfloat16 and float16) GPU lowerings, the parts visible without a device: which ops have
+// them, that their kernels exist per element type under distinct names and compile with NVRTC,
+// that the fuse pass chains 16-bit ops as it chains float32 ones, and that tensors of another
+// type, or of mixed types, are refused by name before any kernel is built.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "reprise/nn.h"
 #include "src/autodiff/autodiff.h"
 #include "src/codegen/conv_kernels.h"
+#include "src/codegen/element_type.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/codegen/pooling_kernels.h"
@@ -37,6 +39,12 @@ using ::testing::HasSubstr;
 
 constexpr DType kBf16 = DType::kBFloat16;
 
+// The 16-bit element types: each kernel's twin of its float32 kernel, named with their suffix.
+class SixteenBitLoweringTest : public ::testing::TestWithParam<DType> {
+ protected:
+  std::string Suffix() const { return codegen::ElementKernelName("", GetParam()); }
+};
+
 TEST(Bf16LoweringTest, OpsWithBfloat16KernelsSaySo) {
   for (const ir::OpDef* op : {&ops::MaxPool2dOp(), &ops::MaxPool2dGradOp(), &ops::GlobalAvgPoolOp(),
                               &ops::GlobalAvgPoolGradOp(), &ops::FlattenOp(), &ops::ReshapeOp(),
@@ -47,66 +55,71 @@ TEST(Bf16LoweringTest, OpsWithBfloat16KernelsSaySo) {
   }
 }
 
-// Every kernel list in both types: the bfloat16 kernel of each float32 one, named apart (so both
+// Every kernel list in every type: the 16-bit kernel of each float32 one, named apart (so all
 // can live in one kernel store), reading 16-bit elements, and compiling for sm_90.
-TEST(Bf16LoweringTest, EveryKernelHasADistinctBfloat16TwinThatCompiles) {
+TEST_P(SixteenBitLoweringTest, EveryKernelHasADistinctTwinThatCompiles) {
+  const DType dtype = GetParam();
   std::vector<std::pair<codegen::GeneratedKernel, codegen::GeneratedKernel>> twins = {
-      {codegen::Add(), codegen::Add(kBf16)},
-      {codegen::Relu(), codegen::Relu(kBf16)},
-      {codegen::ReluGrad(), codegen::ReluGrad(kBf16)},
-      {codegen::BiasAdd(), codegen::BiasAdd(kBf16)},
-      {codegen::ColumnSum(), codegen::ColumnSum(kBf16)},
-      {codegen::MaxPool2d(), codegen::MaxPool2d(kBf16)},
-      {codegen::MaxPool2dGrad(), codegen::MaxPool2dGrad(kBf16)},
-      {codegen::GlobalAvgPoolNchw(), codegen::GlobalAvgPoolNchw(kBf16)},
-      {codegen::GlobalAvgPoolNhwc(), codegen::GlobalAvgPoolNhwc(kBf16)},
-      {codegen::GlobalAvgPoolGrad(), codegen::GlobalAvgPoolGrad(kBf16)},
-      {codegen::ChannelBiasAdd(), codegen::ChannelBiasAdd(kBf16)},
-      {codegen::ChannelSum(), codegen::ChannelSum(kBf16)},
-      {codegen::TransposeTiled(), codegen::TransposeTiled(kBf16)},
-      {codegen::TransposeGather(), codegen::TransposeGather(kBf16)}};
+      {codegen::Add(), codegen::Add(dtype)},
+      {codegen::Relu(), codegen::Relu(dtype)},
+      {codegen::ReluGrad(), codegen::ReluGrad(dtype)},
+      {codegen::BiasAdd(), codegen::BiasAdd(dtype)},
+      {codegen::ColumnSum(), codegen::ColumnSum(dtype)},
+      {codegen::MaxPool2d(), codegen::MaxPool2d(dtype)},
+      {codegen::MaxPool2dGrad(), codegen::MaxPool2dGrad(dtype)},
+      {codegen::GlobalAvgPoolNchw(), codegen::GlobalAvgPoolNchw(dtype)},
+      {codegen::GlobalAvgPoolNhwc(), codegen::GlobalAvgPoolNhwc(dtype)},
+      {codegen::GlobalAvgPoolGrad(), codegen::GlobalAvgPoolGrad(dtype)},
+      {codegen::ChannelBiasAdd(), codegen::ChannelBiasAdd(dtype)},
+      {codegen::ChannelSum(), codegen::ChannelSum(dtype)},
+      {codegen::TransposeTiled(), codegen::TransposeTiled(dtype)},
+      {codegen::TransposeGather(), codegen::TransposeGather(dtype)}};
   for (bool column_sum : {false, true}) {
     codegen::FusedPointwiseSpec spec{
         .inputs = {codegen::Broadcast::kFull, codegen::Broadcast::kRow},
         .expressions = {"in0 + in1", "(s0 > 0.0f ? s0 : 0.0f)"},
         .outputs = {0, 1},
         .column_sum = column_sum ? 0 : -1};
-    codegen::FusedPointwiseSpec bf16 = spec;
-    bf16.dtype = kBf16;
-    twins.push_back({codegen::FusedPointwise(spec), codegen::FusedPointwise(bf16)});
+    codegen::FusedPointwiseSpec half = spec;
+    half.dtype = dtype;
+    twins.push_back({codegen::FusedPointwise(spec), codegen::FusedPointwise(half)});
   }
-  for (const auto& [f32, bf16] : twins) {
-    EXPECT_FALSE(absl::EndsWith(f32.name, "_bf16")) << f32.name;
-    EXPECT_EQ(bf16.name, f32.name + "_bf16");
-    EXPECT_THAT(bf16.code, HasSubstr("extern \"C\" __global__ void " + bf16.name + "("));
-    EXPECT_THAT(bf16.code, HasSubstr("typedef unsigned short"));
+  for (const auto& [f32, half] : twins) {
+    EXPECT_FALSE(absl::EndsWith(f32.name, Suffix())) << f32.name;
+    EXPECT_EQ(half.name, f32.name + Suffix());
+    EXPECT_THAT(half.code, HasSubstr("extern \"C\" __global__ void " + half.name + "("));
+    EXPECT_THAT(half.code, HasSubstr("typedef unsigned short"));
     EXPECT_THAT(f32.code, ::testing::Not(HasSubstr("unsigned short")));
-    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(bf16), "sm_90");
-    ASSERT_TRUE(compiled.ok()) << bf16.name << ": " << compiled.status();
-    EXPECT_FALSE(compiled->cubin.empty()) << bf16.name;
+    auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(half), "sm_90");
+    ASSERT_TRUE(compiled.ok()) << half.name << ": " << compiled.status();
+    EXPECT_FALSE(compiled->cubin.empty()) << half.name;
   }
 }
 
-// The lists the kernel store warms (and the compile tests walk) hold both types.
-TEST(Bf16LoweringTest, KernelListsHoldBothTypes) {
+// The lists the kernel store warms (and the compile tests walk) hold every type.
+TEST_P(SixteenBitLoweringTest, KernelListsHoldEveryType) {
   auto has = [](const std::vector<codegen::GeneratedKernel>& list, const std::string& name) {
     for (const codegen::GeneratedKernel& k : list) {
       if (k.name == name) return true;
     }
     return false;
   };
-  for (const char* name : {"reprise_relu", "reprise_relu_bf16", "reprise_column_sum_bf16",
-                           "reprise_bias_add_bf16", "reprise_add_bf16", "reprise_relu_grad_bf16"})
-    EXPECT_TRUE(has(codegen::AllKernels(), name)) << name;
-  for (const char* name :
-       {"reprise_max_pool2d", "reprise_max_pool2d_bf16", "reprise_max_pool2d_grad_bf16",
-        "reprise_global_avg_pool_nchw_bf16", "reprise_global_avg_pool_nhwc_bf16",
-        "reprise_global_avg_pool_grad_bf16"})
-    EXPECT_TRUE(has(codegen::PoolingKernels(), name)) << name;
-  for (const char* name : {"reprise_transpose_tiled_bf16", "reprise_transpose_gather_bf16"})
-    EXPECT_TRUE(has(codegen::TransposeKernels(), name)) << name;
-  for (const char* name : {"reprise_channel_bias_add_bf16", "reprise_channel_sum_bf16"})
-    EXPECT_TRUE(has(codegen::ConvKernels(), name)) << name;
+  const std::vector<std::pair<std::vector<codegen::GeneratedKernel>, std::vector<std::string>>>
+      lists = {
+          {codegen::AllKernels(),
+           {"reprise_relu", "reprise_column_sum", "reprise_bias_add", "reprise_add",
+            "reprise_relu_grad"}},
+          {codegen::PoolingKernels(),
+           {"reprise_max_pool2d", "reprise_max_pool2d_grad", "reprise_global_avg_pool_nchw",
+            "reprise_global_avg_pool_nhwc", "reprise_global_avg_pool_grad"}},
+          {codegen::TransposeKernels(), {"reprise_transpose_tiled", "reprise_transpose_gather"}},
+          {codegen::ConvKernels(), {"reprise_channel_bias_add", "reprise_channel_sum"}}};
+  for (const auto& [list, names] : lists) {
+    for (const std::string& name : names) {
+      EXPECT_TRUE(has(list, name)) << name;
+      EXPECT_TRUE(has(list, name + Suffix())) << name + Suffix();
+    }
+  }
 }
 
 // A lowering's context with `node`'s input specs replaced by `specs` (no device: the element type
@@ -167,41 +180,43 @@ TEST(Bf16LoweringTest, OtherTypesAreRefusedNamingTheNode) {
   }
 }
 
-// A chain the fuse pass built over bfloat16: its kernel is the bfloat16 one; inputs of mixed
-// types (which the fuse pass never makes: each op's shape rule keeps its inputs' type) are refused
-// by name rather than read as the wrong bytes.
-TEST(Bf16LoweringTest, FusedChainKernelFollowsItsTypeAndMixedTypesAreRefused) {
+// A chain the fuse pass built over a 16-bit type: its kernel is that type's; inputs of mixed types
+// (which the fuse pass never makes: each op's shape rule keeps its inputs' type) are refused by
+// name rather than read as the wrong bytes.
+TEST_P(SixteenBitLoweringTest, FusedChainKernelFollowsItsTypeAndMixedTypesAreRefused) {
+  const DType dtype = GetParam();
   ops::PointwiseProgram program;
   program.steps.push_back({&ops::BiasAddOp(), {0, 1}});
   program.steps.push_back({&ops::ReluOp(), {ops::PointwiseProgram::StepOperand(0)}});
   program.outputs = {1};
   program.column_sum = 1;
   Graph g;
-  Value x = *g.AddInput("x", {Shape{6, 5}, kBf16});
-  Value b = *g.AddInput("b", {Shape{5}, kBf16});
+  Value x = *g.AddInput("x", {Shape{6, 5}, dtype});
+  Value b = *g.AddInput("b", {Shape{5}, dtype});
   auto out = g.AddOp(ops::FusedPointwiseOp(), "fc.bias+fc.relu", {x, b}, program.ToAttrs());
   ASSERT_TRUE(out.ok()) << out.status();
   const Node& node = g.node((*out)[0].node);
   auto source = ops::FusedPointwiseKernel(node);
   ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum_bf16");
+  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum" + Suffix());
 
-  auto mixed = LowerWith(node, {{Shape{6, 5}, kBf16}, {Shape{5}, DType::kFloat32}});
+  auto mixed = LowerWith(node, {{Shape{6, 5}, dtype}, {Shape{5}, DType::kFloat32}});
   EXPECT_EQ(mixed.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(mixed.status().message(),
               AllOf(HasSubstr("node 'fc.bias+fc.relu': fused_pointwise"),
                     HasSubstr("all its tensors of one type"), HasSubstr("f32[5]")));
 }
 
-// The fuse pass chains bfloat16 ops as it chains float32 ones: bias_add -> relu -> relu_grad and
-// the bias gradient become one fused node whose kernel is the bfloat16 one. Its reference (the
-// steps in float, one rounding per stored value) equals the unfused bfloat16 ops' here: relu and
-// relu_grad commute with rounding, and the column sums add values that bfloat16 holds exactly.
-TEST(Bf16LoweringTest, FusePassChainsBfloat16OpsIntoOneBfloat16Kernel) {
+// The fuse pass chains 16-bit ops as it chains float32 ones: bias_add -> relu -> relu_grad and
+// the bias gradient become one fused node whose kernel is the 16-bit one. Its reference (the
+// steps in float, one rounding per stored value) equals the unfused 16-bit ops' here: relu and
+// relu_grad commute with rounding, and the column sums add values that the type holds exactly.
+TEST_P(SixteenBitLoweringTest, FusePassChainsSixteenBitOpsIntoOneKernelOfTheirType) {
+  const DType dtype = GetParam();
   Graph g;
-  Value x = *g.AddConstant("x", {Shape{75, 41}, kBf16}, Initializer::Uniform(-1, 1));
-  Value bias = *g.AddConstant("bias", {Shape{41}, kBf16}, Initializer::Uniform(-1, 1));
-  Value dy = *g.AddConstant("dy", {Shape{75, 41}, kBf16}, Initializer::Uniform(-1, 1));
+  Value x = *g.AddConstant("x", {Shape{75, 41}, dtype}, Initializer::Uniform(-1, 1));
+  Value bias = *g.AddConstant("bias", {Shape{41}, dtype}, Initializer::Uniform(-1, 1));
+  Value dy = *g.AddConstant("dy", {Shape{75, 41}, dtype}, Initializer::Uniform(-1, 1));
   Value y =
       *g.AddOp1(ops::ReluOp(), "fc.relu", {*g.AddOp1(ops::BiasAddOp(), "fc.bias", {x, bias})});
   Value dx = *g.AddOp1(ops::ReluGradOp(), "fc.relu.grad", {dy, y});
@@ -223,7 +238,7 @@ TEST(Bf16LoweringTest, FusePassChainsBfloat16OpsIntoOneBfloat16Kernel) {
   ASSERT_EQ(launches[0]->op, &ops::FusedPointwiseOp());
   auto source = ops::FusedPointwiseKernel(*launches[0]);
   ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum_bf16");
+  EXPECT_EQ(source->name, "reprise_fused_pointwise_colsum" + Suffix());
 
   ir::ReferenceExecutor unfused_cpu(g, false, 81), fused_cpu(fg, false, 81);
   ASSERT_TRUE(unfused_cpu.Run().ok());
@@ -235,6 +250,10 @@ TEST(Bf16LoweringTest, FusePassChainsBfloat16OpsIntoOneBfloat16Kernel) {
     EXPECT_EQ(std::memcmp(got->raw(), want->raw(), want->spec().bytes()), 0) << g.node(v.node).name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BFloat16AndFloat16, SixteenBitLoweringTest,
+                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 TEST(Bf16LoweringTest, TransposeOfEightByteElementsIsRefusedNamingTheNode) {
   Graph g;
