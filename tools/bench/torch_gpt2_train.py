@@ -2,7 +2,7 @@
 """Repeats a train_gpt2 run in PyTorch, for issue 40's bar: "the training loss on the real corpus
 falls to what the PyTorch script reaches with the same data and steps".
 
-Reads what train_gpt2 recorded (examples/gpt2_run_log.h):
+Reads what train_gpt2 recorded (examples/support/gpt2_run_log.h):
   --reprise-log  its loss log: the run's settings ('config' lines) are taken from it, so the two
                  runs cannot differ by a mistyped flag;
   --init         its initial weights (--save_initial: safetensors, PyTorch state dict names);
