@@ -5,7 +5,9 @@
 // --eval_every steps through a captured forward-only graph on the trainer's weights
 // (Trainer::CompileForward); saves a checkpoint; and generates text from a prompt through the
 // captured decode step with a key/value cache (models::Gpt2Generator), printing token ids that
-// tools/data/decode_tokens.py turns into text.
+// tools/data/decode_tokens.py turns into text. --save_initial, --loss_log and --batch_log record
+// what another trainer needs to repeat the run (examples/support/gpt2_run_log.h;
+// tools/device/gpt2_loss_compare.sh trains PyTorch on them and compares the losses).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -17,10 +19,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "examples/support/gpt2_run_log.h"
 #include "reprise/gpt2_decode.h"
 #include "reprise/reprise.h"
 #include "src/runtime/device.h"
@@ -55,6 +59,15 @@ ABSL_FLAG(float, temperature, 0.8f, "sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 40, "sample among the k most likely tokens (0: all)");
 ABSL_FLAG(double, peak_tflops, 989.0, "the GPU's dense bf16 peak for MFU (989: H100 and H200 SXM)");
 ABSL_FLAG(uint64_t, seed, 1337, "seed of the weights, the batch order and the sampling");
+ABSL_FLAG(std::string, save_initial, "",
+          "write the initial weights here before the first step (safetensors, PyTorch's state "
+          "dict names: Trainer::SaveWeights with torch_compatible); empty: none");
+ABSL_FLAG(std::string, loss_log, "",
+          "write the run's settings, every step's training loss and the validation losses here "
+          "(text; examples/support/gpt2_run_log.h); empty: none. Reads the loss after every step");
+ABSL_FLAG(std::string, batch_log, "",
+          "write every batch's tokens here, in order (binary: per step B windows of T + 1 "
+          "uint16); empty: none");
 
 namespace {
 
@@ -133,6 +146,44 @@ absl::StatusOr<float> Evaluate(reprise::ForwardRunner& runner, const models::Gpt
   return static_cast<float>(sum / static_cast<double>(batches));
 }
 
+// The settings another trainer needs to repeat the run, as the loss log's config lines.
+absl::Status LogConfig(reprise::examples::Gpt2RunLog& log, const models::Gpt2Config& c,
+                       const reprise::OptimizerOptions& o, int64_t eval_batches,
+                       const std::vector<std::string>& train_files,
+                       const std::vector<std::string>& val_files) {
+  const std::vector<std::pair<std::string, std::string>> config = {
+      {"layers", absl::StrCat(c.layers)},
+      {"heads", absl::StrCat(c.heads)},
+      {"width", absl::StrCat(c.width)},
+      {"vocab", absl::StrCat(c.vocab)},
+      {"max_positions", absl::StrCat(c.max_positions)},
+      {"logits_width", absl::StrCat(models::Gpt2LogitsWidth(c))},
+      {"batch", absl::StrCat(c.batch)},
+      {"seq", absl::StrCat(c.seq)},
+      {"steps", absl::StrCat(absl::GetFlag(FLAGS_steps))},
+      {"dtype", absl::GetFlag(FLAGS_dtype)},
+      {"allow_tf32", "0"},
+      {"optimizer", "adamw"},
+      {"lr", absl::StrFormat("%.9g", o.learning_rate)},
+      {"beta1", absl::StrFormat("%.9g", o.beta1)},
+      {"beta2", absl::StrFormat("%.9g", o.beta2)},
+      {"eps", absl::StrFormat("%.9g", o.epsilon)},
+      {"weight_decay", absl::StrFormat("%.9g", o.weight_decay)},
+      {"decay_rank1", o.decay_rank1 ? "1" : "0"},
+      {"max_grad_norm", absl::StrFormat("%.9g", o.max_grad_norm)},
+      {"warmup", absl::StrCat(o.schedule.warmup_steps)},
+      {"decay", "cosine"},
+      {"total_steps", absl::StrCat(o.schedule.total_steps)},
+      {"min_lr_factor", absl::StrFormat("%.9g", o.schedule.min_lr_factor)},
+      {"seed", absl::StrCat(absl::GetFlag(FLAGS_seed))},
+      {"eval_every", absl::StrCat(absl::GetFlag(FLAGS_eval_every))},
+      {"eval_batches", absl::StrCat(eval_batches)},
+      {"train_shards", absl::StrJoin(train_files, ",")},
+      {"val_shards", absl::StrJoin(val_files, ",")}};
+  for (const auto& [key, value] : config) RETURN_IF_ERROR(log.Config(key, value));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int32_t>> ParsePrompt(const std::string& text) {
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -196,20 +247,31 @@ absl::Status Train() {
                    .total_steps = steps,
                    .min_lr_factor = 0.1f}};
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
+  ASSIGN_OR_RETURN(reprise::examples::Gpt2RunLog log,
+                   reprise::examples::Gpt2RunLog::Open(absl::GetFlag(FLAGS_loss_log),
+                                                       absl::GetFlag(FLAGS_batch_log)));
+  RETURN_IF_ERROR(LogConfig(log, config, options.optimizer, eval_batches, train_files, val_files));
   const absl::Time created = absl::Now();
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
+  const absl::Time forward_start = absl::Now();
   ASSIGN_OR_RETURN(models::Gpt2 eval, models::BuildGpt2(config));
   ASSIGN_OR_RETURN(auto evaluator, trainer->CompileForward(eval.graph, {eval.loss}));
+  const absl::Time ready = absl::Now();
   const reprise::TrainerStats stats = trainer->stats();
   const int64_t parameters = stats.parameter_bytes / 4;
   std::printf(
       "GPT-2 %lld layers, %lld heads, %lld wide, vocab %lld: %lld parameters; B=%lld T=%lld %s; "
-      "%zu train / %zu val shards; ready in %.1f s\n",
+      "%zu train / %zu val shards; ready in %.1f s (trainer: %s; evaluation forward %.0f ms)\n",
       static_cast<long long>(config.layers), static_cast<long long>(config.heads),
       static_cast<long long>(config.width), static_cast<long long>(config.vocab),
       static_cast<long long>(parameters), static_cast<long long>(config.batch),
       static_cast<long long>(config.seq), absl::GetFlag(FLAGS_dtype).c_str(), train_files.size(),
-      val_files.size(), absl::ToDoubleSeconds(absl::Now() - created));
+      val_files.size(), absl::ToDoubleSeconds(ready - created), stats.CreateBreakdown().c_str(),
+      absl::ToDoubleMilliseconds(ready - forward_start));
+  if (const std::string path = absl::GetFlag(FLAGS_save_initial); !path.empty()) {
+    RETURN_IF_ERROR(trainer->SaveWeights(path, {.torch_compatible = true}));
+    std::printf("initial weights: %s\n", path.c_str());
+  }
 
   const int64_t tokens_per_step = config.batch * config.seq;
   const double flops_per_step = FlopsPerToken(parameters, config) * tokens_per_step;
@@ -221,8 +283,13 @@ absl::Status Train() {
     ASSIGN_OR_RETURN(absl::Span<int32_t> tokens, trainer->InputBufferInt32("tokens"));
     ASSIGN_OR_RETURN(absl::Span<int32_t> targets, trainer->InputBufferInt32("targets"));
     RETURN_IF_ERROR(loader->Next(tokens, targets));
+    RETURN_IF_ERROR(log.Batch(tokens, targets, config.batch, config.seq));
     RETURN_IF_ERROR(trainer->Step());
     ++window_steps;
+    if (log.logs_losses()) {
+      ASSIGN_OR_RETURN(const float loss, trainer->Loss());  // Waits for the step.
+      RETURN_IF_ERROR(log.Train(step, loss));
+    }
     if (step % print_every == 0 || step == steps) {
       ASSIGN_OR_RETURN(const float loss, trainer->Loss());  // Waits for the step.
       const absl::Time now = absl::Now();
@@ -242,11 +309,13 @@ absl::Status Train() {
                        Evaluate(*evaluator, eval, *val_reader, eval_batches, tokens_per_step));
       std::printf("step %5d  validation loss %.4f (%lld batches)\n", step, val,
                   static_cast<long long>(eval_batches));
+      RETURN_IF_ERROR(log.Validation(step, val));
       window_start = absl::Now();  // Evaluation time is not training time.
     }
   }
   std::printf("trained %d steps in %.1f s\n", steps,
               absl::ToDoubleSeconds(absl::Now() - train_start));
+  RETURN_IF_ERROR(log.Close());
   if (const std::string path = absl::GetFlag(FLAGS_checkpoint); !path.empty()) {
     RETURN_IF_ERROR(trainer->SaveCheckpoint(path));
     std::printf("checkpoint: %s\n", path.c_str());

@@ -75,7 +75,8 @@ std::string ResultJson(const BenchResult& r) {
       "\"kernels_compiled\": %d, \"kernel_disk_hits\": %d, \"gpu_busy_fraction\": %s, "
       "\"activation_peak_bytes\": %d, \"activation_peak_unmirrored_bytes\": %d, "
       "\"mirrored_nodes\": %d, \"path\": \"%s\", \"host_us_after_input\": %s, "
-      "\"host_us_queued\": %s, \"tokens_per_s\": %s, \"model_tflops\": %s, \"mfu\": %s}",
+      "\"host_us_queued\": %s, \"tokens_per_s\": %s, \"model_tflops\": %s, \"mfu\": %s, "
+      "\"create_ms\": %.3f}",
       r.mode, r.median_ms, r.p90_ms, PerSecond(r.samples_per_step, r.median_ms), r.host_us_per_step,
       r.launches, r.graph_nodes, r.arena_bytes, r.device_bytes, r.kernel_acquire_ms,
       r.kernels_compiled, r.kernel_disk_hits,
@@ -86,7 +87,8 @@ std::string ResultJson(const BenchResult& r) {
       tokens ? absl::StrFormat("%.1f", PerSecond(r.tokens_per_step, r.median_ms)) : "null",
       tokens ? absl::StrFormat("%.3f", ModelTflops(r)) : "null",
       tokens && r.peak_tflops > 0 ? absl::StrFormat("%.5f", ModelTflops(r) / r.peak_tflops)
-                                  : "null");
+                                  : "null",
+      r.create_ms);
 }
 
 }  // namespace reprise::tools

@@ -18,7 +18,9 @@ struct BenchResult {
   int64_t device_bytes = 0;      // Device memory the trainer holds (arena, workspaces, handles).
   double kernel_acquire_ms = 0;  // Trainer::Create's time for kernels and cuBLASLt plans.
   int64_t kernels_compiled = 0, kernel_disk_hits = 0;
-  double busy_fraction = -1;  // GPU busy time (CUPTI) over step time; -1 without CUPTI.
+  double create_ms = 0;          // Trainer::Create's wall time (TrainerStats::create_total_ms).
+  std::string create_breakdown;  // By phase (TrainerStats::CreateBreakdown).
+  double busy_fraction = -1;     // GPU busy time (CUPTI) over step time; -1 without CUPTI.
   int64_t activation_peak_bytes = 0, activation_peak_unmirrored_bytes = 0, mirrored_nodes = 0;
   std::string path;  // Which form the step took ("whole step", "per-layer", ...).
   // Host time of Step() right after SetInput wrote the next batch, as in a training loop (the

@@ -426,6 +426,8 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
       stats.kernel_disk_hits,
       busy_fraction};
   result.host_us_queued = Percentile(host_us_queued, 0.5);
+  result.create_ms = stats.create_total_ms;
+  result.create_breakdown = stats.CreateBreakdown();
   if (!host_us_after_input.empty()) {
     result.host_us_after_input = Percentile(host_us_after_input, 0.5);
   }
@@ -541,10 +543,11 @@ absl::Status Main() {
                    std::string(FusionSuffix(fuse)).c_str());
       ASSIGN_OR_RETURN(const BenchResult r, Measure(mode, fuse, device.name));
       std::printf("%s", reprise::tools::ResultText(r).c_str());
-      std::fprintf(
-          stderr, "reprise-bench: %s kernels acquired in %.1f ms (%lld compiled, %lld from disk)\n",
-          r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
-          static_cast<long long>(r.kernel_disk_hits));
+      std::fprintf(stderr,
+                   "reprise-bench: %s kernels acquired in %.1f ms (%lld compiled, %lld from "
+                   "disk); %s\n",
+                   r.mode.c_str(), r.kernel_acquire_ms, static_cast<long long>(r.kernels_compiled),
+                   static_cast<long long>(r.kernel_disk_hits), r.create_breakdown.c_str());
       if (r.mode == "graph" || r.mode == "graph+devlaunch") graph_ms = r.median_ms;
       json_results.push_back(reprise::tools::ResultJson(r));
     }

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "capture/launch_profile.h"
 #include "src/api/compile_options.h"
+#include "src/api/initial_upload.h"
 #include "src/api/input_checks.h"
 #include "src/api/model_fingerprint.h"
 #include "src/api/trainer_impl.h"
@@ -50,6 +51,7 @@
 #include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/disk_cache.h"
+#include "src/util/phase_timer.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -83,10 +85,12 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Create(const Graph
 absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Graph& graph,
                                                                       Value loss,
                                                                       const TrainOptions& options) {
+  util::PhaseTimer phases;
   // Options and graph are checked first, so that bad ones are refused without a GPU.
   RETURN_IF_ERROR(ValidateTrainOptions(options));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
+  phases.Mark("checks");
   if (options.launch.graph_launch == GraphLaunch::kDevice &&
       options.launch.mode != ExecMode::kGraph) {
     return absl::InvalidArgumentError(
@@ -105,10 +109,12 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   }
   // The fuse pass plans the whole-step kernel for this device's SMs and shared memory.
   ASSIGN_OR_RETURN(const runtime::DeviceInfo device, runtime::UseDevice(options.device));
+  phases.Mark("device (CUDA context)");
   ASSIGN_OR_RETURN(
       passes::CompiledStep compiled,
       passes::CompileStep(graph, loss,
                           CompileOptionsFor(options, ops::MlpTrainStepTargetFor(device))));
+  phases.Mark("compile passes");
   const Graph& unfused_training = compiled.unfused_training;
   // Label inputs and the class count of the loss or table that indexes by them, read from the
   // unfused graph so that no fused op needs to say which of its inputs are labels.
@@ -130,14 +136,19 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   }
   // The whole plan (gradients, optimizer and fused kernels too), before anything is allocated.
   RETURN_IF_ERROR(ir::CheckCapturable(impl->plan_.graph()));
+  phases.Mark("plan checks and fingerprint");
+  impl->create_phases_ = std::move(phases);
   return impl;
 }
 
 absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   shares_device_ = share != nullptr;
+  util::PhaseTimer& phases = create_phases_;
+  if (share != nullptr) phases.Mark("shared resources and other buckets");
   RETURN_IF_ERROR(InitDevice(share));
   RETURN_IF_ERROR(InitPersistentTensors());
   RETURN_IF_ERROR(StartDataParallel());
+  phases.Mark("data parallel");
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
@@ -150,6 +161,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
     };
   }
   RETURN_IF_ERROR(kernels_->Prefetch(prefetch, on_ready));
+  phases.Mark("kernels");
 
   capture::StepResources res;
   res.device = &device_;
@@ -172,14 +184,18 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(plan_, res));
   launches_ = std::move(lowered.launches);
   input_copy_ = lowered.input_copy;
+  phases.Mark("lowering (cuBLASLt heuristics, cuDNN plans)");
   RETURN_IF_ERROR(BackWorkspaces());
+  phases.Mark("workspaces");
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());
+  phases.Mark("lanes");
   if (options_.launch.mode == ExecMode::kGraph) {
     ASSIGN_OR_RETURN(capture::CapturedStep step, CaptureStep(launches_, *lanes_));
     captured_.emplace(std::move(step));
+    phases.Mark("capture and instantiation");
   }
   return absl::OkStatus();
 }
@@ -225,6 +241,7 @@ absl::Status Trainer::Impl::BackWorkspaces() {
 absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t arena_bytes,
                                                                          int lanes,
                                                                          size_t workspace_reserve) {
+  create_phases_.Mark("device (CUDA context)");  // UseDevice; for buckets, all that came before.
   DeviceShare share;
   // Lane 0 runs on this stream: the data-gradient chain, the step's critical path, whose blocks
   // should go first where the other lanes' kernels compete for the multiprocessors.
@@ -240,6 +257,7 @@ absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t
     share.library_handle_bytes = std::max<int64_t>(0, *used_after_handles - *used_before_handles);
     library_handle_bytes_ = share.library_handle_bytes;  // For OutOfMemory's breakdown.
   }
+  create_phases_.Mark("stream and library handles (cuBLASLt, cuDNN)");
   absl::StatusOr<runtime::DeviceBuffer> arena = runtime::DeviceBuffer::Create(arena_bytes);
   if (!arena.ok()) return OutOfMemory("the arena", arena_bytes, arena.status());
   share.arena = std::make_shared<runtime::DeviceBuffer>(*std::move(arena));
@@ -249,6 +267,7 @@ absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
   RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(share.arena->data(), 0xff, arena_bytes),
                                       "cudaMemset", "arena"));
+  create_phases_.Mark("arena and workspaces");
   return share;
 }
 
@@ -274,37 +293,65 @@ absl::Status Trainer::Impl::InitDevice(const DeviceShare* share) {
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
+  create_phases_.Mark("kernel store and staging");
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Impl::InitPersistentTensors() {
   const Graph& g = plan_.graph();
+  util::PhaseTimer& phases = create_phases_;
+  constexpr absl::string_view kDraw = "initial values (CPU)";
+  constexpr absl::string_view kUpload = "initial values (upload)";
   std::memset(staging_->data(), 0, staging_->bytes());
+  InitialUpload upload;  // Large weights: drawn into pinned pieces, copied while the next is drawn.
   for (const Node& node : g.nodes()) {
     if (!ir::IsLeaf(node)) continue;
     const passes::Buffer* b = plan_.memory.Find({node.id, 0});
-    ir::HostTensor host(node.outputs[0]);
-    if (auto stacked = stacked_leaves_.find(node.name); stacked != stacked_leaves_.end()) {
+    char* device = static_cast<char*>(arena_->data()) + b->offset;
+    auto stacked = stacked_leaves_.find(node.name);
+    // A leaf of the arena with an initialiser of its own (not an input, not an ensemble's slice).
+    const bool own_arena_leaf =
+        b->cls != passes::BufferClass::kInput && stacked == stacked_leaves_.end();
+    if (own_arena_leaf && ir::WritesZeroBits(node.init)) {
+      // Optimizer moments, biases, ...: the bits FillInitial would write, without drawing them on
+      // the host and copying them over (GPT-2 124M's Adam moments alone are 1 GB).
+      RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(device, 0, b->bytes), "cudaMemset",
+                                          absl::StrCat("initialising '", node.name, "'")));
+      phases.Mark(kUpload);
+      continue;
+    }
+    const TensorSpec& spec = node.outputs[0];
+    if (own_arena_leaf && spec.dtype == DType::kFloat32 &&
+        spec.NumElements() >= InitialUpload::kMinElements) {
+      RETURN_IF_ERROR(
+          upload.Upload(node.init, options_.seed, node.name, spec.NumElements(), device, phases));
+      continue;
+    }
+    ir::HostTensor host(spec);
+    if (stacked != stacked_leaves_.end()) {
       // Each model's slice starts as that model would alone (ensemble batching).
-      host = passes::InitialStackedValue(*stacked->second, node.outputs[0], options_.seed);
+      host = passes::InitialStackedValue(*stacked->second, spec, options_.seed);
     } else {
       ir::FillInitial(node.init, options_.seed, node.name, host);
     }
+    phases.Mark(kDraw);
     if (b->cls == passes::BufferClass::kInput) {
       std::memcpy(static_cast<char*>(staging_->data()) + (b->offset - plan_.memory.input_offset),
                   host.raw(), b->bytes);
     } else {
-      RETURN_IF_ERROR(runtime::CudaStatus(cudaMemcpy(static_cast<char*>(arena_->data()) + b->offset,
-                                                     host.raw(), b->bytes, cudaMemcpyHostToDevice),
-                                          "cudaMemcpy",
-                                          absl::StrCat("initialising '", node.name, "'")));
+      RETURN_IF_ERROR(
+          runtime::CudaStatus(cudaMemcpy(device, host.raw(), b->bytes, cudaMemcpyHostToDevice),
+                              "cudaMemcpy", absl::StrCat("initialising '", node.name, "'")));
     }
+    phases.Mark(kUpload);
   }
   // The arena's cudaMemset and these pageable cudaMemcpy calls run on the legacy stream and may
   // still be in flight when they return; the step's non-blocking stream does not wait for the
   // legacy stream, so the first step could read half-initialised tensors. Wait for them once.
-  return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize",
-                             "the initial values");
+  RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
+                                      "cudaStreamSynchronize", "the initial values"));
+  phases.Mark(kUpload);
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Impl::WaitForLastStep() {

@@ -23,6 +23,7 @@
 #include "src/runtime/lane_workspaces.h"
 #include "src/runtime/lt_matmul.h"
 #include "src/runtime/owners.h"
+#include "src/util/phase_timer.h"
 #include "src/util/running_stats.h"
 #include "src/util/safetensors.h"
 
@@ -210,6 +211,7 @@ class Trainer::Impl {
   std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   double kernel_acquire_ms_ = 0;
+  util::PhaseTimer create_phases_;  // Create's wall time by phase (TrainerStats::create_ms).
   std::shared_ptr<runtime::DeviceBuffer> arena_;
   std::shared_ptr<runtime::LaneWorkspaces> workspaces_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.

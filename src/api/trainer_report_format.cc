@@ -84,6 +84,7 @@ std::string TrainerReport::ToText() const {
                         "disk entries %d; %.1f ms to acquire at Create\n",
                         s.kernels_compiled, s.kernel_compile_ms, s.kernel_cache_hits,
                         s.kernel_disk_hits, s.kernel_cache_corrupt, s.kernel_acquire_ms);
+  if (!s.create_ms.empty()) absl::StrAppend(&text, "  ", s.CreateBreakdown(), "\n");
   absl::StrAppendFormat(
       &text,
       "  memory: arena %.2f MiB = parameters %.2f + optimizer state %.2f + constants %.2f + "
@@ -169,6 +170,10 @@ std::string TrainerReport::ToJson() const {
   w.Key("disk_hits").Int(s.kernel_disk_hits);
   w.Key("corrupt_discarded").Int(s.kernel_cache_corrupt);
   w.Key("acquire_ms").Double(s.kernel_acquire_ms);
+  w.EndObject();
+  w.Key("create_ms").BeginObject(util::JsonWriter::kInline);
+  w.Key("total").Double(s.create_total_ms);
+  for (const auto& [phase, ms] : s.create_ms) w.Key(phase).Double(ms);
   w.EndObject();
   w.Key("memory_bytes").BeginObject(util::JsonWriter::kInline);
   w.Key("arena").Int(s.arena_bytes);

@@ -1,7 +1,13 @@
 // Trainer::Impl::stats(): the counters that make the engine's behaviour visible, and their one-line
 // form (TrainerStats::ToString).
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "src/api/trainer_impl.h"
 #include "src/autodiff/non_finite_guard.h"
 
@@ -47,6 +53,8 @@ TrainerStats Trainer::Impl::stats() const {
   s.kernel_disk_hits = after.lower_hits - before.lower_hits;
   s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
   s.kernel_acquire_ms = kernel_acquire_ms_;
+  s.create_ms = create_phases_.phases();
+  s.create_total_ms = create_phases_.total_ms();
   s.input_bytes = bytes(passes::BufferClass::kInput);
   s.constant_bytes = bytes(passes::BufferClass::kConstant);
   s.fetched_bytes = bytes(passes::BufferClass::kFetched);
@@ -79,9 +87,20 @@ std::string TrainerStats::ToString() const {
              activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
              mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
              kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt) +
-         absl::StrCat(
-             " | non-finite guard ", non_finite_policy,
-             skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "");
+         absl::StrCat(" | non-finite guard ", non_finite_policy,
+                      skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "",
+                      create_ms.empty() ? "" : absl::StrCat(" | ", CreateBreakdown()));
+}
+
+std::string TrainerStats::CreateBreakdown() const {
+  std::vector<std::pair<std::string, double>> phases = create_ms;
+  std::stable_sort(phases.begin(), phases.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::string> parts;
+  for (const auto& [name, ms] : phases) {
+    if (ms >= 0.5) parts.push_back(absl::StrFormat("%s %.0f", name, ms));
+  }
+  return absl::StrFormat("Create %.0f ms: %s", create_total_ms, absl::StrJoin(parts, ", "));
 }
 
 }  // namespace reprise

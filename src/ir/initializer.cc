@@ -1,11 +1,13 @@
 #include "src/ir/initializer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/ir/low_precision.h"
+#include "src/util/parallel_for.h"
 #include "src/util/splitmix64.h"
 
 namespace reprise::ir {
@@ -19,8 +21,12 @@ uint64_t NameHash(absl::string_view name) {  // FNV-1a: only spreads streams, ne
   return h;
 }
 
+constexpr uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ull;  // SplitMix64's step.
+// Elements per task of a parallel fill, and the size below which one thread does it all.
+constexpr int64_t kFillChunk = int64_t{1} << 16;
+
 template <typename T>
-void Fill(const Initializer& init, uint64_t state, absl::Span<T> out) {
+void FillSequential(const Initializer& init, uint64_t state, absl::Span<T> out) {
   for (T& x : out) {
     double v = 0;
     switch (init.kind) {
@@ -39,6 +45,23 @@ void Fill(const Initializer& init, uint64_t state, absl::Span<T> out) {
     // Round through float so an f64 reference starts from the same values as an f32 run.
     x = static_cast<T>(static_cast<float>(v));
   }
+}
+
+// The same values as FillSequential over the whole span, on several threads: a uniform element
+// takes one SplitMix64 draw, and SplitMix64's state only advances by a constant per draw, so the
+// chunk from element `first` starts from state + first * gamma (mod 2^64), exactly where the
+// sequential loop would be. The values do not depend on the thread count.
+template <typename T>
+void Fill(const Initializer& init, uint64_t state, absl::Span<T> out) {
+  const int64_t size = static_cast<int64_t>(out.size());
+  if (size <= kFillChunk) return FillSequential(init, state, out);
+  const int64_t chunks = (size + kFillChunk - 1) / kFillChunk;
+  ParallelFor(chunks, HardwareThreads(), [&](int64_t c) {
+    const int64_t first = c * kFillChunk;
+    const int64_t count = std::min(kFillChunk, size - first);
+    FillSequential(init, state + static_cast<uint64_t>(first) * kSplitMixGamma,
+                   out.subspan(static_cast<size_t>(first), static_cast<size_t>(count)));
+  });
 }
 
 bool FitsFloat(double v) {
@@ -73,9 +96,22 @@ absl::Status CheckInitializer(const Initializer& init, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": unknown initialiser kind"));
 }
 
+namespace {
+
+uint64_t StreamState(uint64_t seed, absl::string_view name) {
+  return seed * kSplitMixGamma ^ NameHash(name);
+}
+
+}  // namespace
+
+void FillInitialSlice(const Initializer& init, uint64_t seed, absl::string_view name, int64_t first,
+                      absl::Span<float> out) {
+  Fill(init, StreamState(seed, name) + static_cast<uint64_t>(first) * kSplitMixGamma, out);
+}
+
 void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
                  HostTensor& tensor) {
-  const uint64_t state = seed * 0x9e3779b97f4a7c15ull ^ NameHash(name);
+  const uint64_t state = StreamState(seed, name);
   switch (tensor.dtype()) {
     case DType::kFloat32:
       Fill(init, state, tensor.data<float>());
@@ -94,6 +130,20 @@ void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
       break;
     }
   }
+}
+
+bool WritesZeroBits(const Initializer& init) {
+  switch (init.kind) {
+    case Initializer::Kind::kZeros:
+      return true;
+    case Initializer::Kind::kConstant:
+      // Rounded through float as FillInitial does: a value that rounds to +0 writes zero bits.
+      return static_cast<float>(init.value) == 0.0f &&
+             !std::signbit(static_cast<float>(init.value));
+    case Initializer::Kind::kUniform:
+      return init.low == 0 && init.high == 0;
+  }
+  return false;
 }
 
 }  // namespace reprise::ir

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "reprise/graph.h"
 #include "src/ir/host_tensor.h"
 
@@ -18,8 +19,19 @@ namespace reprise::ir {
 // float32's range (values are rounded through float) and a uniform range has low <= high.
 absl::Status CheckInitializer(const Initializer& init, absl::string_view what);
 
+// Large tensors are filled on several threads; the values are those of one thread (each element
+// of a uniform takes the next SplitMix64 draw of the tensor's stream, whatever the thread count).
 void FillInitial(const Initializer& init, uint64_t seed, absl::string_view name,
                  HostTensor& tensor);
+
+// Elements [first, first + out.size()) of what FillInitial writes into a float32 tensor named
+// `name`, the same bits, into `out`: for drawing a large tensor in pieces (several threads each).
+void FillInitialSlice(const Initializer& init, uint64_t seed, absl::string_view name, int64_t first,
+                      absl::Span<float> out);
+
+// Whether FillInitial writes only zero bits for `init` in every dtype (zeros, or the constant +0;
+// not -0): a device buffer can then be cleared instead of filled on the host and copied.
+bool WritesZeroBits(const Initializer& init);
 
 }  // namespace reprise::ir
 

@@ -211,6 +211,14 @@ TEST_F(TokenLoaderTest, EpochOrderIsAPermutationFixedBySeedAndEpoch) {
   EXPECT_TRUE(EpochOrder(0, 42, 0).empty());
 }
 
+// The orders themselves, pinned: tools/bench/torch_gpt2_train.py writes the shuffle again in
+// Python to read a train_gpt2 run's batches and pins the same values in its self-test.
+TEST_F(TokenLoaderTest, EpochOrderPinnedValues) {
+  EXPECT_EQ(EpochOrder(10, 1337, 0), (std::vector<int64_t>{8, 9, 6, 0, 7, 4, 2, 5, 3, 1}));
+  EXPECT_EQ(EpochOrder(10, 1337, 1), (std::vector<int64_t>{3, 9, 4, 5, 6, 0, 7, 1, 2, 8}));
+  EXPECT_EQ(EpochOrder(7, 0, 3), (std::vector<int64_t>{4, 0, 2, 5, 3, 6, 1}));
+}
+
 TEST_F(TokenLoaderTest, WrongSpanSizesConsumeNothing) {
   const int b = 2, t = 8;
   auto loader = Loader({.shards = MakeShards({100}),

@@ -108,6 +108,30 @@ TEST(TrainerReportTest, JsonHoldsTheSameNumbers) {
   EXPECT_EQ((*json)["memory_bytes"]["library_handles"].type, testing::JsonValue::Type::kNull);
 }
 
+TEST(TrainerReportTest, CreatePhasesAreShownLargestFirstInTextAndInOrderInJson) {
+  TrainerReport r = SampleReport();
+  r.stats.create_ms = {{"compile passes", 210.4},
+                       {"device (CUDA context)", 301},
+                       {"initial values (CPU)", 45.6},
+                       {"lanes", 0.2}};
+  r.stats.create_total_ms = 557.2;
+  EXPECT_EQ(
+      r.stats.CreateBreakdown(),
+      "Create 557 ms: device (CUDA context) 301, compile passes 210, initial values (CPU) 46");
+  EXPECT_THAT(r.ToText(), HasSubstr("  Create 557 ms: device (CUDA context) 301, compile"));
+  EXPECT_THAT(r.stats.ToString(), HasSubstr("| Create 557 ms: device (CUDA context) 301"));
+  absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const testing::JsonValue& create = (*json)["create_ms"];
+  ASSERT_EQ(create.object.size(), 5u);
+  EXPECT_EQ(create.object[0].first, "total");
+  EXPECT_EQ(create["total"].number, 557.2);
+  EXPECT_EQ(create.object[1].first, "compile passes");
+  EXPECT_EQ(create["lanes"].number, 0.2);
+  // A trainer that was not created (a report filled by hand) says nothing of Create.
+  EXPECT_THAT(SampleReport().stats.ToString(), ::testing::Not(HasSubstr("Create")));
+}
+
 TEST(TrainerReportTest, OutOfMemoryTextGivesBytesBreakdownAndFreeMemory) {
   const TrainerStats s = SampleReport().stats;
   std::string text = OutOfMemoryText("the arena", 10 << 20, s, 2, 5 << 20, 80 << 20);

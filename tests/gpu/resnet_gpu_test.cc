@@ -1,7 +1,7 @@
 // ResNet training on the GPU: graph replay gives the same bits as the bulked run over 50 steps
 // (deterministic cuDNN algorithms) and the loss falls, in float32 and in bfloat16 mixed precision
-// (TrainOptions::compute_dtype, whose first loss is float32's within bfloat16 rounding), both
-// layouts run, and the first float32 steps match the float64 step.
+// (TrainOptions::numerics.compute_dtype, whose first loss is float32's within bfloat16 rounding),
+// both layouts run, and the first float32 steps match the float64 step.
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -45,13 +45,13 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
       ChannelsLast::kOff;  // NCHW runs NCHW: the planar batch norm is tested.
   options.optimizer.learning_rate = 0.005f;
 =======
-  options.mode = mode;
-  options.fuse = fuse;
-  options.lanes = lanes;
-  options.deterministic = true;
-  options.compute_dtype = compute;
-  if (compute == DType::kFloat32) options.channels_last = ChannelsLast::kOff;
-  options.sgd.learning_rate = 0.005f;
+  options.launch.mode = mode;
+  options.kernels.fuse = fuse;
+  options.launch.lanes = lanes;
+  options.numerics.deterministic = true;
+  options.numerics.compute_dtype = compute;
+  if (compute == DType::kFloat32) options.kernels.channels_last = ChannelsLast::kOff;
+  options.optimizer.learning_rate = 0.005f;
 >>>>>>> convgraph
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);

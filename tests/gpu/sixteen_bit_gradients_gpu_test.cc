@@ -97,8 +97,8 @@ TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
     ASSERT_TRUE(mlp.ok()) << mlp.status();
     TrainOptions options;
     options.seed = 3;
-    options.compute_dtype = compute;
-    options.deterministic = true;
+    options.numerics.compute_dtype = compute;
+    options.numerics.deterministic = true;
     options.optimizer = OptimizerOptions{
         .kind = OptimizerKind::kAdamW,
         .learning_rate = 1e-3f,
@@ -141,8 +141,8 @@ TEST(SixteenBitGradientsGpuTest, Gpt2Bf16StepsEqualTheFloat32GradientPathBitForB
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   TrainOptions options;
   options.seed = 42;
-  options.compute_dtype = DType::kBFloat16;
-  options.deterministic = true;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.numerics.deterministic = true;
   options.optimizer = OptimizerOptions{
       .kind = OptimizerKind::kAdamW,
       .learning_rate = 1e-3f,
@@ -156,7 +156,7 @@ TEST(SixteenBitGradientsGpuTest, Gpt2Bf16StepsEqualTheFloat32GradientPathBitForB
   ASSERT_TRUE(plain.ok()) << plain.status();
   auto id = NewDataParallelId();
   ASSERT_TRUE(id.ok()) << id.status();
-  options.data_parallel = DataParallel{.rank = 0, .world_size = 1, .id = *id};
+  options.parallel.data_parallel = DataParallel{.rank = 0, .world_size = 1, .id = *id};
   auto averaged = Trainer::Create(gpt->graph, gpt->loss, options);
   ASSERT_TRUE(averaged.ok()) << averaged.status();
   std::mt19937 rng(7);
