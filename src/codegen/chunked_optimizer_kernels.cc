@@ -12,8 +12,10 @@ namespace {
 // over a chunk, for each gradient type (float, Bf16Grad, F16Grad of gradient_loads.h).
 std::string ChunkedHelpers(int capacity) {
   return absl::StrCat(OptimizerHelpers(), "#define REPRISE_CAPACITY ", capacity, R"(
+// A byte per tensor: 0 float32, 1 bfloat16, 2 float16. The kernels take it as a
+// __grid_constant__ parameter, which they index in place (else it is copied to local memory).
 struct GradKinds {
-  unsigned char kind[REPRISE_CAPACITY];  // 0 float32, 1 bfloat16, 2 float16.
+  unsigned char kind[REPRISE_CAPACITY];
 };
 // The elements 4q .. 4q + 3 of a chunk of n: one load where the chunk is aligned and the quad
 // whole, else one by one; missing elements read as 0.
@@ -157,9 +159,10 @@ struct AdamMultiTable {
   int first[REPRISE_CAPACITY + 1];
 };
 extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
-reprise_adam_multi(AdamMultiTable table, GradKinds kinds, int count, const float* __restrict__ lr,
-                   const int* __restrict__ step, const float* __restrict__ beta1,
-                   const float* __restrict__ beta2, const float* __restrict__ eps,
+reprise_adam_multi(AdamMultiTable table, const __grid_constant__ GradKinds kinds, int count,
+                   const float* __restrict__ lr, const int* __restrict__ step,
+                   const float* __restrict__ beta1, const float* __restrict__ beta2,
+                   const float* __restrict__ eps,
                    const float* __restrict__ clip, const float* __restrict__ partials,
                    long long partial_count, const float* __restrict__ max_norm,
                    const float* __restrict__ unscale, int decoupled, int scheduled,
@@ -205,8 +208,9 @@ struct NormTable {
   int first[REPRISE_CAPACITY + 1];
 };
 extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
-reprise_grad_sum_squares(NormTable table, GradKinds kinds, int count, float* __restrict__ partials,
-                         long long first_partial, const float* __restrict__ unscale) {
+reprise_grad_sum_squares(NormTable table, const __grid_constant__ GradKinds kinds, int count,
+                         float* __restrict__ partials, long long first_partial,
+                         const float* __restrict__ unscale) {
   __shared__ float sums[REPRISE_NORM_BLOCK];
   const float inv = InverseScale(unscale);
   int t = 0;

@@ -71,9 +71,12 @@ TEST_P(SixteenBitLoweringTest, EveryKernelHasADistinctTwinThatCompiles) {
       {codegen::GlobalAvgPoolNhwc(), codegen::GlobalAvgPoolNhwc(dtype)},
       {codegen::GlobalAvgPoolGrad(), codegen::GlobalAvgPoolGrad(dtype)},
       {codegen::ChannelBiasAdd(), codegen::ChannelBiasAdd(dtype)},
-      {codegen::ChannelSum(), codegen::ChannelSum(dtype)},
-      {codegen::TransposeTiled(), codegen::TransposeTiled(dtype)},
-      {codegen::TransposeGather(), codegen::TransposeGather(dtype)}};
+      {codegen::ChannelSum(), codegen::ChannelSum(dtype)}};
+  // The transposes move elements as words: their 16-bit kernels are listed under bfloat16 only.
+  if (dtype == DType::kBFloat16) {
+    twins.push_back({codegen::TransposeTiled(), codegen::TransposeTiled(dtype)});
+    twins.push_back({codegen::TransposeGather(), codegen::TransposeGather(dtype)});
+  }
   for (bool column_sum : {false, true}) {
     codegen::FusedPointwiseSpec spec{
         .inputs = {codegen::Broadcast::kFull, codegen::Broadcast::kRow},
@@ -105,20 +108,22 @@ TEST_P(SixteenBitLoweringTest, KernelListsHoldEveryType) {
     return false;
   };
   const std::vector<std::pair<std::vector<codegen::GeneratedKernel>, std::vector<std::string>>>
-      lists = {
-          {codegen::AllKernels(),
-           {"reprise_relu", "reprise_column_sum", "reprise_bias_add", "reprise_add",
-            "reprise_relu_grad"}},
-          {codegen::PoolingKernels(),
-           {"reprise_max_pool2d", "reprise_max_pool2d_grad", "reprise_global_avg_pool_nchw",
-            "reprise_global_avg_pool_nhwc", "reprise_global_avg_pool_grad"}},
-          {codegen::TransposeKernels(), {"reprise_transpose_tiled", "reprise_transpose_gather"}},
-          {codegen::ConvKernels(), {"reprise_channel_bias_add", "reprise_channel_sum"}}};
+      lists = {{codegen::AllKernels(),
+                {"reprise_relu", "reprise_column_sum", "reprise_bias_add", "reprise_add",
+                 "reprise_relu_grad"}},
+               {codegen::PoolingKernels(),
+                {"reprise_max_pool2d", "reprise_max_pool2d_grad", "reprise_global_avg_pool_nchw",
+                 "reprise_global_avg_pool_nhwc", "reprise_global_avg_pool_grad"}},
+               {codegen::ConvKernels(), {"reprise_channel_bias_add", "reprise_channel_sum"}}};
   for (const auto& [list, names] : lists) {
     for (const std::string& name : names) {
       EXPECT_TRUE(has(list, name)) << name;
       EXPECT_TRUE(has(list, name + Suffix())) << name + Suffix();
     }
+  }
+  if (GetParam() != DType::kBFloat16) return;  // The transposes', as above.
+  for (const char* name : {"reprise_transpose_tiled_bf16", "reprise_transpose_gather_bf16"}) {
+    EXPECT_TRUE(has(codegen::TransposeKernels(), name)) << name;
   }
 }
 
