@@ -56,7 +56,7 @@ TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Trainer::Create(mlp.graph, mlp.loss, plain_options));
   TrainOptions options = plain_options;
   REPRISE_ASSERT_OK_AND_ASSIGN(const DataParallelId id, NewDataParallelId());
-  options.data_parallel = DataParallel{.rank = 0, .world_size = 1, .id = id};
+  options.parallel.data_parallel = DataParallel{.rank = 0, .world_size = 1, .id = id};
   REPRISE_ASSERT_OK_AND_ASSIGN(auto one, Trainer::Create(mlp.graph, mlp.loss, options));
   std::mt19937 rng(3);
   for (int step = 0; step < 20; ++step) {

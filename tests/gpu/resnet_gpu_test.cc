@@ -36,15 +36,6 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
                                      DType compute = DType::kFloat32) {
   TrainOptions options;
   options.fetch = std::move(fetch);
-<<<<<<< HEAD
-  options.launch.mode = mode;
-  options.kernels.fuse = fuse;
-  options.launch.lanes = lanes;
-  options.numerics.deterministic = true;
-  options.kernels.channels_last =
-      ChannelsLast::kOff;  // NCHW runs NCHW: the planar batch norm is tested.
-  options.optimizer.learning_rate = 0.005f;
-=======
   options.launch.mode = mode;
   options.kernels.fuse = fuse;
   options.launch.lanes = lanes;
@@ -52,7 +43,6 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, ExecMode mode, b
   options.numerics.compute_dtype = compute;
   if (compute == DType::kFloat32) options.kernels.channels_last = ChannelsLast::kOff;
   options.optimizer.learning_rate = 0.005f;
->>>>>>> convgraph
   options.seed = 42;
   auto trainer = Trainer::Create(net.graph, net.loss, options);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
