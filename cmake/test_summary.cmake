@@ -11,6 +11,8 @@ set(REPRISE_TEST_SUMMARY_FILE ${CMAKE_BINARY_DIR}/gpu_test_summary.txt)
 
 get_target_property(_gpu_test_libs reprise_gpu_tests LINK_LIBRARIES)
 list(REMOVE_ITEM _gpu_test_libs GTest::gtest_main)
+# Its main installs Abseil's failure signal handler: a crash prints a symbolised stack.
+list(APPEND _gpu_test_libs absl::failure_signal_handler absl::symbolize)
 set_property(TARGET reprise_gpu_tests PROPERTY LINK_LIBRARIES ${_gpu_test_libs})
 set_property(TEST reprise_gpu_tests APPEND PROPERTY
   ENVIRONMENT "REPRISE_TEST_SUMMARY=${REPRISE_TEST_SUMMARY_FILE}")

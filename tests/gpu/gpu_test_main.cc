@@ -6,12 +6,18 @@
 // and writes it to the file named by REPRISE_TEST_SUMMARY (cmake/test_summary.cmake has CTest print
 // it after the tests). "CPU-only run" is written only when no device is visible and nothing
 // failed: CTest marks the binary Skipped on it, and a failure must never read as a skip.
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -63,10 +69,31 @@ std::string SummaryLine(const ::testing::UnitTest& unit, const std::string& no_g
   return line;
 }
 
+// Abseil's failure handler prints the faulting PC but cannot walk a stack built without frame
+// pointers; glibc's backtrace() follows the unwind tables. OnSegv prints that stack (addresses that
+// addr2line -f -C -e reprise_gpu_tests turns into functions), then runs Abseil's handler.
+struct sigaction abseil_segv;
+void OnSegv(int signal, siginfo_t* info, void* context) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char header[] = "*** stack (glibc backtrace) ***\n";
+  (void)!write(STDERR_FILENO, header, sizeof(header) - 1);
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  abseil_segv.sa_sigaction(signal, info, context);
+}
+
 }  // namespace
 }  // namespace reprise::testing
 
 int main(int argc, char** argv) {
+  // A crash prints its signal and a symbolised stack instead of a bare "Segmentation fault".
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler({});
+  sigaction(SIGSEGV, nullptr, &reprise::testing::abseil_segv);
+  struct sigaction on_segv = {};
+  on_segv.sa_flags = SA_SIGINFO;
+  on_segv.sa_sigaction = reprise::testing::OnSegv;
+  sigaction(SIGSEGV, &on_segv, nullptr);
   ::testing::InitGoogleTest(&argc, argv);
   const int status = RUN_ALL_TESTS();
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
