@@ -106,8 +106,7 @@ absl::Status Upload(const DeviceArray<E>& a, const std::vector<float>& values) {
   RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(a.data, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice),
       "cudaMemcpy"));
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 

@@ -54,8 +54,7 @@ absl::Status Upload(const DeviceArray& a, const std::vector<float>& host) {
   RETURN_IF_ERROR(runtime::CudaStatus(
       cudaMemcpy(a.data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
       "cudaMemcpy"));
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 

@@ -68,8 +68,7 @@ struct DeviceBatches {
       x.push_back(dx);
       y.push_back(dy);
     }
-    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-    // non-blocking stream's launches do not wait for.
+    // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
     EXPECT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
   }
   ~DeviceBatches() {

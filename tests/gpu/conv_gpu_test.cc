@@ -138,8 +138,7 @@ TEST(CudnnConvTest, MeasuredDeterministicAlgorithmsAgreeAndReplayBitwise) {
     for (float& v : host) v = uniform(rng);
     REPRISE_ASSERT_OK(cudaMemcpy(buffer->data(), host.data(), bytes, cudaMemcpyHostToDevice));
   }
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   const runtime::CudnnConv::Buffers buffers{x.data(), dy.data(), dw.data(), ws.data()};
   const auto run = [&](const runtime::CudnnConv& conv) {

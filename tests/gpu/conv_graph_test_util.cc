@@ -157,8 +157,7 @@ absl::StatusOr<ConvDevice> ConvDevice::Create(DType dtype, const ConvReference& 
         cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "copy");
     buffers.push_back(std::move(buffer));
   }
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "copy");
   return ConvDevice(dtype, std::move(cudnn), std::move(stream), std::move(workspace),
                     std::move(buffers));

@@ -35,8 +35,7 @@ absl::StatusOr<runtime::DeviceBuffer> Upload(const std::vector<uint8_t>& bytes) 
   ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(bytes.size()));
   CUDA_RETURN_IF_ERROR(
       cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "upload");
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "upload");
   return buffer;
 }

@@ -238,8 +238,7 @@ TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
         cudaMemcpy(buffer.data(), b.x.data(), b.x.size() * sizeof(float), cudaMemcpyHostToDevice));
     bound.push_back(std::make_shared<runtime::DeviceBuffer>(std::move(buffer)));
   }
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   const float rates[] = {0.02f, 0.005f, 0.01f};
   for (int step = 0; step < kSteps; ++step) {

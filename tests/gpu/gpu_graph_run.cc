@@ -51,8 +51,7 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
           n.name));
     }
   }
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
                                       "cudaStreamSynchronize", "the leaves' uploads"));
   passes::Plan plan;

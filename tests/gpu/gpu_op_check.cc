@@ -49,8 +49,7 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       ASSERT_EQ(cudaMemcpy(base + b->offset, host, b->bytes, cudaMemcpyHostToDevice), cudaSuccess);
     }
   }
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
   passes::Plan plan;
   plan.training.graph = g;

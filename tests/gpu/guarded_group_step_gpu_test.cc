@@ -104,8 +104,7 @@ class DeviceStep {
                                             "cudaMemset"));
       }
     }
-    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-    // non-blocking stream's launches do not wait for.
+    // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
     return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
   }
 

@@ -56,8 +56,7 @@ TEST_F(KernelStoreTest, LaunchedKernelComputesAxpy) {
   REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dy, DeviceBuffer::Create(kN * sizeof(float)));
   REPRISE_ASSERT_OK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
   REPRISE_ASSERT_OK(cudaMemcpy(dy.data(), y.data(), dy.bytes(), cudaMemcpyHostToDevice));
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   REPRISE_ASSERT_OK_AND_ASSIGN(Stream stream, Stream::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(const DriverApi* driver, Driver());
@@ -106,8 +105,7 @@ TEST_F(KernelStoreTest, KernelFromTheDiskLoadsAndRuns) {
   REPRISE_ASSERT_OK_AND_ASSIGN(DeviceBuffer dy, DeviceBuffer::Create(kN * sizeof(float)));
   REPRISE_ASSERT_OK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
   REPRISE_ASSERT_OK(cudaMemcpy(dy.data(), y.data(), dy.bytes(), cudaMemcpyHostToDevice));
-  // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-  // non-blocking stream's launches do not wait for.
+  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
   REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   REPRISE_ASSERT_OK_AND_ASSIGN(Stream stream, Stream::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(const DriverApi* driver, Driver());

@@ -69,8 +69,7 @@ class Operands {
                          "copy A");
     CUDA_RETURN_IF_ERROR(cudaMemcpy(b.data(), o.b_host.data(), b.bytes(), cudaMemcpyHostToDevice),
                          "copy B");
-    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-    // non-blocking stream's launches do not wait for.
+    // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "copy B");
     o.a.emplace(std::move(a));
     o.b.emplace(std::move(b));

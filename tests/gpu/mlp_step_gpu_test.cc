@@ -107,8 +107,7 @@ class MlpStepGpuTest : public ::testing::TestWithParam<Case> {
         REPRISE_ASSERT_OK(cudaMemset(buffers_[i].data(), 0xff, specs_[i].bytes()));
       }
     }
-    // Pageable cudaMemcpy and cudaMemset may still be in flight on the legacy stream, which a
-    // non-blocking stream's launches do not wait for.
+    // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
     REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
   }
 
