@@ -67,8 +67,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch - guard_scratch,
       ";\nconstexpr bool kGuard = ", B(guarded),
       ";\nconstexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
-      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n", kMlpLibrary,
-      kMlpHeadLibrary);
+      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n",
+      "#define MLP_GUARD_COPIES ", guarded ? 1 : 0, "\n", kMlpLibrary, kMlpHeadLibrary);
   if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
 
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
@@ -108,26 +108,31 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   for (int l = 0; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
   }
+  // GemmArgs: eight tensors, then (guarded only: MLP_GUARD_COPIES) the four step-start copies.
+  auto gemm_args = [&](std::vector<Arg> args, const std::vector<Arg>& starts) {
+    if (guarded) args.insert(args.end(), starts.begin(), starts.end());
+    return ArgsOf("GemmArgs", args);
+  };
+  const std::vector<Arg> no_starts(4);
   auto forward_args = [&](int l) {
-    return ArgsOf("GemmArgs",
-                  {h(l), w(l), h(l + 1), b(l), none, none, none, none, none, none, none, none});
+    return gemm_args({h(l), w(l), h(l + 1), b(l), none, none, none, none}, no_starts);
   };
   auto dgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs",
-                  {dz(l), w(l), dz(l - 1), none, h(l), none, none, none, none, none, none, none});
+    return gemm_args({dz(l), w(l), dz(l - 1), none, h(l), none, none, none}, no_starts);
   };
   // Guarded, a weight gradient's task also copies the step-start values to the workspace.
   auto wgrad_args = [&](int l) {
-    Arg start_w, start_vw, start_b, start_vb;
-    if (guarded) {
-      const int64_t weights = int64_t{d[l + 1]} * d[l];
-      start_w = Arg{absl::StrCat("ws + ", plan.grad_w_offset[l]), weights};
-      start_vw = Arg{absl::StrCat("ws + ", plan.start_vw_offset[l]), weights};
-      start_b = Arg{absl::StrCat("ws + ", plan.grad_b_offset[l]), d[l + 1]};
-      start_vb = Arg{absl::StrCat("ws + ", plan.start_vb_offset[l]), d[l + 1]};
-    }
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l), start_w, start_vw,
-                               start_b, start_vb});
+    const int64_t weights = int64_t{d[l + 1]} * d[l];
+    auto start = [&](const std::vector<int64_t>& offsets, int64_t stride) {
+      return guarded ? Arg{absl::StrCat("ws + ", offsets[l]), stride} : Arg{};
+    };
+    return gemm_args({dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)},
+                     {start(plan.grad_w_offset, weights), start(plan.start_vw_offset, weights),
+                      start(plan.grad_b_offset, d[l + 1]), start(plan.start_vb_offset, d[l + 1])});
+  };
+  // A layer's arguments for model k: one model's are the arguments themselves (see GemmTask).
+  auto of_model = [&](const std::string& args) {
+    return plan.models == 1 ? args : absl::StrCat(args, ".Model(k)");
   };
   // Guarded, the step ends here: each block's arrival on the guard word; the last block counts
   // the step and restores every parameter where it skips.
@@ -168,11 +173,13 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                     "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
                     ", i = task - k * ", row_blocks, ";\n");
     for (int l = 0; l + 1 < layers; ++l) {
-      absl::StrAppend(&code, "      RowBlock<F", l, ">(f", l, ".Model(k), i, c);\n");
+      absl::StrAppend(&code, "      RowBlock<F", l, ">(", of_model(absl::StrCat("f", l)),
+                      ", i, c);\n");
     }
-    absl::StrAppend(&code, "      H::Run(head.Model(k), i, false, c);\n");
+    absl::StrAppend(&code, "      H::Run(", of_model("head"), ", i, false, c);\n");
     for (int l = layers - 2; l >= 1; --l) {
-      absl::StrAppend(&code, "      RowBlock<D", l, ">(g", l, ".Model(k), i, c);\n");
+      absl::StrAppend(&code, "      RowBlock<D", l, ">(", of_model(absl::StrCat("g", l)),
+                      ", i, c);\n");
     }
     absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
     stamp(1);
