@@ -3,25 +3,62 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace reprise::codegen {
+namespace {
+
+// One parameter tensor of layer l (every model's) and its step-start copy in the workspace.
+struct StartCopy {
+  std::string param;  // The kernel parameter: w<l>, b<l>, vw<l> or vb<l>.
+  int64_t offset;     // Of the copy in the workspace.
+  int64_t floats;
+};
+
+std::vector<StartCopy> StartCopies(const MlpStepPlan& plan, int l) {
+  const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
+  const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
+  return {{absl::StrCat("w", l), plan.grad_w_offset[l], weights},
+          {absl::StrCat("b", l), plan.grad_b_offset[l], biases},
+          {absl::StrCat("vw", l), plan.start_vw_offset[l], weights},
+          {absl::StrCat("vb", l), plan.start_vb_offset[l], biases}};
+}
+
+// 16-byte copies: the copies' offsets are 128-byte aligned; the parameters where the target says.
+const char* Vec(const MlpStepPlan& plan, int64_t floats) {
+  return plan.target.aligned && floats % 4 == 0 ? "true" : "false";
+}
+
+}  // namespace
+
+std::string GuardCopySource(const MlpStepPlan& plan, const std::vector<int>& layers,
+                            const std::string& tasks) {
+  const int64_t chunk = 4 * int64_t{plan.target.threads};
+  std::vector<StartCopy> copies;
+  for (int l : layers) {
+    for (StartCopy& copy : StartCopies(plan, l)) copies.push_back(std::move(copy));
+  }
+  int64_t total_chunks = 0;
+  for (const StartCopy& copy : copies) total_chunks += (copy.floats + chunk - 1) / chunk;
+  std::string code;
+  int64_t first_chunk = 0;
+  for (const StartCopy& copy : copies) {
+    absl::StrAppend(&code, "    mlpg::CopyStart<", tasks, ", ", Vec(plan, copy.floats), ">(ws + ",
+                    copy.offset, ", ", copy.param, ", ", copy.floats, ", ", first_chunk, ", ",
+                    total_chunks, ");\n");
+    first_chunk += (copy.floats + chunk - 1) / chunk;
+  }
+  return code;
+}
 
 std::string GuardRestoreSource(const MlpStepPlan& plan) {
   std::string code;
   for (int l = 0; l < plan.layers(); ++l) {
-    const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
-    const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
-    const std::pair<std::string, int64_t> copies[] = {
-        {absl::StrCat("w", l, ", ws + ", plan.grad_w_offset[l], ", ", weights), weights},
-        {absl::StrCat("b", l, ", ws + ", plan.grad_b_offset[l], ", ", biases), biases},
-        {absl::StrCat("vw", l, ", ws + ", plan.start_vw_offset[l], ", ", weights), weights},
-        {absl::StrCat("vb", l, ", ws + ", plan.start_vb_offset[l], ", ", biases), biases}};
-    for (const auto& [args, n] : copies) {
-      // The copies' offsets are 128-byte aligned; the parameters where the target says so.
-      const bool vec = plan.target.aligned && n % 4 == 0;
-      absl::StrAppend(&code, "      mlpg::Restore<", vec ? "true" : "false", ">(", args, ");\n");
+    for (const StartCopy& copy : StartCopies(plan, l)) {
+      absl::StrAppend(&code, "      mlpg::Restore<", Vec(plan, copy.floats), ">(", copy.param,
+                      ", ws + ", copy.offset, ", ", copy.floats, ");\n");
     }
   }
   return code;

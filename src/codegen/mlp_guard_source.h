@@ -1,14 +1,23 @@
-// The generated code of the fused MLP step's non-finite guard that both kernel generators emit
+// The generated code of the fused MLP step's non-finite guard that its kernel generators emit
 // (mlp_step_source.cc for the layer phases and the row chain, mlp_cluster_kernel.cc for the group
-// schedule): the restore of a skipped step, over mlp_guard_device.inc's device functions.
+// schedule): the step-start copies and the restore of a skipped step, over mlp_guard_device.inc's
+// device functions.
 #ifndef REPRISE_SRC_CODEGEN_MLP_GUARD_SOURCE_H_
 #define REPRISE_SRC_CODEGEN_MLP_GUARD_SOURCE_H_
 
 #include <string>
+#include <vector>
 
 #include "src/codegen/mlp_step_kernel.h"
 
 namespace reprise::codegen {
+
+// Statements (of a kernel with MlpStepKernelSignature's parameters) that copy the parameters and
+// velocities of `layers` (every model's) to their step-start copies in the workspace
+// (plan.grad_w_offset, ...), spread over the blocks as mlpg::CopyStart says, in a phase with
+// `tasks` (a C++ constant expression) tasks.
+std::string GuardCopySource(const MlpStepPlan& plan, const std::vector<int>& layers,
+                            const std::string& tasks);
 
 // Statements (of a kernel with MlpStepKernelSignature's parameters) by which one block copies
 // every parameter and velocity of the plan's models back from its step-start copy in the workspace

@@ -67,8 +67,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch - guard_scratch,
       ";\nconstexpr bool kGuard = ", B(guarded),
       ";\nconstexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
-      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n",
-      "#define MLP_GUARD_COPIES ", guarded ? 1 : 0, "\n", kMlpLibrary, kMlpHeadLibrary);
+      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n", kMlpLibrary,
+      kMlpHeadLibrary);
   if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
 
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
@@ -108,27 +108,21 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   for (int l = 0; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
   }
-  // GemmArgs: eight tensors, then (guarded only: MLP_GUARD_COPIES) the four step-start copies.
-  auto gemm_args = [&](std::vector<Arg> args, const std::vector<Arg>& starts) {
-    if (guarded) args.insert(args.end(), starts.begin(), starts.end());
-    return ArgsOf("GemmArgs", args);
-  };
-  const std::vector<Arg> no_starts(4);
   auto forward_args = [&](int l) {
-    return gemm_args({h(l), w(l), h(l + 1), b(l), none, none, none, none}, no_starts);
+    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
   };
   auto dgrad_args = [&](int l) {
-    return gemm_args({dz(l), w(l), dz(l - 1), none, h(l), none, none, none}, no_starts);
+    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
   };
-  // Guarded, a weight gradient's task also copies the step-start values to the workspace.
   auto wgrad_args = [&](int l) {
-    const int64_t weights = int64_t{d[l + 1]} * d[l];
-    auto start = [&](const std::vector<int64_t>& offsets, int64_t stride) {
-      return guarded ? Arg{absl::StrCat("ws + ", offsets[l]), stride} : Arg{};
-    };
-    return gemm_args({dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)},
-                     {start(plan.grad_w_offset, weights), start(plan.start_vw_offset, weights),
-                      start(plan.grad_b_offset, d[l + 1]), start(plan.start_vb_offset, d[l + 1])});
+    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+  };
+  // Guarded, the phase that first reads layer l's parameters copies them out before the blocks
+  // arrive (GuardCopySource), then arrives where `arrive`.
+  auto end_phase = [&](const std::vector<int>& layers_read, const std::string& tasks, bool arrive) {
+    if (!guarded) return std::string();
+    return absl::StrCat(GuardCopySource(plan, layers_read, tasks),
+                        arrive ? "    GridArrive(c.barrier, arrival);\n" : "");
   };
   // A layer's arguments for model k: one model's are the arguments themselves (see GemmTask).
   auto of_model = [&](const std::string& args) {
@@ -181,7 +175,12 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       absl::StrAppend(&code, "      RowBlock<D", l, ">(", of_model(absl::StrCat("g", l)),
                       ", i, c);\n");
     }
-    absl::StrAppend(&code, "    }\n    GridArrive(c.barrier, arrival);\n  }\n");
+    std::vector<int> every_layer;
+    for (int l = 0; l < layers; ++l) every_layer.push_back(l);
+    absl::StrAppend(&code, "    }\n",
+                    guarded ? end_phase(every_layer, absl::StrCat("kModels * ", row_blocks), true)
+                            : "    GridArrive(c.barrier, arrival);\n",
+                    "  }\n");
     stamp(1);
     // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
     // velocities and biases are prefetched before the barrier.
@@ -193,9 +192,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                       ";\n");
       args.push_back(wgrad_args(l));
     }
-    absl::StrAppend(&code,
-                    guarded ? "  {  // Phase 1: weight gradients of every layer.\n"
-                            : "  {  // Phase 1: weight gradients and SGD of every layer.\n",
+    absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
                     "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
                     "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
                     ">(a, c, arrival);\n  }\n");
@@ -206,17 +203,22 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   }
   int phase = 0;
   const int last_phase = plan.phases - 1 - (guarded ? 1 : 0);  // Of the GEMMs.
-  auto flags = [&]() { return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase)); };
+  // kWait, kArrive; guarded, a forward phase arrives after its copies (end_phase).
+  auto flags = [&](bool copies = false) {
+    return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase && !(copies && guarded)));
+  };
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
     absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
                     GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
                     " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
-                    flags(), ", false, G>(a, c, arrival);\n  }\n");
+                    flags(true), ", false, G>(a, c, arrival);\n",
+                    end_phase({l}, "kModels * G::kTiles", phase < last_phase), "  }\n");
     stamp(phase + 1);
   }
   absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
                   "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
-                  ";\n    HeadPhase<H, ", flags(), ">(a, c, arrival);\n  }\n");
+                  ";\n    HeadPhase<H, ", flags(true), ">(a, c, arrival);\n",
+                  end_phase({last}, "kModels * H::kTiles", phase < last_phase), "  }\n");
   stamp(phase + 1);
   ++phase;
   auto wgrad_type = [&](int l, bool a_late) {
