@@ -118,7 +118,7 @@ constexpr char kRowKernelBody[] = R"(
   }
 #endif
 #if XENT_GRAD
-  const float scale = dloss[0] / rows, inv_s = 1.0f / s;
+  const float scale = dloss[(r / rows) * dloss_stride] / rows, inv_s = 1.0f / s;
   elem_t* dzr = dz + first;
   const int t = threadIdx.x;
   if (t < split.head) dzr[t] = FromFloat(XentGradient(ToFloat(zr[t]), m, inv_s, scale, t, label, classes));
@@ -198,7 +198,7 @@ constexpr char kOnePassBody[] = R"(
 #endif
 #if XENT_GRAD
   // dz = scale·(p - [c == label]) as p·(scale / s) - scale at the label; 0 past the classes.
-  const float scale = dloss[0] / rows, coef = scale / s;
+  const float scale = dloss[(r / rows) * dloss_stride] / rows, coef = scale / s;
   elem_t* dzr = dz + first;
 #pragma unroll 4
   for (int q = t; q < kVectors; q += XENT_THREADS) {
@@ -251,8 +251,9 @@ GeneratedKernel XentRows(DType dtype, XentOutputs outputs) {
                              ") ", name,
                              "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
                              "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols, int classes) {\n"
-                             "  (void)dloss; (void)row_loss; (void)dz;\n",
+                             "elem_t* __restrict__ dz, int rows, int cols, int classes, "
+                             "int dloss_stride) {\n"
+                             "  (void)dloss; (void)row_loss; (void)dz; (void)dloss_stride;\n",
                              kRowKernelBody, "}\n")};
 }
 
@@ -274,8 +275,10 @@ GeneratedKernel XentRowsOnePass(DType dtype, XentOutputs outputs, int64_t cols) 
                              ", 2) ", name,
                              "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
                              "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols, int classes) {\n"
-                             "  (void)dloss; (void)row_loss; (void)dz; (void)cols;\n",
+                             "elem_t* __restrict__ dz, int rows, int cols, int classes, "
+                             "int dloss_stride) {\n"
+                             "  (void)dloss; (void)row_loss; (void)dz; (void)cols; "
+                             "(void)dloss_stride;\n",
                              kOnePassBody, "}\n")};
 }
 
@@ -285,15 +288,16 @@ extern "C" __global__ void reprise_xent_mean(const float* __restrict__ row_loss,
                                              float* __restrict__ loss, int rows) {
   __shared__ float partial[XENT_MEAN_THREADS];
   const int t = threadIdx.x;
+  const float* model_loss = row_loss + (long long)blockIdx.x * rows;
   float sum = 0.0f;
-  for (int r = t; r < rows; r += XENT_MEAN_THREADS) sum += row_loss[r];
+  for (int r = t; r < rows; r += XENT_MEAN_THREADS) sum += model_loss[r];
   partial[t] = sum;
   __syncthreads();
   for (int width = XENT_MEAN_THREADS / 2; width > 0; width /= 2) {
     if (t < width) partial[t] += partial[t + width];
     __syncthreads();
   }
-  if (t == 0) loss[0] = partial[0] / rows;
+  if (t == 0) loss[blockIdx.x] = partial[0] / rows;
 }
 )")};
 }
