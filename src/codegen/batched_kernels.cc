@@ -113,12 +113,8 @@ extern "C" __global__ void reprise_model_tile(const unsigned* __restrict__ x,
 }
 
 std::vector<GeneratedKernel> BatchedKernels() {
-  return {BatchedBiasAdd(),
-          BatchedColumnSum(),
-          BatchedReluGradColumnSum(),
-          ModelSum(),
-          ModelBroadcast(),
-          ModelTile()};
+  return {BatchedBiasAdd(), BatchedColumnSum(), BatchedReluGradColumnSum(),
+          ModelSum(),       ModelBroadcast(),   ModelTile()};
 }
 
 }  // namespace reprise::codegen
