@@ -1,5 +1,6 @@
 #include "src/codegen/loss_kernels.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -236,6 +237,21 @@ __device__ __forceinline__ float XentExp(float d) {
 
 }  // namespace
 
+namespace {
+
+// `units` threads in whole warps, from one warp to `most`.
+int WarpsFor(int64_t units, int most) {
+  return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, most));
+}
+
+}  // namespace
+
+int XentRowThreads(int64_t cols) { return WarpsFor((cols + 3) / 4, kXentRowThreads); }
+
+int XentOnePassThreads(int64_t cols, DType dtype) {
+  return WarpsFor(cols / Vector16Elements(dtype), kXentOnePassThreads);
+}
+
 bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype) {
   return IsLowPrecision(dtype) || cols >= 1024 || rows > 12288;
 }
@@ -267,19 +283,19 @@ GeneratedKernel XentRowsOnePass(DType dtype, XentOutputs outputs, int64_t cols) 
   const bool grad = outputs != XentOutputs::kLoss;
   const char* suffix = !grad ? "_loss" : !loss ? "_grad" : "_loss_grad";
   const std::string name = ElementKernelName(absl::StrCat("reprise_xent_onepass", suffix), dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define XENT_LOSS ",
-                             loss ? 1 : 0, "\n#define XENT_GRAD ", grad ? 1 : 0,
-                             "\n#define XENT_THREADS ", kXentOnePassThreads, "\n#define XENT_COLS ",
-                             cols, "\n", kRowStatistics, kFastExp,
-                             "extern \"C\" __global__ void __launch_bounds__(", kXentOnePassThreads,
-                             ", 2) ", name,
-                             "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
-                             "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols, int classes, "
-                             "int dloss_stride) {\n"
-                             "  (void)dloss; (void)row_loss; (void)dz; (void)cols; "
-                             "(void)dloss_stride;\n",
-                             kOnePassBody, "}\n")};
+  const int threads = XentOnePassThreads(cols, dtype);
+  return {name, absl::StrCat(
+                    ElementTypeSource(dtype), Vector16Source(dtype), "#define XENT_LOSS ",
+                    loss ? 1 : 0, "\n#define XENT_GRAD ", grad ? 1 : 0, "\n#define XENT_THREADS ",
+                    threads, "\n#define XENT_COLS ", cols, "\n", kRowStatistics, kFastExp,
+                    "extern \"C\" __global__ void __launch_bounds__(", threads, ", 2) ", name,
+                    "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
+                    "const float* __restrict__ dloss, float* __restrict__ row_loss, "
+                    "elem_t* __restrict__ dz, int rows, int cols, int classes, "
+                    "int dloss_stride) {\n"
+                    "  (void)dloss; (void)row_loss; (void)dz; (void)cols; "
+                    "(void)dloss_stride;\n",
+                    kOnePassBody, "}\n")};
 }
 
 GeneratedKernel XentMean() {

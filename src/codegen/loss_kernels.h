@@ -27,8 +27,9 @@
 
 namespace reprise::codegen {
 
-// Threads per block of the row kernels (one row per block). 1024 keeps at most two rows per
-// multiprocessor in flight, so a row's second read (for the gradient) mostly hits L2.
+// Threads per block of XentRows (one row per block) for rows of 4093 columns and more: 1024 keeps
+// at most two wide rows per multiprocessor in flight, so a row's second read (for the gradient)
+// mostly hits L2. Narrower rows take fewer (XentRowThreads).
 inline constexpr int kXentRowThreads = 1024;
 // Threads of the one-block mean kernel.
 inline constexpr int kXentMeanThreads = 1024;
@@ -40,10 +41,19 @@ bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype);
 // What a row kernel writes.
 enum class XentOutputs { kLoss, kGradient, kLossAndGradient };
 
-// One block of kXentRowThreads per row r of `cols` columns, the first `classes` of them real (the
-// rest pad the row: no part in the softmax, a gradient of exactly 0), over models·rows rows: the
-// grid is models·rows, `rows` each model's (one model: all of them), and row r is model
-// k = r / rows's:
+// Threads of a row kernel's block for rows of `cols` columns: one per 4-element quad (XentRows) or
+// 16-byte vector (XentRowsOnePass), in whole warps, at most kXentRowThreads or
+// kXentOnePassThreads, so that a narrow row (a classifier's ten classes, K·B of them in an
+// ensemble) does not hold a block of idle threads. The combining tree of a row's statistics
+// follows the count, which follows the width alone: every row of one width, one model's or an
+// ensemble's, gets the same bits.
+int XentRowThreads(int64_t cols);
+int XentOnePassThreads(int64_t cols, DType dtype);
+
+// One block of XentRowThreads(cols) per row r of `cols` columns, the first `classes` of them real
+// (the rest pad the row: no part in the softmax, a gradient of exactly 0), over models·rows rows:
+// the grid is models·rows, `rows` each model's (one model: all of them), and row r is model k = r /
+// rows's:
 //   kLoss:     row_loss[r] = log Σ_{c<classes} exp(z[r, c] - m) + m - z[r, label[r]]  (m the
 //              max over the classes; NaN for a label outside [0, classes));
 //   kGradient: dz[r, c] = dloss[k·dloss_stride] / rows · (softmax(z[r, :classes])[c] -
@@ -56,7 +66,7 @@ GeneratedKernel XentRows(DType dtype, XentOutputs outputs);
 
 // The one-pass form of XentRows for rows of exactly `cols` columns (fixed in the source): the
 // same outputs, signature (its cols argument unused), grid (one block per row) and determinism,
-// but each block of kXentOnePassThreads copies its row once into shared memory (16-byte
+// but each block of XentOnePassThreads(cols, dtype) copies its row once into shared memory (16-byte
 // asynchronous copies, cols·ElementBytes(dtype) bytes of dynamic shared memory, the launch's
 // shared_bytes) and takes the statistics and the gradient from there, so the logits are read from
 // memory once, not twice (GPT-2's [16384, 50304] bfloat16 logits: 1.65 GB read and 1.65 GB

@@ -66,7 +66,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
           one_pass ? codegen::XentRowsOnePass(logits.dtype, outputs, cols)
                    : codegen::XentRows(logits.dtype, outputs),
           dim3(static_cast<unsigned>(models * rows)),
-          dim3(one_pass ? codegen::kXentOnePassThreads : codegen::kXentRowThreads),
+          dim3(one_pass ? codegen::XentOnePassThreads(cols, logits.dtype)
+                        : codegen::XentRowThreads(cols)),
           one_pass ? static_cast<unsigned>(cols * codegen::ElementBytes(logits.dtype)) : 0,
           std::move(args)));
   if (loss) {
