@@ -6,7 +6,7 @@
 // The ensemble forms (batched.h: batched_softmax_cross_entropy and its gradient and fused pair)
 // share every rule here with a leading model dimension: logits [K, B, C], labels [K, B], a loss
 // per model [K]. On the GPU they take one model's row-per-block kernels (loss_rows.h) over the K·B
-// rows, with a mean per model.
+// rows, with a mean per model, in float32 and the 16-bit types alike.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -196,9 +196,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentFamily(const LoweringContext
   const XentOutputs outputs = OutputsOf(node);
   const TensorSpec& z = ctx.input_specs[0];
   // The row-per-block kernels (src/codegen/loss_kernels.h) are the only ones that leave padding
-  // columns out, and the ensemble's: K·B rows like one model's, a mean per model.
+  // columns out, and the ensemble's: K·B rows like one model's, a mean per model. They also say
+  // which dtypes have no kernel (the one-block kernels are float32's).
   ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, z));
-  if (DimsOf(z).lead == 1 || classes < z.shape.dim(1) ||
+  if (DimsOf(z).lead == 1 || z.dtype != DType::kFloat32 || classes < z.shape.dim(1) ||
       codegen::UseRowPerBlockLoss(z.shape.dim(0), z.shape.dim(1), z.dtype)) {
     return LowerRowPerBlockLoss(ctx, node, outputs);
   }

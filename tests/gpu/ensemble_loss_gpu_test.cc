@@ -1,10 +1,11 @@
 // An ensemble's softmax cross-entropy on the GPU (batched_softmax_cross_entropy, its gradient and
 // the fused pair: logits [K, B, C], a loss per model), which runs on one model's row kernels over
-// the K·B rows: each op against the CPU reference, with a dloss of its own per model and with
-// padding columns left out (their gradient exactly 0); the fused pair giving the separate ops'
-// bits and the total the models' losses added in order, on every run; and model k giving the bits
-// that one model's op gives its [B, C] slice wherever that op takes the row kernels too (within
-// float32 rounding, relative 1e-5, where it takes the one-block kernels).
+// the K·B rows, in float32 and bfloat16: each op against the CPU reference (relative L2 1e-5 and
+// 1e-2), with a dloss of its own per model and with padding columns left out (their gradient
+// exactly 0); the fused pair giving the separate ops' bits and the total the models' losses added
+// in order, on every run; and model k giving the bits that one model's op gives its [B, C] slice
+// wherever that op takes the row kernels too (within float32 rounding, relative 1e-5, where it
+// takes the one-block kernels: small float32 rows).
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -72,11 +73,11 @@ struct EnsembleXent {
   Value loss, grad, fused_loss, total, fused_grad, grad_of_total;
 };
 
-EnsembleXent BuildEnsembleXent(const Case& c) {
+EnsembleXent BuildEnsembleXent(const Case& c, DType dtype) {
   EnsembleXent x;
   Graph& g = x.g;
   const Shape logits{c.models, c.rows, c.cols};
-  Value z = *g.AddConstant("z", {logits}, Initializer::Uniform(-8, 8));
+  Value z = *g.AddConstant("z", {logits, dtype}, Initializer::Uniform(-8, 8));
   Value labels = *g.AddInput("labels", {Shape{c.models, c.rows}, DType::kInt32});
   Value dloss = *g.AddConstant("dloss", {Shape{c.models}}, Initializer::Uniform(0.5, 4));
   Value dtotal = *g.AddConstant("dtotal", {Shape{}}, Initializer::Constant(3.0));
@@ -94,14 +95,17 @@ EnsembleXent BuildEnsembleXent(const Case& c) {
   return x;
 }
 
-TEST(EnsembleLossGpuTest, LossGradientAndFusedPairMatchCpuReference) {
+class EnsembleLossGpuTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EnsembleLossGpuTest, LossGradientAndFusedPairMatchCpuReference) {
   REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(Name(c));
-    EnsembleXent x = BuildEnsembleXent(c);
+    EnsembleXent x = BuildEnsembleXent(c, dtype);
     ir::ReferenceExecutor cpu(x.g, false, 21);
     ASSERT_TRUE(cpu.SetLeaf("labels", Labels(c)).ok());
-    ExpectGpuMatchesCpu(x.g, cpu, 1e-5);
+    ExpectGpuMatchesCpu(x.g, cpu, dtype == DType::kFloat32 ? 1e-5 : 1e-2);
     // Padding columns: a gradient of exactly 0 (the relative error above would not see a tiny
     // one).
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> got,
@@ -121,11 +125,11 @@ TEST(EnsembleLossGpuTest, LossGradientAndFusedPairMatchCpuReference) {
 // The fused pair's losses have the loss op's bits, its gradient the gradient op's with dtotal as
 // every model's dloss, its total the losses added in model order; a second run gives the same
 // bits.
-TEST(EnsembleLossGpuTest, FusedPairHasTheSeparateOpsBitsOnEveryRun) {
+TEST_P(EnsembleLossGpuTest, FusedPairHasTheSeparateOpsBitsOnEveryRun) {
   REPRISE_REQUIRE_GPU();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(Name(c));
-    EnsembleXent x = BuildEnsembleXent(c);
+    EnsembleXent x = BuildEnsembleXent(c, GetParam());
     ir::ReferenceExecutor cpu(x.g, false, 22);
     ASSERT_TRUE(cpu.SetLeaf("labels", Labels(c)).ok());
     const std::vector<Value> fetch = {x.loss,  x.grad,       x.fused_loss,
@@ -143,13 +147,14 @@ TEST(EnsembleLossGpuTest, FusedPairHasTheSeparateOpsBitsOnEveryRun) {
 }
 
 // Model k of the ensemble against one model's ops on its own slices (z[k], labels[k], dloss[k]).
-TEST(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
+TEST_P(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
   REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(Name(c));
     Graph g;
     const Attrs attrs = ClassesAttr(c);
-    Value z = *g.AddInput("z", {Shape{c.models, c.rows, c.cols}});
+    Value z = *g.AddInput("z", {Shape{c.models, c.rows, c.cols}, dtype});
     Value labels = *g.AddInput("labels", {Shape{c.models, c.rows}, DType::kInt32});
     Value dloss = *g.AddInput("dloss", {Shape{c.models}});
     std::vector<Value> fetch = {
@@ -157,7 +162,7 @@ TEST(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
         *g.AddOp1(ops::BatchedSoftmaxCrossEntropyGradOp(), "grad", {z, labels, dloss}, attrs)};
     for (int64_t k = 0; k < c.models; ++k) {
       const std::string m = absl::StrCat(k);
-      Value zk = *g.AddInput("z" + m, {Shape{c.rows, c.cols}});
+      Value zk = *g.AddInput("z" + m, {Shape{c.rows, c.cols}, dtype});
       Value lk = *g.AddInput("labels" + m, {Shape{c.rows}, DType::kInt32});
       Value dk = *g.AddInput("dloss" + m, {Shape{}});
       fetch.push_back(*g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss" + m, {zk, lk}, attrs));
@@ -186,29 +191,37 @@ TEST(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
     // One model's small float32 losses take the one-block kernels: agreement to float32 rounding
     // there, the same bits where it takes the row kernels as the ensemble does.
     const bool row_kernels =
-        c.classes < c.cols || codegen::UseRowPerBlockLoss(c.rows, c.cols, DType::kFloat32);
+        c.classes < c.cols || codegen::UseRowPerBlockLoss(c.rows, c.cols, dtype);
+    const size_t grad_bytes = per_model * DTypeSize(dtype);
     for (int64_t k = 0; k < c.models; ++k) {
       const float batched_loss = got[0].data<float>()[k];
       const float own_loss = got[2 + 2 * k].data<float>()[0];
-      const float* batched_grad = got[1].data<float>().data() + k * per_model;
-      const float* own_grad = got[3 + 2 * k].data<float>().data();
+      const ir::HostTensor& own_grad = got[3 + 2 * k];
       if (row_kernels) {
         EXPECT_EQ(std::memcmp(&batched_loss, &own_loss, sizeof(float)), 0)
             << "model " << k << ": " << batched_loss << " against " << own_loss;
-        EXPECT_EQ(std::memcmp(batched_grad, own_grad, per_model * sizeof(float)), 0)
+        EXPECT_EQ(std::memcmp(static_cast<const char*>(got[1].raw()) + k * grad_bytes,
+                              own_grad.raw(), grad_bytes),
+                  0)
             << "model " << k;
         continue;
       }
       EXPECT_NEAR(batched_loss, own_loss, 1e-5f * std::fabs(own_loss)) << "model " << k;
       double diff = 0, norm = 0;
       for (int64_t i = 0; i < per_model; ++i) {
-        diff += (batched_grad[i] - own_grad[i]) * double(batched_grad[i] - own_grad[i]);
-        norm += own_grad[i] * double(own_grad[i]);
+        const double mine = ir::FloatElement(got[1], k * per_model + i);
+        const double own = ir::FloatElement(own_grad, i);
+        diff += (mine - own) * (mine - own);
+        norm += own * own;
       }
       EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << "model " << k;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, EnsembleLossGpuTest,
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
 }  // namespace reprise
