@@ -235,10 +235,6 @@ __device__ __forceinline__ float XentExp(float d) {
 }
 )";
 
-}  // namespace
-
-namespace {
-
 // `units` threads in whole warps, from one warp to `most`.
 int WarpsFor(int64_t units, int most) {
   return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, most));
