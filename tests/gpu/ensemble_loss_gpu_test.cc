@@ -5,8 +5,10 @@
 // exactly 0); the fused pair giving the separate ops' bits and the total the models' losses added
 // in order, on every run; and model k giving the bits that one model's op gives its [B, C] slice
 // wherever that op takes the row kernels too (within float32 rounding, relative 1e-5, where it
-// takes the one-block kernels: small float32 rows).
+// takes the one-block kernels: small float32 rows). The fused pair's time at ensemble sizes is
+// printed.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -24,6 +26,7 @@
 #include "tests/gpu/gpu_graph_run.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/node_timing.h"
 
 namespace reprise {
 namespace {
@@ -216,6 +219,31 @@ TEST_P(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
       }
       EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << "model " << k;
     }
+  }
+}
+
+// The fused pair's time at ensemble sizes (a classifier's narrow rows, and a wide head), beside
+// one model's at one model's slice, printed for the record: speed is measured, not asserted.
+TEST(EnsembleLossTimingGpuTest, FusedPairBesideOneModel) {
+  REPRISE_REQUIRE_GPU();
+  for (const Case& c :
+       std::vector<Case>{{32, 64, 10, 10}, {128, 256, 10, 10}, {8, 512, 1000, 1000}}) {
+    Graph g;
+    Value z = *g.AddInput("z", {Shape{c.models, c.rows, c.cols}});
+    Value labels = *g.AddInput("labels", {Shape{c.models, c.rows}, DType::kInt32});
+    Value dtotal = *g.AddInput("dtotal", {Shape{}});
+    Value zk = *g.AddInput("zk", {Shape{c.rows, c.cols}});
+    Value lk = *g.AddInput("lk", {Shape{c.rows}, DType::kInt32});
+    ASSERT_TRUE(
+        g.AddOp(ops::BatchedSoftmaxCrossEntropyWithGradOp(), "ensemble", {z, labels, dtotal}).ok());
+    ASSERT_TRUE(g.AddOp(ops::SoftmaxCrossEntropyWithGradOp(), "one", {zk, lk, dtotal}).ok());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const double ensemble_ms, TimeNodeMs(g, "ensemble", 50));
+    REPRISE_ASSERT_OK_AND_ASSIGN(const double one_ms, TimeNodeMs(g, "one", 50));
+    std::printf(
+        "ensemble xent with grad [%lld, %lld, %lld]: %.4f ms; one model's [%lld, %lld]: %.4f ms\n",
+        static_cast<long long>(c.models), static_cast<long long>(c.rows),
+        static_cast<long long>(c.cols), ensemble_ms, static_cast<long long>(c.rows),
+        static_cast<long long>(c.cols), one_ms);
   }
 }
 
