@@ -44,75 +44,6 @@ extern "C" __global__ void reprise_batched_column_sum(const float* __restrict__ 
 )"};
 }
 
-GeneratedKernel BatchedSoftmaxCrossEntropy() {
-  return {"reprise_batched_softmax_xent", LossRowHelpersSource() + R"(
-extern "C" __global__ void reprise_batched_softmax_xent(const float* __restrict__ z,
-                                                        const int* __restrict__ labels,
-                                                        float* __restrict__ loss, int rows,
-                                                        int cols) {
-  extern __shared__ float row_loss[];
-  const int model = blockIdx.x;
-  const float* zk = z + (long long)model * rows * cols;
-  const int* lk = labels + (long long)model * rows;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int r = warp; r < rows; r += warps) {
-    const float* zr = zk + (long long)r * cols;
-    float m, s;
-    RowMaxAndSumExp(zr, cols, lane, m, s);
-    if (lane == 0) row_loss[r] = RowLoss(zr, cols, lk[r], m, s);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) loss[model] = MeanOfRows(row_loss, rows);
-}
-)"};
-}
-
-GeneratedKernel BatchedSoftmaxCrossEntropyGrad() {
-  return {"reprise_batched_softmax_xent_grad", LossRowHelpersSource() + R"(
-extern "C" __global__ void reprise_batched_softmax_xent_grad(const float* __restrict__ z,
-                                                             const int* __restrict__ labels,
-                                                             const float* __restrict__ dloss,
-                                                             float* __restrict__ dz, int rows,
-                                                             int cols) {
-  const int model = blockIdx.y;
-  const int lane = threadIdx.x % 32;
-  const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  if (r >= rows) return;
-  const long long row = (long long)model * rows + r;
-  const float* zr = z + row * cols;
-  float* dzr = dz + row * cols;
-  float m, s;
-  RowMaxAndSumExp(zr, cols, lane, m, s);
-  RowGradient(zr, dzr, cols, lane, labels[row], m, s, dloss[model] / rows);
-}
-)"};
-}
-
-GeneratedKernel BatchedSoftmaxCrossEntropyWithGrad() {
-  return {"reprise_batched_softmax_xent_with_grad", LossRowHelpersSource() + R"(
-extern "C" __global__ void reprise_batched_softmax_xent_with_grad(
-    const float* __restrict__ z, const int* __restrict__ labels, const float* __restrict__ dtotal,
-    float* __restrict__ loss, float* __restrict__ dz, int rows, int cols) {
-  extern __shared__ float row_loss[];
-  const int model = blockIdx.x;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const float scale = dtotal[0] / rows;
-  for (int r = warp; r < rows; r += warps) {
-    const long long row = (long long)model * rows + r;
-    const float* zr = z + row * cols;
-    float* dzr = dz + row * cols;
-    float m, s;
-    RowMaxAndSumExp(zr, cols, lane, m, s);
-    const int label = labels[row];
-    if (lane == 0) row_loss[r] = RowLoss(zr, cols, label, m, s);
-    RowGradient(zr, dzr, cols, lane, label, m, s, scale);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) loss[model] = MeanOfRows(row_loss, rows);
-}
-)"};
-}
-
 GeneratedKernel BatchedReluGradColumnSum() {
   // BatchedColumnSum()'s grid and order, summing the ReLU's gradient as it is stored.
   return {"reprise_batched_relu_grad_column_sum", R"(
@@ -182,15 +113,8 @@ extern "C" __global__ void reprise_model_tile(const unsigned* __restrict__ x,
 }
 
 std::vector<GeneratedKernel> BatchedKernels() {
-  return {BatchedBiasAdd(),
-          BatchedColumnSum(),
-          BatchedSoftmaxCrossEntropy(),
-          BatchedSoftmaxCrossEntropyGrad(),
-          BatchedSoftmaxCrossEntropyWithGrad(),
-          BatchedReluGradColumnSum(),
-          ModelSum(),
-          ModelBroadcast(),
-          ModelTile()};
+  return {BatchedBiasAdd(), BatchedColumnSum(), BatchedReluGradColumnSum(),
+          ModelSum(),       ModelBroadcast(),   ModelTile()};
 }
 
 }  // namespace reprise::codegen

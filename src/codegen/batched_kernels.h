@@ -1,8 +1,9 @@
 // CUDA C++ source for the batched ops of ensemble batching (src/ops/batched.h): K models' tensors
 // stacked along a leading model dimension, one launch for all K. Each kernel runs, per model, the
-// same arithmetic in the same order as the unbatched kernel it replaces (bias add, column sum,
-// softmax cross-entropy and its gradient), so a batched step computes each model's values with
-// the same bits as that model's own step would. float32 only.
+// same arithmetic in the same order as the unbatched kernel it replaces (bias add, column sum), so
+// a batched step computes each model's values with the same bits as that model's own step would.
+// float32 only. Softmax cross-entropy has no kernel here: an ensemble's loss takes one model's row
+// kernels over its K·B rows (src/codegen/loss_kernels.h).
 #ifndef REPRISE_SRC_CODEGEN_BATCHED_KERNELS_H_
 #define REPRISE_SRC_CODEGEN_BATCHED_KERNELS_H_
 
@@ -20,21 +21,6 @@ GeneratedKernel BatchedBiasAdd();
 // db[k, c] = Σ_r dy[k, r, c], ColumnSum()'s order per model. Blocks of 32x32 threads, grid
 // (ceil(cols / 32), K). Signature: (const float* dy, float* db, long long rows, long long cols).
 GeneratedKernel BatchedColumnSum();
-
-// loss[k] = mean over rows of the loss of z[k] and labels[k], as SoftmaxCrossEntropy(); one block
-// per model (grid K), rows floats of shared memory. Signature: (const float* z, const int* labels,
-// float* loss, int rows, int cols).
-GeneratedKernel BatchedSoftmaxCrossEntropy();
-
-// dz[k] as SoftmaxCrossEntropyGrad() with dloss[k]; one warp per row, grid (ceil(rows / warps),
-// K). Signature: (const float* z, const int* labels, const float* dloss, float* dz, int rows,
-// int cols).
-GeneratedKernel BatchedSoftmaxCrossEntropyGrad();
-
-// Both of the above in one launch with every model's dloss the gradient of the models' summed
-// loss, dtotal[0]; one block per model. Signature: (const float* z, const int* labels,
-// const float* dtotal, float* loss, float* dz, int rows, int cols); shared memory rows floats.
-GeneratedKernel BatchedSoftmaxCrossEntropyWithGrad();
 
 // dx = y > 0 ? dy : 0 over [K, rows, cols], and db[k, c] = Σ_r dx[k, r, c] in
 // BatchedColumnSum()'s grid and order. Signature: (const float* dy, const float* y, float* dx,

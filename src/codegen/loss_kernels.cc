@@ -1,5 +1,6 @@
 #include "src/codegen/loss_kernels.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -118,7 +119,7 @@ constexpr char kRowKernelBody[] = R"(
   }
 #endif
 #if XENT_GRAD
-  const float scale = dloss[0] / rows, inv_s = 1.0f / s;
+  const float scale = dloss[(r / rows) * dloss_stride] / rows, inv_s = 1.0f / s;
   elem_t* dzr = dz + first;
   const int t = threadIdx.x;
   if (t < split.head) dzr[t] = FromFloat(XentGradient(ToFloat(zr[t]), m, inv_s, scale, t, label, classes));
@@ -198,7 +199,7 @@ constexpr char kOnePassBody[] = R"(
 #endif
 #if XENT_GRAD
   // dz = scale·(p - [c == label]) as p·(scale / s) - scale at the label; 0 past the classes.
-  const float scale = dloss[0] / rows, coef = scale / s;
+  const float scale = dloss[(r / rows) * dloss_stride] / rows, coef = scale / s;
   elem_t* dzr = dz + first;
 #pragma unroll 4
   for (int q = t; q < kVectors; q += XENT_THREADS) {
@@ -234,7 +235,18 @@ __device__ __forceinline__ float XentExp(float d) {
 }
 )";
 
+// `units` threads in whole warps, from one warp to `most`.
+int WarpsFor(int64_t units, int most) {
+  return static_cast<int>(std::clamp<int64_t>((units + 31) / 32 * 32, 32, most));
+}
+
 }  // namespace
+
+int XentRowThreads(int64_t cols) { return WarpsFor((cols + 3) / 4, kXentRowThreads); }
+
+int XentOnePassThreads(int64_t cols, DType dtype) {
+  return WarpsFor(cols / Vector16Elements(dtype), kXentOnePassThreads);
+}
 
 bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype) {
   return IsLowPrecision(dtype) || cols >= 1024 || rows > 12288;
@@ -251,8 +263,9 @@ GeneratedKernel XentRows(DType dtype, XentOutputs outputs) {
                              ") ", name,
                              "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
                              "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols, int classes) {\n"
-                             "  (void)dloss; (void)row_loss; (void)dz;\n",
+                             "elem_t* __restrict__ dz, int rows, int cols, int classes, "
+                             "int dloss_stride) {\n"
+                             "  (void)dloss; (void)row_loss; (void)dz; (void)dloss_stride;\n",
                              kRowKernelBody, "}\n")};
 }
 
@@ -266,17 +279,19 @@ GeneratedKernel XentRowsOnePass(DType dtype, XentOutputs outputs, int64_t cols) 
   const bool grad = outputs != XentOutputs::kLoss;
   const char* suffix = !grad ? "_loss" : !loss ? "_grad" : "_loss_grad";
   const std::string name = ElementKernelName(absl::StrCat("reprise_xent_onepass", suffix), dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define XENT_LOSS ",
-                             loss ? 1 : 0, "\n#define XENT_GRAD ", grad ? 1 : 0,
-                             "\n#define XENT_THREADS ", kXentOnePassThreads, "\n#define XENT_COLS ",
-                             cols, "\n", kRowStatistics, kFastExp,
-                             "extern \"C\" __global__ void __launch_bounds__(", kXentOnePassThreads,
-                             ", 2) ", name,
-                             "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
-                             "const float* __restrict__ dloss, float* __restrict__ row_loss, "
-                             "elem_t* __restrict__ dz, int rows, int cols, int classes) {\n"
-                             "  (void)dloss; (void)row_loss; (void)dz; (void)cols;\n",
-                             kOnePassBody, "}\n")};
+  const int threads = XentOnePassThreads(cols, dtype);
+  return {name, absl::StrCat(
+                    ElementTypeSource(dtype), Vector16Source(dtype), "#define XENT_LOSS ",
+                    loss ? 1 : 0, "\n#define XENT_GRAD ", grad ? 1 : 0, "\n#define XENT_THREADS ",
+                    threads, "\n#define XENT_COLS ", cols, "\n", kRowStatistics, kFastExp,
+                    "extern \"C\" __global__ void __launch_bounds__(", threads, ", 2) ", name,
+                    "(const elem_t* __restrict__ z, const int* __restrict__ labels, "
+                    "const float* __restrict__ dloss, float* __restrict__ row_loss, "
+                    "elem_t* __restrict__ dz, int rows, int cols, int classes, "
+                    "int dloss_stride) {\n"
+                    "  (void)dloss; (void)row_loss; (void)dz; (void)cols; "
+                    "(void)dloss_stride;\n",
+                    kOnePassBody, "}\n")};
 }
 
 GeneratedKernel XentMean() {
@@ -285,15 +300,16 @@ extern "C" __global__ void reprise_xent_mean(const float* __restrict__ row_loss,
                                              float* __restrict__ loss, int rows) {
   __shared__ float partial[XENT_MEAN_THREADS];
   const int t = threadIdx.x;
+  const float* model_loss = row_loss + (long long)blockIdx.x * rows;
   float sum = 0.0f;
-  for (int r = t; r < rows; r += XENT_MEAN_THREADS) sum += row_loss[r];
+  for (int r = t; r < rows; r += XENT_MEAN_THREADS) sum += model_loss[r];
   partial[t] = sum;
   __syncthreads();
   for (int width = XENT_MEAN_THREADS / 2; width > 0; width /= 2) {
     if (t < width) partial[t] += partial[t + width];
     __syncthreads();
   }
-  if (t == 0) loss[0] = partial[0] / rows;
+  if (t == 0) loss[blockIdx.x] = partial[0] / rows;
 }
 )")};
 }

@@ -5,8 +5,11 @@
 // row twice (statistics online, then the gradient); XentRowsOnePass, where a row fits shared
 // memory in whole 16-byte vectors, reads it once.
 //
-// The small-vocabulary float32 losses keep the one-block kernels of generated_kernel.h (whose bits
-// the batched ensemble kernels share); UseRowPerBlockLoss says which family a shape takes.
+// The small-vocabulary float32 losses of one model keep the one-block kernels of
+// generated_kernel.h; UseRowPerBlockLoss says which family a shape takes. An ensemble's losses
+// (src/ops/batched.h: logits [K, B, C]) always take these kernels: its K·B rows are rows like any
+// other, each model's gradient scaled by its own dloss[k] / B, and the mean taken per model. So
+// model k of an ensemble gets the bits a single model's row kernels give its [B, C] slice.
 //
 // Determinism: each row's statistics combine the threads' partial (max, sum) pairs in a fixed
 // tree, and the mean adds the row losses in a fixed order, so every run gives the same bits. The
@@ -24,8 +27,9 @@
 
 namespace reprise::codegen {
 
-// Threads per block of the row kernels (one row per block). 1024 keeps at most two rows per
-// multiprocessor in flight, so a row's second read (for the gradient) mostly hits L2.
+// Threads per block of XentRows (one row per block) for rows of 4093 columns and more: 1024 keeps
+// at most two wide rows per multiprocessor in flight, so a row's second read (for the gradient)
+// mostly hits L2. Narrower rows take fewer (XentRowThreads).
 inline constexpr int kXentRowThreads = 1024;
 // Threads of the one-block mean kernel.
 inline constexpr int kXentMeanThreads = 1024;
@@ -37,20 +41,32 @@ bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype);
 // What a row kernel writes.
 enum class XentOutputs { kLoss, kGradient, kLossAndGradient };
 
-// One block of kXentRowThreads per row r (grid = rows) of `cols` columns, the first `classes` of
-// them real (the rest pad the row: no part in the softmax, a gradient of exactly 0):
+// Threads of a row kernel's block for rows of `cols` columns: one per 4-element quad (XentRows) or
+// 16-byte vector (XentRowsOnePass), in whole warps, at most kXentRowThreads or
+// kXentOnePassThreads, so that a narrow row (a classifier's ten classes, K·B of them in an
+// ensemble) does not hold a block of idle threads. The combining tree of a row's statistics
+// follows the count, which follows the width alone: every row of one width, one model's or an
+// ensemble's, gets the same bits.
+int XentRowThreads(int64_t cols);
+int XentOnePassThreads(int64_t cols, DType dtype);
+
+// One block of XentRowThreads(cols) per row r of `cols` columns, the first `classes` of them real
+// (the rest pad the row: no part in the softmax, a gradient of exactly 0), over models·rows rows:
+// the grid is models·rows, `rows` each model's (one model: all of them), and row r is model k = r /
+// rows's:
 //   kLoss:     row_loss[r] = log Σ_{c<classes} exp(z[r, c] - m) + m - z[r, label[r]]  (m the
 //              max over the classes; NaN for a label outside [0, classes));
-//   kGradient: dz[r, c] = dloss[0] / rows · (softmax(z[r, :classes])[c] - (c == label[r])) for
-//              c < classes, rounded once to the logits' type; 0 for c >= classes.
+//   kGradient: dz[r, c] = dloss[k·dloss_stride] / rows · (softmax(z[r, :classes])[c] -
+//              (c == label[r])) for c < classes, rounded once to the logits' type; 0 for
+//              c >= classes. dloss_stride is 1 for a dloss per model, 0 for one dloss for all.
 // Named ElementKernelName("reprise_xent_rows_loss" | "_grad" | "_loss_grad", dtype). Signature:
 // (const elem_t* z, const int* labels, const float* dloss, float* row_loss, elem_t* dz, int rows,
-// int cols, int classes); the pointers a variant does not use may be null.
+// int cols, int classes, int dloss_stride); the pointers a variant does not use may be null.
 GeneratedKernel XentRows(DType dtype, XentOutputs outputs);
 
 // The one-pass form of XentRows for rows of exactly `cols` columns (fixed in the source): the
 // same outputs, signature (its cols argument unused), grid (one block per row) and determinism,
-// but each block of kXentOnePassThreads copies its row once into shared memory (16-byte
+// but each block of XentOnePassThreads(cols, dtype) copies its row once into shared memory (16-byte
 // asynchronous copies, cols·ElementBytes(dtype) bytes of dynamic shared memory, the launch's
 // shared_bytes) and takes the statistics and the gradient from there, so the logits are read from
 // memory once, not twice (GPT-2's [16384, 50304] bfloat16 logits: 1.65 GB read and 1.65 GB
@@ -72,7 +88,9 @@ GeneratedKernel XentRowsOnePass(DType dtype, XentOutputs outputs, int64_t cols);
 // (the logits and the gradient) is 16-byte aligned.
 bool XentOnePassApplies(int64_t cols, DType dtype, absl::Span<const void* const> pointers);
 
-// loss[0] = (Σ_r row_loss[r]) / rows in a fixed order: one block of kXentMeanThreads. Name
+// loss[k] = (Σ_{r<rows} row_loss[k·rows + r]) / rows, each model's mean of its rows: one block
+// of kXentMeanThreads per model (grid = models, 1 for one model), each adding its rows in the same
+// fixed order, so model k's mean has the bits of a one-model mean of the same row losses. Name
 // reprise_xent_mean. Signature: (const float* row_loss, float* loss, int rows).
 GeneratedKernel XentMean();
 

@@ -28,14 +28,16 @@ const ir::OpDef& BatchedColumnSumOp();
 const ir::OpDef& BatchedReluGradBiasGradOp();
 
 // loss.cc. (logits f32 [K, B, C], labels i32 [K, B]) -> f32 [K]: each model's mean
-// softmax cross-entropy.
+// softmax cross-entropy. 16-bit logits as softmax_cross_entropy takes them (a float32 loss and
+// dloss, the gradient in the logits' type).
 const ir::OpDef& BatchedSoftmaxCrossEntropyOp();
 // (logits, labels, dloss f32 [K]) -> dlogits [K, B, C].
 const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp();
 // (logits, labels, dtotal f32 []) -> (loss [K], total f32 [], dlogits): the loss of an ensemble
 // trained on the sum of its models' losses, and the gradient of that sum (dtotal per model): the
 // fuse pass's form of batched_softmax_cross_entropy, model_sum, model_broadcast and
-// batched_softmax_cross_entropy_grad (one loss kernel, then model_sum's).
+// batched_softmax_cross_entropy_grad (one model's row loss kernels over the K·B rows, the mean per
+// model, then model_sum's).
 const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp();
 // model_sum.cc. (x f32 [K]) -> f32 []: x[0] + ... + x[K-1] in index order; the sum of the models'
 // losses.

@@ -5,21 +5,18 @@
 //
 // The ensemble forms (batched.h: batched_softmax_cross_entropy and its gradient and fused pair)
 // share every rule here with a leading model dimension: logits [K, B, C], labels [K, B], a loss
-// per model [K]. Their GPU kernels (src/codegen/batched_kernels.h) are the one-block kernels' per
-// model, float32 only.
+// per model [K]. On the GPU they take one model's row-per-block kernels (loss_rows.h) over the K·B
+// rows, with a mean per model, in float32 and the 16-bit types alike.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "src/codegen/batched_kernels.h"
 #include "src/codegen/fused_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/codegen/loss_kernels.h"
 #include "src/ops/batched.h"
-#include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/loss_checks.h"
 #include "src/ops/loss_rows.h"
-#include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -169,16 +166,15 @@ absl::StatusOr<unsigned> RowLossBytes(int64_t rows, const Node& node) {
   return shared;
 }
 
-// The one-block float32 kernels (generated_kernel.h, fused_kernels.h, batched_kernels.h), per
-// model: the loss one block of 512 threads per model, the gradient a warp per row with the models
-// along the grid's y. Arguments (z, labels[, dloss], [loss,] [dz,] rows, cols).
+// One model's one-block float32 kernels (generated_kernel.h, fused_kernels.h): the loss one block
+// of 512 threads, the gradient a warp per row. Arguments (z, labels[, dloss], [loss,] [dz,] rows,
+// cols).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOneBlockLoss(const LoweringContext& ctx,
                                                              const Node& node,
                                                              const codegen::GeneratedKernel& kernel,
                                                              XentOutputs outputs) {
-  const XentDims d = DimsOf(ctx.input_specs[0]);
-  const int rows = static_cast<int>(d.rows), cols = static_cast<int>(d.cols);
-  const auto models = static_cast<unsigned>(d.models);
+  const int rows = static_cast<int>(ctx.input_specs[0].shape.dim(0));
+  const int cols = static_cast<int>(ctx.input_specs[0].shape.dim(1));
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]);
   if (outputs != XentOutputs::kLoss) args.Add(ctx.inputs[2]);
@@ -188,51 +184,22 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOneBlockLoss(const LoweringConte
   if (outputs == XentOutputs::kGradient) {
     const int warps_per_block = 8;
     return NvrtcKernel::Create(ctx, node.name, kernel,
-                               dim3((rows + warps_per_block - 1) / warps_per_block, models),
+                               dim3((rows + warps_per_block - 1) / warps_per_block),
                                dim3(32 * warps_per_block), 0, std::move(args));
   }
   ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
-  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(models), dim3(512), shared,
-                             std::move(args));
-}
-
-// An ensemble's: its one-block kernels, then (the fused pair) model_sum's kernel for the total.
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerStackedLoss(const LoweringContext& ctx,
-                                                            const Node& node, XentOutputs outputs) {
-  RETURN_IF_ERROR(RequireFloat32(node, absl::MakeConstSpan(ctx.input_specs).subspan(0, 1)));
-  const XentDims d = DimsOf(ctx.input_specs[0]);
-  ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, ctx.input_specs[0]));
-  if (classes < d.cols) {
-    return absl::UnimplementedError(absl::StrCat("node '", node.name,
-                                                 "': the ensemble loss kernels take every column "
-                                                 "as a class, got attribute 'classes' ",
-                                                 classes, " of ", d.cols));
-  }
-  const codegen::GeneratedKernel kernel =
-      outputs == XentOutputs::kLoss       ? codegen::BatchedSoftmaxCrossEntropy()
-      : outputs == XentOutputs::kGradient ? codegen::BatchedSoftmaxCrossEntropyGrad()
-                                          : codegen::BatchedSoftmaxCrossEntropyWithGrad();
-  std::vector<std::unique_ptr<GpuKernel>> parts;
-  ASSIGN_OR_RETURN(parts.emplace_back(), LowerOneBlockLoss(ctx, node, kernel, outputs));
-  if (outputs == XentOutputs::kLossAndGradient) {
-    KernelArgs sum_args;
-    sum_args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(static_cast<int>(d.models));
-    ASSIGN_OR_RETURN(parts.emplace_back(),
-                     NvrtcKernel::Create(ctx, node.name, codegen::ModelSum(), dim3(1), dim3(32), 0,
-                                         std::move(sum_args)));
-  }
-  return Sequence(std::move(parts));
+  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(1), dim3(512), shared, std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentFamily(const LoweringContext& ctx,
                                                            const Node& node) {
   const XentOutputs outputs = OutputsOf(node);
   const TensorSpec& z = ctx.input_specs[0];
-  if (DimsOf(z).lead == 1) return LowerStackedLoss(ctx, node, outputs);
   // The row-per-block kernels (src/codegen/loss_kernels.h) are the only ones that leave padding
-  // columns out.
+  // columns out, and the ensemble's: K·B rows like one model's, a mean per model. They also say
+  // which dtypes have no kernel (the one-block kernels are float32's).
   ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, z));
-  if (classes < z.shape.dim(1) ||
+  if (DimsOf(z).lead == 1 || z.dtype != DType::kFloat32 || classes < z.shape.dim(1) ||
       codegen::UseRowPerBlockLoss(z.shape.dim(0), z.shape.dim(1), z.dtype)) {
     return LowerRowPerBlockLoss(ctx, node, outputs);
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/batched_kernels.h"
 #include "src/codegen/element_type.h"
 #include "src/ops/loss_checks.h"
 #include "src/ops/row_kernel_choice.h"
@@ -25,27 +26,34 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
         absl::StrCat("node '", node.name, "': ", node.op_name(),
                      " needs a kernel store, and the plan has none"));
   }
-  const int64_t rows = logits.shape.dim(0), cols = logits.shape.dim(1);
+  // An ensemble's logits [K, B, C] are K·B rows of C: model k's rows follow model k - 1's.
+  const int lead = logits.shape.rank() - 2;
+  const int64_t models = lead == 1 ? logits.shape.dim(0) : 1;
+  const int64_t rows = logits.shape.dim(lead), cols = logits.shape.dim(lead + 1);
   ASSIGN_OR_RETURN(const int64_t classes, LossClasses(node.attrs, logits));
-  if (rows > (int64_t{1} << 31) - 1 || cols > (int64_t{1} << 31) - 1) {
+  if (models * rows > (int64_t{1} << 31) - 1 || cols > (int64_t{1} << 31) - 1) {
     return absl::UnimplementedError(absl::StrCat(
         "node '", node.name, "': logits ", logits.ToString(), " exceed 2^31 rows or columns"));
   }
   const bool loss = outputs != codegen::XentOutputs::kGradient;
   const bool grad = outputs != codegen::XentOutputs::kLoss;
-  const size_t row_bytes = loss ? static_cast<size_t>(rows) * sizeof(float) : 0;
+  const size_t row_bytes = loss ? static_cast<size_t>(models * rows) * sizeof(float) : 0;
   if (loss && (ctx.workspace == nullptr || row_bytes > ctx.workspace_bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("node '", node.name, "': ", node.op_name(), " of ", rows, " rows needs ",
-                     row_bytes, " bytes of the lane's workspace for its row losses, which has ",
-                     ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "node '", node.name, "': ", node.op_name(), " of ", models * rows, " rows needs ",
+        row_bytes, " bytes of the lane's workspace for its row losses, which has ",
+        ctx.workspace == nullptr ? 0 : ctx.workspace_bytes));
   }
   void* row_loss = loss ? ctx.workspace : nullptr;
-  void* dz = grad ? ctx.outputs[loss ? 1 : 0] : nullptr;
+  void* dz = grad ? ctx.outputs.back() : nullptr;
   void* dloss = grad ? ctx.inputs[2] : nullptr;
+  // A dloss per model ([K]) or one for every model: one model's, and the ensemble's fused pair's
+  // dtotal (the gradient of the models' summed loss is dtotal for each).
+  const int dloss_stride = grad && ctx.input_specs[2].shape.rank() == 1 ? 1 : 0;
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(dloss).Add(row_loss).Add(dz);
   args.Add(static_cast<int>(rows)).Add(static_cast<int>(cols)).Add(static_cast<int>(classes));
+  args.Add(dloss_stride);
   // The one-pass kernel reads the logits once; the loss, the gradient and the fused pair of the
   // same logits take the same form (their alignment is the arena's), so they share bits.
   const bool one_pass = !TwoPassRowKernelsForced() &&
@@ -57,16 +65,25 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
           ctx, node.name,
           one_pass ? codegen::XentRowsOnePass(logits.dtype, outputs, cols)
                    : codegen::XentRows(logits.dtype, outputs),
-          dim3(static_cast<unsigned>(rows)),
-          dim3(one_pass ? codegen::kXentOnePassThreads : codegen::kXentRowThreads),
+          dim3(static_cast<unsigned>(models * rows)),
+          dim3(one_pass ? codegen::XentOnePassThreads(cols, logits.dtype)
+                        : codegen::XentRowThreads(cols)),
           one_pass ? static_cast<unsigned>(cols * codegen::ElementBytes(logits.dtype)) : 0,
           std::move(args)));
   if (loss) {
     KernelArgs mean_args;
     mean_args.Add(row_loss).Add(ctx.outputs[0]).Add(static_cast<int>(rows));
     ASSIGN_OR_RETURN(kernels.emplace_back(),
-                     NvrtcKernel::Create(ctx, node.name, codegen::XentMean(), dim3(1),
+                     NvrtcKernel::Create(ctx, node.name, codegen::XentMean(),
+                                         dim3(static_cast<unsigned>(models)),
                                          dim3(codegen::kXentMeanThreads), 0, std::move(mean_args)));
+  }
+  if (ctx.outputs.size() == 3) {  // The ensemble's fused pair: (loss [K], total [], dz).
+    KernelArgs sum_args;
+    sum_args.Add(ctx.outputs[0]).Add(ctx.outputs[1]).Add(static_cast<int>(models));
+    ASSIGN_OR_RETURN(kernels.emplace_back(),
+                     NvrtcKernel::Create(ctx, node.name, codegen::ModelSum(), dim3(1), dim3(32), 0,
+                                         std::move(sum_args)));
   }
   return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), row_bytes));
 }

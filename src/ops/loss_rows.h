@@ -1,5 +1,6 @@
 // The GPU lowering of softmax cross-entropy over wide rows and 16-bit logits (the row-per-block
-// kernels of src/codegen/loss_kernels.h), shared by loss.cc's three ops.
+// kernels of src/codegen/loss_kernels.h), shared by loss.cc's six ops: one model's three and the
+// ensemble's (logits [K, B, C], a loss per model) three.
 #ifndef REPRISE_SRC_OPS_LOSS_ROWS_H_
 #define REPRISE_SRC_OPS_LOSS_ROWS_H_
 
@@ -12,11 +13,14 @@
 
 namespace reprise::ops {
 
-// Lowers `node` (inputs logits, labels[, dloss]; outputs loss and/or dlogits in that order) to the
-// row kernel writing `outputs` over the node's real classes (loss_checks.h's LossClasses), in its
-// one-pass form where XentOnePassApplies and TwoPassRowKernelsForced (row_kernel_choice.h) is not,
-// followed, when it writes the loss, by the fixed-order mean of the row losses it left in the
-// lane's workspace (rows floats). Unimplemented for logits other than float32, bfloat16 and
+// Lowers `node` (inputs logits, labels[, dloss]; outputs loss and/or dlogits in that order, or the
+// ensemble's fused pair's loss, total and dlogits) to the row kernel writing `outputs` over the
+// node's real classes (loss_checks.h's LossClasses), in its one-pass form where
+// XentOnePassApplies and TwoPassRowKernelsForced (row_kernel_choice.h) is not, followed, when it
+// writes the loss, by the fixed-order mean per model of the row losses it left in the lane's
+// workspace (one float a row), and for the ensemble's fused pair by model_sum's kernel for the
+// total. Logits [B, C] are one model's; [K, B, C] are K models' of B rows each, with a dloss [K]
+// (one per model) or [] (one for all). Unimplemented for logits other than float32, bfloat16 and
 // float16; ResourceExhausted when the workspace cannot hold the row losses. Errors name the node.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringContext& ctx,
                                                                 const Node& node,

@@ -1,6 +1,6 @@
-// The one-pass row kernels' host side: which shapes and pointers take them, how the layer-norm
-// backward covers the rows (every row in exactly one block, from the shapes alone), and that every
-// kernel compiles for sm_90 under a distinct name.
+// The one-pass row kernels' host side: which shapes and pointers take them, the loss kernels'
+// threads a row, how the layer-norm backward covers the rows (every row in exactly one block, from
+// the shapes alone), and that every kernel compiles for sm_90 under a distinct name.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -46,6 +46,25 @@ TEST(XentOnePassTest, SourceCarriesTheWidth) {
             codegen::XentRowsOnePass(kBf16, outputs, 5120).code);
   EXPECT_EQ(codegen::XentRowsOnePass(kBf16, outputs, 50304).name,
             "reprise_xent_onepass_loss_grad_bf16");
+}
+
+// A thread per quad (two-pass) or 16-byte vector (one-pass) in whole warps, capped: no idle warp
+// on a narrow row, the wide rows' counts as before.
+TEST(XentRowThreadsTest, NarrowRowsTakeWholeWarpsWithoutIdleOnes) {
+  EXPECT_EQ(codegen::XentRowThreads(5), 32);
+  EXPECT_EQ(codegen::XentRowThreads(128), 32);
+  EXPECT_EQ(codegen::XentRowThreads(129), 64);
+  EXPECT_EQ(codegen::XentRowThreads(1000), 256);
+  EXPECT_EQ(codegen::XentRowThreads(4092), 1024);
+  EXPECT_EQ(codegen::XentRowThreads(50257), codegen::kXentRowThreads);
+  EXPECT_EQ(codegen::XentOnePassThreads(8, DType::kFloat32), 32);
+  EXPECT_EQ(codegen::XentOnePassThreads(1024, DType::kFloat32), 256);
+  EXPECT_EQ(codegen::XentOnePassThreads(1024, kBf16), 128);
+  EXPECT_EQ(codegen::XentOnePassThreads(50304, kBf16), codegen::kXentOnePassThreads);
+  // The count is in the one-pass source.
+  EXPECT_NE(codegen::XentRowsOnePass(DType::kFloat32, codegen::XentOutputs::kLoss, 8)
+                .code.find("#define XENT_THREADS 32\n"),
+            std::string::npos);
 }
 
 TEST(LayerNormBackwardTest, LaunchCoversEveryRowOnceFromTheShapes) {
@@ -97,6 +116,11 @@ TEST(RowKernelsTest, EveryOnePassKernelCompilesForSm90WithDistinctNames) {
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
+  }
+  // A narrow row's block of one warp.
+  kernels.push_back(
+      codegen::XentRowsOnePass(DType::kFloat32, codegen::XentOutputs::kLossAndGradient, 8));
+  for (const codegen::GeneratedKernel& kernel : kernels) {
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
     ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
     EXPECT_FALSE(compiled->cubin.empty()) << kernel.name;
