@@ -269,7 +269,8 @@ const ir::OpDef& BatchedSoftmaxCrossEntropyOp() {
                             .infer = InferXent<1>,
                             .grad = GradXent,
                             .cpu = CpuXentFamily,
-                            .lower = LowerXentFamily};
+                            .lower = LowerXentFamily,
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -278,7 +279,8 @@ const ir::OpDef& BatchedSoftmaxCrossEntropyGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferXentGrad<1>,
                             .cpu = CpuXentFamily,
-                            .lower = LowerXentFamily};
+                            .lower = LowerXentFamily,
+                            .low_precision_lowering = true};
   return op;
 }
 
@@ -287,7 +289,8 @@ const ir::OpDef& BatchedSoftmaxCrossEntropyWithGradOp() {
                             .kind = ir::OpKind::kReduction,
                             .infer = InferStackedXentWithGrad,
                             .cpu = CpuXentFamily,
-                            .lower = LowerXentFamily};
+                            .lower = LowerXentFamily,
+                            .low_precision_lowering = true};
   return op;
 }
 

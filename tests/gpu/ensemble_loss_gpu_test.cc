@@ -4,9 +4,9 @@
 // 1e-2), with a dloss of its own per model and with padding columns left out (their gradient
 // exactly 0); the fused pair giving the separate ops' bits and the total the models' losses added
 // in order, on every run; and model k giving the bits that one model's op gives its [B, C] slice
-// wherever that op takes the row kernels too (within float32 rounding, relative 1e-5, where it
-// takes the one-block kernels: small float32 rows). The fused pair's time at ensemble sizes is
-// printed.
+// wherever that op takes the row kernels too and model k's slice keeps its rows' 4-element
+// boundaries (elsewhere within rounding: relative 1e-5, bfloat16 1e-2). The fused pair's time at
+// ensemble sizes is printed.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -191,16 +191,20 @@ TEST_P(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
       REPRISE_ASSERT_OK(cpu.SetLeaf("dloss" + m, absl::MakeConstSpan(ds).subspan(k, 1)));
     }
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> got, RunOnGpu(g, cpu, fetch));
-    // One model's small float32 losses take the one-block kernels: agreement to float32 rounding
-    // there, the same bits where it takes the row kernels as the ensemble does.
-    const bool row_kernels =
-        c.classes < c.cols || codegen::UseRowPerBlockLoss(c.rows, c.cols, dtype);
+    // One model's small float32 losses take the one-block kernels: agreement to rounding there,
+    // the same bits where it takes the row kernels as the ensemble does and model k's slice starts
+    // on a 4-element boundary (a row kernel splits its row at such boundaries, counted from the
+    // tensor's start, and the split orders the row's sums).
+    const bool same_bits =
+        (c.classes < c.cols || codegen::UseRowPerBlockLoss(c.rows, c.cols, dtype)) &&
+        c.rows * c.cols % 4 == 0;
+    const double tolerance = dtype == DType::kFloat32 ? 1e-5 : 1e-2;
     const size_t grad_bytes = per_model * DTypeSize(dtype);
     for (int64_t k = 0; k < c.models; ++k) {
       const float batched_loss = got[0].data<float>()[k];
       const float own_loss = got[2 + 2 * k].data<float>()[0];
       const ir::HostTensor& own_grad = got[3 + 2 * k];
-      if (row_kernels) {
+      if (same_bits) {
         EXPECT_EQ(std::memcmp(&batched_loss, &own_loss, sizeof(float)), 0)
             << "model " << k << ": " << batched_loss << " against " << own_loss;
         EXPECT_EQ(std::memcmp(static_cast<const char*>(got[1].raw()) + k * grad_bytes,
@@ -217,7 +221,7 @@ TEST_P(EnsembleLossGpuTest, EachModelHasItsOwnRunsBits) {
         diff += (mine - own) * (mine - own);
         norm += own * own;
       }
-      EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm)) << "model " << k;
+      EXPECT_LE(std::sqrt(diff), tolerance * std::sqrt(norm)) << "model " << k;
     }
   }
 }
