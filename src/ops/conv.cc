@@ -13,6 +13,7 @@
 #include "src/ops/wgrad3x3.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
+#include "src/util/parallel_for.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -100,17 +101,22 @@ Strides FilterStrides(Layout layout, int64_t c, int64_t r, int64_t s) {
   return {c * r * s, r * s, s, 1};
 }
 
-// Calls tap(x_index, w_index, y_index) for every product term of the forward convolution:
-// y[n, k, p, q] += x[n, g·C/G + c, p·stride - pad + r·dilation, ...] · w[k, c, r, s], where
-// g = k / (K/G), skipping taps that fall in the padding.
+// Images [n0, n1) and output channels [k0, k1) of a convolution.
+struct TapRange {
+  int64_t n0, n1, k0, k1;
+};
+
+// Calls tap(x_index, w_index, y_index) for every product term of the forward convolution in
+// `range`: y[n, k, p, q] += x[n, g·C/G + c, p·stride - pad + r·dilation, ...] · w[k, c, r, s],
+// where g = k / (K/G), skipping taps that fall in the padding.
 template <typename Tap>
-void ForEachTap(const ConvShape& g, Tap&& tap) {
+void ForEachTap(const ConvShape& g, const TapRange& range, Tap&& tap) {
   const int64_t cg = g.c / g.groups, kg = g.k / g.groups;
   const Strides xs = ActivationStrides(g.layout, g.c, g.h, g.w);
   const Strides ys = ActivationStrides(g.layout, g.k, g.p, g.q);
   const Strides ws = FilterStrides(g.layout, cg, g.r, g.s);
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t k = 0; k < g.k; ++k) {
+  for (int64_t n = range.n0; n < range.n1; ++n) {
+    for (int64_t k = range.k0; k < range.k1; ++k) {
       const int64_t first_channel = (k / kg) * cg;
       for (int64_t p = 0; p < g.p; ++p) {
         for (int64_t q = 0; q < g.q; ++q) {
@@ -133,7 +139,14 @@ void ForEachTap(const ConvShape& g, Tap&& tap) {
   }
 }
 
-// Operands in node order: fwd (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw.
+// Product terms below which the reference runs on the calling thread alone.
+constexpr int64_t kTapsPerThread = int64_t{1} << 22;
+
+// Operands in node order: fwd (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw. Large
+// convolutions (the ResNet references of the GPU tests) run on the machine's threads, split so
+// that every sum keeps its order, and so its bits: the forward and the data gradient by image
+// (each element they accumulate takes all its terms from one image), the weight gradient by
+// output channel (each filter element takes all its terms from one).
 template <ConvKind kind>
 absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const> out) {
@@ -143,7 +156,7 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
     auto a = in[0]->data<T>(), b = in[1]->data<T>();
     auto result = out[0]->data<T>();
     std::vector<double> sum(result.size(), 0.0);  // Double keeps the reference far below fp32.
-    ForEachTap(shape, [&](int64_t xi, int64_t wi, int64_t yi) {
+    auto tap = [&](int64_t xi, int64_t wi, int64_t yi) {
       if constexpr (kind == ConvKind::kForward) {
         sum[yi] += static_cast<double>(a[xi]) * static_cast<double>(b[wi]);
       } else if constexpr (kind == ConvKind::kBackwardData) {
@@ -151,7 +164,17 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
       } else {
         sum[wi] += static_cast<double>(a[xi]) * static_cast<double>(b[yi]);
       }
-    });
+    };
+    constexpr bool kByChannel = kind == ConvKind::kBackwardFilter;
+    const int64_t taps =
+        shape.n * shape.k * shape.p * shape.q * (shape.c / shape.groups) * shape.r * shape.s;
+    ParallelFor(kByChannel ? shape.k : shape.n, taps < kTapsPerThread ? 1 : HardwareThreads(),
+                [&](int64_t i) {
+                  ForEachTap(
+                      shape,
+                      kByChannel ? TapRange{0, shape.n, i, i + 1} : TapRange{i, i + 1, 0, shape.k},
+                      tap);
+                });
     for (size_t i = 0; i < sum.size(); ++i) result[i] = static_cast<T>(sum[i]);
     return absl::OkStatus();
   });

@@ -326,6 +326,71 @@ TEST(ConvReferenceTest, NhwcEqualsNchwTransposed) {
   EXPECT_EQ(results[0][4], results[1][4]) << "channel_sum";
 }
 
+// Convolutions past kTapsPerThread run on several threads, split by image (forward, data
+// gradient) or by output channel (weight gradient): each image's or channel's slice has the bits
+// that the same convolution of that slice alone (small: one thread) gives.
+TEST(ConvReferenceTest, LargeConvolutionsOnThreadsGiveTheBitsOfTheirSlices) {
+  constexpr int64_t kN = 8, kC = 32, kK = 32, kHW = 16;
+  const Shape x_shape{kN, kC, kHW, kHW}, w_shape{kK, kC, 3, 3}, y_shape{kN, kK, kHW, kHW};
+  const std::vector<double> x = Random(x_shape.NumElements(), 5);
+  const std::vector<double> w = Random(w_shape.NumElements(), 6);
+  const std::vector<double> dy = Random(y_shape.NumElements(), 7);
+  Attrs attrs = ConvAttrs(1, 1, 1, 1, "NCHW");
+  attrs["input_h"] = attrs["input_w"] = kHW;
+  attrs["kernel_h"] = attrs["kernel_w"] = int64_t{3};
+  Graph g;
+  Value xv = *g.AddInput("x", {x_shape}), wv = *g.AddInput("w", {w_shape});
+  Value dyv = *g.AddInput("dy", {y_shape});
+  const Value y = *g.AddOp1(ops::Conv2dOp(), "y", {xv, wv}, attrs);
+  const Value dx = *g.AddOp1(ops::Conv2dDgradOp(), "dx", {dyv, wv}, attrs);
+  const Value dw = *g.AddOp1(ops::Conv2dWgradOp(), "dw", {xv, dyv}, attrs);
+  std::vector<Value> image_y, image_dx, channel_dw;
+  for (int64_t i = 0; i < kN; ++i) {
+    Value xi = *g.AddInput(absl::StrCat("x", i), {Shape{1, kC, kHW, kHW}});
+    Value dyi = *g.AddInput(absl::StrCat("dy", i), {Shape{1, kK, kHW, kHW}});
+    image_y.push_back(*g.AddOp1(ops::Conv2dOp(), "", {xi, wv}, attrs));
+    image_dx.push_back(*g.AddOp1(ops::Conv2dDgradOp(), "", {dyi, wv}, attrs));
+  }
+  for (int64_t k = 0; k < kK; ++k) {
+    Value dyk = *g.AddInput(absl::StrCat("dy_channel", k), {Shape{kN, 1, kHW, kHW}});
+    channel_dw.push_back(*g.AddOp1(ops::Conv2dWgradOp(), "", {xv, dyk}, attrs));
+  }
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 1);
+  ASSERT_TRUE((cpu.SetLeaf("x", x)).ok());
+  ASSERT_TRUE((cpu.SetLeaf("w", w)).ok());
+  ASSERT_TRUE((cpu.SetLeaf("dy", dy)).ok());
+  const int64_t plane = kHW * kHW;
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_TRUE((cpu.SetLeaf(absl::StrCat("x", i),
+                             absl::MakeConstSpan(x).subspan(i * kC * plane, kC * plane)))
+                    .ok());
+    ASSERT_TRUE((cpu.SetLeaf(absl::StrCat("dy", i),
+                             absl::MakeConstSpan(dy).subspan(i * kK * plane, kK * plane)))
+                    .ok());
+  }
+  for (int64_t k = 0; k < kK; ++k) {
+    std::vector<double> channel;
+    for (int64_t n = 0; n < kN; ++n) {
+      const auto first = dy.begin() + (n * kK + k) * plane;
+      channel.insert(channel.end(), first, first + plane);
+    }
+    ASSERT_TRUE((cpu.SetLeaf(absl::StrCat("dy_channel", k), channel)).ok());
+  }
+  ASSERT_TRUE((cpu.Run()).ok());
+  auto slice = [&](Value v, int64_t first, int64_t count) {
+    auto t = (*cpu.Tensor(v))->data<float>().subspan(first, count);
+    return std::vector<float>(t.begin(), t.end());
+  };
+  auto all = [&](Value v) { return slice(v, 0, g.spec(v).shape.NumElements()); };
+  for (int64_t i = 0; i < kN; ++i) {
+    EXPECT_EQ(slice(y, i * kK * plane, kK * plane), all(image_y[i])) << "forward, image " << i;
+    EXPECT_EQ(slice(dx, i * kC * plane, kC * plane), all(image_dx[i])) << "dgrad, image " << i;
+  }
+  for (int64_t k = 0; k < kK; ++k) {
+    EXPECT_EQ(slice(dw, k * kC * 9, kC * 9), all(channel_dw[k])) << "wgrad, channel " << k;
+  }
+}
+
 // Gradients -------------------------------------------------------------------------------------
 
 struct GradientCase {
