@@ -25,6 +25,7 @@ absl::StatusCode CodeFor(cudaError_t code) {
       return absl::StatusCode::kResourceExhausted;
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
+    case cudaErrorStubLibrary:
       return absl::StatusCode::kFailedPrecondition;
     case cudaErrorInvalidValue:
     case cudaErrorInvalidDevice:
@@ -40,6 +41,7 @@ absl::StatusCode CodeFor(CUresult code) {
       return absl::StatusCode::kResourceExhausted;
     case CUDA_ERROR_NO_DEVICE:
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_STUB_LIBRARY:
       return absl::StatusCode::kFailedPrecondition;
     case CUDA_ERROR_INVALID_VALUE:
     case CUDA_ERROR_INVALID_DEVICE:

@@ -53,7 +53,10 @@ absl::StatusOr<DriverApi> ResolveDriver() {
 absl::StatusOr<int> VisibleDeviceCount() {
   int count = 0;
   const cudaError_t result = cudaGetDeviceCount(&count);
-  if (result == cudaErrorNoDevice || result == cudaErrorInsufficientDriver) {
+  // No GPU: none present, no driver, or only the toolkit's stub of the driver library (as in a
+  // container without the host's driver mounted).
+  if (result == cudaErrorNoDevice || result == cudaErrorInsufficientDriver ||
+      result == cudaErrorStubLibrary) {
     (void)cudaGetLastError();  // Do not leave the error for an unrelated later check to find.
     return 0;
   }
