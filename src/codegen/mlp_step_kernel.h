@@ -71,13 +71,13 @@ inline constexpr int kRowChainMinModels = 32;
 // is the step's, over every model (an ensemble is one training graph, its loss the models' sum):
 // one non-finite model skips the whole step, as the unfused graph's guard does.
 // kLayerPhases, kRowChain and kGroups: every weight update happens in place where the unguarded
-// kernel does it, and first copies the step-start values it overwrites (weights, biases and their
-// velocities) to the workspace; a non-finite gradient (or loss) sets its block's flag. No grid
-// barrier is added: after its last task each block adds its arrival and flag to the guard word,
-// and the last block to arrive counts the step and, where it skips, alone copies every parameter
-// and velocity back (kStop: once stopped, no task writes any). A clean step so costs the copies'
-// stores, spread over the backward, and one atomic per block; only a skipped step pays for the
-// restore. kCluster cannot guard (a model's cluster may run in a later wave than another's, after
+// kernel does it, after the step-start values it overwrites (weights, biases and their
+// velocities) were copied to the workspace: by kLayerPhases and kRowChain in the forward phases
+// (mlpg::CopyStart), by kGroups in the update itself. A non-finite gradient (or loss) sets its
+// block's flag. No grid barrier is added: after its last task each block adds its arrival and
+// flag to the guard word, and the last block to arrive counts the step and, where it skips, alone
+// copies every parameter and velocity back (kStop: once stopped, no task writes any). A clean step
+// so costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster cannot guard (a model's cluster may run in a later wave than another's, after
 // the restore), so a guarded plan never picks it.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
