@@ -77,8 +77,9 @@ inline constexpr int kRowChainMinModels = 32;
 // block's flag. No grid barrier is added: after its last task each block adds its arrival and
 // flag to the guard word, and the last block to arrive counts the step and, where it skips, alone
 // copies every parameter and velocity back (kStop: once stopped, no task writes any). A clean step
-// so costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster cannot guard (a model's cluster may run in a later wave than another's, after
-// the restore), so a guarded plan never picks it.
+// so costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster
+// cannot guard (a model's cluster may run in a later wave than another's, after the restore), so a
+// guarded plan never picks it.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
