@@ -9,7 +9,9 @@
 // generated_kernel.h; UseRowPerBlockLoss says which family a shape takes. An ensemble's losses
 // (src/ops/batched.h: logits [K, B, C]) always take these kernels: its K·B rows are rows like any
 // other, each model's gradient scaled by its own dloss[k] / B, and the mean taken per model. So
-// model k of an ensemble gets the bits a single model's row kernels give its [B, C] slice.
+// model k of an ensemble gets the bits a single model's row kernels give its [B, C] slice, where
+// that slice starts on a 4-element boundary (XentRows splits a row at such boundaries, counted
+// from the tensor's start, and the split orders the row's sums).
 //
 // Determinism: each row's statistics combine the threads' partial (max, sum) pairs in a fixed
 // tree, and the mean adds the row losses in a fixed order, so every run gives the same bits. The
@@ -27,7 +29,7 @@
 
 namespace reprise::codegen {
 
-// Threads per block of XentRows (one row per block) for rows of 4093 columns and more: 1024 keeps
+// Threads per block of XentRows (one row per block) for rows of 3969 columns and more: 1024 keeps
 // at most two wide rows per multiprocessor in flight, so a row's second read (for the gradient)
 // mostly hits L2. Narrower rows take fewer (XentRowThreads).
 inline constexpr int kXentRowThreads = 1024;
@@ -45,8 +47,8 @@ enum class XentOutputs { kLoss, kGradient, kLossAndGradient };
 // 16-byte vector (XentRowsOnePass), in whole warps, at most kXentRowThreads or
 // kXentOnePassThreads, so that a narrow row (a classifier's ten classes, K·B of them in an
 // ensemble) does not hold a block of idle threads. The combining tree of a row's statistics
-// follows the count, which follows the width alone: every row of one width, one model's or an
-// ensemble's, gets the same bits.
+// follows the count, which follows the width alone, so one model's rows and an ensemble's of the
+// same width combine alike.
 int XentRowThreads(int64_t cols);
 int XentOnePassThreads(int64_t cols, DType dtype);
 
