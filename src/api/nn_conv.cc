@@ -46,9 +46,11 @@ absl::StatusOr<Value> Conv2dSteps(Graph& graph, Value x, int64_t out_channels,
   const int64_t per_group = in_channels / options.groups;
   const Shape w_shape = options.layout == Layout::kNHWC ? Shape{out_channels, k, k, per_group}
                                                         : Shape{out_channels, per_group, k, k};
-  const double bound = options.weight_bound > 0
-                           ? options.weight_bound
-                           : 1.0 / std::sqrt(static_cast<double>(per_group * k * k));
+  // The fan-in in double: a huge kernel or channel count must reach AddParameter's size check,
+  // not overflow here.
+  const double fan_in =
+      static_cast<double>(per_group) * static_cast<double>(k) * static_cast<double>(k);
+  const double bound = options.weight_bound > 0 ? options.weight_bound : 1.0 / std::sqrt(fan_in);
   ASSIGN_OR_RETURN(Value w,
                    graph.AddParameter(absl::StrCat(name, ".weight"), {w_shape, x_spec.dtype},
                                       Initializer::Uniform(-bound, bound)));
