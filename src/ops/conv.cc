@@ -1,11 +1,11 @@
-// conv2d, conv2d_dgrad, conv2d_wgrad: shape rules, gradient rule, CPU reference and cuDNN
-// lowering. All three visit the same taps (output element, input element, filter element); they
-// differ only in which two operands they multiply and which one they accumulate into.
+// conv2d, conv2d_dgrad, conv2d_wgrad: shape rules, gradient rule, CPU reference
+// (conv_reference.h) and cuDNN lowering.
 #include "src/ops/conv.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/ops/conv_reference.h"
 #include "src/ops/conv_shape.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/narrow_conv.h"
@@ -13,7 +13,6 @@
 #include "src/ops/wgrad3x3.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
-#include "src/util/parallel_for.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -85,68 +84,8 @@ absl::StatusOr<std::vector<Value>> GradConv2d(Graph& g, const Node& node,
 
 // CPU reference ---------------------------------------------------------------------------------
 
-// Element strides of a 4-D tensor's logical dimensions (n or k, c, h or r, w or s).
-struct Strides {
-  int64_t outer, c, h, w;
-};
-
-Strides ActivationStrides(Layout layout, int64_t c, int64_t h, int64_t w) {
-  if (layout == Layout::kNHWC) return {h * w * c, 1, w * c, c};
-  return {c * h * w, h * w, w, 1};
-}
-
-// A filter's logical dimensions are (k, c per group, r, s).
-Strides FilterStrides(Layout layout, int64_t c, int64_t r, int64_t s) {
-  if (layout == Layout::kNHWC) return {r * s * c, 1, s * c, c};
-  return {c * r * s, r * s, s, 1};
-}
-
-// Images [n0, n1) and output channels [k0, k1) of a convolution.
-struct TapRange {
-  int64_t n0, n1, k0, k1;
-};
-
-// Calls tap(x_index, w_index, y_index) for every product term of the forward convolution in
-// `range`: y[n, k, p, q] += x[n, g·C/G + c, p·stride - pad + r·dilation, ...] · w[k, c, r, s],
-// where g = k / (K/G), skipping taps that fall in the padding.
-template <typename Tap>
-void ForEachTap(const ConvShape& g, const TapRange& range, Tap&& tap) {
-  const int64_t cg = g.c / g.groups, kg = g.k / g.groups;
-  const Strides xs = ActivationStrides(g.layout, g.c, g.h, g.w);
-  const Strides ys = ActivationStrides(g.layout, g.k, g.p, g.q);
-  const Strides ws = FilterStrides(g.layout, cg, g.r, g.s);
-  for (int64_t n = range.n0; n < range.n1; ++n) {
-    for (int64_t k = range.k0; k < range.k1; ++k) {
-      const int64_t first_channel = (k / kg) * cg;
-      for (int64_t p = 0; p < g.p; ++p) {
-        for (int64_t q = 0; q < g.q; ++q) {
-          const int64_t yi = n * ys.outer + k * ys.c + p * ys.h + q * ys.w;
-          for (int64_t c = 0; c < cg; ++c) {
-            for (int64_t r = 0; r < g.r; ++r) {
-              const int64_t h = p * g.stride_h - g.pad_h + r * g.dilation_h;
-              if (h < 0 || h >= g.h) continue;
-              for (int64_t s = 0; s < g.s; ++s) {
-                const int64_t w = q * g.stride_w - g.pad_w + s * g.dilation_w;
-                if (w < 0 || w >= g.w) continue;
-                tap(n * xs.outer + (first_channel + c) * xs.c + h * xs.h + w * xs.w,
-                    k * ws.outer + c * ws.c + r * ws.h + s * ws.w, yi);
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// Product terms below which the reference runs on the calling thread alone.
-constexpr int64_t kTapsPerThread = int64_t{1} << 22;
-
-// Operands in node order: fwd (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw. Large
-// convolutions (the ResNet references of the GPU tests) run on the machine's threads, split so
-// that every sum keeps its order, and so its bits: the forward and the data gradient by image
-// (each element they accumulate takes all its terms from one image), the weight gradient by
-// output channel (each filter element takes all its terms from one).
+// Operands in node order: fwd (x, w) -> y; dgrad (dy, w) -> dx; wgrad (x, dy) -> dw, summed in
+// double (which keeps the reference far below fp32's rounding) by conv_reference.h.
 template <ConvKind kind>
 absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const> out) {
@@ -154,27 +93,10 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
   ASSIGN_OR_RETURN(const ConvShape shape, ShapeOf(kind, node.attrs, specs));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto a = in[0]->data<T>(), b = in[1]->data<T>();
+    const std::vector<double> sum =
+        ConvReference(kind, shape, std::vector<double>(a.begin(), a.end()),
+                      std::vector<double>(b.begin(), b.end()));
     auto result = out[0]->data<T>();
-    std::vector<double> sum(result.size(), 0.0);  // Double keeps the reference far below fp32.
-    auto tap = [&](int64_t xi, int64_t wi, int64_t yi) {
-      if constexpr (kind == ConvKind::kForward) {
-        sum[yi] += static_cast<double>(a[xi]) * static_cast<double>(b[wi]);
-      } else if constexpr (kind == ConvKind::kBackwardData) {
-        sum[xi] += static_cast<double>(a[yi]) * static_cast<double>(b[wi]);
-      } else {
-        sum[wi] += static_cast<double>(a[xi]) * static_cast<double>(b[yi]);
-      }
-    };
-    constexpr bool kByChannel = kind == ConvKind::kBackwardFilter;
-    const int64_t taps =
-        shape.n * shape.k * shape.p * shape.q * (shape.c / shape.groups) * shape.r * shape.s;
-    ParallelFor(kByChannel ? shape.k : shape.n, taps < kTapsPerThread ? 1 : HardwareThreads(),
-                [&](int64_t i) {
-                  ForEachTap(
-                      shape,
-                      kByChannel ? TapRange{0, shape.n, i, i + 1} : TapRange{i, i + 1, 0, shape.k},
-                      tap);
-                });
     for (size_t i = 0; i < sum.size(); ++i) result[i] = static_cast<T>(sum[i]);
     return absl::OkStatus();
   });
