@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
 #include "src/passes/mirror_rewrite.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -126,7 +127,8 @@ class Search {
 
 }  // namespace
 
-int64_t MirrorFloorBytes(const autodiff::TrainingGraph& training, absl::Span<const Value> kept) {
+absl::StatusOr<int64_t> MirrorFloorBytes(const autodiff::TrainingGraph& training,
+                                         absl::Span<const Value> kept) {
   const Graph& g = training.graph;
   const absl::flat_hash_set<Value> kept_set(kept.begin(), kept.end());
   absl::flat_hash_set<Value> counted;
@@ -138,7 +140,15 @@ int64_t MirrorFloorBytes(const autodiff::TrainingGraph& training, absl::Span<con
       // Leaves and kept values live outside the activations.
       if (ir::IsLeaf(producer) || kept_set.contains(v)) continue;
       const bool freed = Recomputable(producer) && IsMirroredOutput(producer, v.output);
-      if (!freed && counted.insert(v).second) bytes += g.spec(v).bytes();
+      if (!freed && counted.insert(v).second) {
+        const std::optional<int64_t> sum = CheckedAdd(bytes, g.spec(v).bytes());
+        if (!sum.has_value()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the forward values that the backward pass reads (up to node '",
+                           producer.name, "') take more than an int64 count of bytes"));
+        }
+        bytes = *sum;
+      }
     }
   }
   return bytes;
@@ -209,11 +219,12 @@ absl::StatusOr<MirroredTraining> Mirror(const autodiff::TrainingGraph& training,
     }
     if (budget && !met) {
       ASSIGN_OR_RETURN(planned, search.PlannedPeak(chosen));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mirror budget ", options.budget_bytes,
-          " bytes is below the smallest activation peak mirroring reaches, ", planned, " bytes (",
-          unmirrored.planned, " bytes without mirroring; ", MirrorFloorBytes(training, kept),
-          " bytes that the backward pass reads cannot be recomputed)"));
+      ASSIGN_OR_RETURN(const int64_t floor, MirrorFloorBytes(training, kept));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mirror budget ", options.budget_bytes,
+                       " bytes is below the smallest activation peak mirroring reaches, ", planned,
+                       " bytes (", unmirrored.planned, " bytes without mirroring; ", floor,
+                       " bytes that the backward pass reads cannot be recomputed)"));
     }
     // Least recomputation: drop the groups that the result does without, latest first.
     const NodeSet before_pruning = chosen;

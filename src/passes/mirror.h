@@ -64,7 +64,9 @@ struct MirroredTraining {
 // All are alive when the backward pass starts, so every policy's activation peak is at least this
 // (before fusion; ResNet-50 b64: 2,713 MiB of convolution outputs, the batch-norm gradients'
 // inputs, against 5,010 MiB planned without mirroring). Linear time.
-int64_t MirrorFloorBytes(const autodiff::TrainingGraph& training, absl::Span<const Value> kept);
+// InvalidArgument where that sum does not fit in int64.
+absl::StatusOr<int64_t> MirrorFloorBytes(const autodiff::TrainingGraph& training,
+                                         absl::Span<const Value> kept);
 
 // Mirrors `training` (fresh from autodiff::BuildTrainingGraph) by `options`; `kept` values (the
 // loss, fetched values) are never recomputed. kOff returns it as is (peaks not measured: 0).

@@ -74,7 +74,7 @@ absl::StatusOr<Plan> BuildPlan(autodiff::TrainingGraph training, absl::Span<cons
     kept.push_back(v);
   }
   MirrorReport report;
-  const int64_t floor = MirrorFloorBytes(training, kept);
+  ASSIGN_OR_RETURN(const int64_t floor, MirrorFloorBytes(training, kept));
   if (options.mirror.policy != MirrorOptions::Policy::kOff) {
     // Forward values keep their ids through mirroring, so `kept` holds for every candidate.
     auto peak = [&](const autodiff::TrainingGraph& candidate,

@@ -496,7 +496,7 @@ TEST(MirrorTest, FloorIsWhatTheBackwardReadsAndNoPolicyRecomputes) {
   auto autoplan = PlanOf(m, {.policy = Policy::kAuto});
   ASSERT_TRUE(autoplan.ok()) << autoplan.status();
   EXPECT_EQ(autoplan->mirror_floor, conv_outputs + statistics + pooled);
-  EXPECT_EQ(passes::MirrorFloorBytes(TrainingOf(m), {TrainingOf(m).loss}), autoplan->mirror_floor);
+  EXPECT_EQ(*passes::MirrorFloorBytes(TrainingOf(m), {TrainingOf(m).loss}), autoplan->mirror_floor);
   for (const MirrorOptions& mirror : {MirrorOptions{}, MirrorOptions{.policy = Policy::kAuto},
                                       MirrorOptions{.policy = Policy::kBudget,
                                       .budget_bytes = autoplan->memory.transient_peak + 1}}) {
