@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Times two builds of reprise-bench on the same GPU in the same call, alternating, on the headline
-# workloads of docs/benchmarks.md (MLP whole step, ResNet-50 bf16 and TF32, the 32-model ensemble):
+# workloads of docs/benchmarks.md (MLP whole step, ResNet-50 bf16 and TF32, the ensembles of 4 and
+# 32 MLPs):
 #   bash tools/device/compare_engines.sh OLD_BENCH NEW_BENCH [ROUNDS] > table.txt
+# COMPARE_EXTRA adds flags to every run of both engines (e.g. "--non_finite=ignore" to time the
+# steps without the non-finite guard, whose cost tools/device/guard_cost.sh measures apart);
+# COMPARE_ONLY keeps the workloads whose names contain it (e.g. "mlp").
 # Prints one line per (round, engine, workload): the bench's graph row (median ms, p90, ...).
 set -uo pipefail
 old=${1:?old reprise-bench}; new=${2:?new reprise-bench}; rounds=${3:-2}
@@ -10,11 +14,13 @@ workloads=(
   "mlp4x1024_b256_tf32|--model mlp --depth 4 --width 1024 --batch 256 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
   "r50_b32_bf16|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --bf16 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
   "r50_b32_tf32|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
+  "ensemble4_tf32|--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --batch 64 --classes 10 --fusion on --inputs device --tf32 --mode graph --iters 1000 --warmup 100"
   "ensemble32_tf32|--model ensemble --ensemble 32 --depth 2 --width 256 --input_features 64 --batch 64 --classes 10 --fusion on --inputs device --tf32 --mode graph --iters 300 --warmup 30"
 )
 for ((r = 1; r <= rounds; ++r)); do
   for w in "${workloads[@]}"; do
-    name=${w%%|*}; flags=${w#*|}
+    name=${w%%|*}; flags="${w#*|} ${COMPARE_EXTRA:-}"
+    [[ $name == *"${COMPARE_ONLY:-}"* ]] || continue
     for engine in old new; do
       bin=$old; [[ $engine == new ]] && bin=$new
       row=$($bin $flags 2>&1 | grep -E '^ *graph' | tail -n 1)
