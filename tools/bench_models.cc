@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "reprise/models.h"
+#include "src/api/models_gpt2.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::tools {
@@ -259,12 +260,7 @@ absl::StatusOr<std::optional<OptimizerOptions>> BenchOptimizer(const std::string
   const std::string decay = flags.schedule.value_or(gpt2_adamw ? "cosine" : "constant");
   OptimizerOptions o;
   if (gpt2_adamw) {
-    o = {.kind = OptimizerKind::kAdamW,
-         .learning_rate = 6e-4f,
-         .beta1 = 0.9f,
-         .beta2 = 0.95f,
-         .weight_decay = 0.1f,
-         .decay_rank1 = false};
+    o = models::Gpt2AdamW();
   } else if (kind == "adam" || kind == "adamw") {
     o = {.kind = kind == "adam" ? OptimizerKind::kAdam : OptimizerKind::kAdamW,
          .learning_rate = 1e-3f,

@@ -5,6 +5,7 @@
 // ir, training and plan need no GPU; cuda-graph captures the step on one. The work is
 // DumpModel (src/api/model_dump.h); this file maps flags onto its request, and draws large
 // graphs collapsed (or filtered) and the HTML view through src/tools/dump_view.h.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,13 +19,19 @@
 #include "src/util/status_macros.h"
 #include "tools/cli.h"
 
-ABSL_FLAG(std::string, model, "mlp", "model: mlp, resnet or ensemble (--ensemble MLPs)");
+ABSL_FLAG(std::string, model, "mlp",
+          "model: mlp, resnet, ensemble (--ensemble MLPs) or gpt2 (trained with AdamW as "
+          "train_gpt2)");
 ABSL_FLAG(int, ensemble, 4, "models in the ensemble (ensemble)");
 ABSL_FLAG(bool, batch_ensembles, true, "batch the ensemble's identical models (as the Trainer)");
-ABSL_FLAG(int, depth, 2, "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet)");
+ABSL_FLAG(int, depth, 2,
+          "hidden layers (mlp); 18, 34, 50, 101 or 152 (resnet); transformer blocks (gpt2)");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
-ABSL_FLAG(int, width, 64, "hidden width and input features (mlp)");
+ABSL_FLAG(int, width, 64, "hidden width and input features (mlp); the residual stream's (gpt2)");
+ABSL_FLAG(int, seq, 1024, "tokens per sequence (gpt2)");
+ABSL_FLAG(int, heads, 0, "attention heads (gpt2); 0: width / 64, GPT-2's head size");
+ABSL_FLAG(int, vocab, 50257, "vocabulary (gpt2)");
 ABSL_FLAG(int, batch, 32, "batch size");
 ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(std::string, stage, "plan", "ir, training, plan or cuda-graph (needs a GPU)");
@@ -63,8 +70,9 @@ namespace {
 
 constexpr reprise::cli::Program kProgram = {
     "reprise-dump",
-    "--model mlp|resnet|ensemble [--depth N --width N --image_size N --layout nchw|nhwc "
-    "--batch N --classes N] --stage ir|training|plan|cuda-graph --format "
+    "--model mlp|resnet|ensemble|gpt2 [--depth N --width N --image_size N --layout nchw|nhwc "
+    "--batch N --classes N --seq N --heads N --vocab N] --stage ir|training|plan|cuda-graph "
+    "--format "
     "text|json|dot|svg|html [-o FILE] [--fuse=false] [--max_nodes N] [--filter NAME]\n"
     "  A model's graph at a stage of compilation; only cuda-graph needs a GPU.",
     __FILE__};
@@ -87,6 +95,14 @@ reprise::DumpRequest RequestFromFlags() {
                     .image_size = absl::GetFlag(FLAGS_image_size),
                     .layout = absl::GetFlag(FLAGS_layout) == "nhwc" ? reprise::Layout::kNHWC
                                                                     : reprise::Layout::kNCHW};
+  const int heads = absl::GetFlag(FLAGS_heads);
+  request.gpt2 = {.batch = absl::GetFlag(FLAGS_batch),
+                  .seq = absl::GetFlag(FLAGS_seq),
+                  .max_positions = std::max(1024, absl::GetFlag(FLAGS_seq)),
+                  .vocab = absl::GetFlag(FLAGS_vocab),
+                  .layers = absl::GetFlag(FLAGS_depth),
+                  .heads = heads > 0 ? heads : std::max(1, absl::GetFlag(FLAGS_width) / 64),
+                  .width = absl::GetFlag(FLAGS_width)};
   request.ensemble = absl::GetFlag(FLAGS_ensemble);
   request.batch_ensembles = absl::GetFlag(FLAGS_batch_ensembles);
   request.stage = absl::GetFlag(FLAGS_stage);

@@ -12,6 +12,7 @@
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
 #include "src/api/compile_options.h"
+#include "src/api/models_gpt2.h"
 #include "src/ops/mlp_step.h"
 #include "src/passes/pipeline.h"
 #include "src/passes/plan_dump.h"
@@ -64,6 +65,10 @@ absl::StatusOr<Model> BuildModel(const DumpRequest& request) {
   if (request.model == "resnet") {
     ASSIGN_OR_RETURN(models::ResNet net, models::BuildResNet(request.resnet));
     return Model{std::move(net.graph), net.loss};
+  }
+  if (request.model == "gpt2") {
+    ASSIGN_OR_RETURN(models::Gpt2 gpt, models::BuildGpt2(request.gpt2));
+    return Model{std::move(gpt.graph), gpt.loss};
   }
   if (request.model == "ensemble") {
     ASSIGN_OR_RETURN(models::MlpEnsemble ensemble,
@@ -137,6 +142,7 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   options.parallel.batch_ensembles = request.batch_ensembles;
   options.numerics.allow_tf32 = request.tf32;
   options.numerics.non_finite = request.non_finite;
+  if (request.model == "gpt2") options.optimizer = models::Gpt2AdamW();
   absl::StatusOr<MirrorOptions> mirror = ParseMirrorOptions(request.mirror);
   if (!mirror.ok())
     return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.status().message()));
@@ -155,9 +161,10 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
 }
 
 absl::Status ValidateDumpRequest(const DumpRequest& request) {
-  if (request.model != "mlp" && request.model != "resnet" && request.model != "ensemble") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown --model '", request.model, "': expected mlp, resnet or ensemble"));
+  if (request.model != "mlp" && request.model != "resnet" && request.model != "ensemble" &&
+      request.model != "gpt2") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown --model '", request.model,
+                                                   "': expected mlp, resnet, ensemble or gpt2"));
   }
   if (request.model == "ensemble" && request.ensemble < 1) {
     return absl::InvalidArgumentError(

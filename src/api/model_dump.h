@@ -25,12 +25,15 @@ absl::string_view DumpStageName(DumpStage stage);  // "ir", "training", "plan", 
 absl::StatusOr<DumpStage> ParseDumpStage(absl::string_view name);
 
 struct DumpRequest {
-  std::string model = "mlp";  // mlp, resnet or ensemble (`ensemble` MLPs of config `mlp`).
+  // mlp, resnet, ensemble (`ensemble` MLPs of config `mlp`) or gpt2 (trained with AdamW as
+  // models::Gpt2AdamW says, as train_gpt2 and reprise-bench train it).
+  std::string model = "mlp";
   models::MlpConfig mlp;
   int ensemble = 4;  // Models of the ensemble.
   // Batch the ensemble's identical models, as the Trainer does (stages training and plan).
   bool batch_ensembles = true;
   models::ResNetConfig resnet;
+  models::Gpt2Config gpt2;
   std::string stage = "plan";   // ir, training, plan or cuda-graph.
   std::string format = "text";  // text, json, dot or svg.
   bool fuse = true;             // Run the fuse pass (stages plan and cuda-graph).

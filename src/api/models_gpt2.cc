@@ -197,4 +197,14 @@ absl::StatusOr<Gpt2> BuildGpt2(const Gpt2Config& config) {
   return model;
 }
 
+OptimizerOptions Gpt2AdamW(float learning_rate) {
+  return {.kind = OptimizerKind::kAdamW,
+          .learning_rate = learning_rate,
+          .beta1 = 0.9f,
+          .beta2 = 0.95f,
+          .weight_decay = 0.1f,
+          .decay_rank1 = false,
+          .max_grad_norm = 1.0f};
+}
+
 }  // namespace reprise::models

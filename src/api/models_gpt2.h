@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "reprise/graph.h"
 #include "reprise/models.h"
+#include "reprise/optimizer.h"
 
 namespace reprise::models {
 
@@ -27,6 +28,11 @@ Initializer Gpt2Uniform(double std);
 // "<name>.bias" (zeros), as nn::Linear's nodes, so that the fuse pass folds them alike.
 absl::StatusOr<Value> Gpt2Linear(Graph& g, Value x, int64_t in, int64_t out,
                                  const std::string& name, double weight_std);
+
+// AdamW as GPT-2 trains here, in llm.c and in nanoGPT: betas 0.9 and 0.95, weight decay 0.1 on the
+// 2-D weights only, gradients clipped to norm 1.0, at a constant `learning_rate` (the caller adds
+// a warm-up and a decay to its schedule).
+OptimizerOptions Gpt2AdamW(float learning_rate = 6e-4f);
 
 }  // namespace reprise::models
 

@@ -102,6 +102,32 @@ TEST(ModelDumpTest, ResNetPlanShowsConvolutionsBatchNormsAndTheirGradients) {
   }
 }
 
+// GPT-2 dumps as train_gpt2 trains it: AdamW (models::Gpt2AdamW), cuDNN's fused attention and
+// the layer norms in the plan.
+TEST(ModelDumpTest, Gpt2PlanTrainsWithAdamWAndFusedAttention) {
+  DumpRequest r;
+  r.model = "gpt2";
+  r.gpt2 = {.batch = 2,
+            .seq = 16,
+            .max_positions = 16,
+            .vocab = 96,
+            .layers = 1,
+            .heads = 2,
+            .width = 32};
+  r.dtype = "bf16";
+  const absl::StatusOr<TrainOptions> options = TrainOptionsOf(r);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(options->optimizer.max_grad_norm, 1.0f);
+  const absl::StatusOr<std::string> plan = DumpModel(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(*plan, HasSubstr("causal_attention"));
+  EXPECT_THAT(*plan, HasSubstr("layer_norm"));
+  EXPECT_THAT(*plan, HasSubstr("adam"));
+  r.gpt2.heads = 3;  // Does not divide the width: the builder's message, naming the field.
+  EXPECT_THAT(DumpModel(r).status().message(), HasSubstr("heads"));
+}
+
 TEST(ModelDumpTest, EnsemblePlanIsBatchedUnlessAskedNotTo) {
   DumpRequest r = SmallRequest("plan", "text");
   r.model = "ensemble";
