@@ -10,6 +10,7 @@
 #include "src/ir/op_def.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/owners.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -53,9 +54,15 @@ OptimizerTraffic OptimizerTrafficOf(const passes::Plan& plan) {
     const Node& node = g.node(launch.node);
     if (node.op->kind != ir::OpKind::kOptimizer) continue;
     traffic.nodes.push_back(node.name);
-    for (const Value& v : node.inputs) traffic.bytes_read += g.spec(v).bytes();
-    for (const TensorSpec& out : node.outputs) traffic.bytes_written += out.bytes();
-    for (int i : ir::MutatedInputs(node)) traffic.bytes_written += g.spec(node.inputs[i]).bytes();
+    for (const Value& v : node.inputs) {
+      traffic.bytes_read = SaturatingAdd(traffic.bytes_read, g.spec(v).bytes());
+    }
+    for (const TensorSpec& out : node.outputs) {
+      traffic.bytes_written = SaturatingAdd(traffic.bytes_written, out.bytes());
+    }
+    for (int i : ir::MutatedInputs(node)) {
+      traffic.bytes_written = SaturatingAdd(traffic.bytes_written, g.spec(node.inputs[i]).bytes());
+    }
   }
   traffic.parameters = g.NumParameterElements();
   return traffic;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "src/ir/initializer.h"
 #include "src/ir/op_def.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise {
@@ -180,9 +181,12 @@ std::vector<int32_t> Graph::NodesOf(absl::string_view op_name) const {
   return ids;
 }
 
+// INT64_MAX where the sum of the parameters' (each fitting) element counts would not fit.
 int64_t Graph::NumParameterElements() const {
   int64_t total = 0;
-  for (int32_t id : NodesOf("parameter")) total += nodes_[id].outputs[0].NumElements();
+  for (int32_t id : NodesOf("parameter")) {
+    total = SaturatingAdd(total, nodes_[id].outputs[0].NumElements());
+  }
   return total;
 }
 

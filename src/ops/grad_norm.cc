@@ -5,6 +5,7 @@
 // itself, in every block.) Under loss scaling (attr loss_scaled, the check f32[2] as the last
 // input) the norm is that of the unscaled gradients.
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gradient_loads.h"
@@ -13,6 +14,7 @@
 #include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -37,7 +39,11 @@ absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs& attrs,
       return absl::InvalidArgumentError(absl::StrCat(
           "gradient ", i, " must be float32, bfloat16 or float16, got ", in[i].ToString()));
     }
-    partials += NormChunks(in[i].NumElements());
+    const std::optional<int64_t> sum = CheckedAdd(partials, NormChunks(in[i].NumElements()));
+    if (!sum.has_value()) {
+      return absl::InvalidArgumentError("the gradients' chunks do not fit in int64");
+    }
+    partials = *sum;
   }
   if (partials == 0) return absl::InvalidArgumentError("the gradients have no elements");
   return std::vector<TensorSpec>{{Shape{partials}, DType::kFloat32}};

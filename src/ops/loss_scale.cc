@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/loss_scale_kernels.h"
@@ -18,6 +19,7 @@
 #include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -45,7 +47,11 @@ absl::StatusOr<std::vector<TensorSpec>> InferNonfinite(const Attrs&,
       return absl::InvalidArgumentError(absl::StrCat(
           "gradient ", i, " must be float32, bfloat16 or float16, got ", in[i].ToString()));
     }
-    chunks += ChunksOf(in[i].NumElements());
+    const std::optional<int64_t> sum = CheckedAdd(chunks, ChunksOf(in[i].NumElements()));
+    if (!sum.has_value()) {
+      return absl::InvalidArgumentError("the gradients' chunks do not fit in int64");
+    }
+    chunks = *sum;
   }
   if (chunks == 0) return absl::InvalidArgumentError("the gradients have no elements");
   if (chunks > std::numeric_limits<int32_t>::max()) {  // The kernel's flag indices are int.

@@ -8,6 +8,7 @@
 #include "src/ops/loss_checks.h"
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
+#include "src/util/checked_math.h"
 
 namespace reprise::passes {
 namespace {
@@ -154,8 +155,10 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   // The kernel runs its products on CUDA cores, one tile set per phase: it wins while launch
   // latency dominates, not once the products are large (4x1024 at batch 256 runs slower fused).
   int64_t multiply_adds = 0;
-  for (const Layer& layer : layers) multiply_adds += g.node(layer.weight).outputs[0].NumElements();
-  multiply_adds *= g.spec(features).shape.dim(0);
+  for (const Layer& layer : layers) {
+    multiply_adds = SaturatingAdd(multiply_adds, g.node(layer.weight).outputs[0].NumElements());
+  }
+  multiply_adds = SaturatingMul(multiply_adds, g.spec(features).shape.dim(0));
   if (multiply_adds > kMlpStepMaxForwardMultiplyAdds) {
     return fail(absl::StrCat("the forward pass has ", multiply_adds,
                              " multiply-adds; library GEMMs win above ",

@@ -12,6 +12,7 @@
 #include "src/ops/cast.h"
 #include "src/passes/rewrite.h"
 #include "src/passes/schedule.h"
+#include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::passes {
@@ -85,7 +86,7 @@ absl::StatusOr<std::vector<GradientBucket>> AssignGradientBuckets(
     for (const std::string& name : gradient.parameters) {
       bucket.parameters.push_back(name);
     }
-    bucket.bytes += spec.bytes();
+    bucket.bytes = SaturatingAdd(bucket.bytes, spec.bytes());
     bucket.ready = position[gradient.reduced.node];
     if (bucket.bytes >= bucket_bytes) {
       buckets.push_back(std::move(bucket));

@@ -79,9 +79,9 @@ class Search {
     int64_t bytes = 0;
     for (int32_t id : group) {
       const Node& node = g_.node(id);
-      for (const Value& v : node.inputs) bytes += g_.spec(v).bytes();
+      for (const Value& v : node.inputs) bytes = SaturatingAdd(bytes, g_.spec(v).bytes());
       for (int o = 0; o < static_cast<int>(node.outputs.size()); ++o) {
-        if (IsMirroredOutput(node, o)) bytes += node.outputs[o].bytes();
+        if (IsMirroredOutput(node, o)) bytes = SaturatingAdd(bytes, node.outputs[o].bytes());
       }
     }
     return bytes;

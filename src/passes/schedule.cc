@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
+#include "src/util/checked_math.h"
 
 namespace reprise::passes {
 
@@ -60,8 +61,9 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
 // for the ops whose time grows with more than their output (GEMMs, convolutions).
 int64_t CostOf(const Node& node) {
   int64_t bytes = 0;
-  for (const TensorSpec& out : node.outputs) bytes += out.bytes();
-  return std::max<int64_t>(1, node.op->kind == ir::OpKind::kMatmul ? 8 * bytes : bytes);
+  for (const TensorSpec& out : node.outputs) bytes = SaturatingAdd(bytes, out.bytes());
+  return std::max<int64_t>(1,
+                           node.op->kind == ir::OpKind::kMatmul ? SaturatingMul(8, bytes) : bytes);
 }
 
 // With three or more lanes: the nodes off the critical path (the longest chain by CostOf), apart

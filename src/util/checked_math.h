@@ -5,6 +5,7 @@
 #define REPRISE_SRC_UTIL_CHECKED_MATH_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "absl/types/span.h"
@@ -39,6 +40,17 @@ inline std::optional<int64_t> CheckedProduct(absl::Span<const int64_t> dims) {
     if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
   }
   return n;
+}
+
+// a + b and a * b for non-negative estimates (costs, traffic, thresholds compared against):
+// INT64_MAX where the exact value would not fit, which still compares as "more than any limit".
+inline int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+inline int64_t SaturatingMul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
 }
 
 // `value` rounded up to a multiple of `alignment` (> 0), or nullopt when that overflows or

@@ -38,5 +38,13 @@ TEST(CheckedMathTest, AlignUpRefusesWhatWouldPassInt64) {
   EXPECT_FALSE(CheckedAlignUp(5, 0).has_value());
 }
 
+TEST(CheckedMathTest, SaturatingEstimatesStopAtInt64Max) {
+  EXPECT_EQ(SaturatingAdd(3, 4), 7);
+  EXPECT_EQ(SaturatingAdd(int64_t{1} << 62, int64_t{1} << 62), kMax);
+  EXPECT_EQ(SaturatingAdd(kMax, 1), kMax);
+  EXPECT_EQ(SaturatingMul(8, int64_t{1} << 60), kMax);
+  EXPECT_EQ(SaturatingMul(8, int64_t{1} << 58), int64_t{1} << 61);
+}
+
 }  // namespace
 }  // namespace reprise
