@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,8 +13,11 @@
 #include "reprise/models.h"
 #include "reprise/nn.h"
 #include "reprise/nn_attention.h"
+#include "src/autodiff/autodiff.h"
 #include "src/ops/decode_attention.h"
 #include "src/ops/ops.h"
+#include "src/passes/mirror.h"
+#include "src/passes/plan.h"
 
 namespace reprise {
 namespace {
@@ -130,6 +134,38 @@ TEST(FuzzRegressionTest, AttentionRefusesHugeHeadCounts) {
                          {{"heads", heads}})
                      .ok());
   }
+}
+
+// Conv2d's initializer bound took the fan-in (channels per group x kernel^2) in int64: 2^32
+// channels and a 2^31 kernel wrapped before AddParameter's size check could refuse the weight.
+TEST(FuzzRegressionTest, ConvolutionFanInPastInt64IsRefusedNotWrapped) {
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{1, int64_t{1} << 32, 1, 1}});
+  const int before = g.num_nodes();
+  auto y = nn::Conv2d(g, x, 4, "wide", {.kernel = int64_t{1} << 31});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("wide"), std::string::npos) << y.status();
+  EXPECT_EQ(g.num_nodes(), before);
+}
+
+// The mirror floor summed the bytes of the activations the backward pass reads: each fit in
+// int64, two of 2^62 bytes did not, and the sum wrapped instead of the graph being refused.
+TEST(FuzzRegressionTest, ActivationBytesPastInt64AreRefusedByTheMirrorFloorAndThePlan) {
+  Graph g;
+  constexpr int64_t kWide = int64_t{1} << 30;  // [2^30, 2^30] f32: 2^62 bytes each.
+  Value h = *g.AddInput("x", {Shape{kWide, 2}, DType::kFloat32});
+  const Value labels = *g.AddInput("labels", {Shape{kWide}, DType::kInt32});
+  h = *nn::Linear(g, h, kWide, "fc0", /*bias=*/false);
+  h = *nn::Linear(g, h, kWide, "fc1", /*bias=*/false);
+  h = *nn::Linear(g, h, 2, "fc2", /*bias=*/false);
+  const Value loss = *nn::SoftmaxCrossEntropy(g, h, labels, "loss");
+  auto training = autodiff::BuildTrainingGraph(g, loss, {.learning_rate = 0.05f});
+  ASSERT_TRUE(training.ok()) << training.status();
+  const auto floor = passes::MirrorFloorBytes(*training, {training->loss});
+  EXPECT_EQ(floor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(floor.status().message().find("int64"), std::string::npos) << floor.status();
+  const auto plan = passes::BuildPlan(*std::move(training), {}, passes::PlanOptions{});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
