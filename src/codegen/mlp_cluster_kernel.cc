@@ -485,11 +485,12 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                         " + static_cast<size_t>(k) * ", s.stride, ";"));
     }
   }
-  // c_l: the first of this block's columns of h_l (its slice).
+  // c_l: the first of this block's columns of h_l (its slice). Not every layer count reads every
+  // c_l (NVRTC would warn of the others).
   for (int l = 0; l < layers; ++l) {
-    Line(absl::StrCat("const int c", l, " = rank * ", s_.chunk(l), ";"));
+    Line(absl::StrCat("[[maybe_unused]] const int c", l, " = rank * ", s_.chunk(l), ";"));
   }
-  Line(absl::StrCat("const int c", layers, " = 0;"));
+  Line(absl::StrCat("[[maybe_unused]] const int c", layers, " = 0;"));
   int stamps = 0;
   auto stamp = [&]() {
     if (phase_clock) Line(absl::StrCat("StampPhase(phase_clock, ", ++stamps, ");"));

@@ -66,9 +66,10 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       ";\nconstexpr int kModels = ", plan.models,
       ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch - guard_scratch,
       ";\nconstexpr bool kGuard = ", B(guarded),
-      ";\nconstexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
-      ";\nconstexpr int kGuardWord = ", kMlpStepGuardWord, ";\n}  // namespace mlp\n", kMlpLibrary,
-      kMlpHeadLibrary);
+      // Read by the guard's code only (NVRTC would warn of them in unguarded kernels).
+      ";\n[[maybe_unused]] constexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
+      ";\n[[maybe_unused]] constexpr int kGuardWord = ", kMlpStepGuardWord,
+      ";\n}  // namespace mlp\n", kMlpLibrary, kMlpHeadLibrary);
   if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
 
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
