@@ -2,6 +2,7 @@
 // (conv_reference.h) and cuDNN lowering.
 #include "src/ops/conv.h"
 
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -93,9 +94,13 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
   ASSIGN_OR_RETURN(const ConvShape shape, ShapeOf(kind, node.attrs, specs));
   return DispatchFloat(in[0]->dtype(), [&]<typename T>() {
     auto a = in[0]->data<T>(), b = in[1]->data<T>();
-    const std::vector<double> sum =
-        ConvReference(kind, shape, std::vector<double>(a.begin(), a.end()),
-                      std::vector<double>(b.begin(), b.end()));
+    std::vector<double> sum;
+    if constexpr (std::is_same_v<T, double>) {
+      sum = ConvReference(kind, shape, a, b);
+    } else {  // Widened once here; the reference reads doubles.
+      sum = ConvReference(kind, shape, std::vector<double>(a.begin(), a.end()),
+                          std::vector<double>(b.begin(), b.end()));
+    }
     auto result = out[0]->data<T>();
     for (size_t i = 0; i < sum.size(); ++i) result[i] = static_cast<T>(sum[i]);
     return absl::OkStatus();

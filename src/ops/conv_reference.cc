@@ -16,35 +16,30 @@ using runtime::ConvShape;
 // Product terms below which the reference runs on the calling thread alone.
 constexpr int64_t kTapsPerThread = int64_t{1} << 22;
 
-// A tensor of logical extents (n, c, h, w) stored in `layout` ([n, c, h, w] or [n, h, w, c]) as
-// channels-last, and back. A filter (k, c per group, r, s) is such a tensor too: NCHW stores it
-// [k, c, r, s], NHWC [k, r, s, c].
-std::vector<double> ToChannelsLast(absl::Span<const double> v, Layout layout, int64_t n, int64_t c,
-                                   int64_t h, int64_t w) {
-  if (layout == Layout::kNHWC) return {v.begin(), v.end()};
+// [n][rows][cols] -> [n][cols][rows]: a tensor of logical extents (n, c, h, w) in NCHW to
+// channels-last (rows = c, cols = h·w) and back (rows = h·w, cols = c). A filter (k, c per group,
+// r, s) is such a tensor too: NCHW stores it [k, c, r, s], NHWC [k, r, s, c].
+std::vector<double> SwapInner(absl::Span<const double> v, int64_t n, int64_t rows, int64_t cols) {
   std::vector<double> out(v.size());
-  const int64_t plane = h * w;
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t j = 0; j < plane; ++j)
-        out[(i * plane + j) * c + ch] = v[(i * c + ch) * plane + j];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        out[(i * cols + c) * rows + r] = v[(i * rows + r) * cols + c];
     }
   }
   return out;
 }
 
+std::vector<double> ToChannelsLast(absl::Span<const double> v, Layout layout, int64_t n, int64_t c,
+                                   int64_t h, int64_t w) {
+  if (layout == Layout::kNHWC) return {v.begin(), v.end()};
+  return SwapInner(v, n, c, h * w);
+}
+
 std::vector<double> FromChannelsLast(std::vector<double> v, Layout layout, int64_t n, int64_t c,
                                      int64_t h, int64_t w) {
   if (layout == Layout::kNHWC) return v;
-  std::vector<double> out(v.size());
-  const int64_t plane = h * w;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t j = 0; j < plane; ++j)
-        out[(i * c + ch) * plane + j] = v[(i * plane + j) * c + ch];
-    }
-  }
-  return out;
+  return SwapInner(v, n, h * w, c);
 }
 
 // The input row (or column) that output row p reads through filter row r, or -1 in the padding.
@@ -52,6 +47,20 @@ int64_t InputRow(int64_t p, int64_t r, int64_t stride, int64_t pad, int64_t dila
                  int64_t extent) {
   const int64_t h = p * stride - pad + r * dilation;
   return h >= 0 && h < extent ? h : -1;
+}
+
+// tap(r, s, h, w) for every filter position (r, s), in that order, whose input pixel (h, w) output
+// pixel (p, q) reads, skipping those in the padding.
+template <typename Tap>
+void ForEachTap(const ConvShape& g, int64_t p, int64_t q, Tap&& tap) {
+  for (int64_t r = 0; r < g.r; ++r) {
+    const int64_t h = InputRow(p, r, g.stride_h, g.pad_h, g.dilation_h, g.h);
+    if (h < 0) continue;
+    for (int64_t s = 0; s < g.s; ++s) {
+      const int64_t w = InputRow(q, s, g.stride_w, g.pad_w, g.dilation_w, g.w);
+      if (w >= 0) tap(r, s, h, w);
+    }
+  }
 }
 
 // y[n] (channels-last) from x (channels-last) and the filters by group with output channels last,
@@ -65,17 +74,11 @@ void ForwardImage(const ConvShape& g, int64_t n, const double* x, const double* 
       for (int64_t group = 0; group < g.groups; ++group) {
         double* __restrict__ out = y_row + group * kg;
         for (int64_t c = 0; c < cg; ++c) {
-          for (int64_t r = 0; r < g.r; ++r) {
-            const int64_t h = InputRow(p, r, g.stride_h, g.pad_h, g.dilation_h, g.h);
-            if (h < 0) continue;
-            for (int64_t s = 0; s < g.s; ++s) {
-              const int64_t w = InputRow(q, s, g.stride_w, g.pad_w, g.dilation_w, g.w);
-              if (w < 0) continue;
-              const double xv = x[((n * g.h + h) * g.w + w) * g.c + group * cg + c];
-              const double* __restrict__ taps = wt + (((group * cg + c) * g.r + r) * g.s + s) * kg;
-              for (int64_t k = 0; k < kg; ++k) out[k] += xv * taps[k];
-            }
-          }
+          ForEachTap(g, p, q, [&](int64_t r, int64_t s, int64_t h, int64_t w) {
+            const double xv = x[((n * g.h + h) * g.w + w) * g.c + group * cg + c];
+            const double* __restrict__ taps = wt + (((group * cg + c) * g.r + r) * g.s + s) * kg;
+            for (int64_t k = 0; k < kg; ++k) out[k] += xv * taps[k];
+          });
         }
       }
     }
@@ -94,17 +97,11 @@ void DgradImage(const ConvShape& g, int64_t n, const double* dy, const double* k
       for (int64_t k = 0; k < g.k; ++k) {
         const double dyv = dy_row[k];
         const int64_t first_channel = (k / kg) * cg;
-        for (int64_t r = 0; r < g.r; ++r) {
-          const int64_t h = InputRow(p, r, g.stride_h, g.pad_h, g.dilation_h, g.h);
-          if (h < 0) continue;
-          for (int64_t s = 0; s < g.s; ++s) {
-            const int64_t w = InputRow(q, s, g.stride_w, g.pad_w, g.dilation_w, g.w);
-            if (w < 0) continue;
-            double* __restrict__ out = dx_image + (h * g.w + w) * g.c + first_channel;
-            const double* __restrict__ taps = krsc + ((k * g.r + r) * g.s + s) * cg;
-            for (int64_t c = 0; c < cg; ++c) out[c] += dyv * taps[c];
-          }
-        }
+        ForEachTap(g, p, q, [&](int64_t r, int64_t s, int64_t h, int64_t w) {
+          double* __restrict__ out = dx_image + (h * g.w + w) * g.c + first_channel;
+          const double* __restrict__ taps = krsc + ((k * g.r + r) * g.s + s) * cg;
+          for (int64_t c = 0; c < cg; ++c) out[c] += dyv * taps[c];
+        });
       }
     }
   }
@@ -121,17 +118,11 @@ void WgradChannel(const ConvShape& g, int64_t k, const double* x, const double* 
     for (int64_t p = 0; p < g.p; ++p) {
       for (int64_t q = 0; q < g.q; ++q) {
         const double dyv = dy[((n * g.p + p) * g.q + q) * g.k + k];
-        for (int64_t r = 0; r < g.r; ++r) {
-          const int64_t h = InputRow(p, r, g.stride_h, g.pad_h, g.dilation_h, g.h);
-          if (h < 0) continue;
-          for (int64_t s = 0; s < g.s; ++s) {
-            const int64_t w = InputRow(q, s, g.stride_w, g.pad_w, g.dilation_w, g.w);
-            if (w < 0) continue;
-            const double* __restrict__ in = x + ((n * g.h + h) * g.w + w) * g.c + first_channel;
-            double* __restrict__ out = dw_k + (r * g.s + s) * cg;
-            for (int64_t c = 0; c < cg; ++c) out[c] += dyv * in[c];
-          }
-        }
+        ForEachTap(g, p, q, [&](int64_t r, int64_t s, int64_t h, int64_t w) {
+          const double* __restrict__ in = x + ((n * g.h + h) * g.w + w) * g.c + first_channel;
+          double* __restrict__ out = dw_k + (r * g.s + s) * cg;
+          for (int64_t c = 0; c < cg; ++c) out[c] += dyv * in[c];
+        });
       }
     }
   }
