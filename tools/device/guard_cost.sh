@@ -2,6 +2,7 @@
 # The non-finite guard's cost (TrainOptions::non_finite): the same step with the guard (skip) and
 # without it (ignore), alternating, on one GPU in one call:
 #   bash tools/device/guard_cost.sh BENCH [ROUNDS]
+# GUARD_ONLY keeps the workloads whose names contain it (e.g. "whole" for the whole-step kernels).
 # Rows: ResNet-50 b32 bf16 and TF32, the MLP 8x256 b32 per-layer step and its default whole step,
 # and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (the group schedule, guarded or not:
 # guarded, each model's gradients wait in the workspace for one grid-wide check before every
@@ -20,6 +21,7 @@ workloads=(
 for ((r = 1; r <= rounds; ++r)); do
   for w in "${workloads[@]}"; do
     name=${w%%|*}; flags=${w#*|}
+    [[ $name == *"${GUARD_ONLY:-}"* ]] || continue
     for guard in ignore skip; do
       row=$($bench $flags --non_finite=$guard 2>&1 | grep -E '^ *graph' | tail -n 1)
       echo "round $r $guard $name: $row"
