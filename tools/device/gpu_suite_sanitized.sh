@@ -12,6 +12,7 @@ tool=${1:?memcheck or racecheck}; shards=${2:-8}; limit=${3:-480}
 # the shards, as in gpu_suite_sharded.sh.
 alone='BucketedTrainerGpuTest.ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanTheLargestAlone'
 alone+=':ForwardRunnerGpuTest.RunnersLeakNoDeviceMemory:Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory'
+alone+=':TrainerGpuTest.CreatingAndDestroyingTrainersLeaksNoDeviceMemory'
 alone+=':LaneWorkspacesGpuTest.BacksWhatIsNeededAndReleasesTheRest:BenchJsonGpuTest.*'
 filter=${4:-*-$alone}
 out=${OUT:-/tmp}

@@ -14,6 +14,7 @@ out=${OUT:-/tmp}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
 alone='BucketedTrainerGpuTest.ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanTheLargestAlone'
 alone+=':ForwardRunnerGpuTest.RunnersLeakNoDeviceMemory:Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory'
+alone+=':TrainerGpuTest.CreatingAndDestroyingTrainersLeaksNoDeviceMemory'
 alone+=':LaneWorkspacesGpuTest.BacksWhatIsNeededAndReleasesTheRest'
 alone+=':BenchJsonGpuTest.*'  # reprise-bench's device_bytes: memory in use after minus before.
 start=$SECONDS
