@@ -222,6 +222,8 @@ absl::Status ForwardRunner::Impl::SetInput(absl::string_view name, const void* d
 
 absl::Status ForwardRunner::Impl::Run() {
   cudaStream_t stream = share_.stream->get();
+  // The trainer's weights, where its step left them elsewhere (src/api/settle_list.h).
+  if (share_.settle != nullptr) RETURN_IF_ERROR(share_.settle->Settle(stream));
   if (captured_.has_value()) {
     RETURN_IF_ERROR(captured_->Replay(stream));
   } else {

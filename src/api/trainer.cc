@@ -184,6 +184,9 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(plan_, res));
   launches_ = std::move(lowered.launches);
   input_copy_ = lowered.input_copy;
+  for (const capture::LoweredLaunch& launch : launches_) {
+    if (launch.kernel->NeedsSettle()) settle_->Add(this, launch.kernel.get());
+  }
   phases.Mark("lowering (cuBLASLt heuristics, cuDNN plans)");
   RETURN_IF_ERROR(BackWorkspaces());
   phases.Mark("workspaces");
@@ -264,6 +267,7 @@ absl::StatusOr<Trainer::Impl::DeviceShare> Trainer::Impl::NewDeviceShare(int64_t
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::LaneWorkspaces> workspaces,
                    runtime::LaneWorkspaces::Create(lanes, workspace_reserve));
   share.workspaces = std::move(workspaces);
+  share.settle = std::make_shared<SettleList>();
   // Poison the arena so a kernel that reads what nothing wrote shows up as NaN, not as zeros.
   RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(share.arena->data(), 0xff, arena_bytes),
                                       "cudaMemset", "arena"));
@@ -290,6 +294,7 @@ absl::Status Trainer::Impl::InitDevice(const DeviceShare* share) {
   arena_ = share->arena;
   workspaces_ = share->workspaces;
   library_handle_bytes_ = share->library_handle_bytes;
+  settle_ = share->settle;
   kernels_ = SharedKernelStore(device_);
   ASSIGN_OR_RETURN(staging_,
                    runtime::PinnedBuffer::Create(std::max<int64_t>(plan_.memory.input_bytes, 1)));
@@ -354,6 +359,18 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
   return absl::OkStatus();
 }
 
+Trainer::Impl::~Impl() {
+  if (settle_ == nullptr) return;
+  // Nothing can be returned from here: a failure shows in the next CUDA call of whoever still
+  // uses the device.
+  if (stream_ != nullptr) settle_->Settle(stream_->get()).IgnoreError();
+  settle_->Remove(this);
+}
+
+absl::Status Trainer::Impl::SettleParameters() {
+  return settle_ == nullptr ? absl::OkStatus() : settle_->Settle(stream_->get());
+}
+
 absl::Status Trainer::Impl::WaitForLastStep() {
   if (!step_queued_) return absl::OkStatus();
   RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream_->get()),
@@ -404,6 +421,7 @@ absl::Status Trainer::Impl::Step() {
   RETURN_IF_ERROR(non_finite_stop_);
   const absl::Time start = absl::Now();
   cudaStream_t stream = stream_->get();
+  RETURN_IF_ERROR(settle_->BeforeStep(this, stream));  // Another bucket's double buffers.
   if (captured_.has_value()) {
     RETURN_IF_ERROR(captured_->Replay(stream));
   } else {
@@ -484,6 +502,7 @@ absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {
   if (plan_.graph().spec(value).dtype != DType::kFloat32) {
     return absl::InvalidArgumentError("only f32 values can be read as floats");
   }
+  if (b->cls != passes::BufferClass::kFetched) RETURN_IF_ERROR(SettleParameters());
   // A parameter stays readable after a NonFinitePolicy::kStop: the weights the stop kept.
   RETURN_IF_ERROR(b->cls == passes::BufferClass::kParameter ? WaitForQueued() : Synchronize());
   std::vector<float> out(b->bytes / sizeof(float));
@@ -522,6 +541,7 @@ absl::Status Trainer::Impl::SetParameter(absl::string_view name, absl::Span<cons
     return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ", t.spec.ToString(),
                                                    "; got ", data.size(), " float values"));
   }
+  RETURN_IF_ERROR(SettleParameters());  // Else the next step would read the other buffer.
   RETURN_IF_ERROR(Synchronize());
   // On the step's stream, and waited for: a plain cudaMemcpy from pageable memory may return
   // before the copy lands, and the step's stream does not order itself after the legacy stream.

@@ -57,6 +57,7 @@ absl::StatusOr<std::vector<Slot>> SlotsOf(const passes::Plan& plan,
 absl::Status Trainer::Impl::SaveCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> weights, WeightBuffers());
   ASSIGN_OR_RETURN(std::vector<Slot> slots, SlotsOf(plan_, weight_names_, weights));
+  RETURN_IF_ERROR(SettleParameters());
   RETURN_IF_ERROR(Synchronize());
   const char* arena = static_cast<const char*>(arena_->data());
   const char* staging = static_cast<const char*>(staging_->data());
@@ -108,6 +109,7 @@ absl::Status Trainer::Impl::RestoreCheckpoint(const std::string& path) {
     }
   }
   // Checked through: from here on only a device fault can stop the restore half way.
+  RETURN_IF_ERROR(SettleParameters());  // The file replaces what the steps left elsewhere.
   RETURN_IF_ERROR(Synchronize());
   char* arena = static_cast<char*>(arena_->data());
   char* staging = static_cast<char*>(staging_->data());

@@ -12,6 +12,7 @@
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
 #include "reprise/trainer.h"
+#include "src/api/settle_list.h"
 #include "src/api/torch_state_dict.h"
 #include "src/parallel/communicator.h"
 #include "src/passes/batch_ensemble.h"
@@ -31,6 +32,9 @@ namespace reprise {
 
 class Trainer::Impl {
  public:
+  // Settles this plan's kernels (SettleList) so that a forward runner still reading the arena
+  // sees every weight in its own buffer.
+  ~Impl();
   static absl::StatusOr<std::unique_ptr<Impl>> Create(const Graph& graph, Value loss,
                                                       const TrainOptions& options);
   // Create in two stages, for shape buckets (src/api/bucketed_trainer.cc), which lay several
@@ -51,6 +55,7 @@ class Trainer::Impl {
     std::shared_ptr<runtime::DeviceBuffer> arena;
     std::shared_ptr<runtime::LaneWorkspaces> workspaces;
     int64_t library_handle_bytes = -1;
+    std::shared_ptr<SettleList> settle;  // Of every plan on the arena (src/api/settle_list.h).
   };
   // After Prepare: creates the resources for an arena of `arena_bytes` (poisoned with NaNs) and
   // `lanes` workspaces reserved at `workspace_reserve` bytes each (backed once lowering has chosen
@@ -124,8 +129,11 @@ class Trainer::Impl {
   // What a ForwardRunner (src/api/forward_runner.cc) shares with its trainer: the stream, library
   // handles, arena (where it reads the parameters) and workspaces, the kernel store and device.
   DeviceShare SharedDevice() const {
-    return {stream_, lt_, cudnn_, arena_, workspaces_, library_handle_bytes_};
+    return {stream_, lt_, cudnn_, arena_, workspaces_, library_handle_bytes_, settle_};
   }
+  // Enqueues what brings every parameter and optimizer state of the arena back to its own buffer
+  // (SettleList): before anything outside a step reads or writes them.
+  absl::Status SettleParameters();
   const std::shared_ptr<runtime::KernelStore>& kernel_store() const { return kernels_; }
   const runtime::DeviceInfo& device() const { return device_; }
   const TrainOptions& options() const { return options_; }
@@ -214,6 +222,7 @@ class Trainer::Impl {
   util::PhaseTimer create_phases_;  // Create's wall time by phase (TrainerStats::create_ms).
   std::shared_ptr<runtime::DeviceBuffer> arena_;
   std::shared_ptr<runtime::LaneWorkspaces> workspaces_;
+  std::shared_ptr<SettleList> settle_;
   std::optional<runtime::PinnedBuffer> staging_;  // Host mirror of the arena's input region.
   // Data parallelism (trainer_data_parallel.cc): the ranks' collectives, which the launches call
   // (so it outlives them), and the plan's buckets, which ranks compare at start.

@@ -75,6 +75,7 @@ absl::StatusOr<std::vector<const passes::Buffer*>> Trainer::Impl::WeightBuffers(
 absl::Status Trainer::Impl::SaveWeights(const std::string& path,
                                         const SaveWeightsOptions& options) {
   ASSIGN_OR_RETURN(std::vector<const passes::Buffer*> buffers, WeightBuffers());
+  RETURN_IF_ERROR(SettleParameters());
   RETURN_IF_ERROR(WaitForQueued());  // Also after a NonFinitePolicy::kStop: the weights it kept.
   const char* arena = static_cast<const char*>(arena_->data());
   std::vector<std::string> host(buffers.size());
@@ -188,6 +189,7 @@ absl::Status Trainer::Impl::LoadWeights(const std::string& path,
   }
   // Stream-ordered after the last step and before the next; waited for here because `file`
   // holds the source bytes.
+  RETURN_IF_ERROR(SettleParameters());  // The file replaces what the step left elsewhere.
   RETURN_IF_ERROR(Synchronize());
   char* arena = static_cast<char*>(arena_->data());
   for (const Copy& copy : copies) {

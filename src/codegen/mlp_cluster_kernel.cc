@@ -524,7 +524,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 void ClusterBody::GuardEnd() {
   Line("{  // The non-finite guard: the last block to finish decides (no block waits).");
   Line(absl::StrCat("  if (mlpg::GuardFinish(barrier + ", kMlpStepGuardWord,
-                    ", bad, counters, skipped_steps, record)) {"));
+                    ", bad, counters, skipped_steps, record, nullptr)) {"));
   absl::StrAppend(&code_, GuardRestoreSource(plan_));
   Line("  }");
   Line("}");
@@ -547,9 +547,9 @@ GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool sh
   const bool guarded = plan.groups > 0 && plan.target.guard != MlpGuard::kNone;
   if (guarded) absl::StrAppend(&code, kMlpClusterGuardLibrary, kMlpGuardLibrary);
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
-  absl::StrAppend(
-      &code, "\n",
-      MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock, guarded));
+  absl::StrAppend(&code, "\n",
+                  MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock,
+                                         guarded, plan.target.shadow));
   std::string scratch;  // A first pass counts the exchanges per model.
   ClusterBody counting(plan, scratch);
   counting.Emit(batched, shared_features, shared_labels, phase_clock);

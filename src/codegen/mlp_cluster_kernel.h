@@ -69,9 +69,10 @@ int64_t GroupsWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
 
 // The generated step kernels' signature: "extern "C" __global__ ... name(params) {" with
 // MlpStepKernel's parameters (batched = false) or BatchedMlpStepKernel's, for `threads` per block;
-// `guarded` adds the guard's counters after the barrier.
+// `guarded` adds the guard's counters after the barrier, and `shadow` (MlpStepTarget::shadow) the
+// shadow after them (unused by a kernel that does not double-buffer, but passed all the same).
 std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock, bool guarded = false);
+                                   bool phase_clock, bool guarded = false, bool shadow = false);
 
 // The kernel for a plan of PlanCluster, with MlpStepKernel's parameters (batched = false) or
 // BatchedMlpStepKernel's. Launch plan.models * plan.cluster blocks in clusters of plan.cluster,

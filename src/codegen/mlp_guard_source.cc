@@ -1,11 +1,14 @@
 #include "src/codegen/mlp_guard_source.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/mlp_step_layout.h"
+#include "src/util/checked_math.h"
 
 namespace reprise::codegen {
 namespace {
@@ -17,9 +20,14 @@ struct StartCopy {
   int64_t floats;
 };
 
+// Double-buffered plans copy the biases only: the weights' second buffers keep the step's start.
 std::vector<StartCopy> StartCopies(const MlpStepPlan& plan, int l) {
   const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
   const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
+  if (plan.double_buffered) {
+    return {{absl::StrCat("b", l), plan.grad_b_offset[l], biases},
+            {absl::StrCat("vb", l), plan.start_vb_offset[l], biases}};
+  }
   return {{absl::StrCat("w", l), plan.grad_w_offset[l], weights},
           {absl::StrCat("b", l), plan.grad_b_offset[l], biases},
           {absl::StrCat("vw", l), plan.start_vw_offset[l], weights},
@@ -62,6 +70,32 @@ std::string GuardRestoreSource(const MlpStepPlan& plan) {
     }
   }
   return code;
+}
+
+int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models) {
+  // Saturates rather than wraps: the shape rule asks before any width has been checked.
+  constexpr int64_t kMost = std::numeric_limits<int64_t>::max();
+  int64_t total = 0;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    const int64_t weights = SaturatingMul(models, SaturatingMul(widths[l + 1], widths[l]));
+    if (weights > kMost / 4) return kMost;
+    total = SaturatingAdd(total, 2 * mlp_layout::Align32(weights));
+  }
+  return total;
+}
+
+void LayOutShadow(MlpStepPlan& plan) {
+  plan.double_buffered = true;
+  plan.shadow_w_offset.clear();
+  plan.shadow_vw_offset.clear();
+  int64_t at = 0;
+  for (int l = 0; l < plan.layers(); ++l) {
+    const int64_t weights =
+        mlp_layout::Align32(int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l]);
+    plan.shadow_w_offset.push_back(at);
+    plan.shadow_vw_offset.push_back(at + weights);
+    at += 2 * weights;
+  }
 }
 
 }  // namespace reprise::codegen

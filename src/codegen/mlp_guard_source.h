@@ -25,6 +25,11 @@ std::string GuardCopySource(const MlpStepPlan& plan, const std::vector<int>& lay
 // step (by the last block to finish, mlpg::GuardFinish).
 std::string GuardRestoreSource(const MlpStepPlan& plan);
 
+// Makes a guarded kLayerPhases or kRowChain plan double-buffered: sets double_buffered and lays
+// each layer's weights and velocities out in the shadow (shadow_w_offset, shadow_vw_offset), as
+// MlpStepShadowFloats counts them.
+void LayOutShadow(MlpStepPlan& plan);
+
 }  // namespace reprise::codegen
 
 #endif  // REPRISE_SRC_CODEGEN_MLP_GUARD_SOURCE_H_

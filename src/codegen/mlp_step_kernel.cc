@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "src/codegen/mlp_cluster_kernel.h"
+#include "src/codegen/mlp_guard_source.h"
 #include "src/codegen/mlp_step_layout.h"
 #include "src/util/status_macros.h"
 
@@ -423,7 +424,7 @@ absl::StatusOr<MlpStepPlan> PlanMlpStep(int64_t batch, const std::vector<int64_t
       absl::StrCat(models, "x", batch, "|", absl::StrJoin(widths, ","), "|", target.grid, ",",
                    target.threads, ",", target.max_shared_bytes, ",", target.aligned, ",",
                    target.tf32, ",", static_cast<int>(target.schedule), ",", target.chain_rows, ",",
-                   static_cast<int>(target.guard));
+                   static_cast<int>(target.guard), ",", target.shadow);
   {
     absl::MutexLock lock(&mu);
     if (auto it = plans->find(key); it != plans->end()) return it->second;
@@ -572,6 +573,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
                        target.grid));
     }
     ++plan.phases;  // The guard's section after the last phase (stamped; no barrier).
+    if (target.shadow) LayOutShadow(plan);
   }
   return plan;
 }

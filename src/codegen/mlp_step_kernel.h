@@ -80,6 +80,17 @@ inline constexpr int kRowChainMinModels = 32;
 // so costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster
 // cannot guard (a model's cluster may run in a later wave than another's, after the restore), so a
 // guarded plan never picks it.
+//
+// Double-buffered (MlpStepPlan::double_buffered: guarded kLayerPhases and kRowChain with a shadow
+// input, MlpStepTarget::shadow), no weight or weight velocity is copied: each has a second buffer
+// in the shadow (plan.shadow_w_offset, shadow_vw_offset), persistent like the parameters, and
+// barrier word kMlpStepParityWord says which of the two holds the current values. The step reads
+// that one and writes its update to the other; the last block flips the word when the step is
+// applied and leaves it when the step is skipped, so a skipped step needs no restore of them (the
+// biases and their velocities are still copied and restored: they are small). Between steps the
+// parameters' own buffers are therefore current only where the word is 0: MlpStepSettleKernel
+// copies the second buffers back and clears it, and must run before anything else reads or writes
+// the weights or velocities.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
@@ -98,6 +109,9 @@ struct MlpStepTarget {
   // kRowChain: rows per phase-0 task (a power of two); 0 lets the planner choose.
   int chain_rows = 0;
   MlpGuard guard = MlpGuard::kNone;
+  // Guarded: the step has a second buffer for every weight and velocity (its shadow input, of
+  // MlpStepShadowFloats): a kLayerPhases or kRowChain plan then double-buffers (see MlpGuard).
+  bool shadow = false;
 };
 
 // One GEMM's tiling: tm x tn outputs per task, the reduction in chunks of pc, each thread owning
@@ -139,6 +153,11 @@ struct MlpStepPlan {
   std::vector<int64_t> grad_w_offset, grad_b_offset;
   std::vector<int64_t> start_vw_offset, start_vb_offset;
   int64_t workspace_floats = 0;
+  // Guarded kLayerPhases and kRowChain with a shadow: the weights and their velocities alternate
+  // between their own buffers and the shadow's, each layer's [K, ...] at these offsets (see
+  // MlpGuard); the double-buffered plan copies only the biases and their velocities at the start.
+  bool double_buffered = false;
+  std::vector<int64_t> shadow_w_offset, shadow_vw_offset;
   int phases = 0;
   int barriers = 0;
 
@@ -157,6 +176,9 @@ struct MlpStepPlan {
 // that found a non-finite value (high 16 bits); zero between launches.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
+// Word 62 of a double-buffered plan (kGroups never is): 1 where the weights' and velocities'
+// current values are in the shadow, 0 where in their own buffers.
+inline constexpr int64_t kMlpStepParityWord = kMlpStepBarrierWords - 2;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 // From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
@@ -189,6 +211,17 @@ GeneratedKernel MlpStepKernel(const MlpStepPlan& plan);
 // (ns) at the start and as it leaves each phase.
 GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_features,
                                      bool shared_labels, bool phase_clock = false);
+
+// f32 elements of a guarded step's shadow input (every weight and velocity once, 128-byte
+// aligned): the same for every batch, so shape buckets of one model agree on it.
+int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models);
+
+// The settle of a double-buffered plan: "reprise_mlp_step_settle" (unsigned* barrier, then per
+// layer float* W, float* W_velocity as the step kernel takes them, then const float* shadow, int
+// clear). With clear = 0 it copies every weight and velocity whose current values are in the
+// workspace back to its own buffer (grid-stride: any grid); a second launch with clear = 1 (one
+// thread) then sets the parity word to 0. Both do nothing where the word is already 0.
+GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan);
 
 }  // namespace reprise::codegen
 

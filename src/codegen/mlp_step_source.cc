@@ -1,7 +1,9 @@
 // The source of the fused MLP step's cooperative kernels (kLayerPhases, kRowChain; see
 // mlp_step_kernel.h) for a plan of PlanMlpStep: the device libraries with the plan's constants,
 // then a kernel body that calls their phases in order with every tensor's address.
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -69,13 +71,15 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       // Read by the guard's code only (NVRTC would warn of them in unguarded kernels).
       ";\n[[maybe_unused]] constexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
       ";\n[[maybe_unused]] constexpr int kGuardWord = ", kMlpStepGuardWord,
-      ";\n}  // namespace mlp\n", kMlpLibrary, kMlpHeadLibrary);
+      ";\nconstexpr bool kDoubleBuffer = ", B(plan.double_buffered), ";\n}  // namespace mlp\n",
+      kMlpLibrary, kMlpHeadLibrary);
   if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
 
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(
       &code, "\n",
-      MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock, guarded),
+      MlpStepKernelSignature(name, layers, plan.target.threads, batched, phase_clock, guarded,
+                             plan.target.shadow),
       "  using namespace mlp;\n", "  Ctx c;\n", "  c.barrier = barrier;\n",
       "  c.smem = SharedBase();\n", "  c.row_loss = ws + ", plan.row_loss_offset,
       ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
@@ -98,8 +102,16 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                   : Arg{absl::StrCat("h", l), batch * d[l]};
   };
   auto dz = [&](int l) { return Arg{absl::StrCat("dz", l), batch * d[l + 1]}; };
-  auto w = [&](int l) { return Arg{absl::StrCat("w", l), int64_t{d[l + 1]} * d[l]}; };
-  auto vw = [&](int l) { return Arg{absl::StrCat("vw", l), int64_t{d[l + 1]} * d[l]}; };
+  // Double-buffered, a weight or velocity is read from w<l>_now and its update written to
+  // w<l>_next (see MlpGuard); else both are w<l>, updated in place.
+  const char* now = plan.double_buffered ? "_now" : "";
+  const char* next = plan.double_buffered ? "_next" : "";
+  auto w = [&](int l, const char* which) {
+    return Arg{absl::StrCat("w", l, which), int64_t{d[l + 1]} * d[l]};
+  };
+  auto vw = [&](int l, const char* which) {
+    return Arg{absl::StrCat("vw", l, which), int64_t{d[l + 1]} * d[l]};
+  };
   auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
   auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
   const Arg none;
@@ -109,14 +121,32 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   for (int l = 0; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const dz", l, " = ws + ", plan.dz_offset[l], ";\n");
   }
+  if (plan.double_buffered) {
+    // Every block reads the word before it arrives on the guard word, and only the last block
+    // to arrive flips it (GuardFinish): all of them see the same buffers.
+    absl::StrAppend(&code, "  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
+    for (int l = 0; l < layers; ++l) {
+      for (const auto& [param, offset] :
+           {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"vw", plan.shadow_vw_offset[l]}}) {
+        absl::StrAppend(&code, "  float* const ", param, l, "_now = flip ? shadow + ", offset,
+                        " : ", param, l, ";\n  float* const ", param, l, "_next = flip ? ", param,
+                        l, " : shadow + ", offset, ";\n");
+      }
+    }
+  }
   auto forward_args = [&](int l) {
-    return ArgsOf("GemmArgs", {h(l), w(l), h(l + 1), b(l), none, none, none, none});
+    return ArgsOf("GemmArgs", {h(l), w(l, now), h(l + 1), b(l), none, none, none, none});
   };
   auto dgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), w(l), dz(l - 1), none, h(l), none, none, none});
+    return ArgsOf("GemmArgs", {dz(l), w(l, now), dz(l - 1), none, h(l), none, none, none});
   };
+  // Double-buffered, the unused bias and mask fields carry the step's weight and velocity
+  // (mlp_step_device.inc's IssueExtras).
   auto wgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), h(l), w(l), none, none, vw(l), b(l), vb(l)});
+    return plan.double_buffered
+               ? ArgsOf("GemmArgs",
+                        {dz(l), h(l), w(l, next), w(l, now), vw(l, now), vw(l, next), b(l), vb(l)})
+               : ArgsOf("GemmArgs", {dz(l), h(l), w(l, ""), none, none, vw(l, ""), b(l), vb(l)});
   };
   // Guarded, the phase that first reads layer l's parameters copies them out before the blocks
   // arrive (GuardCopySource), then arrives where `arrive`.
@@ -135,8 +165,10 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     if (!guarded) return;
     absl::StrAppend(&code, "  {  // The non-finite guard: the last block to finish decides.\n",
                     "    if (mlpg::GuardFinish(barrier + kGuardWord, c.bad, counters, "
-                    "skipped_steps, record)) {\n",
-                    GuardRestoreSource(plan), "    }\n  }\n");
+                    "skipped_steps, record, ",
+                    plan.double_buffered ? absl::StrCat("barrier + ", kMlpStepParityWord)
+                                         : std::string("nullptr"),
+                    ")) {\n", GuardRestoreSource(plan), "    }\n  }\n");
     stamp(index);
   };
   const int last = layers - 1;
@@ -145,7 +177,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                    B(layers >= 2), ", ", B(layers >= 2), ">");
   const std::string head_args =
       ArgsOf("HeadArgs",
-             {h(last), w(last), b(last), Arg{"labels", shared_labels ? 0 : batch},
+             {h(last), w(last, now), b(last), Arg{"labels", shared_labels ? 0 : batch},
               Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
               Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
              absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
@@ -260,7 +292,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
 }  // namespace
 
 std::string MlpStepKernelSignature(const char* name, int layers, int threads, bool batched,
-                                   bool phase_clock, bool guarded) {
+                                   bool phase_clock, bool guarded, bool shadow) {
   std::vector<std::string> params = {"const float* x",        "const int* labels",
                                      "const float* dloss",    "const float* lr",
                                      "const float* momentum", "const float* weight_decay"};
@@ -273,6 +305,7 @@ std::string MlpStepKernelSignature(const char* name, int layers, int threads, bo
   if (guarded) {
     params.push_back("int* skipped_steps");
     params.push_back("int* record");
+    if (shadow) params.push_back("float* shadow");
   }
   params.push_back("float* loss");
   if (batched) params.push_back("float* model_loss");
@@ -294,6 +327,37 @@ GeneratedKernel BatchedMlpStepKernel(const MlpStepPlan& plan, bool shared_featur
     return ClusterStepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
   }
   return StepKernel(plan, /*batched=*/true, shared_features, shared_labels, phase_clock);
+}
+
+GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan) {
+  const std::string name = "reprise_mlp_step_settle";
+  std::vector<std::string> params = {"unsigned* barrier"};
+  for (int l = 0; l < plan.layers(); ++l) {
+    params.push_back(absl::StrCat("float* w", l));
+    params.push_back(absl::StrCat("float* vw", l));
+  }
+  params.push_back("const float* shadow");
+  params.push_back("int clear");
+  std::string code = absl::StrCat("extern \"C\" __global__ void ", name, "(",
+                                  absl::StrJoin(params, ", "), ") {\n");
+  // A plan that is not double-buffered keeps every weight in its own buffer: nothing to do.
+  if (!plan.double_buffered) return {name, absl::StrCat(code, "}\n")};
+  absl::StrAppend(
+      &code, "  if (barrier[", kMlpStepParityWord,
+      "] == 0u) return;  // Already in their own buffers.\n  if (clear != 0) {\n",
+      "    if (blockIdx.x == 0 && threadIdx.x == 0) barrier[", kMlpStepParityWord,
+      "] = 0u;\n    return;\n  }\n",
+      "  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n",
+      "  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;\n");
+  for (int l = 0; l < plan.layers(); ++l) {
+    const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
+    for (const auto& [param, offset] :
+         {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"vw", plan.shadow_vw_offset[l]}}) {
+      absl::StrAppend(&code, "  for (size_t i = first; i < ", weights, "; i += step) ", param, l,
+                      "[i] = shadow[", offset, " + i];\n");
+    }
+  }
+  return {name, absl::StrCat(code, "}\n")};
 }
 
 }  // namespace reprise::codegen

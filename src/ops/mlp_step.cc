@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/mlp_step_double_buffer.h"
 #include "src/ops/mlp_step_reference.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -31,6 +32,7 @@ struct StepShape {
   std::vector<int64_t> widths;  // F, out_0, ..., out_{L-1}.
   bool shared_features = false, shared_labels = false;
   bool guarded = false;  // With the guard's counters after the barrier.
+  bool shadow = false;   // Guarded: with the double-buffering shadow after the counters.
 
   // `dims` after the model dimension where the op has one.
   Shape Stack(std::initializer_list<int64_t> dims) const {
@@ -48,6 +50,7 @@ std::string InputName(int index, int layers) {
   if (index == kFixedInputs + 4 * layers) return "barrier";
   if (index == kFixedInputs + 4 * layers + 1) return "skipped_steps";
   if (index == kFixedInputs + 4 * layers + 2) return "record";
+  if (index == kFixedInputs + 4 * layers + 3) return "shadow";
   const int l = (index - kFixedInputs) / 4;
   static const char* const kPerLayer[] = {"W_", "b_", "velocity of W_", "velocity of b_"};
   return absl::StrCat(kPerLayer[(index - kFixedInputs) % 4], l);
@@ -61,7 +64,7 @@ absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec
 // Checks arity and every input of an L-layer step; stacked, K comes from W_0 [K, out_0, F], and
 // the features [B, F] and labels [B] may be shared by every model.
 absl::StatusOr<StepShape> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in, bool guarded,
-                                      bool stacked) {
+                                      bool shadow, bool stacked) {
   if (layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("attribute 'layers' must be >= 1, got ", layers));
@@ -70,7 +73,9 @@ absl::StatusOr<StepShape> CheckInputs(int64_t layers, absl::Span<const TensorSpe
   s.stacked = stacked;
   s.layers = static_cast<int>(layers);
   s.guarded = guarded;
-  RETURN_IF_ERROR(CheckArity(in, kFixedInputs + 4 * s.layers + 1 + (guarded ? 2 : 0)));
+  s.shadow = guarded && shadow;
+  RETURN_IF_ERROR(
+      CheckArity(in, kFixedInputs + 4 * s.layers + 1 + (guarded ? 2 : 0) + (s.shadow ? 1 : 0)));
   const int lead = stacked ? 1 : 0;
   if (stacked) {
     const TensorSpec& w0 = in[kFixedInputs];
@@ -129,19 +134,29 @@ absl::StatusOr<StepShape> CheckInputs(int64_t layers, absl::Span<const TensorSpe
   const TensorSpec barrier{Shape{codegen::kMlpStepBarrierWords}, DType::kInt32};
   if (!(in[bar] == barrier)) return Bad(bar, s.layers, barrier.ToString(), in[bar]);
   if (guarded) RETURN_IF_ERROR(CheckMlpStepGuardInputs(in, bar + 1));
+  if (s.shadow) {
+    const TensorSpec shadow_spec{Shape{codegen::MlpStepShadowFloats(s.widths, s.models)},
+                                 DType::kFloat32};
+    if (!(in[bar + 3] == shadow_spec)) {
+      return Bad(bar + 3, s.layers, shadow_spec.ToString(), in[bar + 3]);
+    }
+  }
   return s;
 }
 
-// CheckInputs with L derived from the number of inputs.
+// CheckInputs with L derived from the number of inputs (guarded, one more for the shadow).
 absl::StatusOr<StepShape> ShapeOf(absl::Span<const TensorSpec> in, bool guarded, bool stacked) {
   const size_t extra = 1 + (guarded ? 2 : 0);  // The barrier and the guard's counters.
-  if (in.size() < kFixedInputs + 4 + extra || (in.size() - kFixedInputs - extra) % 4 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(stacked ? "a batched_mlp_train_step" : "an mlp_train_step",
-                     " takes 6 + 4 L + ", extra, " inputs for L >= 1 layers, got ", in.size()));
+  const bool shadow =
+      guarded && in.size() >= kFixedInputs + extra && (in.size() - kFixedInputs - extra) % 4 == 1;
+  if (in.size() < kFixedInputs + 4 + extra ||
+      (in.size() - kFixedInputs - extra - (shadow ? 1 : 0)) % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        stacked ? "a batched_mlp_train_step" : "an mlp_train_step", " takes 6 + 4 L + ", extra,
+        guarded ? " (or one more, the shadow)" : "", " inputs for L >= 1 layers, got ", in.size()));
   }
-  return CheckInputs(static_cast<int64_t>(in.size() - kFixedInputs - extra) / 4, in, guarded,
-                     stacked);
+  return CheckInputs(static_cast<int64_t>(in.size() - kFixedInputs - extra - (shadow ? 1 : 0)) / 4,
+                     in, guarded, shadow, stacked);
 }
 
 bool Stacked(const Node& node) { return node.op == &BatchedMlpTrainStepOp(); }
@@ -150,7 +165,11 @@ absl::StatusOr<StepShape> ShapeOfNode(const Attrs& attrs, absl::Span<const Tenso
                                       bool stacked) {
   ASSIGN_OR_RETURN(int64_t layers, ir::IntAttr(attrs, "layers"));
   ASSIGN_OR_RETURN(const codegen::MlpGuard guard, MlpStepGuardOf(attrs));
-  return CheckInputs(layers, in, guard != codegen::MlpGuard::kNone, stacked);
+  const bool guarded = guard != codegen::MlpGuard::kNone;
+  // (layers is compared with the count first: a hostile attribute cannot overflow 4 * layers.)
+  const bool shadow = guarded && layers >= 1 && layers < static_cast<int64_t>(in.size()) &&
+                      in.size() == static_cast<size_t>(kFixedInputs + 4 * layers + 4);
+  return CheckInputs(layers, in, guarded, shadow, stacked);
 }
 
 // Outputs: loss [], the stacked op's losses [K], logits [K?, B, C], workspace.
@@ -239,7 +258,9 @@ absl::StatusOr<codegen::MlpStepPlan> PlanFor(const StepShape& s, DType dtype,
     return absl::UnimplementedError(
         absl::StrCat("the fused MLP step runs in f32 only, got ", DTypeName(dtype)));
   }
-  return codegen::PlanMlpStep(s.batch, s.widths, target, s.models);
+  codegen::MlpStepTarget with_shadow = target;
+  with_shadow.shadow = s.shadow;
+  return codegen::PlanMlpStep(s.batch, s.widths, with_shadow, s.models);
 }
 
 absl::StatusOr<codegen::MlpStepPlan> PlanFor(absl::Span<const TensorSpec> inputs,
@@ -268,11 +289,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
   KernelArgs args;
   for (void* p : ctx.inputs) args.Add(p);
   for (void* p : ctx.outputs) args.Add(p);
-  return LaunchForMlpStep(
-      ctx, node.name, *plan,
-      stacked ? codegen::BatchedMlpStepKernel(*plan, shape->shared_features, shape->shared_labels)
-              : codegen::MlpStepKernel(*plan),
-      std::move(args));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<GpuKernel> step,
+      LaunchForMlpStep(ctx, node.name, *plan,
+                       stacked ? codegen::BatchedMlpStepKernel(*plan, shape->shared_features,
+                                                               shape->shared_labels)
+                               : codegen::MlpStepKernel(*plan),
+                       std::move(args)));
+  if (!plan->double_buffered) return step;
+  MlpStepBuffers buffers{.barrier = ctx.inputs[kFixedInputs + 4 * plan->layers()],
+                         .shadow = ctx.inputs[kFixedInputs + 4 * plan->layers() + 3]};
+  for (int l = 0; l < plan->layers(); ++l) {
+    buffers.weights.push_back(ctx.inputs[kFixedInputs + 4 * l]);
+    buffers.velocities.push_back(ctx.inputs[kFixedInputs + 4 * l + 2]);
+  }
+  return DoubleBufferedMlpStep::Create(ctx, node.name, *plan, buffers, std::move(step));
 }
 
 }  // namespace

@@ -168,6 +168,10 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     specs.push_back(g.spec(guard->skipped_steps));
     specs.push_back(g.spec(guard->record));
   }
+  std::vector<TensorSpec> weights;
+  for (const Layer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
+  const std::optional<TensorSpec> shadow = WholeStepShadowSpec(guard->mode, weights, models);
+  if (shadow.has_value()) specs.push_back(*shadow);
   codegen::MlpStepTarget guarded_target = target;
   guarded_target.guard = guard->mode;
   if (absl::Status s = ops::CheckBatchedMlpTrainStepSupported(specs, guarded_target); !s.ok())
@@ -183,6 +187,11 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     inputs.push_back(guard->skipped_steps);
     inputs.push_back(guard->record);
     attrs["non_finite"] = ops::MlpStepGuardName(guard->mode);
+  }
+  if (shadow.has_value()) {
+    auto state = graph.AddState("batched_mlp_train_step.shadow", *shadow, Initializer::Zeros());
+    if (!state.ok()) return fail(std::string(state.status().message()));
+    inputs.push_back(*state);
   }
   NodeGroup group{.op = &ops::BatchedMlpTrainStepOp(),
                   .name = "batched_mlp_train_step",

@@ -21,6 +21,22 @@ struct Layer {
 
 }  // namespace
 
+std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
+                                              const std::vector<TensorSpec>& weights,
+                                              int64_t models) {
+  if (guard == codegen::MlpGuard::kNone || models >= codegen::kGroupsMinModels || weights.empty()) {
+    return std::nullopt;
+  }
+  const int lead = weights[0].shape.rank() - 2;  // 1 where stacked.
+  if (lead < 0) return std::nullopt;
+  std::vector<int64_t> widths = {weights[0].shape.dim(lead + 1)};
+  for (const TensorSpec& w : weights) {
+    if (w.shape.rank() != lead + 2) return std::nullopt;
+    widths.push_back(w.shape.dim(lead));
+  }
+  return TensorSpec{Shape{codegen::MlpStepShadowFloats(widths, models)}, DType::kFloat32};
+}
+
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why) {
   WholeStepGuard guard;
   absl::StatusOr<int32_t> check = g.FindNode(autodiff::kNonFiniteCheck);
@@ -171,6 +187,10 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
     specs.push_back(g.spec(guard->skipped_steps));
     specs.push_back(g.spec(guard->record));
   }
+  std::vector<TensorSpec> weights;
+  for (const Layer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
+  const std::optional<TensorSpec> shadow = WholeStepShadowSpec(guard->mode, weights, 1);
+  if (shadow.has_value()) specs.push_back(*shadow);
   codegen::MlpStepTarget guarded_target = target;
   guarded_target.guard = guard->mode;
   std::string unsupported;
@@ -185,6 +205,11 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
     inputs.push_back(guard->skipped_steps);
     inputs.push_back(guard->record);
     attrs["non_finite"] = ops::MlpStepGuardName(guard->mode);
+  }
+  if (shadow.has_value()) {
+    auto state = graph.AddState("mlp_train_step.shadow", *shadow, Initializer::Zeros());
+    if (!state.ok()) return fail(std::string(state.status().message()));
+    inputs.push_back(*state);
   }
   NodeGroup group{.op = &ops::MlpTrainStepOp(),
                   .name = "mlp_train_step",

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
@@ -26,6 +27,14 @@ struct WholeStepGuard {
 // The guard of `g` (mode kNone where it has none), or nullopt with the reason in `why` where its
 // nodes are not the guard's usual three.
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
+
+// A guarded whole-step kernel of fewer than codegen::kGroupsMinModels models double-buffers its
+// weights and their velocities (codegen::MlpGuard): the spec of its shadow, a persistent state
+// input after the guard's counters, for weights of these specs ([out, in], or [K, out, in]
+// stacked) in layer order; nullopt where the kernel would not use one.
+std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
+                                              const std::vector<TensorSpec>& weights,
+                                              int64_t models);
 
 // Above this many forward multiply-adds per step the fused kernel is slower than library GEMMs
 // (measured on an H100: MLP 8x256 at batch 32, 19M, runs 60 us fused against 145 us; 4x1024 at

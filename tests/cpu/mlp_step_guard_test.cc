@@ -65,13 +65,15 @@ void SetBatch(ir::ReferenceExecutor& exec, int step, int nan_at = -1) {
 }
 
 // Every parameter and state (the guard's counters included), as doubles, but the kernel's
-// barrier.
+// barrier and shadow (its own state, which the unfused graph lacks).
 std::map<std::string, std::vector<double>> Leaves(const Graph& g, ir::ReferenceExecutor& exec) {
   std::map<std::string, std::vector<double>> out;
   for (const char* op : {"parameter", "state"}) {
     for (int32_t id : g.NodesOf(op)) {
       const std::string& name = g.node(id).name;
-      if (name.find("barrier") != std::string::npos) continue;
+      if (name.find("barrier") != std::string::npos || name.find(".shadow") != std::string::npos) {
+        continue;
+      }
       const ir::HostTensor* t = *exec.Tensor({id, 0});
       std::vector<double>& values = out[name];
       for (int64_t i = 0; i < t->size(); ++i) {
@@ -83,7 +85,8 @@ std::map<std::string, std::vector<double>> Leaves(const Graph& g, ir::ReferenceE
   return out;
 }
 
-// A guarded step fuses whole: the kernel takes the guard's counters and its policy.
+// A guarded step fuses whole: the kernel takes the guard's counters and its policy, and a shadow
+// of every weight and velocity to double-buffer them (codegen::MlpGuard).
 TEST(MlpStepGuardTest, WholeStepKeepsAGuardedStep) {
   const models::Mlp mlp = BuildSmallMlp();
   for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop}) {
@@ -99,8 +102,12 @@ TEST(MlpStepGuardTest, WholeStepKeepsAGuardedStep) {
     EXPECT_EQ(std::get<std::string>(node.attrs.at("non_finite")),
               policy == NonFinitePolicy::kStop ? "stop" : "skip");
     const size_t n = node.inputs.size();
-    EXPECT_EQ(g.node(node.inputs[n - 2].node).name, autodiff::kNonFiniteSkippedSteps);
-    EXPECT_EQ(g.node(node.inputs[n - 1].node).name, autodiff::kNonFiniteRecord);
+    EXPECT_EQ(g.node(node.inputs[n - 3].node).name, autodiff::kNonFiniteSkippedSteps);
+    EXPECT_EQ(g.node(node.inputs[n - 2].node).name, autodiff::kNonFiniteRecord);
+    EXPECT_EQ(g.node(node.inputs[n - 1].node).name, "mlp_train_step.shadow");
+    EXPECT_EQ(g.spec(node.inputs[n - 1]),
+              (TensorSpec{Shape{codegen::MlpStepShadowFloats({kFeatures, 12, 12, 4}, 1)},
+                          DType::kFloat32}));
     EXPECT_FALSE(g.FindNode(std::string(autodiff::kNonFiniteCheck)).ok());
   }
 }
