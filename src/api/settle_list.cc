@@ -1,6 +1,6 @@
 #include "src/api/settle_list.h"
 
-#include <algorithm>
+#include <vector>
 
 #include "src/util/status_macros.h"
 

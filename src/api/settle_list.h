@@ -22,7 +22,6 @@ class SettleList {
   // `kernel` (NeedsSettle) belongs to `owner`'s plan and outlives its entry (Remove).
   void Add(const void* owner, const ops::GpuKernel* kernel);
   void Remove(const void* owner);
-  bool empty() const { return kernels_.empty(); }
   // Enqueues every kernel's settle on `stream`: after it, every parameter and optimizer state is
   // in its own buffer.
   absl::Status Settle(cudaStream_t stream) const;
