@@ -405,6 +405,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string bytes, absl::string
       if (absl::Status s = ParseMetadata(info, file.metadata); !s.ok()) return fail(s);
       continue;
     }
+    // The writer refuses an unnamed tensor too: what is read here can always be written again.
+    if (name.empty()) return fail(absl::InvalidArgumentError("a tensor has an empty name"));
     if (!names.insert(name).second) {
       return fail(absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is given twice")));
     }

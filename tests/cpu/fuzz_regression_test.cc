@@ -18,6 +18,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/mirror.h"
 #include "src/passes/plan.h"
+#include "src/util/safetensors.h"
 
 namespace reprise {
 namespace {
@@ -166,6 +167,22 @@ TEST(FuzzRegressionTest, ActivationBytesPastInt64AreRefusedByTheMirrorFloorAndTh
   EXPECT_NE(floor.status().message().find("int64"), std::string::npos) << floor.status();
   const auto plan = passes::BuildPlan(*std::move(training), {}, passes::PlanOptions{});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The safetensors reader took a tensor named "" that the writer then refused to write again (the
+// fuzzer's round trip); both refuse it now.
+TEST(FuzzRegressionTest, SafetensorsRefusesAnUnnamedTensor) {
+  const std::string header = R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string bytes(8, '\0');
+  const uint64_t length = header.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  bytes += header;
+  bytes += std::string(4, '\0');
+  const auto file = util::ParseSafetensors(bytes, "unnamed.safetensors");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(file.status().message().find("empty name"), std::string::npos) << file.status();
+  EXPECT_NE(file.status().message().find("unnamed.safetensors"), std::string::npos)
+      << file.status();
 }
 
 }  // namespace
