@@ -524,7 +524,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 void ClusterBody::GuardEnd() {
   Line("{  // The non-finite guard: the last block to finish decides (no block waits).");
   Line(absl::StrCat("  if (mlpg::GuardFinish(barrier + ", kMlpStepGuardWord,
-                    ", bad, counters, skipped_steps, record, nullptr)) {"));
+                    ", bad, counters, skipped_steps, record, nullptr, false)) {"));
   absl::StrAppend(&code_, GuardRestoreSource(plan_));
   Line("  }");
   Line("}");

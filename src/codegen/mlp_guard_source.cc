@@ -20,14 +20,11 @@ struct StartCopy {
   int64_t floats;
 };
 
-// Double-buffered plans copy the biases only: the weights' second buffers keep the step's start.
+// Double-buffered plans copy nothing: every parameter's second buffer keeps the step's start.
 std::vector<StartCopy> StartCopies(const MlpStepPlan& plan, int l) {
+  if (plan.double_buffered) return {};
   const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
   const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
-  if (plan.double_buffered) {
-    return {{absl::StrCat("b", l), plan.grad_b_offset[l], biases},
-            {absl::StrCat("vb", l), plan.start_vb_offset[l], biases}};
-  }
   return {{absl::StrCat("w", l), plan.grad_w_offset[l], weights},
           {absl::StrCat("b", l), plan.grad_b_offset[l], biases},
           {absl::StrCat("vw", l), plan.start_vw_offset[l], weights},
@@ -78,23 +75,30 @@ int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models) 
   int64_t total = 0;
   for (size_t l = 0; l + 1 < widths.size(); ++l) {
     const int64_t weights = SaturatingMul(models, SaturatingMul(widths[l + 1], widths[l]));
-    if (weights > kMost / 4) return kMost;
+    const int64_t biases = SaturatingMul(models, widths[l + 1]);
+    if (weights > kMost / 4 || biases > kMost / 4) return kMost;
     total = SaturatingAdd(total, 2 * mlp_layout::Align32(weights));
+    total = SaturatingAdd(total, 2 * mlp_layout::Align32(biases));
   }
   return total;
 }
 
 void LayOutShadow(MlpStepPlan& plan) {
   plan.double_buffered = true;
-  plan.shadow_w_offset.clear();
-  plan.shadow_vw_offset.clear();
+  for (auto* offsets : {&plan.shadow_w_offset, &plan.shadow_b_offset, &plan.shadow_vw_offset,
+                        &plan.shadow_vb_offset}) {
+    offsets->clear();
+  }
   int64_t at = 0;
   for (int l = 0; l < plan.layers(); ++l) {
     const int64_t weights =
         mlp_layout::Align32(int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l]);
+    const int64_t biases = mlp_layout::Align32(int64_t{plan.models} * plan.widths[l + 1]);
     plan.shadow_w_offset.push_back(at);
     plan.shadow_vw_offset.push_back(at + weights);
-    at += 2 * weights;
+    plan.shadow_b_offset.push_back(at + 2 * weights);
+    plan.shadow_vb_offset.push_back(at + 2 * weights + biases);
+    at += 2 * weights + 2 * biases;
   }
 }
 

@@ -26,8 +26,8 @@ std::string GuardCopySource(const MlpStepPlan& plan, const std::vector<int>& lay
 std::string GuardRestoreSource(const MlpStepPlan& plan);
 
 // Makes a guarded kLayerPhases or kRowChain plan double-buffered: sets double_buffered and lays
-// each layer's weights and velocities out in the shadow (shadow_w_offset, shadow_vw_offset), as
-// MlpStepShadowFloats counts them.
+// each layer's weights, biases and their velocities out in the shadow (shadow_w_offset, ...), as
+// MlpStepShadowFloats counts them. Such a plan has no copies: the two functions above return "".
 void LayOutShadow(MlpStepPlan& plan);
 
 }  // namespace reprise::codegen

@@ -3,6 +3,7 @@
 // then a kernel body that calls their phases in order with every tensor's address.
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -112,8 +113,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   auto vw = [&](int l, const char* which) {
     return Arg{absl::StrCat("vw", l, which), int64_t{d[l + 1]} * d[l]};
   };
-  auto b = [&](int l) { return Arg{absl::StrCat("b", l), d[l + 1]}; };
-  auto vb = [&](int l) { return Arg{absl::StrCat("vb", l), d[l + 1]}; };
+  auto b = [&](int l, const char* which) { return Arg{absl::StrCat("b", l, which), d[l + 1]}; };
+  auto vb = [&](int l, const char* which) { return Arg{absl::StrCat("vb", l, which), d[l + 1]}; };
   const Arg none;
   for (int l = 1; l < layers; ++l) {
     absl::StrAppend(&code, "  float* const h", l, " = ws + ", plan.h_offset[l], ";\n");
@@ -127,7 +128,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     absl::StrAppend(&code, "  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
     for (int l = 0; l < layers; ++l) {
       for (const auto& [param, offset] :
-           {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"vw", plan.shadow_vw_offset[l]}}) {
+           {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"b", plan.shadow_b_offset[l]},
+            std::pair{"vw", plan.shadow_vw_offset[l]}, std::pair{"vb", plan.shadow_vb_offset[l]}}) {
         absl::StrAppend(&code, "  float* const ", param, l, "_now = flip ? shadow + ", offset,
                         " : ", param, l, ";\n  float* const ", param, l, "_next = flip ? ", param,
                         l, " : shadow + ", offset, ";\n");
@@ -135,23 +137,27 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     }
   }
   auto forward_args = [&](int l) {
-    return ArgsOf("GemmArgs", {h(l), w(l, now), h(l + 1), b(l), none, none, none, none});
+    return ArgsOf("GemmArgs",
+                  {h(l), w(l, now), h(l + 1), b(l, now), none, none, none, none, none, none});
   };
   auto dgrad_args = [&](int l) {
-    return ArgsOf("GemmArgs", {dz(l), w(l, now), dz(l - 1), none, h(l), none, none, none});
+    return ArgsOf("GemmArgs",
+                  {dz(l), w(l, now), dz(l - 1), none, h(l), none, none, none, none, none});
   };
   // Double-buffered, the unused bias and mask fields carry the step's weight and velocity
   // (mlp_step_device.inc's IssueExtras).
   auto wgrad_args = [&](int l) {
     return plan.double_buffered
-               ? ArgsOf("GemmArgs",
-                        {dz(l), h(l), w(l, next), w(l, now), vw(l, now), vw(l, next), b(l), vb(l)})
-               : ArgsOf("GemmArgs", {dz(l), h(l), w(l, ""), none, none, vw(l, ""), b(l), vb(l)});
+               ? ArgsOf("GemmArgs", {dz(l), h(l), w(l, next), w(l, now), vw(l, now), vw(l, next),
+                                     b(l, now), vb(l, now), b(l, next), vb(l, next)})
+               : ArgsOf("GemmArgs", {dz(l), h(l), w(l, ""), none, none, vw(l, ""), b(l, ""),
+                                     vb(l, ""), none, none});
   };
-  // Guarded, the phase that first reads layer l's parameters copies them out before the blocks
-  // arrive (GuardCopySource), then arrives where `arrive`.
+  // Guarded with copies (not double-buffered), the phase that first reads layer l's parameters
+  // copies them out before the blocks arrive (GuardCopySource), then arrives where `arrive`.
+  const bool copies = guarded && !plan.double_buffered;
   auto end_phase = [&](const std::vector<int>& layers_read, const std::string& tasks, bool arrive) {
-    if (!guarded) return std::string();
+    if (!copies) return std::string();
     return absl::StrCat(GuardCopySource(plan, layers_read, tasks),
                         arrive ? "    GridArrive(c.barrier, arrival);\n" : "");
   };
@@ -160,14 +166,15 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     return plan.models == 1 ? args : absl::StrCat(args, ".Model(k)");
   };
   // Guarded, the step ends here: each block's arrival on the guard word; the last block counts
-  // the step and restores every parameter where it skips.
+  // the step and, with copies, restores every parameter where it skips (double-buffered: flips
+  // the parity where it does not).
   auto guard_end = [&](int index) {
     if (!guarded) return;
     absl::StrAppend(&code, "  {  // The non-finite guard: the last block to finish decides.\n",
                     "    if (mlpg::GuardFinish(barrier + kGuardWord, c.bad, counters, "
                     "skipped_steps, record, ",
-                    plan.double_buffered ? absl::StrCat("barrier + ", kMlpStepParityWord)
-                                         : std::string("nullptr"),
+                    plan.double_buffered ? absl::StrCat("barrier + ", kMlpStepParityWord, ", flip")
+                                         : std::string("nullptr, false"),
                     ")) {\n", GuardRestoreSource(plan), "    }\n  }\n");
     stamp(index);
   };
@@ -177,7 +184,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                    B(layers >= 2), ", ", B(layers >= 2), ">");
   const std::string head_args =
       ArgsOf("HeadArgs",
-             {h(last), w(last, now), b(last), Arg{"labels", shared_labels ? 0 : batch},
+             {h(last), w(last, now), b(last, now), Arg{"labels", shared_labels ? 0 : batch},
               Arg{"logits", batch * d[layers]}, dz(last), layers >= 2 ? dz(last - 1) : none,
               Arg{absl::StrCat("ws + ", plan.row_loss_offset), batch}},
              absl::StrCat("dloss[0] / static_cast<float>(", batch, "), "));
@@ -211,8 +218,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     std::vector<int> every_layer;
     for (int l = 0; l < layers; ++l) every_layer.push_back(l);
     absl::StrAppend(&code, "    }\n",
-                    guarded ? end_phase(every_layer, absl::StrCat("kModels * ", row_blocks), true)
-                            : "    GridArrive(c.barrier, arrival);\n",
+                    copies ? end_phase(every_layer, absl::StrCat("kModels * ", row_blocks), true)
+                           : "    GridArrive(c.barrier, arrival);\n",
                     "  }\n");
     stamp(1);
     // Every dz and h (but x) was written in phase 0: both operands are late; the weights,
@@ -236,9 +243,9 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   }
   int phase = 0;
   const int last_phase = plan.phases - 1 - (guarded ? 1 : 0);  // Of the GEMMs.
-  // kWait, kArrive; guarded, a forward phase arrives after its copies (end_phase).
-  auto flags = [&](bool copies = false) {
-    return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase && !(copies && guarded)));
+  // kWait, kArrive; with copies, a forward phase arrives after them (end_phase).
+  auto flags = [&](bool copying = false) {
+    return absl::StrCat(B(phase > 0), ", ", B(phase < last_phase && !(copying && copies)));
   };
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
     absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
@@ -333,8 +340,9 @@ GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan) {
   const std::string name = "reprise_mlp_step_settle";
   std::vector<std::string> params = {"unsigned* barrier"};
   for (int l = 0; l < plan.layers(); ++l) {
-    params.push_back(absl::StrCat("float* w", l));
-    params.push_back(absl::StrCat("float* vw", l));
+    for (const char* tensor : {"w", "b", "vw", "vb"}) {
+      params.push_back(absl::StrCat("float* ", tensor, l));
+    }
   }
   params.push_back("const float* shadow");
   params.push_back("int clear");
@@ -351,9 +359,13 @@ GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan) {
       "  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;\n");
   for (int l = 0; l < plan.layers(); ++l) {
     const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
-    for (const auto& [param, offset] :
-         {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"vw", plan.shadow_vw_offset[l]}}) {
-      absl::StrAppend(&code, "  for (size_t i = first; i < ", weights, "; i += step) ", param, l,
+    const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
+    for (const auto& [param, offset, floats] :
+         {std::tuple{"w", plan.shadow_w_offset[l], weights},
+          std::tuple{"b", plan.shadow_b_offset[l], biases},
+          std::tuple{"vw", plan.shadow_vw_offset[l], weights},
+          std::tuple{"vb", plan.shadow_vb_offset[l], biases}}) {
+      absl::StrAppend(&code, "  for (size_t i = first; i < ", floats, "; i += step) ", param, l,
                       "[i] = shadow[", offset, " + i];\n");
     }
   }

@@ -300,8 +300,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
   MlpStepBuffers buffers{.barrier = ctx.inputs[kFixedInputs + 4 * plan->layers()],
                          .shadow = ctx.inputs[kFixedInputs + 4 * plan->layers() + 3]};
   for (int l = 0; l < plan->layers(); ++l) {
-    buffers.weights.push_back(ctx.inputs[kFixedInputs + 4 * l]);
-    buffers.velocities.push_back(ctx.inputs[kFixedInputs + 4 * l + 2]);
+    const int first = kFixedInputs + 4 * l;  // W, b, W's velocity, b's.
+    buffers.layers.push_back(
+        {ctx.inputs[first], ctx.inputs[first + 1], ctx.inputs[first + 2], ctx.inputs[first + 3]});
   }
   return DoubleBufferedMlpStep::Create(ctx, node.name, *plan, buffers, std::move(step));
 }

@@ -12,19 +12,17 @@ namespace reprise::ops {
 absl::StatusOr<std::unique_ptr<GpuKernel>> DoubleBufferedMlpStep::Create(
     const LoweringContext& ctx, const std::string& node_name, const codegen::MlpStepPlan& plan,
     const MlpStepBuffers& buffers, std::unique_ptr<GpuKernel> step) {
-  if (!plan.double_buffered || buffers.weights.size() != static_cast<size_t>(plan.layers()) ||
-      buffers.velocities.size() != buffers.weights.size()) {
+  if (!plan.double_buffered || buffers.layers.size() != static_cast<size_t>(plan.layers())) {
     return absl::InternalError(absl::StrCat(
-        "node '", node_name, "': a double-buffered step needs a double-buffered plan and ",
-        plan.layers(), " weights and velocities"));
+        "node '", node_name, "': a double-buffered step needs a double-buffered plan and the ",
+        "parameters and velocities of its ", plan.layers(), " layers"));
   }
   const codegen::GeneratedKernel settle = codegen::MlpStepSettleKernel(plan);
   auto args = [&](int clear) {
     KernelArgs a;
     a.Add(buffers.barrier);
-    for (size_t l = 0; l < buffers.weights.size(); ++l) {
-      a.Add(buffers.weights[l]);
-      a.Add(buffers.velocities[l]);
+    for (const std::array<void*, 4>& layer : buffers.layers) {
+      for (void* tensor : layer) a.Add(tensor);
     }
     a.Add(buffers.shadow);
     a.Add(clear);
@@ -51,7 +49,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> DoubleBufferedMlpStep::Create(
 }
 
 std::string DoubleBufferedMlpStep::Describe() const {
-  return absl::StrCat(step_->Describe(), " (weights double-buffered)");
+  return absl::StrCat(step_->Describe(), " (parameters double-buffered)");
 }
 
 absl::Status DoubleBufferedMlpStep::Settle(cudaStream_t stream) const {

@@ -1,11 +1,12 @@
 // The launch of a double-buffered whole-step MLP kernel (codegen::MlpGuard,
-// MlpStepPlan::double_buffered): the step itself, and its Settle, which brings the weights and
+// MlpStepPlan::double_buffered): the step itself, and its Settle, which brings the parameters and
 // velocities back to their own buffers where the parity word says the shadow holds them (two
 // launches of codegen::MlpStepSettleKernel: the copy, then the word cleared). Between steps only
 // Settle makes those buffers current; every reader outside the step must call it first.
 #ifndef REPRISE_SRC_OPS_MLP_STEP_DOUBLE_BUFFER_H_
 #define REPRISE_SRC_OPS_MLP_STEP_DOUBLE_BUFFER_H_
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,8 +20,9 @@ namespace reprise::ops {
 // The device addresses the settle reads and writes, as the step kernel takes them.
 struct MlpStepBuffers {
   void* barrier = nullptr;
-  std::vector<void*> weights, velocities;  // Per layer: W_l and W_l's velocity.
-  void* shadow = nullptr;                  // The step's shadow input (MlpStepTarget::shadow).
+  // Per layer: W_l, b_l, W_l's velocity and b_l's, the step kernel's parameters in its order.
+  std::vector<std::array<void*, 4>> layers;
+  void* shadow = nullptr;  // The step's shadow input (MlpStepTarget::shadow).
 };
 
 class DoubleBufferedMlpStep : public GpuKernel {

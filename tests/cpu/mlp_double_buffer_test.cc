@@ -1,7 +1,8 @@
 // The double-buffered guarded MLP step (MlpGuard in src/codegen/mlp_step_kernel.h), as generated
-// source: guarded layer-phase and row-chain plans read each weight and velocity from the buffer
-// the parity word names and write the update to the other, copy and restore only the biases, and
-// flip the word when the step is applied; the settle kernel copies the shadow's buffers back. Only
+// source: guarded layer-phase and row-chain plans read each parameter and velocity from the
+// buffer the parity word names and write the update to the other, copy and restore nothing, and
+// write the flipped word when the step is applied; the settle kernel copies the shadow's buffers
+// back. Only
 // a plan given a shadow (MlpStepTarget::shadow, which the fuse passes add as persistent state)
 // double-buffers.
 // Both compile for sm_90 without warnings. The GPU side: tests/gpu/mlp_step_guard_gpu_test.cc.
@@ -51,13 +52,20 @@ TEST(MlpDoubleBufferTest, GuardedLayerPhasesAndRowChainAreDoubleBufferedTheOther
     EXPECT_FALSE(Plan(4, schedule, MlpGuard::kNone).double_buffered);
     EXPECT_FALSE(Plan(4, schedule, MlpGuard::kSkip, /*shadow=*/false).double_buffered);
   }
-  // The shadow holds each weight and velocity once, 128-byte aligned, at the plan's offsets.
+  // The shadow holds each layer's weights, their velocities, biases and theirs once, 128-byte
+  // aligned, at the plan's offsets: 4 models of 64-256-256-10 have 65536, 262144 and 10240
+  // weights and 1024, 1024 and 40 (aligned up to 64) biases per layer.
   const codegen::MlpStepPlan plan = Plan(4, MlpSchedule::kLayerPhases, MlpGuard::kSkip);
-  EXPECT_EQ(plan.shadow_w_offset, (std::vector<int64_t>{0, 2 * 65536, 2 * 65536 + 2 * 262144}));
-  EXPECT_EQ(plan.shadow_vw_offset,
-            (std::vector<int64_t>{65536, 2 * 65536 + 262144, 2 * 65536 + 2 * 262144 + 10240}));
-  EXPECT_EQ(codegen::MlpStepShadowFloats({64, 256, 256, 10}, 4), 2 * (65536 + 262144 + 10240));
-  EXPECT_EQ(codegen::MlpStepShadowFloats({1, 3}, 1), 2 * 32);  // Aligned up.
+  const int64_t layer1 = 2 * 65536 + 2 * 1024, layer2 = layer1 + 2 * 262144 + 2 * 1024;
+  EXPECT_EQ(plan.shadow_w_offset, (std::vector<int64_t>{0, layer1, layer2}));
+  EXPECT_EQ(plan.shadow_vw_offset, (std::vector<int64_t>{65536, layer1 + 262144, layer2 + 10240}));
+  EXPECT_EQ(plan.shadow_b_offset,
+            (std::vector<int64_t>{2 * 65536, layer1 + 2 * 262144, layer2 + 2 * 10240}));
+  EXPECT_EQ(plan.shadow_vb_offset,
+            (std::vector<int64_t>{2 * 65536 + 1024, layer1 + 2 * 262144 + 1024,
+                                  layer2 + 2 * 10240 + 64}));
+  EXPECT_EQ(codegen::MlpStepShadowFloats({64, 256, 256, 10}, 4), layer2 + 2 * 10240 + 2 * 64);
+  EXPECT_EQ(codegen::MlpStepShadowFloats({1, 3}, 1), 4 * 32);  // Aligned up.
   EXPECT_EQ(codegen::MlpStepShadowFloats({int64_t{1} << 40, int64_t{1} << 40}, 8),
             std::numeric_limits<int64_t>::max());  // Saturates, never wraps.
   // The group schedule copies in its updates (its own form is still to come).
@@ -66,7 +74,7 @@ TEST(MlpDoubleBufferTest, GuardedLayerPhasesAndRowChainAreDoubleBufferedTheOther
   EXPECT_FALSE(groups.double_buffered);
 }
 
-TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesOnlyTheBiases) {
+TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesNothing) {
   for (codegen::MlpSchedule schedule :
        {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
     for (int64_t models : {1, 4}) {
@@ -79,20 +87,23 @@ TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesOnlyTheBiases
       const std::string& code = kernel.code;
       EXPECT_THAT(code, HasSubstr("const bool flip = barrier[62] != 0u;"));
       for (int l = 0; l < plan.layers(); ++l) {
-        const std::string w = "w" + std::to_string(l), vw = "vw" + std::to_string(l);
+        const std::string n = std::to_string(l), w = "w" + n, vw = "vw" + n, b = "b" + n,
+                          vb = "vb" + n;
         EXPECT_THAT(code, HasSubstr(w + "_now = flip ? shadow + " +
                                     std::to_string(plan.shadow_w_offset[l]) + " : " + w + ";"));
         EXPECT_THAT(code, HasSubstr(vw + "_next = flip ? " + vw + " : shadow + " +
                                     std::to_string(plan.shadow_vw_offset[l]) + ";"));
+        EXPECT_THAT(code, HasSubstr(b + "_now = flip ? shadow + " +
+                                    std::to_string(plan.shadow_b_offset[l]) + " : " + b + ";"));
+        EXPECT_THAT(code, HasSubstr(vb + "_next = flip ? " + vb + " : shadow + " +
+                                    std::to_string(plan.shadow_vb_offset[l]) + ";"));
         // The weight gradient's update: written to _next, the step's values read from _now.
-        EXPECT_THAT(code, HasSubstr(w + "_next, " + w + "_now, " + vw + "_now, " + vw + "_next, b" +
-                                    std::to_string(l)));
-        EXPECT_THAT(
-            code, Not(HasSubstr("(ws + " + std::to_string(plan.grad_w_offset[l]) + ", " + w + ",")))
-            << "no step-start copy of " << w;
-        EXPECT_THAT(code, HasSubstr("mlpg::Restore<"));
+        EXPECT_THAT(code, HasSubstr(w + "_next, " + w + "_now, " + vw + "_now, " + vw + "_next, " +
+                                    b + "_now, " + vb + "_now, " + b + "_next, " + vb + "_next"));
       }
-      EXPECT_THAT(code, HasSubstr("record, barrier + 62))"));
+      EXPECT_THAT(code, Not(HasSubstr("mlpg::CopyStart<"))) << "no step-start copies";
+      EXPECT_THAT(code, Not(HasSubstr("mlpg::Restore<"))) << "no restore";
+      EXPECT_THAT(code, HasSubstr("record, barrier + 62, flip))"));
       EXPECT_THAT(code, HasSubstr("int* record, float* shadow, float* loss"));
       ExpectCompilesCleanly(kernel);
     }
@@ -105,7 +116,7 @@ TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesOnlyTheBiases
   EXPECT_THAT(plain, HasSubstr("constexpr bool kDoubleBuffer = false;"));
 }
 
-TEST(MlpDoubleBufferTest, SettleCopiesEveryWeightAndVelocityBackThenClears) {
+TEST(MlpDoubleBufferTest, SettleCopiesEveryParameterAndVelocityBackThenClears) {
   const codegen::MlpStepPlan plan =
       Plan(4, codegen::MlpSchedule::kLayerPhases, codegen::MlpGuard::kSkip);
   const codegen::GeneratedKernel settle = codegen::MlpStepSettleKernel(plan);
@@ -113,13 +124,21 @@ TEST(MlpDoubleBufferTest, SettleCopiesEveryWeightAndVelocityBackThenClears) {
   EXPECT_THAT(settle.code, HasSubstr("if (barrier[62] == 0u) return;"));
   EXPECT_THAT(settle.code, HasSubstr("barrier[62] = 0u;"));
   for (int l = 0; l < plan.layers(); ++l) {
+    const std::string n = std::to_string(l);
     const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
-    const std::string bound = "i < " + std::to_string(weights) + "; i += step) ";
-    EXPECT_THAT(settle.code, HasSubstr(bound + "w" + std::to_string(l) + "[i] = shadow[" +
+    const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];
+    const std::string by_weight = "i < " + std::to_string(weights) + "; i += step) ";
+    const std::string by_bias = "i < " + std::to_string(biases) + "; i += step) ";
+    EXPECT_THAT(settle.code, HasSubstr(by_weight + "w" + n + "[i] = shadow[" +
                                        std::to_string(plan.shadow_w_offset[l]) + " + i];"));
-    EXPECT_THAT(settle.code, HasSubstr(bound + "vw" + std::to_string(l) + "[i] = shadow[" +
+    EXPECT_THAT(settle.code, HasSubstr(by_weight + "vw" + n + "[i] = shadow[" +
                                        std::to_string(plan.shadow_vw_offset[l]) + " + i];"));
+    EXPECT_THAT(settle.code, HasSubstr(by_bias + "b" + n + "[i] = shadow[" +
+                                       std::to_string(plan.shadow_b_offset[l]) + " + i];"));
+    EXPECT_THAT(settle.code, HasSubstr(by_bias + "vb" + n + "[i] = shadow[" +
+                                       std::to_string(plan.shadow_vb_offset[l]) + " + i];"));
   }
+  EXPECT_THAT(settle.code, HasSubstr("float* w0, float* b0, float* vw0, float* vb0, float* w1"));
   ExpectCompilesCleanly(settle);
   // Nothing to settle in a plan that is not double-buffered.
   const codegen::GeneratedKernel none = codegen::MlpStepSettleKernel(
@@ -145,13 +164,13 @@ TEST(MlpDoubleBufferTest, ShapeRuleTakesAShadowOfTheRightSizeOrNone) {
   const ir::OpDef& op = ops::MlpTrainStepOp();
   EXPECT_TRUE(op.infer(attrs, in).ok()) << "no shadow";
   const int64_t floats = codegen::MlpStepShadowFloats({6, 12, 4}, 1);
-  EXPECT_EQ(floats, 2 * 96 + 2 * 64);
+  EXPECT_EQ(floats, 2 * 96 + 2 * 64 + 4 * 32);  // Weights 72 and 48, biases 12 and 4, aligned.
   in.push_back({Shape{floats}, DType::kFloat32});
   EXPECT_TRUE(op.infer(attrs, in).ok()) << "with its shadow";
   in.back() = {Shape{floats - 1}, DType::kFloat32};
   const absl::StatusOr<std::vector<TensorSpec>> short_one = op.infer(attrs, in);
   ASSERT_FALSE(short_one.ok());
-  EXPECT_THAT(short_one.status().message(), HasSubstr("(shadow) must be f32[320]"));
+  EXPECT_THAT(short_one.status().message(), HasSubstr("(shadow) must be f32[448]"));
   in.push_back({Shape{floats}, DType::kFloat32});
   EXPECT_FALSE(op.infer(attrs, in).ok()) << "two shadows";
 }

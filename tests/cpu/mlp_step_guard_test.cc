@@ -301,24 +301,29 @@ TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
       for (codegen::MlpSchedule schedule :
            {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
         for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
-          codegen::MlpStepTarget target;
-          target.aligned = c.aligned;
-          target.tf32 = tf32;
-          target.schedule = schedule;
-          target.guard = guard;
-          auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
-          ASSERT_TRUE(plan.ok()) << plan.status();
-          const codegen::GeneratedKernel kernel =
-              c.models == 1 ? codegen::MlpStepKernel(*plan)
-                            : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-          // No grid-wide wait for the check: each block arrives on the guard word and leaves.
-          EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
-          EXPECT_THAT(kernel.code, HasSubstr("mlpg::Restore<"));
-          EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
-          auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-          ASSERT_TRUE(compiled.ok())
-              << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
-              << (plan->row_chain ? " chain" : "") << ": " << compiled.status();
+          // With a shadow (double-buffered), for TF32 only: the compile time is the test's.
+          for (bool shadow : {false, tf32}) {
+            codegen::MlpStepTarget target;
+            target.aligned = c.aligned;
+            target.tf32 = tf32;
+            target.schedule = schedule;
+            target.guard = guard;
+            target.shadow = shadow;
+            auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
+            ASSERT_TRUE(plan.ok()) << plan.status();
+            const codegen::GeneratedKernel kernel =
+                c.models == 1 ? codegen::MlpStepKernel(*plan)
+                              : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
+            // No grid-wide wait for the check: each block arrives on the guard word and leaves;
+            // with copies, the last restores a skipped step.
+            EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+            EXPECT_EQ(kernel.code.find("mlpg::Restore<") != std::string::npos, !shadow);
+            EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
+            auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+            ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()
+                                       << (tf32 ? " tf32" : "") << (plan->row_chain ? " chain" : "")
+                                       << (shadow ? " shadow" : "") << ": " << compiled.status();
+          }
         }
       }
     }
