@@ -91,4 +91,10 @@ const ir::OpDef& CastOp() {
   return op;
 }
 
+bool IsParameterOrItsCast(const Graph& g, Value v) {
+  const Node* node = &g.node(v.node);
+  while (node->op == &CastOp() && node->inputs.size() == 1) node = &g.node(node->inputs[0].node);
+  return node->op == &ir::ParameterOp();
+}
+
 }  // namespace reprise::ops

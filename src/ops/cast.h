@@ -5,6 +5,7 @@
 #define REPRISE_SRC_OPS_CAST_H_
 
 #include "absl/status/statusor.h"
+#include "reprise/graph.h"
 #include "src/ir/op_def.h"
 
 namespace reprise::ops {
@@ -15,6 +16,11 @@ const ir::OpDef& CastOp();
 // converts it, in one launch per codegen::kMaxMultiTensorCapacity tensors. The fuse pass makes it
 // from mixed precision's casts of the float32 parameters to their 16-bit copies.
 const ir::OpDef& CastMultiOp();
+
+// Whether `v` is a parameter, or a parameter cast (any number of times) as mixed precision reads
+// it: a value whose gradient ends a weight-gradient chain, so that gradient's node may take role
+// "wgrad" (the weight-gradient lane, src/passes/schedule.h).
+bool IsParameterOrItsCast(const Graph& g, Value v);
 
 // The "dtype" attribute's value for a float type, and back; InvalidArgument for a name that is not
 // a float type.

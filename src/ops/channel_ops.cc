@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/conv_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/cast.h"
 #include "src/ops/column_sum_launch.h"
 #include "src/ops/conv.h"
 #include "src/ops/conv_shape.h"
@@ -55,8 +56,11 @@ absl::StatusOr<std::vector<Value>> GradChannelBiasAdd(Graph& g, const Node& node
   if (needs[0]) grads[0] = dout[0];
   if (needs[1]) {
     ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(node.attrs));
+    Attrs attrs = {{"layout", std::string(LayoutName(layout))}};
+    // A parameter's bias gradient runs on the weight-gradient lane (see GradBiasAdd).
+    if (IsParameterOrItsCast(g, node.inputs[1])) attrs["role"] = std::string("wgrad");
     ASSIGN_OR_RETURN(grads[1], g.AddOp1(ChannelSumOp(), absl::StrCat(node.name, ".bias_grad"),
-                                        {dout[0]}, {{"layout", std::string(LayoutName(layout))}}));
+                                        {dout[0]}, std::move(attrs)));
   }
   return grads;
 }

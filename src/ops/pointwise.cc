@@ -4,6 +4,7 @@
 #include "src/codegen/batched_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/batched.h"
+#include "src/ops/cast.h"
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -64,8 +65,12 @@ absl::StatusOr<std::vector<Value>> GradBiasAdd(Graph& g, const Node& node,
   std::vector<Value> grads(2);
   if (needs[0]) grads[0] = dout[0];
   if (needs[1]) {
-    ASSIGN_OR_RETURN(grads[1],
-                     g.AddOp1(column_sum, absl::StrCat(node.name, ".bias_grad"), {dout[0]}));
+    // A parameter's bias gradient ends its chain, as a weight gradient does: role "wgrad" runs it
+    // on the weight-gradient lane, off the data-gradient chain.
+    Attrs attrs;
+    if (IsParameterOrItsCast(g, node.inputs[1])) attrs["role"] = std::string("wgrad");
+    ASSIGN_OR_RETURN(grads[1], g.AddOp1(column_sum, absl::StrCat(node.name, ".bias_grad"),
+                                        {dout[0]}, std::move(attrs)));
   }
   return grads;
 }

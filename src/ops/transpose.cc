@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "src/codegen/transpose_kernels.h"
+#include "src/ops/cast.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/util/status_macros.h"
@@ -128,7 +129,7 @@ absl::StatusOr<std::vector<Value>> GradTranspose(Graph& g, const Node& node,
   Attrs attrs = {{"perm", PermutationString(InversePermutation(perm))}};
   // A transposed parameter's gradient ends its weight-gradient chain: role "wgrad" keeps it on
   // the wgrad lane, so the data-gradient lane never waits for it.
-  if (g.node(node.inputs[0].node).op == &ir::ParameterOp()) attrs["role"] = std::string("wgrad");
+  if (IsParameterOrItsCast(g, node.inputs[0])) attrs["role"] = std::string("wgrad");
   ASSIGN_OR_RETURN(grads[0], g.AddOp1(TransposeOp(), absl::StrCat(node.name, ".grad"), {dout[0]},
                                       std::move(attrs)));
   return grads;

@@ -3,12 +3,14 @@
 // path on lanes of their own, with waits that order every dependency across lanes.
 #include "src/passes/schedule.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ops/cast.h"
 #include "src/ops/ops.h"
+#include "src/passes/mixed_precision.h"
 
 namespace reprise {
 namespace {
@@ -134,6 +136,44 @@ TEST(ScheduleTest, FourLanesOrderEveryDependencyAndTooManyIsAnError) {
   auto too_many = passes::Schedule(t.graph, {.lanes = 5});
   EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(too_many.status().message().find("1 to 4"), std::string::npos);
+}
+
+// A parameter's bias gradient ends its chain as a weight gradient does (role "wgrad"), in float32
+// and through mixed precision's cast alike, so it runs on lane 1, off the data-gradient chain; a
+// computed bias's gradient flows on into the chain and stays on lane 0.
+TEST(ScheduleTest, TwoLanesPutAParametersBiasGradientOnLaneOne) {
+  auto mlp =
+      models::BuildMlp({.batch = 4, .input_features = 8, .depth = 3, .width = 8, .classes = 3});
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  for (DType compute : {DType::kFloat32, DType::kBFloat16}) {
+    auto mixed = passes::ConvertToMixedPrecision(mlp->graph, mlp->loss, {}, compute);
+    ASSERT_TRUE(mixed.ok()) << mixed.status();
+    auto t = autodiff::BuildTrainingGraph(mixed->graph, mixed->loss, {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto order = passes::Schedule(t->graph, {.lanes = 2});
+    ASSERT_TRUE(order.ok()) << order.status();
+    int bias_gradients = 0;
+    for (const passes::ScheduledLaunch& l : *order) {
+      const Node& node = t->graph.node(l.node);
+      if (!absl::EndsWith(node.name, ".bias_grad")) continue;
+      ++bias_gradients;
+      EXPECT_EQ(l.lane, 1) << node.name << " in " << DTypeName(compute);
+    }
+    EXPECT_EQ(bias_gradients, 4) << DTypeName(compute);  // Three hidden layers and the output.
+    ExpectEveryDependencyOrdered(t->graph, *order);
+  }
+  Graph g;
+  const TensorSpec spec{Shape{4, 4}, DType::kFloat32};
+  const Value x = *g.AddInput("x", spec);
+  const Value w = *g.AddParameter("w", {Shape{4}}, Initializer::Constant(0.5));
+  const Value computed = *g.AddOp1(ops::ReluOp(), "computed_bias", {w});
+  const Value y = *g.AddOp1(ops::BiasAddOp(), "y", {x, computed});
+  const Value labels = *g.AddInput("labels", {Shape{4}, DType::kInt32});
+  const Value loss = *g.AddOp1(ops::SoftmaxCrossEntropyOp(), "loss", {y, labels});
+  auto t = autodiff::BuildTrainingGraph(g, loss, {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const Node& grad = t->graph.node(*t->graph.FindNode("y.bias_grad"));
+  EXPECT_FALSE(grad.attrs.contains("role")) << "a computed bias's gradient is not a weight's";
 }
 
 }  // namespace
