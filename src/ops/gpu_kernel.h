@@ -43,9 +43,9 @@ class GpuKernel {
   virtual size_t WorkspaceBytes() const { return 0; }
   // Brings state the kernel keeps between launches in a form of its own back to where the rest of
   // the engine reads it, enqueued on `stream`; a no-op for almost every kernel. The double-
-  // buffered whole-step MLP kernel (codegen::MlpGuard) leaves its weights and velocities in its
-  // workspace every other step: whoever reads or writes the parameters or the optimizer state
-  // outside the step (the host, another graph) must settle every launch of the plan first.
+  // buffered whole-step MLP kernel (codegen::MlpGuard) leaves its parameters and velocities in its
+  // shadow state every other applied step: whoever reads or writes the parameters or the optimizer
+  // state outside the step (the host, another graph) must settle every launch of the plan first.
   virtual absl::Status Settle(cudaStream_t /*stream*/) const { return absl::OkStatus(); }
   // Whether Settle does anything (the engine keeps a list of the kernels that need it).
   virtual bool NeedsSettle() const { return false; }

@@ -29,8 +29,8 @@ struct WholeStepGuard {
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
 
 // A guarded whole-step kernel of fewer than codegen::kGroupsMinModels models double-buffers its
-// weights and their velocities (codegen::MlpGuard): the spec of its shadow, a persistent state
-// input after the guard's counters, for weights of these specs ([out, in], or [K, out, in]
+// weights, biases and their velocities (codegen::MlpGuard): the spec of its shadow, a persistent
+// state input after the guard's counters, for weights of these specs ([out, in], or [K, out, in]
 // stacked) in layer order; nullopt where the kernel would not use one.
 std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
                                               const std::vector<TensorSpec>& weights,
