@@ -11,7 +11,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,11 +61,8 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
   }
 
   // The kernel of `plan` on its own fresh buffers, stamping into `clock` where not null.
-  // `fixed_parity`: the double-buffered kernel with its parity word's value fixed at compile time
-  // (always the parameters' own buffers first: a diagnostic of the selects' cost, not a kernel
-  // that may run more than one step).
   absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(const codegen::MlpStepPlan& plan,
-                                                        void* clock, bool fixed_parity = false) {
+                                                        void* clock) {
     const PhaseCase& p = GetParam();
     const int64_t k = p.models, b = p.batch;
     ops::KernelArgs args;
@@ -107,16 +103,9 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
-    codegen::GeneratedKernel kernel =
-        codegen::BatchedMlpStepKernel(plan, false, false, clock != nullptr);
-    if (fixed_parity) {
-      const std::string read = "const bool flip = barrier[62] != 0u;";
-      const size_t at = kernel.code.find(read);
-      if (at == std::string::npos) return absl::InternalError("no parity read to fix");
-      kernel.code.replace(at, read.size(), "constexpr bool flip = false;");
-    }
-    return ops::LaunchForMlpStep(ctx, guarded ? "guarded" : "unguarded", plan, kernel,
-                                 std::move(args));
+    return ops::LaunchForMlpStep(
+        ctx, guarded ? "guarded" : "unguarded", plan,
+        codegen::BatchedMlpStepKernel(plan, false, false, clock != nullptr), std::move(args));
   }
 
   absl::Status Launch(const ops::GpuKernel& kernel, int times) {
@@ -134,18 +123,15 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
 TEST_P(MlpStepGuardPhasesGpuTest, DISABLED_GuardedAgainstUnguarded) {
   constexpr int kLaunches = 200;
   const PhaseCase& p = GetParam();
-  // Unguarded, guarded with step-start copies, guarded double-buffered, and that with its parity
-  // fixed at compile time (its buffers' addresses then constants, as the unguarded kernel's).
-  for (auto [guard, shadow, fixed] : {std::tuple{codegen::MlpGuard::kNone, false, false},
-                                      std::tuple{codegen::MlpGuard::kSkip, false, false},
-                                      std::tuple{codegen::MlpGuard::kSkip, true, false},
-                                      std::tuple{codegen::MlpGuard::kSkip, true, true}}) {
+  // Unguarded, guarded with step-start copies, guarded double-buffered.
+  for (auto [guard, shadow] :
+       {std::pair{codegen::MlpGuard::kNone, false}, std::pair{codegen::MlpGuard::kSkip, false},
+        std::pair{codegen::MlpGuard::kSkip, true}}) {
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(device_);
     target.tf32 = true;
     target.guard = guard;
     target.shadow = shadow;
     const char* form = guard == codegen::MlpGuard::kNone ? "unguarded"
-                       : fixed                           ? "fixed-parity"
                        : shadow                          ? "double-buffered"
                                                          : "copying";
     REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
@@ -156,10 +142,10 @@ TEST_P(MlpStepGuardPhasesGpuTest, DISABLED_GuardedAgainstUnguarded) {
                                  runtime::DeviceBuffer::Create(stamps * grid * 8));
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer next_clock,
                                  runtime::DeviceBuffer::Create(stamps * grid * 8));
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower(plan, nullptr, fixed));
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(plan, clock.data(), fixed));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower(plan, nullptr));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(plan, clock.data()));
     // The same step on the same buffers but another clock: the gap between two launches.
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto next, Lower(plan, next_clock.data(), fixed));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto next, Lower(plan, next_clock.data()));
     REPRISE_ASSERT_OK(Launch(*plain, 20));
     REPRISE_ASSERT_OK(Launch(*stamped, 5));
     std::vector<std::vector<double>> us(stamps);
