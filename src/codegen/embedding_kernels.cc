@@ -65,36 +65,59 @@ GeneratedKernel EmbeddingSortChunks() {
 GeneratedKernel EmbeddingGrad(DType dtype) {
   return Make("reprise_embedding_grad", dtype,
               "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
-              "elem_t* __restrict__ dtable, int chunks, int cols",
-              R"(
-  extern __shared__ int range[];  // [chunks][2]: this row's first and end key in each chunk.
-  const unsigned v = blockIdx.x;
-  const unsigned first_key = v * CHUNK, end_key = first_key + CHUNK;
-  for (int k = threadIdx.x; k < chunks; k += blockDim.x) {
-    const unsigned* chunk = keys + (long long)k * CHUNK;
-    for (int side = 0; side < 2; ++side) {
-      const unsigned key = side == 0 ? first_key : end_key;
-      int lo = 0, hi = CHUNK;  // The first position whose key is >= key.
-      while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (chunk[mid] < key) lo = mid + 1; else hi = mid;
-      }
-      range[2 * k + side] = lo;
+              "elem_t* __restrict__ dtable, int chunks, int cols, int vocab, int vector",
+              absl::StrCat("#define ROWS_PER_BLOCK ", kEmbeddingGradRowsPerBlock, R"(
+  // [ROWS_PER_BLOCK][chunks][2]: each warp's row's first and end position in every chunk.
+  extern __shared__ int range[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long v = (long long)blockIdx.x * ROWS_PER_BLOCK + warp;
+  if (v >= vocab) return;  // Warps share nothing but their own slice of `range`.
+  int* const r = range + warp * 2 * chunks;
+  const unsigned first_key = (unsigned)v * CHUNK, end_key = first_key + CHUNK;
+  // The row's 2·chunks binary searches side by side, one per lane (they used to run one after
+  // another in one thread per chunk: a chain of dependent loads that bounded the kernel).
+  for (int s = lane; s < 2 * chunks; s += 32) {
+    const unsigned* chunk = keys + (long long)(s / 2) * CHUNK;
+    const unsigned key = (s & 1) == 0 ? first_key : end_key;
+    int lo = 0, hi = CHUNK;  // The first position whose key is >= key.
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (chunk[mid] < key) lo = mid + 1; else hi = mid;
     }
+    r[s] = lo;
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+  __syncwarp();
+  // Each column's sum runs over the row's tokens in (chunk, position) order, as the CPU's.
+  if (vector) {  // Four adjacent columns per lane: cols % 4 == 0, dy and dtable aligned.
+    for (int c = 4 * lane; c < cols; c += 128) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int k = 0; k < chunks; ++k) {
+        const unsigned* chunk = keys + (long long)k * CHUNK;
+        for (int j = r[2 * k]; j < r[2 * k + 1]; ++j) {
+          const long long t = (long long)k * CHUNK + (chunk[j] % CHUNK);
+          const float4 g = Load4(dy + t * cols + c);
+          sum.x += g.x;
+          sum.y += g.y;
+          sum.z += g.z;
+          sum.w += g.w;
+        }
+      }
+      Store4(dtable + v * cols + c, sum);
+    }
+    return;
+  }
+  for (int c = lane; c < cols; c += 32) {
     float sum = 0.0f;
     for (int k = 0; k < chunks; ++k) {
       const unsigned* chunk = keys + (long long)k * CHUNK;
-      for (int j = range[2 * k]; j < range[2 * k + 1]; ++j) {
+      for (int j = r[2 * k]; j < r[2 * k + 1]; ++j) {
         const long long t = (long long)k * CHUNK + (chunk[j] % CHUNK);
         sum += ToFloat(dy[t * cols + c]);
       }
     }
-    dtable[(long long)v * cols + c] = FromFloat(sum);
+    dtable[v * cols + c] = FromFloat(sum);
   }
-)");
+)"));
 }
 
 GeneratedKernel AddPositions(DType dtype) {

@@ -8,7 +8,7 @@
 // replayed step equals the eager one), hence no float atomics. Tokens are cut into chunks of
 // kEmbeddingChunk; each chunk's keys id·kEmbeddingChunk + (token within the chunk) are sorted in
 // one block (a bitonic sort in shared memory). The keys are distinct, so the sorted chunk is the
-// same whatever order the sort compared them in. Then one block per vocabulary row finds its
+// same whatever order the sort compared them in. Then one warp per vocabulary row finds its
 // tokens in every chunk by binary search and sums their gradient rows in (chunk, token) order:
 // token order, fixed by the data alone. Rows no token names get zeros. The work is one pass over
 // dy per token plus one write of the table, and no thread block scans all the ids.
@@ -41,9 +41,16 @@ GeneratedKernel EmbeddingForward(DType dtype);
 GeneratedKernel EmbeddingSortChunks();
 
 // dtable[v, c] = Σ dy[t, c] over the tokens t with ids[t] = v, in token order, from the sorted
-// chunks. One block per vocabulary row (grid = vocab), 2·chunks ints of dynamic shared memory.
-// Name reprise_embedding_grad. Signature: (const unsigned* keys, const elem_t* dy,
-// elem_t* dtable, int chunks, int cols).
+// chunks. One warp per vocabulary row, kEmbeddingGradRowsPerBlock rows per block (grid =
+// ceil(vocab / kEmbeddingGradRowsPerBlock), block 32·kEmbeddingGradRowsPerBlock), with
+// EmbeddingGradSharedBytes(chunks) of dynamic shared memory. `vector` != 0 only where cols % 4 == 0
+// and dy and dtable are aligned to four elements. Name reprise_embedding_grad. Signature:
+// (const unsigned* keys, const elem_t* dy, elem_t* dtable, int chunks, int cols, int vocab,
+// int vector).
+inline constexpr int kEmbeddingGradRowsPerBlock = 4;
+inline constexpr int64_t EmbeddingGradSharedBytes(int64_t chunks) {
+  return kEmbeddingGradRowsPerBlock * 2 * chunks * 4;
+}
 GeneratedKernel EmbeddingGrad(DType dtype);
 
 // y[r, c] = x[r, c] + table[r % positions, c]: position rows added to every sequence of a

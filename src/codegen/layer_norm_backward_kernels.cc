@@ -1,6 +1,7 @@
 #include "src/codegen/layer_norm_backward_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -19,40 +20,52 @@ constexpr int64_t kMinSteps = 4;
 constexpr char kBackwardBody[] = R"(
   __shared__ float2 sums[2][LNB_THREADS / 32];
   __shared__ __align__(16) float stage[LNB_THREADS * VEC];
+  // The weight in shared memory rather than registers: the registers hold the next step's rows.
+  __shared__ __align__(16) float weights[LNB_THREADS * VEC];
   const int slots = blockDim.x / team;
   const int slot = threadIdx.x / team, j = threadIdx.x - slot * team;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int team_warps = team / 32, first_warp = slot * team_warps;
   const int c0 = j * VEC;
   const bool active = c0 < cols;
-  float w[VEC], dw[VEC], db[VEC];
+  float dw[VEC], db[VEC];
+  const float* const w = weights + c0;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
-    w[i] = active ? weight[c0 + i] : 0.0f;
+    if (slot == 0 && active) weights[c0 + i] = weight[c0 + i];
     dw[i] = 0.0f;
     db[i] = 0.0f;
   }
-  const long long first = (long long)blockIdx.x * rows_per_chunk;
-  const long long end = min(rows, first + rows_per_chunk);
+  __syncthreads();
+  // Row indices fit an int (the lowering's check); offsets into the tensors do not.
+  const int first = blockIdx.x * (int)rows_per_chunk;
+  const int end = (int)min(rows, (long long)first + rows_per_chunk);
   const int steps = (int)((rows_per_chunk + slots - 1) / slots);
-  for (int step = 0; step < steps; ++step) {
-    const long long row = first + (long long)step * slots + slot;
-    const bool live = active && row < end;
-    vec_t d = ZeroVec(), v = ZeroVec();
-#if LNB_ADD
-    vec_t e = ZeroVec();
-#endif
-    float m = 0.0f, r = 0.0f;
-    if (live) {
-      const long long at = row * cols + c0;
-      d = LoadVec(dy + at);
-      v = LoadVec(x + at);
-#if LNB_ADD
-      e = LoadVec(dres + at);
-#endif
-      m = mean[row];
-      r = rstd[row];
+  // Each step's dy and x rows are loaded one step ahead, before the step before waits on its block
+  // barrier, so that a block has two steps' loads in flight instead of one (the residual
+  // gradient, needed only after the barrier, is loaded at the step's start).
+  vec_t d_next = ZeroVec(), v_next = ZeroVec();
+  float m_next = 0.0f, r_next = 0.0f;
+  auto load = [&](int step) {
+    const int row = first + step * slots + slot;
+    if (active && row < end) {
+      const size_t at = (size_t)row * cols + c0;
+      d_next = LoadVec(dy + at);
+      v_next = LoadVec(x + at);
+      m_next = mean[row];
+      r_next = rstd[row];
     }
+  };
+  load(0);
+  for (int step = 0; step < steps; ++step) {
+    const int row = first + step * slots + slot;
+    const bool live = active && row < end;
+    const vec_t d = d_next, v = v_next;
+#if LNB_ADD
+    const vec_t e = live ? LoadVec(dres + (size_t)row * cols + c0) : ZeroVec();
+#endif
+    const float m = m_next, r = r_next;
+    if (step + 1 < steps) load(step + 1);
     float sum_g = 0.0f, sum_gx = 0.0f;
     if (live) {
 #pragma unroll
@@ -88,7 +101,7 @@ constexpr char kBackwardBody[] = R"(
         o[i] += VecAt(e, i);
 #endif
       }
-      StoreVec(dx + row * cols + c0, o);
+      StoreVec(dx + (size_t)row * cols + c0, o);
     }
   }
   // The block's parameter sums: its slots' in slot order, dweight then dbias through one stage.
@@ -112,7 +125,8 @@ constexpr char kBackwardBody[] = R"(
 LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, DType dtype) {
   LayerNormBackwardLaunch l;
   const int64_t vec = Vector16Elements(dtype);
-  if (rows <= 0 || cols <= 0 || cols % vec != 0) return l;
+  // The kernel indexes rows with ints.
+  if (rows <= 0 || rows > INT32_MAX || cols <= 0 || cols % vec != 0) return l;
   const int64_t team = (cols / vec + 31) / 32 * 32;
   if (team > kLayerNormBackwardThreads) return l;
   l.team = static_cast<int>(team);

@@ -36,7 +36,8 @@ inline constexpr int kLayerNormBackwardThreads = 512;
 inline constexpr int kLayerNormTotalRowThreads = 16;
 
 // How the one-pass backward covers a [rows, cols] gradient; from the shapes alone. team == 0 when
-// it does not apply (cols not a multiple of VEC, or more than kLayerNormBackwardThreads·VEC).
+// it does not apply (cols not a multiple of VEC, or more than kLayerNormBackwardThreads·VEC, or
+// rows past an int).
 struct LayerNormBackwardLaunch {
   int team = 0;                // Threads per row, a multiple of 32.
   int slots = 0;               // Rows a block takes at once.

@@ -2,6 +2,7 @@
 // scatter-add (src/codegen/embedding_kernels.h), with CPU references that refuse ids outside the
 // table.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -150,7 +151,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbedding(const LoweringContext&
                              std::move(args));
 }
 
-// Two launches: the chunk sort into the lane's workspace, then one block per vocabulary row.
+// Two launches: the chunk sort into the lane's workspace, then one warp per vocabulary row.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringContext& ctx,
                                                               const Node& node) {
   ASSIGN_OR_RETURN(const DType dtype, KernelType(node, ctx.input_specs[0], ctx.input_specs[1]));
@@ -159,12 +160,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringCont
   const int64_t cols = node.outputs[0].shape.dim(1);
   const int64_t chunks = (tokens + codegen::kEmbeddingChunk - 1) / codegen::kEmbeddingChunk;
   const int64_t key_bytes = chunks * codegen::kEmbeddingChunk * 4;
-  const int64_t shared_bytes = 2 * chunks * 4;
-  if (vocab > codegen::kEmbeddingMaxVocab || shared_bytes > 48 * 1024) {
-    return absl::UnimplementedError(
-        absl::StrCat("node '", node.name, "': the GPU embedding gradient takes at most ",
-                     codegen::kEmbeddingMaxVocab, " table rows and ",
-                     6 * 1024 * codegen::kEmbeddingChunk, " tokens, got ", vocab, " and ", tokens));
+  constexpr int64_t kSharedLimit = 48 * 1024;
+  const int64_t shared_bytes = codegen::EmbeddingGradSharedBytes(chunks);
+  if (vocab > codegen::kEmbeddingMaxVocab || shared_bytes > kSharedLimit) {
+    const int64_t most_chunks = kSharedLimit / codegen::EmbeddingGradSharedBytes(1);
+    return absl::UnimplementedError(absl::StrCat(
+        "node '", node.name, "': the GPU embedding gradient takes at most ",
+        codegen::kEmbeddingMaxVocab, " table rows and ", most_chunks * codegen::kEmbeddingChunk,
+        " tokens, got ", vocab, " and ", tokens));
   }
   if (ctx.workspace == nullptr || static_cast<size_t>(key_bytes) > ctx.workspace_bytes) {
     return absl::ResourceExhaustedError(
@@ -186,10 +189,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringCont
                                        dim3(codegen::kEmbeddingChunk), 0, std::move(sort_args)));
   KernelArgs grad_args;
   grad_args.Add(ctx.workspace).Add(ctx.inputs[0]).Add(ctx.outputs[0]);
+  const uintptr_t alignment = 4 * codegen::ElementBytes(dtype);
+  const bool vector = cols % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(ctx.inputs[0]) % alignment == 0 &&
+                      reinterpret_cast<uintptr_t>(ctx.outputs[0]) % alignment == 0;
   grad_args.Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
+  grad_args.Add(static_cast<int>(vocab)).Add(vector ? 1 : 0);
+  constexpr int64_t kRows = codegen::kEmbeddingGradRowsPerBlock;
   ASSIGN_OR_RETURN(kernels.emplace_back(),
                    NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGrad(dtype),
-                                       dim3(static_cast<unsigned>(vocab)), dim3(128),
+                                       dim3(static_cast<unsigned>((vocab + kRows - 1) / kRows)),
+                                       dim3(static_cast<unsigned>(32 * kRows)),
                                        static_cast<unsigned>(shared_bytes), std::move(grad_args)));
   return std::unique_ptr<GpuKernel>(
       new KernelSequence(std::move(kernels), static_cast<size_t>(key_bytes)));
