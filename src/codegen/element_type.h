@@ -11,6 +11,9 @@
 //   float4 Load4(const elem_t*) four consecutive elements (16-byte aligned for float32, 8 for the
 //                               16-bit types);
 //   void Store4(elem_t*, float4)
+//   float PointwiseTanh(float)  tanhf for float32; for the 16-bit types PTX tanh.approx.f32, whose
+//                               error is a fraction of their rounding (pointwise ops' tanh, GELU's)
+//   float PointwiseGeluSlope(float) GELU's (tanh form) derivative, through PointwiseTanh
 #ifndef REPRISE_SRC_CODEGEN_ELEMENT_TYPE_H_
 #define REPRISE_SRC_CODEGEN_ELEMENT_TYPE_H_
 
