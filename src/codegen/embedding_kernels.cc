@@ -65,8 +65,11 @@ GeneratedKernel EmbeddingSortChunks() {
 GeneratedKernel EmbeddingGrad(DType dtype) {
   return Make("reprise_embedding_grad", dtype,
               "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
-              "elem_t* __restrict__ dtable, int chunks, int cols, int vocab, int vector",
+              "const elem_t* __restrict__ base, elem_t* __restrict__ dtable, int chunks, "
+              "int cols, int vocab, int vector",
               absl::StrCat("#define ROWS_PER_BLOCK ", kEmbeddingGradRowsPerBlock, R"(
+  // x rounded to elem_t and back: what a stored gradient would hold.
+  auto Rounded = [](float x) { return ToFloat(FromFloat(x)); };
   // [ROWS_PER_BLOCK][chunks][2]: each warp's row's first and end position in every chunk.
   extern __shared__ int range[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -102,6 +105,11 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
           sum.w += g.w;
         }
       }
+      if (base != nullptr) {  // Rounded as the gradient alone, then as add rounds its sum.
+        const float4 b = Load4(base + v * cols + c);
+        sum = make_float4(Rounded(sum.x) + b.x, Rounded(sum.y) + b.y, Rounded(sum.z) + b.z,
+                          Rounded(sum.w) + b.w);
+      }
       Store4(dtable + v * cols + c, sum);
     }
     return;
@@ -115,6 +123,7 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
         sum += ToFloat(dy[t * cols + c]);
       }
     }
+    if (base != nullptr) sum = Rounded(sum) + ToFloat(base[v * cols + c]);
     dtable[v * cols + c] = FromFloat(sum);
   }
 )"));

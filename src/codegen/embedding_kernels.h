@@ -41,12 +41,13 @@ GeneratedKernel EmbeddingForward(DType dtype);
 GeneratedKernel EmbeddingSortChunks();
 
 // dtable[v, c] = Σ dy[t, c] over the tokens t with ids[t] = v, in token order, from the sorted
-// chunks. One warp per vocabulary row, kEmbeddingGradRowsPerBlock rows per block (grid =
-// ceil(vocab / kEmbeddingGradRowsPerBlock), block 32·kEmbeddingGradRowsPerBlock), with
-// EmbeddingGradSharedBytes(chunks) of dynamic shared memory. `vector` != 0 only where cols % 4 == 0
-// and dy and dtable are aligned to four elements. Name reprise_embedding_grad. Signature:
-// (const unsigned* keys, const elem_t* dy, elem_t* dtable, int chunks, int cols, int vocab,
-// int vector).
+// chunks; where `base` is not null, plus base[v, c] (the sum rounded to elem_t first, then the
+// total: embedding_grad_add). One warp per vocabulary row, kEmbeddingGradRowsPerBlock rows per
+// block (grid = ceil(vocab / kEmbeddingGradRowsPerBlock), block 32·kEmbeddingGradRowsPerBlock),
+// with EmbeddingGradSharedBytes(chunks) of dynamic shared memory. `vector` != 0 only where
+// cols % 4 == 0 and dy, base and dtable are aligned to four elements. Name reprise_embedding_grad.
+// Signature: (const unsigned* keys, const elem_t* dy, const elem_t* base, elem_t* dtable,
+// int chunks, int cols, int vocab, int vector).
 inline constexpr int kEmbeddingGradRowsPerBlock = 4;
 inline constexpr int64_t EmbeddingGradSharedBytes(int64_t chunks) {
   return kEmbeddingGradRowsPerBlock * 2 * chunks * 4;

@@ -3,6 +3,7 @@
 // table.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "src/codegen/embedding_kernels.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/util/status_macros.h"
 
@@ -67,6 +69,20 @@ absl::StatusOr<std::vector<TensorSpec>> InferEmbeddingGrad(const Attrs& attrs,
                                                    in[1].ToString()));
   }
   return std::vector<TensorSpec>{{Shape{vocab, in[0].shape.dim(rank - 1)}, in[0].dtype}};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferEmbeddingGradAdd(const Attrs& attrs,
+                                                              absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 3));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> out, InferEmbeddingGrad(attrs, in.subspan(0, 2)));
+  const TensorSpec& base = in[2];
+  if (base.dtype != out[0].dtype || base.shape.rank() != 2 ||
+      base.shape.dim(1) != out[0].shape.dim(1) || base.shape.dim(0) < out[0].shape.dim(0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("base ", base.ToString(), " must be [rows >= ", out[0].shape.dim(0), ", ",
+                     out[0].shape.dim(1), "] of the gradient's dtype ", DTypeName(out[0].dtype)));
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<Value>> GradEmbedding(Graph& g, const Node& node,
@@ -126,6 +142,19 @@ absl::Status CpuEmbeddingGrad(const Node& node, absl::Span<ir::HostTensor* const
   });
 }
 
+// embedding_grad's reference, then add's of its result and the base's first vocab rows.
+absl::Status CpuEmbeddingGradAdd(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                 absl::Span<ir::HostTensor* const> out) {
+  const TensorSpec spec = out[0]->spec();
+  ir::HostTensor grad(spec), base(spec);
+  std::vector<ir::HostTensor*> grad_out = {&grad};
+  RETURN_IF_ERROR(CpuEmbeddingGrad(node, in.subspan(0, 2), grad_out));
+  std::memcpy(base.raw(), in[2]->raw(), spec.bytes());  // Row-major: the first vocab rows.
+  std::vector<ir::HostTensor*> add_in = {&grad, &base};
+  const Node stub;
+  return AddOp().cpu(stub, add_in, out);
+}
+
 // Float32 or 16-bit `data` tensors and int32 ids, as the kernels read them.
 absl::StatusOr<DType> KernelType(const Node& node, const TensorSpec& data, const TensorSpec& ids) {
   if (!codegen::IsKernelElementType(data.dtype) || ids.dtype != DType::kInt32) {
@@ -151,9 +180,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbedding(const LoweringContext&
                              std::move(args));
 }
 
-// Two launches: the chunk sort into the lane's workspace, then one warp per vocabulary row.
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringContext& ctx,
-                                                              const Node& node) {
+// Two launches: the chunk sort into the lane's workspace, then one warp per vocabulary row, which
+// adds `base`'s row where it is not null (embedding_grad_add).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradInto(const LoweringContext& ctx,
+                                                                  const Node& node,
+                                                                  const void* base) {
   ASSIGN_OR_RETURN(const DType dtype, KernelType(node, ctx.input_specs[0], ctx.input_specs[1]));
   ASSIGN_OR_RETURN(const int64_t vocab, VocabOf(node.attrs));
   const int64_t tokens = ctx.input_specs[1].NumElements();
@@ -188,10 +219,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringCont
                                        dim3(static_cast<unsigned>(chunks)),
                                        dim3(codegen::kEmbeddingChunk), 0, std::move(sort_args)));
   KernelArgs grad_args;
-  grad_args.Add(ctx.workspace).Add(ctx.inputs[0]).Add(ctx.outputs[0]);
+  grad_args.Add(ctx.workspace).Add(ctx.inputs[0]).Add(base).Add(ctx.outputs[0]);
   const uintptr_t alignment = 4 * codegen::ElementBytes(dtype);
   const bool vector = cols % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(ctx.inputs[0]) % alignment == 0 &&
+                      reinterpret_cast<uintptr_t>(base) % alignment == 0 &&
                       reinterpret_cast<uintptr_t>(ctx.outputs[0]) % alignment == 0;
   grad_args.Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
   grad_args.Add(static_cast<int>(vocab)).Add(vector ? 1 : 0);
@@ -203,6 +235,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringCont
                                        static_cast<unsigned>(shared_bytes), std::move(grad_args)));
   return std::unique_ptr<GpuKernel>(
       new KernelSequence(std::move(kernels), static_cast<size_t>(key_bytes)));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringContext& ctx,
+                                                              const Node& node) {
+  return LowerEmbeddingGradInto(ctx, node, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradAdd(const LoweringContext& ctx,
+                                                                 const Node& node) {
+  if (ctx.input_specs[2].dtype != ctx.input_specs[0].dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node '", node.name, "': base ", ctx.input_specs[2].ToString(),
+                     " differs in dtype from dy ", ctx.input_specs[0].ToString()));
+  }
+  return LowerEmbeddingGradInto(ctx, node, ctx.inputs[2]);
 }
 
 }  // namespace
@@ -223,6 +270,15 @@ const ir::OpDef& EmbeddingGradOp() {
                             .infer = InferEmbeddingGrad,
                             .cpu = CpuEmbeddingGrad,
                             .lower = LowerEmbeddingGrad,
+                            .low_precision_lowering = true};
+  return op;
+}
+const ir::OpDef& EmbeddingGradAddOp() {
+  static const ir::OpDef op{.name = "embedding_grad_add",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferEmbeddingGradAdd,
+                            .cpu = CpuEmbeddingGradAdd,
+                            .lower = LowerEmbeddingGradAdd,
                             .low_precision_lowering = true};
   return op;
 }

@@ -35,6 +35,13 @@ const ir::OpDef& EmbeddingOp();
 // dtable[v] = Σ dy[t] over the tokens t with ids[t] = v, summed in token order: the same bits on
 // every run (src/codegen/embedding_kernels.h says how the GPU keeps that order).
 const ir::OpDef& EmbeddingGradOp();
+// embedding_grad_add: (dy [..., C], ids i32 [...], base [R >= V, C] of dy's dtype) -> [V, C],
+// attr vocab: embedding_grad's result (rounded to the dtype) plus base's first V rows, rounded as
+// add rounds: a tied embedding's two gradients (GPT-2's wte and lm_head) summed in the embedding
+// gradient's one pass over the table. Written by the fuse pass
+// (src/passes/fuse_embedding_rules.cc), also over a resize_rows that only cut the base's padding
+// rows.
+const ir::OpDef& EmbeddingGradAddOp();
 
 // add_positions: (x [..., T, C] viewed as [R, C], table [P, C]) -> y like x, attr positions
 // (int, T: 1 <= T <= P, R % T == 0): y[r] = x[r] + table[r % T], a position embedding's first T

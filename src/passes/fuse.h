@@ -11,6 +11,7 @@
 //   matmul -> bias_add -> add(·, residual)   => matmul_bias_residual (cuBLASLt BIAS, beta = 1)
 //   add(layer_norm_grad's dx, other gradient) => layer_norm_grad_add (one kernel)
 //   add -> layer_norm (no epilogue took the add) => add_layer_norm (one pass)
+//   add(embedding_grad, other [resize_rows])  => embedding_grad_add (one pass over the table)
 //   softmax_cross_entropy + its gradient     => softmax_cross_entropy_with_grad (one kernel)
 //   NHWC batch_norm_train [-> add] -> relu    => batch_norm_act_train (src/ops/batch_norm_act.h)
 //   relu_grad -> NHWC batch_norm_grad        => batch_norm_act_grad
@@ -68,6 +69,9 @@ struct FuseOptions {
   // A layer norm fused with the residual add before it, and its input gradient summed with the
   // residual stream's, each in the layer norm's kernel.
   bool layer_norm_residual = true;
+  // A tied embedding's two gradients summed in the embedding gradient's kernel
+  // (embedding_grad_add, src/passes/fuse_embedding_rules.cc).
+  bool embedding_gradient_sums = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
   // With batch_norm_activations: a convolution whose output only a training batch norm (and the

@@ -51,6 +51,9 @@ class GroupFinder {
   void LayerNormResidualGradients();
   // add -> layer_norm as one add_layer_norm (the adds no product epilogue took).
   void LayerNormResidualAdds();
+  // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add
+  // (fuse_embedding_rules.cc).
+  void EmbeddingGradientSums();
   void ConvDgradAccumulations();
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.

@@ -91,6 +91,28 @@ TEST_P(TransformerOpsGpuTest, EmbeddingAndGradientMatchCpuReference) {
   }
 }
 
+// A tied embedding's gradient sum: the base has more rows than the table (a padded output
+// product's gradient), of which the kernel reads the first; both widths' loads.
+TEST_P(TransformerOpsGpuTest, EmbeddingGradAddMatchesCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  constexpr int64_t kTokens = 1500, kVocab = 301, kPadded = 384;
+  for (const int64_t width : {96, 50}) {
+    SCOPED_TRACE(width);
+    Graph g;
+    Value ids = *g.AddInput("ids", {Shape{kTokens}, DType::kInt32});
+    Value dy = *g.AddConstant("dy", {Shape{kTokens, width}, dtype}, Initializer::Uniform(-1, 1));
+    Value base =
+        *g.AddConstant("base", {Shape{kPadded, width}, dtype}, Initializer::Uniform(-1, 1));
+    ASSERT_TRUE(
+        g.AddOp1(ops::EmbeddingGradAddOp(), "tied_grad", {dy, ids, base}, {{"vocab", kVocab}})
+            .ok());
+    ir::ReferenceExecutor cpu(g, false, 8);
+    ASSERT_TRUE(cpu.SetLeaf("ids", SkewedIds(kTokens, kVocab, 9)).ok());
+    ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
+  }
+}
+
 TEST_P(TransformerOpsGpuTest, EmbeddingGradientIsBitIdenticalAcrossRuns) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();

@@ -1,0 +1,124 @@
+// The tied embedding's gradient sum (src/passes/fuse_embedding_rules.cc): GPT-2's two gradients of
+// transformer.wte.weight, the embedding's and the padded output product's cut back to the table,
+// become one embedding_grad_add that reads the padded gradient; the fused step gives the unfused
+// step's bits on the CPU reference; the op's shape rule refuses a base that cannot hold the table.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "reprise/models.h"
+#include "src/autodiff/autodiff.h"
+#include "src/ir/reference_executor.h"
+#include "src/ops/transformer_ops.h"
+#include "src/passes/fuse.h"
+
+namespace reprise {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 100;
+
+models::Gpt2Config Tiny() {
+  return {.batch = kBatch,
+          .seq = kSeq,
+          .max_positions = kSeq,
+          .vocab = kVocab,
+          .layers = 1,
+          .heads = 2,
+          .width = 16};
+}
+
+std::map<std::string, int> OpCounts(const Graph& g) {
+  std::map<std::string, int> counts;
+  for (const Node& n : g.nodes()) {
+    if (!ir::IsLeaf(n)) ++counts[std::string(n.op_name())];
+  }
+  return counts;
+}
+
+// `steps` steps on the CPU reference with fixed batches: the losses and the parameters.
+std::pair<std::vector<float>, std::map<std::string, std::vector<float>>> RunCpu(const Graph& g,
+                                                                                Value loss,
+                                                                                int steps) {
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 5);
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+    for (int64_t i = 0; i < kBatch * kSeq; ++i) {
+      tokens[i] = static_cast<int32_t>((i * 7 + s) % 13);  // Repeats: rows with several tokens.
+      targets[i] = static_cast<int32_t>((i * 3 + 1) % kVocab);
+    }
+    EXPECT_TRUE(cpu.SetLeaf("tokens", tokens).ok());
+    EXPECT_TRUE(cpu.SetLeaf("targets", targets).ok());
+    EXPECT_TRUE(cpu.Run().ok());
+    losses.push_back((*cpu.Tensor(loss))->data<float>()[0]);
+  }
+  std::map<std::string, std::vector<float>> parameters;
+  for (int32_t id : g.NodesOf("parameter")) {
+    auto values = (*cpu.Tensor({id, 0}))->data<float>();
+    parameters[g.node(id).name].assign(values.begin(), values.end());
+  }
+  return {losses, parameters};
+}
+
+TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneEmbeddingGradAddWithTheUnfusedBits) {
+  auto gpt = models::BuildGpt2(Tiny());
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  ASSERT_EQ(models::Gpt2LogitsWidth(Tiny()), 128);  // The output product reads a padded table.
+  auto t = autodiff::BuildTrainingGraph(gpt->graph, gpt->loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::map<std::string, int> before = OpCounts(t->graph);
+  ASSERT_EQ(before.at("embedding_grad"), 1);
+  ASSERT_EQ(before.at("resize_rows"), 2);  // The padding, and its gradient cut back.
+
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("embedding_grad_add"), 1);
+  EXPECT_EQ(counts.count("embedding_grad"), 0u);
+  EXPECT_EQ(counts.at("resize_rows"), 1);  // Only the forward padding is left.
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() != "embedding_grad_add") continue;
+    EXPECT_EQ(g.spec(n.inputs[2]).shape, (Shape{128, 16}));  // The padded product's gradient.
+    EXPECT_EQ(n.outputs[0].shape, (Shape{kVocab, 16}));
+  }
+
+  passes::FuseOptions without;
+  without.whole_mlp_step = false;
+  without.embedding_gradient_sums = false;
+  auto unfused = passes::Fuse(*t, {t->loss}, without);
+  ASSERT_TRUE(unfused.ok()) << unfused.status();
+  EXPECT_EQ(OpCounts(unfused->training.graph).count("embedding_grad_add"), 0u);
+  const auto plain = RunCpu(unfused->training.graph, unfused->training.loss, 3);
+  const auto merged = RunCpu(g, fused->training.loss, 3);
+  EXPECT_EQ(plain.first, merged.first);
+  for (const auto& [name, values] : plain.second) {
+    EXPECT_EQ(values, merged.second.at(name)) << name;
+  }
+}
+
+TEST(FuseEmbeddingTest, EmbeddingGradAddRefusesABaseThatCannotHoldTheTable) {
+  Graph g;
+  Value dy = *g.AddInput("dy", {Shape{6, 4}});
+  Value ids = *g.AddInput("ids", {Shape{6}, DType::kInt32});
+  Value fits = *g.AddInput("fits", {Shape{12, 4}});
+  Value short_base = *g.AddInput("short", {Shape{9, 4}});
+  Value narrow = *g.AddInput("narrow", {Shape{10, 3}});
+  Value half = *g.AddInput("half", {Shape{10, 4}, DType::kBFloat16});
+  const Attrs vocab = {{"vocab", int64_t{10}}};
+  auto ok = g.AddOp1(ops::EmbeddingGradAddOp(), "ok", {dy, ids, fits}, vocab);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(g.spec(*ok).shape, (Shape{10, 4}));
+  for (Value base : {short_base, narrow, half}) {
+    EXPECT_THAT(
+        g.AddOp1(ops::EmbeddingGradAddOp(), "bad", {dy, ids, base}, vocab).status().message(),
+        HasSubstr("base"));
+  }
+}
+
+}  // namespace
+}  // namespace reprise
