@@ -141,11 +141,70 @@ constexpr char kVecForwardTail[] = R"(
 
 }  // namespace
 
+namespace {
+
+// The vectorized forward with the row held in registers, where it fits (cols <= 128·LN_CACHE):
+// every load of the row issued at once and the row read from memory once, where the loops of
+// kVecForwardTail read it three times, each pass waiting for the sum before it. Each sum adds
+// the same values in the same order as those loops, so both give the same bits. `load_row` fills
+// v[k] with columns 4·lane + 128·k .. + 3 (their x, as stored) for every k with c < cols.
+constexpr int kForwardCache = 8;  // float4s a lane holds: rows of up to 1024 columns.
+std::string CachedVecForward(const std::string& load_row) {
+  return absl::StrCat("#define LN_CACHE ", kForwardCache, R"(
+  if (cols <= 128 * LN_CACHE) {
+    float4 v[LN_CACHE];
+#pragma unroll
+    for (int k = 0; k < LN_CACHE; ++k) {
+      const int c = 4 * lane + 128 * k;
+)",
+                      load_row, R"(
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LN_CACHE; ++k) {
+      if (4 * lane + 128 * k < cols) sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    }
+    const float mean = WarpSum(sum) / cols;
+    float squares = 0.0f;
+#pragma unroll
+    for (int k = 0; k < LN_CACHE; ++k) {
+      if (4 * lane + 128 * k < cols) {
+        const float a = v[k].x - mean, b = v[k].y - mean, d = v[k].z - mean, e = v[k].w - mean;
+        squares += (a * a + b * b) + (d * d + e * e);
+      }
+    }
+    const float rstd = rsqrtf(WarpSum(squares) / cols + eps);
+    elem_t* yr = y + row * cols;
+#pragma unroll
+    for (int k = 0; k < LN_CACHE; ++k) {
+      const int c = 4 * lane + 128 * k;
+      if (c < cols) {
+        const float4 w = *reinterpret_cast<const float4*>(weight + c);
+        const float4 b = *reinterpret_cast<const float4*>(bias + c);
+        Store4(yr + c, make_float4((v[k].x - mean) * rstd * w.x + b.x,
+                                   (v[k].y - mean) * rstd * w.y + b.y,
+                                   (v[k].z - mean) * rstd * w.z + b.z,
+                                   (v[k].w - mean) * rstd * w.w + b.w));
+      }
+    }
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    return;
+  }
+)");
+}
+
+}  // namespace
+
 GeneratedKernel LayerNormForwardVec(DType dtype) {
   return Make("reprise_layer_norm_vec", dtype, kForwardSignature,
               absl::StrCat(kRowPrologue, R"(
   const elem_t* xr = x + row * cols;
-  float sum = 0.0f;
+)",
+                           CachedVecForward("      if (c < cols) v[k] = Load4(xr + c);"),
+                           R"(  float sum = 0.0f;
   )",
                            kVecLoop, R"( {
     const float4 v = Load4(xr + c);
@@ -157,13 +216,21 @@ GeneratedKernel LayerNormForwardVec(DType dtype) {
 
 GeneratedKernel LayerNormAddForwardVec(DType dtype) {
   // x = a + b rounded once to elem_t; the statistics read the rounded values back from x (each
-  // lane reads only what it wrote itself).
+  // lane reads only what it wrote itself), or, cached, the same values rounded in registers.
   return Make("reprise_add_layer_norm_vec", dtype, kAddForwardSignature,
               absl::StrCat(kRowPrologue, R"(
   const elem_t* ar = a + row * cols;
   const elem_t* br = b + row * cols;
   elem_t* xr = x + row * cols;
-  float sum = 0.0f;
+)",
+                           CachedVecForward(R"(      if (c < cols) {
+        const float4 u = Load4(ar + c), w = Load4(br + c);
+        const float4 s = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+        Store4(xr + c, s);
+        v[k] = make_float4(ToFloat(FromFloat(s.x)), ToFloat(FromFloat(s.y)),
+                           ToFloat(FromFloat(s.z)), ToFloat(FromFloat(s.w)));
+      })"),
+                           R"(  float sum = 0.0f;
   )",
                            kVecLoop, R"( {
     const float4 u = Load4(ar + c), w = Load4(br + c);
