@@ -178,9 +178,26 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
   // The check every update reads to skip a non-finite step (and, scaling, to unscale): loss
   // scaling's, or the non-finite guard's with an unscale factor of 1.
   std::vector<Value> check;
+  const bool scaled = ScalesLoss(scaling);
+  // The norm's partial sums of the gradients (16-bit ones before their widening cast: the kernel
+  // widens them exactly on load).
+  auto add_partials = [&](std::vector<Value> grads, Attrs attrs) -> absl::StatusOr<Value> {
+    ASSIGN_OR_RETURN(Value partials,
+                     g.AddOp1(ops::GradSumSquaresOp(), absl::StrCat(kGradNorm, ".partials"),
+                              std::move(grads), std::move(attrs)));
+    t.optimizer_nodes.push_back(partials.node);
+    return partials;
+  };
+  std::vector<Value> grads;
+  for (int32_t param : t.parameters) grads.push_back(GradientAsComputed(g, t.gradients.at(param)));
+  // Unscaled, the partial sums come right before the guard's check of the same gradients, so that
+  // the fuse pass can make both in one pass (grad_sum_squares_nonfinite).
+  std::optional<Value> partials;
+  if (o.max_grad_norm > 0 && !scaled) {
+    ASSIGN_OR_RETURN(partials, add_partials(grads, {}));
+  }
   ASSIGN_OR_RETURN(std::optional<Value> step_check, AddNonFiniteCheck(guard, scaling, t));
   if (step_check.has_value()) check.push_back(*step_check);
-  const bool scaled = ScalesLoss(scaling);
   const TensorSpec scalar{Shape{}, DType::kFloat32};
   auto input = [&](const char* name, float value) {
     return g.AddInput(name, scalar, Initializer::Constant(value));
@@ -215,21 +232,14 @@ absl::Status AddOptimizer(const OptimizerOptions& o, const LossScaleOptions& sca
   std::vector<Value> clip;  // The clip coefficient, when clipping.
   if (o.max_grad_norm > 0) {
     ASSIGN_OR_RETURN(Value max_norm, input(kMaxGradNorm, o.max_grad_norm));
-    std::vector<Value> grads;
-    // 16-bit gradients before their widening cast: the kernel widens them exactly on load.
-    for (int32_t param : t.parameters)
-      grads.push_back(GradientAsComputed(g, t.gradients.at(param)));
     // The norm of unscaled gradients. The guard alone has nothing to unscale: a non-finite
     // gradient makes the norm non-finite, and the updates skip the step whatever it is.
-    if (scaled) grads.insert(grads.end(), check.begin(), check.end());
-    Attrs norm_attrs;
-    if (scaled) norm_attrs["loss_scaled"] = true;
-    ASSIGN_OR_RETURN(Value partials,
-                     g.AddOp1(ops::GradSumSquaresOp(), absl::StrCat(kGradNorm, ".partials"), grads,
-                              std::move(norm_attrs)));
-    t.optimizer_nodes.push_back(partials.node);
+    if (scaled) {
+      grads.insert(grads.end(), check.begin(), check.end());
+      ASSIGN_OR_RETURN(partials, add_partials(grads, {{"loss_scaled", true}}));
+    }
     ASSIGN_OR_RETURN(std::vector<Value> norm,
-                     g.AddOp(ops::ClipCoefficientOp(), kGradNorm, {partials, max_norm}));
+                     g.AddOp(ops::ClipCoefficientOp(), kGradNorm, {*partials, max_norm}));
     t.optimizer_nodes.push_back(norm[1].node);
     clip.push_back(norm[1]);
   }

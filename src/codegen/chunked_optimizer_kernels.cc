@@ -202,6 +202,9 @@ reprise_adam_multi(AdamMultiTable table, const __grid_constant__ GradKinds kinds
 
 GeneratedKernel GradSumSquares(int capacity) {
   return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
+__device__ __forceinline__ int NotFiniteFloat(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
 struct NormTable {
   const void* g[REPRISE_CAPACITY];
   long long n[REPRISE_CAPACITY];
@@ -210,7 +213,8 @@ struct NormTable {
 extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
 reprise_grad_sum_squares(NormTable table, const __grid_constant__ GradKinds kinds, int count,
                          float* __restrict__ partials, long long first_partial,
-                         const float* __restrict__ unscale) {
+                         const float* __restrict__ unscale, float* __restrict__ flags,
+                         long long partial_count) {
   __shared__ float sums[REPRISE_NORM_BLOCK];
   const float inv = InverseScale(unscale);
   int t = 0;
@@ -231,7 +235,26 @@ reprise_grad_sum_squares(NormTable table, const __grid_constant__ GradKinds kind
       acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
     }
     const float total = BlockTreeSum(acc, sums);
-    if (threadIdx.x == 0) partials[first_partial + c] = total;
+    const long long at = first_partial + c;
+    if (threadIdx.x == 0 && at < partial_count) partials[at] = total;
+    if (flags == nullptr) continue;
+    // The non-finite flag of the chunk: a finite sum of squares has only finite terms; a sum that
+    // is not finite is read again element by element, since a finite value past ~1.8e19 overflows
+    // its square.
+    if (__syncthreads_or(threadIdx.x == 0 && NotFiniteFloat(total))) {
+      int bad = 0;
+      for (int i = threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+        const long long e = start + i;
+        const float x = kind == 1   ? GradValue((const Bf16Grad*)table.g[t], e)
+                        : kind == 2 ? GradValue((const F16Grad*)table.g[t], e)
+                                    : ((const float*)table.g[t])[e];
+        bad |= NotFiniteFloat(x);
+      }
+      bad = __syncthreads_or(bad);
+      if (threadIdx.x == 0) flags[at] = bad ? 1.0f : 0.0f;
+    } else if (threadIdx.x == 0) {
+      flags[at] = 0.0f;
+    }
   }
 }
 )"};

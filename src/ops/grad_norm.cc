@@ -3,7 +3,8 @@
 // gradient, then one block adding them in a fixed order and turning the norm into the clip
 // coefficient that the updates read from device memory. (A fused adam_multi does the second stage
 // itself, in every block.) Under loss scaling (attr loss_scaled, the check f32[2] as the last
-// input) the norm is that of the unscaled gradients.
+// input) the norm is that of the unscaled gradients. grad_sum_squares_nonfinite (written by the
+// fuse pass) also makes the non-finite guard's flags in the same pass over the gradients.
 #include <algorithm>
 #include <optional>
 
@@ -68,13 +69,13 @@ absl::Status CpuSumSquares(const Node& node, absl::Span<ir::HostTensor* const> i
   });
 }
 
-// One launch per codegen::kMaxMultiTensorCapacity gradients (one for any model below that), its
-// blocks striding over every chunk of every gradient.
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext& ctx,
-                                                           const Node& node) {
-  const int64_t tensors = static_cast<int64_t>(GradientCount(node.attrs, ctx.inputs.size()));
-  const void* check =
-      tensors < static_cast<int64_t>(ctx.inputs.size()) ? ctx.inputs.back() : nullptr;
+// One launch per codegen::kMaxMultiTensorCapacity tensors of the first `tensors` inputs (one for
+// any model below that), its blocks striding over every chunk of every tensor: the sums of squares
+// of the chunks below `partial_count`, and where `flags` is not null every chunk's non-finite flag.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChunkSums(const LoweringContext& ctx,
+                                                          const Node& node, int64_t tensors,
+                                                          const void* check, void* flags,
+                                                          int64_t partial_count) {
   std::vector<std::unique_ptr<GpuKernel>> parts;
   int64_t first_partial = 0;
   for (int64_t first = 0; first < tensors; first += codegen::kMaxMultiTensorCapacity) {
@@ -90,6 +91,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext
     args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
     args.Add(table.count());
     args.Add(ctx.outputs[0]).Add(static_cast<long long>(first_partial)).Add(check);
+    args.Add(flags).Add(static_cast<long long>(partial_count));
     const int64_t most = int64_t{ctx.device->sm_count} * codegen::kNormBlocksPerSm;
     const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
@@ -99,6 +101,41 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext
     first_partial += table.chunks();
   }
   return Sequence(std::move(parts));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquares(const LoweringContext& ctx,
+                                                           const Node& node) {
+  const int64_t tensors = static_cast<int64_t>(GradientCount(node.attrs, ctx.inputs.size()));
+  const void* check =
+      tensors < static_cast<int64_t>(ctx.inputs.size()) ? ctx.inputs.back() : nullptr;
+  return LowerChunkSums(ctx, node, tensors, check, nullptr, node.outputs[0].NumElements());
+}
+
+// grad_sum_squares_nonfinite ------------------------------------------------------------------
+
+absl::StatusOr<std::vector<TensorSpec>> InferSumSquaresNonfinite(const Attrs& attrs,
+                                                                 absl::Span<const TensorSpec> in) {
+  if (ir::BoolAttrOr(attrs, "loss_scaled", false)) {
+    return absl::InvalidArgumentError(
+        "the non-finite check in the norm's pass has no loss scaling");
+  }
+  if (in.size() < 2) return absl::InvalidArgumentError("expected the gradients, then the loss");
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> partials, InferSumSquares({}, in.first(in.size() - 1)));
+  ASSIGN_OR_RETURN(std::vector<TensorSpec> flags, GradNonfiniteOp().infer({}, in));
+  return std::vector<TensorSpec>{partials[0], flags[0]};
+}
+
+absl::Status CpuSumSquaresNonfinite(const Node& node, absl::Span<ir::HostTensor* const> in,
+                                    absl::Span<ir::HostTensor* const> out) {
+  const Node plain;  // No loss scaling: nothing to unscale.
+  RETURN_IF_ERROR(CpuSumSquares(plain, in.first(in.size() - 1), out.first(1)));
+  return GradNonfiniteOp().cpu(node, in, out.subspan(1, 1));
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSumSquaresNonfinite(const LoweringContext& ctx,
+                                                                    const Node& node) {
+  return LowerChunkSums(ctx, node, static_cast<int64_t>(ctx.inputs.size()), nullptr, ctx.outputs[1],
+                        node.outputs[0].NumElements());
 }
 
 // clip_coefficient ----------------------------------------------------------------------------
@@ -143,6 +180,16 @@ const ir::OpDef& GradSumSquaresOp() {
                             .infer = InferSumSquares,
                             .cpu = CpuSumSquares,
                             .lower = LowerSumSquares,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& GradSumSquaresNonfiniteOp() {
+  static const ir::OpDef op{.name = "grad_sum_squares_nonfinite",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferSumSquaresNonfinite,
+                            .cpu = CpuSumSquaresNonfinite,
+                            .lower = LowerSumSquaresNonfinite,
                             .low_precision_lowering = true};
   return op;
 }

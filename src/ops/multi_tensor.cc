@@ -126,7 +126,9 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   const bool adam = node.op == &AdamMultiOp();
   const bool nonfinite = node.op == &GradNonfiniteOp();
   const bool cast = node.op == &CastMultiOp() && !node.outputs.empty();
-  if (!adam && !nonfinite && !cast && node.op != &GradSumSquaresOp()) return {};
+  if (!adam && !nonfinite && !cast && node.op != &GradSumSquaresOp() &&
+      node.op != &GradSumSquaresNonfiniteOp())
+    return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
   if (adam) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);

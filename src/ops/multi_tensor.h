@@ -86,9 +86,9 @@ class ChunkTable {
 // Chunks of codegen::kNormChunk elements in a tensor of n.
 int64_t NormChunks(int64_t n);
 
-// The chunked kernels that lowering `node` (adam_multi, grad_sum_squares, grad_nonfinite or
-// cast_multi) compiles, one per table capacity of its launches; none for other nodes. For
-// prefetching at Trainer creation.
+// The chunked kernels that lowering `node` (adam_multi, grad_sum_squares[_nonfinite],
+// grad_nonfinite or cast_multi) compiles, one per table capacity of its launches; none for other
+// nodes. For prefetching at Trainer creation.
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node);
 
 // Runs its parts one after another: one launch per table of tensors.

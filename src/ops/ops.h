@@ -48,6 +48,9 @@ const ir::OpDef& AdamMultiOp();
 // chunks of codegen::kNormChunk elements), in a fixed order; with attr loss_scaled, of the
 // gradients times check[0] (1 / scale).
 const ir::OpDef& GradSumSquaresOp();
+// (g0, g1, ..., loss) -> (f32[P], flags): grad_sum_squares of the gradients (no loss scaling) and
+// grad_nonfinite of them all, the loss last, in one pass (written by the fuse pass).
+const ir::OpDef& GradSumSquaresNonfiniteOp();
 // (partials f32[P], max_norm f32[]) -> (norm f32[], coefficient f32[]): the 2-norm over all
 // gradients and min(1, max_norm / (norm + 1e-6)).
 const ir::OpDef& ClipCoefficientOp();

@@ -82,7 +82,10 @@ absl::Span<const FusionRule> FusionRules() {
       {"pointwise chains", [](const FuseOptions& o) { return o.pointwise_chains; },
        [](GroupFinder& f, const FuseOptions&) { f.PointwiseChains(); }},
       {"multi-tensor optimizer", [](const FuseOptions& o) { return o.multi_tensor_optimizer; },
-       [](GroupFinder& f, const FuseOptions& o) { f.MultiTensorUpdates(o.fold_gradient_casts); }},
+       [](GroupFinder& f, const FuseOptions& o) {
+         if (o.nonfinite_check_with_norm) f.NonfiniteChecksWithTheNorm();
+         f.MultiTensorUpdates(o.fold_gradient_casts);
+       }},
       {"parameter casts", [](const FuseOptions& o) { return o.multi_tensor_casts; },
        [](GroupFinder& f, const FuseOptions&) { f.ParameterCasts(); }},
   };

@@ -19,6 +19,7 @@
 //   and a stage's mirrored block outputs, each relu(batch_norm_apply + the one before), from a
 //   shortcut's batch_norm_apply on          => batch_norm_apply_chain (one pass)
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
+//   grad_nonfinite + grad_sum_squares of the same gradients => grad_sum_squares_nonfinite
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
 //   every adam sharing hyperparameters but the weight decay, with the lr_schedule and
 //     clip_coefficient that only they read  => adam_multi (one launch; the scheduled rate and the
@@ -72,6 +73,9 @@ struct FuseOptions {
   // A tied embedding's two gradients summed in the embedding gradient's kernel
   // (embedding_grad_add, src/passes/fuse_embedding_rules.cc).
   bool embedding_gradient_sums = true;
+  // With multi_tensor_optimizer: the non-finite guard's check in the gradient norm's pass over the
+  // gradients (grad_sum_squares_nonfinite).
+  bool nonfinite_check_with_norm = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
   // With batch_norm_activations: a convolution whose output only a training batch norm (and the

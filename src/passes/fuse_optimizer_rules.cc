@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/codegen/fused_kernels.h"
@@ -186,6 +187,29 @@ void GroupFinder::MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, i
     const Node& first = g_.node(members[0]);
     group.inputs.insert(group.inputs.end(), first.inputs.begin() + per_tensor, first.inputs.end());
     if (TryAdd(std::move(group))) ++index;
+  }
+}
+
+// grad_nonfinite over (g0, ..., loss) and grad_sum_squares over (g0, ...) without loss scaling,
+// the same gradients in the same order, as one grad_sum_squares_nonfinite: one pass over the
+// gradients instead of two. The guard's flags and the norm's partial sums keep their values.
+void GroupFinder::NonfiniteChecksWithTheNorm() {
+  for (const Node& check : g_.nodes()) {
+    if (check.op != &ops::GradNonfiniteOp() || taken_[check.id] || check.inputs.size() < 2)
+      continue;
+    const absl::Span<const Value> gradients(check.inputs.data(), check.inputs.size() - 1);
+    for (const Node& norm : g_.nodes()) {
+      if (norm.op != &ops::GradSumSquaresOp() || taken_[norm.id] ||
+          ir::BoolAttrOr(norm.attrs, "loss_scaled", false) ||
+          !absl::c_equal(norm.inputs, gradients))
+        continue;
+      TryAdd({.members = {check.id, norm.id},
+              .op = &ops::GradSumSquaresNonfiniteOp(),
+              .name = absl::StrCat(norm.name, "+", check.name),
+              .inputs = check.inputs,
+              .outputs = {Value{norm.id, 0}, Value{check.id, 0}}});
+      break;
+    }
   }
 }
 

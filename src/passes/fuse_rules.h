@@ -58,6 +58,9 @@ class GroupFinder {
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
   void MultiTensorUpdates(bool fold_gradient_casts);
+  // The non-finite guard's check and the gradient norm over the same gradients as one pass
+  // (grad_sum_squares_nonfinite, fuse_optimizer_rules.cc).
+  void NonfiniteChecksWithTheNorm();
   // Groups the casts of float32 parameters to each 16-bit type (mixed precision's weight copies)
   // into one cast_multi, placed at the first: one launch instead of one per parameter.
   void ParameterCasts();

@@ -189,6 +189,36 @@ TEST(NonFiniteGuardTest, CleanStepsTrainBitForBitAsUnguarded) {
   }
 }
 
+// With clipping the fuse pass moves the check into the norm's pass over the gradients
+// (grad_sum_squares_nonfinite): the same weights and counters as the check on its own, through a
+// skipped step.
+TEST(NonFiniteGuardTest, TheCheckInTheNormsPassKeepsTheUnfusedBitsAndCounts) {
+  const models::Mlp mlp = BuildSmallMlp();
+  auto t = Build(mlp, NonFinitePolicy::kSkipStep,
+                 {.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f, .max_grad_norm = 1.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  passes::FuseOptions apart;
+  apart.whole_mlp_step = false;
+  apart.nonfinite_check_with_norm = false;
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  auto unfused = passes::Fuse(*t, {t->loss}, apart);
+  ASSERT_TRUE(fused.ok() && unfused.ok()) << fused.status() << unfused.status();
+  const Graph& g = fused->training.graph;
+  EXPECT_EQ(g.NodesOf("grad_sum_squares_nonfinite").size(), 1u);
+  EXPECT_TRUE(g.NodesOf("grad_nonfinite").empty());
+  EXPECT_EQ(unfused->training.graph.NodesOf("grad_nonfinite").size(), 1u);
+  ir::ReferenceExecutor a(g, false, 9), b(unfused->training.graph, false, 9);
+  for (int step = 0; step < 3; ++step) {
+    SetBatch(a, step, step == 1 ? 2 * kFeatures + 1 : -1);
+    SetBatch(b, step, step == 1 ? 2 * kFeatures + 1 : -1);
+    ASSERT_TRUE(a.Run().ok());
+    ASSERT_TRUE(b.Run().ok());
+    ASSERT_EQ(Weights(g, a), Weights(unfused->training.graph, b)) << "step " << step;
+    EXPECT_EQ(Ints(a, autodiff::kNonFiniteRecord), Ints(b, autodiff::kNonFiniteRecord));
+  }
+  EXPECT_EQ(Ints(a, autodiff::kNonFiniteSkippedSteps), std::vector<int32_t>{1});
+}
+
 TEST(NonFiniteGuardTest, IgnoreLetsTheNanIntoTheWeights) {
   const models::Mlp mlp = BuildSmallMlp();
   auto t = Build(mlp, NonFinitePolicy::kIgnore);

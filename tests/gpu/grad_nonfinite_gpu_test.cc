@@ -2,7 +2,9 @@
 // against the CPU reference, flag for flag: float32, bfloat16 and float16 gradients side by side,
 // with sizes that leave short last chunks (the element-by-element path) beside whole ones (the
 // 16-byte loads), the largest finite values of each type (not flagged), an inf or a NaN in a whole
-// chunk, in a short one and in a scalar; and more tensors than one launch's table holds.
+// chunk, in a short one and in a scalar; and more tensors than one launch's table holds. The same
+// for grad_sum_squares_nonfinite (the check in the norm's pass): its flags as grad_nonfinite's,
+// a finite value whose square overflows not flagged, its partial sums as grad_sum_squares'.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -16,6 +18,7 @@
 #include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
+#include "tests/gpu/gpu_graph_run.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -36,28 +39,36 @@ struct Gradient {
   std::vector<std::pair<int64_t, double>> set;
 };
 
-// Runs grad_nonfinite over `gradients` on the GPU and on the CPU reference and compares the flags
-// exactly; returns the check's launches' descriptions, joined.
-std::string ExpectFlagsMatch(const std::vector<Gradient>& gradients) {
-  Graph g;
+// The gradients as constants of `g` and, with their set values, leaves of `cpu`.
+std::vector<Value> AddGradients(Graph& g, const std::vector<Gradient>& gradients) {
   std::vector<Value> values;
   for (const Gradient& gradient : gradients) {
     values.push_back(*g.AddConstant(gradient.name, {gradient.shape, gradient.dtype},
                                     Initializer::Uniform(-2, 2)));
   }
+  return values;
+}
+void SetGradients(ir::ReferenceExecutor& cpu, const std::vector<Gradient>& gradients) {
+  for (const Gradient& gradient : gradients) {
+    auto leaf = cpu.Leaf(gradient.name);
+    ASSERT_TRUE(leaf.ok());
+    std::vector<double> data((*leaf)->size());
+    for (int64_t i = 0; i < (*leaf)->size(); ++i) data[i] = ir::FloatElement(**leaf, i);
+    for (const auto& [index, value] : gradient.set) data[index] = value;
+    ASSERT_TRUE(cpu.SetLeaf(gradient.name, data).ok());
+  }
+}
+
+// Runs grad_nonfinite over `gradients` on the GPU and on the CPU reference and compares the flags
+// exactly; returns the check's launches' descriptions, joined.
+std::string ExpectFlagsMatch(const std::vector<Gradient>& gradients) {
+  Graph g;
+  const std::vector<Value> values = AddGradients(g, gradients);
   auto flags = g.AddOp1(ops::GradNonfiniteOp(), "check.flags", values);
   EXPECT_TRUE(flags.ok()) << flags.status();
   if (!flags.ok()) return "";
   ir::ReferenceExecutor cpu(g, false, 71);
-  for (const Gradient& gradient : gradients) {
-    auto leaf = cpu.Leaf(gradient.name);
-    EXPECT_TRUE(leaf.ok());
-    if (!leaf.ok()) return "";
-    std::vector<double> data((*leaf)->size());
-    for (int64_t i = 0; i < (*leaf)->size(); ++i) data[i] = ir::FloatElement(**leaf, i);
-    for (const auto& [index, value] : gradient.set) data[index] = value;
-    EXPECT_TRUE(cpu.SetLeaf(gradient.name, data).ok());
-  }
+  SetGradients(cpu, gradients);
   std::vector<std::string> described;
   ExpectGpuMatchesCpu(g, cpu, 0.0, {}, false, false, &described);
   std::string check;
@@ -67,9 +78,33 @@ std::string ExpectFlagsMatch(const std::vector<Gradient>& gradients) {
   return check;
 }
 
-TEST(GradNonfiniteGpuTest, MixedTypesAndShortChunksMatchCpuFlags) {
-  REPRISE_REQUIRE_GPU();
-  const std::vector<Gradient> gradients = {
+// grad_sum_squares_nonfinite over `gradients` (the last is the loss) on the GPU against the CPU
+// reference: the flags equal, the partial sums equal bit for bit (inf and NaN alike).
+void ExpectNormAndFlagsMatch(const std::vector<Gradient>& gradients) {
+  Graph g;
+  const std::vector<Value> values = AddGradients(g, gradients);
+  auto both = g.AddOp(ops::GradSumSquaresNonfiniteOp(), "norm+check", values);
+  ASSERT_TRUE(both.ok()) << both.status();
+  ir::ReferenceExecutor cpu(g, false, 71);
+  SetGradients(cpu, gradients);
+  ASSERT_TRUE(cpu.Run().ok());
+  auto gpu = RunOnGpu(g, cpu, *both);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (int k = 0; k < 2; ++k) {
+    const ir::HostTensor& expected = **cpu.Tensor((*both)[k]);
+    auto want = expected.data<float>();
+    auto got = (*gpu)[k].data<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : got[i] == want[i];
+      EXPECT_TRUE(same) << (k == 0 ? "partial " : "flag ") << i << ": " << got[i] << " vs "
+                        << want[i];
+    }
+  }
+}
+
+std::vector<Gradient> MixedGradients() {
+  return {
       // Two whole chunks and a short one; the largest float is finite.
       {"f32", Shape{2 * kChunk + 5}, DType::kFloat32, {{kChunk + 7, kInf}, {3, 3.4e38}}},
       // Three whole chunks and a short one of three: a NaN in the short one only.
@@ -81,7 +116,22 @@ TEST(GradNonfiniteGpuTest, MixedTypesAndShortChunksMatchCpuFlags) {
       {"short_f16", Shape{37}, DType::kFloat16, {{36, kInf}}},
       {"clean_f32", Shape{kChunk - 1}, DType::kFloat32, {}},
   };
-  EXPECT_THAT(ExpectFlagsMatch(gradients), HasSubstr("nvrtc reprise_grad_nonfinite"));
+}
+
+TEST(GradNonfiniteGpuTest, MixedTypesAndShortChunksMatchCpuFlags) {
+  REPRISE_REQUIRE_GPU();
+  EXPECT_THAT(ExpectFlagsMatch(MixedGradients()), HasSubstr("nvrtc reprise_grad_nonfinite"));
+}
+
+// The same gradients (clean_bf16's -3.38e38 squares to inf: its chunk is read again and found
+// finite), with the loss last.
+TEST(GradNonfiniteGpuTest, CheckInTheNormsPassMatchesCpu) {
+  REPRISE_REQUIRE_GPU();
+  std::vector<Gradient> gradients = MixedGradients();
+  std::swap(gradients[4], gradients.back());  // The NaN loss last.
+  ExpectNormAndFlagsMatch(gradients);
+  gradients.back().set.clear();  // A finite loss.
+  ExpectNormAndFlagsMatch(gradients);
 }
 
 TEST(GradNonfiniteGpuTest, AllFiniteGradientsSetNoFlag) {
@@ -103,6 +153,8 @@ TEST(GradNonfiniteGpuTest, MoreTensorsThanOneTableTakeTwoLaunches) {
     gradients.push_back(std::move(gradient));
   }
   EXPECT_THAT(ExpectFlagsMatch(gradients), HasSubstr("; "));  // Two parts.
+  gradients.push_back({"loss", Shape{}, DType::kFloat32, {}});
+  ExpectNormAndFlagsMatch(gradients);
 }
 
 }  // namespace
