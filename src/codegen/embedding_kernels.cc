@@ -91,7 +91,7 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
   }
   __syncwarp();
   // Each column's sum runs over the row's tokens in (chunk, position) order, as the CPU's.
-  if (vector) {  // Four adjacent columns per lane: cols % 4 == 0, dy and dtable aligned.
+  if (vector) {  // Four adjacent columns per lane: cols % 4 == 0, dy, base and dtable aligned.
     for (int c = 4 * lane; c < cols; c += 128) {
       float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       for (int k = 0; k < chunks; ++k) {

@@ -125,8 +125,8 @@ constexpr char kBackwardBody[] = R"(
 LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, DType dtype) {
   LayerNormBackwardLaunch l;
   const int64_t vec = Vector16Elements(dtype);
-  // The kernel indexes rows with ints.
-  if (rows <= 0 || rows > INT32_MAX || cols <= 0 || cols % vec != 0) return l;
+  // The kernel indexes rows with ints (with room past the last row for a chunk's last step).
+  if (rows <= 0 || rows > INT32_MAX / 2 || cols <= 0 || cols % vec != 0) return l;
   const int64_t team = (cols / vec + 31) / 32 * 32;
   if (team > kLayerNormBackwardThreads) return l;
   l.team = static_cast<int>(team);
