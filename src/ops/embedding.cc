@@ -242,13 +242,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringCont
   return LowerEmbeddingGradInto(ctx, node, nullptr);
 }
 
+// The base's dtype and width are dy's (InferEmbeddingGradAdd).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradAdd(const LoweringContext& ctx,
                                                                  const Node& node) {
-  if (ctx.input_specs[2].dtype != ctx.input_specs[0].dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node '", node.name, "': base ", ctx.input_specs[2].ToString(),
-                     " differs in dtype from dy ", ctx.input_specs[0].ToString()));
-  }
   return LowerEmbeddingGradInto(ctx, node, ctx.inputs[2]);
 }
 

@@ -13,6 +13,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/transformer_ops.h"
 #include "src/passes/fuse.h"
+#include "tests/cpu/token_steps.h"
 
 namespace reprise {
 namespace {
@@ -39,29 +40,10 @@ std::map<std::string, int> OpCounts(const Graph& g) {
   return counts;
 }
 
-// `steps` steps on the CPU reference with fixed batches: the losses and the parameters.
-std::pair<std::vector<float>, std::map<std::string, std::vector<float>>> RunCpu(const Graph& g,
-                                                                                Value loss,
-                                                                                int steps) {
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 5);
-  std::vector<float> losses;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
-    for (int64_t i = 0; i < kBatch * kSeq; ++i) {
-      tokens[i] = static_cast<int32_t>((i * 7 + s) % 13);  // Repeats: rows with several tokens.
-      targets[i] = static_cast<int32_t>((i * 3 + 1) % kVocab);
-    }
-    EXPECT_TRUE(cpu.SetLeaf("tokens", tokens).ok());
-    EXPECT_TRUE(cpu.SetLeaf("targets", targets).ok());
-    EXPECT_TRUE(cpu.Run().ok());
-    losses.push_back((*cpu.Tensor(loss))->data<float>()[0]);
-  }
-  std::map<std::string, std::vector<float>> parameters;
-  for (int32_t id : g.NodesOf("parameter")) {
-    auto values = (*cpu.Tensor({id, 0}))->data<float>();
-    parameters[g.node(id).name].assign(values.begin(), values.end());
-  }
-  return {losses, parameters};
+// `steps` steps on the CPU reference with fixed batches (ids repeat: rows with several tokens):
+// the losses and the parameters.
+testing::CpuSteps RunCpu(const Graph& g, Value loss, int steps) {
+  return testing::RunTokenSteps(g, loss, steps, "tokens", "targets", kBatch * kSeq, 13, kVocab);
 }
 
 TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneEmbeddingGradAddWithTheUnfusedBits) {

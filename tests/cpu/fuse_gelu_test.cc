@@ -19,6 +19,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/pipeline.h"
+#include "tests/cpu/token_steps.h"
 
 namespace reprise {
 namespace {
@@ -87,29 +88,9 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   EXPECT_EQ(g.node(residual.inputs[3].node).op_name(), "embedding");
 }
 
-// Runs `steps` steps on the CPU reference with fixed batches; the losses and the parameters.
-std::pair<std::vector<float>, std::map<std::string, std::vector<float>>> RunCpu(const Graph& g,
-                                                                                Value loss,
-                                                                                int steps) {
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 5);
-  std::vector<float> losses;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<int32_t> ids(kTokens), labels(kTokens);
-    for (int64_t i = 0; i < kTokens; ++i) {
-      ids[i] = static_cast<int32_t>((i * 7 + s) % kVocab);
-      labels[i] = static_cast<int32_t>((i * 3 + 1) % kVocab);
-    }
-    EXPECT_TRUE(cpu.SetLeaf("ids", ids).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", labels).ok());
-    EXPECT_TRUE(cpu.Run().ok());
-    losses.push_back((*cpu.Tensor(loss))->data<float>()[0]);
-  }
-  std::map<std::string, std::vector<float>> parameters;
-  for (int32_t id : g.NodesOf("parameter")) {
-    auto values = (*cpu.Tensor({id, 0}))->data<float>();
-    parameters[g.node(id).name].assign(values.begin(), values.end());
-  }
-  return {losses, parameters};
+// `steps` steps on the CPU reference with fixed batches: the losses and the parameters.
+testing::CpuSteps RunCpu(const Graph& g, Value loss, int steps) {
+  return testing::RunTokenSteps(g, loss, steps, "ids", "labels", kTokens, kVocab, kVocab);
 }
 
 TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
