@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "reprise/reprise.h"
+#include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_activity.h"
 #include "src/runtime/owners.h"
@@ -353,6 +354,8 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
       options.launch.graph_launch = reprise::GraphLaunch::kHost;
     }
   }
+  const reprise::runtime::ConvGraphStats conv_plans_before =
+      reprise::runtime::CudnnConvGraph::Stats();
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
                    FeedInputs(*trainer, model));
@@ -428,6 +431,15 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   result.host_us_queued = Percentile(host_us_queued, 0.5);
   result.create_ms = stats.create_total_ms;
   result.create_breakdown = stats.CreateBreakdown();
+  const reprise::runtime::ConvGraphStats conv_plans = reprise::runtime::CudnnConvGraph::Stats();
+  if (conv_plans.measured_plans + conv_plans.record_plans >
+      conv_plans_before.measured_plans + conv_plans_before.record_plans) {
+    absl::StrAppendFormat(&result.create_breakdown,
+                          "; cuDNN conv plans measured %d (%.0f ms), from records %d",
+                          conv_plans.measured_plans - conv_plans_before.measured_plans,
+                          conv_plans.measure_ms - conv_plans_before.measure_ms,
+                          conv_plans.record_plans - conv_plans_before.record_plans);
+  }
   if (!host_us_after_input.empty()) {
     result.host_us_after_input = Percentile(host_us_after_input, 0.5);
   }

@@ -253,10 +253,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         "graph API: the sum is written over its accumulator, an in-place epilogue cuDNN's graph "
         "API does not promise; the legacy call's beta = 1 does";
   } else if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
-    const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
-                                            .deterministic = ctx.options.deterministic,
-                                            .workspace_limit = ctx.workspace_bytes,
-                                            .device = DeviceKey(ctx.device)};
+    const runtime::ConvGraphOptions options{
+        .allow_tf32 = ctx.options.allow_tf32,
+        .deterministic = ctx.options.deterministic,
+        .workspace_limit = ctx.workspace_bytes,
+        .device = DeviceKey(ctx.device),
+        .measure = ctx.options.measure_conv_algorithms,
+        .measure_buffers = {.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
+        .measure_workspace = ctx.workspace,
+        .records = ctx.kernels};
     absl::StatusOr<runtime::CudnnConvGraph> conv =
         runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where);
     if (conv.ok()) {

@@ -164,25 +164,26 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx
     return absl::ResourceExhaustedError(absl::StrCat(
         "the sums need ", stats_bytes, " bytes of workspace; the lane has ", ctx.workspace_bytes));
   }
-  const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
-                                          .deterministic = ctx.options.deterministic,
-                                          .workspace_limit = ctx.workspace_bytes - stats_bytes,
-                                          .device = DeviceKey(ctx.device)};
-  ASSIGN_OR_RETURN(runtime::CudnnConvGraph conv,
-                   runtime::CudnnConvGraph::Create(*ctx.cudnn, runtime::ConvKind::kForward, shape,
-                                                   {.output_stats = true}, options, ""));
   char* const workspace = static_cast<char*>(ctx.workspace);
   float* const sum = reinterpret_cast<float*>(workspace);
   float* const sq_sum = sum + shape.k;
+  const runtime::ConvGraphBuffers buffers{
+      .a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[3], .sum = sum, .sq_sum = sq_sum};
+  const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
+                                          .deterministic = ctx.options.deterministic,
+                                          .workspace_limit = ctx.workspace_bytes - stats_bytes,
+                                          .device = DeviceKey(ctx.device),
+                                          .measure = ctx.options.measure_conv_algorithms,
+                                          .measure_buffers = buffers,
+                                          .measure_workspace = workspace + stats_bytes,
+                                          .records = ctx.kernels};
+  ASSIGN_OR_RETURN(runtime::CudnnConvGraph conv,
+                   runtime::CudnnConvGraph::Create(*ctx.cudnn, runtime::ConvKind::kForward, shape,
+                                                   {.output_stats = true}, options, ""));
   const size_t conv_workspace = conv.workspace_bytes();
   std::vector<std::unique_ptr<GpuKernel>> parts;
   parts.push_back(
-      std::make_unique<ConvStatsKernel>(where, std::move(conv), ctx.cudnn,
-                                        runtime::ConvGraphBuffers{.a = ctx.inputs[0],
-                                                                  .b = ctx.inputs[1],
-                                                                  .out = ctx.outputs[3],
-                                                                  .sum = sum,
-                                                                  .sq_sum = sq_sum},
+      std::make_unique<ConvStatsKernel>(where, std::move(conv), ctx.cudnn, buffers,
                                         conv_workspace > 0 ? workspace + stats_bytes : nullptr));
   const double epsilon =
       node.attrs.contains("epsilon") ? *ir::FloatAttr(node.attrs, "epsilon") : 1e-5;

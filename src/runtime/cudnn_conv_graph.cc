@@ -1,11 +1,12 @@
-// The translation unit of convolutions that includes cudnn-frontend (cmake/cudnn_frontend.cmake
-// gives it the include directory and CUDNN_FRONTEND_SKIP_JSON_LIB).
+// Choosing, caching and running graph-API convolution plans (cmake/cudnn_frontend.cmake gives this
+// file the include directory and CUDNN_FRONTEND_SKIP_JSON_LIB).
 #include "src/runtime/cudnn_conv_graph.h"
 
 #include <cuda_runtime_api.h>
-#include <cudnn_frontend.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -13,46 +14,27 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "src/runtime/conv_plan_record.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/cudnn_conv_graph_internal.h"
 #include "src/runtime/cudnn_warm_up.h"
+#include "src/runtime/kernel_store.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
 
-namespace fe = ::cudnn_frontend;
-using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
-
-struct CudnnConvGraph::Plan {
-  std::shared_ptr<fe::graph::Graph> graph;  // Built; execute() is const and thread-safe.
-  int64_t workspace_bytes = 0;
-  std::string engine;  // cuDNN's name of the chosen engine and knobs.
-  bool deterministic = false;
-};
-
 namespace {
 
-// Tensor ids of the variant pack.
-enum Uid : int64_t { kA = 1, kB, kOut, kScale, kBias, kSum, kSqSum, kAcc };
-
-struct Key {
-  ConvKind kind;
-  ConvShape shape;
-  ConvFusion fusion;
-  bool allow_tf32;
-  bool deterministic;
-  size_t workspace_limit;
-  std::string device;
-
-  bool operator==(const Key& other) const = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const Key& key) {
-    return H::combine(std::move(h), key.kind, key.shape, key.fusion.scale_bias_relu_input,
-                      key.fusion.output_stats, key.fusion.add_to_output, key.allow_tf32,
-                      key.deterministic, key.workspace_limit, key.device);
-  }
-};
+using conv_graph::BarredNotes;
+using conv_graph::DescribeGraph;
+using conv_graph::FrontendStatus;
+using conv_graph::Key;
+using conv_graph::What;
+using enum conv_graph::Uid;
 
 // A key's plan, or why it has none: a pattern cuDNN does not support is asked about once per
 // process, not once per layer.
@@ -66,6 +48,7 @@ class PlanCache {
   }
   absl::Mutex& mu() { return mu_; }
   absl::flat_hash_map<Key, Entry>& entries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return entries_; }
+  ConvGraphStats& stats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stats_; }
   size_t built() {
     absl::MutexLock lock(&mu_);
     return std::count_if(entries_.begin(), entries_.end(),
@@ -75,214 +58,242 @@ class PlanCache {
  private:
   absl::Mutex mu_;
   absl::flat_hash_map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  ConvGraphStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
-// "<context>: cudnn-frontend <step> failed for <what>: <message>". The codes by which the frontend
-// says that no engine takes the graph (at this shape, under the numerical-note filters, on this
-// device) are Unimplemented, so that callers keep their own kernels; anything else is Internal.
-// The support check lists every engine's refusal: the message keeps its first 800 characters.
-absl::Status FrontendStatus(fe::error_t error, absl::string_view step, absl::string_view what,
-                            absl::string_view context) {
-  if (error.is_good()) return absl::OkStatus();
-  const fe::error_code_t code = error.get_code();
-  const bool unsupported = code == fe::error_code_t::GRAPH_NOT_SUPPORTED ||
-                           code == fe::error_code_t::GRAPH_EXECUTION_PLAN_CREATION_FAILED ||
-                           code == fe::error_code_t::HEURISTIC_QUERY_FAILED;
-  std::string detail = error.get_message();
-  if (detail.size() > 800) detail = absl::StrCat(detail.substr(0, 800), " ...");
-  std::string message = absl::StrCat(context.empty() ? "" : absl::StrCat(context, ": "),
-                                     "cudnn-frontend ", step, " failed for ", what, ": ", detail);
-  return unsupported ? absl::UnimplementedError(message) : absl::InternalError(message);
-}
-
-fe::DataType_t IoType(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return fe::DataType_t::BFLOAT16;
-    case DType::kFloat16:
-      return fe::DataType_t::HALF;
-    default:
-      return fe::DataType_t::FLOAT;
-  }
-}
-
-// A 4-D tensor of logical extents [outer, c, h, w] (n or k first), stored NCHW or NHWC.
-TensorPtr Tensor4d(fe::graph::Graph& graph, const char* name, Uid uid, Layout layout, int64_t outer,
-                   int64_t c, int64_t h, int64_t w) {
-  const std::vector<int64_t> stride = layout == Layout::kNHWC
-                                          ? std::vector<int64_t>{h * w * c, 1, w * c, c}
-                                          : std::vector<int64_t>{c * h * w, h * w, w, 1};
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim({outer, c, h, w})
-                          .set_stride(stride));
-}
-
-void SetOutput4d(const TensorPtr& t, Uid uid, Layout layout, DType dtype, int64_t outer, int64_t c,
-                 int64_t h, int64_t w) {
-  const std::vector<int64_t> stride = layout == Layout::kNHWC
-                                          ? std::vector<int64_t>{h * w * c, 1, w * c, c}
-                                          : std::vector<int64_t>{c * h * w, h * w, w, 1};
-  t->set_output(true)
-      .set_uid(uid)
-      .set_data_type(IoType(dtype))
-      .set_dim({outer, c, h, w})
-      .set_stride(stride);
-}
-
-// A per-channel vector [1, c, 1, 1] of `type`.
-TensorPtr Channels(fe::graph::Graph& graph, const char* name, Uid uid, int64_t c,
-                   fe::DataType_t type) {
-  return graph.tensor(fe::graph::Tensor_attributes()
-                          .set_name(name)
-                          .set_uid(uid)
-                          .set_dim({1, c, 1, 1})
-                          .set_stride({c, 1, c, c})
-                          .set_data_type(type));
-}
-
-void SetChannelsOutput(const TensorPtr& t, Uid uid, int64_t c) {
-  t->set_output(true)
-      .set_uid(uid)
-      .set_data_type(fe::DataType_t::FLOAT)
-      .set_dim({1, c, 1, 1})
-      .set_stride({c, 1, c, c});
-}
-
-std::string What(const Key& key) {
-  return absl::StrCat("conv ", ConvKindName(key.kind),
-                      key.fusion.any() ? absl::StrCat(" ", key.fusion.ToString()) : "", " ",
-                      key.shape.ToString());
-}
-
-// The graph of one key, not built yet.
-std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
-  const ConvShape& s = key.shape;
-  const int64_t cg = s.c / s.groups;
-  auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(IoType(s.dtype))
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  const std::vector<int64_t> pad = {s.pad_h, s.pad_w}, stride = {s.stride_h, s.stride_w},
-                             dilation = {s.dilation_h, s.dilation_w};
-  switch (key.kind) {
-    case ConvKind::kForward: {
-      TensorPtr x = Tensor4d(*graph, "x", kA, s.layout, s.n, s.c, s.h, s.w);
-      TensorPtr w = Tensor4d(*graph, "w", kB, s.layout, s.k, cg, s.r, s.s);
-      if (key.fusion.scale_bias_relu_input) {
-        TensorPtr scale = Channels(*graph, "scale", kScale, s.c, IoType(s.dtype));
-        TensorPtr bias = Channels(*graph, "bias", kBias, s.c, IoType(s.dtype));
-        TensorPtr scaled = graph->pointwise(
-            x, scale,
-            fe::graph::Pointwise_attributes().set_name("scale").set_mode(fe::PointwiseMode_t::MUL));
-        TensorPtr shifted = graph->pointwise(
-            scaled, bias,
-            fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
-        x = graph->pointwise(shifted, fe::graph::Pointwise_attributes().set_name("relu").set_mode(
-                                          fe::PointwiseMode_t::RELU_FWD));
-      }
-      TensorPtr y = graph->conv_fprop(x, w,
-                                      fe::graph::Conv_fprop_attributes()
-                                          .set_name("fprop")
-                                          .set_padding(pad)
-                                          .set_stride(stride)
-                                          .set_dilation(dilation));
-      SetOutput4d(y, kOut, s.layout, s.dtype, s.n, s.k, s.p, s.q);
-      if (key.fusion.output_stats) {
-        auto [sum, sq_sum] =
-            graph->genstats(y, fe::graph::Genstats_attributes().set_name("genstats"));
-        SetChannelsOutput(sum, kSum, s.k);
-        SetChannelsOutput(sq_sum, kSqSum, s.k);
-      }
-      return graph;
-    }
-    case ConvKind::kBackwardData: {
-      TensorPtr dy = Tensor4d(*graph, "dy", kA, s.layout, s.n, s.k, s.p, s.q);
-      TensorPtr w = Tensor4d(*graph, "w", kB, s.layout, s.k, cg, s.r, s.s);
-      TensorPtr dx = graph->conv_dgrad(dy, w,
-                                       fe::graph::Conv_dgrad_attributes()
-                                           .set_name("dgrad")
-                                           .set_padding(pad)
-                                           .set_stride(stride)
-                                           .set_dilation(dilation));
-      if (key.fusion.add_to_output) {
-        // The float sum dgrad + acc, rounded once into out (which may alias acc).
-        TensorPtr acc = Tensor4d(*graph, "acc", kAcc, s.layout, s.n, s.c, s.h, s.w);
-        dx->set_dim({s.n, s.c, s.h, s.w});
-        dx = graph->pointwise(dx, acc,
-                              fe::graph::Pointwise_attributes()
-                                  .set_name("accumulate")
-                                  .set_mode(fe::PointwiseMode_t::ADD));
-      }
-      SetOutput4d(dx, kOut, s.layout, s.dtype, s.n, s.c, s.h, s.w);
-      return graph;
-    }
-    case ConvKind::kBackwardFilter: {
-      TensorPtr x = Tensor4d(*graph, "x", kA, s.layout, s.n, s.c, s.h, s.w);
-      TensorPtr dy = Tensor4d(*graph, "dy", kB, s.layout, s.n, s.k, s.p, s.q);
-      TensorPtr dw = graph->conv_wgrad(dy, x,
-                                       fe::graph::Conv_wgrad_attributes()
-                                           .set_name("wgrad")
-                                           .set_padding(pad)
-                                           .set_stride(stride)
-                                           .set_dilation(dilation));
-      SetOutput4d(dw, kOut, s.layout, s.dtype, s.k, cg, s.r, s.s);
-      return graph;
-    }
-  }
-  return graph;
-}
-
-// Engines whose numerical notes the options rule out. Down-converting inputs (float32 data run in
-// float16) and reduced-precision reductions (16-bit partial sums) are never wanted in training.
-// Strict float32 (no TF32) also rules out tensor cores, and FFT and Winograd engines, whose
-// transformed-domain rounding scales with the tensor's largest values (as CudnnConv does).
-std::vector<fe::NumericalNote_t> BarredNotes(const Key& key) {
-  std::vector<fe::NumericalNote_t> notes = {fe::NumericalNote_t::DOWN_CONVERT_INPUTS,
-                                            fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION};
-  if (key.deterministic) notes.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
-  if (key.shape.dtype == DType::kFloat32 && !key.allow_tf32) {
-    for (fe::NumericalNote_t note :
-         {fe::NumericalNote_t::TENSOR_CORE, fe::NumericalNote_t::FFT, fe::NumericalNote_t::WINOGRAD,
-          fe::NumericalNote_t::WINOGRAD_TILE_4x4, fe::NumericalNote_t::WINOGRAD_TILE_6x6,
-          fe::NumericalNote_t::WINOGRAD_TILE_13x13}) {
-      notes.push_back(note);
-    }
-  }
-  return notes;
-}
-
-absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHandle& handle,
-                                                                  const Key& key,
-                                                                  absl::string_view context) {
-  const std::string what = What(key);
+// The graph of `key` validated and lowered to cuDNN's operation graph; no engine chosen yet.
+absl::StatusOr<std::shared_ptr<CudnnConvGraph::Plan>> Prepare(const CudnnHandle& handle,
+                                                              const Key& key,
+                                                              absl::string_view what,
+                                                              absl::string_view context) {
   auto plan = std::make_shared<CudnnConvGraph::Plan>();
-  plan->graph = Describe(key);
+  plan->graph = DescribeGraph(key);
   plan->deterministic = key.deterministic;
   fe::graph::Graph& g = *plan->graph;
   RETURN_IF_ERROR(FrontendStatus(g.validate(), "validate", what, context));
   RETURN_IF_ERROR(FrontendStatus(g.build_operation_graph(handle.get()), "build_operation_graph",
                                  what, context));
-  // Mode A ranks the engines cuDNN expects to be fastest; the fallback list adds the ones that
-  // take any shape, so that a filter leaving none of A's still finds a plan.
+  return plan;
+}
+
+// The engine configurations to choose from: mode A ranks the engines cuDNN expects to be
+// fastest; the fallback list adds the ones that take any shape, so that a filter leaving none of
+// A's still finds a plan.
+absl::Status ListCandidates(const Key& key, fe::graph::Graph& g, absl::string_view what,
+                            absl::string_view context) {
   RETURN_IF_ERROR(
       FrontendStatus(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
                      "create_execution_plans", what, context));
   g.deselect_numeric_notes(BarredNotes(key));
   g.deselect_workspace_greater_than(static_cast<int64_t>(key.workspace_limit));
-  RETURN_IF_ERROR(FrontendStatus(g.check_support(), "check_support", what, context));
-  RETURN_IF_ERROR(FrontendStatus(g.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
-                                 "build_plans", what, context));
-  RETURN_IF_ERROR(FrontendStatus(g.get_workspace_size(plan->workspace_bytes), "get_workspace_size",
-                                 what, context));
-  if (plan->workspace_bytes > static_cast<int64_t>(key.workspace_limit)) {
+  return FrontendStatus(g.check_support(), "check_support", what, context);
+}
+
+// The chosen plan's workspace (within the lane's) and name.
+absl::Status DescribeChoice(const Key& key, CudnnConvGraph::Plan& plan, absl::string_view what,
+                            absl::string_view context) {
+  fe::graph::Graph& g = *plan.graph;
+  RETURN_IF_ERROR(
+      FrontendStatus(g.get_workspace_size_plan_at_index(plan.index, plan.workspace_bytes),
+                     "get_workspace_size", what, context));
+  if (plan.workspace_bytes > static_cast<int64_t>(key.workspace_limit)) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(context, ": ", what, " chose a plan of ", plan->workspace_bytes,
+        absl::StrCat(context, ": ", what, " chose a plan of ", plan.workspace_bytes,
                      " bytes of workspace; the lane has ", key.workspace_limit));
   }
-  RETURN_IF_ERROR(FrontendStatus(g.get_plan_name(plan->engine), "get_plan_name", what, context));
+  return FrontendStatus(g.get_plan_name_at_index(plan.index, plan.engine), "get_plan_name", what,
+                        context);
+}
+
+// The heuristics' first candidate that builds.
+absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildByHeuristics(
+    const CudnnHandle& handle, const Key& key, absl::string_view what) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+  fe::graph::Graph& g = *plan->graph;
+  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
+  std::string failures;
+  for (plan->index = 0; plan->index < g.get_execution_plan_count(); ++plan->index) {
+    fe::error_t built = g.build_plan_at_index(plan->index);
+    if (built.is_good()) break;
+    absl::StrAppend(&failures, failures.empty() ? "" : "; ", built.get_message());
+  }
+  if (plan->index == g.get_execution_plan_count()) {
+    return absl::UnimplementedError(absl::StrCat("cudnn-frontend build_plans failed for ", what,
+                                                 ": ", failures.substr(0, 800)));
+  }
+  RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
   return std::shared_ptr<const CudnnConvGraph::Plan>(std::move(plan));
+}
+
+// The variant pack of a run on `b`: the operands, and the fusion's buffers.
+std::unordered_map<int64_t, void*> Pack(const ConvFusion& fusion, const ConvGraphBuffers& b) {
+  std::unordered_map<int64_t, void*> pack = {
+      {kA, const_cast<void*>(b.a)}, {kB, const_cast<void*>(b.b)}, {kOut, b.out}};
+  if (fusion.add_to_output) pack[kAcc] = b.acc != nullptr ? const_cast<void*>(b.acc) : b.out;
+  if (fusion.scale_bias_relu_input) {
+    pack[kScale] = const_cast<void*>(b.scale);
+    pack[kBias] = const_cast<void*>(b.bias);
+  }
+  if (fusion.output_stats) {
+    pack[kSum] = b.sum;
+    pack[kSqSum] = b.sq_sum;
+  }
+  return pack;
+}
+
+// What a run of `fusion` needs that `b` lacks ("" when nothing).
+std::string MissingBuffers(const ConvFusion& fusion, const ConvGraphBuffers& b) {
+  if (b.a == nullptr || b.b == nullptr || b.out == nullptr) return "its operands";
+  if (fusion.scale_bias_relu_input && (b.scale == nullptr || b.bias == nullptr)) {
+    return "its input's scale and bias";
+  }
+  if (fusion.output_stats && (b.sum == nullptr || b.sq_sum == nullptr)) {
+    return "its sum and sq_sum outputs";
+  }
+  return "";
+}
+
+// Everything but the device that a measured choice depends on, for its record's key.
+std::string KeyText(const Key& key) {
+  return absl::StrCat(What(key), "\ntf32 ", key.allow_tf32, " deterministic ", key.deterministic,
+                      " workspace ", key.workspace_limit);
+}
+
+struct MeasuredPlan {
+  std::shared_ptr<const CudnnConvGraph::Plan> plan;
+  ConvPlanRecord record;
+};
+
+// Times the heuristics' first kConvMeasuredCandidates plans that build and fit the workspace, on
+// the options' buffers, and keeps the one of least median time (the first of equals).
+absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const Key& key,
+                                              const ConvGraphOptions& options,
+                                              absl::string_view what) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+  fe::graph::Graph& g = *plan->graph;
+  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
+  cudaStream_t stream = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudnnGetStream(handle.get(), &stream), "cudnnGetStream", what));
+  struct Events {
+    std::array<cudaEvent_t, 2 * kConvMeasureRuns> at{};
+    ~Events() {
+      for (cudaEvent_t event : at) {
+        if (event != nullptr) (void)cudaEventDestroy(event);
+      }
+    }
+  } events;
+  for (cudaEvent_t& event : events.at) CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), what);
+  std::unordered_map<int64_t, void*> pack = Pack(key.fusion, options.measure_buffers);
+  ConvPlanRecord record;
+  std::string failures;
+  for (int64_t i = 0;
+       i < g.get_execution_plan_count() && record.candidates < kConvMeasuredCandidates; ++i) {
+    int64_t workspace = 0;
+    if (!g.build_plan_at_index(i).is_good() ||
+        !g.get_workspace_size_plan_at_index(i, workspace).is_good() ||
+        workspace > static_cast<int64_t>(key.workspace_limit)) {
+      continue;
+    }
+    bool ran = g.execute_plan_at_index(handle.get(), pack, options.measure_workspace, i).is_good();
+    for (int run = 0; ran && run < kConvMeasureRuns; ++run) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run], stream), what);
+      ran = g.execute_plan_at_index(handle.get(), pack, options.measure_workspace, i).is_good();
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run + 1], stream), what);
+    }
+    // A kernel that faulted leaves the context unusable: that is an error, not a slow candidate.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+    if (!ran) continue;
+    std::array<float, kConvMeasureRuns> ms{};
+    for (int run = 0; run < kConvMeasureRuns; ++run) {
+      CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&ms[run], events.at[2 * run], events.at[2 * run + 1]), what);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[kConvMeasureRuns / 2];
+    ++record.candidates;
+    if (record.median_ms == 0 || median < record.median_ms) {
+      record.median_ms = std::max(median, 1e-6);
+      plan->index = i;
+    }
+  }
+  if (record.candidates == 0) {
+    return absl::UnimplementedError(absl::StrCat("cudnn-frontend: no candidate plan for ", what,
+                                                 " built, fit the workspace (", key.workspace_limit,
+                                                 " bytes) and ran"));
+  }
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  RETURN_IF_ERROR(
+      FrontendStatus(g.get_engine_and_knobs_at_index(plan->index, record.engine_id, knobs),
+                     "get_engine_and_knobs_at_index", what, ""));
+  for (const auto& [type, value] : knobs)
+    record.knobs.emplace_back(static_cast<int64_t>(type), value);
+  std::sort(record.knobs.begin(), record.knobs.end());
+  RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
+  record.name = plan->engine;
+  plan->chosen_by = absl::StrFormat("measured %.4f ms of %d", record.median_ms, record.candidates);
+  return MeasuredPlan{std::move(plan), std::move(record)};
+}
+
+// The one plan a record names, checked against the options' filters as the measurement was.
+absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
+    const CudnnHandle& handle, const Key& key, const ConvPlanRecord& record,
+    absl::string_view what) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+  fe::graph::Graph& g = *plan->graph;
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  for (const auto& [type, value] : record.knobs) knobs[static_cast<fe::KnobType_t>(type)] = value;
+  RETURN_IF_ERROR(FrontendStatus(g.create_execution_plan(record.engine_id, knobs),
+                                 "create_execution_plan", what, ""));
+  g.deselect_numeric_notes(BarredNotes(key));
+  g.deselect_workspace_greater_than(static_cast<int64_t>(key.workspace_limit));
+  RETURN_IF_ERROR(FrontendStatus(g.build_plan_at_index(0), "build_plan_at_index", what, ""));
+  plan->index = 0;
+  RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
+  plan->chosen_by =
+      absl::StrFormat("measured %.4f ms of %d (record)", record.median_ms, record.candidates);
+  return std::shared_ptr<const CudnnConvGraph::Plan>(std::move(plan));
+}
+
+// Builds the plan of `key` as its options ask, counting how in `stats`.
+absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHandle& handle,
+                                                                  const Key& key,
+                                                                  const ConvGraphOptions& options,
+                                                                  ConvGraphStats& stats) {
+  const std::string what = What(key);
+  if (!key.measured) {
+    absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> plan =
+        BuildByHeuristics(handle, key, what);
+    if (plan.ok()) ++stats.heuristic_plans;
+    return plan;
+  }
+  std::string record_key;
+  if (options.records != nullptr) {
+    record_key = ConvPlanRecordKey(KeyText(key), key.device,
+                                   static_cast<int64_t>(cudnnGetVersion()), CUDNN_FRONTEND_VERSION);
+    if (std::optional<std::string> text =
+            options.records->FindRecord(record_key, kConvPlanRecordKind)) {
+      absl::StatusOr<ConvPlanRecord> record = DecodeConvPlanRecord(*text);
+      absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> plan =
+          record.ok() ? BuildFromRecord(handle, key, *record, what) : record.status();
+      if (plan.ok()) {
+        ++stats.record_plans;
+        return plan;
+      }
+      ++stats.records_discarded;
+      absl::FPrintF(stderr, "reprise: measuring %s again: its plan record %s\n", what,
+                    plan.status().ToString());
+    }
+  }
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(MeasuredPlan measured, BuildByMeasuring(handle, key, options, what));
+  ++stats.measured_plans;
+  stats.candidates_timed += measured.record.candidates;
+  stats.measure_ms += absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (options.records != nullptr) {
+    options.records->StoreRecord(record_key, kConvPlanRecordKind,
+                                 EncodeConvPlanRecord(measured.record));
+  }
+  return std::move(measured.plan);
 }
 
 size_t ElementBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
@@ -298,12 +309,16 @@ absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnConvGr
   return WarmUpInThrowawayCapture(
       handle, bytes,
       [&](void* placeholder) {
-        std::unordered_map<int64_t, void*> pack;
-        for (Uid uid : {kA, kB, kOut}) pack[uid] = placeholder;
-        if (key.fusion.scale_bias_relu_input) pack[kScale] = pack[kBias] = placeholder;
-        if (key.fusion.output_stats) pack[kSum] = pack[kSqSum] = placeholder;
-        if (key.fusion.add_to_output) pack[kAcc] = placeholder;
-        (void)plan.graph->execute(handle.get(), pack, placeholder);
+        const ConvGraphBuffers b{.a = placeholder,
+                                 .b = placeholder,
+                                 .out = placeholder,
+                                 .acc = placeholder,
+                                 .scale = placeholder,
+                                 .bias = placeholder,
+                                 .sum = placeholder,
+                                 .sq_sum = placeholder};
+        std::unordered_map<int64_t, void*> pack = Pack(key.fusion, b);
+        (void)plan.graph->execute_plan_at_index(handle.get(), pack, placeholder, plan.index);
       },
       context);
 }
@@ -343,20 +358,29 @@ absl::StatusOr<CudnnConvGraph> CudnnConvGraph::Create(const CudnnHandle& handle,
         context, ": accumulating into the output applies to data gradients alone, not ",
         ConvKindName(kind), " ", fusion.ToString()));
   }
+  if (options.measure) {
+    const std::string missing = MissingBuffers(fusion, options.measure_buffers);
+    if (!missing.empty() || (options.workspace_limit > 0 && options.measure_workspace == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": measuring conv ", ConvKindName(kind), " plans needs ",
+          missing.empty() ? "a workspace" : missing, " to run them on (", shape.ToString(), ")"));
+    }
+  }
   const Key key{kind,
                 shape,
                 fusion,
                 shape.dtype == DType::kFloat32 && options.allow_tf32,
                 options.deterministic,
                 options.workspace_limit,
-                options.device};
+                options.device,
+                options.measure};
   PlanCache& cache = PlanCache::Global();
   // Builds run under the lock: two lowerings of one shape build it once.
   absl::MutexLock lock(&cache.mu());
   auto& entries = cache.entries();
   auto it = entries.find(key);
   if (it == entries.end()) {
-    Entry entry = Build(handle, key, /*context=*/"");
+    Entry entry = Build(handle, key, options, cache.stats());
     if (entry.ok()) RETURN_IF_ERROR(WarmUp(handle, key, **entry, context));
     it = entries.emplace(key, std::move(entry)).first;
   }
@@ -373,11 +397,24 @@ size_t CudnnConvGraph::workspace_bytes() const {
 
 size_t CudnnConvGraph::CacheSize() { return PlanCache::Global().built(); }
 
+void CudnnConvGraph::ForgetPlans() {
+  PlanCache& cache = PlanCache::Global();
+  absl::MutexLock lock(&cache.mu());
+  cache.entries().clear();
+}
+
+ConvGraphStats CudnnConvGraph::Stats() {
+  PlanCache& cache = PlanCache::Global();
+  absl::MutexLock lock(&cache.mu());
+  return cache.stats();
+}
+
 std::string CudnnConvGraph::Describe() const {
   return absl::StrCat("cudnn graph conv ", ConvKindName(kind_),
                       fusion_.any() ? absl::StrCat(" ", fusion_.ToString()) : "", " ",
                       plan_->engine, " ws ", plan_->workspace_bytes,
-                      plan_->deterministic ? " deterministic" : "");
+                      plan_->deterministic ? " deterministic" : "",
+                      plan_->chosen_by.empty() ? "" : absl::StrCat(" ", plan_->chosen_by));
 }
 
 absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffers& b,
@@ -387,24 +424,12 @@ absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffe
                                                    plan_->workspace_bytes,
                                                    " bytes of workspace, got none"));
   }
-  std::unordered_map<int64_t, void*> pack = {
-      {kA, const_cast<void*>(b.a)}, {kB, const_cast<void*>(b.b)}, {kOut, b.out}};
-  if (fusion_.add_to_output) pack[kAcc] = b.acc != nullptr ? const_cast<void*>(b.acc) : b.out;
-  if (fusion_.scale_bias_relu_input) {
-    if (b.scale == nullptr || b.bias == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(context, ": ", Describe(), " needs its input's scale and bias"));
-    }
-    pack[kScale] = const_cast<void*>(b.scale);
-    pack[kBias] = const_cast<void*>(b.bias);
+  const std::string missing = MissingBuffers(fusion_, b);
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": ", Describe(), " needs ", missing));
   }
+  std::unordered_map<int64_t, void*> pack = Pack(fusion_, b);
   if (fusion_.output_stats) {
-    if (b.sum == nullptr || b.sq_sum == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(context, ": ", Describe(), " needs its sum and sq_sum outputs"));
-    }
-    pack[kSum] = b.sum;
-    pack[kSqSum] = b.sq_sum;
     // The sums start from zero on every run, whether or not the engine adds into its outputs
     // (the frontend's own tests hand it zeroed ones): a memset node under capture.
     cudaStream_t stream = nullptr;
@@ -413,8 +438,9 @@ absl::Status CudnnConvGraph::Run(const CudnnHandle& handle, const ConvGraphBuffe
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.sum, 0, bytes, stream), context);
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.sq_sum, 0, bytes, stream), context);
   }
-  return FrontendStatus(plan_->graph->execute(handle.get(), pack, workspace), "execute", Describe(),
-                        context);
+  return FrontendStatus(
+      plan_->graph->execute_plan_at_index(handle.get(), pack, workspace, plan_->index), "execute",
+      Describe(), context);
 }
 
 }  // namespace reprise::runtime

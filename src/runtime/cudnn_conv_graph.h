@@ -36,6 +36,25 @@
 
 namespace reprise::runtime {
 
+class KernelStore;
+
+// Device addresses of one run. Operands by kind, in the ops' input order:
+//   kForward:        a = x,  b = w,  out = y
+//   kBackwardData:   a = dy, b = w,  out = dx
+//   kBackwardFilter: a = x,  b = dy, out = dw
+// scale and bias for ConvFusion::scale_bias_relu_input, sum and sq_sum for output_stats, acc for
+// add_to_output (null: out, in place).
+struct ConvGraphBuffers {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  const void* acc = nullptr;
+  const void* scale = nullptr;
+  const void* bias = nullptr;
+  void* sum = nullptr;
+  void* sq_sum = nullptr;
+};
+
 // How a plan may be chosen.
 struct ConvGraphOptions {
   // float32 data may run on TF32 tensor cores; otherwise only engines without cuDNN's
@@ -45,6 +64,33 @@ struct ConvGraphOptions {
   bool deterministic = false;
   size_t workspace_limit = 0;  // Bytes of workspace the plan may use.
   std::string device;          // Which GPU (name, compute capability): part of the cache key.
+  // Time the candidates cuDNN's heuristics list (the first kConvMeasuredCandidates that build and
+  // fit the workspace, kConvMeasureRuns runs each after one warm-up) and run the one of least
+  // median time, instead of the heuristics' first (TrainOptions::kernels.measure_conv_algorithms).
+  // The runs read and overwrite measure_buffers (every buffer the fusion needs) and
+  // measure_workspace (workspace_limit bytes), on the stream the handle is bound to, which they
+  // synchronise: never under capture.
+  bool measure = false;
+  ConvGraphBuffers measure_buffers;
+  void* measure_workspace = nullptr;
+  // Where a measured choice is kept between processes (KernelStore::FindRecord, beside the
+  // kernels on disk, keyed by the convolution, these options, the GPU and the cuDNN and
+  // cudnn-frontend versions); null: each process measures again. A record that does not decode
+  // or whose engine no longer builds is measured again and replaced, and counted.
+  KernelStore* records = nullptr;
+};
+
+inline constexpr int kConvMeasuredCandidates = 8;
+inline constexpr int kConvMeasureRuns = 5;
+
+// How this process's graph-API convolution plans were chosen (CudnnConvGraph::Stats).
+struct ConvGraphStats {
+  int64_t heuristic_plans = 0;    // Built from the heuristics' first choice.
+  int64_t measured_plans = 0;     // Chosen by timing candidates now.
+  int64_t record_plans = 0;       // Rebuilt from a measured record found on disk.
+  int64_t records_discarded = 0;  // Records that did not decode or no longer built.
+  int64_t candidates_timed = 0;
+  double measure_ms = 0;  // Wall time spent building and timing candidates.
 };
 
 // What a forward convolution computes besides y = conv(x, w). Both need cuDNN's fused engines
@@ -64,23 +110,6 @@ struct ConvFusion {
   bool any() const { return scale_bias_relu_input || output_stats || add_to_output; }
   bool operator==(const ConvFusion& other) const = default;
   std::string ToString() const;  // "", "sbr", "stats", "sbr+stats" or "acc".
-};
-
-// Device addresses of one run. Operands by kind, in the ops' input order:
-//   kForward:        a = x,  b = w,  out = y
-//   kBackwardData:   a = dy, b = w,  out = dx
-//   kBackwardFilter: a = x,  b = dy, out = dw
-// scale and bias for ConvFusion::scale_bias_relu_input, sum and sq_sum for output_stats, acc for
-// add_to_output (null: out, in place).
-struct ConvGraphBuffers {
-  const void* a = nullptr;
-  const void* b = nullptr;
-  void* out = nullptr;
-  const void* acc = nullptr;
-  const void* scale = nullptr;
-  const void* bias = nullptr;
-  void* sum = nullptr;
-  void* sq_sum = nullptr;
 };
 
 class CudnnConvGraph {
@@ -104,12 +133,17 @@ class CudnnConvGraph {
   const ConvShape& shape() const { return shape_; }
   const ConvFusion& fusion() const { return fusion_; }
   size_t workspace_bytes() const;
-  // The engine cuDNN runs (its name), e.g.
-  // "cudnn graph conv fwd sbr+stats eng12_k2=3 ws 1024 deterministic".
+  // The engine cuDNN runs (its name) and how it was chosen, e.g.
+  // "cudnn graph conv fwd sbr+stats eng12_k2=3 ws 1024 deterministic" or
+  // "cudnn graph conv wgrad eng1_k2=1 ws 0 measured 0.0412 ms of 8 (record)".
   std::string Describe() const;
 
   // Plans built so far in this process (for tests of the cache).
   static size_t CacheSize();
+  static ConvGraphStats Stats();
+  // Drops the process's plans (runners keep theirs), so that the next Create of a key builds it
+  // again: for tests of the measured records.
+  static void ForgetPlans();
 
   struct Plan;  // The built frontend graph (cudnn_conv_graph.cc).
 

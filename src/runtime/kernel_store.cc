@@ -130,6 +130,19 @@ KernelStore::Stats KernelStore::stats() const {
   return stats;
 }
 
+std::optional<std::string> KernelStore::FindRecord(absl::string_view key, absl::string_view kind) {
+  if (lower_ == nullptr) return std::nullopt;
+  std::optional<KernelBinary> found = lower_->Find(key);
+  if (!found.has_value() || found->name != kind || found->arch != arch_) return std::nullopt;
+  return std::move(found->cubin);
+}
+
+void KernelStore::StoreRecord(absl::string_view key, absl::string_view kind, std::string record) {
+  if (lower_ == nullptr) return;
+  lower_->Store(key,
+                KernelBinary{.name = std::string(kind), .arch = arch_, .cubin = std::move(record)});
+}
+
 KernelStore::Entry& KernelStore::EntryFor(const std::string& key) {
   absl::MutexLock lock(&mu_);
   std::unique_ptr<Entry>& slot = entries_[key];

@@ -116,6 +116,15 @@ class KernelStore {
   };
   Stats stats() const;
 
+  // Small records a measurement chose (e.g. a cuDNN plan, conv_plan_record.h), kept in the lower
+  // layer beside the kernels so that later processes skip the measurement. `key` is a hex
+  // SHA-256 the caller derives from everything the choice depends on; `kind` names what the
+  // record is and is checked on the way back, with the store's arch. FindRecord: nullopt without a
+  // lower layer, on a miss, or for an entry of another kind or arch. StoreRecord: best effort, as
+  // CubinLayer::Store.
+  std::optional<std::string> FindRecord(absl::string_view key, absl::string_view kind);
+  void StoreRecord(absl::string_view key, absl::string_view kind, std::string record);
+
   const std::string& arch() const { return arch_; }
   // The lower layer, or null.
   const CubinLayer* lower() const { return lower_.get(); }

@@ -1,18 +1,25 @@
 // The Trainer and the kernel cache: the first Trainer compiles (cold), a second one in the same
 // process reuses the process's store (hot), a store over a filled folder loads every kernel from
 // disk (warm), a damaged entry is compiled again and counted, and REPRISE_CACHE_DIR=off leaves
-// the disk alone. (Separate from trainer_gpu_test.cc, which checks
-// the numerics of the step.)
+// the disk alone; measured cuDNN convolution plans are recorded in the folder and a later
+// process builds them from the records, training to the same bits. (Separate from
+// trainer_gpu_test.cc, which checks the numerics of the step.)
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/runtime/cache_folder.h"
+#include "src/runtime/cudnn_conv_graph.h"
+#include "src/util/status_macros.h"
 #include "tests/cpu/cache_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -107,6 +114,63 @@ TEST(TrainerKernelCacheTest, DamagedEntryIsCompiledAgainAndCounted) {
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::VerifyResult verified,
                                runtime::VerifyCacheFolder(damaged.path()));
   EXPECT_TRUE(verified.bad.empty());
+}
+
+// A small bfloat16 ResNet-18, its convolutions on the graph API with measured plans: how its
+// Create chose them (CudnnConvGraph's process-wide counts, before and after) and the losses of
+// three steps on fixed batches.
+struct MeasuredRun {
+  runtime::ConvGraphStats before, after;
+  std::vector<float> losses;
+};
+absl::StatusOr<MeasuredRun> TrainWithMeasuredConvPlans() {
+  ASSIGN_OR_RETURN(
+      models::ResNet net,
+      models::BuildResNet(
+          {.depth = 18, .batch = 4, .classes = 4, .image_size = 32, .layout = Layout::kNHWC}));
+  TrainOptions options;
+  options.numerics.deterministic = true;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.kernels.conv_api = KernelTuning::ConvApi::kGraph;
+  options.kernels.measure_conv_algorithms = true;
+  options.seed = 7;
+  MeasuredRun run{.before = runtime::CudnnConvGraph::Stats()};
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(net.graph, net.loss, options));
+  run.after = runtime::CudnnConvGraph::Stats();
+  std::vector<float> images(4 * 32 * 32 * 3);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < images.size(); ++i) {
+      images[i] = static_cast<float>((i * 7 + step) % 13) / 13;
+    }
+    RETURN_IF_ERROR(trainer->SetInput("images", images));
+    RETURN_IF_ERROR(trainer->SetInput("labels", std::vector<int32_t>{0, 1, 2, 3}));
+    RETURN_IF_ERROR(trainer->Step());
+    ASSIGN_OR_RETURN(float loss, trainer->Loss());
+    run.losses.push_back(loss);
+  }
+  return run;
+}
+
+TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesThem) {
+  REPRISE_REQUIRE_GPU();
+  testing::ScopedTempDir dir;
+  ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
+  runtime::CudnnConvGraph::ForgetPlans();
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredRun measured, TrainWithMeasuredConvPlans());
+  const int64_t plans = measured.after.measured_plans - measured.before.measured_plans;
+  std::cout << "measured " << plans << " plans in "
+            << measured.after.measure_ms - measured.before.measure_ms << " ms\n";
+  EXPECT_GT(plans, 10);
+  EXPECT_EQ(measured.after.record_plans, measured.before.record_plans);
+  // A later process: the plans from the records, nothing timed, the same losses bit for bit.
+  runtime::CudnnConvGraph::ForgetPlans();
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredRun recorded, TrainWithMeasuredConvPlans());
+  EXPECT_EQ(recorded.after.measured_plans, recorded.before.measured_plans);
+  EXPECT_EQ(recorded.after.record_plans - recorded.before.record_plans, plans);
+  EXPECT_EQ(recorded.after.records_discarded, recorded.before.records_discarded);
+  EXPECT_EQ(recorded.losses, measured.losses);
+  for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
+  runtime::CudnnConvGraph::ForgetPlans();
 }
 
 TEST(TrainerKernelCacheTest, OffLeavesTheDiskAlone) {

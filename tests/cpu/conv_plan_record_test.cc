@@ -1,0 +1,118 @@
+// The measured cuDNN plan records (src/runtime/conv_plan_record.h): their text form round-trips,
+// every malformed form is refused naming the line, their key changes with everything a choice
+// depends on, and the kernel store keeps them in its lower layer across stores (processes), apart
+// from kernels and from records of another kind or arch.
+#include "src/runtime/conv_plan_record.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "src/runtime/disk_cache.h"
+#include "src/runtime/kernel_store.h"
+#include "tests/cpu/cache_test_util.h"
+
+namespace reprise::runtime {
+namespace {
+
+ConvPlanRecord Sample() {
+  return {.engine_id = 12,
+          .knobs = {{2, 4}, {25, 1}, {27, -1}},
+          .candidates = 8,
+          .median_ms = 0.0625,
+          .name = "eng12_k2=4_k25=1_k27=-1"};
+}
+
+TEST(ConvPlanRecordTest, RoundTrips) {
+  const std::string text = EncodeConvPlanRecord(Sample());
+  EXPECT_EQ(text,
+            "reprise conv plan 1\nengine 12\nknob 2 4\nknob 25 1\nknob 27 -1\ncandidates 8\n"
+            "median_ms 0.0625\nname eng12_k2=4_k25=1_k27=-1\n");
+  absl::StatusOr<ConvPlanRecord> back = DecodeConvPlanRecord(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, Sample());
+  ConvPlanRecord no_knobs = Sample();
+  no_knobs.knobs.clear();
+  back = DecodeConvPlanRecord(EncodeConvPlanRecord(no_knobs));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, no_knobs);
+}
+
+TEST(ConvPlanRecordTest, RefusesEveryMalformedForm) {
+  const std::string good = EncodeConvPlanRecord(Sample());
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  const struct {
+    std::string text;
+    std::string says;
+  } cases[] = {
+      {"", "line 1: does not end with a line break"},
+      {good.substr(0, good.size() - 1), "does not end with a line break"},
+      {replaced("plan 1", "plan 2"), "line 1: expected 'reprise conv plan 1'"},
+      {replaced("engine 12\n", ""), "line 2: expected 'engine <value>'"},
+      {replaced("engine 12", "engine -3"), "line 2: negative engine id"},
+      {replaced("engine 12", "engine 12x"), "line 2: engine '12x' is not an integer"},
+      {replaced("engine 12", "engine +12"), "is not an integer"},
+      {replaced("knob 2 4", "knob 2"), "line 3: expected 'knob <type> <value>'"},
+      {replaced("knob 2 4", "knob 2 4 5"), "line 3: expected 'knob <type> <value>'"},
+      {replaced("knob 25 1", "knob 2 1"), "line 4: knob types not increasing"},
+      {replaced("knob 2 4", "knob -2 4"), "line 3: negative knob type"},
+      {replaced("knob 2 4", "knob 2 four"), "knob value 'four' is not an integer"},
+      {replaced("candidates 8", "candidates 0"), "line 6: candidates below 1"},
+      {replaced("candidates 8\n", ""), "line 6: expected 'candidates <value>'"},
+      {replaced("median_ms 0.0625", "median_ms nan"), "line 7: median_ms 'nan'"},
+      {replaced("median_ms 0.0625", "median_ms inf"), "is not a finite positive"},
+      {replaced("median_ms 0.0625", "median_ms -1"), "is not a finite positive"},
+      {replaced("median_ms 0.0625", "median_ms 0"), "is not a finite positive"},
+      {replaced("name eng12_k2=4_k25=1_k27=-1", "name "), "line 8: expected 'name <value>'"},
+      {replaced("name eng12_k2=4_k25=1_k27=-1\n", ""), "line 8: missing 'name'"},
+      {good + "extra\n", "line 9: lines after 'name'"},
+      {replaced("name eng12", "name eng\n12"), "line 9: lines after 'name'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    absl::StatusOr<ConvPlanRecord> got = DecodeConvPlanRecord(c.text);
+    ASSERT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+    EXPECT_NE(got.status().message().find(c.says), std::string::npos) << got.status();
+  }
+}
+
+TEST(ConvPlanRecordTest, KeyCoversWhatTheChoiceDependsOn) {
+  const std::string key = ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91900, 13200);
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key, ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91900, 13200));
+  EXPECT_NE(key, ConvPlanRecordKey("conv fwd y", "H200 sm_90", 91900, 13200));
+  EXPECT_NE(key, ConvPlanRecordKey("conv fwd x", "H100 sm_90", 91900, 13200));
+  EXPECT_NE(key, ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91901, 13200));
+  EXPECT_NE(key, ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91900, 13201));
+}
+
+TEST(ConvPlanRecordTest, KernelStoreKeepsRecordsOnDiskByKindAndArch) {
+  testing::ScopedTempDir dir;
+  const std::string key = ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91900, 13200);
+  const auto store_on = [&](const std::string& arch) {
+    absl::StatusOr<std::unique_ptr<DiskCache>> disk = DiskCache::Open({.dir = dir.path()});
+    EXPECT_TRUE(disk.ok()) << disk.status();
+    return std::make_unique<KernelStore>(arch, disk.ok() ? *std::move(disk) : nullptr);
+  };
+  store_on("sm_90")->StoreRecord(key, kConvPlanRecordKind, EncodeConvPlanRecord(Sample()));
+  // Another process on the same folder finds it; another kind or arch does not.
+  std::unique_ptr<KernelStore> later = store_on("sm_90");
+  std::optional<std::string> found = later->FindRecord(key, kConvPlanRecordKind);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(*found, EncodeConvPlanRecord(Sample()));
+  EXPECT_FALSE(later->FindRecord(key, "another kind").has_value());
+  EXPECT_FALSE(store_on("sm_100")->FindRecord(key, kConvPlanRecordKind).has_value());
+  EXPECT_FALSE(later->FindRecord(std::string(64, 'a'), kConvPlanRecordKind).has_value());
+  // Without a lower layer nothing is kept.
+  KernelStore memory_only("sm_90");
+  memory_only.StoreRecord(key, kConvPlanRecordKind, "x");
+  EXPECT_FALSE(memory_only.FindRecord(key, kConvPlanRecordKind).has_value());
+}
+
+}  // namespace
+}  // namespace reprise::runtime
