@@ -6,11 +6,12 @@
 //
 // Text form, one field per line, in this order:
 //   reprise conv plan 1
-//   engine <cuDNN's global engine id>
-//   knob <cudnn-frontend KnobType_t> <value>     (zero or more, types increasing)
+//   name <cuDNN's name of the engine and its knob choices, e.g. eng22_k2=8_k13=1>
 //   candidates <how many were timed, >= 1>
 //   median_ms <the winner's median time>
-//   name <cuDNN's name of the engine and knobs>
+// A later process finds the named configuration among the heuristics' candidates and builds it
+// alone. (The name, not cudnn-frontend's engine id and knob map: some knob types cuDNN reports have
+// no frontend name, so a plan rebuilt from them could not be asked for.)
 //
 // The key under which a record is stored (ConvPlanRecordKey) covers everything the choice depends
 // on: the convolution, the options, the GPU and the cuDNN and cudnn-frontend versions, so that a
@@ -20,8 +21,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -32,11 +31,9 @@ namespace reprise::runtime {
 inline constexpr absl::string_view kConvPlanRecordKind = "cudnn conv plan";
 
 struct ConvPlanRecord {
-  int64_t engine_id = -1;
-  std::vector<std::pair<int64_t, int64_t>> knobs;  // (knob type, value), types increasing.
+  std::string name;
   int64_t candidates = 0;
   double median_ms = 0;
-  std::string name;
 
   bool operator==(const ConvPlanRecord& other) const = default;
 };
@@ -44,9 +41,8 @@ struct ConvPlanRecord {
 std::string EncodeConvPlanRecord(const ConvPlanRecord& record);
 
 // kDataLoss, saying which line is wrong, for anything but the form above: a missing or extra
-// line, a field out of order, a number that does not parse or is out of range (negative engine,
-// candidates < 1, a median that is not finite and positive), knob types not increasing, a name
-// that is empty or holds a line break.
+// line, a field out of order, an empty name, a number that does not parse or is out of range
+// (candidates < 1, a median that is not finite and positive).
 absl::StatusOr<ConvPlanRecord> DecodeConvPlanRecord(absl::string_view text);
 
 // The record's key: a hex SHA-256 of `what` (the convolution and its options, as the plan cache

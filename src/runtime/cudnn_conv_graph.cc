@@ -221,33 +221,30 @@ absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const K
                                                  " built, fit the workspace (", key.workspace_limit,
                                                  " bytes) and ran"));
   }
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  RETURN_IF_ERROR(
-      FrontendStatus(g.get_engine_and_knobs_at_index(plan->index, record.engine_id, knobs),
-                     "get_engine_and_knobs_at_index", what, ""));
-  for (const auto& [type, value] : knobs)
-    record.knobs.emplace_back(static_cast<int64_t>(type), value);
-  std::sort(record.knobs.begin(), record.knobs.end());
   RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
   record.name = plan->engine;
   plan->chosen_by = absl::StrFormat("measured %.4f ms of %d", record.median_ms, record.candidates);
   return MeasuredPlan{std::move(plan), std::move(record)};
 }
 
-// The one plan a record names, checked against the options' filters as the measurement was.
+// The one plan a record names, found among the candidates the measurement chose from (same key,
+// same filters) and built alone.
 absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
     const CudnnHandle& handle, const Key& key, const ConvPlanRecord& record,
     absl::string_view what) {
   ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
   fe::graph::Graph& g = *plan->graph;
-  std::unordered_map<fe::KnobType_t, int64_t> knobs;
-  for (const auto& [type, value] : record.knobs) knobs[static_cast<fe::KnobType_t>(type)] = value;
-  RETURN_IF_ERROR(FrontendStatus(g.create_execution_plan(record.engine_id, knobs),
-                                 "create_execution_plan", what, ""));
-  g.deselect_numeric_notes(BarredNotes(key));
-  g.deselect_workspace_greater_than(static_cast<int64_t>(key.workspace_limit));
-  RETURN_IF_ERROR(FrontendStatus(g.build_plan_at_index(0), "build_plan_at_index", what, ""));
-  plan->index = 0;
+  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
+  for (plan->index = 0; plan->index < g.get_execution_plan_count(); ++plan->index) {
+    std::string name;
+    if (g.get_plan_name_at_index(plan->index, name).is_good() && name == record.name) break;
+  }
+  if (plan->index == g.get_execution_plan_count()) {
+    return absl::NotFoundError(
+        absl::StrCat("names ", record.name, ", which is not among the candidates for ", what));
+  }
+  RETURN_IF_ERROR(
+      FrontendStatus(g.build_plan_at_index(plan->index), "build_plan_at_index", what, ""));
   RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
   plan->chosen_by =
       absl::StrFormat("measured %.4f ms of %d (record)", record.median_ms, record.candidates);

@@ -1,9 +1,9 @@
 // Graph-API convolution plans chosen by measurement (ConvGraphOptions::measure) and kept on disk
 // beside the kernels (src/runtime/conv_plan_record.h): the measured plan matches the float64
 // reference; a later process (the plan cache forgotten, a new kernel store on the same folder)
-// rebuilds the recorded engine without timing anything and gives the same bits; a record naming an
-// engine cuDNN no longer builds is measured again, replaced and counted; measuring without buffers
-// to run on is refused.
+// rebuilds the recorded engine without timing anything and gives the same bits; a record naming a
+// configuration cuDNN no longer offers is measured again, replaced and counted; measuring without
+// buffers to run on is refused.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -129,12 +129,13 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
                                RunOnce(dev, recorded, m.ref().dx.size()));
   EXPECT_EQ(again, first);
 
-  // A record whose engine does not build: measured again, replaced, counted.
+  // A record naming a configuration that is not among the candidates: measured again, replaced,
+  // counted.
   const std::string key = RecordKeys(dir.path()).front();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::ConvPlanRecord bad,
       runtime::DecodeConvPlanRecord(*store->FindRecord(key, runtime::kConvPlanRecordKind)));
-  bad.engine_id = 100000;
+  bad.name = "eng100000_k2=1";
   store->StoreRecord(key, runtime::kConvPlanRecordKind, runtime::EncodeConvPlanRecord(bad));
   runtime::CudnnConvGraph::ForgetPlans();
   store = StoreOn(dir.path());
@@ -149,7 +150,7 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::ConvPlanRecord replaced,
       runtime::DecodeConvPlanRecord(*store->FindRecord(key, runtime::kConvPlanRecordKind)));
-  EXPECT_NE(replaced.engine_id, 100000);
+  EXPECT_NE(replaced.name, bad.name);
   runtime::CudnnConvGraph::ForgetPlans();
 }
 

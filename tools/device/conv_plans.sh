@@ -21,7 +21,7 @@ bench() {  # tag, flags...
   shift
   REPRISE_CACHE_DIR=$cache timeout 300 reprise-bench --model resnet --depth 50 --classes 1000 \
     --tf32 --layout nhwc --mode graph --fusion on --warmup 5 --inputs device --lanes 2 "$@" 2>&1 |
-    grep -E '^graph |kernels acquired' | sed -e "s/^/$tag: /" -e 's/reprise-bench: graph kernels acquired in/acquire/'
+    grep -E '^graph|kernels acquired' | sed -e "s/^/$tag: /" -e 's/reprise-bench: graph kernels acquired in/acquire/'
 }
 for ((r = 1; r <= rounds; ++r)); do
   for s in "${shapes[@]}"; do
