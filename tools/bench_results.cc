@@ -1,5 +1,7 @@
 #include "tools/bench_results.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +15,11 @@ double PerSecond(double count, double ms) { return count / (ms / 1000.0); }
 double ModelTflops(const BenchResult& r) { return PerSecond(r.flops_per_step, r.median_ms) / 1e12; }
 
 }  // namespace
+
+double Percentile(std::vector<float> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
 
 std::string StepPath(const Graph& training) {
   bool batched = false;

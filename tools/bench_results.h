@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "reprise/graph.h"
 
@@ -43,6 +44,9 @@ std::string StepPath(const Graph& training);
 
 // The table's header line, and a result's line with its notes under it (the step's path, the
 // host time after SetInput, tokens/s and MFU), each newline-terminated.
+// The q-quantile (0 <= q <= 1) of v, the nearest sample; v must not be empty.
+double Percentile(std::vector<float> v, double q);
+
 std::string ResultHeader();
 std::string ResultText(const BenchResult& r);
 

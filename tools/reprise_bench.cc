@@ -253,11 +253,6 @@ std::string Precision() {
   }
 }
 
-double Percentile(std::vector<float> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
-}
-
 enum class Fusion { kOn, kPerLayer, kOff };
 absl::string_view FusionSuffix(Fusion f) {
   return f == Fusion::kOn ? "" : f == Fusion::kPerLayer ? "/per-layer" : "/unfused";
@@ -362,10 +357,11 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   // The warm-up's steps estimate the timed ones, which report progress when they run long.
   ASSIGN_OR_RETURN(const std::vector<float> warmup_ms,
                    trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)));
-  ASSIGN_OR_RETURN(std::vector<float> ms,
-                   TimeStepsShowingProgress(
-                       *trainer, absl::GetFlag(FLAGS_iters), Percentile(warmup_ms, 0.5) / 1000,
-                       absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
+  ASSIGN_OR_RETURN(
+      std::vector<float> ms,
+      TimeStepsShowingProgress(*trainer, absl::GetFlag(FLAGS_iters),
+                               reprise::tools::Percentile(warmup_ms, 0.5) / 1000,
+                               absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
   // back to back would soon find the device's launch queue full and wait for the steps ahead of
   // them, which is device time (a ResNet-50 row once read 14 ms of "host" time per step).
@@ -417,9 +413,9 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   BenchResult result{
       absl::StrCat(reprise::ExecModeName(mode), stats.device_graph_launch ? "+devlaunch" : "",
                    FusionSuffix(fusion)),
-      Percentile(ms, 0.5),
-      Percentile(ms, 0.9),
-      Percentile(host_us, 0.5),
+      reprise::tools::Percentile(ms, 0.5),
+      reprise::tools::Percentile(ms, 0.9),
+      reprise::tools::Percentile(host_us, 0.5),
       stats.launches_per_step,
       stats.graph_nodes,
       stats.arena_bytes,
@@ -428,20 +424,14 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
       stats.kernels_compiled,
       stats.kernel_disk_hits,
       busy_fraction};
-  result.host_us_queued = Percentile(host_us_queued, 0.5);
+  result.host_us_queued = reprise::tools::Percentile(host_us_queued, 0.5);
   result.create_ms = stats.create_total_ms;
   result.create_breakdown = stats.CreateBreakdown();
-  const reprise::runtime::ConvGraphStats conv_plans = reprise::runtime::CudnnConvGraph::Stats();
-  if (conv_plans.measured_plans + conv_plans.record_plans >
-      conv_plans_before.measured_plans + conv_plans_before.record_plans) {
-    absl::StrAppendFormat(&result.create_breakdown,
-                          "; cuDNN conv plans measured %d (%.0f ms), from records %d",
-                          conv_plans.measured_plans - conv_plans_before.measured_plans,
-                          conv_plans.measure_ms - conv_plans_before.measure_ms,
-                          conv_plans.record_plans - conv_plans_before.record_plans);
-  }
+  const std::string conv_plans =
+      reprise::runtime::CudnnConvGraph::Stats().MeasuredSince(conv_plans_before);
+  if (!conv_plans.empty()) absl::StrAppend(&result.create_breakdown, "; ", conv_plans);
   if (!host_us_after_input.empty()) {
-    result.host_us_after_input = Percentile(host_us_after_input, 0.5);
+    result.host_us_after_input = reprise::tools::Percentile(host_us_after_input, 0.5);
   }
   result.activation_peak_bytes = stats.activation_peak_bytes;
   result.activation_peak_unmirrored_bytes = stats.activation_peak_unmirrored_bytes;

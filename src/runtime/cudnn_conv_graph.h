@@ -91,6 +91,10 @@ struct ConvGraphStats {
   int64_t records_discarded = 0;  // Records that did not decode or no longer built.
   int64_t candidates_timed = 0;
   double measure_ms = 0;  // Wall time spent building and timing candidates.
+
+  // What was chosen since `before` (an earlier Stats()), e.g. "cuDNN conv plans measured 59
+  // (506 ms), from records 0"; "" when no plan was measured or taken from a record.
+  std::string MeasuredSince(const ConvGraphStats& before) const;
 };
 
 // What a forward convolution computes besides y = conv(x, w). Both need cuDNN's fused engines
