@@ -51,7 +51,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
           &EmbeddingGradOp(), &EmbeddingGradAddOp(), &AddPositionsOp(), &AddPositionsGradOp(),
           &CausalAttentionOp(), &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(),
-          &MatmulDGeluBiasGradOp(), &MatmulBiasResidualOp(), &LayerNormGradAddOp(),
+          &MatmulDGeluOp(), &MatmulBiasResidualOp(), &LayerNormGradAddOp(),
           &AddLayerNormOp(),
           // Decoding with a key/value cache (src/ops/decode_attention.h).
           &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp(),

@@ -1,16 +1,14 @@
-// matmul_bias_gelu_aux, matmul_dgelu_bgrad and matmul_bias_residual: shape rules, CPU references
+// matmul_bias_gelu_aux, matmul_dgelu and matmul_bias_residual: shape rules, CPU references
 // (the replaced ops' references in sequence, so a fused step computes what the unfused one does)
 // and the cuBLASLt lowering with the matching epilogue.
 #include "src/ops/matmul_gelu.h"
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
-#include "src/ops/column_sum_launch.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -43,7 +41,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferDGelu(const Attrs& attrs,
   ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(attrs, in[0], in[1], 2));
   const TensorSpec out{Shape{d.m, d.n}, in[0].dtype};
   RETURN_IF_ERROR(CheckSpec(in[2], out, "the GELU input"));
-  return std::vector<TensorSpec>{out, {Shape{d.n}, in[0].dtype}};
+  return std::vector<TensorSpec>{out};
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferResidual(const Attrs& attrs,
@@ -86,8 +84,7 @@ absl::Status CpuGeluAux(const Node& node, absl::Span<ir::HostTensor* const> in,
 absl::Status CpuDGelu(const Node& node, absl::Span<ir::HostTensor* const> in,
                       absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(ir::HostTensor product, Product(node, *in[0], *in[1]));
-  RETURN_IF_ERROR(Run(GeluGradOp(), {&product, in[2]}, {out[0]}));
-  return Run(ColumnSumOp(), {out[0]}, {out[1]});
+  return Run(GeluGradOp(), {&product, in[2]}, {out[0]});
 }
 
 absl::Status CpuResidual(const Node& node, absl::Span<ir::HostTensor* const> in,
@@ -99,8 +96,8 @@ absl::Status CpuResidual(const Node& node, absl::Span<ir::HostTensor* const> in,
 }
 
 // When cuBLASLt offers no algorithm for a GELU epilogue at this shape and type: the product with a
-// bias epilogue (forward) or none (backward), then our own GELU, GELU-derivative and column-sum
-// kernels, as the unfused ops compute them. Describe() shows which form runs.
+// bias epilogue (forward) or none (backward), then our own GELU or GELU-derivative kernel, as the
+// unfused ops compute them. Describe() shows which form runs.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUnfusedGelu(const LoweringContext& ctx,
                                                             const Node& node,
                                                             const runtime::MatmulShape& shape) {
@@ -128,18 +125,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUnfusedGelu(const LoweringContex
       NvrtcKernel::Create(ctx, node.name,
                           forward ? codegen::Gelu(shape.dtype) : codegen::GeluGrad(shape.dtype),
                           grid, dim3(256), 0, std::move(act)));
-  size_t most_workspace = workspace;
-  if (!forward) {
-    // The partial sums may reuse the product's workspace: the launches run one after another.
-    KernelArgs sum;
-    sum.Add(ctx.outputs[0]);
-    ASSIGN_OR_RETURN(ColumnSumLaunches launches,
-                     LowerColumnSums(ctx, node.name, codegen::ColumnSum(shape.dtype), shape.dtype,
-                                     std::move(sum), {ctx.outputs[0]}, ctx.outputs[1], rows, cols));
-    for (auto& kernel : launches.kernels) kernels.push_back(std::move(kernel));
-    most_workspace = std::max(most_workspace, launches.workspace_bytes);
-  }
-  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), most_workspace));
+  return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {
@@ -152,18 +138,17 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, con
     epilogue.kind = Kind::kGeluAuxBias;
     epilogue.bias = ctx.inputs[2];
     epilogue.gelu_input = ctx.outputs[1];
-  } else if (node.op == &MatmulDGeluBiasGradOp()) {
-    epilogue.kind = Kind::kDGeluBiasGrad;
+  } else if (node.op == &MatmulDGeluOp()) {
+    epilogue.kind = Kind::kDGelu;
     epilogue.gelu_input = ctx.inputs[2];
-    epilogue.bias = ctx.outputs[1];
   } else {
     epilogue.kind = Kind::kBiasResidual;
     epilogue.bias = ctx.inputs[2];
     epilogue.residual = ctx.inputs[3];
+    return LowerLtMatmul(ctx, node, shape, epilogue);
   }
   absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
-  const bool gelu = epilogue.kind != Kind::kBiasResidual;
-  if (fused.ok() || !gelu || fused.status().code() != absl::StatusCode::kNotFound) return fused;
+  if (fused.ok() || fused.status().code() != absl::StatusCode::kNotFound) return fused;
   return LowerUnfusedGelu(ctx, node, shape);
 }
 
@@ -179,8 +164,8 @@ const ir::OpDef& MatmulBiasGeluAuxOp() {
   return op;
 }
 
-const ir::OpDef& MatmulDGeluBiasGradOp() {
-  static const ir::OpDef op{.name = "matmul_dgelu_bgrad",
+const ir::OpDef& MatmulDGeluOp() {
+  static const ir::OpDef op{.name = "matmul_dgelu",
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferDGelu,
                             .cpu = CpuDGelu,

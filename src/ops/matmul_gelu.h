@@ -13,10 +13,11 @@ namespace reprise::ops {
 // cuBLASLt's GELU_AUX_BIAS. Attrs transpose_a, transpose_b; n (the output width) a multiple of 8.
 const ir::OpDef& MatmulBiasGeluAuxOp();
 
-// matmul_dgelu_bgrad: (A, B, pre) -> (dz, db), that layer's backward fused into the data-gradient
-// product dh = op(A)·op(B) feeding it: dz = gelu_grad(dh, pre) = dh·gelu'(pre), db the column
-// sums of dz (column_sum). cuBLASLt's DGELU_BGRAD. Attrs transpose_a, transpose_b.
-const ir::OpDef& MatmulDGeluBiasGradOp();
+// matmul_dgelu: (A, B, pre) -> dz, that layer's backward fused into the data-gradient product
+// dh = op(A)·op(B) feeding it: dz = gelu_grad(dh, pre) = dh·gelu'(pre), cuBLASLt's DGELU epilogue.
+// The bias gradient (dz's column sums) stays a column_sum node of its own, which the schedule runs
+// on the weight-gradient lane beside the next data gradient. Attrs transpose_a, transpose_b.
+const ir::OpDef& MatmulDGeluOp();
 
 // matmul_bias_residual: (A, B, bias, residual) -> op(A)·op(B) + bias + residual: a projection
 // added to the residual stream (bias_add then add), cuBLASLt's BIAS epilogue reading the residual

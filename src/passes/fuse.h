@@ -6,8 +6,9 @@
 //     matmul -> relu_grad -> column_sum      => matmul_drelu_bgrad (cuBLASLt DRELU_BGRAD)
 //   matmul -> bias_add -> gelu               => matmul_bias_gelu_aux (cuBLASLt GELU_AUX_BIAS,
 //                                               also keeping the pre-activation)
-//   matmul -> gelu_grad -> column_sum        => matmul_dgelu_bgrad (cuBLASLt DGELU_BGRAD; only
-//                                               with FuseOptions::gelu_backward_epilogue)
+//   matmul -> gelu_grad                      => matmul_dgelu (cuBLASLt DGELU; the bias gradient's
+//                                               column_sum stays;
+//                                               FuseOptions::gelu_backward_epilogue)
 //   matmul -> bias_add -> add(·, residual)   => matmul_bias_residual (cuBLASLt BIAS, beta = 1)
 //   add(layer_norm_grad's dx, other gradient) => layer_norm_grad_add (one kernel)
 //   add -> layer_norm (no epilogue took the add) => add_layer_norm (one pass)
@@ -61,11 +62,11 @@ struct FuseOptions {
   // With gemm_epilogues: transformer layers' GELU (forward and backward) and residual adds in
   // the epilogues of their products (src/passes/fuse_gelu_rules.cc).
   bool gelu_epilogues = true;
-  // With gelu_epilogues, the backward too (matmul_dgelu_bgrad). Off by default: on an H200 at
-  // GPT-2 124M's [16384, 768]·[768, 3072] in bfloat16 cuBLASLt's DGELU_BGRAD took 0.43 ms against
-  // 0.105 ms for the plain product, more than the product plus the fused pointwise GELU
-  // derivative and bias gradient that run instead.
-  bool gelu_backward_epilogue = false;
+  // With gelu_epilogues, the backward too: GELU's derivative in the DGELU epilogue of the
+  // data-gradient product (matmul_dgelu), the bias gradient's column sums on the weight-gradient
+  // lane. Off, the plain product and one fused pointwise kernel (GELU's derivative and the column
+  // sums) run on the data-gradient lane instead.
+  bool gelu_backward_epilogue = true;
   bool residual_epilogues = true;
   // A layer norm fused with the residual add before it, and its input gradient summed with the
   // residual stream's, each in the layer norm's kernel.

@@ -14,9 +14,9 @@ namespace reprise::passes {
 
 // matmul -> bias_add -> gelu becomes matmul_bias_gelu_aux, which also writes the pre-activation
 // (the bias_add's value) that gelu_grad reads; with `backward_too`, where that gelu_grad reads a
-// data-gradient matmul and feeds a bias gradient, the three become matmul_dgelu_bgrad (otherwise
-// the pointwise-chain rule takes gelu_grad and the bias gradient). Any float type: cuBLASLt sums
-// the bias gradient in float32 and rounds once, as column_sum does. Widths that are not a
+// data-gradient matmul, the two become matmul_dgelu, and the bias gradient's column_sum stays a
+// node of its own, on the weight-gradient lane (otherwise the pointwise-chain rule takes gelu_grad
+// and the bias gradient into one kernel on the data-gradient lane). Widths that are not a
 // multiple of 8 (cuBLASLt's GELU aux layout) stay unfused.
 void GroupFinder::GeluEpilogues(bool backward_too) {
   for (const Node& mm : g_.nodes()) {
@@ -54,16 +54,12 @@ std::optional<NodeGroup> GroupFinder::GeluBackward(Value pre) const {
     if (product.op != &ops::MatmulOp() || taken_[product.id] || SoleReader(dh) != &grad ||
         !(g_.spec(dh) == g_.spec(pre)))
       continue;
-    for (int32_t s : Readers(Value{grad.id, 0})) {
-      const Node& column_sum = g_.node(s);
-      if (column_sum.op != &ops::ColumnSumOp() || taken_[s]) continue;
-      return NodeGroup{.members = {product.id, grad.id, column_sum.id},
-                       .op = &ops::MatmulDGeluBiasGradOp(),
-                       .name = absl::StrCat(product.name, "+", grad.name, "+bias_grad"),
-                       .attrs = TransposeAttrs(product),
-                       .inputs = {product.inputs[0], product.inputs[1], pre},
-                       .outputs = {Value{grad.id, 0}, Value{column_sum.id, 0}}};
-    }
+    return NodeGroup{.members = {product.id, grad.id},
+                     .op = &ops::MatmulDGeluOp(),
+                     .name = absl::StrCat(product.name, "+", grad.name),
+                     .attrs = TransposeAttrs(product),
+                     .inputs = {product.inputs[0], product.inputs[1], pre},
+                     .outputs = {Value{grad.id, 0}}};
   }
   return std::nullopt;
 }

@@ -42,7 +42,7 @@ class GroupFinder {
   void BatchNormApplyActivations();
   void GemmEpilogues(bool relu_backward);
   // A GELU layer's forward (and with `backward` its backward) in cuBLASLt's GELU_AUX_BIAS and
-  // DGELU_BGRAD epilogues (fuse_gelu_rules.cc).
+  // DGELU epilogues (fuse_gelu_rules.cc).
   void GeluEpilogues(bool backward);
   // matmul -> bias_add -> add(·, residual) as one product reading the residual (beta = 1).
   void ResidualEpilogues();
@@ -116,8 +116,8 @@ class GroupFinder {
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the
   // pattern; false leaves both to the caller.
   bool ReluBackwardEpilogue(NodeGroup& forward, const Node& relu);
-  // The backward of the GELU layer whose pre-activation is `pre`: its gelu_grad, the data-gradient
-  // matmul feeding it and the bias gradient, as one matmul_dgelu_bgrad; nullopt if absent.
+  // The backward of the GELU layer whose pre-activation is `pre`: its gelu_grad and the
+  // data-gradient matmul feeding it, as one matmul_dgelu; nullopt if absent.
   std::optional<NodeGroup> GeluBackward(Value pre) const;
   // Whether `ancestor` is `node` or one of the nodes it depends on.
   bool DependsOn(int32_t node, int32_t ancestor) const;

@@ -45,8 +45,8 @@ absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
       return " drelu(mask),bias_grad";
     case MatmulEpilogue::Kind::kGeluAuxBias:
       return " +bias,gelu,aux";
-    case MatmulEpilogue::Kind::kDGeluBiasGrad:
-      return " dgelu(aux),bias_grad";
+    case MatmulEpilogue::Kind::kDGelu:
+      return " dgelu(aux)";
     case MatmulEpilogue::Kind::kBiasResidual:
       return " +bias+residual";
   }
@@ -74,8 +74,8 @@ cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
       return CUBLASLT_EPILOGUE_DRELU_BGRAD;
     case MatmulEpilogue::Kind::kGeluAuxBias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case MatmulEpilogue::Kind::kDGeluBiasGrad:
-      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case MatmulEpilogue::Kind::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
     case MatmulEpilogue::Kind::kBiasResidual:
       return CUBLASLT_EPILOGUE_BIAS;
   }
@@ -88,7 +88,12 @@ bool UsesReluMask(MatmulEpilogue::Kind kind) {
 }
 
 bool UsesGeluInput(MatmulEpilogue::Kind kind) {
-  return kind == MatmulEpilogue::Kind::kGeluAuxBias || kind == MatmulEpilogue::Kind::kDGeluBiasGrad;
+  return kind == MatmulEpilogue::Kind::kGeluAuxBias || kind == MatmulEpilogue::Kind::kDGelu;
+}
+
+// Every epilogue but DGELU reads or writes a bias vector.
+bool UsesBias(MatmulEpilogue::Kind kind) {
+  return kind != MatmulEpilogue::Kind::kNone && kind != MatmulEpilogue::Kind::kDGelu;
 }
 
 bool Aligned(const void* p) {
@@ -136,7 +141,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   const cudaDataType_t data_type = shape.dtype == DType::kBFloat16  ? CUDA_R_16BF
                                    : shape.dtype == DType::kFloat16 ? CUDA_R_16F
                                                                     : CUDA_R_32F;
-  if (epilogue.kind != MatmulEpilogue::Kind::kNone &&
+  if (UsesBias(epilogue.kind) &&
       (epilogue.bias == nullptr || reinterpret_cast<uintptr_t>(epilogue.bias) % kAlignment != 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": the bias must be non-null and 256-byte aligned"));
@@ -187,13 +192,15 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)),
       context);
   if (epilogue.kind != MatmulEpilogue::Kind::kNone) {
-    // In cuBLASLt's column-major terms our output columns are its rows, which is the dimension
-    // its bias vector runs along: the bias needs no transposition. Likewise DRELU_BGRAD's bias
-    // gradient, a sum along its rows' other dimension: our batch.
     const cublasLtEpilogue_t lt_epilogue = LtEpilogue(epilogue.kind);
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                         &lt_epilogue, sizeof(lt_epilogue)),
                          context);
+  }
+  if (UsesBias(epilogue.kind)) {
+    // In cuBLASLt's column-major terms our output columns are its rows, which is the dimension
+    // its bias vector runs along: the bias needs no transposition. Likewise DRELU_BGRAD's bias
+    // gradient, a sum along its rows' other dimension: our batch.
     CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                         &epilogue.bias, sizeof(epilogue.bias)),
                          context);

@@ -55,9 +55,11 @@ struct MatmulShape {
 // is set when C[i, j] > 0 (cuBLASLt's bit mask of the column-major C^T, rows padded to 128 bits).
 //   kGeluAuxBias   C = gelu(product + bias), cuBLASLt's GELU (the tanh form), and the sum before
 //                  the GELU written to `gelu_input` ([m, n] of C's type): the forward of a layer
-//                  whose backward uses kDGeluBiasGrad. n must be a multiple of 8.
-//   kDGeluBiasGrad that backward fused into its data-gradient product: C = product ·
-//                  gelu'(gelu_input), and `bias` RECEIVES the column sums of that C.
+//                  whose backward uses kDGelu. n must be a multiple of 8.
+//   kDGelu         that backward fused into its data-gradient product: C = product ·
+//                  gelu'(gelu_input), no bias. (cuBLASLt's DGELU_BGRAD, which also sums C's
+//                  columns, took 0.43 ms against 0.105 ms for the plain product at GPT-2 124M's
+//                  [16384, 768]·[768, 3072] in bfloat16 on an H200: the column sums run apart.)
 //   kBiasResidual  C = product + bias + residual ([m, n] of C's type, read as cuBLASLt's C
 //                  operand with beta = 1; it may be C itself): a linear layer's output added to a
 //                  residual stream.
@@ -69,13 +71,13 @@ struct MatmulEpilogue {
     kReluMaskBias,
     kDReluBiasGrad,
     kGeluAuxBias,
-    kDGeluBiasGrad,
+    kDGelu,
     kBiasResidual
   };
   Kind kind = Kind::kNone;
-  const void* bias = nullptr;  // Device address, 256-byte aligned; fixed for the plan's life.
-  void* relu_mask = nullptr;   // kReluMaskBias and kDReluBiasGrad; 256-byte aligned, fixed.
-  void* gelu_input = nullptr;  // kGeluAuxBias (written) and kDGeluBiasGrad (read); aligned, fixed.
+  const void* bias = nullptr;      // Device address, 256-byte aligned; fixed for the plan's life.
+  void* relu_mask = nullptr;       // kReluMaskBias and kDReluBiasGrad; 256-byte aligned, fixed.
+  void* gelu_input = nullptr;      // kGeluAuxBias (written) and kDGelu (read); aligned, fixed.
   const void* residual = nullptr;  // kBiasResidual; 256-byte aligned, fixed.
 };
 

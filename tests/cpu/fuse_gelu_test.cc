@@ -19,6 +19,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/pipeline.h"
+#include "src/passes/schedule.h"
 #include "tests/cpu/token_steps.h"
 
 namespace reprise {
@@ -74,14 +75,14 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   const Graph& g = fused->training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
   EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
-  EXPECT_EQ(counts.at("matmul_dgelu_bgrad"), 1);
+  EXPECT_EQ(counts.at("matmul_dgelu"), 1);
   EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
   EXPECT_EQ(counts.at("layer_norm_grad_add"), 1);  // ln_1's dx plus the residual path's gradient.
   EXPECT_EQ(counts.count("gelu"), 0u);
   EXPECT_EQ(counts.count("gelu_grad"), 0u);
   // The backward reads the pre-activation the forward kept.
   const Node& forward = g.node(*g.FindNode("c_fc.matmul+bias+gelu"));
-  const Node& backward = g.node(*g.FindNode("c_proj.matmul.dgrad+gelu.grad+bias_grad"));
+  const Node& backward = g.node(*g.FindNode("c_proj.matmul.dgrad+gelu.grad"));
   EXPECT_EQ(backward.inputs[2], (Value{forward.id, 1}));
   // The residual projection reads the embedding as its C.
   const Node& residual = g.node(*g.FindNode("c_proj.matmul+bias+residual"));
@@ -102,7 +103,7 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   only_ours.layer_norm_residual = only_ours.gelu_backward_epilogue = true;
   auto fused = passes::Fuse(*t, {t->loss}, only_ours);
   ASSERT_TRUE(fused.ok()) << fused.status();
-  EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu_bgrad"), 1u);
+  EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu"), 1u);
   const auto plain = RunCpu(t->graph, t->loss, 3);
   const auto merged = RunCpu(fused->training.graph, fused->training.loss, 3);
   EXPECT_EQ(plain.first, merged.first);
@@ -141,9 +142,11 @@ TEST(FuseGeluTest, WithoutTheResidualEpilogueTheAddJoinsTheLayerNorm) {
   }
 }
 
-// By default the backward stays a product plus one fused pointwise kernel (GELU's derivative and
-// the bias gradient), which read the pre-activation the fused forward kept.
-TEST(FuseGeluTest, DefaultBackwardIsTheProductAndAPointwiseChain) {
+// By default the backward is one matmul_dgelu node and its bias gradient a column_sum for the
+// weight-gradient lane; without the backward epilogue it is a product plus one fused pointwise
+// kernel (GELU's derivative and the bias gradient), which reads the pre-activation the fused
+// forward kept.
+TEST(FuseGeluTest, DefaultBackwardIsTheEpilogueNode) {
   Block b = BuildBlock();
   auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
   ASSERT_TRUE(t.ok()) << t.status();
@@ -151,8 +154,31 @@ TEST(FuseGeluTest, DefaultBackwardIsTheProductAndAPointwiseChain) {
   ASSERT_TRUE(fused.ok()) << fused.status();
   const Graph& g = fused->training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.at("matmul_dgelu"), 1);
+  EXPECT_EQ(counts.count("gelu_grad"), 0u);
+  const Node& forward = g.node(*g.FindNode("c_fc.matmul+bias+gelu"));
+  const Node& backward = g.node(*g.FindNode("c_proj.matmul.dgrad+gelu.grad"));
+  EXPECT_EQ(backward.inputs[2], (Value{forward.id, 1}));
+  int bias_gradients = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != &ops::ColumnSumOp() || n.inputs[0] != Value{backward.id, 0}) continue;
+    ++bias_gradients;
+    EXPECT_TRUE(passes::IsWeightGradient(n)) << n.name;
+  }
+  EXPECT_EQ(bias_gradients, 1);
+}
+
+TEST(FuseGeluTest, WithoutTheBackwardEpilogueTheBackwardIsTheProductAndAPointwiseChain) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto fused =
+      passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false, .gelu_backward_epilogue = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
   EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
-  EXPECT_EQ(counts.count("matmul_dgelu_bgrad"), 0u);
+  EXPECT_EQ(counts.count("matmul_dgelu"), 0u);
   EXPECT_EQ(counts.count("gelu_grad"), 0u);  // In a fused_pointwise chain.
   const Node& forward = g.node(*g.FindNode("c_fc.matmul+bias+gelu"));
   bool read = false;
@@ -192,7 +218,7 @@ TEST(FuseGeluTest, WidthNotAMultipleOfEightStaysUnfused) {
   ASSERT_TRUE(fused.ok()) << fused.status();
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
   EXPECT_EQ(counts.count("matmul_bias_gelu_aux"), 0u);
-  EXPECT_EQ(counts.count("matmul_dgelu_bgrad"), 0u);
+  EXPECT_EQ(counts.count("matmul_dgelu"), 0u);
   EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
 }
 
@@ -210,11 +236,11 @@ TEST(FuseGeluTest, FusedOpsRefuseMismatchedOperandsByName) {
               AllOf(HasSubstr("fc"), HasSubstr("bias")));
   Value dy = *g.AddInput("dy", {Shape{4, 8}});
   // dy's 8 columns against w's 16 rows: the inner dimensions differ.
-  EXPECT_EQ(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back", {dy, w, pre}).status().code(),
+  EXPECT_EQ(g.AddOp(ops::MatmulDGeluOp(), "back", {dy, w, pre}).status().code(),
             absl::StatusCode::kInvalidArgument);
   Value w2 = *g.AddInput("w2", {Shape{8, 16}});
-  EXPECT_TRUE(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back2", {dy, w2, pre}).ok());
-  EXPECT_THAT(g.AddOp(ops::MatmulDGeluBiasGradOp(), "back3", {dy, w2, wrong}).status().message(),
+  EXPECT_TRUE(g.AddOp(ops::MatmulDGeluOp(), "back2", {dy, w2, pre}).ok());
+  EXPECT_THAT(g.AddOp(ops::MatmulDGeluOp(), "back3", {dy, w2, wrong}).status().message(),
               HasSubstr("GELU input"));
   EXPECT_THAT(
       g.AddOp(ops::MatmulBiasResidualOp(), "proj", {a, w, bias, wrong}, tb).status().message(),
