@@ -1,14 +1,16 @@
-// matmul_bias_gelu_aux, matmul_dgelu and matmul_bias_residual: shape rules, CPU references
-// (the replaced ops' references in sequence, so a fused step computes what the unfused one does)
-// and the cuBLASLt lowering with the matching epilogue.
+// matmul_bias_gelu_aux, matmul_dgelu, matmul_bgrad and matmul_bias_residual: shape rules, CPU
+// references (the replaced ops' references in sequence, so a fused step computes what the unfused
+// one does) and the cuBLASLt lowering with the matching epilogue.
 #include "src/ops/matmul_gelu.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/column_sum_launch.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -42,6 +44,17 @@ absl::StatusOr<std::vector<TensorSpec>> InferDGelu(const Attrs& attrs,
   const TensorSpec out{Shape{d.m, d.n}, in[0].dtype};
   RETURN_IF_ERROR(CheckSpec(in[2], out, "the GELU input"));
   return std::vector<TensorSpec>{out};
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferBiasGrad(const Attrs& attrs,
+                                                      absl::Span<const TensorSpec> in) {
+  RETURN_IF_ERROR(CheckArity(in, 2));
+  if (!ir::BoolAttrOr(attrs, "transpose_a", false)) {
+    return absl::InvalidArgumentError(
+        "matmul_bgrad sums A's columns: A must be read transposed (transpose_a = true)");
+  }
+  ASSIGN_OR_RETURN(ProductDims d, ProductDimsOf(attrs, in[0], in[1], 2));
+  return std::vector<TensorSpec>{{Shape{d.m, d.n}, in[0].dtype}, {Shape{d.m}, in[0].dtype}};
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferResidual(const Attrs& attrs,
@@ -87,6 +100,12 @@ absl::Status CpuDGelu(const Node& node, absl::Span<ir::HostTensor* const> in,
   return Run(GeluGradOp(), {&product, in[2]}, {out[0]});
 }
 
+absl::Status CpuBiasGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
+                         absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(*out[0], Product(node, *in[0], *in[1]));
+  return Run(ColumnSumOp(), {in[0]}, {out[1]});
+}
+
 absl::Status CpuResidual(const Node& node, absl::Span<ir::HostTensor* const> in,
                          absl::Span<ir::HostTensor* const> out) {
   ASSIGN_OR_RETURN(ir::HostTensor product, Product(node, *in[0], *in[1]));
@@ -128,6 +147,25 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerUnfusedGelu(const LoweringContex
   return std::unique_ptr<GpuKernel>(new KernelSequence(std::move(kernels), workspace));
 }
 
+// matmul_bgrad where cuBLASLt offers no BGRADB algorithm: the plain product, then our column sums
+// of A (the partial sums may reuse the product's workspace: the launches run one after another).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasGradApart(const LoweringContext& ctx,
+                                                              const Node& node,
+                                                              const runtime::MatmulShape& shape) {
+  std::vector<std::unique_ptr<GpuKernel>> kernels;
+  ASSIGN_OR_RETURN(kernels.emplace_back(), LowerLtMatmul(ctx, node, shape, {}));
+  const size_t workspace = kernels.back()->WorkspaceBytes();
+  KernelArgs sum;
+  sum.Add(ctx.inputs[0]);
+  ASSIGN_OR_RETURN(
+      ColumnSumLaunches launches,
+      LowerColumnSums(ctx, node.name, codegen::ColumnSum(shape.dtype), shape.dtype, std::move(sum),
+                      {ctx.inputs[0]}, ctx.outputs[1], shape.k, shape.m));
+  for (auto& kernel : launches.kernels) kernels.push_back(std::move(kernel));
+  return std::unique_ptr<GpuKernel>(
+      new KernelSequence(std::move(kernels), std::max(workspace, launches.workspace_bytes)));
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(ProductDims d,
                    ProductDimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1], 2));
@@ -141,6 +179,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, con
   } else if (node.op == &MatmulDGeluOp()) {
     epilogue.kind = Kind::kDGelu;
     epilogue.gelu_input = ctx.inputs[2];
+  } else if (node.op == &MatmulBiasGradOp()) {
+    epilogue.kind = Kind::kBiasGradB;
+    epilogue.bias = ctx.outputs[1];
+    absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
+    if (fused.ok() || fused.status().code() != absl::StatusCode::kNotFound) return fused;
+    return LowerBiasGradApart(ctx, node, shape);
   } else {
     epilogue.kind = Kind::kBiasResidual;
     epilogue.bias = ctx.inputs[2];
@@ -169,6 +213,16 @@ const ir::OpDef& MatmulDGeluOp() {
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferDGelu,
                             .cpu = CpuDGelu,
+                            .lower = Lower,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& MatmulBiasGradOp() {
+  static const ir::OpDef op{.name = "matmul_bgrad",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferBiasGrad,
+                            .cpu = CpuBiasGrad,
                             .lower = Lower,
                             .low_precision_lowering = true};
   return op;

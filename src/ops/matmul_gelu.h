@@ -1,4 +1,4 @@
-// Linear layers with their activation or residual folded into cuBLASLt epilogues
+// Linear layers with their activation, residual or bias gradient folded into cuBLASLt epilogues
 // (src/runtime/lt_matmul.h), written by the fuse pass (src/passes/fuse_gelu_rules.cc). Each
 // one's CPU reference runs the references of the ops it replaces, in order.
 #ifndef REPRISE_SRC_OPS_MATMUL_GELU_H_
@@ -18,6 +18,12 @@ const ir::OpDef& MatmulBiasGeluAuxOp();
 // The bias gradient (dz's column sums) stays a column_sum node of its own, which the schedule runs
 // on the weight-gradient lane beside the next data gradient. Attrs transpose_a, transpose_b.
 const ir::OpDef& MatmulDGeluOp();
+
+// matmul_bgrad: (A, B) -> (Aᵀ·op(B), column sums of A): a layer's weight gradient dW = dYᵀ·X (A =
+// dY stored [k, m], read transposed: attr transpose_a must be true) and its bias gradient, the
+// column_sum of the same dY, in cuBLASLt's BGRADB epilogue, which sums dY as the product reads it.
+// Attr transpose_b; role "wgrad" keeps it on the weight-gradient lane.
+const ir::OpDef& MatmulBiasGradOp();
 
 // matmul_bias_residual: (A, B, bias, residual) -> op(A)·op(B) + bias + residual: a projection
 // added to the residual stream (bias_add then add), cuBLASLt's BIAS epilogue reading the residual

@@ -40,6 +40,17 @@ bool GroupFinder::DependsOn(int32_t node, int32_t ancestor) const {
   return false;
 }
 
+int32_t GroupFinder::PlacedAt(int32_t node) const {
+  if (!taken_[node]) return node;
+  for (const NodeGroup& group : groups_) {
+    const auto [lo, hi] = std::minmax_element(group.members.begin(), group.members.end());
+    if (std::find(group.members.begin(), group.members.end(), node) != group.members.end()) {
+      return group.at_first_member ? *lo : *hi;
+    }
+  }
+  return node;
+}
+
 bool GroupFinder::OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const {
   for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
     if (NeededOutside(Value{node.id, out}, members)) return false;
@@ -81,6 +92,9 @@ absl::Span<const FusionRule> FusionRules() {
        [](GroupFinder& f, const FuseOptions&) { f.ConvDgradAccumulations(); }},
       {"pointwise chains", [](const FuseOptions& o) { return o.pointwise_chains; },
        [](GroupFinder& f, const FuseOptions&) { f.PointwiseChains(); }},
+      {"bias gradients in weight-gradient epilogues",
+       [](const FuseOptions& o) { return o.gemm_epilogues && o.weight_gradient_bias_sums; },
+       [](GroupFinder& f, const FuseOptions&) { f.WeightGradientBiasSums(); }},
       {"multi-tensor optimizer", [](const FuseOptions& o) { return o.multi_tensor_optimizer; },
        [](GroupFinder& f, const FuseOptions& o) {
          if (o.nonfinite_check_with_norm) f.NonfiniteChecksWithTheNorm();

@@ -46,6 +46,9 @@ class GroupFinder {
   void GeluEpilogues(bool backward);
   // matmul -> bias_add -> add(·, residual) as one product reading the residual (beta = 1).
   void ResidualEpilogues();
+  // A weight gradient dYᵀ·X and the column_sum of the same dY (its layer's bias gradient) as one
+  // product with cuBLASLt's BGRADB epilogue (matmul_bgrad, fuse_gelu_rules.cc).
+  void WeightGradientBiasSums();
   // layer_norm_grad whose dx is added to another gradient: the add in the same kernel
   // (fuse_layer_norm_rules.cc).
   void LayerNormResidualGradients();
@@ -111,6 +114,9 @@ class GroupFinder {
   // The widening cast of a 16-bit gradient that `update` (its gradient input `input`) alone reads,
   // which a multi-tensor update can take in; nullptr if none.
   const Node* FoldableGradientCast(const Node& update, int input) const;
+  // Where `node`'s values are made once the groups found so far are formed: the node itself, or the
+  // place of the group that took it (its first or last member).
+  int32_t PlacedAt(int32_t node) const;
   // Whether every value of `node` is read by `members` alone.
   bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the

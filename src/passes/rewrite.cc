@@ -38,16 +38,18 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
 bool GroupPlaceable(const Graph& graph, const Consumers& consumers, const NodeGroup& group) {
   const absl::flat_hash_set<int32_t> members(group.members.begin(), group.members.end());
   if (!group.at_first_member) return Placeable(graph, consumers, members);
-  // At the first member, every input of every member must already be there: leaves only, and no
-  // node the members must wait for.
+  // At the first member, every input of every member must already be there: leaves or nodes
+  // before it, and no node the members must wait for.
+  if (members.empty()) return false;
+  const int32_t first = *std::min_element(members.begin(), members.end());
   for (int32_t m : members) {
     const Node& node = graph.node(m);
     if (!node.control_inputs.empty()) return false;
     for (const Value& v : node.inputs) {
-      if (!ir::IsLeaf(graph.node(v.node))) return false;
+      if (!ir::IsLeaf(graph.node(v.node)) && v.node >= first) return false;
     }
   }
-  return !members.empty();
+  return true;
 }
 
 Value NewValueKey(const Graph& graph, int i) { return Value{graph.num_nodes() + i, 0}; }

@@ -25,8 +25,10 @@ struct NodeGroup {
   // The old value each output of the new node stands for; invalid for a new value (scratch). A new
   // value that a later group reads gets a NewValueKey, which that group lists among its inputs.
   std::vector<Value> outputs;
-  // The node goes where the first member was, not the last: for members that read leaves only
-  // (a multi-tensor cast of parameters), whose readers lie anywhere after each member.
+  // The node goes where the first member was, not the last: for members whose inputs are all made
+  // before it (a multi-tensor cast of parameters; a weight gradient with its bias gradient), whose
+  // readers lie anywhere after each member. The group that makes such an input must be placed
+  // before it too (the rewrite fails with Internal otherwise).
   bool at_first_member = false;
 };
 
@@ -54,7 +56,8 @@ bool Placeable(const Graph& graph, const Consumers& consumers,
                const absl::flat_hash_set<int32_t>& members);
 
 // True when `group` can become one node at its place (NodeGroup::at_first_member: its first
-// member's; else its last member's, as Placeable says).
+// member's, every member's input a leaf or a node's before it, and no member waiting on a node;
+// else its last member's, as Placeable says).
 bool GroupPlaceable(const Graph& graph, const Consumers& consumers, const NodeGroup& group);
 
 // Adds a copy of leaf `node` (input, parameter, state or constant) to `g`.

@@ -47,6 +47,8 @@ absl::string_view EpilogueText(MatmulEpilogue::Kind kind) {
       return " +bias,gelu,aux";
     case MatmulEpilogue::Kind::kDGelu:
       return " dgelu(aux)";
+    case MatmulEpilogue::Kind::kBiasGradB:
+      return " bias_grad(A)";
     case MatmulEpilogue::Kind::kBiasResidual:
       return " +bias+residual";
   }
@@ -76,6 +78,8 @@ cublasLtEpilogue_t LtEpilogue(MatmulEpilogue::Kind kind) {
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case MatmulEpilogue::Kind::kDGelu:
       return CUBLASLT_EPILOGUE_DGELU;
+    case MatmulEpilogue::Kind::kBiasGradB:
+      return CUBLASLT_EPILOGUE_BGRADB;
     case MatmulEpilogue::Kind::kBiasResidual:
       return CUBLASLT_EPILOGUE_BIAS;
   }
@@ -165,6 +169,10 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
       return absl::UnimplementedError(absl::StrCat(
           context, ": GELU epilogues need an unbatched product with n a multiple of 8"));
     }
+  }
+  if (epilogue.kind == MatmulEpilogue::Kind::kBiasGradB && shape.batch > 1) {
+    return absl::UnimplementedError(
+        absl::StrCat(context, ": bias-gradient epilogues are not available for batched products"));
   }
   if (epilogue.kind == MatmulEpilogue::Kind::kBiasResidual && !Aligned(epilogue.residual)) {
     return absl::InvalidArgumentError(

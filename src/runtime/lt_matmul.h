@@ -60,6 +60,10 @@ struct MatmulShape {
 //                  gelu'(gelu_input), no bias. (cuBLASLt's DGELU_BGRAD, which also sums C's
 //                  columns, took 0.43 ms against 0.105 ms for the plain product at GPT-2 124M's
 //                  [16384, 768]·[768, 3072] in bfloat16 on an H200: the column sums run apart.)
+//   kBiasGradB     C = product, and `bias` RECEIVES op(A)'s sums over k (m values): a weight
+//                  gradient dW = dYᵀ·X (transpose_a, A = dY stored [k, m]) that also writes its
+//                  layer's bias gradient, the column sums of dY. cuBLASLt's BGRADB (its B is our
+//                  A).
 //   kBiasResidual  C = product + bias + residual ([m, n] of C's type, read as cuBLASLt's C
 //                  operand with beta = 1; it may be C itself): a linear layer's output added to a
 //                  residual stream.
@@ -72,6 +76,7 @@ struct MatmulEpilogue {
     kDReluBiasGrad,
     kGeluAuxBias,
     kDGelu,
+    kBiasGradB,
     kBiasResidual
   };
   Kind kind = Kind::kNone;

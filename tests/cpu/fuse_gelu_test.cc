@@ -69,14 +69,18 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   Block b = BuildBlock();
   auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
   ASSERT_TRUE(t.ok()) << t.status();
-  auto fused =
-      passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false, .gelu_backward_epilogue = true});
+  auto fused = passes::Fuse(
+      *t, {t->loss},
+      {.whole_mlp_step = false, .gelu_backward_epilogue = true, .weight_gradient_bias_sums = true});
   ASSERT_TRUE(fused.ok()) << fused.status();
   const Graph& g = fused->training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
   EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
   EXPECT_EQ(counts.at("matmul_dgelu"), 1);
   EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
+  // c_fc's, c_proj's and head's bias gradients, each summed by its weight gradient.
+  EXPECT_EQ(counts.at("matmul_bgrad"), 3);
+  EXPECT_EQ(counts.count("column_sum"), 0u);
   EXPECT_EQ(counts.at("layer_norm_grad_add"), 1);  // ln_1's dx plus the residual path's gradient.
   EXPECT_EQ(counts.count("gelu"), 0u);
   EXPECT_EQ(counts.count("gelu_grad"), 0u);
@@ -101,9 +105,11 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   passes::FuseOptions only_ours = Unfused();
   only_ours.gemm_epilogues = only_ours.gelu_epilogues = only_ours.residual_epilogues = true;
   only_ours.layer_norm_residual = only_ours.gelu_backward_epilogue = true;
+  only_ours.weight_gradient_bias_sums = true;
   auto fused = passes::Fuse(*t, {t->loss}, only_ours);
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu"), 1u);
+  EXPECT_EQ(OpCounts(fused->training.graph).at("matmul_bgrad"), 3);
   const auto plain = RunCpu(t->graph, t->loss, 3);
   const auto merged = RunCpu(fused->training.graph, fused->training.loss, 3);
   EXPECT_EQ(plain.first, merged.first);
@@ -142,10 +148,10 @@ TEST(FuseGeluTest, WithoutTheResidualEpilogueTheAddJoinsTheLayerNorm) {
   }
 }
 
-// By default the backward is one matmul_dgelu node and its bias gradient a column_sum for the
-// weight-gradient lane; without the backward epilogue it is a product plus one fused pointwise
-// kernel (GELU's derivative and the bias gradient), which reads the pre-activation the fused
-// forward kept.
+// By default the backward is one matmul_dgelu node and c_fc's bias gradient a column_sum of its
+// output on the weight-gradient lane; without the backward
+// epilogue it is a product plus one fused pointwise kernel (GELU's derivative and the bias
+// gradient), which reads the pre-activation the fused forward kept.
 TEST(FuseGeluTest, DefaultBackwardIsTheEpilogueNode) {
   Block b = BuildBlock();
   auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
@@ -161,8 +167,10 @@ TEST(FuseGeluTest, DefaultBackwardIsTheEpilogueNode) {
   EXPECT_EQ(backward.inputs[2], (Value{forward.id, 1}));
   int bias_gradients = 0;
   for (const Node& n : g.nodes()) {
-    if (n.op != &ops::ColumnSumOp() || n.inputs[0] != Value{backward.id, 0}) continue;
+    if (n.inputs.empty() || n.inputs[0] != Value{backward.id, 0}) continue;
+    if (n.op != &ops::MatmulBiasGradOp() && n.op != &ops::ColumnSumOp()) continue;
     ++bias_gradients;
+    EXPECT_EQ(n.op, &ops::ColumnSumOp()) << n.name;
     EXPECT_TRUE(passes::IsWeightGradient(n)) << n.name;
   }
   EXPECT_EQ(bias_gradients, 1);
@@ -199,13 +207,33 @@ TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   ASSERT_TRUE(step.ok()) << step.status();
   const Graph& g = step->plan.graph();
   const std::map<std::string, int> counts = OpCounts(g);
-  for (const char* op : {"matmul_bias_gelu_aux", "matmul_bias_residual", "layer_norm_grad_add"}) {
+  for (const char* op :
+       {"matmul_bias_gelu_aux", "matmul_dgelu", "matmul_bias_residual", "layer_norm_grad_add"}) {
     EXPECT_EQ(counts.count(op), 1u) << op;
   }
   for (const Node& n : g.nodes()) {
     if (n.op == &ops::MatmulBiasGeluAuxOp()) {
       EXPECT_EQ(n.outputs[1].dtype, DType::kBFloat16);
     }
+  }
+}
+
+// With FuseOptions::weight_gradient_bias_sums each bias gradient joins its weight gradient, though
+// the widening casts of the two 16-bit gradients lie between them in the training graph (the node
+// goes where the first was).
+TEST(FuseGeluTest, Bf16BiasGradientsJoinTheirWeightGradientsAcrossTheCasts) {
+  Block b = BuildBlock();
+  TrainOptions options;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  passes::CompileOptions compile = CompileOptionsFor(options, codegen::MlpStepTarget{});
+  compile.plan.fusion.weight_gradient_bias_sums = true;
+  auto step = passes::CompileStep(b.graph, b.loss, compile);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const std::map<std::string, int> counts = OpCounts(step->plan.graph());
+  EXPECT_EQ(counts.at("matmul_bgrad"), 3);  // c_fc, c_proj and head.
+  EXPECT_EQ(counts.count("column_sum"), 0u);
+  for (const Node& n : step->plan.graph().nodes()) {
+    if (n.op == &ops::MatmulBiasGradOp()) EXPECT_TRUE(passes::IsWeightGradient(n)) << n.name;
   }
 }
 
@@ -245,6 +273,16 @@ TEST(FuseGeluTest, FusedOpsRefuseMismatchedOperandsByName) {
   EXPECT_THAT(
       g.AddOp(ops::MatmulBiasResidualOp(), "proj", {a, w, bias, wrong}, tb).status().message(),
       AllOf(HasSubstr("proj"), HasSubstr("residual")));
+  // matmul_bgrad: dyᵀ·pre ([8, 16]) and dy's column sums ([8]); A must be read transposed.
+  const std::vector<Value> wgrad =
+      *g.AddOp(ops::MatmulBiasGradOp(), "wgrad", {dy, pre}, {{"transpose_a", true}});
+  EXPECT_EQ(g.spec(wgrad[0]), (TensorSpec{Shape{8, 16}}));
+  EXPECT_EQ(g.spec(wgrad[1]), (TensorSpec{Shape{8}}));
+  EXPECT_THAT(g.AddOp(ops::MatmulBiasGradOp(), "wgrad2", {dy, pre}).status().message(),
+              AllOf(HasSubstr("wgrad2"), HasSubstr("transpose_a")));
+  EXPECT_EQ(
+      g.AddOp(ops::MatmulBiasGradOp(), "wgrad3", {dy, w}, {{"transpose_a", true}}).status().code(),
+      absl::StatusCode::kInvalidArgument);
   Value x = *g.AddInput("x", {Shape{4, 16}});
   Value wln = *g.AddInput("wln", {Shape{16}});
   Value stat = *g.AddInput("stat", {Shape{4}});

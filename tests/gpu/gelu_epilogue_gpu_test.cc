@@ -1,5 +1,5 @@
-// The transformer fusions on the GPU: matmul_bias_gelu_aux, matmul_dgelu (cuBLASLt's
-// GELU_AUX_BIAS and DGELU), matmul_bias_residual (BIAS with beta = 1) and
+// The transformer fusions on the GPU: matmul_bias_gelu_aux, matmul_dgelu, matmul_bgrad (cuBLASLt's
+// GELU_AUX_BIAS, DGELU and BGRADB), matmul_bias_residual (BIAS with beta = 1) and
 // add_layer_norm and layer_norm_grad_add against their CPU references in float32 and bfloat16; a
 // pre-norm block trained by Trainer whose captured replay gives eager's bits and whose losses
 // follow the CPU reference; GPT-2-sized timings of the fused products.
@@ -48,6 +48,8 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   // fc's pre-activation.
   Value w2 = *g.AddConstant("w2", {Shape{kK, kN}, dtype}, Initializer::Uniform(-0.5, 0.5));
   ASSERT_TRUE(g.AddOp(ops::MatmulDGeluOp(), "back", {dy, w2, fwd[1]}).ok());
+  // A weight gradient dyᵀ·x ([kK, kK]) with dy's column sums in its epilogue.
+  ASSERT_TRUE(g.AddOp(ops::MatmulBiasGradOp(), "wgrad", {dy, x}, {{"transpose_a", true}}).ok());
   ASSERT_TRUE(g.AddOp(ops::MatmulBiasResidualOp(), "proj", {x, w, bias, residual}, tb).ok());
   ir::ReferenceExecutor cpu(g, false, 21);
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
@@ -171,11 +173,19 @@ TEST(GeluEpilogueTimingGpuTest, Gpt2MlpProducts) {
   ASSERT_TRUE(g.AddOp(ops::MatmulOp(), "dgrad_plain", {dy, w_proj}).ok());
   Value dgelu = *g.AddOp1(ops::MatmulDGeluOp(), "dgrad_dgelu", {dy, w_proj, pre});
   ASSERT_TRUE(g.AddOp(ops::ColumnSumOp(), "bias_grad", {dgelu}).ok());
+  // c_fc's weight gradient dzᵀ·x ([3072, 768]) and c_proj's dyᵀ·h ([768, 3072]), plain and with
+  // the bias gradient in the epilogue.
+  const Attrs ta = {{"transpose_a", true}};
+  ASSERT_TRUE(g.AddOp(ops::MatmulOp(), "fc_wgrad", {dgelu, x}, ta).ok());
+  ASSERT_TRUE(g.AddOp(ops::MatmulBiasGradOp(), "fc_wgrad_bgrad", {dgelu, x}, ta).ok());
+  ASSERT_TRUE(g.AddOp(ops::MatmulOp(), "proj_wgrad", {dy, h}, ta).ok());
+  ASSERT_TRUE(g.AddOp(ops::MatmulBiasGradOp(), "proj_wgrad_bgrad", {dy, h}, ta).ok());
   ASSERT_TRUE(g.AddOp(ops::MatmulOp(), "proj_plain", {h, w_proj}, tb).ok());
   ASSERT_TRUE(
       g.AddOp(ops::MatmulBiasResidualOp(), "proj_residual", {h, w_proj, b_proj, x}, tb).ok());
-  for (const char* name : {"fc_plain", "fc_gelu", "dgrad_plain", "dgrad_dgelu", "bias_grad",
-                           "proj_plain", "proj_residual"}) {
+  for (const char* name :
+       {"fc_plain", "fc_gelu", "dgrad_plain", "dgrad_dgelu", "bias_grad", "fc_wgrad",
+        "fc_wgrad_bgrad", "proj_wgrad", "proj_wgrad_bgrad", "proj_plain", "proj_residual"}) {
     REPRISE_ASSERT_OK_AND_ASSIGN(const double t, TimeNodeMs(g, name, 20));
     std::printf("%-18s %.3f ms\n", name, t);
   }
