@@ -43,10 +43,10 @@ bool GroupFinder::DependsOn(int32_t node, int32_t ancestor) const {
 int32_t GroupFinder::PlacedAt(int32_t node) const {
   if (!taken_[node]) return node;
   for (const NodeGroup& group : groups_) {
+    if (std::find(group.members.begin(), group.members.end(), node) == group.members.end())
+      continue;
     const auto [lo, hi] = std::minmax_element(group.members.begin(), group.members.end());
-    if (std::find(group.members.begin(), group.members.end(), node) != group.members.end()) {
-      return group.at_first_member ? *lo : *hi;
-    }
+    return group.at_first_member ? *lo : *hi;
   }
   return node;
 }
