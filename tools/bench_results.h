@@ -42,11 +42,11 @@ struct BenchResult {
 // launches) or "per-layer".
 std::string StepPath(const Graph& training);
 
-// The table's header line, and a result's line with its notes under it (the step's path, the
-// host time after SetInput, tokens/s and MFU), each newline-terminated.
 // The q-quantile (0 <= q <= 1) of v, the nearest sample; v must not be empty.
 double Percentile(std::vector<float> v, double q);
 
+// The table's header line, and a result's line with its notes under it (the step's path, the
+// host time after SetInput, tokens/s and MFU), each newline-terminated.
 std::string ResultHeader();
 std::string ResultText(const BenchResult& r);
 
