@@ -51,6 +51,18 @@ int32_t GroupFinder::PlacedAt(int32_t node) const {
   return node;
 }
 
+bool GroupFinder::PlaceableNow(const NodeGroup& group) const {
+  if (!GroupPlaceable(g_, consumers_, group)) return false;
+  if (!group.at_first_member) return true;
+  const int32_t first = *std::min_element(group.members.begin(), group.members.end());
+  for (int32_t m : group.members) {
+    for (const Value& v : g_.node(m).inputs) {
+      if (!ir::IsLeaf(g_.node(v.node)) && PlacedAt(v.node) >= first) return false;
+    }
+  }
+  return true;
+}
+
 bool GroupFinder::OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const {
   for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
     if (NeededOutside(Value{node.id, out}, members)) return false;

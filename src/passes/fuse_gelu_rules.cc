@@ -1,7 +1,6 @@
 // Fusion rules that fold a transformer MLP's pointwise work into its cuBLASLt products: the GELU
 // layer (bias, GELU, and in the backward GELU's derivative), the projection added to the residual
 // stream, and a layer's bias gradient into its weight gradient.
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -117,13 +116,8 @@ void GroupFinder::WeightGradientBiasSums() {
       if (TryAdd(group)) break;
       // Where a node between the two reads the first's value (a widening cast of a 16-bit
       // gradient), the node goes where the first was, if every input is made before it.
-      const int32_t first = std::min(mm.id, sum.id);
-      bool ready = true;
-      for (const Value& v : mm.inputs) {
-        ready = ready && (ir::IsLeaf(g_.node(v.node)) || PlacedAt(v.node) < first);
-      }
       group.at_first_member = true;
-      if (ready && TryAdd(std::move(group))) break;
+      if (TryAdd(std::move(group))) break;
     }
   }
 }

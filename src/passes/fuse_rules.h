@@ -91,13 +91,13 @@ class GroupFinder {
   // reads).
   bool TryAddAll(std::vector<NodeGroup> groups) {
     for (const NodeGroup& group : groups) {
-      if (!GroupPlaceable(g_, consumers_, group)) return false;
+      if (!PlaceableNow(group)) return false;
     }
     for (NodeGroup& group : groups) TryAdd(std::move(group));
     return true;
   }
   bool TryAdd(NodeGroup group) {
-    if (!GroupPlaceable(g_, consumers_, group)) return false;
+    if (!PlaceableNow(group)) return false;
     for (int32_t m : group.members) taken_[m] = true;
     groups_.push_back(std::move(group));
     return true;
@@ -117,6 +117,9 @@ class GroupFinder {
   // Where `node`'s values are made once the groups found so far are formed: the node itself, or the
   // place of the group that took it (its first or last member).
   int32_t PlacedAt(int32_t node) const;
+  // GroupPlaceable, and for a group placed at its first member, every input made before it once
+  // the groups found so far are formed.
+  bool PlaceableNow(const NodeGroup& group) const;
   // Whether every value of `node` is read by `members` alone.
   bool OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t>& members) const;
   // Adds `forward` (matmul_bias with relu) with its backward as cuBLASLt epilogues, if it has the

@@ -28,7 +28,7 @@ struct NodeGroup {
   // The node goes where the first member was, not the last: for members whose inputs are all made
   // before it (a multi-tensor cast of parameters; a weight gradient with its bias gradient), whose
   // readers lie anywhere after each member. The group that makes such an input must be placed
-  // before it too (the rewrite fails with Internal otherwise).
+  // before it too (GroupFinder checks; the rewrite fails with Internal otherwise).
   bool at_first_member = false;
 };
 
