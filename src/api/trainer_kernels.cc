@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -131,9 +132,13 @@ absl::StatusOr<std::vector<runtime::KernelSource>> KernelsToPrefetch(const Graph
       sources.push_back(ops::ToKernelSource(kernel));
     }
   }
-  for (const Node& node : graph.nodes()) {  // Pooling kernels at their shapes.
+  absl::flat_hash_set<std::string> sized;   // Every layer of a width launches the same kernel.
+  for (const Node& node : graph.nodes()) {  // Pooling and layer-norm kernels at their shapes.
     for (const codegen::GeneratedKernel& kernel : ops::SizedPoolingKernelsOf(graph, node)) {
       sources.push_back(ops::ToKernelSource(kernel));
+    }
+    for (const codegen::GeneratedKernel& kernel : ops::SizedLayerNormKernelsOf(graph, node)) {
+      if (sized.insert(kernel.name).second) sources.push_back(ops::ToKernelSource(kernel));
     }
   }
   for (const Node& node : graph.nodes()) {

@@ -120,6 +120,96 @@ constexpr char kBackwardBody[] = R"(
   }
 )";
 
+// The warp-per-row form's body (LNW_PER vectors a lane, LNW_WARPS warps a block); LNB_ADD as
+// above. See the header for the layout.
+constexpr char kWarpBody[] = R"(
+  __shared__ __align__(16) float weights[LNW_PER * 32 * VEC];
+  __shared__ float stage[LNW_WARPS][LNW_PER * 32 * VEC];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) weights[c] = weight[c];
+  __syncthreads();
+  float dw[LNW_PER][VEC], db[LNW_PER][VEC];
+#pragma unroll
+  for (int p = 0; p < LNW_PER; ++p) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dw[p][i] = db[p][i] = 0.0f;
+  }
+  const long long first = (long long)blockIdx.x * rows_per_chunk;
+  const long long end = min(rows, first + rows_per_chunk);
+  // No loads a row ahead: the registers they would take cost more warps than they hide latency
+  // for. A warp's row (dy, x and dres at once) is in flight while the other warps compute.
+  for (long long row = first + warp; row < end; row += LNW_WARPS) {
+    const size_t base = (size_t)row * cols;
+    vec_t d[LNW_PER], v[LNW_PER];
+#if LNB_ADD
+    vec_t e[LNW_PER];
+#endif
+#pragma unroll
+    for (int p = 0; p < LNW_PER; ++p) {
+      const int c0 = (p * 32 + lane) * VEC;
+      const bool in = c0 < cols;
+      d[p] = in ? LoadVec(dy + base + c0) : ZeroVec();
+      v[p] = in ? LoadVec(x + base + c0) : ZeroVec();
+#if LNB_ADD
+      e[p] = in ? LoadVec(dres + base + c0) : ZeroVec();
+#endif
+    }
+    const float m = mean[row], r = rstd[row];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+    for (int p = 0; p < LNW_PER; ++p) {
+      const int c0 = (p * 32 + lane) * VEC;
+      if (c0 >= cols) continue;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float dv = VecAt(d[p], i), xhat = (VecAt(v[p], i) - m) * r;
+        const float g = dv * weights[c0 + i];
+        sum_g += g;
+        sum_gx += g * xhat;
+        dw[p][i] += dv * xhat;
+        db[p][i] += dv;
+      }
+    }
+    // A butterfly: every lane ends with the same bits.
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      sum_g += __shfl_xor_sync(0xffffffffu, sum_g, offset);
+      sum_gx += __shfl_xor_sync(0xffffffffu, sum_gx, offset);
+    }
+    const float mean_g = sum_g / cols, mean_gx = sum_gx / cols;
+#pragma unroll
+    for (int p = 0; p < LNW_PER; ++p) {
+      const int c0 = (p * 32 + lane) * VEC;
+      if (c0 >= cols) continue;
+      float o[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        o[i] = r * (VecAt(d[p], i) * weights[c0 + i] - mean_g - (VecAt(v[p], i) - m) * r * mean_gx);
+#if LNB_ADD
+        o[i] += VecAt(e[p], i);
+#endif
+      }
+      StoreVec(dx + base + c0, o);
+    }
+  }
+  // The block's parameter sums: its warps' in warp order, dweight then dbias through one stage.
+  for (int which = 0; which < 2; ++which) {
+#pragma unroll
+    for (int p = 0; p < LNW_PER; ++p) {
+      const int c0 = (p * 32 + lane) * VEC;
+      if (c0 >= cols) continue;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) stage[warp][c0 + i] = which == 0 ? dw[p][i] : db[p][i];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+      float t = 0.0f;
+      for (int k = 0; k < LNW_WARPS; ++k) t += stage[k][c];
+      partial[((long long)which * gridDim.x + blockIdx.x) * cols + c] = t;
+    }
+    __syncthreads();
+  }
+)";
+
 }  // namespace
 
 LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, DType dtype) {
@@ -127,12 +217,23 @@ LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, D
   const int64_t vec = Vector16Elements(dtype);
   // The kernel indexes rows with ints (with room past the last row for a chunk's last step).
   if (rows <= 0 || rows > INT32_MAX / 2 || cols <= 0 || cols % vec != 0) return l;
-  const int64_t team = (cols / vec + 31) / 32 * 32;
-  if (team > kLayerNormBackwardThreads) return l;
-  l.team = static_cast<int>(team);
-  l.slots = static_cast<int>(kLayerNormBackwardThreads / team);
+  const int64_t vectors = cols / vec;
+  int64_t min_steps = kMinSteps;
+  if (vectors <= 32 * kLayerNormBackwardMaxLaneVectors) {
+    // A warp a row: its sums need no block barrier. Many short chunks rather than a few long ones
+    // (a warp takes a row at a time), as long as the partials stay small beside the rows.
+    l.team = 32;
+    l.slots = kLayerNormBackwardWarps;
+    l.lane_vectors = static_cast<int>((vectors + 31) / 32);
+    min_steps = 1;
+  } else {
+    const int64_t team = (vectors + 31) / 32 * 32;
+    if (team > kLayerNormBackwardThreads) return l;
+    l.team = static_cast<int>(team);
+    l.slots = static_cast<int>(kLayerNormBackwardThreads / team);
+  }
   const int64_t steps =
-      std::max(kMinSteps, (rows + l.slots * kTargetChunks - 1) / (l.slots * kTargetChunks));
+      std::max(min_steps, (rows + l.slots * kTargetChunks - 1) / (l.slots * kTargetChunks));
   l.rows_per_chunk = l.slots * steps;
   l.chunks = (rows + l.rows_per_chunk - 1) / l.rows_per_chunk;
   l.partial_bytes = 2 * l.chunks * cols * static_cast<int64_t>(sizeof(float));
@@ -140,20 +241,29 @@ LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, D
 }
 
 GeneratedKernel LayerNormBackward(DType dtype, bool add) {
-  const std::string name =
-      ElementKernelName(add ? "reprise_layer_norm_bwd_add" : "reprise_layer_norm_bwd", dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define LNB_ADD ",
-                       add ? 1 : 0, "\n#define LNB_THREADS ", kLayerNormBackwardThreads, "\n",
-                       "extern \"C\" __global__ void __launch_bounds__(", kLayerNormBackwardThreads,
-                       ", 2) ", name,
-                       "(const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-                       "const float* __restrict__ weight, const float* __restrict__ mean, "
-                       "const float* __restrict__ rstd, ",
-                       add ? "const elem_t* __restrict__ dres, " : "",
-                       "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, "
-                       "int cols, int team, long long rows_per_chunk) {\n",
-                       kBackwardBody, "}\n")};
+  return LayerNormBackwardWith(dtype, add, 0);
+}
+
+GeneratedKernel LayerNormBackwardWith(DType dtype, bool add, int lane_vectors) {
+  const bool warp = lane_vectors > 0;
+  const std::string name = ElementKernelName(
+      absl::StrCat("reprise_layer_norm_bwd", warp ? absl::StrCat("_w", lane_vectors) : "",
+                   add ? "_add" : ""),
+      dtype);
+  const int threads = warp ? 32 * kLayerNormBackwardWarps : kLayerNormBackwardThreads;
+  return {
+      name,
+      absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define LNB_ADD ", add ? 1 : 0,
+                   "\n#define LNB_THREADS ", kLayerNormBackwardThreads, "\n#define LNW_PER ",
+                   lane_vectors, "\n#define LNW_WARPS ", kLayerNormBackwardWarps, "\n",
+                   "extern \"C\" __global__ void __launch_bounds__(", threads, ", 2) ", name,
+                   "(const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+                   "const float* __restrict__ weight, const float* __restrict__ mean, "
+                   "const float* __restrict__ rstd, ",
+                   add ? "const elem_t* __restrict__ dres, " : "",
+                   "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, "
+                   "int cols, int team, long long rows_per_chunk) {\n",
+                   warp ? kWarpBody : kBackwardBody, "}\n")};
 }
 
 GeneratedKernel LayerNormParamTotal() {

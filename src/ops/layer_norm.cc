@@ -245,9 +245,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOnePassGrad(
   args.Add(static_cast<long long>(r.rows)).Add(static_cast<int>(r.cols)).Add(l.team);
   args.Add(static_cast<long long>(l.rows_per_chunk));
   ASSIGN_OR_RETURN(kernels.emplace_back(),
-                   NvrtcKernel::Create(ctx, node.name, codegen::LayerNormBackward(dtype, add),
-                                       dim3(static_cast<unsigned>(l.chunks)), dim3(l.block()), 0,
-                                       std::move(args)));
+                   NvrtcKernel::Create(
+                       ctx, node.name, codegen::LayerNormBackwardWith(dtype, add, l.lane_vectors),
+                       dim3(static_cast<unsigned>(l.chunks)), dim3(l.block()), 0, std::move(args)));
   KernelArgs total_args;
   total_args.Add(partial).Add(static_cast<int>(l.chunks)).Add(static_cast<int>(r.cols));
   total_args.Add(ctx.outputs[1]).Add(ctx.outputs[2]);
@@ -432,6 +432,19 @@ const ir::OpDef& LayerNormGradOp() {
                             .lower = LowerGrad,
                             .low_precision_lowering = true};
   return op;
+}
+
+std::vector<codegen::GeneratedKernel> SizedLayerNormKernelsOf(const Graph& graph,
+                                                              const Node& node) {
+  const bool add = node.op == &LayerNormGradAddOp();
+  if ((node.op != &LayerNormGradOp() && !add) || node.inputs.size() < 2) return {};
+  const TensorSpec& x = graph.spec(node.inputs[1]);
+  const absl::StatusOr<Rows> r = RowsOf(x);
+  if (!r.ok()) return {};
+  const codegen::LayerNormBackwardLaunch l =
+      codegen::LayerNormBackwardLaunchFor(r->rows, r->cols, x.dtype);
+  if (l.lane_vectors == 0) return {};
+  return {codegen::LayerNormBackwardWith(x.dtype, add, l.lane_vectors)};
 }
 
 }  // namespace reprise::ops

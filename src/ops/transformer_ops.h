@@ -5,6 +5,10 @@
 #ifndef REPRISE_SRC_OPS_TRANSFORMER_OPS_H_
 #define REPRISE_SRC_OPS_TRANSFORMER_OPS_H_
 
+#include <vector>
+
+#include "reprise/graph.h"
+#include "src/codegen/generated_kernel.h"
 #include "src/ir/op_def.h"
 
 namespace reprise::ops {
@@ -20,6 +24,10 @@ const ir::OpDef& LayerNormOp();
 // With x̂ = (x - mean)·rstd and g = dy·weight per row: dx = rstd·(g - mean(g) - x̂·mean(g·x̂)),
 // dweight = Σ_rows dy·x̂, dbias = Σ_rows dy.
 const ir::OpDef& LayerNormGradOp();
+// The layer-norm backward kernel with its width compiled in (the warp-per-row form of
+// src/codegen/layer_norm_backward_kernels.h) that a layer_norm_grad or layer_norm_grad_add node
+// of `graph` launches, for warming the kernel store before lowering; none for other nodes.
+std::vector<codegen::GeneratedKernel> SizedLayerNormKernelsOf(const Graph& graph, const Node& node);
 
 // gelu: y = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))), PyTorch's approximate='tanh'.
 // Pointwise and chainable into fused pointwise kernels (src/codegen/gelu_kernels.h).

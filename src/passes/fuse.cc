@@ -113,7 +113,9 @@ absl::Span<const FusionRule> FusionRules() {
          f.MultiTensorUpdates(o.fold_gradient_casts);
        }},
       {"parameter casts", [](const FuseOptions& o) { return o.multi_tensor_casts; },
-       [](GroupFinder& f, const FuseOptions&) { f.ParameterCasts(); }},
+       [](GroupFinder& f, const FuseOptions& o) {
+         f.ParameterCasts(o.parameter_cast_group_elements);
+       }},
   };
   return kRules;
 }

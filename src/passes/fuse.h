@@ -32,6 +32,7 @@
 #ifndef REPRISE_SRC_PASSES_FUSE_H_
 #define REPRISE_SRC_PASSES_FUSE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -98,9 +99,13 @@ struct FuseOptions {
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
   // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
   bool fold_gradient_casts = true;
-  // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
-  // where the first was made, instead of one launch per parameter.
+  // In mixed precision: the float32 parameters' 16-bit copies made in multi-tensor launches
+  // (cast_multi) on the weight-gradient lane, instead of one launch per parameter on lane 0.
   bool multi_tensor_casts = true;
+  // With multi_tensor_casts: the copies in order of first use, a launch closed once it holds this
+  // many elements (0: every copy in one launch), so that lane 0 waits only for the launch holding
+  // the first weights it reads while lane 1 makes the later ones beside the forward pass.
+  int64_t parameter_cast_group_elements = int64_t{1} << 21;
 };
 
 struct FusedTraining {

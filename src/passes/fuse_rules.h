@@ -65,8 +65,9 @@ class GroupFinder {
   // (grad_sum_squares_nonfinite, fuse_optimizer_rules.cc).
   void NonfiniteChecksWithTheNorm();
   // Groups the casts of float32 parameters to each 16-bit type (mixed precision's weight copies)
-  // into one cast_multi, placed at the first: one launch instead of one per parameter.
-  void ParameterCasts();
+  // into cast_multi launches of at least `group_elements` elements each (0: one launch), in order
+  // of first use, each placed at its first member and marked for the weight lane (IsWeightCopy).
+  void ParameterCasts(int64_t group_elements);
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:

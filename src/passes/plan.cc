@@ -44,7 +44,10 @@ absl::StatusOr<Plan> PlanMirrored(autodiff::TrainingGraph training, absl::Span<c
                                   const PlanOptions& options, bool place = true) {
   Plan plan;
   if (options.fuse) {
-    ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, options.fusion));
+    FuseOptions fusion = options.fusion;
+    // On one lane the copies gain nothing from being made in turns: one launch.
+    if (options.lanes == 1) fusion.parameter_cast_group_elements = 0;
+    ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, fusion));
     plan.training = std::move(fused.training);
     plan.values = std::move(fused.values);
     plan.fused_groups = std::move(fused.groups);

@@ -6,23 +6,33 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "src/ir/op_def.h"
 #include "src/util/checked_math.h"
 
 namespace reprise::passes {
 
-bool IsWeightGradient(const Node& node) {
+namespace {
+
+bool HasRole(const Node& node, absl::string_view role) {
   auto it = node.attrs.find("role");
   return it != node.attrs.end() && std::holds_alternative<std::string>(it->second) &&
-         std::get<std::string>(it->second) == "wgrad";
+         std::get<std::string>(it->second) == role;
 }
+
+}  // namespace
+
+bool IsWeightGradient(const Node& node) { return HasRole(node, "wgrad"); }
+
+bool IsWeightCopy(const Node& node) { return HasRole(node, kWeightCopyRole); }
 
 namespace {
 
 bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
 
 // The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
-// updates, the nodes whose every reader is a weight gradient or another such node (a
+// updates, the parameters' 16-bit copies (made ahead of the forward pass that reads them), the
+// nodes whose every reader is a weight gradient or another such node (a
 // recomputed activation that only a weight gradient reads: running it beside the data-gradient
 // chain, not in it, keeps it off the critical path), and the nodes that read nothing but such
 // nodes' outputs and leaves (a weight gradient's cast back to float32 under mixed precision:
@@ -37,7 +47,7 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
     if (ir::IsLeaf(node)) continue;
     const bool feeds =
         IsWeightGradient(node) || (readers[id] > 0 && readers[id] == feeding_weight_only[id]);
-    weight[id] = feeds || node.op->kind == ir::OpKind::kOptimizer;
+    weight[id] = feeds || node.op->kind == ir::OpKind::kOptimizer || IsWeightCopy(node);
     for (const Value& v : node.inputs) {
       ++readers[v.node];
       if (feeds) ++feeding_weight_only[v.node];
@@ -55,6 +65,24 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
     weight[id] = computed_input && all_weight;
   }
   return weight;
+}
+
+// The parameters' 16-bit copies (IsWeightCopy) and the nodes that read nothing but them and
+// leaves (lm_head's copy padded to more rows).
+std::vector<bool> WeightCopyNodes(const Graph& graph) {
+  std::vector<bool> copy(graph.num_nodes(), false);
+  for (const Node& node : graph.nodes()) {
+    if (ir::IsLeaf(node)) continue;
+    bool computed_input = false, all_copies = true;
+    for (const Value& v : node.inputs) {
+      if (ir::IsLeaf(graph.node(v.node))) continue;
+      computed_input = true;
+      all_copies = all_copies && copy[v.node];
+    }
+    copy[node.id] =
+        IsWeightCopy(node) || (computed_input && all_copies && node.control_inputs.empty());
+  }
+  return copy;
 }
 
 // Estimated device cost of a node, to find the step's critical path: bytes written, weighted up
@@ -214,10 +242,14 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     for (int32_t c : node.control_inputs) edge(c, node.id);
   }
   // Ready nodes: collectives first (a bucket's all-reduce starts as soon as its last gradient is
-  // made), then optimizer updates (each frees a gradient), then lowest id.
+  // made), then optimizer updates (each frees a gradient) and the parameters' 16-bit copies with
+  // what reads only them (all at the step's start: their memory is taken before any activation's
+  // is freed, so that lane 1 never waits for lane 0 to reuse it), then lowest id.
+  const std::vector<bool> copies = WeightCopyNodes(graph);
   auto rank = [&](int32_t id) {
     const ir::OpKind kind = graph.node(id).op->kind;
-    return kind == ir::OpKind::kCommunication ? 2 : kind == ir::OpKind::kOptimizer ? 1 : 0;
+    if (kind == ir::OpKind::kCommunication) return 2;
+    return kind == ir::OpKind::kOptimizer || copies[id] ? 1 : 0;
   };
   auto later = [&](int32_t a, int32_t b) {
     if (rank(a) != rank(b)) return rank(a) < rank(b);

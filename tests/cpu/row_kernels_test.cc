@@ -81,8 +81,17 @@ TEST(LayerNormBackwardTest, LaunchCoversEveryRowOnceFromTheShapes) {
         }
         ASSERT_GT(l.team, 0);
         EXPECT_EQ(l.team % 32, 0);
-        EXPECT_GE(int64_t{l.team} * vec, cols);
-        EXPECT_LT(int64_t{l.team - 32} * vec, cols);  // No idle warp.
+        if (cols <= 32 * codegen::kLayerNormBackwardMaxLaneVectors * vec) {
+          // A warp a row, each lane holding as few vectors as cover the row.
+          EXPECT_EQ(l.team, 32);
+          EXPECT_EQ(l.slots, codegen::kLayerNormBackwardWarps);
+          EXPECT_GE(int64_t{32} * l.lane_vectors * vec, cols);
+          EXPECT_LT(int64_t{32} * (l.lane_vectors - 1) * vec, cols);
+        } else {
+          EXPECT_EQ(l.lane_vectors, 0);
+          EXPECT_GE(int64_t{l.team} * vec, cols);
+          EXPECT_LT(int64_t{l.team - 32} * vec, cols);  // No idle warp.
+        }
         EXPECT_GE(l.slots, 1);
         EXPECT_LE(l.block(), codegen::kLayerNormBackwardThreads);
         EXPECT_EQ(l.rows_per_chunk % l.slots, 0);
@@ -94,13 +103,24 @@ TEST(LayerNormBackwardTest, LaunchCoversEveryRowOnceFromTheShapes) {
       }
     }
   }
-  // GPT-2 124M at B=16, T=1024: 96-thread teams, five a block, 253 blocks of 65 rows.
+  // GPT-2 124M at B=16, T=1024: a warp a row, three vectors a lane, 256 blocks of 64 rows; at
+  // B=4, T=256 a row a warp, 128 blocks.
   const codegen::LayerNormBackwardLaunch gpt2 =
       codegen::LayerNormBackwardLaunchFor(16384, 768, kBf16);
-  EXPECT_EQ(gpt2.team, 96);
-  EXPECT_EQ(gpt2.slots, 5);
-  EXPECT_EQ(gpt2.rows_per_chunk, 65);
-  EXPECT_EQ(gpt2.chunks, 253);
+  EXPECT_EQ(gpt2.team, 32);
+  EXPECT_EQ(gpt2.lane_vectors, 3);
+  EXPECT_EQ(gpt2.slots, 8);
+  EXPECT_EQ(gpt2.rows_per_chunk, 64);
+  EXPECT_EQ(gpt2.chunks, 256);
+  const codegen::LayerNormBackwardLaunch small =
+      codegen::LayerNormBackwardLaunchFor(1024, 768, kBf16);
+  EXPECT_EQ(small.rows_per_chunk, 8);
+  EXPECT_EQ(small.chunks, 128);
+  // Past the warp form: 4096 columns in teams of 512 threads.
+  const codegen::LayerNormBackwardLaunch wide =
+      codegen::LayerNormBackwardLaunchFor(16384, 4096, kBf16);
+  EXPECT_EQ(wide.team, 512);
+  EXPECT_EQ(wide.lane_vectors, 0);
 }
 
 TEST(RowKernelsTest, EveryOnePassKernelCompilesForSm90WithDistinctNames) {
@@ -113,6 +133,14 @@ TEST(RowKernelsTest, EveryOnePassKernelCompilesForSm90WithDistinctNames) {
     }
   }
   EXPECT_EQ(kernels.size(), 1u + 2u * 3u + 3u * 3u);
+  for (DType dtype : {DType::kFloat32, kBf16, DType::kFloat16}) {  // The warp form's widths.
+    for (int lane_vectors = 1; lane_vectors <= codegen::kLayerNormBackwardMaxLaneVectors;
+         ++lane_vectors) {
+      for (bool add : {false, true}) {
+        kernels.push_back(codegen::LayerNormBackwardWith(dtype, add, lane_vectors));
+      }
+    }
+  }
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/ir/low_precision.h"
@@ -87,9 +88,16 @@ TEST_P(RowKernelsGpuTest, LayerNormBackwardMatchesCpuReferenceAndRepeatsBits) {
     ExpectGpuMatchesCpu(l.g, cpu, Tolerance(dtype), {}, false, false, &described);
     const bool one_pass =
         !ops::TwoPassRowKernelsForced() && cols % vec == 0 && (cols / vec + 31) / 32 * 32 <= 512;
-    EXPECT_EQ(AnyMentions(described, Suffixed("reprise_layer_norm_bwd_add", dtype) + " "),
-              one_pass);
-    EXPECT_EQ(AnyMentions(described, Suffixed("reprise_layer_norm_bwd", dtype) + " "), one_pass);
+    // The warp form up to 4 vectors a lane (1024 16-bit or 512 float32 columns), else teams.
+    const int lane_vectors = cols / vec <= 128 ? static_cast<int>((cols / vec + 31) / 32) : 0;
+    const std::string form = lane_vectors > 0 ? absl::StrCat("_w", lane_vectors) : "";
+    EXPECT_EQ(
+        AnyMentions(described,
+                    Suffixed(absl::StrCat("reprise_layer_norm_bwd", form, "_add"), dtype) + " "),
+        one_pass);
+    EXPECT_EQ(
+        AnyMentions(described, Suffixed(absl::StrCat("reprise_layer_norm_bwd", form), dtype) + " "),
+        one_pass);
     std::vector<Value> fetch = l.grad;
     fetch.insert(fetch.end(), l.grad_add.begin(), l.grad_add.end());
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> first, RunOnGpu(l.g, cpu, fetch));
