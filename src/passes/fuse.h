@@ -99,13 +99,19 @@ struct FuseOptions {
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
   // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
   bool fold_gradient_casts = true;
+  // In mixed precision: an embedding of a float32 parameter's 16-bit copy gathers from the
+  // parameter, rounding the rows (the copy stays for any other reader, e.g. a tied output
+  // product).
+  bool embedding_from_float32_table = true;
   // In mixed precision: the float32 parameters' 16-bit copies made in multi-tensor launches
-  // (cast_multi) on the weight-gradient lane, instead of one launch per parameter on lane 0.
+  // (cast_multi) instead of one launch per parameter.
   bool multi_tensor_casts = true;
-  // With multi_tensor_casts: the copies in order of first use, a launch closed once it holds this
-  // many elements (0: every copy in one launch), so that lane 0 waits only for the launch holding
-  // the first weights it reads while lane 1 makes the later ones beside the forward pass.
-  int64_t parameter_cast_group_elements = int64_t{1} << 21;
+  // With multi_tensor_casts: 0 makes every copy in one launch at the first one's place on lane 0;
+  // N > 0 makes them in order of first use, a launch closed once it holds N elements, all at the
+  // step's start on the weight lane, so that lane 0 waits only for the launch holding the first
+  // weights it reads. Negative: BuildPlan's default (kParameterCastGroupElements); Fuse alone
+  // takes it as 0.
+  int64_t parameter_cast_group_elements = -1;
 };
 
 struct FusedTraining {

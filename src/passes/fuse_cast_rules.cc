@@ -1,7 +1,7 @@
 // Fusion rule of mixed precision's weight copies: the float32 parameters' casts to a 16-bit type
-// in a few multi-tensor launches (cast_multi) instead of a launch each. The launches follow the
-// order in which the forward pass first reads the copies and run on the weight lane, so that
-// lane 0 waits only for the first one while lane 1 makes the rest beside the forward pass.
+// in one multi-tensor launch (cast_multi) instead of a launch each; or, asked for, in several that
+// follow the order in which the forward pass first reads the copies and run on the weight lane,
+// so that lane 0 waits only for the first one while lane 1 makes the rest beside the forward.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -35,7 +35,10 @@ void GroupFinder::ParameterCasts(int64_t group_elements) {
     if (!seen.insert({source.id, to}).second) continue;
     int32_t first_use = g_.num_nodes();
     for (int32_t reader : Readers(Value{node.id, 0})) {
-      first_use = std::min(first_use, PlacedAt(reader));
+      // An embedding that now gathers from the float32 parameter reads the copy no more.
+      if (!ReadFusedAway(reader, Value{node.id, 0})) {
+        first_use = std::min(first_use, PlacedAt(reader));
+      }
     }
     by_type[to].push_back({first_use, node.id});
   }
@@ -54,13 +57,15 @@ void GroupFinder::ParameterCasts(int64_t group_elements) {
       elements += g_.spec(Value{copy.cast, 0}).NumElements();
     }
     for (size_t i = 0; i < launches.size(); ++i) {
-      NodeGroup group{
-          .members = launches[i],
-          .op = &ops::CastMultiOp(),
-          .name = launches.size() == 1 ? absl::StrCat("parameters.to_", DTypeName(to))
-                                       : absl::StrCat("parameters.to_", DTypeName(to), ".", i),
-          .attrs = {{"dtype", ops::DTypeAttr(to)}, {"role", std::string(kWeightCopyRole)}},
-          .at_first_member = true};
+      NodeGroup group{.members = launches[i],
+                      .op = &ops::CastMultiOp(),
+                      .name = launches.size() == 1
+                                  ? absl::StrCat("parameters.to_", DTypeName(to))
+                                  : absl::StrCat("parameters.to_", DTypeName(to), ".", i),
+                      .attrs = {{"dtype", ops::DTypeAttr(to)}},
+                      .at_first_member = true};
+      // Made in turns, the copies run on the weight lane ahead of their readers.
+      if (group_elements > 0) group.attrs["role"] = std::string(kWeightCopyRole);
       for (int32_t c : launches[i]) {
         group.inputs.push_back(g_.node(c).inputs[0]);
         group.outputs.push_back(Value{c, 0});
