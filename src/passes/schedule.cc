@@ -31,13 +31,12 @@ namespace {
 bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
 
 // The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
-// updates, the parameters' 16-bit copies (made ahead of the forward pass that reads them), the
-// nodes whose every reader is a weight gradient or another such node (a
-// recomputed activation that only a weight gradient reads: running it beside the data-gradient
-// chain, not in it, keeps it off the critical path), and the nodes that read nothing but such
-// nodes' outputs and leaves (a weight gradient's cast back to float32 under mixed precision:
-// on lane 0 it would wait there for lane 1's product). Node ids are topological, so readers
-// come later.
+// updates, the parameters' 16-bit copies made in turns (ahead of the forward pass that reads them),
+// the nodes whose every reader is a weight gradient or another such node (a recomputed activation
+// that only a weight gradient reads: running it beside the data-gradient chain, not in it, keeps it
+// off the critical path), and the nodes that read nothing but such nodes' outputs and leaves (a
+// weight gradient's cast back to float32 under mixed precision: on lane 0 it would wait there for
+// lane 1's product). Node ids are topological, so readers come later.
 std::vector<bool> WeightLaneNodes(const Graph& graph) {
   const int n = graph.num_nodes();
   std::vector<bool> weight(n, false);
