@@ -16,32 +16,20 @@ GeneratedKernel Make(const char* base, DType dtype, const std::string& signature
                              "}\n")};
 }
 
-// The gather, from a table of elem_t or (float_table) of float rounded to elem_t as it is stored.
-GeneratedKernel Gather(const char* base, DType dtype, bool float_table) {
-  const char* table_t = float_table ? "float" : "elem_t";
-  return Make(base, dtype,
-              absl::StrCat("const int* __restrict__ ids, const ", table_t,
-                           "* __restrict__ table, elem_t* __restrict__ out, long long tokens, "
-                           "int cols, int vocab"),
-              absl::StrCat(R"(
+}  // namespace
+
+GeneratedKernel EmbeddingForward(DType dtype) {
+  return Make("reprise_embedding", dtype,
+              "const int* __restrict__ ids, const elem_t* __restrict__ table, "
+              "elem_t* __restrict__ out, long long tokens, int cols, int vocab",
+              R"(
   const long long n = tokens * cols;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     const int id = ids[i / cols];
-)",
-                           float_table ? R"(
-    out[i] = FromFloat((id >= 0 && id < vocab) ? table[(long long)id * cols + i % cols] : 0.0f);)"
-                                       : R"(
-    out[i] = (id >= 0 && id < vocab) ? table[(long long)id * cols + i % cols] : FromFloat(0.0f);)",
-                           "\n  }\n"));
-}
-
-}  // namespace
-
-GeneratedKernel EmbeddingForward(DType dtype) { return Gather("reprise_embedding", dtype, false); }
-
-GeneratedKernel EmbeddingForwardFromFloat(DType dtype) {
-  return Gather("reprise_embedding_from_f32", dtype, true);
+    out[i] = (id >= 0 && id < vocab) ? table[(long long)id * cols + i % cols] : FromFloat(0.0f);
+  }
+)");
 }
 
 GeneratedKernel EmbeddingSortChunks() {
@@ -180,7 +168,6 @@ std::vector<GeneratedKernel> EmbeddingKernels() {
          {EmbeddingForward, EmbeddingGrad, AddPositions, AddPositionsGrad}) {
       kernels.push_back(make(dtype));
     }
-    if (dtype != DType::kFloat32) kernels.push_back(EmbeddingForwardFromFloat(dtype));
   }
   return kernels;
 }

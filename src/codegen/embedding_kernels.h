@@ -33,10 +33,6 @@ inline constexpr int64_t kEmbeddingMaxVocab = (int64_t{1} << 32) / kEmbeddingChu
 // before they get here). Grid-stride over tokens·cols. Name reprise_embedding. Signature:
 // (const int* ids, const elem_t* table, elem_t* out, long long tokens, int cols, int vocab).
 GeneratedKernel EmbeddingForward(DType dtype);
-// The same gather from a float32 table, each value rounded to elem_t (a 16-bit `dtype`) as it is
-// stored: the rows of the table's 16-bit copy without the copy. Name reprise_embedding_from_f32
-// (+ suffix); signature as EmbeddingForward's with `const float* table`.
-GeneratedKernel EmbeddingForwardFromFloat(DType dtype);
 
 // Sorts chunk blockIdx.x's keys into keys[blockIdx.x·kEmbeddingChunk ...], padding past the last
 // token (and ids outside [0, vocab)) with 0xffffffff. Blocks of kEmbeddingChunk threads, one per

@@ -5,16 +5,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/element_type.h"
 #include "src/codegen/embedding_kernels.h"
-#include "src/ir/low_precision.h"
-#include "src/ops/cast.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -39,23 +35,7 @@ absl::Status CheckIds(const TensorSpec& ids) {
   return absl::OkStatus();
 }
 
-// The rows' type: the table's, or attr dtype (bf16 or f16) beside a float32 table.
-absl::StatusOr<DType> RowsTypeOf(const Attrs& attrs, const TensorSpec& table) {
-  auto it = attrs.find("dtype");
-  if (it == attrs.end()) return table.dtype;
-  if (!std::holds_alternative<std::string>(it->second)) {
-    return absl::InvalidArgumentError("embedding's dtype attribute must be a string");
-  }
-  ASSIGN_OR_RETURN(const DType to, ParseFloatDType(std::get<std::string>(it->second)));
-  if (table.dtype != DType::kFloat32 || !IsLowPrecision(to)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "embedding's dtype attribute rounds a float32 table's rows to bf16 or f16, not ",
-        DTypeName(table.dtype), " rows to ", DTypeName(to)));
-  }
-  return to;
-}
-
-absl::StatusOr<std::vector<TensorSpec>> InferEmbedding(const Attrs& attrs,
+absl::StatusOr<std::vector<TensorSpec>> InferEmbedding(const Attrs&,
                                                        absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 2));
   RETURN_IF_ERROR(CheckIds(in[0]));
@@ -64,8 +44,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferEmbedding(const Attrs& attrs,
   if (in[1].NumElements() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("table ", in[1].ToString(), " is empty"));
   }
-  ASSIGN_OR_RETURN(const DType rows, RowsTypeOf(attrs, in[1]));
-  return std::vector<TensorSpec>{{RowsShape(in[0].shape, in[1].shape.dim(1)), rows}};
+  return std::vector<TensorSpec>{{RowsShape(in[0].shape, in[1].shape.dim(1)), in[1].dtype}};
 }
 
 absl::StatusOr<int64_t> VocabOf(const Attrs& attrs) {
@@ -115,10 +94,6 @@ absl::StatusOr<std::vector<Value>> GradEmbedding(Graph& g, const Node& node,
     ASSIGN_OR_RETURN(grads[1],
                      g.AddOp1(EmbeddingGradOp(), absl::StrCat(node.name, ".grad"),
                               {dout[0], node.inputs[0]}, {{"vocab", table.shape.dim(0)}}));
-    if (g.spec(grads[1]).dtype != table.dtype) {  // Rows rounded from a float32 table.
-      ASSIGN_OR_RETURN(grads[1], g.AddOp1(CastOp(), absl::StrCat(node.name, ".grad.widen"),
-                                          {grads[1]}, {{"dtype", DTypeAttr(table.dtype)}}));
-    }
   }
   return grads;
 }
@@ -139,12 +114,6 @@ absl::Status CpuEmbedding(const Node&, absl::Span<ir::HostTensor* const> in,
   absl::Span<const int32_t> ids = std::as_const(*in[0]).data<int32_t>();
   const int64_t vocab = in[1]->spec().shape.dim(0), cols = in[1]->spec().shape.dim(1);
   RETURN_IF_ERROR(CheckIdRange(ids, vocab));
-  if (out[0]->dtype() != in[1]->dtype()) {  // A float32 table's rows, rounded (attr dtype).
-    ir::HostTensor rows({out[0]->spec().shape, in[1]->dtype()});
-    std::vector<ir::HostTensor*> gathered = {&rows};
-    RETURN_IF_ERROR(CpuEmbedding(Node(), in, gathered));
-    return ir::ConvertFloats(rows, *out[0]);
-  }
   return DispatchFloat(in[1]->dtype(), [&]<typename T>() {
     absl::Span<const T> table = in[1]->data<T>();
     auto y = out[0]->data<T>();
@@ -201,16 +170,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbedding(const LoweringContext&
                                                           const Node& node) {
   const TensorSpec& table = ctx.input_specs[1];
   ASSIGN_OR_RETURN(const DType dtype, KernelType(node, table, ctx.input_specs[0]));
-  const DType rows = node.outputs[0].dtype;
   const int64_t tokens = ctx.input_specs[0].NumElements(), cols = table.shape.dim(1);
   KernelArgs args;
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(tokens)).Add(static_cast<int>(cols));
   args.Add(static_cast<int>(table.shape.dim(0)));
-  return NvrtcKernel::Create(
-      ctx, node.name,
-      rows == dtype ? codegen::EmbeddingForward(dtype) : codegen::EmbeddingForwardFromFloat(rows),
-      GridFor(tokens * cols, 256, *ctx.device), dim3(256), 0, std::move(args));
+  return NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingForward(dtype),
+                             GridFor(tokens * cols, 256, *ctx.device), dim3(256), 0,
+                             std::move(args));
 }
 
 // Two launches: the chunk sort into the lane's workspace, then one warp per vocabulary row, which

@@ -36,10 +36,8 @@ const ir::OpDef& GeluOp();
 const ir::OpDef& GeluGradOp();
 
 // embedding: (ids i32 [...], table [V, C]) -> [..., C], out[t] = table[ids[t]] (F.embedding's
-// argument order). With attr dtype (bf16 or f16) beside a float32 table, the rows are rounded to
-// it as they are gathered (the gradient is then widened back to float32). An id outside [0, V) is
-// an error on the CPU reference and at Trainer::SetInput; the GPU writes zeros for one. Gradient
-// (table only): embedding_grad.
+// argument order). An id outside [0, V) is an error on the CPU reference and at
+// Trainer::SetInput; the GPU writes zeros for one. Gradient (table only): embedding_grad.
 const ir::OpDef& EmbeddingOp();
 // embedding_grad: (dy [..., C], ids i32 [...]) -> dtable [V, C], attr vocab (int, V > 0):
 // dtable[v] = Σ dy[t] over the tokens t with ids[t] = v, summed in token order: the same bits on

@@ -112,13 +112,8 @@ absl::Span<const FusionRule> FusionRules() {
          if (o.nonfinite_check_with_norm) f.NonfiniteChecksWithTheNorm();
          f.MultiTensorUpdates(o.fold_gradient_casts);
        }},
-      {"embeddings of parameter copies",
-       [](const FuseOptions& o) { return o.embedding_from_float32_table; },
-       [](GroupFinder& f, const FuseOptions&) { f.EmbeddingsOfParameterCopies(); }},
       {"parameter casts", [](const FuseOptions& o) { return o.multi_tensor_casts; },
-       [](GroupFinder& f, const FuseOptions& o) {
-         f.ParameterCasts(o.parameter_cast_group_elements);
-       }},
+       [](GroupFinder& f, const FuseOptions&) { f.ParameterCasts(); }},
   };
   return kRules;
 }

@@ -32,7 +32,6 @@
 #ifndef REPRISE_SRC_PASSES_FUSE_H_
 #define REPRISE_SRC_PASSES_FUSE_H_
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -99,19 +98,9 @@ struct FuseOptions {
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
   // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
   bool fold_gradient_casts = true;
-  // In mixed precision: an embedding of a float32 parameter's 16-bit copy gathers from the
-  // parameter, rounding the rows (the copy stays for any other reader, e.g. a tied output
-  // product).
-  bool embedding_from_float32_table = true;
-  // In mixed precision: the float32 parameters' 16-bit copies made in multi-tensor launches
-  // (cast_multi) instead of one launch per parameter.
+  // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
+  // where the first was made, instead of one launch per parameter.
   bool multi_tensor_casts = true;
-  // With multi_tensor_casts: 0 makes every copy in one launch at the first one's place on lane 0;
-  // N > 0 makes them in order of first use, a launch closed once it holds N elements, all at the
-  // step's start on the weight lane, so that lane 0 waits only for the launch holding the first
-  // weights it reads. Negative: BuildPlan's default (kParameterCastGroupElements); Fuse alone
-  // takes it as 0.
-  int64_t parameter_cast_group_elements = -1;
 };
 
 struct FusedTraining {

@@ -1,11 +1,6 @@
-// Fusion rules for embeddings: a tied embedding's two gradients, the embedding's and the output
-// product's, summed in the embedding gradient's pass over the table; and in mixed precision the
-// gather of a float32 table's rows, rounded as they are gathered, instead of a gather from the
-// table's 16-bit copy.
-#include <string>
-
+// Fusion rule for a tied embedding: its table's two gradients, the embedding's and the output
+// product's, summed in the embedding gradient's pass over the table.
 #include "absl/strings/str_cat.h"
-#include "src/ops/cast.h"
 #include "src/ops/ops.h"
 #include "src/ops/resize_rows.h"
 #include "src/ops/transformer_ops.h"
@@ -44,37 +39,6 @@ void GroupFinder::EmbeddingGradientSums() {
                   .outputs = {Value{add.id, 0}}}))
         break;
     }
-  }
-}
-
-// embedding(ids, cast(parameter)), a float32 parameter's 16-bit copy, becomes embedding(ids,
-// parameter) with attr dtype: the same bits (rounding commutes with gathering), and the step's
-// first launch on lane 0 no longer waits for the table's copy, which another reader (a tied output
-// product) may still need later. The cast goes too where the embedding alone reads it.
-void GroupFinder::EmbeddingsOfParameterCopies() {
-  for (const Node& embedding : g_.nodes()) {
-    if (embedding.op != &ops::EmbeddingOp() || taken_[embedding.id] ||
-        embedding.attrs.contains("dtype")) {
-      continue;
-    }
-    const Node& cast = g_.node(embedding.inputs[1].node);
-    if (cast.op != &ops::CastOp() || taken_[cast.id] || !cast.control_inputs.empty()) continue;
-    const Value table = cast.inputs[0];
-    const DType to = cast.outputs[0].dtype;
-    if (g_.node(table.node).op != &ir::ParameterOp() || g_.spec(table).dtype != DType::kFloat32 ||
-        !IsLowPrecision(to)) {
-      continue;
-    }
-    std::vector<int32_t> members = {embedding.id};
-    if (SoleReader(embedding.inputs[1]) == &embedding) members.insert(members.begin(), cast.id);
-    Attrs attrs = embedding.attrs;
-    attrs["dtype"] = ops::DTypeAttr(to);
-    TryAdd({.members = std::move(members),
-            .op = &ops::EmbeddingOp(),
-            .name = embedding.name,
-            .attrs = std::move(attrs),
-            .inputs = {embedding.inputs[0], table},
-            .outputs = {Value{embedding.id, 0}}});
   }
 }
 

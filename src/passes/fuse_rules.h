@@ -57,9 +57,6 @@ class GroupFinder {
   // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add
   // (fuse_embedding_rules.cc).
   void EmbeddingGradientSums();
-  // In mixed precision, an embedding of a float32 parameter's 16-bit copy reads the parameter,
-  // rounding the rows it gathers (fuse_embedding_rules.cc).
-  void EmbeddingsOfParameterCopies();
   void ConvDgradAccumulations();
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
@@ -68,10 +65,8 @@ class GroupFinder {
   // (grad_sum_squares_nonfinite, fuse_optimizer_rules.cc).
   void NonfiniteChecksWithTheNorm();
   // Groups the casts of float32 parameters to each 16-bit type (mixed precision's weight copies)
-  // into one cast_multi placed at the first (group_elements <= 0), or into launches of at least
-  // `group_elements` elements in order of first use, each placed at its first member and marked
-  // for the weight lane (IsWeightCopy).
-  void ParameterCasts(int64_t group_elements);
+  // into one cast_multi, placed at the first: one launch instead of one per parameter.
+  void ParameterCasts();
   std::vector<NodeGroup> TakeGroups() { return std::move(groups_); }
 
  private:

@@ -39,24 +39,12 @@ absl::StatusOr<Value> Plan::MapValue(Value user_value) const {
 
 namespace {
 
-// FuseOptions::parameter_cast_group_elements by default: the copies in one launch on lane 0. Made
-// in turns on lane 1 (2M elements a launch) they measured within noise of it on GPT-2 124M (H200,
-// 2026-12-03: B=4 0.5% faster, B=16 0.1% slower; docs/benchmarks.md): the forward slows beside
-// them by about what lane 0 stops waiting for.
-constexpr int64_t kParameterCastGroupElements = 0;
-
 // Everything after mirroring: fuse, schedule and (if `place`) the memory plan.
 absl::StatusOr<Plan> PlanMirrored(autodiff::TrainingGraph training, absl::Span<const Value> kept,
                                   const PlanOptions& options, bool place = true) {
   Plan plan;
   if (options.fuse) {
-    FuseOptions fusion = options.fusion;
-    if (fusion.parameter_cast_group_elements < 0) {
-      fusion.parameter_cast_group_elements = kParameterCastGroupElements;
-    }
-    // On one lane the copies gain nothing from being made in turns: one launch.
-    if (options.lanes == 1) fusion.parameter_cast_group_elements = 0;
-    ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, fusion));
+    ASSIGN_OR_RETURN(FusedTraining fused, Fuse(training, kept, options.fusion));
     plan.training = std::move(fused.training);
     plan.values = std::move(fused.values);
     plan.fused_groups = std::move(fused.groups);

@@ -6,37 +6,28 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "src/ir/op_def.h"
 #include "src/util/checked_math.h"
 
 namespace reprise::passes {
 
-namespace {
-
-bool HasRole(const Node& node, absl::string_view role) {
+bool IsWeightGradient(const Node& node) {
   auto it = node.attrs.find("role");
   return it != node.attrs.end() && std::holds_alternative<std::string>(it->second) &&
-         std::get<std::string>(it->second) == role;
+         std::get<std::string>(it->second) == "wgrad";
 }
-
-}  // namespace
-
-bool IsWeightGradient(const Node& node) { return HasRole(node, "wgrad"); }
-
-bool IsWeightCopy(const Node& node) { return HasRole(node, kWeightCopyRole); }
 
 namespace {
 
 bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
 
 // The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
-// updates, the parameters' 16-bit copies made in turns (ahead of the forward pass that reads them),
-// the nodes whose every reader is a weight gradient or another such node (a recomputed activation
-// that only a weight gradient reads: running it beside the data-gradient chain, not in it, keeps it
-// off the critical path), and the nodes that read nothing but such nodes' outputs and leaves (a
-// weight gradient's cast back to float32 under mixed precision: on lane 0 it would wait there for
-// lane 1's product). Node ids are topological, so readers come later.
+// updates, the nodes whose every reader is a weight gradient or another such node (a
+// recomputed activation that only a weight gradient reads: running it beside the data-gradient
+// chain, not in it, keeps it off the critical path), and the nodes that read nothing but such
+// nodes' outputs and leaves (a weight gradient's cast back to float32 under mixed precision:
+// on lane 0 it would wait there for lane 1's product). Node ids are topological, so readers
+// come later.
 std::vector<bool> WeightLaneNodes(const Graph& graph) {
   const int n = graph.num_nodes();
   std::vector<bool> weight(n, false);
@@ -46,7 +37,7 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
     if (ir::IsLeaf(node)) continue;
     const bool feeds =
         IsWeightGradient(node) || (readers[id] > 0 && readers[id] == feeding_weight_only[id]);
-    weight[id] = feeds || node.op->kind == ir::OpKind::kOptimizer || IsWeightCopy(node);
+    weight[id] = feeds || node.op->kind == ir::OpKind::kOptimizer;
     for (const Value& v : node.inputs) {
       ++readers[v.node];
       if (feeds) ++feeding_weight_only[v.node];
@@ -64,24 +55,6 @@ std::vector<bool> WeightLaneNodes(const Graph& graph) {
     weight[id] = computed_input && all_weight;
   }
   return weight;
-}
-
-// The parameters' 16-bit copies (IsWeightCopy) and the nodes that read nothing but them and
-// leaves (lm_head's copy padded to more rows).
-std::vector<bool> WeightCopyNodes(const Graph& graph) {
-  std::vector<bool> copy(graph.num_nodes(), false);
-  for (const Node& node : graph.nodes()) {
-    if (ir::IsLeaf(node)) continue;
-    bool computed_input = false, all_copies = true;
-    for (const Value& v : node.inputs) {
-      if (ir::IsLeaf(graph.node(v.node))) continue;
-      computed_input = true;
-      all_copies = all_copies && copy[v.node];
-    }
-    copy[node.id] =
-        IsWeightCopy(node) || (computed_input && all_copies && node.control_inputs.empty());
-  }
-  return copy;
 }
 
 // Estimated device cost of a node, to find the step's critical path: bytes written, weighted up
@@ -241,14 +214,10 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     for (int32_t c : node.control_inputs) edge(c, node.id);
   }
   // Ready nodes: collectives first (a bucket's all-reduce starts as soon as its last gradient is
-  // made), then optimizer updates (each frees a gradient) and the parameters' 16-bit copies with
-  // what reads only them (all at the step's start: their memory is taken before any activation's
-  // is freed, so that lane 1 never waits for lane 0 to reuse it), then lowest id.
-  const std::vector<bool> copies = WeightCopyNodes(graph);
+  // made), then optimizer updates (each frees a gradient), then lowest id.
   auto rank = [&](int32_t id) {
     const ir::OpKind kind = graph.node(id).op->kind;
-    if (kind == ir::OpKind::kCommunication) return 2;
-    return kind == ir::OpKind::kOptimizer || copies[id] ? 1 : 0;
+    return kind == ir::OpKind::kCommunication ? 2 : kind == ir::OpKind::kOptimizer ? 1 : 0;
   };
   auto later = [&](int32_t a, int32_t b) {
     if (rank(a) != rank(b)) return rank(a) < rank(b);

@@ -1,11 +1,11 @@
 // Schedule: the order of launches and the lane of each. The order runs each optimizer update as
 // soon as it may, so gradients die early and the memory plan can reuse them. With two lanes the
-// weight gradients, optimizer updates, the parameters' 16-bit copies made in turns and what only
-// weight gradients read (an activation the backward pass recomputes for them) run on lane 1 beside
-// the data-gradient chain on lane 0; with more, side branches off the critical path get lanes of
-// their own. A data-parallel graph's collectives (all_reduce) and the optimizer updates that wait
-// for them take one more lane, the communication lane, after the compute lanes. Lanes become
-// streams in eager mode and fork/join branches of the captured graph.
+// weight gradients, optimizer updates and what only weight gradients read (an activation the
+// backward pass recomputes for them) run on lane 1 beside the data-gradient chain on lane 0; with
+// more, side branches off the critical path get lanes of their own. A data-parallel graph's
+// collectives (all_reduce) and the optimizer updates that wait for them take one more lane, the
+// communication lane, after the compute lanes. Lanes become streams in eager mode and fork/join
+// branches of the captured graph.
 #ifndef REPRISE_SRC_PASSES_SCHEDULE_H_
 #define REPRISE_SRC_PASSES_SCHEDULE_H_
 
@@ -30,11 +30,6 @@ inline constexpr int kMaxLanes = 4;
 // A weight gradient (role "wgrad"): with two lanes or more it runs on lane 1, and so does every
 // node that only weight gradients read.
 bool IsWeightGradient(const Node& node);
-
-// A multi-tensor cast making 16-bit copies of float32 parameters (role "weight_copy", from the
-// fuse pass): with two lanes or more it runs on lane 1 ahead of the forward pass that reads it.
-inline constexpr char kWeightCopyRole[] = "weight_copy";
-bool IsWeightCopy(const Node& node);
 
 struct ScheduleOptions {
   // 1; 2 (weight gradients, optimizer updates and what only weight gradients read on lane 1); 3 or

@@ -375,9 +375,8 @@ TEST(Gpt2ModelTest, AdamWStepCompilesInBFloat16AndChecksTokenRanges) {
   auto step = passes::CompileStep(gpt->graph, gpt->loss, options);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_TRUE(ir::CheckCapturable(step->plan.graph()).ok());
-  // The table is padded once per step, from its bfloat16 copy: no float32 tensor of the padded
-  // table's size. The embedding gathers from the float32 table itself, rounding the rows, so the
-  // step's first launch on lane 0 does not wait for the copy.
+  // The table is padded once per step, from the bfloat16 copy the embedding reads too: no float32
+  // tensor of the padded table's size.
   const Graph& plan = step->plan.graph();
   const Shape padded_table{models::Gpt2LogitsWidth(c), c.width};
   int pads = 0;
@@ -391,15 +390,11 @@ TEST(Gpt2ModelTest, AdamWStepCompilesInBFloat16AndChecksTokenRanges) {
     const Node& source = plan.node(n.inputs[0].node);
     // The parameters' 16-bit copies are made together (cast_multi).
     EXPECT_TRUE(source.op_name() == "cast" || source.op_name() == "cast_multi") << source.name;
-    int embeddings = 0;
+    int embedding_reads = 0;
     for (const Node& reader : plan.nodes()) {
-      if (reader.op_name() != "embedding") continue;
-      ++embeddings;
-      EXPECT_EQ(plan.node(reader.inputs[1].node).name, "transformer.wte.weight");
-      EXPECT_EQ(plan.spec(reader.inputs[1]).dtype, DType::kFloat32);
-      EXPECT_EQ(reader.outputs[0].dtype, DType::kBFloat16);
+      embedding_reads += reader.op_name() == "embedding" && reader.inputs[1] == n.inputs[0];
     }
-    EXPECT_EQ(embeddings, 1);
+    EXPECT_EQ(embedding_reads, 1) << "the embedding reads another copy of the table";
   }
   EXPECT_EQ(pads, 1);
   std::vector<std::string> uses;

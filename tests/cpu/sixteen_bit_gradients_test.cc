@@ -4,7 +4,6 @@
 // the step keeps the bits of the path with the casts. Under data parallelism the norm and the
 // checks read the averaged gradients. The parameters' 16-bit copies are made in one launch
 // (cast_multi) with the casts' bits.
-#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -12,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -283,79 +281,10 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
   EXPECT_EQ(widening[1], 0);
   EXPECT_GT(widening[0], 90);  // Every matrix and bias but layer norm's.
   EXPECT_EQ(launches[0] - launches[1], widening[0]);
-  // Every parameter's copy in one launch (FuseOptions::parameter_cast_group_elements' default).
+  // Every parameter's copy in one launch.
   EXPECT_EQ(casts[2], 0);
   EXPECT_EQ(multi[2], 1);
   EXPECT_EQ(launches[1] - launches[2], casts[1] - 1);
-}
-
-// The parameters' copies in launches of at least FuseOptions::parameter_cast_group_elements, in
-// order of first use, all at the step's start on lane 1 (with lm_head's padded copy, which reads
-// nothing else): lane 0 waits for the first launch only. One lane: one launch.
-TEST(CastMultiTest, Gpt2CopiesRunOnTheWeightLaneInOrderOfFirstUse) {
-  auto gpt = models::BuildGpt2({.batch = 2,
-                                .seq = 64,
-                                .max_positions = 64,
-                                .vocab = 1000,
-                                .layers = 4,
-                                .heads = 4,
-                                .width = 256});
-  ASSERT_TRUE(gpt.ok()) << gpt.status();
-  passes::CompileOptions options;
-  options.compute_dtype = DType::kBFloat16;
-  options.optimizer = {.kind = OptimizerKind::kAdamW, .learning_rate = 1e-3f};
-  options.plan.fusion.parameter_cast_group_elements = 100000;
-  for (int lanes : {0, 1}) {
-    SCOPED_TRACE(absl::StrCat("lanes ", lanes));
-    options.plan.lanes = lanes;
-    auto compiled = passes::CompileStep(gpt->graph, gpt->loss, options);
-    ASSERT_TRUE(compiled.ok()) << compiled.status();
-    const passes::Plan& plan = compiled->plan;
-    const Graph& g = plan.graph();
-    std::vector<int> copy_launches;
-    int64_t elements = 0;
-    int first_reader_of_previous = -1;
-    for (int i = 0; i < static_cast<int>(plan.launches.size()); ++i) {
-      const Node& node = g.node(plan.launches[i].node);
-      const bool turns = lanes == 0;  // One lane: one launch where the first copy was made.
-      if (node.op_name() == "resize_rows" && turns) {
-        EXPECT_EQ(plan.launches[i].lane, 1) << node.name;
-        EXPECT_EQ(i, static_cast<int>(copy_launches.size())) << "the padded table's copy";
-      }
-      if (node.op_name() != "cast_multi") continue;
-      EXPECT_EQ(plan.launches[i].lane, turns ? 1 : 0) << node.name;
-      if (turns) {
-        EXPECT_TRUE(plan.launches[i].waits.empty()) << node.name;
-        EXPECT_EQ(i, static_cast<int>(copy_launches.size())) << node.name << " after others";
-      }
-      copy_launches.push_back(i);
-      // Its first reader comes no earlier than the previous launch's.
-      int first_reader = static_cast<int>(plan.launches.size());
-      for (int j = i + 1; j < static_cast<int>(plan.launches.size()); ++j) {
-        const Node& r = g.node(plan.launches[j].node);
-        for (const Value& in : r.inputs) {
-          if (in.node == node.id) first_reader = std::min(first_reader, j);
-        }
-      }
-      EXPECT_GE(first_reader, first_reader_of_previous) << node.name;
-      first_reader_of_previous = first_reader;
-      int64_t launch_elements = 0;
-      for (const TensorSpec& out : node.outputs) launch_elements += out.NumElements();
-      elements += launch_elements;
-    }
-    int64_t copied = 0;  // Every parameter but layer norm's, which stay float32.
-    for (const Node& node : gpt->graph.nodes()) {
-      if (node.op == &ir::ParameterOp() && !absl::StrContains(node.name, "ln_")) {
-        copied += node.outputs[0].NumElements();
-      }
-    }
-    EXPECT_EQ(elements, copied);
-    if (lanes == 1) {
-      EXPECT_EQ(copy_launches.size(), 1u);
-    } else {
-      EXPECT_GT(copy_launches.size(), 4u);
-    }
-  }
 }
 
 // cast_multi: the casts' bits (so a step keeps its bits), shapes named in errors, and a kernel
