@@ -547,13 +547,16 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   int64_t smem = 0;
   const bool chain = target.schedule == MlpSchedule::kRowChain ||
                      (target.schedule == MlpSchedule::kAuto && models >= kRowChainMinModels);
-  absl::Status chained = chain ? PlanRowChain(plan, budget, smem)
+  plan.arg_floats = ArgFloats(layers, /*row_chain=*/true);
+  absl::Status chained = chain ? PlanRowChain(plan, budget - plan.arg_floats, smem)
                                : absl::UnimplementedError("the row chain was not asked for");
   if (!chained.ok()) {
     if (target.schedule == MlpSchedule::kRowChain) return chained;
     smem = 0;
-    RETURN_IF_ERROR(PlanLayerPhases(plan, budget, smem));
+    plan.arg_floats = ArgFloats(layers, /*row_chain=*/false);
+    RETURN_IF_ERROR(PlanLayerPhases(plan, budget - plan.arg_floats, smem));
   }
+  smem = Ceil4(smem);  // The scratch after the tiles, and the arguments after it, 16-byte aligned.
   // Tasks of a phase are counted in int on the device.
   int64_t most_tiles = plan.head_rows > 0 ? CeilDiv(batch, plan.head_rows) : 0;
   for (const auto* tiles : {&plan.forward, &plan.dgrad, &plan.wgrad}) {
@@ -563,7 +566,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     return absl::UnimplementedError(
         absl::StrCat(models, " models of ", most_tiles, " tiles exceed 2^31 - 1 tasks per phase"));
   }
-  plan.shared_bytes = (smem + scratch) * 4;
+  plan.shared_bytes = (smem + scratch + plan.arg_floats) * 4;
   if (guarded) {
     // The guard word counts finished blocks in 16 bits (and flagged ones in the other 16).
     if (target.grid > 0xffff) {

@@ -144,6 +144,9 @@ struct MlpStepPlan {
   std::vector<MlpGemmTile> wgrad;    // [l], l = 0..L-1.
   int head_rows = 1;                 // Batch rows per head task (row chain: per phase-0 task).
   int64_t shared_bytes = 0;          // Dynamic shared memory per block.
+  // Of shared_bytes, the floats at its end holding a phase's GEMM and head arguments
+  // (mlp_layout::ArgFloats); the loss scratch and the guard's word come before them.
+  int64_t arg_floats = 0;
   // Workspace (f32 elements, each buffer 128-byte aligned): h_l for l = 1..L-1, dz_l for
   // l = 0..L-1, the per-row losses; each [K, B, ...], model k's slice after model k-1's.
   std::vector<int64_t> h_offset;   // [l], l = 1..L-1 used.

@@ -53,6 +53,25 @@ std::string ArgsOf(const char* type, const std::vector<Arg>& args,
                       absl::StrJoin(strides, ", "), "}");
 }
 
+// A phase's arguments into the shared argument area (MlpStepPlan::arg_floats): thread 0 writes the
+// GEMMs' (`ga[i]`, an array as GemmPhase takes it) and the head's (`*ha`, where `head` is not
+// empty), and the block's barrier makes them every thread's. The phase's previous reader of the
+// area is done: every phase ends in a block barrier (GridArrive, or Run's last).
+std::string SharedArgs(const std::vector<std::string>& gemms, const std::string& head = "") {
+  std::string code = "    GemmArgs* const ga = reinterpret_cast<GemmArgs*>(arg_area);\n";
+  if (!head.empty()) {
+    absl::StrAppend(&code, "    HeadArgs* const ha = reinterpret_cast<HeadArgs*>(ga + ", gemms.size(),
+                    ");\n");
+  }
+  absl::StrAppend(&code, "    if (threadIdx.x == 0) {\n");
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    absl::StrAppend(&code, "      ga[", i, "] = ", gemms[i], ";\n");
+  }
+  if (!head.empty()) absl::StrAppend(&code, "      *ha = ", head, ";\n");
+  absl::StrAppend(&code, "    }\n    SyncThreads();\n");
+  return code;
+}
+
 // Closes a step kernel whose body from `body_start` on is `code`'s tail: as it is, or for a
 // double-buffered plan, twice, each under a constant `flip` chosen by the parity word.
 std::string EndBody(const MlpStepPlan& plan, std::string code, size_t body_start) {
@@ -80,7 +99,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       &code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
       ";\nconstexpr bool kAligned = ", B(plan.target.aligned), ";\nconstexpr int kBatch = ", batch,
       ";\nconstexpr int kModels = ", plan.models,
-      ";\nconstexpr int kSmemFloatsTotal = ", plan.shared_bytes / 4 - scratch - guard_scratch,
+      ";\nconstexpr int kSmemFloatsTotal = ",
+      plan.shared_bytes / 4 - scratch - guard_scratch - plan.arg_floats,
       ";\nconstexpr bool kGuard = ", B(guarded),
       // Read by the guard's code only (NVRTC would warn of them in unguarded kernels).
       ";\n[[maybe_unused]] constexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
@@ -105,6 +125,11 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                     "mlpg::GuardBegin<kGuardSticky>(c.bad, barrier + kGuardWord, skipped_steps, ",
                     "record);\n  c.stopped = counters.stopped;\n");
   }
+  absl::StrAppend(&code, "  static_assert(sizeof(GemmArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
+                  " && sizeof(HeadArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
+                  ", \"arguments exceed their shared slots\");\n",
+                  "  float* const arg_area = c.smem + kSmemFloatsTotal + LossScratch(kModels) + ",
+                  guard_scratch, ";\n");
   // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
   auto stamp = [&](int index) {
     if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
@@ -208,18 +233,24 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     const int64_t row_blocks = CeilDiv(batch, plan.head_rows);
     absl::StrAppend(&code,
                     "  {  // Phase 0: (model, row block) tasks: forward, loss, data gradients.\n");
+    std::vector<std::string> inits, refs;
     for (int l = 0; l + 1 < layers; ++l) {
       absl::StrAppend(&code, "    typedef ",
                       GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
-                      ";\n    const GemmArgs f", l, " = ", forward_args(l), ";\n");
+                      ";\n");
+      refs.push_back(absl::StrCat("    const GemmArgs& f", l, " = ga[", inits.size(), "];\n"));
+      inits.push_back(forward_args(l));
     }
     for (int l = 1; l + 1 < layers; ++l) {
       absl::StrAppend(&code, "    typedef ",
                       GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
-                      ";\n    const GemmArgs g", l, " = ", dgrad_args(l), ";\n");
+                      ";\n");
+      refs.push_back(absl::StrCat("    const GemmArgs& g", l, " = ga[", inits.size(), "];\n"));
+      inits.push_back(dgrad_args(l));
     }
-    absl::StrAppend(&code, "    typedef ", head_type, " H;\n    const HeadArgs head = ", head_args,
-                    ";\n    for (int task = blockIdx.x; task < kModels * ", row_blocks,
+    absl::StrAppend(&code, "    typedef ", head_type, " H;\n", SharedArgs(inits, head_args),
+                    absl::StrJoin(refs, ""), "    const HeadArgs& head = *ha;\n",
+                    "    for (int task = blockIdx.x; task < kModels * ", row_blocks,
                     "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
                     ", i = task - k * ", row_blocks, ";\n");
     for (int l = 0; l + 1 < layers; ++l) {
@@ -249,9 +280,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       args.push_back(wgrad_args(l));
     }
     absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
-                    "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                    "};\n    GemmPhase<true, false, true, ", absl::StrJoin(types, ", "),
-                    ">(a, c, arrival);\n  }\n");
+                    SharedArgs(args), "    GemmPhase<true, false, true, ",
+                    absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
     stamp(2);
     guard_end(3);
     return {name, EndBody(plan, std::move(code), body_start)};
@@ -264,15 +294,15 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   };
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
     absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
-                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0),
-                    " G;\n    const GemmArgs a[] = {", forward_args(l), "};\n    GemmPhase<",
-                    flags(true), ", false, G>(a, c, arrival);\n",
+                    GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0), " G;\n",
+                    SharedArgs({forward_args(l)}), "    GemmPhase<", flags(true),
+                    ", false, G>(ga, c, arrival);\n",
                     end_phase({l}, "kModels * G::kTiles", phase < last_phase), "  }\n");
     stamp(phase + 1);
   }
   absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
-                  "    typedef ", head_type, " H;\n    const HeadArgs a = ", head_args,
-                  ";\n    HeadPhase<H, ", flags(true), ">(a, c, arrival);\n",
+                  "    typedef ", head_type, " H;\n", SharedArgs({}, head_args),
+                  "    HeadPhase<H, ", flags(true), ">(*ha, c, arrival);\n",
                   end_phase({last}, "kModels * H::kTiles", phase < last_phase), "  }\n");
   stamp(phase + 1);
   ++phase;
@@ -301,9 +331,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
       types.push_back("G2");
     }
-    absl::StrAppend(&code, "    const GemmArgs a[] = {", absl::StrJoin(args, ", "),
-                    "};\n    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
-                    absl::StrJoin(types, ", "), ">(a, c, arrival);\n  }\n");
+    absl::StrAppend(&code, SharedArgs(args), "    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
+                    absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
     stamp(phase + 1);
   }
   guard_end(phase + 1);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,8 +62,10 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
   }
 
   // The kernel of `plan` on its own fresh buffers, stamping into `clock` where not null.
-  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(const codegen::MlpStepPlan& plan,
-                                                        void* clock) {
+  // `rewrites`: (text, replacement) pairs applied to the kernel's source, for the diagnostic forms.
+  absl::StatusOr<std::unique_ptr<ops::GpuKernel>> Lower(
+      const codegen::MlpStepPlan& plan, void* clock,
+      const std::vector<std::pair<std::string, std::string>>& rewrites) {
     const PhaseCase& p = GetParam();
     const int64_t k = p.models, b = p.batch;
     ops::KernelArgs args;
@@ -103,9 +106,18 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
     ops::LoweringContext ctx;
     ctx.kernels = kernels_;
     ctx.device = &device_;
-    return ops::LaunchForMlpStep(
-        ctx, guarded ? "guarded" : "unguarded", plan,
-        codegen::BatchedMlpStepKernel(plan, false, false, clock != nullptr), std::move(args));
+    codegen::GeneratedKernel kernel =
+        codegen::BatchedMlpStepKernel(plan, false, false, clock != nullptr);
+    for (const auto& [text, replacement] : rewrites) {
+      const size_t at = kernel.code.find(text);
+      if (at == std::string::npos) return absl::NotFoundError(absl::StrCat("no '", text, "'"));
+      for (size_t i = at; i != std::string::npos; i = kernel.code.find(text, i)) {
+        kernel.code.replace(i, text.size(), replacement);
+        i += replacement.size();
+      }
+    }
+    return ops::LaunchForMlpStep(ctx, guarded ? "guarded" : "unguarded", plan, std::move(kernel),
+                                 std::move(args));
   }
 
   absl::Status Launch(const ops::GpuKernel& kernel, int times) {
@@ -123,17 +135,34 @@ class MlpStepGuardPhasesGpuTest : public ::testing::TestWithParam<PhaseCase> {
 TEST_P(MlpStepGuardPhasesGpuTest, DISABLED_GuardedAgainstUnguarded) {
   constexpr int kLaunches = 200;
   const PhaseCase& p = GetParam();
-  // Unguarded, guarded with step-start copies, guarded double-buffered.
-  for (auto [guard, shadow] :
-       {std::pair{codegen::MlpGuard::kNone, false}, std::pair{codegen::MlpGuard::kSkip, false},
-        std::pair{codegen::MlpGuard::kSkip, true}}) {
+  // Unguarded, guarded with step-start copies, guarded double-buffered, and two diagnostic
+  // rewrites of the double-buffered kernel (timing only: they train wrongly): without the
+  // gradients' finiteness checks, and with each update written over the values it read.
+  using Rewrites = std::vector<std::pair<std::string, std::string>>;
+  const Rewrites no_checks = {{"if constexpr (kGuard) bad |= NotFinite(v);", ""},
+                              {"if constexpr (kGuard) bad |= NotFinite(bias_sum);", ""}};
+  const Rewrites in_place = {
+      {"constexpr bool kDoubleBuffer = true;", "constexpr bool kDoubleBuffer = false;"}};
+  struct Form {
+    codegen::MlpGuard guard;
+    bool shadow;
+    const char* name;
+    Rewrites rewrites;
+  };
+  const std::vector<Form> forms = {
+      {codegen::MlpGuard::kNone, false, "unguarded", {}},
+      {codegen::MlpGuard::kSkip, false, "copying", {}},
+      {codegen::MlpGuard::kSkip, true, "double-buffered", {}},
+      {codegen::MlpGuard::kSkip, true, "double-buffered-no-checks", no_checks},
+      {codegen::MlpGuard::kSkip, true, "double-buffered-in-place", in_place}};
+  for (const Form& f : forms) {
+    const codegen::MlpGuard guard = f.guard;
+    const bool shadow = f.shadow;
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(device_);
     target.tf32 = true;
     target.guard = guard;
     target.shadow = shadow;
-    const char* form = guard == codegen::MlpGuard::kNone ? "unguarded"
-                       : shadow                          ? "double-buffered"
-                                                         : "copying";
+    const char* form = f.name;
     REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
                                  codegen::PlanMlpStep(p.batch, p.widths, target, p.models));
     if (plan.cluster > 0) GTEST_SKIP() << "the cluster schedule has no grid phases";
@@ -142,10 +171,10 @@ TEST_P(MlpStepGuardPhasesGpuTest, DISABLED_GuardedAgainstUnguarded) {
                                  runtime::DeviceBuffer::Create(stamps * grid * 8));
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer next_clock,
                                  runtime::DeviceBuffer::Create(stamps * grid * 8));
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower(plan, nullptr));
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(plan, clock.data()));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, Lower(plan, nullptr, f.rewrites));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto stamped, Lower(plan, clock.data(), f.rewrites));
     // The same step on the same buffers but another clock: the gap between two launches.
-    REPRISE_ASSERT_OK_AND_ASSIGN(auto next, Lower(plan, next_clock.data()));
+    REPRISE_ASSERT_OK_AND_ASSIGN(auto next, Lower(plan, next_clock.data(), f.rewrites));
     REPRISE_ASSERT_OK(Launch(*plain, 20));
     REPRISE_ASSERT_OK(Launch(*stamped, 5));
     std::vector<std::vector<double>> us(stamps);
