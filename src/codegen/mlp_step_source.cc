@@ -57,7 +57,20 @@ std::string ArgsOf(const char* type, const std::vector<Arg>& args,
 // GEMMs' (`ga[i]`, an array as GemmPhase takes it) and the head's (`*ha`, where `head` is not
 // empty), and the block's barrier makes them every thread's. The phase's previous reader of the
 // area is done: every phase ends in a block barrier (GridArrive, or Run's last).
-std::string SharedArgs(const std::vector<std::string>& gemms, const std::string& head = "") {
+// Without that area (an ensemble's plan: arg_floats 0) each thread builds them on its stack.
+std::string SharedArgs(const MlpStepPlan& plan, const std::vector<std::string>& gemms,
+                       const std::string& head = "") {
+  if (plan.arg_floats == 0) {
+    std::string code;
+    if (!gemms.empty()) {
+      absl::StrAppend(&code, "    const GemmArgs ga[] = {", absl::StrJoin(gemms, ", "), "};\n");
+    }
+    if (!head.empty()) {
+      absl::StrAppend(&code, "    const HeadArgs head_args = ", head,
+                      ";\n    const HeadArgs* const ha = &head_args;\n");
+    }
+    return code;
+  }
   std::string code = "    GemmArgs* const ga = reinterpret_cast<GemmArgs*>(arg_area);\n";
   if (!head.empty()) {
     absl::StrAppend(&code, "    HeadArgs* const ha = reinterpret_cast<HeadArgs*>(ga + ", gemms.size(),
@@ -125,11 +138,13 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
                     "mlpg::GuardBegin<kGuardSticky>(c.bad, barrier + kGuardWord, skipped_steps, ",
                     "record);\n  c.stopped = counters.stopped;\n");
   }
-  absl::StrAppend(&code, "  static_assert(sizeof(GemmArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
-                  " && sizeof(HeadArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
-                  ", \"arguments exceed their shared slots\");\n",
-                  "  float* const arg_area = c.smem + kSmemFloatsTotal + LossScratch(kModels) + ",
-                  guard_scratch, ";\n");
+  if (plan.arg_floats > 0) {
+    absl::StrAppend(&code, "  static_assert(sizeof(GemmArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
+                    " && sizeof(HeadArgs) <= ", 4 * mlp_layout::kArgFloatsEach,
+                    ", \"arguments exceed their shared slots\");\n",
+                    "  float* const arg_area = c.smem + kSmemFloatsTotal + LossScratch(kModels) + ",
+                    guard_scratch, ";\n");
+  }
   // Block b's %globaltimer at the start (index 0) and as it leaves phase i (index i + 1).
   auto stamp = [&](int index) {
     if (phase_clock) absl::StrAppend(&code, "  StampPhase(phase_clock, ", index, ");\n");
@@ -248,7 +263,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       refs.push_back(absl::StrCat("    const GemmArgs& g", l, " = ga[", inits.size(), "];\n"));
       inits.push_back(dgrad_args(l));
     }
-    absl::StrAppend(&code, "    typedef ", head_type, " H;\n", SharedArgs(inits, head_args),
+    absl::StrAppend(&code, "    typedef ", head_type, " H;\n", SharedArgs(plan, inits, head_args),
                     absl::StrJoin(refs, ""), "    const HeadArgs& head = *ha;\n",
                     "    for (int task = blockIdx.x; task < kModels * ", row_blocks,
                     "; task += gridDim.x) {\n      const int k = task / ", row_blocks,
@@ -280,7 +295,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       args.push_back(wgrad_args(l));
     }
     absl::StrAppend(&code, "  {  // Phase 1: weight gradients and SGD of every layer.\n",
-                    SharedArgs(args), "    GemmPhase<true, false, true, ",
+                    SharedArgs(plan, args), "    GemmPhase<true, false, true, ",
                     absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
     stamp(2);
     guard_end(3);
@@ -295,13 +310,13 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   for (int l = 0; l + 1 < layers; ++l, ++phase) {
     absl::StrAppend(&code, "  {  // Phase ", phase, ": forward of layer ", l, ".\n", "    typedef ",
                     GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], l > 0), " G;\n",
-                    SharedArgs({forward_args(l)}), "    GemmPhase<", flags(true),
+                    SharedArgs(plan, {forward_args(l)}), "    GemmPhase<", flags(true),
                     ", false, G>(ga, c, arrival);\n",
                     end_phase({l}, "kModels * G::kTiles", phase < last_phase), "  }\n");
     stamp(phase + 1);
   }
   absl::StrAppend(&code, "  {  // Phase ", phase, ": the last layer, the loss and its gradient.\n",
-                  "    typedef ", head_type, " H;\n", SharedArgs({}, head_args),
+                  "    typedef ", head_type, " H;\n", SharedArgs(plan, {}, head_args),
                   "    HeadPhase<H, ", flags(true), ">(*ha, c, arrival);\n",
                   end_phase({last}, "kModels * H::kTiles", phase < last_phase), "  }\n");
   stamp(phase + 1);
@@ -331,7 +346,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
       types.push_back("G2");
     }
-    absl::StrAppend(&code, SharedArgs(args), "    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
+    absl::StrAppend(&code, SharedArgs(plan, args), "    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
                     absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
     stamp(phase + 1);
   }
