@@ -73,8 +73,8 @@ std::string SharedArgs(const MlpStepPlan& plan, const std::vector<std::string>& 
   }
   std::string code = "    GemmArgs* const ga = reinterpret_cast<GemmArgs*>(arg_area);\n";
   if (!head.empty()) {
-    absl::StrAppend(&code, "    HeadArgs* const ha = reinterpret_cast<HeadArgs*>(ga + ", gemms.size(),
-                    ");\n");
+    absl::StrAppend(&code, "    HeadArgs* const ha = reinterpret_cast<HeadArgs*>(ga + ",
+                    gemms.size(), ");\n");
   }
   absl::StrAppend(&code, "    if (threadIdx.x == 0) {\n");
   for (size_t i = 0; i < gemms.size(); ++i) {
@@ -111,8 +111,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   absl::StrAppend(
       &code, "\nnamespace mlp {\nconstexpr int kThreads = ", plan.target.threads,
       ";\nconstexpr bool kAligned = ", B(plan.target.aligned), ";\nconstexpr int kBatch = ", batch,
-      ";\nconstexpr int kModels = ", plan.models,
-      ";\nconstexpr int kSmemFloatsTotal = ",
+      ";\nconstexpr int kModels = ", plan.models, ";\nconstexpr int kSmemFloatsTotal = ",
       plan.shared_bytes / 4 - scratch - guard_scratch - plan.arg_floats,
       ";\nconstexpr bool kGuard = ", B(guarded),
       // Read by the guard's code only (NVRTC would warn of them in unguarded kernels).
@@ -251,15 +250,13 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
     std::vector<std::string> inits, refs;
     for (int l = 0; l + 1 < layers; ++l) {
       absl::StrAppend(&code, "    typedef ",
-                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l,
-                      ";\n");
+                      GemmType(kFwd, batch, d[l + 1], d[l], plan.forward[l], true), " F", l, ";\n");
       refs.push_back(absl::StrCat("    const GemmArgs& f", l, " = ga[", inits.size(), "];\n"));
       inits.push_back(forward_args(l));
     }
     for (int l = 1; l + 1 < layers; ++l) {
       absl::StrAppend(&code, "    typedef ",
-                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l,
-                      ";\n");
+                      GemmType(kDgrad, batch, d[l], d[l + 1], plan.dgrad[l], true), " D", l, ";\n");
       refs.push_back(absl::StrCat("    const GemmArgs& g", l, " = ga[", inits.size(), "];\n"));
       inits.push_back(dgrad_args(l));
     }
@@ -346,8 +343,8 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       absl::StrAppend(&code, "    typedef ", g2, " G2;\n");
       types.push_back("G2");
     }
-    absl::StrAppend(&code, SharedArgs(plan, args), "    GemmPhase<", flags(), ", ", B(bs == 0), ", ",
-                    absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
+    absl::StrAppend(&code, SharedArgs(plan, args), "    GemmPhase<", flags(), ", ", B(bs == 0),
+                    ", ", absl::StrJoin(types, ", "), ">(ga, c, arrival);\n  }\n");
     stamp(phase + 1);
   }
   guard_end(phase + 1);
