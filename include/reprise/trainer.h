@@ -250,6 +250,17 @@ struct TrainerStats {
   double kernel_compile_ms = 0;      // Summed over compiles, which run in parallel.
   int64_t kernel_disk_hits = 0;      // Kernels loaded from the on-disk cache instead of compiled.
   int64_t kernel_cache_corrupt = 0;  // Bad on-disk entries deleted and compiled again.
+  // Convolution plans of cuDNN's graph API (KernelTuning::conv_api = kGraph) this trainer's
+  // Create built (not those the process had built already): from the heuristics' first choice,
+  // chosen by timing candidates (measure_conv_algorithms), or rebuilt from a measured record in
+  // the kernel cache; records that did not decode or no longer built (measured again and
+  // replaced); the candidates timed and the wall time of building and timing them.
+  int64_t conv_plans_heuristic = 0;
+  int64_t conv_plans_measured = 0;
+  int64_t conv_plans_from_records = 0;
+  int64_t conv_plan_records_discarded = 0;
+  int64_t conv_candidates_timed = 0;
+  double conv_measure_ms = 0;
   // The rest of the memory plan: gradients with an arena buffer of their own (transient, so
   // inside the activation peak), inputs, constants and kept values.
   int64_t gradient_bytes = 0;

@@ -192,6 +192,8 @@ void BindResults(nb::module_& m) {
       .def_ro("activation_peak_bytes", &TrainerStats::activation_peak_bytes)
       .def_ro("kernels_compiled", &TrainerStats::kernels_compiled)
       .def_ro("kernel_disk_hits", &TrainerStats::kernel_disk_hits)
+      .def_ro("conv_plans_measured", &TrainerStats::conv_plans_measured)
+      .def_ro("conv_plans_from_records", &TrainerStats::conv_plans_from_records)
       .def("__str__", &TrainerStats::ToString);
   nb::class_<TrainerReport>(m, "TrainerReport")
       .def_ro("stats", &TrainerReport::stats)

@@ -50,6 +50,7 @@
 #include "src/passes/mixed_precision.h"
 #include "src/runtime/cache_config.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/disk_cache.h"
 #include "src/util/phase_timer.h"
 #include "src/util/status_macros.h"
@@ -151,6 +152,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   phases.Mark("data parallel");
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
+  conv_stats_at_create_ = runtime::CudnnConvGraph::Stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
   std::function<void(int64_t, int64_t)> on_ready;
   if (const CompileProgressCallback& report = options_.on_compile_progress; report) {
@@ -192,6 +194,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   phases.Mark("workspaces");
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
+  conv_stats_after_create_ = runtime::CudnnConvGraph::Stats();
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());
   phases.Mark("lanes");

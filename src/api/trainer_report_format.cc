@@ -84,6 +84,16 @@ std::string TrainerReport::ToText() const {
                         "disk entries %d; %.1f ms to acquire at Create\n",
                         s.kernels_compiled, s.kernel_compile_ms, s.kernel_cache_hits,
                         s.kernel_disk_hits, s.kernel_cache_corrupt, s.kernel_acquire_ms);
+  if (s.conv_plans_heuristic + s.conv_plans_measured + s.conv_plans_from_records +
+          s.conv_plan_records_discarded >
+      0) {
+    absl::StrAppendFormat(&text,
+                          "  convolution plans (cuDNN graph API): heuristic %d, measured %d (%d "
+                          "candidates timed, %.0f ms), from records %d, records discarded %d\n",
+                          s.conv_plans_heuristic, s.conv_plans_measured, s.conv_candidates_timed,
+                          s.conv_measure_ms, s.conv_plans_from_records,
+                          s.conv_plan_records_discarded);
+  }
   if (!s.create_ms.empty()) absl::StrAppend(&text, "  ", s.CreateBreakdown(), "\n");
   absl::StrAppendFormat(
       &text,
@@ -170,6 +180,14 @@ std::string TrainerReport::ToJson() const {
   w.Key("disk_hits").Int(s.kernel_disk_hits);
   w.Key("corrupt_discarded").Int(s.kernel_cache_corrupt);
   w.Key("acquire_ms").Double(s.kernel_acquire_ms);
+  w.EndObject();
+  w.Key("conv_plans").BeginObject(util::JsonWriter::kInline);
+  w.Key("heuristic").Int(s.conv_plans_heuristic);
+  w.Key("measured").Int(s.conv_plans_measured);
+  w.Key("from_records").Int(s.conv_plans_from_records);
+  w.Key("records_discarded").Int(s.conv_plan_records_discarded);
+  w.Key("candidates_timed").Int(s.conv_candidates_timed);
+  w.Key("measure_ms").Double(s.conv_measure_ms);
   w.EndObject();
   w.Key("create_ms").BeginObject(util::JsonWriter::kInline);
   w.Key("total").Double(s.create_total_ms);

@@ -53,6 +53,14 @@ TrainerStats Trainer::Impl::stats() const {
   s.kernel_disk_hits = after.lower_hits - before.lower_hits;
   s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
   s.kernel_acquire_ms = kernel_acquire_ms_;
+  const runtime::ConvGraphStats& conv_before = conv_stats_at_create_;
+  const runtime::ConvGraphStats& conv_after = conv_stats_after_create_;
+  s.conv_plans_heuristic = conv_after.heuristic_plans - conv_before.heuristic_plans;
+  s.conv_plans_measured = conv_after.measured_plans - conv_before.measured_plans;
+  s.conv_plans_from_records = conv_after.record_plans - conv_before.record_plans;
+  s.conv_plan_records_discarded = conv_after.records_discarded - conv_before.records_discarded;
+  s.conv_candidates_timed = conv_after.candidates_timed - conv_before.candidates_timed;
+  s.conv_measure_ms = conv_after.measure_ms - conv_before.measure_ms;
   s.create_ms = create_phases_.phases();
   s.create_total_ms = create_phases_.total_ms();
   s.input_bytes = bytes(passes::BufferClass::kInput);
@@ -87,6 +95,14 @@ std::string TrainerStats::ToString() const {
              activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
              mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
              kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt) +
+         (conv_plans_heuristic + conv_plans_measured + conv_plans_from_records +
+                      conv_plan_records_discarded >
+                  0
+              ? absl::StrFormat(" | conv plans: heuristic %d, measured %d, from records %d, "
+                                "records discarded %d",
+                                conv_plans_heuristic, conv_plans_measured, conv_plans_from_records,
+                                conv_plan_records_discarded)
+              : std::string()) +
          absl::StrCat(" | non-finite guard ", non_finite_policy,
                       skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "",
                       create_ms.empty() ? "" : absl::StrCat(" | ", CreateBreakdown()));

@@ -73,6 +73,36 @@ TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {
   EXPECT_EQ((*json)["host_launch_reason"].string, "the device refused the graph: host node");
 }
 
+TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson) {
+  TrainerReport r = SampleReport();
+  EXPECT_THAT(r.ToText(), ::testing::Not(HasSubstr("convolution plans")));
+  EXPECT_THAT(r.stats.ToString(), ::testing::Not(HasSubstr("conv plans")));
+  r.stats.conv_plans_heuristic = 2;
+  r.stats.conv_plans_measured = 5;
+  r.stats.conv_candidates_timed = 37;
+  r.stats.conv_measure_ms = 412.4;
+  r.stats.conv_plans_from_records = 3;
+  r.stats.conv_plan_records_discarded = 1;
+  EXPECT_THAT(r.ToText(), HasSubstr("convolution plans (cuDNN graph API): heuristic 2, measured 5 "
+                                    "(37 candidates timed, 412 ms), from records 3, records "
+                                    "discarded 1"));
+  EXPECT_THAT(
+      r.stats.ToString(),
+      HasSubstr("conv plans: heuristic 2, measured 5, from records 3, records discarded 1"));
+  const absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const testing::JsonValue& plans = (*json)["conv_plans"];
+  EXPECT_EQ(plans["heuristic"].integer, 2);
+  EXPECT_EQ(plans["measured"].integer, 5);
+  EXPECT_EQ(plans["from_records"].integer, 3);
+  EXPECT_EQ(plans["records_discarded"].integer, 1);
+  EXPECT_EQ(plans["candidates_timed"].integer, 37);
+  EXPECT_EQ(plans["measure_ms"].number, 412.4);
+  const absl::StatusOr<testing::JsonValue> none = testing::ParseJson(SampleReport().ToJson());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)["conv_plans"]["measured"].integer, 0);
+}
+
 TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {
   TrainerReport r = SampleReport();
   r.graphs.clear();

@@ -121,6 +121,7 @@ TEST(TrainerKernelCacheTest, DamagedEntryIsCompiledAgainAndCounted) {
 // three steps on fixed batches.
 struct MeasuredRun {
   runtime::ConvGraphStats before, after;
+  TrainerStats stats;  // The trainer's own counts of the same.
   std::vector<float> losses;
 };
 absl::StatusOr<MeasuredRun> TrainWithMeasuredConvPlans() {
@@ -137,6 +138,7 @@ absl::StatusOr<MeasuredRun> TrainWithMeasuredConvPlans() {
   MeasuredRun run{.before = runtime::CudnnConvGraph::Stats()};
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(net.graph, net.loss, options));
   run.after = runtime::CudnnConvGraph::Stats();
+  run.stats = trainer->stats();
   std::vector<float> images(4 * 32 * 32 * 3);
   for (int step = 0; step < 3; ++step) {
     for (size_t i = 0; i < images.size(); ++i) {
@@ -162,12 +164,20 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
             << measured.after.measure_ms - measured.before.measure_ms << " ms\n";
   EXPECT_GT(plans, 10);
   EXPECT_EQ(measured.after.record_plans, measured.before.record_plans);
+  EXPECT_EQ(measured.stats.conv_plans_measured, plans);
+  EXPECT_EQ(measured.stats.conv_plans_from_records, 0);
+  EXPECT_EQ(measured.stats.conv_candidates_timed,
+            measured.after.candidates_timed - measured.before.candidates_timed);
+  EXPECT_GT(measured.stats.conv_measure_ms, 0);
   // A later process: the plans from the records, nothing timed, the same losses bit for bit.
   runtime::CudnnConvGraph::ForgetPlans();
   REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredRun recorded, TrainWithMeasuredConvPlans());
   EXPECT_EQ(recorded.after.measured_plans, recorded.before.measured_plans);
   EXPECT_EQ(recorded.after.record_plans - recorded.before.record_plans, plans);
   EXPECT_EQ(recorded.after.records_discarded, recorded.before.records_discarded);
+  EXPECT_EQ(recorded.stats.conv_plans_from_records, plans);
+  EXPECT_EQ(recorded.stats.conv_plans_measured, 0);
+  EXPECT_EQ(recorded.stats.conv_plan_records_discarded, 0);
   EXPECT_EQ(recorded.losses, measured.losses);
   for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
   runtime::CudnnConvGraph::ForgetPlans();
