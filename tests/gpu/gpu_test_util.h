@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,16 @@ inline std::string NoGpuReason() {
   (void)cudaGetLastError();
   if (result == cudaSuccess) return "the driver reports 0 devices";
   return absl::StrCat(cudaGetErrorName(result), ": ", cudaGetErrorString(result));
+}
+
+// Whether the test runs under compute-sanitizer's racecheck (tools/device/gpu_suite_sanitized.sh
+// sets REPRISE_UNDER_COMPUTE_SANITIZER to the tool's name). racecheck does not support launches
+// made on the device (its documented limits: dynamic parallelism, which a device-launched graph
+// uses): a device-launched step ends there in an illegal address that no plain or memcheck run
+// shows, while the same step launched from the host passes it with no hazard.
+inline bool UnderRacecheck() {
+  const char* tool = std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER");
+  return tool != nullptr && absl::string_view(tool) == "racecheck";
 }
 
 // What REPRISE_ASSERT_OK checks: a Status as is, a CUDA-family code through CudaStatus.

@@ -87,9 +87,17 @@ TEST(SixteenBitGradientsGpuTest, CastMultiGivesTheCpuBits) {
 }
 
 // An MLP in bfloat16 and float16 with AdamW, clipping, a schedule and the guard: the plan's
-// updates read the 16-bit gradients, and graph replays give the eager steps' bits.
-TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
+// updates read the 16-bit gradients, and graph replays give the eager steps' bits, with the step
+// launched from the host and from the device (its 40-odd nodes are what kAuto launches from the
+// device).
+class SixteenBitReplayGpuTest : public ::testing::TestWithParam<GraphLaunch> {};
+
+TEST_P(SixteenBitReplayGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
   REPRISE_REQUIRE_GPU();
+  if (GetParam() == GraphLaunch::kDevice && testing::UnderRacecheck()) {
+    GTEST_SKIP() << "racecheck does not support device-side launches; the host-launched case "
+                    "runs under it";
+  }
   for (DType compute : {DType::kBFloat16, DType::kFloat16}) {
     SCOPED_TRACE(DTypeName(compute));
     auto mlp = models::BuildMlp(
@@ -99,6 +107,7 @@ TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
     options.seed = 3;
     options.numerics.compute_dtype = compute;
     options.numerics.deterministic = true;
+    options.launch.graph_launch = GetParam();
     options.optimizer = OptimizerOptions{
         .kind = OptimizerKind::kAdamW,
         .learning_rate = 1e-3f,
@@ -108,6 +117,7 @@ TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
         .schedule = {.warmup_steps = 2, .decay = LrDecay::kCosine, .total_steps = 50}};
     auto trainer = Trainer::Create(mlp->graph, mlp->loss, options);
     ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_EQ((*trainer)->stats().device_graph_launch, GetParam() == GraphLaunch::kDevice);
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> uniform(-1, 1);
     std::vector<float> features(32 * 64);
@@ -122,6 +132,12 @@ TEST(SixteenBitGradientsGpuTest, MixedPrecisionAdamWMlpReplaysEagerBitForBit) {
     EXPECT_TRUE(result->ok()) << result->ToString();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Launches, SixteenBitReplayGpuTest,
+                         ::testing::Values(GraphLaunch::kHost, GraphLaunch::kDevice),
+                         [](const ::testing::TestParamInfo<GraphLaunch>& info) {
+                           return std::string(info.param == GraphLaunch::kHost ? "host" : "device");
+                         });
 
 // A small GPT-2 in bfloat16 with nanoGPT's AdamW (clipping, warm-up and cosine) and the guard,
 // against the float32-gradient path: a one-rank data-parallel trainer averages the float32 casts
