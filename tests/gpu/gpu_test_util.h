@@ -31,10 +31,10 @@ inline std::string NoGpuReason() {
 }
 
 // Whether the test runs under compute-sanitizer's racecheck (tools/device/gpu_suite_sanitized.sh
-// sets REPRISE_UNDER_COMPUTE_SANITIZER to the tool's name). racecheck does not support launches
-// made on the device (its documented limits: dynamic parallelism, which a device-launched graph
-// uses): a device-launched step ends there in an illegal address that no plain or memcheck run
-// shows, while the same step launched from the host passes it with no hazard.
+// sets REPRISE_UNDER_COMPUTE_SANITIZER to the tool's name). compute-sanitizer lists dynamic
+// parallelism (launches made on the device, which a device-launched graph is) among what racecheck
+// does not support: a device-launched step ended there in an illegal address that no plain or
+// memcheck run shows, while the same step launched from the host passed it with no hazard.
 inline bool UnderRacecheck() {
   const char* tool = std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER");
   return tool != nullptr && absl::string_view(tool) == "racecheck";
