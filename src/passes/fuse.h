@@ -72,7 +72,7 @@ struct FuseOptions {
   // in it, summed by its weight gradient's product as it reads dY (matmul_bgrad, cuBLASLt's
   // BGRADB) instead of a launch of its own. Off by default: on an H200 at GPT-2 124M's shapes in
   // bfloat16 the BGRADB product took 0.141 ms against 0.101 ms plain plus 0.031 ms for the column
-  // sum, and the step at B=4, T=256 went from 3.78 to 3.92 ms (docs/benchmarks.md).
+  // sum, and the step at B=4, T=256 went from 3.78 to 3.92 ms (docs/benchmarks_gpt2.md).
   bool weight_gradient_bias_sums = false;
   // A layer norm fused with the residual add before it, and its input gradient summed with the
   // residual stream's, each in the layer norm's kernel.
