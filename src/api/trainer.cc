@@ -152,7 +152,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   phases.Mark("data parallel");
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
-  conv_stats_at_create_ = runtime::CudnnConvGraph::Stats();
+  const runtime::ConvGraphStats conv_before = runtime::CudnnConvGraph::Stats();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
   std::function<void(int64_t, int64_t)> on_ready;
   if (const CompileProgressCallback& report = options_.on_compile_progress; report) {
@@ -194,7 +194,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   phases.Mark("workspaces");
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
-  conv_stats_after_create_ = runtime::CudnnConvGraph::Stats();
+  conv_plans_built_ = runtime::CudnnConvGraph::Stats().Since(conv_before);
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());
   phases.Mark("lanes");

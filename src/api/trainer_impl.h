@@ -219,8 +219,8 @@ class Trainer::Impl {
   std::shared_ptr<runtime::CudnnHandle> cudnn_;
   std::shared_ptr<runtime::KernelStore> kernels_;  // Shared by the process's trainers.
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
-  // The process-wide convolution plan counts before and after Create (as the kernel store's).
-  runtime::ConvGraphStats conv_stats_at_create_, conv_stats_after_create_;
+  // The convolution plans Create built (the process-wide counts' growth during it).
+  runtime::ConvGraphStats conv_plans_built_;
   double kernel_acquire_ms_ = 0;
   util::PhaseTimer create_phases_;  // Create's wall time by phase (TrainerStats::create_ms).
   std::shared_ptr<runtime::DeviceBuffer> arena_;

@@ -84,9 +84,7 @@ std::string TrainerReport::ToText() const {
                         "disk entries %d; %.1f ms to acquire at Create\n",
                         s.kernels_compiled, s.kernel_compile_ms, s.kernel_cache_hits,
                         s.kernel_disk_hits, s.kernel_cache_corrupt, s.kernel_acquire_ms);
-  if (s.conv_plans_heuristic + s.conv_plans_measured + s.conv_plans_from_records +
-          s.conv_plan_records_discarded >
-      0) {
+  if (BuiltConvPlans(s)) {
     absl::StrAppendFormat(&text,
                           "  convolution plans (cuDNN graph API): heuristic %d, measured %d (%d "
                           "candidates timed, %.0f ms), from records %d, records discarded %d\n",

@@ -11,6 +11,14 @@
 
 namespace reprise {
 
+// Whether `stats`' Create built or discarded any cuDNN graph-API convolution plan (what the text
+// forms print their counts for).
+inline bool BuiltConvPlans(const TrainerStats& stats) {
+  return stats.conv_plans_heuristic + stats.conv_plans_measured + stats.conv_plans_from_records +
+             stats.conv_plan_records_discarded >
+         0;
+}
+
 // Why Create ran out of memory: `bytes` asked for `what`, the memory plan's classes from `stats`,
 // the lanes' workspaces, and the device's free and total memory (free_bytes < 0: unknown).
 std::string OutOfMemoryText(absl::string_view what, int64_t bytes, const TrainerStats& stats,

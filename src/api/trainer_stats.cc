@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "src/api/trainer_impl.h"
+#include "src/api/trainer_report_format.h"
 #include "src/autodiff/non_finite_guard.h"
 
 namespace reprise {
@@ -53,14 +54,12 @@ TrainerStats Trainer::Impl::stats() const {
   s.kernel_disk_hits = after.lower_hits - before.lower_hits;
   s.kernel_cache_corrupt = after.corrupt_discarded - before.corrupt_discarded;
   s.kernel_acquire_ms = kernel_acquire_ms_;
-  const runtime::ConvGraphStats& conv_before = conv_stats_at_create_;
-  const runtime::ConvGraphStats& conv_after = conv_stats_after_create_;
-  s.conv_plans_heuristic = conv_after.heuristic_plans - conv_before.heuristic_plans;
-  s.conv_plans_measured = conv_after.measured_plans - conv_before.measured_plans;
-  s.conv_plans_from_records = conv_after.record_plans - conv_before.record_plans;
-  s.conv_plan_records_discarded = conv_after.records_discarded - conv_before.records_discarded;
-  s.conv_candidates_timed = conv_after.candidates_timed - conv_before.candidates_timed;
-  s.conv_measure_ms = conv_after.measure_ms - conv_before.measure_ms;
+  s.conv_plans_heuristic = conv_plans_built_.heuristic_plans;
+  s.conv_plans_measured = conv_plans_built_.measured_plans;
+  s.conv_plans_from_records = conv_plans_built_.record_plans;
+  s.conv_plan_records_discarded = conv_plans_built_.records_discarded;
+  s.conv_candidates_timed = conv_plans_built_.candidates_timed;
+  s.conv_measure_ms = conv_plans_built_.measure_ms;
   s.create_ms = create_phases_.phases();
   s.create_total_ms = create_phases_.total_ms();
   s.input_bytes = bytes(passes::BufferClass::kInput);
@@ -95,9 +94,7 @@ std::string TrainerStats::ToString() const {
              activation_peak_bytes / 1048576.0, activation_peak_unmirrored_bytes / 1048576.0,
              mirrored_nodes, workspace_bytes / 1048576.0, kernel_acquire_ms, kernels_compiled,
              kernel_compile_ms, kernel_cache_hits, kernel_disk_hits, kernel_cache_corrupt) +
-         (conv_plans_heuristic + conv_plans_measured + conv_plans_from_records +
-                      conv_plan_records_discarded >
-                  0
+         (BuiltConvPlans(*this)
               ? absl::StrFormat(" | conv plans: heuristic %d, measured %d, from records %d, "
                                 "records discarded %d",
                                 conv_plans_heuristic, conv_plans_measured, conv_plans_from_records,

@@ -394,12 +394,20 @@ size_t CudnnConvGraph::workspace_bytes() const {
 
 size_t CudnnConvGraph::CacheSize() { return PlanCache::Global().built(); }
 
+ConvGraphStats ConvGraphStats::Since(const ConvGraphStats& before) const {
+  return {.heuristic_plans = heuristic_plans - before.heuristic_plans,
+          .measured_plans = measured_plans - before.measured_plans,
+          .record_plans = record_plans - before.record_plans,
+          .records_discarded = records_discarded - before.records_discarded,
+          .candidates_timed = candidates_timed - before.candidates_timed,
+          .measure_ms = measure_ms - before.measure_ms};
+}
+
 std::string ConvGraphStats::MeasuredSince(const ConvGraphStats& before) const {
-  const int64_t measured = measured_plans - before.measured_plans;
-  const int64_t recorded = record_plans - before.record_plans;
-  if (measured + recorded == 0) return "";
-  return absl::StrFormat("cuDNN conv plans measured %d (%.0f ms), from records %d", measured,
-                         measure_ms - before.measure_ms, recorded);
+  const ConvGraphStats d = Since(before);
+  if (d.measured_plans + d.record_plans == 0) return "";
+  return absl::StrFormat("cuDNN conv plans measured %d (%.0f ms), from records %d",
+                         d.measured_plans, d.measure_ms, d.record_plans);
 }
 
 void CudnnConvGraph::ForgetPlans() {

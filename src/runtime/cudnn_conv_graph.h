@@ -92,6 +92,8 @@ struct ConvGraphStats {
   int64_t candidates_timed = 0;
   double measure_ms = 0;  // Wall time spent building and timing candidates.
 
+  // The counts since `before` (an earlier Stats()): each field's difference.
+  ConvGraphStats Since(const ConvGraphStats& before) const;
   // What was chosen since `before` (an earlier Stats()), e.g. "cuDNN conv plans measured 59
   // (506 ms), from records 0"; "" when no plan was measured or taken from a record.
   std::string MeasuredSince(const ConvGraphStats& before) const;
