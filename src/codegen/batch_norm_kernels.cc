@@ -414,16 +414,22 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x) {
-  const std::string name = KernelName(
-      mask_from_x ? "reprise_bn_grad_stats_xmask" : "reprise_bn_grad_stats", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) + kReluMask + R"(
+GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x,
+                                   bool write_masked) {
+  const std::string name =
+      KernelName(absl::StrCat("reprise_bn_grad_stats", mask_from_x ? "_xmask" : "",
+                              write_masked ? "_mdy" : ""),
+                 vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) +
+                    absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +
+                    kReluMask + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
   const elem_t* dy;
   const elem_t* act_out;
   const elem_t* x;
+  elem_t* masked_dy;
   int channels, col;
   BnReluMask mask;
   double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
@@ -438,14 +444,19 @@ struct BnGradStatsBody {
     if (act_out != nullptr) a.act = BnLoad(act_out + i);
 #endif
   }
-  __device__ void Use(long long, const Regs& a) {
+  __device__ void Use(long long r, const Regs& a) {
+    BnVec masked;
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-      const double g =
-          mask.Keep(act_out, a.act.v[k], a.x.v[k], (float)mean[k], k) ? a.dy.v[k] : 0.0f;
+      masked.v[k] = mask.Keep(act_out, a.act.v[k], a.x.v[k], (float)mean[k], k) ? a.dy.v[k] : 0.0f;
+      const double g = masked.v[k];
       sum[k] += g;
       dot[k] = fma(g, (double)a.x.v[k] - mean[k], dot[k]);
     }
+#if BN_WRITE_MASKED
+    // g is dy's value or zero: stored in dy's type, it is exact.
+    BnStore(masked_dy + BnIndex(r, channels, col), masked);
+#endif
   }
 };
 
@@ -454,8 +465,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const elem_t* __restrict__ x, const float* __restrict__ mean,
                    const float* __restrict__ gamma, const float* __restrict__ invstd,
                    const float* __restrict__ beta, double* __restrict__ partial,
-                   long long rows, int channels, long long rows_per_chunk) {
-  BnGradStatsBody body{dy, act_out, x, channels, BnColumn(), {}, {}, {}, {}};
+                   elem_t* __restrict__ masked_dy, long long rows, int channels,
+                   long long rows_per_chunk) {
+  BnGradStatsBody body{dy, act_out, x, masked_dy, channels, BnColumn(), {}, {}, {}, {}};
   if (body.col < channels) {
     body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
@@ -500,7 +512,6 @@ struct BnGradApplyBody {
   const elem_t* act_out;
   const elem_t* x;
   elem_t* dx;
-  elem_t* masked_dy;
   int channels, col;
   BnReluMask mask;
   float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
@@ -516,16 +527,13 @@ struct BnGradApplyBody {
 #endif
   }
   __device__ void Use(long long r, const Regs& in) const {
-    BnVec g, out;
+    BnVec out;
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-      g.v[k] = mask.Keep(act_out, in.act.v[k], in.x.v[k], mean[k], k) ? in.dy.v[k] : 0.0f;
-      out.v[k] = fmaf(a[k], g.v[k], -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
+      const float g = mask.Keep(act_out, in.act.v[k], in.x.v[k], mean[k], k) ? in.dy.v[k] : 0.0f;
+      out.v[k] = fmaf(a[k], g, -fmaf(c[k], in.x.v[k] - mean[k], b[k]));
     }
-    const long long i = BnIndex(r, channels, col);
-    BnStore(dx + i, out);
-    // g is dy's value or zero: stored in dy's type, it is exact.
-    if (masked_dy != nullptr) BnStore(masked_dy + i, g);
+    BnStore(dx + BnIndex(r, channels, col), out);
   }
 };
 
@@ -534,9 +542,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const elem_t* __restrict__ x, const float* __restrict__ mean,
                    const float* __restrict__ coef, const float* __restrict__ gamma,
                    const float* __restrict__ invstd, const float* __restrict__ beta,
-                   elem_t* __restrict__ dx, elem_t* __restrict__ masked_dy, long long rows,
-                   int channels, long long rows_per_chunk) {
-  BnGradApplyBody body{dy, act_out, x, dx, masked_dy, channels, BnColumn(), {}};
+                   elem_t* __restrict__ dx, long long rows, int channels,
+                   long long rows_per_chunk) {
+  BnGradApplyBody body{dy, act_out, x, dx, channels, BnColumn(), {}};
   if (body.col >= channels) return;
   body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
@@ -560,7 +568,9 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormApplySaved(vec, dtype));
       kernels.push_back(BatchNormApplyChain(vec, dtype));
       for (bool mask_from_x : {false, true}) {
-        kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x));
+        for (bool write_masked : {false, true}) {
+          kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x, write_masked));
+        }
         kernels.push_back(BatchNormGradApply(vec, dtype, 0, mask_from_x));
       }
     }
@@ -570,7 +580,9 @@ std::vector<GeneratedKernel> BatchNormKernels() {
     kernels.push_back(BatchNormApplySaved(1, dtype, 49));
     kernels.push_back(BatchNormApplyChain(1, dtype, 49));
     for (bool mask_from_x : {false, true}) {
-      kernels.push_back(BatchNormGradStats(1, dtype, 49, mask_from_x));
+      for (bool write_masked : {false, true}) {
+        kernels.push_back(BatchNormGradStats(1, dtype, 49, mask_from_x, write_masked));
+      }
       kernels.push_back(BatchNormGradApply(1, dtype, 49, mask_from_x));
     }
   }

@@ -108,29 +108,31 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 // `mask_from_x` (kernels named ..._xmask) g = y > 0 ? dy : 0 for y = relu((x - mean)·(gamma·invstd)
 // + beta) rounded to the element type, the forward's apply: a ReLU's mask with no pass over its
 // output (act_out is then ignored; gamma, invstd and beta are read only then):
-// (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean). Tiled launch. Signature:
+// (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean); with `write_masked` (kernels
+//     named ..._mdy) also masked_dy = g, so that (c) can read g alone instead of dy and the mask's
+//     source again. Tiled launch. Signature:
 //     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     const float* gamma, const float* invstd, const float* beta, double* partial,
-//     long long rows, int channels, long long rows_per_chunk).
+//     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk).
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
-                                   bool mask_from_x = false);
+                                   bool mask_from_x = false, bool write_masked = false);
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,
 //     const float* gamma, const float* invstd, float* dgamma, float* dbeta, float* coef).
 GeneratedKernel BatchNormGradFinalize();
-// (c) dx = coef[0]·g - coef[1] - coef[2]·(x - mean), and masked_dy = g when masked_dy is not
-//     null. Tiled launch. Signature: (const elem_t* dy, const elem_t* act_out, const elem_t* x,
-//     const float* mean, const float* coef, const float* gamma, const float* invstd,
-//     const float* beta, elem_t* dx, elem_t* masked_dy, long long rows, int channels,
-//     long long rows_per_chunk).
+// (c) dx = coef[0]·g - coef[1] - coef[2]·(x - mean). Tiled launch. Signature:
+//     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
+//     const float* coef, const float* gamma, const float* invstd, const float* beta, elem_t* dx,
+//     long long rows, int channels, long long rows_per_chunk).
 GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false);
 
 // Every kernel above in both vector widths and both element types, and the NCHW form for
-// plane 49 (2 finalize kernels and 8 tiled ones (the gradient kernels with and without the mask
-// from x, and the apply chain) × 3 forms × each element type), for compile checks and for warming
-// the kernel store.
+// plane 49 (2 finalize kernels and 10 tiled ones (the gradient statistics with and without the
+// mask from x and the masked output, the gradient apply with and without the mask from x, and the
+// apply chain) × 3 forms × each element type), for compile checks and for warming the kernel
+// store.
 std::vector<GeneratedKernel> BatchNormKernels();
 
 }  // namespace reprise::codegen

@@ -238,6 +238,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   const long long rows = a.rows, rows_per_chunk = t.rows_per_chunk;
   std::vector<std::unique_ptr<GpuKernel>> parts;
 
+  // Where the masked gradient g is an output, the statistics pass writes it and the apply pass
+  // reads g alone: one read of the mask's source and of dy fewer, the same bits.
+  const bool write_masked = a.masked_dy != nullptr;
   KernelArgs stats;
   stats.Add(a.dy)
       .Add(a.act_out)
@@ -247,13 +250,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.saved_invstd)
       .Add(a.relu_beta)
       .Add(partial)
+      .Add(a.masked_dy)
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name,
-                                       codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name,
+                          codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
       .Add(static_cast<int>(t.chunks))
@@ -269,23 +274,24 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradFinalize(), ChannelGrid(a.channels),
                           dim3(32, 32), 0, std::move(finalize)));
   KernelArgs apply;
-  apply.Add(a.dy)
-      .Add(a.act_out)
+  apply.Add(write_masked ? a.masked_dy : a.dy)
+      .Add(write_masked ? nullptr : a.act_out)
       .Add(a.x)
       .Add(a.saved_mean)
       .Add(static_cast<const float*>(coef))
       .Add(a.gamma)
       .Add(a.saved_invstd)
-      .Add(a.relu_beta)
+      .Add(write_masked ? nullptr : a.relu_beta)
       .Add(a.dx)
-      .Add(a.masked_dy)
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk);
-  ASSIGN_OR_RETURN(parts.emplace_back(),
-                   NvrtcKernel::Create(ctx, node_name,
-                                       codegen::BatchNormGradApply(vec, a.dtype, a.plane, from_x),
-                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
+  const bool apply_from_x = from_x && !write_masked;
+  ASSIGN_OR_RETURN(
+      parts.emplace_back(),
+      NvrtcKernel::Create(ctx, node_name,
+                          codegen::BatchNormGradApply(vec, a.dtype, a.plane, apply_from_x),
+                          TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras = absl::StrCat(a.act_out != nullptr     ? " +relu_mask"
                                           : a.relu_beta != nullptr ? " +relu_mask_from_x"
                                                                    : "",

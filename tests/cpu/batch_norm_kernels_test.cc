@@ -17,10 +17,10 @@ using codegen::BatchNormTilingFor;
 
 TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
-  // Two finalize kernels, and eight tiled ones (the two gradient kernels also with the ReLU mask
-  // from x, and the apply chain) in three forms (two channels-last widths, NCHW) and three element
-  // types.
-  ASSERT_EQ(kernels.size(), 74u);
+  // Two finalize kernels, and ten tiled ones (the two gradient kernels also with the ReLU mask
+  // from x, the gradient statistics also writing the masked gradient, and the apply chain) in
+  // three forms (two channels-last widths, NCHW) and three element types.
+  ASSERT_EQ(kernels.size(), 92u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -50,6 +50,10 @@ TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
             "reprise_bn_grad_stats_xmask_v4");
   EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 49, /*mask_from_x=*/true).name,
             "reprise_bn_grad_apply_xmask_v1_nchw49_bf16");
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, /*mask_from_x=*/false,
+                                        /*write_masked=*/true)
+                .name,
+            "reprise_bn_grad_stats_mdy_v4_bf16");
 }
 
 // NCHW kernels index the [rows, channels] view through the plane as a compile-time constant;

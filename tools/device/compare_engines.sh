@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times two builds of reprise-bench on the same GPU in the same call, alternating, on the headline
-# workloads of docs/benchmarks.md (MLP whole step, ResNet-50 bf16 and TF32, the ensembles of 4 and
-# 32 MLPs, GPT-2 124M in bf16 at B=16, T=1024 and B=4, T=256):
+# workloads of docs/benchmarks.md (MLP whole step, ResNet-50 bf16 and TF32 at batch 32 and bf16 at
+# 256, the ensembles of 4 and 32 MLPs, GPT-2 124M in bf16 at B=16, T=1024 and B=4, T=256):
 #   bash tools/device/compare_engines.sh OLD_BENCH NEW_BENCH [ROUNDS] > table.txt
 # COMPARE_EXTRA adds flags to every run of both engines (e.g. "--non_finite=ignore" to time the
 # steps without the non-finite guard, whose cost tools/device/guard_cost.sh measures apart);
@@ -14,6 +14,7 @@ workloads=(
   "mlp4x1024_b256_tf32|--model mlp --depth 4 --width 1024 --batch 256 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
   "r50_b32_bf16|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --bf16 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
   "r50_b32_tf32|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
+  "r50_b256_bf16|--model resnet --depth 50 --batch 256 --classes 1000 --tf32 --bf16 --layout nhwc --mode graph --fusion on --iters 15 --warmup 5 --inputs device --lanes 2"
   "ensemble4_tf32|--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --batch 64 --classes 10 --fusion on --inputs device --tf32 --mode graph --iters 1000 --warmup 100"
   "ensemble32_tf32|--model ensemble --ensemble 32 --depth 2 --width 256 --input_features 64 --batch 64 --classes 10 --fusion on --inputs device --tf32 --mode graph --iters 300 --warmup 30"
   "gpt2_b16_t1024_bf16|--model gpt2 --batch 16 --seq 1024 --bf16 --mode graph --fusion on --iters 30 --warmup 10 --inputs device"
