@@ -172,7 +172,18 @@ __device__ void MaxPool2dGradBody(const elem_t* __restrict__ dy, const elem_t* _
 // four, and x, y and dy move in 4-element loads. Same scan, tie rule and summation order as the
 // scalar kernels above, so the same bits.
 namespace {
+// The sizes' window as constants of the kernel (the loops that load a whole window, or every
+// window covering an element, before using any of it are unrolled over them): its extents, and
+// how many windows at most cover one element along each axis.
+std::string WindowDefines(const PoolSizes& sizes) {
+  auto covering = [](int k, int s) { return (k + s - 1) / s; };
+  return absl::StrCat("#define POOL_KH ", sizes.kh, "\n#define POOL_KW ", sizes.kw,
+                      "\n#define POOL_COVER_R ", covering(sizes.kh, sizes.sh),
+                      "\n#define POOL_COVER_Q ", covering(sizes.kw, sizes.sw), "\n");
+}
 const std::string kFour = R"(
+// Windows (or covering windows) of up to this many elements are loaded whole before use.
+#define POOL_LOAD_AHEAD 16
 __device__ __forceinline__ void Unpack(float4 v, float (&out)[4]) {
   out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
 }
@@ -181,7 +192,9 @@ __device__ __forceinline__ bool SameMax(float v, float m) { return v == m || (v 
 // `value(v, j)` (j the channel within the 4): max_pool2d's maximum in `best` (the first element
 // equal to it keeps it, and a NaN beats any number), and in `first` the row-major index within
 // the window of the element that set it, which is the first one equal to the maximum (NaN
-// matching NaN): the element max_pool2d_grad sends the window's gradient to.
+// matching NaN): the element max_pool2d_grad sends the window's gradient to. Every element of the
+// window (POOL_KH x POOL_KW, the sizes' own window) is loaded before any is compared, so that the
+// loads are in flight together rather than one after another.
 template <typename I, typename Value>
 __device__ __forceinline__ void ScanWindow4(const elem_t* __restrict__ x, I i, I c, I h, I w,
                                             I oh, I ow, int kh, int kw, int sh, int sw, int ph,
@@ -189,6 +202,37 @@ __device__ __forceinline__ void ScanWindow4(const elem_t* __restrict__ x, I i, I
                                             int (&first)[4]) {
   I b, r, q, ch;
   GroupCoords<I>(i, c, oh, ow, b, r, q, ch);
+#if POOL_KH * POOL_KW <= POOL_LOAD_AHEAD
+  float v[POOL_KH][POOL_KW][4];
+  bool inside[POOL_KH][POOL_KW];
+#pragma unroll
+  for (int a = 0; a < POOL_KH; ++a) {
+    const I row = r * sh - ph + a;
+#pragma unroll
+    for (int e = 0; e < POOL_KW; ++e) {
+      const I col = q * sw - pw + e;
+      inside[a][e] = row >= 0 && row < h && col >= 0 && col < w;
+      if (inside[a][e]) Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v[a][e]);
+    }
+  }
+  bool found = false;
+#pragma unroll
+  for (int a = 0; a < POOL_KH; ++a) {
+#pragma unroll
+    for (int e = 0; e < POOL_KW; ++e) {
+      if (!inside[a][e]) continue;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float u = value(v[a][e][j], j);
+        if (!found || u > best[j] || (u != u && best[j] == best[j])) {
+          best[j] = u;
+          first[j] = a * kw + e;  // Whole registers: byte arithmetic costs more.
+        }
+      }
+      found = true;
+    }
+  }
+#else  // A window too large to hold in registers: one element at a time.
   bool found = false;
   for (int a = 0; a < kh; ++a) {
     const I row = r * sh - ph + a;
@@ -200,15 +244,16 @@ __device__ __forceinline__ void ScanWindow4(const elem_t* __restrict__ x, I i, I
       Unpack(Load4(x + ((b * h + row) * w + col) * c + ch), v);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        v[j] = value(v[j], j);
-        if (!found || v[j] > best[j] || (v[j] != v[j] && best[j] == best[j])) {
-          best[j] = v[j];
-          first[j] = a * kw + e;  // Whole registers: byte arithmetic costs more.
+        const float u = value(v[j], j);
+        if (!found || u > best[j] || (u != u && best[j] == best[j])) {
+          best[j] = u;
+          first[j] = a * kw + e;
         }
       }
       found = true;
     }
   }
+#endif
 }
 template <typename I>
 __device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax, I i,
@@ -222,7 +267,7 @@ __device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax,
 
 GeneratedKernel MaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y,
                                    unsigned char* __restrict__ argmax, I n, I c, I h, I w, I oh,
@@ -248,7 +293,7 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
 
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        const elem_t* __restrict__ x,
@@ -313,7 +358,7 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
 
 GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                          const elem_t* __restrict__ y,
@@ -360,7 +405,7 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
 GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
   return {name,
-          absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                                  const unsigned char* __restrict__ argmax,
@@ -371,17 +416,52 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
   for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
     I b, ih, iw, ch;
     GroupCoords<I>(i, c, h, w, b, ih, iw, ch);
-    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     I r0, r1, q0, q1;
     CoveringWindows<I>(ih, iw, oh, ow, kh, kw, sh, sw, ph, pw, r0, r1, q0, q1);
+#if POOL_COVER_R * POOL_COVER_Q <= POOL_LOAD_AHEAD
+    // Every covering window's argmax and gradient are loaded before any is used, so that they are
+    // in flight together; a gradient no channel takes is loaded all the same (from the cache:
+    // the neighbouring elements' threads read it too).
+    uchar4 first[POOL_COVER_R][POOL_COVER_Q];
+    float d[POOL_COVER_R][POOL_COVER_Q][4];
+#pragma unroll
+    for (int dr = 0; dr < POOL_COVER_R; ++dr) {
+#pragma unroll
+      for (int dq = 0; dq < POOL_COVER_Q; ++dq) {
+        const I r = r0 + dr, q = q0 + dq;
+        const I yi = ((b * oh + r) * ow + q) * c + ch;
+        first[dr][dq] = make_uchar4(255, 255, 255, 255);  // No window there: nothing to take.
+        if (r <= r1 && q <= q1) {
+          first[dr][dq] = *reinterpret_cast<const uchar4*>(argmax + yi);
+          Unpack(Load4(dy + yi), d[dr][dq]);
+        }
+      }
+    }
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // The windows in the reference's order (row-major), so the sums are its sums.
+#pragma unroll
+    for (int dr = 0; dr < POOL_COVER_R; ++dr) {
+#pragma unroll
+      for (int dq = 0; dq < POOL_COVER_Q; ++dq) {
+        const I r = r0 + dr, q = q0 + dq;
+        if (r > r1 || q > q1) continue;
+        // This element's index in window (r, q), row-major.
+        const int mine = static_cast<int>((ih - (r * sh - ph)) * kw + (iw - (q * sw - pw)));
+        const uchar4 f = first[dr][dq];
+        if (f.x == mine) sum[0] += d[dr][dq][0];
+        if (f.y == mine) sum[1] += d[dr][dq][1];
+        if (f.z == mine) sum[2] += d[dr][dq][2];
+        if (f.w == mine) sum[3] += d[dr][dq][3];
+      }
+    }
+#else  // Too many covering windows to hold in registers: one window at a time.
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (I r = r0; r <= r1; ++r) {
       for (I q = q0; q <= q1; ++q) {
-        // This element's index in window (r, q), row-major: the windows are visited in the
-        // reference's order, so the sums are its sums.
         const int mine = static_cast<int>((ih - (r * sh - ph)) * kw + (iw - (q * sw - pw)));
         const I yi = ((b * oh + r) * ow + q) * c + ch;
-        const uchar4 first = *reinterpret_cast<const uchar4*>(argmax + yi);
-        const bool take[4] = {first.x == mine, first.y == mine, first.z == mine, first.w == mine};
+        const uchar4 f = *reinterpret_cast<const uchar4*>(argmax + yi);
+        const bool take[4] = {f.x == mine, f.y == mine, f.z == mine, f.w == mine};
         if (!(take[0] || take[1] || take[2] || take[3])) continue;
         float d[4];
         Unpack(Load4(dy + yi), d);
@@ -391,6 +471,7 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
         }
       }
     }
+#endif
     Store4(dx + i * 4, make_float4(sum[0], sum[1], sum[2], sum[3]));
   }
 }
@@ -405,7 +486,7 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
 
 GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_bn_relu_max_pool2d_nhwc4", dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), kImageIndexing, kFour, R"(
+  return {name, absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
 template <typename I>
 __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                          const float* __restrict__ mean,
