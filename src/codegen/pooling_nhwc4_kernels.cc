@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "src/codegen/element_type.h"
 #include "src/codegen/pooling_kernels.h"
 #include "src/codegen/pooling_source.h"
@@ -110,12 +111,19 @@ __device__ __forceinline__ void StoreArgmax4(unsigned char* __restrict__ argmax,
                   static_cast<unsigned char>(first[2]), static_cast<unsigned char>(first[3]));
 }
 )";
+// A four-channel kernel's source: the element type, the sizes' window constants, the shared
+// helpers, then its body and entry.
+std::string Nhwc4Source(DType dtype, const PoolSizes& sizes, absl::string_view body,
+                        absl::string_view entry) {
+  return absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, body,
+                      entry);
+}
+
 }  // namespace
 
 GeneratedKernel MaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_nhwc4", dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
+  return {name, Nhwc4Source(dtype, sizes, R"(
 template <typename I>
 __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restrict__ y,
                                    unsigned char* __restrict__ argmax, I n, I c, I h, I w, I oh,
@@ -131,18 +139,17 @@ __device__ void MaxPool2dNhwc4Body(const elem_t* __restrict__ x, elem_t* __restr
   }
 }
 )",
-                       EntryFor(name,
-                                absl::StrCat("const elem_t* __restrict__ x, elem_t* "
-                                             "__restrict__ y, unsigned char* __restrict__ "
-                                             "argmax, ",
-                                             kSizeParams),
-                                "MaxPool2dNhwc4Body", "x, y, argmax", &sizes))};
+                            EntryFor(name,
+                                     absl::StrCat("const elem_t* __restrict__ x, elem_t* "
+                                                  "__restrict__ y, unsigned char* __restrict__ "
+                                                  "argmax, ",
+                                                  kSizeParams),
+                                     "MaxPool2dNhwc4Body", "x, y, argmax", &sizes))};
 }
 
 GeneratedKernel MaxPool2dGradNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_nhwc4", dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
+  return {name, Nhwc4Source(dtype, sizes, R"(
 template <typename I>
 __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
                                        const elem_t* __restrict__ x,
@@ -201,14 +208,13 @@ __device__ void MaxPool2dGradNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                       EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
-                                "MaxPool2dGradNhwc4Body", "dy, x, y, dx", &sizes))};
+                            EntryFor(name, absl::StrCat(kGradTensorParams, kSizeParams),
+                                     "MaxPool2dGradNhwc4Body", "dy, x, y, dx", &sizes))};
 }
 
 GeneratedKernel MaxPool2dArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_argmax_nhwc4", dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
+  return {name, Nhwc4Source(dtype, sizes, R"(
 template <typename I>
 __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
                                          const elem_t* __restrict__ y,
@@ -244,18 +250,18 @@ __device__ void MaxPool2dArgmaxNhwc4Body(const elem_t* __restrict__ x,
   }
 }
 )",
-                       EntryFor(name,
-                                absl::StrCat("const elem_t* __restrict__ x, const elem_t* "
-                                             "__restrict__ y, unsigned char* __restrict__ "
-                                             "argmax, ",
-                                             kSizeParams),
-                                "MaxPool2dArgmaxNhwc4Body", "x, y, argmax", &sizes))};
+                            EntryFor(name,
+                                     absl::StrCat("const elem_t* __restrict__ x, const elem_t* "
+                                                  "__restrict__ y, unsigned char* __restrict__ "
+                                                  "argmax, ",
+                                                  kSizeParams),
+                                     "MaxPool2dArgmaxNhwc4Body", "x, y, argmax", &sizes))};
 }
 
 GeneratedKernel MaxPool2dGradFromArgmaxNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_max_pool2d_grad_from_argmax_nhwc4", dtype);
   return {name,
-          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
+          Nhwc4Source(dtype, sizes, R"(
 template <typename I>
 __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
                                                  const unsigned char* __restrict__ argmax,
@@ -326,18 +332,17 @@ __device__ void MaxPool2dGradFromArgmaxNhwc4Body(const elem_t* __restrict__ dy,
   }
 }
 )",
-                       EntryFor(name,
-                                absl::StrCat("const elem_t* __restrict__ dy, const unsigned "
-                                             "char* __restrict__ argmax, elem_t* "
-                                             "__restrict__ dx, ",
-                                             kSizeParams),
-                                "MaxPool2dGradFromArgmaxNhwc4Body", "dy, argmax, dx", &sizes))};
+                      EntryFor(name,
+                               absl::StrCat("const elem_t* __restrict__ dy, const unsigned "
+                                            "char* __restrict__ argmax, elem_t* "
+                                            "__restrict__ dx, ",
+                                            kSizeParams),
+                               "MaxPool2dGradFromArgmaxNhwc4Body", "dy, argmax, dx", &sizes))};
 }
 
 GeneratedKernel BnReluMaxPool2dNhwc4(DType dtype, const PoolSizes& sizes) {
   const std::string name = ElementKernelName("reprise_bn_relu_max_pool2d_nhwc4", dtype);
-  return {name,
-          absl::StrCat(ElementTypeSource(dtype), WindowDefines(sizes), kImageIndexing, kFour, R"(
+  return {name, Nhwc4Source(dtype, sizes, R"(
 template <typename I>
 __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
                                          const float* __restrict__ mean,
@@ -372,16 +377,16 @@ __device__ void BnReluMaxPool2dNhwc4Body(const elem_t* __restrict__ x,
   }
 }
 )",
-                       EntryFor(name,
-                                absl::StrCat("const elem_t* __restrict__ x, const float* "
-                                             "__restrict__ mean, const float* __restrict__ "
-                                             "gamma, const float* __restrict__ invstd, "
-                                             "const float* __restrict__ beta, elem_t* "
-                                             "__restrict__ y, unsigned char* __restrict__ "
-                                             "argmax, ",
-                                             kSizeParams),
-                                "BnReluMaxPool2dNhwc4Body",
-                                "x, mean, gamma, invstd, beta, y, argmax", &sizes))};
+                            EntryFor(name,
+                                     absl::StrCat("const elem_t* __restrict__ x, const float* "
+                                                  "__restrict__ mean, const float* __restrict__ "
+                                                  "gamma, const float* __restrict__ invstd, "
+                                                  "const float* __restrict__ beta, elem_t* "
+                                                  "__restrict__ y, unsigned char* __restrict__ "
+                                                  "argmax, ",
+                                                  kSizeParams),
+                                     "BnReluMaxPool2dNhwc4Body",
+                                     "x, mean, gamma, invstd, beta, y, argmax", &sizes))};
 }
 
 }  // namespace reprise::codegen
