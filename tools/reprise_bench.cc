@@ -6,9 +6,6 @@
 //
 //   reprise-bench --model mlp --depth 8 --width 256 --batch 32 --mode all --json out.json
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --mode graph --fusion on
-//   reprise-bench --model resnet --depth 50 --batch 64 --mode graph --fusion on --mirror auto
-//   reprise-bench --model mlp --mode graph --fusion per-layer --optimizer adamw --max_grad_norm 1
-//       --warmup_steps 100 --schedule cosine   (host us per Step() with the whole update on device)
 //   reprise-bench --model resnet --depth 50 --batch 32 --tf32 --layout nhwc --mode graph
 //       --device_launch   (graph rows launched from the device: host us per Step() for any size)
 //   reprise-bench --model gpt2 --batch 16 --seq 1024 --mode graph --fusion on   (GPT-2 124M)
@@ -28,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "reprise/reprise.h"
+#include "src/ops/lt_matmul_kernel.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_activity.h"
@@ -57,9 +55,8 @@ ABSL_FLAG(int, padded_vocab, 0,
           "gpt2: the logits' columns (Gpt2Config::padded_vocab); 0 rounds --vocab up to a "
           "multiple of 128, --vocab itself pads nothing");
 ABSL_FLAG(std::string, dtype, "auto",
-          "compute type: f32, bf16 or fp16 (mixed precision, "
-          "TrainOptions::numerics.compute_dtype); auto: "
-          "bf16 for gpt2, else what --bf16 / --fp16 say (f32 without them)");
+          "compute type: f32, bf16 or fp16 (mixed precision, TrainOptions::numerics.compute_dtype);"
+          " auto: bf16 for gpt2, else what --bf16 / --fp16 say (f32 without them)");
 ABSL_FLAG(double, peak_tflops, 0,
           "gpt2: the GPU's peak TFLOPS for MFU; 0 takes the data sheet's dense rate for the "
           "compute type (H100, H200, A100), or prints no MFU for another GPU");
@@ -349,8 +346,8 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
       options.launch.graph_launch = reprise::GraphLaunch::kHost;
     }
   }
-  const reprise::runtime::ConvGraphStats conv_plans_before =
-      reprise::runtime::CudnnConvGraph::Stats();
+  const auto conv_plans_before = reprise::runtime::CudnnConvGraph::Stats();
+  const auto matmul_choices_before = reprise::ops::MatmulChoices();
   ASSIGN_OR_RETURN(auto trainer, reprise::Trainer::Create(model.graph, model.loss, options));
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
                    FeedInputs(*trainer, model));
@@ -427,9 +424,11 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   result.host_us_queued = reprise::tools::Percentile(host_us_queued, 0.5);
   result.create_ms = stats.create_total_ms;
   result.create_breakdown = stats.CreateBreakdown();
-  const std::string conv_plans =
-      reprise::runtime::CudnnConvGraph::Stats().MeasuredSince(conv_plans_before);
-  if (!conv_plans.empty()) absl::StrAppend(&result.create_breakdown, "; ", conv_plans);
+  for (const std::string& measured :
+       {reprise::runtime::CudnnConvGraph::Stats().MeasuredSince(conv_plans_before),
+        reprise::ops::MatmulChoices().MeasuredSince(matmul_choices_before)}) {
+    if (!measured.empty()) absl::StrAppend(&result.create_breakdown, "; ", measured);
+  }
   if (!host_us_after_input.empty()) {
     result.host_us_after_input = reprise::tools::Percentile(host_us_after_input, 0.5);
   }

@@ -195,12 +195,6 @@ class CudnnConvGraphKernel : public GpuKernel {
   void* workspace_;
 };
 
-// Which GPU, for the algorithm cache: the choice depends on the architecture.
-std::string DeviceKey(const runtime::DeviceInfo* device) {
-  if (device == nullptr) return "";
-  return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
-}
-
 template <ConvKind kind, bool accumulate = false>
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx, const Node& node) {
   std::string where = absl::StrCat("node '", node.name, "'");
@@ -257,7 +251,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         .allow_tf32 = ctx.options.allow_tf32,
         .deterministic = ctx.options.deterministic,
         .workspace_limit = ctx.workspace_bytes,
-        .device = DeviceKey(ctx.device),
+        .device = DeviceChoiceKey(ctx.device),
         .measure = ctx.options.measure_conv_algorithms,
         .measure_buffers = {.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
         .measure_workspace = ctx.workspace,
@@ -277,7 +271,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                                      .deterministic = ctx.options.deterministic,
                                      .measure = ctx.options.measure_conv_algorithms,
                                      .workspace_limit = ctx.workspace_bytes,
-                                     .device = DeviceKey(ctx.device)};
+                                     .device = DeviceChoiceKey(ctx.device)};
   const runtime::CudnnConv::Buffers buffers{ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                             ctx.workspace};
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,

@@ -132,11 +132,6 @@ size_t StatsBytes(int64_t channels) {
   return (2 * static_cast<size_t>(channels) * sizeof(float) + 255) / 256 * 256;
 }
 
-std::string DeviceKey(const runtime::DeviceInfo* device) {
-  if (device == nullptr) return "";
-  return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
-}
-
 // The fused form, or Unimplemented / ResourceExhausted saying why it does not apply.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx, const Node& node,
                                                       const runtime::ConvShape& shape) {
@@ -172,7 +167,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerFused(const LoweringContext& ctx
   const runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                           .deterministic = ctx.options.deterministic,
                                           .workspace_limit = ctx.workspace_bytes - stats_bytes,
-                                          .device = DeviceKey(ctx.device),
+                                          .device = DeviceChoiceKey(ctx.device),
                                           .measure = ctx.options.measure_conv_algorithms,
                                           .measure_buffers = buffers,
                                           .measure_workspace = workspace + stats_bytes,

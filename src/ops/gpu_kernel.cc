@@ -9,6 +9,11 @@
 
 namespace reprise::ops {
 
+std::string DeviceChoiceKey(const runtime::DeviceInfo* device) {
+  if (device == nullptr) return "";
+  return absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor);
+}
+
 KernelArgs& KernelArgs::AddBytes(const void* data, size_t bytes) {
   std::vector<uint64_t>& slot = slots_.emplace_back((bytes + 7) / 8, 0);
   std::memcpy(slot.data(), data, bytes);

@@ -89,6 +89,10 @@ struct LoweringContext {
   std::vector<void*> outputs;  // Device address of each output.
 };
 
+// Which GPU a library's choice (a cuDNN plan, a cuBLASLt configuration) was made for, in the keys
+// of its caches and records: its name and architecture; "" without a device.
+std::string DeviceChoiceKey(const runtime::DeviceInfo* device);
+
 // Packs kernel arguments by value so that the pointer array cuLaunchKernel reads stays valid.
 class KernelArgs {
  public:

@@ -1,11 +1,21 @@
 #include "src/ops/lt_matmul_kernel.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/ops/op_helpers.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
@@ -86,23 +96,85 @@ runtime::MatmulShape ProductDims::Matmul(DType dtype) const {
   return shape;
 }
 
+namespace {
+
+absl::Mutex stats_mu;
+MatmulChoiceStats stats ABSL_GUARDED_BY(stats_mu);
+
+// Makes `matmul`'s configuration the measured one: from a record where ctx.kernels keeps one for
+// this product on this device, else by timing the candidates (kRounds alternating rounds of
+// kRepeats runs each, on the node's buffers before the step has written them), then recorded.
+absl::Status ChooseByMeasuring(const LoweringContext& ctx, runtime::LtMatmul& matmul) {
+  constexpr int kRepeats = 10, kRounds = 3;
+  const std::string key = runtime::MatmulPlanRecordKey(
+      matmul.RecordKeyText(), DeviceChoiceKey(ctx.device), cublasLtGetVersion());
+  if (ctx.kernels != nullptr) {
+    if (std::optional<std::string> text =
+            ctx.kernels->FindRecord(key, runtime::kMatmulPlanRecordKind)) {
+      absl::StatusOr<runtime::PlanRecord> record = runtime::DecodeMatmulPlanRecord(*text);
+      absl::Status used = record.ok() ? matmul.UseConfigName(record->name) : record.status();
+      absl::MutexLock lock(&stats_mu);
+      if (used.ok()) {
+        ++stats.from_records;
+        return used;
+      }
+      ++stats.records_discarded;
+      absl::FPrintF(stderr, "reprise: measuring %s again: its plan record %s\n", matmul.Describe(),
+                    used.ToString());
+    }
+  }
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const float best_ms,
+                   matmul.ChooseFastest(cudaStreamPerThread, ctx.inputs[0], ctx.inputs[1],
+                                        ctx.outputs[0], ctx.workspace, kRepeats, kRounds));
+  const runtime::PlanRecord record{.name = matmul.ConfigName(),
+                                   .candidates = matmul.candidate_count(),
+                                   .median_ms = std::max<double>(best_ms, 1e-6)};
+  if (ctx.kernels != nullptr) {
+    ctx.kernels->StoreRecord(key, runtime::kMatmulPlanRecordKind,
+                             runtime::EncodeMatmulPlanRecord(record));
+  }
+  absl::MutexLock lock(&stats_mu);
+  ++stats.measured;
+  stats.candidates_timed += record.candidates;
+  stats.measure_ms += absl::ToDoubleMilliseconds(absl::Now() - start);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+MatmulChoiceStats MatmulChoiceStats::Since(const MatmulChoiceStats& before) const {
+  return {.measured = measured - before.measured,
+          .from_records = from_records - before.from_records,
+          .records_discarded = records_discarded - before.records_discarded,
+          .candidates_timed = candidates_timed - before.candidates_timed,
+          .measure_ms = measure_ms - before.measure_ms};
+}
+
+std::string MatmulChoiceStats::MeasuredSince(const MatmulChoiceStats& before) const {
+  const MatmulChoiceStats d = Since(before);
+  if (d.measured + d.from_records == 0) return "";
+  return absl::StrFormat("cuBLASLt choices measured %d (%.0f ms), from records %d", d.measured,
+                         d.measure_ms, d.from_records);
+}
+
+MatmulChoiceStats MatmulChoices() {
+  absl::MutexLock lock(&stats_mu);
+  return stats;
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,
                                                          const Node& node,
                                                          const runtime::MatmulShape& shape,
                                                          const runtime::MatmulEpilogue& epilogue) {
-  // Measured: the heuristic's first kMeasuredCandidates, each timed on this node's own operands
-  // before the step has written them.
-  constexpr int kMeasuredCandidates = 8, kMeasureRepeats = 10;
-  auto matmul = runtime::LtMatmul::Create(
-      *ctx.lt, shape, ctx.options.allow_tf32, ctx.workspace_bytes, epilogue,
-      ctx.options.measure_matmul_algorithms ? kMeasuredCandidates : 1);
-  if (matmul.ok() && ctx.options.measure_matmul_algorithms) {
-    if (absl::Status chosen =
-            matmul->ChooseFastest(cudaStreamPerThread, ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
-                                  ctx.workspace, kMeasureRepeats);
-        !chosen.ok()) {
-      matmul = chosen;
-    }
+  // Measured: the heuristic's first kMeasuredCandidates, each timed on this node's own operands.
+  constexpr int kMeasuredCandidates = 8;
+  const bool measure = ctx.options.measure_matmul_algorithms;
+  absl::StatusOr<runtime::LtMatmul> matmul =
+      runtime::LtMatmul::Create(*ctx.lt, shape, ctx.options.allow_tf32, ctx.workspace_bytes,
+                                epilogue, measure ? kMeasuredCandidates : 1);
+  if (matmul.ok() && measure) {
+    if (absl::Status chosen = ChooseByMeasuring(ctx, *matmul); !chosen.ok()) matmul = chosen;
   }
   if (!matmul.ok()) {
     return absl::Status(matmul.status().code(),

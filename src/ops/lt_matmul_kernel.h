@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "src/ir/op_def.h"
@@ -33,11 +34,27 @@ absl::StatusOr<ProductDims> ProductDimsOf(const Attrs& attrs, const TensorSpec& 
                                           const TensorSpec& b, int rank);
 
 // Plans `shape` with `epilogue` for `node` (A, B = inputs 0 and 1, C = output 0) on the node's
-// lane workspace. Errors name the node.
+// lane workspace. Errors name the node. With LoweringOptions::measure_matmul_algorithms the
+// configuration is the fastest of cuBLASLt's candidates, timed on the node's own buffers, or the
+// one a record of an earlier measurement names (plan_record.h, kept in ctx.kernels' lower layer).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& ctx,
                                                          const Node& node,
                                                          const runtime::MatmulShape& shape,
                                                          const runtime::MatmulEpilogue& epilogue);
+
+// How this process's measured cuBLASLt choices were made, summed over all lowerings.
+struct MatmulChoiceStats {
+  int64_t measured = 0;           // Timed: the candidates' fastest chosen.
+  int64_t from_records = 0;       // Named by a record of an earlier measurement.
+  int64_t records_discarded = 0;  // Records that did not decode or name a usable configuration.
+  int64_t candidates_timed = 0;
+  double measure_ms = 0;
+
+  MatmulChoiceStats Since(const MatmulChoiceStats& before) const;
+  // E.g. "cuBLASLt choices measured 30 (1840 ms), from records 0"; "" when none since `before`.
+  std::string MeasuredSince(const MatmulChoiceStats& before) const;
+};
+MatmulChoiceStats MatmulChoices();
 
 // c[m, n] = op(a)·op(b), all row-major (a stored [k, m] when ta, b stored [n, k] when tb), each
 // entry summed in double: far below the GPU's float32 error.

@@ -18,11 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "src/runtime/conv_plan_record.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_conv_graph_internal.h"
 #include "src/runtime/cudnn_warm_up.h"
 #include "src/runtime/kernel_store.h"
+#include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -161,7 +161,7 @@ std::string KeyText(const Key& key) {
 
 struct MeasuredPlan {
   std::shared_ptr<const CudnnConvGraph::Plan> plan;
-  ConvPlanRecord record;
+  PlanRecord record;
 };
 
 // Times the heuristics' first kConvMeasuredCandidates plans that build and fit the workspace, on
@@ -184,7 +184,7 @@ absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const K
   } events;
   for (cudaEvent_t& event : events.at) CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), what);
   std::unordered_map<int64_t, void*> pack = Pack(key.fusion, options.measure_buffers);
-  ConvPlanRecord record;
+  PlanRecord record;
   std::string failures;
   for (int64_t i = 0;
        i < g.get_execution_plan_count() && record.candidates < kConvMeasuredCandidates; ++i) {
@@ -230,8 +230,7 @@ absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const K
 // The one plan a record names, found among the candidates the measurement chose from (same key,
 // same filters) and built alone.
 absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
-    const CudnnHandle& handle, const Key& key, const ConvPlanRecord& record,
-    absl::string_view what) {
+    const CudnnHandle& handle, const Key& key, const PlanRecord& record, absl::string_view what) {
   ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
   fe::graph::Graph& g = *plan->graph;
   RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
@@ -269,7 +268,7 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHan
                                    static_cast<int64_t>(cudnnGetVersion()), CUDNN_FRONTEND_VERSION);
     if (std::optional<std::string> text =
             options.records->FindRecord(record_key, kConvPlanRecordKind)) {
-      absl::StatusOr<ConvPlanRecord> record = DecodeConvPlanRecord(*text);
+      absl::StatusOr<PlanRecord> record = DecodeConvPlanRecord(*text);
       absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> plan =
           record.ok() ? BuildFromRecord(handle, key, *record, what) : record.status();
       if (plan.ok()) {

@@ -116,7 +116,7 @@ class KernelStore {
   };
   Stats stats() const;
 
-  // Small records a measurement chose (e.g. a cuDNN plan, conv_plan_record.h), kept in the lower
+  // Small records a measurement chose (e.g. a cuDNN plan, plan_record.h), kept in the lower
   // layer beside the kernels so that later processes skip the measurement. `key` is a hex
   // SHA-256 the caller derives from everything the choice depends on; `kind` names what the
   // record is and is checked on the way back, with the store's arch. FindRecord: nullopt without a

@@ -1,6 +1,7 @@
 #include "src/runtime/lt_matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -183,6 +184,7 @@ absl::StatusOr<LtMatmul> LtMatmul::Create(const LtHandle& handle, MatmulShape sh
   mm.shape_ = shape;
   mm.allow_tf32_ = allow_tf32;
   mm.epilogue_ = epilogue;
+  mm.workspace_limit_ = workspace_bytes;
 
   cublasLtMatmulDesc_t desc = nullptr;
   CUDA_RETURN_IF_ERROR(
@@ -308,33 +310,53 @@ void LtMatmul::Use(int candidate) {
   chosen_ = candidate;
 }
 
-absl::Status LtMatmul::ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
-                                     void* workspace, int repeats) {
+absl::StatusOr<std::vector<float>> LtMatmul::TimeCandidates(cudaStream_t stream, const void* a,
+                                                            const void* b, void* c, void* workspace,
+                                                            int repeats, int rounds) {
   ASSIGN_OR_RETURN(const Event start, Event::Create(cudaEventDefault));
   ASSIGN_OR_RETURN(const Event stop, Event::Create(cudaEventDefault));
-  float best_ms = std::numeric_limits<float>::infinity();
-  int best = -1;
-  for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
-    Use(i);
-    // A candidate cuBLASLt offers but cannot run here is passed over, not an error.
-    if (!Run(stream, a, b, c, workspace).ok() || cudaStreamSynchronize(stream) != cudaSuccess) {
-      (void)cudaGetLastError();
-      continue;
+  const int kept = chosen_;
+  std::vector<std::vector<float>> per_round(candidates_.size());
+  // Rounds go over all candidates in turn, so that a clock or a neighbour's change touches all.
+  for (int round = 0; round < std::max(rounds, 1); ++round) {
+    for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
+      Use(i);
+      // A candidate cuBLASLt offers but cannot run here is passed over, not an error.
+      if (!Run(stream, a, b, c, workspace).ok() || cudaStreamSynchronize(stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream), Describe());
+      for (int r = 0; r < repeats; ++r) RETURN_IF_ERROR(Run(stream, a, b, c, workspace));
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream), Describe());
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()), Describe());
+      ASSIGN_OR_RETURN(const float ms, ElapsedMs(start, stop));
+      per_round[i].push_back(ms / std::max(repeats, 1));
     }
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream), Describe());
-    for (int r = 0; r < repeats; ++r) RETURN_IF_ERROR(Run(stream, a, b, c, workspace));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream), Describe());
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()), Describe());
-    ASSIGN_OR_RETURN(const float ms, ElapsedMs(start, stop));
-    if (ms < best_ms) best_ms = ms, best = i;
   }
-  if (best < 0) {
+  Use(kept);
+  std::vector<float> medians(candidates_.size(), std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < per_round.size(); ++i) {
+    std::vector<float>& t = per_round[i];
+    if (t.empty()) continue;
+    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+    medians[i] = t[t.size() / 2];
+  }
+  return medians;
+}
+
+absl::StatusOr<float> LtMatmul::ChooseFastest(cudaStream_t stream, const void* a, const void* b,
+                                              void* c, void* workspace, int repeats, int rounds) {
+  ASSIGN_OR_RETURN(const std::vector<float> ms,
+                   TimeCandidates(stream, a, b, c, workspace, repeats, rounds));
+  const auto best = std::min_element(ms.begin(), ms.end());
+  if (best == ms.end() || std::isinf(*best)) {
     return absl::InternalError(
         absl::StrCat(Describe(), ": none of cuBLASLt's ", candidates_.size(), " candidates ran"));
   }
-  Use(best);
+  Use(static_cast<int>(best - ms.begin()));
   measured_ = true;
-  return absl::OkStatus();
+  return *best;
 }
 
 absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, void* c,
@@ -359,13 +381,20 @@ absl::Status LtMatmul::Run(cudaStream_t stream, const void* a, const void* b, vo
       "cublasLtMatmul", Describe());
 }
 
+std::string LtMatmul::RecordKeyText() const {
+  return absl::StrCat("matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind), " ",
+                      DTypeName(shape_.dtype), " tf32=", allow_tf32_ ? 1 : 0,
+                      " workspace_limit=", workspace_limit_);
+}
+
 std::string LtMatmul::Describe() const {
   return absl::StrCat(
       "matmul ", ShapeText(shape_), EpilogueText(epilogue_.kind),
       IsLowPrecision(shape_.dtype) ? absl::StrCat(" ", DTypeName(shape_.dtype)) : "",
       " tf32=", allow_tf32_ ? 1 : 0, " ws=", workspace_bytes_,
-      measured_ ? absl::StrCat(" measured: candidate ", chosen_ + 1, " of ", candidates_.size())
-                : "");
+      from_record_ ? absl::StrCat(" measured: ", ConfigName(), " (record)")
+      : measured_  ? absl::StrCat(" measured: candidate ", chosen_ + 1, " of ", candidates_.size())
+                   : "");
 }
 
 }  // namespace reprise::runtime

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "reprise/tensor.h"
 
 namespace reprise::runtime {
@@ -115,11 +116,40 @@ class LtMatmul {
   static absl::StatusOr<LtMatmul> Create(const LtHandle& handle, MatmulShape shape, bool allow_tf32,
                                          size_t workspace_bytes, MatmulEpilogue epilogue = {},
                                          int candidates = 1);
-  // Runs each kept candidate `repeats` times on `stream` (waiting for it) with these operands and
-  // keeps the fastest: it writes c (and the epilogue's outputs), so call it before they hold
-  // anything. Candidates that fail to run are passed over; kInternal if none runs.
-  absl::Status ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
-                             void* workspace, int repeats);
+  // Runs each kept candidate `repeats` times on `stream` (waiting for it) with these operands, in
+  // `rounds` alternating rounds, and keeps the one of least median time, which it returns (ms per
+  // run): it writes c (and the epilogue's outputs), so call it before they hold anything.
+  // Candidates that fail to run are passed over; kInternal if none runs.
+  absl::StatusOr<float> ChooseFastest(cudaStream_t stream, const void* a, const void* b, void* c,
+                                      void* workspace, int repeats, int rounds = 1);
+  // Times every kept candidate as ChooseFastest does, `rounds` times: each its median ms per run
+  // (+inf where it fails to run). Writes c and the epilogue's outputs; the algorithm Run uses is
+  // left as it was.
+  absl::StatusOr<std::vector<float>> TimeCandidates(cudaStream_t stream, const void* a,
+                                                    const void* b, void* c, void* workspace,
+                                                    int repeats, int rounds = 1);
+  // Adds to the candidates every configuration cuBLASLt accepts for this product beyond the
+  // heuristic's (each algorithm's tiles and stages, in clusters of 1x1, 2x1 and 1x2, no split-k),
+  // within Create's workspace limit, up to `max_candidates` in all: the search space for
+  // TimeCandidates when the heuristic's few are not enough. Returns how many were added.
+  absl::StatusOr<int> AddConfiguredCandidates(int max_candidates);
+  // How many candidates are kept: the heuristic's first, best first, then any added.
+  int candidate_count() const { return static_cast<int>(candidates_.size()); }
+  // A kept candidate's configuration name (ConfigName's form) with cuBLASLt's wave count and the
+  // workspace it needs: for benchmarks and dumps.
+  std::string CandidateText(int candidate) const;
+
+  // The configuration Run uses, named by its algorithm and each configuration attribute, e.g.
+  // algo66_tile29_stages35_splitk1_reduction0_swizzle0_custom0_cluster3_inner0: what a measured
+  // choice's record keeps (plan_record.h).
+  std::string ConfigName() const;
+  // Makes the named configuration the one Run uses, as if measured, after cuBLASLt checks it for
+  // this product: kInvalidArgument for a name not of ConfigName's form, kNotFound where cuBLASLt
+  // refuses the configuration or it needs more workspace than Create's limit.
+  absl::Status UseConfigName(absl::string_view name);
+  // Everything but the device and the library a measured choice depends on: the product, the
+  // epilogue, the types and the workspace limit. For its record's key.
+  std::string RecordKeyText() const;
 
   // Enqueues c = op(a) op(b) on `stream`. Pointers must be 256-byte aligned (as cudaMalloc and
   // the memory plan give) and `workspace` must hold workspace_bytes().
@@ -149,6 +179,7 @@ class LtMatmul {
   MatmulShape shape_;
   bool allow_tf32_ = false;
   size_t workspace_bytes_ = 0;
+  size_t workspace_limit_ = 0;  // Create's: what any candidate may use.
   MatmulEpilogue epilogue_;
   Desc desc_;
   // cuBLASLt's operands, which are ours swapped (see lt_matmul.cc): lt_a_ describes B.
@@ -156,7 +187,8 @@ class LtMatmul {
   cublasLtMatmulAlgo_t algo_ = {};
   std::vector<cublasLtMatmulHeuristicResult_t> candidates_;  // The heuristic's, best first.
   int chosen_ = 0;
-  bool measured_ = false;  // Chosen by ChooseFastest.
+  bool measured_ = false;     // Chosen by ChooseFastest or from a record (UseConfigName).
+  bool from_record_ = false;  // By UseConfigName.
 };
 
 }  // namespace reprise::runtime

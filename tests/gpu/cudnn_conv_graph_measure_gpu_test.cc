@@ -1,5 +1,5 @@
 // Graph-API convolution plans chosen by measurement (ConvGraphOptions::measure) and kept on disk
-// beside the kernels (src/runtime/conv_plan_record.h): the measured plan matches the float64
+// beside the kernels (src/runtime/plan_record.h): the measured plan matches the float64
 // reference; a later process (the plan cache forgotten, a new kernel store on the same folder)
 // rebuilds the recorded engine without timing anything and gives the same bits; a record naming a
 // configuration cuDNN no longer offers is measured again, replaced and counted; measuring without
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/runtime/conv_plan_record.h"
+#include "src/runtime/plan_record.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/device.h"
 #include "src/runtime/disk_cache.h"
@@ -133,7 +133,7 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
   // counted.
   const std::string key = RecordKeys(dir.path()).front();
   REPRISE_ASSERT_OK_AND_ASSIGN(
-      runtime::ConvPlanRecord bad,
+      runtime::PlanRecord bad,
       runtime::DecodeConvPlanRecord(*store->FindRecord(key, runtime::kConvPlanRecordKind)));
   bad.name = "eng100000_k2=1";
   store->StoreRecord(key, runtime::kConvPlanRecordKind, runtime::EncodeConvPlanRecord(bad));
@@ -148,7 +148,7 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
   EXPECT_EQ(after.records_discarded, before.records_discarded + 1);
   EXPECT_EQ(after.measured_plans, before.measured_plans + 1);
   REPRISE_ASSERT_OK_AND_ASSIGN(
-      runtime::ConvPlanRecord replaced,
+      runtime::PlanRecord replaced,
       runtime::DecodeConvPlanRecord(*store->FindRecord(key, runtime::kConvPlanRecordKind)));
   EXPECT_NE(replaced.name, bad.name);
   runtime::CudnnConvGraph::ForgetPlans();

@@ -149,8 +149,10 @@ TEST_P(LtMatmulTest, MeasuredChoiceMatchesFloat64ReferenceAndRepeatsBitwise) {
   REPRISE_ASSERT_OK_AND_ASSIGN(Operands operands, Operands::Create(shape, rng));
   REPRISE_ASSERT_OK_AND_ASSIGN(LtMatmul matmul,
                                LtMatmul::Create(*handle_, shape, Tf32(), kWorkspaceBytes, {}, 8));
-  REPRISE_ASSERT_OK(matmul.ChooseFastest(stream_->get(), operands.A(), operands.B(), operands.C(),
-                                         workspace_->data(), 3));
+  REPRISE_ASSERT_OK(matmul
+                        .ChooseFastest(stream_->get(), operands.A(), operands.B(), operands.C(),
+                                       workspace_->data(), 3)
+                        .status());
   EXPECT_NE(matmul.Describe().find("measured: candidate"), std::string::npos) << matmul.Describe();
   EXPECT_LE(matmul.workspace_bytes(), kWorkspaceBytes);
   std::vector<std::vector<float>> runs;
@@ -168,6 +170,51 @@ TEST_P(LtMatmulTest, MeasuredChoiceMatchesFloat64ReferenceAndRepeatsBitwise) {
       << matmul.Describe();
   EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)), 0)
       << matmul.Describe();
+}
+
+// A measured choice's name (what its record keeps) rebuilds the same configuration on a fresh
+// plan of the product: the same bits; names that are not of the form, or that cuBLASLt refuses for
+// this product, are errors that say so.
+TEST_P(LtMatmulTest, ConfigNameRebuildsTheChoiceAndBadNamesAreRefused) {
+  const MatmulShape shape = Shape();
+  std::mt19937 rng(5);
+  REPRISE_ASSERT_OK_AND_ASSIGN(Operands operands, Operands::Create(shape, rng));
+  REPRISE_ASSERT_OK_AND_ASSIGN(LtMatmul measured,
+                               LtMatmul::Create(*handle_, shape, Tf32(), kWorkspaceBytes, {}, 8));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const float best_ms,
+                               measured.ChooseFastest(stream_->get(), operands.A(), operands.B(),
+                                                      operands.C(), workspace_->data(), 3, 2));
+  EXPECT_GT(best_ms, 0.0f);
+  const std::string name = measured.ConfigName();
+  EXPECT_EQ(name.rfind("algo", 0), 0u) << name;
+  REPRISE_ASSERT_OK_AND_ASSIGN(LtMatmul rebuilt,
+                               LtMatmul::Create(*handle_, shape, Tf32(), kWorkspaceBytes));
+  REPRISE_ASSERT_OK(rebuilt.UseConfigName(name));
+  EXPECT_EQ(rebuilt.ConfigName(), name);
+  EXPECT_NE(rebuilt.Describe().find("(record)"), std::string::npos) << rebuilt.Describe();
+  std::vector<std::vector<float>> outputs;
+  for (const LtMatmul* m : {&measured, &rebuilt}) {
+    REPRISE_ASSERT_OK(cudaMemset(operands.C(), 0, shape.m * shape.n * sizeof(float)));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(cudaStreamLegacy));
+    REPRISE_ASSERT_OK(
+        m->Run(stream_->get(), operands.A(), operands.B(), operands.C(), workspace_->data()));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream_->get()));
+    REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> c, operands.ReadC());
+    outputs.push_back(std::move(c));
+  }
+  EXPECT_EQ(std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(float)),
+            0);
+
+  const std::string fields = name.substr(name.find('_'));  // "_tile..._inner..."
+  for (const std::string& bad :
+       {std::string(""), std::string("algo"), "algo+1" + fields, "algox" + fields, name + "_extra1",
+        name.substr(0, name.rfind('_')), "tile1" + fields}) {
+    EXPECT_EQ(rebuilt.UseConfigName(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  const absl::Status unknown = rebuilt.UseConfigName("algo99999" + fields);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  // The refused names left the rebuilt configuration as it was.
+  EXPECT_EQ(rebuilt.ConfigName(), name);
 }
 
 // Run() must be capturable: the replayed graph gives the same bits as the eager run.

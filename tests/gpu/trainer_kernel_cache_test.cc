@@ -1,9 +1,9 @@
 // The Trainer and the kernel cache: the first Trainer compiles (cold), a second one in the same
 // process reuses the process's store (hot), a store over a filled folder loads every kernel from
 // disk (warm), a damaged entry is compiled again and counted, and REPRISE_CACHE_DIR=off leaves
-// the disk alone; measured cuDNN convolution plans are recorded in the folder and a later
-// process builds them from the records, training to the same bits. (Separate from
-// trainer_gpu_test.cc, which checks the numerics of the step.)
+// the disk alone; measured cuDNN convolution plans and cuBLASLt configurations are recorded in the
+// folder and a later process builds them from the records, training to the same bits. (Separate
+// from trainer_gpu_test.cc, which checks the numerics of the step.)
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/codegen/generated_kernel.h"
+#include "src/ops/lt_matmul_kernel.h"
 #include "src/runtime/cache_folder.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
@@ -181,6 +182,66 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   EXPECT_EQ(recorded.losses, measured.losses);
   for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
   runtime::CudnnConvGraph::ForgetPlans();
+}
+
+// A small bfloat16 GPT-2 with measured cuBLASLt configurations: how many its Create measured or
+// took from records (ops::MatmulChoices, before and after), and the losses of three steps.
+struct MeasuredProducts {
+  ops::MatmulChoiceStats before, after;
+  std::vector<float> losses;
+};
+absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
+  ASSIGN_OR_RETURN(models::Gpt2 model, models::BuildGpt2({.batch = 2,
+                                                          .seq = 32,
+                                                          .max_positions = 32,
+                                                          .vocab = 512,
+                                                          .layers = 2,
+                                                          .heads = 2,
+                                                          .width = 64}));
+  TrainOptions options;
+  options.numerics.compute_dtype = DType::kBFloat16;
+  options.kernels.measure_matmul_algorithms = true;
+  options.seed = 11;
+  MeasuredProducts run{.before = ops::MatmulChoices()};
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                   Trainer::Create(model.graph, model.loss, options));
+  run.after = ops::MatmulChoices();
+  std::vector<int32_t> tokens(2 * 32), targets(2 * 32);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 37 + step * 5) % 512);
+      targets[i] = static_cast<int32_t>((i * 11 + step) % 512);
+    }
+    RETURN_IF_ERROR(trainer->SetInput("tokens", tokens));
+    RETURN_IF_ERROR(trainer->SetInput("targets", targets));
+    RETURN_IF_ERROR(trainer->Step());
+    ASSIGN_OR_RETURN(float loss, trainer->Loss());
+    run.losses.push_back(loss);
+  }
+  return run;
+}
+
+TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReusesThem) {
+  REPRISE_REQUIRE_GPU();
+  testing::ScopedTempDir dir;
+  ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts measured, TrainWithMeasuredProducts());
+  const ops::MatmulChoiceStats first = measured.after.Since(measured.before);
+  std::cout << first.MeasuredSince({}) << "\n";
+  // Each distinct product is timed once; the layers' products of the same shape after the first
+  // take its record.
+  EXPECT_GT(first.measured, 5);
+  EXPECT_GE(first.candidates_timed, first.measured);
+  EXPECT_GT(first.from_records, 0);
+  // A later process (the records on disk): every choice from a record, nothing timed, the same
+  // losses bit for bit.
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded, TrainWithMeasuredProducts());
+  const ops::MatmulChoiceStats later = recorded.after.Since(recorded.before);
+  EXPECT_EQ(later.measured, 0);
+  EXPECT_EQ(later.from_records, first.measured + first.from_records);
+  EXPECT_EQ(later.records_discarded, 0);
+  EXPECT_EQ(recorded.losses, measured.losses);
+  for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
 }
 
 TEST(TrainerKernelCacheTest, OffLeavesTheDiskAlone) {

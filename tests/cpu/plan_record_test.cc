@@ -1,8 +1,8 @@
-// The measured cuDNN plan records (src/runtime/conv_plan_record.h): their text form round-trips,
+// The measured cuDNN plan records (src/runtime/plan_record.h): their text form round-trips,
 // every malformed form is refused naming the line, their key changes with everything a choice
 // depends on, and the kernel store keeps them in its lower layer across stores (processes), apart
 // from kernels and from records of another kind or arch.
-#include "src/runtime/conv_plan_record.h"
+#include "src/runtime/plan_record.h"
 
 #include <memory>
 #include <string>
@@ -15,7 +15,7 @@
 namespace reprise::runtime {
 namespace {
 
-ConvPlanRecord Sample() {
+PlanRecord Sample() {
   return {.name = "eng12_k2=4_k25=1_k27=-1", .candidates = 8, .median_ms = 0.0625};
 }
 
@@ -23,7 +23,7 @@ TEST(ConvPlanRecordTest, RoundTrips) {
   const std::string text = EncodeConvPlanRecord(Sample());
   EXPECT_EQ(text,
             "reprise conv plan 1\nname eng12_k2=4_k25=1_k27=-1\ncandidates 8\nmedian_ms 0.0625\n");
-  absl::StatusOr<ConvPlanRecord> back = DecodeConvPlanRecord(text);
+  absl::StatusOr<PlanRecord> back = DecodeConvPlanRecord(text);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, Sample());
 }
@@ -59,10 +59,48 @@ TEST(ConvPlanRecordTest, RefusesEveryMalformedForm) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
-    absl::StatusOr<ConvPlanRecord> got = DecodeConvPlanRecord(c.text);
+    absl::StatusOr<PlanRecord> got = DecodeConvPlanRecord(c.text);
     ASSERT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
     EXPECT_NE(got.status().message().find(c.says), std::string::npos) << got.status();
   }
+}
+
+TEST(PlanRecordTest, MatmulRecordsRoundTripAndAreNotConvRecords) {
+  const PlanRecord matmul{.name =
+                              "algo66_tile29_stages35_splitk1_reduction0_swizzle0_custom0_"
+                              "cluster3_inner0",
+                          .candidates = 8,
+                          .median_ms = 0.1004};
+  const std::string text = EncodeMatmulPlanRecord(matmul);
+  EXPECT_EQ(text.rfind("reprise matmul plan 1\nname algo66_tile29", 0), 0u) << text;
+  absl::StatusOr<PlanRecord> back = DecodeMatmulPlanRecord(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, matmul);
+  // Each form refuses the other's header, naming its own form.
+  absl::StatusOr<PlanRecord> as_conv = DecodeConvPlanRecord(text);
+  EXPECT_EQ(as_conv.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(as_conv.status().message().find("conv plan record, line 1"), std::string::npos)
+      << as_conv.status();
+  absl::StatusOr<PlanRecord> as_matmul = DecodeMatmulPlanRecord(EncodeConvPlanRecord(Sample()));
+  EXPECT_EQ(as_matmul.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(as_matmul.status().message().find("matmul plan record, line 1"), std::string::npos)
+      << as_matmul.status();
+  // A name with a space is refused (a record names one configuration).
+  std::string spaced = text;
+  spaced.replace(spaced.find("_tile29"), 7, " tile29");
+  EXPECT_NE(DecodeMatmulPlanRecord(spaced).status().message().find("line 2: the name has a space"),
+            std::string::npos);
+}
+
+TEST(PlanRecordTest, MatmulKeyCoversWhatTheChoiceDependsOn) {
+  const std::string key = MatmulPlanRecordKey("matmul [16x8]·[8x4] bf16", "H200 sm_90", 130100);
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key, MatmulPlanRecordKey("matmul [16x8]·[8x4] bf16", "H200 sm_90", 130100));
+  EXPECT_NE(key, MatmulPlanRecordKey("matmul [16x8]·[8x5] bf16", "H200 sm_90", 130100));
+  EXPECT_NE(key, MatmulPlanRecordKey("matmul [16x8]·[8x4] bf16", "H100 sm_90", 130100));
+  EXPECT_NE(key, MatmulPlanRecordKey("matmul [16x8]·[8x4] bf16", "H200 sm_90", 130101));
+  // Never a conv record's key for the same text.
+  EXPECT_NE(key, ConvPlanRecordKey("matmul [16x8]·[8x4] bf16", "H200 sm_90", 130100, 0));
 }
 
 TEST(ConvPlanRecordTest, KeyCoversWhatTheChoiceDependsOn) {
