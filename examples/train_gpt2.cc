@@ -58,6 +58,11 @@ ABSL_FLAG(int, generate_tokens, 64, "tokens to generate per sequence");
 ABSL_FLAG(float, temperature, 0.8f, "sampling temperature (0: greedy)");
 ABSL_FLAG(int, top_k, 40, "sample among the k most likely tokens (0: all)");
 ABSL_FLAG(double, peak_tflops, 989.0, "the GPU's dense bf16 peak for MFU (989: H100 and H200 SXM)");
+ABSL_FLAG(bool, measure_matmul, true,
+          "choose each cuBLASLt product's algorithm by timing its candidates at the first run and "
+          "keep the choice in the kernel cache's folder for later runs "
+          "(TrainOptions::kernels.measure_matmul_algorithms: GPT-2 124M at B=16 1.3% faster, the "
+          "first start 1.8 s longer)");
 ABSL_FLAG(uint64_t, seed, 1337, "seed of the weights, the batch order and the sampling");
 ABSL_FLAG(std::string, save_initial, "",
           "write the initial weights here before the first step (safetensors, PyTorch's state "
@@ -246,6 +251,7 @@ absl::Status Train() {
                    .decay = reprise::LrDecay::kCosine,
                    .total_steps = steps,
                    .min_lr_factor = 0.1f}};
+  options.kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   options.on_compile_progress = reprise::cli::CompileProgressPrinter(kProgram.name);
   ASSIGN_OR_RETURN(reprise::examples::Gpt2RunLog log,
                    reprise::examples::Gpt2RunLog::Open(absl::GetFlag(FLAGS_loss_log),

@@ -30,6 +30,9 @@ ABSL_FLAG(bool, measure_matmul, false,
 ABSL_FLAG(bool, relu_epilogues, false,
           "with fusion: hidden ReLU layers' backward in cuBLASLt DRELU_BGRAD epilogues "
           "(TrainOptions::kernels.relu_backward_epilogues)");
+ABSL_FLAG(bool, bias_sum_epilogues, false,
+          "with fusion: linear layers' bias gradients in their weight-gradient products' BGRADB "
+          "epilogues (TrainOptions::kernels.weight_gradient_bias_sums)");
 
 namespace reprise::tools {
 
@@ -49,6 +52,7 @@ absl::StatusOr<KernelTuning::ConvApi> ConvApiFlag() {
 absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   KernelTuning kernels;
   kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
+  kernels.weight_gradient_bias_sums = absl::GetFlag(FLAGS_bias_sum_epilogues);
   kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
   kernels.own_weight_gradients = absl::GetFlag(FLAGS_own_wgrad);

@@ -181,6 +181,11 @@ struct KernelTuning {
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
   // (docs/results/history/2026-11-23_b8916d1.md).
   bool relu_backward_epilogues = false;
+  // Sum a linear layer's bias gradient in the epilogue of its weight-gradient product (cuBLASLt's
+  // BGRADB) instead of a column sum beside it: 48 launches fewer for GPT-2 124M, but each product
+  // slower (c_fc's weight gradient 0.101 -> 0.141 ms alone). Off by default: on an H200 the B=16,
+  // T=1024 step took 3.7% longer with it, B=4, T=256 within noise (docs/benchmarks_gpt2.md).
+  bool weight_gradient_bias_sums = false;
   // Which cuDNN API runs the convolutions cuDNN runs: kLegacy (cudnnConvolutionForward and its
   // kin) or kGraph (cuDNN's graph API through cudnn-frontend: one execution plan per shape, chosen
   // by heuristics, deterministic ones only under numerics.deterministic). The plan dump names each.

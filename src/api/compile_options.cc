@@ -35,6 +35,7 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
       options.kernels.whole_step && !options.parallel.data_parallel.has_value();
   compile.plan.fusion.whole_step_max_models = WholeStepMaxModels(options);
   compile.plan.fusion.relu_backward_epilogues = options.kernels.relu_backward_epilogues;
+  compile.plan.fusion.weight_gradient_bias_sums = options.kernels.weight_gradient_bias_sums;
   compile.plan.fusion.conv_batch_norm_stats =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
       options.kernels.conv_batch_norm_stats;

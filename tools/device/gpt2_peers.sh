@@ -11,7 +11,8 @@
 # (2-3 minutes of nvcc on one core), unless .stage/llmc holds a train_gpt2cu built ahead of time
 # that finds its libraries here. Expected wall time about 5-7 minutes, much of it torch.compile
 # (roughly a minute per shape, less for the graph mode's second compile from the cache).
-# GPT2_STEPS_SCALE=0.5 halves every timed step count.
+# GPT2_STEPS_SCALE=0.5 halves every timed step count; GPT2_REPRISE_FLAGS adds flags to reprise's
+# runs (e.g. "--measure_matmul").
 set -uo pipefail
 work=/tmp/gpt2-peers
 rm -rf "$work" && mkdir -p "$work"
@@ -63,7 +64,8 @@ if want reprise; then
       # --model gpt2 trains with nanoGPT's AdamW, clipping and warm-up + cosine unless told
       # otherwise: the peers' optimizer.
       phase "reprise_b$1_t$2" 180 reprise-bench --model gpt2 --batch "$1" --seq "$2" "${precision[@]}" \
-        --mode graph --fusion on --inputs device --iters "$3" --warmup 10 --json "$work/reprise_b$1_t$2.json"
+        --mode graph --fusion on --inputs device --iters "$3" --warmup 10 ${GPT2_REPRISE_FLAGS:-} \
+        --json "$work/reprise_b$1_t$2.json"
       # Where reprise-bench records no GPT-2 fields (its "depth" and "width" are then the MLP
       # flags' defaults, unused), name the model it ran, GPT-2 124M at this shape, so that
       # report.py puts its row beside the peers'; say so in the file.
