@@ -270,6 +270,16 @@ struct TrainerStats {
   int64_t conv_plan_records_discarded = 0;
   int64_t conv_candidates_timed = 0;
   double conv_measure_ms = 0;
+  // cuBLASLt products whose algorithm this trainer's Create chose by measurement
+  // (KernelTuning::measure_matmul_algorithms): timed (each distinct product once per process), or
+  // named by a record of an earlier measurement in the kernel cache; records that did not decode
+  // or name a configuration cuBLASLt accepts (measured again and replaced); the candidates timed
+  // and the wall time of timing them.
+  int64_t matmul_choices_measured = 0;
+  int64_t matmul_choices_from_records = 0;
+  int64_t matmul_records_discarded = 0;
+  int64_t matmul_candidates_timed = 0;
+  double matmul_measure_ms = 0;
   // The rest of the memory plan: gradients with an arena buffer of their own (transient, so
   // inside the activation peak), inputs, constants and kept values.
   int64_t gradient_bytes = 0;

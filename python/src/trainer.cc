@@ -194,6 +194,8 @@ void BindResults(nb::module_& m) {
       .def_ro("kernel_disk_hits", &TrainerStats::kernel_disk_hits)
       .def_ro("conv_plans_measured", &TrainerStats::conv_plans_measured)
       .def_ro("conv_plans_from_records", &TrainerStats::conv_plans_from_records)
+      .def_ro("matmul_choices_measured", &TrainerStats::matmul_choices_measured)
+      .def_ro("matmul_choices_from_records", &TrainerStats::matmul_choices_from_records)
       .def("__str__", &TrainerStats::ToString);
   nb::class_<TrainerReport>(m, "TrainerReport")
       .def_ro("stats", &TrainerReport::stats)

@@ -14,6 +14,7 @@
 #include "reprise/trainer.h"
 #include "src/api/settle_list.h"
 #include "src/api/torch_state_dict.h"
+#include "src/ops/lt_matmul_kernel.h"
 #include "src/parallel/communicator.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/channels_last.h"
@@ -221,6 +222,8 @@ class Trainer::Impl {
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   // The convolution plans Create built (the process-wide counts' growth during it).
   runtime::ConvGraphStats conv_plans_built_;
+  // The cuBLASLt choices Create measured or took from records (the process-wide counts' growth).
+  ops::MatmulChoiceStats matmul_choices_;
   double kernel_acquire_ms_ = 0;
   util::PhaseTimer create_phases_;  // Create's wall time by phase (TrainerStats::create_ms).
   std::shared_ptr<runtime::DeviceBuffer> arena_;

@@ -92,6 +92,13 @@ std::string TrainerReport::ToText() const {
                           s.conv_measure_ms, s.conv_plans_from_records,
                           s.conv_plan_records_discarded);
   }
+  if (MeasuredMatmulChoices(s)) {
+    absl::StrAppendFormat(&text,
+                          "  cuBLASLt choices: measured %d (%d candidates timed, %.0f ms), from "
+                          "records %d, records discarded %d\n",
+                          s.matmul_choices_measured, s.matmul_candidates_timed, s.matmul_measure_ms,
+                          s.matmul_choices_from_records, s.matmul_records_discarded);
+  }
   if (!s.create_ms.empty()) absl::StrAppend(&text, "  ", s.CreateBreakdown(), "\n");
   absl::StrAppendFormat(
       &text,
@@ -186,6 +193,13 @@ std::string TrainerReport::ToJson() const {
   w.Key("records_discarded").Int(s.conv_plan_records_discarded);
   w.Key("candidates_timed").Int(s.conv_candidates_timed);
   w.Key("measure_ms").Double(s.conv_measure_ms);
+  w.EndObject();
+  w.Key("matmul_choices").BeginObject(util::JsonWriter::kInline);
+  w.Key("measured").Int(s.matmul_choices_measured);
+  w.Key("from_records").Int(s.matmul_choices_from_records);
+  w.Key("records_discarded").Int(s.matmul_records_discarded);
+  w.Key("candidates_timed").Int(s.matmul_candidates_timed);
+  w.Key("measure_ms").Double(s.matmul_measure_ms);
   w.EndObject();
   w.Key("create_ms").BeginObject(util::JsonWriter::kInline);
   w.Key("total").Double(s.create_total_ms);

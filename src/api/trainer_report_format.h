@@ -19,6 +19,14 @@ inline bool BuiltConvPlans(const TrainerStats& stats) {
          0;
 }
 
+// Whether `stats`' Create chose any cuBLASLt algorithm by measurement or from a record, or
+// discarded a record.
+inline bool MeasuredMatmulChoices(const TrainerStats& stats) {
+  return stats.matmul_choices_measured + stats.matmul_choices_from_records +
+             stats.matmul_records_discarded >
+         0;
+}
+
 // Why Create ran out of memory: `bytes` asked for `what`, the memory plan's classes from `stats`,
 // the lanes' workspaces, and the device's free and total memory (free_bytes < 0: unknown).
 std::string OutOfMemoryText(absl::string_view what, int64_t bytes, const TrainerStats& stats,

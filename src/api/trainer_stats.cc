@@ -60,6 +60,11 @@ TrainerStats Trainer::Impl::stats() const {
   s.conv_plan_records_discarded = conv_plans_built_.records_discarded;
   s.conv_candidates_timed = conv_plans_built_.candidates_timed;
   s.conv_measure_ms = conv_plans_built_.measure_ms;
+  s.matmul_choices_measured = matmul_choices_.measured;
+  s.matmul_choices_from_records = matmul_choices_.from_records;
+  s.matmul_records_discarded = matmul_choices_.records_discarded;
+  s.matmul_candidates_timed = matmul_choices_.candidates_timed;
+  s.matmul_measure_ms = matmul_choices_.measure_ms;
   s.create_ms = create_phases_.phases();
   s.create_total_ms = create_phases_.total_ms();
   s.input_bytes = bytes(passes::BufferClass::kInput);
@@ -99,6 +104,12 @@ std::string TrainerStats::ToString() const {
                                 "records discarded %d",
                                 conv_plans_heuristic, conv_plans_measured, conv_plans_from_records,
                                 conv_plan_records_discarded)
+              : std::string()) +
+         (MeasuredMatmulChoices(*this)
+              ? absl::StrFormat(" | cuBLASLt choices: measured %d, from records %d, records "
+                                "discarded %d",
+                                matmul_choices_measured, matmul_choices_from_records,
+                                matmul_records_discarded)
               : std::string()) +
          absl::StrCat(" | non-finite guard ", non_finite_policy,
                       skipped_steps >= 0 ? absl::StrCat(", ", skipped_steps, " steps skipped") : "",

@@ -103,6 +103,32 @@ TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson
   EXPECT_EQ((*none)["conv_plans"]["measured"].integer, 0);
 }
 
+TEST(TrainerReportTest, MatmulChoiceCountsAreInTheTextWhereAnyAndAlwaysInJson) {
+  TrainerReport r = SampleReport();
+  EXPECT_THAT(r.ToText(), ::testing::Not(HasSubstr("cuBLASLt choices")));
+  EXPECT_THAT(r.stats.ToString(), ::testing::Not(HasSubstr("cuBLASLt choices")));
+  r.stats.matmul_choices_measured = 15;
+  r.stats.matmul_candidates_timed = 118;
+  r.stats.matmul_measure_ms = 1784.2;
+  r.stats.matmul_choices_from_records = 132;
+  r.stats.matmul_records_discarded = 2;
+  EXPECT_THAT(r.ToText(), HasSubstr("cuBLASLt choices: measured 15 (118 candidates timed, 1784 "
+                                    "ms), from records 132, records discarded 2"));
+  EXPECT_THAT(r.stats.ToString(),
+              HasSubstr("cuBLASLt choices: measured 15, from records 132, records discarded 2"));
+  const absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const testing::JsonValue& choices = (*json)["matmul_choices"];
+  EXPECT_EQ(choices["measured"].integer, 15);
+  EXPECT_EQ(choices["from_records"].integer, 132);
+  EXPECT_EQ(choices["records_discarded"].integer, 2);
+  EXPECT_EQ(choices["candidates_timed"].integer, 118);
+  EXPECT_EQ(choices["measure_ms"].number, 1784.2);
+  const absl::StatusOr<testing::JsonValue> none = testing::ParseJson(SampleReport().ToJson());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)["matmul_choices"]["measured"].integer, 0);
+}
+
 TEST(TrainerReportTest, EagerTextSaysThereIsNoGraphAndUnmeasuredHandles) {
   TrainerReport r = SampleReport();
   r.graphs.clear();

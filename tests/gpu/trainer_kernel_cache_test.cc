@@ -188,6 +188,7 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
 // took from records (ops::MatmulChoices, before and after), and the losses of three steps.
 struct MeasuredProducts {
   ops::MatmulChoiceStats before, after;
+  TrainerStats stats;  // The trainer's own counts of the same.
   std::vector<float> losses;
 };
 absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
@@ -206,6 +207,7 @@ absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                    Trainer::Create(model.graph, model.loss, options));
   run.after = ops::MatmulChoices();
+  run.stats = trainer->stats();
   std::vector<int32_t> tokens(2 * 32), targets(2 * 32);
   for (int step = 0; step < 3; ++step) {
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -233,6 +235,10 @@ TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReu
   EXPECT_GT(first.measured, 5);
   EXPECT_GE(first.candidates_timed, first.measured);
   EXPECT_GT(first.from_records, 0);
+  EXPECT_EQ(measured.stats.matmul_choices_measured, first.measured);
+  EXPECT_EQ(measured.stats.matmul_choices_from_records, first.from_records);
+  EXPECT_EQ(measured.stats.matmul_candidates_timed, first.candidates_timed);
+  EXPECT_GT(measured.stats.matmul_measure_ms, 0);
   // A later process (the records on disk): every choice from a record, nothing timed, the same
   // losses bit for bit.
   REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded, TrainWithMeasuredProducts());
@@ -240,6 +246,9 @@ TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReu
   EXPECT_EQ(later.measured, 0);
   EXPECT_EQ(later.from_records, first.measured + first.from_records);
   EXPECT_EQ(later.records_discarded, 0);
+  EXPECT_EQ(recorded.stats.matmul_choices_measured, 0);
+  EXPECT_EQ(recorded.stats.matmul_choices_from_records, later.from_records);
+  EXPECT_EQ(recorded.stats.matmul_records_discarded, 0);
   EXPECT_EQ(recorded.losses, measured.losses);
   for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
 }
