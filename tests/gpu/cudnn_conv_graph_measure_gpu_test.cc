@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/runtime/plan_record.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/device.h"
 #include "src/runtime/disk_cache.h"
 #include "src/runtime/kernel_store.h"
+#include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 #include "tests/cpu/cache_test_util.h"
 #include "tests/gpu/conv_graph_test_util.h"
