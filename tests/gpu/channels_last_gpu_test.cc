@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
@@ -122,6 +123,62 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   auto hidden = on.Read(conv1);
   EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(hidden.status().message(), HasSubstr("TrainOptions::fetch"));
+}
+
+// Three steps of ResNet-18 from the same weights and batches through cuDNN's graph API and through
+// its legacy API, in each layout, deterministic or not: the updates agree as any two correct
+// float32 orders do (update_agreement.h). Disabled: NCHW with deterministic engines leaves the
+// legacy API's updates by 3.3% (H200, 2026-12-03), while NHWC agrees within 4e-6, NCHW without
+// deterministic within 5e-6, and every one of the network's convolutions alone matches the legacy
+// API and the float64 reference (ResNet50ConvGraphGpuTest.*ResNet18NchwF32). Issue 42: the graph
+// API is not the default until this passes.
+TEST(ChannelsLastGpuTest, DISABLED_GraphApiTrainingFollowsTheLegacyApi) {
+  REPRISE_REQUIRE_GPU();
+  auto net =
+      models::BuildResNet({.depth = 18, .batch = kBatch, .classes = kClasses, .image_size = kSize});
+  ASSERT_TRUE(net.ok()) << net.status();
+  for (ChannelsLast layout : {ChannelsLast::kOn, ChannelsLast::kOff}) {
+    for (bool deterministic : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("channels_last ", layout == ChannelsLast::kOn ? "on" : "off",
+                                deterministic ? ", deterministic" : ""));
+      std::unique_ptr<Trainer> trainers[2];
+      for (int i = 0; i < 2; ++i) {
+        TrainOptions options;
+        options.kernels.channels_last = layout;
+        options.kernels.conv_api =
+            i == 0 ? KernelTuning::ConvApi::kGraph : KernelTuning::ConvApi::kLegacy;
+        options.numerics.deterministic = deterministic;
+        options.optimizer.learning_rate = 0.005f;
+        options.seed = 42;
+        auto trainer = Trainer::Create(net->graph, net->loss, options);
+        ASSERT_TRUE(trainer.ok()) << trainer.status();
+        trainers[i] = *std::move(trainer);
+      }
+      const std::vector<std::string> names = trainers[0]->ParameterNames();
+      std::vector<std::vector<float>> initial;
+      for (const std::string& name : names) initial.push_back(*trainers[0]->GetParameter(name));
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal;
+      std::vector<float> x(kBatch * 3 * kSize * kSize);
+      std::vector<int32_t> y(kBatch);
+      for (int step = 0; step < 3; ++step) {
+        for (float& v : x) v = normal(rng);
+        for (int32_t& label : y) label = static_cast<int32_t>(rng() % kClasses);
+        for (auto& trainer : trainers) {
+          ASSERT_TRUE(trainer->SetInput("images", x).ok());
+          ASSERT_TRUE(trainer->SetInput("labels", y).ok());
+          ASSERT_TRUE(trainer->Step().ok());
+        }
+      }
+      testing::ExpectUpdatesAgree(
+          names,
+          [&](const std::string& name) {
+            return initial[std::find(names.begin(), names.end(), name) - names.begin()];
+          },
+          [&](const std::string& name) { return *trainers[0]->GetParameter(name); },
+          [&](const std::string& name) { return *trainers[1]->GetParameter(name); });
+    }
+  }
 }
 
 }  // namespace

@@ -45,11 +45,16 @@ struct Config {
   std::string name;
   Layout layout;
   DType dtype;
+  int depth = 50;
 };
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
+// Strict float32 in both layouts, and ResNet-18's shapes (ChannelsLastGpuTest's network).
 const Config kConfigs[] = {{"NhwcBf16", Layout::kNHWC, DType::kBFloat16},
-                           {"NchwF32", Layout::kNCHW, DType::kFloat32}};
+                           {"NchwF32", Layout::kNCHW, DType::kFloat32},
+                           {"NhwcF32", Layout::kNHWC, DType::kFloat32},
+                           {"ResNet18NhwcF32", Layout::kNHWC, DType::kFloat32, 18},
+                           {"ResNet18NchwF32", Layout::kNCHW, DType::kFloat32, 18}};
 
 // One distinct convolution of the network: its shape and the first nodes that have it.
 struct NetConv {
@@ -60,7 +65,7 @@ struct NetConv {
 
 absl::StatusOr<std::vector<NetConv>> ResNet50Convolutions(const Config& c) {
   const models::ResNetConfig config{
-      .depth = 50, .batch = kBatch, .classes = 4, .image_size = kImage, .layout = c.layout};
+      .depth = c.depth, .batch = kBatch, .classes = 4, .image_size = kImage, .layout = c.layout};
   ASSIGN_OR_RETURN(const models::ResNet net, models::BuildResNet(config));
   std::vector<NetConv> convs;
   for (const Node& node : net.graph.nodes()) {
@@ -210,8 +215,9 @@ ConvReference RandomOperands(const ConvCase& t) {
 // decides, and a wrong graph plan is a failure naming its kind, shape, nodes and engine.
 void CheckEveryConvolution(const Config& c, std::initializer_list<Variant> variants) {
   REPRISE_ASSERT_OK_AND_ASSIGN(const std::vector<NetConv> convs, ResNet50Convolutions(c));
-  // The stem, then 4 shapes in layer1 and 6 in each later stage (v1.5: the stride on the 3x3).
-  EXPECT_EQ(convs.size(), 23u);
+  // ResNet-50: the stem, then 4 shapes in layer1 and 6 in each later stage (v1.5: the stride on
+  // the 3x3). ResNet-18: the stem, 1 shape in layer1 and 3 in each later stage.
+  EXPECT_EQ(convs.size(), c.depth == 50 ? 23u : 11u);
   REPRISE_ASSERT_OK(runtime::UseDevice(0).status());
   const runtime::ConvGraphOptions options = Options();
   int checked = 0, disagreed = 0, wrong = 0;
