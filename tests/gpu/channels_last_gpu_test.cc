@@ -130,8 +130,11 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
 // float32 orders do (update_agreement.h). Disabled: NCHW with deterministic engines leaves the
 // legacy API's updates by 3.3% (H200, 2026-12-03), while NHWC agrees within 4e-6, NCHW without
 // deterministic within 5e-6, and every one of the network's convolutions alone matches the legacy
-// API and the float64 reference (ResNet50ConvGraphGpuTest.*ResNet18NchwF32). Issue 42: the graph
-// API is not the default until this passes.
+// API and the float64 reference (ResNet50ConvGraphGpuTest.*ResNet18NchwF32). Layer1's four weight
+// gradients alone (eng17_k25=0, x[8, 64, 16, 16]) carry the whole difference, on one lane or two,
+// captured or synchronised after each launch
+// (docs/results/update_overlap_conv_default_2026-12-04.md). Issue 42: the graph API is not the
+// default until this passes.
 TEST(ChannelsLastGpuTest, DISABLED_GraphApiTrainingFollowsTheLegacyApi) {
   REPRISE_REQUIRE_GPU();
   auto net =
