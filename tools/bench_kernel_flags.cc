@@ -18,7 +18,7 @@ ABSL_FLAG(
     bool, own_wgrad, false,
     "TrainOptions::kernels.own_weight_gradients: 3x3 weight gradients of wide NHWC TF32 images run "
     "as reprise's own kernel (false: cuDNN)");
-ABSL_FLAG(std::string, conv_api, "legacy",
+ABSL_FLAG(std::string, conv_api, "graph",
           "TrainOptions::kernels.conv_api: legacy or graph (cuDNN's graph API through "
           "cudnn-frontend)");
 ABSL_FLAG(bool, conv_bn_stats, false,

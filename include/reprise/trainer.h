@@ -186,11 +186,14 @@ struct KernelTuning {
   // slower (c_fc's weight gradient 0.101 -> 0.141 ms alone). Off by default: on an H200 the B=16,
   // T=1024 step took 3.7% longer with it, B=4, T=256 within noise (docs/benchmarks_gpt2.md).
   bool weight_gradient_bias_sums = false;
-  // Which cuDNN API runs the convolutions cuDNN runs: kLegacy (cudnnConvolutionForward and its
-  // kin) or kGraph (cuDNN's graph API through cudnn-frontend: one execution plan per shape, chosen
-  // by heuristics, deterministic ones only under numerics.deterministic). The plan dump names each.
+  // Which cuDNN API runs the convolutions cuDNN runs: kGraph (cuDNN's graph API through
+  // cudnn-frontend: one execution plan per shape, chosen by heuristics, deterministic ones only
+  // under numerics.deterministic; an accumulated data gradient, and a shape cuDNN has no plan
+  // for, run on the legacy call, which the plan dump says) or kLegacy (cudnnConvolutionForward and
+  // its kin for every one). The plan dump names each. kGraph by default: on an H200 ResNet-50's
+  // steps are the same or faster with it (b32 bf16 5.646 against 5.666 ms, docs/benchmarks.md).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
-  ConvApi conv_api = ConvApi::kLegacy;
+  ConvApi conv_api = ConvApi::kGraph;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic
