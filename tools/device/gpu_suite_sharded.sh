@@ -35,4 +35,8 @@ for f in "$out"/gpu_suite_shard_*.txt "$out/gpu_suite_alone.txt"; do
       "tests started"
   fi
 done
+# The whole suite's tally, summed over the shards' summary lines ("GPU tests: R ran, S skipped[, F FAILED]").
+cat "$out"/gpu_suite_shard_*.txt "$out/gpu_suite_alone.txt" | grep -hE '^GPU tests:' |
+  awk '{ran += $3; skipped += $5; for (i = 6; i <= NF; ++i) if ($i ~ /^FAILED/) failed += $(i - 1)}
+       END {printf "suite: %d ran, %d skipped, %d failed\n", ran, skipped, failed}'
 echo "suite wall time: $((SECONDS - start)) s"
