@@ -1,7 +1,8 @@
 // Every distinct convolution of ResNet-50 through cuDNN's graph API
 // (src/runtime/cudnn_conv_graph.h), to find which plans make ResNet-50 diverge under
 // --conv_api=graph (issue 42) while ResNet-18 trains: the shapes models::BuildResNet gives at the
-// ResNet graph tests' batch (8) and image size (64), in NHWC bfloat16 and NCHW float32 (strict),
+// ResNet graph tests' batch (8) and image size (64), in NHWC bfloat16 and float32 (strict) in
+// both layouts, and ResNet-18's shapes in strict float32 (ChannelsLastGpuTest's network),
 // with the trainer tests' deterministic engines. Each shape runs as forward, data gradient, data
 // gradient added to another tensor (ConvFusion::add_to_output into another output) and weight
 // gradient; a second test adds the data gradient to its accumulator in place, the memory
