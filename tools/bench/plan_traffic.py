@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-DTYPE_BYTES = {"f64": 8, "f32": 4, "i32": 4, "bf16": 2, "f16": 2, "u8": 1, "i8": 1}
+DTYPE_BYTES = {"f64": 8, "f32": 4, "i32": 4, "bf16": 2, "f16": 2}  # DTypeName's names.
 MUTABLE_LEAVES = ("parameter", "state")
 
 
