@@ -61,12 +61,6 @@ void ExpectFirstUpdatesAgree(const std::vector<std::string>& names,
   testing::ExpectUpdatesAgree(names, at(initial), at(got), at(want), total);
 }
 
-std::vector<std::vector<float>> Parameters(Trainer& t) {
-  std::vector<std::vector<float>> values;
-  for (const std::string& name : t.ParameterNames()) values.push_back(*t.GetParameter(name));
-  return values;
-}
-
 TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   REPRISE_REQUIRE_GPU();
   auto net =
@@ -91,7 +85,7 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
   EXPECT_EQ(CountConvs(on.training_graph(), "NCHW"), 0);
   EXPECT_EQ(CountConvs(off.training_graph(), "NCHW"), 20);
 
-  const std::vector<std::vector<float>> initial = Parameters(on);
+  const std::vector<std::vector<float>> initial = testing::ParameterValues(on);
   std::vector<std::vector<float>> first[2];
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
@@ -106,7 +100,7 @@ TEST(ChannelsLastGpuTest, ResNet18MatchesNchwTrainingWithPyTorchShapes) {
       ASSERT_TRUE(trainers[i]->SetInput("labels", y).ok());
       ASSERT_TRUE(trainers[i]->Step().ok());
       losses[i] = *trainers[i]->Loss();
-      if (step == 0) first[i] = Parameters(*trainers[i]);
+      if (step == 0) first[i] = testing::ParameterValues(*trainers[i]);
     }
     // The first loss is the same forward reassociated; later ones follow updates that differ as
     // update_agreement.h says.
@@ -167,7 +161,7 @@ TEST(ChannelsLastGpuTest, GraphApiGradientsFollowTheLegacyApi) {
         ASSERT_TRUE(trainer.ok()) << trainer.status();
         trainers[i] = *std::move(trainer);
       }
-      const std::vector<std::vector<float>> initial = Parameters(*trainers[0]);
+      const std::vector<std::vector<float>> initial = testing::ParameterValues(*trainers[0]);
       std::mt19937 rng(5);
       std::normal_distribution<float> normal;
       std::vector<float> x(kBatch * 3 * kSize * kSize);
@@ -179,8 +173,9 @@ TEST(ChannelsLastGpuTest, GraphApiGradientsFollowTheLegacyApi) {
         ASSERT_TRUE(trainer->SetInput("labels", y).ok());
         ASSERT_TRUE(trainer->Step().ok());
       }
-      ExpectFirstUpdatesAgree(trainers[0]->ParameterNames(), initial, Parameters(*trainers[0]),
-                              Parameters(*trainers[1]), 1e-4);
+      ExpectFirstUpdatesAgree(trainers[0]->ParameterNames(), initial,
+                              testing::ParameterValues(*trainers[0]),
+                              testing::ParameterValues(*trainers[1]), 1e-4);
     }
   }
 }

@@ -12,6 +12,7 @@
 #include "tests/cpu/cache_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/trust_test_models.h"
+#include "tests/gpu/update_agreement.h"
 
 namespace reprise {
 namespace {
@@ -95,13 +96,6 @@ INSTANTIATE_TEST_SUITE_P(MlpAndResNet18, CheckpointGpuTest, ::testing::Bool(),
                            return info.param ? "ResNet18" : "DropoutMlp";
                          });
 
-// All parameters of `t`, in name order.
-std::vector<std::vector<float>> Parameters(Trainer& t) {
-  std::vector<std::vector<float>> out;
-  for (const std::string& name : t.ParameterNames()) out.push_back(*t.GetParameter(name));
-  return out;
-}
-
 TEST(CheckpointRefusalGpuTest, OtherModelCorruptOrTruncatedChangesNothing) {
   REPRISE_REQUIRE_GPU();
   const TrustModel m = testing::DropoutMlp();
@@ -115,7 +109,7 @@ TEST(CheckpointRefusalGpuTest, OtherModelCorruptOrTruncatedChangesNothing) {
   auto target = MakeTrustTrainer(m, TrustOptions(m, ExecMode::kGraph, /*seed=*/5));
   ASSERT_NE(target, nullptr);
   RunSteps(*target, m, 0, 1);
-  const std::vector<std::vector<float>> before = Parameters(*target);
+  const std::vector<std::vector<float>> before = testing::ParameterValues(*target);
 
   // Another model: a wider MLP's checkpoint.
   const TrustModel wide = testing::DropoutMlp(/*width=*/40);
@@ -139,7 +133,7 @@ TEST(CheckpointRefusalGpuTest, OtherModelCorruptOrTruncatedChangesNothing) {
   status = target->RestoreCheckpoint(dir.path() + "/cut.safetensors");
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
 
-  const std::vector<std::vector<float>> after = Parameters(*target);
+  const std::vector<std::vector<float>> after = testing::ParameterValues(*target);
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(SameBits(before[i], after[i])) << i;
   EXPECT_EQ(target->stats().steps, 1);

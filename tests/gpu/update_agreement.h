@@ -17,8 +17,16 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "reprise/trainer.h"
 
 namespace reprise::testing {
+
+// Every parameter of `t`, in ParameterNames() order.
+inline std::vector<std::vector<float>> ParameterValues(Trainer& t) {
+  std::vector<std::vector<float>> values;
+  for (const std::string& name : t.ParameterNames()) values.push_back(*t.GetParameter(name));
+  return values;
+}
 
 using ParameterReader = std::function<std::vector<float>(const std::string& name)>;
 
