@@ -88,7 +88,7 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
     };
     for (const Value& v : node.inputs) consider(v.node);
     for (int32_t c : node.control_inputs) consider(c);
-    longest[node.id] = best + CostOf(node);
+    longest[node.id] = SaturatingAdd(best, CostOf(node));
   }
   std::vector<bool> critical(n, false);
   int32_t end = -1;

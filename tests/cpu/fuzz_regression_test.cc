@@ -18,6 +18,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/mirror.h"
 #include "src/passes/plan.h"
+#include "src/passes/schedule.h"
 #include "src/util/safetensors.h"
 
 namespace reprise {
@@ -167,6 +168,18 @@ TEST(FuzzRegressionTest, ActivationBytesPastInt64AreRefusedByTheMirrorFloorAndTh
   EXPECT_NE(floor.status().message().find("int64"), std::string::npos) << floor.status();
   const auto plan = passes::BuildPlan(*std::move(training), {}, passes::PlanOptions{});
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The schedule's critical path summed each node's estimated cost in int64: a chain of 2^62-byte
+// activations wrapped on the third node. The path's length now saturates.
+TEST(FuzzRegressionTest, ScheduleCriticalPathOfHugeActivationsSaturates) {
+  Graph g;
+  constexpr int64_t kWide = int64_t{1} << 30;  // [2^30, 2^30] f32: 2^62 bytes each.
+  Value h = *g.AddInput("x", {Shape{kWide, kWide}, DType::kFloat32});
+  for (int i = 0; i < 4; ++i) h = *nn::Relu(g, h, absl::StrCat("relu", i));
+  auto order = passes::Schedule(g, {.lanes = 3});
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_EQ(order->size(), 4u);
 }
 
 // The safetensors reader took a tensor named "" that the writer then refused to write again (the
