@@ -10,20 +10,22 @@ namespace reprise::ir {
 
 namespace {
 
-// Runs `n`'s reference with every 16-bit float tensor widened to float32, then rounds the results
-// (and the inputs it writes in place) back: what a kernel computing in float32 and storing 16 bits
+// Runs `n`'s reference with every 16-bit float tensor widened to `wide` (float32, or float64 where
+// the executor promotes float32 so that an op sees one float type), then rounds the results (and
+// the inputs it writes in place) back: what a kernel computing in float32 and storing 16 bits
 // does.
-absl::Status RunInFloat32(const Node& n, std::vector<HostTensor*>& in,
-                          std::vector<HostTensor*>& out) {
+absl::Status RunWidened(const Node& n, std::vector<HostTensor*>& in, std::vector<HostTensor*>& out,
+                        DType wide) {
   bool any = false;
   for (HostTensor* t : in) any = any || IsLowPrecision(t->dtype());
   for (HostTensor* t : out) any = any || IsLowPrecision(t->dtype());
   if (!any) return n.op->cpu(n, in, out);
-  auto widen = [](HostTensor* t, std::vector<HostTensor>& wide) -> absl::StatusOr<HostTensor*> {
+  auto widen = [wide](HostTensor* t,
+                      std::vector<HostTensor>& widened) -> absl::StatusOr<HostTensor*> {
     if (!IsLowPrecision(t->dtype())) return t;
-    wide.emplace_back(TensorSpec{t->spec().shape, DType::kFloat32});
-    RETURN_IF_ERROR(ConvertFloats(*t, wide.back()));
-    return &wide.back();
+    widened.emplace_back(TensorSpec{t->spec().shape, wide});
+    RETURN_IF_ERROR(ConvertFloats(*t, widened.back()));
+    return &widened.back();
   };
   std::vector<HostTensor> wide_in, wide_out;
   wide_in.reserve(in.size());
@@ -50,7 +52,7 @@ absl::Status RunInFloat32(const Node& n, std::vector<HostTensor*>& in,
 }  // namespace
 
 ReferenceExecutor::ReferenceExecutor(const Graph& graph, bool float64, uint64_t seed)
-    : graph_(graph), values_(graph.num_nodes()) {
+    : graph_(graph), float64_(float64), values_(graph.num_nodes()) {
   for (const Node& n : graph.nodes()) {
     for (TensorSpec spec : n.outputs) {
       if (float64 && spec.dtype == DType::kFloat32) spec.dtype = DType::kFloat64;
@@ -119,7 +121,9 @@ absl::Status ReferenceExecutor::Run() {
     std::vector<HostTensor*> in, out;
     for (const Value& v : n.inputs) in.push_back(&values_[v.node][v.output]);
     for (HostTensor& t : values_[n.id]) out.push_back(&t);
-    absl::Status s = n.op->low_precision ? n.op->cpu(n, in, out) : RunInFloat32(n, in, out);
+    absl::Status s = n.op->low_precision
+                         ? n.op->cpu(n, in, out)
+                         : RunWidened(n, in, out, float64_ ? DType::kFloat64 : DType::kFloat32);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("op '", n.op_name(), "' node '", n.name,
                                                  "' (CPU reference): ", s.message()));
