@@ -89,8 +89,7 @@ struct OpDef {
   int output_overwrites_input = -1;
   PointwiseForm pointwise;  // For kPointwise ops that fused kernels may chain.
   // The CPU reference and the GPU lowering read and write bfloat16 and float16 themselves. For
-  // other ops the reference executor runs 16-bit tensors through float32 (rounding each result;
-  // float64 where it promotes float32 tensors, so that every float an op sees has one type).
+  // other ops the reference executor runs 16-bit tensors through float32 (rounding each result).
   bool low_precision = false;
   // The GPU lowering reads and writes the 16-bit floats, bfloat16 and float16 alike (computing in
   // float32). A GPU lowering of a 16-bit node whose op has neither flag is refused as

@@ -10,22 +10,20 @@ namespace reprise::ir {
 
 namespace {
 
-// Runs `n`'s reference with every 16-bit float tensor widened to `wide` (float32, or float64 where
-// the executor promotes float32 so that an op sees one float type), then rounds the results (and
-// the inputs it writes in place) back: what a kernel computing in float32 and storing 16 bits
+// Runs `n`'s reference with every 16-bit float tensor widened to float32, then rounds the results
+// (and the inputs it writes in place) back: what a kernel computing in float32 and storing 16 bits
 // does.
-absl::Status RunWidened(const Node& n, std::vector<HostTensor*>& in, std::vector<HostTensor*>& out,
-                        DType wide) {
+absl::Status RunInFloat32(const Node& n, std::vector<HostTensor*>& in,
+                          std::vector<HostTensor*>& out) {
   bool any = false;
   for (HostTensor* t : in) any = any || IsLowPrecision(t->dtype());
   for (HostTensor* t : out) any = any || IsLowPrecision(t->dtype());
   if (!any) return n.op->cpu(n, in, out);
-  auto widen = [wide](HostTensor* t,
-                      std::vector<HostTensor>& widened) -> absl::StatusOr<HostTensor*> {
+  auto widen = [](HostTensor* t, std::vector<HostTensor>& wide) -> absl::StatusOr<HostTensor*> {
     if (!IsLowPrecision(t->dtype())) return t;
-    widened.emplace_back(TensorSpec{t->spec().shape, wide});
-    RETURN_IF_ERROR(ConvertFloats(*t, widened.back()));
-    return &widened.back();
+    wide.emplace_back(TensorSpec{t->spec().shape, DType::kFloat32});
+    RETURN_IF_ERROR(ConvertFloats(*t, wide.back()));
+    return &wide.back();
   };
   std::vector<HostTensor> wide_in, wide_out;
   wide_in.reserve(in.size());
@@ -52,7 +50,7 @@ absl::Status RunWidened(const Node& n, std::vector<HostTensor*>& in, std::vector
 }  // namespace
 
 ReferenceExecutor::ReferenceExecutor(const Graph& graph, bool float64, uint64_t seed)
-    : graph_(graph), float64_(float64), values_(graph.num_nodes()) {
+    : graph_(graph), values_(graph.num_nodes()) {
   for (const Node& n : graph.nodes()) {
     for (TensorSpec spec : n.outputs) {
       if (float64 && spec.dtype == DType::kFloat32) spec.dtype = DType::kFloat64;
@@ -121,9 +119,7 @@ absl::Status ReferenceExecutor::Run() {
     std::vector<HostTensor*> in, out;
     for (const Value& v : n.inputs) in.push_back(&values_[v.node][v.output]);
     for (HostTensor& t : values_[n.id]) out.push_back(&t);
-    absl::Status s = n.op->low_precision
-                         ? n.op->cpu(n, in, out)
-                         : RunWidened(n, in, out, float64_ ? DType::kFloat64 : DType::kFloat32);
+    absl::Status s = n.op->low_precision ? n.op->cpu(n, in, out) : RunInFloat32(n, in, out);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("op '", n.op_name(), "' node '", n.name,
                                                  "' (CPU reference): ", s.message()));

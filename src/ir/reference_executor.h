@@ -32,7 +32,6 @@ class ReferenceExecutor {
 
  private:
   const Graph& graph_;
-  bool float64_;
   std::vector<std::vector<HostTensor>> values_;  // [node][output]
 };
 
