@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
+#include "src/ir/low_precision.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/multi_tensor.h"
 #include "src/ops/op_helpers.h"
@@ -53,12 +54,22 @@ absl::StatusOr<std::vector<TensorSpec>> InferSumSquares(const Attrs& attrs,
 absl::Status CpuSumSquares(const Node& node, absl::Span<ir::HostTensor* const> in,
                            absl::Span<ir::HostTensor* const> out) {
   const size_t gradients = GradientCount(node.attrs, in.size());
-  return DispatchFloat(out[0]->dtype(), [&]<typename T>() {
+  return DispatchFloat(out[0]->dtype(), [&]<typename T>() -> absl::Status {
     auto partials = out[0]->data<T>();
-    const T unscale = gradients < in.size() ? in.back()->data<T>()[0] : T(1);
+    const T unscale =
+        gradients < in.size() ? static_cast<T>(ir::FloatElement(*in.back(), 0)) : T(1);
     size_t p = 0;
     for (size_t i = 0; i < gradients; ++i) {
-      auto x = in[i]->data<T>();
+      // Each gradient in the partials' type: a float64 reference widens a 16-bit gradient to
+      // float32 while it promotes the float32 ones, so the types may differ.
+      ir::HostTensor converted;
+      const ir::HostTensor* gradient = in[i];
+      if (gradient->dtype() != out[0]->dtype()) {
+        converted = ir::HostTensor(TensorSpec{gradient->spec().shape, out[0]->dtype()});
+        RETURN_IF_ERROR(ir::ConvertFloats(*gradient, converted));
+        gradient = &converted;
+      }
+      auto x = gradient->data<T>();
       const int64_t n = static_cast<int64_t>(x.size());
       for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
         partials[p++] = codegen::ChunkSumSquares(

@@ -63,15 +63,15 @@ absl::StatusOr<std::vector<TensorSpec>> InferNonfinite(const Attrs&,
 
 absl::Status CpuNonfinite(const Node&, absl::Span<ir::HostTensor* const> in,
                           absl::Span<ir::HostTensor* const> out) {
-  auto flags = out[0]->data<float>();
-  size_t f = 0;
+  // The flags' own type: a float64 reference promotes them to float64.
+  int64_t f = 0;
   for (const ir::HostTensor* g : in) {
     const int64_t n = g->spec().shape.NumElements();
     for (int64_t start = 0; start < n; start += codegen::kNormChunk) {
       const int64_t end = std::min<int64_t>(start + codegen::kNormChunk, n);
       bool bad = false;
       for (int64_t i = start; i < end && !bad; ++i) bad = !std::isfinite(ir::FloatElement(*g, i));
-      flags[f++] = bad ? 1.0f : 0.0f;
+      ir::SetFloatElement(*out[0], f++, bad ? 1.0 : 0.0);
     }
   }
   return absl::OkStatus();

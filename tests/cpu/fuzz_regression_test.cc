@@ -1,6 +1,7 @@
 // Inputs that the fuzzers (tests/fuzz) found to crash or to reach undefined behaviour, each kept
 // as the smallest graph or call that did. They pass in any build; the sanitizer build
 // (docs/testing.md) is what sees the undefined behaviour they used to reach.
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -14,6 +15,8 @@
 #include "reprise/nn.h"
 #include "reprise/nn_attention.h"
 #include "src/autodiff/autodiff.h"
+#include "src/ir/low_precision.h"
+#include "src/ir/reference_executor.h"
 #include "src/ops/decode_attention.h"
 #include "src/ops/ops.h"
 #include "src/passes/mirror.h"
@@ -180,6 +183,32 @@ TEST(FuzzRegressionTest, ScheduleCriticalPathOfHugeActivationsSaturates) {
   auto order = passes::Schedule(g, {.lanes = 3});
   ASSERT_TRUE(order.ok()) << order.status();
   EXPECT_EQ(order->size(), 4u);
+}
+
+// A float64 reference widens a bfloat16 gradient to float32 but promotes the float32 norm
+// partials to float64: the norm read the float32 values as doubles, past their end, and the
+// non-finite flags were written as floats into float64 storage. Each tensor is now read and
+// written in its own type.
+TEST(FuzzRegressionTest, NormAndFlagsOfASixteenBitGradientInAFloat64Reference) {
+  Graph g;
+  const Value grad = *g.AddInput("grad", {Shape{6}, DType::kBFloat16}, Initializer::Constant(2));
+  const Value loss = *g.AddInput("loss", {Shape{}, DType::kFloat32}, Initializer::Constant(1));
+  const std::vector<Value> out = *g.AddOp(ops::GradSumSquaresNonfiniteOp(), "norm", {grad, loss});
+  for (bool float64 : {false, true}) {
+    ir::ReferenceExecutor cpu(g, float64, 1);
+    ASSERT_TRUE(cpu.Run().ok());
+    const ir::HostTensor& partials = **cpu.Tensor(out[0]);
+    const ir::HostTensor& flags = **cpu.Tensor(out[1]);
+    ASSERT_EQ(partials.dtype(), float64 ? DType::kFloat64 : DType::kFloat32);
+    EXPECT_EQ(ir::FloatElement(partials, 0), 24.0);
+    ASSERT_EQ(flags.spec().NumElements(), 2);  // The gradient's chunk, the loss.
+    EXPECT_EQ(ir::FloatElement(flags, 0), 0.0);
+    EXPECT_EQ(ir::FloatElement(flags, 1), 0.0);
+  }
+  ir::ReferenceExecutor cpu(g, /*float64=*/true, 1);
+  ASSERT_TRUE(cpu.SetLeaf("loss", std::vector<double>{std::nan("")}).ok());
+  ASSERT_TRUE(cpu.Run().ok());
+  EXPECT_EQ(ir::FloatElement(**cpu.Tensor(out[1]), 1), 1.0);
 }
 
 // The safetensors reader took a tensor named "" that the writer then refused to write again (the
