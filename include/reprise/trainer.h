@@ -186,6 +186,12 @@ struct KernelTuning {
   // slower (c_fc's weight gradient 0.101 -> 0.141 ms alone). Off by default: on an H200 the B=16,
   // T=1024 step took 3.7% longer with it, B=4, T=256 within noise (docs/benchmarks_gpt2.md).
   bool weight_gradient_bias_sums = false;
+  // In mixed precision with Adam or AdamW: keep the parameters' 16-bit copies between steps and
+  // write them in the update, instead of casting every weight at the start of each step
+  // (src/passes/parameter_copies.h). Same bits either way (the CPU reference's); a host write of
+  // the weights makes the next step cast them again. Off by default until its GPU tests
+  // (tests/gpu/parameter_copies_gpu_test.cc) have run on a device and its speed is measured.
+  bool update_writes_parameter_copies = false;
   // Which cuDNN API runs the convolutions cuDNN runs: kGraph (cuDNN's graph API through
   // cudnn-frontend: one execution plan per shape, chosen by heuristics, deterministic ones only
   // under numerics.deterministic; an accumulated data gradient, and a shape cuDNN has no plan
@@ -240,6 +246,9 @@ struct TrainerStats {
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.
   int64_t parameter_bytes = 0;
   int64_t optimizer_state_bytes = 0;
+  // The parameters' 16-bit copies that the update keeps between steps in mixed precision
+  // (KernelTuning::update_writes_parameter_copies); 0 otherwise.
+  int64_t parameter_copy_bytes = 0;
   int64_t activation_peak_bytes = 0;             // Peak of the liveness-planned transient region.
   int64_t activation_peak_unmirrored_bytes = 0;  // The same peak planned without mirroring.
   // Forward values the backward pass reads that no mirroring policy recomputes (convolution and

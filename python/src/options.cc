@@ -115,7 +115,8 @@ void BindOptions(nb::module_& m) {
       .def_rw("measure_matmul_algorithms", &KernelTuning::measure_matmul_algorithms)
       .def_rw("ensemble_whole_step_max_models", &KernelTuning::ensemble_whole_step_max_models)
       .def_rw("relu_backward_epilogues", &KernelTuning::relu_backward_epilogues)
-      .def_rw("weight_gradient_bias_sums", &KernelTuning::weight_gradient_bias_sums);
+      .def_rw("weight_gradient_bias_sums", &KernelTuning::weight_gradient_bias_sums)
+      .def_rw("update_writes_parameter_copies", &KernelTuning::update_writes_parameter_copies);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

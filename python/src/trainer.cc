@@ -189,6 +189,8 @@ void BindResults(nb::module_& m) {
       .def_ro("launches_per_step", &TrainerStats::launches_per_step)
       .def_ro("arena_bytes", &TrainerStats::arena_bytes)
       .def_ro("parameter_bytes", &TrainerStats::parameter_bytes)
+      .def_ro("optimizer_state_bytes", &TrainerStats::optimizer_state_bytes)
+      .def_ro("parameter_copy_bytes", &TrainerStats::parameter_copy_bytes)
       .def_ro("activation_peak_bytes", &TrainerStats::activation_peak_bytes)
       .def_ro("kernels_compiled", &TrainerStats::kernels_compiled)
       .def_ro("kernel_disk_hits", &TrainerStats::kernel_disk_hits)

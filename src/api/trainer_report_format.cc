@@ -35,8 +35,9 @@ std::string OutOfMemoryText(absl::string_view what, int64_t bytes, const Trainer
   return absl::StrCat(
       "Trainer::Create could not allocate ", what, ": ", bytes, " bytes (", mib(bytes),
       ") asked for; arena ", mib(s.arena_bytes), " = parameters ", mib(s.parameter_bytes),
-      ", optimizer state ", mib(s.optimizer_state_bytes), ", constants ", mib(s.constant_bytes),
-      ", inputs ", mib(s.input_bytes), ", kept ", mib(s.fetched_bytes), ", activation peak ",
+      ", optimizer state ", mib(s.optimizer_state_bytes), ", parameter copies ",
+      mib(s.parameter_copy_bytes), ", constants ", mib(s.constant_bytes), ", inputs ",
+      mib(s.input_bytes), ", kept ", mib(s.fetched_bytes), ", activation peak ",
       mib(s.activation_peak_bytes), " (gradients ", mib(s.gradient_bytes),
       " of it); workspaces for ", lanes, " lane(s); ",
       free_bytes >= 0
@@ -102,13 +103,14 @@ std::string TrainerReport::ToText() const {
   if (!s.create_ms.empty()) absl::StrAppend(&text, "  ", s.CreateBreakdown(), "\n");
   absl::StrAppendFormat(
       &text,
-      "  memory: arena %.2f MiB = parameters %.2f + optimizer state %.2f + constants %.2f + "
+      "  memory: arena %.2f MiB = parameters %.2f + optimizer state %.2f + parameter copies %.2f + "
+      "constants %.2f + "
       "inputs %.2f + kept %.2f + activation peak %.2f (gradients %.2f of it; %.2f unmirrored, %d "
       "nodes mirrored, %.2f no mirroring frees)\n",
       MiB(s.arena_bytes), MiB(s.parameter_bytes), MiB(s.optimizer_state_bytes),
-      MiB(s.constant_bytes), MiB(s.input_bytes), MiB(s.fetched_bytes), MiB(s.activation_peak_bytes),
-      MiB(s.gradient_bytes), MiB(s.activation_peak_unmirrored_bytes), s.mirrored_nodes,
-      MiB(s.mirror_floor_bytes));
+      MiB(s.parameter_copy_bytes), MiB(s.constant_bytes), MiB(s.input_bytes), MiB(s.fetched_bytes),
+      MiB(s.activation_peak_bytes), MiB(s.gradient_bytes), MiB(s.activation_peak_unmirrored_bytes),
+      s.mirrored_nodes, MiB(s.mirror_floor_bytes));
   std::vector<std::string> lanes;
   for (int64_t b : workspace_per_lane) lanes.push_back(absl::StrFormat("%.2f", MiB(b)));
   absl::StrAppendFormat(&text, "          workspaces %.2f MiB (lanes: %s); ",
@@ -209,6 +211,7 @@ std::string TrainerReport::ToJson() const {
   w.Key("arena").Int(s.arena_bytes);
   w.Key("parameters").Int(s.parameter_bytes);
   w.Key("optimizer_state").Int(s.optimizer_state_bytes);
+  w.Key("parameter_copies").Int(s.parameter_copy_bytes);
   w.Key("constants").Int(s.constant_bytes);
   w.Key("inputs").Int(s.input_bytes);
   w.Key("kept").Int(s.fetched_bytes);

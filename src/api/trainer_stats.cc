@@ -40,6 +40,7 @@ TrainerStats Trainer::Impl::stats() const {
   };
   s.parameter_bytes = bytes(passes::BufferClass::kParameter);
   s.optimizer_state_bytes = bytes(passes::BufferClass::kOptimizerState);
+  s.parameter_copy_bytes = bytes(passes::BufferClass::kParameterCopy);
   s.activation_peak_bytes = plan_.memory.transient_peak;
   s.activation_peak_unmirrored_bytes = plan_.activation_peak_unmirrored;
   s.mirror_floor_bytes = plan_.mirror_floor;

@@ -41,8 +41,12 @@ extern "C" __global__ void reprise_cast(const void* __restrict__ x, void* __rest
 )"};
 }
 
-GeneratedKernel CastMulti(int capacity, DType to) {
-  const std::string name = ElementKernelName("reprise_cast_multi", to);
+GeneratedKernel CastMulti(int capacity, DType to, bool refresh) {
+  const std::string name =
+      ElementKernelName(refresh ? "reprise_refresh_copies" : "reprise_cast_multi", to);
+  // The refresh form returns at once unless *stale: the copies are current.
+  const std::string stale_parameter = refresh ? ", const int* __restrict__ stale" : "";
+  const std::string skip_if_current = refresh ? "  if (*stale == 0) return;\n" : "";
   return {name, absl::StrCat(ElementTypeSource(to), "#define REPRISE_CAPACITY ", capacity,
                              "\n#define REPRISE_CHUNK ", kNormChunk, "\n#define REPRISE_BLOCK ",
                              kNormBlock, "\n#define REPRISE_BLOCKS_PER_SM ", kNormBlocksPerSm, R"(
@@ -55,8 +59,8 @@ struct CastTable {
 // Each element rounded by FromFloat, as the single cast does; four at a time (one 16-byte load,
 // one 8-byte store) where both tensors are aligned.
 extern "C" __global__ void __launch_bounds__(REPRISE_BLOCK, REPRISE_BLOCKS_PER_SM) )",
-                             name, R"((CastTable table, int count) {
-  int t = 0;
+                             name, "(CastTable table, int count", stale_parameter, ") {\n",
+                             skip_if_current, R"(  int t = 0;
   for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
     while (c >= table.first[t + 1]) ++t;
     const long long start = (long long)(c - table.first[t]) * REPRISE_CHUNK;

@@ -21,8 +21,10 @@ GeneratedKernel Cast();
 // of kNormBlock threads stride over, as the chunked optimizer kernels do (optimizer_kernels.h).
 // Signature: (CastTable table, int count), CastTable { const float* x[C]; elem_t* y[C];
 // long long n[C]; int first[C + 1]; } with C = capacity, laid out as ops::ChunkTable(C, 2);
-// kernel name ElementKernelName("reprise_cast_multi", to).
-GeneratedKernel CastMulti(int capacity, DType to);
+// kernel name ElementKernelName("reprise_cast_multi", to). With `refresh` (the copies that the
+// update keeps current, ops::RefreshCopiesOp): a third argument `const int* stale`, and nothing is
+// done unless *stale is nonzero; kernel name ElementKernelName("reprise_refresh_copies", to).
+GeneratedKernel CastMulti(int capacity, DType to, bool refresh = false);
 
 }  // namespace reprise::codegen
 

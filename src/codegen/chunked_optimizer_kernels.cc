@@ -56,15 +56,33 @@ __device__ __forceinline__ void AdamQuad(const AdamStep& a, float4& w, const flo
   AdamElement(a, w.z, g.z, m.z, v.z);
   AdamElement(a, w.w, g.w, m.w, v.w);
 }
+// The bits of w's 16-bit copy (copy kind 1: bfloat16, 2: float16), rounded as cast rounds them.
+__device__ __forceinline__ unsigned short CopyBits(float w, int kind) {
+  unsigned short bits;
+  if (kind == 1) {
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(w));
+  } else {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(w));
+  }
+  return bits;
+}
+__device__ __forceinline__ void StoreCopyQuad(unsigned short* __restrict__ c, int q, float4 w,
+                                              int kind) {
+  const unsigned int lo = CopyBits(w.x, kind) | ((unsigned int)CopyBits(w.y, kind) << 16);
+  const unsigned int hi = CopyBits(w.z, kind) | ((unsigned int)CopyBits(w.w, kind) << 16);
+  __stcs((uint2*)c + q, make_uint2(lo, hi));
+}
 // One chunk of n <= REPRISE_NORM_CHUNK elements. Where all four arrays are aligned (16 bytes,
 // 8 for a 16-bit gradient), each thread loads two quads of each before it computes and stores
 // either (eight vector loads in flight), with streaming hints: every byte is read and written
 // once, and should not push out of L2 the gradients that are still to come. The rest goes
-// element by element.
+// element by element. Where `c` is not null, the updated weights' 16-bit copy (kind `copy_kind`)
+// is written there too, so that no cast reads the weights again before the next forward.
 template <typename G>
 __device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__ w,
                                           const G* __restrict__ g, float* __restrict__ m,
-                                          float* __restrict__ v, int n, bool aligned) {
+                                          float* __restrict__ v, unsigned short* __restrict__ c,
+                                          int copy_kind, int n, bool aligned) {
   int done = 0;
   if (aligned) {
     const int quads = n / 4;
@@ -88,11 +106,13 @@ __device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__
       __stcs(w4 + q, wa);
       __stcs(m4 + q, ma);
       __stcs(v4 + q, va);
+      if (c != nullptr) StoreCopyQuad(c, q, wa, copy_kind);
       if (second) {
         AdamQuad(a, wb, gb, mb, vb);
         __stcs(w4 + r, wb);
         __stcs(m4 + r, mb);
         __stcs(v4 + r, vb);
+        if (c != nullptr) StoreCopyQuad(c, r, wb, copy_kind);
       }
     }
   }
@@ -102,22 +122,30 @@ __device__ __forceinline__ void AdamChunk(const AdamStep& a, float* __restrict__
     w[i] = wi;
     m[i] = mi;
     v[i] = vi;
+    if (c != nullptr) c[i] = CopyBits(wi, copy_kind);
   }
 }
-// Chunk `start` of tensor `t` (n elements of it), its gradient of the kind the table says.
+// Chunk `start` of tensor `t` (n elements of it), its gradient of the kind the table says (kind's
+// bits 0-1) and its copy, where `c` is not null, of the kind in bits 2-3.
 __device__ __forceinline__ void AdamTensorChunk(const AdamStep& a, float* __restrict__ w,
                                                 const void* g, int kind, float* __restrict__ m,
-                                                float* __restrict__ v, long long start, int n) {
-  const bool aligned = Aligned16(w, m, v, v);
-  if (kind == 1) {
+                                                float* __restrict__ v, unsigned short* c,
+                                                long long start, int n) {
+  const bool aligned = Aligned16(w, m, v, v) && (((unsigned long long)c & 7ull) == 0ull);
+  const int copy_kind = kind >> 2;
+  unsigned short* const cs = c != nullptr ? c + start : nullptr;
+  if ((kind & 3) == 1) {
     const Bf16Grad* gb = (const Bf16Grad*)g;
-    AdamChunk(a, w + start, gb + start, m + start, v + start, n, aligned && GradAligned(gb));
-  } else if (kind == 2) {
+    AdamChunk(a, w + start, gb + start, m + start, v + start, cs, copy_kind, n,
+              aligned && GradAligned(gb));
+  } else if ((kind & 3) == 2) {
     const F16Grad* gh = (const F16Grad*)g;
-    AdamChunk(a, w + start, gh + start, m + start, v + start, n, aligned && GradAligned(gh));
+    AdamChunk(a, w + start, gh + start, m + start, v + start, cs, copy_kind, n,
+              aligned && GradAligned(gh));
   } else {
     const float* gf = (const float*)g;
-    AdamChunk(a, w + start, gf + start, m + start, v + start, n, aligned && GradAligned(gf));
+    AdamChunk(a, w + start, gf + start, m + start, v + start, cs, copy_kind, n,
+              aligned && GradAligned(gf));
   }
 }
 // Thread j's Σ (x·inv)² over the quads j, j + REPRISE_NORM_BLOCK, ... of a chunk of n, all loads
@@ -147,19 +175,27 @@ __device__ __forceinline__ float ThreadSumSquares(const G* __restrict__ g, int n
 
 }  // namespace
 
-GeneratedKernel AdamMulti(int capacity) {
-  return {"reprise_adam_multi", ChunkedHelpers(capacity) + R"(
+GeneratedKernel AdamMulti(int capacity, bool copies) {
+  const std::string name = copies ? "reprise_adam_multi_copies" : "reprise_adam_multi";
+  return {name,
+          absl::StrCat(ChunkedHelpers(capacity), "#define REPRISE_COPIES ", copies ? 1 : 0,
+                       R"(
 struct AdamMultiTable {
   float* w[REPRISE_CAPACITY];
   const void* g[REPRISE_CAPACITY];
   float* m[REPRISE_CAPACITY];
   float* v[REPRISE_CAPACITY];
   const float* weight_decay[REPRISE_CAPACITY];
+#if REPRISE_COPIES
+  unsigned short* copy[REPRISE_CAPACITY];
+#endif
   long long n[REPRISE_CAPACITY];
   int first[REPRISE_CAPACITY + 1];
 };
 extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
-reprise_adam_multi(AdamMultiTable table, const __grid_constant__ GradKinds kinds, int count,
+)",
+                       name,
+                       R"((AdamMultiTable table, const __grid_constant__ GradKinds kinds, int count,
                    const float* __restrict__ lr, const int* __restrict__ step,
                    const float* __restrict__ beta1, const float* __restrict__ beta2,
                    const float* __restrict__ eps,
@@ -167,7 +203,16 @@ reprise_adam_multi(AdamMultiTable table, const __grid_constant__ GradKinds kinds
                    long long partial_count, const float* __restrict__ max_norm,
                    const float* __restrict__ unscale, int decoupled, int scheduled,
                    long long warmup, int decay, long long total, double floor_factor,
-                   long long step_size, double gamma) {
+                   long long step_size, double gamma
+#if REPRISE_COPIES
+                   , int* __restrict__ stale
+#endif
+) {
+#if REPRISE_COPIES
+  // The copies are current after this launch, whether it updates or skips: the refresh before it
+  // made them so where they were stale (ops::RefreshCopiesOp).
+  if (blockIdx.x == 0 && threadIdx.x == 0) *stale = 0;
+#endif
   if (Skipped(unscale)) return;
   __shared__ double sums[REPRISE_NORM_BLOCK];
   __shared__ float block_clip;
@@ -194,10 +239,16 @@ reprise_adam_multi(AdamMultiTable table, const __grid_constant__ GradKinds kinds
     }
     const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
     const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
-    AdamTensorChunk(a, table.w[t], table.g[t], kinds.kind[t], table.m[t], table.v[t], start, n);
+#if REPRISE_COPIES
+    unsigned short* const copy = table.copy[t];
+#else
+    unsigned short* const copy = nullptr;
+#endif
+    AdamTensorChunk(a, table.w[t], table.g[t], kinds.kind[t], table.m[t], table.v[t], copy, start,
+                    n);
   }
 }
-)"};
+)")};
 }
 
 GeneratedKernel GradSumSquares(int capacity) {

@@ -139,8 +139,12 @@ GeneratedKernel Adam();
 // min_factor, long long step_size, double gamma); clip, partials (with max_norm) and unscale may be
 // null, AdamMultiTable { float* w[C]; const void* g[C]; float* m[C]; float* v[C]; const float*
 // weight_decay[C]; long long n[C]; int first[C + 1]; } with C = capacity, count tensors, first[t]
-// the first chunk of tensor t and first[count] the chunk count.
-GeneratedKernel AdamMulti(int capacity);
+// the first chunk of tensor t and first[count] the chunk count. With `copies` (kernel
+// "reprise_adam_multi_copies"): the table also holds `unsigned short* copy[C]` after
+// weight_decay (ops::ChunkTable(C, 6)), a tensor's GradKinds byte says its copy's type in bits 2-3
+// (1 bfloat16, 2 float16; its gradient's in bits 0-1), each updated weight is also written there
+// rounded as cast rounds it, and a last argument `int* stale` is set to 0, skipped step or not.
+GeneratedKernel AdamMulti(int capacity, bool copies = false);
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table with first_partial + c < partial_count, blocks of kNormBlock

@@ -6,12 +6,19 @@
 // has the unfused step's bits. A gradient may be bfloat16 or float16 (the fuse pass folds a
 // mixed-precision gradient's widening cast in): the kernel widens it exactly on load, as the
 // reference executor does for the reference, so the bits are those of the cast's update.
+//
+// With attr "copies" = K (src/passes/parameter_copies.h): the first K tensors' 16-bit working
+// copies (state the forward and backward read instead of casting the weights each step) follow the
+// shared inputs, then the int32 flag that RefreshCopiesOp reads; each updated weight is written to
+// its copy rounded as cast rounds it, and the flag is cleared (skipped step or not).
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
+#include "src/ir/low_precision.h"
+#include "src/ops/cast.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lr_schedule.h"
 #include "src/ops/multi_tensor.h"
@@ -22,35 +29,46 @@
 namespace reprise::ops {
 namespace {
 
-constexpr int kPerTensor = 5;    // w, g, m, v, weight_decay
+constexpr int kPerTensor = kAdamMultiInputsPerTensor;
 constexpr int kFixedShared = 5;  // lr, step, beta1, beta2, epsilon
 constexpr int kWeightDecay = 4;  // Among a tensor's inputs.
 
 // Where the optional shared inputs are, counted from the first shared input; -1 where absent.
 struct Layout {
   int64_t tensors = 0;
-  int clip = -1;      // A clip coefficient,
-  int partials = -1;  // or (attr clip_norm) the norm's partial sums, then max_norm.
-  int check = -1;     // Loss scaling's check (attr loss_scaled).
+  int64_t copies = 0;      // Tensors 0 .. copies - 1 have a 16-bit copy,
+  int64_t first_copy = 0;  // the input of tensor 0's; the flag follows the last copy.
+  int clip = -1;           // A clip coefficient,
+  int partials = -1;       // or (attr clip_norm) the norm's partial sums, then max_norm.
+  int check = -1;          // Loss scaling's check (attr loss_scaled).
   bool scheduled = false;
 };
 
 absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
   ASSIGN_OR_RETURN(const int64_t tensors, ir::IntAttr(attrs, "tensors"));
+  int64_t copies = 0;
+  if (attrs.contains("copies")) {
+    ASSIGN_OR_RETURN(copies, ir::IntAttr(attrs, "copies"));
+  }
   const bool norm = ir::BoolAttrOr(attrs, "clip_norm", false);
   const bool scaled = ir::BoolAttrOr(attrs, "loss_scaled", false);
-  // tensors is bounded first, so that kPerTensor * tensors cannot overflow.
-  const bool fits = tensors >= 1 && tensors <= num_inputs;
-  const int64_t shared = fits ? num_inputs - kPerTensor * tensors : -1;
+  // tensors and copies are bounded first, so that kPerTensor * tensors cannot overflow.
+  const bool fits = tensors >= 1 && tensors <= num_inputs && copies >= 0 && copies <= tensors;
+  const int64_t copy_inputs = copies > 0 ? copies + 1 : 0;  // The copies, then the flag.
+  const int64_t shared = fits ? num_inputs - kPerTensor * tensors - copy_inputs : -1;
   const int64_t fixed = kFixedShared + (norm ? 2 : 0) + (scaled ? 1 : 0);
   if (!fits || shared < fixed || shared > fixed + (norm ? 0 : 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected ", kPerTensor, " inputs per tensor (w, g, m, v, weight_decay) for ",
-                     tensors, " tensors, then lr, step, beta1, beta2, epsilon",
-                     norm ? ", the norm's partial sums, max_norm" : "[, clip]",
-                     scaled ? ", check" : "", "; got ", num_inputs, " inputs"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", kPerTensor, " inputs per tensor (w, g, m, v, weight_decay) for ", tensors,
+        " tensors, then lr, step, beta1, beta2, epsilon",
+        norm ? ", the norm's partial sums, max_norm" : "[, clip]", scaled ? ", check" : "",
+        copies > 0 ? absl::StrCat(", ", copies, " copies, the stale flag") : "", "; got ",
+        num_inputs, " inputs"));
   }
-  Layout layout{.tensors = tensors, .scheduled = attrs.contains("decay")};
+  Layout layout{.tensors = tensors,
+                .copies = copies,
+                .first_copy = num_inputs - copy_inputs,
+                .scheduled = attrs.contains("decay")};
   int next = kFixedShared;
   if (norm) {
     layout.partials = next;
@@ -108,6 +126,17 @@ absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
       return absl::Status(checked.status().code(),
                           absl::StrCat("tensor ", t, ": ", checked.status().message()));
     }
+    if (t < layout.copies) {
+      const TensorSpec& copy = in[layout.first_copy + t];
+      if (!IsLowPrecision(copy.dtype) || copy.shape != single[0].shape) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", t, ": its copy is ",
+                                                       copy.ToString(), ", not a 16-bit ",
+                                                       single[0].shape.ToString()));
+      }
+    }
+  }
+  if (layout.copies > 0) {
+    RETURN_IF_ERROR(CheckStaleFlag(in[layout.first_copy + layout.copies]));
   }
   return std::vector<TensorSpec>{};
 }
@@ -131,14 +160,34 @@ absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in
                                             {&norm, &coefficient}));
     clip = &coefficient;
   }
+  // A step that loss scaling's check skips writes no copy either, as the kernel returns at once.
+  bool skipped = false;
+  if (layout.check >= 0) {
+    const ir::HostTensor& check = *in[h + layout.check];
+    RETURN_IF_ERROR(DispatchFloat(check.dtype(), [&]<typename T>() {
+      skipped = check.data<T>()[1] != T(0);
+      return absl::OkStatus();
+    }));
+  }
   for (int64_t t = 0; t < layout.tensors; ++t) {
     RETURN_IF_ERROR(AdamOp().cpu(node, AdamInputs<ir::HostTensor*>(in, layout, t, lr, clip), out));
+    if (t < layout.copies && !skipped) {
+      RETURN_IF_ERROR(ir::ConvertFloats(*in[kPerTensor * t], *in[layout.first_copy + t]));
+    }
   }
+  if (layout.copies > 0) in[layout.first_copy + layout.copies]->data<int32_t>()[0] = 0;
   return absl::OkStatus();
 }
 
-std::vector<int> MultiMutated(const Attrs& attrs, int) {
-  return MultiTensorMutated(attrs, kPerTensor, {0, 2, 3});
+std::vector<int> MultiMutated(const Attrs& attrs, int num_inputs) {
+  std::vector<int> mutated = MultiTensorMutated(attrs, kPerTensor, {0, 2, 3});
+  const int64_t copies = ir::IntAttr(attrs, "copies").value_or(0);
+  if (copies > 0 && copies < num_inputs) {
+    for (int64_t i = num_inputs - copies - 1; i < num_inputs; ++i) {
+      mutated.push_back(static_cast<int>(i));  // The copies and the flag.
+    }
+  }
+  return mutated;
 }
 
 // One launch per codegen::kMaxMultiTensorCapacity tensors (one for any model below that), its
@@ -159,13 +208,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
     const int64_t count =
         std::min<int64_t>(codegen::kMaxMultiTensorCapacity, layout.tensors - first);
     const int capacity = codegen::MultiTensorCapacity(count);
-    ChunkTable table(capacity, kPerTensor);
+    const bool copies = layout.copies > 0;
+    ChunkTable table(capacity, kPerTensor + (copies ? 1 : 0));
     std::vector<unsigned char> kinds(capacity, 0);  // codegen::AdamMulti's GradKinds.
     for (int64_t t = first; t < first + count; ++t) {
       const auto begin = ctx.inputs.begin() + kPerTensor * t;
-      const std::vector<void*> pointers(begin, begin + kPerTensor);
+      std::vector<void*> pointers(begin, begin + kPerTensor);
+      int kind = codegen::GradientKind(ctx.input_specs[kPerTensor * t + 1].dtype);
+      if (copies) {
+        const bool copied = t < layout.copies;
+        pointers.push_back(copied ? ctx.inputs[layout.first_copy + t] : nullptr);
+        if (copied)
+          kind |= codegen::GradientKind(ctx.input_specs[layout.first_copy + t].dtype) << 2;
+      }
       RETURN_IF_ERROR(table.Add(pointers, ctx.input_specs[kPerTensor * t].NumElements()));
-      kinds[t - first] = codegen::GradientKind(ctx.input_specs[kPerTensor * t + 1].dtype);
+      kinds[t - first] = static_cast<unsigned char>(kind);
     }
     KernelArgs args;
     args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
@@ -178,10 +235,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
     args.Add(static_cast<long long>(schedule.warmup_steps)).Add(static_cast<int>(schedule.decay));
     args.Add(static_cast<long long>(schedule.total_steps)).Add(schedule.min_factor);
     args.Add(static_cast<long long>(schedule.step_size)).Add(schedule.gamma);
+    if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
     const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
     const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
-                     NvrtcKernel::Create(ctx, node.name, codegen::AdamMulti(capacity), grid,
+                     NvrtcKernel::Create(ctx, node.name, codegen::AdamMulti(capacity, copies), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));
     parts.push_back(std::move(part));
   }

@@ -33,9 +33,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &MaxPool2dGradOp(), &GlobalAvgPoolOp(), &GlobalAvgPoolGradOp(), &FlattenOp(),
           &ReshapeOp(), &BatchNormActTrainOp(), &BatchNormActGradOp(), &BatchNormApplyOp(),
           &BatchNormApplyChainOp(), &MaxPool2dBnReluOp(), &MaxPool2dWithArgmaxOp(),
-          &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(), &CastMultiOp(), &MatmulBiasOp(),
-          &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(),
-          &SgdMomentumMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(), &CastMultiOp(),
+          &RefreshCopiesOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(), &MatmulDReluBiasGradOp(),
+          &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(), &AdamMultiOp(),
+          &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.
           &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).

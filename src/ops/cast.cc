@@ -10,9 +10,8 @@
 #include "src/util/status_macros.h"
 
 namespace reprise::ops {
-namespace {
 
-absl::StatusOr<DType> TargetOf(const Attrs& attrs) {
+absl::StatusOr<DType> CastTargetOf(const Attrs& attrs) {
   auto it = attrs.find("dtype");
   if (it == attrs.end() || !std::holds_alternative<std::string>(it->second)) {
     return absl::InvalidArgumentError("cast needs a string attribute dtype");
@@ -20,11 +19,13 @@ absl::StatusOr<DType> TargetOf(const Attrs& attrs) {
   return ParseFloatDType(std::get<std::string>(it->second));
 }
 
+namespace {
+
 absl::StatusOr<std::vector<TensorSpec>> InferCast(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 1));
   RETURN_IF_ERROR(CheckFloat(in[0], "x"));
-  ASSIGN_OR_RETURN(DType to, TargetOf(attrs));
+  ASSIGN_OR_RETURN(DType to, CastTargetOf(attrs));
   return std::vector<TensorSpec>{{in[0].shape, to}};
 }
 

@@ -17,10 +17,22 @@ const ir::OpDef& CastOp();
 // from mixed precision's casts of the float32 parameters to their 16-bit copies.
 const ir::OpDef& CastMultiOp();
 
+// refresh_copies: (p_0, ..., p_{n-1} float32 parameters, c_0, ..., c_{n-1} their copies of attr
+// "dtype" (bf16 or f16), stale: i32 scalar) -> nothing; writes each c_t = cast(p_t) in place, as
+// cast_multi would, but only where stale is nonzero. The copies are state that the update keeps
+// current (adam_multi's attr "copies", src/passes/parameter_copies.h), which clears the flag; its
+// GPU kernel's Settle sets it, so a step after the host wrote the parameters rounds them again.
+const ir::OpDef& RefreshCopiesOp();
+// InvalidArgument unless `flag` is refresh_copies' stale flag: an i32 scalar.
+absl::Status CheckStaleFlag(const TensorSpec& flag);
+
 // Whether `v` is a parameter, or a parameter cast (any number of times) as mixed precision reads
 // it: a value whose gradient ends a weight-gradient chain, so that gradient's node may take role
 // "wgrad" (the weight-gradient lane, src/passes/schedule.h).
 bool IsParameterOrItsCast(const Graph& g, Value v);
+
+// The type a cast (cast_multi, refresh_copies) converts to: its attribute "dtype".
+absl::StatusOr<DType> CastTargetOf(const Attrs& attrs);
 
 // The "dtype" attribute's value for a float type, and back; InvalidArgument for a name that is not
 // a float type.

@@ -126,12 +126,16 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   const bool adam = node.op == &AdamMultiOp();
   const bool nonfinite = node.op == &GradNonfiniteOp();
   const bool cast = node.op == &CastMultiOp() && !node.outputs.empty();
-  if (!adam && !nonfinite && !cast && node.op != &GradSumSquaresOp() &&
+  const bool refresh = node.op == &RefreshCopiesOp() && node.inputs.size() >= 3;
+  if (!adam && !nonfinite && !cast && !refresh && node.op != &GradSumSquaresOp() &&
       node.op != &GradSumSquaresNonfiniteOp())
     return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
+  const bool copies = adam && ir::IntAttr(node.attrs, "copies").value_or(0) > 0;
   if (adam) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
+  } else if (refresh) {
+    tensors = tensors / 2;
   } else if (ir::BoolAttrOr(node.attrs, "loss_scaled", false)) {
     --tensors;  // The loss-scale check.
   }
@@ -143,10 +147,13 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   }
   std::vector<codegen::GeneratedKernel> kernels;
   for (int capacity : capacities) {
-    kernels.push_back(adam        ? codegen::AdamMulti(capacity)
+    kernels.push_back(adam        ? codegen::AdamMulti(capacity, copies)
                       : nonfinite ? codegen::GradNonfinite(capacity)
                       : cast      ? codegen::CastMulti(capacity, node.outputs[0].dtype)
-                                  : codegen::GradSumSquares(capacity));
+                      : refresh
+                          ? codegen::CastMulti(
+                                capacity, CastTargetOf(node.attrs).value_or(DType::kBFloat16), true)
+                          : codegen::GradSumSquares(capacity));
   }
   return kernels;
 }

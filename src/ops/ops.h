@@ -41,8 +41,10 @@ const ir::OpDef& AdamOp();
 // own weight decay, in one launch. Attrs tensors, decoupled, loss_scaled; clip_norm (bool): the
 // clip coefficient is clip_coefficient's of (partials, max_norm), computed in the launch; and,
 // when the update schedules its rate (attr decay present), lr_schedule's attributes: lr is the
-// base rate and the update uses lr_schedule's rate of it.
+// base rate and the update uses lr_schedule's rate of it. Attr copies = K: after those inputs,
+// the first K tensors' 16-bit copies and the stale flag, written too (refresh_copies, cast.h).
 const ir::OpDef& AdamMultiOp();
+inline constexpr int kAdamMultiInputsPerTensor = 5;  // w, g, m, v, weight_decay
 
 // grad_norm.cc. (g0, g1, ...[, check]) -> f32[P]: sums of squares of the gradients' chunks (P
 // chunks of codegen::kNormChunk elements), in a fixed order; with attr loss_scaled, of the

@@ -80,9 +80,10 @@ void WriteNode(const Graph& graph, const Node& n, JsonWriter& w) {
   w.EndObject();
 }
 
-constexpr BufferClass kClasses[] = {BufferClass::kParameter, BufferClass::kOptimizerState,
-                                    BufferClass::kConstant,  BufferClass::kFetched,
-                                    BufferClass::kInput,     BufferClass::kActivation};
+constexpr BufferClass kClasses[] = {BufferClass::kParameter,     BufferClass::kOptimizerState,
+                                    BufferClass::kParameterCopy, BufferClass::kConstant,
+                                    BufferClass::kFetched,       BufferClass::kInput,
+                                    BufferClass::kActivation};
 
 void WriteMemory(const Plan& plan, JsonWriter& w) {
   const MemoryPlan& m = plan.memory;

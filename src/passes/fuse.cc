@@ -10,6 +10,7 @@
 #include "src/passes/fuse_batched.h"
 #include "src/passes/fuse_mlp_step.h"
 #include "src/passes/fuse_rules.h"
+#include "src/passes/parameter_copies.h"
 #include "src/passes/rewrite.h"
 #include "src/util/status_macros.h"
 
@@ -186,6 +187,14 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     std::vector<std::string> names;
     for (int32_t m : members) names.push_back(training.graph.node(m).name);
     fused.groups.emplace_back(group.name, std::move(names));
+  }
+  if (options.update_writes_copies) {
+    std::vector<Value> fused_kept;
+    for (const Value& v : kept) {
+      if (auto it = fused.values.find(v); it != fused.values.end())
+        fused_kept.push_back(it->second);
+    }
+    RETURN_IF_ERROR(KeepParameterCopies(fused, fused_kept));
   }
   return fused;
 }

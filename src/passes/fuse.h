@@ -101,6 +101,10 @@ struct FuseOptions {
   // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
   // where the first was made, instead of one launch per parameter.
   bool multi_tensor_casts = true;
+  // With multi_tensor_casts and adam_multi: those copies kept between steps and written by the
+  // update (src/passes/parameter_copies.h) instead of made at every step's start
+  // (TrainOptions::kernels.update_writes_parameter_copies, off by default).
+  bool update_writes_copies = false;
 };
 
 struct FusedTraining {

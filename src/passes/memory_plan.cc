@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
+#include "src/ops/cast.h"
 #include "src/util/checked_math.h"
 #include "src/util/status_macros.h"
 
@@ -18,8 +19,9 @@ int64_t AlignUp(int64_t x) {
   return (x + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
-BufferClass ClassOf(const Node& node, bool kept) {
+BufferClass ClassOf(const Node& node, bool kept, bool copy) {
   if (node.op == &ir::ParameterOp()) return BufferClass::kParameter;
+  if (copy) return BufferClass::kParameterCopy;
   if (node.op == &ir::StateOp()) return BufferClass::kOptimizerState;
   if (node.op == &ir::ConstantOp()) return BufferClass::kConstant;
   if (node.op == &ir::InputOp()) return BufferClass::kInput;
@@ -63,6 +65,8 @@ absl::string_view BufferClassName(BufferClass c) {
       return "parameter";
     case BufferClass::kOptimizerState:
       return "optimizer_state";
+    case BufferClass::kParameterCopy:
+      return "parameter_copy";
     case BufferClass::kConstant:
       return "constant";
     case BufferClass::kFetched:
@@ -94,6 +98,11 @@ namespace {
 absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const ScheduledLaunch> schedule,
                                    absl::Span<const Value> kept) {
   const absl::flat_hash_set<Value> kept_set(kept.begin(), kept.end());
+  absl::flat_hash_set<int32_t> copies;  // The state refresh_copies writes.
+  for (const Node& node : graph.nodes()) {
+    if (node.op != &ops::RefreshCopiesOp()) continue;
+    for (int m : ir::MutatedInputs(node)) copies.insert(node.inputs[m].node);
+  }
   std::vector<int> position(graph.num_nodes(), -1);
   for (int i = 0; i < static_cast<int>(schedule.size()); ++i) position[schedule[i].node] = i;
   const int end = static_cast<int>(schedule.size());
@@ -122,7 +131,9 @@ absl::StatusOr<MemoryPlan> Buffers(const Graph& graph, absl::Span<const Schedule
     }
     for (int out = 0; out < static_cast<int>(node.outputs.size()); ++out) {
       const Value v{node.id, out};
-      Buffer b{v, ClassOf(node, kept_set.contains(v)), 0, node.outputs[out].bytes(), 0, end};
+      Buffer b{v, ClassOf(node, kept_set.contains(v), copies.contains(node.id)),
+               0, node.outputs[out].bytes(),
+               0, end};
       if (b.cls == BufferClass::kActivation) {
         b.first = b.last = position[node.id];
         b.uses = {position[node.id]};
@@ -231,8 +242,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLa
 
   // Persistent classes first, then the input region, then the transient region.
   int64_t cursor = 0;
-  for (BufferClass cls : {BufferClass::kParameter, BufferClass::kOptimizerState,
-                          BufferClass::kConstant, BufferClass::kFetched, BufferClass::kInput}) {
+  for (BufferClass cls :
+       {BufferClass::kParameter, BufferClass::kOptimizerState, BufferClass::kParameterCopy,
+        BufferClass::kConstant, BufferClass::kFetched, BufferClass::kInput}) {
     if (cls == BufferClass::kInput) plan.input_offset = cursor;
     for (Buffer& b : plan.buffers) {
       if (b.cls != cls) continue;

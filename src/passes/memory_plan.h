@@ -24,6 +24,8 @@ inline constexpr int64_t kBufferAlignment = 256;  // cuBLASLt and vector loads l
 enum class BufferClass : uint8_t {
   kParameter,
   kOptimizerState,
+  // The parameters' 16-bit working copies that the update keeps (src/passes/parameter_copies.h).
+  kParameterCopy,
   kConstant,
   kFetched,  // Kept after the step for the user to read (the loss, fetched values).
   kInput,

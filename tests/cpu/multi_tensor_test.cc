@@ -55,11 +55,13 @@ TEST(ChunkTableTest, RefusesMoreTensorsThanItHoldsAndWrongPointerCounts) {
 }
 
 // adam_multi's table and its gradients' kinds (a byte per tensor) with its 19 other arguments,
-// each at most 8 bytes; grad_sum_squares' with 4.
+// each at most 8 bytes (with the parameters' copies: a sixth pointer per tensor and a 20th
+// argument, the stale flag); grad_sum_squares' with 4.
 TEST(ChunkTableTest, LargestTablesFitTheKernelParameterSpace) {
   constexpr size_t kCudaParameterBytes = 32764;  // CUDA 12.1 and later, Volta and later.
   const int most = codegen::kMaxMultiTensorCapacity;
   EXPECT_LE(ops::ChunkTable(most, 5).bytes() + most + 19 * 8, kCudaParameterBytes);
+  EXPECT_LE(ops::ChunkTable(most, 6).bytes() + most + 20 * 8, kCudaParameterBytes);
   EXPECT_LE(ops::ChunkTable(most, 1).bytes() + most + 4 * 8, kCudaParameterBytes);
   // grad_nonfinite's: the table, a byte of kind per tensor, then three more arguments.
   EXPECT_LE(ops::ChunkTable(most, 1).bytes() + most + 3 * 8, kCudaParameterBytes);

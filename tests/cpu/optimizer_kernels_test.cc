@@ -27,6 +27,7 @@ TEST(OptimizerKernelsTest, EveryKernelCompilesForSm90) {
 TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
   for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
     for (const auto& [kernel, arrays] : {std::pair{codegen::AdamMulti(capacity), 5},
+                                         std::pair{codegen::AdamMulti(capacity, true), 6},
                                          std::pair{codegen::GradSumSquares(capacity), 1}}) {
       auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
       ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();

@@ -40,10 +40,13 @@ struct SixteenBitGradientStep {
 // grad_sum_squares over the gradients, then one adam_multi (AdamW, its own weight decay per
 // tensor, a warm-up schedule and the clip norm folded in) reading the partial sums. `scaled` adds
 // loss scaling's check (input "check", f32[2]) to both. With `widening_casts` every 16-bit
-// gradient is read through a cast to float32, as before the fold.
+// gradient is read through a cast to float32, as before the fold. With `copies` = K, the first K
+// weights have 16-bit copies ("t<i>.copy", bfloat16 and float16 in turn) that a refresh_copies
+// first and the update then write, and the state "stale" (1) is their flag.
 inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int tensors,
                                                                           bool widening_casts,
-                                                                          bool scaled) {
+                                                                          bool scaled,
+                                                                          int copies = 0) {
   SixteenBitGradientStep s;
   Graph& g = s.graph;
   const TensorSpec scalar{Shape{}, DType::kFloat32};
@@ -91,6 +94,34 @@ inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int te
   }
   inputs.insert(inputs.end(), {lr, step, beta1, beta2, eps, s.partials, max_norm});
   if (scaled) inputs.push_back(check);
+  if (copies > 0) {
+    // One refresh per copy type (refresh_copies converts to one type), each tensor's own in turn.
+    const Value stale = *g.AddState("stale", {Shape{}, DType::kInt32}, Initializer::Constant(1));
+    for (DType to : {DType::kBFloat16, DType::kFloat16}) {
+      std::vector<Value> weights, copied;
+      for (int t = 0; t < copies; ++t) {
+        const DType type = t % 2 == 0 ? DType::kBFloat16 : DType::kFloat16;
+        if (type != to) continue;
+        weights.push_back(per_tensor[t][0]);
+        copied.push_back(*g.AddState("t" + std::to_string(t) + ".copy", {GradientStepShape(t), to},
+                                     Initializer::Uniform(-1, 1)));
+        s.state.push_back("t" + std::to_string(t) + ".copy");
+      }
+      if (weights.empty()) continue;
+      std::vector<Value> refresh = weights;
+      refresh.insert(refresh.end(), copied.begin(), copied.end());
+      refresh.push_back(stale);
+      RETURN_IF_ERROR(g.AddOp(ops::RefreshCopiesOp(), "refresh." + std::string(DTypeName(to)),
+                              refresh, {{"dtype", ops::DTypeAttr(to)}})
+                          .status());
+    }
+    for (int t = 0; t < copies; ++t) {
+      ASSIGN_OR_RETURN(const int32_t copy, g.FindNode("t" + std::to_string(t) + ".copy"));
+      inputs.push_back(Value{copy, 0});
+    }
+    inputs.push_back(stale);
+    s.state.push_back("stale");
+  }
   // A warm-up schedule (no cosine: its double cosine may differ in the last bit between host and
   // device), so that the kernels give the reference's bits exactly.
   Attrs attrs = {{"tensors", int64_t{tensors}},
@@ -99,6 +130,7 @@ inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int te
                  {"warmup_steps", int64_t{10}},
                  {"decay", std::string("constant")}};
   if (scaled) attrs["loss_scaled"] = true;
+  if (copies > 0) attrs["copies"] = int64_t{copies};
   RETURN_IF_ERROR(g.AddOp(ops::AdamMultiOp(), "adam.all", inputs, attrs).status());
   return s;
 }

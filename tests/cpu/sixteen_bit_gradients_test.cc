@@ -251,11 +251,12 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
       .schedule = {.warmup_steps = 100, .decay = LrDecay::kCosine, .total_steps = 1000}};
   options.plan.lanes = 0;
   // 0: the path before (a launch per cast); 1: gradient casts folded; 2: and the parameters'
-  // copies in one cast_multi.
-  std::map<int, int> launches, casts, widening, multi;
-  for (int variant : {0, 1, 2}) {
+  // copies in one cast_multi (the default); 3: those copies kept between steps (refresh_copies).
+  std::map<int, int> launches, casts, widening, multi, refresh;
+  for (int variant : {0, 1, 2, 3}) {
     options.plan.fusion.fold_gradient_casts = variant >= 1;
-    options.plan.fusion.multi_tensor_casts = variant == 2;
+    options.plan.fusion.multi_tensor_casts = variant >= 2;
+    options.plan.fusion.update_writes_copies = variant == 3;
     auto compiled = passes::CompileStep(gpt->graph, gpt->loss, options);
     ASSERT_TRUE(compiled.ok()) << compiled.status();
     const passes::Plan& plan = compiled->plan;
@@ -264,6 +265,7 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
     for (const passes::ScheduledLaunch& l : plan.launches) {
       const Node& node = g.node(l.node);
       multi[variant] += node.op_name() == "cast_multi";
+      refresh[variant] += node.op_name() == "refresh_copies";
       if (node.op_name() != "cast") continue;
       ++casts[variant];
       widening[variant] += IsLowPrecision(g.spec(node.inputs[0]).dtype);
@@ -274,7 +276,8 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
     std::cout << "GPT-2 124M bf16 plan, "
               << (variant == 0   ? "casts as before"
                   : variant == 1 ? "gradient casts folded"
-                                 : "gradient casts folded, parameter casts in one launch")
+                  : variant == 2 ? "gradient casts folded, parameter casts in one launch"
+                                 : "gradient casts folded, parameter copies kept")
               << ": " << launches[variant] << " launches, " << casts[variant] << " casts ("
               << widening[variant] << " widening), " << multi[variant] << " cast_multi\n";
   }
@@ -285,6 +288,11 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
   EXPECT_EQ(casts[2], 0);
   EXPECT_EQ(multi[2], 1);
   EXPECT_EQ(launches[1] - launches[2], casts[1] - 1);
+  // Or kept: the one launch refreshes them only after the host wrote the weights.
+  EXPECT_EQ(casts[3], 0);
+  EXPECT_EQ(multi[3], 0);
+  EXPECT_EQ(refresh[3], 1);
+  EXPECT_EQ(launches[3], launches[2]);
 }
 
 // cast_multi: the casts' bits (so a step keeps its bits), shapes named in errors, and a kernel
@@ -324,13 +332,17 @@ TEST(CastMultiTest, GivesTheCastsBitsAndNamesBadInputs) {
   EXPECT_THAT(ints.status().message(), HasSubstr("tensor 1"));
   for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
     for (DType to : {DType::kBFloat16, DType::kFloat16}) {
-      const codegen::GeneratedKernel kernel = codegen::CastMulti(capacity, to);
-      auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-      ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
-      EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_0[",
-                                                ops::ChunkTable(capacity, 2).bytes(), "]")),
-                std::string::npos)
-          << kernel.name;
+      for (bool refresh : {false, true}) {  // refresh_copies' kernel too, with its flag.
+        const codegen::GeneratedKernel kernel = codegen::CastMulti(capacity, to, refresh);
+        auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+        ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
+        EXPECT_NE(compiled->ptx.find(absl::StrCat(kernel.name, "_param_0[",
+                                                  ops::ChunkTable(capacity, 2).bytes(), "]")),
+                  std::string::npos)
+            << kernel.name;
+        EXPECT_EQ(compiled->ptx.find(kernel.name + "_param_2") != std::string::npos, refresh)
+            << kernel.name;
+      }
     }
   }
 }

@@ -157,6 +157,7 @@ passes::CompileOptions RandomCompileOptions(FuzzedDataProvider& in) {
   o.plan.fusion.whole_mlp_step = in.ConsumeBool();
   o.plan.fusion.gemm_epilogues = in.ConsumeBool();
   o.plan.lanes = in.ConsumeIntegralInRange<int>(-1, passes::kMaxLanes + 1);
+  o.plan.fusion.update_writes_copies = in.ConsumeBool();
   return o;
 }
 

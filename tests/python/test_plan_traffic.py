@@ -41,6 +41,24 @@ def test_reads_inputs_once_writes_outputs_and_what_an_in_place_update_reads():
     assert [op for op, *_ in plan_traffic.traffic(dump)] == ["sgd_momentum", "matmul"]
 
 
+def test_kept_parameter_copies_are_written_by_the_update_and_refreshed_only_on_host_writes():
+    nodes = [
+        node(0, "parameter", outputs=[spec("f32", 4, 8)]),             # 128 bytes
+        node(1, "state", outputs=[spec("bf16", 4, 8)]),                # its copy: 64 bytes
+        node(2, "state", outputs=[spec("i32")]),                       # the flag: 4 bytes
+        node(3, "input", outputs=[spec("f32", 4, 8)]),                 # a gradient: 128 bytes
+        node(4, "refresh_copies", [(0, 0), (1, 0), (2, 0)]),
+        node(5, "adam_multi", [(0, 0), (3, 0), (1, 0), (2, 0)]),
+    ]
+    nodes[5]["attrs"] = {"tensors": 1, "copies": 1}
+    dump = {"stage": "plan", "nodes": nodes,
+            "plan": {"launches": [{"node": 4}, {"node": 5}]}}
+    rows = {op: (n, r, w) for op, n, r, w in plan_traffic.traffic(dump)}
+    assert rows["refresh_copies"] == (1, 4, 0)  # Its flag only.
+    # The copy is written, not read; the weight, the gradient and the flag are read.
+    assert rows["adam_multi"] == (1, 128 + 128 + 4, 128 + 64 + 4)
+
+
 def test_refuses_what_is_not_a_plan_and_an_unknown_dtype(tmp_path):
     with pytest.raises(ValueError, match="not a plan dump"):
         plan_traffic.traffic({"stage": "ir", "nodes": []})

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The bytes each kind of launch moves in one step of a plan, from `reprise-dump --stage plan
 --format json`: what it reads (its inputs, each once) and writes (its outputs; for an op that
-updates in place, the parameters and state it reads), summed per op, largest first. A lower bound
+updates in place, the parameters and state it reads), summed per op, largest first. The
+parameters' kept 16-bit copies are only written by the update, and refreshed only after the host
+wrote the weights (src/passes/parameter_copies.h), so a step's refresh_copies reads just its flag. A lower bound
 on a step's memory traffic: a kernel that reads a tensor twice, or spills, moves more. Where a step
 runs against the GPU's power cap (tools/device/clocks_and_power.sh), the ops at the top are where
 less energy per step has to come from.
@@ -27,6 +29,13 @@ def spec_bytes(spec):
     return count * DTYPE_BYTES[spec["dtype"]]
 
 
+def written_positions(node):
+    """The inputs a launch writes without reading them: adam_multi's 16-bit parameter copies."""
+    copies = node.get("attrs", {}).get("copies", 0) if node["op"] == "adam_multi" else 0
+    last = len(node["inputs"]) - 1  # The copies' stale flag, read and written.
+    return set(range(last - copies, last)) if copies else set()
+
+
 def traffic(dump):
     """[(op, launches, bytes read, bytes written)] over the plan's launches, largest total first."""
     if dump.get("stage") not in ("plan", "cuda-graph") or "plan" not in dump:
@@ -37,15 +46,21 @@ def traffic(dump):
         node = nodes[launch["node"]]
         read = written = 0
         seen = set()
-        for value in node["inputs"]:
+        write_only = written_positions(node)
+        inputs = node["inputs"]
+        refresh = node["op"] == "refresh_copies"
+        if refresh:  # It reads its flag and, only after the host wrote the weights, casts them.
+            inputs = inputs[-1:]
+        for position, value in enumerate(inputs):
             key = (value["node"], value["output"])
             if key in seen:
                 continue
             seen.add(key)
             producer = nodes[value["node"]]
             size = spec_bytes(producer["outputs"][value["output"]])
-            read += size
-            if not node["outputs"] and producer["op"] in MUTABLE_LEAVES:
+            if position not in write_only:
+                read += size
+            if not node["outputs"] and producer["op"] in MUTABLE_LEAVES and not refresh:
                 written += size
         written += sum(spec_bytes(spec) for spec in node["outputs"])
         entry = per_op.setdefault(node["op"], [0, 0, 0])
