@@ -65,9 +65,11 @@ absl::Status Bad(int index, int layers, absl::string_view what, const TensorSpec
 // the features [B, F] and labels [B] may be shared by every model.
 absl::StatusOr<StepShape> CheckInputs(int64_t layers, absl::Span<const TensorSpec> in, bool guarded,
                                       bool shadow, bool stacked) {
-  if (layers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attribute 'layers' must be >= 1, got ", layers));
+  // Bounded by the inputs (four a layer) before it is narrowed to int: a hostile attribute of
+  // 2^31 layers became -2^31, and 4 * layers overflowed.
+  if (layers < 1 || layers > static_cast<int64_t>(in.size()) / 4) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'layers' must be >= 1 and fit the ",
+                                                   in.size(), " inputs (4 a layer), got ", layers));
   }
   StepShape s;
   s.stacked = stacked;

@@ -18,6 +18,7 @@
 #include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/decode_attention.h"
+#include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/passes/mirror.h"
 #include "src/passes/plan.h"
@@ -209,6 +210,20 @@ TEST(FuzzRegressionTest, NormAndFlagsOfASixteenBitGradientInAFloat64Reference) {
   ASSERT_TRUE(cpu.SetLeaf("loss", std::vector<double>{std::nan("")}).ok());
   ASSERT_TRUE(cpu.Run().ok());
   EXPECT_EQ(ir::FloatElement(**cpu.Tensor(out[1]), 1), 1.0);
+}
+
+// The whole-step MLP op narrowed its "layers" attribute to int before bounding it: 2^31 layers
+// became -2^31 and the arity check's 4 * layers overflowed.
+TEST(FuzzRegressionTest, WholeStepMlpRefusesALayerCountPastItsInputs) {
+  Graph g;
+  std::vector<Value> inputs;
+  for (int i = 0; i < 12; ++i) {
+    inputs.push_back(*g.AddInput(absl::StrCat("in", i), {Shape{2}}, Initializer::Zeros()));
+  }
+  for (int64_t layers : {int64_t{1} << 31, int64_t{1} << 40, int64_t{4}, int64_t{0}}) {
+    auto added = g.AddOp(ops::MlpTrainStepOp(), "step", inputs, {{"layers", layers}});
+    EXPECT_EQ(added.status().code(), absl::StatusCode::kInvalidArgument) << layers;
+  }
 }
 
 // The safetensors reader took a tensor named "" that the writer then refused to write again (the
