@@ -16,33 +16,16 @@
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_gpt2.h"
 #include "tests/gpu/update_agreement.h"
 
 namespace reprise {
 namespace {
 
-constexpr models::Gpt2Config kSmall = {.batch = 4,
-                                       .seq = 64,
-                                       .max_positions = 64,
-                                       .vocab = 512,
-                                       .layers = 2,
-                                       .heads = 4,
-                                       .width = 128};
+constexpr models::Gpt2Config kSmall = testing::kSmallGpt2;
 
 TrainOptions Bf16AdamW(bool keep_copies) {
-  TrainOptions options;
-  options.seed = 42;
-  options.numerics.compute_dtype = DType::kBFloat16;
-  options.numerics.deterministic = true;
-  options.optimizer = OptimizerOptions{
-      .kind = OptimizerKind::kAdamW,
-      .learning_rate = 1e-3f,
-      .beta1 = 0.9f,
-      .beta2 = 0.95f,
-      .weight_decay = 0.1f,
-      .decay_rank1 = false,
-      .max_grad_norm = 1.0f,
-      .schedule = {.warmup_steps = 2, .decay = LrDecay::kCosine, .total_steps = 200}};
+  TrainOptions options = testing::SmallGpt2Bf16AdamW();
   options.kernels.update_writes_parameter_copies = keep_copies;
   return options;
 }

@@ -18,6 +18,7 @@
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_gpt2.h"
 
 namespace reprise {
 namespace {
@@ -146,28 +147,10 @@ INSTANTIATE_TEST_SUITE_P(Launches, SixteenBitReplayGpuTest,
 // parameters bit for bit.
 TEST(SixteenBitGradientsGpuTest, Gpt2Bf16StepsEqualTheFloat32GradientPathBitForBit) {
   REPRISE_REQUIRE_GPU();
-  const models::Gpt2Config c = {.batch = 4,
-                                .seq = 64,
-                                .max_positions = 64,
-                                .vocab = 512,
-                                .layers = 2,
-                                .heads = 4,
-                                .width = 128};
+  const models::Gpt2Config c = testing::kSmallGpt2;
   auto gpt = models::BuildGpt2(c);
   ASSERT_TRUE(gpt.ok()) << gpt.status();
-  TrainOptions options;
-  options.seed = 42;
-  options.numerics.compute_dtype = DType::kBFloat16;
-  options.numerics.deterministic = true;
-  options.optimizer = OptimizerOptions{
-      .kind = OptimizerKind::kAdamW,
-      .learning_rate = 1e-3f,
-      .beta1 = 0.9f,
-      .beta2 = 0.95f,
-      .weight_decay = 0.1f,
-      .decay_rank1 = false,
-      .max_grad_norm = 1.0f,
-      .schedule = {.warmup_steps = 2, .decay = LrDecay::kCosine, .total_steps = 200}};
+  TrainOptions options = testing::SmallGpt2Bf16AdamW();
   auto plain = Trainer::Create(gpt->graph, gpt->loss, options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   auto id = NewDataParallelId();
