@@ -139,6 +139,7 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   options.kernels.fuse = request.fuse;
   options.launch.lanes = request.lanes;
   options.kernels.whole_step = request.whole_step;
+  options.kernels.update_writes_parameter_copies = request.update_copies;
   options.parallel.batch_ensembles = request.batch_ensembles;
   options.numerics.allow_tf32 = request.tf32;
   options.numerics.non_finite = request.non_finite;

@@ -85,3 +85,17 @@ def test_a_gpt2_plan_moves_what_its_optimizer_says(tmp_path):
     # and the step counter it reads (two int32) counts as written too.
     assert rows["adam_multi"][2] == 3 * 4 * dump["parameter_count"] + 8
     assert plan_traffic.main([str(out), "--top", "3"]) == 0
+    # With the 16-bit copies kept, AdamW also writes every copy and the flag, and the cast at the
+    # step's start (which read every weight and wrote every copy) reads just the flag.
+    kept = tmp_path / "kept.json"
+    subprocess.run([DUMP, "--model", "gpt2", "--depth", "2", "--width", "128", "--seq", "64",
+                    "--vocab", "512", "--batch", "4", "--dtype", "bf16", "--stage", "plan",
+                    "--update_copies", "--format", "json", "-o", str(kept)], check=True,
+                   timeout=120)
+    kept_dump = json.loads(kept.read_text())
+    kept_rows = {op: (n, r, w) for op, n, r, w in plan_traffic.traffic(kept_dump)}
+    copies = kept_dump["plan"]["memory"]["bytes_by_class"]["parameter_copy"]
+    assert copies == rows["cast_multi"][2]
+    assert kept_rows["adam_multi"][2] == rows["adam_multi"][2] + copies + 4
+    assert kept_rows["refresh_copies"] == (1, 4, 0)
+    assert "cast_multi" not in kept_rows
