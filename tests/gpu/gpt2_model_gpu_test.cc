@@ -30,6 +30,7 @@
 #include "tests/cpu/cache_test_util.h"
 #include "tests/cpu/json_reader.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/small_gpt2.h"
 
 namespace reprise {
 namespace {
@@ -37,15 +38,7 @@ namespace {
 using models::Gpt2Config;
 using ::testing::HasSubstr;
 
-Gpt2Config Small() {
-  return {.batch = 4,
-          .seq = 64,
-          .max_positions = 64,
-          .vocab = 512,
-          .layers = 2,
-          .heads = 4,
-          .width = 128};
-}
+Gpt2Config Small() { return testing::kSmallGpt2; }
 
 // nanoGPT's: AdamW with betas 0.9 / 0.95, decay on the 2-D weights only, clipping at 1.0, a
 // linear warm-up and a cosine decay.
