@@ -33,7 +33,7 @@ ABSL_FLAG(bool, relu_epilogues, false,
 ABSL_FLAG(bool, bias_sum_epilogues, false,
           "with fusion: linear layers' bias gradients in their weight-gradient products' BGRADB "
           "epilogues (TrainOptions::kernels.weight_gradient_bias_sums)");
-ABSL_FLAG(bool, update_copies, false,
+ABSL_FLAG(bool, update_copies, true,
           "mixed precision with Adam(W): the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies)");
 

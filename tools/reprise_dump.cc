@@ -49,7 +49,7 @@ ABSL_FLAG(bool, fuse, true, "run the fuse pass (stages plan and cuda-graph)");
 ABSL_FLAG(int, lanes, 0, "0 (auto) or 1 to 4 lanes (stages plan and cuda-graph)");
 ABSL_FLAG(bool, whole_step, true,
           "allow the whole-step MLP kernel when it fits (stages plan and cuda-graph)");
-ABSL_FLAG(bool, update_copies, false,
+ABSL_FLAG(bool, update_copies, true,
           "mixed precision with AdamW: the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies; stages "
           "plan and cuda-graph)");

@@ -103,8 +103,8 @@ struct FuseOptions {
   bool multi_tensor_casts = true;
   // With multi_tensor_casts and adam_multi: those copies kept between steps and written by the
   // update (src/passes/parameter_copies.h) instead of made at every step's start
-  // (TrainOptions::kernels.update_writes_parameter_copies, off by default).
-  bool update_writes_copies = false;
+  // (TrainOptions::kernels.update_writes_parameter_copies).
+  bool update_writes_copies = true;
 };
 
 struct FusedTraining {

@@ -5,6 +5,7 @@
 #include <string>
 #include <variant>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/ir/op_def.h"
 #include "src/util/checked_math.h"
@@ -20,6 +21,51 @@ bool IsWeightGradient(const Node& node) {
 namespace {
 
 bool IsCommunication(const Node& node) { return node.op->kind == ir::OpKind::kCommunication; }
+
+// The order that writes in place imply, beyond the data and control edges: the graph means what
+// running its nodes in id order means (the CPU reference does), so for each parameter or state a
+// node writes in place, its readers and writers keep their id order around each write. Per node,
+// the earlier nodes it must follow: a writer follows the previous writer and every reader since;
+// a reader follows the previous writer. Two updates of the same state that nothing else orders
+// (a refresh of the 16-bit copies and the optimizer that rewrites them) run in id order. Ids are
+// topological, so these edges point forward, like every other, and can make no cycle.
+std::vector<std::vector<int32_t>> InPlaceOrder(const Graph& graph) {
+  const int n = graph.num_nodes();
+  std::vector<bool> written(n, false);
+  for (const Node& node : graph.nodes()) {
+    for (int m : ir::MutatedInputs(node)) written[node.inputs[m].node] = true;
+  }
+  struct Touches {
+    int32_t writer = -1;
+    std::vector<int32_t> readers;  // Since the last writer.
+  };
+  absl::flat_hash_map<int32_t, Touches> leaves;
+  std::vector<std::vector<int32_t>> after(n);
+  for (const Node& node : graph.nodes()) {
+    if (ir::IsLeaf(node)) continue;
+    const std::vector<int> mutated = ir::MutatedInputs(node);
+    for (int i = 0; i < static_cast<int>(node.inputs.size()); ++i) {
+      const int32_t leaf = node.inputs[i].node;
+      if (!written[leaf]) continue;
+      Touches& t = leaves[leaf];
+      const bool writes = std::find(mutated.begin(), mutated.end(), i) != mutated.end();
+      if (t.writer >= 0 && t.writer != node.id) after[node.id].push_back(t.writer);
+      if (!writes) {
+        if (t.readers.empty() || t.readers.back() != node.id) t.readers.push_back(node.id);
+        continue;
+      }
+      for (int32_t reader : t.readers) {
+        if (reader != node.id) after[node.id].push_back(reader);
+      }
+      t.readers.clear();
+      t.writer = node.id;
+    }
+    std::vector<int32_t>& mine = after[node.id];
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  }
+  return after;
+}
 
 // The nodes lane 1 holds whenever there are two lanes or more: weight gradients, optimizer
 // updates, the nodes whose every reader is a weight gradient or another such node (a
@@ -120,8 +166,8 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
 // optimizer's nodes and whatever reads a collective's result (a cast widening an averaged 16-bit
 // gradient): each update follows its bucket's all-reduce on that stream, so no compute lane ever
 // queues behind a launch that waits for communication.
-void AssignLanes(const Graph& graph, int lanes, int comm_lane,
-                 std::vector<ScheduledLaunch>& order) {
+void AssignLanes(const Graph& graph, const std::vector<std::vector<int32_t>>& in_place,
+                 int lanes, int comm_lane, std::vector<ScheduledLaunch>& order) {
   std::vector<int> position(graph.num_nodes(), -1);
   const std::vector<bool> weight_lane = WeightLaneNodes(graph);
   const std::vector<int> side =
@@ -151,6 +197,7 @@ void AssignLanes(const Graph& graph, int lanes, int comm_lane,
     };
     for (const Value& v : node.inputs) need(v.node);
     for (int32_t c : node.control_inputs) need(c);
+    for (int32_t earlier : in_place[node.id]) need(earlier);
     for (int other = 0; other < lanes; ++other) {
       if (latest[other] > waited[lane][other]) {
         order[i].waits.push_back(latest[other]);
@@ -213,6 +260,10 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
     for (const Value& v : node.inputs) edge(v.node, node.id);
     for (int32_t c : node.control_inputs) edge(c, node.id);
   }
+  const std::vector<std::vector<int32_t>> in_place = InPlaceOrder(graph);
+  for (int32_t id = 0; id < n; ++id) {
+    for (int32_t earlier : in_place[id]) edge(earlier, id);
+  }
   // Ready nodes: collectives first (a bucket's all-reduce starts as soon as its last gradient is
   // made), then optimizer updates (each frees a gradient), then lowest id.
   auto rank = [&](int32_t id) {
@@ -245,7 +296,7 @@ absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
   }
   const bool communicates = std::any_of(graph.nodes().begin(), graph.nodes().end(),
                                         [](const Node& n) { return IsCommunication(n); });
-  AssignLanes(graph, lanes, communicates ? lanes : -1, order);
+  AssignLanes(graph, in_place, lanes, communicates ? lanes : -1, order);
   return order;
 }
 

@@ -39,8 +39,10 @@ struct ScheduleOptions {
   int lanes = 1;
 };
 
-// A topological order over the non-leaf nodes (data and control edges), optimizer updates first
-// among the ready nodes, otherwise lowest node id first, with lanes and waits. Deterministic.
+// A topological order over the non-leaf nodes (data and control edges, and around each write of
+// a parameter or state in place its readers' and writers' id order: what the CPU reference runs),
+// optimizer updates first among the ready nodes, otherwise lowest node id first, with lanes and
+// waits. Deterministic.
 absl::StatusOr<std::vector<ScheduledLaunch>> Schedule(const Graph& graph,
                                                       const ScheduleOptions& options = {});
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -388,8 +389,10 @@ TEST(Gpt2ModelTest, AdamWStepCompilesInBFloat16AndChecksTokenRanges) {
     ++pads;
     EXPECT_EQ(n.outputs[0].dtype, DType::kBFloat16);
     const Node& source = plan.node(n.inputs[0].node);
-    // The parameters' 16-bit copies are made together (cast_multi).
-    EXPECT_TRUE(source.op_name() == "cast" || source.op_name() == "cast_multi") << source.name;
+    // The parameter's 16-bit copy, kept between steps and written by the update
+    // (src/passes/parameter_copies.h).
+    EXPECT_EQ(source.op_name(), "state") << source.name;
+    EXPECT_TRUE(absl::EndsWith(source.name, ".bf16_copy")) << source.name;
     int embedding_reads = 0;
     for (const Node& reader : plan.nodes()) {
       embedding_reads += reader.op_name() == "embedding" && reader.inputs[1] == n.inputs[0];

@@ -4,6 +4,7 @@
 #include "src/passes/schedule.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
@@ -174,6 +175,47 @@ TEST(ScheduleTest, TwoLanesPutAParametersBiasGradientOnLaneOne) {
   ASSERT_TRUE(t.ok()) << t.status();
   const Node& grad = t->graph.node(*t->graph.FindNode("y.bias_grad"));
   EXPECT_FALSE(grad.attrs.contains("role")) << "a computed bias's gradient is not a weight's";
+}
+
+// Writes in place keep the id order that the CPU reference runs, with nothing else ordering
+// them: an update ready at once (optimizer updates go first among the ready nodes) waits for the
+// reader before it, the reader after it waits for it, and the second update of the same weight
+// waits for both; on two lanes (the updates on lane 1) through waits.
+TEST(ScheduleTest, WritesInPlaceKeepTheirReadersAndWritersInIdOrder) {
+  Graph g;
+  const TensorSpec vector{Shape{4}, DType::kFloat32}, scalar{Shape{}, DType::kFloat32};
+  const Value w = *g.AddParameter("w", vector, Initializer::Constant(0.5));
+  const Value grad = *g.AddConstant("g", vector, Initializer::Constant(1));
+  const Value velocity = *g.AddState("v", vector, Initializer::Zeros());
+  std::vector<Value> shared;
+  for (const char* name : {"lr", "momentum", "weight_decay"})
+    shared.push_back(*g.AddInput(name, scalar, Initializer::Constant(0.1)));
+  auto update = [&](const std::string& name) {
+    std::vector<Value> inputs = {w, grad, velocity};
+    inputs.insert(inputs.end(), shared.begin(), shared.end());
+    ASSERT_TRUE(g.AddOp(ops::SgdMomentumOp(), name, inputs, {}).ok());
+  };
+  ASSERT_TRUE(g.AddOp1(ops::ReluOp(), "read_before", {w}).ok());
+  update("update_1");
+  ASSERT_TRUE(g.AddOp1(ops::ReluOp(), "read_between", {w}).ok());
+  update("update_2");
+  ASSERT_TRUE(g.AddOp1(ops::ReluOp(), "read_after", {w}).ok());
+  const std::vector<std::string> id_order = {"read_before", "update_1", "read_between", "update_2",
+                                             "read_after"};
+  for (int lanes : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(lanes, " lanes"));
+    auto order = passes::Schedule(g, {.lanes = lanes});
+    ASSERT_TRUE(order.ok()) << order.status();
+    ASSERT_EQ(order->size(), id_order.size());
+    if (lanes == 2) EXPECT_EQ(LaneOfNode(g, *order, "update_1"), 1);
+    std::vector<int> position(g.num_nodes(), -1);
+    for (int i = 0; i < static_cast<int>(order->size()); ++i) position[(*order)[i].node] = i;
+    const passes::HappensBefore before(*order);
+    for (size_t i = 0; i + 1 < id_order.size(); ++i) {
+      const int a = position[*g.FindNode(id_order[i])], b = position[*g.FindNode(id_order[i + 1])];
+      EXPECT_TRUE(before(a, b)) << id_order[i] << " before " << id_order[i + 1];
+    }
+  }
 }
 
 }  // namespace

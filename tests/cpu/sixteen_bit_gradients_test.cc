@@ -251,7 +251,7 @@ TEST(SixteenBitGradientsTest, Gpt2SmallBf16PlanHasNoGradientCastLaunches) {
       .schedule = {.warmup_steps = 100, .decay = LrDecay::kCosine, .total_steps = 1000}};
   options.plan.lanes = 0;
   // 0: the path before (a launch per cast); 1: gradient casts folded; 2: and the parameters'
-  // copies in one cast_multi (the default); 3: those copies kept between steps (refresh_copies).
+  // copies in one cast_multi; 3: those copies kept between steps (refresh_copies, the default).
   std::map<int, int> launches, casts, widening, multi, refresh;
   for (int variant : {0, 1, 2, 3}) {
     options.plan.fusion.fold_gradient_casts = variant >= 1;
