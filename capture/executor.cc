@@ -216,6 +216,8 @@ absl::StatusOr<runtime::GraphExec> CapturedStep::Instantiate(
     }
     launch_ = Launch::kHost;
     launcher_.reset();
+    trial_.reset();
+    host_exec_.reset();
     host_launch_reason_ = absl::StrCat("the device refused the graph: ", exec.status().message());
   }
   return runtime::GraphExec::Create(graph);
@@ -253,7 +255,15 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
     }
   }
   step.stream_ = stream;
+  if (launch == Launch::kAuto && step.launch_ == Launch::kDevice) {
+    ASSIGN_OR_RETURN(LaunchTrial trial, LaunchTrial::Create());
+    step.trial_.emplace(std::move(trial));
+  }
   ASSIGN_OR_RETURN(step.exec_, step.Instantiate(step.graph_, launches, launch_nodes));
+  if (step.trial_.has_value()) {
+    ASSIGN_OR_RETURN(runtime::GraphExec host_exec, runtime::GraphExec::Create(step.graph_));
+    step.host_exec_.emplace(std::move(host_exec));
+  }
   step.launch_nodes_ = std::move(launch_nodes);
   RETURN_IF_ERROR(step.UploadIfDevice(/*new_exec=*/true));
   return step;
@@ -279,6 +289,7 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
       reason = kCopiesMoved;
     } else if (cudaGraphExecUpdate(exec_.get(), graph.get(), &info) == cudaSuccess) {
       ++exec_updates_;  // graph_ stays: it names the executable's nodes.
+      RETURN_IF_ERROR(RestartLaunchTrial(graph, /*update=*/true));
       return UploadIfDevice(/*new_exec=*/false);
     } else {
       (void)cudaGetLastError();  // A refused update (e.g. new topology) is expected: instantiate.
@@ -286,6 +297,7 @@ absl::Status CapturedStep::Recapture(absl::Span<const LoweredLaunch> launches, c
     }
   }
   ASSIGN_OR_RETURN(exec_, Instantiate(graph, launches, launch_nodes));
+  RETURN_IF_ERROR(RestartLaunchTrial(graph, /*update=*/false));
   ++instantiations_;
   ++instantiation_reasons_[reason];
   graph_ = std::move(graph);
@@ -332,6 +344,12 @@ absl::Status CapturedStep::SetCopySource(void* destination, const void* source, 
       runtime::CudaStatus(cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), node, destination, source,
                                                              bytes, cudaMemcpyDefault),
                           "cudaGraphExecMemcpyNodeSetParams1D", "binding update"));
+  if (host_exec_.has_value()) {
+    RETURN_IF_ERROR(runtime::CudaStatus(
+        cudaGraphExecMemcpyNodeSetParams1D(host_exec_->get(), node, destination, source, bytes,
+                                           cudaMemcpyDefault),
+        "cudaGraphExecMemcpyNodeSetParams1D", "binding update (the launch trial's host copy)"));
+  }
   ++node_updates_;
   return UploadIfDevice(/*new_exec=*/false);
 }
@@ -347,23 +365,63 @@ absl::Status CapturedStep::SetGatherList(const runtime::GatherList& list) {
   RETURN_IF_ERROR(runtime::CudaStatus(
       cudaGraphExecKernelNodeSetParams(exec_.get(), launch_nodes_[0][0], &params),
       "cudaGraphExecKernelNodeSetParams", kContext));
+  if (host_exec_.has_value()) {
+    RETURN_IF_ERROR(runtime::CudaStatus(
+        cudaGraphExecKernelNodeSetParams(host_exec_->get(), launch_nodes_[0][0], &params),
+        "cudaGraphExecKernelNodeSetParams", kContext));
+  }
   ++node_updates_;
   return UploadIfDevice(/*new_exec=*/false);
 }
 
 absl::Status CapturedStep::Replay(cudaStream_t stream) {
-  if (launcher_.has_value()) {
+  // An executable instantiated for device launch may be launched from the host too.
+  const bool on_device = trial_.has_value() ? trial_->NextOnDevice() : launch_ == Launch::kDevice;
+  if (launch_ == Launch::kDevice && stream != stream_) {
     // The uploads went to stream_; a replay elsewhere would not be ordered after them.
-    if (stream != stream_) {
-      return absl::InvalidArgumentError(
-          "a device-launched step replays only on the stream it was captured on");
-    }
+    return absl::InvalidArgumentError(
+        "a device-launched step replays only on the stream it was captured on");
+  }
+  if (trial_.has_value()) RETURN_IF_ERROR(trial_->BeforeReplay(stream));
+  if (on_device) {
     RETURN_IF_ERROR(launcher_->Launch(stream));
   } else {
-    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphLaunch(exec_.get(), stream), "cudaGraphLaunch",
+    cudaGraphExec_t exec = host_exec_.has_value() ? host_exec_->get() : exec_.get();
+    RETURN_IF_ERROR(runtime::CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch",
                                         "replay of the training step"));
   }
   ++replays_;
+  if (!trial_.has_value()) return absl::OkStatus();
+  RETURN_IF_ERROR(trial_->AfterReplay(stream));
+  return SettleLaunchTrial();
+}
+
+absl::Status CapturedStep::SettleLaunchTrial() {
+  ASSIGN_OR_RETURN(const std::optional<LaunchTrial::Verdict> verdict, trial_->Poll());
+  if (!verdict.has_value()) return absl::OkStatus();
+  launch_measured_ = verdict->text;
+  trial_.reset();
+  if (!verdict->device) {
+    // Replays of the device's executable may still be in flight: CUDA frees an executable
+    // destroyed in flight when it completes.
+    launch_ = Launch::kHost;
+    exec_ = *std::move(host_exec_);
+    launcher_.reset();
+    host_launch_reason_ = absl::StrCat("faster from the host (", launch_measured_, ")");
+  }
+  host_exec_.reset();
+  return absl::OkStatus();
+}
+
+absl::Status CapturedStep::RestartLaunchTrial(const runtime::Graph& graph, bool update) {
+  if (!trial_.has_value()) return absl::OkStatus();
+  cudaGraphExecUpdateResultInfo info = {};
+  if (!update || cudaGraphExecUpdate(host_exec_->get(), graph.get(), &info) != cudaSuccess) {
+    (void)cudaGetLastError();  // Refused as the device's executable's was not: instantiate.
+    ASSIGN_OR_RETURN(runtime::GraphExec host_exec, runtime::GraphExec::Create(graph));
+    host_exec_.emplace(std::move(host_exec));
+  }
+  trial_->Restart();
   return absl::OkStatus();
 }
 

@@ -118,12 +118,13 @@ struct LaunchOptions {
   //     launch (a host or event node, a copy from pageable host memory) fails Create with
   //     FailedPrecondition naming the node.
   //   kHost: cudaGraphLaunch from the host.
-  //   kAuto: kDevice where the device can launch the step's graph and it has at least 32 nodes
-  //     (below that the host launch costs a few us, less than the launcher's kernel costs the
-  //     device), else kHost from then on (a binding the device cannot copy from turns it to kHost
-  //     too); kHost with parallel.data_parallel and in a BucketedTrainer's buckets (a
-  //     device-launched graph holds device memory per bucket). TrainerStats says which and why,
-  //     and the report prints it.
+  //   kAuto: where the device can launch the step's graph and it has at least 32 nodes, the first
+  //     14 steps launch it from both, timed as they run (no wait), and the launch of less time a
+  //     step is kept (capture/launch_trial.h); below 32 nodes kHost (the host launch costs a few
+  //     us, less than the launcher's kernel costs the device); kHost from then on where a binding
+  //     the device cannot copy from turns up, with parallel.data_parallel and in a
+  //     BucketedTrainer's buckets (a device-launched graph holds device memory per bucket).
+  //     TrainerStats says which, why and what was measured, and the report prints it.
   // kDevice is InvalidArgument in the eager modes; kAuto is kHost there (nothing is captured).
   // Launched from the device, steps fault under CUPTI kernel activity tracing (seen with
   // reprise-bench --busy): profile those with kHost.
@@ -241,6 +242,9 @@ struct TrainerStats {
   // and under kAuto why the host launches it where it does.
   bool device_graph_launch = false;
   std::string host_launch_reason;
+  // kAuto: whether the first steps still time both launches, and what they found (both times).
+  bool graph_launch_measuring = false;
+  std::string graph_launch_measurement;
   int64_t launches_per_step = 0;  // Launches in the plan, the input copy included.
   int64_t lanes = 1;
   int64_t arena_bytes = 0;  // One device allocation holds every tensor.

@@ -186,6 +186,8 @@ void BindResults(nb::module_& m) {
       .def_ro("graph_node_updates", &TrainerStats::graph_node_updates)
       .def_ro("graph_nodes", &TrainerStats::graph_nodes)
       .def_ro("device_graph_launch", &TrainerStats::device_graph_launch)
+      .def_ro("graph_launch_measuring", &TrainerStats::graph_launch_measuring)
+      .def_ro("graph_launch_measurement", &TrainerStats::graph_launch_measurement)
       .def_ro("launches_per_step", &TrainerStats::launches_per_step)
       .def_ro("arena_bytes", &TrainerStats::arena_bytes)
       .def_ro("parameter_bytes", &TrainerStats::parameter_bytes)

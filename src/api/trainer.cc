@@ -214,6 +214,10 @@ absl::StatusOr<capture::CapturedStep> Trainer::Impl::CaptureStep(
   Launch launch = options_.launch.graph_launch == GraphLaunch::kHost     ? Launch::kHost
                   : options_.launch.graph_launch == GraphLaunch::kDevice ? Launch::kDevice
                                                                          : Launch::kAuto;
+  // A step captured again (Verify's) launches as the trainer's own does once its trial has chosen.
+  if (launch == Launch::kAuto && captured_.has_value() && !captured_->launch_measuring()) {
+    launch = captured_->launch();
+  }
   // NCCL's collectives inside a device-launched graph have not run on a GPU pair yet.
   if (launch == Launch::kAuto && options_.parallel.data_parallel.has_value()) {
     launch = Launch::kHost;

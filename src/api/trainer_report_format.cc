@@ -73,6 +73,9 @@ std::string TrainerReport::ToText() const {
                              : std::string("host");
     if (!s.host_launch_reason.empty()) absl::StrAppend(&launch, " (", s.host_launch_reason, ")");
     absl::StrAppend(&text, "  launched from the ", launch, "\n");
+    if (!s.graph_launch_measurement.empty() && s.device_graph_launch) {
+      absl::StrAppend(&text, "    launch ", s.graph_launch_measurement, "\n");
+    }
   }
   if (!recapture_reasons.empty()) {
     absl::StrAppend(&text, "    re-captured because: ", Counts(recapture_reasons), "\n");
@@ -178,6 +181,8 @@ std::string TrainerReport::ToJson() const {
   w.Key("device_graph_launch").Bool(s.device_graph_launch);
   w.Key("graph_uploads").Int(s.graph_uploads);
   w.Key("host_launch_reason").String(s.host_launch_reason);
+  w.Key("graph_launch_measuring").Bool(s.graph_launch_measuring);
+  w.Key("graph_launch_measurement").String(s.graph_launch_measurement);
   WriteCounts(w, "recapture_reasons", recapture_reasons);
   WriteCounts(w, "instantiation_reasons", instantiation_reasons);
   w.Key("kernels").BeginObject(util::JsonWriter::kInline);

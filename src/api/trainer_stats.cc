@@ -30,6 +30,8 @@ TrainerStats Trainer::Impl::stats() const {
     s.device_graph_launch = captured_->launch() == capture::CapturedStep::Launch::kDevice;
     s.host_launch_reason =
         host_launch_reason_.empty() ? captured_->host_launch_reason() : host_launch_reason_;
+    s.graph_launch_measuring = captured_->launch_measuring();
+    s.graph_launch_measurement = captured_->launch_measurement();
   }
   s.launches_per_step = static_cast<int64_t>(launches_.size());
   s.lanes = lanes_.has_value() ? lanes_->count() : 1;

@@ -166,8 +166,8 @@ std::vector<int> SideLanes(const Graph& graph, absl::Span<const ScheduledLaunch>
 // optimizer's nodes and whatever reads a collective's result (a cast widening an averaged 16-bit
 // gradient): each update follows its bucket's all-reduce on that stream, so no compute lane ever
 // queues behind a launch that waits for communication.
-void AssignLanes(const Graph& graph, const std::vector<std::vector<int32_t>>& in_place,
-                 int lanes, int comm_lane, std::vector<ScheduledLaunch>& order) {
+void AssignLanes(const Graph& graph, const std::vector<std::vector<int32_t>>& in_place, int lanes,
+                 int comm_lane, std::vector<ScheduledLaunch>& order) {
   std::vector<int> position(graph.num_nodes(), -1);
   const std::vector<bool> weight_lane = WeightLaneNodes(graph);
   const std::vector<int> side =

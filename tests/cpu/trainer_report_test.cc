@@ -63,6 +63,9 @@ TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {
   r.stats.device_graph_launch = true;
   r.stats.graph_uploads = 3;
   EXPECT_THAT(r.ToText(), HasSubstr("launched from the device (uploads 3)"));
+  EXPECT_THAT(r.ToText(), ::testing::Not(HasSubstr("    launch ")));
+  r.stats.graph_launch_measurement = "measured over 6 steps each: 0.2 ms, 0.1";
+  EXPECT_THAT(r.ToText(), HasSubstr("\n    launch measured over 6 steps each: 0.2 ms, 0.1\n"));
   r.stats.device_graph_launch = false;
   r.stats.host_launch_reason = "the device refused the graph: host node";
   EXPECT_THAT(r.ToText(),
@@ -71,6 +74,8 @@ TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {
   ASSERT_TRUE(json.ok()) << json.status();
   EXPECT_FALSE((*json)["device_graph_launch"].boolean);
   EXPECT_EQ((*json)["host_launch_reason"].string, "the device refused the graph: host node");
+  EXPECT_FALSE((*json)["graph_launch_measuring"].boolean);
+  EXPECT_EQ((*json)["graph_launch_measurement"].string, "measured over 6 steps each: 0.2 ms, 0.1");
 }
 
 TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson) {

@@ -218,7 +218,9 @@ TEST_P(DeviceLaunchGpuTest, QueuedStepsAndEventsWaitForTheTailLaunchedStep) {
 }
 
 // The learning rate and input bindings changed between steps: the device-launched step sees each
-// change (rebinding patches the executable and uploads it again) and keeps the host launch's bits.
+// change (rebinding patches the executable and uploads it again) and keeps the host launch's bits;
+// so does kAuto's, whose first 14 steps launch from both (each rebinding patching both
+// executables, capture/launch_trial.h).
 TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
   REPRISE_REQUIRE_GPU();
   const Config& config = GetParam();
@@ -227,6 +229,10 @@ TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
                                Trainer::Create(model.graph, model.loss, OptionsFor(config, false)));
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> device,
                                Trainer::Create(model.graph, model.loss, OptionsFor(config, true)));
+  TrainOptions automatic_options = OptionsFor(config, false);
+  automatic_options.launch.graph_launch = GraphLaunch::kAuto;
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
+                               Trainer::Create(model.graph, model.loss, automatic_options));
   const int kBuffers = 3, kSteps = 21;
   const std::vector<Batch> batches = MakeBatches(model, kBuffers);
   // Device copies of each batch's features, to bind by pointer.
@@ -244,7 +250,7 @@ TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
   for (int step = 0; step < kSteps; ++step) {
     SCOPED_TRACE(step);
     const int i = step % kBuffers;
-    for (Trainer* t : {host.get(), device.get()}) {
+    for (Trainer* t : {host.get(), device.get(), automatic.get()}) {
       REPRISE_ASSERT_OK(t->SetLearningRate(rates[(step / 2) % 3]));
       if (step == kSteps - 3) {
         // Unbound again (a re-capture) and fed by SetInput.
@@ -259,9 +265,18 @@ TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
     }
     REPRISE_ASSERT_OK_AND_ASSIGN(const float device_loss, device->Loss());
     REPRISE_ASSERT_OK_AND_ASSIGN(const float host_loss, host->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float automatic_loss, automatic->Loss());
     EXPECT_EQ(device_loss, host_loss);
+    EXPECT_EQ(automatic_loss, host_loss);
   }
   ExpectSameParameters(*host, *device);
+  ExpectSameParameters(*host, *automatic);
+  const TrainerStats a = automatic->stats();
+  if (a.graph_nodes >= capture::CapturedStep::kAutoDeviceLaunchMinNodes) {
+    EXPECT_THAT(a.graph_launch_measurement, HasSubstr("measured over 6 steps each"));
+  } else {
+    EXPECT_EQ(a.graph_launch_measurement, "");
+  }
 
   const TrainerStats d = device->stats(), h = host->stats();
   // The same update paths as the host launch, each followed by an upload.
@@ -319,8 +334,10 @@ TEST(DeviceLaunchRecaptureGpuTest, ReinstantiatedStepIsLaunchedFromTheDeviceToo)
 }
 
 // The default, GraphLaunch::kAuto, launches a step of many nodes that the device can launch from
-// the device: the same losses and parameters as the host launch, and the report says so.
-TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits) {
+// the device, then times it from both in the first steps (capture/launch_trial.h) and keeps the
+// faster: the same losses and parameters as the host launch all along, and the report says what
+// was measured and chosen.
+TEST(DeviceLaunchAutoGpuTest, DefaultMeasuresBothLaunchesWithTheHostLaunchsBits) {
   REPRISE_REQUIRE_GPU();
   const Config& config = kConfigs[3];  // ResNet-18 on two lanes: hundreds of nodes.
   REPRISE_ASSERT_OK_AND_ASSIGN(const Model model, config.build());
@@ -331,24 +348,43 @@ TEST(DeviceLaunchAutoGpuTest, DefaultLaunchesFromTheDeviceWithTheHostLaunchsBits
   ASSERT_EQ(options.launch.graph_launch, GraphLaunch::kAuto);
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
                                Trainer::Create(model.graph, model.loss, options));
-  const std::vector<Batch> batches = MakeBatches(model, 6);
-  for (const Batch& batch : batches) {
-    for (Trainer* t : {host.get(), automatic.get()}) {
-      REPRISE_ASSERT_OK(t->SetInput(model.features, batch.x));
-      REPRISE_ASSERT_OK(t->SetInput("labels", batch.y));
-      REPRISE_ASSERT_OK(t->Step());
+  EXPECT_TRUE(automatic->stats().graph_launch_measuring);
+  EXPECT_THAT(automatic->stats().graph_launch_measurement, HasSubstr("step 0 of 14"));
+  // Past the trial's 14 steps; the Loss() of each waits, so the verdict comes a step later.
+  auto step_both = [&](const std::vector<Batch>& batches) {
+    for (const Batch& batch : batches) {
+      for (Trainer* t : {host.get(), automatic.get()}) {
+        REPRISE_ASSERT_OK(t->SetInput(model.features, batch.x));
+        REPRISE_ASSERT_OK(t->SetInput("labels", batch.y));
+        REPRISE_ASSERT_OK(t->Step());
+      }
+      REPRISE_ASSERT_OK_AND_ASSIGN(const float want, host->Loss());
+      REPRISE_ASSERT_OK_AND_ASSIGN(const float got, automatic->Loss());
+      EXPECT_EQ(got, want);
     }
-    REPRISE_ASSERT_OK_AND_ASSIGN(const float want, host->Loss());
-    REPRISE_ASSERT_OK_AND_ASSIGN(const float got, automatic->Loss());
-    EXPECT_EQ(got, want);
-  }
+  };
+  step_both(MakeBatches(model, 16));
   ExpectSameParameters(*host, *automatic);
   const TrainerStats a = automatic->stats();
-  EXPECT_TRUE(a.device_graph_launch);
-  EXPECT_EQ(a.host_launch_reason, "");
+  EXPECT_FALSE(a.graph_launch_measuring);
+  EXPECT_THAT(a.graph_launch_measurement,
+              AllOf(HasSubstr("measured over 6 steps each"), HasSubstr("from the host"),
+                    HasSubstr("from the device")));
   EXPECT_EQ(a.graph_uploads, 1);
+  if (a.device_graph_launch) {
+    EXPECT_EQ(a.host_launch_reason, "");
+    EXPECT_THAT(automatic->Report().ToText(),
+                AllOf(HasSubstr("launched from the device (uploads 1)"),
+                      HasSubstr("    launch measured over 6 steps each")));
+  } else {
+    EXPECT_THAT(a.host_launch_reason, HasSubstr("faster from the host (measured over 6 steps"));
+    EXPECT_THAT(automatic->Report().ToText(), HasSubstr("launched from the host (faster"));
+  }
   EXPECT_FALSE(host->stats().device_graph_launch);
-  EXPECT_THAT(automatic->Report().ToText(), HasSubstr("launched from the device (uploads 1)"));
+  EXPECT_EQ(host->stats().graph_launch_measurement, "");
+  // Replays after the verdict keep the bits whichever launch it kept.
+  step_both(MakeBatches(model, 2));
+  ExpectSameParameters(*host, *automatic);
 }
 
 // kAuto launches a step of few nodes (the whole-step MLP: an input copy and one kernel) from the
@@ -408,6 +444,62 @@ TEST(DeviceLaunchAutoGpuTest, RefusedGraphFallsBackToHostLaunchSayingWhy) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A step of memsets (memset nodes once captured, which the device can launch).
+class MemsetKernel : public ops::GpuKernel {
+ public:
+  explicit MemsetKernel(void* target) : target_(target) {}
+  absl::Status Launch(cudaStream_t stream) const override {
+    return runtime::CudaStatus(cudaMemsetAsync(target_, 1, 256, stream), "cudaMemsetAsync", "test");
+  }
+  std::string Describe() const override { return "memset"; }
+
+ private:
+  void* target_;
+};
+
+// kAuto's trial on a step of 32 nodes: it measures and decides within its 14 replays and one that
+// finds them done, replaying throughout; a re-capture during a trial starts it over.
+TEST(DeviceLaunchAutoGpuTest, TrialDecidesAndARecaptureStartsItOver) {
+  REPRISE_REQUIRE_GPU();
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(256));
+  std::vector<capture::LoweredLaunch> launches;
+  for (int i = 0; i < capture::CapturedStep::kAutoDeviceLaunchMinNodes; ++i) {
+    launches.push_back({"memset", 0, {}, std::make_unique<MemsetKernel>(buffer.data())});
+  }
+  REPRISE_ASSERT_OK_AND_ASSIGN(capture::Lanes lanes, capture::Lanes::Create(launches));
+  for (const bool recapture : {false, true}) {
+    SCOPED_TRACE(recapture ? "re-captured during the trial" : "trial to its end");
+    REPRISE_ASSERT_OK_AND_ASSIGN(
+        capture::CapturedStep step,
+        capture::CapturedStep::Capture(launches, lanes, stream.get(),
+                                       capture::CapturedStep::Launch::kAuto));
+    EXPECT_TRUE(step.launch_measuring());
+    EXPECT_EQ(step.launch(), capture::CapturedStep::Launch::kDevice);
+    const int before = recapture ? 5 : 0;  // Replays before the re-capture.
+    for (int r = 0; r < before; ++r) REPRISE_ASSERT_OK(step.Replay(stream.get()));
+    if (recapture) {
+      for (const auto apply : {capture::CapturedStep::Apply::kUpdateElseInstantiate,
+                               capture::CapturedStep::Apply::kInstantiate}) {
+        REPRISE_ASSERT_OK(step.Recapture(launches, lanes, stream.get(), apply));
+        EXPECT_EQ(step.launch_measurement(), "measuring both launches: step 0 of 14");
+      }
+    }
+    for (int r = 0; r < capture::LaunchTrial::kSteps; ++r) {
+      REPRISE_ASSERT_OK(step.Replay(stream.get()));
+    }
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+    EXPECT_TRUE(step.launch_measuring());
+    REPRISE_ASSERT_OK(step.Replay(stream.get()));  // Finds the trial's last block done.
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+    EXPECT_FALSE(step.launch_measuring());
+    EXPECT_EQ(step.replays(), before + capture::LaunchTrial::kSteps + 1);
+    EXPECT_THAT(step.launch_measurement(), HasSubstr("measured over 6 steps each"));
+    EXPECT_EQ(step.host_launch_reason().empty(),
+              step.launch() == capture::CapturedStep::Launch::kDevice);
+  }
 }
 
 // Graphs the device cannot launch are refused, naming CUDA's reason and the node.

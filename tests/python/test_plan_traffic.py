@@ -74,10 +74,12 @@ def test_refuses_what_is_not_a_plan_and_an_unknown_dtype(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(DUMP), reason="build/reprise-dump is not built")
 def test_a_gpt2_plan_moves_what_its_optimizer_says(tmp_path):
+    # The 16-bit copies cast at every step's start (--update_copies=false), then kept (the default).
     out = tmp_path / "plan.json"
     subprocess.run([DUMP, "--model", "gpt2", "--depth", "2", "--width", "128", "--seq", "64",
                     "--vocab", "512", "--batch", "4", "--dtype", "bf16", "--stage", "plan",
-                    "--format", "json", "-o", str(out)], check=True, timeout=120)
+                    "--update_copies=false", "--format", "json", "-o", str(out)], check=True,
+                   timeout=120)
     dump = json.loads(out.read_text())
     rows = {op: (n, r, w) for op, n, r, w in plan_traffic.traffic(dump)}
     assert sum(n for n, _, _ in rows.values()) == len(dump["plan"]["launches"])
