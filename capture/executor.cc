@@ -415,11 +415,18 @@ absl::Status CapturedStep::SettleLaunchTrial() {
 
 absl::Status CapturedStep::RestartLaunchTrial(const runtime::Graph& graph, bool update) {
   if (!trial_.has_value()) return absl::OkStatus();
-  cudaGraphExecUpdateResultInfo info = {};
-  if (!update || cudaGraphExecUpdate(host_exec_->get(), graph.get(), &info) != cudaSuccess) {
-    (void)cudaGetLastError();  // Refused as the device's executable's was not: instantiate.
+  if (!update) {
     ASSIGN_OR_RETURN(runtime::GraphExec host_exec, runtime::GraphExec::Create(graph));
     host_exec_.emplace(std::move(host_exec));
+  } else if (cudaGraphExecUpdateResultInfo info = {};
+             cudaGraphExecUpdate(host_exec_->get(), graph.get(), &info) != cudaSuccess) {
+    (void)cudaGetLastError();
+    // graph_ keeps naming the device's executable's nodes, which an executable instantiated from
+    // `graph` would not share: the trial ends, keeping the device's launch, and says why.
+    trial_.reset();
+    host_exec_.reset();
+    launch_measured_ = "not measured: the host's executable refused an update the device's took";
+    return absl::OkStatus();
   }
   trial_->Restart();
   return absl::OkStatus();
