@@ -34,6 +34,7 @@
 #include "tools/bench_kernel_flags.h"
 #include "tools/bench_models.h"
 #include "tools/bench_results.h"
+#include "tools/bench_timing.h"
 #include "tools/cli.h"
 #include "tools/launch_reports.h"
 
@@ -205,27 +206,6 @@ absl::flat_hash_set<std::string>& GivenFlags() {
 }
 bool Given(absl::string_view name) { return GivenFlags().contains(name); }
 
-// TimeSteps(steps), in chunks of about five seconds when the steps would take longer than ten in
-// all (`step_s` estimates one step), saying on stderr how far it got after each chunk. Each chunk
-// starts on an idle device, so its first step's time includes the host's launch: short runs stay
-// one chunk, and in a long one (steps of many ms) that launch is a negligible part of a step.
-absl::StatusOr<std::vector<float>> TimeStepsShowingProgress(reprise::Trainer& trainer, int steps,
-                                                            double step_s, absl::string_view what) {
-  if (steps * step_s < 10) return trainer.TimeSteps(steps);
-  const int chunk = std::max(1, static_cast<int>(5 / step_s));
-  const absl::Time start = absl::Now();
-  std::vector<float> ms;
-  while (static_cast<int>(ms.size()) < steps) {
-    ASSIGN_OR_RETURN(std::vector<float> part,
-                     trainer.TimeSteps(std::min(chunk, steps - static_cast<int>(ms.size()))));
-    ms.insert(ms.end(), part.begin(), part.end());
-    std::fprintf(stderr, "reprise-bench: %.*s: %zu/%d steps (%.0f s)\n",
-                 static_cast<int>(what.size()), what.data(), ms.size(), steps,
-                 absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  return ms;
-}
-
 using reprise::tools::BenchResult;
 
 // --dtype, or --bf16 or --fp16 (CheckBenchFlags refuses two of them), else float32 (gpt2:
@@ -352,17 +332,13 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   ASSIGN_OR_RETURN(std::vector<reprise::runtime::DeviceBuffer> device_inputs,
                    FeedInputs(*trainer, model));
   // The warm-up's steps estimate the timed ones, which report progress when they run long.
-  ASSIGN_OR_RETURN(std::vector<float> warmup_ms, trainer->TimeSteps(absl::GetFlag(FLAGS_warmup)));
-  // kAuto's launch is chosen by timing both in the first 14 steps (capture/launch_trial.h): the
-  // timed steps run its choice. Its steps run back to back, as the timed ones do.
-  while (trainer->stats().graph_launch_measuring) {
-    ASSIGN_OR_RETURN(warmup_ms, trainer->TimeSteps(16));
-  }
+  ASSIGN_OR_RETURN(const std::vector<float> warmup_ms,
+                   reprise::tools::WarmUp(*trainer, absl::GetFlag(FLAGS_warmup)));
   ASSIGN_OR_RETURN(
       std::vector<float> ms,
-      TimeStepsShowingProgress(*trainer, absl::GetFlag(FLAGS_iters),
-                               reprise::tools::Percentile(warmup_ms, 0.5) / 1000,
-                               absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
+      reprise::tools::TimeStepsShowingProgress(
+          *trainer, absl::GetFlag(FLAGS_iters), reprise::tools::Percentile(warmup_ms, 0.5) / 1000,
+          absl::StrCat(reprise::ExecModeName(mode), FusionSuffix(fusion))));
   // Host cost of Step() alone: each call only enqueues, timed with the device idle. Calls made
   // back to back would soon find the device's launch queue full and wait for the steps ahead of
   // them, which is device time (a ResNet-50 row once read 14 ms of "host" time per step).

@@ -72,15 +72,20 @@ def test_refuses_what_is_not_a_plan_and_an_unknown_dtype(tmp_path):
     assert plan_traffic.main([str(path)]) == 1
 
 
+def dump_small_gpt2_plan(path, update_copies):
+    """A small bf16 GPT-2's plan dumped as JSON to `path`, with the 16-bit copies kept or cast."""
+    subprocess.run([DUMP, "--model", "gpt2", "--depth", "2", "--width", "128", "--seq", "64",
+                    "--vocab", "512", "--batch", "4", "--dtype", "bf16", "--stage", "plan",
+                    f"--update_copies={'true' if update_copies else 'false'}", "--format", "json",
+                    "-o", str(path)], check=True, timeout=120)
+    return json.loads(path.read_text())
+
+
 @pytest.mark.skipif(not os.path.exists(DUMP), reason="build/reprise-dump is not built")
 def test_a_gpt2_plan_moves_what_its_optimizer_says(tmp_path):
     # The 16-bit copies cast at every step's start (--update_copies=false), then kept (the default).
     out = tmp_path / "plan.json"
-    subprocess.run([DUMP, "--model", "gpt2", "--depth", "2", "--width", "128", "--seq", "64",
-                    "--vocab", "512", "--batch", "4", "--dtype", "bf16", "--stage", "plan",
-                    "--update_copies=false", "--format", "json", "-o", str(out)], check=True,
-                   timeout=120)
-    dump = json.loads(out.read_text())
+    dump = dump_small_gpt2_plan(out, update_copies=False)
     rows = {op: (n, r, w) for op, n, r, w in plan_traffic.traffic(dump)}
     assert sum(n for n, _, _ in rows.values()) == len(dump["plan"]["launches"])
     # AdamW writes each parameter and its two moments (float32): three times the parameters' bytes,
@@ -89,12 +94,7 @@ def test_a_gpt2_plan_moves_what_its_optimizer_says(tmp_path):
     assert plan_traffic.main([str(out), "--top", "3"]) == 0
     # With the 16-bit copies kept, AdamW also writes every copy and the flag, and the cast at the
     # step's start (which read every weight and wrote every copy) reads just the flag.
-    kept = tmp_path / "kept.json"
-    subprocess.run([DUMP, "--model", "gpt2", "--depth", "2", "--width", "128", "--seq", "64",
-                    "--vocab", "512", "--batch", "4", "--dtype", "bf16", "--stage", "plan",
-                    "--update_copies", "--format", "json", "-o", str(kept)], check=True,
-                   timeout=120)
-    kept_dump = json.loads(kept.read_text())
+    kept_dump = dump_small_gpt2_plan(tmp_path / "kept.json", update_copies=True)
     kept_rows = {op: (n, r, w) for op, n, r, w in plan_traffic.traffic(kept_dump)}
     copies = kept_dump["plan"]["memory"]["bytes_by_class"]["parameter_copy"]
     assert copies == rows["cast_multi"][2]
