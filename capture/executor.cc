@@ -263,6 +263,7 @@ absl::StatusOr<CapturedStep> CapturedStep::Capture(absl::Span<const LoweredLaunc
   if (step.trial_.has_value()) {
     ASSIGN_OR_RETURN(runtime::GraphExec host_exec, runtime::GraphExec::Create(step.graph_));
     step.host_exec_.emplace(std::move(host_exec));
+    RETURN_IF_ERROR(step.UploadHostExec());
   }
   step.launch_nodes_ = std::move(launch_nodes);
   RETURN_IF_ERROR(step.UploadIfDevice(/*new_exec=*/true));
@@ -396,6 +397,11 @@ absl::Status CapturedStep::Replay(cudaStream_t stream) {
   return SettleLaunchTrial();
 }
 
+absl::Status CapturedStep::UploadHostExec() {
+  return runtime::CudaStatus(cudaGraphUpload(host_exec_->get(), stream_), "cudaGraphUpload",
+                             "the host-launched executable of the launch trial");
+}
+
 absl::Status CapturedStep::SettleLaunchTrial() {
   ASSIGN_OR_RETURN(const std::optional<LaunchTrial::Verdict> verdict, trial_->Poll());
   if (!verdict.has_value()) return absl::OkStatus();
@@ -418,6 +424,7 @@ absl::Status CapturedStep::RestartLaunchTrial(const runtime::Graph& graph, bool 
   if (!update) {
     ASSIGN_OR_RETURN(runtime::GraphExec host_exec, runtime::GraphExec::Create(graph));
     host_exec_.emplace(std::move(host_exec));
+    RETURN_IF_ERROR(UploadHostExec());
   } else if (cudaGraphExecUpdateResultInfo info = {};
              cudaGraphExecUpdate(host_exec_->get(), graph.get(), &info) != cudaSuccess) {
     (void)cudaGetLastError();
