@@ -383,7 +383,6 @@ absl::Status CapturedStep::Replay(cudaStream_t stream) {
     return absl::InvalidArgumentError(
         "a device-launched step replays only on the stream it was captured on");
   }
-  if (trial_.has_value()) RETURN_IF_ERROR(trial_->BeforeReplay(stream));
   if (on_device) {
     RETURN_IF_ERROR(launcher_->Launch(stream));
   } else {

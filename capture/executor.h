@@ -167,9 +167,8 @@ class CapturedStep {
   // kDevice, after exec_ changed (`new_exec`: instantiated anew, so the launcher needs it too):
   // uploads it. Nothing for kHost.
   absl::Status UploadIfDevice(bool new_exec);
-  // kAuto's trial: uploads host_exec_ as soon as it is made, so that the trial's first host-launched
-  // block does not also pay for the upload its first launch would do (ResNet-50's 556 nodes
-  // otherwise made the host's launch look slower than the device's).
+  // kAuto's trial: uploads host_exec_ as soon as it is made, so that the trial's first
+  // host-launched block does not also pay for the upload its first launch would do.
   absl::Status UploadHostExec();
   // kAuto's trial, after a replay: once it has a verdict, keeps that launch for good.
   absl::Status SettleLaunchTrial();

@@ -19,7 +19,7 @@ bool BlockOnDevice(int block) { return block == 0 || block == LaunchTrial::kBloc
 
 absl::StatusOr<LaunchTrial> LaunchTrial::Create() {
   std::vector<runtime::Event> marks;
-  for (int i = 0; i <= kBlocks; ++i) {
+  for (int i = 0; i < 2 * kBlocks; ++i) {
     ASSIGN_OR_RETURN(runtime::Event mark, runtime::Event::Create(cudaEventDefault));
     marks.push_back(std::move(mark));
   }
@@ -36,31 +36,27 @@ bool LaunchTrial::NextOnDevice() const {
   return block < 0 || BlockOnDevice(block);
 }
 
-absl::Status LaunchTrial::BeforeReplay(cudaStream_t stream) {
-  if (replays_ != kWarmUpSteps) return absl::OkStatus();  // Later starts are earlier ends.
-  return runtime::CudaStatus(cudaEventRecord(marks_[0].get(), stream), "cudaEventRecord", kWhat);
-}
-
 absl::Status LaunchTrial::AfterReplay(cudaStream_t stream) {
   const int block = BlockOf(replays_);
-  const bool ends_block = block >= 0 && (replays_ - kWarmUpSteps) % kBlockSteps == kBlockSteps - 1;
+  const int in_block = (replays_ - kWarmUpSteps) % kBlockSteps;
   ++replays_;
-  if (!ends_block) return absl::OkStatus();
-  return runtime::CudaStatus(cudaEventRecord(marks_[block + 1].get(), stream), "cudaEventRecord",
-                             kWhat);
+  if (block < 0 || (in_block != 0 && in_block != kBlockSteps - 1)) return absl::OkStatus();
+  return runtime::CudaStatus(
+      cudaEventRecord(marks_[2 * block + (in_block == 0 ? 0 : 1)].get(), stream), "cudaEventRecord",
+      kWhat);
 }
 
 absl::StatusOr<std::optional<LaunchTrial::Verdict>> LaunchTrial::Poll() {
   if (replays_ < kSteps) return std::nullopt;
-  const cudaError_t reached = cudaEventQuery(marks_[kBlocks].get());
+  const cudaError_t reached = cudaEventQuery(marks_.back().get());
   if (reached == cudaErrorNotReady) return std::nullopt;
   RETURN_IF_ERROR(runtime::CudaStatus(reached, "cudaEventQuery", kWhat));
   Verdict v;
   for (int block = 0; block < kBlocks; ++block) {
-    ASSIGN_OR_RETURN(const float ms, runtime::ElapsedMs(marks_[block], marks_[block + 1]));
+    ASSIGN_OR_RETURN(const float ms, runtime::ElapsedMs(marks_[2 * block], marks_[2 * block + 1]));
     (BlockOnDevice(block) ? v.device_ms : v.host_ms) += ms;
   }
-  const int steps_each = kBlocks / 2 * kBlockSteps;
+  const int steps_each = kBlocks / 2 * (kBlockSteps - 1);
   v.host_ms /= steps_each;
   v.device_ms /= steps_each;
   v.device = !(v.host_ms < v.device_ms * (1 - kHostMargin));

@@ -11,9 +11,9 @@
 
 namespace reprise::tools {
 
-// Trainer::TimeSteps(steps), then while the trainer still times both graph launches
-// (TrainerStats::graph_launch_measuring: kAuto's first 14 steps, capture/launch_trial.h) more
-// steps back to back, as the timed ones run; the last call's times.
+// While the trainer times both graph launches (TrainerStats::graph_launch_measuring: kAuto's
+// first 18 steps, capture/launch_trial.h), steps back to back, as the timed ones run, then saying
+// on stderr which launch it kept and why; then Trainer::TimeSteps(steps), whose times it returns.
 absl::StatusOr<std::vector<float>> WarmUp(Trainer& trainer, int steps);
 
 // TimeSteps(steps), in chunks of about five seconds when the steps would take longer than ten in

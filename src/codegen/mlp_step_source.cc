@@ -163,8 +163,9 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   }
   // Double-buffered, every block reads the parity word once, before it arrives on the guard word,
   // and only the last block to arrive flips it (GuardFinish): all see the same buffers. The
-  // buffers are selected where each phase's arguments are built, so one body serves both parities (emitting it once per parity, each with constant addresses, made the
-  // kernel 11% larger and, measured on an H200, the 4-model ensemble's step 3% slower).
+  // buffers are selected where each phase's arguments are built, so one body serves both parities
+  // (emitting it once per parity, each with constant addresses, made the kernel 11% larger and,
+  // measured on an H200, the 4-model ensemble's step 3% slower).
   if (plan.double_buffered) {
     absl::StrAppend(&code, "  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
     for (int l = 0; l < layers; ++l) {

@@ -219,7 +219,7 @@ TEST_P(DeviceLaunchGpuTest, QueuedStepsAndEventsWaitForTheTailLaunchedStep) {
 
 // The learning rate and input bindings changed between steps: the device-launched step sees each
 // change (rebinding patches the executable and uploads it again) and keeps the host launch's bits;
-// so does kAuto's, whose first 14 steps launch from both (each rebinding patching both
+// so does kAuto's, whose first 18 steps launch from both (each rebinding patching both
 // executables, capture/launch_trial.h).
 TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
   REPRISE_REQUIRE_GPU();
@@ -233,7 +233,7 @@ TEST_P(DeviceLaunchGpuTest, LearningRateAndBindingsBetweenStepsKeepTheBits) {
   automatic_options.launch.graph_launch = GraphLaunch::kAuto;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
                                Trainer::Create(model.graph, model.loss, automatic_options));
-  const int kBuffers = 3, kSteps = 21;
+  const int kBuffers = 3, kSteps = 25;  // Past kAuto's trial before the re-capture.
   const std::vector<Batch> batches = MakeBatches(model, kBuffers);
   // Device copies of each batch's features, to bind by pointer.
   std::vector<std::shared_ptr<runtime::DeviceBuffer>> bound;
@@ -349,8 +349,8 @@ TEST(DeviceLaunchAutoGpuTest, DefaultMeasuresBothLaunchesWithTheHostLaunchsBits)
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> automatic,
                                Trainer::Create(model.graph, model.loss, options));
   EXPECT_TRUE(automatic->stats().graph_launch_measuring);
-  EXPECT_THAT(automatic->stats().graph_launch_measurement, HasSubstr("step 0 of 14"));
-  // Past the trial's 14 steps; the Loss() of each waits, so the verdict comes a step later.
+  EXPECT_THAT(automatic->stats().graph_launch_measurement, HasSubstr("step 0 of 18"));
+  // Past the trial's 18 steps; the Loss() of each waits, so the verdict comes a step later.
   auto step_both = [&](const std::vector<Batch>& batches) {
     for (const Batch& batch : batches) {
       for (Trainer* t : {host.get(), automatic.get()}) {
@@ -363,7 +363,7 @@ TEST(DeviceLaunchAutoGpuTest, DefaultMeasuresBothLaunchesWithTheHostLaunchsBits)
       EXPECT_EQ(got, want);
     }
   };
-  step_both(MakeBatches(model, 16));
+  step_both(MakeBatches(model, capture::LaunchTrial::kSteps + 2));
   ExpectSameParameters(*host, *automatic);
   const TrainerStats a = automatic->stats();
   EXPECT_FALSE(a.graph_launch_measuring);
@@ -459,7 +459,7 @@ class MemsetKernel : public ops::GpuKernel {
   void* target_;
 };
 
-// kAuto's trial on a step of 32 nodes: it measures and decides within its 14 replays and one that
+// kAuto's trial on a step of 32 nodes: it measures and decides within its 18 replays and one that
 // finds them done, replaying throughout; a re-capture during a trial starts it over.
 TEST(DeviceLaunchAutoGpuTest, TrialDecidesAndARecaptureStartsItOver) {
   REPRISE_REQUIRE_GPU();
@@ -484,7 +484,7 @@ TEST(DeviceLaunchAutoGpuTest, TrialDecidesAndARecaptureStartsItOver) {
       for (const auto apply : {capture::CapturedStep::Apply::kUpdateElseInstantiate,
                                capture::CapturedStep::Apply::kInstantiate}) {
         REPRISE_ASSERT_OK(step.Recapture(launches, lanes, stream.get(), apply));
-        EXPECT_EQ(step.launch_measurement(), "measuring both launches: step 0 of 14");
+        EXPECT_EQ(step.launch_measurement(), "measuring both launches: step 0 of 18");
       }
     }
     for (int r = 0; r < capture::LaunchTrial::kSteps; ++r) {

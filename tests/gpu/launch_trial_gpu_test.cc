@@ -28,7 +28,6 @@ std::vector<bool> RunTrial(LaunchTrial& trial, cudaStream_t stream, const usecon
   std::vector<bool> on_device;
   for (int r = 0; r < LaunchTrial::kSteps; ++r) {
     on_device.push_back(trial.NextOnDevice());
-    EXPECT_TRUE(trial.BeforeReplay(stream).ok());
     EXPECT_EQ(cudaLaunchHostFunc(stream, Sleep,
                                  const_cast<useconds_t*>(on_device.back() ? &device_us : &host_us)),
               cudaSuccess);
@@ -40,9 +39,9 @@ std::vector<bool> RunTrial(LaunchTrial& trial, cudaStream_t stream, const usecon
 TEST(LaunchTrialGpuTest, BlocksAlternateAndTheFasterLaunchIsKept) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
-  // Warm-up on the device, then device, host, host, device blocks of three.
+  // Warm-up on the device, then device, host, host, device blocks of four.
   std::vector<bool> expected(LaunchTrial::kSteps, true);
-  for (int r = 2 + 3; r < 2 + 9; ++r) expected[r] = false;
+  for (int r = 2 + 4; r < 2 + 12; ++r) expected[r] = false;
   for (const bool host_slower : {true, false}) {
     SCOPED_TRACE(host_slower ? "host blocks slower" : "device blocks slower");
     REPRISE_ASSERT_OK_AND_ASSIGN(LaunchTrial trial, LaunchTrial::Create());
@@ -67,15 +66,14 @@ TEST(LaunchTrialGpuTest, NoVerdictBeforeTheLastBlockEnds) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(LaunchTrial trial, LaunchTrial::Create());
-  EXPECT_EQ(trial.Progress(), "measuring both launches: step 0 of 14");
+  EXPECT_EQ(trial.Progress(), "measuring both launches: step 0 of 18");
   for (int r = 0; r < LaunchTrial::kSteps - 1; ++r) {
-    REPRISE_ASSERT_OK(trial.BeforeReplay(stream.get()));
     REPRISE_ASSERT_OK(trial.AfterReplay(stream.get()));
   }
   REPRISE_ASSERT_OK(cudaStreamSynchronize(stream.get()));
   REPRISE_ASSERT_OK_AND_ASSIGN(std::optional<LaunchTrial::Verdict> verdict, trial.Poll());
   EXPECT_FALSE(verdict.has_value()) << "the last block has not ended";
-  EXPECT_EQ(trial.Progress(), "measuring both launches: step 13 of 14");
+  EXPECT_EQ(trial.Progress(), "measuring both launches: step 17 of 18");
   EXPECT_TRUE(trial.NextOnDevice());  // The last block's.
 }
 
