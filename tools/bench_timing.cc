@@ -12,9 +12,8 @@ namespace reprise::tools {
 absl::StatusOr<std::vector<float>> WarmUp(Trainer& trainer, int steps) {
   // kAuto's launch trial first, in one call of more than its 18 steps: TimeSteps synchronizes
   // before it starts, and a synchronization inside the trial's blocks shows the launch's latency
-  // where the timed loop (one call, the host ahead of the device) hides it. With the warm-up's 10
-  // steps first, the host's second block held the synchronization and ResNet-50 at batch 32 kept
-  // the device's launch, 1.2% slower there than the host's.
+  // where the timed loop (one call, the host ahead of the device) hides it (with the warm-up's 10
+  // steps first, the host's second block held that synchronization).
   constexpr int kTrialSteps = 20;
   bool measured = false;
   while (trainer.stats().graph_launch_measuring) {
