@@ -11,11 +11,11 @@
 // kBlockSteps steps each, launched device, host, host, device (so that a drift of the clocks
 // touches both alike). A block's first step, the one after a switch of launch, is not timed (it
 // waits on the other launch's last step, which the steady loop never does): events after each
-// block's first and last steps time the rest. Known bias: the host's steps timed here run slower
-// than in a trainer that only launches from the host (ResNet-50 at batch 32 on an H200: 5.52
-// against 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after the trial
-// kept the host's launch), which another trainer's device launch in the same process does not
-// cause (tests/gpu/launch_process_gpu_test.cc); so kAuto keeps the device's launch for
+// block's first and last steps time the rest. Not solved: a trainer set up for both launches runs
+// its host launches slower than a trainer that only launches from the host (ResNet-50 at batch 32
+// on an H200: 5.52 against 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after
+// the trial kept the host's launch), which another trainer's device launch in the same process does
+// not cause (tests/gpu/launch_process_gpu_test.cc); so kAuto keeps the device's launch for
 // ResNet-50 at batch 32, 1.7% slower than kHost there (docs/benchmarks.md). Nothing waits for
 // the events:
 // each later replay asks whether the last one has been reached, and once it has, the launch of
