@@ -195,10 +195,11 @@ struct KernelTuning {
   bool update_writes_parameter_copies = true;
   // Which cuDNN API runs the convolutions cuDNN runs: kGraph (cuDNN's graph API through
   // cudnn-frontend: one execution plan per shape, chosen by heuristics, deterministic ones only
-  // under numerics.deterministic; an accumulated data gradient, and a shape cuDNN has no plan
-  // for, run on the legacy call, which the plan dump says) or kLegacy (cudnnConvolutionForward and
-  // its kin for every one). The plan dump names each. kGraph by default: on an H200 ResNet-50's
-  // steps are the same or faster with it (b32 bf16 5.646 against 5.666 ms, docs/benchmarks.md).
+  // under numerics.deterministic; a residual block's input gradient as the data gradient with the
+  // sum in its epilogue, written apart from the summand; a shape cuDNN has no plan for runs on the
+  // legacy call, which the plan dump says) or kLegacy (cudnnConvolutionForward and its kin for
+  // every one, the sum in place). kGraph by default: on an H200 ResNet-50's steps are the same or
+  // faster with it (b32 bf16 5.646 against 5.666 ms, docs/benchmarks.md).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kGraph;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its

@@ -2,6 +2,7 @@
 // (conv_reference.h) and cuDNN lowering.
 #include "src/ops/conv.h"
 
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "src/ops/narrow_conv.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/wgrad3x3.h"
+#include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
@@ -107,7 +109,7 @@ absl::Status CpuConv(const Node& node, absl::Span<ir::HostTensor* const> in,
   });
 }
 
-// conv2d_dgrad_accumulate: (dy, w, acc) -> acc + dgrad(dy, w).
+// conv2d_dgrad_accumulate and conv2d_dgrad_add: (dy, w, acc) -> acc + dgrad(dy, w).
 absl::StatusOr<std::vector<TensorSpec>> InferDgradAccumulate(const Attrs& attrs,
                                                              absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 3));
@@ -134,24 +136,40 @@ absl::Status CpuDgradAccumulate(const Node& node, absl::Span<ir::HostTensor* con
 
 // GPU lowering ----------------------------------------------------------------------------------
 
+// How a data gradient's sum with a third input is written (conv2d_dgrad_accumulate and
+// conv2d_dgrad_add).
+enum class DgradSum : uint8_t {
+  kNone,     // No sum: conv2d, conv2d_dgrad, conv2d_wgrad.
+  kInPlace,  // Over the accumulator, whose memory the output is.
+  kApart,    // Into an output of its own.
+};
+
 // One cuDNN call with descriptors and algorithm fixed at lowering; Launch only binds the stream.
+// With a sum apart, the accumulator is first copied into the output, which the call adds to.
 class CudnnConvKernel : public GpuKernel {
  public:
   CudnnConvKernel(std::string where, runtime::CudnnConv conv, const LoweringContext& ctx,
-                  bool accumulate, std::string note)
+                  DgradSum sum, std::string note)
       : where_(std::move(where)),
         conv_(std::move(conv)),
         note_(std::move(note)),
-        accumulate_(accumulate),
+        sum_(sum),
         cudnn_(ctx.cudnn),
         a_(ctx.inputs[0]),
         b_(ctx.inputs[1]),
+        acc_(sum == DgradSum::kApart ? ctx.inputs[2] : nullptr),
+        acc_bytes_(sum == DgradSum::kApart ? static_cast<size_t>(ctx.input_specs[2].bytes()) : 0),
         out_(ctx.outputs[0]),
         workspace_(ctx.workspace) {}
 
   absl::Status Launch(cudaStream_t stream) const override {
+    if (acc_ != nullptr) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(out_, acc_, acc_bytes_, cudaMemcpyDeviceToDevice, stream),
+          absl::StrCat(where_, ": copying the accumulator into the sum"));
+    }
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
-    return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, accumulate_);
+    return conv_.Run(*cudnn_, a_, b_, out_, workspace_, where_, sum_ != DgradSum::kNone);
   }
   std::string Describe() const override {
     return note_.empty() ? conv_.Describe() : absl::StrCat(conv_.Describe(), " (", note_, ")");
@@ -162,10 +180,12 @@ class CudnnConvKernel : public GpuKernel {
   std::string where_;  // "node '<name>'", for errors.
   runtime::CudnnConv conv_;
   std::string note_;  // Why the graph API does not run it, where it was asked to.
-  bool accumulate_;   // out += conv (conv2d_dgrad_accumulate).
+  DgradSum sum_;      // out += conv where not kNone.
   const runtime::CudnnHandle* cudnn_;
   const void* a_;
   const void* b_;
+  const void* acc_;  // Copied into out_ first (kApart).
+  size_t acc_bytes_;
   void* out_;
   void* workspace_;
 };
@@ -177,7 +197,10 @@ class CudnnConvGraphKernel : public GpuKernel {
       : where_(std::move(where)),
         conv_(std::move(conv)),
         cudnn_(ctx.cudnn),
-        buffers_{.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
+        buffers_{.a = ctx.inputs[0],
+                 .b = ctx.inputs[1],
+                 .out = ctx.outputs[0],
+                 .acc = conv_.fusion().add_to_output ? ctx.inputs[2] : nullptr},
         workspace_(ctx.workspace) {}
 
   absl::Status Launch(cudaStream_t stream) const override {
@@ -195,7 +218,7 @@ class CudnnConvGraphKernel : public GpuKernel {
   void* workspace_;
 };
 
-template <ConvKind kind, bool accumulate = false>
+template <ConvKind kind, DgradSum sum = DgradSum::kNone>
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx, const Node& node) {
   std::string where = absl::StrCat("node '", node.name, "'");
   absl::StatusOr<ConvShape> checked =
@@ -213,7 +236,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // Inputs of a few channels (a network's stem) run as our own kernels where they apply; where
   // their partial sums do not fit the lane's workspace, cuDNN's algorithms are chosen under the
   // same limit instead. The plan dump names what each convolution runs.
-  if (ctx.options.narrow_convolutions && !accumulate &&
+  if (ctx.options.narrow_convolutions && sum == DgradSum::kNone &&
       (kind == ConvKind::kForward || kind == ConvKind::kBackwardFilter) &&
       NarrowConvApplies(shape, ctx.options.allow_tf32).ok()) {
     absl::StatusOr<std::unique_ptr<GpuKernel>> narrow =
@@ -232,32 +255,36 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         absl::StrCat(where, ": ", node.op_name(), " needs a cuDNN handle to lower"));
   }
   // Where the graph API has no plan (no engine passes the options' filters), the legacy call
-  // runs, and its description says why. A data gradient added to its accumulator writes over it
-  // (conv2d_dgrad_accumulate's output is its third input's memory): the legacy API's beta = 1 is
-  // documented to blend in place, while the graph API's epilogue reading the tensor its output
-  // aliases is not promised for every engine (split or multi-pass ones; PyTorch met cuDNN's fused
-  // convolution + add going wrong when the added tensor aliased an operand, pytorch#62926). It is
-  // kept on the legacy call (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
-  // ResNet-50's shapes in place and into another output). With it, a bfloat16 ResNet-50's losses
-  // left the legacy API's at the second step; without it they are the legacy API's bit for bit
-  // (H200, 2026-12-02).
+  // runs, and its description says why. A data gradient added to its accumulator and written over
+  // it (conv2d_dgrad_accumulate, whose output is its third input's memory) stays on the legacy
+  // call, whose beta = 1 is documented to blend in place: the graph API's epilogue reading the
+  // tensor its output aliases is not promised for every engine (split or multi-pass ones; PyTorch
+  // met cuDNN's fused convolution + add going wrong when the added tensor aliased an operand,
+  // pytorch#62926), and with it a bfloat16 ResNet-50's losses left the legacy API's at the second
+  // step (H200, 2026-12-02). The fuse pass gives the graph API conv2d_dgrad_add instead, whose
+  // sum has memory of its own (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
+  // ResNet-50's shapes in place and into another output).
   std::string note;
-  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && accumulate) {
+  if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && sum == DgradSum::kInPlace) {
     note =
         "graph API: the sum is written over its accumulator, an in-place epilogue cuDNN's graph "
         "API does not promise; the legacy call's beta = 1 does";
   } else if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
+    const bool add = sum == DgradSum::kApart;
     const runtime::ConvGraphOptions options{
         .allow_tf32 = ctx.options.allow_tf32,
         .deterministic = ctx.options.deterministic,
         .workspace_limit = ctx.workspace_bytes,
         .device = DeviceChoiceKey(ctx.device),
         .measure = ctx.options.measure_conv_algorithms,
-        .measure_buffers = {.a = ctx.inputs[0], .b = ctx.inputs[1], .out = ctx.outputs[0]},
+        .measure_buffers = {.a = ctx.inputs[0],
+                            .b = ctx.inputs[1],
+                            .out = ctx.outputs[0],
+                            .acc = add ? ctx.inputs[2] : nullptr},
         .measure_workspace = ctx.workspace,
         .records = ctx.kernels};
-    absl::StatusOr<runtime::CudnnConvGraph> conv =
-        runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where);
+    absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
+        *ctx.cudnn, kind, shape, {.add_to_output = add}, options, where);
     if (conv.ok()) {
       return std::unique_ptr<GpuKernel>(
           new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));
@@ -277,7 +304,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,
                    runtime::CudnnConv::Create(*ctx.cudnn, kind, shape, options, buffers, where));
   return std::unique_ptr<GpuKernel>(
-      new CudnnConvKernel(std::move(where), std::move(conv), ctx, accumulate, std::move(note)));
+      new CudnnConvKernel(std::move(where), std::move(conv), ctx, sum, std::move(note)));
 }
 
 }  // namespace
@@ -308,8 +335,18 @@ const ir::OpDef& Conv2dDgradAccumulateOp() {
                             .kind = ir::OpKind::kMatmul,
                             .infer = InferDgradAccumulate,
                             .cpu = CpuDgradAccumulate,
-                            .lower = LowerConv<ConvKind::kBackwardData, /*accumulate=*/true>,
+                            .lower = LowerConv<ConvKind::kBackwardData, DgradSum::kInPlace>,
                             .output_overwrites_input = 2,
+                            .low_precision_lowering = true};
+  return op;
+}
+
+const ir::OpDef& Conv2dDgradAddOp() {
+  static const ir::OpDef op{.name = "conv2d_dgrad_add",
+                            .kind = ir::OpKind::kMatmul,
+                            .infer = InferDgradAccumulate,
+                            .cpu = CpuDgradAccumulate,
+                            .lower = LowerConv<ConvKind::kBackwardData, DgradSum::kApart>,
                             .low_precision_lowering = true};
   return op;
 }

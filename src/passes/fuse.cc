@@ -102,7 +102,9 @@ absl::Span<const FusionRule> FusionRules() {
       {"GEMM epilogues", [](const FuseOptions& o) { return o.gemm_epilogues; },
        [](GroupFinder& f, const FuseOptions& o) { f.GemmEpilogues(o.relu_backward_epilogues); }},
       {"data gradient accumulation", [](const FuseOptions& o) { return o.conv_dgrad_accumulate; },
-       [](GroupFinder& f, const FuseOptions&) { f.ConvDgradAccumulations(); }},
+       [](GroupFinder& f, const FuseOptions& o) {
+         f.ConvDgradAccumulations(o.conv_dgrad_add_apart);
+       }},
       {"pointwise chains", [](const FuseOptions& o) { return o.pointwise_chains; },
        [](GroupFinder& f, const FuseOptions&) { f.PointwiseChains(); }},
       {"bias gradients in weight-gradient epilogues",

@@ -91,8 +91,12 @@ struct FuseOptions {
   // Off by default: TrainOptions::kernels.conv_batch_norm_stats.
   bool conv_batch_norm_stats = false;
   // A residual block's input gradient, conv2d_dgrad + add, as one cuDNN call accumulating in
-  // place (conv2d_dgrad_accumulate).
+  // place (conv2d_dgrad_accumulate, the legacy API's beta = 1).
   bool conv_dgrad_accumulate = true;
+  // With conv_dgrad_accumulate: the sum written into memory of its own instead
+  // (conv2d_dgrad_add), for cuDNN's graph API, which promises no in-place sum
+  // (TrainOptions::kernels.conv_api = kGraph).
+  bool conv_dgrad_add_apart = false;
   bool pointwise_chains = true;
   bool multi_tensor_optimizer = true;
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,

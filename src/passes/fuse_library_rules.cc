@@ -1,5 +1,5 @@
 // Fusion rules that fold work into library calls: cuBLASLt GEMM epilogues (bias, ReLU, ReLU
-// backward) and cuDNN's data gradient accumulating a residual add in place.
+// backward) and cuDNN's data gradient summed with a residual branch's gradient.
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/ops/batch_norm.h"
@@ -12,29 +12,25 @@
 namespace reprise::passes {
 
 // A residual block's input gradient, add(conv2d_dgrad(dy, w), acc), as one cuDNN call that adds
-// the data gradient to acc in place (conv2d_dgrad_accumulate): no separate add reading both and
-// writing a third tensor. Only where acc is a transient value that nothing reads after the add
-// (each of its other readers is something the data gradient depends on), as the memory plan
-// requires of a value written over.
-void GroupFinder::ConvDgradAccumulations() {
+// acc to the data gradient: no separate add reading both and writing a third tensor.
+//   in place (conv2d_dgrad_accumulate, the legacy API's beta = 1): only where acc is a transient
+//     value that nothing reads after the add (each of its other readers is something the data
+//     gradient depends on), as the memory plan requires of a value written over;
+//   apart (conv2d_dgrad_add, cuDNN's graph API): the sum has memory of its own, so acc may be any
+//     value of the same spec.
+void GroupFinder::ConvDgradAccumulations(bool apart) {
   for (const Node& add : g_.nodes()) {
     if (add.op != &ops::AddOp() || taken_[add.id]) continue;
     for (int side = 0; side < 2; ++side) {
       const Value d = add.inputs[side], acc = add.inputs[1 - side];
       const Node& dgrad = g_.node(d.node);
-      if (dgrad.op != &ops::Conv2dDgradOp() || taken_[dgrad.id] || SoleReader(d) != &add) {
+      if (dgrad.op != &ops::Conv2dDgradOp() || taken_[dgrad.id] || SoleReader(d) != &add ||
+          acc == d || g_.spec(acc) != g_.spec(d)) {
         continue;
       }
-      if (ir::IsLeaf(g_.node(acc.node)) || kept_.contains(acc) ||
-          kept_.contains(Value{add.id, 0}) || acc == d || g_.spec(acc) != g_.spec(d))
-        continue;
-      bool read_before = true;
-      for (int32_t r : Readers(acc)) {
-        if (r != add.id && !DependsOn(dgrad.id, r)) read_before = false;
-      }
-      if (!read_before) continue;
+      if (!apart && !CanWriteOver(acc, dgrad, add)) continue;
       if (TryAdd({.members = {dgrad.id, add.id},
-                  .op = &ops::Conv2dDgradAccumulateOp(),
+                  .op = apart ? &ops::Conv2dDgradAddOp() : &ops::Conv2dDgradAccumulateOp(),
                   .name = absl::StrCat(dgrad.name, "+", add.name),
                   .attrs = dgrad.attrs,
                   .inputs = {dgrad.inputs[0], dgrad.inputs[1], acc},
@@ -42,6 +38,18 @@ void GroupFinder::ConvDgradAccumulations() {
         break;
     }
   }
+}
+
+// Whether the sum of `dgrad` and acc may be written over acc: a transient value, not kept, whose
+// readers other than `add` all come before the data gradient.
+bool GroupFinder::CanWriteOver(Value acc, const Node& dgrad, const Node& add) const {
+  if (ir::IsLeaf(g_.node(acc.node)) || kept_.contains(acc) || kept_.contains(Value{add.id, 0})) {
+    return false;
+  }
+  for (int32_t r : Readers(acc)) {
+    if (r != add.id && !DependsOn(dgrad.id, r)) return false;
+  }
+  return true;
 }
 
 void GroupFinder::GemmEpilogues(bool relu_backward) {

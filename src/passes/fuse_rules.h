@@ -57,7 +57,9 @@ class GroupFinder {
   // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add
   // (fuse_embedding_rules.cc).
   void EmbeddingGradientSums();
-  void ConvDgradAccumulations();
+  // add(conv2d_dgrad, acc) as conv2d_dgrad_accumulate (in place) or, `apart`, conv2d_dgrad_add
+  // (fuse_library_rules.cc).
+  void ConvDgradAccumulations(bool apart);
   void PointwiseChains();
   // sgd_momentum (folding widening gradient casts in, if asked) and adam.
   void MultiTensorUpdates(bool fold_gradient_casts);
@@ -130,6 +132,8 @@ class GroupFinder {
   std::optional<NodeGroup> GeluBackward(Value pre) const;
   // Whether `ancestor` is `node` or one of the nodes it depends on.
   bool DependsOn(int32_t node, int32_t ancestor) const;
+  // Whether add(dgrad, acc) may write over acc (ConvDgradAccumulations).
+  bool CanWriteOver(Value acc, const Node& dgrad, const Node& add) const;
   // The beta of the batch norm whose statistics `grad` (batch_norm_grad) reads, where `act` is a
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.

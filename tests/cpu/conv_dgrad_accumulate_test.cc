@@ -1,7 +1,8 @@
 // conv2d_dgrad_accumulate: a residual block's input gradient (conv2d_dgrad + add) as one cuDNN call
 // that adds into its third input in place. The fuse pass finds it in ResNets, the memory plan
 // gives the sum the overwritten value's place (and refuses a value still read afterwards), and the
-// CPU reference computes the unfused ops' bits.
+// CPU reference computes the unfused ops' bits. conv2d_dgrad_add, the same sum written apart (for
+// cuDNN's graph API), likewise.
 #include <map>
 #include <random>
 #include <string>
@@ -66,6 +67,33 @@ TEST_P(ConvDgradAccumulateTest, EveryResidualBlockInputGradientAccumulatesInPlac
   }
 }
 
+// For cuDNN's graph API the same sums are written apart from their summands (conv2d_dgrad_add):
+// each has memory of its own, and the summand keeps its value.
+TEST_P(ConvDgradAccumulateTest, ForTheGraphApiEverySumIsWrittenApart) {
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
+  auto fused = passes::Fuse(t, {t.loss}, {.conv_dgrad_add_apart = true});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  EXPECT_EQ(Count(g, "conv2d_dgrad_add"), 8);
+  EXPECT_EQ(Count(g, "conv2d_dgrad_accumulate"), 0);
+  EXPECT_EQ(Count(g, "add"), 0);
+  auto schedule = passes::Schedule(g, {.lanes = 2});
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  auto memory = passes::PlanMemory(g, absl::MakeSpan(*schedule), {fused->training.loss});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  int apart = 0;
+  for (const Node& node : g.nodes()) {
+    if (node.op != &ops::Conv2dDgradAddOp()) continue;
+    const passes::Buffer* out = memory->Find({node.id, 0});
+    const passes::Buffer* acc = memory->Find(node.inputs[2]);
+    EXPECT_EQ(out->overwrites, -1) << node.name;
+    EXPECT_TRUE(out->offset + out->bytes <= acc->offset || acc->offset + acc->bytes <= out->offset)
+        << node.name << ": the sum's memory overlaps its summand's";
+    ++apart;
+  }
+  EXPECT_EQ(apart, 8);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothLayouts, ConvDgradAccumulateTest,
                          ::testing::Values(Layout::kNCHW, Layout::kNHWC),
                          [](const ::testing::TestParamInfo<Layout>& info) {
@@ -109,13 +137,36 @@ TEST(ConvDgradAccumulateOpTest, CpuReferenceGivesTheBitsOfDgradThenAdd) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], got[i]) << i;
 }
 
+TEST(ConvDgradAccumulateOpTest, SumWrittenApartGivesTheBitsOfDgradThenAdd) {
+  SmallGraph s = Operands();
+  auto dx = s.g.AddOp1(ops::Conv2dDgradOp(), "dgrad", {s.dy, s.w}, DgradAttrs());
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  auto sum = s.g.AddOp1(ops::AddOp(), "sum", {*dx, s.acc});
+  // A parameter may be the summand: nothing is written over it.
+  auto fused = s.g.AddOp1(ops::Conv2dDgradAddOp(), "fused", {s.dy, s.w, s.acc}, DgradAttrs());
+  auto over_p = s.g.AddOp1(ops::Conv2dDgradAddOp(), "over_p", {s.dy, s.w, s.p}, DgradAttrs());
+  ASSERT_TRUE(sum.ok() && fused.ok() && over_p.ok()) << fused.status() << over_p.status();
+  ir::ReferenceExecutor cpu(s.g, false, 5);
+  ASSERT_TRUE(cpu.Run().ok());
+  const auto want = (*cpu.Tensor(*sum))->data<float>(), got = (*cpu.Tensor(*fused))->data<float>();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(want[i], got[i]) << i;
+  // Both sums and their summands kept: the memory plan gives each its own place.
+  auto schedule = passes::Schedule(s.g);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  auto memory = passes::PlanMemory(s.g, absl::MakeSpan(*schedule), {s.acc, *fused, *over_p, *sum});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_NE(memory->Find(*fused)->offset, memory->Find(s.acc)->offset);
+}
+
 TEST(ConvDgradAccumulateOpTest, AnAccumulatorOfAnotherShapeIsRefused) {
   SmallGraph s = Operands();
   Value other = *s.g.AddParameter("other", {Shape{2, 3, 4, 5}}, Initializer::Uniform(-1, 1));
-  auto fused =
-      s.g.AddOp1(ops::Conv2dDgradAccumulateOp(), "fused", {s.dy, s.w, other}, DgradAttrs());
-  ASSERT_FALSE(fused.ok());
-  EXPECT_THAT(fused.status().message(), HasSubstr("acc is f32[2, 3, 4, 5]"));
+  for (const ir::OpDef* op : {&ops::Conv2dDgradAccumulateOp(), &ops::Conv2dDgradAddOp()}) {
+    auto fused = s.g.AddOp1(*op, "fused", {s.dy, s.w, other}, DgradAttrs());
+    ASSERT_FALSE(fused.ok()) << op->name;
+    EXPECT_THAT(fused.status().message(), HasSubstr("acc is f32[2, 3, 4, 5]"));
+  }
 }
 
 TEST(ConvDgradAccumulateOpTest, TheMemoryPlanRefusesToWriteOverAValueReadLater) {

@@ -16,7 +16,8 @@ namespace reprise {
 
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
                          const absl::flat_hash_set<Value>& unchecked, bool deterministic,
-                         bool allow_tf32, std::vector<std::string>* described) {
+                         bool allow_tf32, std::vector<std::string>* described,
+                         bool graph_conv_api) {
   auto schedule = passes::Schedule(g);
   ASSERT_TRUE(schedule.ok());
   std::vector<Value> everything;
@@ -65,8 +66,11 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       .workspace_bytes = workspace->bytes(),
       .input_staging = staging->data(),
       // Every lowering we have, our own weight gradients too.
-      .lowering = {
-          .allow_tf32 = allow_tf32, .deterministic = deterministic, .own_weight_gradients = true}};
+      .lowering = {.allow_tf32 = allow_tf32,
+                   .deterministic = deterministic,
+                   .own_weight_gradients = true,
+                   .conv_api = graph_conv_api ? ops::LoweringOptions::ConvApi::kGraph
+                                              : ops::LoweringOptions::ConvApi::kLegacy}};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   if (described != nullptr) {

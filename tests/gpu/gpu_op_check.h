@@ -19,11 +19,13 @@ namespace reprise {
 // `deterministic` lowers as TrainOptions::numerics.deterministic does (other library algorithms);
 // `allow_tf32` as TrainOptions::numerics.allow_tf32; every lowering we have is allowed (our own
 // weight gradients too, which TrainOptions leaves off by default). With `described`, each launch's
-// Describe() is appended to it, in launch order.
+// Describe() is appended to it, in launch order. Convolutions run through cuDNN's legacy API
+// unless `graph_conv_api` (TrainOptions::kernels.conv_api = kGraph).
 void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
                          const absl::flat_hash_set<Value>& unchecked = {},
                          bool deterministic = false, bool allow_tf32 = false,
-                         std::vector<std::string>* described = nullptr);
+                         std::vector<std::string>* described = nullptr,
+                         bool graph_conv_api = false);
 
 }  // namespace reprise
 
