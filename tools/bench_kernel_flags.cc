@@ -25,6 +25,10 @@ ABSL_FLAG(bool, conv_bn_stats, false,
           "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
           "statistics summed in the convolution's epilogue (float16 NHWC models: cuDNN has no "
           "engine for it in bfloat16 or float32)");
+ABSL_FLAG(bool, conv_sums_in_place, true,
+          "TrainOptions::kernels.conv_sums_in_place: residual blocks' input gradients summed in "
+          "place by cuDNN's legacy call; false: with --conv_api=graph, the graph API's fused sum "
+          "written apart");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(bool, relu_epilogues, false,
@@ -68,12 +72,14 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   if (!conv_api.ok()) return conv_api.status();
   kernels.conv_api = *conv_api;
   kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
+  kernels.conv_sums_in_place = absl::GetFlag(FLAGS_conv_sums_in_place);
   return kernels;
 }
 
 std::string KernelFlagsText() {
   return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
-                      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "");
+                      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
+                      absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart");
 }
 
 }  // namespace reprise::tools

@@ -1,6 +1,6 @@
 // reprise-bench's kernel-tuning flags (TrainOptions::kernels): --relu_epilogues, --measure_conv,
-// --narrow_conv, --own_wgrad, --measure_matmul, --ensemble_whole_step_max_models, --conv_api and
-// --conv_bn_stats.
+// --narrow_conv, --own_wgrad, --measure_matmul, --ensemble_whole_step_max_models, --conv_api,
+// --conv_bn_stats and --conv_sums_in_place.
 #ifndef REPRISE_TOOLS_BENCH_KERNEL_FLAGS_H_
 #define REPRISE_TOOLS_BENCH_KERNEL_FLAGS_H_
 

@@ -195,13 +195,17 @@ struct KernelTuning {
   bool update_writes_parameter_copies = true;
   // Which cuDNN API runs the convolutions cuDNN runs: kGraph (cuDNN's graph API through
   // cudnn-frontend: one execution plan per shape, chosen by heuristics, deterministic ones only
-  // under numerics.deterministic; a residual block's input gradient as the data gradient with the
-  // sum in its epilogue, written apart from the summand; a shape cuDNN has no plan for runs on the
-  // legacy call, which the plan dump says) or kLegacy (cudnnConvolutionForward and its kin for
-  // every one, the sum in place). kGraph by default: on an H200 ResNet-50's steps are the same or
-  // faster with it (b32 bf16 5.646 against 5.666 ms, docs/benchmarks.md).
+  // under numerics.deterministic; a shape cuDNN has no plan for runs on the legacy call, which the
+  // plan dump says) or kLegacy (cudnnConvolutionForward and its kin for every one). kGraph by
+  // default: on an H200 ResNet-50's steps are the same or faster with it (b32 bf16 5.646 against
+  // 5.666 ms, docs/benchmarks.md).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kGraph;
+  // A residual block's input gradient (data gradient + the skip's) written over the skip's by the
+  // legacy call's beta = 1, the one in-place sum cuDNN promises. False, with kGraph: the graph
+  // API's fused sum into memory of its own (conv2d_dgrad_add), so no legacy call runs where cuDNN
+  // has plans. True by default: on an H200 ResNet-50 stepped 1.2 to 1.7% slower without it.
+  bool conv_sums_in_place = true;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic

@@ -38,7 +38,8 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.weight_gradient_bias_sums = options.kernels.weight_gradient_bias_sums;
   compile.plan.fusion.update_writes_copies = options.kernels.update_writes_parameter_copies;
   compile.plan.fusion.conv_dgrad_add_apart =
-      options.kernels.conv_api == KernelTuning::ConvApi::kGraph;
+      options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
+      !options.kernels.conv_sums_in_place;
   compile.plan.fusion.conv_batch_norm_stats =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
       options.kernels.conv_batch_norm_stats;

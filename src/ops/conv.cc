@@ -261,9 +261,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // tensor its output aliases is not promised for every engine (split or multi-pass ones; PyTorch
   // met cuDNN's fused convolution + add going wrong when the added tensor aliased an operand,
   // pytorch#62926), and with it a bfloat16 ResNet-50's losses left the legacy API's at the second
-  // step (H200, 2026-12-02). The fuse pass gives the graph API conv2d_dgrad_add instead, whose
-  // sum has memory of its own (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of
-  // ResNet-50's shapes in place and into another output).
+  // step (H200, 2026-12-02). Where asked (kernels.conv_sums_in_place = false), the fuse pass
+  // gives the graph API conv2d_dgrad_add instead, whose sum has memory of its own
+  // (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of ResNet-50's shapes in place and
+  // into another output).
   std::string note;
   if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph && sum == DgradSum::kInPlace) {
     note =

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "src/api/compile_options.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
@@ -18,6 +19,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/memory_plan.h"
+#include "src/passes/pipeline.h"
 #include "src/passes/schedule.h"
 #include "tests/cpu/test_graphs.h"
 
@@ -92,6 +94,30 @@ TEST_P(ConvDgradAccumulateTest, ForTheGraphApiEverySumIsWrittenApart) {
     ++apart;
   }
   EXPECT_EQ(apart, 8);
+}
+
+// TrainOptions choose: in place by default and with the legacy API; apart only where asked with
+// the graph API.
+TEST(ConvDgradSumsOptionTest, TrainOptionsChooseInPlaceOrApart) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 2, .classes = 4, .image_size = 32, .layout = Layout::kNHWC});
+  ASSERT_TRUE(net.ok()) << net.status();
+  struct Want {
+    KernelTuning::ConvApi api;
+    bool in_place;
+    const char* op;
+  };
+  for (const Want& w : {Want{KernelTuning::ConvApi::kGraph, true, "conv2d_dgrad_accumulate"},
+                        Want{KernelTuning::ConvApi::kGraph, false, "conv2d_dgrad_add"},
+                        Want{KernelTuning::ConvApi::kLegacy, false, "conv2d_dgrad_accumulate"}}) {
+    TrainOptions options;
+    options.kernels.conv_api = w.api;
+    options.kernels.conv_sums_in_place = w.in_place;
+    auto step = passes::CompileStep(net->graph, net->loss,
+                                    CompileOptionsFor(options, codegen::MlpStepTarget{}));
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(Count(step->plan.graph(), w.op), 8) << w.op;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(BothLayouts, ConvDgradAccumulateTest,

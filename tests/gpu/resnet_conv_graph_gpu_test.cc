@@ -1,7 +1,9 @@
 // ResNet training with its convolutions through cuDNN's graph API
 // (TrainOptions::kernels.conv_api = kGraph): replay gives the bits of the bulked run, the first
 // losses follow the legacy API's trainer, ResNet-18's loss falls, and the plan runs graph-API
-// plans; the same with the batch norms' statistics summed in the convolutions' epilogues
+// plans; the same with the residual blocks' input gradients summed by the graph API apart from
+// their summands (kernels.conv_sums_in_place = false), against the in-place sums' trainer, and
+// with the batch norms' statistics summed in the convolutions' epilogues
 // (kernels.conv_batch_norm_stats), against the graph API's unfused trainer.
 #include <cmath>
 #include <iostream>
@@ -31,7 +33,7 @@ void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c, ExecMode mode,
                                      KernelTuning::ConvApi api, bool conv_bn_stats = false,
-                                     bool deterministic = true) {
+                                     bool deterministic = true, bool sums_in_place = true) {
   TrainOptions options;
   options.launch.mode = mode;
   options.numerics.deterministic = deterministic;
@@ -40,6 +42,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c,
   options.kernels.channels_last = ChannelsLast::kOff;
   options.kernels.conv_api = api;
   options.kernels.conv_batch_norm_stats = conv_bn_stats;
+  options.kernels.conv_sums_in_place = sums_in_place;
   options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   if (c.compute == DType::kFloat16) {
@@ -69,6 +72,34 @@ std::vector<float> Train(Trainer& t, int steps) {
     losses.push_back(*t.Loss());
   }
   return losses;
+}
+
+struct ConvCounts {
+  int by_graph = 0;  // Graph-API convolutions.
+  // Residual blocks' input gradients (conv2d_dgrad + add) run by each API.
+  int sums_by_graph = 0, sums_by_legacy = 0;
+};
+
+// Counts them from the plan's launch descriptions; every legacy call must say why the graph API
+// does not run it.
+ConvCounts CountConvolutions(Trainer& trainer) {
+  ConvCounts sums;
+  auto launches = trainer.ProfileLaunches(1);
+  EXPECT_TRUE(launches.ok()) << launches.status();
+  if (!launches.ok()) return sums;
+  for (const Trainer::LaunchTime& launch : *launches) {
+    const bool sum = launch.node.find(".dgrad+") != std::string::npos;
+    if (launch.kernel.rfind("cudnn graph conv ", 0) == 0) {
+      ++sums.by_graph;
+      sums.sums_by_graph += sum;
+    }
+    if (launch.kernel.rfind("cudnn conv ", 0) == 0) {
+      EXPECT_NE(launch.kernel.find("(graph API: "), std::string::npos)
+          << launch.node << ": " << launch.kernel;
+      sums.sums_by_legacy += sum;
+    }
+  }
+  return sums;
 }
 
 class ResNetConvGraphGpuTest : public ::testing::TestWithParam<Config> {};
@@ -117,31 +148,56 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   }
   EXPECT_EQ(graph->stats().graph_instantiations, 1);
 
-  // The plan runs graph-API convolutions, the residual blocks' input gradients as data gradients
-  // with the sum in the epilogue, written apart from the summand (conv2d_dgrad_add); the legacy
-  // call remains where the graph API has no plan (its description says why: for the strict
-  // float32 sums, the summand copied into the output and beta = 1); our own kernels may run the
-  // stem.
-  auto launches = graph->ProfileLaunches(1);
-  ASSERT_TRUE(launches.ok()) << launches.status();
-  int by_graph = 0, sums_by_graph = 0, sums_by_legacy = 0;
-  for (const Trainer::LaunchTime& launch : *launches) {
-    if (launch.kernel.rfind("cudnn graph conv ", 0) == 0) ++by_graph;
-    if (launch.kernel.rfind("cudnn graph conv dgrad acc", 0) == 0) ++sums_by_graph;
-    if (launch.kernel.rfind("cudnn conv ", 0) == 0) {
-      EXPECT_NE(launch.kernel.find("(graph API: "), std::string::npos)
-          << launch.node << ": " << launch.kernel;
-      sums_by_legacy += launch.node.find("dgrad+") != std::string::npos;
-    }
+  // The plan runs graph-API convolutions; the legacy call remains for the residual blocks' input
+  // gradients, summed in place by its beta = 1 (kernels.conv_sums_in_place), and where the graph
+  // API has no plan (its description says why); our own kernels may run the stem.
+  const ConvCounts counts = CountConvolutions(*graph);
+  EXPECT_EQ(counts.sums_by_graph, 0);
+  EXPECT_EQ(counts.sums_by_legacy, c.depth == 18 ? 8 : 16);
+  EXPECT_GT(counts.by_graph, c.depth == 18 ? 20 : 60);
+}
+
+class ResNetConvSumsApartGpuTest : public ::testing::TestWithParam<Config> {};
+
+// kernels.conv_sums_in_place = false: the residual blocks' input gradients run as the graph API's
+// data gradient with the sum in its epilogue, written apart from the summand (conv2d_dgrad_add).
+// Replay gives the bulked run's bits, the first losses follow the in-place sums' trainer and the
+// loss falls; in bfloat16 NHWC cuDNN has a fused plan for every block, so no legacy call runs.
+TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = models::BuildResNet({.depth = c.depth,
+                                  .batch = kBatch,
+                                  .classes = kClasses,
+                                  .image_size = kSize,
+                                  .layout = c.layout});
+  ASSERT_TRUE(net.ok()) << net.status();
+  using Api = KernelTuning::ConvApi;
+  auto apart = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, false, true, false);
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph, false, true, false);
+  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph);
+  ASSERT_TRUE(apart && bulked && in_place);
+  constexpr int kSteps = 30;
+  const std::vector<float> replayed = Train(*apart, kSteps), eager = Train(*bulked, kSteps),
+                           summed_in_place = Train(*in_place, kSteps);
+  std::cout << c.name << " losses, sums apart: " << ::testing::PrintToString(replayed) << "\n"
+            << c.name << " losses, in place: " << ::testing::PrintToString(summed_in_place) << "\n";
+  EXPECT_EQ(replayed, eager);
+  for (const std::string& name : apart->ParameterNames()) {
+    EXPECT_EQ(*apart->GetParameter(name), *bulked->GetParameter(name)) << name;
   }
-  std::cout << c.name << ": residual sums through the graph API " << sums_by_graph
-            << ", through the legacy call " << sums_by_legacy << "\n";
-  const int blocks = c.depth == 18 ? 8 : 16;
-  EXPECT_EQ(sums_by_graph + sums_by_legacy, blocks);
-  if (c.layout == Layout::kNHWC && c.compute == DType::kBFloat16) {
-    EXPECT_EQ(sums_by_graph, blocks);  // cuDNN has a fused plan for every one of them.
+  const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(replayed[i], summed_in_place[i], tolerance * summed_in_place[i]) << "step " << i;
   }
-  EXPECT_GT(by_graph, c.depth == 18 ? 20 : 60);
+  float first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += replayed[i], last += replayed[kSteps - 5 + i];
+  EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(replayed);
+  const ConvCounts counts = CountConvolutions(*apart);
+  std::cout << c.name << ": residual sums through the graph API " << counts.sums_by_graph
+            << ", through the legacy call " << counts.sums_by_legacy << "\n";
+  EXPECT_EQ(counts.sums_by_graph + counts.sums_by_legacy, 8);
+  if (c.compute == DType::kBFloat16) EXPECT_EQ(counts.sums_by_graph, 8);
 }
 
 class ResNetConvBnStatsGpuTest : public ::testing::TestWithParam<Config> {};
@@ -216,6 +272,12 @@ INSTANTIATE_TEST_SUITE_P(
     Networks, ResNetConvBnStatsGpuTest,
     ::testing::Values(Config{"ResNet18NhwcF16", 18, Layout::kNHWC, DType::kFloat16, false},
                       Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false}),
+    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Networks, ResNetConvSumsApartGpuTest,
+    ::testing::Values(Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false},
+                      Config{"ResNet18NhwcTf32", 18, Layout::kNHWC, DType::kFloat32, true}),
     [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
