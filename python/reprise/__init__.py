@@ -30,6 +30,7 @@ ready on the device first (e.g. torch.cuda.synchronize()): steps run on the trai
 from . import _reprise
 from ._reprise import (  # noqa: F401  (the public names)
     ChannelsLast,
+    ConvApi,
     DType,
     ExecMode,
     Graph,
@@ -51,11 +52,12 @@ from ._reprise import (  # noqa: F401  (the public names)
 )
 
 __all__ = [
-    "ChannelsLast", "DType", "ExecMode", "Graph", "GraphLaunch", "KernelTuning", "LaunchOptions",
-    "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule", "MirrorOptions",
-    "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions", "OptimizerKind",
-    "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions", "Trainer", "TrainerReport",
-    "TrainerStats", "Value", "VerifyResult", "models", "nn", "no_gpu_reason",
+    "ChannelsLast", "ConvApi", "DType", "ExecMode", "Graph", "GraphLaunch", "KernelTuning",
+    "LaunchOptions", "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule",
+    "MirrorOptions", "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions",
+    "OptimizerKind", "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions",
+    "Trainer", "TrainerReport", "TrainerStats", "Value", "VerifyResult", "models", "nn",
+    "no_gpu_reason",
 ]
 
 

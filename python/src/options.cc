@@ -25,6 +25,9 @@ void BindEnums(nb::module_& m) {
       .value("auto", GraphLaunch::kAuto)
       .value("host", GraphLaunch::kHost)
       .value("device", GraphLaunch::kDevice);
+  nb::enum_<KernelTuning::ConvApi>(m, "ConvApi")
+      .value("legacy", KernelTuning::ConvApi::kLegacy)
+      .value("graph", KernelTuning::ConvApi::kGraph);
   nb::enum_<ChannelsLast>(m, "ChannelsLast")
       .value("auto", ChannelsLast::kAuto)
       .value("on", ChannelsLast::kOn)
@@ -116,7 +119,10 @@ void BindOptions(nb::module_& m) {
       .def_rw("ensemble_whole_step_max_models", &KernelTuning::ensemble_whole_step_max_models)
       .def_rw("relu_backward_epilogues", &KernelTuning::relu_backward_epilogues)
       .def_rw("weight_gradient_bias_sums", &KernelTuning::weight_gradient_bias_sums)
-      .def_rw("update_writes_parameter_copies", &KernelTuning::update_writes_parameter_copies);
+      .def_rw("update_writes_parameter_copies", &KernelTuning::update_writes_parameter_copies)
+      .def_rw("conv_api", &KernelTuning::conv_api)
+      .def_rw("conv_sums_in_place", &KernelTuning::conv_sums_in_place)
+      .def_rw("conv_batch_norm_stats", &KernelTuning::conv_batch_norm_stats);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

@@ -33,6 +33,7 @@ class ClusterBody {
         d_(plan.widths),
         groups_(plan.groups > 0),
         guarded_(plan.groups > 0 && plan.target.guard != MlpGuard::kNone),
+        copies_(guarded_ && !plan.double_buffered),
         exchanges_per_model_(exchanges),
         code_(code) {}
 
@@ -121,17 +122,26 @@ class ClusterBody {
   }
   // SGD on W_l's outputs of an m x n product whose rows and columns past `rows` and `cols`
   // (expressions) are padding (`padded`: some are, for some block).
+  // Guarded, the update goes in place after the step-start values are copied out (copies_), or
+  // into the other buffers (n<param><l>k) of a double-buffered plan.
   std::string SgdOf(int l, const std::string& w_smem, const std::string& offset,
                     const std::string& rows, const std::string& cols, bool padded) const {
     const bool vec2 = plan_.target.aligned && d_[l] % 2 == 0;
     const std::string sgd = absl::StrCat(
-        "Sgd<", B(padded), ", ", B(vec2), ">{", w_smem, ", ", s_.w_ld[l], ", w", l, "k + ", offset,
-        ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ", cols, ", lr_, mu_, wd_}");
-    if (guarded_) {  // The same update, the step-start values copied out first.
-      return absl::StrCat("SgdKeep<", B(padded), ", ", B(vec2), ">{", sgd, ", sw", l, "k + ",
-                          offset, ", svw", l, "k + ", offset, ", bad, stopped}");
-    }
-    return sgd;
+        "Sgd<", B(padded), ", ", B(vec2), ">{", w_smem, ", ", s_.w_ld[l], ", ", Next("w", l), " + ",
+        offset, ", vw", l, "k + ", offset, ", ", d_[l], ", ", rows, ", ", cols, ", lr_, mu_, wd_}");
+    if (!guarded_) return sgd;
+    return absl::StrCat("SgdGuarded<", B(padded), ", ", B(vec2), ", ", B(copies_), ">{", sgd, ", ",
+                        Next("vw", l), " + ", offset, ", ", Copy("sw", l, offset), ", ",
+                        Copy("svw", l, offset), ", bad, stopped}");
+  }
+  // Where layer l's update of `param` goes: the other buffer's, double-buffered; else in place.
+  std::string Next(const char* param, int l) const {
+    return absl::StrCat(guarded_ && !copies_ ? "n" : "", param, l, "k");
+  }
+  // A step-start copy's address (nullptr where nothing is copied).
+  std::string Copy(const char* copy, int l, const std::string& offset) const {
+    return copies_ ? absl::StrCat(copy, l, "k + ", offset) : std::string("nullptr");
   }
   // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD (guarded, the
   // step-start values copied out first), for columns from `first` (an expression) of which `cols`
@@ -139,15 +149,17 @@ class ClusterBody {
   std::string BiasStep(int l, const std::string& dz, int64_t ld, const std::string& bias,
                        const std::string& first, const std::string& cols) const {
     if (guarded_) {
-      return absl::StrCat("BiasSgdKeep<", s_.rows, ">(", dz, ", ", ld, ", ", bias, ", b", l, "k + ",
-                          first, ", vb", l, "k + ", first, ", sb", l, "k + ", first, ", svb", l,
-                          "k + ", first, ", ", cols, ", lr_, mu_, wd_, bad, stopped);");
+      return absl::StrCat("BiasSgdGuarded<", B(copies_), ", ", s_.rows, ">(", dz, ", ", ld, ", ",
+                          bias, ", ", Next("b", l), " + ", first, ", vb", l, "k + ", first, ", ",
+                          Next("vb", l), " + ", first, ", ", Copy("sb", l, first), ", ",
+                          Copy("svb", l, first), ", ", cols, ", lr_, mu_, wd_, bad, stopped);");
     }
     return absl::StrCat("BiasSgd<", s_.rows, ">(", dz, ", ", ld, ", ", bias, ", b", l, "k + ",
                         first, ", vb", l, "k + ", first, ", ", cols, ", lr_, mu_, wd_);");
   }
   // Guarded, after every group's last model: the block's arrival on the guard word; the last
-  // block counts the step and, where it skips, restores every parameter.
+  // block counts the step and, where it skips, restores every parameter (double-buffered: flips
+  // the parity word where it does not).
   void GuardEnd();
   // Rows per pass of W_l's m x n weight gradient through h_{l+1}'s buffer (free in layer l's
   // backward): the most that divide m and fit; 0 where none fits, and for clusters, whose other
@@ -170,7 +182,8 @@ class ClusterBody {
   const Layout s_;
   const std::vector<int>& d_;
   const bool groups_;   // kGroups: exchanges through the workspace, group barriers.
-  const bool guarded_;  // kGroups under the non-finite guard: step-start copies to the workspace.
+  const bool guarded_;  // kGroups under the non-finite guard.
+  const bool copies_;   // Guarded, not double-buffered: step-start copies to the workspace.
   const int exchanges_per_model_;
   int exchanges_ = 0;          // Share calls emitted so far.
   std::string area_ = "area";  // The exchange area of the latest Share.
@@ -263,10 +276,11 @@ void ClusterBody::WeightStep(int l, const std::string& a, int64_t a_ld, const st
                     " + q * ", chunk, ", ", b, ", Store{", stage, ", ", stage_ld, "});"));
   Line("  SyncThreads();");
   const std::string w_rows = absl::StrCat(w_smem, " + q * ", chunk * s_.w_ld[l], ", ", s_.w_ld[l]);
-  if (guarded_) {  // The same update, the step-start values copied out first.
-    Line(absl::StrCat("  SgdRowsKeep(sgd, ", stage, ", ", stage_ld, ", ", w_rows, ", w", l,
-                      "k + at, vw", l, "k + at, sw", l, "k + at, svw", l, "k + at, ", gld,
-                      ", rows_q, ", cols, ", lr_, mu_, wd_, bad, stopped);"));
+  if (guarded_) {
+    Line(absl::StrCat("  SgdRowsGuarded<", B(copies_), ">(sgd, ", stage, ", ", stage_ld, ", ",
+                      w_rows, ", ", Next("w", l), " + at, ", Next("vw", l), " + at, ",
+                      Copy("sw", l, "at"), ", ", Copy("svw", l, "at"), ", ", gld, ", rows_q, ",
+                      cols, ", lr_, mu_, wd_, bad, stopped);"));
   } else {
     Line(absl::StrCat("  sgd.Step(", stage, ", ", stage_ld, ", ", w_rows, ", w", l, "k + at, vw", l,
                       "k + at, ", gld, ", rows_q, ", cols, ", lr_, mu_, wd_);"));
@@ -440,6 +454,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                       " + static_cast<size_t>(group) * ",
                       plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
     if (guarded_) {
+      if (!copies_) absl::StrAppend(&code_, ParityPointersSource(plan_));
       Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
       Line(absl::StrCat("const mlpg::Counters counters = mlpg::GuardBegin<",
                         B(plan_.target.guard == MlpGuard::kStop),
@@ -462,15 +477,20 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                     ";"));
   for (int l = 0; l < layers; ++l) {
     const int64_t weights = int64_t{d_[l + 1]} * d_[l];
-    for (const char* name : {"w", "vw"}) {
-      Line(absl::StrCat("float* const ", name, l, "k = ", name, l, " + static_cast<size_t>(k) * ",
-                        weights, ";"));
+    // Model k's parameters and velocities: in place, or (double-buffered) the current ones, read,
+    // and the other buffer's, n<param><l>k, written.
+    const bool parity = guarded_ && !copies_;
+    for (const auto& [name, stride] :
+         {std::pair{"w", weights}, std::pair{"vw", weights}, std::pair{"b", int64_t{d_[l + 1]}},
+          std::pair{"vb", int64_t{d_[l + 1]}}}) {
+      Line(absl::StrCat("float* const ", name, l, "k = ", name, l, parity ? "_now" : "",
+                        " + static_cast<size_t>(k) * ", stride, ";"));
+      if (parity) {
+        Line(absl::StrCat("float* const n", name, l, "k = ", name, l,
+                          "_next + static_cast<size_t>(k) * ", stride, ";"));
+      }
     }
-    for (const char* name : {"b", "vb"}) {
-      Line(absl::StrCat("float* const ", name, l, "k = ", name, l, " + static_cast<size_t>(k) * ",
-                        d_[l + 1], ";"));
-    }
-    if (!guarded_) continue;
+    if (!copies_) continue;
     // The step-start copies of W_l, b_l and their velocities (plan.grad_w_offset, ...).
     struct Start {
       const char* name;
@@ -524,7 +544,10 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
 void ClusterBody::GuardEnd() {
   Line("{  // The non-finite guard: the last block to finish decides (no block waits).");
   Line(absl::StrCat("  if (mlpg::GuardFinish(barrier + ", kMlpStepGuardWord,
-                    ", bad, counters, skipped_steps, record, nullptr, false)) {"));
+                    ", bad, counters, skipped_steps, record, ",
+                    copies_ ? std::string("nullptr, false")
+                            : absl::StrCat("barrier + ", kMlpStepParityWord, ", flip"),
+                    ")) {"));
   absl::StrAppend(&code_, GuardRestoreSource(plan_));
   Line("  }");
   Line("}");

@@ -150,8 +150,12 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   plan.exchange_areas = 0;
   if (!groups) return absl::OkStatus();
   const int64_t area = GroupAreaFloats(plan);
-  const int64_t fit = std::min<int64_t>(
-      {plan.models, plan.target.grid / ranks, kMlpStepGuardWord - 2, room / area});
+  // Group barriers take barrier words 2 on, below the guard's word and, double-buffered, the
+  // parity's (PlanMlpStep lays the shadow out after this).
+  const bool parity = plan.target.guard != MlpGuard::kNone && plan.target.shadow;
+  const int64_t fit =
+      std::min<int64_t>({plan.models, plan.target.grid / ranks,
+                         (parity ? kMlpStepParityWord : kMlpStepGuardWord) - 2, room / area});
   if (fit < 1) {
     return absl::UnimplementedError(absl::StrCat(
         "the group schedule needs ", ranks, " co-resident blocks per model (the grid has ",

@@ -83,6 +83,20 @@ int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models) 
   return total;
 }
 
+std::string ParityPointersSource(const MlpStepPlan& plan) {
+  std::string code = absl::StrCat("  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
+  for (int l = 0; l < plan.layers(); ++l) {
+    for (const auto& [param, offset] :
+         {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"b", plan.shadow_b_offset[l]},
+          std::pair{"vw", plan.shadow_vw_offset[l]}, std::pair{"vb", plan.shadow_vb_offset[l]}}) {
+      absl::StrAppend(&code, "  float* const ", param, l, "_now = flip ? shadow + ", offset, " : ",
+                      param, l, ";\n  float* const ", param, l, "_next = flip ? ", param, l,
+                      " : shadow + ", offset, ";\n");
+    }
+  }
+  return code;
+}
+
 void LayOutShadow(MlpStepPlan& plan) {
   plan.double_buffered = true;
   for (auto* offsets : {&plan.shadow_w_offset, &plan.shadow_b_offset, &plan.shadow_vw_offset,

@@ -25,10 +25,16 @@ std::string GuardCopySource(const MlpStepPlan& plan, const std::vector<int>& lay
 // step (by the last block to finish, mlpg::GuardFinish).
 std::string GuardRestoreSource(const MlpStepPlan& plan);
 
-// Makes a guarded kLayerPhases or kRowChain plan double-buffered: sets double_buffered and lays
-// each layer's weights, biases and their velocities out in the shadow (shadow_w_offset, ...), as
-// MlpStepShadowFloats counts them. Such a plan has no copies: the two functions above return "".
+// Makes a guarded plan double-buffered: sets double_buffered and lays each layer's weights, biases
+// and their velocities out in the shadow (shadow_w_offset, ...), as MlpStepShadowFloats counts
+// them. Such a plan has no copies: the two functions above return "".
 void LayOutShadow(MlpStepPlan& plan);
+
+// Statements of a double-buffered kernel (plan.double_buffered) that read the parity word once
+// into `flip` and point w<l>_now, b<l>_now, vw<l>_now and vb<l>_now at each layer's current values
+// (every model's; the parameters' own buffers or the shadow's) and w<l>_next, ... at the other
+// buffers, which the step's updates write.
+std::string ParityPointersSource(const MlpStepPlan& plan);
 
 }  // namespace reprise::codegen
 

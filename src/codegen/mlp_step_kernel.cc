@@ -534,7 +534,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   if (target.schedule == MlpSchedule::kGroups || auto_groups) {
     MlpStepPlan grouped = plan;
     const absl::Status status = PlanCluster(grouped, /*groups=*/true);
-    if (status.ok()) return grouped;
+    if (status.ok()) {
+      if (guarded && target.shadow) LayOutShadow(grouped);
+      return grouped;
+    }
     if (target.schedule == MlpSchedule::kGroups) return status;
   }
   if (target.schedule == MlpSchedule::kCluster || auto_cluster) {

@@ -67,31 +67,31 @@ namespace reprise::codegen {
 enum class MlpSchedule : uint8_t { kAuto, kLayerPhases, kRowChain, kCluster, kGroups };
 inline constexpr int kRowChainMinModels = 32;
 
-// The non-finite guard inside the kernel (src/autodiff/non_finite_guard.h's policies). The check
-// is the step's, over every model (an ensemble is one training graph, its loss the models' sum):
-// one non-finite model skips the whole step, as the unfused graph's guard does.
-// kLayerPhases, kRowChain and kGroups: every weight update happens in place where the unguarded
-// kernel does it, after the step-start values it overwrites (weights, biases and their
+// The non-finite guard inside the kernel (src/autodiff/non_finite_guard.h's policies). The check is
+// the step's, over every model (an ensemble is one training graph, its loss the models' sum): one
+// non-finite model skips the whole step, as the unfused graph's guard does. Without a shadow
+// (below), kLayerPhases, kRowChain and kGroups: every weight update happens in place where the
+// unguarded kernel does it, after the step-start values it overwrites (weights, biases and their
 // velocities) were copied to the workspace: by kLayerPhases and kRowChain in the forward phases
 // (mlpg::CopyStart), by kGroups in the update itself. A non-finite gradient (or loss) sets its
-// block's flag. No grid barrier is added: after its last task each block adds its arrival and
-// flag to the guard word, and the last block to arrive counts the step and, where it skips, alone
-// copies every parameter and velocity back (kStop: once stopped, no task writes any). A clean step
-// so costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster
+// block's flag. No grid barrier is added: after its last task each block adds its arrival and flag
+// to the guard word, and the last block to arrive counts the step and, where it skips, alone copies
+// every parameter and velocity back (kStop: once stopped, no task writes any). A clean step so
+// costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster
 // cannot guard (a model's cluster may run in a later wave than another's, after the restore), so a
 // guarded plan never picks it.
 //
-// Double-buffered (MlpStepPlan::double_buffered: guarded kLayerPhases and kRowChain with a shadow
-// input, MlpStepTarget::shadow), nothing is copied: every weight, bias and velocity has a second
-// buffer in the shadow (plan.shadow_w_offset, shadow_b_offset, shadow_vw_offset,
-// shadow_vb_offset), persistent like the parameters, and barrier word kMlpStepParityWord says
-// which of the two holds the current values. The step reads that one and writes its update to the
-// other; the last block flips the word when the step is applied and leaves it when the step is
-// skipped, so a skipped step needs no restore, and the forward phases are the unguarded kernel's
-// (measured on an H200, the bias copies there cost each forward phase ~0.2 us). Between steps the
-// parameters' own buffers are therefore current only where the word is 0: MlpStepSettleKernel
-// copies the second buffers back and clears it, and must run before anything else reads or writes
-// the weights or velocities.
+// Double-buffered (MlpStepPlan::double_buffered: a guarded plan with a shadow input,
+// MlpStepTarget::shadow, which the fuse pass always gives), nothing is copied: every weight, bias
+// and velocity has a second buffer in the shadow (plan.shadow_w_offset, shadow_b_offset,
+// shadow_vw_offset, shadow_vb_offset), persistent like the parameters, and barrier word
+// kMlpStepParityWord says which of the two holds the current values. The step reads that one and
+// writes its update to the other; the last block flips the word when the step is applied and leaves
+// it when the step is skipped, so a skipped step needs no restore, and the forward phases are the
+// unguarded kernel's (measured on an H200, the bias copies there cost each forward phase ~0.2 us).
+// Between steps the parameters' own buffers are therefore current only where the word is 0:
+// MlpStepSettleKernel copies the second buffers back and clears it, and must run before anything
+// else reads or writes the weights or velocities.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;
@@ -180,8 +180,9 @@ struct MlpStepPlan {
 // that found a non-finite value (high 16 bits); zero between launches.
 inline constexpr int64_t kMlpStepBarrierWords = 64;
 inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
-// Word 62 of a double-buffered plan (kGroups never is): 1 where the weights' and velocities'
-// current values are in the shadow, 0 where in their own buffers.
+// Word 62 of a double-buffered plan (whose kGroups plans launch at most 60 groups, their barriers
+// below it): 1 where the weights' and velocities' current values are in the shadow, 0 where in
+// their own buffers.
 inline constexpr int64_t kMlpStepParityWord = kMlpStepBarrierWords - 2;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.

@@ -166,18 +166,7 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   // buffers are selected where each phase's arguments are built, so one body serves both parities
   // (emitting it once per parity, each with constant addresses, made the kernel 11% larger and,
   // measured on an H200, the 4-model ensemble's step 3% slower).
-  if (plan.double_buffered) {
-    absl::StrAppend(&code, "  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
-    for (int l = 0; l < layers; ++l) {
-      for (const auto& [param, offset] :
-           {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"b", plan.shadow_b_offset[l]},
-            std::pair{"vw", plan.shadow_vw_offset[l]}, std::pair{"vb", plan.shadow_vb_offset[l]}}) {
-        absl::StrAppend(&code, "  float* const ", param, l, "_now = flip ? shadow + ", offset,
-                        " : ", param, l, ";\n  float* const ", param, l, "_next = flip ? ", param,
-                        l, " : shadow + ", offset, ";\n");
-      }
-    }
-  }
+  if (plan.double_buffered) absl::StrAppend(&code, ParityPointersSource(plan));
   auto forward_args = [&](int l) {
     return ArgsOf("GemmArgs",
                   {h(l), w(l, now), h(l + 1), b(l, now), none, none, none, none, none, none});

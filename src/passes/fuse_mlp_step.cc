@@ -24,7 +24,7 @@ struct Layer {
 std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
                                               const std::vector<TensorSpec>& weights,
                                               int64_t models) {
-  if (guard == codegen::MlpGuard::kNone || models >= codegen::kGroupsMinModels || weights.empty()) {
+  if (guard == codegen::MlpGuard::kNone || weights.empty()) {
     return std::nullopt;
   }
   const int lead = weights[0].shape.rank() - 2;  // 1 where stacked.

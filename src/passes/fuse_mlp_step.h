@@ -28,8 +28,8 @@ struct WholeStepGuard {
 // nodes are not the guard's usual three.
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
 
-// A guarded whole-step kernel of fewer than codegen::kGroupsMinModels models double-buffers its
-// weights, biases and their velocities (codegen::MlpGuard): the spec of its shadow, a persistent
+// A guarded whole-step kernel double-buffers its weights, biases and their velocities (every
+// schedule that guards: codegen::MlpGuard): the spec of its shadow, a persistent
 // state input after the guard's counters, for weights of these specs ([out, in], or [K, out, in]
 // stacked) in layer order; nullopt where the kernel would not use one.
 std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,

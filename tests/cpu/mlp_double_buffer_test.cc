@@ -1,11 +1,10 @@
 // The double-buffered guarded MLP step (MlpGuard in src/codegen/mlp_step_kernel.h), as generated
-// source: guarded layer-phase and row-chain plans read each parameter and velocity from the
+// source: guarded layer-phase, row-chain and group plans read each parameter and velocity from the
 // buffer the parity word names and write the update to the other, copy and restore nothing, and
 // write the flipped word when the step is applied; the settle kernel copies the shadow's buffers
-// back. Only
-// a plan given a shadow (MlpStepTarget::shadow, which the fuse passes add as persistent state)
-// double-buffers.
-// Both compile for sm_90 without warnings. The GPU side: tests/gpu/mlp_step_guard_gpu_test.cc.
+// back. Only a plan given a shadow (MlpStepTarget::shadow, which the fuse passes add as persistent
+// state) double-buffers. All compile for sm_90 without warnings. The GPU side:
+// tests/gpu/mlp_step_guard_gpu_test.cc.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -43,14 +42,17 @@ void ExpectCompilesCleanly(const codegen::GeneratedKernel& kernel) {
   EXPECT_EQ(compiled->log.find("warning"), std::string::npos) << compiled->log;
 }
 
-TEST(MlpDoubleBufferTest, GuardedLayerPhasesAndRowChainAreDoubleBufferedTheOthersNot) {
+TEST(MlpDoubleBufferTest, GuardedPlansWithAShadowAreDoubleBufferedTheOthersNot) {
   using codegen::MlpGuard;
   using codegen::MlpSchedule;
-  for (MlpSchedule schedule : {MlpSchedule::kLayerPhases, MlpSchedule::kRowChain}) {
-    EXPECT_TRUE(Plan(1, schedule, MlpGuard::kSkip).double_buffered);
-    EXPECT_TRUE(Plan(4, schedule, MlpGuard::kStop).double_buffered);
-    EXPECT_FALSE(Plan(4, schedule, MlpGuard::kNone).double_buffered);
-    EXPECT_FALSE(Plan(4, schedule, MlpGuard::kSkip, /*shadow=*/false).double_buffered);
+  for (MlpSchedule schedule :
+       {MlpSchedule::kLayerPhases, MlpSchedule::kRowChain, MlpSchedule::kGroups}) {
+    const int64_t models = schedule == MlpSchedule::kGroups ? 32 : 4;
+    if (schedule != MlpSchedule::kGroups)
+      EXPECT_TRUE(Plan(1, schedule, MlpGuard::kSkip).double_buffered);
+    EXPECT_TRUE(Plan(models, schedule, MlpGuard::kStop).double_buffered);
+    EXPECT_FALSE(Plan(models, schedule, MlpGuard::kNone).double_buffered);
+    EXPECT_FALSE(Plan(models, schedule, MlpGuard::kSkip, /*shadow=*/false).double_buffered);
   }
   // The shadow holds each layer's weights, their velocities, biases and theirs once, 128-byte
   // aligned, at the plan's offsets: 4 models of 64-256-256-10 have 65536, 262144 and 10240
@@ -68,10 +70,42 @@ TEST(MlpDoubleBufferTest, GuardedLayerPhasesAndRowChainAreDoubleBufferedTheOther
   EXPECT_EQ(codegen::MlpStepShadowFloats({1, 3}, 1), 4 * 32);  // Aligned up.
   EXPECT_EQ(codegen::MlpStepShadowFloats({int64_t{1} << 40, int64_t{1} << 40}, 8),
             std::numeric_limits<int64_t>::max());  // Saturates, never wraps.
-  // The group schedule copies in its updates (its own form is still to come).
-  const codegen::MlpStepPlan groups = Plan(32, MlpSchedule::kGroups, MlpGuard::kSkip);
-  EXPECT_GT(groups.groups, 0);
-  EXPECT_FALSE(groups.double_buffered);
+  // The group schedule's barriers stay below the parity word: at most 60 groups when it is used.
+  codegen::MlpStepTarget wide;
+  wide.tf32 = true;
+  wide.schedule = MlpSchedule::kGroups;
+  wide.grid = 4 * 132;
+  for (bool shadow : {false, true}) {
+    wide.guard = MlpGuard::kSkip;
+    wide.shadow = shadow;
+    auto groups = codegen::PlanMlpStep(8, {16, 32, 8}, wide, 128);
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    EXPECT_EQ(groups->groups,
+              shadow ? codegen::kMlpStepParityWord - 2 : codegen::kMlpStepGuardWord - 2);
+  }
+}
+
+// The group schedule's double-buffered form: each model's parameters and velocities read through
+// <param><l>k from the current buffers and its updates written through n<param><l>k to the others.
+TEST(MlpDoubleBufferTest, GroupStepReadsOneBufferWritesTheOtherAndCopiesNothing) {
+  const codegen::MlpStepPlan plan =
+      Plan(32, codegen::MlpSchedule::kGroups, codegen::MlpGuard::kSkip);
+  ASSERT_GT(plan.groups, 0);
+  const codegen::GeneratedKernel kernel = codegen::BatchedMlpStepKernel(plan, false, false);
+  const std::string& code = kernel.code;
+  EXPECT_THAT(code, HasSubstr("  const bool flip = barrier[62] != 0u;\n"));
+  for (int l = 0; l < plan.layers(); ++l) {
+    const std::string n = std::to_string(l);
+    EXPECT_THAT(code, HasSubstr("float* const w" + n + "k = w" + n + "_now + "));
+    EXPECT_THAT(code, HasSubstr("float* const nw" + n + "k = w" + n + "_next + "));
+    EXPECT_THAT(code, HasSubstr("float* const nvb" + n + "k = vb" + n + "_next + "));
+    EXPECT_THAT(code, Not(HasSubstr("float* const sw" + n + "k")));
+  }
+  EXPECT_THAT(code, HasSubstr("SgdGuarded<true, true, false>{Sgd<true, true>{"));
+  EXPECT_THAT(code, HasSubstr("BiasSgdGuarded<false, "));
+  EXPECT_THAT(code, Not(HasSubstr("mlpg::Restore<"))) << "no restore";
+  EXPECT_THAT(code, HasSubstr("record, barrier + 62, flip))"));
+  ExpectCompilesCleanly(kernel);
 }
 
 TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesNothing) {

@@ -350,20 +350,27 @@ TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
         target.tf32 = tf32;
         target.schedule = codegen::MlpSchedule::kGroups;
         target.guard = guard;
-        auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
-        ASSERT_TRUE(plan.ok()) << plan.status();
-        ASSERT_GT(plan->groups, 0);
-        const codegen::GeneratedKernel kernel =
-            c.models == 1 ? codegen::MlpStepKernel(*plan)
-                          : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-        // The unguarded epilogues' updates with the step-start copies.
-        EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
-        EXPECT_THAT(kernel.code, HasSubstr("SgdKeep<"));
-        EXPECT_THAT(kernel.code, HasSubstr("BiasSgdKeep<"));
-        EXPECT_THAT(kernel.code, Not(HasSubstr("BiasSgd<")));
-        auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-        ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()
-                                   << (tf32 ? " tf32" : "") << ": " << compiled.status();
+        // Without a shadow the updates copy the step-start values; with one they double-buffer.
+        for (bool shadow : {false, true}) {
+          target.shadow = shadow;
+          auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          ASSERT_GT(plan->groups, 0);
+          EXPECT_EQ(plan->double_buffered, shadow);
+          const codegen::GeneratedKernel kernel =
+              c.models == 1 ? codegen::MlpStepKernel(*plan)
+                            : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
+          EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+          const std::string copies = shadow ? "false" : "true";
+          EXPECT_THAT(kernel.code, HasSubstr(", " + copies + ">{Sgd<"));
+          EXPECT_THAT(kernel.code, HasSubstr("BiasSgdGuarded<" + copies + ", "));
+          EXPECT_THAT(kernel.code, Not(HasSubstr("BiasSgd<")));
+          EXPECT_EQ(kernel.code.find("mlpg::Restore<") != std::string::npos, !shadow);
+          auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+          ASSERT_TRUE(compiled.ok())
+              << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
+              << (shadow ? " shadow" : "") << ": " << compiled.status();
+        }
       }
     }
   }

@@ -6,7 +6,8 @@
 // counts it; the clean steps around it train bit for bit as the unguarded group kernel fed only
 // the clean batches; one group or three, each training many models in turn, give the full grid's
 // bits; kStop skips every step from the first non-finite one and records it. The layer phases
-// and the row chain restore a skipped step on any grid too.
+// and the row chain skip a step on any grid too. Every schedule double-buffers (the fused node's
+// shadow): the parameters are read after the op's Settle.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -27,6 +28,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/mlp_step.h"
+#include "src/ops/mlp_step_double_buffer.h"
 #include "src/passes/batch_ensemble.h"
 #include "src/passes/fuse.h"
 #include "src/runtime/kernel_store.h"
@@ -143,6 +145,7 @@ class DeviceStep {
     target.tf32 = true;
     target.schedule = schedule;
     target.guard = guarded ? codegen::MlpGuard::kSkip : codegen::MlpGuard::kNone;
+    target.shadow = guarded;  // The fused node's shadow input.
     std::vector<int64_t> widths = {kConfig.input_features};
     for (int l = 0; l <= kConfig.depth; ++l)
       widths.push_back(l < kConfig.depth ? kConfig.width : kConfig.classes);
@@ -158,9 +161,18 @@ class DeviceStep {
     ops::KernelArgs args;
     for (void* p : ctx.inputs) args.Add(p);
     for (void* p : ctx.outputs) args.Add(p);
-    return ops::LaunchForMlpStep(ctx, "guarded_step_on_a_grid", plan,
-                                 codegen::BatchedMlpStepKernel(plan, false, false), std::move(args),
-                                 grid);
+    ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> step,
+                     ops::LaunchForMlpStep(ctx, "guarded_step_on_a_grid", plan,
+                                           codegen::BatchedMlpStepKernel(plan, false, false),
+                                           std::move(args), grid));
+    if (!plan.double_buffered) return step;
+    ops::MlpStepBuffers buffers{.barrier = data(kBarrier), .shadow = data(kBarrier + 3)};
+    for (int l = 0; l < kLayers; ++l) {
+      const int first = 6 + 4 * l;  // W, b, W's velocity and b's.
+      buffers.layers.push_back({data(first), data(first + 1), data(first + 2), data(first + 3)});
+    }
+    return ops::DoubleBufferedMlpStep::Create(ctx, "guarded_step_on_a_grid", plan, buffers,
+                                              std::move(step));
   }
 
   // The bytes of input i.
@@ -229,8 +241,10 @@ class GuardedGroupStepGpuTest : public ::testing::Test {
     stream_.emplace(std::move(stream));
   }
 
-  void Launch(const ops::GpuKernel& kernel) {
+  // One step; `settle`: then the op's Settle, so that the parameters' own buffers hold them.
+  void Launch(const ops::GpuKernel& kernel, bool settle = true) {
     REPRISE_ASSERT_OK(kernel.Launch(stream_->get()));
+    if (settle) REPRISE_ASSERT_OK(kernel.Settle(stream_->get()));
     REPRISE_ASSERT_OK(cudaStreamSynchronize(stream_->get()));
     REPRISE_ASSERT_OK(cudaGetLastError());
   }
@@ -244,7 +258,7 @@ TEST_F(GuardedGroupStepGpuTest, PoisonedModelSkipsTheStepAndCleanStepsMatchTheUn
   DeviceStep guarded, plain;
   REPRISE_ASSERT_OK(guarded.Init(NonFinitePolicy::kSkipStep, device_, kernels_));
   REPRISE_ASSERT_OK(plain.Init(NonFinitePolicy::kIgnore, device_, kernels_));
-  ASSERT_EQ(guarded.inputs(), kBarrier + 3);  // The barrier, then the guard's counters.
+  ASSERT_EQ(guarded.inputs(), kBarrier + 4);  // The barrier, the guard's counters, the shadow.
   ASSERT_EQ(plain.inputs(), kBarrier + 1);
   for (int i = 0; i < kBarrier; ++i) {
     ASSERT_EQ(guarded.spec(i), plain.spec(i)) << "input " << i;
@@ -301,16 +315,19 @@ TEST_F(GuardedGroupStepGpuTest, PoisonedModelSkipsTheStepAndCleanStepsMatchTheUn
 }
 
 // One group training all 32 models in turn, or three groups: the full grid's bits, the skipped
-// step included (restored by whichever block finishes last).
+// step included (decided by whichever block finishes last). No Settle between the steps: the
+// third reads the parameters from the shadow, where the first wrote them and the skipped second
+// left them.
 TEST_F(GuardedGroupStepGpuTest, OneOrThreeGroupsGiveTheFullGridsBits) {
   DeviceStep full;
   REPRISE_ASSERT_OK(full.Init(NonFinitePolicy::kSkipStep, device_, kernels_));
   REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
                                full.Plan(codegen::MlpSchedule::kGroups, true));
+  ASSERT_TRUE(plan.double_buffered);
   REPRISE_ASSERT_OK_AND_ASSIGN(auto full_kernel, full.LowerOnGrid(plan.grid()));
   for (int step = 0; step < 3; ++step) {
     REPRISE_ASSERT_OK(Feed(full, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
-    ASSERT_NO_FATAL_FAILURE(Launch(*full_kernel));
+    ASSERT_NO_FATAL_FAILURE(Launch(*full_kernel, /*settle=*/step == 2));
   }
   const std::vector<std::string> want = full.Parameters();
   for (int groups : {1, 3}) {
@@ -320,7 +337,7 @@ TEST_F(GuardedGroupStepGpuTest, OneOrThreeGroupsGiveTheFullGridsBits) {
     REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, small.LowerOnGrid(groups * plan.cluster));
     for (int step = 0; step < 3; ++step) {
       REPRISE_ASSERT_OK(Feed(small, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
-      ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
+      ASSERT_NO_FATAL_FAILURE(Launch(*kernel, /*settle=*/step == 2));
     }
     EXPECT_TRUE(small.Parameters() == want);
     EXPECT_EQ(small.Ints(kBarrier + 1), std::vector<int32_t>{1});
@@ -346,9 +363,8 @@ TEST_F(GuardedGroupStepGpuTest, StopSkipsEveryStepFromTheFirstNonFiniteOne) {
 }
 
 // The layer phases and the row chain under the guard, which adds no grid barrier to them (each
-// block counts itself out on the guard word; the last to finish decides, counts, and alone
-// restores a skipped step's parameters from their step-start copies), on their full grid and on 1
-// or 3 blocks (many tasks per block; the last block to finish differs): a NaN feature or a label
+// block counts itself out on the guard word; the last to finish decides, counts, and flips the
+// parity word of an applied step), on their full grid and on 1 or 3 blocks (many tasks per block; the last block to finish differs): a NaN feature or a label
 // outside the classes leaves every parameter and velocity as it was, bit for bit, and is counted;
 // the clean steps around them give the bits of the unguarded kernel of the same schedule and grid.
 TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid) {

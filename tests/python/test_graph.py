@@ -71,6 +71,10 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert options.numerics.compute_dtype == reprise.DType.bfloat16
     assert options.launch.lanes == 3 and options.launch.graph_launch == reprise.GraphLaunch.host
     assert not options.kernels.whole_step and options.kernels.fuse
+    kernels = reprise.KernelTuning(conv_sums_in_place=False, conv_api=reprise.ConvApi.legacy)
+    assert not kernels.conv_sums_in_place and kernels.conv_api == reprise.ConvApi.legacy
+    assert reprise.KernelTuning().conv_api == reprise.ConvApi.graph
+    assert not reprise.KernelTuning().conv_batch_norm_stats
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
         reprise.TrainOptions(launch={"lane": 2})
 
