@@ -136,9 +136,10 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   while (ranks < kMaxRanks && int64_t{plan.models} * ranks * 4 <= plan.target.grid) ranks *= 2;
   // A group's exchange area is a slot per block of the widths padded to 16 blocks: fewer blocks
   // where the workspace would not hold one.
-  // The exchange areas' room: the workspace, or guarded what the step-start copies leave from
+  // The exchange areas' room: the workspace, or with step-start copies what they leave from
   // plan.area_offset on (SearchMlpStepPlan: before them where that is 0).
-  const int64_t room = plan.target.guard == MlpGuard::kNone ? plan.workspace_floats
+  const bool copies = plan.target.guard != MlpGuard::kNone && !plan.target.shadow;
+  const int64_t room = !copies                ? plan.workspace_floats
                        : plan.area_offset > 0 ? plan.workspace_floats - plan.area_offset
                                               : plan.grad_w_offset[0];
   while (groups && ranks > fewest && AreaFloats(plan, ranks) > room) ranks /= 2;

@@ -393,18 +393,18 @@ absl::Status PlanRowChain(MlpStepPlan& plan, int64_t budget, int64_t& smem) {
 }  // namespace
 
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths, int64_t models,
-                               bool guarded) {
+                               bool start_copies) {
   const int64_t layers = static_cast<int64_t>(widths.size()) - 1;
   const int64_t rows = models * batch;
   int64_t total = Align32(rows);  // Row losses.
   for (int64_t l = 1; l < layers; ++l) total += Align32(rows * widths[l]);
   for (int64_t l = 0; l < layers; ++l) total += Align32(rows * widths[l + 1]);
-  for (int64_t l = 0; guarded && l < layers; ++l) {  // Parameters and velocities (see the plan).
+  for (int64_t l = 0; start_copies && l < layers; ++l) {  // Parameters and velocities (the plan).
     total += 2 * (Align32(models * widths[l + 1] * widths[l]) + Align32(models * widths[l + 1]));
   }
   if (models >= kGroupsMinModels) {
     const int64_t groups = GroupsWorkspaceFloats(batch, widths, models);
-    total = guarded ? total + groups : std::max(total, groups);
+    total = start_copies ? total + groups : std::max(total, groups);
   }
   return total;
 }
@@ -484,7 +484,8 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   for (int64_t w : widths) plan.widths.push_back(static_cast<int>(w));
   plan.target = target;
   const bool guarded = target.guard != MlpGuard::kNone;
-  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models, guarded);
+  const bool copies = guarded && !target.shadow;  // Double-buffered (a shadow): no copies.
+  plan.workspace_floats = MlpStepWorkspaceFloats(batch, widths, models, copies);
   if (plan.workspace_floats > kMaxElements) {
     return absl::UnimplementedError(
         absl::StrCat("the workspace (", plan.workspace_floats, " floats) exceeds 2^31 - 1"));
@@ -502,7 +503,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   plan.row_loss_offset = offset;
   offset += Align32(models * batch);
-  if (guarded) {
+  if (copies) {
     for (auto* v :
          {&plan.grad_w_offset, &plan.grad_b_offset, &plan.start_vw_offset, &plan.start_vb_offset}) {
       v->assign(layers, 0);
@@ -527,7 +528,7 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   // kGroups' exchange areas: where the workspace has the most room that the copies do not
   // take, before them (the other schedules' activations, unused by the groups) or after them.
-  if (guarded && plan.workspace_floats - offset >= plan.grad_w_offset[0]) plan.area_offset = offset;
+  if (copies && plan.workspace_floats - offset >= plan.grad_w_offset[0]) plan.area_offset = offset;
   const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !guarded && target.tf32 &&
                             models >= kClusterMinModels;
   const bool auto_groups = target.schedule == MlpSchedule::kAuto && models >= kGroupsMinModels;

@@ -187,9 +187,11 @@ inline constexpr int64_t kMlpStepParityWord = kMlpStepBarrierWords - 2;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 // From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
-// `guarded`, the parameters' step-start copies too (kGroups' exchange areas after them).
+// `start_copies` (a guarded plan without a shadow), the parameters' step-start copies too
+// (kGroups' exchange areas after them). A double-buffered plan needs no more than an unguarded
+// one.
 int64_t MlpStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
-                               int64_t models = 1, bool guarded = false);
+                               int64_t models = 1, bool start_copies = false);
 
 // Picks the schedule (target.schedule) and tiles for every phase of `models` MLPs of these
 // shapes. kUnimplemented, saying which limit, where the shapes exceed what the kernel supports on

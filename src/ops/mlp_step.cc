@@ -183,8 +183,10 @@ absl::StatusOr<std::vector<TensorSpec>> InferMlpStep(const Attrs& attrs,
   std::vector<TensorSpec> out = {{Shape{}, dt}};
   if (kStacked) out.push_back({Shape{s.models}, dt});
   out.push_back({s.Stack({s.batch, s.widths.back()}), dt});
-  out.push_back({Shape{codegen::MlpStepWorkspaceFloats(s.batch, s.widths, s.models, s.guarded)},
-                 DType::kFloat32});
+  // A double-buffered step (a shadow) keeps no step-start copies in its workspace.
+  out.push_back(
+      {Shape{codegen::MlpStepWorkspaceFloats(s.batch, s.widths, s.models, s.guarded && !s.shadow)},
+       DType::kFloat32});
   return out;
 }
 
@@ -312,8 +314,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
 }  // namespace
 
 int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
-                                    bool guarded) {
-  return codegen::MlpStepWorkspaceFloats(batch, widths, 1, guarded);
+                                    bool start_copies) {
+  return codegen::MlpStepWorkspaceFloats(batch, widths, 1, start_copies);
 }
 
 absl::StatusOr<codegen::MlpGuard> MlpStepGuardOf(const Attrs& attrs) {
@@ -388,8 +390,8 @@ absl::Status CheckMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,
 }
 
 int64_t BatchedMlpTrainStepWorkspaceFloats(int64_t models, int64_t batch,
-                                           const std::vector<int64_t>& widths, bool guarded) {
-  return codegen::MlpStepWorkspaceFloats(batch, widths, models, guarded);
+                                           const std::vector<int64_t>& widths, bool start_copies) {
+  return codegen::MlpStepWorkspaceFloats(batch, widths, models, start_copies);
 }
 
 absl::Status CheckBatchedMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,

@@ -58,9 +58,10 @@ const ir::OpDef& MlpTrainStepOp();
 
 // f32 elements of output [2] for batch B and widths F, out_0, ..., out_{L-1}:
 // n = a(B) + sum over l = 1..L-1 of a(B * out_{l-1}) + sum over l = 0..L-1 of a(B * out_l),
-// with a(x) = x rounded up to a multiple of 32; `guarded`, plus every layer's gradients.
+// with a(x) = x rounded up to a multiple of 32; `start_copies` (guarded with no shadow), plus
+// every layer's parameters and velocities.
 int64_t MlpTrainStepWorkspaceFloats(int64_t batch, const std::vector<int64_t>& widths,
-                                    bool guarded = false);
+                                    bool start_copies = false);
 
 // The guard a whole-step node's attr "non_finite" asks for (kNone without it); InvalidArgument
 // for a value other than "skip" or "stop".
@@ -119,10 +120,10 @@ bool MlpTrainStepSupported(const std::vector<TensorSpec>& inputs,
 const ir::OpDef& BatchedMlpTrainStepOp();
 
 // f32 elements of output [3]: MlpTrainStepWorkspaceFloats with K * B rows (and K models'
-// gradients, `guarded`).
+// step-start copies, `start_copies`).
 int64_t BatchedMlpTrainStepWorkspaceFloats(int64_t models, int64_t batch,
                                            const std::vector<int64_t>& widths,
-                                           bool guarded = false);
+                                           bool start_copies = false);
 
 // As CheckMlpTrainStepSupported, for batched_mlp_train_step's inputs.
 absl::Status CheckBatchedMlpTrainStepSupported(absl::Span<const TensorSpec> inputs,

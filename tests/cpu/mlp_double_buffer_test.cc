@@ -53,6 +53,10 @@ TEST(MlpDoubleBufferTest, GuardedPlansWithAShadowAreDoubleBufferedTheOthersNot) 
     EXPECT_TRUE(Plan(models, schedule, MlpGuard::kStop).double_buffered);
     EXPECT_FALSE(Plan(models, schedule, MlpGuard::kNone).double_buffered);
     EXPECT_FALSE(Plan(models, schedule, MlpGuard::kSkip, /*shadow=*/false).double_buffered);
+    // Nothing is copied, so the workspace is the unguarded plan's; with copies it holds them too.
+    const int64_t plain = Plan(models, schedule, MlpGuard::kNone).workspace_floats;
+    EXPECT_EQ(Plan(models, schedule, MlpGuard::kSkip).workspace_floats, plain);
+    EXPECT_GT(Plan(models, schedule, MlpGuard::kSkip, /*shadow=*/false).workspace_floats, plain);
   }
   // The shadow holds each layer's weights, their velocities, biases and theirs once, 128-byte
   // aligned, at the plan's offsets: 4 models of 64-256-256-10 have 65536, 262144 and 10240

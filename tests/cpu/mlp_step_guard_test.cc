@@ -242,7 +242,7 @@ TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
         EXPECT_LE(end, guarded->workspace_floats);
       }
       EXPECT_EQ(guarded->workspace_floats,
-                codegen::MlpStepWorkspaceFloats(64, widths, models, /*guarded=*/true));
+                codegen::MlpStepWorkspaceFloats(64, widths, models, /*start_copies=*/true));
       EXPECT_GE(guarded->grad_b_offset.back() - guarded->grad_w_offset[0],
                 grads - models * widths.back());
     }
