@@ -74,6 +74,23 @@ std::vector<float> Train(Trainer& t, int steps) {
   return losses;
 }
 
+absl::StatusOr<models::ResNet> NetFor(const Config& c) {
+  return models::BuildResNet({.depth = c.depth,
+                              .batch = kBatch,
+                              .classes = kClasses,
+                              .image_size = kSize,
+                              .layout = c.layout});
+}
+
+// A replayed trainer's run against the bulked one's: the same losses and parameters, bit for bit.
+void ExpectSameRun(Trainer& replayed_by, Trainer& bulked, const std::vector<float>& replayed,
+                   const std::vector<float>& eager) {
+  EXPECT_EQ(replayed, eager);
+  for (const std::string& name : replayed_by.ParameterNames()) {
+    EXPECT_EQ(*replayed_by.GetParameter(name), *bulked.GetParameter(name)) << name;
+  }
+}
+
 struct ConvCounts {
   int by_graph = 0;  // Graph-API convolutions.
   // Residual blocks' input gradients (conv2d_dgrad + add) run by each API.
@@ -107,11 +124,7 @@ class ResNetConvGraphGpuTest : public ::testing::TestWithParam<Config> {};
 TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   REPRISE_REQUIRE_GPU();
   const Config& c = GetParam();
-  auto net = models::BuildResNet({.depth = c.depth,
-                                  .batch = kBatch,
-                                  .classes = kClasses,
-                                  .image_size = kSize,
-                                  .layout = c.layout});
+  auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
   using Api = KernelTuning::ConvApi;
   auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph);
@@ -127,10 +140,7 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   const std::vector<float> by_legacy = Train(*legacy, steps);
   std::cout << c.name << " losses, graph API: " << ::testing::PrintToString(replayed) << "\n"
             << c.name << " losses, legacy API: " << ::testing::PrintToString(by_legacy) << "\n";
-  EXPECT_EQ(replayed, eager);
-  for (const std::string& name : graph->ParameterNames()) {
-    EXPECT_EQ(*graph->GetParameter(name), *bulked->GetParameter(name)) << name;
-  }
+  ExpectSameRun(*graph, *bulked, replayed, eager);
   // The same weights and batches: the two APIs differ by summation order (and, in 16 bits or
   // TF32, by where it rounds), which grows through the layers and the updates. ResNet-50 at this
   // batch and rate does not train under either API (on an H200 both went from 1.5 to about 10
@@ -166,11 +176,7 @@ class ResNetConvSumsApartGpuTest : public ::testing::TestWithParam<Config> {};
 TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
   REPRISE_REQUIRE_GPU();
   const Config& c = GetParam();
-  auto net = models::BuildResNet({.depth = c.depth,
-                                  .batch = kBatch,
-                                  .classes = kClasses,
-                                  .image_size = kSize,
-                                  .layout = c.layout});
+  auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
   using Api = KernelTuning::ConvApi;
   auto apart = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, false, true, false);
@@ -182,10 +188,7 @@ TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLos
                            summed_in_place = Train(*in_place, kSteps);
   std::cout << c.name << " losses, sums apart: " << ::testing::PrintToString(replayed) << "\n"
             << c.name << " losses, in place: " << ::testing::PrintToString(summed_in_place) << "\n";
-  EXPECT_EQ(replayed, eager);
-  for (const std::string& name : apart->ParameterNames()) {
-    EXPECT_EQ(*apart->GetParameter(name), *bulked->GetParameter(name)) << name;
-  }
+  ExpectSameRun(*apart, *bulked, replayed, eager);
   const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(replayed[i], summed_in_place[i], tolerance * summed_in_place[i]) << "step " << i;
@@ -228,11 +231,7 @@ void CountFused(Trainer& trainer, const std::string& what, int& fused, int& sepa
 TEST_P(ResNetConvBnStatsGpuTest, ReplayEqualsBulkedAndFollowsUnfusedSteps) {
   REPRISE_REQUIRE_GPU();
   const Config& c = GetParam();
-  auto net = models::BuildResNet({.depth = c.depth,
-                                  .batch = kBatch,
-                                  .classes = kClasses,
-                                  .image_size = kSize,
-                                  .layout = c.layout});
+  auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
   using Api = KernelTuning::ConvApi;
   auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, true);
@@ -243,10 +242,7 @@ TEST_P(ResNetConvBnStatsGpuTest, ReplayEqualsBulkedAndFollowsUnfusedSteps) {
   const int steps = 30;
   const std::vector<float> replayed = Train(*graph, steps), eager = Train(*bulked, steps);
   const std::vector<float> plain = Train(*unfused, 3), nondeterministic = Train(*fast, steps);
-  EXPECT_EQ(replayed, eager);
-  for (const std::string& name : graph->ParameterNames()) {
-    EXPECT_EQ(*graph->GetParameter(name), *bulked->GetParameter(name)) << name;
-  }
+  ExpectSameRun(*graph, *bulked, replayed, eager);
   // The statistics are summed in float before the output is rounded (ours: in double after).
   const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-3 : 2e-2;
   for (int i = 0; i < 3; ++i) {
