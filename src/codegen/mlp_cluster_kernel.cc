@@ -34,6 +34,7 @@ class ClusterBody {
         groups_(plan.groups > 0),
         guarded_(plan.groups > 0 && plan.target.guard != MlpGuard::kNone),
         copies_(guarded_ && !plan.double_buffered),
+        double_buffered_(guarded_ && plan.double_buffered),
         exchanges_per_model_(exchanges),
         code_(code) {}
 
@@ -121,9 +122,9 @@ class ClusterBody {
                       ", ", area_, ", ", s_.slot(), ");"));
   }
   // SGD on W_l's outputs of an m x n product whose rows and columns past `rows` and `cols`
-  // (expressions) are padding (`padded`: some are, for some block).
-  // Guarded, the update goes in place after the step-start values are copied out (copies_), or
-  // into the other buffers (n<param><l>k) of a double-buffered plan.
+  // (expressions) are padding (`padded`: some are, for some block). Guarded, the update goes in
+  // place after the step-start values are copied out (copies_), or into the other buffers
+  // (n<param><l>k) of a double-buffered plan.
   std::string SgdOf(int l, const std::string& w_smem, const std::string& offset,
                     const std::string& rows, const std::string& cols, bool padded) const {
     const bool vec2 = plan_.target.aligned && d_[l] % 2 == 0;
@@ -137,15 +138,14 @@ class ClusterBody {
   }
   // Where layer l's update of `param` goes: the other buffer's, double-buffered; else in place.
   std::string Next(const char* param, int l) const {
-    return absl::StrCat(guarded_ && !copies_ ? "n" : "", param, l, "k");
+    return absl::StrCat(double_buffered_ ? "n" : "", param, l, "k");
   }
   // A step-start copy's address (nullptr where nothing is copied).
   std::string Copy(const char* copy, int l, const std::string& offset) const {
     return copies_ ? absl::StrCat(copy, l, "k + ", offset) : std::string("nullptr");
   }
-  // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD (guarded, the
-  // step-start values copied out first), for columns from `first` (an expression) of which `cols`
-  // exist.
+  // The bias gradient of layer l (the column sums of dz, `ld` apart) and its SGD (guarded, as
+  // SgdOf's), for columns from `first` (an expression) of which `cols` exist.
   std::string BiasStep(int l, const std::string& dz, int64_t ld, const std::string& bias,
                        const std::string& first, const std::string& cols) const {
     if (guarded_) {
@@ -181,9 +181,10 @@ class ClusterBody {
   const MlpStepPlan& plan_;
   const Layout s_;
   const std::vector<int>& d_;
-  const bool groups_;   // kGroups: exchanges through the workspace, group barriers.
-  const bool guarded_;  // kGroups under the non-finite guard.
-  const bool copies_;   // Guarded, not double-buffered: step-start copies to the workspace.
+  const bool groups_;           // kGroups: exchanges through the workspace, group barriers.
+  const bool guarded_;          // kGroups under the non-finite guard.
+  const bool copies_;           // Guarded, not double-buffered: step-start copies to the workspace.
+  const bool double_buffered_;  // Guarded, with a shadow: updates to the other buffers.
   const int exchanges_per_model_;
   int exchanges_ = 0;          // Share calls emitted so far.
   std::string area_ = "area";  // The exchange area of the latest Share.
@@ -454,7 +455,7 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
                       " + static_cast<size_t>(group) * ",
                       plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
     if (guarded_) {
-      if (!copies_) absl::StrAppend(&code_, ParityPointersSource(plan_));
+      if (double_buffered_) absl::StrAppend(&code_, ParityPointersSource(plan_));
       Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
       Line(absl::StrCat("const mlpg::Counters counters = mlpg::GuardBegin<",
                         B(plan_.target.guard == MlpGuard::kStop),
@@ -479,13 +480,12 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
     const int64_t weights = int64_t{d_[l + 1]} * d_[l];
     // Model k's parameters and velocities: in place, or (double-buffered) the current ones, read,
     // and the other buffer's, n<param><l>k, written.
-    const bool parity = guarded_ && !copies_;
     for (const auto& [name, stride] :
          {std::pair{"w", weights}, std::pair{"vw", weights}, std::pair{"b", int64_t{d_[l + 1]}},
           std::pair{"vb", int64_t{d_[l + 1]}}}) {
-      Line(absl::StrCat("float* const ", name, l, "k = ", name, l, parity ? "_now" : "",
+      Line(absl::StrCat("float* const ", name, l, "k = ", name, l, double_buffered_ ? "_now" : "",
                         " + static_cast<size_t>(k) * ", stride, ";"));
-      if (parity) {
+      if (double_buffered_) {
         Line(absl::StrCat("float* const n", name, l, "k = ", name, l,
                           "_next + static_cast<size_t>(k) * ", stride, ";"));
       }
@@ -545,8 +545,8 @@ void ClusterBody::GuardEnd() {
   Line("{  // The non-finite guard: the last block to finish decides (no block waits).");
   Line(absl::StrCat("  if (mlpg::GuardFinish(barrier + ", kMlpStepGuardWord,
                     ", bad, counters, skipped_steps, record, ",
-                    copies_ ? std::string("nullptr, false")
-                            : absl::StrCat("barrier + ", kMlpStepParityWord, ", flip"),
+                    double_buffered_ ? absl::StrCat("barrier + ", kMlpStepParityWord, ", flip")
+                                     : std::string("nullptr, false"),
                     ")) {"));
   absl::StrAppend(&code_, GuardRestoreSource(plan_));
   Line("  }");
