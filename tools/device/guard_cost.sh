@@ -4,10 +4,9 @@
 #   bash tools/device/guard_cost.sh BENCH [ROUNDS]
 # GUARD_ONLY keeps the workloads whose names contain it (e.g. "whole" for the whole-step kernels).
 # Rows: ResNet-50 b32 bf16 and TF32, the MLP 8x256 b32 per-layer step and its default whole step,
-# and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (the group schedule, guarded or not:
-# guarded, each model's gradients wait in the workspace for one grid-wide check before every
-# update), all guarded by default (the whole-step kernels inside themselves; the layer phases and
-# the row chain update in place, copying the step-start values out, with no grid barrier added).
+# and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (the group schedule), all guarded by
+# default (the whole-step kernels inside themselves, double-buffering the parameters and their
+# velocities, with no grid barrier added: docs/engine.md, "The non-finite guard").
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
 workloads=(
