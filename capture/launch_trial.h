@@ -6,22 +6,21 @@
 // 0.199 and ResNet-50 at batch 32 (556 nodes) 5.368 against 5.447, while GPT-2 124M at B=4 (409
 // nodes) ran 3.571 ms from the device against 3.692 from the host (docs/benchmarks.md).
 //
-// The trial runs on the steps the trainer would run anyway (the host's launches on an executable
-// of their own, instantiated for the host): after kWarmUpSteps, kBlocks blocks of
-// kBlockSteps steps each, launched device, host, host, device (so that a drift of the clocks
-// touches both alike). A block's first step, the one after a switch of launch, is not timed (it
-// waits on the other launch's last step, which the steady loop never does): events after each
-// block's first and last steps time the rest. Not solved: a trainer set up for both launches runs
-// its host launches slower than a trainer that only launches from the host (ResNet-50 at batch 32
-// on an H200: 5.52 against 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after
-// the trial kept the host's launch), which another trainer's device launch in the same process does
-// not cause (tests/gpu/launch_process_gpu_test.cc); so kAuto keeps the device's launch for
-// ResNet-50 at batch 32, 1.7% slower than kHost there (docs/benchmarks.md). Nothing waits for
-// the events:
-// each later replay asks whether the last one has been reached, and once it has, the launch of
-// less time per step is kept for good (the host's only where it is faster by more than
-// kHostMargin: the device's launch costs the host less). The steps' timings are those of the
-// trainer's own loop, whatever else that loop does between its steps.
+// The trial runs on the steps the trainer would run anyway (the host's launches on an executable of
+// their own, instantiated for the host): after kWarmUpSteps, kBlocks blocks of kBlockSteps steps
+// each, launched device, host, host, device (so that a drift of the clocks touches both alike). A
+// block's first step, the one after a switch of launch, is not timed (it waits on the other
+// launch's last step, which the steady loop never does): events after each block's first and last
+// steps time the rest. Not solved: a trainer set up for both launches runs its host launches slower
+// than a trainer that only launches from the host (ResNet-50 at batch 32 on an H200: 5.52 against
+// 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after the trial kept the host's
+// launch), which another trainer's device launch in the same process does not cause
+// (tests/gpu/launch_process_gpu_test.cc); so kAuto keeps the device's launch for ResNet-50 at batch
+// 32, 1.7% slower than kHost there (docs/benchmarks.md). Nothing waits for the events: each later
+// replay asks whether the last one has been reached, and once it has, the launch of less time per
+// step is kept for good (the host's only where it is faster by more than kHostMargin: the device's
+// launch costs the host less). The steps' timings are those of the trainer's own loop, whatever
+// else that loop does between its steps.
 #ifndef REPRISE_CAPTURE_LAUNCH_TRIAL_H_
 #define REPRISE_CAPTURE_LAUNCH_TRIAL_H_
 

@@ -364,9 +364,10 @@ TEST_F(GuardedGroupStepGpuTest, StopSkipsEveryStepFromTheFirstNonFiniteOne) {
 
 // The layer phases and the row chain under the guard, which adds no grid barrier to them (each
 // block counts itself out on the guard word; the last to finish decides, counts, and flips the
-// parity word of an applied step), on their full grid and on 1 or 3 blocks (many tasks per block; the last block to finish differs): a NaN feature or a label
-// outside the classes leaves every parameter and velocity as it was, bit for bit, and is counted;
-// the clean steps around them give the bits of the unguarded kernel of the same schedule and grid.
+// parity word of an applied step), on their full grid and on 1 or 3 blocks (many tasks per block;
+// the last block to finish differs): a NaN feature or a label outside the classes leaves every
+// parameter and velocity as it was, bit for bit, and is counted; the clean steps around them give
+// the bits of the unguarded kernel of the same schedule and grid.
 TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid) {
   for (codegen::MlpSchedule schedule :
        {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
