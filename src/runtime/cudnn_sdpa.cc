@@ -107,8 +107,11 @@ std::shared_ptr<fe::graph::Tensor_attributes> Stats(fe::graph::Graph& graph, con
                           .set_data_type(fe::DataType_t::FLOAT));
 }
 
-// The graph of one pass, not built yet.
-std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
+// The graph of one pass, not built yet. `implementation` picks the forward's SDPA node: cuDNN's
+// unified node or the composite of matmuls and softmax (AUTO: the unified one where it can).
+std::shared_ptr<fe::graph::Graph> Describe(
+    const Key& key,
+    fe::AttentionImplementation_t implementation = fe::AttentionImplementation_t::AUTO) {
   const SdpaShape& s = key.shape;
   const int64_t width = s.heads * s.head_dim;  // O's row stride.
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
@@ -125,7 +128,8 @@ std::shared_ptr<fe::graph::Graph> Describe(const Key& key) {
                        .set_generate_stats(true)
                        .set_attn_scale(scale)
                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                       .set_diagonal_band_right_bound(0);
+                       .set_diagonal_band_right_bound(0)
+                       .set_implementation(implementation);
     auto [o, stats] = graph->sdpa(q, k, v, options);
     o->set_output(true).set_uid(kO).set_dim(Dims(s)).set_stride(Strides(s, width));
     stats->set_output(true)
@@ -283,6 +287,167 @@ absl::Status CudnnSdpa::RunBackward(const CudnnHandle& handle, const SdpaBackwar
                                              {kDV, b.dv}};
   return FrontendStatus(plan_->graph->execute(handle.get(), pack, workspace), "execute", Describe(),
                         context);
+}
+
+namespace {
+
+// Device memory freed on every path out of TimeSdpaCandidates.
+struct DeviceBlocks {
+  std::vector<void*> blocks;
+  ~DeviceBlocks() {
+    for (void* block : blocks) (void)cudaFree(block);
+  }
+  absl::StatusOr<void*> Allocate(size_t bytes, absl::string_view what) {
+    void* block = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&block, std::max<size_t>(bytes, 256)), what);
+    blocks.push_back(block);
+    // 0x3c in every byte: 0.0115 in bfloat16, 1.06 in float16; finite scores for every plan.
+    CUDA_RETURN_IF_ERROR(cudaMemset(block, 0x3c, std::max<size_t>(bytes, 256)), what);
+    return block;
+  }
+};
+
+struct CudaEvents {
+  std::vector<cudaEvent_t> at;
+  ~CudaEvents() {
+    for (cudaEvent_t event : at) (void)cudaEventDestroy(event);
+  }
+};
+
+const char* ImplementationName(fe::AttentionImplementation_t implementation) {
+  switch (implementation) {
+    case fe::AttentionImplementation_t::UNIFIED:
+      return "unified";
+    case fe::AttentionImplementation_t::COMPOSITE:
+      return "composite";
+    default:
+      return "";
+  }
+}
+
+// Times every plan of `graph` (validated and lowered, not yet listed) on `pack`.
+absl::Status TimePlans(const CudnnHandle& handle, fe::graph::Graph& g,
+                       std::unordered_map<int64_t, void*>& pack, int runs,
+                       const std::string& implementation, const std::string& what,
+                       std::vector<SdpaCandidate>& out) {
+  fe::error_t listed =
+      g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK});
+  if (listed.is_good()) listed = g.check_support(handle.get());
+  if (!listed.is_good()) {  // No plan of this graph runs here: say so, as a candidate that failed.
+    out.push_back({implementation, "", 0, -1, listed.get_message()});
+    return absl::OkStatus();
+  }
+  cudaStream_t stream = nullptr;
+  CUDA_RETURN_IF_ERROR(cudnnGetStream(handle.get(), &stream), what);
+  CudaEvents events;
+  events.at.resize(2 * runs, nullptr);
+  for (cudaEvent_t& event : events.at) CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), what);
+  for (int64_t i = 0; i < g.get_execution_plan_count(); ++i) {
+    SdpaCandidate candidate;
+    candidate.implementation = implementation;
+    candidate.median_ms = -1;
+    (void)g.get_plan_name_at_index(i, candidate.engine);
+    // The heuristics' modes list some plans more than once: each is timed once.
+    const bool listed = std::any_of(out.begin(), out.end(), [&](const SdpaCandidate& c) {
+      return c.implementation == implementation && !c.engine.empty() &&
+             c.engine == candidate.engine;
+    });
+    if (listed) continue;
+    if (fe::error_t built = g.build_plan_at_index(i); !built.is_good()) {
+      candidate.error = built.get_message();
+      out.push_back(std::move(candidate));
+      continue;
+    }
+    RETURN_IF_ERROR(FrontendStatus(g.get_workspace_size_plan_at_index(i, candidate.workspace_bytes),
+                                   "get_workspace_size", what, ""));
+    DeviceBlocks workspace;
+    ASSIGN_OR_RETURN(void* ws, workspace.Allocate(candidate.workspace_bytes, what));
+    fe::error_t ran = g.execute_plan_at_index(handle.get(), pack, ws, i);
+    for (int run = 0; ran.is_good() && run < runs; ++run) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run], stream), what);
+      ran = g.execute_plan_at_index(handle.get(), pack, ws, i);
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run + 1], stream), what);
+    }
+    // A kernel that faulted leaves the context unusable: that is an error, not a slow candidate.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
+    if (!ran.is_good()) {
+      candidate.error = ran.get_message();
+      out.push_back(std::move(candidate));
+      continue;
+    }
+    std::vector<float> ms(runs);
+    for (int run = 0; run < runs; ++run) {
+      CUDA_RETURN_IF_ERROR(
+          cudaEventElapsedTime(&ms[run], events.at[2 * run], events.at[2 * run + 1]), what);
+    }
+    std::sort(ms.begin(), ms.end());
+    candidate.median_ms = ms[runs / 2];
+    out.push_back(std::move(candidate));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SdpaCandidate>> TimeSdpaCandidates(const CudnnHandle& handle,
+                                                              SdpaPass pass, const SdpaShape& shape,
+                                                              int runs, absl::string_view context) {
+  if (absl::Status supported = SdpaShapeSupported(shape); !supported.ok()) {
+    return absl::Status(supported.code(), absl::StrCat(context, ": ", supported.message()));
+  }
+  if (runs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": runs must be positive, got ", runs));
+  }
+  const SdpaShape& s = shape;
+  const std::string what = absl::StrCat(context, ": sdpa candidates ", s.ToString());
+  const size_t rows = static_cast<size_t>(s.batch * s.seq);
+  const size_t packed = rows * s.row_stride * 2, plain = rows * s.heads * s.head_dim * 2;
+  DeviceBlocks blocks;
+  std::unordered_map<int64_t, void*> pack;
+  ASSIGN_OR_RETURN(void* qkv, blocks.Allocate(packed, what));
+  const size_t k_offset = s.row_stride >= 3 * s.heads * s.head_dim ? s.heads * s.head_dim * 2 : 0;
+  pack[kQ] = qkv;
+  pack[kK] = static_cast<char*>(qkv) + k_offset;
+  pack[kV] = static_cast<char*>(qkv) + 2 * k_offset;
+  ASSIGN_OR_RETURN(pack[kO], blocks.Allocate(plain, what));
+  ASSIGN_OR_RETURN(pack[kStats], blocks.Allocate(rows * s.heads * 4, what));
+  // The backward reads O and the statistics of a forward run by the default plan.
+  ASSIGN_OR_RETURN(CudnnSdpa forward,
+                   CudnnSdpa::Create(handle, SdpaPass::kForward, s, {}, context));
+  {
+    DeviceBlocks workspace;
+    ASSIGN_OR_RETURN(void* ws, workspace.Allocate(forward.workspace_bytes(), what));
+    RETURN_IF_ERROR(forward.RunForward(
+        handle, {pack[kQ], pack[kK], pack[kV], pack[kO], pack[kStats]}, ws, context));
+  }
+  std::vector<SdpaCandidate> out;
+  const Key key{pass, s, /*deterministic=*/false, ""};
+  if (pass == SdpaPass::kBackward) {
+    ASSIGN_OR_RETURN(pack[kDO], blocks.Allocate(plain, what));
+    ASSIGN_OR_RETURN(void* dqkv, blocks.Allocate(packed, what));
+    pack[kDQ] = dqkv;
+    pack[kDK] = static_cast<char*>(dqkv) + k_offset;
+    pack[kDV] = static_cast<char*>(dqkv) + 2 * k_offset;
+    std::shared_ptr<fe::graph::Graph> graph = Describe(key);
+    RETURN_IF_ERROR(FrontendStatus(graph->validate(), "validate", what, ""));
+    RETURN_IF_ERROR(FrontendStatus(graph->build_operation_graph(handle.get()),
+                                   "build_operation_graph", what, ""));
+    RETURN_IF_ERROR(TimePlans(handle, *graph, pack, runs, "", what, out));
+    return out;
+  }
+  for (fe::AttentionImplementation_t implementation :
+       {fe::AttentionImplementation_t::UNIFIED, fe::AttentionImplementation_t::COMPOSITE}) {
+    std::shared_ptr<fe::graph::Graph> graph = Describe(key, implementation);
+    const std::string name = ImplementationName(implementation);
+    fe::error_t valid = graph->validate();
+    if (valid.is_good()) valid = graph->build_operation_graph(handle.get());
+    if (!valid.is_good()) {  // This implementation cannot take the shape: say so, try the next.
+      out.push_back({name, "", 0, -1, valid.get_message()});
+      continue;
+    }
+    RETURN_IF_ERROR(TimePlans(handle, *graph, pack, runs, name, what, out));
+  }
+  return out;
 }
 
 }  // namespace reprise::runtime

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -78,6 +79,25 @@ struct SdpaBackwardBuffers {
 // Unimplemented saying why (dtype, head_dim not a multiple of 8 or above 256, a row stride that
 // is not a multiple of 8 elements). The frontend's own checks at Create() may refuse more.
 absl::Status SdpaShapeSupported(const SdpaShape& shape);
+
+// One plan cuDNN offers for a pass, as TimeSdpaCandidates found it.
+struct SdpaCandidate {
+  std::string implementation;  // The forward's SDPA node: "unified" or "composite"; "" backward.
+  std::string engine;          // cuDNN's name of the plan ("" where none was listed).
+  int64_t workspace_bytes = 0;
+  double median_ms = -1;  // Of the timed runs; negative where the plan did not build or run.
+  std::string error;      // Why not, where it did not.
+};
+
+// A diagnostic of cuDNN's choices: every plan its heuristics (modes A and B, and the fallback
+// list) offer for `pass` at `shape` (the forward's under both SDPA implementations), each plan
+// once however many modes list it, run once and then timed `runs` times with CUDA events on the
+// stream `handle` is bound to, on buffers of its own: Q, K, V and dO hold a constant, and the
+// backward reads O and the statistics of a forward run by the default plan. It allocates and
+// synchronises: never under capture.
+absl::StatusOr<std::vector<SdpaCandidate>> TimeSdpaCandidates(const CudnnHandle& handle,
+                                                              SdpaPass pass, const SdpaShape& shape,
+                                                              int runs, absl::string_view context);
 
 class CudnnSdpa {
  public:
