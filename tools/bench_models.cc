@@ -85,10 +85,19 @@ absl::StatusOr<BenchModel> ResNet(const BenchModelConfig& c) {
                            .batch = c.batch,
                            .classes = c.classes,
                            .image_size = c.image_size,
-                           .layout = c.layout == "nhwc" ? Layout::kNHWC : Layout::kNCHW}));
+                           .layout = c.layout == "nhwc" ? Layout::kNHWC : Layout::kNCHW,
+                           .image_channels = c.image_channels}));
   BenchModel model{.graph = std::move(net.graph), .loss = net.loss};
-  model.inputs = {RandomFloats("images", c.batch * 3 * c.image_size * c.image_size, 7),
-                  RandomLabels("labels", c.batch, c.classes, 8)};
+  const int64_t pixels = c.batch * c.image_size * c.image_size;
+  BenchInput images = RandomFloats("images", pixels * c.image_channels, 7);
+  if (c.image_channels == 4) {  // The padding channel: NHWC's every fourth value, NCHW's planes.
+    const int64_t plane = c.image_size * c.image_size;
+    for (int64_t p = 0; p < pixels; ++p) {
+      const int64_t at = c.layout == "nhwc" ? 4 * p + 3 : (p / plane * 4 + 3) * plane + p % plane;
+      images.f32[at] = 0.0f;
+    }
+  }
+  model.inputs = {std::move(images), RandomLabels("labels", c.batch, c.classes, 8)};
   model.samples_per_step = c.batch;
   model.classes = c.classes;
   return model;
@@ -187,6 +196,9 @@ std::string ModelConfigText(const BenchModelConfig& c) {
   std::string text =
       absl::StrFormat("%s depth=%d width=%d image_size=%d layout=%s batch=%d classes=%d", c.model,
                       c.depth, c.width, c.image_size, c.layout, c.batch, c.classes);
+  if (c.model == "resnet" && c.image_channels != 3) {
+    absl::StrAppendFormat(&text, " image_channels=%d", c.image_channels);
+  }
   if (c.model == "ensemble") {
     absl::StrAppendFormat(&text, " ensemble=%d input_features=%d", c.ensemble, c.input_features);
   }
@@ -208,6 +220,8 @@ std::string ModelConfigJson(const BenchModelConfig& c) {
     absl::StrAppendFormat(&json, ", \"ensemble\": %d, \"input_features\": %d", c.ensemble,
                           c.input_features);
   }
+  if (c.model == "resnet")
+    absl::StrAppendFormat(&json, ", \"image_channels\": %d", c.image_channels);
   return json;
 }
 

@@ -25,7 +25,8 @@ struct BenchModelConfig {
   int64_t depth = 8, width = 256, input_features = 0, classes = 10;
   int ensemble = 32;  // ensemble: models.
   // resnet: depth (18, 34, 50, 101 or 152), images and layout ("nchw" or "nhwc"); classes.
-  int64_t image_size = 224;
+  // image_channels 4: MLPerf's stem, the random images padded with a fourth channel of zeros.
+  int64_t image_size = 224, image_channels = 3;
   std::string layout = "nchw";
   // gpt2: sequence length, layers, heads, width, vocabulary and the logits' columns
   // (models::Gpt2Config; padded_vocab 0 rounds vocab up to 128); the position table has

@@ -63,6 +63,8 @@ ABSL_FLAG(double, peak_tflops, 0,
           "compute type (H100, H200, A100), or prints no MFU for another GPU");
 ABSL_FLAG(int, classes, 10, "classes");
 ABSL_FLAG(int, image_size, 224, "image height and width (resnet)");
+ABSL_FLAG(int, image_channels, 3,
+          "3, or 4: MLPerf's stem, the images padded with a fourth channel of zeros (resnet)");
 ABSL_FLAG(std::string, layout, "nchw", "nchw or nhwc (resnet)");
 ABSL_FLAG(bool, deterministic, false, "only deterministic library algorithms");
 ABSL_FLAG(std::string, channels_last, "auto",
@@ -161,6 +163,7 @@ absl::Status CheckBenchFlags() {
            cli::NonNegative("peak_tflops", absl::GetFlag(FLAGS_peak_tflops)),
            cli::AtLeast("classes", FLAGS_classes, 2),
            cli::AtLeast("image_size", FLAGS_image_size, 32),
+           cli::OneOf("image_channels", FLAGS_image_channels, {3, 4}),
            cli::OneOf("layout", FLAGS_layout, {"nchw", "nhwc"}),
            cli::OneOf("channels_last", FLAGS_channels_last, {"auto", "on", "off"}),
            cli::OneOf("mode", FLAGS_mode, {"sync", "bulked", "graph", "all", "none"}),
@@ -284,6 +287,7 @@ reprise::tools::BenchModelConfig ModelConfig() {
           .classes = absl::GetFlag(FLAGS_classes),
           .ensemble = absl::GetFlag(FLAGS_ensemble),
           .image_size = absl::GetFlag(FLAGS_image_size),
+          .image_channels = absl::GetFlag(FLAGS_image_channels),
           .layout = absl::GetFlag(FLAGS_layout),
           .seq = absl::GetFlag(FLAGS_seq),
           .layers = absl::GetFlag(FLAGS_layers),

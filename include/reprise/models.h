@@ -78,11 +78,16 @@ struct ResNetConfig {
   int64_t image_size = 224;  // Square images; at least 32 (five halvings leave 1×1).
   Layout layout = Layout::kNCHW;
   DType dtype = DType::kFloat32;  // float32, or float64 for CPU reference checks.
+  // 3, or 4: MLPerf's stem, for images padded with a fourth channel of zeros (as its data
+  // pipelines give them: 16-bit NHWC pixels of 8 bytes). conv1.weight then has 4 input channels,
+  // the fourth's gradient is zero on such images, and torchvision's 3-channel conv1 does not load.
+  int64_t image_channels = 3;
 };
 
 struct ResNet {
   Graph graph;
-  Value images;  // Input "images" [batch, 3, size, size] (NCHW) or [batch, size, size, 3] (NHWC).
+  Value images;  // Input "images" [batch, C, size, size] (NCHW) or [batch, size, size, C] (NHWC),
+                 // C = image_channels.
   Value labels;  // Input "labels" i32 [batch].
   Value logits;  // [batch, classes].
   Value loss;    // Scalar softmax cross-entropy.

@@ -220,15 +220,19 @@ void BindModels(nb::module_& m) {
       .def_ro("loss", &models::ResNet::loss);
   models.def(
       "resnet",
-      [](int depth, int64_t batch, int64_t classes, int64_t image_size, Layout layout) {
+      [](int depth, int64_t batch, int64_t classes, int64_t image_size, Layout layout,
+         int64_t image_channels) {
         return ValueOrThrow(models::BuildResNet({.depth = depth,
                                                  .batch = batch,
                                                  .classes = classes,
                                                  .image_size = image_size,
-                                                 .layout = layout}));
+                                                 .layout = layout,
+                                                 .image_channels = image_channels}));
       },
       "depth"_a = 50, "batch"_a = 32, "classes"_a = 1000, "image_size"_a = 224,
-      "layout"_a = Layout::kNCHW, "torchvision's ResNet with torchvision's parameter names.");
+      "layout"_a = Layout::kNCHW, "image_channels"_a = 3,
+      "torchvision's ResNet with torchvision's parameter names; image_channels=4 is MLPerf's "
+      "stem, for images padded with a fourth channel of zeros.");
   BindGpt2(models);
 }
 

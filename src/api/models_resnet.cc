@@ -95,10 +95,16 @@ absl::StatusOr<ResNet> BuildResNet(const ResNetConfig& config) {
                                                  "TrainOptions::numerics.compute_dtype (16-bit "
                                                  "compute with f32 master weights)"));
   }
+  if (config.image_channels != 3 && config.image_channels != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ResNet takes images of 3 channels, or 4 (MLPerf's stem: the fourth zero); "
+                     "got image_channels=",
+                     config.image_channels));
+  }
   ResNet net;
   Graph& g = net.graph;
-  const int64_t n = config.batch, s = config.image_size;
-  const Shape image_shape = config.layout == Layout::kNHWC ? Shape{n, s, s, 3} : Shape{n, 3, s, s};
+  const int64_t n = config.batch, s = config.image_size, c = config.image_channels;
+  const Shape image_shape = config.layout == Layout::kNHWC ? Shape{n, s, s, c} : Shape{n, c, s, s};
   ASSIGN_OR_RETURN(net.images, g.AddInput("images", {image_shape, config.dtype}));
   ASSIGN_OR_RETURN(net.labels, g.AddInput("labels", {Shape{n}, DType::kInt32}));
   Builder b{g, config.layout};

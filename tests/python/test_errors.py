@@ -45,6 +45,8 @@ def test_graph_errors_carry_the_library_message():
         g.add_input("x", [4, 8])  # A name already taken.
     with pytest.raises(ValueError, match="depth"):
         reprise.models.resnet(depth=17, batch=2, classes=10, image_size=32)
+    with pytest.raises(ValueError, match="image_channels=5"):
+        reprise.models.resnet(depth=18, batch=2, classes=10, image_size=32, image_channels=5)
 
 
 def test_create_without_a_gpu_is_a_runtime_error():

@@ -37,6 +37,11 @@ def test_models():
     assert resnet.graph.shape(resnet.logits) == [2, 10]
     # torchvision's resnet18 has 11,689,512 parameters with 1000 classes; 10 classes: fewer fc.
     assert resnet.graph.num_parameter_elements == 11689512 - 512 * 990 - 990
+    # MLPerf's stem: images padded to 4 channels, conv1 with a fourth input channel.
+    padded = reprise.models.resnet(depth=18, batch=2, classes=10, image_size=32,
+                                   layout=reprise.Layout.NHWC, image_channels=4)
+    assert padded.graph.shape(padded.images) == [2, 32, 32, 4]
+    assert padded.graph.num_parameter_elements == resnet.graph.num_parameter_elements + 64 * 49
 
 
 def test_train_options_mirror_the_cpp_groups():
