@@ -343,10 +343,17 @@ absl::StatusOr<CudnnConvGraph> CudnnConvGraph::Create(const CudnnHandle& handle,
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": groups must divide both channel counts: ", shape.ToString()));
   }
-  if ((fusion.scale_bias_relu_input || fusion.output_stats) && kind != ConvKind::kForward) {
+  if (fusion.output_stats && kind != ConvKind::kForward) {
     return absl::UnimplementedError(absl::StrCat(context, ": the ", fusion.ToString(),
                                                  " fusion applies to forward convolutions, not ",
                                                  ConvKindName(kind)));
+  }
+  if (fusion.scale_bias_relu_input && kind == ConvKind::kBackwardData) {
+    return absl::UnimplementedError(absl::StrCat(
+        context,
+        ": the input's scale-bias-ReLU prologue applies to forward convolutions and weight "
+        "gradients, which read the input, not to ",
+        ConvKindName(kind)));
   }
   if (fusion.add_to_output &&
       (kind != ConvKind::kBackwardData || fusion.scale_bias_relu_input || fusion.output_stats)) {

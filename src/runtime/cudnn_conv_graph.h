@@ -99,11 +99,13 @@ struct ConvGraphStats {
   std::string MeasuredSince(const ConvGraphStats& before) const;
 };
 
-// What a forward convolution computes besides y = conv(x, w). Both need cuDNN's fused engines
-// (Hopper and later for 16-bit NHWC data); the backward kinds take none.
+// What a convolution computes besides its product. The first two need cuDNN's fused engines
+// (Hopper and later for 16-bit NHWC data).
 struct ConvFusion {
-  // y = conv(relu(x · scale + bias), w): scale and bias [C] in x's dtype, the previous batch
-  // norm's apply and ReLU folded into the convolution's load of x.
+  // Forward y = conv(relu(x · scale + bias), w), weight gradient dw = wgrad(dy, relu(x · scale +
+  // bias)): scale and bias [C] in x's dtype, the previous batch norm's apply and ReLU folded into
+  // the convolution's load of x (the weight gradient then reads the batch norm's input, not a
+  // stored output of it).
   bool scale_bias_relu_input = false;
   // sum[k] = Σ y[., k, ., .] and sq_sum[k] = Σ y², float32 [K].
   bool output_stats = false;

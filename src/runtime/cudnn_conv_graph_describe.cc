@@ -85,6 +85,21 @@ void SetChannelsOutput(const TensorPtr& t, Uid uid, int64_t c) {
       .set_stride({c, 1, c, c});
 }
 
+// relu(x · scale + bias) with scale and bias [C] in x's dtype: the previous batch norm's apply
+// and ReLU on the convolution's load of x.
+TensorPtr ScaleBiasRelu(fe::graph::Graph& graph, const TensorPtr& x, const ConvShape& s) {
+  TensorPtr scale = Channels(graph, "scale", kScale, s.c, IoType(s.dtype));
+  TensorPtr bias = Channels(graph, "bias", kBias, s.c, IoType(s.dtype));
+  TensorPtr scaled = graph.pointwise(
+      x, scale,
+      fe::graph::Pointwise_attributes().set_name("scale").set_mode(fe::PointwiseMode_t::MUL));
+  TensorPtr shifted = graph.pointwise(
+      scaled, bias,
+      fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+  return graph.pointwise(shifted, fe::graph::Pointwise_attributes().set_name("relu").set_mode(
+                                      fe::PointwiseMode_t::RELU_FWD));
+}
+
 }  // namespace
 
 std::string What(const Key& key) {
@@ -106,18 +121,7 @@ std::shared_ptr<fe::graph::Graph> DescribeGraph(const Key& key) {
     case ConvKind::kForward: {
       TensorPtr x = Tensor4d(*graph, "x", kA, s.layout, s.n, s.c, s.h, s.w);
       TensorPtr w = Tensor4d(*graph, "w", kB, s.layout, s.k, cg, s.r, s.s);
-      if (key.fusion.scale_bias_relu_input) {
-        TensorPtr scale = Channels(*graph, "scale", kScale, s.c, IoType(s.dtype));
-        TensorPtr bias = Channels(*graph, "bias", kBias, s.c, IoType(s.dtype));
-        TensorPtr scaled = graph->pointwise(
-            x, scale,
-            fe::graph::Pointwise_attributes().set_name("scale").set_mode(fe::PointwiseMode_t::MUL));
-        TensorPtr shifted = graph->pointwise(
-            scaled, bias,
-            fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
-        x = graph->pointwise(shifted, fe::graph::Pointwise_attributes().set_name("relu").set_mode(
-                                          fe::PointwiseMode_t::RELU_FWD));
-      }
+      if (key.fusion.scale_bias_relu_input) x = ScaleBiasRelu(*graph, x, s);
       TensorPtr y = graph->conv_fprop(x, w,
                                       fe::graph::Conv_fprop_attributes()
                                           .set_name("fprop")
@@ -157,6 +161,7 @@ std::shared_ptr<fe::graph::Graph> DescribeGraph(const Key& key) {
     case ConvKind::kBackwardFilter: {
       TensorPtr x = Tensor4d(*graph, "x", kA, s.layout, s.n, s.c, s.h, s.w);
       TensorPtr dy = Tensor4d(*graph, "dy", kB, s.layout, s.n, s.k, s.p, s.q);
+      if (key.fusion.scale_bias_relu_input) x = ScaleBiasRelu(*graph, x, s);
       TensorPtr dw = graph->conv_wgrad(dy, x,
                                        fe::graph::Conv_wgrad_attributes()
                                            .set_name("wgrad")

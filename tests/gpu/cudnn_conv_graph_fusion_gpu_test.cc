@@ -1,9 +1,10 @@
-// The fusions CudnnConvGraph offers on forward convolutions (src/runtime/cudnn_conv_graph.h):
+// The fusions CudnnConvGraph offers (src/runtime/cudnn_conv_graph.h): on forward convolutions
 // the per-channel sums of the output (genstats), the scale-bias-ReLU prologue on the input, and
-// both, against the float64 CPU reference of the conv op on the transformed input. Where cuDNN
-// has no plan for a pattern, Create() must say so as Unimplemented; the pattern of cuDNN's own
-// Hopper sample (NHWC float16) must be supported, with the prologue and without it (what
-// conv2d_bn_train asks for, src/ops/conv_bn.h).
+// both; on weight gradients the prologue; against the float64 CPU references of the conv ops on
+// the transformed input. Where cuDNN has no plan for a pattern, Create() must say so as
+// Unimplemented; the pattern of cuDNN's own Hopper sample (NHWC float16) must be supported, with
+// the prologue and without it (what conv2d_bn_train asks for, src/ops/conv_bn.h), and so must
+// the float16 weight gradient with it (on an H200, cuDNN 9.19).
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -27,6 +28,7 @@ struct FusionCase {
   ConvCase conv;
   runtime::ConvFusion fusion;
   bool required;  // cuDNN must have a plan.
+  ConvKind kind = ConvKind::kForward;
 };
 
 void PrintTo(const FusionCase& c, std::ostream* os) { *os << c.conv.name; }
@@ -71,7 +73,7 @@ TEST_P(ConvGraphFusionGpuTest, MatchesCpuReference) {
   REPRISE_ASSERT_OK(runtime::UseDevice(0).status());
   REPRISE_ASSERT_OK_AND_ASSIGN(testing::ConvDevice dev, testing::ConvDevice::Create(t.dtype, ref));
   absl::StatusOr<runtime::CudnnConvGraph> conv =
-      runtime::CudnnConvGraph::Create(dev.cudnn(), ConvKind::kForward, shape, f.fusion,
+      runtime::CudnnConvGraph::Create(dev.cudnn(), f.kind, shape, f.fusion,
                                       {.allow_tf32 = t.tf32,
                                        .workspace_limit = testing::kConvWorkspace,
                                        .device = testing::DeviceKeyForTests()},
@@ -93,16 +95,18 @@ TEST_P(ConvGraphFusionGpuTest, MatchesCpuReference) {
                                Upload(testing::Encode(DType::kFloat32, nan)));
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer sq_sum_d,
                                Upload(testing::Encode(DType::kFloat32, nan)));
-  runtime::ConvGraphBuffers buffers = dev.Buffers(ConvKind::kForward);
+  runtime::ConvGraphBuffers buffers = dev.Buffers(f.kind);
   buffers.scale = scale_d.data();
   buffers.bias = bias_d.data();
   buffers.sum = sum_d.data();
   buffers.sq_sum = sq_sum_d.data();
-  REPRISE_ASSERT_OK(dev.Clear(ConvKind::kForward, ref.y.size()));
+  // The forward's y, or the weight gradient's dw of the transformed input.
+  const std::vector<double>& want = f.kind == ConvKind::kForward ? ref.y : ref.dw;
+  REPRISE_ASSERT_OK(dev.Clear(f.kind, want.size()));
   REPRISE_ASSERT_OK(dev.cudnn().Bind(dev.stream(), t.name));
   REPRISE_ASSERT_OK(conv->Run(dev.cudnn(), buffers, dev.workspace(), t.name));
-  REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<double> y, dev.Read(ConvKind::kForward, ref.y.size()));
-  EXPECT_LE(testing::RelativeL2(y, ref.y), testing::Tolerance(t));
+  REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<double> got, dev.Read(f.kind, want.size()));
+  EXPECT_LE(testing::RelativeL2(got, want), testing::Tolerance(t));
   if (f.fusion.output_stats) {
     std::vector<uint8_t> bytes(t.k * sizeof(float));
     REPRISE_ASSERT_OK(cudaMemcpy(bytes.data(), sum_d.data(), bytes.size(), cudaMemcpyDeviceToHost));
@@ -140,7 +144,15 @@ INSTANTIATE_TEST_SUITE_P(
             Conv("NchwF32Stats", Layout::kNCHW, DType::kFloat32), {.output_stats = true}, false},
         FusionCase{Conv("NhwcF32Sbr", Layout::kNHWC, DType::kFloat32),
                    {.scale_bias_relu_input = true},
-                   false}),
+                   false},
+        FusionCase{Conv("NhwcF16WgradSbr", Layout::kNHWC, DType::kFloat16),
+                   {.scale_bias_relu_input = true},
+                   true,
+                   ConvKind::kBackwardFilter},
+        FusionCase{Conv("NhwcBf16WgradSbr", Layout::kNHWC, DType::kBFloat16),
+                   {.scale_bias_relu_input = true},
+                   false,
+                   ConvKind::kBackwardFilter}),
     [](const ::testing::TestParamInfo<FusionCase>& info) { return info.param.conv.name; });
 
 }  // namespace
