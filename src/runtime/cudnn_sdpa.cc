@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_warm_up.h"
+#include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -291,28 +292,13 @@ absl::Status CudnnSdpa::RunBackward(const CudnnHandle& handle, const SdpaBackwar
 
 namespace {
 
-// Device memory freed on every path out of TimeSdpaCandidates.
-struct DeviceBlocks {
-  std::vector<void*> blocks;
-  ~DeviceBlocks() {
-    for (void* block : blocks) (void)cudaFree(block);
-  }
-  absl::StatusOr<void*> Allocate(size_t bytes, absl::string_view what) {
-    void* block = nullptr;
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&block, std::max<size_t>(bytes, 256)), what);
-    blocks.push_back(block);
-    // 0x3c in every byte: 0.0115 in bfloat16, 1.06 in float16; finite scores for every plan.
-    CUDA_RETURN_IF_ERROR(cudaMemset(block, 0x3c, std::max<size_t>(bytes, 256)), what);
-    return block;
-  }
-};
-
-struct CudaEvents {
-  std::vector<cudaEvent_t> at;
-  ~CudaEvents() {
-    for (cudaEvent_t event : at) (void)cudaEventDestroy(event);
-  }
-};
+// A device buffer of at least `bytes`, 0x3c in every byte: 0.0115 in bfloat16, 1.06 in float16,
+// finite scores for every plan.
+absl::StatusOr<DeviceBuffer> Filled(size_t bytes, absl::string_view what) {
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Create(std::max<size_t>(bytes, 256)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(buffer.data(), 0x3c, buffer.bytes()), what);
+  return buffer;
+}
 
 const char* ImplementationName(fe::AttentionImplementation_t implementation) {
   switch (implementation) {
@@ -339,20 +325,22 @@ absl::Status TimePlans(const CudnnHandle& handle, fe::graph::Graph& g,
   }
   cudaStream_t stream = nullptr;
   CUDA_RETURN_IF_ERROR(cudnnGetStream(handle.get(), &stream), what);
-  CudaEvents events;
-  events.at.resize(2 * runs, nullptr);
-  for (cudaEvent_t& event : events.at) CUDA_RETURN_IF_ERROR(cudaEventCreate(&event), what);
+  std::vector<Event> events;
+  for (int e = 0; e < 2 * runs; ++e) {
+    ASSIGN_OR_RETURN(Event event, Event::Create(cudaEventDefault));
+    events.push_back(std::move(event));
+  }
   for (int64_t i = 0; i < g.get_execution_plan_count(); ++i) {
     SdpaCandidate candidate;
     candidate.implementation = implementation;
     candidate.median_ms = -1;
     (void)g.get_plan_name_at_index(i, candidate.engine);
     // The heuristics' modes list some plans more than once: each is timed once.
-    const bool listed = std::any_of(out.begin(), out.end(), [&](const SdpaCandidate& c) {
+    const bool timed_already = std::any_of(out.begin(), out.end(), [&](const SdpaCandidate& c) {
       return c.implementation == implementation && !c.engine.empty() &&
              c.engine == candidate.engine;
     });
-    if (listed) continue;
+    if (timed_already) continue;
     if (fe::error_t built = g.build_plan_at_index(i); !built.is_good()) {
       candidate.error = built.get_message();
       out.push_back(std::move(candidate));
@@ -360,13 +348,13 @@ absl::Status TimePlans(const CudnnHandle& handle, fe::graph::Graph& g,
     }
     RETURN_IF_ERROR(FrontendStatus(g.get_workspace_size_plan_at_index(i, candidate.workspace_bytes),
                                    "get_workspace_size", what, ""));
-    DeviceBlocks workspace;
-    ASSIGN_OR_RETURN(void* ws, workspace.Allocate(candidate.workspace_bytes, what));
+    ASSIGN_OR_RETURN(const DeviceBuffer workspace, Filled(candidate.workspace_bytes, what));
+    void* const ws = workspace.data();
     fe::error_t ran = g.execute_plan_at_index(handle.get(), pack, ws, i);
     for (int run = 0; ran.is_good() && run < runs; ++run) {
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run], stream), what);
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events[2 * run].get(), stream), what);
       ran = g.execute_plan_at_index(handle.get(), pack, ws, i);
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(events.at[2 * run + 1], stream), what);
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(events[2 * run + 1].get(), stream), what);
     }
     // A kernel that faulted leaves the context unusable: that is an error, not a slow candidate.
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), what);
@@ -375,10 +363,10 @@ absl::Status TimePlans(const CudnnHandle& handle, fe::graph::Graph& g,
       out.push_back(std::move(candidate));
       continue;
     }
-    std::vector<float> ms(runs);
+    std::vector<float> ms;
     for (int run = 0; run < runs; ++run) {
-      CUDA_RETURN_IF_ERROR(
-          cudaEventElapsedTime(&ms[run], events.at[2 * run], events.at[2 * run + 1]), what);
+      ASSIGN_OR_RETURN(const float run_ms, ElapsedMs(events[2 * run], events[2 * run + 1]));
+      ms.push_back(run_ms);
     }
     std::sort(ms.begin(), ms.end());
     candidate.median_ms = ms[runs / 2];
@@ -402,32 +390,38 @@ absl::StatusOr<std::vector<SdpaCandidate>> TimeSdpaCandidates(const CudnnHandle&
   const std::string what = absl::StrCat(context, ": sdpa candidates ", s.ToString());
   const size_t rows = static_cast<size_t>(s.batch * s.seq);
   const size_t packed = rows * s.row_stride * 2, plain = rows * s.heads * s.head_dim * 2;
-  DeviceBlocks blocks;
-  std::unordered_map<int64_t, void*> pack;
-  ASSIGN_OR_RETURN(void* qkv, blocks.Allocate(packed, what));
+  // Q, K and V packed in one buffer (GPT-2's c_attn output) or, with a narrower row stride, all
+  // three reading the same one; dQ, dK and dV alike.
   const size_t k_offset = s.row_stride >= 3 * s.heads * s.head_dim ? s.heads * s.head_dim * 2 : 0;
+  std::vector<DeviceBuffer> buffers;
+  std::unordered_map<int64_t, void*> pack;
+  const auto add = [&](size_t bytes) -> absl::StatusOr<char*> {
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, Filled(bytes, what));
+    buffers.push_back(std::move(buffer));
+    return static_cast<char*>(buffers.back().data());
+  };
+  ASSIGN_OR_RETURN(char* qkv, add(packed));
   pack[kQ] = qkv;
-  pack[kK] = static_cast<char*>(qkv) + k_offset;
-  pack[kV] = static_cast<char*>(qkv) + 2 * k_offset;
-  ASSIGN_OR_RETURN(pack[kO], blocks.Allocate(plain, what));
-  ASSIGN_OR_RETURN(pack[kStats], blocks.Allocate(rows * s.heads * 4, what));
+  pack[kK] = qkv + k_offset;
+  pack[kV] = qkv + 2 * k_offset;
+  ASSIGN_OR_RETURN(pack[kO], add(plain));
+  ASSIGN_OR_RETURN(pack[kStats], add(rows * s.heads * 4));
   // The backward reads O and the statistics of a forward run by the default plan.
   ASSIGN_OR_RETURN(CudnnSdpa forward,
                    CudnnSdpa::Create(handle, SdpaPass::kForward, s, {}, context));
   {
-    DeviceBlocks workspace;
-    ASSIGN_OR_RETURN(void* ws, workspace.Allocate(forward.workspace_bytes(), what));
+    ASSIGN_OR_RETURN(const DeviceBuffer workspace, Filled(forward.workspace_bytes(), what));
     RETURN_IF_ERROR(forward.RunForward(
-        handle, {pack[kQ], pack[kK], pack[kV], pack[kO], pack[kStats]}, ws, context));
+        handle, {pack[kQ], pack[kK], pack[kV], pack[kO], pack[kStats]}, workspace.data(), context));
   }
   std::vector<SdpaCandidate> out;
   const Key key{pass, s, /*deterministic=*/false, ""};
   if (pass == SdpaPass::kBackward) {
-    ASSIGN_OR_RETURN(pack[kDO], blocks.Allocate(plain, what));
-    ASSIGN_OR_RETURN(void* dqkv, blocks.Allocate(packed, what));
+    ASSIGN_OR_RETURN(pack[kDO], add(plain));
+    ASSIGN_OR_RETURN(char* dqkv, add(packed));
     pack[kDQ] = dqkv;
-    pack[kDK] = static_cast<char*>(dqkv) + k_offset;
-    pack[kDV] = static_cast<char*>(dqkv) + 2 * k_offset;
+    pack[kDK] = dqkv + k_offset;
+    pack[kDV] = dqkv + 2 * k_offset;
     std::shared_ptr<fe::graph::Graph> graph = Describe(key);
     RETURN_IF_ERROR(FrontendStatus(graph->validate(), "validate", what, ""));
     RETURN_IF_ERROR(FrontendStatus(graph->build_operation_graph(handle.get()),
