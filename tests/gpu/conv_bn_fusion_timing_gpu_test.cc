@@ -2,8 +2,9 @@
 // cuDNN 9.19 offers them in float16 only), per convolution that reads a batch norm's ReLU output
 // (each bottleneck's conv2 and conv3): the plain forward, with the statistics epilogue, with the
 // scale-bias-ReLU prologue and the statistics, and the weight gradient plain and with the
-// prologue (reading the batch norm's input instead of a stored output). A benchmark, not a test
-// (speed is measured, not asserted): run it with --gtest_also_run_disabled_tests.
+// prologue (reading the batch norm's input instead of a stored output); by the heuristics' first
+// plans and by measured ones. A benchmark, not a test (speed is measured, not asserted): run it
+// with --gtest_also_run_disabled_tests.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -47,11 +48,15 @@ ConvShape Bottleneck(int64_t c, int64_t size, int64_t k, int64_t kernel) {
 // why) where cuDNN has no plan.
 double TimeConv(const runtime::CudnnHandle& cudnn, cudaStream_t stream, ConvKind kind,
                 const ConvShape& shape, const ConvFusion& fusion,
-                const runtime::ConvGraphBuffers& b, void* workspace) {
-  absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
-      cudnn, kind, shape, fusion,
-      {.workspace_limit = testing::kConvWorkspace, .device = testing::DeviceKeyForTests()},
-      "timing");
+                const runtime::ConvGraphBuffers& b, void* workspace, bool measure) {
+  absl::StatusOr<runtime::CudnnConvGraph> conv =
+      runtime::CudnnConvGraph::Create(cudnn, kind, shape, fusion,
+                                      {.workspace_limit = testing::kConvWorkspace,
+                                       .device = testing::DeviceKeyForTests(),
+                                       .measure = measure,
+                                       .measure_buffers = b,
+                                       .measure_workspace = workspace},
+                                      "timing");
   if (!conv.ok()) {
     std::printf("    %s %s: %s\n", std::string(runtime::ConvKindName(kind)).c_str(),
                 fusion.ToString().c_str(),
@@ -76,8 +81,13 @@ double TimeConv(const runtime::CudnnHandle& cudnn, cudaStream_t stream, ConvKind
   return ms[kRuns / 2];
 }
 
-TEST(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
+// Every convolution timed with the heuristics' first plans, then with the plans chosen by
+// measurement (ConvGraphOptions::measure).
+class ConvBnFusionTimingGpuTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
   REPRISE_REQUIRE_GPU();
+  const bool measure = GetParam();
   REPRISE_ASSERT_OK(runtime::UseDevice(0).status());
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::CudnnHandle cudnn, runtime::CudnnHandle::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
@@ -106,7 +116,8 @@ TEST(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
                          {"layer3 conv3 1x1", Bottleneck(256, 14, 1024, 1)},
                          {"layer4 conv2 3x3", Bottleneck(512, 7, 512, 3)},
                          {"layer4 conv3 1x1", Bottleneck(512, 7, 2048, 1)}};
-  std::printf("ms, median of %d: fwd, fwd+stats, fwd sbr+stats, wgrad, wgrad sbr\n", kRuns);
+  std::printf("ms, median of %d (%s plans): fwd, fwd+stats, fwd sbr+stats, wgrad, wgrad sbr\n",
+              kRuns, measure ? "measured" : "heuristics' first");
   for (const Named& c : convs) {
     runtime::ConvGraphBuffers fwd{.a = buffers[0].data(),
                                   .b = buffers[1].data(),
@@ -117,19 +128,26 @@ TEST(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
                                   .sq_sum = static_cast<char*>(buffers[3].data()) + 8192};
     runtime::ConvGraphBuffers wgrad = fwd;  // a = x, b = dy, out = dw.
     const double t[] = {
-        TimeConv(cudnn, stream.get(), ConvKind::kForward, c.shape, {}, fwd, workspace.data()),
+        TimeConv(cudnn, stream.get(), ConvKind::kForward, c.shape, {}, fwd, workspace.data(),
+                 measure),
         TimeConv(cudnn, stream.get(), ConvKind::kForward, c.shape, {.output_stats = true}, fwd,
-                 workspace.data()),
+                 workspace.data(), measure),
         TimeConv(cudnn, stream.get(), ConvKind::kForward, c.shape,
-                 {.scale_bias_relu_input = true, .output_stats = true}, fwd, workspace.data()),
+                 {.scale_bias_relu_input = true, .output_stats = true}, fwd, workspace.data(),
+                 measure),
         TimeConv(cudnn, stream.get(), ConvKind::kBackwardFilter, c.shape, {}, wgrad,
-                 workspace.data()),
+                 workspace.data(), measure),
         TimeConv(cudnn, stream.get(), ConvKind::kBackwardFilter, c.shape,
-                 {.scale_bias_relu_input = true}, wgrad, workspace.data())};
+                 {.scale_bias_relu_input = true}, wgrad, workspace.data(), measure)};
     std::printf("%-18s %8.4f %8.4f %8.4f %8.4f %8.4f   (%s)\n", c.name, t[0], t[1], t[2], t[3],
                 t[4], c.shape.ToString().c_str());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Plans, ConvBnFusionTimingGpuTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Measured" : "Heuristics";
+                         });
 
 }  // namespace
 }  // namespace reprise
