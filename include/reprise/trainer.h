@@ -198,7 +198,7 @@ struct KernelTuning {
   // under numerics.deterministic; a shape cuDNN has no plan for runs on the legacy call, which the
   // plan dump says) or kLegacy (cudnnConvolutionForward and its kin for every one). kGraph by
   // default: on an H200 ResNet-50's steps are the same or faster with it (b32 bf16 5.646 against
-  // 5.666 ms, docs/benchmarks.md).
+  // 5.666 ms, docs/benchmarks_resnet.md).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kGraph;
   // A residual block's input gradient (data gradient + the skip's) written over the skip's by the

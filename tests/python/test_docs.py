@@ -36,6 +36,7 @@ def test_readme_starts_with_the_two_commands():
 def test_readme_has_no_session_numbers():
     for path in ("README.md", os.path.join("docs", "benchmarks.md"),
                  os.path.join("docs", "benchmarks_gpt2.md"),
+                 os.path.join("docs", "benchmarks_resnet.md"),
                  os.path.join("docs", "engine.md"), os.path.join("docs", "models.md")):
         assert not re.search(r"session [0-9]+", read(path), re.I), path
 
