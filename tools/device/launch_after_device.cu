@@ -13,14 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-#define CK(x)                                                             \
-  do {                                                                    \
-    cudaError_t err_ = (x);                                               \
-    if (err_ != cudaSuccess) {                                            \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
+
+#include "cuda_check.cuh"
 
 // A few microseconds of work on every block, so that the lanes' kernels share the GPU.
 __global__ void Work(long long cycles, float* sink) {

@@ -11,14 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#define CK(x)                                                             \
-  do {                                                                    \
-    cudaError_t err_ = (x);                                               \
-    if (err_ != cudaSuccess) {                                            \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
+
+#include "cuda_check.cuh"
 __global__ void Empty(int* p) {
   if (p && threadIdx.x == 1000) *p = 1;
 }
