@@ -22,9 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "reprise/channels_last.h"
 #include "reprise/data_parallel.h"
 #include "reprise/graph.h"
+#include "reprise/kernel_tuning.h"
 #include "reprise/mirror_options.h"
 #include "reprise/non_finite.h"
 #include "reprise/optimizer.h"
@@ -134,83 +134,6 @@ struct LaunchOptions {
   // also put side branches off the critical path (a residual block's downsample convolution and
   // its gradient) on lanes of their own; 0 (auto) picks 2 when the model has weight gradients.
   int lanes = 0;
-};
-
-// Switches that only choose which kernels, layouts and algorithms run the same step: the
-// defaults are what the benchmarks (docs/benchmarks.md) measured fastest, and a user never needs
-// to touch them. TrainOptions::kernels; reprise-bench has a flag for each.
-struct KernelTuning {
-  bool fuse = true;  // Fuse pointwise chains, GEMM epilogues, loss and optimizer launches.
-  // With fuse: run a small ReLU MLP's whole step (forward, loss, backward, SGD) as one persistent
-  // kernel where it is faster than library GEMMs, and a batched ensemble of them as one launch for
-  // all models; false keeps one launch per layer and pass.
-  bool whole_step = true;
-  // ResNet-50 b32 TF32 on an H100: 19.9 ms per step NCHW, 14.9 channels-last
-  // (docs/results/history/2026-11-23_d971053.md).
-  ChannelsLast channels_last = ChannelsLast::kAuto;
-  // Choose each convolution's cuDNN algorithm by timing the candidates on the device when the
-  // Trainer is created (slower to start) rather than by cuDNN's heuristics. Either way the choice
-  // is made once and remembered for that shape in the process.
-  bool measure_conv_algorithms = false;
-  // Convolutions whose input has at most 4 channels (a network's stem) run as reprise's own
-  // tensor-core kernels (src/codegen/narrow_conv_kernels.h) where they apply (NHWC, groups 1,
-  // dilation 1, TF32 or 16-bit data): cuDNN runs them at a few percent of the tensor cores' rate.
-  // The plan dump names the kernel each convolution runs. False: cuDNN for every convolution.
-  bool narrow_convolutions = true;
-  // 3x3 weight gradients (pad 1, stride 1, NHWC, float32 with TF32 allowed, channels multiples of
-  // 64) of images 28 to 64 wide run as reprise's own kernel (src/codegen/wgrad3x3_kernels.h).
-  // Off by default: alone it beats cuDNN's at ResNet-50's layer1 (0.145 against 0.235 ms on an
-  // H200), but inside the whole step, beside the data-gradient lane, ResNet-50 b64 TF32 took
-  // 17.73 ms with it against 17.40 (H200, docs/results/history/2026-11-29_fb169a8.md). It is the
-  // base of a weight gradient that applies the batch norm + ReLU of a mirrored step as it loads.
-  bool own_weight_gradients = false;
-  // Choose each cuBLASLt product's algorithm by timing cuBLASLt's first 8 candidates on the
-  // product's own operands when the Trainer is created (three alternating rounds of 10 runs),
-  // instead of taking its heuristic's first. The choice is fixed for the Trainer's life, so its
-  // steps keep repeating the same bits, and is recorded in the kernel cache's folder (beside the
-  // kernels, keyed by the product, the GPU and cuBLASLt's version): a later Trainer with the same
-  // products takes it from the record and times nothing. GPT-2 124M at B=16, T=1024 on an H200:
-  // 1.3% faster per step, 1.8 s more for the first Create (docs/benchmarks_gpt2.md).
-  bool measure_matmul_algorithms = false;
-  // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
-  // the batched per-layer step. -1 (the default): 128 with numerics.allow_tf32, else 64: the whole
-  // step (the cluster and group kernels) measured faster at K = 16 to 128 with TF32 and at K = 8 to
-  // 64 in f32, slower at K = 128 in f32 (H200, docs/results/history/2026-11-28_357315a.md).
-  int ensemble_whole_step_max_models = -1;
-  // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
-  // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
-  // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
-  // (docs/results/history/2026-11-23_b8916d1.md).
-  bool relu_backward_epilogues = false;
-  // Sum a linear layer's bias gradient in the epilogue of its weight-gradient product (cuBLASLt's
-  // BGRADB) instead of a column sum beside it: 48 launches fewer for GPT-2 124M, but each product
-  // slower (c_fc's weight gradient 0.101 -> 0.141 ms alone). Off by default: on an H200 the B=16,
-  // T=1024 step took 3.7% longer with it, B=4, T=256 within noise (docs/benchmarks_gpt2.md).
-  bool weight_gradient_bias_sums = false;
-  // In mixed precision with Adam or AdamW: keep the parameters' 16-bit copies between steps and
-  // write them in the update, instead of casting every weight at the start of each step
-  // (src/passes/parameter_copies.h). Same bits either way (the CPU reference's); a host write of
-  // the weights makes the next step cast them again. On an H200 GPT-2 124M's step took 3.2% less
-  // at B=4, T=256 and 0.4% less at B=16, T=1024 (docs/benchmarks_gpt2.md).
-  bool update_writes_parameter_copies = true;
-  // Which cuDNN API runs the convolutions cuDNN runs: kGraph (cuDNN's graph API through
-  // cudnn-frontend: one execution plan per shape, chosen by heuristics, deterministic ones only
-  // under numerics.deterministic; a shape cuDNN has no plan for runs on the legacy call, which the
-  // plan dump says) or kLegacy (cudnnConvolutionForward and its kin for every one). kGraph by
-  // default: on an H200 ResNet-50's steps are the same or faster with it (b32 bf16 5.646 against
-  // 5.666 ms, docs/benchmarks_resnet.md).
-  enum class ConvApi : uint8_t { kLegacy, kGraph };
-  ConvApi conv_api = ConvApi::kGraph;
-  // A residual block's input gradient (data gradient + the skip's) written over the skip's by the
-  // legacy call's beta = 1, the one in-place sum cuDNN promises. False, with kGraph: the graph
-  // API's fused sum into memory of its own (conv2d_dgrad_add), so no legacy call runs where cuDNN
-  // has plans. True by default: on an H200 ResNet-50 stepped 1.2 to 1.7% slower without it.
-  bool conv_sums_in_place = true;
-  // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
-  // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
-  // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic
-  // (src/ops/conv_bn.h; elsewhere the node runs the two lowerings and the plan dump says why).
-  bool conv_batch_norm_stats = false;
 };
 
 struct TrainOptions {
