@@ -10,6 +10,7 @@
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_handle.h"
 #include "src/runtime/cudnn_sdpa.h"
+#include "src/runtime/owners.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -37,9 +38,8 @@ int TimedCandidates(const std::vector<SdpaCandidate>& candidates) {
 TEST(SdpaCandidatesGpuTest, TimesAtLeastOnePlanOfEachPass) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::CudnnHandle cudnn, runtime::CudnnHandle::Create());
-  cudaStream_t stream = nullptr;
-  REPRISE_ASSERT_OK(cudaStreamCreate(&stream));
-  REPRISE_ASSERT_OK(cudnn.Bind(stream, "test"));
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+  REPRISE_ASSERT_OK(cudnn.Bind(stream.get(), "test"));
   for (SdpaPass pass : {SdpaPass::kForward, SdpaPass::kBackward}) {
     REPRISE_ASSERT_OK_AND_ASSIGN(
         std::vector<SdpaCandidate> candidates,
@@ -61,16 +61,14 @@ TEST(SdpaCandidatesGpuTest, TimesAtLeastOnePlanOfEachPass) {
   odd.head_dim = 60;
   EXPECT_EQ(runtime::TimeSdpaCandidates(cudnn, SdpaPass::kForward, odd, 3, "test").status().code(),
             absl::StatusCode::kUnimplemented);
-  REPRISE_ASSERT_OK(cudaStreamDestroy(stream));
 }
 
 // By hand: --gtest_also_run_disabled_tests --gtest_filter='*Gpt2Candidates*'.
 TEST(SdpaCandidatesGpuTest, DISABLED_Gpt2Candidates) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::CudnnHandle cudnn, runtime::CudnnHandle::Create());
-  cudaStream_t stream = nullptr;
-  REPRISE_ASSERT_OK(cudaStreamCreate(&stream));
-  REPRISE_ASSERT_OK(cudnn.Bind(stream, "test"));
+  REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
+  REPRISE_ASSERT_OK(cudnn.Bind(stream.get(), "test"));
   for (const SdpaShape& shape : {Gpt2Shape(16, 1024), Gpt2Shape(4, 256)}) {
     for (SdpaPass pass : {SdpaPass::kForward, SdpaPass::kBackward}) {
       REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<SdpaCandidate> candidates,
@@ -85,7 +83,6 @@ TEST(SdpaCandidatesGpuTest, DISABLED_Gpt2Candidates) {
       EXPECT_GE(TimedCandidates(candidates), 1);
     }
   }
-  REPRISE_ASSERT_OK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
