@@ -40,6 +40,10 @@ ABSL_FLAG(bool, bias_sum_epilogues, false,
 ABSL_FLAG(bool, update_copies, true,
           "mixed precision with Adam(W): the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies)");
+ABSL_FLAG(
+    bool, relu_bits, true,
+    "TrainOptions::kernels.batch_norm_relu_bits: residual ReLUs keep masks (four elements to a "
+    "byte) for their gradients (channels-last, channels a multiple of 16)");
 
 namespace reprise::tools {
 
@@ -73,13 +77,15 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.conv_api = *conv_api;
   kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   kernels.conv_sums_in_place = absl::GetFlag(FLAGS_conv_sums_in_place);
+  kernels.batch_norm_relu_bits = absl::GetFlag(FLAGS_relu_bits);
   return kernels;
 }
 
 std::string KernelFlagsText() {
   return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
                       absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
-                      absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart");
+                      absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart",
+                      absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0");
 }
 
 }  // namespace reprise::tools

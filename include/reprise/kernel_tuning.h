@@ -84,6 +84,10 @@ struct KernelTuning {
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic
   // (src/ops/conv_bn.h; elsewhere the node runs the two lowerings and the plan dump says why).
   bool conv_batch_norm_stats = false;
+  // With fuse: a residual block's ReLU after a batch norm (channels-last, channels a multiple of
+  // 16) also writes a keep mask (a bit per element, four to a byte), which its gradient's
+  // batch-norm statistics read instead of the ReLU's 16- or 32-bit output (the same bits).
+  bool batch_norm_relu_bits = true;
 };
 
 }  // namespace reprise

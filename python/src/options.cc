@@ -122,7 +122,8 @@ void BindOptions(nb::module_& m) {
       .def_rw("update_writes_parameter_copies", &KernelTuning::update_writes_parameter_copies)
       .def_rw("conv_api", &KernelTuning::conv_api)
       .def_rw("conv_sums_in_place", &KernelTuning::conv_sums_in_place)
-      .def_rw("conv_batch_norm_stats", &KernelTuning::conv_batch_norm_stats);
+      .def_rw("conv_batch_norm_stats", &KernelTuning::conv_batch_norm_stats)
+      .def_rw("batch_norm_relu_bits", &KernelTuning::batch_norm_relu_bits);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

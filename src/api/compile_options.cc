@@ -43,6 +43,7 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.conv_batch_norm_stats =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
       options.kernels.conv_batch_norm_stats;
+  compile.plan.fusion.batch_norm_relu_bits = options.kernels.batch_norm_relu_bits;
   compile.fetch = options.fetch;
   return compile;
 }

@@ -59,6 +59,27 @@ __device__ __forceinline__ int BnColumn() {
   return (blockIdx.x * blockDim.x + threadIdx.x) * BN_VEC;
 }
 
+// Stores the ReLU's keep bits of this thread's BN_VEC elements (i .. i + BN_VEC - 1 of a
+// row-major tensor, channels % 16 == 0), set where the stored value is > 0: the mask holds 4
+// elements to a byte (bit k of byte e / 4 for element e = 4·(e / 4) + k, the byte's upper half
+// zero), so that each thread of four channels stores one byte of its own and a warp's bytes of a
+// row are contiguous. One channel per thread: the 4 threads of a byte (consecutive lanes of one
+// row, active together) combine their bits first.
+__device__ __forceinline__ void BnStoreBits(unsigned char* bits, long long i, const BnVec& out) {
+#if BN_VEC == 4
+  unsigned b = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) b |= (ToFloat(FromFloat(out.v[k])) > 0.0f ? 1u : 0u) << k;
+  bits[i / 4] = (unsigned char)b;
+#else
+  unsigned b = (ToFloat(FromFloat(out.v[0])) > 0.0f ? 1u : 0u) << (i % 4);
+  const unsigned active = __activemask();
+  b |= __shfl_xor_sync(active, b, 1);
+  b |= __shfl_xor_sync(active, b, 2);
+  if (i % 4 == 0) bits[i / 4] = (unsigned char)b;
+#endif
+}
+
 // Walks this thread's rows of its block's chunk (first row threadIdx.y, stride blockDim.y) in
 // increasing order: body.Load for U = Body::kUnroll rows, then body.Use for the same U in order,
 // so that U rows of loads are in flight per thread.
@@ -154,6 +175,9 @@ std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t pla
 // pass over y. Neither: no ReLU, keep everything.
 // BN_MASK_FROM_X is a constant of the kernel (its own name), so each form keeps only its registers.
 const char kReluMask[] = R"(
+#ifndef BN_MASK_FROM_BITS
+#define BN_MASK_FROM_BITS 0
+#endif
 struct BnReluMask {
 #if BN_MASK_FROM_X
   float scale[BN_VEC], shift[BN_VEC];
@@ -171,6 +195,8 @@ struct BnReluMask {
   __device__ bool Keep(const elem_t* act_out, float act, float x, float mean, int k) const {
 #if BN_MASK_FROM_X
     return ToFloat(FromFloat(fmaxf(fmaf(x - mean, scale[k], shift[k]), 0.0f))) > 0.0f;
+#elif BN_MASK_FROM_BITS
+    return act > 0.0f;  // The bit, as 1 or 0 (BnLoadBits).
 #else
     return act_out == nullptr || act > 0.0f;
 #endif
@@ -178,14 +204,28 @@ struct BnReluMask {
 };
 )";
 
-std::string MaskDefine(bool mask_from_x) {
-  return absl::StrCat("#define BN_MASK_FROM_X ", mask_from_x ? 1 : 0, "\n");
+std::string MaskDefine(bool mask_from_x, bool mask_from_bits = false) {
+  return absl::StrCat("#define BN_MASK_FROM_X ", mask_from_x ? 1 : 0,
+                      "\n#define BN_MASK_FROM_BITS ", mask_from_bits ? 1 : 0, "\n");
 }
+
+// The ReLU's keep bits of a row's BN_VEC elements as 1 or 0 in `act`, from the forward's mask
+// (BnStoreBits' layout).
+const char kLoadBits[] = R"(
+__device__ __forceinline__ void BnLoadBits(const unsigned char* bits, long long i, BnVec& act) {
+  const unsigned w = (unsigned)bits[i / 4] >> (i % 4);
+#pragma unroll
+  for (int k = 0; k < BN_VEC; ++k) act.v[k] = (w >> k) & 1u ? 1.0f : 0.0f;
+}
+)";
 
 // y = act((x - mean)·scale + shift (+ residual)) over one thread's rows, in float, rounded once
 // at the store. The forward's apply and batch_norm_apply's recompute both run it, so a
 // recomputed y has the forward's bits.
 const char kApplyBody[] = R"(
+#ifndef BN_WRITE_BITS
+#define BN_WRITE_BITS 0
+#endif
 struct BnApplyBody {
   static constexpr int kUnroll = 4;
   const elem_t* x;
@@ -193,6 +233,7 @@ struct BnApplyBody {
   elem_t* y;
   int channels, col, relu;
   float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
+  unsigned char* keep_bits;  // BN_WRITE_BITS: the ReLU's keep mask (BnStoreBits).
   struct Regs {
     BnVec x, residual;
   };
@@ -210,6 +251,9 @@ struct BnApplyBody {
       out.v[k] = relu && !(v > 0.0f || v != v) ? 0.0f : v;
     }
     BnStore(y + BnIndex(r, channels, col), out);
+#if BN_WRITE_BITS
+    BnStoreBits(keep_bits, BnIndex(r, channels, col), out);  // The mask the backward reads.
+#endif
   }
 };
 )";
@@ -294,15 +338,20 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane) {
-  const std::string name = KernelName("reprise_bn_apply", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + kApplyBody + R"(
+GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane, bool write_bits) {
+  const std::string name =
+      KernelName(write_bits ? "reprise_bn_apply_bits" : "reprise_bn_apply", vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) +
+                    absl::StrCat("#define BN_WRITE_BITS ", write_bits ? 1 : 0, "\n") + kApplyBody +
+                    R"(
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ x, const elem_t* __restrict__ residual,
                    const float* __restrict__ mean, const float* __restrict__ coef,
                    const float* __restrict__ beta, elem_t* __restrict__ y, long long rows,
-                   int channels, long long rows_per_chunk, int relu) {
+                   int channels, long long rows_per_chunk, int relu,
+                   unsigned char* __restrict__ keep_bits) {
   BnApplyBody body{x, residual, y, channels, BnColumn(), relu};
+  body.keep_bits = keep_bits;
   if (body.col >= channels) return;
 #pragma unroll
   for (int k = 0; k < BN_VEC; ++k) {
@@ -415,14 +464,14 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x,
-                                   bool write_masked) {
+                                   bool write_masked, bool mask_from_bits) {
   const std::string name =
       KernelName(absl::StrCat("reprise_bn_grad_stats", mask_from_x ? "_xmask" : "",
-                              write_masked ? "_mdy" : ""),
+                              mask_from_bits ? "_bmask" : "", write_masked ? "_mdy" : ""),
                  vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) +
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) +
                     absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +
-                    kReluMask + R"(
+                    kLoadBits + kReluMask + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
@@ -433,6 +482,7 @@ struct BnGradStatsBody {
   int channels, col;
   BnReluMask mask;
   double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
+  const unsigned char* act_bits;  // BN_MASK_FROM_BITS: the forward's keep mask.
   struct Regs {
     BnVec dy, x, act;
   };
@@ -440,7 +490,9 @@ struct BnGradStatsBody {
     const long long i = BnIndex(r, channels, col);
     a.dy = BnLoad(dy + i);
     a.x = BnLoad(x + i);
-#if !BN_MASK_FROM_X
+#if BN_MASK_FROM_BITS
+    BnLoadBits(act_bits, i, a.act);
+#elif !BN_MASK_FROM_X
     if (act_out != nullptr) a.act = BnLoad(act_out + i);
 #endif
   }
@@ -466,8 +518,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ gamma, const float* __restrict__ invstd,
                    const float* __restrict__ beta, double* __restrict__ partial,
                    elem_t* __restrict__ masked_dy, long long rows, int channels,
-                   long long rows_per_chunk) {
+                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits) {
   BnGradStatsBody body{dy, act_out, x, masked_dy, channels, BnColumn(), {}, {}, {}, {}};
+  body.act_bits = act_bits;
   if (body.col < channels) {
     body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
@@ -502,10 +555,14 @@ extern "C" __global__ void __launch_bounds__(1024)
 )"};
 }
 
-GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane, bool mask_from_x) {
-  const std::string name = KernelName(
-      mask_from_x ? "reprise_bn_grad_apply_xmask" : "reprise_bn_grad_apply", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x) + kReluMask + R"(
+GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane, bool mask_from_x,
+                                   bool mask_from_bits) {
+  const std::string name =
+      KernelName(absl::StrCat("reprise_bn_grad_apply", mask_from_x ? "_xmask" : "",
+                              mask_from_bits ? "_bmask" : ""),
+                 vec, dtype, plane);
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) + kLoadBits +
+                    kReluMask + R"(
 struct BnGradApplyBody {
   static constexpr int kUnroll = 4;
   const elem_t* dy;
@@ -515,6 +572,7 @@ struct BnGradApplyBody {
   int channels, col;
   BnReluMask mask;
   float mean[BN_VEC], a[BN_VEC], b[BN_VEC], c[BN_VEC];
+  const unsigned char* act_bits;  // BN_MASK_FROM_BITS: the forward's keep mask.
   struct Regs {
     BnVec dy, x, act;
   };
@@ -522,7 +580,9 @@ struct BnGradApplyBody {
     const long long i = BnIndex(r, channels, col);
     in.dy = BnLoad(dy + i);
     in.x = BnLoad(x + i);
-#if !BN_MASK_FROM_X
+#if BN_MASK_FROM_BITS
+    BnLoadBits(act_bits, i, in.act);
+#elif !BN_MASK_FROM_X
     if (act_out != nullptr) in.act = BnLoad(act_out + i);
 #endif
   }
@@ -543,8 +603,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ coef, const float* __restrict__ gamma,
                    const float* __restrict__ invstd, const float* __restrict__ beta,
                    elem_t* __restrict__ dx, long long rows, int channels,
-                   long long rows_per_chunk) {
+                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits) {
   BnGradApplyBody body{dy, act_out, x, dx, channels, BnColumn(), {}};
+  body.act_bits = act_bits;
   if (body.col >= channels) return;
   body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
@@ -567,12 +628,17 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormApply(vec, dtype));
       kernels.push_back(BatchNormApplySaved(vec, dtype));
       kernels.push_back(BatchNormApplyChain(vec, dtype));
+      kernels.push_back(BatchNormApply(vec, dtype, 0, /*write_bits=*/true));
       for (bool mask_from_x : {false, true}) {
         for (bool write_masked : {false, true}) {
           kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x, write_masked));
         }
         kernels.push_back(BatchNormGradApply(vec, dtype, 0, mask_from_x));
       }
+      for (bool write_masked : {false, true}) {
+        kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, write_masked, true));
+      }
+      kernels.push_back(BatchNormGradApply(vec, dtype, 0, false, /*mask_from_bits=*/true));
     }
     // NCHW, for a plane size that is not a power of two (7x7, ResNet's last stage).
     kernels.push_back(BatchNormStats(1, dtype, 49));

@@ -86,7 +86,12 @@ GeneratedKernel BatchNormFinalize();
 //     be null. Tiled launch. Signature: (const elem_t* x, const elem_t* residual,
 //     const float* mean, const float* coef, const float* beta, elem_t* y, long long rows,
 //     int channels, long long rows_per_chunk, int relu).
-GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane = 0);
+//     With `write_bits` (channels-last, channels % 16 == 0; named reprise_bn_apply_bits...) it
+//     also writes the ReLU's keep mask: bit e % 4 of byte e / 4 of keep_bits set where element e
+//     of the stored y is > 0 (each byte's upper half zero), so that the backward reads 2 bits per
+//     element instead of y. The signature ends with unsigned char* keep_bits (null without
+//     write_bits).
+GeneratedKernel BatchNormApply(int vec, DType dtype, int64_t plane = 0, bool write_bits = false);
 
 // batch_norm_apply in NHWC: (c) with coef[0] formed in the kernel as gamma·saved_invstd in float,
 // as (b) forms it, so a recomputed y has the forward's bits. One tiled launch, no scratch.
@@ -114,8 +119,12 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 //     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     const float* gamma, const float* invstd, const float* beta, double* partial,
 //     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk).
+// With `mask_from_bits` (kernels named ..._bmask; channels-last, channels % 16 == 0) g takes its
+// mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x. The
+// signatures of (a) and (c) end with const unsigned char* act_bits (null without mask_from_bits).
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
-                                   bool mask_from_x = false, bool write_masked = false);
+                                   bool mask_from_x = false, bool write_masked = false,
+                                   bool mask_from_bits = false);
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,
@@ -126,7 +135,7 @@ GeneratedKernel BatchNormGradFinalize();
 //     const float* coef, const float* gamma, const float* invstd, const float* beta, elem_t* dx,
 //     long long rows, int channels, long long rows_per_chunk).
 GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0,
-                                   bool mask_from_x = false);
+                                   bool mask_from_x = false, bool mask_from_bits = false);
 
 // Every kernel above in both vector widths and both element types, and the NCHW form for
 // plane 49 (2 finalize kernels and 10 tiled ones (the gradient statistics with and without the

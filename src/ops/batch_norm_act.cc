@@ -1,10 +1,13 @@
 #include "src/ops/batch_norm_act.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/ir/low_precision.h"
 #include "src/ops/batch_norm.h"
 #include "src/ops/batch_norm_apply.h"
 #include "src/ops/batch_norm_nhwc.h"
@@ -20,6 +23,26 @@ namespace {
 bool HasResidual(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "residual", false); }
 bool HasMaskedOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "masked_output", false); }
 bool ReluFromX(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_x", false); }
+bool KeepBits(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "keep_bits", false); }
+bool ReluFromBits(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_bits", false); }
+
+// The ReLU's keep bits of channels-last x [N, H, W, C], C % 16 == 0: int32 [N, H, W, C / 16]
+// holding a byte per four elements, bit e % 4 of byte e / 4 for element e (upper halves zero).
+// Element e's bit in int32 word e / 16 of the keep bits: byte (e / 4) % 4 of the word (little
+// endian, as the GPU stores the bytes), bit e % 4 of that byte.
+int KeepBitOf(int64_t e) { return static_cast<int>(8 * ((e / 4) % 4) + e % 4); }
+
+absl::StatusOr<TensorSpec> KeepBitsSpec(const Attrs& attrs, const TensorSpec& x) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
+  if (layout != Layout::kNHWC || x.shape.rank() != 4 || x.shape.dim(3) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ReLU's keep bits pack 16 channels to an int32: they need channels-last "
+                     "data with a multiple of 16 channels, got ",
+                     x.ToString(), " in ", LayoutName(layout)));
+  }
+  return TensorSpec{Shape{x.shape.dim(0), x.shape.dim(1), x.shape.dim(2), x.shape.dim(3) / 16},
+                    DType::kInt32};
+}
 
 absl::Status CheckSameSpec(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
   if (a == b) return absl::OkStatus();
@@ -35,13 +58,27 @@ absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
   }
   ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormTrainOp().infer(attrs, in.subspan(0, 5)));
   if (HasResidual(attrs)) RETURN_IF_ERROR(CheckSameSpec(in[5], in[0], "residual"));
+  if (KeepBits(attrs)) {
+    ASSIGN_OR_RETURN(TensorSpec bits, KeepBitsSpec(attrs, in[0]));
+    out.push_back(bits);
+  }
   return out;
 }
 
 absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
   RETURN_IF_ERROR(CheckArity(in, 6));
-  if (ReluFromX(attrs)) {
+  if (ReluFromX(attrs) && ReluFromBits(attrs)) {
+    return absl::InvalidArgumentError("relu_from_x and relu_from_bits exclude each other");
+  }
+  if (ReluFromBits(attrs)) {
+    ASSIGN_OR_RETURN(const TensorSpec bits, KeepBitsSpec(attrs, in[2]));
+    if (!(in[1] == bits)) {
+      return absl::InvalidArgumentError(absl::StrCat("the keep bits must be ", bits.ToString(),
+                                                     " for x ", in[2].ToString(), ", got ",
+                                                     in[1].ToString()));
+    }
+  } else if (ReluFromX(attrs)) {
     if (!(in[1] == in[3])) {
       return absl::InvalidArgumentError(
           absl::StrCat("beta must match gamma: ", in[1].ToString(), " vs ", in[3].ToString()));
@@ -70,7 +107,15 @@ absl::Status CpuTrain(const Node& node, absl::Span<ir::HostTensor* const> in,
     RETURN_IF_ERROR(AddOp().cpu(stub, absl::MakeSpan(add_in), absl::MakeSpan(add_out)));
     pre_act = &summed;
   }
-  return ReluOp().cpu(stub, absl::MakeSpan(&pre_act, 1), out.subspan(0, 1));
+  RETURN_IF_ERROR(ReluOp().cpu(stub, absl::MakeSpan(&pre_act, 1), out.subspan(0, 1)));
+  if (KeepBits(node.attrs)) {
+    auto words = out[3]->data<int32_t>();
+    std::fill(words.begin(), words.end(), 0);
+    for (int64_t e = 0; e < out[0]->spec().NumElements(); ++e) {
+      if (ir::FloatElement(*out[0], e) > 0) words[e / 16] |= int32_t{1} << KeepBitOf(e);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // relu_grad, then batch_norm_grad; with relu_from_x the ReLU's output first, recomputed by
@@ -81,7 +126,14 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
   ir::HostTensor* g = HasMaskedOutput(node.attrs) ? out[3] : &masked;
   ir::HostTensor recomputed(in[2]->spec());
   ir::HostTensor* act_out = in[1];
-  if (ReluFromX(node.attrs)) {
+  if (ReluFromBits(node.attrs)) {  // 1 where the bit is set, 0 elsewhere: relu_grad's act > 0.
+    auto words = in[1]->data<int32_t>();
+    for (int64_t e = 0; e < recomputed.spec().NumElements(); ++e) {
+      const bool keep = (static_cast<uint32_t>(words[e / 16]) >> KeepBitOf(e)) & 1u;
+      ir::SetFloatElement(recomputed, e, keep ? 1.0 : 0.0);
+    }
+    act_out = &recomputed;
+  } else if (ReluFromX(node.attrs)) {
     Node apply;
     apply.attrs = node.attrs;
     apply.attrs["relu"] = true;
@@ -107,9 +159,11 @@ struct KernelData {
   DType dtype;
 };
 absl::StatusOr<KernelData> KernelDataOf(const LoweringContext& ctx, const Node& node, int x_index,
-                                        std::initializer_list<int> data_inputs) {
+                                        std::initializer_list<int> data_inputs,
+                                        std::initializer_list<int> other_inputs = {}) {
   ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
-  ASSIGN_OR_RETURN(const DType dtype, NhwcDataType(node, ctx.input_specs, data_inputs));
+  ASSIGN_OR_RETURN(const DType dtype,
+                   NhwcDataType(node, ctx.input_specs, data_inputs, other_inputs));
   ASSIGN_OR_RETURN(ImageDims x, ImageDimsOf(ctx.input_specs[x_index], layout, "x"));
   return KernelData{x, layout == Layout::kNCHW ? x.h * x.w : 0, dtype};
 }
@@ -136,17 +190,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
   args.momentum = node.attrs.contains("momentum") ? *ir::FloatAttr(node.attrs, "momentum") : 0.1;
   args.relu = true;
   args.dtype = data.dtype;
+  if (KeepBits(node.attrs)) args.keep_bits = ctx.outputs[3];
   return LowerNhwcBatchNormTrain(ctx, node.name, args);
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
   // With relu_from_x input 1 is beta, a per-channel float32 tensor, not data.
-  ASSIGN_OR_RETURN(const KernelData data, ReluFromX(node.attrs)
-                                              ? KernelDataOf(ctx, node, 2, {0, 2})
-                                              : KernelDataOf(ctx, node, 2, {0, 1, 2}));
+  ASSIGN_OR_RETURN(const KernelData data,
+                   ReluFromBits(node.attrs) ? KernelDataOf(ctx, node, 2, {0, 2}, {1})
+                   : ReluFromX(node.attrs)  ? KernelDataOf(ctx, node, 2, {0, 2})
+                                            : KernelDataOf(ctx, node, 2, {0, 1, 2}));
   NhwcBatchNormBackward args;
   args.dy = ctx.inputs[0];
-  if (ReluFromX(node.attrs)) {
+  if (ReluFromBits(node.attrs)) {
+    args.act_bits = ctx.inputs[1];
+  } else if (ReluFromX(node.attrs)) {
     args.relu_beta = static_cast<const float*>(ctx.inputs[1]);
   } else {
     args.act_out = ctx.inputs[1];

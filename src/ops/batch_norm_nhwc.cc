@@ -135,12 +135,20 @@ std::string Describe(const Request& r, const codegen::BatchNormTiling& t, absl::
                       extras, " (", kernels, kernels == 1 ? " kernel)" : " kernels)");
 }
 
+// Keep bits: whole 32-bit words of the mask per row (channels % 16 == 0) of channels-last data,
+// after a ReLU.
+bool BitsFit(int64_t plane, int64_t channels, bool relu) {
+  return plane == 0 && channels % 16 == 0 && relu;
+}
+
 }  // namespace
 
 absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
-                                   absl::Span<const int> data_inputs) {
+                                   absl::Span<const int> data_inputs,
+                                   absl::Span<const int> other_inputs) {
   const DType data = inputs[*data_inputs.begin()].dtype;
   for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
+    if (std::find(other_inputs.begin(), other_inputs.end(), i) != other_inputs.end()) continue;
     const bool is_data = std::find(data_inputs.begin(), data_inputs.end(), i) != data_inputs.end();
     const bool fits = is_data ? codegen::IsKernelElementType(data) && inputs[i].dtype == data
                               : inputs[i].dtype == DType::kFloat32;
@@ -165,6 +173,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
                    Plan(ctx, where, request, vec,
                         {a.x, a.gamma, a.beta, a.running_mean, a.running_var, a.y, a.saved_mean,
                          a.saved_invstd}));
+  if (a.keep_bits != nullptr && !BitsFit(a.plane, a.channels, a.relu)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        ": batch_norm_train writes ReLU keep bits for channels-last data with a ReLU and "
+        "channels a multiple of 16, got c=",
+        a.channels, a.plane == 0 ? "" : " (NCHW)", a.relu ? "" : " without a ReLU"));
+  }
   const Scratch scratch = ScratchOf(ctx, t, a.channels);
   double* partial = scratch.partial;
   float* coef = scratch.coef;
@@ -205,13 +220,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk)
-      .Add(a.relu ? 1 : 0);
+      .Add(a.relu ? 1 : 0)
+      .Add(a.keep_bits);
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormApply(vec, a.dtype, a.plane),
+      NvrtcKernel::Create(ctx, node_name,
+                          codegen::BatchNormApply(vec, a.dtype, a.plane, a.keep_bits != nullptr),
                           TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras =
-      absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "");
+      absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "",
+                   a.keep_bits != nullptr ? " +keep_bits" : "");
   return std::unique_ptr<GpuKernel>(
       new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
 }
@@ -226,9 +244,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
-  if (a.relu_beta != nullptr && a.act_out != nullptr) {
+  if ((a.relu_beta != nullptr) + (a.act_out != nullptr) + (a.act_bits != nullptr) > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": batch_norm_grad takes the ReLU mask from act_out or from x, not both"));
+        where, ": batch_norm_grad takes the ReLU mask from one of act_out, x or keep bits"));
+  }
+  if (a.act_bits != nullptr && !BitsFit(a.plane, a.channels, true)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": batch_norm_grad reads ReLU keep bits for channels-last data with "
+                     "channels a multiple of 16, got c=",
+                     a.channels, a.plane == 0 ? "" : " (NCHW)"));
   }
   const bool from_x = a.relu_beta != nullptr;
   const Scratch scratch = ScratchOf(ctx, t, a.channels);
@@ -253,11 +278,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.masked_dy)
       .Add(rows)
       .Add(channels)
-      .Add(rows_per_chunk);
+      .Add(rows_per_chunk)
+      .Add(a.act_bits);
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name,
-                          codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked),
+                          codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked,
+                                                      a.act_bits != nullptr),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   KernelArgs finalize;
   finalize.Add(static_cast<const double*>(partial))
@@ -285,15 +312,18 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(a.dx)
       .Add(rows)
       .Add(channels)
-      .Add(rows_per_chunk);
+      .Add(rows_per_chunk)
+      .Add(write_masked ? nullptr : a.act_bits);
   const bool apply_from_x = from_x && !write_masked;
-  ASSIGN_OR_RETURN(
-      parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name,
-                          codegen::BatchNormGradApply(vec, a.dtype, a.plane, apply_from_x),
-                          TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
+  const bool apply_from_bits = a.act_bits != nullptr && !write_masked;
+  ASSIGN_OR_RETURN(parts.emplace_back(),
+                   NvrtcKernel::Create(ctx, node_name,
+                                       codegen::BatchNormGradApply(vec, a.dtype, a.plane,
+                                                                   apply_from_x, apply_from_bits),
+                                       TiledGrid(t), TiledBlock(t), 0, std::move(apply)));
   const std::string extras = absl::StrCat(a.act_out != nullptr     ? " +relu_mask"
                                           : a.relu_beta != nullptr ? " +relu_mask_from_x"
+                                          : a.act_bits != nullptr  ? " +relu_mask_bits"
                                                                    : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   return std::unique_ptr<GpuKernel>(

@@ -36,8 +36,10 @@ namespace reprise::ops {
 // while every other input (a per-channel tensor) must be float32. kUnimplemented naming the node
 // and the offending spec otherwise (float64 and float16 have no GPU batch norm, nor have bfloat16
 // per-channel tensors: mixed precision keeps them float32).
+// Inputs at `other_inputs` (a ReLU's keep bits) are not checked.
 absl::StatusOr<DType> NhwcDataType(const Node& node, absl::Span<const TensorSpec> inputs,
-                                   absl::Span<const int> data_inputs);
+                                   absl::Span<const int> data_inputs,
+                                   absl::Span<const int> other_inputs = {});
 
 // Device addresses and sizes of one training forward. x, residual and y are [rows, channels] of
 // `dtype`; per-channel arrays hold `channels` floats. y = act((x - mean)·invstd·gamma + beta +
@@ -59,6 +61,10 @@ struct NhwcBatchNormForward {
   double epsilon = 1e-5, momentum = 0.1;
   bool relu = false;
   DType dtype = DType::kFloat32;  // Of x, residual and y: kFloat32 or kBFloat16.
+  // When set (channels-last, relu, channels % 16 == 0): receives the ReLU's keep mask, bit e % 4
+  // of byte e / 4 set where element e of y is > 0 (rows·channels / 4 bytes; codegen::
+  // BatchNormApply's write_bits).
+  void* keep_bits = nullptr;
 };
 
 // The three launches of one forward. Errors name `node_name`: kInvalidArgument for a dtype other
@@ -86,6 +92,8 @@ struct NhwcBatchNormBackward {
   float* dgamma;
   float* dbeta;
   void* masked_dy = nullptr;  // When set, receives the masked gradient g.
+  // Instead of act_out or relu_beta: the forward's keep bits (NhwcBatchNormForward::keep_bits).
+  const void* act_bits = nullptr;
   int64_t rows = 0, channels = 0;
   int64_t plane = 0;              // 0: channels-last; H·W: NCHW.
   DType dtype = DType::kFloat32;  // Of the [rows, channels] arrays: kFloat32 or kBFloat16.

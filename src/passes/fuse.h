@@ -85,6 +85,11 @@ struct FuseOptions {
   bool nonfinite_check_with_norm = true;
   bool loss_with_grad = true;
   bool batch_norm_activations = true;
+  // With batch_norm_activations: a residual block's ReLU (channels-last, channels a multiple of
+  // 16) writes a keep mask (a bit per element, four to a byte) beside its output, which its
+  // gradient reads instead of the 16- or 32-bit output
+  // (TrainOptions::kernels.batch_norm_relu_bits).
+  bool batch_norm_relu_bits = true;
   // With batch_norm_activations: a convolution whose output only a training batch norm (and the
   // backward) reads, with that batch norm and its add and ReLU, as one conv2d_bn_train node
   // (src/ops/conv_bn.h), whose statistics cuDNN's graph API sums in the convolution's epilogue.

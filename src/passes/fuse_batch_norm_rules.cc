@@ -81,7 +81,7 @@ void GroupFinder::ConvBatchNormStats() {
 // through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient
 // joins the batch-norm gradient. In 16 bits the fused kernel rounds once where the unfused ops
 // round after the batch norm and after the add.
-void GroupFinder::BatchNormActivations() {
+void GroupFinder::BatchNormActivations(bool relu_bits) {
   auto fusable = [](const Node& n) {
     return n.outputs[0].dtype == DType::kFloat32 || IsLowPrecision(n.outputs[0].dtype);
   };
@@ -110,7 +110,13 @@ void GroupFinder::BatchNormActivations() {
       group.members.push_back(add->id);
       group.inputs.push_back(residual);
     }
-    TryAdd(std::move(group));
+    // The ReLU's keep bits, a value of the new graph only, for its gradient below.
+    const bool bits = add != nullptr && relu_bits && KeepBitsFit(bn.attrs, g_.spec(bn.inputs[0]));
+    if (bits) {
+      group.attrs["keep_bits"] = true;
+      group.outputs.push_back(NewValueKey(g_, new_values_));
+    }
+    if (TryAdd(std::move(group)) && bits) relu_bits_[next->id] = NewValueKey(g_, new_values_++);
   }
   for (const Node& grad : g_.nodes()) {
     if (grad.op != &ops::BatchNormGradOp() || taken_[grad.id] || !fusable(grad)) continue;
@@ -131,8 +137,22 @@ void GroupFinder::BatchNormActivations() {
     group.attrs["masked_output"] = masked_output;
     group.attrs["relu_from_x"] = beta.has_value();
     if (masked_output) group.outputs.push_back(Value{relu_grad.id, 0});
+    // A ReLU whose fused forward writes keep bits: the mask from them, not from its output.
+    const Value act = relu_grad.inputs[1];
+    if (auto it = relu_bits_.find(act.node);
+        !beta.has_value() && act.output == 0 && it != relu_bits_.end()) {
+      group.inputs[1] = it->second;
+      group.attrs["relu_from_bits"] = true;
+    }
     TryAdd(std::move(group));
   }
+}
+
+bool GroupFinder::KeepBitsFit(const Attrs& bn_attrs, const TensorSpec& x) const {
+  auto it = bn_attrs.find("layout");
+  const std::string* layout =
+      it == bn_attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
+  return layout != nullptr && *layout == "NHWC" && x.shape.rank() == 4 && x.shape.dim(3) % 16 == 0;
 }
 
 std::optional<Value> GroupFinder::BetaOfReluInput(Value act, const Node& grad) const {

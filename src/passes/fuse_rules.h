@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/types/span.h"
 #include "src/ir/op_def.h"
@@ -35,7 +36,9 @@ class GroupFinder {
 
   void LossWithGrad();
   void ConvBatchNormStats();
-  void BatchNormActivations();
+  // With `relu_bits`, residual ReLUs keep 1-bit masks for their gradients
+  // (FuseOptions::batch_norm_relu_bits).
+  void BatchNormActivations(bool relu_bits);
   void BatchNormApplyChains();
   void PoolingOfRecomputedActivations();
   void PoolingArgmaxInForward();
@@ -138,6 +141,8 @@ class GroupFinder {
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
+  // Whether a batch norm's ReLU can keep bit masks: channels-last x with channels % 16 == 0.
+  bool KeepBitsFit(const Attrs& bn_attrs, const TensorSpec& x) const;
   // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
   bool PlainApply(const Node& node) const;
   // Whether `reader`, which reads `v` in the graph, does not once fused: it is in a group whose
@@ -154,6 +159,8 @@ class GroupFinder {
   std::vector<bool> taken_;
   std::vector<NodeGroup> groups_;
   int new_values_ = 0;  // NewValueKey()s handed out (ReLU masks, pooling argmaxes).
+  // A fused batch norm's ReLU (its node in the old graph) -> the keep bits its forward writes.
+  absl::flat_hash_map<int32_t, Value> relu_bits_;
 };
 
 // A family of fusion rules behind one switch of FuseOptions.

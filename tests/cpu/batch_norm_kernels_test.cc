@@ -19,8 +19,10 @@ TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::BatchNormKernels();
   // Two finalize kernels, and ten tiled ones (the two gradient kernels also with the ReLU mask
   // from x, the gradient statistics also writing the masked gradient, and the apply chain) in
-  // three forms (two channels-last widths, NCHW) and three element types.
-  ASSERT_EQ(kernels.size(), 92u);
+  // three forms (two channels-last widths, NCHW) and three element types; in the two
+  // channels-last forms also the apply writing the ReLU's keep bits and the three gradient
+  // kernels reading them.
+  ASSERT_EQ(kernels.size(), 116u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;

@@ -1,6 +1,7 @@
 // The fuse pass on a ResNet in either layout: each batch norm that feeds a ReLU (directly or
-// through the residual add) takes the add and the ReLU in, its gradient takes the ReLU's gradient,
-// and the fused step computes the same bits as the unfused one on the CPU reference.
+// through the residual add) takes the add and the ReLU in, its gradient takes the ReLU's gradient
+// (after a residual add in channels-last, reading 1-bit masks the forward keeps), and the fused
+// step computes the same bits as the unfused one on the CPU reference.
 #include <map>
 #include <random>
 #include <string>
@@ -57,6 +58,39 @@ TEST_P(FuseBatchNormTest, BatchNormsTakeTheirAddAndReluAndTheReluGradient) {
         << beta.name;
   }
   EXPECT_EQ(from_x, 9);
+  // After the residual add, channels-last with channels a multiple of 16 (every block here), the
+  // forward keeps 1-bit masks and the gradient reads them instead of the ReLU's output.
+  const int blocks = GetParam() == Layout::kNHWC ? 8 : 0;
+  int keep_bits = 0, from_bits = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() == "batch_norm_act_train" && ir::BoolAttrOr(n.attrs, "keep_bits", false)) {
+      ++keep_bits;
+      EXPECT_TRUE(ir::BoolAttrOr(n.attrs, "residual", false)) << n.name;
+      ASSERT_EQ(n.outputs.size(), 4u) << n.name;
+      EXPECT_EQ(n.outputs[3].dtype, DType::kInt32) << n.name;
+      EXPECT_EQ(n.outputs[3].shape.dim(3) * 16, n.outputs[0].shape.dim(3)) << n.name;
+    }
+    if (n.op_name() == "batch_norm_act_grad" && ir::BoolAttrOr(n.attrs, "relu_from_bits", false)) {
+      ++from_bits;
+      const Node& forward = g.node(n.inputs[1].node);
+      EXPECT_EQ(forward.op_name(), "batch_norm_act_train") << n.name;
+      EXPECT_EQ(n.inputs[1].output, 3) << n.name;
+    }
+  }
+  EXPECT_EQ(keep_bits, blocks);
+  EXPECT_EQ(from_bits, blocks);
+}
+
+// FuseOptions::batch_norm_relu_bits off: every gradient after a residual add reads the ReLU's
+// output, as before the masks.
+TEST(FuseBatchNormBitsTest, OffKeepsReadingTheReluOutput) {
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(Layout::kNHWC);
+  auto fused = passes::Fuse(t, {t.loss}, {.batch_norm_relu_bits = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  for (const Node& n : fused->training.graph.nodes()) {
+    EXPECT_FALSE(ir::BoolAttrOr(n.attrs, "keep_bits", false)) << n.name;
+    EXPECT_FALSE(ir::BoolAttrOr(n.attrs, "relu_from_bits", false)) << n.name;
+  }
 }
 
 std::vector<double> LossesOf(const Graph& g, Value loss, bool float64,

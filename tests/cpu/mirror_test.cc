@@ -343,8 +343,9 @@ INSTANTIATE_TEST_SUITE_P(NchwAndNhwc, ResNet18MirrorTest,
 // waits for the backward node before it (before, nothing ordered it, so its outputs could share
 // no bytes with values dying before it), and since the memory plan may make a launch wait for
 // another lane's reader to reuse its space (before, layer4.1's output twin only moved buffers
-// around and was dropped). Against the unmirrored plan, which those waits lowered from 5,549 to
-// 5,010 MiB, auto's peak (2,907 MiB) is 42% lower.
+// around and was dropped). Since the residual ReLUs keep masks for their gradients (four elements
+// to a byte), layer4.0's block output is no longer among them. Against the unmirrored plan
+// (5,074 MiB), auto's peak (2,902 MiB) is 43% lower.
 TEST(MirrorTest, AutoKeepsTheTwinsThatLowerTheLaidOutPeak) {
   auto net = models::BuildResNet(
       {.depth = 50, .batch = 64, .classes = 1000, .image_size = 224, .layout = Layout::kNHWC});
@@ -357,7 +358,6 @@ TEST(MirrorTest, AutoKeepsTheTwinsThatLowerTheLaidOutPeak) {
   const std::vector<std::string> originals = Originals(*plan);
   EXPECT_THAT(originals, ::testing::Contains("layer3.1.relu"));
   EXPECT_THAT(originals, ::testing::Contains("layer4.1.relu1"));
-  EXPECT_THAT(originals, ::testing::Contains("layer4.0.relu"));
   EXPECT_THAT(originals, ::testing::Contains("layer4.1.relu"));
   EXPECT_LT(plan->memory.transient_peak, plan->activation_peak_unmirrored * 3 / 5);
   // Every twin waits for something: the first for the backward node before it, the others for

@@ -137,6 +137,7 @@ template <typename E>
 struct Results {
   std::vector<E> y, dx, masked, recomputed;
   std::vector<float> running_mean, running_var, saved_mean, saved_invstd, dgamma, dbeta;
+  std::vector<uint32_t> keep_bits;  // With the ReLU's keep bits: the forward's.
 };
 
 template <typename E>
@@ -156,7 +157,7 @@ bool SameBits(const Results<E>& a, const Results<E>& b) {
 template <typename E>
 absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& gpu, int64_t m,
                                                    int64_t c, int offset, const Inputs& in,
-                                                   std::string* describe) {
+                                                   std::string* describe, bool bits = false) {
   const int64_t n = m * c;
   // Row-walked: x, residual, y, dy, dx, masked, recomputed.
   std::vector<DeviceArray<E>> big;
@@ -174,6 +175,7 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
         &masked = big[5], &recomputed = big[6];
   const DeviceArray<float>&gamma = small[0], &beta = small[1], &rm = small[2], &rv = small[3],
         &mean = small[4], &invstd = small[5], &dgamma = small[6], &dbeta = small[7];
+  ASSIGN_OR_RETURN(DeviceArray<uint32_t> keep_bits, Allocate<uint32_t>((n + 15) / 16, 0));
   RETURN_IF_ERROR(Upload(x, in.x));
   RETURN_IF_ERROR(Upload(residual, in.residual));
   RETURN_IF_ERROR(Upload(dy, in.dy));
@@ -196,11 +198,12 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
                                                  .rows = m,
                                                  .channels = c,
                                                  .relu = true,
-                                                 .dtype = kType}));
+                                                 .dtype = kType,
+                                                 .keep_bits = bits ? keep_bits.data : nullptr}));
   ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> backward,
                    ops::LowerNhwcBatchNormGrad(ctx, "bn.grad",
                                                {.dy = dy.data,
-                                                .act_out = y.data,
+                                                .act_out = bits ? nullptr : y.data,
                                                 .x = x.data,
                                                 .gamma = gamma.data,
                                                 .saved_mean = mean.data,
@@ -209,6 +212,7 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
                                                 .dgamma = dgamma.data,
                                                 .dbeta = dbeta.data,
                                                 .masked_dy = masked.data,
+                                                .act_bits = bits ? keep_bits.data : nullptr,
                                                 .rows = m,
                                                 .channels = c,
                                                 .dtype = kType}));
@@ -257,6 +261,7 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
     r.saved_invstd = Download(invstd);
     r.dgamma = Download(dgamma);
     r.dbeta = Download(dbeta);
+    if (bits) r.keep_bits = Download(keep_bits);
   }
   return runs;
 }
@@ -455,6 +460,57 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
                                            Case{300, 16, 1}, Case{300, 16, 4}, Case{8, 512, 0},
                                            Case{1000, 10, 0}, Case{7, 3, 0}),
                          [](const auto& info) { return CaseName(info.param); });
+
+// The forward writing the ReLU's keep bits and the backward reading them give the bits of the
+// backward reading the stored output: the same y, statistics, masked gradient and dx, with bit e of
+// the mask set exactly where y[e] > 0 (as stored, in bfloat16 or float32).
+class BatchNormKeepBitsTest : public ::testing::TestWithParam<std::tuple<DType, Case>> {};
+
+template <typename E>
+void ExpectKeepBitsGiveTheOutputsBits(const Case& k) {
+  const int64_t m = k.rows, c = k.channels;
+  REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
+  const Inputs in = MakeInputs(m, c, DTypeOf<E>());
+  std::string plain_describe, bits_describe;
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto plain, RunTwice<E>(gpu, m, c, k.offset, in, &plain_describe));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto bits,
+                               RunTwice<E>(gpu, m, c, k.offset, in, &bits_describe, true));
+  EXPECT_NE(bits_describe.find("+keep_bits"), std::string::npos) << bits_describe;
+  EXPECT_NE(bits_describe.find(ExpectVec4(k) ? "vec=4" : "vec=1"), std::string::npos);
+  EXPECT_TRUE(SameBits(plain[0], bits[0]));
+  EXPECT_EQ(bits[0].keep_bits, bits[1].keep_bits);
+  const std::vector<uint32_t>& mask = bits[0].keep_bits;
+  int64_t wrong = 0;
+  for (int64_t e = 0; e < m * c; ++e) {
+    const bool keep = (mask[e / 16] >> (8 * ((e / 4) % 4) + e % 4)) & 1u;
+    if (keep != (Widen(bits[0].y[e]) > 0) && wrong++ < 5) ADD_FAILURE() << "bit " << e;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST_P(BatchNormKeepBitsTest, GiveTheBitsOfTheStoredOutput) {
+  REPRISE_REQUIRE_GPU();
+  const auto [dtype, k] = GetParam();
+  if (dtype == DType::kBFloat16) {
+    ExpectKeepBitsGiveTheOutputsBits<uint16_t>(k);
+  } else {
+    ExpectKeepBitsGiveTheOutputsBits<float>(k);
+  }
+}
+
+// ResNet-50's b32 layer1 and layer4 widths, two rows, and starts one element in (one channel per
+// thread, 32 threads to a word).
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormKeepBitsTest,
+                         ::testing::Values(std::tuple{DType::kBFloat16, Case{8 * 28 * 28, 64, 0}},
+                                           std::tuple{DType::kBFloat16, Case{98, 2048, 0}},
+                                           std::tuple{DType::kBFloat16, Case{2, 32, 0}},
+                                           std::tuple{DType::kBFloat16, Case{300, 96, 1}},
+                                           std::tuple{DType::kFloat32, Case{32 * 7 * 7, 512, 0}},
+                                           std::tuple{DType::kFloat32, Case{300, 64, 1}}),
+                         [](const auto& info) {
+                           return absl::StrCat(DTypeName(std::get<0>(info.param)), "_",
+                                               CaseName(std::get<1>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace reprise
