@@ -58,7 +58,8 @@ std::string CudaGraphToText(const CudaGraphDump& dump) {
   for (const auto& [type, count] : types) counts.push_back(absl::StrCat(count, " ", type));
   std::string out =
       absl::StrCat("cuda graph: ", dump.nodes.size(), " nodes (", absl::StrJoin(counts, ", "),
-                   "), ", dump.edges.size(), " edges; plan: ", dump.launches.size(), " launches\n");
+                   "), ", dump.edges.size(), " edges (", dump.programmatic_edges,
+                   " programmatic); plan: ", dump.launches.size(), " launches\n");
   for (size_t i = 0; i < dump.nodes.size(); ++i) {
     const CudaGraphNode& n = dump.nodes[i];
     absl::StrAppend(&out, "node ", i, ": ", n.node.type,
@@ -77,6 +78,7 @@ std::string CudaGraphToJson(const passes::Plan& plan, const CudaGraphDump& dump)
   w.Key("cuda_graph").BeginObject();
   w.Key("num_nodes").Int(static_cast<int64_t>(dump.nodes.size()));
   w.Key("num_edges").Int(static_cast<int64_t>(dump.edges.size()));
+  w.Key("num_programmatic_edges").Int(dump.programmatic_edges);
   std::map<std::string, int> types;
   for (const CudaGraphNode& n : dump.nodes) ++types[n.node.type];
   w.Key("node_types").BeginObject(JsonWriter::kInline);

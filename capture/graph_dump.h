@@ -26,6 +26,9 @@ struct CudaGraphDump {
   std::vector<LaunchSignature> launches;   // The lowered launches, the input copy first.
   std::vector<CudaGraphNode> nodes;        // In capture order.
   std::vector<std::pair<int, int>> edges;  // (from, to) as indices into `nodes`.
+  // Edges that let the later kernel be scheduled before the earlier one ends (programmatic
+  // dependent launch: TrainOptions::kernels.dependent_launch).
+  int64_t programmatic_edges = 0;
 
   int64_t NumNodesOfType(absl::string_view type) const;
   // The reprise node a CUDA graph node came from: the launch's node name, or "unknown".

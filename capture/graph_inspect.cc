@@ -231,6 +231,9 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(
   }
   for (int i = 0; i < n; ++i) dump.nodes.push_back({std::move(nodes[i]), origins[i]});
   dump.edges = std::move(edges);
+  for (const cudaGraphEdgeData& data : edge_data) {
+    dump.programmatic_edges += data.type == cudaGraphDependencyTypeProgrammatic ? 1 : 0;
+  }
   return dump;
 }
 

@@ -101,6 +101,12 @@ struct LoweredStep {
 // is always the InputCopy.
 absl::StatusOr<LoweredStep> LowerPlan(const passes::Plan& plan, const StepResources& resources);
 
+// Programmatic dependent launch (ops::LoweringOptions::dependent_launch): lets each launch's first
+// kernel start early where the launch before it on its lane LetsDependentsStartEarly (it ended
+// with one of our kernels or a cuDNN convolution) and nothing from another lane joins in between,
+// or, with `after_libraries`, after anything but the step's start. LowerPlan calls it.
+void AllowDependentStarts(std::vector<LoweredLaunch>& launches, bool after_libraries);
+
 }  // namespace reprise::capture
 
 #endif  // REPRISE_CAPTURE_LOWERED_STEP_H_

@@ -44,6 +44,12 @@ ABSL_FLAG(
     bool, relu_bits, true,
     "TrainOptions::kernels.batch_norm_relu_bits: residual ReLUs keep masks (four elements to a "
     "byte) for their gradients (channels-last, channels a multiple of 16)");
+ABSL_FLAG(bool, dependent_launch, true,
+          "TrainOptions::kernels.dependent_launch: our kernels launched as programmatic dependent "
+          "launches (sm_90 and later)");
+ABSL_FLAG(bool, dependent_launch_after_libraries, false,
+          "TrainOptions::kernels.dependent_launch_after_libraries: dependent launches after "
+          "library kernels too");
 
 namespace reprise::tools {
 
@@ -78,6 +84,8 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   kernels.conv_sums_in_place = absl::GetFlag(FLAGS_conv_sums_in_place);
   kernels.batch_norm_relu_bits = absl::GetFlag(FLAGS_relu_bits);
+  kernels.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
+  kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
   return kernels;
 }
 
@@ -85,7 +93,11 @@ std::string KernelFlagsText() {
   return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
                       absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
                       absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart",
-                      absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0");
+                      absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
+                      absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
+                      absl::GetFlag(FLAGS_dependent_launch_after_libraries)
+                          ? " dependent_launch_after_libraries=1"
+                          : "");
 }
 
 }  // namespace reprise::tools

@@ -88,6 +88,13 @@ struct KernelTuning {
   // 16) also writes a keep mask (a bit per element, four to a byte), which its gradient's
   // batch-norm statistics read instead of the ReLU's 16- or 32-bit output (the same bits).
   bool batch_norm_relu_bits = true;
+  // Our own kernels launched as programmatic dependent launches of our own kernels or cuDNN's
+  // convolutions before them (GPUs of compute capability 9.0 and later): each may be scheduled
+  // while the kernel ahead of it drains, and waits for it before touching memory (docs/engine.md).
+  bool dependent_launch = true;
+  // With dependent_launch: also after every other library kernel (cuBLASLt's products, cuDNN's
+  // attention). Measured slower for GPT-2 and MLPs on an H200; for measuring.
+  bool dependent_launch_after_libraries = false;
 };
 
 }  // namespace reprise

@@ -123,7 +123,9 @@ void BindOptions(nb::module_& m) {
       .def_rw("conv_api", &KernelTuning::conv_api)
       .def_rw("conv_sums_in_place", &KernelTuning::conv_sums_in_place)
       .def_rw("conv_batch_norm_stats", &KernelTuning::conv_batch_norm_stats)
-      .def_rw("batch_norm_relu_bits", &KernelTuning::batch_norm_relu_bits);
+      .def_rw("batch_norm_relu_bits", &KernelTuning::batch_norm_relu_bits)
+      .def_rw("dependent_launch", &KernelTuning::dependent_launch)
+      .def_rw("dependent_launch_after_libraries", &KernelTuning::dependent_launch_after_libraries);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

@@ -57,7 +57,9 @@ ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
           .own_weight_gradients = options.kernels.own_weight_gradients,
           .conv_api = options.kernels.conv_api == KernelTuning::ConvApi::kGraph
                           ? ops::LoweringOptions::ConvApi::kGraph
-                          : ops::LoweringOptions::ConvApi::kLegacy};
+                          : ops::LoweringOptions::ConvApi::kLegacy,
+          .dependent_launch = options.kernels.dependent_launch,
+          .dependent_launch_after_libraries = options.kernels.dependent_launch_after_libraries};
 }
 
 }  // namespace reprise

@@ -20,13 +20,21 @@ class BatchNormLaunches : public GpuKernel {
  public:
   BatchNormLaunches(std::string describe, std::vector<std::unique_ptr<GpuKernel>> parts,
                     size_t scratch_bytes)
-      : describe_(std::move(describe)), parts_(std::move(parts)), scratch_bytes_(scratch_bytes) {}
+      : describe_(std::move(describe)), parts_(std::move(parts)), scratch_bytes_(scratch_bytes) {
+    ChainDependentStarts(parts_);
+  }
   absl::Status Launch(cudaStream_t stream) const override {
     for (const auto& part : parts_) RETURN_IF_ERROR(part->Launch(stream));
     return absl::OkStatus();
   }
   std::string Describe() const override { return describe_; }
   size_t WorkspaceBytes() const override { return scratch_bytes_; }
+  bool LetsDependentsStartEarly() const override {
+    return !parts_.empty() && parts_.back()->LetsDependentsStartEarly();
+  }
+  void SetDependentStart(bool allowed) override {
+    if (!parts_.empty()) parts_.front()->SetDependentStart(allowed);
+  }
   std::vector<std::string> GeneratedKernelNames() const override {
     std::vector<std::string> names;
     for (const auto& part : parts_) {

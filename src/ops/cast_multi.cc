@@ -133,6 +133,8 @@ class RefreshCopies : public GpuKernel {
                                "cudaMemsetAsync", absl::StrCat("marking '", node_name_, "' stale"));
   }
   bool NeedsSettle() const override { return true; }
+  bool LetsDependentsStartEarly() const override { return casts_->LetsDependentsStartEarly(); }
+  void SetDependentStart(bool allowed) override { casts_->SetDependentStart(allowed); }
 
  private:
   std::unique_ptr<GpuKernel> casts_;

@@ -121,6 +121,8 @@ class Unfused : public GpuKernel {
     return kernels_->GeneratedKernelNames();
   }
   size_t WorkspaceBytes() const override { return kernels_->WorkspaceBytes(); }
+  bool LetsDependentsStartEarly() const override { return kernels_->LetsDependentsStartEarly(); }
+  void SetDependentStart(bool allowed) override { kernels_->SetDependentStart(allowed); }
 
  private:
   std::string why_;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/grid_dependency.h"
 #include "src/runtime/cuda_status.h"
 #include "src/util/status_macros.h"
 
@@ -28,18 +30,20 @@ std::vector<void*> KernelArgs::Pointers() const {
 }
 
 runtime::KernelSource ToKernelSource(const codegen::GeneratedKernel& kernel) {
-  return runtime::KernelSource{kernel.name, kernel.code, {}};
+  std::optional<std::string> waiting = codegen::WithProducerWait(kernel.code, kernel.name);
+  if (!waiting.has_value()) return runtime::KernelSource{kernel.name, kernel.code, {}, false};
+  return runtime::KernelSource{kernel.name, *std::move(waiting), {}, true};
 }
 
 namespace {
 
-// cuLaunchKernelEx's configuration of a 1-D launch; `attrs` (count `n`) must outlive it.
-CUlaunchConfig LaunchConfig(int grid, dim3 block, unsigned shared_bytes, cudaStream_t stream,
+// cuLaunchKernelEx's configuration of a launch; `attrs` (count `n`) must outlive it.
+CUlaunchConfig LaunchConfig(dim3 grid, dim3 block, unsigned shared_bytes, cudaStream_t stream,
                             CUlaunchAttribute* attrs, unsigned n) {
   CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(grid);
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
   config.blockDimX = block.x;
   config.blockDimY = block.y;
   config.blockDimZ = block.z;
@@ -62,10 +66,10 @@ CUlaunchAttribute ClusterAttribute(int cluster) {
 // `source` compiled (or found) and allowed `shared_bytes` of dynamic shared memory; errors start
 // with `where`.
 absl::StatusOr<CUfunction> FunctionWithSharedMemory(const LoweringContext& context,
-                                                    const codegen::GeneratedKernel& source,
+                                                    const runtime::KernelSource& source,
                                                     unsigned shared_bytes,
                                                     const std::string& where) {
-  auto function = context.kernels->GetFunction(ToKernelSource(source));
+  auto function = context.kernels->GetFunction(source);
   if (!function.ok()) {
     return absl::Status(function.status().code(),
                         absl::StrCat(where, ": ", function.status().message()));
@@ -78,6 +82,13 @@ absl::StatusOr<CUfunction> FunctionWithSharedMemory(const LoweringContext& conte
   return *function;
 }
 
+// Whether this context's plain kernels are launched as dependent launches: asked for, and a GPU
+// with griddepcontrol (sm_90 and later).
+bool DependentLaunch(const LoweringContext& context) {
+  return context.options.dependent_launch && context.device != nullptr &&
+         context.device->cc_major >= 9;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
@@ -85,12 +96,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
     const codegen::GeneratedKernel& source, dim3 grid, dim3 block, unsigned shared_bytes,
     KernelArgs args) {
   const std::string where = absl::StrCat("node '", node_name, "'");
+  const runtime::KernelSource compiled = ToKernelSource(source);
+  const bool dependent = DependentLaunch(context);
+  if (dependent && !compiled.waits_for_producers) {
+    return absl::InternalError(absl::StrCat(
+        where, ": kernel ", source.name,
+        " has no body the grid-dependency wait could be put in, so it cannot be launched as a "
+        "dependent launch (TrainOptions::kernels.dependent_launch)"));
+  }
   // Past 48 KB, dynamic shared memory must be allowed per function.
   constexpr unsigned kDefaultSharedLimit = 48 * 1024;
   absl::StatusOr<CUfunction> function =
       shared_bytes > kDefaultSharedLimit
-          ? FunctionWithSharedMemory(context, source, shared_bytes, where)
-          : context.kernels->GetFunction(ToKernelSource(source));
+          ? FunctionWithSharedMemory(context, compiled, shared_bytes, where)
+          : context.kernels->GetFunction(compiled);
   if (!function.ok()) {
     if (shared_bytes > kDefaultSharedLimit) return function.status();
     return absl::Status(function.status().code(),
@@ -98,7 +117,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
   }
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
   auto kernel = std::unique_ptr<NvrtcKernel>(new NvrtcKernel());
-  kernel->launch_ = driver->launch_kernel;
+  kernel->launch_ = driver->launch_kernel_ex;
+  kernel->dependent_capable_ = dependent;
   kernel->node_name_ = node_name;
   kernel->kernel_name_ = source.name;
   kernel->function_ = *function;
@@ -111,11 +131,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> NvrtcKernel::Create(
 }
 
 absl::Status NvrtcKernel::Launch(cudaStream_t stream) const {
-  CUresult result =
-      launch_(function_, grid_.x, grid_.y, grid_.z, block_.x, block_.y, block_.z, shared_bytes_,
-              stream, const_cast<void**>(arg_pointers_.data()), nullptr);
-  return runtime::CudaStatus(result, absl::StrCat("cuLaunchKernel(", kernel_name_, ")"),
-                             absl::StrCat("node '", node_name_, "'"));
+  CUlaunchAttribute dependent{};
+  dependent.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  dependent.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config =
+      LaunchConfig(grid_, block_, shared_bytes_, stream, &dependent, dependent_ ? 1 : 0);
+  return runtime::CudaStatus(
+      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
+      absl::StrCat("cuLaunchKernelEx(", kernel_name_, dependent_ ? ", dependent launch)" : ")"),
+      absl::StrCat("node '", node_name_, "'"));
 }
 
 std::string NvrtcKernel::Describe() const {
@@ -129,7 +153,7 @@ absl::StatusOr<std::unique_ptr<CooperativeKernel>> CooperativeKernel::Create(
     KernelArgs args) {
   const std::string where = absl::StrCat("node '", node_name, "'");
   ASSIGN_OR_RETURN(const CUfunction function,
-                   FunctionWithSharedMemory(context, source, shared_bytes, where));
+                   FunctionWithSharedMemory(context, ToKernelSource(source), shared_bytes, where));
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
   int per_sm = 0;
   RETURN_IF_ERROR(runtime::CudaStatus(
@@ -158,7 +182,7 @@ absl::Status CooperativeKernel::Launch(cudaStream_t stream) const {
   CUlaunchAttribute cooperative{};
   cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   cooperative.value.cooperative = 1;
-  CUlaunchConfig config = LaunchConfig(grid_, block_, shared_bytes_, stream, &cooperative, 1);
+  CUlaunchConfig config = LaunchConfig(dim3(grid_), block_, shared_bytes_, stream, &cooperative, 1);
   return runtime::CudaStatus(
       launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
       absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", cooperative)"),
@@ -180,10 +204,10 @@ absl::StatusOr<std::unique_ptr<ClusterKernel>> ClusterKernel::Create(
         absl::StrCat(where, ": a grid of ", grid, " blocks is not made of clusters of ", cluster));
   }
   ASSIGN_OR_RETURN(const CUfunction function,
-                   FunctionWithSharedMemory(context, source, shared_bytes, where));
+                   FunctionWithSharedMemory(context, ToKernelSource(source), shared_bytes, where));
   ASSIGN_OR_RETURN(const runtime::DriverApi* driver, runtime::Driver());
   CUlaunchAttribute dims = ClusterAttribute(cluster);
-  CUlaunchConfig config = LaunchConfig(grid, block, shared_bytes, nullptr, &dims, 1);
+  CUlaunchConfig config = LaunchConfig(dim3(grid), block, shared_bytes, nullptr, &dims, 1);
   int active = 0;
   RETURN_IF_ERROR(
       runtime::CudaStatus(driver->occupancy_max_active_clusters(&active, function, &config),
@@ -211,7 +235,7 @@ absl::StatusOr<std::unique_ptr<ClusterKernel>> ClusterKernel::Create(
 
 absl::Status ClusterKernel::Launch(cudaStream_t stream) const {
   CUlaunchAttribute dims = ClusterAttribute(cluster_);
-  CUlaunchConfig config = LaunchConfig(grid_, block_, shared_bytes_, stream, &dims, 1);
+  CUlaunchConfig config = LaunchConfig(dim3(grid_), block_, shared_bytes_, stream, &dims, 1);
   return runtime::CudaStatus(
       launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
       absl::StrCat("cuLaunchKernelEx(", kernel_name_, ", clusters of ", cluster_, ")"),
@@ -222,6 +246,12 @@ std::string ClusterKernel::Describe() const {
   return absl::StrCat("nvrtc ", kernel_name_, " clusters of ", cluster_, " grid=", grid_,
                       " block=", block_.x, " smem=", shared_bytes_, " (", active_clusters_,
                       " clusters at once)");
+}
+
+void ChainDependentStarts(const std::vector<std::unique_ptr<GpuKernel>>& parts) {
+  for (size_t i = 1; i < parts.size(); ++i) {
+    parts[i]->SetDependentStart(parts[i - 1]->LetsDependentsStartEarly());
+  }
 }
 
 absl::Status KernelSequence::Launch(cudaStream_t stream) const {

@@ -49,7 +49,19 @@ class GpuKernel {
   virtual absl::Status Settle(cudaStream_t /*stream*/) const { return absl::OkStatus(); }
   // Whether Settle does anything (the engine keeps a list of the kernels that need it).
   virtual bool NeedsSettle() const { return false; }
+  // Programmatic dependent launch (LoweringOptions::dependent_launch): whether a kernel may start
+  // as a dependent launch right after this launch's last kernel (ours, and cuDNN's convolutions:
+  // not cuBLASLt's products, after which our kernels launched early made GPT-2's and the MLPs'
+  // steps slower on an H200), and whether this launch's first kernel may (set once, before the
+  // step is captured, by capture::AllowDependentStarts). A launch of several kernels chains its
+  // own (ChainDependentStarts).
+  virtual bool LetsDependentsStartEarly() const { return false; }
+  virtual void SetDependentStart(bool /*allowed*/) {}
 };
+
+// Lets each of `parts` after the first start as a dependent launch where the one before it
+// LetsDependentsStartEarly.
+void ChainDependentStarts(const std::vector<std::unique_ptr<GpuKernel>>& parts);
 
 // How the step's launches choose their kernels and algorithms: the same for every node, set once
 // from TrainOptions (src/api/compile_options.h).
@@ -71,6 +83,12 @@ struct LoweringOptions {
   // (src/runtime/cudnn_conv.h) or the graph API (src/runtime/cudnn_conv_graph.h).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kLegacy;
+  // Plain NVRTC kernels launched as programmatic dependent launches on sm_90 and later: each may
+  // be scheduled while the kernel before it drains, and waits for it first thing
+  // (src/codegen/grid_dependency.h; TrainOptions::kernels.dependent_launch), where the kernel
+  // before it is one of ours; with dependent_launch_after_libraries, after any kernel.
+  bool dependent_launch = false;
+  bool dependent_launch_after_libraries = false;
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.
@@ -122,12 +140,17 @@ class NvrtcKernel : public GpuKernel {
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
+  bool LetsDependentsStartEarly() const override { return true; }
+  void SetDependentStart(bool allowed) override { dependent_ = dependent_capable_ && allowed; }
 
  private:
   NvrtcKernel() = default;
   std::string node_name_, kernel_name_;
   CUfunction function_ = nullptr;
-  decltype(&::cuLaunchKernel) launch_ = nullptr;  // From the driver, found at run time.
+  decltype(&::cuLaunchKernelEx) launch_ = nullptr;  // From the driver, found at run time.
+  // Launched with programmatic stream serialization: where asked for and the GPU has it
+  // (LoweringOptions::dependent_launch), once SetDependentStart allows it.
+  bool dependent_capable_ = false, dependent_ = false;
   dim3 grid_, block_;
   unsigned shared_bytes_ = 0;
   KernelArgs args_;
@@ -149,6 +172,7 @@ class CooperativeKernel : public GpuKernel {
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
+  bool LetsDependentsStartEarly() const override { return true; }
   int grid() const { return grid_; }
 
  private:
@@ -177,6 +201,7 @@ class ClusterKernel : public GpuKernel {
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   std::vector<std::string> GeneratedKernelNames() const override { return {kernel_name_}; }
+  bool LetsDependentsStartEarly() const override { return true; }
 
  private:
   ClusterKernel() = default;
@@ -195,11 +220,19 @@ class ClusterKernel : public GpuKernel {
 class KernelSequence : public GpuKernel {
  public:
   KernelSequence(std::vector<std::unique_ptr<GpuKernel>> kernels, size_t workspace_bytes)
-      : kernels_(std::move(kernels)), workspace_bytes_(workspace_bytes) {}
+      : kernels_(std::move(kernels)), workspace_bytes_(workspace_bytes) {
+    ChainDependentStarts(kernels_);
+  }
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;  // The kernels' descriptions joined by " + ".
   std::vector<std::string> GeneratedKernelNames() const override;
   size_t WorkspaceBytes() const override { return workspace_bytes_; }
+  bool LetsDependentsStartEarly() const override {
+    return !kernels_.empty() && kernels_.back()->LetsDependentsStartEarly();
+  }
+  void SetDependentStart(bool allowed) override {
+    if (!kernels_.empty()) kernels_.front()->SetDependentStart(allowed);
+  }
 
  private:
   std::vector<std::unique_ptr<GpuKernel>> kernels_;
@@ -209,7 +242,8 @@ class KernelSequence : public GpuKernel {
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 
-// The NVRTC source options every generated kernel is compiled with.
+// The source NVRTC compiles for a generated kernel: its code with the grid-dependency wait first in
+// its body (KernelSource::waits_for_producers says whether that body was found).
 runtime::KernelSource ToKernelSource(const codegen::GeneratedKernel& kernel);
 
 }  // namespace reprise::ops

@@ -95,11 +95,19 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node);
 class LaunchSequence : public GpuKernel {
  public:
   explicit LaunchSequence(std::vector<std::unique_ptr<GpuKernel>> parts)
-      : parts_(std::move(parts)) {}
+      : parts_(std::move(parts)) {
+    ChainDependentStarts(parts_);
+  }
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;
   std::vector<std::string> GeneratedKernelNames() const override;
   size_t WorkspaceBytes() const override;  // The most any part uses: they run one at a time.
+  bool LetsDependentsStartEarly() const override {
+    return !parts_.empty() && parts_.back()->LetsDependentsStartEarly();
+  }
+  void SetDependentStart(bool allowed) override {
+    if (!parts_.empty()) parts_.front()->SetDependentStart(allowed);
+  }
 
  private:
   std::vector<std::unique_ptr<GpuKernel>> parts_;

@@ -34,6 +34,9 @@ struct KernelSource {
   std::string name;  // The __global__ extern "C" function to look up in the compiled module.
   std::string code;
   std::vector<std::string> options;  // NVRTC options beyond the store's own.
+  // Whether `code` waits for its producer grids first thing (src/codegen/grid_dependency.h), so
+  // that it may be launched as a programmatic dependent launch. Not part of the store's key.
+  bool waits_for_producers = false;
 };
 
 struct CompiledKernel {

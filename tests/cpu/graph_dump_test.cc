@@ -30,6 +30,7 @@ CudaGraphDump SmallDump() {
              {{"kernel", "reprise_softmax_xent_with_grad", 4}, {2, Attribution::kExact, {}}},
              {{"empty", "", 5}, {-1, Attribution::kUnknown, {1, 2}}}};
   d.edges = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};
+  d.programmatic_edges = 1;  // The GEMM into the loss kernel.
   return d;
 }
 
@@ -44,7 +45,7 @@ TEST(GraphDumpTest, CountsNodesByTypeAndNamesTheirRepriseNodes) {
 TEST(GraphDumpTest, TextHasOneLinePerNodeAndTheEdges) {
   const std::string text = CudaGraphToText(SmallDump());
   EXPECT_THAT(text, HasSubstr("cuda graph: 5 nodes (1 empty, 2 kernel, 1 memcpy, 1 memset), 4 "
-                              "edges; plan: 3 launches\n"));
+                              "edges (1 programmatic); plan: 3 launches\n"));
   EXPECT_THAT(text, HasSubstr("node 0: memcpy -> copy_inputs [exact]\n"));
   EXPECT_THAT(text,
               HasSubstr("node 3: kernel reprise_softmax_xent_with_grad -> loss+grad [exact]"));
@@ -64,6 +65,7 @@ TEST(GraphDumpTest, JsonExtendsThePlanDumpWithTheCudaGraph) {
   const JsonValue& g = dump["cuda_graph"];
   EXPECT_EQ(g["num_nodes"].integer, 5);
   EXPECT_EQ(g["num_edges"].integer, 4);
+  EXPECT_EQ(g["num_programmatic_edges"].integer, 1);
   EXPECT_EQ(g["node_types"]["kernel"].integer, 2);
   ASSERT_EQ(g["launches"].array.size(), 3u);
   EXPECT_EQ(g["launches"].array[0]["kind"].string, "copy");
