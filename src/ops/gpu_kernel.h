@@ -86,7 +86,8 @@ struct LoweringOptions {
   // Plain NVRTC kernels launched as programmatic dependent launches on sm_90 and later: each may
   // be scheduled while the kernel before it drains, and waits for it first thing
   // (src/codegen/grid_dependency.h; TrainOptions::kernels.dependent_launch), where the kernel
-  // before it is one of ours; with dependent_launch_after_libraries, after any kernel.
+  // before it is one of ours or a cuDNN convolution (capture::AllowDependentStarts); with
+  // dependent_launch_after_libraries, after any kernel.
   bool dependent_launch = false;
   bool dependent_launch_after_libraries = false;
 };
