@@ -32,18 +32,6 @@ bool ReluFromBits(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_
 // endian, as the GPU stores the bytes), bit e % 4 of that byte.
 int KeepBitOf(int64_t e) { return static_cast<int>(8 * ((e / 4) % 4) + e % 4); }
 
-absl::StatusOr<TensorSpec> KeepBitsSpec(const Attrs& attrs, const TensorSpec& x) {
-  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
-  if (layout != Layout::kNHWC || x.shape.rank() != 4 || x.shape.dim(3) % 16 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ReLU's keep bits pack 16 channels to an int32: they need channels-last "
-                     "data with a multiple of 16 channels, got ",
-                     x.ToString(), " in ", LayoutName(layout)));
-  }
-  return TensorSpec{Shape{x.shape.dim(0), x.shape.dim(1), x.shape.dim(2), x.shape.dim(3) / 16},
-                    DType::kInt32};
-}
-
 absl::Status CheckSameSpec(const TensorSpec& a, const TensorSpec& b, absl::string_view what) {
   if (a == b) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -59,7 +47,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
   ASSIGN_OR_RETURN(std::vector<TensorSpec> out, BatchNormTrainOp().infer(attrs, in.subspan(0, 5)));
   if (HasResidual(attrs)) RETURN_IF_ERROR(CheckSameSpec(in[5], in[0], "residual"));
   if (KeepBits(attrs)) {
-    ASSIGN_OR_RETURN(TensorSpec bits, KeepBitsSpec(attrs, in[0]));
+    ASSIGN_OR_RETURN(TensorSpec bits, BatchNormKeepBitsSpec(attrs, in[0]));
     out.push_back(bits);
   }
   return out;
@@ -72,7 +60,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
     return absl::InvalidArgumentError("relu_from_x and relu_from_bits exclude each other");
   }
   if (ReluFromBits(attrs)) {
-    ASSIGN_OR_RETURN(const TensorSpec bits, KeepBitsSpec(attrs, in[2]));
+    ASSIGN_OR_RETURN(const TensorSpec bits, BatchNormKeepBitsSpec(attrs, in[2]));
     if (!(in[1] == bits)) {
       return absl::InvalidArgumentError(absl::StrCat("the keep bits must be ", bits.ToString(),
                                                      " for x ", in[2].ToString(), ", got ",
@@ -225,6 +213,18 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
 }
 
 }  // namespace
+
+absl::StatusOr<TensorSpec> BatchNormKeepBitsSpec(const Attrs& attrs, const TensorSpec& x) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutAttr(attrs));
+  if (layout != Layout::kNHWC || x.shape.rank() != 4 || x.shape.dim(3) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ReLU's keep bits pack 16 channels to an int32: they need channels-last "
+                     "data with a multiple of 16 channels, got ",
+                     x.ToString(), " in ", LayoutName(layout)));
+  }
+  return TensorSpec{Shape{x.shape.dim(0), x.shape.dim(1), x.shape.dim(2), x.shape.dim(3) / 16},
+                    DType::kInt32};
+}
 
 const ir::OpDef& BatchNormActTrainOp() {
   static const ir::OpDef op{.name = "batch_norm_act_train",

@@ -7,6 +7,8 @@
 #ifndef REPRISE_SRC_OPS_BATCH_NORM_ACT_H_
 #define REPRISE_SRC_OPS_BATCH_NORM_ACT_H_
 
+#include "absl/status/statusor.h"
+#include "reprise/tensor.h"
 #include "src/ir/op_def.h"
 
 namespace reprise::ops {
@@ -25,6 +27,12 @@ const ir::OpDef& BatchNormActTrainOp();
 // from x as the forward wrote it (batch_norm_apply), inside the kernels that read x anyway, so the
 // ReLU's output is never read in the backward pass (two passes over it fewer).
 const ir::OpDef& BatchNormActGradOp();
+
+// The ReLU's keep bits of a batch norm's x (batch_norm_act_train's attr keep_bits, its fourth
+// output; batch_norm_act_grad's relu_from_bits, its second input): int32 [N, H, W, C / 16] for
+// channels-last x [N, H, W, C] with C % 16 == 0, a byte per four elements. kInvalidArgument for
+// any other x or layout.
+absl::StatusOr<TensorSpec> BatchNormKeepBitsSpec(const Attrs& attrs, const TensorSpec& x);
 
 }  // namespace reprise::ops
 

@@ -16,37 +16,15 @@ namespace reprise::ops {
 namespace {
 
 // The launches of one batch norm, in order, under one description.
-class BatchNormLaunches : public GpuKernel {
+class BatchNormLaunches : public KernelSequence {
  public:
   BatchNormLaunches(std::string describe, std::vector<std::unique_ptr<GpuKernel>> parts,
-                    size_t scratch_bytes)
-      : describe_(std::move(describe)), parts_(std::move(parts)), scratch_bytes_(scratch_bytes) {
-    ChainDependentStarts(parts_);
-  }
-  absl::Status Launch(cudaStream_t stream) const override {
-    for (const auto& part : parts_) RETURN_IF_ERROR(part->Launch(stream));
-    return absl::OkStatus();
-  }
+                    size_t scratch_bytes)  // In the lane's workspace.
+      : KernelSequence(std::move(parts), scratch_bytes), describe_(std::move(describe)) {}
   std::string Describe() const override { return describe_; }
-  size_t WorkspaceBytes() const override { return scratch_bytes_; }
-  bool LetsDependentsStartEarly() const override {
-    return !parts_.empty() && parts_.back()->LetsDependentsStartEarly();
-  }
-  void SetDependentStart(bool allowed) override {
-    if (!parts_.empty()) parts_.front()->SetDependentStart(allowed);
-  }
-  std::vector<std::string> GeneratedKernelNames() const override {
-    std::vector<std::string> names;
-    for (const auto& part : parts_) {
-      for (std::string& name : part->GeneratedKernelNames()) names.push_back(std::move(name));
-    }
-    return names;
-  }
 
  private:
   std::string describe_;
-  std::vector<std::unique_ptr<GpuKernel>> parts_;
-  size_t scratch_bytes_;  // In the lane's workspace.
 };
 
 // What one lowering asks of Plan: its op (for messages), the element type of its [rows, channels]

@@ -136,8 +136,11 @@ absl::Status NvrtcKernel::Launch(cudaStream_t stream) const {
   dependent.value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig config =
       LaunchConfig(grid_, block_, shared_bytes_, stream, &dependent, dependent_ ? 1 : 0);
+  const CUresult result =
+      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr);
+  if (result == CUDA_SUCCESS) return absl::OkStatus();  // Messages only for a failure.
   return runtime::CudaStatus(
-      launch_(&config, function_, const_cast<void**>(arg_pointers_.data()), nullptr),
+      result,
       absl::StrCat("cuLaunchKernelEx(", kernel_name_, dependent_ ? ", dependent launch)" : ")"),
       absl::StrCat("node '", node_name_, "'"));
 }
@@ -248,9 +251,11 @@ std::string ClusterKernel::Describe() const {
                       " clusters at once)");
 }
 
-void ChainDependentStarts(const std::vector<std::unique_ptr<GpuKernel>>& parts) {
-  for (size_t i = 1; i < parts.size(); ++i) {
-    parts[i]->SetDependentStart(parts[i - 1]->LetsDependentsStartEarly());
+KernelSequence::KernelSequence(std::vector<std::unique_ptr<GpuKernel>> kernels,
+                               size_t workspace_bytes)
+    : kernels_(std::move(kernels)), workspace_bytes_(workspace_bytes) {
+  for (size_t i = 1; i < kernels_.size(); ++i) {
+    kernels_[i]->SetDependentStart(kernels_[i - 1]->LetsDependentsStartEarly());
   }
 }
 

@@ -53,15 +53,10 @@ class GpuKernel {
   // as a dependent launch right after this launch's last kernel (ours, and cuDNN's convolutions:
   // not cuBLASLt's products, after which our kernels launched early made GPT-2's and the MLPs'
   // steps slower on an H200), and whether this launch's first kernel may (set once, before the
-  // step is captured, by capture::AllowDependentStarts). A launch of several kernels chains its
-  // own (ChainDependentStarts).
+  // step is captured, by capture::AllowDependentStarts). A KernelSequence chains its own.
   virtual bool LetsDependentsStartEarly() const { return false; }
   virtual void SetDependentStart(bool /*allowed*/) {}
 };
-
-// Lets each of `parts` after the first start as a dependent launch where the one before it
-// LetsDependentsStartEarly.
-void ChainDependentStarts(const std::vector<std::unique_ptr<GpuKernel>>& parts);
 
 // How the step's launches choose their kernels and algorithms: the same for every node, set once
 // from TrainOptions (src/api/compile_options.h).
@@ -217,13 +212,13 @@ class ClusterKernel : public GpuKernel {
 };
 
 // One node's kernels launched in order on one stream, the later ones reading what the earlier ones
-// left in the lane's workspace (`workspace_bytes` of it).
+// left in the lane's workspace (`workspace_bytes` of it). Subclasses describe themselves their
+// own way (the batch norm's launches, the multi-tensor ops' tables).
 class KernelSequence : public GpuKernel {
  public:
-  KernelSequence(std::vector<std::unique_ptr<GpuKernel>> kernels, size_t workspace_bytes)
-      : kernels_(std::move(kernels)), workspace_bytes_(workspace_bytes) {
-    ChainDependentStarts(kernels_);
-  }
+  // Lets each kernel after the first start as a dependent launch where the one before it
+  // LetsDependentsStartEarly.
+  KernelSequence(std::vector<std::unique_ptr<GpuKernel>> kernels, size_t workspace_bytes);
   absl::Status Launch(cudaStream_t stream) const override;
   std::string Describe() const override;  // The kernels' descriptions joined by " + ".
   std::vector<std::string> GeneratedKernelNames() const override;
@@ -234,6 +229,9 @@ class KernelSequence : public GpuKernel {
   void SetDependentStart(bool allowed) override {
     if (!kernels_.empty()) kernels_.front()->SetDependentStart(allowed);
   }
+
+ protected:
+  const std::vector<std::unique_ptr<GpuKernel>>& kernels() const { return kernels_; }
 
  private:
   std::vector<std::unique_ptr<GpuKernel>> kernels_;

@@ -158,34 +158,20 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   return kernels;
 }
 
-absl::Status LaunchSequence::Launch(cudaStream_t stream) const {
-  for (const auto& part : parts_) RETURN_IF_ERROR(part->Launch(stream));
-  return absl::OkStatus();
-}
-
 std::string LaunchSequence::Describe() const {
   std::string out;
-  for (const auto& part : parts_) absl::StrAppend(&out, out.empty() ? "" : "; ", part->Describe());
-  return out;
-}
-
-size_t LaunchSequence::WorkspaceBytes() const {
-  size_t bytes = 0;
-  for (const auto& part : parts_) bytes = std::max(bytes, part->WorkspaceBytes());
-  return bytes;
-}
-
-std::vector<std::string> LaunchSequence::GeneratedKernelNames() const {
-  std::vector<std::string> names;
-  for (const auto& part : parts_) {
-    for (std::string& name : part->GeneratedKernelNames()) names.push_back(std::move(name));
+  for (const auto& part : kernels()) {
+    absl::StrAppend(&out, out.empty() ? "" : "; ", part->Describe());
   }
-  return names;
+  return out;
 }
 
 std::unique_ptr<GpuKernel> Sequence(std::vector<std::unique_ptr<GpuKernel>> parts) {
   if (parts.size() == 1) return std::move(parts[0]);
-  return std::make_unique<LaunchSequence>(std::move(parts));
+  // The parts run one at a time: the workspace is the most any of them uses.
+  size_t workspace = 0;
+  for (const auto& part : parts) workspace = std::max(workspace, part->WorkspaceBytes());
+  return std::make_unique<LaunchSequence>(std::move(parts), workspace);
 }
 
 }  // namespace reprise::ops

@@ -91,26 +91,12 @@ int64_t NormChunks(int64_t n);
 // nodes. For prefetching at Trainer creation.
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node);
 
-// Runs its parts one after another: one launch per table of tensors.
-class LaunchSequence : public GpuKernel {
+// Runs its parts one after another: one launch per table of tensors; described as the parts'
+// descriptions joined by "; ".
+class LaunchSequence : public KernelSequence {
  public:
-  explicit LaunchSequence(std::vector<std::unique_ptr<GpuKernel>> parts)
-      : parts_(std::move(parts)) {
-    ChainDependentStarts(parts_);
-  }
-  absl::Status Launch(cudaStream_t stream) const override;
+  using KernelSequence::KernelSequence;
   std::string Describe() const override;
-  std::vector<std::string> GeneratedKernelNames() const override;
-  size_t WorkspaceBytes() const override;  // The most any part uses: they run one at a time.
-  bool LetsDependentsStartEarly() const override {
-    return !parts_.empty() && parts_.back()->LetsDependentsStartEarly();
-  }
-  void SetDependentStart(bool allowed) override {
-    if (!parts_.empty()) parts_.front()->SetDependentStart(allowed);
-  }
-
- private:
-  std::vector<std::unique_ptr<GpuKernel>> parts_;
 };
 
 // One part as is, several as a LaunchSequence.

@@ -111,7 +111,8 @@ void GroupFinder::BatchNormActivations(bool relu_bits) {
       group.inputs.push_back(residual);
     }
     // The ReLU's keep bits, a value of the new graph only, for its gradient below.
-    const bool bits = add != nullptr && relu_bits && KeepBitsFit(bn.attrs, g_.spec(bn.inputs[0]));
+    const bool bits = add != nullptr && relu_bits &&
+                      ops::BatchNormKeepBitsSpec(bn.attrs, g_.spec(bn.inputs[0])).ok();
     if (bits) {
       group.attrs["keep_bits"] = true;
       group.outputs.push_back(NewValueKey(g_, new_values_));
@@ -146,13 +147,6 @@ void GroupFinder::BatchNormActivations(bool relu_bits) {
     }
     TryAdd(std::move(group));
   }
-}
-
-bool GroupFinder::KeepBitsFit(const Attrs& bn_attrs, const TensorSpec& x) const {
-  auto it = bn_attrs.find("layout");
-  const std::string* layout =
-      it == bn_attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
-  return layout != nullptr && *layout == "NHWC" && x.shape.rank() == 4 && x.shape.dim(3) % 16 == 0;
 }
 
 std::optional<Value> GroupFinder::BetaOfReluInput(Value act, const Node& grad) const {

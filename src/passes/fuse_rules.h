@@ -141,8 +141,6 @@ class GroupFinder {
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
-  // Whether a batch norm's ReLU can keep bit masks: channels-last x with channels % 16 == 0.
-  bool KeepBitsFit(const Attrs& bn_attrs, const TensorSpec& x) const;
   // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
   bool PlainApply(const Node& node) const;
   // Whether `reader`, which reads `v` in the graph, does not once fused: it is in a group whose

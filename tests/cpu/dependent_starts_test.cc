@@ -1,6 +1,6 @@
 // Which launches of a step may start as programmatic dependent launches
 // (capture::AllowDependentStarts), and how launches of several kernels chain their own
-// (ops::ChainDependentStarts).
+// (ops::KernelSequence).
 #include <memory>
 #include <optional>
 #include <string>
