@@ -164,6 +164,11 @@ absl::StatusOr<LoweredStep> LowerPlan(const passes::Plan& plan, const StepResour
     } else if (scheduled.lane > 0) {
       ctx.workspace = res.lane_workspaces[scheduled.lane - 1];
     }
+    if (scheduled.lane < compute_lanes &&
+        scheduled.lane < static_cast<int>(res.lane_tickets.size())) {
+      ctx.tickets = res.lane_tickets[scheduled.lane];
+      ctx.ticket_words = res.ticket_words;
+    }
     ctx.options = res.lowering;
     ctx.communicator = res.communicator;
     for (const Value& v : node.inputs) {

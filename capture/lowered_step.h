@@ -28,6 +28,10 @@ struct StepResources {
   // Workspaces of lanes 1, 2, ... (workspace_bytes each): concurrent GEMMs never share one.
   // Communication ops (data parallelism) need none, so their lane may have none.
   std::vector<void*> lane_workspaces;
+  // Each compute lane's tickets (runtime::LaneWorkspaces::tickets), lane 0 first, `ticket_words`
+  // each; lanes past the list's end have none.
+  std::vector<unsigned*> lane_tickets;
+  int64_t ticket_words = 0;
   parallel::Communicator* communicator = nullptr;  // For communication ops.
 };
 

@@ -50,6 +50,9 @@ ABSL_FLAG(bool, dependent_launch, true,
 ABSL_FLAG(bool, dependent_launch_after_libraries, false,
           "TrainOptions::kernels.dependent_launch_after_libraries: dependent launches after "
           "library kernels too");
+ABSL_FLAG(bool, bn_finalize_in_stats, false,
+          "TrainOptions::kernels.batch_norm_finalize_in_stats: the batch norms' statistics "
+          "kernels finalize in each column tile's last block (no finalize launch)");
 
 namespace reprise::tools {
 
@@ -86,6 +89,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.batch_norm_relu_bits = absl::GetFlag(FLAGS_relu_bits);
   kernels.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
   kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
+  kernels.batch_norm_finalize_in_stats = absl::GetFlag(FLAGS_bn_finalize_in_stats);
   return kernels;
 }
 
@@ -97,7 +101,8 @@ std::string KernelFlagsText() {
                       absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
                       absl::GetFlag(FLAGS_dependent_launch_after_libraries)
                           ? " dependent_launch_after_libraries=1"
-                          : "");
+                          : "",
+                      absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "");
 }
 
 }  // namespace reprise::tools

@@ -188,6 +188,8 @@ struct TrainerStats {
   int64_t mirror_floor_bytes = 0;
   int64_t mirrored_nodes = 0;  // Forward nodes recomputed in the backward pass.
   int64_t workspace_bytes = 0;
+  // Each lane's tickets (words kernels count their blocks' arrivals on), over all lanes.
+  int64_t lane_ticket_bytes = 0;
   double kernel_acquire_ms = 0;  // Create's wall time for kernels and cuBLASLt plans.
   // Create's wall time by phase, in the order they ran, in milliseconds: the step's compile
   // passes, the device and its library handles, the arena, the initial values (drawn on the CPU,

@@ -59,7 +59,8 @@ ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
                           ? ops::LoweringOptions::ConvApi::kGraph
                           : ops::LoweringOptions::ConvApi::kLegacy,
           .dependent_launch = options.kernels.dependent_launch,
-          .dependent_launch_after_libraries = options.kernels.dependent_launch_after_libraries};
+          .dependent_launch_after_libraries = options.kernels.dependent_launch_after_libraries,
+          .batch_norm_finalize_in_stats = options.kernels.batch_norm_finalize_in_stats};
 }
 
 }  // namespace reprise

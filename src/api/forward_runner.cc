@@ -109,6 +109,8 @@ absl::StatusOr<std::unique_ptr<ForwardRunner::Impl>> ForwardRunner::Impl::Create
   res.arena = impl->base_;
   res.workspace = impl->share_.workspaces->lane(0);
   res.workspace_bytes = impl->share_.workspaces->reserve_bytes();
+  res.lane_tickets.push_back(impl->share_.workspaces->tickets(0));
+  res.ticket_words = runtime::LaneWorkspaces::kTicketWords;
   res.input_staging = impl->staging_->data();
   res.lowering = impl->lowering_;
   ASSIGN_OR_RETURN(capture::LoweredStep lowered, capture::LowerPlan(impl->plan_, res));

@@ -177,6 +177,10 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   for (int lane = 1; lane < plan_.compute_lanes(); ++lane) {
     res.lane_workspaces.push_back(workspaces_->lane(lane));
   }
+  for (int lane = 0; lane < plan_.compute_lanes(); ++lane) {
+    res.lane_tickets.push_back(workspaces_->tickets(lane));
+  }
+  res.ticket_words = runtime::LaneWorkspaces::kTicketWords;
   res.input_staging = staging_->data();
   res.lowering = LoweringOptionsFor(options_);
   res.communicator = communicator_.get();

@@ -116,8 +116,9 @@ std::string TrainerReport::ToText() const {
       s.mirrored_nodes, MiB(s.mirror_floor_bytes));
   std::vector<std::string> lanes;
   for (int64_t b : workspace_per_lane) lanes.push_back(absl::StrFormat("%.2f", MiB(b)));
-  absl::StrAppendFormat(&text, "          workspaces %.2f MiB (lanes: %s); ",
-                        MiB(s.workspace_bytes), absl::StrJoin(lanes, " + "));
+  absl::StrAppendFormat(&text, "          workspaces %.2f MiB (lanes: %s), tickets %.0f KiB; ",
+                        MiB(s.workspace_bytes), absl::StrJoin(lanes, " + "),
+                        s.lane_ticket_bytes / 1024.0);
   if (s.library_handle_bytes >= 0) {
     absl::StrAppendFormat(&text, "library handles %.2f MiB\n", MiB(s.library_handle_bytes));
   } else {
@@ -228,6 +229,7 @@ std::string TrainerReport::ToJson() const {
   w.Key("workspace_per_lane").BeginArray(util::JsonWriter::kInline);
   for (int64_t b : workspace_per_lane) w.Int(b);
   w.EndArray();
+  w.Key("lane_tickets").Int(s.lane_ticket_bytes);
   if (s.library_handle_bytes >= 0) {
     w.Key("library_handles").Int(s.library_handle_bytes);
   } else {

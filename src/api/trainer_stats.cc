@@ -48,6 +48,7 @@ TrainerStats Trainer::Impl::stats() const {
   s.mirror_floor_bytes = plan_.mirror_floor;
   s.mirrored_nodes = static_cast<int64_t>(plan_.mirrored.size());
   s.workspace_bytes = workspaces_ != nullptr ? workspaces_->mapped_bytes() : 0;
+  s.lane_ticket_bytes = workspaces_ != nullptr ? workspaces_->ticket_bytes() : 0;
   // What this trainer's creation asked of the process-wide store.
   const runtime::KernelStore::Stats& before = kernel_stats_at_create_;
   const runtime::KernelStore::Stats& after = kernel_stats_after_create_;

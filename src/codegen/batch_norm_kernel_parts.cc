@@ -159,6 +159,106 @@ __device__ __forceinline__ bool BnSumChunks(const double* __restrict__ partial, 
 }
 )";
 
+// What a channel's totals become, forward and backward: one body for the finalize kernels and for
+// the statistics kernels that finalize in a tile's last block (kTileFinalize), so both forms write
+// the same bits.
+const char kFinish[] = R"(
+__device__ __forceinline__ void BnFinishForward(int c, double sum, double squares, long long rows,
+                                                double epsilon, double momentum,
+                                                const float* gamma, float* running_mean,
+                                                float* running_var, float* saved_mean,
+                                                float* saved_invstd, float* coef) {
+  const double m = (double)rows;
+  const double mean = sum / m;
+  const double var = fmax(squares / m - mean * mean, 0.0);  // Biased.
+  const double invstd = 1.0 / sqrt(var + epsilon);
+  const float saved = (float)invstd;
+  saved_mean[c] = (float)mean;
+  saved_invstd[c] = saved;
+  coef[c] = gamma[c] * saved;  // From the saved invstd: what batch_norm_apply uses.
+  // PyTorch's running update, with the unbiased variance.
+  running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
+  running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
+}
+
+// Backward: dbeta = Σg, dgamma = Σg·x̂, and the apply pass's factors:
+// dx = scale·(g - Σg/M - x̂·Σg·x̂/M) = coef0·g - coef1 - coef2·(x - mean).
+__device__ __forceinline__ void BnFinishBackward(int c, double sum, double dot, long long rows,
+                                                 int channels, const float* gamma,
+                                                 const float* invstd, float* dgamma,
+                                                 float* dbeta, float* coef) {
+  const double m = (double)rows, s = invstd[c];
+  const double d_gamma = dot * s;
+  const double scale = gamma[c] * s;
+  dbeta[c] = (float)sum;
+  dgamma[c] = (float)d_gamma;
+  coef[c] = (float)scale;
+  coef[channels + c] = (float)(scale * sum / m);
+  coef[2 * channels + c] = (float)(scale * s * d_gamma / m);
+}
+)";
+
+// The statistics kernels' own finalize. Every block of a column tile arrives on the tile's ticket
+// after storing its partials; the last to arrive sums the tile's partials and finishes its
+// channels, so no finalize launch runs between the statistics and the apply pass. The tickets are
+// words of the lane (LoweringContext::tickets): zero before the launch, and the last block zeroes
+// its tile's again, so the next launch on the lane finds them zero.
+const char kTileFinalize[] = R"(
+// Whether this block is its column tile's last to arrive (the same answer in every thread).
+__device__ __forceinline__ bool BnLastOfTile(unsigned* tickets) {
+  __shared__ unsigned last;
+  __threadfence();  // This block's partials are visible before its arrival is.
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    last = atomicAdd(tickets + blockIdx.x, 1u) == gridDim.y - 1;
+    if (last) tickets[blockIdx.x] = 0u;  // Every block of the tile has arrived.
+  }
+  __syncthreads();
+  if (last) __threadfence();  // The other blocks' partials are read after their arrivals.
+  return last != 0;
+}
+
+// In the tile's last block: each of the tile's channels summed over the chunks in BnSumChunks'
+// order (32 lanes a channel, lane y adding chunks y, y + 32, ... in order, then the same pairwise
+// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b).
+// Other blocks wrote the partials: read through L2.
+template <typename Finish>
+__device__ void BnSumTile(const double* partial, int channels, Finish finish) {
+  __shared__ double ta[32][33], tb[32][33];
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int x = t % 32, y0 = t / 32, groups = blockDim.x * blockDim.y / 32;
+  const int chunks = gridDim.y;
+  const int first = blockIdx.x * blockDim.x * BN_VEC;
+  const int width = min((int)blockDim.x * BN_VEC, channels - first);
+  const long long second = (long long)chunks * channels;
+  for (int c0 = 0; c0 < width; c0 += 32) {
+    const int c = first + c0 + x;
+    const bool mine = c0 + x < width;
+    for (int y = y0; y < 32; y += groups) {
+      double a = 0.0, b = 0.0;
+      if (mine) {
+#pragma unroll 4
+        for (int k = y; k < chunks; k += 32) {
+          a += __ldcg(partial + (long long)k * channels + c);
+          b += __ldcg(partial + second + (long long)k * channels + c);
+        }
+      }
+      ta[y][x] = a, tb[y][x] = b;
+    }
+    for (int half = 16; half > 0; half /= 2) {
+      __syncthreads();
+      for (int y = y0; y < half; y += groups) {
+        ta[y][x] += ta[y + half][x];
+        tb[y][x] += tb[y + half][x];
+      }
+    }
+    __syncthreads();
+    if (y0 == 0 && mine) finish(c, ta[0][x], tb[0][x]);
+    __syncthreads();  // Before the next channels overwrite ta and tb.
+  }
+}
+)";
+
 // reprise_bn_apply_v4 (float32) or reprise_bn_apply_v4_bf16: one kernel-store entry per width
 // and type.
 std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t plane) {

@@ -19,6 +19,14 @@ std::string Prelude(int vec, DType dtype, int64_t plane);
 // The finalize kernels' sum of the partial arrays over chunks (blocks of 32x32 threads).
 extern const char kSumChunks[];
 
+// BnFinishForward and BnFinishBackward: a channel's totals to its statistics, running statistics,
+// gradients and the apply pass's coefficients.
+extern const char kFinish[];
+
+// BnLastOfTile and BnSumTile: the statistics kernels' finalize in each column tile's last block
+// (after the Prelude).
+extern const char kTileFinalize[];
+
 // `base` with the vector width, the plane and the element type: one kernel-store entry each.
 std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t plane);
 

@@ -12,9 +12,11 @@ namespace {
 
 using bn_parts::kApplyBody;
 using bn_parts::KernelName;
+using bn_parts::kFinish;
 using bn_parts::kLoadBits;
 using bn_parts::kReluMask;
 using bn_parts::kSumChunks;
+using bn_parts::kTileFinalize;
 using bn_parts::MaskDefine;
 using bn_parts::Prelude;
 
@@ -45,7 +47,7 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
 
 GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane) {
   const std::string name = KernelName("reprise_bn_stats", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + R"(
+  return {name, Prelude(vec, dtype, plane) + kFinish + kTileFinalize + R"(
 struct BnStatsBody {
   static constexpr int kUnroll = 4;
   const elem_t* x;
@@ -67,16 +69,26 @@ struct BnStatsBody {
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ x, double* __restrict__ partial, long long rows,
-                   int channels, long long rows_per_chunk) {
+                   int channels, long long rows_per_chunk, unsigned* __restrict__ tickets,
+                   double epsilon, double momentum, const float* __restrict__ gamma,
+                   float* __restrict__ running_mean, float* __restrict__ running_var,
+                   float* __restrict__ saved_mean, float* __restrict__ saved_invstd,
+                   float* __restrict__ coef) {
   BnStatsBody body{x, channels, BnColumn(), {}, {}};
   if (body.col < channels) BnWalkRows(rows, rows_per_chunk, body);
   BnReduceAndStore(body.sum, body.squares, partial, channels, body.col);
+  // With tickets, the tile's last block finalizes its channels; else reprise_bn_finalize does.
+  if (tickets == nullptr || !BnLastOfTile(tickets)) return;
+  BnSumTile(partial, channels, [&](int c, double sum, double squares) {
+    BnFinishForward(c, sum, squares, rows, epsilon, momentum, gamma, running_mean, running_var,
+                    saved_mean, saved_invstd, coef);
+  });
 }
 )"};
 }
 
 GeneratedKernel BatchNormFinalize() {
-  return {"reprise_bn_finalize", std::string(kSumChunks) + R"(
+  return {"reprise_bn_finalize", std::string(kSumChunks) + kFinish + R"(
 extern "C" __global__ void __launch_bounds__(1024)
     reprise_bn_finalize(const double* __restrict__ partial, int chunks, int channels,
                         long long rows, double epsilon, double momentum,
@@ -86,16 +98,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   const int c = blockIdx.x * 32 + threadIdx.x;
   double sum, squares;
   if (!BnSumChunks(partial, chunks, channels, c, sum, squares)) return;
-  const double m = (double)rows;
-  const double mean = sum / m;
-  const double var = fmax(squares / m - mean * mean, 0.0);  // Biased.
-  const double invstd = 1.0 / sqrt(var + epsilon);
-  saved_mean[c] = (float)mean;
-  saved_invstd[c] = (float)invstd;
-  coef[c] = gamma[c] * saved_invstd[c];  // From the saved invstd: what batch_norm_apply uses.
-  // PyTorch's running update, with the unbiased variance.
-  running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
-  running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
+  BnFinishForward(c, sum, squares, rows, epsilon, momentum, gamma, running_mean, running_var,
+                  saved_mean, saved_invstd, coef);
 }
 )"};
 }
@@ -233,7 +237,7 @@ GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mas
                  vec, dtype, plane);
   return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) +
                     absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +
-                    kLoadBits + kReluMask + R"(
+                    kLoadBits + kReluMask + kFinish + kTileFinalize + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
@@ -280,7 +284,9 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ gamma, const float* __restrict__ invstd,
                    const float* __restrict__ beta, double* __restrict__ partial,
                    elem_t* __restrict__ masked_dy, long long rows, int channels,
-                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits) {
+                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits,
+                   unsigned* __restrict__ tickets, float* __restrict__ dgamma,
+                   float* __restrict__ dbeta, float* __restrict__ coef) {
   BnGradStatsBody body{dy, act_out, x, masked_dy, channels, BnColumn(), {}, {}, {}, {}};
   body.act_bits = act_bits;
   if (body.col < channels) {
@@ -290,12 +296,17 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     BnWalkRows(rows, rows_per_chunk, body);
   }
   BnReduceAndStore(body.sum, body.dot, partial, channels, body.col);
+  // With tickets, the tile's last block finalizes its channels; else reprise_bn_grad_finalize.
+  if (tickets == nullptr || !BnLastOfTile(tickets)) return;
+  BnSumTile(partial, channels, [&](int c, double sum, double dot) {
+    BnFinishBackward(c, sum, dot, rows, channels, gamma, invstd, dgamma, dbeta, coef);
+  });
 }
 )"};
 }
 
 GeneratedKernel BatchNormGradFinalize() {
-  return {"reprise_bn_grad_finalize", std::string(kSumChunks) + R"(
+  return {"reprise_bn_grad_finalize", std::string(kSumChunks) + kFinish + R"(
 extern "C" __global__ void __launch_bounds__(1024)
     reprise_bn_grad_finalize(const double* __restrict__ partial, int chunks, int channels,
                              long long rows, const float* __restrict__ gamma,
@@ -304,15 +315,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const int c = blockIdx.x * 32 + threadIdx.x;
   double sum, dot;
   if (!BnSumChunks(partial, chunks, channels, c, sum, dot)) return;
-  const double m = (double)rows, s = invstd[c];
-  const double d_gamma = dot * s;  // Σ g·x̂.
-  const double scale = gamma[c] * s;
-  dbeta[c] = (float)sum;
-  dgamma[c] = (float)d_gamma;
-  // dx = scale·(g - Σg/M - x̂·Σg·x̂/M) = coef0·g - coef1 - coef2·(x - mean).
-  coef[c] = (float)scale;
-  coef[channels + c] = (float)(scale * sum / m);
-  coef[2 * channels + c] = (float)(scale * s * d_gamma / m);
+  BnFinishBackward(c, sum, dot, rows, channels, gamma, invstd, dgamma, dbeta, coef);
 }
 )"};
 }

@@ -19,8 +19,9 @@
 //                                 backward), each a fixed-order tree within its block
 //   float  coef[3][C]             at BatchNormCoefficientOffset: per-channel factors that the
 //                                 finalize kernel hands to the apply kernel
-// No atomics anywhere; sums run in double (fp64 is plentiful next to the memory traffic, and
-// Σx² - M·mean² then loses nothing that matters in float32).
+// No sum takes an atomic (the tickets of (a)'s own finalize only count arrivals); sums run in
+// double (fp64 is plentiful next to the memory traffic, and Σx² - M·mean² then loses nothing that
+// matters in float32).
 #ifndef REPRISE_SRC_CODEGEN_BATCH_NORM_KERNELS_H_
 #define REPRISE_SRC_CODEGEN_BATCH_NORM_KERNELS_H_
 
@@ -68,10 +69,12 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 // for NCHW and
 // "_bf16" for bfloat16.
 //
-// Forward pass, three launches:
+// Forward pass, three launches, or two where (a) finalizes:
 // (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
 //     Signature: (const elem_t* x, double* partial, long long rows, int channels,
-//     long long rows_per_chunk).
+//     long long rows_per_chunk, unsigned* tickets, then (b)'s arguments from epsilon on). Given
+//     tickets (one zero word per column tile, left zero), each column tile's last block to finish
+//     does (b) for the tile's channels with the same sums and bits, and (b) is not launched.
 GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane = 0);
 // (b) Per channel, one kernel for every element type: sums the chunks (blocks of 32x32 threads,
 //     32 channels each, ceil(C/32) of them; 32 lanes per channel in a fixed order), then mean,
@@ -118,10 +121,12 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 //     source again. Tiled launch. Signature:
 //     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     const float* gamma, const float* invstd, const float* beta, double* partial,
-//     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk).
+//     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk,
+//     const unsigned char* act_bits, unsigned* tickets, float* dgamma, float* dbeta, float* coef).
+//     Given tickets, (a) does (b) in each column tile's last block, as the forward's (a) does.
 // With `mask_from_bits` (kernels named ..._bmask; channels-last, channels % 16 == 0) g takes its
-// mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x. The
-// signatures of (a) and (c) end with const unsigned char* act_bits (null without mask_from_bits).
+// mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x
+// (act_bits, null without mask_from_bits; (c)'s signature ends with it too).
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false, bool write_masked = false,
                                    bool mask_from_bits = false);

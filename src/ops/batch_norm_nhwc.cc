@@ -104,13 +104,20 @@ Scratch ScratchOf(const LoweringContext& ctx, const codegen::BatchNormTiling& t,
           reinterpret_cast<float*>(base + codegen::BatchNormCoefficientOffset(t.chunks, channels))};
 }
 
+// The lane's tickets where the statistics kernel finalizes in each column tile's last block (a
+// word per tile); null where the finalize kernel runs instead.
+unsigned* TicketsFor(const LoweringContext& ctx, const codegen::BatchNormTiling& t) {
+  const bool fit = ctx.tickets != nullptr && t.column_tiles <= ctx.ticket_words;
+  return ctx.options.batch_norm_finalize_in_stats && fit ? ctx.tickets : nullptr;
+}
+
 dim3 TiledGrid(const codegen::BatchNormTiling& t) {
   return dim3(static_cast<unsigned>(t.column_tiles), static_cast<unsigned>(t.chunks));
 }
 dim3 TiledBlock(const codegen::BatchNormTiling& t) { return dim3(t.block_x, t.block_y); }
 dim3 ChannelGrid(int64_t channels) { return dim3(static_cast<unsigned>((channels + 31) / 32)); }
 
-// "nvrtc batch_norm_train nhwc rows=.. c=.. vec=4 chunks=.. (3 kernels)" ("nchw" for NCHW data);
+// "nvrtc batch_norm_train nhwc rows=.. c=.. vec=4 chunks=.. (2 kernels)" ("nchw" for NCHW data);
 // bfloat16 lowerings say " bf16" after the layout (float32 ones read as they did before bfloat16
 // existed).
 std::string Describe(const Request& r, const codegen::BatchNormTiling& t, absl::string_view extras,
@@ -173,29 +180,37 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
   const long long rows = a.rows, rows_per_chunk = t.rows_per_chunk;
   std::vector<std::unique_ptr<GpuKernel>> parts;
 
+  // The finalize's arguments from epsilon on, which the statistics kernel takes too.
+  auto add_finish = [&](KernelArgs& args) {
+    args.Add(a.epsilon)
+        .Add(a.momentum)
+        .Add(a.gamma)
+        .Add(a.running_mean)
+        .Add(a.running_var)
+        .Add(a.saved_mean)
+        .Add(a.saved_invstd)
+        .Add(coef);
+  };
+  unsigned* tickets = TicketsFor(ctx, t);
   KernelArgs stats;
-  stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk);
+  stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk).Add(tickets);
+  add_finish(stats);
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec, a.dtype, a.plane),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
-  KernelArgs finalize;
-  finalize.Add(static_cast<const double*>(partial))
-      .Add(static_cast<int>(t.chunks))
-      .Add(channels)
-      .Add(rows)
-      .Add(a.epsilon)
-      .Add(a.momentum)
-      .Add(a.gamma)
-      .Add(a.running_mean)
-      .Add(a.running_var)
-      .Add(a.saved_mean)
-      .Add(a.saved_invstd)
-      .Add(coef);
-  ASSIGN_OR_RETURN(
-      parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormFinalize(), ChannelGrid(a.channels),
-                          dim3(32, 32), 0, std::move(finalize)));
+  if (tickets == nullptr) {
+    KernelArgs finalize;
+    finalize.Add(static_cast<const double*>(partial))
+        .Add(static_cast<int>(t.chunks))
+        .Add(channels)
+        .Add(rows);
+    add_finish(finalize);
+    ASSIGN_OR_RETURN(
+        parts.emplace_back(),
+        NvrtcKernel::Create(ctx, node_name, codegen::BatchNormFinalize(), ChannelGrid(a.channels),
+                            dim3(32, 32), 0, std::move(finalize)));
+  }
   KernelArgs apply;
   apply.Add(a.x)
       .Add(a.residual)
@@ -216,8 +231,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
   const std::string extras =
       absl::StrCat(a.residual != nullptr ? " +residual" : "", a.relu ? " +relu" : "",
                    a.keep_bits != nullptr ? " +keep_bits" : "");
-  return std::unique_ptr<GpuKernel>(
-      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
+  const int kernels = static_cast<int>(parts.size());
+  return std::unique_ptr<GpuKernel>(new BatchNormLaunches(Describe(request, t, extras, kernels),
+                                                          std::move(parts), t.scratch_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const LoweringContext& ctx,
@@ -252,6 +268,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   // Where the masked gradient g is an output, the statistics pass writes it and the apply pass
   // reads g alone: one read of the mask's source and of dy fewer, the same bits.
   const bool write_masked = a.masked_dy != nullptr;
+  unsigned* tickets = TicketsFor(ctx, t);
   KernelArgs stats;
   stats.Add(a.dy)
       .Add(a.act_out)
@@ -265,27 +282,33 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk)
-      .Add(a.act_bits);
+      .Add(a.act_bits)
+      .Add(tickets)
+      .Add(a.dgamma)
+      .Add(a.dbeta)
+      .Add(coef);
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name,
                           codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked,
                                                       a.act_bits != nullptr),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
-  KernelArgs finalize;
-  finalize.Add(static_cast<const double*>(partial))
-      .Add(static_cast<int>(t.chunks))
-      .Add(channels)
-      .Add(rows)
-      .Add(a.gamma)
-      .Add(a.saved_invstd)
-      .Add(a.dgamma)
-      .Add(a.dbeta)
-      .Add(coef);
-  ASSIGN_OR_RETURN(
-      parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradFinalize(), ChannelGrid(a.channels),
-                          dim3(32, 32), 0, std::move(finalize)));
+  if (tickets == nullptr) {
+    KernelArgs finalize;
+    finalize.Add(static_cast<const double*>(partial))
+        .Add(static_cast<int>(t.chunks))
+        .Add(channels)
+        .Add(rows)
+        .Add(a.gamma)
+        .Add(a.saved_invstd)
+        .Add(a.dgamma)
+        .Add(a.dbeta)
+        .Add(coef);
+    ASSIGN_OR_RETURN(
+        parts.emplace_back(),
+        NvrtcKernel::Create(ctx, node_name, codegen::BatchNormGradFinalize(),
+                            ChannelGrid(a.channels), dim3(32, 32), 0, std::move(finalize)));
+  }
   KernelArgs apply;
   apply.Add(write_masked ? a.masked_dy : a.dy)
       .Add(write_masked ? nullptr : a.act_out)
@@ -312,8 +335,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                           : a.act_bits != nullptr  ? " +relu_mask_bits"
                                                                    : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
-  return std::unique_ptr<GpuKernel>(
-      new BatchNormLaunches(Describe(request, t, extras, 3), std::move(parts), t.scratch_bytes));
+  const int kernels = static_cast<int>(parts.size());
+  return std::unique_ptr<GpuKernel>(new BatchNormLaunches(Describe(request, t, extras, kernels),
+                                                          std::move(parts), t.scratch_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(

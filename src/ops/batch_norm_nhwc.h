@@ -7,8 +7,10 @@
 // or bfloat16 under mixed precision; per-channel arrays are float32 either way (as PyTorch's and
 // cuDNN's mixed-precision batch norms keep them), and all arithmetic is float (sums double).
 // Each training lowering is three launches (partial sums, per-channel finalize, pointwise apply)
-// with the lane's workspace as scratch; results are deterministic and depend on the shapes only,
-// not on the GPU.
+// with the lane's workspace as scratch, or two where the lane has tickets
+// (LoweringContext::tickets, options.batch_norm_finalize_in_stats): the partial sums' kernel then
+// finalizes in each column tile's last block, with the same sums and bits. Results are
+// deterministic and depend on the shapes only, not on the GPU.
 //
 // The optional residual, ReLU and masked gradient let a fuse pass fold
 // relu(batch_norm(x) + residual) and its backward into these kernels. No output may overlap an
@@ -67,7 +69,7 @@ struct NhwcBatchNormForward {
   void* keep_bits = nullptr;
 };
 
-// The three launches of one forward. Errors name `node_name`: kInvalidArgument for a dtype other
+// The launches of one forward. Errors name `node_name`: kInvalidArgument for a dtype other
 // than float32 or bfloat16, rows < 2, channels < 1 or a missing address; kResourceExhausted when
 // the scratch does not fit in ctx.workspace_bytes; kFailedPrecondition without a kernel store;
 // compile errors as the kernel store reports them.
@@ -99,7 +101,7 @@ struct NhwcBatchNormBackward {
   DType dtype = DType::kFloat32;  // Of the [rows, channels] arrays: kFloat32 or kBFloat16.
 };
 
-// The three launches of one backward; errors as LowerNhwcBatchNormTrain's (rows >= 1 suffices).
+// The launches of one backward; errors as LowerNhwcBatchNormTrain's (rows >= 1 suffices).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(
     const LoweringContext& ctx, const std::string& node_name, const NhwcBatchNormBackward& args);
 

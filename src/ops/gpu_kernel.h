@@ -85,6 +85,9 @@ struct LoweringOptions {
   // dependent_launch_after_libraries, after any kernel.
   bool dependent_launch = false;
   bool dependent_launch_after_libraries = false;
+  // The tiled batch norms' statistics kernels finalize in each column tile's last block, given
+  // the lane's tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
+  bool batch_norm_finalize_in_stats = false;
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.
@@ -95,6 +98,11 @@ struct LoweringContext {
   const runtime::DeviceInfo* device = nullptr;
   void* workspace = nullptr;  // cuBLASLt and cuDNN workspace of the node's lane.
   size_t workspace_bytes = 0;
+  // The lane's tickets: words that are zero whenever no launch runs on the lane. A kernel may
+  // count its blocks' arrivals on them if it leaves them zero; the lane's launches run one after
+  // another, so they share them (runtime::LaneWorkspaces::tickets). Null where the lane has none.
+  unsigned* tickets = nullptr;
+  int64_t ticket_words = 0;
   LoweringOptions options;
   // The data-parallel ranks' collectives, for communication ops; null without data parallelism.
   parallel::Communicator* communicator = nullptr;

@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<LaneWorkspaces>> LaneWorkspaces::Create(int lanes
   CUDA_RETURN_IF_ERROR(api->mem_address_reserve(&w->base_, w->reserve_ * lanes, 0, 0, 0), kWhat);
   w->mapped_.resize(lanes);
   w->high_water_.assign(lanes, 0);
+  const size_t ticket_bytes = static_cast<size_t>(lanes * kTicketWords) * sizeof(unsigned);
+  ASSIGN_OR_RETURN(w->tickets_, DeviceBuffer::Create(ticket_bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemset(w->tickets_->data(), 0, ticket_bytes), kWhat);
+  // On the legacy stream, which the engine's streams do not wait for.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), kWhat);
   return w;
 }
 
@@ -62,6 +67,13 @@ void* LaneWorkspaces::lane(int i) const {
   if (i < 0 || i >= lanes()) return nullptr;
   return reinterpret_cast<void*>(base_ + static_cast<CUdeviceptr>(i) * reserve_);
 }
+
+unsigned* LaneWorkspaces::tickets(int i) const {
+  if (i < 0 || i >= lanes()) return nullptr;
+  return static_cast<unsigned*>(tickets_->data()) + i * kTicketWords;
+}
+
+int64_t LaneWorkspaces::ticket_bytes() const { return static_cast<int64_t>(tickets_->bytes()); }
 
 absl::Status LaneWorkspaces::MapUpTo(int lane, size_t granules) {
   ASSIGN_OR_RETURN(const DriverApi* api, Driver());

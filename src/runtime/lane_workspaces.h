@@ -7,6 +7,10 @@
 // measurement runs the candidates in it (MapAll first). After lowering, Settle maps what the
 // chosen algorithms need and releases the rest: a lane that runs only our kernels costs nothing,
 // and a cuDNN lane costs its largest chosen algorithm, not the reserve.
+//
+// Each lane also has kTicketWords tickets: words, always backed, zero at Create, on which a kernel
+// may count its blocks' arrivals (the tiled batch norms' finalize in their last blocks) if it
+// leaves them zero. A lane's launches run one after another, so they share its tickets.
 #ifndef REPRISE_SRC_RUNTIME_LANE_WORKSPACES_H_
 #define REPRISE_SRC_RUNTIME_LANE_WORKSPACES_H_
 
@@ -14,10 +18,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "src/runtime/owners.h"
 
 namespace reprise::runtime {
 
@@ -33,6 +39,10 @@ class LaneWorkspaces {
   int lanes() const { return static_cast<int>(mapped_.size()); }
   size_t reserve_bytes() const { return reserve_; }
   void* lane(int i) const;  // The start of lane i's range (null for a lane out of range).
+
+  static constexpr int64_t kTicketWords = 4096;
+  unsigned* tickets(int i) const;  // Lane i's tickets (null for a lane out of range).
+  int64_t ticket_bytes() const;    // Over all lanes.
 
   // Backs every range entirely (for measuring algorithms in them). kResourceExhausted as
   // cudaMalloc.
@@ -55,6 +65,7 @@ class LaneWorkspaces {
   size_t granule_ = 0, reserve_ = 0;
   std::vector<std::vector<CUmemGenericAllocationHandle>> mapped_;  // Per lane, in address order.
   std::vector<size_t> high_water_;                                 // Bytes, per lane.
+  std::optional<DeviceBuffer> tickets_;                            // kTicketWords per lane.
 };
 
 }  // namespace reprise::runtime

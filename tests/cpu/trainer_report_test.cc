@@ -31,6 +31,7 @@ TrainerReport SampleReport() {
   s.gradient_bytes = 1 << 20;
   s.input_bytes = 1 << 19;
   s.workspace_bytes = 64 << 20;
+  s.lane_ticket_bytes = 32 << 10;
   s.kernels_compiled = 3;
   s.kernel_compile_ms = 120;
   s.kernel_cache_hits = 50;
@@ -55,7 +56,8 @@ TEST(TrainerReportTest, TextSaysEveryCounter) {
   EXPECT_THAT(text, HasSubstr("compiled 3 (120 ms), memory hits 50, disk hits 4"));
   EXPECT_THAT(text, HasSubstr("arena 10.00 MiB = parameters 2.00 + optimizer state 4.00"));
   EXPECT_THAT(text, HasSubstr("gradients 1.00 of it"));
-  EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (lanes: 48.00 + 16.00); library handles 8.00"));
+  EXPECT_THAT(text, HasSubstr("workspaces 64.00 MiB (lanes: 48.00 + 16.00), tickets 32 KiB; "
+                              "library handles 8.00"));
 }
 
 TEST(TrainerReportTest, TextAndJsonSayWhoLaunchesTheGraphAndWhy) {

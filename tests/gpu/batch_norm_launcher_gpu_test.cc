@@ -153,11 +153,13 @@ bool SameBits(const Results<E>& a, const Results<E>& b) {
 
 // Lowers the forward (+residual +relu), the backward (+relu mask +masked_dy) and the recompute
 // with element type E, runs all three twice from the same running statistics, and returns both
-// runs. `describe` receives the forward's description.
+// runs. `describe` receives the forward's description. `finalize_in_stats`: the statistics
+// kernels finalize in their tiles' last blocks (two launches a pass), else three launches.
 template <typename E>
 absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& gpu, int64_t m,
                                                    int64_t c, int offset, const Inputs& in,
-                                                   std::string* describe, bool bits = false) {
+                                                   std::string* describe, bool bits = false,
+                                                   bool finalize_in_stats = true) {
   const int64_t n = m * c;
   // Row-walked: x, residual, y, dy, dx, masked, recomputed.
   std::vector<DeviceArray<E>> big;
@@ -182,7 +184,8 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
   RETURN_IF_ERROR(Upload(gamma, in.gamma));
   RETURN_IF_ERROR(Upload(beta, in.beta));
 
-  const ops::LoweringContext ctx = gpu.Context();
+  ops::LoweringContext ctx = gpu.Context();
+  ctx.options.batch_norm_finalize_in_stats = finalize_in_stats;
   constexpr DType kType = DTypeOf<E>();
   ASSIGN_OR_RETURN(std::unique_ptr<ops::GpuKernel> forward,
                    ops::LowerNhwcBatchNormTrain(ctx, "bn",
@@ -230,8 +233,9 @@ absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& g
                                                      .relu = true,
                                                      .dtype = kType}));
   *describe = forward->Describe();
-  EXPECT_EQ(forward->GeneratedKernelNames().size(), 3u);
-  EXPECT_EQ(backward->GeneratedKernelNames().size(), 3u);
+  const size_t passes = finalize_in_stats ? 2 : 3;
+  EXPECT_EQ(forward->GeneratedKernelNames().size(), passes);
+  EXPECT_EQ(backward->GeneratedKernelNames().size(), passes);
   EXPECT_EQ(recompute->GeneratedKernelNames().size(), 1u);
   if (kType == DType::kBFloat16) {
     for (const auto* kernel : {forward.get(), backward.get(), recompute.get()}) {
@@ -459,6 +463,39 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
                          ::testing::Values(Case{8 * 28 * 28, 64, 0}, Case{98, 2048, 0},
                                            Case{300, 16, 1}, Case{300, 16, 4}, Case{8, 512, 0},
                                            Case{1000, 10, 0}, Case{7, 3, 0}),
+                         [](const auto& info) { return CaseName(info.param); });
+
+// The statistics kernels finalizing in each column tile's last block give the bits of the finalize
+// kernels, and leave the lane's tickets zero (NCHW's one channel a tile runs through the plan's
+// lowering in batch_norm_gpu_test.cc, with tickets, against the CPU reference).
+class BatchNormFinalizeInStatsTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BatchNormFinalizeInStatsTest, GivesTheFinalizeKernelsBits) {
+  REPRISE_REQUIRE_GPU();
+  const Case& k = GetParam();
+  REPRISE_ASSERT_OK_AND_ASSIGN(testing::LauncherGpu gpu, testing::StartLauncherGpu());
+  const Inputs in = MakeInputs(k.rows, k.channels);
+  std::string in_stats_describe, apart_describe;
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto in_stats, RunTwice<uint16_t>(gpu, k.rows, k.channels, k.offset,
+                                                                 in, &in_stats_describe, true));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto apart, RunTwice<uint16_t>(gpu, k.rows, k.channels, k.offset, in,
+                                                              &apart_describe, true, false));
+  EXPECT_NE(in_stats_describe.find("(2 kernels)"), std::string::npos) << in_stats_describe;
+  EXPECT_NE(apart_describe.find("(3 kernels)"), std::string::npos) << apart_describe;
+  EXPECT_TRUE(SameBits(in_stats[0], apart[0]));
+  EXPECT_TRUE(SameBits(in_stats[0], in_stats[1]));
+  std::vector<unsigned> tickets(testing::LauncherGpu::kTicketWords, 1u);
+  ASSERT_EQ(cudaMemcpy(tickets.data(), gpu.tickets.data(), tickets.size() * sizeof(unsigned),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), testing::LauncherGpu::kTicketWords);
+}
+
+// ResNet-50's b32 layer1 (512 chunks of one tile) and layer4 (16 tiles), a tile of 16 channels,
+// one channel per thread, two rows.
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormFinalizeInStatsTest,
+                         ::testing::Values(Case{32 * 56 * 56, 64, 0}, Case{32 * 7 * 7, 2048, 0},
+                                           Case{1000, 16, 0}, Case{300, 96, 1}, Case{2, 32, 0}),
                          [](const auto& info) { return CaseName(info.param); });
 
 // The forward writing the ReLU's keep bits and the backward reading them give the bits of the

@@ -32,6 +32,10 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   ASSERT_TRUE(device.ok());
   auto arena = runtime::DeviceBuffer::Create(memory->arena_bytes);
   auto workspace = runtime::DeviceBuffer::Create(64 << 20);
+  constexpr int64_t kTicketWords = 4096;  // Zeroed, as a trainer's lanes' tickets are.
+  auto tickets = runtime::DeviceBuffer::Create(kTicketWords * sizeof(unsigned));
+  ASSERT_TRUE(tickets.ok());
+  ASSERT_EQ(cudaMemset(tickets->data(), 0, tickets->bytes()), cudaSuccess);
   auto staging = runtime::PinnedBuffer::Create(std::max<int64_t>(1, memory->input_bytes));
   auto stream = runtime::Stream::Create();
   auto lt = runtime::LtHandle::Create();
@@ -70,7 +74,10 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                    .deterministic = deterministic,
                    .own_weight_gradients = true,
                    .conv_api = graph_conv_api ? ops::LoweringOptions::ConvApi::kGraph
-                                              : ops::LoweringOptions::ConvApi::kLegacy}};
+                                              : ops::LoweringOptions::ConvApi::kLegacy,
+                   .batch_norm_finalize_in_stats = true},
+      .lane_tickets = {static_cast<unsigned*>(tickets->data())},
+      .ticket_words = kTicketWords};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   if (described != nullptr) {
