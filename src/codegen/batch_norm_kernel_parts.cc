@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/batch_norm_kernels.h"
 #include "src/codegen/element_type.h"
 
 namespace reprise::codegen::bn_parts {
@@ -14,7 +15,7 @@ namespace reprise::codegen::bn_parts {
 // kernels compute what they did before bfloat16 existed.
 std::string Prelude(int vec, DType dtype, int64_t plane) {
   return absl::StrCat(ElementTypeSource(dtype), "#define BN_VEC ", vec, "\n#define BN_PLANE ",
-                      plane, "LL\n", R"(
+                      plane, "LL\n#define BN_THREADS ", kBatchNormThreads, "\n", R"(
 struct BnVec {
   float v[BN_VEC];
 };
@@ -207,7 +208,9 @@ const char kTileFinalize[] = R"(
 // Whether this block is its column tile's last to arrive (the same answer in every thread).
 __device__ __forceinline__ bool BnLastOfTile(unsigned* tickets) {
   __shared__ unsigned last;
-  __threadfence();  // This block's partials are visible before its arrival is.
+  // This block's partials (stored by its threads of row 0, BnReduceAndStore) are visible before
+  // its arrival is.
+  if (threadIdx.y == 0) __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     last = atomicAdd(tickets + blockIdx.x, 1u) == gridDim.y - 1;
@@ -220,13 +223,15 @@ __device__ __forceinline__ bool BnLastOfTile(unsigned* tickets) {
 
 // In the tile's last block: each of the tile's channels summed over the chunks in BnSumChunks'
 // order (32 lanes a channel, lane y adding chunks y, y + 32, ... in order, then the same pairwise
-// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b).
+// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b). Each
+// thread adds kPer of a channel's 32 lanes side by side, so their loads are in flight together.
 // Other blocks wrote the partials: read through L2.
 template <typename Finish>
 __device__ void BnSumTile(const double* partial, int channels, Finish finish) {
+  constexpr int kGroups = BN_THREADS / 32, kPer = 32 / kGroups;
   __shared__ double ta[32][33], tb[32][33];
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int x = t % 32, y0 = t / 32, groups = blockDim.x * blockDim.y / 32;
+  const int x = t % 32, y0 = t / 32;
   const int chunks = gridDim.y;
   const int first = blockIdx.x * blockDim.x * BN_VEC;
   const int width = min((int)blockDim.x * BN_VEC, channels - first);
@@ -234,20 +239,29 @@ __device__ void BnSumTile(const double* partial, int channels, Finish finish) {
   for (int c0 = 0; c0 < width; c0 += 32) {
     const int c = first + c0 + x;
     const bool mine = c0 + x < width;
-    for (int y = y0; y < 32; y += groups) {
-      double a = 0.0, b = 0.0;
-      if (mine) {
-#pragma unroll 4
-        for (int k = y; k < chunks; k += 32) {
-          a += __ldcg(partial + (long long)k * channels + c);
-          b += __ldcg(partial + second + (long long)k * channels + c);
+    double a[kPer], b[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) a[j] = 0.0, b[j] = 0.0;
+    if (mine) {
+      for (int k0 = 0; k0 < chunks; k0 += 32) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int k = k0 + y0 + j * kGroups;  // Lane y0 + j·kGroups's next chunk.
+          if (k < chunks) {
+            a[j] += __ldcg(partial + (long long)k * channels + c);
+            b[j] += __ldcg(partial + second + (long long)k * channels + c);
+          }
         }
       }
-      ta[y][x] = a, tb[y][x] = b;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      ta[y0 + j * kGroups][x] = a[j];
+      tb[y0 + j * kGroups][x] = b[j];
     }
     for (int half = 16; half > 0; half /= 2) {
       __syncthreads();
-      for (int y = y0; y < half; y += groups) {
+      for (int y = y0; y < half; y += kGroups) {
         ta[y][x] += ta[y + half][x];
         tb[y][x] += tb[y + half][x];
       }
