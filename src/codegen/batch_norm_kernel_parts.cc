@@ -15,7 +15,7 @@ namespace reprise::codegen::bn_parts {
 // kernels compute what they did before bfloat16 existed.
 std::string Prelude(int vec, DType dtype, int64_t plane) {
   return absl::StrCat(ElementTypeSource(dtype), "#define BN_VEC ", vec, "\n#define BN_PLANE ",
-                      plane, "LL\n#define BN_THREADS ", kBatchNormThreads, "\n", R"(
+                      plane, "LL\n", R"(
 struct BnVec {
   float v[BN_VEC];
 };
@@ -272,6 +272,10 @@ __device__ void BnSumTile(const double* partial, int channels, Finish finish) {
   }
 }
 )";
+
+std::string TileFinalizeSource() {
+  return absl::StrCat("#define BN_THREADS ", kBatchNormThreads, "\n", kFinish, kTileFinalize);
+}
 
 // reprise_bn_apply_v4 (float32) or reprise_bn_apply_v4_bf16: one kernel-store entry per width
 // and type.

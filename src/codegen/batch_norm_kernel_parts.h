@@ -26,6 +26,9 @@ extern const char kFinish[];
 // BnLastOfTile and BnSumTile: the statistics kernels' finalize in each column tile's last block
 // (after the Prelude).
 extern const char kTileFinalize[];
+// What a statistics kernel that finalizes needs after its Prelude: kFinish and kTileFinalize, for
+// blocks of kBatchNormThreads threads.
+std::string TileFinalizeSource();
 
 // `base` with the vector width, the plane and the element type: one kernel-store entry each.
 std::string KernelName(absl::string_view base, int vec, DType dtype, int64_t plane);

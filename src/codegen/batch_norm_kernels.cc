@@ -16,9 +16,9 @@ using bn_parts::kFinish;
 using bn_parts::kLoadBits;
 using bn_parts::kReluMask;
 using bn_parts::kSumChunks;
-using bn_parts::kTileFinalize;
 using bn_parts::MaskDefine;
 using bn_parts::Prelude;
+using bn_parts::TileFinalizeSource;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -45,9 +45,23 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
   return 2 * chunks * channels * static_cast<int64_t>(sizeof(double));
 }
 
-GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane) {
-  const std::string name = KernelName("reprise_bn_stats", vec, dtype, plane);
-  return {name, Prelude(vec, dtype, plane) + kFinish + kTileFinalize + R"(
+GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane, bool finalize) {
+  const std::string name =
+      KernelName(finalize ? "reprise_bn_stats_fin" : "reprise_bn_stats", vec, dtype, plane);
+  // With `finalize`, the finalize kernel's arguments follow, and each tile's last block does its
+  // work (kTileFinalize).
+  const std::string finalize_params = !finalize ? "" : R"(, unsigned* __restrict__ tickets,
+                   double epsilon, double momentum, const float* __restrict__ gamma,
+                   float* __restrict__ running_mean, float* __restrict__ running_var,
+                   float* __restrict__ saved_mean, float* __restrict__ saved_invstd,
+                   float* __restrict__ coef)";
+  const std::string finalize_tail = !finalize ? "" : R"(  if (!BnLastOfTile(tickets)) return;
+  BnSumTile(partial, channels, [&](int c, double sum, double squares) {
+    BnFinishForward(c, sum, squares, rows, epsilon, momentum, gamma, running_mean, running_var,
+                    saved_mean, saved_invstd, coef);
+  });
+)";
+  return {name, Prelude(vec, dtype, plane) + (finalize ? TileFinalizeSource() : "") + R"(
 struct BnStatsBody {
   static constexpr int kUnroll = 4;
   const elem_t* x;
@@ -69,22 +83,12 @@ struct BnStatsBody {
 
 extern "C" __global__ void __launch_bounds__(256, 4)
     )" + name + R"((const elem_t* __restrict__ x, double* __restrict__ partial, long long rows,
-                   int channels, long long rows_per_chunk, unsigned* __restrict__ tickets,
-                   double epsilon, double momentum, const float* __restrict__ gamma,
-                   float* __restrict__ running_mean, float* __restrict__ running_var,
-                   float* __restrict__ saved_mean, float* __restrict__ saved_invstd,
-                   float* __restrict__ coef) {
+                   int channels, long long rows_per_chunk)" +
+                    finalize_params + R"() {
   BnStatsBody body{x, channels, BnColumn(), {}, {}};
   if (body.col < channels) BnWalkRows(rows, rows_per_chunk, body);
   BnReduceAndStore(body.sum, body.squares, partial, channels, body.col);
-  // With tickets, the tile's last block finalizes its channels; else reprise_bn_finalize does.
-  if (tickets == nullptr || !BnLastOfTile(tickets)) return;
-  BnSumTile(partial, channels, [&](int c, double sum, double squares) {
-    BnFinishForward(c, sum, squares, rows, epsilon, momentum, gamma, running_mean, running_var,
-                    saved_mean, saved_invstd, coef);
-  });
-}
-)"};
+)" + finalize_tail + "}\n"};
 }
 
 GeneratedKernel BatchNormFinalize() {
@@ -230,14 +234,25 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 }
 
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x,
-                                   bool write_masked, bool mask_from_bits) {
+                                   bool write_masked, bool mask_from_bits, bool finalize) {
   const std::string name =
       KernelName(absl::StrCat("reprise_bn_grad_stats", mask_from_x ? "_xmask" : "",
-                              mask_from_bits ? "_bmask" : "", write_masked ? "_mdy" : ""),
+                              mask_from_bits ? "_bmask" : "", write_masked ? "_mdy" : "",
+                              finalize ? "_fin" : ""),
                  vec, dtype, plane);
+  // With `finalize`, the finalize kernel's outputs follow, and each tile's last block does its
+  // work (kTileFinalize).
+  const std::string finalize_params = !finalize ? "" : R"(,
+                   unsigned* __restrict__ tickets, float* __restrict__ dgamma,
+                   float* __restrict__ dbeta, float* __restrict__ coef)";
+  const std::string finalize_tail = !finalize ? "" : R"(  if (!BnLastOfTile(tickets)) return;
+  BnSumTile(partial, channels, [&](int c, double sum, double dot) {
+    BnFinishBackward(c, sum, dot, rows, channels, gamma, invstd, dgamma, dbeta, coef);
+  });
+)";
   return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) +
                     absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +
-                    kLoadBits + kReluMask + kFinish + kTileFinalize + R"(
+                    kLoadBits + kReluMask + (finalize ? TileFinalizeSource() : "") + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
   static constexpr int kUnroll = 2;
@@ -284,9 +299,8 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ gamma, const float* __restrict__ invstd,
                    const float* __restrict__ beta, double* __restrict__ partial,
                    elem_t* __restrict__ masked_dy, long long rows, int channels,
-                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits,
-                   unsigned* __restrict__ tickets, float* __restrict__ dgamma,
-                   float* __restrict__ dbeta, float* __restrict__ coef) {
+                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits)" +
+                    finalize_params + R"() {
   BnGradStatsBody body{dy, act_out, x, masked_dy, channels, BnColumn(), {}, {}, {}, {}};
   body.act_bits = act_bits;
   if (body.col < channels) {
@@ -296,13 +310,7 @@ extern "C" __global__ void __launch_bounds__(256, 4)
     BnWalkRows(rows, rows_per_chunk, body);
   }
   BnReduceAndStore(body.sum, body.dot, partial, channels, body.col);
-  // With tickets, the tile's last block finalizes its channels; else reprise_bn_grad_finalize.
-  if (tickets == nullptr || !BnLastOfTile(tickets)) return;
-  BnSumTile(partial, channels, [&](int c, double sum, double dot) {
-    BnFinishBackward(c, sum, dot, rows, channels, gamma, invstd, dgamma, dbeta, coef);
-  });
-}
-)"};
+)" + finalize_tail + "}\n"};
 }
 
 GeneratedKernel BatchNormGradFinalize() {
@@ -404,6 +412,10 @@ std::vector<GeneratedKernel> BatchNormKernels() {
         kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, write_masked, true));
       }
       kernels.push_back(BatchNormGradApply(vec, dtype, 0, false, /*mask_from_bits=*/true));
+      // The statistics kernels that finalize, in the forms ResNet's blocks take.
+      kernels.push_back(BatchNormStats(vec, dtype, 0, /*finalize=*/true));
+      kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, false, false, true));
+      kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, true, true, true));
     }
     // NCHW, for a plane size that is not a power of two (7x7, ResNet's last stage).
     kernels.push_back(BatchNormStats(1, dtype, 49));
@@ -416,6 +428,8 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       }
       kernels.push_back(BatchNormGradApply(1, dtype, 49, mask_from_x));
     }
+    kernels.push_back(BatchNormStats(1, dtype, 49, /*finalize=*/true));
+    kernels.push_back(BatchNormGradStats(1, dtype, 49, false, false, false, true));
   }
   return kernels;
 }

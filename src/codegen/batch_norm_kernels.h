@@ -72,10 +72,11 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 // Forward pass, three launches, or two where (a) finalizes:
 // (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
 //     Signature: (const elem_t* x, double* partial, long long rows, int channels,
-//     long long rows_per_chunk, unsigned* tickets, then (b)'s arguments from epsilon on). Given
-//     tickets (one zero word per column tile, left zero), each column tile's last block to finish
-//     does (b) for the tile's channels with the same sums and bits, and (b) is not launched.
-GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane = 0);
+//     long long rows_per_chunk). With `finalize` (named reprise_bn_stats_fin...) the signature
+//     goes on with unsigned* tickets and (b)'s arguments from epsilon on: the tickets hold one
+//     zero word per column tile (and are left zero), and each column tile's last block to finish
+//     does (b) for the tile's channels, with (b)'s sums and bits, so that (b) is not launched.
+GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane = 0, bool finalize = false);
 // (b) Per channel, one kernel for every element type: sums the chunks (blocks of 32x32 threads,
 //     32 channels each, ceil(C/32) of them; 32 lanes per channel in a fixed order), then mean,
 //     biased var, saved_mean = mean, saved_invstd = 1/sqrt(var + eps), coef[0][c] =
@@ -112,8 +113,9 @@ GeneratedKernel BatchNormApplySaved(int vec, DType dtype, int64_t plane = 0);
 inline constexpr int kBatchNormChainMaxSteps = 8;
 GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 
-// Backward pass, three launches, with g = act_out ? (act_out > 0 ? dy : 0) : dy, or with
-// `mask_from_x` (kernels named ..._xmask) g = y > 0 ? dy : 0 for y = relu((x - mean)·(gamma·invstd)
+// Backward pass, three launches (or two, as the forward's), with g = act_out ? (act_out > 0 ? dy :
+// 0) : dy, or with `mask_from_x` (kernels named ..._xmask) g = y > 0 ? dy : 0 for y = relu((x -
+// mean)·(gamma·invstd)
 // + beta) rounded to the element type, the forward's apply: a ReLU's mask with no pass over its
 // output (act_out is then ignored; gamma, invstd and beta are read only then):
 // (a) partial[0][k][c] = Σ g, partial[1][k][c] = Σ g·(x - mean); with `write_masked` (kernels
@@ -122,14 +124,15 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 //     (const elem_t* dy, const elem_t* act_out, const elem_t* x, const float* mean,
 //     const float* gamma, const float* invstd, const float* beta, double* partial,
 //     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk,
-//     const unsigned char* act_bits, unsigned* tickets, float* dgamma, float* dbeta, float* coef).
-//     Given tickets, (a) does (b) in each column tile's last block, as the forward's (a) does.
+//     const unsigned char* act_bits). With `finalize` (named ..._fin) the signature goes on with
+//     unsigned* tickets, float* dgamma, float* dbeta, float* coef, and each column tile's last
+//     block does (b) for its channels, as the forward's (a) does.
 // With `mask_from_bits` (kernels named ..._bmask; channels-last, channels % 16 == 0) g takes its
 // mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x
 // (act_bits, null without mask_from_bits; (c)'s signature ends with it too).
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false, bool write_masked = false,
-                                   bool mask_from_bits = false);
+                                   bool mask_from_bits = false, bool finalize = false);
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,
@@ -142,11 +145,11 @@ GeneratedKernel BatchNormGradFinalize();
 GeneratedKernel BatchNormGradApply(int vec, DType dtype, int64_t plane = 0,
                                    bool mask_from_x = false, bool mask_from_bits = false);
 
-// Every kernel above in both vector widths and both element types, and the NCHW form for
-// plane 49 (2 finalize kernels and 10 tiled ones (the gradient statistics with and without the
-// mask from x and the masked output, the gradient apply with and without the mask from x, and the
-// apply chain) × 3 forms × each element type), for compile checks and for warming the kernel
-// store.
+// Every kernel above in both vector widths and every element type, and the NCHW form for plane
+// 49: the 2 finalize kernels and the tiled ones (the gradient statistics with and without the
+// mask from x or the keep bits and the masked output, the gradient apply likewise, the apply
+// chain, and the statistics kernels that finalize in ResNet's forms), for compile checks and for
+// warming the kernel store.
 std::vector<GeneratedKernel> BatchNormKernels();
 
 }  // namespace reprise::codegen

@@ -193,11 +193,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
   };
   unsigned* tickets = TicketsFor(ctx, t);
   KernelArgs stats;
-  stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk).Add(tickets);
-  add_finish(stats);
+  stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk);
+  if (tickets != nullptr) {
+    stats.Add(tickets);
+    add_finish(stats);
+  }
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
-      NvrtcKernel::Create(ctx, node_name, codegen::BatchNormStats(vec, a.dtype, a.plane),
+      NvrtcKernel::Create(ctx, node_name,
+                          codegen::BatchNormStats(vec, a.dtype, a.plane, tickets != nullptr),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   if (tickets == nullptr) {
     KernelArgs finalize;
@@ -282,16 +286,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk)
-      .Add(a.act_bits)
-      .Add(tickets)
-      .Add(a.dgamma)
-      .Add(a.dbeta)
-      .Add(coef);
+      .Add(a.act_bits);
+  if (tickets != nullptr) stats.Add(tickets).Add(a.dgamma).Add(a.dbeta).Add(coef);
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name,
                           codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked,
-                                                      a.act_bits != nullptr),
+                                                      a.act_bits != nullptr, tickets != nullptr),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   if (tickets == nullptr) {
     KernelArgs finalize;

@@ -21,8 +21,10 @@ TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   // from x, the gradient statistics also writing the masked gradient, and the apply chain) in
   // three forms (two channels-last widths, NCHW) and three element types; in the two
   // channels-last forms also the apply writing the ReLU's keep bits and the three gradient
-  // kernels reading them.
-  ASSERT_EQ(kernels.size(), 116u);
+  // kernels reading them; and the statistics kernels that finalize in their tiles' last blocks,
+  // in every form, and in the two channels-last ones also the gradient statistics reading the keep
+  // bits and writing the masked gradient (8 per element type).
+  ASSERT_EQ(kernels.size(), 140u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -56,6 +58,27 @@ TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
                                         /*write_masked=*/true)
                 .name,
             "reprise_bn_grad_stats_mdy_v4_bf16");
+  EXPECT_EQ(codegen::BatchNormStats(4, DType::kBFloat16, 0, /*finalize=*/true).name,
+            "reprise_bn_stats_fin_v4_bf16");
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, false, true, true, true).name,
+            "reprise_bn_grad_stats_bmask_mdy_fin_v4_bf16");
+}
+
+// The statistics kernels that finalize differ from the plain ones only by their own names, their
+// extra arguments and the tail after the block's partial sums: the plain ones are those the
+// three-launch path has always run.
+TEST(BatchNormKernelsTest, FinalizingStatisticsKernelsAreKernelsOfTheirOwn) {
+  const codegen::GeneratedKernel plain = codegen::BatchNormStats(4, DType::kBFloat16);
+  const codegen::GeneratedKernel fin = codegen::BatchNormStats(4, DType::kBFloat16, 0, true);
+  EXPECT_EQ(plain.code.find("tickets"), std::string::npos);
+  EXPECT_EQ(plain.code.find("BnLastOfTile"), std::string::npos);
+  EXPECT_NE(fin.code.find("unsigned* __restrict__ tickets"), std::string::npos);
+  EXPECT_NE(fin.code.find("BnLastOfTile(tickets)"), std::string::npos);
+  const codegen::GeneratedKernel grad = codegen::BatchNormGradStats(4, DType::kFloat32);
+  EXPECT_EQ(grad.code.find("BnSumTile"), std::string::npos);
+  EXPECT_NE(codegen::BatchNormGradStats(4, DType::kFloat32, 0, false, false, false, true)
+                .code.find("BnFinishBackward(c, sum, dot"),
+            std::string::npos);
 }
 
 // NCHW kernels index the [rows, channels] view through the plane as a compile-time constant;
