@@ -223,52 +223,53 @@ __device__ __forceinline__ bool BnLastOfTile(unsigned* tickets) {
 
 // In the tile's last block: each of the tile's channels summed over the chunks in BnSumChunks'
 // order (32 lanes a channel, lane y adding chunks y, y + 32, ... in order, then the same pairwise
-// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b). Each
-// thread adds kPer of a channel's 32 lanes side by side, so their loads are in flight together.
-// Other blocks wrote the partials: read through L2.
+// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b).
+// Four threads take a channel, thread j its lanes j, j + 4, ..., j + 28 side by side (their loads
+// in flight together); the tree's levels 16, 8 and 4 pair lanes of one thread, levels 2 and 1 the
+// four threads, through shuffles. Other blocks wrote the partials: read through L2.
 template <typename Finish>
 __device__ void BnSumTile(const double* partial, int channels, Finish finish) {
-  constexpr int kGroups = BN_THREADS / 32, kPer = 32 / kGroups;
-  __shared__ double ta[32][33], tb[32][33];
+  constexpr int kThreads = 4, kLanes = 32 / kThreads, kChannelsAtOnce = BN_THREADS / kThreads;
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int x = t % 32, y0 = t / 32;
+  const int j = t % kThreads;
   const int chunks = gridDim.y;
   const int first = blockIdx.x * blockDim.x * BN_VEC;
   const int width = min((int)blockDim.x * BN_VEC, channels - first);
   const long long second = (long long)chunks * channels;
-  for (int c0 = 0; c0 < width; c0 += 32) {
-    const int c = first + c0 + x;
-    const bool mine = c0 + x < width;
-    double a[kPer], b[kPer];
+  for (int c0 = 0; c0 < width; c0 += kChannelsAtOnce) {
+    const int offset = c0 + t / kThreads;
+    const bool mine = offset < width;
+    const int c = first + offset;
+    double a[kLanes], b[kLanes];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) a[j] = 0.0, b[j] = 0.0;
+    for (int i = 0; i < kLanes; ++i) a[i] = 0.0, b[i] = 0.0;
     if (mine) {
       for (int k0 = 0; k0 < chunks; k0 += 32) {
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          const int k = k0 + y0 + j * kGroups;  // Lane y0 + j·kGroups's next chunk.
+        for (int i = 0; i < kLanes; ++i) {
+          const int k = k0 + j + i * kThreads;  // Lane j + kThreads·i's next chunk.
           if (k < chunks) {
-            a[j] += __ldcg(partial + (long long)k * channels + c);
-            b[j] += __ldcg(partial + second + (long long)k * channels + c);
+            a[i] += __ldcg(partial + (long long)k * channels + c);
+            b[i] += __ldcg(partial + second + (long long)k * channels + c);
           }
         }
       }
     }
+    // Lane y < half adds lane y + half: here a[i] += a[i + half / kThreads].
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      ta[y0 + j * kGroups][x] = a[j];
-      tb[y0 + j * kGroups][x] = b[j];
-    }
-    for (int half = 16; half > 0; half /= 2) {
-      __syncthreads();
-      for (int y = y0; y < half; y += kGroups) {
-        ta[y][x] += ta[y + half][x];
-        tb[y][x] += tb[y + half][x];
+    for (int half = 16; half >= kThreads; half /= 2) {
+#pragma unroll
+      for (int i = 0; i < half / kThreads; ++i) {
+        a[i] += a[i + half / kThreads];
+        b[i] += b[i + half / kThreads];
       }
     }
-    __syncthreads();
-    if (y0 == 0 && mine) finish(c, ta[0][x], tb[0][x]);
-    __syncthreads();  // Before the next channels overwrite ta and tb.
+#pragma unroll
+    for (int half = kThreads / 2; half > 0; half /= 2) {
+      a[0] += __shfl_down_sync(0xffffffffu, a[0], half);
+      b[0] += __shfl_down_sync(0xffffffffu, b[0], half);
+    }
+    if (j == 0 && mine) finish(c, a[0], b[0]);
   }
 }
 )";

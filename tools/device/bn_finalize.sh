@@ -4,7 +4,7 @@
 #   bash tools/device/bn_finalize.sh [ROUNDS]
 # First its GPU tests (the launchers' bits against the finalize kernels' and float64, the ops
 # against the CPU reference, ResNet's steps), then memcheck and racecheck over the launcher test
-# (its last blocks share shared memory between phases), then ResNet-50 NHWC, whole step captured,
+# (the last block's flag lives in shared memory), then ResNet-50 NHWC, whole step captured,
 # two lanes, b32 bfloat16, b32 TF32 and b256 bfloat16, with the finalize launched apart and in the
 # statistics kernels alternating in each round: each row the step's median ms.
 set -uo pipefail
