@@ -52,7 +52,7 @@ ABSL_FLAG(bool, dependent_launch_after_libraries, false,
           "library kernels too");
 ABSL_FLAG(bool, bn_finalize_in_stats, false,
           "TrainOptions::kernels.batch_norm_finalize_in_stats: the batch norms' statistics "
-          "kernels finalize in each column tile's last block (no finalize launch)");
+          "kernels finalize in their last blocks (no finalize launch)");
 
 namespace reprise::tools {
 

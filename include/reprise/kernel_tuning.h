@@ -95,10 +95,9 @@ struct KernelTuning {
   // With dependent_launch: also after every other library kernel (cuBLASLt's products, cuDNN's
   // attention). Measured slower for GPT-2 and MLPs on an H200; for measuring.
   bool dependent_launch_after_libraries = false;
-  // The tiled batch norms' statistics kernels finalize in each column tile's last block to
-  // finish (counting arrivals on the lane's tickets) instead of a finalize launch after them: a
-  // launch fewer per batch-norm pass, the same bits. Off until it has been measured on a GPU
-  // (docs/engine.md).
+  // The tiled batch norms' statistics kernels finalize in their last blocks to finish (counting
+  // arrivals on the lane's tickets) instead of a finalize launch after them: a launch fewer per
+  // batch-norm pass, the same bits. Off until it has been measured on a GPU (docs/engine.md).
   bool batch_norm_finalize_in_stats = false;
 };
 

@@ -199,83 +199,110 @@ __device__ __forceinline__ void BnFinishBackward(int c, double sum, double dot, 
 }
 )";
 
-// The statistics kernels' own finalize. Every block of a column tile arrives on the tile's ticket
-// after storing its partials; the last to arrive sums the tile's partials and finishes its
-// channels, so no finalize launch runs between the statistics and the apply pass. The tickets are
-// words of the lane (LoweringContext::tickets): zero before the launch, and the last block zeroes
-// its tile's again, so the next launch on the lane finds them zero.
+// The statistics kernels' own finalize, in two levels of arrivals. BnSumChunks gives channel c
+// the tree sum of 32 lanes, lane y the sum of chunks y, y + 32, ... in order. Here each block of
+// a column tile arrives on its lane's ticket after storing its partials; the last block of each
+// lane sums that lane for the tile's channels (BnSumLane) and arrives on the tile's ticket; the
+// last of those adds the lanes in BnSumChunks' tree and finishes the channels (BnSumLanes). Each
+// level's sums are spread over the block's threads, so no block walks every chunk alone, and no
+// finalize launch runs between the statistics and the apply pass (a block's kBatchNormThreads
+// threads cover the two sums of its tile's at most 128 channels). The tickets
+// (kBatchNormTileTickets words a tile: the tile's, then one a lane) are words of the lane
+// (LoweringContext::tickets): zero before the launch, and each level's last block zeroes its word
+// again, so the next launch on the lane finds them zero.
 const char kTileFinalize[] = R"(
-// Whether this block is its column tile's last to arrive (the same answer in every thread).
-__device__ __forceinline__ bool BnLastOfTile(unsigned* tickets) {
+// Arrives on `word`, which expects `expected` arrivals: true, in every thread, in the block that
+// arrives last, which zeroes it. `wrote`: this thread stored what the last block will read.
+__device__ __forceinline__ bool BnArriveLast(unsigned* word, unsigned expected, bool wrote) {
   __shared__ unsigned last;
-  // This block's partials (stored by its threads of row 0, BnReduceAndStore) are visible before
-  // its arrival is.
-  if (threadIdx.y == 0) __threadfence();
+  if (wrote) __threadfence();  // The stores are visible before the arrival is.
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
-    last = atomicAdd(tickets + blockIdx.x, 1u) == gridDim.y - 1;
-    if (last) tickets[blockIdx.x] = 0u;  // Every block of the tile has arrived.
+    last = atomicAdd(word, 1u) == expected - 1;
+    if (last) *word = 0u;
   }
   __syncthreads();
-  if (last) __threadfence();  // The other blocks' partials are read after their arrivals.
+  if (last) __threadfence();  // The others' stores are read after their arrivals.
   return last != 0;
 }
 
-// In the tile's last block: each of the tile's channels summed over the chunks in BnSumChunks'
-// order (32 lanes a channel, lane y adding chunks y, y + 32, ... in order, then the same pairwise
-// tree over the lanes), so the totals have the finalize kernel's bits; then finish(c, a, b).
-// Four threads take a channel, thread j its lanes j, j + 4, ..., j + 28 side by side (their loads
-// in flight together); the tree's levels 16, 8 and 4 pair lanes of one thread, levels 2 and 1 the
-// four threads, through shuffles. Other blocks wrote the partials: read through L2.
-template <typename Finish>
-__device__ void BnSumTile(const double* partial, int channels, Finish finish) {
-  constexpr int kThreads = 4, kLanes = 32 / kThreads, kChannelsAtOnce = BN_THREADS / kThreads;
-  const int t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int j = t % kThreads;
+// The tile's first channel and its width; thread `pair` < 2·width sums array pair / width (0: the
+// first sums, 1: the second) of channel first + pair % width.
+struct BnTilePairs {
+  int first, width, pair;
+  __device__ BnTilePairs(int channels)
+      : first(blockIdx.x * blockDim.x * BN_VEC),
+        width(min((int)blockDim.x * BN_VEC, channels - (int)(blockIdx.x * blockDim.x * BN_VEC))),
+        pair(threadIdx.y * blockDim.x + threadIdx.x) {}
+  __device__ bool mine() const { return pair < 2 * width; }
+  __device__ int array() const { return pair / width; }
+  __device__ int channel() const { return first + pair % width; }
+};
+
+// Lane `lane` of every channel of the tile, as BnSumChunks adds it: chunks lane, lane + 32, ...
+// in order from 0, into lane_sums[array][lane][channel]. Other blocks wrote the partials: read
+// through L2. Returns whether this thread stored one.
+__device__ __forceinline__ bool BnSumLane(const double* partial, double* lane_sums, int channels,
+                                          int lane) {
+  const BnTilePairs p(channels);
+  if (!p.mine()) return false;
   const int chunks = gridDim.y;
-  const int first = blockIdx.x * blockDim.x * BN_VEC;
-  const int width = min((int)blockDim.x * BN_VEC, channels - first);
-  const long long second = (long long)chunks * channels;
-  for (int c0 = 0; c0 < width; c0 += kChannelsAtOnce) {
-    const int offset = c0 + t / kThreads;
-    const bool mine = offset < width;
-    const int c = first + offset;
-    double a[kLanes], b[kLanes];
-#pragma unroll
-    for (int i = 0; i < kLanes; ++i) a[i] = 0.0, b[i] = 0.0;
-    if (mine) {
-      for (int k0 = 0; k0 < chunks; k0 += 32) {
-#pragma unroll
-        for (int i = 0; i < kLanes; ++i) {
-          const int k = k0 + j + i * kThreads;  // Lane j + kThreads·i's next chunk.
-          if (k < chunks) {
-            a[i] += __ldcg(partial + (long long)k * channels + c);
-            b[i] += __ldcg(partial + second + (long long)k * channels + c);
-          }
-        }
-      }
-    }
-    // Lane y < half adds lane y + half: here a[i] += a[i + half / kThreads].
-#pragma unroll
-    for (int half = 16; half >= kThreads; half /= 2) {
-#pragma unroll
-      for (int i = 0; i < half / kThreads; ++i) {
-        a[i] += a[i + half / kThreads];
-        b[i] += b[i + half / kThreads];
-      }
-    }
-#pragma unroll
-    for (int half = kThreads / 2; half > 0; half /= 2) {
-      a[0] += __shfl_down_sync(0xffffffffu, a[0], half);
-      b[0] += __shfl_down_sync(0xffffffffu, b[0], half);
-    }
-    if (j == 0 && mine) finish(c, a[0], b[0]);
+  const double* from = partial + (long long)p.array() * chunks * channels + p.channel();
+  double s = 0.0;
+#pragma unroll 8
+  for (int k = lane; k < chunks; k += 32) s += __ldcg(from + (long long)k * channels);
+  lane_sums[((long long)p.array() * 32 + lane) * channels + p.channel()] = s;
+  return true;
+}
+
+// BnSumChunks' tree over the 32 lanes at `from` (lane y at from[y·stride]; lanes from `lanes` on
+// are 0): its node of level kHalf over lane y is the node of level 2·kHalf over lane y plus that
+// over lane y + kHalf (level 32: the lane itself), evaluated depth first so that few sums are live.
+template <int kHalf>
+__device__ __forceinline__ double BnLaneTree(const double* from, long long stride, int lanes,
+                                             int y) {
+  if constexpr (kHalf == 32) {
+    return y < lanes ? __ldcg(from + y * stride) : 0.0;
+  } else {
+    return BnLaneTree<2 * kHalf>(from, stride, lanes, y) +
+           BnLaneTree<2 * kHalf>(from, stride, lanes, y + kHalf);
   }
+}
+
+// In the tile's last block: the 32 lanes of each channel in BnSumChunks' tree, then
+// finish(c, first sums, second sums).
+template <typename Finish>
+__device__ void BnSumLanes(const double* lane_sums, int channels, Finish finish) {
+  __shared__ double second[32 * BN_VEC];
+  const BnTilePairs p(channels);
+  double total = 0.0;
+  if (p.mine()) {
+    const double* from = lane_sums + (long long)p.array() * 32 * channels + p.channel();
+    total = BnLaneTree<1>(from, channels, min(32, (int)gridDim.y), 0);
+    if (p.array() == 1) second[p.pair % p.width] = total;
+  }
+  __syncthreads();
+  if (p.mine() && p.array() == 0) finish(p.channel(), total, second[p.pair]);
+}
+
+// After BnReduceAndStore, in every block: the two levels of arrivals; finish runs in the tile's
+// last block. `tickets` as above; `lane_sums` [2][32][channels] doubles of scratch.
+template <typename Finish>
+__device__ void BnFinalizeTile(unsigned* tickets, const double* partial, double* lane_sums,
+                               int channels, Finish finish) {
+  unsigned* tile = tickets + blockIdx.x * BN_TILE_TICKETS;
+  const int lane = blockIdx.y % 32;
+  const unsigned lane_chunks = (gridDim.y - lane + 31) / 32;
+  if (!BnArriveLast(tile + 1 + lane, lane_chunks, threadIdx.y == 0)) return;
+  const bool wrote = BnSumLane(partial, lane_sums, channels, lane);
+  if (!BnArriveLast(tile, min(32u, gridDim.y), wrote)) return;
+  BnSumLanes(lane_sums, channels, finish);
 }
 )";
 
 std::string TileFinalizeSource() {
-  return absl::StrCat("#define BN_THREADS ", kBatchNormThreads, "\n", kFinish, kTileFinalize);
+  return absl::StrCat("#define BN_TILE_TICKETS ", kBatchNormTileTickets, "\n", kFinish,
+                      kTileFinalize);
 }
 
 // reprise_bn_apply_v4 (float32) or reprise_bn_apply_v4_bf16: one kernel-store entry per width

@@ -23,11 +23,10 @@ extern const char kSumChunks[];
 // gradients and the apply pass's coefficients.
 extern const char kFinish[];
 
-// BnLastOfTile and BnSumTile: the statistics kernels' finalize in each column tile's last block
-// (after the Prelude).
+// BnFinalizeTile: the statistics kernels' finalize in their column tiles' last blocks (after the
+// Prelude).
 extern const char kTileFinalize[];
-// What a statistics kernel that finalizes needs after its Prelude: kFinish and kTileFinalize, for
-// blocks of kBatchNormThreads threads.
+// What a statistics kernel that finalizes needs after its Prelude: kFinish and kTileFinalize.
 std::string TileFinalizeSource();
 
 // `base` with the vector width, the plane and the element type: one kernel-store entry each.

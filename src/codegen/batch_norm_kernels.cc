@@ -45,21 +45,33 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels) {
   return 2 * chunks * channels * static_cast<int64_t>(sizeof(double));
 }
 
+int64_t BatchNormLaneSumsOffset(int64_t chunks, int64_t channels) {
+  const int64_t end_of_coefficients =
+      BatchNormCoefficientOffset(chunks, channels) + 3 * channels * 4;
+  return (end_of_coefficients + 7) / 8 * 8;
+}
+
+int64_t BatchNormFinalizeScratchBytes(int64_t chunks, int64_t channels) {
+  return BatchNormLaneSumsOffset(chunks, channels) +
+         2 * 32 * channels * static_cast<int64_t>(sizeof(double));
+}
+
 GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane, bool finalize) {
   const std::string name =
       KernelName(finalize ? "reprise_bn_stats_fin" : "reprise_bn_stats", vec, dtype, plane);
   // With `finalize`, the finalize kernel's arguments follow, and each tile's last block does its
   // work (kTileFinalize).
   const std::string finalize_params = !finalize ? "" : R"(, unsigned* __restrict__ tickets,
-                   double epsilon, double momentum, const float* __restrict__ gamma,
-                   float* __restrict__ running_mean, float* __restrict__ running_var,
-                   float* __restrict__ saved_mean, float* __restrict__ saved_invstd,
-                   float* __restrict__ coef)";
-  const std::string finalize_tail = !finalize ? "" : R"(  if (!BnLastOfTile(tickets)) return;
-  BnSumTile(partial, channels, [&](int c, double sum, double squares) {
+                   double* __restrict__ lane_sums, double epsilon, double momentum,
+                   const float* __restrict__ gamma, float* __restrict__ running_mean,
+                   float* __restrict__ running_var, float* __restrict__ saved_mean,
+                   float* __restrict__ saved_invstd, float* __restrict__ coef)";
+  const std::string finalize_tail = !finalize ? "" : R"(
+  auto finish = [&](int c, double sum, double squares) {
     BnFinishForward(c, sum, squares, rows, epsilon, momentum, gamma, running_mean, running_var,
                     saved_mean, saved_invstd, coef);
-  });
+  };
+  BnFinalizeTile(tickets, partial, lane_sums, channels, finish);
 )";
   return {name, Prelude(vec, dtype, plane) + (finalize ? TileFinalizeSource() : "") + R"(
 struct BnStatsBody {
@@ -243,12 +255,14 @@ GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mas
   // With `finalize`, the finalize kernel's outputs follow, and each tile's last block does its
   // work (kTileFinalize).
   const std::string finalize_params = !finalize ? "" : R"(,
-                   unsigned* __restrict__ tickets, float* __restrict__ dgamma,
-                   float* __restrict__ dbeta, float* __restrict__ coef)";
-  const std::string finalize_tail = !finalize ? "" : R"(  if (!BnLastOfTile(tickets)) return;
-  BnSumTile(partial, channels, [&](int c, double sum, double dot) {
+                   unsigned* __restrict__ tickets, double* __restrict__ lane_sums,
+                   float* __restrict__ dgamma, float* __restrict__ dbeta,
+                   float* __restrict__ coef)";
+  const std::string finalize_tail = !finalize ? "" : R"(
+  auto finish = [&](int c, double sum, double dot) {
     BnFinishBackward(c, sum, dot, rows, channels, gamma, invstd, dgamma, dbeta, coef);
-  });
+  };
+  BnFinalizeTile(tickets, partial, lane_sums, channels, finish);
 )";
   return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) +
                     absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +

@@ -60,6 +60,12 @@ BatchNormTiling BatchNormTilingFor(int64_t rows, int64_t channels, int vec, bool
 
 // Byte offset of coef[3][C] in the scratch.
 int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
+// The statistics kernels that finalize (below) also keep double lane_sums[2][32][C] in the
+// scratch, after the coefficients, and count on kBatchNormTileTickets of the lane's tickets a
+// column tile.
+inline constexpr int64_t kBatchNormTileTickets = 33;
+int64_t BatchNormLaneSumsOffset(int64_t chunks, int64_t channels);
+int64_t BatchNormFinalizeScratchBytes(int64_t chunks, int64_t channels);
 
 // The tiled kernels below take `vec` (4 or 1) and the element type `dtype` (kFloat32 or
 // kBFloat16); `elem_t` in a signature is float or bfloat16's 16 bits accordingly. `plane` is 0
@@ -73,9 +79,11 @@ int64_t BatchNormCoefficientOffset(int64_t chunks, int64_t channels);
 // (a) partial[0][k][c] = Σ x, partial[1][k][c] = Σ x² over chunk k's rows. Tiled launch.
 //     Signature: (const elem_t* x, double* partial, long long rows, int channels,
 //     long long rows_per_chunk). With `finalize` (named reprise_bn_stats_fin...) the signature
-//     goes on with unsigned* tickets and (b)'s arguments from epsilon on: the tickets hold one
-//     zero word per column tile (and are left zero), and each column tile's last block to finish
-//     does (b) for the tile's channels, with (b)'s sums and bits, so that (b) is not launched.
+//     goes on with unsigned* tickets, double* lane_sums (the scratch at BatchNormLaneSumsOffset)
+//     and (b)'s arguments from epsilon on: the tickets hold kBatchNormTileTickets zero words a
+//     column tile (and are left zero), and the blocks that finish last do (b) for the tile's
+//     channels, with (b)'s sums and bits (batch_norm_kernel_parts.cc, kTileFinalize), so that (b)
+//     is not launched.
 GeneratedKernel BatchNormStats(int vec, DType dtype, int64_t plane = 0, bool finalize = false);
 // (b) Per channel, one kernel for every element type: sums the chunks (blocks of 32x32 threads,
 //     32 channels each, ceil(C/32) of them; 32 lanes per channel in a fixed order), then mean,
@@ -125,8 +133,8 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 //     const float* gamma, const float* invstd, const float* beta, double* partial,
 //     elem_t* masked_dy, long long rows, int channels, long long rows_per_chunk,
 //     const unsigned char* act_bits). With `finalize` (named ..._fin) the signature goes on with
-//     unsigned* tickets, float* dgamma, float* dbeta, float* coef, and each column tile's last
-//     block does (b) for its channels, as the forward's (a) does.
+//     unsigned* tickets, double* lane_sums, float* dgamma, float* dbeta, float* coef, and the
+//     blocks that finish last do (b) for the tile's channels, as the forward's (a) does.
 // With `mask_from_bits` (kernels named ..._bmask; channels-last, channels % 16 == 0) g takes its
 // mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x
 // (act_bits, null without mask_from_bits; (c)'s signature ends with it too).

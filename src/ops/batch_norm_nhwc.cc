@@ -92,23 +92,34 @@ absl::StatusOr<codegen::BatchNormTiling> Plan(const LoweringContext& ctx, const 
   return t;
 }
 
-// The lane workspace as the three launches share it: per-chunk double partial sums, then the
-// per-channel coefficients the finalize kernel leaves for the apply kernel.
+// The lane workspace as the launches share it: per-chunk double partial sums, then the
+// per-channel coefficients the finalize leaves for the apply kernel, then (where the statistics
+// kernel finalizes) its lanes' sums. `tickets`: the lane's, where the statistics kernel finalizes
+// (options.batch_norm_finalize_in_stats, kBatchNormTileTickets words a column tile, and room for
+// the lanes' sums); else null, and the finalize kernel runs.
 struct Scratch {
   double* partial;
   float* coef;
+  double* lane_sums;
+  unsigned* tickets;
+  size_t bytes;
 };
 Scratch ScratchOf(const LoweringContext& ctx, const codegen::BatchNormTiling& t, int64_t channels) {
   char* base = static_cast<char*>(ctx.workspace);
-  return {reinterpret_cast<double*>(base),
-          reinterpret_cast<float*>(base + codegen::BatchNormCoefficientOffset(t.chunks, channels))};
-}
-
-// The lane's tickets where the statistics kernel finalizes in each column tile's last block (a
-// word per tile); null where the finalize kernel runs instead.
-unsigned* TicketsFor(const LoweringContext& ctx, const codegen::BatchNormTiling& t) {
-  const bool fit = ctx.tickets != nullptr && t.column_tiles <= ctx.ticket_words;
-  return ctx.options.batch_norm_finalize_in_stats && fit ? ctx.tickets : nullptr;
+  Scratch s{
+      reinterpret_cast<double*>(base),
+      reinterpret_cast<float*>(base + codegen::BatchNormCoefficientOffset(t.chunks, channels)),
+      nullptr, nullptr, static_cast<size_t>(t.scratch_bytes)};
+  const int64_t bytes = codegen::BatchNormFinalizeScratchBytes(t.chunks, channels);
+  if (ctx.options.batch_norm_finalize_in_stats && ctx.tickets != nullptr &&
+      t.column_tiles * codegen::kBatchNormTileTickets <= ctx.ticket_words &&
+      static_cast<size_t>(bytes) <= ctx.workspace_bytes) {
+    s.lane_sums =
+        reinterpret_cast<double*>(base + codegen::BatchNormLaneSumsOffset(t.chunks, channels));
+    s.tickets = ctx.tickets;
+    s.bytes = static_cast<size_t>(bytes);
+  }
+  return s;
 }
 
 dim3 TiledGrid(const codegen::BatchNormTiling& t) {
@@ -191,11 +202,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
         .Add(a.saved_invstd)
         .Add(coef);
   };
-  unsigned* tickets = TicketsFor(ctx, t);
+  unsigned* tickets = scratch.tickets;
   KernelArgs stats;
   stats.Add(a.x).Add(partial).Add(rows).Add(channels).Add(rows_per_chunk);
   if (tickets != nullptr) {
-    stats.Add(tickets);
+    stats.Add(tickets).Add(scratch.lane_sums);
     add_finish(stats);
   }
   ASSIGN_OR_RETURN(
@@ -237,7 +248,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormTrain(const Lowerin
                    a.keep_bits != nullptr ? " +keep_bits" : "");
   const int kernels = static_cast<int>(parts.size());
   return std::unique_ptr<GpuKernel>(new BatchNormLaunches(Describe(request, t, extras, kernels),
-                                                          std::move(parts), t.scratch_bytes));
+                                                          std::move(parts), scratch.bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const LoweringContext& ctx,
@@ -272,7 +283,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
   // Where the masked gradient g is an output, the statistics pass writes it and the apply pass
   // reads g alone: one read of the mask's source and of dy fewer, the same bits.
   const bool write_masked = a.masked_dy != nullptr;
-  unsigned* tickets = TicketsFor(ctx, t);
+  unsigned* tickets = scratch.tickets;
   KernelArgs stats;
   stats.Add(a.dy)
       .Add(a.act_out)
@@ -287,7 +298,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(channels)
       .Add(rows_per_chunk)
       .Add(a.act_bits);
-  if (tickets != nullptr) stats.Add(tickets).Add(a.dgamma).Add(a.dbeta).Add(coef);
+  if (tickets != nullptr) {
+    stats.Add(tickets).Add(scratch.lane_sums).Add(a.dgamma).Add(a.dbeta).Add(coef);
+  }
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name,
@@ -338,7 +351,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   const int kernels = static_cast<int>(parts.size());
   return std::unique_ptr<GpuKernel>(new BatchNormLaunches(Describe(request, t, extras, kernels),
-                                                          std::move(parts), t.scratch_bytes));
+                                                          std::move(parts), scratch.bytes));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormRecompute(

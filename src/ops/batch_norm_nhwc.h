@@ -9,7 +9,7 @@
 // Each training lowering is three launches (partial sums, per-channel finalize, pointwise apply)
 // with the lane's workspace as scratch, or two where the lane has tickets
 // (LoweringContext::tickets, options.batch_norm_finalize_in_stats): the partial sums' kernel then
-// finalizes in each column tile's last block, with the same sums and bits. Results are
+// finalizes in the blocks that finish last, with the same sums and bits. Results are
 // deterministic and depend on the shapes only, not on the GPU.
 //
 // The optional residual, ReLU and masked gradient let a fuse pass fold

@@ -85,8 +85,8 @@ struct LoweringOptions {
   // dependent_launch_after_libraries, after any kernel.
   bool dependent_launch = false;
   bool dependent_launch_after_libraries = false;
-  // The tiled batch norms' statistics kernels finalize in each column tile's last block, given
-  // the lane's tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
+  // The tiled batch norms' statistics kernels finalize in their last blocks, given the lane's
+  // tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
   bool batch_norm_finalize_in_stats = false;
 };
 

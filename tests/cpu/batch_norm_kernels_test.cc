@@ -71,11 +71,11 @@ TEST(BatchNormKernelsTest, FinalizingStatisticsKernelsAreKernelsOfTheirOwn) {
   const codegen::GeneratedKernel plain = codegen::BatchNormStats(4, DType::kBFloat16);
   const codegen::GeneratedKernel fin = codegen::BatchNormStats(4, DType::kBFloat16, 0, true);
   EXPECT_EQ(plain.code.find("tickets"), std::string::npos);
-  EXPECT_EQ(plain.code.find("BnLastOfTile"), std::string::npos);
+  EXPECT_EQ(plain.code.find("BnFinalizeTile"), std::string::npos);
   EXPECT_NE(fin.code.find("unsigned* __restrict__ tickets"), std::string::npos);
-  EXPECT_NE(fin.code.find("BnLastOfTile(tickets)"), std::string::npos);
+  EXPECT_NE(fin.code.find("BnFinalizeTile(tickets, partial, lane_sums"), std::string::npos);
   const codegen::GeneratedKernel grad = codegen::BatchNormGradStats(4, DType::kFloat32);
-  EXPECT_EQ(grad.code.find("BnSumTile"), std::string::npos);
+  EXPECT_EQ(grad.code.find("BnSumLanes"), std::string::npos);
   EXPECT_NE(codegen::BatchNormGradStats(4, DType::kFloat32, 0, false, false, false, true)
                 .code.find("BnFinishBackward(c, sum, dot"),
             std::string::npos);

@@ -154,7 +154,7 @@ bool SameBits(const Results<E>& a, const Results<E>& b) {
 // Lowers the forward (+residual +relu), the backward (+relu mask +masked_dy) and the recompute
 // with element type E, runs all three twice from the same running statistics, and returns both
 // runs. `describe` receives the forward's description. `finalize_in_stats`: the statistics
-// kernels finalize in their tiles' last blocks (two launches a pass), else three launches.
+// kernels finalize in their last blocks (two launches a pass), else three launches.
 template <typename E>
 absl::StatusOr<std::array<Results<E>, 2>> RunTwice(const testing::LauncherGpu& gpu, int64_t m,
                                                    int64_t c, int offset, const Inputs& in,
@@ -465,7 +465,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormBf16Test,
                                            Case{1000, 10, 0}, Case{7, 3, 0}),
                          [](const auto& info) { return CaseName(info.param); });
 
-// The statistics kernels finalizing in each column tile's last block give the bits of the finalize
+// The statistics kernels finalizing in the blocks that finish last give the bits of the finalize
 // kernels, and leave the lane's tickets zero (NCHW's one channel a tile runs through the plan's
 // lowering in batch_norm_gpu_test.cc, with tickets, against the CPU reference).
 class BatchNormFinalizeInStatsTest : public ::testing::TestWithParam<Case> {};
@@ -491,11 +491,12 @@ TEST_P(BatchNormFinalizeInStatsTest, GivesTheFinalizeKernelsBits) {
   EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), testing::LauncherGpu::kTicketWords);
 }
 
-// ResNet-50's b32 layer1 (512 chunks of one tile) and layer4 (16 tiles), a tile of 16 channels,
-// one channel per thread, two rows.
+// ResNet-50's b32 layer1 (512 chunks of one tile), layer3 (2 tiles of 196 chunks) and layer4 (16
+// tiles of 33), a tile of 16 channels, one channel per thread, two rows (one chunk).
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormFinalizeInStatsTest,
-                         ::testing::Values(Case{32 * 56 * 56, 64, 0}, Case{32 * 7 * 7, 2048, 0},
-                                           Case{1000, 16, 0}, Case{300, 96, 1}, Case{2, 32, 0}),
+                         ::testing::Values(Case{32 * 56 * 56, 64, 0}, Case{32 * 14 * 14, 256, 0},
+                                           Case{32 * 7 * 7, 2048, 0}, Case{1000, 16, 0},
+                                           Case{300, 96, 1}, Case{2, 32, 0}),
                          [](const auto& info) { return CaseName(info.param); });
 
 // The forward writing the ReLU's keep bits and the backward reading them give the bits of the
