@@ -3,6 +3,7 @@
 // launches use.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -48,6 +49,15 @@ TEST(LaneWorkspacesGpuTest, BacksWhatIsNeededAndReleasesTheRest) {
     EXPECT_EQ(too_much.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_TRUE(absl::StrContains(too_much.message(), "lane 1 needs")) << too_much;
     EXPECT_EQ(w->Settle({0, 0, 0}).code(), absl::StatusCode::kInvalidArgument);
+    // Each lane's tickets: always backed, zero, apart from the other lane's.
+    constexpr int64_t kWords = runtime::LaneWorkspaces::kTicketWords;
+    EXPECT_EQ(w->ticket_bytes(), static_cast<int64_t>(2 * kWords * sizeof(unsigned)));
+    EXPECT_EQ(w->tickets(1), w->tickets(0) + kWords);
+    EXPECT_EQ(w->tickets(2), nullptr);
+    std::vector<unsigned> tickets(2 * kWords, 1u);
+    REPRISE_ASSERT_OK(cudaMemcpy(tickets.data(), w->tickets(0), tickets.size() * sizeof(unsigned),
+                                 cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(tickets.begin(), tickets.end(), 0u), 2 * kWords);
   }
   REPRISE_ASSERT_OK_AND_ASSIGN(const int64_t used_after, runtime::DeviceMemoryInUse());
   EXPECT_EQ(used_after, used_before);  // Unmapped, released and the reserve freed.
