@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The batch norms' finalize in their statistics kernels (KernelTuning::batch_norm_finalize_in_stats,
 # docs/engine.md) on one GPU in one call, from a staged checkout:
-#   bash tools/device/bn_finalize.sh [ROUNDS]
+#   bash tools/device/bn_finalize.sh [ROUNDS] [TIMELINE]
 # First its GPU tests (the launchers' bits against the finalize kernels' and float64, the ops
 # against the CPU reference, ResNet's steps), then memcheck and racecheck over the launcher test
 # (the last block's flag lives in shared memory), then ResNet-50 NHWC, whole step captured,
 # two lanes, b32 bfloat16, b32 TF32 and b256 bfloat16, with the finalize launched apart and in the
-# statistics kernels alternating in each round: each row the step's median ms.
+# statistics kernels alternating in each round: each row the step's median ms. TIMELINE (a count)
+# adds, after the rounds, both forms' b32 bfloat16 launch spans by kind and their longest launches.
 set -uo pipefail
 rounds=${1:-2}
+timeline=${2:-0}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
 tests='*BatchNormFinalizeInStats*:*BatchNormLauncher*:*BatchNormGpu*:*BatchNormGraph*'
 tests+=':*BatchNormKeepBits*:ResNetGpu*'
@@ -33,3 +35,11 @@ for ((r = 1; r <= rounds; ++r)); do
     done
   done
 done
+if ((timeline > 0)); then
+  for in_stats in false true; do
+    echo "== timeline, r50 b32 bf16, finalize_in_stats=$in_stats"
+    timeout 200 reprise-bench --model resnet --depth 50 --classes 1000 --tf32 --layout nhwc \
+      --mode graph --fusion on --inputs device --lanes 2 --bf16 --batch 32 --iters 40 --warmup 5 \
+      --bn_finalize_in_stats="$in_stats" --timeline "$timeline" 2>&1 | grep -vE '^(mode|reprise-bench)'
+  done
+fi
