@@ -10,6 +10,7 @@
 #include "src/ir/op_def.h"
 #include "src/passes/memory_plan.h"
 #include "src/passes/schedule.h"
+#include "src/runtime/lane_workspaces.h"
 #include "src/runtime/owners.h"
 
 namespace reprise {
@@ -32,7 +33,8 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   ASSERT_TRUE(device.ok());
   auto arena = runtime::DeviceBuffer::Create(memory->arena_bytes);
   auto workspace = runtime::DeviceBuffer::Create(64 << 20);
-  constexpr int64_t kTicketWords = 4096;  // Zeroed, as a trainer's lanes' tickets are.
+  // Zeroed, as a trainer's lanes' tickets are.
+  constexpr int64_t kTicketWords = runtime::LaneWorkspaces::kTicketWords;
   auto tickets = runtime::DeviceBuffer::Create(kTicketWords * sizeof(unsigned));
   ASSERT_TRUE(tickets.ok());
   ASSERT_EQ(cudaMemset(tickets->data(), 0, tickets->bytes()), cudaSuccess);

@@ -11,6 +11,7 @@
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
+#include "src/runtime/lane_workspaces.h"
 #include "src/runtime/owners.h"
 #include "src/util/status_macros.h"
 
@@ -22,7 +23,7 @@ struct LauncherGpu {
   runtime::Stream stream;
   runtime::DeviceBuffer workspace;
   runtime::DeviceBuffer tickets;  // Zeroed, as runtime::LaneWorkspaces' are.
-  static constexpr int64_t kTicketWords = 4096;
+  static constexpr int64_t kTicketWords = runtime::LaneWorkspaces::kTicketWords;
 
   ops::LoweringContext Context() const {
     ops::LoweringContext ctx;
