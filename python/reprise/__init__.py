@@ -25,6 +25,11 @@ tensor on the trainer's device (torch, CuPy, anything with __dlpack__) is bound 
 copy: every later step reads that memory, so keep the tensor unchanged until the step is done and
 write the next batch into the same tensor (or call set_input again). Make sure the tensor is
 ready on the device first (e.g. torch.cuda.synchronize()): steps run on the trainer's stream.
+trainer.input_buffer(name) is the engine's own pinned buffer of an input, as a writable NumPy
+array: write a batch into it (reprise.data.TokenLoader.next_into does) and the next step copies it.
+
+reprise.data reads and writes llm.c's token shards and cuts them into shuffled training batches
+(TokenLoader, reading ahead on its own thread) or validation batches (SequentialTokenReader).
 """
 
 from . import _reprise
@@ -46,6 +51,7 @@ from ._reprise import (  # noqa: F401  (the public names)
     TrainerStats,
     Value,
     VerifyResult,
+    data,
     models,
     nn,
     no_gpu_reason,
@@ -56,7 +62,7 @@ __all__ = [
     "LaunchOptions", "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule",
     "MirrorOptions", "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions",
     "OptimizerKind", "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions",
-    "Trainer", "TrainerReport", "TrainerStats", "Value", "VerifyResult", "models", "nn",
+    "Trainer", "TrainerReport", "TrainerStats", "Value", "VerifyResult", "data", "models", "nn",
     "no_gpu_reason",
 ]
 

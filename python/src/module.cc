@@ -10,4 +10,5 @@ NB_MODULE(_reprise, m) {
   reprise::python::BindGraphs(m);
   reprise::python::BindOptions(m);
   reprise::python::BindTrainer(m);
+  reprise::python::BindData(m);
 }

@@ -1,5 +1,6 @@
-// Trainer: inputs from NumPy arrays (copied) or DLPack tensors (torch, CuPy: device memory is
-// bound without a copy), steps, the loss, verify, the report, checkpoints and weights.
+// Trainer: inputs from NumPy arrays (copied), the engine's input buffers, or DLPack tensors (torch,
+// CuPy: device memory is bound without a copy), steps, the loss, verify, the report, checkpoints
+// and weights.
 #include "reprise/trainer.h"
 
 #include <cuda_runtime_api.h>
@@ -65,15 +66,6 @@ std::string ShapeText(const nb::ndarray<nb::ro, nb::c_contig>& array) {
   std::vector<int64_t> dims;
   for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
   return Shape(std::move(dims)).ToString();
-}
-
-std::string DTypeText(const nb::dlpack::dtype& dtype) {
-  const char* kind = dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int)      ? "int"
-                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
-                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
-                     : dtype.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
-                                                                                          : "other";
-  return absl::StrCat(kind, dtype.bits);
 }
 
 // Host arrays are copied (Trainer::SetInput); device memory of the trainer's GPU, and pinned host
@@ -157,6 +149,39 @@ nb::ndarray<nb::numpy, float> ToNumpy(std::vector<float> values, const std::vect
   return nb::ndarray<nb::numpy, float>(data, shape.size(), shape.data(), owner);
 }
 
+// Input `name`'s pinned host buffer in the engine (Trainer::InputBuffer), as a writable NumPy view
+// of the input's shape and dtype that keeps the trainer alive. Waits until no queued step reads
+// the buffer, so it is called again before each write.
+nb::object InputBufferView(nb::handle self, const std::string& name) {
+  PyTrainer& py = nb::cast<PyTrainer&>(self);
+  auto input = py.inputs.find(name);
+  if (input == py.inputs.end()) {
+    // The C++ call names the error (an unknown input, or an optimizer input).
+    ThrowIfError(py.trainer->InputBuffer(name).status());
+    ThrowIfError(absl::NotFoundError(
+        absl::StrCat("input_buffer('", name, "'): not an input of the model's graph")));
+  }
+  const TensorSpec& spec = input->second;
+  const std::vector<size_t> shape(spec.shape.dims().begin(), spec.shape.dims().end());
+  absl::StatusOr<absl::Span<float>> floats;
+  absl::StatusOr<absl::Span<int32_t>> ints;
+  {
+    nb::gil_scoped_release release;  // May wait for a queued step.
+    if (spec.dtype == DType::kInt32) {
+      ints = py.trainer->InputBufferInt32(name);
+    } else {
+      floats = py.trainer->InputBuffer(name);
+    }
+  }
+  if (spec.dtype == DType::kInt32) {
+    absl::Span<int32_t> buffer = ValueOrThrow(std::move(ints));
+    return nb::cast(
+        nb::ndarray<nb::numpy, int32_t>(buffer.data(), shape.size(), shape.data(), self));
+  }
+  absl::Span<float> buffer = ValueOrThrow(std::move(floats));
+  return nb::cast(nb::ndarray<nb::numpy, float>(buffer.data(), shape.size(), shape.data(), self));
+}
+
 nb::ndarray<nb::numpy, float> GetParameter(PyTrainer& py, const std::string& name) {
   std::vector<float> values = ValueOrThrow(py.trainer->GetParameter(name));
   auto it = py.tensors.find(name);
@@ -230,7 +255,19 @@ void BindTrainer(nb::module_& m) {
       .def(
           "set_learning_rate",
           [](PyTrainer& py, float lr) { ThrowIfError(py.trainer->SetLearningRate(lr)); }, "lr"_a)
+      .def("input_buffer", &InputBufferView, "name"_a,
+           "The engine's pinned host buffer of input `name`, as a writable NumPy array of the "
+           "input's shape and dtype, which the next step copies to the device: write the batch "
+           "into it (e.g. TokenLoader.next_into). Waits until no queued step reads it, so call "
+           "it again before each write. No label range check is made on data written this way.")
       .def("step", [](PyTrainer& py) { ThrowIfError(py.trainer->Step()); })
+      .def(
+          "skipped_steps", [](PyTrainer& py) { return ValueOrThrow(py.trainer->SkippedSteps()); },
+          "Steps whose update was skipped for a non-finite loss or gradient (loss scaling or the "
+          "non-finite guard), read after the queued steps.")
+      .def(
+          "loss_scale", [](PyTrainer& py) { return ValueOrThrow(py.trainer->LossScale()); },
+          "Loss scaling's current scale (1 when it is off), read after the queued steps.")
       .def("synchronize", [](PyTrainer& py) { ThrowIfError(py.trainer->Synchronize()); })
       .def("loss", [](PyTrainer& py) { return ValueOrThrow(py.trainer->Loss()); })
       .def(
