@@ -38,6 +38,8 @@ from ._reprise import (  # noqa: F401  (the public names)
     ConvApi,
     DType,
     ExecMode,
+    ForwardRunner,
+    ForwardStats,
     Graph,
     GraphLaunch,
     Layout,
@@ -58,7 +60,8 @@ from ._reprise import (  # noqa: F401  (the public names)
 )
 
 __all__ = [
-    "ChannelsLast", "ConvApi", "DType", "ExecMode", "Graph", "GraphLaunch", "KernelTuning",
+    "ChannelsLast", "ConvApi", "DType", "ExecMode", "ForwardRunner", "ForwardStats", "Graph",
+    "GraphLaunch", "KernelTuning",
     "LaunchOptions", "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule",
     "MirrorOptions", "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions",
     "OptimizerKind", "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions",

@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
+#include "python/src/py_trainer.h"
 #include "reprise/graph.h"
 
 namespace nb = nanobind;
@@ -29,21 +30,6 @@ using namespace nb::literals;
 
 namespace reprise::python {
 namespace {
-
-// The C++ Trainer and what Python needs beside it: the graph's tensor specs (for shapes and
-// dtypes), and the Python objects whose memory inputs are bound to, kept alive while bound.
-struct PyTrainer {
-  std::unique_ptr<Trainer> trainer;
-  int device = 0;
-  std::map<std::string, TensorSpec> inputs;   // Input nodes of the user's graph.
-  std::map<std::string, TensorSpec> tensors;  // Its parameters and state, for get_parameter.
-  std::map<std::string, nb::object> bound;
-
-  absl::Status Unbind(const std::string& name) {
-    if (bound.erase(name) == 0) return absl::OkStatus();
-    return trainer->BindInput(name, nullptr, 0);
-  }
-};
 
 std::unique_ptr<PyTrainer> Create(const Graph& graph, Value loss, const TrainOptions& options) {
   auto py = std::make_unique<PyTrainer>();
@@ -248,7 +234,8 @@ void BindTrainer(nb::module_& m) {
         return absl::StrCat(cudaGetErrorName(result), ": ", cudaGetErrorString(result));
       },
       "\"\" when a CUDA device is visible, else why not (what GPU tests print when they skip).");
-  nb::class_<PyTrainer>(m, "Trainer")
+  nb::class_<PyTrainer> trainer(m, "Trainer");
+  trainer
       .def_static("create", &Create, "graph"_a, "loss"_a, "options"_a = TrainOptions(),
                   "Builds and compiles the training step of `loss`; RuntimeError without a GPU.")
       .def("set_input", &SetInput, "name"_a, "data"_a)
@@ -328,6 +315,7 @@ void BindTrainer(nb::module_& m) {
             ThrowIfError(py.trainer->RestoreCheckpoint(path));
           },
           "path"_a);
+  BindForward(m, trainer);
 }
 
 }  // namespace reprise::python
