@@ -252,3 +252,4 @@ def test_an_input_buffer_outlives_nothing_it_needs(gpu, tiny_gpt2):
     del trainer  # The view keeps the trainer, and so its pinned buffer, alive.
     buffer[:] = 3
     assert int(buffer.sum()) == 3 * 32
+
