@@ -50,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--top_k", type=int, default=40, help="0: all tokens")
     p.add_argument("--peak_tflops", type=float, default=989.0,
                    help="the GPU's dense bf16 peak for MFU (989: H100 and H200 SXM)")
+    p.add_argument("--measure_matmul", type=int, choices=[0, 1], default=1,
+                   help="1: time cuBLASLt's candidates for each product at the first run and keep "
+                        "the choice in the kernel cache's folder for later runs")
     p.add_argument("--seed", type=int, default=1337)
     args = p.parse_args(argv)
     for name, low in (("vocab", 2), ("batch", 1), ("seq", 0), ("steps", 1), ("warmup", 0),
@@ -96,7 +99,9 @@ def train_options(args):
                                          beta1=0.9, beta2=0.95, weight_decay=args.weight_decay,
                                          decay_rank1=False, max_grad_norm=1.0, schedule=schedule)
     dtype = reprise.DType.float32 if args.dtype == "f32" else reprise.DType.bfloat16
-    return reprise.TrainOptions(seed=args.seed, compute_dtype=dtype, optimizer=optimizer)
+    options = reprise.TrainOptions(seed=args.seed, compute_dtype=dtype, optimizer=optimizer)
+    options.kernels.measure_matmul_algorithms = bool(args.measure_matmul)
+    return options
 
 
 def evaluate(evaluator, gpt, reader, batches):
