@@ -54,6 +54,10 @@ ABSL_FLAG(bool, bn_finalize_in_stats, false,
           "TrainOptions::kernels.batch_norm_finalize_in_stats: the batch norms' statistics "
           "kernels finalize in their last blocks (no finalize launch)");
 
+ABSL_FLAG(bool, sgd_one_launch, false,
+          "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one chunked "
+          "launch that also writes mixed precision's 16-bit parameter copies");
+
 namespace reprise::tools {
 
 const char kBenchKernelFlagsFile[] = __FILE__;
@@ -90,6 +94,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
   kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
   kernels.batch_norm_finalize_in_stats = absl::GetFlag(FLAGS_bn_finalize_in_stats);
+  kernels.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
   return kernels;
 }
 
@@ -102,7 +107,8 @@ std::string KernelFlagsText() {
                       absl::GetFlag(FLAGS_dependent_launch_after_libraries)
                           ? " dependent_launch_after_libraries=1"
                           : "",
-                      absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "");
+                      absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
+                      absl::GetFlag(FLAGS_sgd_one_launch) ? " sgd_one_launch=1" : "");
 }
 
 }  // namespace reprise::tools

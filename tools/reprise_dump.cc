@@ -50,9 +50,14 @@ ABSL_FLAG(int, lanes, 0, "0 (auto) or 1 to 4 lanes (stages plan and cuda-graph)"
 ABSL_FLAG(bool, whole_step, true,
           "allow the whole-step MLP kernel when it fits (stages plan and cuda-graph)");
 ABSL_FLAG(bool, update_copies, true,
-          "mixed precision with AdamW: the parameters' 16-bit copies kept between steps and "
+          "mixed precision with AdamW (or SGD with --sgd_one_launch): the parameters' 16-bit "
+          "copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies; stages "
           "plan and cuda-graph)");
+ABSL_FLAG(bool, sgd_one_launch, false,
+          "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one sgd_multi "
+          "launch, which in mixed precision also writes the 16-bit parameter copies (stages plan "
+          "and cuda-graph)");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
@@ -115,6 +120,7 @@ reprise::DumpRequest RequestFromFlags() {
   request.lanes = absl::GetFlag(FLAGS_lanes);
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.update_copies = absl::GetFlag(FLAGS_update_copies);
+  request.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
   request.mirror = absl::GetFlag(FLAGS_mirror);
   request.dtype = absl::GetFlag(FLAGS_dtype);
   request.channels_last = absl::GetFlag(FLAGS_channels_last);

@@ -99,6 +99,13 @@ struct KernelTuning {
   // arrivals on the lane's tickets) instead of a finalize launch after them: a launch fewer per
   // batch-norm pass, the same bits. Off until it has been measured on a GPU (docs/engine.md).
   bool batch_norm_finalize_in_stats = false;
+  // SGD's updates that wait for every gradient anyway (clipped, or checked by loss scaling or the
+  // non-finite guard, which is on by default) in one launch of a chunked kernel, whatever their
+  // weight decays and gradient types, instead of a launch per 32 tensors (ResNet-50: 6); in mixed
+  // precision that launch also writes the parameters' 16-bit copies (with
+  // update_writes_parameter_copies), so no cast of every weight starts the step. The same bits.
+  // Off until it has been measured on a GPU (docs/engine.md).
+  bool sgd_one_launch = false;
 };
 
 }  // namespace reprise

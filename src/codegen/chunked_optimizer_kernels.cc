@@ -1,5 +1,6 @@
-// The chunked multi-tensor kernels of optimizer_kernels.h (AdamMulti, GradSumSquares): every tensor
-// of a table seen as one list of chunks, each tensor's gradient of its own type (GradKinds).
+// The chunked multi-tensor kernels of optimizer_kernels.h (AdamMulti, SgdMulti, GradSumSquares):
+// every tensor of a table seen as one list of chunks, each tensor's gradient of its own type
+// (GradKinds).
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -173,6 +174,67 @@ __device__ __forceinline__ float ThreadSumSquares(const G* __restrict__ g, int n
 )");
 }
 
+// SgdMulti's walk over a chunk, after ChunkedHelpers (only its kernel carries it).
+constexpr char kSgdChunk[] = R"(
+// The SGD step's scalars, the same in every block.
+struct SgdScalars {
+  float rate, momentum, clip, inv;
+  int nesterov;
+};
+// SgdElement over a quad: the same arithmetic, element by element, as every SGD kernel.
+__device__ __forceinline__ void SgdQuad(const SgdScalars& s, float decay, float4& w,
+                                        const float4& g, float4& v) {
+  SgdElement(s.rate, s.momentum, decay, s.clip, s.inv, s.nesterov, w.x, g.x, v.x);
+  SgdElement(s.rate, s.momentum, decay, s.clip, s.inv, s.nesterov, w.y, g.y, v.y);
+  SgdElement(s.rate, s.momentum, decay, s.clip, s.inv, s.nesterov, w.z, g.z, v.z);
+  SgdElement(s.rate, s.momentum, decay, s.clip, s.inv, s.nesterov, w.w, g.w, v.w);
+}
+// One chunk of n <= REPRISE_NORM_CHUNK elements of an SGD update, as AdamChunk walks one: two
+// quads of each array in flight per thread where all are aligned, streaming hints, the rest
+// element by element; the new weights' 16-bit copies where `c` is not null.
+template <typename G>
+__device__ __forceinline__ void SgdChunk(const SgdScalars& s, float decay, float* __restrict__ w,
+                                         const G* __restrict__ g, float* __restrict__ v,
+                                         unsigned short* __restrict__ c, int copy_kind, int n,
+                                         bool aligned) {
+  int done = 0;
+  if (aligned) {
+    const int quads = n / 4;
+    done = 4 * quads;
+    float4* __restrict__ w4 = (float4*)w;
+    float4* __restrict__ v4 = (float4*)v;
+    for (int q = threadIdx.x; q < quads; q += 2 * REPRISE_NORM_BLOCK) {
+      const int r = q + REPRISE_NORM_BLOCK;
+      const bool second = r < quads;
+      float4 wa = __ldcs(w4 + q), ga = StreamGradQuad(g, q), va = __ldcs(v4 + q);
+      float4 wb = wa, gb = ga, vb = va;
+      if (second) {
+        wb = __ldcs(w4 + r);
+        gb = StreamGradQuad(g, r);
+        vb = __ldcs(v4 + r);
+      }
+      SgdQuad(s, decay, wa, ga, va);
+      __stcs(w4 + q, wa);
+      __stcs(v4 + q, va);
+      if (c != nullptr) StoreCopyQuad(c, q, wa, copy_kind);
+      if (second) {
+        SgdQuad(s, decay, wb, gb, vb);
+        __stcs(w4 + r, wb);
+        __stcs(v4 + r, vb);
+        if (c != nullptr) StoreCopyQuad(c, r, wb, copy_kind);
+      }
+    }
+  }
+  for (int i = done + threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+    float wi = w[i], vi = v[i];
+    SgdElement(s.rate, s.momentum, decay, s.clip, s.inv, s.nesterov, wi, GradValue(g, i), vi);
+    w[i] = wi;
+    v[i] = vi;
+    if (c != nullptr) c[i] = CopyBits(wi, copy_kind);
+  }
+}
+)";
+
 }  // namespace
 
 GeneratedKernel AdamMulti(int capacity, bool copies) {
@@ -246,6 +308,74 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 #endif
     AdamTensorChunk(a, table.w[t], table.g[t], kinds.kind[t], table.m[t], table.v[t], copy, start,
                     n);
+  }
+}
+)")};
+}
+
+GeneratedKernel SgdMulti(int capacity, bool copies) {
+  const std::string name = copies ? "reprise_sgd_multi_copies" : "reprise_sgd_multi";
+  return {name,
+          absl::StrCat(ChunkedHelpers(capacity), kSgdChunk, "#define REPRISE_COPIES ",
+                       copies ? 1 : 0, R"(
+struct SgdMultiTable {
+  float* w[REPRISE_CAPACITY];
+  const void* g[REPRISE_CAPACITY];
+  float* v[REPRISE_CAPACITY];
+  const float* weight_decay[REPRISE_CAPACITY];
+#if REPRISE_COPIES
+  unsigned short* copy[REPRISE_CAPACITY];
+#endif
+  long long n[REPRISE_CAPACITY];
+  int first[REPRISE_CAPACITY + 1];
+};
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BLOCKS_PER_SM)
+)",
+                       name,
+                       R"((SgdMultiTable table, const __grid_constant__ GradKinds kinds, int count,
+                   const float* __restrict__ lr, const float* __restrict__ mu,
+                   const float* __restrict__ clip, const float* __restrict__ unscale, int nesterov
+#if REPRISE_COPIES
+                   , int* __restrict__ stale
+#endif
+) {
+#if REPRISE_COPIES
+  // As adam_multi's: the copies are current after this launch, whether it updates or skips.
+  if (blockIdx.x == 0 && threadIdx.x == 0) *stale = 0;
+#endif
+  if (Skipped(unscale)) return;
+  const SgdScalars s{lr[0], mu[0], clip != nullptr ? clip[0] : 1.0f, InverseScale(unscale),
+                     nesterov};
+  int t = count - 1;
+  float decay = table.weight_decay[t][0];
+  // From the last chunk to the first, as AdamMulti: the gradients made last may still be in L2.
+  for (int c = table.first[count] - 1 - (int)blockIdx.x; c >= 0; c -= (int)gridDim.x) {
+    if (c < table.first[t]) {
+      do --t;
+      while (c < table.first[t]);
+      decay = table.weight_decay[t][0];
+    }
+    const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+    const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
+    const int kind = kinds.kind[t];
+#if REPRISE_COPIES
+    unsigned short* const copy = table.copy[t] != nullptr ? table.copy[t] + start : nullptr;
+#else
+    unsigned short* const copy = nullptr;
+#endif
+    float* const w = table.w[t] + start;
+    float* const v = table.v[t] + start;
+    const bool aligned = Aligned16(w, v, v, v) && (((unsigned long long)copy & 7ull) == 0ull);
+    if ((kind & 3) == 1) {
+      const Bf16Grad* g = (const Bf16Grad*)table.g[t];
+      SgdChunk(s, decay, w, g + start, v, copy, kind >> 2, n, aligned && GradAligned(g));
+    } else if ((kind & 3) == 2) {
+      const F16Grad* g = (const F16Grad*)table.g[t];
+      SgdChunk(s, decay, w, g + start, v, copy, kind >> 2, n, aligned && GradAligned(g));
+    } else {
+      const float* g = (const float*)table.g[t];
+      SgdChunk(s, decay, w, g + start, v, copy, kind >> 2, n, aligned && GradAligned(g));
+    }
   }
 }
 )")};

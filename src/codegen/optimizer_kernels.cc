@@ -372,6 +372,7 @@ std::vector<GeneratedKernel> OptimizerKernels() {
           SgdUpdateMulti(DType::kFloat16),
           Adam(),
           AdamMulti(32),
+          SgdMulti(32),
           GradSumSquares(32),
           ClipCoefficientKernel()};
 }

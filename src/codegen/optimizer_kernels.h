@@ -146,6 +146,18 @@ GeneratedKernel Adam();
 // rounded as cast rounds it, and a last argument `int* stale` is set to 0, skipped step or not.
 GeneratedKernel AdamMulti(int capacity, bool copies = false);
 
+// SGD's updates of every tensor of a table in one launch, walked as AdamMulti walks them (blocks of
+// kNormBlock threads over every chunk, from the last to the first), each element as SgdUpdate
+// computes it (the same bits), each tensor with its own weight decay and its gradient of its own
+// type. Signature: (SgdMultiTable table, GradKinds kinds, int count, const float* lr,
+// const float* mu, const float* clip, const float* unscale, int nesterov); clip and unscale may
+// be null; SgdMultiTable { float* w[C]; const void* g[C]; float* v[C]; const float*
+// weight_decay[C]; long long n[C]; int first[C + 1]; } (ops::ChunkTable(C, 4)). With `copies`
+// (kernel "reprise_sgd_multi_copies"): `unsigned short* copy[C]` after weight_decay (null for a
+// tensor without one; ops::ChunkTable(C, 5)), the copies' types in GradKinds' bits 2-3, and a
+// last argument `int* stale` set to 0, as AdamMulti's.
+GeneratedKernel SgdMulti(int capacity, bool copies = false);
+
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table with first_partial + c < partial_count, blocks of kNormBlock
 // threads striding over the chunks. Where `flags` is not null, also the non-finite guard's check

@@ -36,7 +36,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &MaxPool2dWithArgmaxOp(), &MaxPool2dGradFromArgmaxOp(), &TransposeOp(), &CastOp(),
           &CastMultiOp(), &RefreshCopiesOp(), &MatmulBiasOp(), &MatmulBiasReluMaskOp(),
           &MatmulDReluBiasGradOp(), &SoftmaxCrossEntropyWithGradOp(), &SgdMomentumMultiOp(),
-          &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
+          &SgdMultiOp(), &AdamMultiOp(), &FusedPointwiseOp(), &MlpTrainStepOp(),
           // Batches padded to a shape bucket.
           &MaskedSoftmaxCrossEntropyOp(), &MaskedSoftmaxCrossEntropyGradOp(),
           // Ensemble batching (src/passes/batch_ensemble.h).

@@ -124,15 +124,16 @@ absl::Status ChunkTable::Add(absl::Span<void* const> pointers, int64_t n) {
 
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   const bool adam = node.op == &AdamMultiOp();
+  const bool sgd = node.op == &SgdMultiOp();
   const bool nonfinite = node.op == &GradNonfiniteOp();
   const bool cast = node.op == &CastMultiOp() && !node.outputs.empty();
   const bool refresh = node.op == &RefreshCopiesOp() && node.inputs.size() >= 3;
-  if (!adam && !nonfinite && !cast && !refresh && node.op != &GradSumSquaresOp() &&
+  if (!adam && !sgd && !nonfinite && !cast && !refresh && node.op != &GradSumSquaresOp() &&
       node.op != &GradSumSquaresNonfiniteOp())
     return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
-  const bool copies = adam && ir::IntAttr(node.attrs, "copies").value_or(0) > 0;
-  if (adam) {
+  const bool copies = (adam || sgd) && ir::IntAttr(node.attrs, "copies").value_or(0) > 0;
+  if (adam || sgd) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
   } else if (refresh) {
     tensors = tensors / 2;
@@ -148,6 +149,7 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   std::vector<codegen::GeneratedKernel> kernels;
   for (int capacity : capacities) {
     kernels.push_back(adam        ? codegen::AdamMulti(capacity, copies)
+                      : sgd       ? codegen::SgdMulti(capacity, copies)
                       : nonfinite ? codegen::GradNonfinite(capacity)
                       : cast      ? codegen::CastMulti(capacity, node.outputs[0].dtype)
                       : refresh

@@ -101,6 +101,13 @@ const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
 // nothing; every (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize
 // tensors. Attrs tensors, nesterov, loss_scaled.
 const ir::OpDef& SgdMomentumMultiOp();
+// sgd_multi.cc. (w0, g0, v0, wd0, w1, g1, v1, wd1, ..., lr, momentum[, clip][, check]) ->
+// nothing; every (w, v) updated as sgd_momentum does, each tensor with its own weight decay and
+// its gradient of its own type (float32 or a 16-bit float), in one launch per
+// codegen::kMaxMultiTensorCapacity tensors. Attrs tensors, nesterov, loss_scaled; attr copies = K:
+// after those inputs, the first K tensors' 16-bit copies and the stale flag, written too.
+const ir::OpDef& SgdMultiOp();
+inline constexpr int kSgdMultiInputsPerTensor = 4;  // w, g, v, weight_decay
 // fused_pointwise.h: a chain of pointwise ops in one kernel.
 
 // All non-leaf ops, for tests that sweep over every op.

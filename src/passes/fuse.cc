@@ -113,7 +113,7 @@ absl::Span<const FusionRule> FusionRules() {
       {"multi-tensor optimizer", [](const FuseOptions& o) { return o.multi_tensor_optimizer; },
        [](GroupFinder& f, const FuseOptions& o) {
          if (o.nonfinite_check_with_norm) f.NonfiniteChecksWithTheNorm();
-         f.MultiTensorUpdates(o.fold_gradient_casts);
+         f.MultiTensorUpdates(o.fold_gradient_casts, o.sgd_one_launch);
        }},
       {"parameter casts", [](const FuseOptions& o) { return o.multi_tensor_casts; },
        [](GroupFinder& f, const FuseOptions&) { f.ParameterCasts(); }},

@@ -107,11 +107,16 @@ struct FuseOptions {
   // With multi_tensor_optimizer, in mixed precision: the updates read the 16-bit gradients,
   // widening them exactly on load, instead of a cast per parameter writing a float32 copy.
   bool fold_gradient_casts = true;
+  // With multi_tensor_optimizer: SGD updates that wait for every gradient anyway (clipped, or
+  // checked by loss scaling or the non-finite guard) in one sgd_multi launch, whatever their
+  // weight decays and gradient types, instead of sgd_momentum_multi's launch per 32 tensors
+  // (TrainOptions::kernels.sgd_one_launch).
+  bool sgd_one_launch = false;
   // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
   // where the first was made, instead of one launch per parameter.
   bool multi_tensor_casts = true;
-  // With multi_tensor_casts and adam_multi: those copies kept between steps and written by the
-  // update (src/passes/parameter_copies.h) instead of made at every step's start
+  // With multi_tensor_casts and adam_multi or sgd_multi: those copies kept between steps and
+  // written by the update (src/passes/parameter_copies.h) instead of made at every step's start
   // (TrainOptions::kernels.update_writes_parameter_copies).
   bool update_writes_copies = true;
 };

@@ -19,7 +19,8 @@
 
 namespace reprise::passes {
 
-void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts) {
+void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts, bool sgd_one_launch) {
+  if (sgd_one_launch) SgdOneLaunch(fold_gradient_casts);
   MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all",
               fold_gradient_casts);
   // adam's inputs: w, g, m, v, then lr, step, beta1, beta2, epsilon, weight_decay, [clip], [check].
@@ -50,6 +51,66 @@ void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts) {
       ++index;
     }
   }
+}
+
+void GroupFinder::SgdOneLaunch(bool fold_gradient_casts) {
+  constexpr int kPerTensor = 3, kWeightDecay = kPerTensor + 2;  // w, g, v, then lr, momentum, wd
+  // One group per data-parallel bucket and set of shared inputs but the weight decay, which
+  // sgd_multi takes per tensor; gradients of every type share it.
+  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
+           std::vector<int32_t>>
+      by_hyper;
+  for (const Node& node : g_.nodes()) {
+    if (node.op != &ops::SgdMomentumOp() || taken_[node.id]) continue;
+    // Only updates that wait for every gradient anyway (a clip coefficient or the check of loss
+    // scaling or of the non-finite guard): others keep sgd_momentum_multi's launches in the order
+    // the gradients come, which may run beside the rest of the backward pass.
+    const absl::StatusOr<ops::OptionalShared> optional = ops::OptionalSharedInputs(
+        node.attrs, kPerTensor, static_cast<int>(node.inputs.size()) - kPerTensor, 3);
+    if (!optional.ok() || (optional->clip < 0 && optional->check < 0)) continue;
+    std::vector<std::pair<int32_t, int32_t>> shared;
+    for (size_t i = kPerTensor; i < node.inputs.size(); ++i) {
+      if (i != kWeightDecay) shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
+    }
+    const Node& gradient = g_.node(node.inputs[1].node);
+    const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
+    by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
+  }
+  int index = 0;
+  for (const auto& [hyper, updates] : by_hyper) {
+    const Attrs& attrs = std::get<2>(hyper);
+    if (SgdGroup(updates, attrs, fold_gradient_casts, index) ||
+        (fold_gradient_casts && SgdGroup(updates, attrs, false, index))) {
+      ++index;
+    }
+  }
+}
+
+bool GroupFinder::SgdGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_casts,
+                           int index) {
+  constexpr int kPerTensor = 3, kWeightDecay = kPerTensor + 2;
+  const Node& first = g_.node(updates[0]);
+  NodeGroup group{.members = updates,
+                  .op = &ops::SgdMultiOp(),
+                  .name = index == 0 ? std::string("sgd.all") : absl::StrCat("sgd.all", index),
+                  .attrs = attrs};
+  group.attrs["tensors"] = static_cast<int64_t>(updates.size());
+  for (int32_t m : updates) {
+    const Node& node = g_.node(m);
+    group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + kPerTensor);
+    // A 16-bit gradient's widening cast: sgd_multi reads the 16-bit gradient, widening it exactly.
+    if (const Node* cast = fold_casts ? FoldableGradientCast(node, 1) : nullptr; cast != nullptr) {
+      group.inputs[group.inputs.size() - kPerTensor + 1] = cast->inputs[0];
+      group.members.push_back(cast->id);
+    }
+    group.inputs.push_back(node.inputs[kWeightDecay]);
+  }
+  if (updates.size() < 2 && group.members.size() == updates.size()) return false;
+  // lr, momentum, then the clip coefficient and the check, as sgd_momentum has them.
+  for (size_t i = kPerTensor; i < first.inputs.size(); ++i) {
+    if (static_cast<int>(i) != kWeightDecay) group.inputs.push_back(first.inputs[i]);
+  }
+  return TryAdd(std::move(group));
 }
 
 const Node* GroupFinder::FoldableGradientCast(const Node& update, int input) const {

@@ -64,8 +64,9 @@ class GroupFinder {
   // (fuse_library_rules.cc).
   void ConvDgradAccumulations(bool apart);
   void PointwiseChains();
-  // sgd_momentum (folding widening gradient casts in, if asked) and adam.
-  void MultiTensorUpdates(bool fold_gradient_casts);
+  // sgd_momentum (folding widening gradient casts in, if asked; with sgd_one_launch, as
+  // SgdOneLaunch where it applies) and adam.
+  void MultiTensorUpdates(bool fold_gradient_casts, bool sgd_one_launch);
   // The non-finite guard's check and the gradient norm over the same gradients as one pass
   // (grad_sum_squares_nonfinite, fuse_optimizer_rules.cc).
   void NonfiniteChecksWithTheNorm();
@@ -110,6 +111,12 @@ class GroupFinder {
   // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name, bool fold_gradient_casts = false);
+  // Groups every sgd_momentum node that reads a clip coefficient or a check, sharing inputs other
+  // than the weight decay, into one sgd_multi (fold_gradient_casts as MultiTensor's).
+  void SgdOneLaunch(bool fold_gradient_casts);
+  // One such group, `updates` with `attrs`; false if it could not be placed.
+  bool SgdGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_casts,
+                int index);
   // Groups every adam node sharing inputs other than the weight decay into one adam_multi, with
   // the lr_schedule and clip_coefficient that only it reads and (fold_casts) the widening casts of
   // 16-bit gradients that only an update reads; the group in `updates`, `attrs` those of its

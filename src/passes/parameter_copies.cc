@@ -1,5 +1,5 @@
-// KeepParameterCopies (parameter_copies.h): finds the cast_multi and adam_multi pair, then rebuilds
-// the graph node by node with the copies as state.
+// KeepParameterCopies (parameter_copies.h): finds the cast_multi and its update (adam_multi or
+// sgd_multi), then rebuilds the graph node by node with the copies as state.
 #include "src/passes/parameter_copies.h"
 
 #include <optional>
@@ -19,11 +19,10 @@
 namespace reprise::passes {
 namespace {
 
-constexpr int kPerTensor = ops::kAdamMultiInputsPerTensor;
-
 // What the rewrite needs to know about the pair.
 struct Pair {
   int32_t cast = -1, update = -1;
+  int per_tensor = 0;          // The update's inputs per tensor, its weight first.
   std::vector<int64_t> order;  // The update's tensors, those with copies first (the cast's order).
   std::vector<std::string> copy_names;  // Of the cast's outputs' states, in the cast's order.
 };
@@ -41,16 +40,20 @@ std::optional<int32_t> OnlyNodeOf(const Graph& g, const ir::OpDef& op) {
 
 std::optional<Pair> FindPair(const Graph& g, const absl::flat_hash_set<Value>& kept) {
   const std::optional<int32_t> cast = OnlyNodeOf(g, ops::CastMultiOp());
-  const std::optional<int32_t> update = OnlyNodeOf(g, ops::AdamMultiOp());
-  if (!cast.has_value() || !update.has_value()) return std::nullopt;
+  const std::optional<int32_t> adam = OnlyNodeOf(g, ops::AdamMultiOp());
+  const std::optional<int32_t> sgd = OnlyNodeOf(g, ops::SgdMultiOp());
+  if (!cast.has_value() || adam.has_value() == sgd.has_value()) return std::nullopt;
+  const std::optional<int32_t> update = adam.has_value() ? adam : sgd;
+  const int per_tensor =
+      adam.has_value() ? ops::kAdamMultiInputsPerTensor : ops::kSgdMultiInputsPerTensor;
   const Node& c = g.node(*cast);
   const Node& a = g.node(*update);
   const absl::StatusOr<int64_t> tensors = ir::IntAttr(a.attrs, "tensors");
   const absl::StatusOr<DType> to = ops::CastTargetOf(c.attrs);
   if (a.attrs.contains("copies") || !tensors.ok() || !to.ok()) return std::nullopt;
   absl::flat_hash_map<int32_t, int64_t> tensor_of;  // Parameter node -> the update's tensor.
-  for (int64_t t = 0; t < *tensors; ++t) tensor_of[a.inputs[kPerTensor * t].node] = t;
-  Pair pair{.cast = *cast, .update = *update};
+  for (int64_t t = 0; t < *tensors; ++t) tensor_of[a.inputs[per_tensor * t].node] = t;
+  Pair pair{.cast = *cast, .update = *update, .per_tensor = per_tensor};
   absl::flat_hash_set<int64_t> copied;
   absl::flat_hash_set<std::string> names;
   for (const Value& p : c.inputs) {
@@ -121,8 +124,8 @@ absl::StatusOr<Rebuilt> Rebuild(const Graph& g, const Pair& pair) {
     } else if (node.id == pair.update) {
       std::vector<Value> reordered;
       for (int64_t t : pair.order) {
-        reordered.insert(reordered.end(), inputs.begin() + kPerTensor * t,
-                         inputs.begin() + kPerTensor * (t + 1));
+        reordered.insert(reordered.end(), inputs.begin() + pair.per_tensor * t,
+                         inputs.begin() + pair.per_tensor * (t + 1));
       }
       const size_t per_tensor_inputs = reordered.size();
       reordered.insert(reordered.end(), inputs.begin() + per_tensor_inputs, inputs.end());

@@ -6,6 +6,7 @@
 // 16-bit store. So the fused graph changes:
 //   cast_multi(p...) -> c...      becomes   refresh_copies(p..., c..., stale), c... state
 //   adam_multi(...)               becomes   adam_multi(..., c..., stale), attr copies
+// (or sgd_multi alike, TrainOptions::kernels.sgd_one_launch)
 // The copies are state (placed once, kept between steps); every reader of one reads the state
 // after refresh_copies (control edges), and the update writes them after every reader. The copies
 // are current after every update; only the host can make them stale, by writing the weights
@@ -21,10 +22,11 @@
 
 namespace reprise::passes {
 
-// Rewrites `fused` as above where it has one cast_multi of parameters that its one adam_multi
-// all updates, no copy is in `kept` (values of fused.training) and every reader of a copy runs
-// before the update; leaves it unchanged otherwise (no mixed precision, SGD, the whole-step
-// kernel), and also where a copy's name ("<parameter>.<dtype>_copy") is taken.
+// Rewrites `fused` as above where it has one cast_multi of parameters that its one adam_multi or
+// sgd_multi (not both) all updates, no copy is in `kept` (values of fused.training) and every
+// reader of a copy runs before the update; leaves it unchanged otherwise (no mixed precision,
+// SGD in sgd_momentum_multi's launches, the whole-step kernel), and also where a copy's name
+// ("<parameter>.<dtype>_copy") is taken.
 absl::Status KeepParameterCopies(FusedTraining& fused, absl::Span<const Value> kept);
 
 }  // namespace reprise::passes

@@ -12,7 +12,7 @@ namespace {
 
 TEST(OptimizerKernelsTest, EveryKernelCompilesForSm90) {
   const std::vector<codegen::GeneratedKernel> kernels = codegen::OptimizerKernels();
-  ASSERT_EQ(kernels.size(), 9u);  // SGD's multi-tensor update for three gradient types.
+  ASSERT_EQ(kernels.size(), 10u);  // SGD's multi-tensor update for three gradient types.
   for (const codegen::GeneratedKernel& kernel : kernels) {
     auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
     ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();
@@ -28,6 +28,8 @@ TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
   for (int capacity : {32, codegen::kMaxMultiTensorCapacity}) {
     for (const auto& [kernel, arrays] : {std::pair{codegen::AdamMulti(capacity), 5},
                                          std::pair{codegen::AdamMulti(capacity, true), 6},
+                                         std::pair{codegen::SgdMulti(capacity), 4},
+                                         std::pair{codegen::SgdMulti(capacity, true), 5},
                                          std::pair{codegen::GradSumSquares(capacity), 1}}) {
       auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
       ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();

@@ -1,0 +1,200 @@
+// sgd_multi: the SGD updates of many tensors in one launch of a chunked kernel (codegen::SgdMulti),
+// each tensor as sgd_momentum updates it and with its own weight decay, so that one node serves
+// every parameter whatever its gradient's type or decay; where sgd_momentum_multi takes one
+// launch per kSgdTableSize tensors and per weight decay and gradient type. The reference runs
+// sgd_momentum's for each tensor, so the bits are sgd_momentum's. A gradient may be bfloat16 or
+// float16 (the fuse pass folds its widening cast in), widened exactly on load.
+//
+// With attr "copies" = K (src/passes/parameter_copies.h): the first K tensors' 16-bit working
+// copies follow the shared inputs, then the int32 stale flag; each updated weight is written to
+// its copy rounded as cast rounds it, and the flag is cleared, as adam_multi does.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/codegen/gradient_loads.h"
+#include "src/codegen/optimizer_kernels.h"
+#include "src/ir/low_precision.h"
+#include "src/ops/cast.h"
+#include "src/ops/gpu_kernel.h"
+#include "src/ops/multi_tensor.h"
+#include "src/ops/op_helpers.h"
+#include "src/ops/ops.h"
+#include "src/util/status_macros.h"
+
+namespace reprise::ops {
+namespace {
+
+constexpr int kPerTensor = kSgdMultiInputsPerTensor;
+constexpr int kWeightDecay = 3;  // Among a tensor's inputs.
+constexpr int kFixedShared = 2;  // lr, momentum
+
+// Where the optional shared inputs are, counted from the first shared input; -1 where absent.
+struct Layout {
+  int64_t tensors = 0;
+  int64_t copies = 0;      // Tensors 0 .. copies - 1 have a 16-bit copy,
+  int64_t first_copy = 0;  // the input of tensor 0's; the flag follows the last copy.
+  int clip = -1;
+  int check = -1;  // Loss scaling's or the non-finite guard's check (attr loss_scaled).
+};
+
+absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
+  ASSIGN_OR_RETURN(const int64_t tensors, ir::IntAttr(attrs, "tensors"));
+  int64_t copies = 0;
+  if (attrs.contains("copies")) {
+    ASSIGN_OR_RETURN(copies, ir::IntAttr(attrs, "copies"));
+  }
+  const bool scaled = ir::BoolAttrOr(attrs, "loss_scaled", false);
+  // tensors and copies are bounded first, so that kPerTensor * tensors cannot overflow.
+  const bool fits = tensors >= 1 && tensors <= num_inputs && copies >= 0 && copies <= tensors;
+  const int64_t copy_inputs = copies > 0 ? copies + 1 : 0;  // The copies, then the flag.
+  const int64_t shared = fits ? num_inputs - kPerTensor * tensors - copy_inputs : -1;
+  const int64_t fixed = kFixedShared + (scaled ? 1 : 0);
+  if (!fits || shared < fixed || shared > fixed + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", kPerTensor, " inputs per tensor (w, g, v, weight_decay) for ",
+                     tensors, " tensors, then lr, momentum[, clip]", scaled ? ", check" : "",
+                     copies > 0 ? absl::StrCat(", ", copies, " copies, the stale flag") : "",
+                     "; got ", num_inputs, " inputs"));
+  }
+  Layout layout{.tensors = tensors, .copies = copies, .first_copy = num_inputs - copy_inputs};
+  int next = kFixedShared;
+  if (shared > fixed) layout.clip = next++;
+  if (scaled) layout.check = next;
+  return layout;
+}
+
+// What sgd_momentum sees for tensor t: w, g, v, lr, momentum, its weight decay[, clip][, check].
+template <typename T>
+std::vector<T> SgdInputs(absl::Span<T const> in, const Layout& layout, int64_t t) {
+  const size_t h = kPerTensor * layout.tensors;
+  std::vector<T> single(in.begin() + kPerTensor * t, in.begin() + kPerTensor * t + 3);
+  single.insert(single.end(), in.begin() + h, in.begin() + h + kFixedShared);
+  single.push_back(in[kPerTensor * t + kWeightDecay]);
+  if (layout.clip >= 0) single.push_back(in[h + layout.clip]);
+  if (layout.check >= 0) single.push_back(in[h + layout.check]);
+  return single;
+}
+
+absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
+                                                      absl::Span<const TensorSpec> in) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(attrs, static_cast<int>(in.size())));
+  for (int64_t t = 0; t < layout.tensors; ++t) {
+    std::vector<TensorSpec> single = SgdInputs<TensorSpec>(in, layout, t);
+    // A 16-bit gradient of the weight's shape is read as its exact float32 widening.
+    if (IsLowPrecision(single[1].dtype) && single[1].shape == single[0].shape) {
+      single[1].dtype = DType::kFloat32;
+    }
+    auto checked = SgdMomentumOp().infer(attrs, single);
+    if (!checked.ok()) {
+      return absl::Status(checked.status().code(),
+                          absl::StrCat("tensor ", t, ": ", checked.status().message()));
+    }
+    if (t < layout.copies) {
+      const TensorSpec& copy = in[layout.first_copy + t];
+      if (!IsLowPrecision(copy.dtype) || copy.shape != single[0].shape) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", t, ": its copy is ",
+                                                       copy.ToString(), ", not a 16-bit ",
+                                                       single[0].shape.ToString()));
+      }
+    }
+  }
+  if (layout.copies > 0) {
+    RETURN_IF_ERROR(CheckStaleFlag(in[layout.first_copy + layout.copies]));
+  }
+  return std::vector<TensorSpec>{};
+}
+
+absl::Status CpuSgdMulti(const Node& node, absl::Span<ir::HostTensor* const> in,
+                         absl::Span<ir::HostTensor* const> out) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(node.attrs, static_cast<int>(in.size())));
+  // A skipped step writes no copy either, as the kernel returns at once.
+  bool skipped = false;
+  if (layout.check >= 0) {
+    const ir::HostTensor& check = *in[kPerTensor * layout.tensors + layout.check];
+    RETURN_IF_ERROR(DispatchFloat(check.dtype(), [&]<typename T>() {
+      skipped = check.data<T>()[1] != T(0);
+      return absl::OkStatus();
+    }));
+  }
+  for (int64_t t = 0; t < layout.tensors; ++t) {
+    RETURN_IF_ERROR(SgdMomentumOp().cpu(node, SgdInputs<ir::HostTensor*>(in, layout, t), out));
+    if (t < layout.copies && !skipped) {
+      RETURN_IF_ERROR(ir::ConvertFloats(*in[kPerTensor * t], *in[layout.first_copy + t]));
+    }
+  }
+  if (layout.copies > 0) in[layout.first_copy + layout.copies]->data<int32_t>()[0] = 0;
+  return absl::OkStatus();
+}
+
+std::vector<int> MultiMutated(const Attrs& attrs, int num_inputs) {
+  std::vector<int> mutated = MultiTensorMutated(attrs, kPerTensor, {0, 2});
+  const int64_t copies = ir::IntAttr(attrs, "copies").value_or(0);
+  if (copies > 0 && copies < num_inputs) {
+    for (int64_t i = num_inputs - copies - 1; i < num_inputs; ++i) {
+      mutated.push_back(static_cast<int>(i));  // The copies and the flag.
+    }
+  }
+  return mutated;
+}
+
+// One launch per codegen::kMaxMultiTensorCapacity tensors (one for any model below that), its
+// blocks striding over every chunk of every tensor.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& ctx,
+                                                         const Node& node) {
+  ASSIGN_OR_RETURN(const Layout layout, LayoutOf(node.attrs, static_cast<int>(ctx.inputs.size())));
+  const size_t h = kPerTensor * layout.tensors;
+  auto shared = [&](int i) -> void* { return i >= 0 ? ctx.inputs[h + i] : nullptr; };
+  const bool copies = layout.copies > 0;
+  std::vector<std::unique_ptr<GpuKernel>> parts;
+  for (int64_t first = 0; first < layout.tensors; first += codegen::kMaxMultiTensorCapacity) {
+    const int64_t count =
+        std::min<int64_t>(codegen::kMaxMultiTensorCapacity, layout.tensors - first);
+    const int capacity = codegen::MultiTensorCapacity(count);
+    ChunkTable table(capacity, kPerTensor + (copies ? 1 : 0));
+    std::vector<unsigned char> kinds(capacity, 0);  // codegen::SgdMulti's GradKinds.
+    for (int64_t t = first; t < first + count; ++t) {
+      const auto begin = ctx.inputs.begin() + kPerTensor * t;
+      std::vector<void*> pointers(begin, begin + kPerTensor);
+      int kind = codegen::GradientKind(ctx.input_specs[kPerTensor * t + 1].dtype);
+      if (copies) {
+        const bool copied = t < layout.copies;
+        pointers.push_back(copied ? ctx.inputs[layout.first_copy + t] : nullptr);
+        if (copied)
+          kind |= codegen::GradientKind(ctx.input_specs[layout.first_copy + t].dtype) << 2;
+      }
+      RETURN_IF_ERROR(table.Add(pointers, ctx.input_specs[kPerTensor * t].NumElements()));
+      kinds[t - first] = static_cast<unsigned char>(kind);
+    }
+    KernelArgs args;
+    args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
+    args.Add(table.count());
+    args.Add(shared(0)).Add(shared(1)).Add(shared(layout.clip)).Add(shared(layout.check));
+    args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
+    if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
+    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
+                     NvrtcKernel::Create(ctx, node.name, codegen::SgdMulti(capacity, copies), grid,
+                                         dim3(codegen::kNormBlock), 0, std::move(args)));
+    parts.push_back(std::move(part));
+  }
+  return Sequence(std::move(parts));
+}
+
+}  // namespace
+
+const ir::OpDef& SgdMultiOp() {
+  static const ir::OpDef op{.name = "sgd_multi",
+                            .kind = ir::OpKind::kOptimizer,
+                            .infer = InferSgdMulti,
+                            .cpu = CpuSgdMulti,
+                            .lower = LowerSgdMulti,
+                            .mutated_inputs_of = MultiMutated,
+                            // The weights and velocities are float32; 16-bit gradients and copies
+                            // are read and written as they are.
+                            .low_precision_lowering = true};
+  return op;
+}
+
+}  // namespace reprise::ops
