@@ -126,18 +126,8 @@ absl::StatusOr<std::vector<TensorSpec>> InferAdamMulti(const Attrs& attrs,
       return absl::Status(checked.status().code(),
                           absl::StrCat("tensor ", t, ": ", checked.status().message()));
     }
-    if (t < layout.copies) {
-      const TensorSpec& copy = in[layout.first_copy + t];
-      if (!IsLowPrecision(copy.dtype) || copy.shape != single[0].shape) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", t, ": its copy is ",
-                                                       copy.ToString(), ", not a 16-bit ",
-                                                       single[0].shape.ToString()));
-      }
-    }
   }
-  if (layout.copies > 0) {
-    RETURN_IF_ERROR(CheckStaleFlag(in[layout.first_copy + layout.copies]));
-  }
+  RETURN_IF_ERROR(CheckWeightCopies(in, kPerTensor, layout.copies, layout.first_copy));
   return std::vector<TensorSpec>{};
 }
 
@@ -171,23 +161,12 @@ absl::Status CpuAdamMulti(const Node& node, absl::Span<ir::HostTensor* const> in
   }
   for (int64_t t = 0; t < layout.tensors; ++t) {
     RETURN_IF_ERROR(AdamOp().cpu(node, AdamInputs<ir::HostTensor*>(in, layout, t, lr, clip), out));
-    if (t < layout.copies && !skipped) {
-      RETURN_IF_ERROR(ir::ConvertFloats(*in[kPerTensor * t], *in[layout.first_copy + t]));
-    }
   }
-  if (layout.copies > 0) in[layout.first_copy + layout.copies]->data<int32_t>()[0] = 0;
-  return absl::OkStatus();
+  return WriteWeightCopies(in, kPerTensor, layout.copies, layout.first_copy, skipped);
 }
 
 std::vector<int> MultiMutated(const Attrs& attrs, int num_inputs) {
-  std::vector<int> mutated = MultiTensorMutated(attrs, kPerTensor, {0, 2, 3});
-  const int64_t copies = ir::IntAttr(attrs, "copies").value_or(0);
-  if (copies > 0 && copies < num_inputs) {
-    for (int64_t i = num_inputs - copies - 1; i < num_inputs; ++i) {
-      mutated.push_back(static_cast<int>(i));  // The copies and the flag.
-    }
-  }
-  return mutated;
+  return WithCopiesMutated(MultiTensorMutated(attrs, kPerTensor, {0, 2, 3}), attrs, num_inputs);
 }
 
 // One launch per codegen::kMaxMultiTensorCapacity tensors (one for any model below that), its

@@ -9,6 +9,7 @@
 #include "src/codegen/cast_kernels.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
+#include "src/ir/low_precision.h"
 #include "src/ir/op_def.h"
 #include "src/ops/cast.h"
 #include "src/ops/ops.h"
@@ -88,6 +89,38 @@ std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
     for (int m : per_tensor_mutated) mutated.push_back(static_cast<int>(per_tensor * t + m));
   }
   return mutated;
+}
+
+absl::Status CheckWeightCopies(absl::Span<const TensorSpec> in, int per_tensor, int64_t copies,
+                               int64_t first_copy) {
+  for (int64_t t = 0; t < copies; ++t) {
+    const TensorSpec& copy = in[first_copy + t];
+    const Shape& weight = in[per_tensor * t].shape;
+    if (!IsLowPrecision(copy.dtype) || copy.shape != weight) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", t, ": its copy is ", copy.ToString(), ", not a 16-bit ", weight.ToString()));
+    }
+  }
+  return copies > 0 ? CheckStaleFlag(in[first_copy + copies]) : absl::OkStatus();
+}
+
+std::vector<int> WithCopiesMutated(std::vector<int> mutated, const Attrs& attrs, int num_inputs) {
+  const int64_t copies = ir::IntAttr(attrs, "copies").value_or(0);
+  if (copies > 0 && copies < num_inputs) {
+    for (int64_t i = num_inputs - copies - 1; i < num_inputs; ++i) {
+      mutated.push_back(static_cast<int>(i));  // The copies and the flag.
+    }
+  }
+  return mutated;
+}
+
+absl::Status WriteWeightCopies(absl::Span<ir::HostTensor* const> in, int per_tensor, int64_t copies,
+                               int64_t first_copy, bool skipped) {
+  for (int64_t t = 0; t < copies && !skipped; ++t) {
+    RETURN_IF_ERROR(ir::ConvertFloats(*in[per_tensor * t], *in[first_copy + t]));
+  }
+  if (copies > 0) in[first_copy + copies]->data<int32_t>()[0] = 0;
+  return absl::OkStatus();
 }
 
 int64_t NormChunks(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }

@@ -61,6 +61,20 @@ absl::Status RunEachTensor(const Node& node, absl::Span<ir::HostTensor* const> i
 std::vector<int> MultiTensorMutated(const Attrs& attrs, int per_tensor,
                                     absl::Span<const int> per_tensor_mutated);
 
+// An update's 16-bit working copies (attr copies = K, src/passes/parameter_copies.h): tensor
+// t < K has its copy at input first_copy + t, its weight at input per_tensor * t, and the int32
+// stale flag follows the last copy. InvalidArgument naming the tensor unless each copy is a
+// 16-bit float of its weight's shape, or for a bad flag.
+absl::Status CheckWeightCopies(absl::Span<const TensorSpec> in, int per_tensor, int64_t copies,
+                               int64_t first_copy);
+// `mutated` and, with attr copies = K > 0, the last K + 1 inputs (the copies and the flag).
+std::vector<int> WithCopiesMutated(std::vector<int> mutated, const Attrs& attrs, int num_inputs);
+// The reference's copies after the update: each new weight rounded into its copy (the reference
+// executor rounds the widened copy as the cast does), unless the step was `skipped`; the flag
+// cleared either way.
+absl::Status WriteWeightCopies(absl::Span<ir::HostTensor* const> in, int per_tensor, int64_t copies,
+                               int64_t first_copy, bool skipped);
+
 // The by-value table of a chunked multi-tensor kernel (src/codegen/optimizer_kernels.h) for up to
 // `capacity` tensors: `pointer_arrays` arrays of pointers (one per array of each tensor), then
 // long long n[capacity] and int first[capacity + 1] (each tensor's first chunk of
@@ -86,7 +100,7 @@ class ChunkTable {
 // Chunks of codegen::kNormChunk elements in a tensor of n.
 int64_t NormChunks(int64_t n);
 
-// The chunked kernels that lowering `node` (adam_multi, grad_sum_squares[_nonfinite],
+// The chunked kernels that lowering `node` (adam_multi, sgd_multi, grad_sum_squares[_nonfinite],
 // grad_nonfinite or cast_multi) compiles, one per table capacity of its launches; none for other
 // nodes. For prefetching at Trainer creation.
 std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node);

@@ -24,24 +24,10 @@ void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts, bool sgd_one_laun
   MultiTensor(ops::SgdMomentumOp(), ops::SgdMomentumMultiOp(), 3, "sgd_momentum.all",
               fold_gradient_casts);
   // adam's inputs: w, g, m, v, then lr, step, beta1, beta2, epsilon, weight_decay, [clip], [check].
-  constexpr int kPerTensor = 4, kWeightDecay = kPerTensor + 5;
-  // One group per data-parallel bucket (as MultiTensor's) and set of shared inputs but the weight
-  // decay, which adam_multi takes per tensor: decayed and undecayed parameters share a launch.
-  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
-           std::vector<int32_t>>
-      by_hyper;
-  for (const Node& node : g_.nodes()) {
-    if (node.op != &ops::AdamOp() || taken_[node.id]) continue;
-    std::vector<std::pair<int32_t, int32_t>> shared;
-    for (size_t i = kPerTensor; i < node.inputs.size(); ++i) {
-      if (i != kWeightDecay) shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
-    }
-    const Node& gradient = g_.node(node.inputs[1].node);
-    const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
-    by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
-  }
+  // Decayed and undecayed parameters share a launch: adam_multi takes the decay per tensor.
   int index = 0;
-  for (const auto& [hyper, updates] : by_hyper) {
+  for (const auto& [hyper, updates] :
+       ByHyperparameters(ops::AdamOp(), 4, 4 + 5, [](const Node&) { return true; })) {
     // With the step's scalars and the gradients' casts if it can be placed so, else without them.
     const Attrs& attrs = std::get<2>(hyper);
     if (AdamGroup(updates, attrs, true, fold_gradient_casts, index) ||
@@ -53,31 +39,39 @@ void GroupFinder::MultiTensorUpdates(bool fold_gradient_casts, bool sgd_one_laun
   }
 }
 
-void GroupFinder::SgdOneLaunch(bool fold_gradient_casts) {
-  constexpr int kPerTensor = 3, kWeightDecay = kPerTensor + 2;  // w, g, v, then lr, momentum, wd
-  // One group per data-parallel bucket and set of shared inputs but the weight decay, which
-  // sgd_multi takes per tensor; gradients of every type share it.
-  std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
-           std::vector<int32_t>>
-      by_hyper;
+GroupFinder::ByHyper GroupFinder::ByHyperparameters(
+    const ir::OpDef& op, int per_tensor, int weight_decay,
+    absl::FunctionRef<bool(const Node&)> wanted) const {
+  ByHyper by_hyper;
   for (const Node& node : g_.nodes()) {
-    if (node.op != &ops::SgdMomentumOp() || taken_[node.id]) continue;
-    // Only updates that wait for every gradient anyway (a clip coefficient or the check of loss
-    // scaling or of the non-finite guard): others keep sgd_momentum_multi's launches in the order
-    // the gradients come, which may run beside the rest of the backward pass.
-    const absl::StatusOr<ops::OptionalShared> optional = ops::OptionalSharedInputs(
-        node.attrs, kPerTensor, static_cast<int>(node.inputs.size()) - kPerTensor, 3);
-    if (!optional.ok() || (optional->clip < 0 && optional->check < 0)) continue;
+    if (node.op != &op || taken_[node.id] || !wanted(node)) continue;
     std::vector<std::pair<int32_t, int32_t>> shared;
-    for (size_t i = kPerTensor; i < node.inputs.size(); ++i) {
-      if (i != kWeightDecay) shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
+    for (size_t i = per_tensor; i < node.inputs.size(); ++i) {
+      if (static_cast<int>(i) != weight_decay) {
+        shared.emplace_back(node.inputs[i].node, node.inputs[i].output);
+      }
     }
     const Node& gradient = g_.node(node.inputs[1].node);
     const int32_t bucket = gradient.op->kind == ir::OpKind::kCommunication ? gradient.id : -1;
     by_hyper[{bucket, shared, node.attrs}].push_back(node.id);
   }
+  return by_hyper;
+}
+
+void GroupFinder::SgdOneLaunch(bool fold_gradient_casts) {
+  constexpr int kPerTensor = 3;  // w, g, v, then lr, momentum, weight_decay[, clip][, check]
+  // Only updates that wait for every gradient anyway (a clip coefficient or the check of loss
+  // scaling or of the non-finite guard): others keep sgd_momentum_multi's launches in the order
+  // the gradients come, which may run beside the rest of the backward pass.
+  auto waits_for_all = [](const Node& node) {
+    const absl::StatusOr<ops::OptionalShared> optional = ops::OptionalSharedInputs(
+        node.attrs, kPerTensor, static_cast<int>(node.inputs.size()) - kPerTensor, 3);
+    return optional.ok() && (optional->clip >= 0 || optional->check >= 0);
+  };
+  // Gradients of every type and every weight decay share the launch.
   int index = 0;
-  for (const auto& [hyper, updates] : by_hyper) {
+  for (const auto& [hyper, updates] :
+       ByHyperparameters(ops::SgdMomentumOp(), kPerTensor, kPerTensor + 2, waits_for_all)) {
     const Attrs& attrs = std::get<2>(hyper);
     if (SgdGroup(updates, attrs, fold_gradient_casts, index) ||
         (fold_gradient_casts && SgdGroup(updates, attrs, false, index))) {

@@ -5,11 +5,15 @@
 #ifndef REPRISE_SRC_PASSES_FUSE_RULES_H_
 #define REPRISE_SRC_PASSES_FUSE_RULES_H_
 
+#include <map>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 #include "src/ir/op_def.h"
 #include "src/passes/fuse.h"
@@ -111,6 +115,14 @@ class GroupFinder {
   // Groups every `single` node sharing inputs after the first `per_tensor` into a `multi` node.
   void MultiTensor(const ir::OpDef& single, const ir::OpDef& multi, int per_tensor,
                    absl::string_view name, bool fold_gradient_casts = false);
+  // The free updates of `op` for which `wanted` holds, grouped by data-parallel bucket (the
+  // all-reduce making the gradient, or -1), by their inputs after the first `per_tensor` but the
+  // one at `weight_decay`, and by attributes: the groups a multi-tensor update taking the weight
+  // decay per tensor can serve, each in node order.
+  using ByHyper = std::map<std::tuple<int32_t, std::vector<std::pair<int32_t, int32_t>>, Attrs>,
+                           std::vector<int32_t>>;
+  ByHyper ByHyperparameters(const ir::OpDef& op, int per_tensor, int weight_decay,
+                            absl::FunctionRef<bool(const Node&)> wanted) const;
   // Groups every sgd_momentum node that reads a clip coefficient or a check, sharing inputs other
   // than the weight decay, into one sgd_multi (fold_gradient_casts as MultiTensor's).
   void SgdOneLaunch(bool fold_gradient_casts);
