@@ -7,6 +7,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "src/codegen/cast_kernels.h"
+#include "src/codegen/gradient_loads.h"
 #include "src/codegen/loss_scale_kernels.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ir/low_precision.h"
@@ -121,6 +122,26 @@ absl::Status WriteWeightCopies(absl::Span<ir::HostTensor* const> in, int per_ten
   }
   if (copies > 0) in[first_copy + copies]->data<int32_t>()[0] = 0;
   return absl::OkStatus();
+}
+
+absl::StatusOr<UpdateTable> UpdateTableOf(const LoweringContext& ctx, int per_tensor, int64_t first,
+                                          int64_t count, int64_t copies, int64_t first_copy) {
+  const int capacity = codegen::MultiTensorCapacity(count);
+  UpdateTable out{ChunkTable(capacity, per_tensor + (copies > 0 ? 1 : 0)),
+                  std::vector<unsigned char>(capacity, 0)};
+  for (int64_t t = first; t < first + count; ++t) {
+    const auto begin = ctx.inputs.begin() + per_tensor * t;
+    std::vector<void*> pointers(begin, begin + per_tensor);
+    int kind = codegen::GradientKind(ctx.input_specs[per_tensor * t + 1].dtype);
+    if (copies > 0) {
+      const bool copied = t < copies;
+      pointers.push_back(copied ? ctx.inputs[first_copy + t] : nullptr);
+      if (copied) kind |= codegen::GradientKind(ctx.input_specs[first_copy + t].dtype) << 2;
+    }
+    RETURN_IF_ERROR(out.table.Add(pointers, ctx.input_specs[per_tensor * t].NumElements()));
+    out.kinds[t - first] = static_cast<unsigned char>(kind);
+  }
+  return out;
 }
 
 int64_t NormChunks(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }

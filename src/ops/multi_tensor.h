@@ -97,6 +97,18 @@ class ChunkTable {
   std::vector<uint64_t> words_;
 };
 
+// The table of tensors [first, first + count) of a multi-tensor update lowered onto a chunked
+// kernel (adam_multi, sgd_multi), at the capacity MultiTensorCapacity(count) picks, and their
+// GradKinds bytes: each tensor's `per_tensor` inputs (its weight first, its gradient second) as its
+// pointers, then, where `copies` > 0, its 16-bit copy's (input first_copy + t, or null for
+// t >= copies) with the copy's type in the kind's bits 2-3.
+struct UpdateTable {
+  ChunkTable table;
+  std::vector<unsigned char> kinds;
+};
+absl::StatusOr<UpdateTable> UpdateTableOf(const LoweringContext& ctx, int per_tensor, int64_t first,
+                                          int64_t count, int64_t copies, int64_t first_copy);
+
 // Chunks of codegen::kNormChunk elements in a tensor of n.
 int64_t NormChunks(int64_t n);
 

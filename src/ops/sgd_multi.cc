@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ir/low_precision.h"
 #include "src/ops/cast.h"
@@ -130,29 +129,18 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
     const int64_t count =
         std::min<int64_t>(codegen::kMaxMultiTensorCapacity, layout.tensors - first);
     const int capacity = codegen::MultiTensorCapacity(count);
-    ChunkTable table(capacity, kPerTensor + (copies ? 1 : 0));
-    std::vector<unsigned char> kinds(capacity, 0);  // codegen::SgdMulti's GradKinds.
-    for (int64_t t = first; t < first + count; ++t) {
-      const auto begin = ctx.inputs.begin() + kPerTensor * t;
-      std::vector<void*> pointers(begin, begin + kPerTensor);
-      int kind = codegen::GradientKind(ctx.input_specs[kPerTensor * t + 1].dtype);
-      if (copies) {
-        const bool copied = t < layout.copies;
-        pointers.push_back(copied ? ctx.inputs[layout.first_copy + t] : nullptr);
-        if (copied)
-          kind |= codegen::GradientKind(ctx.input_specs[layout.first_copy + t].dtype) << 2;
-      }
-      RETURN_IF_ERROR(table.Add(pointers, ctx.input_specs[kPerTensor * t].NumElements()));
-      kinds[t - first] = static_cast<unsigned char>(kind);
-    }
+    ASSIGN_OR_RETURN(const UpdateTable update, UpdateTableOf(ctx, kPerTensor, first, count,
+                                                             layout.copies, layout.first_copy));
     KernelArgs args;
-    args.AddBytes(table.data(), table.bytes()).AddBytes(kinds.data(), kinds.size());
-    args.Add(table.count());
+    args.AddBytes(update.table.data(), update.table.bytes())
+        .AddBytes(update.kinds.data(), update.kinds.size());
+    args.Add(update.table.count());
     args.Add(shared(0)).Add(shared(1)).Add(shared(layout.clip)).Add(shared(layout.check));
     args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
     if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
     const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
-    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
+    const dim3 grid(
+        static_cast<unsigned>(std::max<int64_t>(1, std::min(update.table.chunks(), most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::SgdMulti(capacity, copies), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));

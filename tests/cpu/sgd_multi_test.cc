@@ -67,25 +67,9 @@ TEST(SgdMultiTest, TheUpdateRoundsEachNewWeightIntoItsCopyUnlessSkipped) {
     ASSERT_TRUE(g.ok()) << g.status();
     ir::ReferenceExecutor cpu(*g, false, 5);
     ASSERT_TRUE(cpu.SetLeaf("check", std::vector<double>{1.0, skipped ? 1.0 : 0.0}).ok());
-    std::vector<std::vector<uint16_t>> before;
-    for (int t = 0; t < 5; ++t) {
-      auto copy = (*cpu.Leaf("t" + std::to_string(t) + ".copy"))->data<uint16_t>();
-      before.emplace_back(copy.begin(), copy.end());
-    }
+    const std::vector<std::vector<uint16_t>> before = testing::CopyBits(cpu, 5);
     ASSERT_TRUE(cpu.Run().ok());
-    EXPECT_EQ((*cpu.Leaf("stale"))->data<int32_t>()[0], 0);
-    for (int t = 0; t < 5; ++t) {
-      const ir::HostTensor& w = **cpu.Leaf("t" + std::to_string(t));
-      const ir::HostTensor& copy = **cpu.Leaf("t" + std::to_string(t) + ".copy");
-      ir::HostTensor rounded(copy.spec());
-      ASSERT_TRUE(ir::ConvertFloats(w, rounded).ok());
-      auto got = copy.data<uint16_t>();
-      const std::vector<uint16_t> want =
-          skipped ? before[t]
-                  : std::vector<uint16_t>(rounded.data<uint16_t>().begin(),
-                                          rounded.data<uint16_t>().end());
-      EXPECT_EQ(std::vector<uint16_t>(got.begin(), got.end()), want) << "t" << t;
-    }
+    testing::ExpectCopiesHoldTheRoundedWeights(cpu, 5, before, skipped);
   }
 }
 

@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 #include "reprise/graph.h"
+#include "src/ir/low_precision.h"
+#include "src/ir/reference_executor.h"
 #include "src/ops/cast.h"
 #include "src/ops/ops.h"
 #include "src/util/status_macros.h"
@@ -133,6 +136,34 @@ inline absl::StatusOr<SixteenBitGradientStep> BuildSixteenBitGradientStep(int te
   if (copies > 0) attrs["copies"] = int64_t{copies};
   RETURN_IF_ERROR(g.AddOp(ops::AdamMultiOp(), "adam.all", inputs, attrs).status());
   return s;
+}
+
+// The bits of the executor's copies "t<i>.copy", i < copies.
+inline std::vector<std::vector<uint16_t>> CopyBits(ir::ReferenceExecutor& cpu, int copies) {
+  std::vector<std::vector<uint16_t>> bits;
+  for (int t = 0; t < copies; ++t) {
+    auto copy = (*cpu.Leaf("t" + std::to_string(t) + ".copy"))->data<uint16_t>();
+    bits.emplace_back(copy.begin(), copy.end());
+  }
+  return bits;
+}
+
+// After an update with copies: each copy "t<i>.copy" holds its weight "t<i>" rounded as a cast
+// rounds it, or, where the step was `skipped`, the bits it had `before`; the flag "stale" is 0.
+inline void ExpectCopiesHoldTheRoundedWeights(ir::ReferenceExecutor& cpu, int copies,
+                                              const std::vector<std::vector<uint16_t>>& before,
+                                              bool skipped) {
+  EXPECT_EQ((*cpu.Leaf("stale"))->data<int32_t>()[0], 0);
+  const std::vector<std::vector<uint16_t>> after = CopyBits(cpu, copies);
+  for (int t = 0; t < copies; ++t) {
+    const ir::HostTensor& w = **cpu.Leaf("t" + std::to_string(t));
+    const ir::HostTensor& copy = **cpu.Leaf("t" + std::to_string(t) + ".copy");
+    ir::HostTensor rounded(copy.spec());
+    ASSERT_TRUE(ir::ConvertFloats(w, rounded).ok());
+    auto bits = rounded.data<uint16_t>();
+    EXPECT_EQ(after[t], skipped ? before[t] : std::vector<uint16_t>(bits.begin(), bits.end()))
+        << "t" << t;
+  }
 }
 
 }  // namespace reprise::testing
