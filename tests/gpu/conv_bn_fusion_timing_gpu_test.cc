@@ -1,5 +1,7 @@
-// What MLPerf's batch-norm fusions would buy ResNet-50 at batch 256 in float16 (NHWC, H200:
-// cuDNN 9.19 offers them in float16 only), per convolution that reads a batch norm's ReLU output
+// What MLPerf's batch-norm fusions would buy ResNet-50 (NHWC) at batch 256 in float16 (on an H200
+// cuDNN 9.19 offers them in float16 only), and at batch 32 in float16 and bfloat16 (where the
+// batch norms' passes are latency-bound and most of the step), per convolution that reads a batch
+// norm's ReLU output
 // (each bottleneck's conv2 and conv3): the plain forward, with the statistics epilogue, with the
 // scale-bias-ReLU prologue and the statistics, and the weight gradient plain and with the
 // prologue (reading the batch norm's input instead of a stored output); by the heuristics' first
@@ -7,6 +9,7 @@
 // with --gtest_also_run_disabled_tests.
 #include <algorithm>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,11 +30,11 @@ using runtime::ConvShape;
 
 constexpr int kRuns = 20;
 
-ConvShape Bottleneck(int64_t c, int64_t size, int64_t k, int64_t kernel) {
+ConvShape Bottleneck(int64_t n, DType dtype, int64_t c, int64_t size, int64_t k, int64_t kernel) {
   const int64_t pad = kernel / 2;
   return {.layout = Layout::kNHWC,
-          .dtype = DType::kFloat16,
-          .n = 256,
+          .dtype = dtype,
+          .n = n,
           .c = c,
           .h = size,
           .w = size,
@@ -81,13 +84,24 @@ double TimeConv(const runtime::CudnnHandle& cudnn, cudaStream_t stream, ConvKind
   return ms[kRuns / 2];
 }
 
-// Every convolution timed with the heuristics' first plans, then with the plans chosen by
-// measurement (ConvGraphOptions::measure).
-class ConvBnFusionTimingGpuTest : public ::testing::TestWithParam<bool> {};
+// Every convolution timed with the heuristics' first plans, or with the plans chosen by
+// measurement (ConvGraphOptions::measure), at a batch and type.
+struct Timing {
+  const char* name;
+  bool measure;
+  int64_t batch;
+  DType dtype;
+};
 
-TEST_P(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
+void PrintTo(const Timing& t, std::ostream* os) { *os << t.name; }
+
+class ConvBnFusionTimingGpuTest : public ::testing::TestWithParam<Timing> {};
+
+TEST_P(ConvBnFusionTimingGpuTest, DISABLED_ResNet50) {
   REPRISE_REQUIRE_GPU();
-  const bool measure = GetParam();
+  const bool measure = GetParam().measure;
+  const int64_t n = GetParam().batch;
+  const DType dtype = GetParam().dtype;
   REPRISE_ASSERT_OK(runtime::UseDevice(0).status());
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::CudnnHandle cudnn, runtime::CudnnHandle::Create());
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());
@@ -108,16 +122,19 @@ TEST_P(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
     const char* name;
     ConvShape shape;
   };
-  const Named convs[] = {{"layer1 conv2 3x3", Bottleneck(64, 56, 64, 3)},
-                         {"layer1 conv3 1x1", Bottleneck(64, 56, 256, 1)},
-                         {"layer2 conv2 3x3", Bottleneck(128, 28, 128, 3)},
-                         {"layer2 conv3 1x1", Bottleneck(128, 28, 512, 1)},
-                         {"layer3 conv2 3x3", Bottleneck(256, 14, 256, 3)},
-                         {"layer3 conv3 1x1", Bottleneck(256, 14, 1024, 1)},
-                         {"layer4 conv2 3x3", Bottleneck(512, 7, 512, 3)},
-                         {"layer4 conv3 1x1", Bottleneck(512, 7, 2048, 1)}};
-  std::printf("ms, median of %d (%s plans): fwd, fwd+stats, fwd sbr+stats, wgrad, wgrad sbr\n",
-              kRuns, measure ? "measured" : "heuristics' first");
+  const Named convs[] = {{"layer1 conv2 3x3", Bottleneck(n, dtype, 64, 56, 64, 3)},
+                         {"layer1 conv3 1x1", Bottleneck(n, dtype, 64, 56, 256, 1)},
+                         {"layer2 conv2 3x3", Bottleneck(n, dtype, 128, 28, 128, 3)},
+                         {"layer2 conv3 1x1", Bottleneck(n, dtype, 128, 28, 512, 1)},
+                         {"layer3 conv2 3x3", Bottleneck(n, dtype, 256, 14, 256, 3)},
+                         {"layer3 conv3 1x1", Bottleneck(n, dtype, 256, 14, 1024, 1)},
+                         {"layer4 conv2 3x3", Bottleneck(n, dtype, 512, 7, 512, 3)},
+                         {"layer4 conv3 1x1", Bottleneck(n, dtype, 512, 7, 2048, 1)}};
+  std::printf(
+      "ms, median of %d (%s plans, batch %lld %s): fwd, fwd+stats, fwd sbr+stats, wgrad, "
+      "wgrad sbr\n",
+      kRuns, measure ? "measured" : "heuristics' first", static_cast<long long>(n),
+      std::string(DTypeName(dtype)).c_str());
   for (const Named& c : convs) {
     runtime::ConvGraphBuffers fwd{.a = buffers[0].data(),
                                   .b = buffers[1].data(),
@@ -144,10 +161,13 @@ TEST_P(ConvBnFusionTimingGpuTest, DISABLED_ResNet50B256Float16) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, ConvBnFusionTimingGpuTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Measured" : "Heuristics";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Plans, ConvBnFusionTimingGpuTest,
+    ::testing::Values(Timing{"B256Float16Heuristics", false, 256, DType::kFloat16},
+                      Timing{"B256Float16Measured", true, 256, DType::kFloat16},
+                      Timing{"B32Float16Heuristics", false, 32, DType::kFloat16},
+                      Timing{"B32Bfloat16Heuristics", false, 32, DType::kBFloat16}),
+    [](const ::testing::TestParamInfo<Timing>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace reprise
