@@ -6,7 +6,7 @@
 # First their GPU tests, then memcheck over both and racecheck over the batch norms' (blocks
 # count arrivals on shared tickets), then ResNet-50 NHWC, whole step captured, two lanes, at b32
 # bfloat16, b32 TF32 and b256 bfloat16 with neither, each and both, alternating within each round:
-# each row the step's median ms.
+# each row the step's median ms; then cuDNN's batch-norm fusions timed per convolution at b32.
 set -uo pipefail
 rounds=${1:-1}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
@@ -40,3 +40,8 @@ for ((r = 1; r <= rounds; ++r)); do
     done
   done
 done
+# What cuDNN's batch-norm fusions (statistics epilogue, scale-bias-ReLU prologue) would cost or save
+# per convolution at batch 32 (docs/benchmarks_resnet.md has batch 256).
+echo "== ConvBnFusionTimingGpuTest at batch 32"
+timeout 120 reprise_gpu_tests --gtest_also_run_disabled_tests \
+  --gtest_filter='*ConvBnFusionTiming*B32*' 2>&1 | grep -vE '^\[ RUN|^\[       OK'
