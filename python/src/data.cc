@@ -81,13 +81,17 @@ absl::Span<int32_t> SpanOf(nb::handle array, const char* which) {
   return absl::Span<int32_t>(out.data(), out.size());
 }
 
-// Writes `next`'s batch into the two arrays, without the GIL (the loader may wait for the disk).
+// Writes the reader's next batch into the two arrays. TokenLoader::Next serialises its callers,
+// so it runs without the GIL (it may wait for the disk); a SequentialTokenReader is not
+// thread-safe, so the GIL serialises the calls into it.
 template <typename Reader>
 void NextInto(Reader& reader, nb::handle inputs, nb::handle targets) {
   const absl::Span<int32_t> in = SpanOf(inputs, "inputs"), out = SpanOf(targets, "targets");
   absl::Status status;
-  {
+  if constexpr (std::is_same_v<Reader, TokenLoader>) {
     nb::gil_scoped_release release;
+    status = reader.Next(in, out);
+  } else {
     status = reader.Next(in, out);
   }
   ThrowIfError(status);
@@ -110,18 +114,16 @@ struct PyTokenLoader {
   }
 };
 
-// The SequentialTokenReader and its options; Python's iteration ends at the last batch.
+// The SequentialTokenReader and its options; Python's iteration ends at the last batch. Its calls
+// keep the GIL, which serialises them (the reader is not thread-safe).
 struct PySequentialReader {
   std::unique_ptr<SequentialTokenReader> reader;
   TokenLoaderOptions options;
 
   std::tuple<Owned<int32_t>, Owned<int32_t>> Next(bool stop_iteration) {
     Batch batch(int64_t{options.batch_size} * options.sequence_length);
-    absl::Status status;
-    {
-      nb::gil_scoped_release release;  // Reads the shards on this thread.
-      status = reader->Next(absl::MakeSpan(batch.inputs), absl::MakeSpan(batch.targets));
-    }
+    const absl::Status status =
+        reader->Next(absl::MakeSpan(batch.inputs), absl::MakeSpan(batch.targets));
     if (stop_iteration && absl::IsOutOfRange(status)) throw nb::stop_iteration();
     ThrowIfError(status);
     return batch.Release(options);
