@@ -27,7 +27,7 @@ mv .stage/bin/"$(basename "$module")" .stage/python/reprise/
 cp build-py312/python/reprise/*.py .stage/python/reprise/
 # pytest and what it needs, pure Python: unpacked wheels.
 wheels=$(mktemp -d)
-python3 -m pip download -q --no-deps -d "$wheels" pytest pluggy iniconfig packaging
+python3 -m pip download -q --no-deps -d "$wheels" pytest pluggy iniconfig packaging pygments
 for w in "$wheels"/*.whl; do python3 -m zipfile -e "$w" .stage/pylib; done
 rm -rf "$wheels"
 du -sh .stage | awk '{print "staged the module and pytest; .stage is " $1 " (at most 64 MiB travel)"}'
