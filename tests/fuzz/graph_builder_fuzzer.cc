@@ -158,6 +158,7 @@ passes::CompileOptions RandomCompileOptions(FuzzedDataProvider& in) {
   o.plan.fusion.gemm_epilogues = in.ConsumeBool();
   o.plan.lanes = in.ConsumeIntegralInRange<int>(-1, passes::kMaxLanes + 1);
   o.plan.fusion.update_writes_copies = in.ConsumeBool();
+  o.plan.fusion.sgd_one_launch = in.ConsumeBool();
   return o;
 }
 
