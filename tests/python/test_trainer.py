@@ -1,6 +1,8 @@
 """Training through the Python module (each test skips with the reason where no GPU is visible)."""
 
 import math
+import os
+import re
 
 import numpy as np
 import pytest
@@ -31,6 +33,21 @@ def train(trainer, steps, first=0):
     return trainer.loss()
 
 
+def test_every_counter_of_trainer_stats_is_readable():
+    """Replays, updates, skipped steps and memory per class: each field of the C++ TrainerStats is
+    an attribute of reprise.TrainerStats (no GPU needed: the header is read)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "include", "reprise", "trainer.h")) as f:
+        header = f.read()
+    body = header[header.index("struct TrainerStats {"):]
+    body = body[:body.index("\n};")]
+    fields = re.findall(r"^\s+(?:int64_t|double|bool|std::string|std::vector<[^;]*>)\s+(\w+)\s*[=;]",
+                        body, re.M)
+    assert {"graph_replays", "skipped_steps", "parameter_copy_bytes"} <= set(fields)
+    missing = [name for name in fields if not hasattr(reprise.TrainerStats, name)]
+    assert not missing, missing
+
+
 def test_mlp_loss_falls_and_verify_agrees(gpu):
     _, trainer = mlp_trainer(sgd=reprise.SgdOptions(learning_rate=0.1, momentum=0.9))
     first = train(trainer, 1)
@@ -39,6 +56,10 @@ def test_mlp_loss_falls_and_verify_agrees(gpu):
     result = trainer.verify(5)
     assert result.ok, str(result)
     assert result.steps == 5 and result.tensors_compared > 0
+    stats = trainer.stats()  # Reads nothing on the device: its skipped_steps stays -1.
+    assert stats.graph_replays > 0 and stats.skipped_steps == -1
+    assert stats.non_finite_policy == "skip" and stats.arena_bytes > 0 and stats.create_ms
+    assert trainer.skipped_steps() == 0
     report = trainer.report()
     assert "graph" in report.to_text()
     assert report.to_json().startswith("{")
