@@ -89,22 +89,27 @@ bool GroupFinder::SgdGroup(const std::vector<int32_t>& updates, const Attrs& att
                   .name = index == 0 ? std::string("sgd.all") : absl::StrCat("sgd.all", index),
                   .attrs = attrs};
   group.attrs["tensors"] = static_cast<int64_t>(updates.size());
-  for (int32_t m : updates) {
-    const Node& node = g_.node(m);
-    group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + kPerTensor);
-    // A 16-bit gradient's widening cast: sgd_multi reads the 16-bit gradient, widening it exactly.
-    if (const Node* cast = fold_casts ? FoldableGradientCast(node, 1) : nullptr; cast != nullptr) {
-      group.inputs[group.inputs.size() - kPerTensor + 1] = cast->inputs[0];
-      group.members.push_back(cast->id);
-    }
-    group.inputs.push_back(node.inputs[kWeightDecay]);
-  }
+  AddPerTensorInputs(group, updates, kPerTensor, kWeightDecay, fold_casts);
   if (updates.size() < 2 && group.members.size() == updates.size()) return false;
   // lr, momentum, then the clip coefficient and the check, as sgd_momentum has them.
   for (size_t i = kPerTensor; i < first.inputs.size(); ++i) {
     if (static_cast<int>(i) != kWeightDecay) group.inputs.push_back(first.inputs[i]);
   }
   return TryAdd(std::move(group));
+}
+
+void GroupFinder::AddPerTensorInputs(NodeGroup& group, const std::vector<int32_t>& updates,
+                                     int per_tensor, int weight_decay, bool fold_casts) const {
+  for (int32_t m : updates) {
+    const Node& node = g_.node(m);
+    group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + per_tensor);
+    // A 16-bit gradient's widening cast: the update reads the 16-bit gradient, widening it exactly.
+    if (const Node* cast = fold_casts ? FoldableGradientCast(node, 1) : nullptr; cast != nullptr) {
+      group.inputs[group.inputs.size() - per_tensor + 1] = cast->inputs[0];
+      group.members.push_back(cast->id);
+    }
+    group.inputs.push_back(node.inputs[weight_decay]);
+  }
 }
 
 const Node* GroupFinder::FoldableGradientCast(const Node& update, int input) const {
@@ -157,16 +162,7 @@ bool GroupFinder::AdamGroup(const std::vector<int32_t>& updates, const Attrs& at
       group.attrs["clip_norm"] = true;
     }
   }
-  for (int32_t m : updates) {
-    const Node& node = g_.node(m);
-    group.inputs.insert(group.inputs.end(), node.inputs.begin(), node.inputs.begin() + kPerTensor);
-    // A 16-bit gradient's widening cast: adam_multi reads the 16-bit gradient, widening it exactly.
-    if (const Node* cast = fold_casts ? FoldableGradientCast(node, 1) : nullptr; cast != nullptr) {
-      group.inputs[group.inputs.size() - kPerTensor + 1] = cast->inputs[0];
-      group.members.push_back(cast->id);
-    }
-    group.inputs.push_back(node.inputs[kPerTensor + 5]);
-  }
+  AddPerTensorInputs(group, updates, kPerTensor, kPerTensor + 5, fold_casts);
   if (updates.size() < 2 && group.members.size() == updates.size()) return false;
   group.inputs.push_back(lr);
   for (int i = 1; i < 5; ++i) group.inputs.push_back(shared(i));  // step, betas, epsilon

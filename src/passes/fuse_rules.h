@@ -135,6 +135,11 @@ class GroupFinder {
   // nodes. False if it could not be placed.
   bool AdamGroup(const std::vector<int32_t>& updates, const Attrs& attrs, bool fold_scalars,
                  bool fold_casts, int index);
+  // Each of `updates`' first `per_tensor` inputs and its input `weight_decay`, appended to the
+  // group's inputs (a multi-tensor update taking the weight decay per tensor); with fold_casts, a
+  // 16-bit gradient's widening cast that only its update reads is taken in (FoldableGradientCast).
+  void AddPerTensorInputs(NodeGroup& group, const std::vector<int32_t>& updates, int per_tensor,
+                          int weight_decay, bool fold_casts) const;
   // The widening cast of a 16-bit gradient that `update` (its gradient input `input`) alone reads,
   // which a multi-tensor update can take in; nullptr if none.
   const Node* FoldableGradientCast(const Node& update, int input) const;
