@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "python/src/arrays.h"
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
 
@@ -36,24 +37,13 @@ using data::TokenShard;
 template <typename T>
 using Owned = nb::ndarray<nb::numpy, T>;
 
-// A NumPy array of `shape` that owns `values`.
-template <typename T>
-Owned<T> OwnedArray(std::vector<T> values, std::vector<size_t> shape) {
-  auto owned = std::make_unique<std::vector<T>>(std::move(values));
-  T* data = owned->data();
-  nb::capsule owner(owned.release(),
-                    [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return Owned<T>(data, shape.size(), shape.data(), owner);
-}
-
 // One batch as two new [B, T] int32 arrays.
 struct Batch {
   std::vector<int32_t> inputs, targets;
   explicit Batch(int64_t tokens)
       : inputs(static_cast<size_t>(tokens)), targets(static_cast<size_t>(tokens)) {}
   std::tuple<Owned<int32_t>, Owned<int32_t>> Release(const TokenLoaderOptions& o) {
-    const std::vector<size_t> shape = {static_cast<size_t>(o.batch_size),
-                                       static_cast<size_t>(o.sequence_length)};
+    const std::vector<int64_t> shape = {o.batch_size, o.sequence_length};
     return {OwnedArray(std::move(inputs), shape), OwnedArray(std::move(targets), shape)};
   }
 };
@@ -234,7 +224,7 @@ void BindShards(nb::module_& d) {
               status = shard.Read(first, absl::MakeSpan(tokens));
             }
             ThrowIfError(status);
-            return OwnedArray(std::move(tokens), {static_cast<size_t>(count)});
+            return OwnedArray(std::move(tokens), {count});
           },
           "first"_a, "count"_a,
           "Tokens [first, first + count) as a uint16 array, each checked against the vocabulary.")

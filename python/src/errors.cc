@@ -4,8 +4,6 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
-
 namespace nb = nanobind;
 
 namespace reprise::python {
@@ -38,17 +36,6 @@ void ThrowIfError(const absl::Status& status) {
   const std::string message(status.message());
   PyErr_SetString(ExceptionTypeOf(status.code()), message.c_str());
   throw nb::python_error();
-}
-
-std::string DTypeText(const nb::dlpack::dtype& dtype) {
-  using Code = nb::dlpack::dtype_code;
-  const char* kind = dtype.code == static_cast<uint8_t>(Code::Int)      ? "int"
-                     : dtype.code == static_cast<uint8_t>(Code::UInt)   ? "uint"
-                     : dtype.code == static_cast<uint8_t>(Code::Float)  ? "float"
-                     : dtype.code == static_cast<uint8_t>(Code::Bfloat) ? "bfloat"
-                     : dtype.code == static_cast<uint8_t>(Code::Bool)   ? "bool"
-                                                                        : "other";
-  return absl::StrCat(kind, dtype.bits);
 }
 
 void BindErrors(nb::module_& m) {

@@ -7,7 +7,6 @@
 #define REPRISE_PYTHON_SRC_ERRORS_H_
 
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 
 #include <string>
 #include <utility>
@@ -30,9 +29,6 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 }
 
 void BindErrors(nanobind::module_& m);
-
-// An array element type as messages name it: "int32", "uint16", "float32", "bfloat16", ...
-std::string DTypeText(const nanobind::dlpack::dtype& dtype);
 
 }  // namespace reprise::python
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "python/src/arrays.h"
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
 #include "python/src/py_trainer.h"
@@ -34,17 +35,6 @@ struct PyForwardRunner {
   std::map<std::pair<int32_t, int32_t>, std::vector<int64_t>> outputs;
 };
 
-template <typename T>
-nb::ndarray<nb::numpy, T> Owned(std::vector<T> values, const std::vector<int64_t>& dims) {
-  auto owned = std::make_unique<std::vector<T>>(std::move(values));
-  std::vector<size_t> shape(dims.begin(), dims.end());
-  if (Shape(dims).NumElements() != static_cast<int64_t>(owned->size())) shape = {owned->size()};
-  T* data = owned->data();
-  nb::capsule owner(owned.release(),
-                    [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T>(data, shape.size(), shape.data(), owner);
-}
-
 void SetInput(PyForwardRunner& py, const std::string& name, nb::handle data) {
   nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> array;
   if (!nb::try_cast(data, array)) {
@@ -61,25 +51,10 @@ void SetInput(PyForwardRunner& py, const std::string& name, nb::handle data) {
       ThrowIfError(absl::InvalidArgumentError(absl::StrCat(
           "input '", name, "' is ", spec.ToString(), "; got ", DTypeText(array.dtype()), " data")));
     }
-    std::vector<int64_t> dims;
-    for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
-    const bool flat =
-        array.ndim() == 1 && static_cast<int64_t>(array.size()) == spec.shape.NumElements();
-    if (dims != spec.shape.dims() && !flat) {
-      ThrowIfError(absl::InvalidArgumentError(
-          absl::StrCat("input '", name, "' is ", spec.ToString(), "; got an array of shape ",
-                       Shape(std::move(dims)).ToString())));
-    }
+    CheckInputShape(name, spec, array);
   }
   // An unknown name or another dtype: the C++ call names the error.
-  if (is_i32) {
-    ThrowIfError(py.runner->SetInput(
-        name, absl::Span<const int32_t>(static_cast<const int32_t*>(array.data()), array.size())));
-  } else {
-    ThrowIfError(py.runner->SetInput(
-        name, absl::Span<const float>(is_f32 ? static_cast<const float*>(array.data()) : nullptr,
-                                      is_f32 ? array.size() : 0)));
-  }
+  CopyHostInput(*py.runner, name, array);
 }
 
 // `output`'s values after the queued runs, in its shape (float32; int32 where `ints`).
@@ -93,14 +68,14 @@ nb::object Read(PyForwardRunner& py, Value output, bool ints) {
       nb::gil_scoped_release release;
       values = py.runner->ReadInt32(output);
     }
-    return nb::cast(Owned(ValueOrThrow(std::move(values)), dims));
+    return nb::cast(OwnedArray(ValueOrThrow(std::move(values)), dims));
   }
   absl::StatusOr<std::vector<float>> values;
   {
     nb::gil_scoped_release release;
     values = py.runner->Read(output);
   }
-  return nb::cast(Owned(ValueOrThrow(std::move(values)), dims));
+  return nb::cast(OwnedArray(ValueOrThrow(std::move(values)), dims));
 }
 
 std::unique_ptr<PyForwardRunner> CompileForward(PyTrainer& trainer, const Graph& graph,

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "python/src/arrays.h"
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
 #include "python/src/py_trainer.h"
@@ -47,12 +48,6 @@ std::unique_ptr<PyTrainer> Create(const Graph& graph, Value loss, const TrainOpt
   }
   py->trainer = ValueOrThrow(std::move(trainer));
   return py;
-}
-
-std::string ShapeText(const nb::ndarray<nb::ro, nb::c_contig>& array) {
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
-  return Shape(std::move(dims)).ToString();
 }
 
 // Host arrays are copied (Trainer::SetInput); device memory of the trainer's GPU, and pinned host
@@ -86,16 +81,7 @@ void SetInput(PyTrainer& py, const std::string& name, nb::object data) {
                                 : DTypeText(array.dtype()),
                        " data", is_f32 || is_i32 ? "" : " (only float32 and int32 are taken)")));
     }
-    std::vector<int64_t> dims;
-    for (size_t i = 0; i < array.ndim(); ++i) dims.push_back(array.shape(i));
-    // A flat array of the right size is taken too, as the C++ API takes a flat span.
-    const bool flat =
-        array.ndim() == 1 && static_cast<int64_t>(array.size()) == spec.shape.NumElements();
-    if (dims != spec.shape.dims() && !flat) {
-      ThrowIfError(
-          absl::InvalidArgumentError(absl::StrCat("input '", name, "' is ", spec.ToString(),
-                                                  "; got an array of shape ", ShapeText(array))));
-    }
+    CheckInputShape(name, spec, array);
   }
   if (on_device) {
     if (device_type == nb::device::cuda::value && array.device_id() != py.device) {
@@ -112,28 +98,7 @@ void SetInput(PyTrainer& py, const std::string& name, nb::object data) {
                                                          device_type, " is neither CPU nor CUDA")));
   }
   ThrowIfError(py.Unbind(name));
-  if (is_i32) {
-    ThrowIfError(py.trainer->SetInput(
-        name, absl::Span<const int32_t>(static_cast<const int32_t*>(array.data()), array.size())));
-  } else {
-    // Other dtypes reach here only for names the graph lacks: the C++ call names the error.
-    ThrowIfError(py.trainer->SetInput(
-        name, absl::Span<const float>(is_f32 ? static_cast<const float*>(array.data()) : nullptr,
-                                      is_f32 ? array.size() : 0)));
-  }
-}
-
-// A NumPy array that owns `values`, of shape `dims` when its size matches, else flat.
-nb::ndarray<nb::numpy, float> ToNumpy(std::vector<float> values, const std::vector<int64_t>& dims) {
-  auto owned = std::make_unique<std::vector<float>>(std::move(values));
-  std::vector<size_t> shape = {owned->size()};
-  if (!dims.empty() && Shape(dims).NumElements() == static_cast<int64_t>(owned->size())) {
-    shape.assign(dims.begin(), dims.end());
-  }
-  float* data = owned->data();
-  nb::capsule owner(owned.release(),
-                    [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
-  return nb::ndarray<nb::numpy, float>(data, shape.size(), shape.data(), owner);
+  CopyHostInput(*py.trainer, name, array);
 }
 
 // Input `name`'s pinned host buffer in the engine (Trainer::InputBuffer), as a writable NumPy view
@@ -172,8 +137,8 @@ nb::object InputBufferView(nb::handle self, const std::string& name) {
 nb::ndarray<nb::numpy, float> GetParameter(PyTrainer& py, const std::string& name) {
   std::vector<float> values = ValueOrThrow(py.trainer->GetParameter(name));
   auto it = py.tensors.find(name);
-  return ToNumpy(std::move(values),
-                 it == py.tensors.end() ? std::vector<int64_t>() : it->second.shape.dims());
+  const std::vector<int64_t> flat = {static_cast<int64_t>(values.size())};
+  return OwnedArray(std::move(values), it == py.tensors.end() ? flat : it->second.shape.dims());
 }
 
 void BindResults(nb::module_& m) {
@@ -306,7 +271,9 @@ void BindTrainer(nb::module_& m) {
       .def(
           "read",
           [](PyTrainer& py, Value value) {
-            return ToNumpy(ValueOrThrow(py.trainer->Read(value)), {});
+            std::vector<float> values = ValueOrThrow(py.trainer->Read(value));
+            const int64_t n = static_cast<int64_t>(values.size());
+            return OwnedArray(std::move(values), {n});  // Flat.
           },
           "value"_a, "A value named in TrainOptions.fetch, flat, as the last step computed it.")
       .def(
