@@ -202,9 +202,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdamMulti(const LoweringContext&
     args.Add(static_cast<long long>(schedule.total_steps)).Add(schedule.min_factor);
     args.Add(static_cast<long long>(schedule.step_size)).Add(schedule.gamma);
     if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
-    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
-    const dim3 grid(
-        static_cast<unsigned>(std::max<int64_t>(1, std::min(update.table.chunks(), most))));
+    const dim3 grid = UpdateGrid(ctx, update.table.chunks());
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::AdamMulti(capacity, copies), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));

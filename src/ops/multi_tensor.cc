@@ -144,6 +144,11 @@ absl::StatusOr<UpdateTable> UpdateTableOf(const LoweringContext& ctx, int per_te
   return out;
 }
 
+dim3 UpdateGrid(const LoweringContext& ctx, int64_t chunks) {
+  const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
+  return dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(chunks, most))));
+}
+
 int64_t NormChunks(int64_t n) { return (n + codegen::kNormChunk - 1) / codegen::kNormChunk; }
 
 ChunkTable::ChunkTable(int capacity, int pointer_arrays)

@@ -108,6 +108,9 @@ struct UpdateTable {
 };
 absl::StatusOr<UpdateTable> UpdateTableOf(const LoweringContext& ctx, int per_tensor, int64_t first,
                                           int64_t count, int64_t copies, int64_t first_copy);
+// The grid of such an update's launch over `chunks` chunks: one wave of codegen::kAdamBlocksPerSm
+// blocks a multiprocessor at most, striding over the chunks, and at least one block.
+dim3 UpdateGrid(const LoweringContext& ctx, int64_t chunks);
 
 // Chunks of codegen::kNormChunk elements in a tensor of n.
 int64_t NormChunks(int64_t n);

@@ -138,9 +138,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
     args.Add(shared(0)).Add(shared(1)).Add(shared(layout.clip)).Add(shared(layout.check));
     args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
     if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
-    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kAdamBlocksPerSm;
-    const dim3 grid(
-        static_cast<unsigned>(std::max<int64_t>(1, std::min(update.table.chunks(), most))));
+    const dim3 grid = UpdateGrid(ctx, update.table.chunks());
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::SgdMulti(capacity, copies), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));
