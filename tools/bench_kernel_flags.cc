@@ -29,6 +29,9 @@ ABSL_FLAG(bool, conv_sums_in_place, true,
           "TrainOptions::kernels.conv_sums_in_place: residual blocks' input gradients summed in "
           "place by cuDNN's legacy call; false: with --conv_api=graph, the graph API's fused sum "
           "written apart");
+ABSL_FLAG(bool, residual_sums_in_bn, false,
+          "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
+          "summed by the batch-norm gradients that read them, as they load them");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(bool, relu_epilogues, false,
@@ -90,6 +93,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.conv_api = *conv_api;
   kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   kernels.conv_sums_in_place = absl::GetFlag(FLAGS_conv_sums_in_place);
+  kernels.residual_sums_in_batch_norm = absl::GetFlag(FLAGS_residual_sums_in_bn);
   kernels.batch_norm_relu_bits = absl::GetFlag(FLAGS_relu_bits);
   kernels.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
   kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
@@ -102,6 +106,7 @@ std::string KernelFlagsText() {
   return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
                       absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
                       absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart",
+                      absl::GetFlag(FLAGS_residual_sums_in_bn) ? " residual_sums_in_bn=1" : "",
                       absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
                       absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
                       absl::GetFlag(FLAGS_dependent_launch_after_libraries)

@@ -58,6 +58,9 @@ ABSL_FLAG(bool, sgd_one_launch, false,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one sgd_multi "
           "launch, which in mixed precision also writes the 16-bit parameter copies (stages plan "
           "and cuda-graph)");
+ABSL_FLAG(bool, residual_sums_in_bn, false,
+          "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
+          "summed by the batch-norm gradients that read them (stages plan and cuda-graph)");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
@@ -121,6 +124,7 @@ reprise::DumpRequest RequestFromFlags() {
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.update_copies = absl::GetFlag(FLAGS_update_copies);
   request.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
+  request.residual_sums_in_batch_norm = absl::GetFlag(FLAGS_residual_sums_in_bn);
   request.mirror = absl::GetFlag(FLAGS_mirror);
   request.dtype = absl::GetFlag(FLAGS_dtype);
   request.channels_last = absl::GetFlag(FLAGS_channels_last);

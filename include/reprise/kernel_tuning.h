@@ -79,6 +79,14 @@ struct KernelTuning {
   // API's fused sum into memory of its own (conv2d_dgrad_add), so no legacy call runs where cuDNN
   // has plans. True by default: on an H200 ResNet-50 stepped 1.2 to 1.7% slower without it.
   bool conv_sums_in_place = true;
+  // A residual block's input gradient (data gradient + the skip's) not summed by a convolution
+  // at all: the batch-norm gradient that reads it (the previous block's ReLU and batch norm, which
+  // writes its masked gradient anyway) loads both summands and adds them, so the sum is never
+  // written and the data gradient runs with no epilogue. With conv_api kGraph, the sums it cannot
+  // take (the stem's pooling gradient reads one) are written apart, as conv_sums_in_place = false
+  // writes them, so no legacy call runs. The same bytes moved as the in-place sums; off until it
+  // has been measured on a GPU (docs/engine.md).
+  bool residual_sums_in_batch_norm = false;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic

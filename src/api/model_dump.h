@@ -41,7 +41,8 @@ struct DumpRequest {
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   bool update_copies = true;    // KernelTuning::update_writes_parameter_copies.
   bool sgd_one_launch = false;  // KernelTuning::sgd_one_launch.
-  std::string mirror = "off";   // off, auto or a byte budget (stages plan and cuda-graph).
+  bool residual_sums_in_batch_norm = false;  // KernelTuning::residual_sums_in_batch_norm.
+  std::string mirror = "off";  // off, auto or a byte budget (stages plan and cuda-graph).
   // The Trainer's TrainOptions of the same names (stages training, plan and cuda-graph):
   std::string dtype = "f32";           // compute_dtype: f32, bf16 or f16.
   std::string channels_last = "auto";  // auto, on or off.

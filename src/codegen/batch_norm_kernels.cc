@@ -245,12 +245,13 @@ extern "C" __global__ void __launch_bounds__(256, 4)
 )"};
 }
 
-GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mask_from_x,
-                                   bool write_masked, bool mask_from_bits, bool finalize) {
+GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane,
+                                   const BatchNormGradStatsForm& form) {
+  const bool finalize = form.finalize;
   const std::string name =
-      KernelName(absl::StrCat("reprise_bn_grad_stats", mask_from_x ? "_xmask" : "",
-                              mask_from_bits ? "_bmask" : "", write_masked ? "_mdy" : "",
-                              finalize ? "_fin" : ""),
+      KernelName(absl::StrCat("reprise_bn_grad_stats", form.mask_from_x ? "_xmask" : "",
+                              form.mask_from_bits ? "_bmask" : "", form.dy_addend ? "_dsum" : "",
+                              form.write_masked ? "_mdy" : "", finalize ? "_fin" : ""),
                  vec, dtype, plane);
   // With `finalize`, the finalize kernel's outputs follow, and each tile's last block does its
   // work (kTileFinalize).
@@ -264,8 +265,9 @@ GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane, bool mas
   };
   BnFinalizeTile(tickets, partial, lane_sums, channels, finish);
 )";
-  return {name, Prelude(vec, dtype, plane) + MaskDefine(mask_from_x, mask_from_bits) +
-                    absl::StrCat("#define BN_WRITE_MASKED ", write_masked ? 1 : 0, "\n") +
+  return {name, Prelude(vec, dtype, plane) + MaskDefine(form.mask_from_x, form.mask_from_bits) +
+                    absl::StrCat("#define BN_WRITE_MASKED ", form.write_masked ? 1 : 0,
+                                 "\n#define BN_DY_ADDEND ", form.dy_addend ? 1 : 0, "\n") +
                     kLoadBits + kReluMask + (finalize ? TileFinalizeSource() : "") + R"(
 struct BnGradStatsBody {
   // Two rows of three loads: four would not fit in the 64 registers of 4 blocks per SM.
@@ -278,12 +280,19 @@ struct BnGradStatsBody {
   BnReluMask mask;
   double mean[BN_VEC], sum[BN_VEC], dot[BN_VEC];
   const unsigned char* act_bits;  // BN_MASK_FROM_BITS: the forward's keep mask.
+  const elem_t* dy_addend;        // BN_DY_ADDEND: dy's second summand.
   struct Regs {
     BnVec dy, x, act;
+#if BN_DY_ADDEND
+    BnVec dy2;
+#endif
   };
   __device__ void Load(long long r, Regs& a) const {
     const long long i = BnIndex(r, channels, col);
     a.dy = BnLoad(dy + i);
+#if BN_DY_ADDEND
+    a.dy2 = BnLoad(dy_addend + i);
+#endif
     a.x = BnLoad(x + i);
 #if BN_MASK_FROM_BITS
     BnLoadBits(act_bits, i, a.act);
@@ -295,13 +304,19 @@ struct BnGradStatsBody {
     BnVec masked;
 #pragma unroll
     for (int k = 0; k < BN_VEC; ++k) {
-      masked.v[k] = mask.Keep(act_out, a.act.v[k], a.x.v[k], (float)mean[k], k) ? a.dy.v[k] : 0.0f;
+#if BN_DY_ADDEND
+      // The sum an add node would have stored: rounded to the element type.
+      const float d = ToFloat(FromFloat(a.dy.v[k] + a.dy2.v[k]));
+#else
+      const float d = a.dy.v[k];
+#endif
+      masked.v[k] = mask.Keep(act_out, a.act.v[k], a.x.v[k], (float)mean[k], k) ? d : 0.0f;
       const double g = masked.v[k];
       sum[k] += g;
       dot[k] = fma(g, (double)a.x.v[k] - mean[k], dot[k]);
     }
 #if BN_WRITE_MASKED
-    // g is dy's value or zero: stored in dy's type, it is exact.
+    // g is a value of dy's type or zero: stored in dy's type, it is exact.
     BnStore(masked_dy + BnIndex(r, channels, col), masked);
 #endif
   }
@@ -313,10 +328,12 @@ extern "C" __global__ void __launch_bounds__(256, 4)
                    const float* __restrict__ gamma, const float* __restrict__ invstd,
                    const float* __restrict__ beta, double* __restrict__ partial,
                    elem_t* __restrict__ masked_dy, long long rows, int channels,
-                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits)" +
+                   long long rows_per_chunk, const unsigned char* __restrict__ act_bits,
+                   const elem_t* __restrict__ dy_addend)" +
                     finalize_params + R"() {
   BnGradStatsBody body{dy, act_out, x, masked_dy, channels, BnColumn(), {}, {}, {}, {}};
   body.act_bits = act_bits;
+  body.dy_addend = dy_addend;
   if (body.col < channels) {
     body.mask.Init(body.col, gamma, invstd, beta);
 #pragma unroll
@@ -418,18 +435,29 @@ std::vector<GeneratedKernel> BatchNormKernels() {
       kernels.push_back(BatchNormApply(vec, dtype, 0, /*write_bits=*/true));
       for (bool mask_from_x : {false, true}) {
         for (bool write_masked : {false, true}) {
-          kernels.push_back(BatchNormGradStats(vec, dtype, 0, mask_from_x, write_masked));
+          kernels.push_back(BatchNormGradStats(
+              vec, dtype, 0, {.mask_from_x = mask_from_x, .write_masked = write_masked}));
         }
         kernels.push_back(BatchNormGradApply(vec, dtype, 0, mask_from_x));
       }
       for (bool write_masked : {false, true}) {
-        kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, write_masked, true));
+        kernels.push_back(BatchNormGradStats(
+            vec, dtype, 0, {.write_masked = write_masked, .mask_from_bits = true}));
       }
       kernels.push_back(BatchNormGradApply(vec, dtype, 0, false, /*mask_from_bits=*/true));
       // The statistics kernels that finalize, in the forms ResNet's blocks take.
       kernels.push_back(BatchNormStats(vec, dtype, 0, /*finalize=*/true));
-      kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, false, false, true));
-      kernels.push_back(BatchNormGradStats(vec, dtype, 0, false, true, true, true));
+      kernels.push_back(BatchNormGradStats(vec, dtype, 0, {.finalize = true}));
+      kernels.push_back(BatchNormGradStats(
+          vec, dtype, 0, {.write_masked = true, .mask_from_bits = true, .finalize = true}));
+      // A residual block's input gradient summed as it is loaded, in both of those forms.
+      for (bool finalize : {false, true}) {
+        kernels.push_back(BatchNormGradStats(vec, dtype, 0,
+                                             {.write_masked = true,
+                                              .mask_from_bits = true,
+                                              .finalize = finalize,
+                                              .dy_addend = true}));
+      }
     }
     // NCHW, for a plane size that is not a power of two (7x7, ResNet's last stage).
     kernels.push_back(BatchNormStats(1, dtype, 49));
@@ -438,12 +466,15 @@ std::vector<GeneratedKernel> BatchNormKernels() {
     kernels.push_back(BatchNormApplyChain(1, dtype, 49));
     for (bool mask_from_x : {false, true}) {
       for (bool write_masked : {false, true}) {
-        kernels.push_back(BatchNormGradStats(1, dtype, 49, mask_from_x, write_masked));
+        kernels.push_back(BatchNormGradStats(
+            1, dtype, 49, {.mask_from_x = mask_from_x, .write_masked = write_masked}));
       }
       kernels.push_back(BatchNormGradApply(1, dtype, 49, mask_from_x));
     }
     kernels.push_back(BatchNormStats(1, dtype, 49, /*finalize=*/true));
-    kernels.push_back(BatchNormGradStats(1, dtype, 49, false, false, false, true));
+    kernels.push_back(BatchNormGradStats(1, dtype, 49, {.finalize = true}));
+    // NCHW has no keep bits: its residual sums come with the mask from the ReLU's output.
+    kernels.push_back(BatchNormGradStats(1, dtype, 49, {.write_masked = true, .dy_addend = true}));
   }
   return kernels;
 }

@@ -138,9 +138,20 @@ GeneratedKernel BatchNormApplyChain(int vec, DType dtype, int64_t plane = 0);
 // With `mask_from_bits` (kernels named ..._bmask; channels-last, channels % 16 == 0) g takes its
 // mask from the forward's keep bits (BatchNormApply's write_bits) instead of act_out or x
 // (act_bits, null without mask_from_bits; (c)'s signature ends with it too).
+// With `dy_addend` (named ..._dsum; with write_masked) dy is the sum of two tensors, dy and
+// dy_addend, added as they are loaded and rounded to the element type as an add node's output
+// would be (a residual block's input gradient: its data gradient and the skip's), so the sum is
+// never written; the signature goes on, after act_bits, with const elem_t* dy_addend (passed,
+// null, to every form).
+struct BatchNormGradStatsForm {
+  bool mask_from_x = false;
+  bool write_masked = false;
+  bool mask_from_bits = false;
+  bool finalize = false;
+  bool dy_addend = false;
+};
 GeneratedKernel BatchNormGradStats(int vec, DType dtype, int64_t plane = 0,
-                                   bool mask_from_x = false, bool write_masked = false,
-                                   bool mask_from_bits = false, bool finalize = false);
+                                   const BatchNormGradStatsForm& form = {});
 // (b) Launched as (b) above: dbeta = Σg, dgamma = invstd·Σg·(x - mean), and the dx factors
 //     coef[0] = gamma·invstd, coef[1] = coef[0]·dbeta/M, coef[2] = coef[0]·invstd·dgamma/M.
 //     Signature: (const double* partial, int chunks, int channels, long long rows,

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,6 +24,7 @@ bool HasMaskedOutput(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "masked_
 bool ReluFromX(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_x", false); }
 bool KeepBits(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "keep_bits", false); }
 bool ReluFromBits(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "relu_from_bits", false); }
+bool DyAddend(const Attrs& attrs) { return ir::BoolAttrOr(attrs, "dy_addend", false); }
 
 // The ReLU's keep bits of channels-last x [N, H, W, C], C % 16 == 0: int32 [N, H, W, C / 16]
 // holding a byte per four elements, bit e % 4 of byte e / 4 for element e (upper halves zero).
@@ -55,7 +55,15 @@ absl::StatusOr<std::vector<TensorSpec>> InferTrain(const Attrs& attrs,
 
 absl::StatusOr<std::vector<TensorSpec>> InferGrad(const Attrs& attrs,
                                                   absl::Span<const TensorSpec> in) {
-  RETURN_IF_ERROR(CheckArity(in, 6));
+  RETURN_IF_ERROR(CheckArity(in, DyAddend(attrs) ? 7 : 6));
+  if (DyAddend(attrs)) {
+    if (!HasMaskedOutput(attrs)) {
+      return absl::InvalidArgumentError(
+          "dy_addend needs masked_output: the sum is masked and written as it is loaded, and the "
+          "apply pass reads that");
+    }
+    RETURN_IF_ERROR(CheckSameSpec(in[6], in[0], "dy_addend"));
+  }
   if (ReluFromX(attrs) && ReluFromBits(attrs)) {
     return absl::InvalidArgumentError("relu_from_x and relu_from_bits exclude each other");
   }
@@ -107,9 +115,18 @@ absl::Status CpuTrain(const Node& node, absl::Span<ir::HostTensor* const> in,
 }
 
 // relu_grad, then batch_norm_grad; with relu_from_x the ReLU's output first, recomputed by
-// batch_norm_apply's reference (the forward's bits).
+// batch_norm_apply's reference (the forward's bits); with dy_addend, add's reference first.
 absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
                      absl::Span<ir::HostTensor* const> out) {
+  const Node stub;
+  ir::HostTensor dy_sum(in[0]->spec());
+  ir::HostTensor* dy = in[0];
+  if (DyAddend(node.attrs)) {
+    ir::HostTensor* add_in[] = {in[0], in[6]};
+    ir::HostTensor* add_out[] = {&dy_sum};
+    RETURN_IF_ERROR(AddOp().cpu(stub, absl::MakeSpan(add_in), absl::MakeSpan(add_out)));
+    dy = &dy_sum;
+  }
   ir::HostTensor masked(in[0]->spec());
   ir::HostTensor* g = HasMaskedOutput(node.attrs) ? out[3] : &masked;
   ir::HostTensor recomputed(in[2]->spec());
@@ -132,8 +149,7 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
         BatchNormApplyOp().cpu(apply, absl::MakeSpan(apply_in), absl::MakeSpan(apply_out)));
     act_out = &recomputed;
   }
-  ir::HostTensor* relu_in[] = {in[0], act_out};
-  const Node stub;
+  ir::HostTensor* relu_in[] = {dy, act_out};
   RETURN_IF_ERROR(ReluGradOp().cpu(stub, absl::MakeSpan(relu_in), absl::MakeSpan(&g, 1)));
   ir::HostTensor* bn_in[] = {g, in[2], in[3], in[4], in[5]};
   return BatchNormGradOp().cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
@@ -147,8 +163,8 @@ struct KernelData {
   DType dtype;
 };
 absl::StatusOr<KernelData> KernelDataOf(const LoweringContext& ctx, const Node& node, int x_index,
-                                        std::initializer_list<int> data_inputs,
-                                        std::initializer_list<int> other_inputs = {}) {
+                                        absl::Span<const int> data_inputs,
+                                        absl::Span<const int> other_inputs = {}) {
   ASSIGN_OR_RETURN(Layout layout, LayoutAttr(node.attrs));
   ASSIGN_OR_RETURN(const DType dtype,
                    NhwcDataType(node, ctx.input_specs, data_inputs, other_inputs));
@@ -184,10 +200,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerTrain(const LoweringContext& ctx
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
   // With relu_from_x input 1 is beta, a per-channel float32 tensor, not data.
-  ASSIGN_OR_RETURN(const KernelData data,
-                   ReluFromBits(node.attrs) ? KernelDataOf(ctx, node, 2, {0, 2}, {1})
-                   : ReluFromX(node.attrs)  ? KernelDataOf(ctx, node, 2, {0, 2})
-                                            : KernelDataOf(ctx, node, 2, {0, 1, 2}));
+  std::vector<int> data_inputs = {0, 2};
+  if (!ReluFromBits(node.attrs) && !ReluFromX(node.attrs)) data_inputs.push_back(1);
+  if (DyAddend(node.attrs)) data_inputs.push_back(6);
+  ASSIGN_OR_RETURN(const KernelData data, ReluFromBits(node.attrs)
+                                              ? KernelDataOf(ctx, node, 2, data_inputs, {1})
+                                              : KernelDataOf(ctx, node, 2, data_inputs));
   NhwcBatchNormBackward args;
   args.dy = ctx.inputs[0];
   if (ReluFromBits(node.attrs)) {
@@ -205,6 +223,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   args.dgamma = static_cast<float*>(ctx.outputs[1]);
   args.dbeta = static_cast<float*>(ctx.outputs[2]);
   if (HasMaskedOutput(node.attrs)) args.masked_dy = ctx.outputs[3];
+  if (DyAddend(node.attrs)) args.dy_addend = ctx.inputs[6];
   args.rows = data.x.n * data.x.h * data.x.w;
   args.channels = data.x.c;
   args.plane = data.plane;

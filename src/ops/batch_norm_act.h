@@ -25,7 +25,9 @@ const ir::OpDef& BatchNormActTrainOp();
 // for a residual branch that reads g too). With bool relu_from_x the second input is the batch
 // norm's beta [C] instead of act_out, for a ReLU right after the batch norm: act_out is recomputed
 // from x as the forward wrote it (batch_norm_apply), inside the kernels that read x anyway, so the
-// ReLU's output is never read in the backward pass (two passes over it fewer).
+// ReLU's output is never read in the backward pass (two passes over it fewer). With bool
+// dy_addend (and masked_output) a seventh input, of dy's spec, is added to dy first, rounded as
+// add's output (a residual block's input gradient, whose sum is then never written).
 const ir::OpDef& BatchNormActGradOp();
 
 // The ReLU's keep bits of a batch norm's x (batch_norm_act_train's attr keep_bits, its fourth

@@ -256,8 +256,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                                                   const NhwcBatchNormBackward& a) {
   const std::string where = absl::StrCat("node '", node_name, "'");
   const Request request{"batch_norm_grad", a.dtype, a.rows, 1, a.channels, a.plane};
-  const int vec =
-      VectorWidth(a.channels, a.plane, a.dtype, {a.dy, a.act_out, a.x, a.dx, a.masked_dy});
+  const int vec = VectorWidth(a.channels, a.plane, a.dtype,
+                              {a.dy, a.act_out, a.x, a.dx, a.masked_dy, a.dy_addend});
   ASSIGN_OR_RETURN(codegen::BatchNormTiling t, Plan(ctx, where, request, vec,
                                                     {a.dy, a.x, a.gamma, a.saved_mean,
                                                      a.saved_invstd, a.dx, a.dgamma, a.dbeta}));
@@ -271,6 +271,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                      ": batch_norm_grad reads ReLU keep bits for channels-last data with "
                      "channels a multiple of 16, got c=",
                      a.channels, a.plane == 0 ? "" : " (NCHW)"));
+  }
+  if (a.dy_addend != nullptr && a.masked_dy == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": batch_norm_grad sums dy's two summands only where it writes the masked "
+                     "gradient, which its apply pass then reads alone"));
   }
   const bool from_x = a.relu_beta != nullptr;
   const Scratch scratch = ScratchOf(ctx, t, a.channels);
@@ -297,15 +303,20 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
       .Add(rows)
       .Add(channels)
       .Add(rows_per_chunk)
-      .Add(a.act_bits);
+      .Add(a.act_bits)
+      .Add(a.dy_addend);
   if (tickets != nullptr) {
     stats.Add(tickets).Add(scratch.lane_sums).Add(a.dgamma).Add(a.dbeta).Add(coef);
   }
   ASSIGN_OR_RETURN(
       parts.emplace_back(),
       NvrtcKernel::Create(ctx, node_name,
-                          codegen::BatchNormGradStats(vec, a.dtype, a.plane, from_x, write_masked,
-                                                      a.act_bits != nullptr, tickets != nullptr),
+                          codegen::BatchNormGradStats(vec, a.dtype, a.plane,
+                                                      {.mask_from_x = from_x,
+                                                       .write_masked = write_masked,
+                                                       .mask_from_bits = a.act_bits != nullptr,
+                                                       .finalize = tickets != nullptr,
+                                                       .dy_addend = a.dy_addend != nullptr}),
                           TiledGrid(t), TiledBlock(t), 0, std::move(stats)));
   if (tickets == nullptr) {
     KernelArgs finalize;
@@ -348,6 +359,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerNhwcBatchNormGrad(const Lowering
                                           : a.relu_beta != nullptr ? " +relu_mask_from_x"
                                           : a.act_bits != nullptr  ? " +relu_mask_bits"
                                                                    : "",
+                                          a.dy_addend != nullptr ? " +dy_sum" : "",
                                           a.masked_dy != nullptr ? " +masked_dy" : "");
   const int kernels = static_cast<int>(parts.size());
   return std::unique_ptr<GpuKernel>(new BatchNormLaunches(Describe(request, t, extras, kernels),

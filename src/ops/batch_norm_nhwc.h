@@ -94,6 +94,9 @@ struct NhwcBatchNormBackward {
   float* dgamma;
   float* dbeta;
   void* masked_dy = nullptr;  // When set, receives the masked gradient g.
+  // When set (with masked_dy): dy's second summand, [rows, channels] of `dtype`. g is then taken
+  // from the sum dy + dy_addend rounded to `dtype`, the bits an add node's output would hold.
+  const void* dy_addend = nullptr;
   // Instead of act_out or relu_beta: the forward's keep bits (NhwcBatchNormForward::keep_bits).
   const void* act_bits = nullptr;
   int64_t rows = 0, channels = 0;

@@ -90,6 +90,12 @@ struct FuseOptions {
   // gradient reads instead of the 16- or 32-bit output
   // (TrainOptions::kernels.batch_norm_relu_bits).
   bool batch_norm_relu_bits = true;
+  // With batch_norm_activations: a ReLU's gradient whose dy is the sum of two gradients (a
+  // residual block's input gradient: its first convolution's data gradient and the skip's) reads
+  // both summands and adds them as it loads them (batch_norm_act_grad's dy_addend), where it
+  // writes the masked gradient anyway; the sum is never written, and no convolution adds in
+  // place (TrainOptions::kernels.residual_sums_in_batch_norm).
+  bool batch_norm_grad_sums = false;
   // With batch_norm_activations: a convolution whose output only a training batch norm (and the
   // backward) reads, with that batch norm and its add and ReLU, as one conv2d_bn_train node
   // (src/ops/conv_bn.h), whose statistics cuDNN's graph API sums in the convolution's epilogue.

@@ -81,7 +81,7 @@ void GroupFinder::ConvBatchNormStats() {
 // through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient
 // joins the batch-norm gradient. In 16 bits the fused kernel rounds once where the unfused ops
 // round after the batch norm and after the add.
-void GroupFinder::BatchNormActivations(bool relu_bits) {
+void GroupFinder::BatchNormActivations(bool relu_bits, bool grad_sums) {
   auto fusable = [](const Node& n) {
     return n.outputs[0].dtype == DType::kFloat32 || IsLowPrecision(n.outputs[0].dtype);
   };
@@ -145,8 +145,25 @@ void GroupFinder::BatchNormActivations(bool relu_bits) {
       group.inputs[1] = it->second;
       group.attrs["relu_from_bits"] = true;
     }
+    if (grad_sums && masked_output) TakeGradientSum(relu_grad, group);
     TryAdd(std::move(group));
   }
+}
+
+// The add that makes `relu_grad`'s dy, read by nothing else, as a member of `group` (a
+// batch_norm_act_grad writing its masked gradient): its summands become dy and dy_addend.
+void GroupFinder::TakeGradientSum(const Node& relu_grad, NodeGroup& group) const {
+  const Node& add = g_.node(relu_grad.inputs[0].node);
+  if (add.op != &ops::AddOp() || taken_[add.id] || relu_grad.inputs[0].output != 0 ||
+      SoleReader(Value{add.id, 0}) != &relu_grad || g_.spec(add.inputs[0]) != add.outputs[0] ||
+      g_.spec(add.inputs[1]) != add.outputs[0]) {
+    return;
+  }
+  group.members.push_back(add.id);
+  group.name = absl::StrCat(add.name, "+", group.name);
+  group.inputs[0] = add.inputs[0];
+  group.inputs.push_back(add.inputs[1]);
+  group.attrs["dy_addend"] = true;
 }
 
 std::optional<Value> GroupFinder::BetaOfReluInput(Value act, const Node& grad) const {

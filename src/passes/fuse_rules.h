@@ -41,8 +41,9 @@ class GroupFinder {
   void LossWithGrad();
   void ConvBatchNormStats();
   // With `relu_bits`, residual ReLUs keep 1-bit masks for their gradients
-  // (FuseOptions::batch_norm_relu_bits).
-  void BatchNormActivations(bool relu_bits);
+  // (FuseOptions::batch_norm_relu_bits); with `grad_sums`, a gradient whose dy is an add takes
+  // the add in (FuseOptions::batch_norm_grad_sums).
+  void BatchNormActivations(bool relu_bits, bool grad_sums);
   void BatchNormApplyChains();
   void PoolingOfRecomputedActivations();
   void PoolingArgmaxInForward();
@@ -165,6 +166,8 @@ class GroupFinder {
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.
   std::optional<Value> BetaOfReluInput(Value act, const Node& grad) const;
+  // With batch_norm_grad_sums: the add making relu_grad's dy taken into `group`, if it may be.
+  void TakeGradientSum(const Node& relu_grad, NodeGroup& group) const;
   // A plain batch_norm_apply (no residual, no ReLU, a float type) that is not taken.
   bool PlainApply(const Node& node) const;
   // Whether `reader`, which reads `v` in the graph, does not once fused: it is in a group whose

@@ -23,8 +23,10 @@ TEST(BatchNormKernelsTest, EveryKernelCompilesForSm90) {
   // channels-last forms also the apply writing the ReLU's keep bits and the three gradient
   // kernels reading them; and the statistics kernels that finalize in their tiles' last blocks,
   // in every form, and in the two channels-last ones also the gradient statistics reading the keep
-  // bits and writing the masked gradient (8 per element type).
-  ASSERT_EQ(kernels.size(), 140u);
+  // bits and writing the masked gradient (8 per element type); and the gradient statistics that
+  // add dy's two summands as they load them, in the two channels-last residual-block forms
+  // (plain and finalizing) and in NCHW with the mask from the ReLU's output (5 per element type).
+  ASSERT_EQ(kernels.size(), 155u);
   std::set<std::string> names;
   for (const codegen::GeneratedKernel& kernel : kernels) {
     EXPECT_TRUE(names.insert(kernel.name).second) << "two kernels named " << kernel.name;
@@ -50,18 +52,22 @@ TEST(BatchNormKernelsTest, VectorWidthsAndElementTypesHaveDistinctNames) {
   EXPECT_EQ(codegen::BatchNormStats(1, DType::kFloat32, 49).name, "reprise_bn_stats_v1_nchw49");
   EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 16).name,
             "reprise_bn_grad_apply_v1_nchw16_bf16");
-  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kFloat32, 0, /*mask_from_x=*/true).name,
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kFloat32, 0, {.mask_from_x = true}).name,
             "reprise_bn_grad_stats_xmask_v4");
   EXPECT_EQ(codegen::BatchNormGradApply(1, DType::kBFloat16, 49, /*mask_from_x=*/true).name,
             "reprise_bn_grad_apply_xmask_v1_nchw49_bf16");
-  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, /*mask_from_x=*/false,
-                                        /*write_masked=*/true)
-                .name,
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, {.write_masked = true}).name,
             "reprise_bn_grad_stats_mdy_v4_bf16");
   EXPECT_EQ(codegen::BatchNormStats(4, DType::kBFloat16, 0, /*finalize=*/true).name,
             "reprise_bn_stats_fin_v4_bf16");
-  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, false, true, true, true).name,
+  const codegen::BatchNormGradStatsForm residual_block = {
+      .write_masked = true, .mask_from_bits = true, .finalize = true};
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, residual_block).name,
             "reprise_bn_grad_stats_bmask_mdy_fin_v4_bf16");
+  codegen::BatchNormGradStatsForm summed = residual_block;
+  summed.dy_addend = true;
+  EXPECT_EQ(codegen::BatchNormGradStats(4, DType::kBFloat16, 0, summed).name,
+            "reprise_bn_grad_stats_bmask_dsum_mdy_fin_v4_bf16");
 }
 
 // The statistics kernels that finalize differ from the plain ones only by their own names, their
@@ -76,7 +82,7 @@ TEST(BatchNormKernelsTest, FinalizingStatisticsKernelsAreKernelsOfTheirOwn) {
   EXPECT_NE(fin.code.find("BnFinalizeTile(tickets, partial, lane_sums"), std::string::npos);
   const codegen::GeneratedKernel grad = codegen::BatchNormGradStats(4, DType::kFloat32);
   EXPECT_EQ(grad.code.find("BnSumLanes"), std::string::npos);
-  EXPECT_NE(codegen::BatchNormGradStats(4, DType::kFloat32, 0, false, false, false, true)
+  EXPECT_NE(codegen::BatchNormGradStats(4, DType::kFloat32, 0, {.finalize = true})
                 .code.find("BnFinishBackward(c, sum, dot"),
             std::string::npos);
 }

@@ -97,7 +97,9 @@ TEST_P(ConvDgradAccumulateTest, ForTheGraphApiEverySumIsWrittenApart) {
 }
 
 // TrainOptions choose: in place by default and with the legacy API; apart only where asked with
-// the graph API.
+// the graph API; in the batch-norm gradients that read them where asked
+// (residual_sums_in_batch_norm), leaving the one the stem's pooling gradient reads to a
+// convolution, apart with the graph API.
 TEST(ConvDgradSumsOptionTest, TrainOptionsChooseInPlaceOrApart) {
   auto net = models::BuildResNet(
       {.depth = 18, .batch = 2, .classes = 4, .image_size = 32, .layout = Layout::kNHWC});
@@ -105,18 +107,29 @@ TEST(ConvDgradSumsOptionTest, TrainOptionsChooseInPlaceOrApart) {
   struct Want {
     KernelTuning::ConvApi api;
     bool in_place;
+    bool in_batch_norm;
     const char* op;
+    int convolutions;  // Sums by the convolution `op`; the rest by batch-norm gradients.
   };
-  for (const Want& w : {Want{KernelTuning::ConvApi::kGraph, true, "conv2d_dgrad_accumulate"},
-                        Want{KernelTuning::ConvApi::kGraph, false, "conv2d_dgrad_add"},
-                        Want{KernelTuning::ConvApi::kLegacy, false, "conv2d_dgrad_accumulate"}}) {
+  for (const Want& w :
+       {Want{KernelTuning::ConvApi::kGraph, true, false, "conv2d_dgrad_accumulate", 8},
+        Want{KernelTuning::ConvApi::kGraph, false, false, "conv2d_dgrad_add", 8},
+        Want{KernelTuning::ConvApi::kLegacy, false, false, "conv2d_dgrad_accumulate", 8},
+        Want{KernelTuning::ConvApi::kGraph, true, true, "conv2d_dgrad_add", 1},
+        Want{KernelTuning::ConvApi::kLegacy, true, true, "conv2d_dgrad_accumulate", 1}}) {
     TrainOptions options;
     options.kernels.conv_api = w.api;
     options.kernels.conv_sums_in_place = w.in_place;
+    options.kernels.residual_sums_in_batch_norm = w.in_batch_norm;
     auto step = passes::CompileStep(net->graph, net->loss,
                                     CompileOptionsFor(options, codegen::MlpStepTarget{}));
     ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_EQ(Count(step->plan.graph(), w.op), 8) << w.op;
+    const Graph& g = step->plan.graph();
+    EXPECT_EQ(Count(g, w.op), w.convolutions) << w.op;
+    EXPECT_EQ(Count(g, "conv2d_dgrad_add") + Count(g, "conv2d_dgrad_accumulate"), w.convolutions);
+    int in_batch_norm = 0;
+    for (const Node& n : g.nodes()) in_batch_norm += ir::BoolAttrOr(n.attrs, "dy_addend", false);
+    EXPECT_EQ(in_batch_norm, 8 - w.convolutions) << w.op;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/batch_norm_act.h"
 #include "src/passes/fuse.h"
 #include "tests/cpu/test_graphs.h"
 
@@ -126,6 +127,66 @@ TEST_P(FuseBatchNormTest, FusedStepsGiveTheSameBitsOnTheCpuReference) {
               LossesOf(fused->training.graph, fused->training.loss, float64, &fused_params));
     EXPECT_EQ(plain_params, fused_params);
   }
+}
+
+// FuseOptions::batch_norm_grad_sums: a residual block's input gradient, conv1's data gradient +
+// the skip's, is summed by the gradient of the ReLU and batch norm before the block (which
+// writes its masked gradient for its own skip anyway), so no add and no in-place convolution
+// remain, except where the pooling gradient reads the sum (the first block's input); and the
+// step's bits on the CPU reference are the unfused step's.
+TEST_P(FuseBatchNormTest, ResidualSumsRideInTheBatchNormGradients) {
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
+  auto fused = passes::Fuse(t, {t.loss}, {.batch_norm_grad_sums = true});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  EXPECT_EQ(counts.count("add"), 0u);
+  EXPECT_EQ(counts.at("conv2d_dgrad_accumulate"), 1);  // The sum the max pooling's gradient reads.
+  int summed = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op_name() != "batch_norm_act_grad" || !ir::BoolAttrOr(n.attrs, "dy_addend", false)) {
+      continue;
+    }
+    ++summed;
+    EXPECT_TRUE(ir::BoolAttrOr(n.attrs, "masked_output", false)) << n.name;
+    ASSERT_EQ(n.inputs.size(), 7u) << n.name;
+    // One summand a data gradient, the other the next block's skip gradient (a masked gradient
+    // or the downsample's data gradient).
+    const std::string first(g.node(n.inputs[0].node).op_name());
+    const std::string second(g.node(n.inputs[6].node).op_name());
+    EXPECT_TRUE(first == "conv2d_dgrad" || second == "conv2d_dgrad") << first << " + " << second;
+  }
+  EXPECT_EQ(summed, 7);
+  for (bool float64 : {false, true}) {
+    std::map<std::string, std::vector<double>> plain_params, fused_params;
+    EXPECT_EQ(LossesOf(t.graph, t.loss, float64, &plain_params),
+              LossesOf(g, fused->training.loss, float64, &fused_params));
+    EXPECT_EQ(plain_params, fused_params);
+  }
+}
+
+// The op refuses a second summand without the masked output its apply pass would read, and one
+// of another spec.
+TEST(BatchNormActGradSumTest, AddendNeedsTheMaskedOutputAndDySpec) {
+  const TensorSpec data{Shape{2, 4, 4, 16}, DType::kFloat32};
+  const TensorSpec channel{Shape{16}, DType::kFloat32};
+  const std::vector<TensorSpec> in = {data, data, data, channel, channel, channel, data};
+  Attrs attrs = {{"layout", std::string("NHWC")}, {"dy_addend", true}};
+  auto no_mask = ops::BatchNormActGradOp().infer(attrs, in);
+  ASSERT_FALSE(no_mask.ok());
+  EXPECT_NE(no_mask.status().message().find("masked_output"), std::string::npos)
+      << no_mask.status();
+  attrs["masked_output"] = true;
+  auto ok = ops::BatchNormActGradOp().infer(attrs, in);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->size(), 4u);
+  std::vector<TensorSpec> other = in;
+  other[6] = TensorSpec{Shape{2, 4, 4, 8}, DType::kFloat32};
+  auto mismatch = ops::BatchNormActGradOp().infer(attrs, other);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("dy_addend"), std::string::npos) << mismatch.status();
+  auto six = ops::BatchNormActGradOp().infer(attrs, absl::MakeConstSpan(in).subspan(0, 6));
+  EXPECT_FALSE(six.ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(BothLayouts, FuseBatchNormTest,

@@ -159,6 +159,7 @@ passes::CompileOptions RandomCompileOptions(FuzzedDataProvider& in) {
   o.plan.lanes = in.ConsumeIntegralInRange<int>(-1, passes::kMaxLanes + 1);
   o.plan.fusion.update_writes_copies = in.ConsumeBool();
   o.plan.fusion.sgd_one_launch = in.ConsumeBool();
+  o.plan.fusion.batch_norm_grad_sums = in.ConsumeBool();
   return o;
 }
 

@@ -145,6 +145,13 @@ TEST_P(BatchNormGraphGpuTest, FusedAndPlainOpsMatchCpuReference) {
   auto act_grad = g.AddOp(ops::BatchNormActGradOp(), "bn_act.grad",
                           {dy, (*act)[0], x, gamma, (*act)[1], (*act)[2]}, with_mask);
   ASSERT_TRUE(act_grad.ok()) << act_grad.status();
+  // dy as the sum of two gradients, added as the statistics pass loads them (the residual as
+  // the second summand).
+  Attrs with_sum = with_mask;
+  with_sum["dy_addend"] = true;
+  auto sum_grad = g.AddOp(ops::BatchNormActGradOp(), "bn_act.grad_sum",
+                          {dy, (*act)[0], x, gamma, (*act)[1], (*act)[2], residual}, with_sum);
+  ASSERT_TRUE(sum_grad.ok()) << sum_grad.status();
   auto plain = g.AddOp(ops::BatchNormTrainOp(), "bn",
                        {x, gamma, beta, state("rm", -1, 1), state("rv", 0.5, 2)}, base);
   ASSERT_TRUE(plain.ok()) << plain.status();

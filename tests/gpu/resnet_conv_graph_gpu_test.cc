@@ -4,7 +4,9 @@
 // plans; the same with the residual blocks' input gradients summed by the graph API apart from
 // their summands (kernels.conv_sums_in_place = false), against the in-place sums' trainer, and
 // with the batch norms' statistics summed in the convolutions' epilogues
-// (kernels.conv_batch_norm_stats), against the graph API's unfused trainer.
+// (kernels.conv_batch_norm_stats), against the graph API's unfused trainer; and with the input
+// gradients summed by the batch-norm gradients that read them
+// (kernels.residual_sums_in_batch_norm), against the in-place sums' trainer.
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -31,18 +33,27 @@ struct Config {
 
 void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
+// The kernel options a trainer of these tests varies.
+struct Kernels {
+  KernelTuning::ConvApi api = KernelTuning::ConvApi::kGraph;
+  bool conv_bn_stats = false;
+  bool deterministic = true;
+  bool sums_in_place = true;
+  bool sums_in_batch_norm = false;
+};
+
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c, ExecMode mode,
-                                     KernelTuning::ConvApi api, bool conv_bn_stats = false,
-                                     bool deterministic = true, bool sums_in_place = true) {
+                                     const Kernels& k = {}) {
   TrainOptions options;
   options.launch.mode = mode;
-  options.numerics.deterministic = deterministic;
+  options.numerics.deterministic = k.deterministic;
   options.numerics.allow_tf32 = c.tf32;
   options.numerics.compute_dtype = c.compute;
   options.kernels.channels_last = ChannelsLast::kOff;
-  options.kernels.conv_api = api;
-  options.kernels.conv_batch_norm_stats = conv_bn_stats;
-  options.kernels.conv_sums_in_place = sums_in_place;
+  options.kernels.conv_api = k.api;
+  options.kernels.conv_batch_norm_stats = k.conv_bn_stats;
+  options.kernels.conv_sums_in_place = k.sums_in_place;
+  options.kernels.residual_sums_in_batch_norm = k.sums_in_batch_norm;
   options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   if (c.compute == DType::kFloat16) {
@@ -127,9 +138,9 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
   using Api = KernelTuning::ConvApi;
-  auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph);
-  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph);
-  auto legacy = MakeTrainer(*net, c, ExecMode::kGraph, Api::kLegacy);
+  auto graph = MakeTrainer(*net, c, ExecMode::kGraph);
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked);
+  auto legacy = MakeTrainer(*net, c, ExecMode::kGraph, {.api = Api::kLegacy});
   ASSERT_TRUE(graph && bulked && legacy);
   std::cout << c.name << " graph API: " << graph->stats().ToString() << "\n";
 
@@ -178,10 +189,9 @@ TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLos
   const Config& c = GetParam();
   auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
-  using Api = KernelTuning::ConvApi;
-  auto apart = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, false, true, false);
-  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph, false, true, false);
-  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph);
+  auto apart = MakeTrainer(*net, c, ExecMode::kGraph, {.sums_in_place = false});
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, {.sums_in_place = false});
+  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph);
   ASSERT_TRUE(apart && bulked && in_place);
   constexpr int kSteps = 30;
   const std::vector<float> replayed = Train(*apart, kSteps), eager = Train(*bulked, kSteps),
@@ -201,6 +211,46 @@ TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLos
             << ", through the legacy call " << counts.sums_by_legacy << "\n";
   EXPECT_EQ(counts.sums_by_graph + counts.sums_by_legacy, 8);
   if (c.compute == DType::kBFloat16) EXPECT_EQ(counts.sums_by_graph, 8);
+}
+
+class ResNetSumsInBatchNormGpuTest : public ::testing::TestWithParam<Config> {};
+
+// kernels.residual_sums_in_batch_norm: the residual blocks' input gradients are summed by the
+// batch-norm gradients that read them (all but the first block's, which the pooling gradient
+// reads: that one the graph API sums apart). Replay gives the bulked run's bits, the first losses
+// follow the in-place sums' trainer, the loss falls, and no convolution but that one sums.
+TEST_P(ResNetSumsInBatchNormGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = NetFor(c);
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto summed = MakeTrainer(*net, c, ExecMode::kGraph, {.sums_in_batch_norm = true});
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, {.sums_in_batch_norm = true});
+  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph);
+  ASSERT_TRUE(summed && bulked && in_place);
+  constexpr int kSteps = 30;
+  const std::vector<float> replayed = Train(*summed, kSteps), eager = Train(*bulked, kSteps),
+                           summed_in_place = Train(*in_place, kSteps);
+  std::cout << c.name << " losses, sums in batch norms: " << ::testing::PrintToString(replayed)
+            << "\n"
+            << c.name << " losses, in place: " << ::testing::PrintToString(summed_in_place) << "\n";
+  ExpectSameRun(*summed, *bulked, replayed, eager);
+  const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(replayed[i], summed_in_place[i], tolerance * summed_in_place[i]) << "step " << i;
+  }
+  float first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += replayed[i], last += replayed[kSteps - 5 + i];
+  EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(replayed);
+  const ConvCounts counts = CountConvolutions(*summed);
+  EXPECT_EQ(counts.sums_by_graph + counts.sums_by_legacy, 1);
+  int in_batch_norm = 0;
+  auto launches = summed->ProfileLaunches(1);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  for (const Trainer::LaunchTime& launch : *launches) {
+    in_batch_norm += launch.kernel.find(" +dy_sum") != std::string::npos;
+  }
+  EXPECT_EQ(in_batch_norm, 7);
 }
 
 class ResNetConvBnStatsGpuTest : public ::testing::TestWithParam<Config> {};
@@ -233,11 +283,11 @@ TEST_P(ResNetConvBnStatsGpuTest, ReplayEqualsBulkedAndFollowsUnfusedSteps) {
   const Config& c = GetParam();
   auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
-  using Api = KernelTuning::ConvApi;
-  auto graph = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, true);
-  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, Api::kGraph, true);
-  auto unfused = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, false);
-  auto fast = MakeTrainer(*net, c, ExecMode::kGraph, Api::kGraph, true, /*deterministic=*/false);
+  auto graph = MakeTrainer(*net, c, ExecMode::kGraph, {.conv_bn_stats = true});
+  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, {.conv_bn_stats = true});
+  auto unfused = MakeTrainer(*net, c, ExecMode::kGraph);
+  auto fast =
+      MakeTrainer(*net, c, ExecMode::kGraph, {.conv_bn_stats = true, .deterministic = false});
   ASSERT_TRUE(graph && bulked && unfused && fast);
   const int steps = 30;
   const std::vector<float> replayed = Train(*graph, steps), eager = Train(*bulked, steps);
@@ -268,6 +318,13 @@ INSTANTIATE_TEST_SUITE_P(
     Networks, ResNetConvBnStatsGpuTest,
     ::testing::Values(Config{"ResNet18NhwcF16", 18, Layout::kNHWC, DType::kFloat16, false},
                       Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false}),
+    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
+
+INSTANTIATE_TEST_SUITE_P(
+    Networks, ResNetSumsInBatchNormGpuTest,
+    ::testing::Values(Config{"ResNet18NhwcBf16", 18, Layout::kNHWC, DType::kBFloat16, false},
+                      Config{"ResNet18NhwcTf32", 18, Layout::kNHWC, DType::kFloat32, true},
+                      Config{"ResNet18NchwF32", 18, Layout::kNCHW, DType::kFloat32, false}),
     [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,5 +1,8 @@
 """Graphs, nn builders, models and options from Python (CPU only)."""
 
+import os
+import re
+
 import pytest
 
 import reprise
@@ -80,6 +83,8 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert not kernels.conv_sums_in_place and kernels.conv_api == reprise.ConvApi.legacy
     assert reprise.KernelTuning().conv_api == reprise.ConvApi.graph
     assert not reprise.KernelTuning().conv_batch_norm_stats
+    assert not reprise.KernelTuning().residual_sums_in_batch_norm
+    assert reprise.KernelTuning(residual_sums_in_batch_norm=True).residual_sums_in_batch_norm
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
         reprise.TrainOptions(launch={"lane": 2})
 
@@ -102,3 +107,17 @@ def test_train_options_keep_the_flat_names_as_a_shorthand():
     assert flat.optimizer.momentum == pytest.approx(0.5)
     flat.sgd.learning_rate = 0.3  # flat alias
     assert flat.optimizer.learning_rate == pytest.approx(0.3)
+
+
+def test_every_kernel_option_is_settable():
+    """Each field of the C++ KernelTuning is an attribute of reprise.KernelTuning (the header is
+    read), so no kernel option is reachable from C++ alone."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "include", "reprise", "kernel_tuning.h")) as f:
+        header = f.read()
+    body = header[header.index("struct KernelTuning {"):]
+    body = body[:body.index("\n};")]
+    fields = re.findall(r"^  (?:bool|int|ChannelsLast|ConvApi)\s+(\w+)\s*=", body, re.M)
+    assert {"fuse", "conv_api", "residual_sums_in_batch_norm", "sgd_one_launch"} <= set(fields)
+    missing = [name for name in fields if not hasattr(reprise.KernelTuning(), name)]
+    assert not missing, missing
