@@ -178,27 +178,21 @@ TEST_P(ResNetConvGraphGpuTest, ReplayEqualsBulkedFollowsLegacyApiAndLossFalls) {
   EXPECT_GT(counts.by_graph, c.depth == 18 ? 20 : 60);
 }
 
-class ResNetConvSumsApartGpuTest : public ::testing::TestWithParam<Config> {};
-
-// kernels.conv_sums_in_place = false: the residual blocks' input gradients run as the graph API's
-// data gradient with the sum in its epilogue, written apart from the summand (conv2d_dgrad_add).
-// Replay gives the bulked run's bits, the first losses follow the in-place sums' trainer and the
-// loss falls; in bfloat16 NHWC cuDNN has a fused plan for every block, so no legacy call runs.
-TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
-  REPRISE_REQUIRE_GPU();
-  const Config& c = GetParam();
-  auto net = NetFor(c);
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto apart = MakeTrainer(*net, c, ExecMode::kGraph, {.sums_in_place = false});
-  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, {.sums_in_place = false});
-  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph);
-  ASSERT_TRUE(apart && bulked && in_place);
+// Trains `net` 30 steps with `sums` replayed, bulked and against the default (in-place sums)
+// trainer from the same weights and batches: replay gives the bulked run's bits, the first losses
+// follow the in-place sums' trainer, and the loss falls. Returns the replayed trainer.
+std::unique_ptr<Trainer> ExpectFollowsTheInPlaceSums(const models::ResNet& net, const Config& c,
+                                                     const Kernels& sums, const std::string& what) {
+  auto replaying = MakeTrainer(net, c, ExecMode::kGraph, sums);
+  auto bulked = MakeTrainer(net, c, ExecMode::kBulked, sums);
+  auto in_place = MakeTrainer(net, c, ExecMode::kGraph);
+  if (!replaying || !bulked || !in_place) return nullptr;
   constexpr int kSteps = 30;
-  const std::vector<float> replayed = Train(*apart, kSteps), eager = Train(*bulked, kSteps),
+  const std::vector<float> replayed = Train(*replaying, kSteps), eager = Train(*bulked, kSteps),
                            summed_in_place = Train(*in_place, kSteps);
-  std::cout << c.name << " losses, sums apart: " << ::testing::PrintToString(replayed) << "\n"
+  std::cout << c.name << " losses, " << what << ": " << ::testing::PrintToString(replayed) << "\n"
             << c.name << " losses, in place: " << ::testing::PrintToString(summed_in_place) << "\n";
-  ExpectSameRun(*apart, *bulked, replayed, eager);
+  ExpectSameRun(*replaying, *bulked, replayed, eager);
   const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(replayed[i], summed_in_place[i], tolerance * summed_in_place[i]) << "step " << i;
@@ -206,6 +200,21 @@ TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLos
   float first = 0, last = 0;
   for (int i = 0; i < 5; ++i) first += replayed[i], last += replayed[kSteps - 5 + i];
   EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(replayed);
+  return replaying;
+}
+
+class ResNetConvSumsApartGpuTest : public ::testing::TestWithParam<Config> {};
+
+// kernels.conv_sums_in_place = false: the residual blocks' input gradients run as the graph API's
+// data gradient with the sum in its epilogue, written apart from the summand (conv2d_dgrad_add).
+// As above; in bfloat16 NHWC cuDNN has a fused plan for every block, so no legacy call runs.
+TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = NetFor(c);
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto apart = ExpectFollowsTheInPlaceSums(*net, c, {.sums_in_place = false}, "sums apart");
+  ASSERT_TRUE(apart);
   const ConvCounts counts = CountConvolutions(*apart);
   std::cout << c.name << ": residual sums through the graph API " << counts.sums_by_graph
             << ", through the legacy call " << counts.sums_by_legacy << "\n";
@@ -217,31 +226,15 @@ class ResNetSumsInBatchNormGpuTest : public ::testing::TestWithParam<Config> {};
 
 // kernels.residual_sums_in_batch_norm: the residual blocks' input gradients are summed by the
 // batch-norm gradients that read them (all but the first block's, which the pooling gradient
-// reads: that one the graph API sums apart). Replay gives the bulked run's bits, the first losses
-// follow the in-place sums' trainer, the loss falls, and no convolution but that one sums.
+// reads: that one the graph API sums apart). As above, and no convolution but that one sums.
 TEST_P(ResNetSumsInBatchNormGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLossFalls) {
   REPRISE_REQUIRE_GPU();
   const Config& c = GetParam();
   auto net = NetFor(c);
   ASSERT_TRUE(net.ok()) << net.status();
-  auto summed = MakeTrainer(*net, c, ExecMode::kGraph, {.sums_in_batch_norm = true});
-  auto bulked = MakeTrainer(*net, c, ExecMode::kBulked, {.sums_in_batch_norm = true});
-  auto in_place = MakeTrainer(*net, c, ExecMode::kGraph);
-  ASSERT_TRUE(summed && bulked && in_place);
-  constexpr int kSteps = 30;
-  const std::vector<float> replayed = Train(*summed, kSteps), eager = Train(*bulked, kSteps),
-                           summed_in_place = Train(*in_place, kSteps);
-  std::cout << c.name << " losses, sums in batch norms: " << ::testing::PrintToString(replayed)
-            << "\n"
-            << c.name << " losses, in place: " << ::testing::PrintToString(summed_in_place) << "\n";
-  ExpectSameRun(*summed, *bulked, replayed, eager);
-  const double tolerance = c.compute == DType::kFloat32 && !c.tf32 ? 1e-4 : 2e-2;
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_NEAR(replayed[i], summed_in_place[i], tolerance * summed_in_place[i]) << "step " << i;
-  }
-  float first = 0, last = 0;
-  for (int i = 0; i < 5; ++i) first += replayed[i], last += replayed[kSteps - 5 + i];
-  EXPECT_LT(last, 0.7f * first) << ::testing::PrintToString(replayed);
+  auto summed =
+      ExpectFollowsTheInPlaceSums(*net, c, {.sums_in_batch_norm = true}, "sums in batch norms");
+  ASSERT_TRUE(summed);
   const ConvCounts counts = CountConvolutions(*summed);
   EXPECT_EQ(counts.sums_by_graph + counts.sums_by_legacy, 1);
   int in_batch_norm = 0;

@@ -4,9 +4,8 @@
 # KernelTuning::sgd_one_launch (--sgd_one_launch), both off by default (docs/engine.md).
 #   bash tools/device/resnet_kernel_options.sh [ROUNDS]
 # First their GPU tests, then memcheck over both and racecheck over the batch norms' (blocks
-# count arrivals on shared tickets), then ResNet-50 NHWC, whole step captured, two lanes, at b32
-# bfloat16, b32 TF32 and b256 bfloat16 with neither, each and both, alternating within each round:
-# each row the step's median ms; then cuDNN's batch-norm fusions timed per convolution at b32.
+# count arrivals on shared tickets), then ResNet-50 (tools/device/resnet50_variants.sh) with
+# neither, each and both; then cuDNN's batch-norm fusions timed per convolution at b32.
 set -uo pipefail
 rounds=${1:-1}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
@@ -19,27 +18,11 @@ timeout 200 compute-sanitizer --tool memcheck --leak-check full reprise_gpu_test
 echo "== compute-sanitizer --tool racecheck"
 timeout 150 compute-sanitizer --tool racecheck reprise_gpu_tests --gtest_brief=1 \
   --gtest_filter='*BatchNormFinalizeInStats*' 2>&1 | tail -n 3
-shapes=(
-  "r50 b32 bf16|--bf16 --batch 32 --iters 300 --warmup 20"
-  "r50 b32 tf32|--batch 32 --iters 200 --warmup 20"
-  "r50 b256 bf16|--bf16 --batch 256 --iters 20 --warmup 5"
-)
-variants=(
-  "neither|--bn_finalize_in_stats=false --sgd_one_launch=false"
-  "bn_finalize|--bn_finalize_in_stats=true --sgd_one_launch=false"
-  "sgd_one_launch|--bn_finalize_in_stats=false --sgd_one_launch=true"
+bash "$(dirname "$0")/resnet50_variants.sh" "$rounds" \
+  "neither|--bn_finalize_in_stats=false --sgd_one_launch=false" \
+  "bn_finalize|--bn_finalize_in_stats=true --sgd_one_launch=false" \
+  "sgd_one_launch|--bn_finalize_in_stats=false --sgd_one_launch=true" \
   "both|--bn_finalize_in_stats=true --sgd_one_launch=true"
-)
-for ((r = 1; r <= rounds; ++r)); do
-  for s in "${shapes[@]}"; do
-    for v in "${variants[@]}"; do
-      line=$(timeout 200 reprise-bench --model resnet --depth 50 --classes 1000 --tf32 --layout nhwc \
-        --mode graph --fusion on --inputs device --lanes 2 ${s#*|} ${v#*|} 2>/dev/null |
-        grep -E '^ *graph')
-      echo "round $r ${s%%|*} ${v%%|*}: $line"
-    done
-  done
-done
 # What cuDNN's batch-norm fusions (statistics epilogue, scale-bias-ReLU prologue) would cost or save
 # per convolution at batch 32 (docs/benchmarks_resnet.md has batch 256).
 echo "== ConvBnFusionTimingGpuTest at batch 32"
