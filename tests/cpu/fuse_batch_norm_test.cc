@@ -165,6 +165,30 @@ TEST_P(FuseBatchNormTest, ResidualSumsRideInTheBatchNormGradients) {
   }
 }
 
+// In mixed precision (bfloat16, the keep bits) too: three steps on the CPU reference give the bits
+// of the sums as add nodes (stored in bfloat16, then read; the convolutions' in-place sums round
+// once, not twice).
+TEST(FuseBatchNormSumsTest, Bf16StepsHaveTheBitsOfTheUnfusedSums) {
+  testing::ReferenceSteps steps[2];
+  for (bool sums : {false, true}) {
+    passes::CompileOptions options;
+    options.compute_dtype = DType::kBFloat16;
+    options.plan.lanes = 2;
+    options.plan.fusion.batch_norm_grad_sums = sums;
+    options.plan.fusion.conv_dgrad_accumulate = false;
+    const passes::CompiledStep compiled = testing::CompileSmallResNet18(options);
+    int summed = 0;
+    for (const Node& n : compiled.plan.graph().nodes()) {
+      summed += ir::BoolAttrOr(n.attrs, "dy_addend", false);
+    }
+    EXPECT_EQ(summed, sums ? 7 : 0);
+    steps[sums] = testing::ThreeReferenceSteps(compiled);
+  }
+  EXPECT_EQ(steps[0].losses, steps[1].losses);
+  EXPECT_EQ(steps[0].parameters, steps[1].parameters);
+  EXPECT_NE(steps[1].losses[0], steps[1].losses[2]);  // It trained.
+}
+
 // The op refuses a second summand without the masked output its apply pass would read, and one
 // of another spec.
 TEST(BatchNormActGradSumTest, AddendNeedsTheMaskedOutputAndDySpec) {

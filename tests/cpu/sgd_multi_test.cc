@@ -4,18 +4,17 @@
 // with it bit for bit as without it on the CPU reference, the parameters' copies kept.
 #include <cstdint>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "reprise/models.h"
 #include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
 #include "src/passes/pipeline.h"
 #include "tests/cpu/sgd_multi_step.h"
+#include "tests/cpu/test_graphs.h"
 
 namespace reprise {
 namespace {
@@ -106,17 +105,12 @@ TEST(SgdMultiTest, ShapesAndCountsAreChecked) {
 }
 
 passes::CompiledStep CompileResNet18(bool one_launch, DType dtype, NonFinitePolicy policy) {
-  auto net = models::BuildResNet(
-      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = Layout::kNHWC});
-  EXPECT_TRUE(net.ok()) << net.status();
   passes::CompileOptions options;
   options.compute_dtype = dtype;
   options.non_finite.policy = policy;
   options.plan.lanes = 2;
   options.plan.fusion.sgd_one_launch = one_launch;
-  auto compiled = passes::CompileStep(net->graph, net->loss, options);
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
-  return *std::move(compiled);
+  return testing::CompileSmallResNet18(options);
 }
 
 std::vector<const Node*> NodesOf(const Graph& g, absl::string_view op) {
@@ -153,36 +147,14 @@ TEST(SgdMultiTest, CheckedUpdatesOfEveryParameterAreOneNodeWithTheCopies) {
   EXPECT_TRUE(NodesOf(unchecked.plan.graph(), "sgd_multi").empty());
 }
 
-// Losses of three steps and every parameter and state after them, on the CPU reference.
-std::pair<std::vector<float>, std::map<std::string, std::vector<float>>> Steps(
-    const passes::CompiledStep& compiled) {
-  const Graph& g = compiled.plan.graph();
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 7);
-  std::mt19937 rng(3);
-  std::normal_distribution<double> normal;
-  std::vector<double> images(2 * 32 * 32 * 3);
-  std::vector<float> losses;
-  for (int step = 0; step < 3; ++step) {
-    for (double& v : images) v = normal(rng);
-    EXPECT_TRUE(cpu.SetLeaf("images", images).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", std::vector<int32_t>{step % 3, 2}).ok());
-    EXPECT_TRUE(cpu.Run().ok());
-    losses.push_back((*cpu.Tensor(compiled.plan.training.loss))->data<float>()[0]);
-  }
-  std::map<std::string, std::vector<float>> parameters;
-  for (int32_t id : g.NodesOf("parameter")) {
-    auto values = (*cpu.Tensor({id, 0}))->data<float>();
-    parameters[g.node(id).name].assign(values.begin(), values.end());
-  }
-  return {losses, parameters};
-}
-
 TEST(SgdMultiTest, ResNet18Bf16StepsHaveTheBitsOfTheLaunchesPer32Tensors) {
-  const auto on = Steps(CompileResNet18(true, DType::kBFloat16, NonFinitePolicy::kSkipStep));
-  const auto off = Steps(CompileResNet18(false, DType::kBFloat16, NonFinitePolicy::kSkipStep));
-  EXPECT_EQ(on.first, off.first);
-  EXPECT_EQ(on.second, off.second);
-  EXPECT_NE(on.first[0], on.first[2]);  // It trained.
+  const testing::ReferenceSteps on = testing::ThreeReferenceSteps(
+      CompileResNet18(true, DType::kBFloat16, NonFinitePolicy::kSkipStep));
+  const testing::ReferenceSteps off = testing::ThreeReferenceSteps(
+      CompileResNet18(false, DType::kBFloat16, NonFinitePolicy::kSkipStep));
+  EXPECT_EQ(on.losses, off.losses);
+  EXPECT_EQ(on.parameters, off.parameters);
+  EXPECT_NE(on.losses[0], on.losses[2]);  // It trained.
 }
 
 }  // namespace

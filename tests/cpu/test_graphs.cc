@@ -1,6 +1,7 @@
 #include "tests/cpu/test_graphs.h"
 
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -20,6 +21,36 @@ autodiff::TrainingGraph SmallResNet18Training(Layout layout) {
   auto training = autodiff::BuildTrainingGraph(net->graph, net->loss, {.learning_rate = 0.05f});
   EXPECT_TRUE(training.ok()) << training.status();
   return *std::move(training);
+}
+
+passes::CompiledStep CompileSmallResNet18(const passes::CompileOptions& options) {
+  auto net = models::BuildResNet(
+      {.depth = 18, .batch = 2, .classes = 3, .image_size = 32, .layout = Layout::kNHWC});
+  EXPECT_TRUE(net.ok()) << net.status();
+  auto compiled = passes::CompileStep(net->graph, net->loss, options);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return *std::move(compiled);
+}
+
+ReferenceSteps ThreeReferenceSteps(const passes::CompiledStep& compiled) {
+  const Graph& g = compiled.plan.graph();
+  ir::ReferenceExecutor cpu(g, /*float64=*/false, 7);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  std::vector<double> images(2 * 32 * 32 * 3);
+  ReferenceSteps steps;
+  for (int step = 0; step < 3; ++step) {
+    for (double& v : images) v = normal(rng);
+    EXPECT_TRUE(cpu.SetLeaf("images", images).ok());
+    EXPECT_TRUE(cpu.SetLeaf("labels", std::vector<int32_t>{step % 3, 2}).ok());
+    EXPECT_TRUE(cpu.Run().ok());
+    steps.losses.push_back((*cpu.Tensor(compiled.plan.training.loss))->data<float>()[0]);
+  }
+  for (int32_t id : g.NodesOf("parameter")) {
+    auto values = (*cpu.Tensor({id, 0}))->data<float>();
+    steps.parameters[g.node(id).name].assign(values.begin(), values.end());
+  }
+  return steps;
 }
 
 void ExpectGradientsMatchFiniteDifferences(const Graph& graph, Value loss,

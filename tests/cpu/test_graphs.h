@@ -3,12 +3,14 @@
 #define REPRISE_TESTS_CPU_TEST_GRAPHS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "reprise/graph.h"
 #include "src/autodiff/autodiff.h"
+#include "src/passes/pipeline.h"
 
 namespace reprise::testing {
 
@@ -29,6 +31,17 @@ Initializer TestInit();
 // The training graph (SGD, learning rate 0.05) of a ResNet-18 small enough for the CPU
 // reference: batch 2, 32x32 images, 3 classes, in `layout`.
 autodiff::TrainingGraph SmallResNet18Training(Layout layout);
+
+// The same ResNet-18, channels-last, compiled by the step compiler with `options`.
+passes::CompiledStep CompileSmallResNet18(const passes::CompileOptions& options);
+
+// Its losses over three steps on the CPU reference (float32, fixed random images and labels) and
+// every parameter after them, by name.
+struct ReferenceSteps {
+  std::vector<float> losses;
+  std::map<std::string, std::vector<float>> parameters;
+};
+ReferenceSteps ThreeReferenceSteps(const passes::CompiledStep& compiled);
 
 }  // namespace reprise::testing
 
