@@ -57,7 +57,7 @@ ABSL_FLAG(bool, bn_finalize_in_stats, false,
           "TrainOptions::kernels.batch_norm_finalize_in_stats: the batch norms' statistics "
           "kernels finalize in their last blocks (no finalize launch)");
 
-ABSL_FLAG(bool, sgd_one_launch, false,
+ABSL_FLAG(bool, sgd_one_launch, true,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one chunked "
           "launch that also writes mixed precision's 16-bit parameter copies");
 
@@ -113,7 +113,7 @@ std::string KernelFlagsText() {
                           ? " dependent_launch_after_libraries=1"
                           : "",
                       absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
-                      absl::GetFlag(FLAGS_sgd_one_launch) ? " sgd_one_launch=1" : "");
+                      absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0");
 }
 
 }  // namespace reprise::tools

@@ -54,7 +54,7 @@ ABSL_FLAG(bool, update_copies, true,
           "copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies; stages "
           "plan and cuda-graph)");
-ABSL_FLAG(bool, sgd_one_launch, false,
+ABSL_FLAG(bool, sgd_one_launch, true,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one sgd_multi "
           "launch, which in mixed precision also writes the 16-bit parameter copies (stages plan "
           "and cuda-graph)");

@@ -117,7 +117,7 @@ struct FuseOptions {
   // checked by loss scaling or the non-finite guard) in one sgd_multi launch, whatever their
   // weight decays and gradient types, instead of sgd_momentum_multi's launch per 32 tensors
   // (TrainOptions::kernels.sgd_one_launch).
-  bool sgd_one_launch = false;
+  bool sgd_one_launch = true;
   // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
   // where the first was made, instead of one launch per parameter.
   bool multi_tensor_casts = true;

@@ -399,7 +399,10 @@ TEST(LossScaleTest, FusedStepGivesTheUnfusedBits) {
     int multi = 0;
     for (const Node& n : fused->training.graph.nodes()) {
       EXPECT_NE(n.op_name(), "mlp_train_step");
-      if (n.op != &ops::SgdMomentumMultiOp() && n.op != &ops::AdamMultiOp()) continue;
+      if (n.op != &ops::SgdMomentumMultiOp() && n.op != &ops::SgdMultiOp() &&
+          n.op != &ops::AdamMultiOp()) {
+        continue;
+      }
       ++multi;
       EXPECT_TRUE(ir::BoolAttrOr(n.attrs, "loss_scaled", false)) << n.name;
     }

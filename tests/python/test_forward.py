@@ -104,4 +104,4 @@ def test_generation_is_greedy_and_repeatable(gpu):
     with pytest.raises(ValueError):
         generator.generate([[1]], 4)  # One prompt for a batch of two.
     with pytest.raises(ValueError):
-        generator.generate([[1], [2]], 16)  # Past the cache's 16 positions.
+        generator.generate([[1], [2]], 17)  # 17 positions: past the cache's 16.
