@@ -84,8 +84,9 @@ struct KernelTuning {
   // writes its masked gradient anyway) loads both summands and adds them, so the sum is never
   // written and the data gradient runs with no epilogue. With conv_api kGraph, the sums it cannot
   // take (the stem's pooling gradient reads one) are written apart, as conv_sums_in_place = false
-  // writes them, so no legacy call runs. The same bytes moved as the in-place sums. Off: on an H200 ResNet-50 stepped 1.2 to 1.6% faster with
-  // it at batch 256 but 0.2 to 0.6% slower at 32 (2026-12-05, docs/benchmarks_resnet.md).
+  // writes them, so no legacy call runs. The same bytes moved as the in-place sums. Off: on an H200
+  // ResNet-50 stepped 1.2 to 1.6% faster with it at batch 256 but 0.2 to 0.6% slower at 32
+  // (2026-12-05, docs/benchmarks_resnet.md).
   bool residual_sums_in_batch_norm = false;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the

@@ -40,7 +40,7 @@ struct DumpRequest {
   int lanes = 0;                // 0 (auto) or 1 to 4 (stages plan and cuda-graph).
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   bool update_copies = true;    // KernelTuning::update_writes_parameter_copies.
-  bool sgd_one_launch = true;  // KernelTuning::sgd_one_launch.
+  bool sgd_one_launch = true;   // KernelTuning::sgd_one_launch.
   bool residual_sums_in_batch_norm = false;  // KernelTuning::residual_sums_in_batch_norm.
   std::string mirror = "off";  // off, auto or a byte budget (stages plan and cuda-graph).
   // The Trainer's TrainOptions of the same names (stages training, plan and cuda-graph):
