@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "src/util/status_macros.h"
 
 namespace reprise::ir {
 namespace {
@@ -105,6 +106,13 @@ absl::Status ConvertFloats(const HostTensor& from, HostTensor& to) {
   }
   for (int64_t i = 0; i < from.size(); ++i) SetFloatElement(to, i, FloatElement(from, i));
   return absl::OkStatus();
+}
+
+absl::Status RoundToStored(DType stored, HostTensor& t) {
+  if (!IsLowPrecision(stored) || IsLowPrecision(t.dtype())) return absl::OkStatus();
+  HostTensor rounded(TensorSpec{t.spec().shape, stored});
+  RETURN_IF_ERROR(ConvertFloats(t, rounded));
+  return ConvertFloats(rounded, t);
 }
 
 }  // namespace reprise::ir

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "reprise/tensor.h"
 #include "src/ir/host_tensor.h"
 
 namespace reprise::ir {
@@ -22,6 +23,11 @@ void SetFloatElement(HostTensor& t, int64_t i, double value);
 
 // Copies `from` into `to` (same shape, both float dtypes), converting each element.
 absl::Status ConvertFloats(const HostTensor& from, HostTensor& to);
+
+// Rounds `t`'s values to `stored` in place where `stored` is a 16-bit float and `t` is not: a
+// fused op's reference, which the reference executor runs in float32, rounding an intermediate
+// value as the kernel (or the separate op it replaces) stores it. Otherwise nothing.
+absl::Status RoundToStored(DType stored, HostTensor& t);
 
 }  // namespace reprise::ir
 

@@ -125,14 +125,8 @@ absl::Status CpuGrad(const Node& node, absl::Span<ir::HostTensor* const> in,
     ir::HostTensor* add_in[] = {in[0], in[6]};
     ir::HostTensor* add_out[] = {&dy_sum};
     RETURN_IF_ERROR(AddOp().cpu(stub, absl::MakeSpan(add_in), absl::MakeSpan(add_out)));
-    // An add node stores its sum in dy's type, and so does the kernel before it masks it; in a
-    // 16-bit graph this reference runs in float32 (ReferenceExecutor), so round here.
-    const DType stored = node.outputs[0].dtype;
-    if (IsLowPrecision(stored) && !IsLowPrecision(dy_sum.dtype())) {
-      ir::HostTensor rounded(TensorSpec{dy_sum.spec().shape, stored});
-      RETURN_IF_ERROR(ir::ConvertFloats(dy_sum, rounded));
-      RETURN_IF_ERROR(ir::ConvertFloats(rounded, dy_sum));
-    }
+    // An add node stores its sum in dy's type, and so does the kernel before it masks it.
+    RETURN_IF_ERROR(ir::RoundToStored(node.outputs[0].dtype, dy_sum));
     dy = &dy_sum;
   }
   ir::HostTensor masked(in[0]->spec());

@@ -54,11 +54,7 @@ absl::Status Cpu(const Node& node, absl::Span<ir::HostTensor* const> in,
   // convolution's output is rounded to its dtype here, before the batch norm reads it, as the
   // separate ops store it.
   const DType stored = node.outputs.size() == 4 ? node.outputs[3].dtype : out[3]->dtype();
-  if (IsLowPrecision(stored) && !IsLowPrecision(out[3]->dtype())) {
-    ir::HostTensor rounded(TensorSpec{out[3]->spec().shape, stored});
-    RETURN_IF_ERROR(ir::ConvertFloats(*out[3], rounded));
-    RETURN_IF_ERROR(ir::ConvertFloats(rounded, *out[3]));
-  }
+  RETURN_IF_ERROR(ir::RoundToStored(stored, *out[3]));
   std::vector<ir::HostTensor*> bn_in = {out[3], in[2], in[3], in[4], in[5]};
   if (HasResidual(node.attrs)) bn_in.push_back(in[6]);
   return BatchNormPart(node.attrs).cpu(node, absl::MakeSpan(bn_in), out.subspan(0, 3));
