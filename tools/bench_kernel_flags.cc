@@ -2,6 +2,7 @@
 // file of their own; reprise-bench's --help lists them with its other flags (cli::Program).
 #include "tools/bench_kernel_flags.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -32,6 +33,9 @@ ABSL_FLAG(bool, conv_sums_in_place, true,
 ABSL_FLAG(bool, residual_sums_in_bn, false,
           "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
           "summed by the batch-norm gradients that read them, as they load them");
+ABSL_FLAG(int64_t, residual_sums_min_elements, 0,
+          "TrainOptions::kernels.residual_sums_min_elements: with --residual_sums_in_bn, only "
+          "sums of at least this many elements (the smaller ones summed by their convolution)");
 ABSL_FLAG(bool, measure_matmul, false,
           "TrainOptions::kernels.measure_matmul_algorithms: time cuBLASLt's candidates at Create");
 ABSL_FLAG(bool, relu_epilogues, false,
@@ -94,6 +98,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.conv_batch_norm_stats = absl::GetFlag(FLAGS_conv_bn_stats);
   kernels.conv_sums_in_place = absl::GetFlag(FLAGS_conv_sums_in_place);
   kernels.residual_sums_in_batch_norm = absl::GetFlag(FLAGS_residual_sums_in_bn);
+  kernels.residual_sums_min_elements = absl::GetFlag(FLAGS_residual_sums_min_elements);
   kernels.batch_norm_relu_bits = absl::GetFlag(FLAGS_relu_bits);
   kernels.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
   kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
@@ -107,6 +112,10 @@ std::string KernelFlagsText() {
                       absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
                       absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart",
                       absl::GetFlag(FLAGS_residual_sums_in_bn) ? " residual_sums_in_bn=1" : "",
+                      absl::GetFlag(FLAGS_residual_sums_min_elements) != 0
+                          ? absl::StrCat(" residual_sums_min_elements=",
+                                         absl::GetFlag(FLAGS_residual_sums_min_elements))
+                          : "",
                       absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
                       absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
                       absl::GetFlag(FLAGS_dependent_launch_after_libraries)

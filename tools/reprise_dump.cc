@@ -61,6 +61,9 @@ ABSL_FLAG(bool, sgd_one_launch, true,
 ABSL_FLAG(bool, residual_sums_in_bn, false,
           "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
           "summed by the batch-norm gradients that read them (stages plan and cuda-graph)");
+ABSL_FLAG(int64_t, residual_sums_min_elements, 0,
+          "TrainOptions::kernels.residual_sums_min_elements: with --residual_sums_in_bn, only "
+          "sums of at least this many elements (stages plan and cuda-graph)");
 ABSL_FLAG(std::string, mirror, "off",
           "off, auto or a byte budget for the activation peak: recompute cheap forward values "
           "in the backward pass (stages plan and cuda-graph; the plan marks them)");
@@ -125,6 +128,7 @@ reprise::DumpRequest RequestFromFlags() {
   request.update_copies = absl::GetFlag(FLAGS_update_copies);
   request.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
   request.residual_sums_in_batch_norm = absl::GetFlag(FLAGS_residual_sums_in_bn);
+  request.residual_sums_min_elements = absl::GetFlag(FLAGS_residual_sums_min_elements);
   request.mirror = absl::GetFlag(FLAGS_mirror);
   request.dtype = absl::GetFlag(FLAGS_dtype);
   request.channels_last = absl::GetFlag(FLAGS_channels_last);

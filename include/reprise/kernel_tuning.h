@@ -88,6 +88,12 @@ struct KernelTuning {
   // ResNet-50 stepped 1.2 to 1.6% faster with it at batch 256 but 0.2 to 0.6% slower at 32
   // (2026-12-05, docs/benchmarks_resnet.md).
   bool residual_sums_in_batch_norm = false;
+  // With residual_sums_in_batch_norm: only the sums of at least this many elements; the smaller
+  // ones are summed by their convolution as without the option (in place where
+  // conv_sums_in_place), where the statistics kernel's second stream of loads costs more than
+  // the sum's own pass. 0: every sum, and, with conv_api kGraph, the ones no batch norm can take
+  // written apart, so that no legacy call runs. At least 0.
+  int64_t residual_sums_min_elements = 0;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic

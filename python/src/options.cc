@@ -123,6 +123,7 @@ void BindOptions(nb::module_& m) {
       .def_rw("conv_api", &KernelTuning::conv_api)
       .def_rw("conv_sums_in_place", &KernelTuning::conv_sums_in_place)
       .def_rw("residual_sums_in_batch_norm", &KernelTuning::residual_sums_in_batch_norm)
+      .def_rw("residual_sums_min_elements", &KernelTuning::residual_sums_min_elements)
       .def_rw("conv_batch_norm_stats", &KernelTuning::conv_batch_norm_stats)
       .def_rw("batch_norm_relu_bits", &KernelTuning::batch_norm_relu_bits)
       .def_rw("dependent_launch", &KernelTuning::dependent_launch)

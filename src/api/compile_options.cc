@@ -40,8 +40,11 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.sgd_one_launch = options.kernels.sgd_one_launch;
   compile.plan.fusion.conv_dgrad_add_apart =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
-      (!options.kernels.conv_sums_in_place || options.kernels.residual_sums_in_batch_norm);
+      (!options.kernels.conv_sums_in_place || (options.kernels.residual_sums_in_batch_norm &&
+                                               options.kernels.residual_sums_min_elements == 0));
   compile.plan.fusion.batch_norm_grad_sums = options.kernels.residual_sums_in_batch_norm;
+  compile.plan.fusion.batch_norm_grad_sums_min_elements =
+      options.kernels.residual_sums_min_elements;
   compile.plan.fusion.conv_batch_norm_stats =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
       options.kernels.conv_batch_norm_stats;

@@ -144,6 +144,11 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
         "0, got ",
         o.kernels.ensemble_whole_step_max_models));
   }
+  if (o.kernels.residual_sums_min_elements < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainOptions::kernels.residual_sums_min_elements must be at least 0, got ",
+                     o.kernels.residual_sums_min_elements));
+  }
   if (o.device < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("TrainOptions::device must be at least 0, got ", o.device));

@@ -78,7 +78,8 @@ absl::Span<const FusionRule> FusionRules() {
       {"batch norm activations", [](const FuseOptions& o) { return o.batch_norm_activations; },
        [](GroupFinder& f, const FuseOptions& o) {
          if (o.conv_batch_norm_stats) f.ConvBatchNormStats();
-         f.BatchNormActivations(o.batch_norm_relu_bits, o.batch_norm_grad_sums);
+         f.BatchNormActivations(o.batch_norm_relu_bits, o.batch_norm_grad_sums,
+                                o.batch_norm_grad_sums_min_elements);
          f.BatchNormApplyChains();
          f.PoolingOfRecomputedActivations();
          f.PoolingArgmaxInForward();

@@ -96,6 +96,10 @@ struct FuseOptions {
   // writes the masked gradient anyway; the sum is never written, and no convolution adds in
   // place (TrainOptions::kernels.residual_sums_in_batch_norm).
   bool batch_norm_grad_sums = false;
+  // With batch_norm_grad_sums: only sums of at least this many elements; smaller ones stay with
+  // the convolution (conv_dgrad_accumulate). 0: every sum a batch-norm gradient can take
+  // (TrainOptions::kernels.residual_sums_min_elements).
+  int64_t batch_norm_grad_sums_min_elements = 0;
   // With batch_norm_activations: a convolution whose output only a training batch norm (and the
   // backward) reads, with that batch norm and its add and ReLU, as one conv2d_bn_train node
   // (src/ops/conv_bn.h), whose statistics cuDNN's graph API sums in the convolution's epilogue.

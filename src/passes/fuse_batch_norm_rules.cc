@@ -81,7 +81,7 @@ void GroupFinder::ConvBatchNormStats() {
 // through a residual add) take the add and the ReLU into their last kernel; the ReLU's gradient
 // joins the batch-norm gradient. In 16 bits the fused kernel rounds once where the unfused ops
 // round after the batch norm and after the add.
-void GroupFinder::BatchNormActivations(bool relu_bits, bool grad_sums) {
+void GroupFinder::BatchNormActivations(bool relu_bits, bool grad_sums, int64_t sums_min_elements) {
   auto fusable = [](const Node& n) {
     return n.outputs[0].dtype == DType::kFloat32 || IsLowPrecision(n.outputs[0].dtype);
   };
@@ -145,7 +145,10 @@ void GroupFinder::BatchNormActivations(bool relu_bits, bool grad_sums) {
       group.inputs[1] = it->second;
       group.attrs["relu_from_bits"] = true;
     }
-    if (grad_sums && masked_output) TakeGradientSum(relu_grad, group);
+    if (grad_sums && masked_output &&
+        g_.spec(relu_grad.inputs[0]).shape.NumElements() >= sums_min_elements) {
+      TakeGradientSum(relu_grad, group);
+    }
     TryAdd(std::move(group));
   }
 }

@@ -41,9 +41,9 @@ class GroupFinder {
   void LossWithGrad();
   void ConvBatchNormStats();
   // With `relu_bits`, residual ReLUs keep 1-bit masks for their gradients
-  // (FuseOptions::batch_norm_relu_bits); with `grad_sums`, a gradient whose dy is an add takes
-  // the add in (FuseOptions::batch_norm_grad_sums).
-  void BatchNormActivations(bool relu_bits, bool grad_sums);
+  // (FuseOptions::batch_norm_relu_bits); with `grad_sums`, a gradient whose dy is an add of at
+  // least `sums_min_elements` elements takes the add in (FuseOptions::batch_norm_grad_sums).
+  void BatchNormActivations(bool relu_bits, bool grad_sums, int64_t sums_min_elements);
   void BatchNormApplyChains();
   void PoolingOfRecomputedActivations();
   void PoolingArgmaxInForward();

@@ -99,7 +99,8 @@ TEST_P(ConvDgradAccumulateTest, ForTheGraphApiEverySumIsWrittenApart) {
 // TrainOptions choose: in place by default and with the legacy API; apart only where asked with
 // the graph API; in the batch-norm gradients that read them where asked
 // (residual_sums_in_batch_norm), leaving the one the stem's pooling gradient reads to a
-// convolution, apart with the graph API.
+// convolution, apart with the graph API; with residual_sums_min_elements, the smaller sums and
+// the pooling's in place. (Block inputs of 8192, 4096, 2048 and 1024 elements, two of each.)
 TEST(ConvDgradSumsOptionTest, TrainOptionsChooseInPlaceOrApart) {
   auto net = models::BuildResNet(
       {.depth = 18, .batch = 2, .classes = 4, .image_size = 32, .layout = Layout::kNHWC});
@@ -110,17 +111,23 @@ TEST(ConvDgradSumsOptionTest, TrainOptionsChooseInPlaceOrApart) {
     bool in_batch_norm;
     const char* op;
     int convolutions;  // Sums by the convolution `op`; the rest by batch-norm gradients.
+    int64_t min_elements = 0;
   };
   for (const Want& w :
        {Want{KernelTuning::ConvApi::kGraph, true, false, "conv2d_dgrad_accumulate", 8},
         Want{KernelTuning::ConvApi::kGraph, false, false, "conv2d_dgrad_add", 8},
         Want{KernelTuning::ConvApi::kLegacy, false, false, "conv2d_dgrad_accumulate", 8},
         Want{KernelTuning::ConvApi::kGraph, true, true, "conv2d_dgrad_add", 1},
-        Want{KernelTuning::ConvApi::kLegacy, true, true, "conv2d_dgrad_accumulate", 1}}) {
+        Want{KernelTuning::ConvApi::kLegacy, true, true, "conv2d_dgrad_accumulate", 1},
+        // Above a size, the smaller sums and the pooling's stay in place, graph API or not.
+        Want{KernelTuning::ConvApi::kGraph, true, true, "conv2d_dgrad_accumulate", 6,
+             2 * 8 * 8 * 64},
+        Want{KernelTuning::ConvApi::kGraph, true, true, "conv2d_dgrad_accumulate", 8, 1 << 30}}) {
     TrainOptions options;
     options.kernels.conv_api = w.api;
     options.kernels.conv_sums_in_place = w.in_place;
     options.kernels.residual_sums_in_batch_norm = w.in_batch_norm;
+    options.kernels.residual_sums_min_elements = w.min_elements;
     auto step = passes::CompileStep(net->graph, net->loss,
                                     CompileOptionsFor(options, codegen::MlpStepTarget{}));
     ASSERT_TRUE(step.ok()) << step.status();

@@ -2,6 +2,8 @@
 // through the residual add) takes the add and the ReLU in, its gradient takes the ReLU's gradient
 // (after a residual add in channels-last, reading 1-bit masks the forward keeps), and the fused
 // step computes the same bits as the unfused one on the CPU reference.
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <random>
 #include <string>
@@ -157,6 +159,50 @@ TEST_P(FuseBatchNormTest, ResidualSumsRideInTheBatchNormGradients) {
     EXPECT_TRUE(first == "conv2d_dgrad" || second == "conv2d_dgrad") << first << " + " << second;
   }
   EXPECT_EQ(summed, 7);
+  for (bool float64 : {false, true}) {
+    std::map<std::string, std::vector<double>> plain_params, fused_params;
+    EXPECT_EQ(LossesOf(t.graph, t.loss, float64, &plain_params),
+              LossesOf(g, fused->training.loss, float64, &fused_params));
+    EXPECT_EQ(plain_params, fused_params);
+  }
+}
+
+// FuseOptions::batch_norm_grad_sums_min_elements: only the sums of at least that many elements
+// ride in a batch-norm gradient; the smaller ones stay with their convolution (in place), and the
+// bits stay the unfused step's.
+TEST_P(FuseBatchNormTest, ResidualSumsBelowTheSizeStayWithTheirConvolution) {
+  const autodiff::TrainingGraph t = testing::SmallResNet18Training(GetParam());
+  // The batch-norm gradients' summed tensors with no threshold, by size.
+  auto all = passes::Fuse(t, {t.loss}, {.batch_norm_grad_sums = true});
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<int64_t> sizes;
+  for (const Node& n : all->training.graph.nodes()) {
+    if (ir::BoolAttrOr(n.attrs, "dy_addend", false)) {
+      sizes.push_back(all->training.graph.spec(n.inputs[0]).NumElements());
+    }
+  }
+  ASSERT_EQ(sizes.size(), 7u);
+  std::sort(sizes.begin(), sizes.end());
+  ASSERT_LT(sizes.front(), sizes.back());  // Blocks of several sizes: the threshold splits them.
+  const int64_t min_elements = sizes[3];
+  const int want =
+      static_cast<int>(sizes.end() - std::lower_bound(sizes.begin(), sizes.end(), min_elements));
+  auto fused = passes::Fuse(
+      t, {t.loss},
+      {.batch_norm_grad_sums = true, .batch_norm_grad_sums_min_elements = min_elements});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  int summed = 0;
+  for (const Node& n : g.nodes()) {
+    if (ir::BoolAttrOr(n.attrs, "dy_addend", false)) {
+      ++summed;
+      EXPECT_GE(g.spec(n.inputs[0]).NumElements(), min_elements) << n.name;
+    }
+  }
+  EXPECT_EQ(summed, want);
+  // The pooling gradient's sum and every smaller one in place.
+  EXPECT_EQ(OpCounts(g).at("conv2d_dgrad_accumulate"), 1 + 7 - want);
+  EXPECT_EQ(OpCounts(g).count("add"), 0u);
   for (bool float64 : {false, true}) {
     std::map<std::string, std::vector<double>> plain_params, fused_params;
     EXPECT_EQ(LossesOf(t.graph, t.loss, float64, &plain_params),

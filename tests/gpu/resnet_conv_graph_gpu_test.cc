@@ -8,6 +8,7 @@
 // gradients summed by the batch-norm gradients that read them
 // (kernels.residual_sums_in_batch_norm), against the in-place sums' trainer.
 #include <cmath>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -40,6 +41,7 @@ struct Kernels {
   bool deterministic = true;
   bool sums_in_place = true;
   bool sums_in_batch_norm = false;
+  int64_t sums_min_elements = 0;
 };
 
 std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c, ExecMode mode,
@@ -54,6 +56,7 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c,
   options.kernels.conv_batch_norm_stats = k.conv_bn_stats;
   options.kernels.conv_sums_in_place = k.sums_in_place;
   options.kernels.residual_sums_in_batch_norm = k.sums_in_batch_norm;
+  options.kernels.residual_sums_min_elements = k.sums_min_elements;
   options.optimizer.learning_rate = 0.005f;
   options.seed = 42;
   if (c.compute == DType::kFloat16) {
@@ -244,6 +247,31 @@ TEST_P(ResNetSumsInBatchNormGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndL
     in_batch_norm += launch.kernel.find(" +dy_sum") != std::string::npos;
   }
   EXPECT_EQ(in_batch_norm, 7);
+}
+
+// kernels.residual_sums_min_elements: only the input gradients of at least that size ride in the
+// batch-norm gradients (ResNet-18 here: block inputs of 131072, 65536, 32768 and 16384
+// elements, two of each); the smaller ones and the pooling's are summed in place by the legacy
+// call. As above.
+TEST_P(ResNetSumsInBatchNormGpuTest, AboveASizeOnlyTheRestInPlace) {
+  REPRISE_REQUIRE_GPU();
+  const Config& c = GetParam();
+  auto net = NetFor(c);
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto summed = ExpectFollowsTheInPlaceSums(
+      *net, c, {.sums_in_batch_norm = true, .sums_min_elements = kBatch * 8 * 8 * 128},
+      "sums of at least 65536 in batch norms");
+  ASSERT_TRUE(summed);
+  const ConvCounts counts = CountConvolutions(*summed);
+  EXPECT_EQ(counts.sums_by_graph, 0);
+  EXPECT_EQ(counts.sums_by_legacy, 4);
+  int in_batch_norm = 0;
+  auto launches = summed->ProfileLaunches(1);
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  for (const Trainer::LaunchTime& launch : *launches) {
+    in_batch_norm += launch.kernel.find(" +dy_sum") != std::string::npos;
+  }
+  EXPECT_EQ(in_batch_norm, 4);
 }
 
 class ResNetConvBnStatsGpuTest : public ::testing::TestWithParam<Config> {};

@@ -85,6 +85,8 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert not reprise.KernelTuning().conv_batch_norm_stats
     assert not reprise.KernelTuning().residual_sums_in_batch_norm
     assert reprise.KernelTuning(residual_sums_in_batch_norm=True).residual_sums_in_batch_norm
+    assert reprise.KernelTuning().residual_sums_min_elements == 0
+    assert reprise.KernelTuning(residual_sums_min_elements=1 << 23).residual_sums_min_elements == 1 << 23
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
         reprise.TrainOptions(launch={"lane": 2})
 
@@ -117,7 +119,8 @@ def test_every_kernel_option_is_settable():
         header = f.read()
     body = header[header.index("struct KernelTuning {"):]
     body = body[:body.index("\n};")]
-    fields = re.findall(r"^  (?:bool|int|ChannelsLast|ConvApi)\s+(\w+)\s*=", body, re.M)
-    assert {"fuse", "conv_api", "residual_sums_in_batch_norm", "sgd_one_launch"} <= set(fields)
+    fields = re.findall(r"^  (?:bool|int|int64_t|ChannelsLast|ConvApi)\s+(\w+)\s*=", body, re.M)
+    assert {"fuse", "conv_api", "residual_sums_in_batch_norm", "residual_sums_min_elements",
+            "sgd_one_launch"} <= set(fields)
     missing = [name for name in fields if not hasattr(reprise.KernelTuning(), name)]
     assert not missing, missing
