@@ -85,7 +85,8 @@ struct TokenLoaderOptions {
   int sequence_length = 0;          // T: each sequence reads T + 1 tokens.
   int vocab_size = 0;               // Token ids must be below it (at most 65536).
   uint64_t seed = 0;                // The shuffle of every epoch follows from it.
-  // Batches read ahead of the caller (2 = double buffering). At least 1.
+  // Batches read ahead of the caller (2 = double buffering). At least 1, and prefetch · B ·
+  // (T + 1) at most 2^31 tokens (4 GiB of buffers).
   int prefetch = 2;
   // The first batch to produce (counted over all epochs from 0), to resume a run where it left.
   int64_t first_batch = 0;

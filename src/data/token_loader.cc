@@ -96,7 +96,7 @@ TokenLoader::TokenLoader(std::unique_ptr<State> state) : state_(std::move(state)
 }
 
 absl::StatusOr<std::unique_ptr<TokenLoader>> TokenLoader::Create(TokenLoaderOptions options) {
-  ASSIGN_OR_RETURN(std::vector<TokenShard> shards, OpenShardsForLoader(options));
+  ASSIGN_OR_RETURN(std::vector<TokenShard> shards, OpenShardsForLoader(options, options.prefetch));
   auto state = std::make_unique<State>();
   state->index = WindowIndex(shards, options.sequence_length);
   state->shards = std::move(shards);
@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<TokenLoader>> TokenLoader::Create(TokenLoaderOpti
     absl::MutexLock lock(&state->mu);
     state->slots.resize(static_cast<size_t>(o.prefetch));
     for (State::Slot& slot : state->slots) {
-      slot.tokens.resize(static_cast<size_t>(o.batch_size) * (o.sequence_length + 1));
+      slot.tokens.resize(static_cast<size_t>(o.batch_size) * (int64_t{o.sequence_length} + 1));
     }
     state->produced = state->consumed = o.first_batch;
   }
@@ -163,7 +163,7 @@ int64_t TokenLoader::tokens_per_batch() const {
 
 absl::StatusOr<std::unique_ptr<SequentialTokenReader>> SequentialTokenReader::Create(
     TokenLoaderOptions options) {
-  ASSIGN_OR_RETURN(std::vector<TokenShard> shards, OpenShardsForLoader(options));
+  ASSIGN_OR_RETURN(std::vector<TokenShard> shards, OpenShardsForLoader(options, 1));
   WindowIndex index(shards, options.sequence_length);
   if (index.num_windows() < options.batch_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -179,7 +179,8 @@ absl::StatusOr<std::unique_ptr<SequentialTokenReader>> SequentialTokenReader::Cr
   reader->batch_size_ = options.batch_size;
   reader->sequence_length_ = options.sequence_length;
   reader->num_batches_ = index.num_windows() / options.batch_size;
-  reader->buffer_.resize(static_cast<size_t>(options.batch_size) * (options.sequence_length + 1));
+  reader->buffer_.resize(static_cast<size_t>(options.batch_size) *
+                         (int64_t{options.sequence_length} + 1));
   return reader;
 }
 

@@ -15,10 +15,15 @@
 
 namespace reprise::data {
 
-// Checks what TokenLoader::Create documents (sizes, vocabulary, prefetch, first_batch) and opens
-// every shard; a shard with fewer than T + 1 tokens is refused naming it. With
-// check_all_tokens, every token of every shard is checked too.
-absl::StatusOr<std::vector<TokenShard>> OpenShardsForLoader(const TokenLoaderOptions& options);
+// Checks what TokenLoader::Create documents (sizes, vocabulary, prefetch, first_batch, the
+// tokens its `buffers` batches read ahead hold) and opens every shard; a shard with fewer than
+// T + 1 tokens is refused naming it. With check_all_tokens, every token of every shard is
+// checked too.
+absl::StatusOr<std::vector<TokenShard>> OpenShardsForLoader(const TokenLoaderOptions& options,
+                                                            int64_t buffers);
+
+// The tokens a loader's batch buffers may hold together, B (T + 1) for each (4 GiB of uint16).
+inline constexpr int64_t kMaxBufferedTokens = int64_t{1} << 31;
 
 // The fixed windows of T + 1 tokens, starting every T tokens, of a list of shards, numbered
 // shard after shard: global window g is window g - first(s) of the shard s that holds it.

@@ -1,6 +1,7 @@
 // Loader options, windows over shards, the seeded epoch shuffle, windows into inputs/targets.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "reprise/data.h"
 #include "src/data/token_shard.h"
+#include "src/util/checked_math.h"
 #include "src/util/splitmix64.h"
 #include "src/util/status_macros.h"
 
@@ -34,7 +36,8 @@ uint64_t Bounded(uint64_t& state, uint64_t bound) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<TokenShard>> OpenShardsForLoader(const TokenLoaderOptions& options) {
+absl::StatusOr<std::vector<TokenShard>> OpenShardsForLoader(const TokenLoaderOptions& options,
+                                                            int64_t buffers) {
   if (options.shards.empty()) return absl::InvalidArgumentError("token loader: no shards given");
   if (options.batch_size < 1 || options.sequence_length < 1) {
     return absl::InvalidArgumentError(
@@ -49,6 +52,15 @@ absl::StatusOr<std::vector<TokenShard>> OpenShardsForLoader(const TokenLoaderOpt
   if (options.prefetch < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("token loader: prefetch %d must be >= 1", options.prefetch));
+  }
+  // B and T + 1 are below 2^31 each: their product fits, the buffers' count may not.
+  const int64_t batch_tokens = int64_t{options.batch_size} * (int64_t{options.sequence_length} + 1);
+  if (std::optional<int64_t> total = CheckedMul(batch_tokens, buffers);
+      !total.has_value() || *total > kMaxBufferedTokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "token loader: batches of %d x (%d + 1) tokens, %d of them buffered, would hold more "
+        "than the %d tokens a loader buffers",
+        options.batch_size, options.sequence_length, buffers, kMaxBufferedTokens));
   }
   if (options.first_batch < 0) {
     return absl::InvalidArgumentError(

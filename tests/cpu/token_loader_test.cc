@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -265,6 +266,17 @@ TEST_F(TokenLoaderTest, RefusesBadOptionsAndShortShards) {
   o.prefetch = 0;
   EXPECT_THAT(TokenLoader::Create(o).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prefetch 0")));
+  o = good;
+  o.batch_size = 1 << 30;  // 2 buffers of 2^30 x 9 tokens: 18 GiB.
+  refused(o, "more than the 2147483648 tokens a loader buffers");
+  o = good;
+  o.sequence_length = std::numeric_limits<int>::max();  // T + 1 overflows an int.
+  refused(o, "batches of 2 x (2147483647 + 1) tokens");
+  o = good;
+  o.batch_size = 1 << 27;  // One buffer of 2^27 x 9 tokens fits; two don't.
+  EXPECT_THAT(TokenLoader::Create(o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x (8 + 1) tokens, 2 of them buffered")));
   o = good;
   o.shards.push_back(shards[1]);  // 8 tokens: not one window of 8 + 1.
   refused(o, absl::StrCat("token shard '", shards[1], "' has 8 tokens"));
