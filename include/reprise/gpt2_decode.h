@@ -52,8 +52,9 @@ struct SampleOptions {
 };
 
 // One token drawn from `logits` as `options` says, with `uniform` a draw from [0, 1): greedy
-// ignores it. InvalidArgument for empty logits, a NaN among them, a negative or NaN temperature, a
-// negative top_k.
+// ignores it. A logit of -inf is a token never drawn. InvalidArgument for empty logits, a NaN or
+// +inf among them, all of them -inf, a negative or NaN temperature, a negative top_k, or a draw
+// outside [0, 1).
 absl::StatusOr<int32_t> SampleToken(absl::Span<const float> logits, const SampleOptions& options,
                                     double uniform);
 

@@ -2,6 +2,7 @@
 // key/value cache, built from the same layers as models::BuildGpt2 under the same names.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -100,10 +101,22 @@ absl::StatusOr<int32_t> SampleToken(absl::Span<const float> logits, const Sample
     return absl::InvalidArgumentError(
         absl::StrCat("SampleOptions::top_k must be >= 0, got ", options.top_k));
   }
+  if (!(uniform >= 0 && uniform < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SampleToken: the draw must be in [0, 1), got ", uniform));
+  }
+  // -inf is a masked token; NaN and +inf leave no softmax to draw from.
+  bool finite = false;
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("SampleToken: logit ", i, " is NaN"));
+    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SampleToken: logit ", i, " is ", std::isnan(logits[i]) ? "NaN" : "+inf"));
     }
+    finite = finite || std::isfinite(logits[i]);
+  }
+  if (!finite) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SampleToken: every one of the ", logits.size(), " logits is -inf"));
   }
   std::vector<int32_t> order(logits.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
@@ -123,11 +136,14 @@ absl::StatusOr<int32_t> SampleToken(absl::Span<const float> logits, const Sample
     total += weight[i];
   }
   double target = uniform * total;
+  size_t last = 0;  // The last token of weight above 0 (order[0]'s is 1).
   for (size_t i = 0; i < k; ++i) {
+    if (weight[i] == 0) continue;  // Masked (-inf), or beyond exp's range: never drawn.
     if (target < weight[i]) return order[i];
     target -= weight[i];
+    last = i;
   }
-  return order[k - 1];  // Rounding left the draw past the last weight.
+  return order[last];  // Rounding left the draw past the last weight.
 }
 
 absl::StatusOr<std::unique_ptr<Gpt2Generator>> Gpt2Generator::Create(

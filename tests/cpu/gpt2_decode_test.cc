@@ -132,6 +132,28 @@ TEST(SampleTokenTest, BadInputsAreRefused) {
   EXPECT_THAT(SampleToken(logits, {.top_k = -2}, 0.5).status().message(), HasSubstr("top_k"));
   const std::vector<float> nan = {1, std::numeric_limits<float>::quiet_NaN()};
   EXPECT_THAT(SampleToken(nan, {}, 0.5).status().message(), HasSubstr("logit 1 is NaN"));
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<float> inf = {1, kInf};
+  EXPECT_THAT(SampleToken(inf, {}, 0.5).status().message(), HasSubstr("logit 1 is +inf"));
+  const std::vector<float> masked = {-kInf, -kInf};
+  EXPECT_THAT(SampleToken(masked, {}, 0.5).status().message(),
+              HasSubstr("every one of the 2 logits is -inf"));
+  for (double draw : {-0.1, 1.0, static_cast<double>(NAN)}) {
+    EXPECT_THAT(SampleToken(logits, {}, draw).status().message(), HasSubstr("[0, 1)")) << draw;
+  }
+}
+
+// A logit of -inf is a masked token: never drawn, whatever the draw or the temperature.
+TEST(SampleTokenTest, MaskedTokensAreNeverDrawn) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {-kInf, 0.0f, -kInf, 0.0f};
+  for (double draw : {0.0, 0.3, 0.7, 0.999999}) {
+    for (float temperature : {0.0f, 1e-30f, 1.0f, 1e30f}) {
+      auto token = SampleToken(logits, {.temperature = temperature}, draw);
+      ASSERT_TRUE(token.ok()) << token.status();
+      EXPECT_TRUE(*token == 1 || *token == 3) << *token << " at " << draw << ", T " << temperature;
+    }
+  }
 }
 
 }  // namespace
