@@ -41,6 +41,12 @@ def test_sampling_is_greedy_at_temperature_zero_and_checked():
         models.sample_token(np.array([0, 1, np.nan], np.float32), 0.5)
     with pytest.raises(ValueError, match="temperature must be finite and >= 0, got -1"):
         models.sample_token(logits, 0.5, temperature=-1)
+    with pytest.raises(ValueError, match="logit 1 is \\+inf"):
+        models.sample_token(np.array([0, np.inf], np.float32), 0.5)
+    with pytest.raises(ValueError, match=r"the draw must be in \[0, 1\), got 1"):
+        models.sample_token(logits, 1.0)
+    masked = np.array([-np.inf, 2.0, -np.inf], np.float32)  # -inf: a token never drawn.
+    assert models.sample_token(masked, 0.999, temperature=1.0) == 1
 
 
 def bf16_trainer(gpt):
