@@ -225,6 +225,18 @@ TEST_P(ResNetConvSumsApartGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndLos
   if (c.compute == DType::kBFloat16) EXPECT_EQ(counts.sums_by_graph, 8);
 }
 
+// The batch-norm gradients of a trainer's plan that sum their dy (-1 if profiling fails).
+int SumsInBatchNorms(Trainer& trainer) {
+  auto launches = trainer.ProfileLaunches(1);
+  EXPECT_TRUE(launches.ok()) << launches.status();
+  if (!launches.ok()) return -1;
+  int sums = 0;
+  for (const Trainer::LaunchTime& launch : *launches) {
+    sums += launch.kernel.find(" +dy_sum") != std::string::npos;
+  }
+  return sums;
+}
+
 class ResNetSumsInBatchNormGpuTest : public ::testing::TestWithParam<Config> {};
 
 // kernels.residual_sums_in_batch_norm: the residual blocks' input gradients are summed by the
@@ -240,13 +252,7 @@ TEST_P(ResNetSumsInBatchNormGpuTest, ReplayEqualsBulkedFollowsTheInPlaceSumsAndL
   ASSERT_TRUE(summed);
   const ConvCounts counts = CountConvolutions(*summed);
   EXPECT_EQ(counts.sums_by_graph + counts.sums_by_legacy, 1);
-  int in_batch_norm = 0;
-  auto launches = summed->ProfileLaunches(1);
-  ASSERT_TRUE(launches.ok()) << launches.status();
-  for (const Trainer::LaunchTime& launch : *launches) {
-    in_batch_norm += launch.kernel.find(" +dy_sum") != std::string::npos;
-  }
-  EXPECT_EQ(in_batch_norm, 7);
+  EXPECT_EQ(SumsInBatchNorms(*summed), 7);
 }
 
 // kernels.residual_sums_min_elements: only the input gradients of at least that size ride in the
@@ -265,13 +271,7 @@ TEST_P(ResNetSumsInBatchNormGpuTest, AboveASizeOnlyTheRestInPlace) {
   const ConvCounts counts = CountConvolutions(*summed);
   EXPECT_EQ(counts.sums_by_graph, 0);
   EXPECT_EQ(counts.sums_by_legacy, 4);
-  int in_batch_norm = 0;
-  auto launches = summed->ProfileLaunches(1);
-  ASSERT_TRUE(launches.ok()) << launches.status();
-  for (const Trainer::LaunchTime& launch : *launches) {
-    in_batch_norm += launch.kernel.find(" +dy_sum") != std::string::npos;
-  }
-  EXPECT_EQ(in_batch_norm, 4);
+  EXPECT_EQ(SumsInBatchNorms(*summed), 4);
 }
 
 class ResNetConvBnStatsGpuTest : public ::testing::TestWithParam<Config> {};
