@@ -193,7 +193,9 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> Gpt2Generator::Generate(
   if (new_tokens == 0) return generated;
   RETURN_IF_ERROR(runner_->ResetState());
   std::mt19937_64 rng(sampling.seed);
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  // 53 random bits: exactly [0, 1), and the same draws with every standard library
+  // (std::uniform_real_distribution's are implementation-defined and may round up to 1).
+  auto uniform = [](std::mt19937_64& r) { return static_cast<double>(r() >> 11) * 0x1.0p-53; };
   std::vector<int32_t> tokens(batch);
   for (int64_t b = 0; b < batch; ++b) tokens[b] = prompts[b][0];
   for (int64_t step = 0; step < positions; ++step) {
