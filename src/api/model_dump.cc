@@ -12,6 +12,7 @@
 #include "capture/graph_dump.h"
 #include "src/api/captured_step_dump.h"
 #include "src/api/compile_options.h"
+#include "src/api/input_checks.h"
 #include "src/api/models_gpt2.h"
 #include "src/ops/mlp_step.h"
 #include "src/passes/pipeline.h"
@@ -161,6 +162,8 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
     options.parallel.data_parallel =
         DataParallel{.bucket_bytes = request.data_parallel_bucket_bytes};
   }
+  // What Trainer::Create would refuse, the dump refuses too (it shows that trainer's step).
+  RETURN_IF_ERROR(ValidateTrainOptions(options));
   return options;
 }
 

@@ -87,6 +87,15 @@ TEST(ModelDumpTest, UnknownModelStageAndFormatAreNamed) {
               "unknown --format 'png'");
 }
 
+// The options a Trainer would refuse are refused here too, by the same check.
+TEST(ModelDumpTest, OptionsATrainerRefusesAreRefused) {
+  DumpRequest r = SmallRequest("plan", "text");
+  r.residual_sums_in_batch_norm = true;
+  r.residual_sums_min_elements = -3;
+  ExpectError(r, absl::StatusCode::kInvalidArgument,
+              "TrainOptions::kernels.residual_sums_min_elements must be at least 0, got -3");
+}
+
 TEST(ModelDumpTest, ResNetPlanShowsConvolutionsBatchNormsAndTheirGradients) {
   DumpRequest r;
   r.model = "resnet";
