@@ -9,6 +9,7 @@
 #include "src/ops/mlp_step.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse_mlp_step.h"
+#include "src/util/checked_math.h"
 
 namespace reprise::passes {
 namespace {
@@ -153,13 +154,11 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   int64_t multiply_adds = 0;
   for (const Layer& layer : layers) {
     const Shape& w = g.node(layer.weight).outputs[0].shape;
-    multiply_adds += w.dim(1) * w.dim(2);
+    multiply_adds = SaturatingAdd(multiply_adds, SaturatingMul(w.dim(1), w.dim(2)));
   }
-  multiply_adds *= x.shape.dim(x.shape.rank() - 2);
+  multiply_adds = SaturatingMul(multiply_adds, x.shape.dim(x.shape.rank() - 2));
   if (multiply_adds > kMlpStepMaxForwardMultiplyAdds) {
-    return fail(absl::StrCat("each model's forward pass has ", multiply_adds,
-                             " multiply-adds; library GEMMs win above ",
-                             kMlpStepMaxForwardMultiplyAdds));
+    return fail(TooManyMultiplyAdds("each model's", multiply_adds));
   }
   std::vector<TensorSpec> specs;
   for (const Value& v : inputs) specs.push_back(g.spec(v));

@@ -1,6 +1,7 @@
 #include "src/passes/fuse_mlp_step.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,15 @@
 #include "src/util/checked_math.h"
 
 namespace reprise::passes {
+
+std::string TooManyMultiplyAdds(absl::string_view whose, int64_t multiply_adds) {
+  return absl::StrCat(whose, " forward pass has ",
+                      multiply_adds == std::numeric_limits<int64_t>::max()
+                          ? "more multiply-adds than int64 counts"
+                          : absl::StrCat(multiply_adds, " multiply-adds"),
+                      "; library GEMMs win above ", kMlpStepMaxForwardMultiplyAdds);
+}
+
 namespace {
 
 bool Flag(const Node& node, const char* key) { return ir::BoolAttrOr(node.attrs, key, false); }
@@ -176,9 +186,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   }
   multiply_adds = SaturatingMul(multiply_adds, g.spec(features).shape.dim(0));
   if (multiply_adds > kMlpStepMaxForwardMultiplyAdds) {
-    return fail(absl::StrCat("the forward pass has ", multiply_adds,
-                             " multiply-adds; library GEMMs win above ",
-                             kMlpStepMaxForwardMultiplyAdds));
+    return fail(TooManyMultiplyAdds("the", multiply_adds));
   }
   std::vector<TensorSpec> specs;
   for (const Value& v : inputs) specs.push_back(g.spec(v));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
 #include "src/codegen/mlp_step_kernel.h"
@@ -40,6 +41,10 @@ std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
 // (measured on an H100: MLP 8x256 at batch 32, 19M, runs 60 us fused against 145 us; 4x1024 at
 // batch 256, 268M, 397 us against 194).
 inline constexpr int64_t kMlpStepMaxForwardMultiplyAdds = int64_t{64} << 20;
+// "the forward pass has N multiply-adds; library GEMMs win above ..." for a count above the
+// limit, counted with SaturatingAdd/SaturatingMul (INT64_MAX: more than int64 holds). `whose`:
+// "the" or "each model's".
+std::string TooManyMultiplyAdds(absl::string_view whose, int64_t multiply_adds);
 
 // The group that replaces every non-leaf node of `training` (whose graph is `graph`, a copy to
 // which this adds the kernel's barrier state), or nullopt with the reason in `why` when the

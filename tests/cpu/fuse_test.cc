@@ -2,11 +2,14 @@
 // the unfused one on the CPU reference, and that what the user fetches stays readable.
 #include "src/passes/fuse.h"
 
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -15,6 +18,7 @@
 #include "src/ops/fused_pointwise.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/ops.h"
+#include "src/passes/fuse_mlp_step.h"
 #include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
 #include "src/runtime/kernel_store.h"
@@ -242,6 +246,15 @@ TEST(FuseTest, SmallMlpBecomesOneWholeStepNode) {
   EXPECT_TRUE(fused->training.graph.FindNode("mlp_train_step.barrier").ok());
   EXPECT_TRUE(fused->values.contains(t.mlp.logits));
   EXPECT_TRUE(fused->whole_step_declined.empty());
+}
+
+// A count too large for int64 (saturated) is said so, not printed as 2^63 - 1.
+TEST(FuseTest, TooManyMultiplyAddsSaysWhenTheCountSaturated) {
+  EXPECT_EQ(passes::TooManyMultiplyAdds("the", 268435456),
+            absl::StrCat("the forward pass has 268435456 multiply-adds; library GEMMs win above ",
+                         passes::kMlpStepMaxForwardMultiplyAdds));
+  EXPECT_THAT(passes::TooManyMultiplyAdds("each model's", std::numeric_limits<int64_t>::max()),
+              HasSubstr("each model's forward pass has more multiply-adds than int64 counts"));
 }
 
 TEST(FuseTest, WholeStepIsDeclinedWithAReason) {
