@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(int, ensemble_whole_step_max_models, -1,
           "TrainOptions::kernels.ensemble_whole_step_max_models (0: the batched per-layer step at "
@@ -91,6 +92,11 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.measure_matmul_algorithms = absl::GetFlag(FLAGS_measure_matmul);
   if (absl::GetFlag(FLAGS_ensemble_whole_step_max_models) >= 0) {
     kernels.ensemble_whole_step_max_models = absl::GetFlag(FLAGS_ensemble_whole_step_max_models);
+  }
+  if (absl::Status at_least =
+          cli::AtLeast("residual_sums_min_elements", FLAGS_residual_sums_min_elements, 0);
+      !at_least.ok()) {
+    return at_least;
   }
   auto conv_api = ConvApiFlag();
   if (!conv_api.ok()) return conv_api.status();

@@ -14,7 +14,8 @@ namespace reprise::tools {
 // __FILE__ of the file that defines these flags (cli::Program::more_flags).
 extern const char kBenchKernelFlagsFile[];
 
-// The flags as KernelTuning; InvalidArgument for a --conv_api other than legacy or graph.
+// The flags as KernelTuning; InvalidArgument for a --conv_api other than legacy or graph or a
+// negative --residual_sums_min_elements.
 absl::StatusOr<KernelTuning> KernelTuningFromFlags();
 
 // " narrow_conv=0", " own_wgrad=1" where they differ from the defaults, for the header line.

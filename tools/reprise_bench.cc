@@ -184,6 +184,7 @@ absl::Status CheckBenchFlags() {
        }) {
     RETURN_IF_ERROR(check);
   }
+  RETURN_IF_ERROR(reprise::tools::KernelTuningFromFlags().status());
   if (absl::Status mirror = reprise::ParseMirrorOptions(absl::GetFlag(FLAGS_mirror)).status();
       !mirror.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--mirror: ", mirror.message()));

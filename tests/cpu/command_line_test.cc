@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -141,6 +142,19 @@ TEST_P(CommandLineTest, StrayArgumentIsAUsageError) {
   const ProgramRun run = RunProgram(GetParam(), args);
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_THAT(run.err, HasSubstr("stray"));
+}
+
+// reprise-bench's kernel flags (tools/bench_kernel_flags.cc) are checked with its own.
+TEST(CommandLineBenchTest, KernelFlagsAreCheckedBeforeAnyDeviceWork) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--conv_api foo", "--conv_api must be legacy or graph, not 'foo'"},
+           {"--residual_sums_min_elements -1",
+            "--residual_sums_min_elements must be at least 0"}}) {
+    const ProgramRun run = RunProgram("reprise-bench", args);
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.err;
+    EXPECT_THAT(run.err, HasSubstr(message)) << args;
+    EXPECT_THAT(run.err, Not(HasSubstr("CUDA"))) << args;
+  }
 }
 
 TEST(CommandLineListTest, EveryProgramIsTested) {
