@@ -75,8 +75,11 @@ class TokenShard {
   int vocab_size_ = 0;
 };
 
-// Writes `tokens` as a token shard at `path` (through a temporary file renamed into place).
-// InvalidArgument for more tokens than the int32 count holds; Internal for an I/O failure.
+// Writes `tokens` as a token shard at `path` (through a temporary file beside it, renamed into
+// place; a symbolic link keeps pointing at its target, which gets the new contents).
+// InvalidArgument for more tokens than the int32 count holds, or a path that exists and is not a
+// regular file (a device, a FIFO, a directory) or is a dangling link, naming what it is; Internal
+// for an I/O failure.
 absl::Status WriteTokenShard(const std::string& path, absl::Span<const uint16_t> tokens);
 
 struct TokenLoaderOptions {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "reprise/data.h"
+#include "src/util/file_target.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::data {
@@ -35,15 +36,6 @@ absl::Status ErrnoStatus(int error, const std::string& path, absl::string_view w
   if (error == ENOENT) return absl::NotFoundError(message);
   if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
   return absl::InternalError(message);
-}
-
-const char* FileKind(mode_t mode) {
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
 }
 
 // Reads exactly `bytes` at `offset`, or says how many it got before the end of the file.
@@ -94,7 +86,7 @@ absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path, int vocab_s
   if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, path, "fstat");
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Quoted(path), " is ", FileKind(st.st_mode), ", not a regular file"));
+        absl::StrCat(Quoted(path), " is ", FileKindName(st.st_mode), ", not a regular file"));
   }
   const int64_t file_bytes = st.st_size;
   if (file_bytes < kTokenShardHeaderBytes) {
@@ -194,7 +186,9 @@ absl::Status TokenShard::CheckAllTokens() const {
   return absl::OkStatus();
 }
 
-absl::Status WriteTokenShard(const std::string& path, absl::Span<const uint16_t> tokens) {
+absl::Status WriteTokenShard(const std::string& requested_path, absl::Span<const uint16_t> tokens) {
+  // A device node, FIFO or directory is refused; a symbolic link's target is written.
+  ASSIGN_OR_RETURN(const std::string path, ResolveWriteTarget(requested_path));
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: %d tokens do not fit the header's int32 count", Quoted(path), tokens.size()));

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "src/util/file_target.h"
 #include "src/util/json_value.h"
 #include "src/util/json_writer.h"
 #include "src/util/status_macros.h"
@@ -241,17 +242,6 @@ absl::Status CheckCoverage(std::vector<SafetensorsEntry>& entries, int64_t size)
   return absl::OkStatus();
 }
 
-// "a named pipe (FIFO)", "a directory", ...: what a path is when it is not a regular file.
-std::string FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
 bool ResizeNoThrow(std::string& bytes, size_t size) {
   try {
     bytes.resize(size);
@@ -261,38 +251,6 @@ bool ResizeNoThrow(std::string& bytes, size_t size) {
   } catch (const std::length_error&) {
     return false;
   }
-}
-
-// The file a write to `path` replaces: `path` itself, or for a symbolic link the file it resolves
-// to (so the link stays and its target gets the new contents). InvalidArgument when that exists
-// and is not a regular file, or the link dangles.
-absl::StatusOr<std::string> ResolveWriteTarget(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return path;  // A new file.
-    return absl::InternalError(absl::StrCat("writing ", path, ": cannot stat: ", ErrnoText(errno)));
-  }
-  std::string target = path;
-  if (S_ISLNK(st.st_mode)) {
-    char* resolved = ::realpath(path.c_str(), nullptr);
-    if (resolved == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("writing ", path, ": the symbolic link cannot be resolved (",
-                       ErrnoText(errno), "); refusing to replace it"));
-    }
-    target = resolved;
-    std::free(resolved);
-    if (::stat(target.c_str(), &st) != 0) {
-      return absl::InternalError(absl::StrCat("writing ", path, ": cannot stat its target ", target,
-                                              ": ", ErrnoText(errno)));
-    }
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "writing ", path, ": ", target == path ? "" : absl::StrCat("its target ", target, " "),
-        "is ", FileKind(st.st_mode), ", not a regular file; refusing to replace it"));
-  }
-  return target;
 }
 
 }  // namespace
@@ -441,7 +399,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     status = absl::DataLossError(absl::StrCat(path, ": cannot stat: ", ErrnoText(errno)));
   } else if (!S_ISREG(st.st_mode)) {
     status = absl::InvalidArgumentError(
-        absl::StrCat(path, ": is ", FileKind(st.st_mode), ", not a regular file"));
+        absl::StrCat(path, ": is ", FileKindName(st.st_mode), ", not a regular file"));
   } else if (!ResizeNoThrow(bytes, static_cast<size_t>(st.st_size))) {
     status = absl::ResourceExhaustedError(
         absl::StrCat(path, ": cannot allocate ", st.st_size, " bytes to read it"));

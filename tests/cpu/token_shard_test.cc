@@ -4,6 +4,7 @@
 // vocabulary is refused naming the file and its position.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -91,6 +93,38 @@ TEST_F(TokenShardTest, WriteTokenShardWritesLlmcLayout) {
     ++entries;
   }
   EXPECT_EQ(entries, 1);
+}
+
+// A path that is a device, a FIFO or a directory is refused and stays what it was (the shard is
+// renamed into place: as root, a write to /dev/null replaced /dev/null); a symbolic link keeps
+// pointing at its target, which gets the shard.
+TEST_F(TokenShardTest, WriteTokenShardReplacesOnlyRegularFiles) {
+  const std::vector<uint16_t> tokens = {1, 2, 3};
+  std::vector<std::pair<std::string, mode_t>> nodes = {{Path("fifo"), S_IFIFO},
+                                                       {Path("folder"), S_IFDIR}};
+  ASSERT_EQ(::mkfifo(nodes[0].first.c_str(), 0600), 0) << std::strerror(errno);
+  std::filesystem::create_directory(nodes[1].first);
+  // A character device of our own (the null device's numbers), where we may make one (root).
+  if (::mknod(Path("null").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0) {
+    nodes.push_back({Path("null"), S_IFCHR});
+  }
+  for (const auto& [path, kind] : nodes) {
+    EXPECT_THAT(WriteTokenShard(path, tokens),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(path), HasSubstr("not a regular file"))));
+    struct stat st;
+    ASSERT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & S_IFMT, kind) << path;
+  }
+  const std::string target = Path("folder/shard.bin"), link = Path("latest.bin");
+  ASSERT_TRUE(WriteTokenShard(target, {9}).ok());
+  std::filesystem::create_symlink("folder/shard.bin", link);
+  ASSERT_TRUE(WriteTokenShard(link, tokens).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(reprise::testing::ReadFile(target), ShardBytes(20240520, 1, 3, tokens));
+  std::filesystem::create_symlink("absent/shard.bin", Path("dangling.bin"));
+  EXPECT_THAT(WriteTokenShard(Path("dangling.bin"), tokens),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot be resolved")));
 }
 
 TEST_F(TokenShardTest, EmptyShardIsValid) {

@@ -82,7 +82,7 @@ def test_bad_shards_are_refused_naming_the_file(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
-    with pytest.raises(ValueError, match="is a FIFO"):  # Refused, not waited on.
+    with pytest.raises(ValueError, match="is a named pipe \\(FIFO\\)"):  # Refused, not waited on.
         data.TokenShard.open(str(fifo), 256)
     with pytest.raises(ValueError, match="vocabulary size 0"):
         data.TokenShard.open(good, 0)
