@@ -4,6 +4,7 @@ and sized as asked, the same bytes on every run; GPT-2's BPE gives GPT-2's ids."
 import array
 import importlib.util
 import os
+import stat
 import struct
 
 import pytest
@@ -105,6 +106,31 @@ def test_refuses_one_document_and_missing_file(tmp_path, texts, capsys):
     assert build_shards.main(["--text", paths[0], missing, "--tokenizer", "byte", "--out",
                               str(tmp_path)]) == 1
     assert missing in capsys.readouterr().err
+
+
+def test_shards_replace_only_regular_files(tmp_path, texts, capsys):
+    """A shard's path that is a FIFO (or a device, or a folder) is refused and stays; a symbolic
+    link keeps pointing at its target, which gets the shard; no temporary file is left."""
+    _, paths = texts
+    args = ["--text", *paths, "--tokenizer", "byte", "--val-every", "3"]
+    out = tmp_path / "out"
+    out.mkdir()
+    fifo = out / "text_val_000000.bin"
+    os.mkfifo(fifo)
+    assert build_shards.main(args + ["--out", str(out)]) == 1
+    assert f"{fifo}: is not a regular file; refusing to replace it" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (tmp_path / "kept.bin").write_bytes(b"old")
+    os.symlink(tmp_path / "kept.bin", linked / "text_val_000000.bin")
+    run(args + ["--out", str(linked)])
+    assert os.path.islink(linked / "text_val_000000.bin")
+    header, tokens, _ = read_shard(tmp_path / "kept.bin")
+    assert header[2] == len(tokens) > 0
+    assert sorted(os.listdir(linked)) == ["text_train_000000.bin", "text_val_000000.bin"]
 
 
 def test_markdown_play_becomes_plain_text():

@@ -39,7 +39,9 @@ import importlib.metadata
 import json
 import os
 import re
+import stat
 import sys
+import tempfile
 
 MAGIC = 20240520
 VERSION = 1
@@ -215,21 +217,44 @@ def text_documents(paths):
     return docs
 
 
+def write_target(path):
+    """The file a write to `path` replaces: `path`, or a symbolic link's target (the link stays).
+    Anything that exists and is not a regular file (a device, a FIFO, a folder), or a dangling
+    link, is refused: renaming a shard onto it would replace it (as root, even /dev/null)."""
+    if not os.path.lexists(path):
+        return path
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    if not os.path.exists(target):
+        raise BuildError(f"{path}: the symbolic link cannot be resolved; refusing to replace it")
+    if not stat.S_ISREG(os.stat(target).st_mode):
+        raise BuildError(f"{path}: {'its target ' + target + ' ' if target != path else ''}"
+                         "is not a regular file; refusing to replace it")
+    return target
+
+
 def write_shard(path, tokens):
-    """Writes one shard atomically (temporary file renamed into place)."""
+    """Writes one shard atomically (a temporary file beside it, renamed into place)."""
     if len(tokens) > 2**31 - 1:
         raise BuildError(f"{path}: {len(tokens)} tokens do not fit the int32 count")
+    path = write_target(path)
     header = array.array("i", [0] * HEADER_INTS)
     header[0], header[1], header[2] = MAGIC, VERSION, len(tokens)
     body = array.array("H", tokens)
     if sys.byteorder != "little":
         header.byteswap()
         body.byteswap()
-    temp = path + ".tmp"
-    with open(temp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(body.tobytes())
-    os.replace(temp, path)
+    # A fresh name (O_EXCL): an existing path.tmp, or a link there, is never written through.
+    fd, temp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header.tobytes())
+            f.write(body.tobytes())
+        os.chmod(temp, 0o644)  # mkstemp's file is private; a shard is data others may read.
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
 
 
 def tokenize_documents(docs, tokenizer):
