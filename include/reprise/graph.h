@@ -30,9 +30,14 @@ struct OpDef;  // An op's definition (shape rule, gradient, CPU reference, GPU l
 struct Value {
   int32_t node = -1;
   int32_t output = 0;
+  // Graph::id() of the graph that made it (a copy of that graph accepts it too), so that a value
+  // of another graph is refused instead of naming whatever node has its number there; 0 for a
+  // value written by hand (Value{node, output}), which every graph accepts. Not part of equality
+  // or hashing: the same output of the same node, however it was obtained.
+  uint32_t graph = 0;
 
   bool valid() const { return node >= 0; }
-  bool operator==(const Value& other) const = default;
+  bool operator==(const Value& other) const { return node == other.node && output == other.output; }
   template <typename H>
   friend H AbslHashValue(H h, const Value& v) {
     return H::combine(std::move(h), v.node, v.output);
@@ -69,6 +74,10 @@ struct Node {
 
 class Graph {
  public:
+  // A graph of its own identity (id()); a copy keeps its source's, so that the source's values
+  // name the same nodes in it (the engine extends copies of the user's graph).
+  Graph();
+
   // A value fed each step (a batch, a label vector or a scalar such as the learning rate).
   // `default_value` fills it until the user binds one.
   absl::StatusOr<Value> AddInput(absl::string_view name, TensorSpec spec,
@@ -93,9 +102,18 @@ class Graph {
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   const Node& node(int32_t id) const { return nodes_[id]; }
   absl::Span<const Node> nodes() const { return nodes_; }
-  // NotFound for an unknown name; InvalidArgument for a value not in this graph.
+  // NotFound for an unknown name.
   absl::StatusOr<int32_t> FindNode(absl::string_view name) const;
+  // InvalidArgument for a value not in this graph: a node it does not have, or a value another
+  // graph made (Value::graph).
   absl::StatusOr<TensorSpec> SpecOf(Value v) const;
+  // Whether `v` was made by this graph or the graph it was copied from (or by hand).
+  bool Owns(Value v) const { return v.graph == 0 || v.graph == id_; }
+  uint32_t id() const { return id_; }
+  // Takes `source`'s identity, as a copy would have it: for the engine's passes that rebuild a
+  // graph from `source` node by node, so that the user's values, which they map through, stay
+  // values of every graph derived from the user's.
+  void ShareIdentityWith(const Graph& source) { id_ = source.id_; }
   const TensorSpec& spec(Value v) const { return nodes_[v.node].outputs[v.output]; }
   // Nodes that are inputs, parameters, state or constants, by op name ("input", "parameter", ...).
   std::vector<int32_t> NodesOf(absl::string_view op_name) const;
@@ -118,6 +136,7 @@ class Graph {
                                 Initializer init);
   absl::Status CheckValue(Value v, absl::string_view use) const;
 
+  uint32_t id_;  // Unique per graph built from scratch, never 0; copies keep it.
   std::vector<Node> nodes_;
   absl::flat_hash_map<std::string, int32_t> by_name_;
   std::vector<int32_t> control_log_;  // The `after` node of each control edge, in order added.

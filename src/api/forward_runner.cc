@@ -57,7 +57,8 @@ class ForwardRunner::Impl {
   uint64_t seed_ = 0;
   passes::Plan plan_;
   absl::flat_hash_map<Value, Value> outputs_;  // The user's output -> its value in the plan.
-  Trainer::Impl::DeviceShare share_;           // The trainer's stream, handles and arena.
+  uint32_t graph_id_ = 0;  // The compiled graph's Graph::id(): other graphs' values are refused.
+  Trainer::Impl::DeviceShare share_;  // The trainer's stream, handles and arena.
   std::shared_ptr<runtime::KernelStore> kernels_;
   runtime::DeviceInfo device_;
   ops::LoweringOptions lowering_;
@@ -91,6 +92,7 @@ absl::StatusOr<std::unique_ptr<ForwardRunner::Impl>> ForwardRunner::Impl::Create
   impl->seed_ = train.seed;
   impl->plan_ = std::move(planned.plan);
   impl->outputs_ = std::move(planned.outputs);
+  impl->graph_id_ = graph.id();
   impl->limits_ = std::move(planned.limits);
   impl->parameter_region_ = planned.parameter_region;
   impl->share_ = trainer.SharedDevice();
@@ -242,7 +244,7 @@ absl::Status ForwardRunner::Impl::Synchronize() {
 
 absl::StatusOr<const passes::Buffer*> ForwardRunner::Impl::OutputBuffer(Value output) const {
   auto it = outputs_.find(output);
-  if (it == outputs_.end()) {
+  if (it == outputs_.end() || (output.graph != 0 && output.graph != graph_id_)) {
     return absl::InvalidArgumentError(
         "not an output of this runner: name it in CompileForward's outputs");
   }

@@ -101,6 +101,19 @@ absl::Status CheckEnum(bool known, absl::string_view field, int value) {
 
 }  // namespace
 
+absl::Status CheckValuesOfGraph(const Graph& graph, Value loss, absl::Span<const Value> fetch) {
+  if (absl::Status s = graph.SpecOf(loss).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the loss: ", s.message()));
+  }
+  for (size_t i = 0; i < fetch.size(); ++i) {
+    if (absl::Status s = graph.SpecOf(fetch[i]).status(); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TrainOptions::fetch[", i, "]: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTrainOptions(const TrainOptions& o) {
   RETURN_IF_ERROR(CheckEnum(o.launch.mode == ExecMode::kSync ||
                                 o.launch.mode == ExecMode::kBulked ||

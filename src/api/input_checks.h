@@ -54,6 +54,11 @@ absl::Status CheckHyperparameterInput(absl::string_view input, float value);
 // bf16 or f16.
 absl::Status ValidateTrainOptions(const TrainOptions& options);
 
+// InvalidArgument unless `loss` and every fetched value are values of `graph` (made by it or the
+// graph it was copied from, Graph::Owns, and naming one of its nodes' outputs): a value of
+// another graph would name whatever node has its number here.
+absl::Status CheckValuesOfGraph(const Graph& graph, Value loss, absl::Span<const Value> fetch);
+
 }  // namespace reprise
 
 #endif  // REPRISE_SRC_API_INPUT_CHECKS_H_

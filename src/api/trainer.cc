@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   util::PhaseTimer phases;
   // Options and graph are checked first, so that bad ones are refused without a GPU.
   RETURN_IF_ERROR(ValidateTrainOptions(options));
+  RETURN_IF_ERROR(CheckValuesOfGraph(graph, loss, options.fetch));
   // There is no eager fallback: a step that cannot be captured is refused first, without a GPU.
   RETURN_IF_ERROR(ir::CheckCapturable(graph));
   phases.Mark("checks");
@@ -127,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Trainer::Impl>> Trainer::Impl::Prepare(const Grap
   impl->torch_names_ = TorchStateDictNamesOf(graph);
   impl->SetEnsemble(graph, std::move(compiled.batched), unfused_training);
   impl->model_fingerprint_ = ModelFingerprint(graph, loss, options.optimizer);
+  impl->graph_id_ = graph.id();
   impl->data_parallel_buckets_ = std::move(compiled.data_parallel_buckets);
   for (const LabelUse& use : label_uses) {
     ASSIGN_OR_RETURN(const int32_t input, impl->plan_.graph().FindNode(use.input));
@@ -502,6 +504,13 @@ absl::StatusOr<std::vector<Trainer::LaunchSpan>> Trainer::Impl::TimeLanes(int re
         {std::move(s.node), std::move(s.kernel), s.lane, std::move(s.waits), s.start_ms, s.end_ms});
   }
   return out;
+}
+
+absl::Status Trainer::Impl::CheckUserValue(Value value) const {
+  if (value.graph == 0 || value.graph == graph_id_) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("Read: the value (node ", value.node, ", output ", value.output,
+                   ") was made by another graph than the one this trainer trains"));
 }
 
 absl::StatusOr<std::vector<float>> Trainer::Impl::ReadFloat(Value value) {

@@ -148,6 +148,8 @@ class Trainer::Impl {
   Value loss() const { return plan_.training.loss; }
   // Values of the user's graph -> values of the graph the plan was built from.
   const passes::LayoutValueMap& user_values() const { return user_values_; }
+  // InvalidArgument for a value another graph made (not the user graph or a copy of it).
+  absl::Status CheckUserValue(Value value) const;
   // Values of the user's graph -> values after ensemble batching (src/passes/batch_ensemble.h),
   // which user_values() then maps.
   absl::StatusOr<passes::ModelValue> MapEnsembleValue(Value user) const {
@@ -262,6 +264,7 @@ class Trainer::Impl {
   bool step_queued_ = false;
   // Checkpoints, verify and the report.
   std::string model_fingerprint_;  // src/api/model_fingerprint.h
+  uint32_t graph_id_ = 0;  // The user graph's Graph::id(): Read refuses other graphs' values.
   util::RunningTimes step_host_us_;
   std::map<std::string, int64_t> recapture_reasons_;
   int64_t library_handle_bytes_ = -1;

@@ -97,6 +97,7 @@ absl::StatusOr<float> Trainer::Loss() {
   return loss[0];
 }
 absl::StatusOr<std::vector<float>> Trainer::Read(Value value) {
+  RETURN_IF_ERROR(impl_->CheckUserValue(value));
   ASSIGN_OR_RETURN(const passes::ModelValue batched, impl_->MapEnsembleValue(value));
   ASSIGN_OR_RETURN(const Value converted, impl_->user_values().Map(batched.value));
   ASSIGN_OR_RETURN(const Value planned, impl_->plan().MapValue(converted));

@@ -1,5 +1,6 @@
 #include "reprise/graph.h"
 
+#include <atomic>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,25 @@ namespace reprise {
 
 absl::string_view Node::op_name() const { return op == nullptr ? "?" : op->name; }
 
+namespace {
+
+uint32_t NewGraphId() {
+  static std::atomic<uint32_t> last{0};
+  uint32_t id = last.fetch_add(1, std::memory_order_relaxed) + 1;
+  while (id == 0) id = last.fetch_add(1, std::memory_order_relaxed) + 1;  // 0 is "by hand".
+  return id;
+}
+
+}  // namespace
+
+Graph::Graph() : id_(NewGraphId()) {}
+
 absl::Status Graph::CheckValue(Value v, absl::string_view use) const {
+  if (!Owns(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(use, ": the value (node ", v.node, ", output ", v.output,
+                     ") was made by another graph; use this graph's values (or a copy's of it)"));
+  }
   if (v.node < 0 || v.node >= num_nodes()) {
     return absl::InvalidArgumentError(
         absl::StrCat(use, ": value refers to node ", v.node, ", which is not in this graph"));
@@ -114,11 +133,12 @@ absl::StatusOr<std::vector<Value>> Graph::AddOp(const ir::OpDef& op, absl::strin
   node.op = &op;
   node.name = node_name;
   node.inputs = std::move(inputs);
+  for (Value& v : node.inputs) v.graph = 0;  // A node's own record: no graph's stamp.
   node.outputs = std::move(outputs);
   node.attrs = std::move(attrs);
   by_name_[node_name] = id;
   std::vector<Value> values;
-  for (int i = 0; i < static_cast<int>(node.outputs.size()); ++i) values.push_back({id, i});
+  for (int i = 0; i < static_cast<int>(node.outputs.size()); ++i) values.push_back({id, i, id_});
   nodes_.push_back(std::move(node));
   return values;
 }

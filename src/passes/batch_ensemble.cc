@@ -63,6 +63,7 @@ std::string Pattern(const std::vector<std::string>& names) {
 class Rewriter {
  public:
   Rewriter(const Graph& old, ensemble::Matches matches) : old_(old), matches_(std::move(matches)) {
+    out_.graph.ShareIdentityWith(old);
     for (const Node& node : old.nodes()) names_.insert(node.name);
     for (size_t g = 0; g < matches_.groups.size(); ++g) {
       const ensemble::Match& match = matches_.groups[g];

@@ -99,6 +99,7 @@ absl::StatusOr<Value> CopyLeaf(Graph& g, const Node& node) {
 class Converter {
  public:
   explicit Converter(const Graph& old) : old_(old) {
+    out_.graph.ShareIdentityWith(old);
     for (const Node& node : old.nodes()) names_.insert(node.name);
   }
 

@@ -133,6 +133,7 @@ absl::StatusOr<autodiff::TrainingGraph> AverageGradients(const autodiff::Trainin
 
   autodiff::TrainingGraph out = t;  // Then every node-bearing field is rebuilt.
   out.graph = Graph();
+  out.graph.ShareIdentityWith(t.graph);
   out.parameters.clear();
   out.gradients.clear();
   out.optimizer_nodes.clear();

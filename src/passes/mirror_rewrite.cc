@@ -94,6 +94,7 @@ absl::StatusOr<MirroredGraph> RewriteMirrored(const autodiff::TrainingGraph& tra
 
   MirroredGraph out;
   Graph& graph = out.training.graph;
+  graph.ShareIdentityWith(g);
   std::vector<int32_t> node_map(g.num_nodes(), -1);
   absl::flat_hash_map<Value, Value> values, twin_values;
   std::vector<std::pair<int32_t, int32_t>> writer_edges;  // (twin, original writer)

@@ -29,7 +29,9 @@ bool KeepsFloat32Input(const Node& node, int input) {
 
 class Rewriter {
  public:
-  Rewriter(const Graph& old, DType compute) : old_(old), compute_(compute) {}
+  Rewriter(const Graph& old, DType compute) : old_(old), compute_(compute) {
+    graph_.ShareIdentityWith(old);
+  }
 
   absl::Status Run() {
     for (const Node& node : old_.nodes()) {

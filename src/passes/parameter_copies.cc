@@ -90,6 +90,7 @@ struct Rebuilt {
 
 absl::StatusOr<Rebuilt> Rebuild(const Graph& g, const Pair& pair) {
   Rebuilt out;
+  out.graph.ShareIdentityWith(g);
   out.nodes.assign(g.num_nodes(), -1);
   for (const Node& node : g.nodes()) {
     if (!ir::IsLeaf(node)) continue;

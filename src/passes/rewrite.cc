@@ -133,6 +133,7 @@ absl::StatusOr<RewrittenGraph> ReplaceGroups(const Graph& graph, absl::Span<cons
 
   RewrittenGraph out;
   Graph& g = out.graph;
+  g.ShareIdentityWith(graph);
   auto map_value = [&](Value v) -> absl::StatusOr<Value> {
     auto it = out.values.find(v);
     if (it == out.values.end()) {

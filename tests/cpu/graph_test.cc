@@ -14,6 +14,27 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+// A value carries the graph that made it: another graph refuses it (its number would name some
+// other node there), a copy of the graph takes it, and so does a value written by hand.
+TEST(GraphTest, ValuesOfAnotherGraphAreRefused) {
+  Graph a, b;
+  const Value x = *a.AddInput("x", {Shape{4, 8}});
+  const Value y = *b.AddInput("y", {Shape{4, 3}});
+  EXPECT_NE(a.id(), b.id());
+  auto foreign = nn::Linear(b, x, 16, "fc");
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(foreign.status().message(),
+              HasSubstr("the value (node 0, output 0) was made by another graph"));
+  EXPECT_EQ(b.num_nodes(), 1);  // Nothing of the failed layer stayed.
+  EXPECT_FALSE(b.SpecOf(x).ok());
+  EXPECT_FALSE(b.AddOp1(ops::ReluOp(), "r", {x}).ok());
+  Graph copy = a;
+  EXPECT_EQ(copy.id(), a.id());
+  ASSERT_TRUE(nn::Linear(copy, x, 16, "fc").ok());
+  ASSERT_TRUE(b.AddOp1(ops::ReluOp(), "r", {Value{y.node, y.output}}).ok());
+  EXPECT_EQ(x, (Value{0, 0}));  // Equality and hashing ignore the graph.
+}
+
 TEST(GraphTest, LinearInfersShapeAndCreatesNamedParameters) {
   Graph g;
   Value x = *g.AddInput("x", {Shape{32, 100}});
@@ -69,11 +90,9 @@ TEST(GraphTest, DuplicateNamesAndUnknownNamesAreErrors) {
   EXPECT_EQ(g.FindNode("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(GraphTest, ValueFromAnotherGraphIsRejected) {
-  Graph g, other;
-  Value x = *other.AddInput("x", {Shape{2, 2}});
-  Value y = *other.AddInput("y", {Shape{2, 2}});
-  auto z = g.AddOp1(ops::AddOp(), "sum", {x, y});
+TEST(GraphTest, ValueOfANodeTheGraphLacksIsRejected) {
+  Graph g;
+  auto z = g.AddOp1(ops::ReluOp(), "r", {Value{3, 0}});
   EXPECT_EQ(z.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(z.status().message(), HasSubstr("not in this graph"));
 }

@@ -130,5 +130,24 @@ TEST(InputChecksTest, CreateRefusesBadOptionsBeforeLookingForAGpu) {
               HasSubstr("TrainOptions::optimizer: OptimizerOptions::learning_rate"));
 }
 
+// A loss or a fetched value of another graph is refused before any device work: its number
+// would name another node of the trained graph. A copy of the graph takes the source's values.
+TEST(InputChecksTest, CreateRefusesValuesOfAnotherGraph) {
+  auto mlp = models::BuildMlp({.batch = 4, .input_features = 8, .depth = 1, .width = 8});
+  auto other = models::BuildMlp({.batch = 4, .input_features = 8, .depth = 1, .width = 8});
+  ASSERT_TRUE(mlp.ok() && other.ok());
+  auto foreign_loss = Trainer::Create(mlp->graph, other->loss, TrainOptions{});
+  EXPECT_EQ(foreign_loss.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(foreign_loss.status().message(), HasSubstr("the loss: SpecOf: the value (node"));
+  EXPECT_THAT(foreign_loss.status().message(), HasSubstr("was made by another graph"));
+  TrainOptions fetch;
+  fetch.fetch = {mlp->logits, other->logits};
+  auto foreign_fetch = Trainer::Create(mlp->graph, mlp->loss, fetch);
+  EXPECT_THAT(foreign_fetch.status().message(), HasSubstr("TrainOptions::fetch[1]: "));
+  const Graph copy = mlp->graph;
+  EXPECT_TRUE(CheckValuesOfGraph(copy, mlp->loss, {mlp->logits}).ok());
+  EXPECT_FALSE(CheckValuesOfGraph(copy, other->loss, {}).ok());
+}
+
 }  // namespace
 }  // namespace reprise

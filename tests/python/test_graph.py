@@ -22,6 +22,19 @@ def test_nn_builders_make_the_readme_mlp():
     assert g.num_parameter_elements == 2 * 256 + 256 + 256 * 3 + 3
 
 
+def test_values_of_another_graph_are_refused():
+    """A value names a node by number: another graph's is refused, not taken for its own node."""
+    a, b = reprise.Graph(), reprise.Graph()
+    x = a.add_input("x", [4, 8])
+    b.add_input("y", [4, 3])
+    with pytest.raises(ValueError, match="was made by another graph"):
+        nn.linear(b, x, 16, "fc")
+    with pytest.raises(ValueError, match="was made by another graph"):
+        b.shape(x)
+    assert b.num_nodes == 1
+    assert a.shape(nn.linear(a, x, 16, "fc")) == [4, 16]
+
+
 def test_convolutional_builders():
     g = reprise.Graph()
     x = g.add_input("images", [2, 3, 16, 16])
