@@ -243,8 +243,13 @@ absl::Status ForwardRunner::Impl::Synchronize() {
 }
 
 absl::StatusOr<const passes::Buffer*> ForwardRunner::Impl::OutputBuffer(Value output) const {
+  if (output.graph != 0 && output.graph != graph_id_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the value (node ", output.node, ", output ", output.output,
+                     ") was made by another graph than the one this runner runs"));
+  }
   auto it = outputs_.find(output);
-  if (it == outputs_.end() || (output.graph != 0 && output.graph != graph_id_)) {
+  if (it == outputs_.end()) {
     return absl::InvalidArgumentError(
         "not an output of this runner: name it in CompileForward's outputs");
   }

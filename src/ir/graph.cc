@@ -29,9 +29,10 @@ Graph::Graph() : id_(NewGraphId()) {}
 
 absl::Status Graph::CheckValue(Value v, absl::string_view use) const {
   if (!Owns(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(use, ": the value (node ", v.node, ", output ", v.output,
-                     ") was made by another graph; use this graph's values (or a copy's of it)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        use, ": the value (node ", v.node, ", output ", v.output,
+        ") was made by another graph; only this graph's values (or those of the graph it "
+        "was copied from) name its nodes"));
   }
   if (v.node < 0 || v.node >= num_nodes()) {
     return absl::InvalidArgumentError(
