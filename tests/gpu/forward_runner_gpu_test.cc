@@ -165,6 +165,10 @@ TEST(ForwardRunnerGpuTest, ErrorsNameTheParameterInputOrOutput) {
   EXPECT_THAT(status.message(), HasSubstr("labels"));
   EXPECT_EQ(runner->Read(mlp->logits).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(runner->ReadInt32(mlp->loss).status().code(), absl::StatusCode::kInvalidArgument);
+  // The loss of another graph (with the same node number) is not this runner's.
+  status = runner->Read(other->loss).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("made by another graph"));
 }
 
 TEST(ForwardRunnerGpuTest, RunnersLeakNoDeviceMemory) {

@@ -260,6 +260,12 @@ TEST(TrainerGpuTest, BadBindingsAreClearErrors) {
   EXPECT_EQ(t->SetParameter("fc0.weight", std::vector<float>(3)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t->Read(mlp->logits).status().code(), absl::StatusCode::kInvalidArgument);
+  // A value of another graph, even one that names a readable node's number here.
+  auto twin = models::BuildMlp(SmallMlp());
+  ASSERT_TRUE(twin.ok());
+  const absl::Status foreign = t->Read(twin->loss).status();
+  EXPECT_EQ(foreign.code(), absl::StatusCode::kInvalidArgument) << foreign;
+  EXPECT_THAT(foreign.message(), HasSubstr("made by another graph"));
 }
 
 TEST(TrainerGpuTest, CreatingAndDestroyingTrainersLeaksNoDeviceMemory) {
