@@ -96,23 +96,12 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   }
   if (training.parameters.size() != 2 * layers.size())
     return fail("the models have parameters outside the layer chain");
-  absl::flat_hash_map<int32_t, const Node*> sgd_of;
-  const Node* grad = nullptr;
-  for (const Node& node : g.nodes()) {
-    if (ir::IsLeaf(node)) continue;
-    if (node.op == &ops::SgdMomentumOp()) {
-      // Guarded, each update reads the guard's check (input 6), which the kernel makes itself.
-      if (node.inputs.size() != (guarded ? 7u : 6u) || Flag(node, "nesterov") ||
-          (guarded && node.inputs[6] != guard->check))
-        return fail("SGD with Nesterov momentum or gradient clipping");
-      sgd_of[node.inputs[0].node] = &node;
-    }
-    if (node.op == &ops::BatchedSoftmaxCrossEntropyGradOp()) grad = &node;
-    const bool guard_node = guarded && (node.op == &ops::GradNonfiniteOp() ||
-                                        node.op == &ops::LossScaleCheckOp());  // The kernel's own.
-    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp() && !guard_node)
-      return fail("an optimizer other than SGD with momentum");
-  }
+  std::string updates_why;
+  const std::optional<WholeStepUpdates> updates =
+      MatchWholeStepUpdates(g, *guard, ops::BatchedSoftmaxCrossEntropyGradOp(), &updates_why);
+  if (!updates.has_value()) return fail(updates_why);
+  const absl::flat_hash_map<int32_t, const Node*>& sgd_of = updates->sgd_of;
+  const Node* grad = updates->grad;
   if (grad == nullptr || grad->inputs[0] != logits || grad->inputs[1] != loss.inputs[1])
     return fail("no gradient of the models' loss");
   // The sum's gradient reaches every model's loss as model_broadcast(dloss).

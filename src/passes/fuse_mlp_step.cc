@@ -25,6 +25,37 @@ namespace {
 
 bool Flag(const Node& node, const char* key) { return ir::BoolAttrOr(node.attrs, key, false); }
 
+}  // namespace
+
+std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const WholeStepGuard& guard,
+                                                      const ir::OpDef& grad_op, std::string* why) {
+  const bool guarded = guard.mode != codegen::MlpGuard::kNone;
+  WholeStepUpdates out;
+  for (const Node& node : g.nodes()) {
+    if (ir::IsLeaf(node)) continue;
+    if (node.op == &ops::SgdMomentumOp()) {
+      // Guarded, each update reads the guard's check (input 6), which the kernel makes itself.
+      if (node.inputs.size() != (guarded ? 7u : 6u) || Flag(node, "nesterov") ||
+          (guarded && node.inputs[6] != guard.check)) {
+        *why = "SGD with Nesterov momentum or gradient clipping";
+        return std::nullopt;
+      }
+      out.sgd_of[node.inputs[0].node] = &node;
+    }
+    if (node.op == &grad_op) out.grad = &node;
+    const bool guard_node = guarded && (node.op == &ops::GradNonfiniteOp() ||
+                                        node.op == &ops::LossScaleCheckOp());  // The kernel's own.
+    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp() &&
+        !guard_node) {
+      *why = "an optimizer other than SGD with momentum";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+namespace {
+
 struct Layer {
   int32_t weight = -1, bias = -1;  // Parameter nodes.
 };
@@ -127,23 +158,12 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   // Every parameter is a layer's, each updated by one sgd_momentum with shared hyperparameters.
   if (training.parameters.size() != 2 * layers.size())
     return fail("the model has parameters outside the layer chain");
-  absl::flat_hash_map<int32_t, const Node*> sgd_of;
-  const Node* grad = nullptr;
-  for (const Node& node : g.nodes()) {
-    if (ir::IsLeaf(node)) continue;
-    if (node.op == &ops::SgdMomentumOp()) {
-      // Guarded, each update reads the guard's check (input 6), which the kernel makes itself.
-      if (node.inputs.size() != (guarded ? 7u : 6u) || Flag(node, "nesterov") ||
-          (guarded && node.inputs[6] != guard->check))
-        return fail("SGD with Nesterov momentum or gradient clipping");
-      sgd_of[node.inputs[0].node] = &node;
-    }
-    if (node.op == &ops::SoftmaxCrossEntropyGradOp()) grad = &node;
-    const bool guard_node = guarded && (node.op == &ops::GradNonfiniteOp() ||
-                                        node.op == &ops::LossScaleCheckOp());  // The kernel's own.
-    if (node.op->kind == ir::OpKind::kOptimizer && node.op != &ops::SgdMomentumOp() && !guard_node)
-      return fail("an optimizer other than SGD with momentum");
-  }
+  std::string updates_why;
+  const std::optional<WholeStepUpdates> updates =
+      MatchWholeStepUpdates(g, *guard, ops::SoftmaxCrossEntropyGradOp(), &updates_why);
+  if (!updates.has_value()) return fail(updates_why);
+  const absl::flat_hash_map<int32_t, const Node*>& sgd_of = updates->sgd_of;
+  const Node* grad = updates->grad;
   if (grad == nullptr) return fail("no loss gradient");
   std::vector<Value> inputs = {features, labels, grad->inputs[2]};
   const Node* first_sgd = nullptr;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
@@ -28,6 +29,17 @@ struct WholeStepGuard {
 // The guard of `g` (mode kNone where it has none), or nullopt with the reason in `why` where its
 // nodes are not the guard's usual three.
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
+
+// The step's sgd_momentum updates, by the parameter each writes, and its loss gradient (the node
+// of `grad_op`, or nullptr), or the reason in `why` (nullopt) when an update is not plain SGD with
+// momentum (Nesterov, clipping) or another optimizer runs. `guard`: the step's
+// (MatchWholeStepGuard), whose own nodes the kernel makes itself.
+struct WholeStepUpdates {
+  absl::flat_hash_map<int32_t, const Node*> sgd_of;
+  const Node* grad = nullptr;
+};
+std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const WholeStepGuard& guard,
+                                                      const ir::OpDef& grad_op, std::string* why);
 
 // A guarded whole-step kernel double-buffers its weights, biases and their velocities (every
 // schedule that guards: codegen::MlpGuard): the spec of its shadow, a persistent
