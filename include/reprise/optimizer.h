@@ -65,7 +65,8 @@ struct OptimizerOptions {
   // kSgd.
   float momentum = 0.9f;  // At least 0.
   bool nesterov = false;  // Nesterov's momentum (needs momentum > 0).
-  // kAdam, kAdamW. Betas in [0, 1), epsilon at least 0.
+  // kAdam, kAdamW. Betas in [0, 1), epsilon finite and greater than 0 (at 0, a parameter whose
+  // gradient has been 0 so far, such as an embedding row no batch read, would update by 0 / 0).
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;

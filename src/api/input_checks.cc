@@ -77,12 +77,16 @@ absl::Status CheckLabels(absl::string_view input, absl::string_view consumer, La
 
 absl::Status CheckHyperparameterInput(absl::string_view input, float value) {
   const bool non_negative = input == autodiff::kLearningRate || input == autodiff::kMomentum ||
-                            input == autodiff::kWeightDecay || input == autodiff::kEpsilon ||
-                            input == autodiff::kMaxGradNorm;
+                            input == autodiff::kWeightDecay || input == autodiff::kMaxGradNorm;
   const bool unit = input == autodiff::kBeta1 || input == autodiff::kBeta2;
   if (non_negative && !(std::isfinite(value) && value >= 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("input '", input, "' must be finite and at least 0, got ", value));
+  }
+  // Adam's: at 0 a parameter whose gradient has been 0 so far would update by 0 / 0.
+  if (input == autodiff::kEpsilon && !(std::isfinite(value) && value > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", input, "' must be finite and greater than 0, got ", value));
   }
   if (unit && !(value >= 0 && value < 1)) {
     return absl::InvalidArgumentError(

@@ -43,8 +43,9 @@ absl::Status CheckLabels(absl::string_view input, absl::string_view consumer, La
                          absl::Span<const int32_t> labels);
 
 // InvalidArgument naming the input and the value when `value` is NaN, infinite or out of the
-// range the optimizer reads `input` in (learning_rate, momentum, weight_decay, epsilon,
-// max_grad_norm: finite and at least 0; beta1, beta2: in [0, 1)). Other inputs: OK.
+// range the optimizer reads `input` in (learning_rate, momentum, weight_decay, max_grad_norm:
+// finite and at least 0; epsilon: finite and greater than 0; beta1, beta2: in [0, 1)). Other
+// inputs: OK.
 absl::Status CheckHyperparameterInput(absl::string_view input, float value);
 
 // InvalidArgument naming the field and its value for an option Create cannot honour: an enum

@@ -96,7 +96,9 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     case OptimizerKind::kAdamW:
       RETURN_IF_ERROR(Check(o.beta1 >= 0 && o.beta1 < 1, "beta1", o.beta1, "in [0, 1)"));
       RETURN_IF_ERROR(Check(o.beta2 >= 0 && o.beta2 < 1, "beta2", o.beta2, "in [0, 1)"));
-      RETURN_IF_ERROR(CheckNonNegative("epsilon", o.epsilon));
+      // At 0 a parameter whose gradient has been 0 so far would update by 0 / 0 = NaN.
+      RETURN_IF_ERROR(Check(std::isfinite(o.epsilon) && o.epsilon > 0, "epsilon", o.epsilon,
+                            "finite and greater than 0"));
       break;
     default:
       return absl::InvalidArgumentError("OptimizerOptions::kind is not a known OptimizerKind");

@@ -41,6 +41,10 @@ TEST(InputChecksTest, OtherOptimizerInputsHaveTheirRanges) {
   EXPECT_EQ(beta.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(beta.message(), AllOf(HasSubstr("beta2"), HasSubstr("[0, 1)")));
   EXPECT_TRUE(CheckHyperparameterInput("beta1", 0.9f).ok());
+  // Adam's epsilon: at 0 a parameter with no gradient yet would update by 0 / 0.
+  EXPECT_TRUE(CheckHyperparameterInput("epsilon", 1e-8f).ok());
+  EXPECT_THAT(CheckHyperparameterInput("epsilon", 0).message(),
+              HasSubstr("'epsilon' must be finite and greater than 0, got 0"));
   // A user's own scalar input is no hyperparameter: any value.
   EXPECT_TRUE(CheckHyperparameterInput("temperature", kNaN).ok());
 }

@@ -319,6 +319,7 @@ TEST(OptimizerGraphTest, BadOptionsAreInvalidArgumentNamingTheField) {
       {{.kind = OptimizerKind::kAdam, .beta1 = 1}, "beta1"},
       {{.kind = OptimizerKind::kAdamW, .beta2 = -0.5f}, "beta2"},
       {{.kind = OptimizerKind::kAdam, .epsilon = -1e-8f}, "epsilon"},
+      {{.kind = OptimizerKind::kAdamW, .epsilon = 0}, "epsilon must be finite and greater than 0"},
       {{.schedule = {.warmup_steps = 200, .decay = LrDecay::kCosine, .total_steps = 100}},
        "warm-up"},
       {{.schedule = {.warmup_steps = 200, .total_steps = 100}}, "warm-up"},
