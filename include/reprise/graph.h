@@ -37,6 +37,8 @@ struct Value {
   uint32_t graph = 0;
 
   bool valid() const { return node >= 0; }
+  // Whether a graph of Graph::id() `graph_id` (or a copy of it) may take this value.
+  bool MadeBy(uint32_t graph_id) const { return graph == 0 || graph == graph_id; }
   bool operator==(const Value& other) const { return node == other.node && output == other.output; }
   template <typename H>
   friend H AbslHashValue(H h, const Value& v) {
@@ -108,7 +110,7 @@ class Graph {
   // graph made (Value::graph).
   absl::StatusOr<TensorSpec> SpecOf(Value v) const;
   // Whether `v` was made by this graph or the graph it was copied from (or by hand).
-  bool Owns(Value v) const { return v.graph == 0 || v.graph == id_; }
+  bool Owns(Value v) const { return v.MadeBy(id_); }
   uint32_t id() const { return id_; }
   // Takes `source`'s identity, as a copy would have it: for the engine's passes that rebuild a
   // graph from `source` node by node, so that the user's values, which they map through, stay

@@ -243,7 +243,7 @@ absl::Status ForwardRunner::Impl::Synchronize() {
 }
 
 absl::StatusOr<const passes::Buffer*> ForwardRunner::Impl::OutputBuffer(Value output) const {
-  if (output.graph != 0 && output.graph != graph_id_) {
+  if (!output.MadeBy(graph_id_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the value (node ", output.node, ", output ", output.output,
                      ") was made by another graph than the one this runner runs"));

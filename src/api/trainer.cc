@@ -507,7 +507,7 @@ absl::StatusOr<std::vector<Trainer::LaunchSpan>> Trainer::Impl::TimeLanes(int re
 }
 
 absl::Status Trainer::Impl::CheckUserValue(Value value) const {
-  if (value.graph == 0 || value.graph == graph_id_) return absl::OkStatus();
+  if (value.MadeBy(graph_id_)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("Read: the value (node ", value.node, ", output ", value.output,
                    ") was made by another graph than the one this trainer trains"));
