@@ -15,12 +15,14 @@
 // than a trainer that only launches from the host (ResNet-50 at batch 32 on an H200: 5.52 against
 // 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after the trial kept the host's
 // launch), which another trainer's device launch in the same process does not cause
-// (tests/gpu/launch_process_gpu_test.cc); so kAuto keeps the device's launch for ResNet-50 at batch
-// 32, 1.7% slower than kHost there (docs/benchmarks.md). Nothing waits for the events: each later
-// replay asks whether the last one has been reached, and once it has, the launch of less time per
-// step is kept for good (the host's only where it is faster by more than kHostMargin: the device's
-// launch costs the host less). The steps' timings are those of the trainer's own loop, whatever
-// else that loop does between its steps.
+// (tests/gpu/launch_process_gpu_test.cc), nor does a fresh host executable instantiated after the
+// device's executable and its launcher are destroyed escape it (docs/benchmarks_resnet.md,
+// 2026-12-05); so kAuto keeps the device's launch for ResNet-50 at batch 32 in bfloat16, 1% slower
+// than kHost there (in TF32 and at batch 256 the device's launch is the faster). Nothing waits for
+// the events: each later replay asks whether the last one has been reached, and once it has, the
+// launch of less time per step is kept for good (the host's only where it is faster by more than
+// kHostMargin: the device's launch costs the host less). The steps' timings are those of the
+// trainer's own loop, whatever else that loop does between its steps.
 #ifndef REPRISE_CAPTURE_LAUNCH_TRIAL_H_
 #define REPRISE_CAPTURE_LAUNCH_TRIAL_H_
 
