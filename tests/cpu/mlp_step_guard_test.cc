@@ -7,11 +7,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
@@ -291,50 +293,59 @@ TEST(MlpStepGuardTest, GuardAddsFewLaunchesToAMixedPrecisionResNet50) {
   }
 }
 
-TEST(MlpStepGuardTest, GuardedKernelsCompileForSm90) {
-  struct Case {
-    int64_t models, batch;
-    std::vector<int64_t> widths;
-    bool aligned;
-  };
-  const std::vector<Case> cases = {{1, 32, {256, 256, 256, 10}, true},
-                                   {1, 5, {3, 7, 7, 3}, false},
-                                   {1, 7, {12, 4}, true},
-                                   {4, 64, {64, 256, 256, 10}, true},
-                                   {3, 5, {3, 7, 7, 3}, false}};
-  for (const Case& c : cases) {
-    for (bool tf32 : {false, true}) {
-      for (codegen::MlpSchedule schedule :
-           {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
-        for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
-          // With a shadow (double-buffered), for TF32 only: the compile time is the test's.
-          for (bool shadow : {false, tf32}) {
-            codegen::MlpStepTarget target;
-            target.aligned = c.aligned;
-            target.tf32 = tf32;
-            target.schedule = schedule;
-            target.guard = guard;
-            target.shadow = shadow;
-            auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
-            ASSERT_TRUE(plan.ok()) << plan.status();
-            const codegen::GeneratedKernel kernel =
-                c.models == 1 ? codegen::MlpStepKernel(*plan)
-                              : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-            // No grid-wide wait for the check: each block arrives on the guard word and leaves;
-            // with copies, the last restores a skipped step.
-            EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
-            EXPECT_EQ(kernel.code.find("mlpg::Restore<") != std::string::npos, !shadow);
-            EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
-            auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
-            ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()
-                                       << (tf32 ? " tf32" : "") << (plan->row_chain ? " chain" : "")
-                                       << (shadow ? " shadow" : "") << ": " << compiled.status();
-          }
+// One case per test, so that ctest's shards spread the 60 kernels' NVRTC compiles over the cores.
+struct GuardedKernelCase {
+  int64_t models, batch;
+  std::vector<int64_t> widths;
+  bool aligned;
+  friend void PrintTo(const GuardedKernelCase& c, std::ostream* os) {
+    *os << c.models << " models, batch " << c.batch << ", widths " << absl::StrJoin(c.widths, "x")
+        << (c.aligned ? ", aligned" : "");
+  }
+};
+
+class GuardedKernelsCompileTest : public ::testing::TestWithParam<GuardedKernelCase> {};
+
+TEST_P(GuardedKernelsCompileTest, ForSm90) {
+  const GuardedKernelCase& c = GetParam();
+  for (bool tf32 : {false, true}) {
+    for (codegen::MlpSchedule schedule :
+         {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
+      for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
+        // With a shadow (double-buffered), for TF32 only: the compile time is the test's.
+        for (bool shadow : {false, tf32}) {
+          codegen::MlpStepTarget target;
+          target.aligned = c.aligned;
+          target.tf32 = tf32;
+          target.schedule = schedule;
+          target.guard = guard;
+          target.shadow = shadow;
+          auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          const codegen::GeneratedKernel kernel =
+              c.models == 1 ? codegen::MlpStepKernel(*plan)
+                            : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
+          // No grid-wide wait for the check: each block arrives on the guard word and leaves;
+          // with copies, the last restores a skipped step.
+          EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+          EXPECT_EQ(kernel.code.find("mlpg::Restore<") != std::string::npos, !shadow);
+          EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
+          auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
+          ASSERT_TRUE(compiled.ok()) << c.models << " models, layers " << plan->layers()
+                                     << (tf32 ? " tf32" : "") << (plan->row_chain ? " chain" : "")
+                                     << (shadow ? " shadow" : "") << ": " << compiled.status();
         }
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(MlpStepGuardTest, GuardedKernelsCompileTest,
+                         ::testing::Values(GuardedKernelCase{1, 32, {256, 256, 256, 10}, true},
+                                           GuardedKernelCase{1, 5, {3, 7, 7, 3}, false},
+                                           GuardedKernelCase{1, 7, {12, 4}, true},
+                                           GuardedKernelCase{4, 64, {64, 256, 256, 10}, true},
+                                           GuardedKernelCase{3, 5, {3, 7, 7, 3}, false}));
 
 // The group schedule's guarded kernels (updates in place with step-start copies, no grid barrier,
 // the restore by the last block), deep and shallow, padded and not, single and batched.
