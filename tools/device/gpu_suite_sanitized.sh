@@ -10,10 +10,7 @@ set -uo pipefail
 tool=${1:?memcheck or racecheck}; shards=${2:-8}; limit=${3:-480}
 # The tests that read the device's memory in use (which the other shards disturb) run alone after
 # the shards, as in gpu_suite_sharded.sh.
-alone='BucketedTrainerGpuTest.ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanTheLargestAlone'
-alone+=':ForwardRunnerGpuTest.RunnersLeakNoDeviceMemory:Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory'
-alone+=':TrainerGpuTest.CreatingAndDestroyingTrainersLeaksNoDeviceMemory'
-alone+=':LaneWorkspacesGpuTest.BacksWhatIsNeededAndReleasesTheRest:BenchJsonGpuTest.*'
+source "$(dirname "${BASH_SOURCE[0]}")/alone_tests.sh"  # $alone
 filter=${4:-*-$alone}
 out=${OUT:-/tmp}
 [[ -f .stage/env.sh ]] && source .stage/env.sh

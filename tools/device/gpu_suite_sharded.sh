@@ -12,11 +12,7 @@ set -uo pipefail
 shards=${1:-3}; limit=${2:-480}
 out=${OUT:-/tmp}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
-alone='BucketedTrainerGpuTest.ThreeBucketsTakeAtMostATenthMoreDeviceMemoryThanTheLargestAlone'
-alone+=':ForwardRunnerGpuTest.RunnersLeakNoDeviceMemory:Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory'
-alone+=':TrainerGpuTest.CreatingAndDestroyingTrainersLeaksNoDeviceMemory'
-alone+=':LaneWorkspacesGpuTest.BacksWhatIsNeededAndReleasesTheRest'
-alone+=':BenchJsonGpuTest.*'  # reprise-bench's device_bytes: memory in use after minus before.
+source "$(dirname "${BASH_SOURCE[0]}")/alone_tests.sh"  # $alone
 start=$SECONDS
 for ((i = 0; i < shards; ++i)); do
   GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" reprise_gpu_tests \

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU suite's sanitizer round in one device call, from a staged checkout:
+#   bash tools/device/sanitizer_round.sh [LIMIT_S]
+# 1. memcheck (--leak-check full) over the suite but the ResNet, GPT-2 and mirroring tests and the
+#    tests that read the device's memory in use, 12 shards (about 3 minutes on an H100);
+# 2. memcheck over the ResNet, GPT-2 and mirroring tests, 12 shards, stopped at LIMIT_S (330: the
+#    ResNet-18 200-step verify does not finish there; the rest does);
+# 3. memcheck over the tests that read the device's memory in use, alone;
+# 4. racecheck over the lane tests, 4 shards.
+# Each part's tally is printed (gpu_suite_sanitized.sh); every shard's output travels back as one
+# archive, $OUT/sanitizer_round.tgz (a device call brings back only a few files), and the CUDA API
+# errors the sanitizer counts are listed by call and test in $OUT/sanitizer_api_errors.txt.
+set -uo pipefail
+limit=${1:-330}
+out=${OUT:-/tmp}
+work=$(mktemp -d)
+source "$(dirname "${BASH_SOURCE[0]}")/alone_tests.sh"  # $alone
+heavy='*ResNet*:*Gpt2*:*Mirror*'
+run_part() {  # NAME TOOL SHARDS LIMIT FILTER
+  mkdir -p "$work/$1"
+  echo "== $1: $2, $3 shards, $4 s, filter $5"
+  OUT=$work/$1 bash tools/device/gpu_suite_sanitized.sh "$2" "$3" "$4" "$5" 2>&1 | tail -n 40
+}
+run_part main memcheck 12 300 "*-$heavy:$alone"
+run_part heavy memcheck 12 "$limit" "$heavy-Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory"
+run_part alone memcheck 1 300 "$alone"
+run_part lanes racecheck 4 150 'LanesGpuTest.*:*/LanesGpuTest.*'
+# Which API calls returned the errors the summaries count, and in which test.
+for f in "$work"/*/sanitized_*.txt; do
+  awk -v part="${f#"$work"/}" '/^\[ RUN/ {test = $NF} /Program hit/ {
+    call = $0; sub(/.*CUDA API call to /, "", call)
+    print part ": " test ": " $4 " from " call }' "$f"
+done | sort | uniq -c > "$out/sanitizer_api_errors.txt"
+echo "== CUDA API errors by call and test ($out/sanitizer_api_errors.txt):"
+cat "$out/sanitizer_api_errors.txt"
+tar czf "$out/sanitizer_round.tgz" -C "$work" .
