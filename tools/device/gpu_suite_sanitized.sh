@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU suite under compute-sanitizer, sharded like gpu_suite_sharded.sh: TOOL is memcheck (with
 # --leak-check full) or racecheck; FILTER picks the tests (default: all, the memory-use tests alone
-# after the shards). Each shard stops at LIMIT_S; its output says which test it had reached, so a
-# partial run still says what it covered.
-#   bash tools/device/gpu_suite_sanitized.sh TOOL [SHARDS] [LIMIT_S] [FILTER]
+# after the shards; EXCLUDE, a gtest pattern list, leaves more out of that default). Each shard
+# stops at LIMIT_S; its output says which test it had reached, so a partial run still says what
+# it covered.
+#   [EXCLUDE=...] bash tools/device/gpu_suite_sanitized.sh TOOL [SHARDS] [LIMIT_S] [FILTER]
 # Output per shard in $OUT/sanitized_<tool>_<i>.txt; the sanitizer's summaries and the tallies
 # are printed at the end.
 set -uo pipefail
@@ -11,7 +12,7 @@ tool=${1:?memcheck or racecheck}; shards=${2:-8}; limit=${3:-480}
 # The tests that read the device's memory in use (which the other shards disturb) run alone after
 # the shards, as in gpu_suite_sharded.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/alone_tests.sh"  # $alone
-filter=${4:-*-$alone}
+filter=${4:-*-$alone${EXCLUDE:+:$EXCLUDE}}
 out=${OUT:-/tmp}
 [[ -f .stage/env.sh ]] && source .stage/env.sh
 case $tool in

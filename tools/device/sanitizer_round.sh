@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU suite's sanitizer round in one device call, from a staged checkout:
 #   bash tools/device/sanitizer_round.sh [LIMIT_S]
-# 1. memcheck (--leak-check full) over the suite but the ResNet, GPT-2 and mirroring tests and the
-#    tests that read the device's memory in use, 12 shards (about 3 minutes on an H100);
+# 1. memcheck (--leak-check full) over the suite but the ResNet, GPT-2 and mirroring tests, 12
+#    shards (about 3 minutes on an H100), then the tests that read the device's memory in use alone
+#    (gpu_suite_sanitized.sh's default, less EXCLUDE);
 # 2. memcheck over the ResNet, GPT-2 and mirroring tests, 12 shards, stopped at LIMIT_S (330: the
 #    ResNet-18 200-step verify does not finish there; the rest does);
-# 3. memcheck over the tests that read the device's memory in use, alone;
-# 4. racecheck over the lane tests, 4 shards.
+# 3. racecheck over the lane tests, 4 shards.
 # Each part's tally is printed (gpu_suite_sanitized.sh); every shard's output travels back as one
 # archive, $OUT/sanitizer_round.tgz (a device call brings back only a few files), and the CUDA API
 # errors the sanitizer counts are listed by call and test in $OUT/sanitizer_api_errors.txt.
@@ -16,14 +16,13 @@ out=${OUT:-/tmp}
 work=$(mktemp -d)
 source "$(dirname "${BASH_SOURCE[0]}")/alone_tests.sh"  # $alone
 heavy='*ResNet*:*Gpt2*:*Mirror*'
-run_part() {  # NAME TOOL SHARDS LIMIT FILTER
+run_part() {  # NAME TOOL SHARDS LIMIT [FILTER] (none: the suite and its tests alone, less EXCLUDE)
   mkdir -p "$work/$1"
-  echo "== $1: $2, $3 shards, $4 s, filter $5"
-  OUT=$work/$1 bash tools/device/gpu_suite_sanitized.sh "$2" "$3" "$4" "$5" 2>&1 | tail -n 40
+  echo "== $1: $2, $3 shards, $4 s, filter ${5:-the suite, less ${EXCLUDE:-nothing}}"
+  OUT=$work/$1 bash tools/device/gpu_suite_sanitized.sh "$2" "$3" "$4" ${5:+"$5"} 2>&1 | tail -n 40
 }
-run_part main memcheck 12 300 "*-$heavy:$alone"
-run_part heavy memcheck 12 "$limit" "$heavy-Gpt2DecodeGpuTest.GeneratorsLeakNoDeviceMemory"
-run_part alone memcheck 1 300 "$alone"
+EXCLUDE=$heavy run_part main memcheck 12 300
+run_part heavy memcheck 12 "$limit" "$heavy-$alone"
 run_part lanes racecheck 4 150 'LanesGpuTest.*:*/LanesGpuTest.*'
 # Which API calls returned the errors the summaries count, and in which test.
 for f in "$work"/*/sanitized_*.txt; do
