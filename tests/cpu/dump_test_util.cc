@@ -1,6 +1,5 @@
 #include "tests/cpu/dump_test_util.h"
 
-#include <cstdlib>
 #include <utility>
 
 #include "src/autodiff/optimizer_graph.h"
@@ -18,19 +17,6 @@ MlpStages SmallMlpStages(bool fuse, int lanes) {
   options.fusion.whole_mlp_step = false;
   s.plan = passes::BuildPlan(s.training, {}, options).value();
   return s;
-}
-
-ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
-  if (const char* old = std::getenv(name)) old_ = old;
-  setenv(name, value.c_str(), 1);
-}
-
-ScopedEnv::~ScopedEnv() {
-  if (old_.has_value()) {
-    setenv(name_.c_str(), old_->c_str(), 1);
-  } else {
-    unsetenv(name_.c_str());
-  }
 }
 
 }  // namespace reprise::testing

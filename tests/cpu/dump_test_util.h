@@ -3,12 +3,12 @@
 #ifndef REPRISE_TESTS_CPU_DUMP_TEST_UTIL_H_
 #define REPRISE_TESTS_CPU_DUMP_TEST_UTIL_H_
 
-#include <optional>
 #include <string>
 
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/passes/plan.h"
+#include "tests/cpu/scoped_env.h"  // ScopedEnv, for the dump tests
 
 namespace reprise::testing {
 
@@ -22,19 +22,6 @@ struct MlpStages {
 };
 // Fused per layer (the whole-step MLP kernel off), so the dumps show several kinds of groups.
 MlpStages SmallMlpStages(bool fuse = true, int lanes = 0);
-
-// Sets an environment variable for the life of the object, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value);
-  ~ScopedEnv();
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace reprise::testing
 

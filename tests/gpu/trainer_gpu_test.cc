@@ -11,6 +11,8 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/reference_executor.h"
 #include "src/runtime/device.h"
+#include "tests/cpu/cache_test_util.h"
+#include "tests/cpu/scoped_env.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -100,11 +102,14 @@ TEST(TrainerGpuTest, GraphReplayEqualsBulkedBitwiseAndLossFalls) {
 
 // Measured cuBLASLt algorithms: the step still replays the bits of its eager run (the choice is
 // fixed at Create), each launch says it was measured, and training follows the heuristic's
-// choice to fp32 accuracy.
+// choice to fp32 accuracy. An empty kernel cache of its own, so that Create measures: a choice
+// recorded by an earlier run in the shared cache would be taken from its record instead.
 TEST(TrainerGpuTest, MeasuredMatmulAlgorithmsReplayBitwiseAndTrain) {
   REPRISE_REQUIRE_GPU();
   auto mlp = models::BuildMlp(SmallMlp());
   ASSERT_TRUE(mlp.ok());
+  testing::ScopedTempDir cache;
+  testing::ScopedEnv cache_dir("REPRISE_CACHE_DIR", cache.path());
   std::vector<std::vector<float>> losses;
   for (bool measure : {false, true}) {
     TrainOptions options;

@@ -22,32 +22,14 @@
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
 #include "tests/cpu/cache_test_util.h"
+#include "tests/cpu/scoped_env.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
 namespace {
 
+using ::reprise::testing::ScopedEnv;
 using ::testing::HasSubstr;
-
-// Sets an environment variable for the scope of a test, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 absl::StatusOr<TrainerStats> CreateTrainerStats() {
   ASSIGN_OR_RETURN(
