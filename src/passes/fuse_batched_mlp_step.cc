@@ -1,8 +1,6 @@
 // The whole-step match for an ensemble of ReLU MLPs batched by src/passes/batch_ensemble.h:
 // the batched form of MatchMlpTrainStep's chain (batched_matmul, batched_bias_add, relu; the
 // models' losses summed by model_sum) becomes one batched_mlp_train_step.
-#include <algorithm>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/ops/batched.h"
@@ -13,12 +11,6 @@
 
 namespace reprise::passes {
 namespace {
-
-bool Flag(const Node& node, const char* key) { return ir::BoolAttrOr(node.attrs, key, false); }
-
-struct Layer {
-  int32_t weight = -1, bias = -1;  // Stacked parameter nodes.
-};
 
 // The input a batched op reads: `v` itself, or what a model_tile repeats for every model (counted
 // in `tiles`); nullopt unless that is an input.
@@ -62,33 +54,20 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   const std::optional<Value> labels = ModelInput(g, loss.inputs[1], &tiles);
   if (!labels.has_value()) return fail("the labels are not an input");
 
-  // Walk the forward chain back from the logits, as MatchMlpTrainStep does, in batched ops.
-  std::vector<Layer> layers;
-  Value h = loss.inputs[0];
-  const Value logits = h;
+  // The forward chain, as MatchMlpTrainStep walks it, in batched ops.
+  const Value logits = loss.inputs[0];
   std::optional<Value> features;
-  for (bool last = true;; last = false) {
-    const Node* node = &g.node(h.node);
-    if (!last) {
-      if (node->op != &ops::ReluOp()) break;
-      node = &g.node(node->inputs[0].node);
-    }
-    if (node->op != &ops::BatchedBiasAddOp())
-      return fail(absl::StrCat("'", node->name, "' is not a batched bias add"));
-    const Node& mm = g.node(node->inputs[0].node);
-    if (mm.op != &ops::BatchedMatmulOp() || Flag(mm, "transpose_a") || !Flag(mm, "transpose_b"))
-      return fail(absl::StrCat("'", mm.name, "' is not x·Wᵀ for every model"));
-    const Node& w = g.node(mm.inputs[1].node);
-    const Node& b = g.node(node->inputs[1].node);
-    if (w.op != &ir::ParameterOp() || b.op != &ir::ParameterOp())
-      return fail("a layer's weight or bias is not a parameter");
-    layers.push_back({w.id, b.id});
-    h = mm.inputs[0];
-    features = ModelInput(g, h, &tiles);
-    if (features.has_value()) break;
-  }
+  Value first;
+  std::string chain_why;
+  const std::optional<std::vector<MlpChainLayer>> chain = WalkMlpChain(
+      g, logits,
+      {&ops::BatchedMatmulOp(), &ops::BatchedBiasAddOp(), "a batched bias add",
+       "x·Wᵀ for every model"},
+      [&](Value h) { return (features = ModelInput(g, h, &tiles)).has_value(); }, &first,
+      &chain_why);
+  if (!chain.has_value()) return fail(chain_why);
   if (!features.has_value()) return fail("the first layer does not read an input");
-  std::reverse(layers.begin(), layers.end());
+  const std::vector<MlpChainLayer>& layers = *chain;
 
   for (const Value& v : kept) {
     if (v != training.loss && v != Value{loss.id, 0} && v != logits)
@@ -110,7 +89,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     return fail("the models' loss gradients are not the sum's gradient");
   std::vector<Value> inputs = {*features, *labels, broadcast.inputs[0]};
   const Node* first_sgd = nullptr;
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     for (int32_t p : {layer.weight, layer.bias}) {
       auto it = sgd_of.find(p);
       if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
@@ -122,7 +101,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     }
   }
   inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     inputs.push_back(Value{layer.weight, 0});
     inputs.push_back(Value{layer.bias, 0});
     inputs.push_back(sgd_of.at(layer.weight)->inputs[2]);
@@ -141,7 +120,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   // Each model's products against the single MLP's limit: the kernel's tiles are per model.
   const TensorSpec& x = g.spec(*features);
   int64_t multiply_adds = 0;
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     const Shape& w = g.node(layer.weight).outputs[0].shape;
     multiply_adds = SaturatingAdd(multiply_adds, SaturatingMul(w.dim(1), w.dim(2)));
   }
@@ -157,7 +136,7 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
     specs.push_back(g.spec(guard->record));
   }
   std::vector<TensorSpec> weights;
-  for (const Layer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
+  for (const MlpChainLayer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
   const std::optional<TensorSpec> shadow = WholeStepShadowSpec(guard->mode, weights, models);
   if (shadow.has_value()) specs.push_back(*shadow);
   codegen::MlpStepTarget guarded_target = target;

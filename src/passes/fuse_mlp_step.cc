@@ -54,13 +54,40 @@ std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const Whol
   return out;
 }
 
-namespace {
-
-struct Layer {
-  int32_t weight = -1, bias = -1;  // Parameter nodes.
-};
-
-}  // namespace
+std::optional<std::vector<MlpChainLayer>> WalkMlpChain(
+    const Graph& g, Value logits, const MlpChainOps& form,
+    absl::FunctionRef<bool(Value)> reached_input, Value* first, std::string* why) {
+  std::vector<MlpChainLayer> layers;
+  Value h = logits;
+  for (bool last = true;; last = false) {
+    const Node* node = &g.node(h.node);
+    if (!last) {
+      if (node->op != &ops::ReluOp()) break;
+      node = &g.node(node->inputs[0].node);
+    }
+    if (node->op != form.bias_add) {
+      if (why != nullptr) *why = absl::StrCat("'", node->name, "' is not ", form.bias_add_name);
+      return std::nullopt;
+    }
+    const Node& mm = g.node(node->inputs[0].node);
+    if (mm.op != form.matmul || Flag(mm, "transpose_a") || !Flag(mm, "transpose_b")) {
+      if (why != nullptr) *why = absl::StrCat("'", mm.name, "' is not ", form.product_name);
+      return std::nullopt;
+    }
+    const Node& w = g.node(mm.inputs[1].node);
+    const Node& b = g.node(node->inputs[1].node);
+    if (w.op != &ir::ParameterOp() || b.op != &ir::ParameterOp()) {
+      if (why != nullptr) *why = "a layer's weight or bias is not a parameter";
+      return std::nullopt;
+    }
+    layers.push_back({w.id, b.id});
+    h = mm.inputs[0];
+    if (reached_input(h)) break;
+  }
+  std::reverse(layers.begin(), layers.end());
+  *first = h;
+  return layers;
+}
 
 std::optional<TensorSpec> WholeStepShadowSpec(codegen::MlpGuard guard,
                                               const std::vector<TensorSpec>& weights,
@@ -123,33 +150,15 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   const Value labels = loss.inputs[1];
   if (g.node(labels.node).op != &ir::InputOp()) return fail("the labels are not an input");
 
-  // Walk the forward chain back from the logits: bias_add(matmul(h, W^T), b) [<- relu <- ...].
-  std::vector<Layer> layers;
-  Value h = loss.inputs[0];
-  const Value logits = h;
-  for (bool last = true;; last = false) {
-    const Node* node = &g.node(h.node);
-    if (!last) {
-      if (node->op != &ops::ReluOp()) break;
-      node = &g.node(node->inputs[0].node);
-    }
-    if (node->op != &ops::BiasAddOp())
-      return fail(absl::StrCat("'", node->name, "' is not a bias add"));
-    const Node& mm = g.node(node->inputs[0].node);
-    if (mm.op != &ops::MatmulOp() || Flag(mm, "transpose_a") || !Flag(mm, "transpose_b"))
-      return fail(absl::StrCat("'", mm.name, "' is not x·Wᵀ"));
-    const Node& w = g.node(mm.inputs[1].node);
-    const Node& b = g.node(node->inputs[1].node);
-    if (w.op != &ir::ParameterOp() || b.op != &ir::ParameterOp())
-      return fail("a layer's weight or bias is not a parameter");
-    layers.push_back({w.id, b.id});
-    h = mm.inputs[0];
-    if (g.node(h.node).op == &ir::InputOp()) break;
-  }
-  const Value features = h;
+  const Value logits = loss.inputs[0];
+  Value features;
+  const std::optional<std::vector<MlpChainLayer>> chain = WalkMlpChain(
+      g, logits, {&ops::MatmulOp(), &ops::BiasAddOp(), "a bias add", "x·Wᵀ"},
+      [&](Value h) { return g.node(h.node).op == &ir::InputOp(); }, &features, why);
+  if (!chain.has_value()) return std::nullopt;
+  const std::vector<MlpChainLayer>& layers = *chain;
   if (g.node(features.node).op != &ir::InputOp() || g.spec(features).shape.rank() != 2)
     return fail("the first layer does not read a rank-2 input");
-  std::reverse(layers.begin(), layers.end());
 
   // Everything the step keeps must be an output of the fused node.
   for (const Value& v : kept) {
@@ -167,7 +176,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   if (grad == nullptr) return fail("no loss gradient");
   std::vector<Value> inputs = {features, labels, grad->inputs[2]};
   const Node* first_sgd = nullptr;
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     for (int32_t p : {layer.weight, layer.bias}) {
       auto it = sgd_of.find(p);
       if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
@@ -179,7 +188,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
     }
   }
   inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     const Node& w_sgd = *sgd_of.at(layer.weight);
     const Node& b_sgd = *sgd_of.at(layer.bias);
     inputs.push_back(Value{layer.weight, 0});
@@ -201,7 +210,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   // The kernel runs its products on CUDA cores, one tile set per phase: it wins while launch
   // latency dominates, not once the products are large (4x1024 at batch 256 runs slower fused).
   int64_t multiply_adds = 0;
-  for (const Layer& layer : layers) {
+  for (const MlpChainLayer& layer : layers) {
     multiply_adds = SaturatingAdd(multiply_adds, g.node(layer.weight).outputs[0].NumElements());
   }
   multiply_adds = SaturatingMul(multiply_adds, g.spec(features).shape.dim(0));
@@ -216,7 +225,7 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
     specs.push_back(g.spec(guard->record));
   }
   std::vector<TensorSpec> weights;
-  for (const Layer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
+  for (const MlpChainLayer& layer : layers) weights.push_back(g.node(layer.weight).outputs[0]);
   const std::optional<TensorSpec> shadow = WholeStepShadowSpec(guard->mode, weights, 1);
   if (shadow.has_value()) specs.push_back(*shadow);
   codegen::MlpStepTarget guarded_target = target;

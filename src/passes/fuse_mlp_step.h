@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "src/autodiff/autodiff.h"
@@ -29,6 +30,27 @@ struct WholeStepGuard {
 // The guard of `g` (mode kNone where it has none), or nullopt with the reason in `why` where its
 // nodes are not the guard's usual three.
 std::optional<WholeStepGuard> MatchWholeStepGuard(const Graph& g, std::string* why);
+
+// A layer of a matched chain: its weight and bias parameter nodes ([out, in] and [out], or, in
+// the batched form, [K, out, in] and [K, out]).
+struct MlpChainLayer {
+  int32_t weight = -1, bias = -1;
+};
+// The ops of one form of the chain (plain, or batched over an ensemble's models) and the words
+// the reasons use for them.
+struct MlpChainOps {
+  const ir::OpDef* matmul = nullptr;
+  const ir::OpDef* bias_add = nullptr;
+  absl::string_view bias_add_name;  // "a bias add", "a batched bias add".
+  absl::string_view product_name;   // "x·Wᵀ", "x·Wᵀ for every model".
+};
+// Walks the forward chain bias_add(matmul(h, Wᵀ), b) [<- relu <- bias_add(...)] back from
+// `logits`, until `reached_input(h)` says h is the first layer's input or a layer's input is not
+// a ReLU: the layers first to last, with that h in `*first` (the caller checks what it is); or
+// nullopt with the reason in `why` where a layer is not of that form.
+std::optional<std::vector<MlpChainLayer>> WalkMlpChain(
+    const Graph& g, Value logits, const MlpChainOps& form,
+    absl::FunctionRef<bool(Value)> reached_input, Value* first, std::string* why);
 
 // The step's sgd_momentum updates, by the parameter each writes, and its loss gradient (the node
 // of `grad_op`, or nullptr), or the reason in `why` (nullopt) when an update is not plain SGD with

@@ -248,6 +248,38 @@ TEST(FuseTest, SmallMlpBecomesOneWholeStepNode) {
   EXPECT_TRUE(fused->whole_step_declined.empty());
 }
 
+// The whole-step match's walk over the forward chain: the layers first to last and the input
+// they start from; a layer of another form is named in the reason.
+TEST(FuseTest, WalkMlpChainFindsTheLayersOrSaysWhichIsNot) {
+  const passes::MlpChainOps plain{&ops::MatmulOp(), &ops::BiasAddOp(), "a bias add", "x·Wᵀ"};
+  Training t = MlpTraining(2, 16, 4, 3);
+  const Graph& mlp = t.mlp.graph;
+  auto reads_input = [](const Graph& g) {
+    return [graph = &g](Value h) { return graph->node(h.node).op == &ir::InputOp(); };
+  };
+  Value first;
+  std::string why;
+  auto layers = passes::WalkMlpChain(mlp, t.mlp.logits, plain, reads_input(mlp), &first, &why);
+  ASSERT_TRUE(layers.has_value()) << why;
+  ASSERT_EQ(layers->size(), 3u);
+  EXPECT_EQ(mlp.node(layers->front().weight).name, "fc0.weight");
+  EXPECT_EQ(mlp.node(layers->back().bias).name, "fc2.bias");
+  EXPECT_EQ(mlp.node(first.node).name, "features");
+
+  Graph g;
+  const Value x = *g.AddInput("x", {Shape{4, 8}, DType::kFloat32});
+  const Value w = *g.AddParameter("w", {Shape{3, 8}, DType::kFloat32}, Initializer::Zeros());
+  const Value wt = *g.AddParameter("wt", {Shape{8, 3}, DType::kFloat32}, Initializer::Zeros());
+  const Value b = *g.AddParameter("b", {Shape{3}, DType::kFloat32}, Initializer::Zeros());
+  const Value no_bias = *g.AddOp1(ops::MatmulOp(), "no_bias", {x, w}, {{"transpose_b", true}});
+  EXPECT_FALSE(passes::WalkMlpChain(g, no_bias, plain, reads_input(g), &first, &why).has_value());
+  EXPECT_EQ(why, "'no_bias' is not a bias add");
+  const Value x_w = *g.AddOp1(ops::MatmulOp(), "x_w", {x, wt}, {});
+  const Value biased = *g.AddOp1(ops::BiasAddOp(), "biased", {x_w, b}, {});
+  EXPECT_FALSE(passes::WalkMlpChain(g, biased, plain, reads_input(g), &first, &why).has_value());
+  EXPECT_EQ(why, "'x_w' is not x·Wᵀ");
+}
+
 // A count too large for int64 (saturated) is said so, not printed as 2^63 - 1.
 TEST(FuseTest, TooManyMultiplyAddsSaysWhenTheCountSaturated) {
   EXPECT_EQ(passes::TooManyMultiplyAdds("the", 268435456),
