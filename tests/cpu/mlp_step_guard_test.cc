@@ -5,10 +5,8 @@
 // workspace for the step-start copies, keep the group schedule (its exchange areas clear of the
 // copies), add no grid barrier, never pick the cluster schedule, and compile for sm_90.
 #include <cmath>
-#include <limits>
 #include <map>
 #include <ostream>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +28,7 @@
 #include "src/passes/fuse.h"
 #include "src/passes/pipeline.h"
 #include "src/runtime/kernel_store.h"
+#include "tests/cpu/guard_test_util.h"
 
 namespace reprise {
 namespace {
@@ -38,34 +37,15 @@ using autodiff::NonFinitePolicy;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int kBatch = 8, kFeatures = 6;
+constexpr int kFeatures = testing::kGuardFeatures;
+// Step `step`'s batch (this file's seeds); with `nan_at` >= 0 that one feature is a NaN.
+void SetBatch(ir::ReferenceExecutor& exec, int step, int nan_at = -1) {
+  testing::SetGuardBatch(exec, 200 + step, nan_at);
+}
+
 // What the guard may add to a step's launches: the check of the gradients, then the check's
 // verdict and its counters.
 constexpr int64_t kMaxGuardLaunches = 2;
-
-models::Mlp BuildSmallMlp() {
-  auto mlp = models::BuildMlp(
-      {.batch = kBatch, .input_features = kFeatures, .depth = 2, .width = 12, .classes = 4});
-  EXPECT_TRUE(mlp.ok()) << mlp.status();
-  return *std::move(mlp);
-}
-
-absl::StatusOr<autodiff::TrainingGraph> Build(const models::Mlp& mlp, NonFinitePolicy policy) {
-  return autodiff::BuildTrainingGraphWith(mlp.graph, mlp.loss, {}, {},
-                                          autodiff::NonFiniteOptions{.policy = policy});
-}
-
-void SetBatch(ir::ReferenceExecutor& exec, int step, int nan_at = -1) {
-  std::mt19937 rng(200 + step);
-  std::normal_distribution<double> normal;
-  std::vector<double> x(kBatch * kFeatures);
-  for (double& v : x) v = normal(rng);
-  std::vector<int32_t> y(kBatch);
-  for (int i = 0; i < kBatch; ++i) y[i] = (x[i * kFeatures] > 0) + 2 * (x[i * kFeatures + 1] > 0);
-  if (nan_at >= 0) x[nan_at] = std::numeric_limits<double>::quiet_NaN();
-  ASSERT_TRUE(exec.SetLeaf("features", x).ok());
-  ASSERT_TRUE(exec.SetLeaf("labels", y).ok());
-}
 
 // Every parameter and state (the guard's counters included), as doubles, but the kernel's
 // barrier and shadow (its own state, which the unfused graph lacks).
@@ -91,9 +71,9 @@ std::map<std::string, std::vector<double>> Leaves(const Graph& g, ir::ReferenceE
 // A guarded step fuses whole: the kernel takes the guard's counters and its policy, and a shadow
 // of every weight and velocity to double-buffer them (codegen::MlpGuard).
 TEST(MlpStepGuardTest, WholeStepKeepsAGuardedStep) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop}) {
-    auto t = Build(mlp, policy);
+    auto t = testing::BuildGuarded(mlp, policy);
     ASSERT_TRUE(t.ok()) << t.status();
     auto fused = passes::Fuse(*t, {t->loss}, {});
     ASSERT_TRUE(fused.ok()) << fused.status();
@@ -118,9 +98,9 @@ TEST(MlpStepGuardTest, WholeStepKeepsAGuardedStep) {
 // The fused reference against the unfused guarded graph, bit for bit, over a clean step, a step
 // with one NaN feature (the case) and clean steps after: weights, momenta and counters.
 TEST(MlpStepGuardTest, FusedReferenceSkipsAndCountsAsTheUnfusedGraph) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kStop}) {
-    auto t = Build(mlp, policy);
+    auto t = testing::BuildGuarded(mlp, policy);
     ASSERT_TRUE(t.ok()) << t.status();
     auto fused = passes::Fuse(*t, {t->loss}, {});
     ASSERT_TRUE(fused.ok()) << fused.status();

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "src/ir/reference_executor.h"
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
+#include "tests/cpu/guard_test_util.h"
 
 namespace reprise {
 namespace {
@@ -29,33 +29,10 @@ using autodiff::NonFiniteOptions;
 using autodiff::NonFinitePolicy;
 using ::testing::HasSubstr;
 
-constexpr int kBatch = 8, kFeatures = 6;
-
-models::Mlp BuildSmallMlp() {
-  auto mlp = models::BuildMlp(
-      {.batch = kBatch, .input_features = kFeatures, .depth = 2, .width = 12, .classes = 4});
-  EXPECT_TRUE(mlp.ok()) << mlp.status();
-  return *std::move(mlp);
-}
-
-absl::StatusOr<autodiff::TrainingGraph> Build(const models::Mlp& mlp, NonFinitePolicy policy,
-                                              const OptimizerOptions& optimizer = {},
-                                              const LossScaleOptions& scaling = {}) {
-  return autodiff::BuildTrainingGraphWith(mlp.graph, mlp.loss, optimizer, scaling,
-                                          NonFiniteOptions{.policy = policy});
-}
-
-// A batch of normal features; with `nan_at` >= 0 that one feature is a NaN.
+constexpr int kFeatures = testing::kGuardFeatures;
+// Step `step`'s batch (this file's seeds); with `nan_at` >= 0 that one feature is a NaN.
 void SetBatch(ir::ReferenceExecutor& exec, int step, int nan_at = -1) {
-  std::mt19937 rng(100 + step);
-  std::normal_distribution<double> normal;
-  std::vector<double> x(kBatch * kFeatures);
-  for (double& v : x) v = normal(rng);
-  std::vector<int32_t> y(kBatch);
-  for (int i = 0; i < kBatch; ++i) y[i] = (x[i * kFeatures] > 0) + 2 * (x[i * kFeatures + 1] > 0);
-  if (nan_at >= 0) x[nan_at] = std::numeric_limits<double>::quiet_NaN();
-  ASSERT_TRUE(exec.SetLeaf("features", x).ok());
-  ASSERT_TRUE(exec.SetLeaf("labels", y).ok());
+  testing::SetGuardBatch(exec, 100 + step, nan_at);
 }
 
 // Every parameter and state tensor but the guard's own counters, as doubles.
@@ -105,10 +82,10 @@ TEST(NonFiniteGuardTest, PolicyNamesRoundTrip) {
 
 // The guard's check reads the loss and every gradient, and every update reads the check.
 TEST(NonFiniteGuardTest, GuardNodesArePresentByDefaultAndAbsentWithIgnore) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   for (const OptimizerOptions& optimizer :
        {OptimizerOptions{}, OptimizerOptions{.kind = OptimizerKind::kAdam, .max_grad_norm = 1}}) {
-    auto guarded = Build(mlp, NonFiniteOptions{}.policy, optimizer);
+    auto guarded = testing::BuildGuarded(mlp, NonFiniteOptions{}.policy, optimizer);
     ASSERT_TRUE(guarded.ok()) << guarded.status();
     const Graph& g = guarded->graph;
     auto check = g.FindNode(autodiff::kNonFiniteCheck);
@@ -129,7 +106,7 @@ TEST(NonFiniteGuardTest, GuardNodesArePresentByDefaultAndAbsentWithIgnore) {
     }
     EXPECT_EQ(updates, static_cast<int>(guarded->parameters.size()));
 
-    auto ignored = Build(mlp, NonFinitePolicy::kIgnore, optimizer);
+    auto ignored = testing::BuildGuarded(mlp, NonFinitePolicy::kIgnore, optimizer);
     ASSERT_TRUE(ignored.ok()) << ignored.status();
     for (const Node& n : ignored->graph.nodes()) {
       EXPECT_NE(n.op, &ops::GradNonfiniteOp()) << n.name;
@@ -143,13 +120,13 @@ TEST(NonFiniteGuardTest, GuardNodesArePresentByDefaultAndAbsentWithIgnore) {
 // The case: one NaN among the input features. The step is skipped whole: parameters,
 // momenta and the step counter as before it; counted; the next clean step trains.
 TEST(NonFiniteGuardTest, NanBatchIsSkippedWholeAndCounted) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   for (const OptimizerOptions& optimizer :
        {OptimizerOptions{}, OptimizerOptions{.kind = OptimizerKind::kAdamW,
                             .learning_rate = 1e-2f,
                             .max_grad_norm = 1.0f,
                             .schedule = {.warmup_steps = 2}}}) {
-    auto t = Build(mlp, NonFinitePolicy::kSkipStep, optimizer);
+    auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kSkipStep, optimizer);
     ASSERT_TRUE(t.ok()) << t.status();
     ir::ReferenceExecutor exec(t->graph, false, 9);
     SetBatch(exec, 0);
@@ -173,10 +150,10 @@ TEST(NonFiniteGuardTest, NanBatchIsSkippedWholeAndCounted) {
 // With the guard on and no NaN, training is bit for bit that of the unguarded graph: the updates
 // multiply each gradient by check[0] = 1, exactly.
 TEST(NonFiniteGuardTest, CleanStepsTrainBitForBitAsUnguarded) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   for (const bool float64 : {false, true}) {
-    auto guarded = Build(mlp, NonFinitePolicy::kSkipStep);
-    auto plain = Build(mlp, NonFinitePolicy::kIgnore);
+    auto guarded = testing::BuildGuarded(mlp, NonFinitePolicy::kSkipStep);
+    auto plain = testing::BuildGuarded(mlp, NonFinitePolicy::kIgnore);
     ASSERT_TRUE(guarded.ok() && plain.ok());
     ir::ReferenceExecutor a(guarded->graph, float64, 9), b(plain->graph, float64, 9);
     for (int step = 0; step < 5; ++step) {
@@ -193,8 +170,8 @@ TEST(NonFiniteGuardTest, CleanStepsTrainBitForBitAsUnguarded) {
 // (grad_sum_squares_nonfinite): the same weights and counters as the check on its own, through a
 // skipped step.
 TEST(NonFiniteGuardTest, TheCheckInTheNormsPassKeepsTheUnfusedBitsAndCounts) {
-  const models::Mlp mlp = BuildSmallMlp();
-  auto t = Build(mlp, NonFinitePolicy::kSkipStep,
+  const models::Mlp mlp = testing::BuildGuardMlp();
+  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kSkipStep,
                  {.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f, .max_grad_norm = 1.0f});
   ASSERT_TRUE(t.ok()) << t.status();
   passes::FuseOptions apart;
@@ -220,8 +197,8 @@ TEST(NonFiniteGuardTest, TheCheckInTheNormsPassKeepsTheUnfusedBitsAndCounts) {
 }
 
 TEST(NonFiniteGuardTest, IgnoreLetsTheNanIntoTheWeights) {
-  const models::Mlp mlp = BuildSmallMlp();
-  auto t = Build(mlp, NonFinitePolicy::kIgnore);
+  const models::Mlp mlp = testing::BuildGuardMlp();
+  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kIgnore);
   ASSERT_TRUE(t.ok()) << t.status();
   ir::ReferenceExecutor exec(t->graph, false, 9);
   SetBatch(exec, 0, /*nan_at=*/5);
@@ -233,8 +210,8 @@ TEST(NonFiniteGuardTest, IgnoreLetsTheNanIntoTheWeights) {
 
 // kStop: the non-finite step and every later one are skipped, and the record keeps the first.
 TEST(NonFiniteGuardTest, StopSkipsEveryLaterStepAndRecordsTheFirst) {
-  const models::Mlp mlp = BuildSmallMlp();
-  auto t = Build(mlp, NonFinitePolicy::kStop);
+  const models::Mlp mlp = testing::BuildGuardMlp();
+  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kStop);
   ASSERT_TRUE(t.ok()) << t.status();
   ir::ReferenceExecutor exec(t->graph, false, 9);
   SetBatch(exec, 0);
@@ -254,8 +231,8 @@ TEST(NonFiniteGuardTest, StopSkipsEveryLaterStepAndRecordsTheFirst) {
 }
 
 TEST(NonFiniteGuardTest, StopWithLossScalingIsInvalidArgument) {
-  const models::Mlp mlp = BuildSmallMlp();
-  auto t = Build(mlp, NonFinitePolicy::kStop, {}, {.mode = LossScaling::kDynamic});
+  const models::Mlp mlp = testing::BuildGuardMlp();
+  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kStop, {}, {.mode = LossScaling::kDynamic});
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t.status().message(), HasSubstr("kStop"));
 }
@@ -263,10 +240,10 @@ TEST(NonFiniteGuardTest, StopWithLossScalingIsInvalidArgument) {
 // Under loss scaling the scaler's check is the guard (no second one): the guard adds the loss to
 // it; with kIgnore it is exactly loss scaling's as before, the gradients only.
 TEST(NonFiniteGuardTest, LossScalingKeepsItsOwnCheck) {
-  const models::Mlp mlp = BuildSmallMlp();
+  const models::Mlp mlp = testing::BuildGuardMlp();
   const LossScaleOptions dynamic{.mode = LossScaling::kDynamic};
   for (NonFinitePolicy policy : {NonFinitePolicy::kSkipStep, NonFinitePolicy::kIgnore}) {
-    auto t = Build(mlp, policy, {}, dynamic);
+    auto t = testing::BuildGuarded(mlp, policy, {}, dynamic);
     ASSERT_TRUE(t.ok()) << t.status();
     const Graph& g = t->graph;
     EXPECT_FALSE(g.FindNode(autodiff::kNonFiniteCheck).ok());
@@ -324,8 +301,8 @@ TEST(NonFiniteGuardTest, ReluKeepsNanOnTheCpuReference) {
 
 // The MLP: one NaN feature now reaches the loss (ReLU no longer hides it).
 TEST(NonFiniteGuardTest, NanFeatureReachesTheLossThroughRelu) {
-  const models::Mlp mlp = BuildSmallMlp();
-  auto t = Build(mlp, NonFinitePolicy::kIgnore);
+  const models::Mlp mlp = testing::BuildGuardMlp();
+  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kIgnore);
   ASSERT_TRUE(t.ok()) << t.status();
   ir::ReferenceExecutor exec(t->graph, false, 9);
   SetBatch(exec, 0, /*nan_at=*/2);
