@@ -54,9 +54,10 @@ std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const Whol
   return out;
 }
 
-std::optional<std::vector<MlpChainLayer>> WalkMlpChain(
-    const Graph& g, Value logits, const MlpChainOps& form,
-    absl::FunctionRef<bool(Value)> reached_input, Value* first, std::string* why) {
+std::optional<std::vector<MlpChainLayer>> WalkMlpChain(const Graph& g, Value logits,
+                                                       const MlpChainOps& form,
+                                                       absl::FunctionRef<bool(Value)> reached_input,
+                                                       Value* first, std::string* why) {
   std::vector<MlpChainLayer> layers;
   Value h = logits;
   for (bool last = true;; last = false) {

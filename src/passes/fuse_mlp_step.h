@@ -48,9 +48,10 @@ struct MlpChainOps {
 // `logits`, until `reached_input(h)` says h is the first layer's input or a layer's input is not
 // a ReLU: the layers first to last, with that h in `*first` (the caller checks what it is); or
 // nullopt with the reason in `why` where a layer is not of that form.
-std::optional<std::vector<MlpChainLayer>> WalkMlpChain(
-    const Graph& g, Value logits, const MlpChainOps& form,
-    absl::FunctionRef<bool(Value)> reached_input, Value* first, std::string* why);
+std::optional<std::vector<MlpChainLayer>> WalkMlpChain(const Graph& g, Value logits,
+                                                       const MlpChainOps& form,
+                                                       absl::FunctionRef<bool(Value)> reached_input,
+                                                       Value* first, std::string* why);
 
 // The step's sgd_momentum updates, by the parameter each writes, and its loss gradient (the node
 // of `grad_op`, or nullptr), or the reason in `why` (nullopt) when an update is not plain SGD with

@@ -31,9 +31,10 @@ inline models::Mlp BuildGuardMlp() {
   return *std::move(mlp);
 }
 
-inline absl::StatusOr<autodiff::TrainingGraph> BuildGuarded(
-    const models::Mlp& mlp, autodiff::NonFinitePolicy policy,
-    const OptimizerOptions& optimizer = {}, const LossScaleOptions& scaling = {}) {
+inline absl::StatusOr<autodiff::TrainingGraph> BuildGuarded(const models::Mlp& mlp,
+                                                            autodiff::NonFinitePolicy policy,
+                                                            const OptimizerOptions& optimizer = {},
+                                                            const LossScaleOptions& scaling = {}) {
   return autodiff::BuildTrainingGraphWith(mlp.graph, mlp.loss, optimizer, scaling,
                                           autodiff::NonFiniteOptions{.policy = policy});
 }

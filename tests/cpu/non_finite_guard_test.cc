@@ -171,8 +171,9 @@ TEST(NonFiniteGuardTest, CleanStepsTrainBitForBitAsUnguarded) {
 // skipped step.
 TEST(NonFiniteGuardTest, TheCheckInTheNormsPassKeepsTheUnfusedBitsAndCounts) {
   const models::Mlp mlp = testing::BuildGuardMlp();
-  auto t = testing::BuildGuarded(mlp, NonFinitePolicy::kSkipStep,
-                 {.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f, .max_grad_norm = 1.0f});
+  auto t = testing::BuildGuarded(
+      mlp, NonFinitePolicy::kSkipStep,
+      {.kind = OptimizerKind::kAdamW, .learning_rate = 1e-2f, .max_grad_norm = 1.0f});
   ASSERT_TRUE(t.ok()) << t.status();
   passes::FuseOptions apart;
   apart.whole_mlp_step = false;

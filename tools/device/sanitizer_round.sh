@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suite's sanitizer round, from a staged checkout, in two device calls (a call runs at most
 # 10 minutes; the three parts take about 13):
-#   PARTS="main lanes" bash tools/device/sanitizer_round.sh      # about 8 minutes on an H100
+#   PARTS="main lanes" bash tools/device/sanitizer_round.sh      # about 5 minutes on an H100
 #   PARTS=heavy bash tools/device/sanitizer_round.sh [LIMIT_S]   # LIMIT_S + about 30 s
 # PARTS (default: all three, for a host without that limit) picks, in this order:
 # 1. memcheck (--leak-check full) over the suite but the ResNet, GPT-2 and mirroring tests, 12
