@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -204,7 +203,7 @@ TEST_P(DeviceLaunchGpuTest, QueuedStepsAndEventsWaitForTheTailLaunchedStep) {
 
   // compute-sanitizer instruments host- and device-launched kernels differently, so the two
   // timings below compare nothing there (tools/device/gpu_suite_sanitized.sh sets this).
-  if (std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER") != nullptr) {
+  if (testing::UnderComputeSanitizer()) {
     GTEST_SKIP() << "the steps' order and bits checked; their timing means nothing under "
                     "compute-sanitizer";
   }

@@ -30,8 +30,13 @@ inline std::string NoGpuReason() {
   return absl::StrCat(cudaGetErrorName(result), ": ", cudaGetErrorString(result));
 }
 
-// Whether the test runs under compute-sanitizer's racecheck (tools/device/gpu_suite_sanitized.sh
-// sets REPRISE_UNDER_COMPUTE_SANITIZER to the tool's name). compute-sanitizer lists dynamic
+// Whether the test runs under compute-sanitizer (tools/device/gpu_suite_sanitized.sh sets
+// REPRISE_UNDER_COMPUTE_SANITIZER to the tool's name), where long runs take a few steps instead.
+inline bool UnderComputeSanitizer() {
+  return std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER") != nullptr;
+}
+
+// Whether the test runs under compute-sanitizer's racecheck. compute-sanitizer lists dynamic
 // parallelism (launches made on the device, which a device-launched graph is) among what racecheck
 // does not support: a device-launched step ended there in an illegal address that no plain or
 // memcheck run shows, while the same step launched from the host passed it with no hazard.

@@ -1,7 +1,6 @@
 // Lanes: weight gradients run beside the data-gradient chain as separate branches of the captured
 // graph (and with three or four lanes, side branches beside the main chain), and the step computes
 // the same bits as with one lane.
-#include <cstdlib>
 #include <queue>
 #include <random>
 #include <string>
@@ -150,12 +149,12 @@ TEST(LanesGpuTest, BadLaneCountIsAClearError) {
 // ResNet-18's step on 3 and on 4 lanes against 1 lane: the same losses and weights, bit for bit.
 // One lane count per test, so that racecheck (tools/device/gpu_suite_sanitized.sh), under which
 // every kernel runs many times slower, can run the two side by side; under a sanitizer two steps
-// are taken instead of five (REPRISE_UNDER_COMPUTE_SANITIZER).
+// are taken instead of five (testing::UnderComputeSanitizer).
 class ResNetLanesGpuTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ResNetLanesGpuTest, GivesTheBitsOfOneLane) {
   REPRISE_REQUIRE_GPU();
-  const int steps = std::getenv("REPRISE_UNDER_COMPUTE_SANITIZER") != nullptr ? 2 : 5;
+  const int steps = testing::UnderComputeSanitizer() ? 2 : 5;
   auto net = models::BuildResNet({.depth = 18, .batch = 4, .classes = 4, .image_size = 32});
   ASSERT_TRUE(net.ok()) << net.status();
   std::vector<std::vector<float>> losses;

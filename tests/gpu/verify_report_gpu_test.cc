@@ -1,5 +1,6 @@
 // Verify mode and the step report on the GPU: 200 captured and 200 eager steps agree bit for bit on
-// the MLP with dropout and on ResNet-18 (AdamW, clipping, warm-up + cosine) and leave the trainer
+// the MLP with dropout and on ResNet-18 (AdamW, clipping, warm-up + cosine; 8 steps under
+// compute-sanitizer) and leave the trainer
 // as it was; a host scalar frozen into the captured graph is caught and named; the report's
 // counters are what the test did.
 #include <cstdlib>
@@ -24,6 +25,7 @@ using ::reprise::testing::MakeTrustTrainer;
 using ::reprise::testing::ScopedTempDir;
 using ::reprise::testing::TrustModel;
 using ::reprise::testing::TrustOptions;
+using ::reprise::testing::UnderComputeSanitizer;
 using ::testing::HasSubstr;
 
 class VerifyGpuTest : public ::testing::TestWithParam<bool> {
@@ -45,9 +47,12 @@ TEST_P(VerifyGpuTest, TwoHundredStepsAgreeBitForBitAndTheTrainerIsLeftAsItWas) {
   REPRISE_ASSERT_OK(t->SaveCheckpoint(dir.path() + "/before.safetensors"));
   const TrainerStats stats_before = t->stats();
 
-  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, t->Verify(200));
+  // Under compute-sanitizer 200 ResNet-18 steps each way take longer than a device call allows
+  // (memcheck stopped inside them at 320 s on an H100); eight still cover every launch.
+  const int steps = GetParam() && UnderComputeSanitizer() ? 8 : 200;
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, t->Verify(steps));
   EXPECT_TRUE(result.ok()) << result.ToString();
-  EXPECT_EQ(result.steps, 200);
+  EXPECT_EQ(result.steps, steps);
   // The loss, every parameter and its gradient (unless fused away), two AdamW moments each.
   const int64_t parameters = static_cast<int64_t>(t->ParameterNames().size());
   EXPECT_GE(result.tensors_compared,
