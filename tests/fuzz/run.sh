@@ -9,7 +9,8 @@
 #
 # Fuzzers: safetensors (safetensors + checkpoint readers), json (the JSON parser), cache_entry
 # (the kernel cache's entry decoder), plan_record (the measured-choice records' decoders),
-# graph_builder (the Graph, nn and models API with random
+# token_data (token shards, the shuffled loader and the sequential reader against what they
+# document), graph_builder (the Graph, nn and models API with random
 # shapes, ops and configs, the CPU reference and the step compiler; it compiles the layers up to
 # passes, about 10 minutes on 2 cores the first time).
 set -euo pipefail
@@ -18,7 +19,7 @@ seconds="${FUZZ_SECONDS:-60}"
 build="${FUZZ_BUILD_DIR:-build-fuzz}"
 jobs="${FUZZ_JOBS:-$(nproc)}"
 fuzzers=("$@")
-((${#fuzzers[@]})) || fuzzers=(safetensors json cache_entry plan_record graph_builder)
+((${#fuzzers[@]})) || fuzzers=(safetensors json cache_entry plan_record token_data graph_builder)
 if ! command -v nvcc >/dev/null; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 cxx="${FUZZ_CXX:-$(command -v clang++ || true)}"
 [[ -n "$cxx" ]] || { echo "run.sh: clang++ is needed (apt-get install clang)" >&2; exit 1; }
