@@ -5,7 +5,6 @@
 #define REPRISE_TESTS_GPU_DATA_PARALLEL_BATCHES_H_
 
 #include <cstdint>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,12 +54,6 @@ inline DpBatch Shard(const DpBatch& whole, int rank, int ranks) {
              whole.x.begin() + (rank + 1) * rows * kDpFeatures);
   b.y.assign(whole.y.begin() + rank * rows, whole.y.begin() + (rank + 1) * rows);
   return b;
-}
-
-inline std::map<std::string, std::vector<float>> Weights(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (const std::string& name : t.ParameterNames()) out[name] = *t.GetParameter(name);
-  return out;
 }
 
 }  // namespace reprise::testing

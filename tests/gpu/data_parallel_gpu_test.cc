@@ -18,6 +18,7 @@
 #include "src/runtime/device.h"
 #include "tests/gpu/data_parallel_batches.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parameter_values.h"
 
 namespace reprise {
 namespace {
@@ -26,8 +27,8 @@ using testing::DpBatch;
 using testing::DpMlp;
 using ::testing::HasSubstr;
 using testing::MakeDpBatch;
+using testing::ParameterValues;
 using testing::Shard;
-using testing::Weights;
 
 TrainOptions Options(ExecMode mode) {
   TrainOptions options;
@@ -68,7 +69,7 @@ TEST_P(DataParallelOneRankTest, TrainsBitwiseAsAPlainTrainer) {
     }
     ASSERT_EQ(*plain->Loss(), *one->Loss()) << "step " << step;
   }
-  EXPECT_EQ(Weights(*plain), Weights(*one));
+  EXPECT_EQ(ParameterValues(*plain), ParameterValues(*one));
   EXPECT_EQ(one->stats().graph_replays, 20);
 }
 
@@ -103,13 +104,13 @@ TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
     }));
     REPRISE_ASSERT_OK(dp->Step());
   }
-  std::vector<std::map<std::string, std::vector<float>>> ranks(2);
+  std::vector<testing::ParameterMap> ranks(2);
   REPRISE_ASSERT_OK(dp->ForEachRank([&](int rank, Trainer& t) {
-    ranks[rank] = Weights(t);
+    ranks[rank] = ParameterValues(t);
     return absl::OkStatus();
   }));
   EXPECT_EQ(ranks[0], ranks[1]) << "ranks must end with bitwise identical weights";
-  const auto reference = Weights(*single);
+  const auto reference = ParameterValues(*single);
   for (const auto& [name, values] : reference) {
     const std::vector<float>& got = ranks[0].at(name);
     ASSERT_EQ(got.size(), values.size());
@@ -123,7 +124,7 @@ TEST(DataParallelGpuTest, TwoRanksOnHalfBatchesTrainAsOneGpuOnTheWholeBatch) {
 TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) {
   if (VisibleGpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << VisibleGpus() << " visible";
   const models::Mlp half = *models::BuildMlp(DpMlp(32));
-  std::vector<std::vector<std::map<std::string, std::vector<float>>>> by_mode;
+  std::vector<std::vector<testing::ParameterMap>> by_mode;
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     TrainOptions options = Options(mode);
     options.parallel.data_parallel = DataParallel{.bucket_bytes = 8 << 10};
@@ -139,9 +140,9 @@ TEST(DataParallelGpuTest, TwoRanksReplayBitwiseAsTheirBulkedRunAndVerifyAgrees) 
         return t.Step();
       }));
     }
-    std::vector<std::map<std::string, std::vector<float>>> weights(2);
+    std::vector<testing::ParameterMap> weights(2);
     REPRISE_ASSERT_OK(dp->ForEachRank([&](int rank, Trainer& t) {
-      weights[rank] = Weights(t);
+      weights[rank] = ParameterValues(t);
       return absl::OkStatus();
     }));
     if (mode == ExecMode::kGraph) {

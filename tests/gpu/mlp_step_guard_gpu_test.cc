@@ -5,7 +5,6 @@
 // step also skips an inf feature and a gradient that alone overflows (its loss finite).
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,9 +14,13 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parameter_values.h"
 
 namespace reprise {
 namespace {
+
+using ::reprise::testing::AnyNan;
+using ::reprise::testing::ParameterValues;
 
 using ::testing::HasSubstr;
 
@@ -65,25 +68,6 @@ absl::Status Feed(Trainer& t, int models, int step, bool nan = false) {
   return absl::OkStatus();
 }
 
-std::map<std::string, std::vector<float>> Parameters(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (const std::string& name : t.ParameterNames()) {
-    auto values = t.GetParameter(name);
-    EXPECT_TRUE(values.ok()) << values.status();
-    if (values.ok()) out[name] = *std::move(values);
-  }
-  return out;
-}
-
-bool AnyNan(const std::map<std::string, std::vector<float>>& weights) {
-  for (const auto& [name, values] : weights) {
-    for (float v : values) {
-      if (std::isnan(v)) return true;
-    }
-  }
-  return false;
-}
-
 // The example in the whole-step kernel (1 model) and the batched one (4 models: layer
 // phases; 32: the group schedule, which runs the guard too).
 TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
@@ -99,10 +83,10 @@ TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
         REPRISE_ASSERT_OK(Feed(*t, models, s));
         REPRISE_ASSERT_OK(t->Step());
       }
-      const auto before = Parameters(*t);
+      const auto before = ParameterValues(*t);
       REPRISE_ASSERT_OK(Feed(*t, models, 2, /*nan=*/true));
       REPRISE_ASSERT_OK(t->Step());
-      EXPECT_EQ(Parameters(*t), before);  // Bit for bit: no block updated.
+      EXPECT_EQ(ParameterValues(*t), before);  // Bit for bit: no block updated.
       REPRISE_ASSERT_OK_AND_ASSIGN(int64_t skipped, t->SkippedSteps());
       EXPECT_EQ(skipped, 1);
       const TrainerReport report = t->Report();
@@ -111,7 +95,7 @@ TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
       EXPECT_EQ(report.non_finite->first_non_finite_step, 2);
       REPRISE_ASSERT_OK(Feed(*t, models, 3));
       REPRISE_ASSERT_OK(t->Step());
-      const auto after = Parameters(*t);
+      const auto after = ParameterValues(*t);
       EXPECT_NE(after, before);
       EXPECT_FALSE(AnyNan(after));
       EXPECT_EQ(*t->SkippedSteps(), 1);
@@ -137,7 +121,7 @@ TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
           REPRISE_ASSERT_OK(Feed(*t, models, s));
           REPRISE_ASSERT_OK(t->Step());
         }
-        ASSERT_EQ(Parameters(*guarded), Parameters(*ignored)) << "step " << s;
+        ASSERT_EQ(ParameterValues(*guarded), ParameterValues(*ignored)) << "step " << s;
         REPRISE_ASSERT_OK_AND_ASSIGN(float a, guarded->Loss());
         REPRISE_ASSERT_OK_AND_ASSIGN(float b, ignored->Loss());
         EXPECT_EQ(a, b);
@@ -157,14 +141,14 @@ TEST(MlpStepGuardGpuTest, StopNamesTheStepInTheBatchedKernel) {
   REPRISE_ASSERT_OK(Feed(*t, 4, 0));
   REPRISE_ASSERT_OK(t->Step());
   REPRISE_ASSERT_OK(t->Loss().status());
-  const auto before = Parameters(*t);
+  const auto before = ParameterValues(*t);
   REPRISE_ASSERT_OK(Feed(*t, 4, 1, /*nan=*/true));
   REPRISE_ASSERT_OK(t->Step());
   const absl::Status stopped = t->Loss().status();
   EXPECT_EQ(stopped.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(stopped.message(), HasSubstr("step 1 "));
   EXPECT_THAT(stopped.message(), HasSubstr("nan"));
-  EXPECT_EQ(Parameters(*t), before);
+  EXPECT_EQ(ParameterValues(*t), before);
 }
 
 // The single MLP's whole step with an inf feature: skipped and counted as the NaN is.
@@ -178,7 +162,7 @@ TEST(MlpStepGuardGpuTest, InfFeatureIsSkipped) {
     ASSERT_TRUE(t);
     REPRISE_ASSERT_OK(Feed(*t, 1, 0));
     REPRISE_ASSERT_OK(t->Step());
-    const auto before = Parameters(*t);
+    const auto before = ParameterValues(*t);
     std::mt19937 rng(3);
     std::normal_distribution<float> normal;
     std::vector<float> x(kBatch * kFeatures);
@@ -186,7 +170,7 @@ TEST(MlpStepGuardGpuTest, InfFeatureIsSkipped) {
     x[9 * kFeatures + 4] = -std::numeric_limits<float>::infinity();
     REPRISE_ASSERT_OK(t->SetInput("features", x));
     REPRISE_ASSERT_OK(t->Step());
-    EXPECT_EQ(Parameters(*t), before);
+    EXPECT_EQ(ParameterValues(*t), before);
     EXPECT_EQ(*t->SkippedSteps(), 1);
   }
 }
@@ -212,7 +196,7 @@ TEST(MlpStepGuardGpuTest, OverflowingGradientWithAFiniteLossIsSkipped) {
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<float> w1, t->GetParameter("fc1.weight"));
     for (float& v : w1) v *= 1e6f;
     REPRISE_ASSERT_OK(t->SetParameter("fc1.weight", w1));
-    const auto before = Parameters(*t);
+    const auto before = ParameterValues(*t);
     std::mt19937 rng(4);
     std::normal_distribution<float> normal;
     std::vector<float> x(kBatch * kFeatures);
@@ -225,7 +209,7 @@ TEST(MlpStepGuardGpuTest, OverflowingGradientWithAFiniteLossIsSkipped) {
     REPRISE_ASSERT_OK(t->Step());
     REPRISE_ASSERT_OK_AND_ASSIGN(float loss, t->Loss());
     EXPECT_TRUE(std::isfinite(loss)) << loss;
-    const auto after = Parameters(*t);
+    const auto after = ParameterValues(*t);
     if (guarded) {
       EXPECT_EQ(after, before);
       EXPECT_EQ(*t->SkippedSteps(), 1);

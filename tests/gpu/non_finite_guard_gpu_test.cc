@@ -6,7 +6,6 @@
 // kernels, as on the CPU reference; and checkpoints keep the guard's counters.
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,9 +15,13 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parameter_values.h"
 
 namespace reprise {
 namespace {
+
+using ::reprise::testing::AnyNan;
+using ::reprise::testing::ParameterValues;
 
 using ::testing::HasSubstr;
 
@@ -54,25 +57,6 @@ absl::Status Feed(Trainer& t, int step, bool nan = false) {
   return t.SetInput("labels", y);
 }
 
-std::map<std::string, std::vector<float>> Parameters(Trainer& t) {
-  std::map<std::string, std::vector<float>> out;
-  for (const std::string& name : t.ParameterNames()) {
-    auto values = t.GetParameter(name);
-    EXPECT_TRUE(values.ok()) << values.status();
-    if (values.ok()) out[name] = *std::move(values);
-  }
-  return out;
-}
-
-bool AnyNan(const std::map<std::string, std::vector<float>>& weights) {
-  for (const auto& [name, values] : weights) {
-    for (float v : values) {
-      if (std::isnan(v)) return true;
-    }
-  }
-  return false;
-}
-
 // The case, guarded by default: the NaN step changes nothing and is counted, and
 // training goes on.
 TEST(NonFiniteGuardGpuTest, SkipStepLeavesWeightsUnchangedAndCountsIt) {
@@ -92,10 +76,10 @@ TEST(NonFiniteGuardGpuTest, SkipStepLeavesWeightsUnchangedAndCountsIt) {
       REPRISE_ASSERT_OK(Feed(*t, s));
       REPRISE_ASSERT_OK(t->Step());
     }
-    const auto before = Parameters(*t);
+    const auto before = ParameterValues(*t);
     REPRISE_ASSERT_OK(Feed(*t, 2, /*nan=*/true));
     REPRISE_ASSERT_OK(t->Step());
-    EXPECT_EQ(Parameters(*t), before);  // Bit for bit: the update was skipped whole.
+    EXPECT_EQ(ParameterValues(*t), before);  // Bit for bit: the update was skipped whole.
     REPRISE_ASSERT_OK_AND_ASSIGN(int64_t skipped, t->SkippedSteps());
     EXPECT_EQ(skipped, 1);
     const TrainerReport report = t->Report();
@@ -108,7 +92,7 @@ TEST(NonFiniteGuardGpuTest, SkipStepLeavesWeightsUnchangedAndCountsIt) {
     EXPECT_THAT(report.ToText(), HasSubstr("1 steps skipped for an inf or a NaN"));
     REPRISE_ASSERT_OK(Feed(*t, 3));
     REPRISE_ASSERT_OK(t->Step());
-    const auto after = Parameters(*t);
+    const auto after = ParameterValues(*t);
     EXPECT_NE(after, before);
     EXPECT_FALSE(AnyNan(after));
     REPRISE_ASSERT_OK_AND_ASSIGN(float loss, t->Loss());
@@ -132,7 +116,7 @@ TEST(NonFiniteGuardGpuTest, ReplayGivesTheEagerBitsThroughANanStep) {
       REPRISE_ASSERT_OK(Feed(*t, s, /*nan=*/s == 3));
       REPRISE_ASSERT_OK(t->Step());
     }
-    EXPECT_EQ(Parameters(*graph), Parameters(*bulked)) << "step " << s;
+    EXPECT_EQ(ParameterValues(*graph), ParameterValues(*bulked)) << "step " << s;
   }
   EXPECT_EQ(*graph->SkippedSteps(), 1);
   EXPECT_EQ(*bulked->SkippedSteps(), 1);
@@ -157,7 +141,7 @@ TEST(NonFiniteGuardGpuTest, StopReturnsAStatusNamingTheStepAndTheTensor) {
     REPRISE_ASSERT_OK(Feed(*t, 0));
     REPRISE_ASSERT_OK(t->Step());
     REPRISE_ASSERT_OK(t->Loss().status());
-    const auto before = Parameters(*t);
+    const auto before = ParameterValues(*t);
     REPRISE_ASSERT_OK(Feed(*t, 1, /*nan=*/true));
     REPRISE_ASSERT_OK(t->Step());  // Queued: Step() does not wait to find out.
     const absl::Status stopped = t->Loss().status();
@@ -171,7 +155,7 @@ TEST(NonFiniteGuardGpuTest, StopReturnsAStatusNamingTheStepAndTheTensor) {
     ASSERT_TRUE(report.non_finite.has_value());
     EXPECT_EQ(report.non_finite->stop, stopped.message());
     // The weights stay readable: those before the NaN step, which the stop kept.
-    EXPECT_EQ(Parameters(*t), before);
+    EXPECT_EQ(ParameterValues(*t), before);
   }
 }
 
@@ -189,7 +173,7 @@ TEST(NonFiniteGuardGpuTest, IgnoreLetsTheNanIn) {
     EXPECT_EQ(t->stats().launches_per_step == 2, whole_step);  // Input copy + the whole step.
     REPRISE_ASSERT_OK(Feed(*t, 0, /*nan=*/true));
     REPRISE_ASSERT_OK(t->Step());
-    EXPECT_TRUE(AnyNan(Parameters(*t)));
+    EXPECT_TRUE(AnyNan(ParameterValues(*t)));
     REPRISE_ASSERT_OK_AND_ASSIGN(int64_t skipped, t->SkippedSteps());
     EXPECT_EQ(skipped, 0);
     EXPECT_FALSE(t->Report().non_finite.has_value());
