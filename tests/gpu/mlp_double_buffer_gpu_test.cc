@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -23,12 +22,14 @@
 #include "src/util/safetensors.h"
 #include "tests/cpu/cache_test_util.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parameter_values.h"
 
 namespace reprise {
 namespace {
 
+using ::reprise::testing::ParameterValues;
 using ::reprise::testing::ScopedTempDir;
-using Tensors = std::map<std::string, std::vector<float>>;
+using Tensors = ::reprise::testing::ParameterMap;
 
 constexpr int kBatch = 32, kFeatures = 64, kWidth = 128;
 const models::MlpConfig kConfig{
@@ -118,18 +119,6 @@ absl::Status Steps(Trainer& t, const Variant& s, int first, int count) {
   return absl::OkStatus();
 }
 
-// A Trainer's or a BucketedTrainer's parameters.
-template <typename T>
-Tensors Parameters(T& t) {
-  Tensors out;
-  for (const std::string& name : t.ParameterNames()) {
-    auto values = t.GetParameter(name);
-    EXPECT_TRUE(values.ok()) << name << ": " << values.status();
-    if (values.ok()) out[name] = *std::move(values);
-  }
-  return out;
-}
-
 // Every parameter and its SGD velocity ("<name>.momentum") as SaveWeights writes them to `path`:
 // the file is the public API's only reader of the optimizer state.
 absl::StatusOr<Tensors> SavedState(Trainer& t, const std::string& path) {
@@ -164,9 +153,9 @@ TEST(MlpDoubleBufferGpuTest, BackToBackStepsGiveTheUnguardedBits) {
       ASSERT_TRUE(guarded && ignored);
       REPRISE_ASSERT_OK(Steps(*guarded, s, 0, n));
       REPRISE_ASSERT_OK(Steps(*ignored, s, 0, n));
-      const Tensors parameters = Parameters(*ignored);
+      const Tensors parameters = ParameterValues(*ignored);
       ASSERT_EQ(parameters.size(), 3u * 2 * s.models);  // fc0, fc1, fc2: weight and bias.
-      EXPECT_EQ(Parameters(*guarded), parameters);
+      EXPECT_EQ(ParameterValues(*guarded), parameters);
       REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors a, SavedState(*guarded, dir.path() + "/g"));
       REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors b, SavedState(*ignored, dir.path() + "/u"));
       EXPECT_EQ(a, b);
@@ -197,7 +186,7 @@ TEST(MlpDoubleBufferGpuTest, SkippedStepAtEitherParity) {
         REPRISE_ASSERT_OK(Steps(*guarded, s, before + 1, after));
         REPRISE_ASSERT_OK(Steps(*ignored, s, 0, before));
         REPRISE_ASSERT_OK(Steps(*ignored, s, before + 1, after));
-        EXPECT_EQ(Parameters(*guarded), Parameters(*ignored));
+        EXPECT_EQ(ParameterValues(*guarded), ParameterValues(*ignored));
         REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors a, SavedState(*guarded, dir.path() + "/g"));
         REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors b, SavedState(*ignored, dir.path() + "/u"));
         EXPECT_EQ(a, b);
@@ -236,10 +225,10 @@ TEST(MlpDoubleBufferGpuTest, CheckpointAfterAnOddStepResumesTheSameRun) {
     REPRISE_ASSERT_OK(odd->RestoreCheckpoint(checkpoint));
     REPRISE_ASSERT_OK(Steps(*odd, s, 3, 2));
     REPRISE_ASSERT_OK(Steps(*ignored, s, 0, 5));
-    const Tensors expected = Parameters(*saver);
-    EXPECT_EQ(Parameters(*fresh), expected) << "restored into a fresh trainer";
-    EXPECT_EQ(Parameters(*odd), expected) << "restored into a trainer 1 step in";
-    EXPECT_EQ(Parameters(*ignored), expected) << "the unguarded run";
+    const Tensors expected = ParameterValues(*saver);
+    EXPECT_EQ(ParameterValues(*fresh), expected) << "restored into a fresh trainer";
+    EXPECT_EQ(ParameterValues(*odd), expected) << "restored into a trainer 1 step in";
+    EXPECT_EQ(ParameterValues(*ignored), expected) << "the unguarded run";
 
     auto writer = Make(s, true);
     auto reader = Make(s, true);
@@ -250,17 +239,17 @@ TEST(MlpDoubleBufferGpuTest, CheckpointAfterAnOddStepResumesTheSameRun) {
     REPRISE_ASSERT_OK(writer->SaveWeights(weights));
     REPRISE_ASSERT_OK(Steps(*writer, s, 1, 1));
     REPRISE_ASSERT_OK(Steps(*one_step, s, 0, 1));
-    const Tensors after_one = Parameters(*one_step);
+    const Tensors after_one = ParameterValues(*one_step);
     REPRISE_ASSERT_OK(reader->LoadWeights(weights));
-    EXPECT_EQ(Parameters(*reader), after_one) << "GetParameter after LoadWeights";
+    EXPECT_EQ(ParameterValues(*reader), after_one) << "GetParameter after LoadWeights";
     REPRISE_ASSERT_OK(Steps(*reader, s, 1, 1));
     REPRISE_ASSERT_OK(Steps(*odd_reader, s, 7, 1));
     REPRISE_ASSERT_OK(odd_reader->LoadWeights(weights));
     REPRISE_ASSERT_OK(Steps(*odd_reader, s, 1, 1));
-    const Tensors two_steps = Parameters(*writer);
+    const Tensors two_steps = ParameterValues(*writer);
     EXPECT_NE(two_steps, after_one);
-    EXPECT_EQ(Parameters(*reader), two_steps) << "loaded into a fresh trainer";
-    EXPECT_EQ(Parameters(*odd_reader), two_steps) << "loaded into a trainer 1 step in";
+    EXPECT_EQ(ParameterValues(*reader), two_steps) << "loaded into a fresh trainer";
+    EXPECT_EQ(ParameterValues(*odd_reader), two_steps) << "loaded into a trainer 1 step in";
   }
 }
 
@@ -292,8 +281,8 @@ TEST(MlpDoubleBufferGpuTest, SetParameterAfterAnOddStep) {
       REPRISE_ASSERT_OK(set(*t));
       REPRISE_ASSERT_OK(Steps(*t, s, 1, 1));
     }
-    const Tensors expected = Parameters(*ignored);
-    EXPECT_EQ(Parameters(*guarded), expected);
+    const Tensors expected = ParameterValues(*ignored);
+    EXPECT_EQ(ParameterValues(*guarded), expected);
     REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors a, SavedState(*guarded, dir.path() + "/g"));
     REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors c, SavedState(*ignored, dir.path() + "/u"));
     EXPECT_EQ(a, c);
@@ -309,8 +298,8 @@ TEST(MlpDoubleBufferGpuTest, SetParameterAfterAnOddStep) {
     EXPECT_EQ(got_w, w);
     REPRISE_ASSERT_OK_AND_ASSIGN(const std::vector<float> got_b, read_back->GetParameter(bias));
     EXPECT_EQ(got_b, b);
-    const Tensors updated = Parameters(*one_step);
-    EXPECT_EQ(Parameters(*read_back), updated);
+    const Tensors updated = ParameterValues(*one_step);
+    EXPECT_EQ(ParameterValues(*read_back), updated);
   }
 }
 
@@ -383,7 +372,7 @@ TEST(MlpDoubleBufferGpuTest, ForwardRunnerAfterAnOddStep) {
         EXPECT_EQ(a, b);
         if (compiled_before) EXPECT_NE(a, initial) << "the runner did not see the steps";
         // The weights the runs read, read by the host.
-        EXPECT_EQ(Parameters(*guarded), Parameters(*ignored));
+        EXPECT_EQ(ParameterValues(*guarded), ParameterValues(*ignored));
       }
     }
   }
@@ -450,7 +439,7 @@ TEST(MlpDoubleBufferGpuTest, BucketSwitchesWithoutReadsGiveTheUnguardedBits) {
                                                        {16, 32, 16, 16, 32, 32, 32}};
   auto fresh = MakeBucketed(false);
   ASSERT_TRUE(fresh);
-  const Tensors initial = Parameters(*fresh);
+  const Tensors initial = ParameterValues(*fresh);
   for (const std::vector<int64_t>& schedule : schedules) {
     for (int64_t reader : kBuckets) {
       for (bool losses : {false, true}) {
@@ -475,14 +464,14 @@ TEST(MlpDoubleBufferGpuTest, BucketSwitchesWithoutReadsGiveTheUnguardedBits) {
         REPRISE_ASSERT_OK_AND_ASSIGN(Trainer * guarded_reader, guarded->Bucket(reader));
         REPRISE_ASSERT_OK_AND_ASSIGN(Trainer * ignored_reader, ignored->Bucket(reader));
         const Tensors got =
-            reader == kBuckets[0] ? Parameters(*guarded) : Parameters(*guarded_reader);
-        const Tensors expected = Parameters(*ignored_reader);
+            reader == kBuckets[0] ? ParameterValues(*guarded) : ParameterValues(*guarded_reader);
+        const Tensors expected = ParameterValues(*ignored_reader);
         ASSERT_EQ(expected.size(), 6u);  // fc0, fc1, fc2: weight and bias.
         EXPECT_EQ(got, expected);
         EXPECT_NE(expected, initial) << "the steps changed nothing";
         for (int64_t batch : kBuckets) {
           REPRISE_ASSERT_OK_AND_ASSIGN(Trainer * bucket, guarded->Bucket(batch));
-          EXPECT_EQ(Parameters(*bucket), expected) << "read through bucket " << batch;
+          EXPECT_EQ(ParameterValues(*bucket), expected) << "read through bucket " << batch;
         }
         REPRISE_ASSERT_OK_AND_ASSIGN(const Tensors a,
                                      SavedState(*guarded_reader, dir.path() + "/g"));

@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "reprise/trainer.h"
 
 namespace reprise::testing {
 
 using ParameterMap = std::map<std::string, std::vector<float>>;
 
-// After the queued steps; a parameter that cannot be read fails the test and is left out.
-inline ParameterMap ParameterValues(Trainer& t) {
+// A Trainer's or a BucketedTrainer's, after the queued steps; a parameter that cannot be read
+// fails the test and is left out.
+template <typename AnyTrainer>
+ParameterMap ParameterValues(AnyTrainer& t) {
   ParameterMap out;
   for (const std::string& name : t.ParameterNames()) {
     auto values = t.GetParameter(name);
