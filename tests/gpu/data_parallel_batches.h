@@ -1,6 +1,7 @@
 // What the data-parallel GPU tests (tests/gpu/data_parallel_gpu_test.cc, and the one-process-per-
 // GPU tests under mpirun, tests/mpi/) train on: a small MLP, batches whose labels follow from the
-// features (so training makes progress), each rank's slice of a batch, and a trainer's weights.
+// features (so training makes progress; the trainer's and optimizer's GPU tests train on them too)
+// and each rank's slice of a batch.
 #ifndef REPRISE_TESTS_GPU_DATA_PARALLEL_BATCHES_H_
 #define REPRISE_TESTS_GPU_DATA_PARALLEL_BATCHES_H_
 

@@ -22,6 +22,7 @@
 #include "src/ops/ops.h"
 #include "src/util/safetensors.h"
 #include "tests/cpu/cache_test_util.h"
+#include "tests/gpu/data_parallel_batches.h"
 #include "tests/gpu/gpu_op_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -297,7 +298,7 @@ TEST(OptimizerGpuTest, LrScheduleMatchesTheCpuReference) {
 
 // The training run ---------------------------------------------------------------------------
 
-constexpr int kBatch = 32, kFeatures = 16, kClasses = 5;
+constexpr int kBatch = 32, kFeatures = testing::kDpFeatures, kClasses = testing::kDpClasses;
 
 // Depth 3 has 8 parameter tensors; depth 16, 34 (a table of 64 in the chunked kernels).
 models::MlpConfig SmallMlp(int depth = 3) {
@@ -320,27 +321,10 @@ OptimizerOptions AdamWClippedCosine() {
                        .min_lr_factor = 0.1f}};
 }
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
+using Batch = testing::DpBatch;
 
 // Labels follow a fixed linear rule of the features, so there is something to learn.
-Batch MakeBatch(std::mt19937& rng) {
-  std::normal_distribution<float> normal;
-  Batch b{std::vector<float>(kBatch * kFeatures), std::vector<int32_t>(kBatch)};
-  for (float& v : b.x) v = normal(rng);
-  for (int i = 0; i < kBatch; ++i) {
-    float best = -1e9f;
-    for (int c = 0; c < kClasses; ++c) {
-      float score = 0;
-      for (int j = 0; j < kFeatures; ++j)
-        score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
-      if (score > best) best = score, b.y[i] = c;
-    }
-  }
-  return b;
-}
+Batch MakeBatch(std::mt19937& rng) { return testing::MakeDpBatch(rng, kBatch); }
 
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode) {
   TrainOptions options;

@@ -13,6 +13,7 @@
 #include "src/runtime/device.h"
 #include "tests/cpu/cache_test_util.h"
 #include "tests/cpu/scoped_env.h"
+#include "tests/gpu/data_parallel_batches.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -20,34 +21,17 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kBatch = 32, kFeatures = 16, kClasses = 5;
+constexpr int kBatch = 32, kFeatures = testing::kDpFeatures, kClasses = testing::kDpClasses;
 
 models::MlpConfig SmallMlp() {
   return {
       .batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 64, .classes = kClasses};
 }
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
+using Batch = testing::DpBatch;
 
-// Labels follow a fixed random linear rule of the features, so there is something to learn.
-Batch MakeBatch(std::mt19937& rng) {
-  std::normal_distribution<float> normal;
-  Batch b{std::vector<float>(kBatch * kFeatures), std::vector<int32_t>(kBatch)};
-  for (float& v : b.x) v = normal(rng);
-  for (int i = 0; i < kBatch; ++i) {
-    float best = -1e9f;
-    for (int c = 0; c < kClasses; ++c) {
-      float score = 0;
-      for (int j = 0; j < kFeatures; ++j)
-        score += b.x[i * kFeatures + j] * ((j * 7 + c * 3) % 5 - 2);
-      if (score > best) best = score, b.y[i] = c;
-    }
-  }
-  return b;
-}
+// Labels follow a fixed linear rule of the features, so there is something to learn.
+Batch MakeBatch(std::mt19937& rng) { return testing::MakeDpBatch(rng, kBatch); }
 
 std::unique_ptr<Trainer> MakeTrainer(const models::Mlp& mlp, ExecMode mode, bool fuse = true,
                                      bool whole_step = true) {

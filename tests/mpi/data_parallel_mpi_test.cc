@@ -22,6 +22,7 @@
 #include "src/runtime/device.h"
 #include "tests/gpu/data_parallel_batches.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parameter_values.h"
 
 namespace reprise {
 namespace {
@@ -30,8 +31,8 @@ using testing::DpBatch;
 using testing::DpMlp;
 using ::testing::HasSubstr;
 using testing::MakeDpBatch;
+using testing::ParameterValues;
 using testing::Shard;
-using testing::Weights;
 
 int WorldRank() {
   int rank = 0;
@@ -151,7 +152,7 @@ TEST(MpiDataParallelTest, RanksOnSlicesTrainAsOneGpuOnTheWholeBatchAndEndBitwise
     REPRISE_ASSERT_OK(dp->Step());
   }
   EXPECT_EQ(dp->stats().graph_replays, kSteps);
-  const auto weights = Weights(*dp);
+  const auto weights = ParameterValues(*dp);
   std::string bytes;
   for (const auto& [name, values] : weights) {
     bytes.append(name);
@@ -161,7 +162,7 @@ TEST(MpiDataParallelTest, RanksOnSlicesTrainAsOneGpuOnTheWholeBatchAndEndBitwise
   for (int r = 1; r < ranks; ++r) {
     EXPECT_TRUE(all[r] == all[0]) << "rank " << r << " ends with other weights than rank 0";
   }
-  for (const auto& [name, values] : Weights(*single)) {
+  for (const auto& [name, values] : ParameterValues(*single)) {
     const std::vector<float>& got = weights.at(name);
     ASSERT_EQ(got.size(), values.size());
     for (size_t i = 0; i < values.size(); ++i) {
