@@ -69,23 +69,8 @@ std::unique_ptr<Trainer> MakeTrainer(const models::ResNet& net, const Config& c,
   return trainer.ok() ? *std::move(trainer) : nullptr;
 }
 
-class Data : public testing::TemplateImages {
- public:
-  Data() : TemplateImages(kBatch, kSize, kClasses) {}
-};
-
 std::vector<float> Train(Trainer& t, int steps) {
-  Data data;
-  std::vector<float> x, losses;
-  std::vector<int32_t> y;
-  for (int s = 0; s < steps; ++s) {
-    data.Next(x, y);
-    EXPECT_TRUE(t.SetInput("images", x).ok());
-    EXPECT_TRUE(t.SetInput("labels", y).ok());
-    EXPECT_TRUE(t.Step().ok());
-    losses.push_back(*t.Loss());
-  }
-  return losses;
+  return testing::TrainOnTemplateImages(t, steps, kBatch, kSize, kClasses);
 }
 
 absl::StatusOr<models::ResNet> NetFor(const Config& c) {

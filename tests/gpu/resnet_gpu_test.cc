@@ -56,17 +56,7 @@ class Data : public testing::TemplateImages {
 };
 
 std::vector<float> Train(Trainer& t, int steps) {
-  Data data;
-  std::vector<float> x, losses;
-  std::vector<int32_t> y;
-  for (int s = 0; s < steps; ++s) {
-    data.Next(x, y);
-    EXPECT_TRUE(t.SetInput("images", x).ok());
-    EXPECT_TRUE(t.SetInput("labels", y).ok());
-    EXPECT_TRUE(t.Step().ok());
-    losses.push_back(*t.Loss());
-  }
-  return losses;
+  return testing::TrainOnTemplateImages(t, steps, kBatch, kSize, kClasses);
 }
 
 class ResNetGpuTest : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};

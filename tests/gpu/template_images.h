@@ -7,6 +7,10 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "reprise/trainer.h"
+
 namespace reprise::testing {
 
 class TemplateImages {
@@ -37,6 +41,25 @@ class TemplateImages {
   int batch_, pixels_;
   std::vector<std::vector<float>> templates_;
 };
+
+// `steps` steps on a fresh stream of TemplateImages(batch, size, classes) fed as "images" and
+// "labels": each step's loss.
+inline std::vector<float> TrainOnTemplateImages(Trainer& t, int steps, int batch, int size,
+                                                int classes) {
+  TemplateImages data(batch, size, classes);
+  std::vector<float> x, losses;
+  std::vector<int32_t> y;
+  for (int s = 0; s < steps; ++s) {
+    data.Next(x, y);
+    EXPECT_TRUE(t.SetInput("images", x).ok());
+    EXPECT_TRUE(t.SetInput("labels", y).ok());
+    EXPECT_TRUE(t.Step().ok());
+    const absl::StatusOr<float> loss = t.Loss();
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    losses.push_back(loss.ok() ? *loss : 0.0f);
+  }
+  return losses;
+}
 
 }  // namespace reprise::testing
 
