@@ -79,7 +79,6 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   const std::optional<WholeStepUpdates> updates =
       MatchWholeStepUpdates(g, *guard, ops::BatchedSoftmaxCrossEntropyGradOp(), &updates_why);
   if (!updates.has_value()) return fail(updates_why);
-  const absl::flat_hash_map<int32_t, const Node*>& sgd_of = updates->sgd_of;
   const Node* grad = updates->grad;
   if (grad == nullptr || grad->inputs[0] != logits || grad->inputs[1] != loss.inputs[1])
     return fail("no gradient of the models' loss");
@@ -88,24 +87,8 @@ std::optional<NodeGroup> MatchBatchedMlpTrainStep(Graph& graph,
   if (broadcast.op != &ops::ModelBroadcastOp())
     return fail("the models' loss gradients are not the sum's gradient");
   std::vector<Value> inputs = {*features, *labels, broadcast.inputs[0]};
-  const Node* first_sgd = nullptr;
-  for (const MlpChainLayer& layer : layers) {
-    for (int32_t p : {layer.weight, layer.bias}) {
-      auto it = sgd_of.find(p);
-      if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
-      if (first_sgd == nullptr) first_sgd = it->second;
-      for (int k = 3; k < 6; ++k) {
-        if (it->second->inputs[k] != first_sgd->inputs[k])
-          return fail("parameters with different hyperparameters");
-      }
-    }
-  }
-  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
-  for (const MlpChainLayer& layer : layers) {
-    inputs.push_back(Value{layer.weight, 0});
-    inputs.push_back(Value{layer.bias, 0});
-    inputs.push_back(sgd_of.at(layer.weight)->inputs[2]);
-    inputs.push_back(sgd_of.at(layer.bias)->inputs[2]);
+  if (!AppendWholeStepParameters(g, *updates, layers, inputs, &updates_why)) {
+    return fail(updates_why);
   }
   // MatchMlpTrainStep's 9L - 1 nodes, with the batched loss: model_sum and model_broadcast, a
   // model_tile for each input every model shares, and the guard's.

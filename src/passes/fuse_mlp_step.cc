@@ -54,6 +54,40 @@ std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const Whol
   return out;
 }
 
+bool AppendWholeStepParameters(const Graph& g, const WholeStepUpdates& updates,
+                               absl::Span<const MlpChainLayer> layers, std::vector<Value>& inputs,
+                               std::string* why) {
+  const Node* first_sgd = nullptr;
+  for (const MlpChainLayer& layer : layers) {
+    for (int32_t p : {layer.weight, layer.bias}) {
+      auto it = updates.sgd_of.find(p);
+      if (it == updates.sgd_of.end()) {
+        *why = absl::StrCat("'", g.node(p).name, "' has no SGD update");
+        return false;
+      }
+      if (first_sgd == nullptr) first_sgd = it->second;
+      for (int k = 3; k < 6; ++k) {
+        if (it->second->inputs[k] != first_sgd->inputs[k]) {
+          *why = "parameters with different hyperparameters";
+          return false;
+        }
+      }
+    }
+  }
+  if (first_sgd == nullptr) {
+    *why = "the chain has no layer";
+    return false;
+  }
+  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
+  for (const MlpChainLayer& layer : layers) {
+    inputs.push_back(Value{layer.weight, 0});
+    inputs.push_back(Value{layer.bias, 0});
+    inputs.push_back(updates.sgd_of.at(layer.weight)->inputs[2]);
+    inputs.push_back(updates.sgd_of.at(layer.bias)->inputs[2]);
+  }
+  return true;
+}
+
 std::optional<std::vector<MlpChainLayer>> WalkMlpChain(const Graph& g, Value logits,
                                                        const MlpChainOps& form,
                                                        absl::FunctionRef<bool(Value)> reached_input,
@@ -172,30 +206,11 @@ std::optional<NodeGroup> MatchMlpTrainStep(Graph& graph, const autodiff::Trainin
   const std::optional<WholeStepUpdates> updates =
       MatchWholeStepUpdates(g, *guard, ops::SoftmaxCrossEntropyGradOp(), &updates_why);
   if (!updates.has_value()) return fail(updates_why);
-  const absl::flat_hash_map<int32_t, const Node*>& sgd_of = updates->sgd_of;
   const Node* grad = updates->grad;
   if (grad == nullptr) return fail("no loss gradient");
   std::vector<Value> inputs = {features, labels, grad->inputs[2]};
-  const Node* first_sgd = nullptr;
-  for (const MlpChainLayer& layer : layers) {
-    for (int32_t p : {layer.weight, layer.bias}) {
-      auto it = sgd_of.find(p);
-      if (it == sgd_of.end()) return fail(absl::StrCat("'", g.node(p).name, "' has no SGD update"));
-      if (first_sgd == nullptr) first_sgd = it->second;
-      for (int k = 3; k < 6; ++k) {
-        if (it->second->inputs[k] != first_sgd->inputs[k])
-          return fail("parameters with different hyperparameters");
-      }
-    }
-  }
-  inputs.insert(inputs.end(), first_sgd->inputs.begin() + 3, first_sgd->inputs.begin() + 6);
-  for (const MlpChainLayer& layer : layers) {
-    const Node& w_sgd = *sgd_of.at(layer.weight);
-    const Node& b_sgd = *sgd_of.at(layer.bias);
-    inputs.push_back(Value{layer.weight, 0});
-    inputs.push_back(Value{layer.bias, 0});
-    inputs.push_back(w_sgd.inputs[2]);
-    inputs.push_back(b_sgd.inputs[2]);
+  if (!AppendWholeStepParameters(g, *updates, layers, inputs, &updates_why)) {
+    return fail(updates_why);
   }
   // Autodiff of this chain gives exactly 9L - 1 nodes: 3L - 1 forward, the loss and its
   // gradient, per layer a weight gradient, a bias gradient and two updates, and per hidden layer

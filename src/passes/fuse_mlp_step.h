@@ -64,6 +64,14 @@ struct WholeStepUpdates {
 std::optional<WholeStepUpdates> MatchWholeStepUpdates(const Graph& g, const WholeStepGuard& guard,
                                                       const ir::OpDef& grad_op, std::string* why);
 
+// Appends the fused step's optimizer inputs to `inputs`: the hyperparameters every layer's
+// update shares (sgd_momentum's inputs 3 to 5: learning rate, momentum, weight decay), then per
+// layer its weight, bias and their velocities. False, with the reason in `why`, where a layer's
+// parameter has no update or the updates' hyperparameters differ.
+bool AppendWholeStepParameters(const Graph& g, const WholeStepUpdates& updates,
+                               absl::Span<const MlpChainLayer> layers, std::vector<Value>& inputs,
+                               std::string* why);
+
 // A guarded whole-step kernel double-buffers its weights, biases and their velocities (every
 // schedule that guards: codegen::MlpGuard): the spec of its shadow, a persistent
 // state input after the guard's counters, for weights of these specs ([out, in], or [K, out, in]
