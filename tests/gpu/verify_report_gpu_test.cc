@@ -1,8 +1,7 @@
 // Verify mode and the step report on the GPU: 200 captured and 200 eager steps agree bit for bit on
 // the MLP with dropout and on ResNet-18 (AdamW, clipping, warm-up + cosine; 8 steps under
-// compute-sanitizer) and leave the trainer
-// as it was; a host scalar frozen into the captured graph is caught and named; the report's
-// counters are what the test did.
+// compute-sanitizer) and leave the trainer as it was; a host scalar frozen into the captured graph
+// is caught and named; the report's counters are what the test did.
 #include <cstdlib>
 #include <string>
 #include <vector>
