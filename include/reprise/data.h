@@ -149,7 +149,8 @@ class TokenLoader {
 // are). Reads on the calling thread. Not thread-safe; use one per thread.
 class SequentialTokenReader {
  public:
-  // The options and errors of TokenLoader::Create; seed, prefetch and first_batch are unused.
+  // The options and errors of TokenLoader::Create (seed, prefetch and first_batch are unused),
+  // and InvalidArgument where the shards hold fewer windows than one batch.
   static absl::StatusOr<std::unique_ptr<SequentialTokenReader>> Create(TokenLoaderOptions options);
 
   int64_t num_batches() const { return num_batches_; }
