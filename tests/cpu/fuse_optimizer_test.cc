@@ -19,6 +19,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/plan.h"
+#include "tests/cpu/reference_mlp_steps.h"
 
 namespace reprise {
 namespace {
@@ -42,17 +43,9 @@ struct StepRun {
 StepRun RunCpu(const Graph& g, Value loss, bool float64, int steps) {
   ir::ReferenceExecutor cpu(g, float64, 7);
   std::mt19937 rng(3);
-  std::uniform_real_distribution<double> uniform(-1, 1);
-  const TensorSpec features = (*cpu.Leaf("features"))->spec();
-  const TensorSpec labels = (*cpu.Leaf("labels"))->spec();
   StepRun run;
   for (int s = 0; s < steps; ++s) {
-    std::vector<double> x(features.NumElements());
-    for (double& v : x) v = uniform(rng);
-    std::vector<int32_t> l(labels.NumElements());
-    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>((i * 7 + s) % 10);
-    EXPECT_TRUE(cpu.SetLeaf("features", x).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", l).ok());
+    testing::SetMlpBatch(cpu, rng, s);
     EXPECT_TRUE(cpu.Run().ok());
     const ir::HostTensor* value = *cpu.Tensor(loss);
     run.losses.emplace_back(static_cast<const char*>(value->raw()), value->spec().bytes());

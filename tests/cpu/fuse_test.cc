@@ -22,6 +22,7 @@
 #include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
 #include "src/runtime/kernel_store.h"
+#include "tests/cpu/reference_mlp_steps.h"
 
 namespace reprise {
 namespace {
@@ -111,27 +112,14 @@ struct CpuRun {
 CpuRun RunCpu(const Graph& g, Value loss, bool float64, int steps) {
   ir::ReferenceExecutor cpu(g, float64, 7);
   std::mt19937 rng(3);
-  std::uniform_real_distribution<double> uniform(-1, 1);
-  const TensorSpec features = (*cpu.Leaf("features"))->spec();
-  const TensorSpec labels = (*cpu.Leaf("labels"))->spec();
   CpuRun run;
   for (int s = 0; s < steps; ++s) {
-    std::vector<double> x(features.NumElements());
-    for (double& v : x) v = uniform(rng);
-    std::vector<int32_t> l(labels.NumElements());
-    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>((i * 7 + s) % 10);
-    EXPECT_TRUE(cpu.SetLeaf("features", x).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", l).ok());
+    testing::SetMlpBatch(cpu, rng, s);
     EXPECT_TRUE(cpu.Run().ok());
     const ir::HostTensor* value = *cpu.Tensor(loss);
     run.losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
   }
-  for (int32_t id : g.NodesOf("parameter")) {
-    const ir::HostTensor* p = *cpu.Tensor({id, 0});
-    std::vector<double>& out = run.parameters[g.node(id).name];
-    for (int64_t i = 0; i < p->size(); ++i)
-      out.push_back(float64 ? p->data<double>()[i] : p->data<float>()[i]);
-  }
+  run.parameters = testing::ReferenceParameters(g, cpu, float64);
   return run;
 }
 

@@ -29,6 +29,7 @@
 #include "src/passes/plan.h"
 #include "src/passes/plan_dump.h"
 #include "src/util/status_macros.h"
+#include "tests/cpu/reference_mlp_steps.h"
 
 namespace reprise {
 namespace {
@@ -117,12 +118,7 @@ CpuRun RunCpu(const Model& m, const Graph& g, Value loss, bool float64, int step
     const ir::HostTensor* value = *cpu.Tensor(loss);
     run.losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
   }
-  for (int32_t id : g.NodesOf("parameter")) {
-    const ir::HostTensor* p = *cpu.Tensor({id, 0});
-    std::vector<double>& out = run.parameters[g.node(id).name];
-    for (int64_t i = 0; i < p->size(); ++i)
-      out.push_back(float64 ? p->data<double>()[i] : p->data<float>()[i]);
-  }
+  run.parameters = testing::ReferenceParameters(g, cpu, float64);
   return run;
 }
 

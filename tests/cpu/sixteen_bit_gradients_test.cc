@@ -29,6 +29,7 @@
 #include "src/passes/mixed_precision.h"
 #include "src/passes/pipeline.h"
 #include "src/runtime/kernel_store.h"
+#include "tests/cpu/reference_mlp_steps.h"
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 
 namespace reprise {
@@ -100,17 +101,9 @@ TEST(SixteenBitGradientsTest, ShapeRulesNameTheGradient) {
 std::vector<std::string> RunSteps(const Graph& g, Value loss, int steps) {
   ir::ReferenceExecutor cpu(g, false, 7);
   std::mt19937 rng(3);
-  std::uniform_real_distribution<double> uniform(-1, 1);
-  const TensorSpec features = (*cpu.Leaf("features"))->spec();
-  const TensorSpec labels = (*cpu.Leaf("labels"))->spec();
   std::vector<std::string> out;
   for (int s = 0; s < steps; ++s) {
-    std::vector<double> x(features.NumElements());
-    for (double& v : x) v = uniform(rng);
-    std::vector<int32_t> l(labels.NumElements());
-    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>((i * 7 + s) % 10);
-    EXPECT_TRUE(cpu.SetLeaf("features", x).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", l).ok());
+    testing::SetMlpBatch(cpu, rng, s);
     EXPECT_TRUE(cpu.Run().ok());
     out.push_back(Bytes(**cpu.Tensor(loss)));
   }
