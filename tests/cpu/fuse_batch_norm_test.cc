@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -14,7 +13,6 @@
 #include "reprise/models.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/op_def.h"
-#include "src/ir/reference_executor.h"
 #include "src/ops/batch_norm_act.h"
 #include "src/passes/fuse.h"
 #include "tests/cpu/test_graphs.h"
@@ -96,27 +94,10 @@ TEST(FuseBatchNormBitsTest, OffKeepsReadingTheReluOutput) {
   }
 }
 
+// Two steps on the CPU reference: the losses, and the parameters after them.
 std::vector<double> LossesOf(const Graph& g, Value loss, bool float64,
                              std::map<std::string, std::vector<double>>* parameters) {
-  ir::ReferenceExecutor cpu(g, float64, 7);
-  std::mt19937 rng(3);
-  std::normal_distribution<double> normal;
-  std::vector<double> x(2 * 32 * 32 * 3), losses;
-  for (int step = 0; step < 2; ++step) {
-    for (double& v : x) v = normal(rng);
-    EXPECT_TRUE(cpu.SetLeaf("images", x).ok());
-    EXPECT_TRUE(cpu.SetLeaf("labels", std::vector<int32_t>{step % 3, 2}).ok());
-    EXPECT_TRUE(cpu.Run().ok());
-    const ir::HostTensor* value = *cpu.Tensor(loss);
-    losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
-  }
-  for (int32_t id : g.NodesOf("parameter")) {
-    const ir::HostTensor* p = *cpu.Tensor({id, 0});
-    std::vector<double>& out = (*parameters)[g.node(id).name];
-    for (int64_t i = 0; i < p->size(); ++i)
-      out.push_back(float64 ? p->data<double>()[i] : p->data<float>()[i]);
-  }
-  return losses;
+  return testing::SmallResNetReferenceLosses(g, loss, float64, 2, {"parameter"}, parameters);
 }
 
 TEST_P(FuseBatchNormTest, FusedStepsGiveTheSameBitsOnTheCpuReference) {

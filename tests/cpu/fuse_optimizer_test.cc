@@ -19,7 +19,7 @@
 #include "src/ops/ops.h"
 #include "src/passes/fuse.h"
 #include "src/passes/plan.h"
-#include "tests/cpu/reference_mlp_steps.h"
+#include "tests/cpu/reference_runs.h"
 
 namespace reprise {
 namespace {

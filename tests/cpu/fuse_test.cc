@@ -22,7 +22,7 @@
 #include "src/passes/mixed_precision.h"
 #include "src/passes/plan.h"
 #include "src/runtime/kernel_store.h"
-#include "tests/cpu/reference_mlp_steps.h"
+#include "tests/cpu/reference_runs.h"
 
 namespace reprise {
 namespace {
@@ -119,7 +119,7 @@ CpuRun RunCpu(const Graph& g, Value loss, bool float64, int steps) {
     const ir::HostTensor* value = *cpu.Tensor(loss);
     run.losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
   }
-  run.parameters = testing::ReferenceParameters(g, cpu, float64);
+  run.parameters = testing::ReferenceLeaves(g, cpu, float64);
   return run;
 }
 

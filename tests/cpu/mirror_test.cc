@@ -29,7 +29,7 @@
 #include "src/passes/plan.h"
 #include "src/passes/plan_dump.h"
 #include "src/util/status_macros.h"
-#include "tests/cpu/reference_mlp_steps.h"
+#include "tests/cpu/reference_runs.h"
 
 namespace reprise {
 namespace {
@@ -118,7 +118,7 @@ CpuRun RunCpu(const Model& m, const Graph& g, Value loss, bool float64, int step
     const ir::HostTensor* value = *cpu.Tensor(loss);
     run.losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
   }
-  run.parameters = testing::ReferenceParameters(g, cpu, float64);
+  run.parameters = testing::ReferenceLeaves(g, cpu, float64);
   return run;
 }
 

@@ -29,7 +29,7 @@
 #include "src/passes/mixed_precision.h"
 #include "src/passes/pipeline.h"
 #include "src/runtime/kernel_store.h"
-#include "tests/cpu/reference_mlp_steps.h"
+#include "tests/cpu/reference_runs.h"
 #include "tests/cpu/sixteen_bit_gradient_step.h"
 
 namespace reprise {

@@ -9,6 +9,7 @@
 #include "src/autodiff/autodiff.h"
 #include "src/ir/initializer.h"
 #include "src/ir/reference_executor.h"
+#include "tests/cpu/reference_runs.h"
 
 namespace reprise::testing {
 
@@ -32,23 +33,34 @@ passes::CompiledStep CompileSmallResNet18(const passes::CompileOptions& options)
   return *std::move(compiled);
 }
 
-ReferenceSteps ThreeReferenceSteps(const passes::CompiledStep& compiled) {
-  const Graph& g = compiled.plan.graph();
-  ir::ReferenceExecutor cpu(g, /*float64=*/false, 7);
+std::vector<double> SmallResNetReferenceLosses(const Graph& g, Value loss, bool float64, int steps,
+                                               std::initializer_list<const char*> kinds,
+                                               std::map<std::string, std::vector<double>>* leaves) {
+  ir::ReferenceExecutor cpu(g, float64, 7);
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
-  std::vector<double> images(2 * 32 * 32 * 3);
-  ReferenceSteps steps;
-  for (int step = 0; step < 3; ++step) {
+  std::vector<double> images(2 * 32 * 32 * 3), losses;
+  for (int step = 0; step < steps; ++step) {
     for (double& v : images) v = normal(rng);
     EXPECT_TRUE(cpu.SetLeaf("images", images).ok());
     EXPECT_TRUE(cpu.SetLeaf("labels", std::vector<int32_t>{step % 3, 2}).ok());
     EXPECT_TRUE(cpu.Run().ok());
-    steps.losses.push_back((*cpu.Tensor(compiled.plan.training.loss))->data<float>()[0]);
+    const ir::HostTensor* value = *cpu.Tensor(loss);
+    losses.push_back(float64 ? value->data<double>()[0] : value->data<float>()[0]);
   }
-  for (int32_t id : g.NodesOf("parameter")) {
-    auto values = (*cpu.Tensor({id, 0}))->data<float>();
-    steps.parameters[g.node(id).name].assign(values.begin(), values.end());
+  if (leaves != nullptr) *leaves = ReferenceLeaves(g, cpu, float64, kinds);
+  return losses;
+}
+
+ReferenceSteps ThreeReferenceSteps(const passes::CompiledStep& compiled) {
+  std::map<std::string, std::vector<double>> parameters;
+  const std::vector<double> losses =
+      SmallResNetReferenceLosses(compiled.plan.graph(), compiled.plan.training.loss,
+                                 /*float64=*/false, 3, {"parameter"}, &parameters);
+  ReferenceSteps steps;
+  steps.losses.assign(losses.begin(), losses.end());  // float32 values: exact both ways.
+  for (const auto& [name, values] : parameters) {
+    steps.parameters[name].assign(values.begin(), values.end());
   }
   return steps;
 }

@@ -3,6 +3,7 @@
 #define REPRISE_TESTS_CPU_TEST_GRAPHS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <utility>
@@ -35,8 +36,15 @@ autodiff::TrainingGraph SmallResNet18Training(Layout layout);
 // The same ResNet-18, channels-last, compiled by the step compiler with `options`.
 passes::CompiledStep CompileSmallResNet18(const passes::CompileOptions& options);
 
-// Its losses over three steps on the CPU reference (float32, fixed random images and labels) and
-// every parameter after them, by name.
+// `steps` steps of a small ResNet-18's training graph `g` on the CPU reference (float64 where
+// `float64`, else float32), fed the same random images and labels whatever the graph: each step's
+// loss, and in `*leaves` (unless null) every leaf of the kinds named after them (ReferenceLeaves).
+std::vector<double> SmallResNetReferenceLosses(const Graph& g, Value loss, bool float64, int steps,
+                                               std::initializer_list<const char*> kinds,
+                                               std::map<std::string, std::vector<double>>* leaves);
+
+// A compiled one's losses over three steps (float32, as above) and every parameter after them,
+// by name.
 struct ReferenceSteps {
   std::vector<float> losses;
   std::map<std::string, std::vector<float>> parameters;
