@@ -34,14 +34,23 @@ void Check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-// The folder the shards are written to, made once per process.
+// The folder the shards are written to, made once per process and removed at its exit (each
+// input unlinks its files).
+class TempFolder {
+ public:
+  TempFolder() : path_("/tmp/reprise_token_fuzz.XXXXXX") {
+    Check(::mkdtemp(path_.data()) != nullptr);
+  }
+  ~TempFolder() { ::rmdir(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 const std::string& Folder() {
-  static const std::string* folder = [] {
-    std::string pattern = "/tmp/reprise_token_fuzz.XXXXXX";
-    Check(::mkdtemp(pattern.data()) != nullptr);
-    return new std::string(pattern);
-  }();
-  return *folder;
+  static const TempFolder folder;
+  return folder.path();
 }
 
 void WriteRaw(const std::string& path, const uint8_t* data, size_t size) {
