@@ -16,6 +16,7 @@
 #include "src/runtime/device.h"
 #include "src/runtime/owners.h"
 #include "tests/gpu/conv_graph_test_util.h"
+#include "tests/gpu/device_upload.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -32,15 +33,6 @@ struct FusionCase {
 };
 
 void PrintTo(const FusionCase& c, std::ostream* os) { *os << c.conv.name; }
-
-absl::StatusOr<runtime::DeviceBuffer> Upload(const std::vector<uint8_t>& bytes) {
-  ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(bytes.size()));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "upload");
-  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "upload");
-  return buffer;
-}
 
 class ConvGraphFusionGpuTest : public ::testing::TestWithParam<FusionCase> {};
 
@@ -87,14 +79,14 @@ TEST_P(ConvGraphFusionGpuTest, MatchesCpuReference) {
   std::cout << t.name << ": " << conv->Describe() << "\n";
   EXPECT_NE(conv->Describe().find(f.fusion.ToString()), std::string::npos);
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer scale_d,
-                               Upload(testing::Encode(t.dtype, scale)));
+                               testing::UploadToDevice(testing::Encode(t.dtype, scale)));
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer bias_d,
-                               Upload(testing::Encode(t.dtype, bias)));
+                               testing::UploadToDevice(testing::Encode(t.dtype, bias)));
   const std::vector<double> nan(t.k, NAN);
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer sum_d,
-                               Upload(testing::Encode(DType::kFloat32, nan)));
+                               testing::UploadToDevice(testing::Encode(DType::kFloat32, nan)));
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer sq_sum_d,
-                               Upload(testing::Encode(DType::kFloat32, nan)));
+                               testing::UploadToDevice(testing::Encode(DType::kFloat32, nan)));
   runtime::ConvGraphBuffers buffers = dev.Buffers(f.kind);
   buffers.scale = scale_d.data();
   buffers.bias = bias_d.data();

@@ -4,8 +4,6 @@
 // timed in alternating rounds. Trainers of one process on different levels point at where their
 // data lies; one level per process, at the process (the kernel's code, the context). A
 // measurement, not a check: run with --gtest_also_run_disabled_tests.
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -15,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/runtime/owners.h"
+#include "tests/gpu/device_upload.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace reprise {
@@ -31,16 +30,6 @@ struct Timed {
 float Median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-template <typename T>
-absl::StatusOr<runtime::DeviceBuffer> Upload(const std::vector<T>& host) {
-  ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer,
-                   runtime::DeviceBuffer::Create(host.size() * sizeof(T)));
-  RETURN_IF_ERROR(runtime::CudaStatus(
-      cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-      "cudaMemcpy", "uploading a bound input"));
-  return buffer;
 }
 
 TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
@@ -68,8 +57,8 @@ TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
                                  Trainer::Create(mlp.graph, mlp.loss, options));
     Trainer& t = *trainers[k].trainer;
     ASSERT_LE(t.stats().launches_per_step, 2) << "not the whole step";
-    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer xb, Upload(x));
-    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer yb, Upload(y));
+    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer xb, testing::UploadToDevice(x));
+    REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer yb, testing::UploadToDevice(y));
     REPRISE_ASSERT_OK(t.BindInput("features", xb.data(), x.size() * sizeof(float)));
     REPRISE_ASSERT_OK(t.BindInput("labels", yb.data(), y.size() * sizeof(int32_t)));
     trainers[k].inputs.push_back(std::move(xb));
