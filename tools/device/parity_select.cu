@@ -8,8 +8,8 @@
 //                dependent L2 round trip before the first load of the values);
 //   conditional: an IF node with an ELSE body (CUDA 12.8+) whose two kernels have their buffers
 //                as constants; the last block to arrive sets the condition for the next step
-//                (cudaGraphSetConditional); each launch starts from the handle's default (a
-//                current), right for an even number of steps a launch.
+//                (cudaGraphSetConditional; a node has a handle of its own); each launch starts
+//                from the first handle's default (a current), right for an even number of steps.
 // Every step kernel is `blocks` blocks of 256 threads copying n floats plus one (about a phase of
 // the MLP 8x256 step), and every block arrives on a counter at its end, so the forms differ only
 // in the choice. A graph holds `steps` steps in a chain; prints the median µs per step over many
@@ -86,12 +86,14 @@ struct Buffers {
   int n;
 };
 
+// A conditional node takes a handle of its own: step s's kernels set step s + 1's.
 cudaGraphExec_t Build(Form form, int steps, int blocks, Buffers& buf,
-                      cudaGraphConditionalHandle* handle) {
+                      std::vector<cudaGraphConditionalHandle>& handles) {
   cudaGraph_t graph;
   CK(cudaGraphCreate(&graph, 0));
-  if (form == kConditional) {
-    CK(cudaGraphConditionalHandleCreate(handle, graph, 1u, cudaGraphCondAssignDefault));
+  handles.assign(form == kConditional ? steps : 0, 0);
+  for (cudaGraphConditionalHandle& h : handles) {
+    CK(cudaGraphConditionalHandleCreate(&h, graph, 1u, cudaGraphCondAssignDefault));
   }
   unsigned* arrivals = buf.state + 1;
   unsigned zero = 0u, one = 1u;
@@ -110,7 +112,7 @@ cudaGraphExec_t Build(Form form, int steps, int blocks, Buffers& buf,
     } else {
       cudaGraphNodeParams cp = {};
       cp.type = cudaGraphNodeTypeConditional;
-      cp.conditional.handle = *handle;
+      cp.conditional.handle = handles[s];
       cp.conditional.type = cudaGraphCondTypeIf;
       cp.conditional.size = 2;
       CK(cudaGraphAddNode(&node, graph, &previous, nullptr, deps, &cp));
@@ -119,7 +121,7 @@ cudaGraphExec_t Build(Form form, int steps, int blocks, Buffers& buf,
         float* src = body == 0 ? buf.a : buf.b;
         float* dst = body == 0 ? buf.b : buf.a;
         unsigned* next = body == 0 ? &zero : &one;
-        void* args[] = {&src, &dst, &buf.n, &arrivals, handle, next};
+        void* args[] = {&src, &dst, &buf.n, &arrivals, &handles[(s + 1) % steps], next};
         cudaKernelNodeParams p = KernelNode(reinterpret_cast<void*>(ConditionalStep), blocks, args);
         cudaGraphNode_t kernel;
         CK(cudaGraphAddKernelNode(&kernel, cp.conditional.phGraph_out[body], nullptr, 0, &p));
@@ -176,8 +178,8 @@ int main(int argc, char** argv) {
       CK(cudaMemset(buf.a, 0, buf.n * sizeof(float)));
       CK(cudaMemset(buf.b, 0, buf.n * sizeof(float)));
       CK(cudaMemset(buf.state, 0, 2 * sizeof(unsigned)));
-      cudaGraphConditionalHandle handle = 0;
-      cudaGraphExec_t exec = Build(form, steps, blocks, buf, &handle);
+      std::vector<cudaGraphConditionalHandle> handles;
+      cudaGraphExec_t exec = Build(form, steps, blocks, buf, handles);
       CK(cudaGraphUpload(exec, stream));
       long long total = 0;
       std::vector<float> us;
