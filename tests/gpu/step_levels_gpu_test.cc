@@ -1,13 +1,13 @@
 // Where the whole-step MLP's two levels come from (docs/results, "one process's step sits on one of
-// two levels"): several trainers of the same MLP 8x256 b32 TF32 whole step in one process, each
-// with its own arena (shifted by spacer allocations) and the process's one copy of the kernel,
-// timed in alternating rounds. Trainers of one process on different levels point at where their
-// data lies; one level per process, at the process (the kernel's code, the context). A
-// measurement, not a check: run with --gtest_also_run_disabled_tests.
+// two levels"), and what the non-finite guard costs once they are accounted for: several trainers
+// of the same MLP 8x256 b32 TF32 whole step in one process, each with its own arena (shifted by
+// spacer allocations) and the process's one copy of each kernel, timed in alternating rounds.
+// Measurements, not checks: run with --gtest_also_run_disabled_tests.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -19,21 +19,26 @@
 namespace reprise {
 namespace {
 
-constexpr int kBatch = 32, kTrainers = 4, kRounds = 5, kSteps = 1000;
+constexpr int kBatch = 32, kSteps = 1000;
 
 struct Timed {
+  NonFinitePolicy policy;
   std::unique_ptr<Trainer> trainer;
   std::vector<runtime::DeviceBuffer> inputs;  // Bound: each step copies them in on the device.
-  std::vector<float> medians;
+  std::vector<float> medians;                 // One per round.
 };
 
 float Median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
-TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
-  REPRISE_REQUIRE_GPU();
+// Trainers of the MLP 8x256 b32 TF32 whole step, one per policy given, each created after a
+// spacer allocation of an odd number of MiB (no two arenas start alike), then timed in `rounds`
+// alternating rounds of kSteps steps after a warm-up (which also runs kAuto's launch trial).
+void TimeTrainers(const std::vector<NonFinitePolicy>& policies, int rounds,
+                  std::vector<Timed>& trainers) {
   const models::MlpConfig config{.batch = kBatch, .depth = 8, .width = 256};
   REPRISE_ASSERT_OK_AND_ASSIGN(const models::Mlp mlp, models::BuildMlp(config));
   std::mt19937 rng(5);
@@ -43,41 +48,88 @@ TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
   std::vector<int32_t> y(kBatch);
   for (int i = 0; i < kBatch; ++i) y[i] = i % config.classes;
 
-  TrainOptions options;
-  options.numerics.allow_tf32 = true;
-  options.kernels.fuse = true;
-  options.kernels.whole_step = true;
-  std::vector<runtime::DeviceBuffer> spacers;  // Odd MiB apart: no two arenas start alike.
-  std::vector<Timed> trainers(kTrainers);
-  for (int k = 0; k < kTrainers; ++k) {
+  std::vector<runtime::DeviceBuffer> spacers;
+  trainers.resize(policies.size());
+  for (size_t k = 0; k < policies.size(); ++k) {
+    TrainOptions options;
+    options.numerics.allow_tf32 = true;
+    options.numerics.non_finite.policy = policies[k];
+    options.kernels.fuse = true;
+    options.kernels.whole_step = true;
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer spacer,
                                  runtime::DeviceBuffer::Create((2 * k + 1) << 20));
     spacers.push_back(std::move(spacer));
-    REPRISE_ASSERT_OK_AND_ASSIGN(trainers[k].trainer,
-                                 Trainer::Create(mlp.graph, mlp.loss, options));
-    Trainer& t = *trainers[k].trainer;
+    Timed& timed = trainers[k];
+    timed.policy = policies[k];
+    REPRISE_ASSERT_OK_AND_ASSIGN(timed.trainer, Trainer::Create(mlp.graph, mlp.loss, options));
+    Trainer& t = *timed.trainer;
     ASSERT_LE(t.stats().launches_per_step, 2) << "not the whole step";
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer xb, testing::UploadToDevice(x));
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer yb, testing::UploadToDevice(y));
     REPRISE_ASSERT_OK(t.BindInput("features", xb.data(), x.size() * sizeof(float)));
     REPRISE_ASSERT_OK(t.BindInput("labels", yb.data(), y.size() * sizeof(int32_t)));
-    trainers[k].inputs.push_back(std::move(xb));
-    trainers[k].inputs.push_back(std::move(yb));
-    REPRISE_ASSERT_OK(t.TimeSteps(200).status());  // Warm-up, and the launch trial's steps.
+    timed.inputs.push_back(std::move(xb));
+    timed.inputs.push_back(std::move(yb));
+    REPRISE_ASSERT_OK(t.TimeSteps(200).status());
   }
-  for (int r = 0; r < kRounds; ++r) {
+  for (int r = 0; r < rounds; ++r) {
     for (Timed& timed : trainers) {
       REPRISE_ASSERT_OK_AND_ASSIGN(const std::vector<float> ms, timed.trainer->TimeSteps(kSteps));
       timed.medians.push_back(Median(ms));
     }
   }
-  for (int k = 0; k < kTrainers; ++k) {
+  for (size_t k = 0; k < trainers.size(); ++k) {
     const TrainerStats stats = trainers[k].trainer->stats();
-    std::printf("trainer %d (%s launch):", k, stats.device_graph_launch ? "device" : "host");
+    std::printf("trainer %zu (%s, %s launch):", k,
+                std::string(NonFinitePolicyName(trainers[k].policy)).c_str(),
+                stats.device_graph_launch ? "device" : "host");
     for (float m : trainers[k].medians) std::printf(" %.4f", m);
     std::printf("  median %.4f ms\n", Median(trainers[k].medians));
   }
   for (Timed& timed : trainers) REPRISE_ASSERT_OK(timed.trainer->Synchronize());
+}
+
+// Four trainers of the unguarded step: trainers of one process on different levels point at where
+// their data lies; one level per process, at the process (the kernel's code, the context).
+TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
+  REPRISE_REQUIRE_GPU();
+  std::vector<Timed> trainers;
+  TimeTrainers(std::vector<NonFinitePolicy>(4, NonFinitePolicy::kIgnore), 5, trainers);
+}
+
+// The guard's cost with the placement's level averaged out: six pairs of an unguarded (kIgnore)
+// and a guarded (kSkipStep, the default) trainer, created in alternating order so that neither
+// form always takes the lower addresses, timed in alternating rounds. Prints each pair's
+// difference of medians and the medians over the pairs.
+TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
+  REPRISE_REQUIRE_GPU();
+  constexpr int kPairs = 6;
+  std::vector<NonFinitePolicy> policies;
+  for (int p = 0; p < kPairs; ++p) {
+    const bool guarded_first = p % 2 == 1;
+    policies.push_back(guarded_first ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kIgnore);
+    policies.push_back(guarded_first ? NonFinitePolicy::kIgnore : NonFinitePolicy::kSkipStep);
+  }
+  std::vector<Timed> trainers;
+  TimeTrainers(policies, 7, trainers);
+  if (HasFatalFailure()) return;
+  std::vector<float> ignore, skip, differences;
+  for (int p = 0; p < kPairs; ++p) {
+    const Timed& a = trainers[2 * p];
+    const Timed& b = trainers[2 * p + 1];
+    const Timed& guarded = a.policy == NonFinitePolicy::kSkipStep ? a : b;
+    const Timed& unguarded = a.policy == NonFinitePolicy::kSkipStep ? b : a;
+    ignore.push_back(Median(unguarded.medians));
+    skip.push_back(Median(guarded.medians));
+    differences.push_back(skip.back() - ignore.back());
+    std::printf("pair %d: ignore %.4f, skip %.4f ms: %+.2f us (%+.1f%%)\n", p, ignore.back(),
+                skip.back(), 1e3f * differences.back(), 100.0f * differences.back() / ignore.back());
+  }
+  const float i = Median(ignore), s = Median(skip), d = Median(differences);
+  std::printf(
+      "over %d pairs: ignore %.4f ms, skip %.4f ms (%+.1f%%); median pair difference %+.2f us "
+      "(%+.1f%%)\n",
+      kPairs, i, s, 100.0f * (s / i - 1.0f), 1e3f * d, 100.0f * d / i);
 }
 
 }  // namespace
