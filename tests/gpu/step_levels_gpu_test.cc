@@ -123,7 +123,8 @@ TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
     skip.push_back(Median(guarded.medians));
     differences.push_back(skip.back() - ignore.back());
     std::printf("pair %d: ignore %.4f, skip %.4f ms: %+.2f us (%+.1f%%)\n", p, ignore.back(),
-                skip.back(), 1e3f * differences.back(), 100.0f * differences.back() / ignore.back());
+                skip.back(), 1e3f * differences.back(),
+                100.0f * differences.back() / ignore.back());
   }
   const float i = Median(ignore), s = Median(skip), d = Median(differences);
   std::printf(
