@@ -11,6 +11,7 @@
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/device.h"
 #include "src/util/status_macros.h"
+#include "tests/gpu/device_upload.h"
 
 namespace reprise::testing {
 
@@ -151,14 +152,9 @@ absl::StatusOr<ConvDevice> ConvDevice::Create(DType dtype, const ConvReference& 
   ASSIGN_OR_RETURN(runtime::DeviceBuffer workspace, runtime::DeviceBuffer::Create(kConvWorkspace));
   std::vector<runtime::DeviceBuffer> buffers;
   for (const std::vector<double>* values : {&ref.x, &ref.w, &ref.dy, &ref.y, &ref.dx, &ref.dw}) {
-    const std::vector<uint8_t> bytes = Encode(dtype, *values);
-    ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, runtime::DeviceBuffer::Create(bytes.size()));
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "copy");
+    ASSIGN_OR_RETURN(runtime::DeviceBuffer buffer, UploadToDevice(Encode(dtype, *values)));
     buffers.push_back(std::move(buffer));
   }
-  // Uploads on the legacy stream, which reprise's streams do not wait for (docs/testing.md).
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy), "copy");
   return ConvDevice(dtype, std::move(cudnn), std::move(stream), std::move(workspace),
                     std::move(buffers));
 }
