@@ -1,7 +1,8 @@
 // Where the whole-step MLP's two levels come from (docs/results, "one process's step sits on one of
 // two levels"), and what the non-finite guard costs once they are accounted for: several trainers
-// of the same MLP 8x256 b32 TF32 whole step in one process, each with its own arena (shifted by
-// spacer allocations) and the process's one copy of each kernel, timed in alternating rounds.
+// of the same whole step (the MLP 8x256 b32 TF32, or the 4-model ensemble) in one process, each
+// with its own arena (shifted by spacer allocations) and the process's one copy of each kernel,
+// timed in alternating rounds.
 // Measurements, not checks: run with --gtest_also_run_disabled_tests.
 #include <algorithm>
 #include <cstdio>
@@ -19,7 +20,21 @@
 namespace reprise {
 namespace {
 
-constexpr int kBatch = 32, kSteps = 1000;
+constexpr int kSteps = 1000;
+
+// A whole-step workload of reprise-bench's rows: one MLP, or an ensemble of `models` batched into
+// one kernel (its inputs bound stacked, "m*.features" and "m*.labels", as the bench binds them).
+struct Workload {
+  models::MlpConfig config;
+  int models = 1;
+};
+// `--model mlp --depth 8 --width 256 --batch 32` and the issue-9 ensemble of 4
+// (`--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --classes 10
+// --batch 64`), both TF32.
+constexpr Workload kMlp8x256{.config = {.batch = 32, .depth = 8, .width = 256}};
+constexpr Workload kEnsemble4{
+    .config = {.batch = 64, .input_features = 64, .depth = 2, .width = 256, .classes = 10},
+    .models = 4};
 
 struct Timed {
   NonFinitePolicy policy;
@@ -34,19 +49,34 @@ float Median(std::vector<float> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Trainers of the MLP 8x256 b32 TF32 whole step, one per policy given, each created after a
+// Trainers of `workload`'s TF32 whole step, one per policy given, each created after a
 // spacer allocation of an odd number of MiB (no two arenas start alike), then timed in `rounds`
 // alternating rounds of kSteps steps after a warm-up (which also runs kAuto's launch trial).
-void TimeTrainers(const std::vector<NonFinitePolicy>& policies, int rounds,
-                  std::vector<Timed>& trainers) {
-  const models::MlpConfig config{.batch = kBatch, .depth = 8, .width = 256};
-  REPRISE_ASSERT_OK_AND_ASSIGN(const models::Mlp mlp, models::BuildMlp(config));
+void TimeTrainers(const Workload& workload, const std::vector<NonFinitePolicy>& policies,
+                  int rounds, std::vector<Timed>& trainers) {
+  const models::MlpConfig& config = workload.config;
+  Graph graph;
+  Value loss;
+  std::string features = "features", labels = "labels";
+  if (workload.models == 1) {
+    REPRISE_ASSERT_OK_AND_ASSIGN(models::Mlp mlp, models::BuildMlp(config));
+    graph = std::move(mlp.graph);
+    loss = mlp.loss;
+  } else {
+    REPRISE_ASSERT_OK_AND_ASSIGN(models::MlpEnsemble e,
+                                 models::BuildMlpEnsemble(workload.models, config));
+    graph = std::move(e.graph);
+    loss = e.loss;
+    features = "m*.features";
+    labels = "m*.labels";
+  }
+  const int64_t rows = workload.models * config.batch;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  std::vector<float> x(kBatch * config.input_features);
+  std::vector<float> x(rows * config.input_features);
   for (float& v : x) v = normal(rng);
-  std::vector<int32_t> y(kBatch);
-  for (int i = 0; i < kBatch; ++i) y[i] = i % config.classes;
+  std::vector<int32_t> y(rows);
+  for (int64_t i = 0; i < rows; ++i) y[i] = static_cast<int32_t>(i % config.classes);
 
   std::vector<runtime::DeviceBuffer> spacers;
   trainers.resize(policies.size());
@@ -61,13 +91,13 @@ void TimeTrainers(const std::vector<NonFinitePolicy>& policies, int rounds,
     spacers.push_back(std::move(spacer));
     Timed& timed = trainers[k];
     timed.policy = policies[k];
-    REPRISE_ASSERT_OK_AND_ASSIGN(timed.trainer, Trainer::Create(mlp.graph, mlp.loss, options));
+    REPRISE_ASSERT_OK_AND_ASSIGN(timed.trainer, Trainer::Create(graph, loss, options));
     Trainer& t = *timed.trainer;
     ASSERT_LE(t.stats().launches_per_step, 2) << "not the whole step";
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer xb, testing::UploadToDevice(x));
     REPRISE_ASSERT_OK_AND_ASSIGN(runtime::DeviceBuffer yb, testing::UploadToDevice(y));
-    REPRISE_ASSERT_OK(t.BindInput("features", xb.data(), x.size() * sizeof(float)));
-    REPRISE_ASSERT_OK(t.BindInput("labels", yb.data(), y.size() * sizeof(int32_t)));
+    REPRISE_ASSERT_OK(t.BindInput(features, xb.data(), x.size() * sizeof(float)));
+    REPRISE_ASSERT_OK(t.BindInput(labels, yb.data(), y.size() * sizeof(int32_t)));
     timed.inputs.push_back(std::move(xb));
     timed.inputs.push_back(std::move(yb));
     REPRISE_ASSERT_OK(t.TimeSteps(200).status());
@@ -94,15 +124,15 @@ void TimeTrainers(const std::vector<NonFinitePolicy>& policies, int rounds,
 TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepTrainersInOneProcess) {
   REPRISE_REQUIRE_GPU();
   std::vector<Timed> trainers;
-  TimeTrainers(std::vector<NonFinitePolicy>(4, NonFinitePolicy::kIgnore), 5, trainers);
+  TimeTrainers(kMlp8x256, std::vector<NonFinitePolicy>(4, NonFinitePolicy::kIgnore), 5, trainers);
 }
 
-// The guard's cost with the placement's level averaged out: six pairs of an unguarded (kIgnore)
-// and a guarded (kSkipStep, the default) trainer, created in alternating order so that neither
-// form always takes the lower addresses, timed in alternating rounds. Prints each pair's
-// difference of medians and the medians over the pairs.
-TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
-  REPRISE_REQUIRE_GPU();
+// The guard's cost on `workload` with the placement's level averaged out: six pairs of an
+// unguarded (kIgnore) and a guarded (kSkipStep, the default) trainer, created in alternating order
+// so that neither form always takes the lower addresses, timed in alternating rounds. Prints each
+// pair's difference of medians and the medians over the pairs (tools/device/guard_pairs.sh reads
+// the last line).
+void TimeGuardPairs(const Workload& workload) {
   constexpr int kPairs = 6;
   std::vector<NonFinitePolicy> policies;
   for (int p = 0; p < kPairs; ++p) {
@@ -111,8 +141,8 @@ TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
     policies.push_back(guarded_first ? NonFinitePolicy::kIgnore : NonFinitePolicy::kSkipStep);
   }
   std::vector<Timed> trainers;
-  TimeTrainers(policies, 7, trainers);
-  if (HasFatalFailure()) return;
+  TimeTrainers(workload, policies, 7, trainers);
+  if (::testing::Test::HasFatalFailure()) return;
   std::vector<float> ignore, skip, differences;
   for (int p = 0; p < kPairs; ++p) {
     const Timed& a = trainers[2 * p];
@@ -131,6 +161,18 @@ TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
       "over %d pairs: ignore %.4f ms, skip %.4f ms (%+.1f%%); median pair difference %+.2f us "
       "(%+.1f%%)\n",
       kPairs, i, s, 100.0f * (s / i - 1.0f), 1e3f * d, 100.0f * d / i);
+}
+
+TEST(StepLevelsGpuTest, DISABLED_MlpWholeStepGuardInOneProcess) {
+  REPRISE_REQUIRE_GPU();
+  TimeGuardPairs(kMlp8x256);
+}
+
+// The 4-model ensemble (the layer phases, four models' blocks): its guard has cost +10% between
+// processes (docs/benchmarks_guard.md).
+TEST(StepLevelsGpuTest, DISABLED_Ensemble4WholeStepGuardInOneProcess) {
+  REPRISE_REQUIRE_GPU();
+  TimeGuardPairs(kEnsemble4);
 }
 
 }  // namespace

@@ -4,12 +4,13 @@
 # six pairs of a guarded and an unguarded trainer, alternating rounds), for one or more builds of
 # reprise_gpu_tests, their processes alternating on the same GPU in the same call:
 #   bash tools/device/guard_pairs.sh ROUNDS GPU_TESTS [GPU_TESTS...]
+# GUARD_PAIRS=Ensemble4 times the 4-model ensemble instead (DISABLED_Ensemble4WholeStepGuardInOneProcess).
 # Prints every pair's line as it comes, then per build the median over its processes of the
 # pairs' median difference (guarded - unguarded), in us and in % of the unguarded step.
 set -uo pipefail
 rounds=${1:?usage: guard_pairs.sh ROUNDS GPU_TESTS [GPU_TESTS...]}; shift
 (($# > 0)) || { echo "usage: guard_pairs.sh ROUNDS GPU_TESTS [GPU_TESTS...]" >&2; exit 2; }
-filter='StepLevelsGpuTest.DISABLED_MlpWholeStepGuardInOneProcess'
+filter="StepLevelsGpuTest.DISABLED_${GUARD_PAIRS:-Mlp}WholeStepGuardInOneProcess"
 lines=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
   for bin in "$@"; do
