@@ -8,6 +8,12 @@
 # and the issue-9 ensembles of 4 (layer phases) and 32 MLPs (the group schedule), all guarded by
 # default (the whole-step kernels inside themselves, double-buffering the parameters and their
 # velocities, with no grid barrier added: docs/engine.md, "The non-finite guard").
+# GUARD_ENSEMBLES="8 16 24 32 48" adds the issue-9 ensemble at each of those sizes
+# ("ensemble<K>_sweep_tf32_whole"; GUARD_ONLY=sweep keeps only them): the double buffer doubles the
+# parameters' and velocities' bytes a step touches (0.68 MB a model, 1.36 guarded: 21.7 and 43.5
+# MB at 32 models, against the H200's 50 MB L2), so a guard cost that jumps where that passes the
+# L2's share would point at the cache, not at the guard's code (the schedule may change with the
+# size too: 4 models take the layer phases, 32 the groups).
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
 workloads=(
@@ -18,6 +24,9 @@ workloads=(
   "ensemble4_issue9_tf32_whole|--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
   "ensemble32_issue9_tf32_whole|--model ensemble --ensemble 32 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
 )
+for k in ${GUARD_ENSEMBLES:-}; do
+  workloads+=("ensemble${k}_sweep_tf32_whole|--model ensemble --ensemble $k --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32")
+done
 rows=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
   for w in "${workloads[@]}"; do
