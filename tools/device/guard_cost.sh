@@ -16,16 +16,18 @@
 # size too: 4 models take the layer phases, 32 the groups).
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
+# The issue-9 ensemble's flags, all but its size (--ensemble K).
+ensemble="--depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
 workloads=(
   "r50_b32_bf16|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --bf16 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
   "r50_b32_tf32|--model resnet --depth 50 --batch 32 --classes 1000 --tf32 --layout nhwc --mode graph --fusion on --iters 40 --warmup 10 --inputs device --lanes 2"
   "mlp8x256_b32_tf32_per_layer|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion per-layer --iters 1000 --warmup 100 --inputs device --tf32"
   "mlp8x256_b32_tf32_whole|--model mlp --depth 8 --width 256 --batch 32 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
-  "ensemble4_issue9_tf32_whole|--model ensemble --ensemble 4 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
-  "ensemble32_issue9_tf32_whole|--model ensemble --ensemble 32 --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32"
+  "ensemble4_issue9_tf32_whole|--model ensemble --ensemble 4 $ensemble"
+  "ensemble32_issue9_tf32_whole|--model ensemble --ensemble 32 $ensemble"
 )
 for k in ${GUARD_ENSEMBLES:-}; do
-  workloads+=("ensemble${k}_sweep_tf32_whole|--model ensemble --ensemble $k --depth 2 --width 256 --input_features 64 --classes 10 --batch 64 --mode graph --fusion on --iters 1000 --warmup 100 --inputs device --tf32")
+  workloads+=("ensemble${k}_sweep_tf32_whole|--model ensemble --ensemble $k $ensemble")
 done
 rows=$(mktemp)
 for ((r = 1; r <= rounds; ++r)); do
