@@ -20,6 +20,11 @@ absl::Status SettleList::Settle(cudaStream_t stream) const {
   return absl::OkStatus();
 }
 
+absl::Status SettleList::SettleCounters(cudaStream_t stream) const {
+  for (const auto& [owner, kernel] : kernels_) RETURN_IF_ERROR(kernel->SettleCounters(stream));
+  return absl::OkStatus();
+}
+
 absl::Status SettleList::BeforeStep(const void* owner, cudaStream_t stream) {
   if (last_step_ == owner) return absl::OkStatus();
   // Settling them all also settles this plan's own kernels, which have nothing elsewhere now.

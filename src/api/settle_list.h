@@ -25,6 +25,9 @@ class SettleList {
   // Enqueues every kernel's settle on `stream`: after it, every parameter and optimizer state is
   // in its own buffer.
   absl::Status Settle(cudaStream_t stream) const;
+  // Enqueues only what brings the non-finite guard's counters up to date (GpuKernel::
+  // SettleCounters), leaving the parameters where they are.
+  absl::Status SettleCounters(cudaStream_t stream) const;
   // Before `owner`'s step on `stream`: settles where another plan of the arena stepped last.
   absl::Status BeforeStep(const void* owner, cudaStream_t stream);
 

@@ -386,6 +386,10 @@ absl::Status Trainer::Impl::SettleParameters() {
   return settle_ == nullptr ? absl::OkStatus() : settle_->Settle(stream_->get());
 }
 
+absl::Status Trainer::Impl::SettleGuardCounters() const {
+  return settle_ == nullptr ? absl::OkStatus() : settle_->SettleCounters(stream_->get());
+}
+
 absl::Status Trainer::Impl::WaitForLastStep() {
   if (!step_queued_) return absl::OkStatus();
   RETURN_IF_ERROR(runtime::CudaStatus(cudaStreamSynchronize(stream_->get()),

@@ -136,6 +136,9 @@ class Trainer::Impl {
   // Enqueues what brings every parameter and optimizer state of the arena back to its own buffer
   // (SettleList): before anything outside a step reads or writes them.
   absl::Status SettleParameters();
+  // Enqueues only what brings the non-finite guard's counters up to date (SettleList::
+  // SettleCounters): before they are read between steps.
+  absl::Status SettleGuardCounters() const;
   const std::shared_ptr<runtime::KernelStore>& kernel_store() const { return kernels_; }
   const runtime::DeviceInfo& device() const { return device_; }
   const TrainOptions& options() const { return options_; }

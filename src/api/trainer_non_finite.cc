@@ -79,6 +79,7 @@ absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::Read
   }
   if (!autodiff::Guards(guard)) return std::nullopt;
   state.checked_by = "the guard's check of the loss and gradients";
+  RETURN_IF_ERROR(SettleGuardCounters());
   int32_t skipped = 0;
   int32_t record[2] = {0, 0};
   RETURN_IF_ERROR(ReadNamed(autodiff::kNonFiniteSkippedSteps, &skipped, 4));
@@ -93,6 +94,7 @@ absl::StatusOr<std::optional<TrainerReport::NonFiniteState>> Trainer::Impl::Read
 absl::Status Trainer::Impl::CheckNonFiniteStop() {
   if (!non_finite_stop_.ok()) return non_finite_stop_;
   if (options_.numerics.non_finite.policy != NonFinitePolicy::kStop) return absl::OkStatus();
+  RETURN_IF_ERROR(SettleGuardCounters());
   int32_t record[2] = {0, 0};
   RETURN_IF_ERROR(ReadNamed(autodiff::kNonFiniteRecord, record, 8));
   if (record[1] == 0) return absl::OkStatus();

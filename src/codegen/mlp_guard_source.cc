@@ -84,7 +84,9 @@ int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models) 
 }
 
 std::string ParityPointersSource(const MlpStepPlan& plan) {
-  std::string code = absl::StrCat("  const bool flip = barrier[", kMlpStepParityWord, "] != 0u;\n");
+  std::string code = plan.deferred_verdict ? std::string("  const bool flip = verdict.flip;\n")
+                                           : absl::StrCat("  const bool flip = barrier[",
+                                                          kMlpStepParityWord, "] != 0u;\n");
   for (int l = 0; l < plan.layers(); ++l) {
     for (const auto& [param, offset] :
          {std::pair{"w", plan.shadow_w_offset[l]}, std::pair{"b", plan.shadow_b_offset[l]},

@@ -584,7 +584,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
                        target.grid));
     }
     ++plan.phases;  // The guard's section after the last phase (stamped; no barrier).
-    if (target.shadow) LayOutShadow(plan);
+    if (target.shadow) {
+      LayOutShadow(plan);
+      plan.deferred_verdict = plan.barriers >= 1;
+    }
   }
   return plan;
 }

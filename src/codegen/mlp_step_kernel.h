@@ -84,12 +84,14 @@ inline constexpr int kRowChainMinModels = 32;
 // Double-buffered (MlpStepPlan::double_buffered: a guarded plan with a shadow input,
 // MlpStepTarget::shadow, which the fuse pass always gives), nothing is copied: every weight, bias
 // and velocity has a second buffer in the shadow (plan.shadow_w_offset, shadow_b_offset,
-// shadow_vw_offset, shadow_vb_offset), persistent like the parameters, and barrier word
-// kMlpStepParityWord says which of the two holds the current values. The step reads that one and
-// writes its update to the other; the last block flips the word when the step is applied and leaves
-// it when the step is skipped, so a skipped step needs no restore, and the forward phases are the
-// unguarded kernel's (measured on an H200, the bias copies there cost each forward phase ~0.2 us).
-// Between steps the parameters' own buffers are therefore current only where the word is 0:
+// shadow_vw_offset, shadow_vb_offset), persistent like the parameters, and a parity says which of
+// the two holds the current values. The step reads that one and writes its update to the other;
+// an applied step flips the parity and a skipped one leaves it, so a skipped step needs no
+// restore, and the forward phases are the unguarded kernel's (measured on an H200, the bias copies
+// there cost each forward phase ~0.2 us). kGroups: the last block to arrive flips barrier word
+// kMlpStepParityWord. kLayerPhases and kRowChain defer the verdict (MlpStepPlan::
+// deferred_verdict): no block arrives; the next step reads it with the parity and counts it.
+// Between steps the parameters' own buffers are therefore current only where the parity is 0:
 // MlpStepSettleKernel copies the second buffers back and clears it, and must run before anything
 // else reads or writes the weights or velocities.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
@@ -161,6 +163,10 @@ struct MlpStepPlan {
   // alternate between their own buffers and the shadow's, each layer's [K, ...] at these offsets
   // (see MlpGuard); the double-buffered plan copies nothing.
   bool double_buffered = false;
+  // Double-buffered kLayerPhases and kRowChain (at least one grid barrier): no block arrives on
+  // the guard word; the next step reads the verdict and counts it (mlpg::VerdictBegin, the words
+  // from kMlpStepVerdictWord), and MlpStepSettleKernel folds the last one into the counters.
+  bool deferred_verdict = false;
   std::vector<int64_t> shadow_w_offset, shadow_b_offset, shadow_vw_offset, shadow_vb_offset;
   int phases = 0;
   int barriers = 0;
@@ -184,6 +190,9 @@ inline constexpr int64_t kMlpStepGuardWord = kMlpStepBarrierWords - 1;
 // below it): 1 where the weights' and velocities' current values are in the shadow, 0 where in
 // their own buffers.
 inline constexpr int64_t kMlpStepParityWord = kMlpStepBarrierWords - 2;
+// Words 60..63 of a plan with a deferred verdict (kLayerPhases and kRowChain use only words 0 and
+// 1 otherwise): parity and toggle, steps since the fold, and two steps' verdicts (mlpg::Verdict).
+inline constexpr int64_t kMlpStepVerdictWord = kMlpStepBarrierWords - 4;
 
 // f32 elements of the workspace for these shapes (see MlpStepPlan's layout); needs no target.
 // From kGroupsMinModels models it also holds GroupsWorkspaceFloats (mlp_cluster_kernel.h);
@@ -225,10 +234,12 @@ int64_t MlpStepShadowFloats(const std::vector<int64_t>& widths, int64_t models);
 
 // The settle of a double-buffered plan: "reprise_mlp_step_settle" (unsigned* barrier, then per
 // layer float* W, float* b, float* W_velocity, float* b_velocity as the step kernel takes them,
-// then const float* shadow, int clear). With clear = 0 it copies every parameter and velocity
-// whose current values are in the shadow back to its own buffer (grid-stride: any grid); a second
-// launch with clear = 1 (one thread) then sets the parity word to 0. Both do nothing where the word
-// is already 0.
+// then const float* shadow, int* skipped_steps, int* record, int mode). With mode 0 it copies
+// every parameter and velocity whose current values are in the shadow back to its own buffer
+// (grid-stride: any grid); a second launch with mode 1 (one thread) then says they are in their
+// own buffers. With a deferred verdict, mode 1 also folds the verdict of the last step and the
+// steps run since the last fold into the guard's counters, and mode 2 (one thread) only folds
+// them, leaving the values where they are (for reading the counters between steps).
 GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan);
 
 }  // namespace reprise::codegen

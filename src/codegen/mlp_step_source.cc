@@ -104,6 +104,9 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       // Read by the guard's code only (NVRTC would warn of them in unguarded kernels).
       ";\n[[maybe_unused]] constexpr bool kGuardSticky = ", B(plan.target.guard == MlpGuard::kStop),
       ";\n[[maybe_unused]] constexpr int kGuardWord = ", kMlpStepGuardWord,
+      // What a thread that finds a non-finite value stores in c.bad: its block's flag, or with a
+      // deferred verdict the step's verdict word (kRan | kBad, mlp_guard_device.inc).
+      ";\n[[maybe_unused]] constexpr int kBadFlag = ", plan.deferred_verdict ? 3 : 1,
       ";\nconstexpr bool kDoubleBuffer = ", B(plan.double_buffered), ";\n}  // namespace mlp\n",
       kMlpLibrary, kMlpHeadLibrary);
   if (guarded) absl::StrAppend(&code, kMlpGuardLibrary);
@@ -118,7 +121,12 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
       ";\n  c.loss = loss;\n  c.model_loss = ", batched ? "model_loss" : "nullptr",
       ";\n  c.lr = lr[0];\n  c.mu = momentum[0];\n",
       "  c.wd = weight_decay[0];\n  c.bad = nullptr;\n  c.stopped = 0;\n  unsigned arrival = 0;\n");
-  if (guarded) {
+  if (plan.deferred_verdict) {
+    absl::StrAppend(&code, "  const mlpg::Verdict verdict = mlpg::VerdictBegin<kGuardSticky>(",
+                    "barrier + ", kMlpStepVerdictWord, ", record);\n",
+                    "  c.bad = mlpg::VerdictWord(barrier + ", kMlpStepVerdictWord, ", verdict);\n",
+                    "  c.stopped = verdict.stopped;\n");
+  } else if (guarded) {
     absl::StrAppend(&code, "  c.bad = reinterpret_cast<int*>(c.smem + kSmemFloatsTotal + ",
                     "LossScratch(kModels));\n  const mlpg::Counters counters = ",
                     "mlpg::GuardBegin<kGuardSticky>(c.bad, barrier + kGuardWord, skipped_steps, ",
@@ -201,6 +209,13 @@ GeneratedKernel StepKernel(const MlpStepPlan& plan, bool batched, bool shared_fe
   // the parity where it does not).
   auto guard_end = [&](int index) {
     if (!guarded) return;
+    if (plan.deferred_verdict) {
+      absl::StrAppend(
+          &code, "  mlpg::VerdictEnd(barrier + ", kMlpStepVerdictWord,
+          ", verdict, skipped_steps, record);  // Block 0 only: the next step decides.\n");
+      stamp(index);
+      return;
+    }
     absl::StrAppend(&code, "  {  // The non-finite guard: the last block to finish decides.\n",
                     "    if (mlpg::GuardFinish(barrier + kGuardWord, c.bad, counters, "
                     "skipped_steps, record, ",
@@ -375,19 +390,42 @@ GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan) {
       params.push_back(absl::StrCat("float* ", tensor, l));
     }
   }
-  params.push_back("const float* shadow");
-  params.push_back("int clear");
+  for (const char* param :
+       {"const float* shadow", "int* skipped_steps", "int* record", "int mode"}) {
+    params.push_back(param);
+  }
   std::string code = absl::StrCat("extern \"C\" __global__ void ", name, "(",
                                   absl::StrJoin(params, ", "), ") {\n");
   // A plan that is not double-buffered keeps every weight in its own buffer: nothing to do.
   if (!plan.double_buffered) return {name, absl::StrCat(code, "}\n")};
-  absl::StrAppend(
-      &code, "  if (barrier[", kMlpStepParityWord,
-      "] == 0u) return;  // Already in their own buffers.\n  if (clear != 0) {\n",
-      "    if (blockIdx.x == 0 && threadIdx.x == 0) barrier[", kMlpStepParityWord,
-      "] = 0u;\n    return;\n  }\n",
-      "  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n",
-      "  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;\n");
+  if (plan.deferred_verdict) {
+    // The parity the next step would compute (mlpg::VerdictBegin); mode 1 and 2 fold the last
+    // step's verdict and the step count into the counters (as mlpg::VerdictEnd would have), and
+    // leave the words settled: all zero, or (mode 2) only the parity where the shadow holds the
+    // values.
+    absl::StrAppend(
+        &code, "  unsigned* const words = barrier + ", kMlpStepVerdictWord, ";\n",
+        "  const uint4 w = *reinterpret_cast<const uint4*>(words);\n",
+        "  const unsigned last = ((w.x >> 1) & 1u) != 0u ? w.w : w.z;\n",
+        "  const bool flip = ((w.x & 1u) != 0u) != (last == 2u);\n", "  if (mode != 0) {\n",
+        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n",
+        "    if ((last & 1u) != 0u) {\n      skipped_steps[0] += 1;\n",
+        "      if (record[1] == 0) record[1] = record[0] + static_cast<int>(w.y);\n    }\n",
+        "    record[0] += static_cast<int>(w.y);\n",
+        "    words[0] = mode == 2 && flip ? 1u : 0u;\n",
+        "    words[1] = 0u;\n    words[2] = 0u;\n    words[3] = 0u;\n    return;\n  }\n",
+        "  if (!flip) return;  // Already in their own buffers.\n");
+  } else {
+    absl::StrAppend(
+        &code, "  if (barrier[", kMlpStepParityWord,
+        "] == 0u || mode == 2) return;  // Already in their own buffers; no verdict to fold.\n",
+        "  if (mode != 0) {\n", "    if (blockIdx.x == 0 && threadIdx.x == 0) barrier[",
+        kMlpStepParityWord, "] = 0u;\n    return;\n  }\n");
+  }
+  absl::StrAppend(&code,
+                  "  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + "
+                  "threadIdx.x;\n",
+                  "  const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;\n");
   for (int l = 0; l < plan.layers(); ++l) {
     const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
     const int64_t biases = int64_t{plan.models} * plan.widths[l + 1];

@@ -47,6 +47,10 @@ class GpuKernel {
   // shadow state every other applied step: whoever reads or writes the parameters or the optimizer
   // state outside the step (the host, another graph) must settle every launch of the plan first.
   virtual absl::Status Settle(cudaStream_t /*stream*/) const { return absl::OkStatus(); }
+  // Only the part of Settle that brings the non-finite guard's counters up to date (the
+  // whole-step MLP kernel's deferred verdict counts each step in the next), enqueued on `stream`:
+  // for reading them between steps without moving any parameter.
+  virtual absl::Status SettleCounters(cudaStream_t /*stream*/) const { return absl::OkStatus(); }
   // Whether Settle does anything (the engine keeps a list of the kernels that need it).
   virtual bool NeedsSettle() const { return false; }
   // Programmatic dependent launch (LoweringOptions::dependent_launch): whether a kernel may start

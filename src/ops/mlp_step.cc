@@ -301,8 +301,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerMlpStep(const LoweringContext& c
                                : codegen::MlpStepKernel(*plan),
                        std::move(args)));
   if (!plan->double_buffered) return step;
-  MlpStepBuffers buffers{.barrier = ctx.inputs[kFixedInputs + 4 * plan->layers()],
-                         .shadow = ctx.inputs[kFixedInputs + 4 * plan->layers() + 3]};
+  const int state = kFixedInputs + 4 * plan->layers();  // barrier, skipped_steps, record, shadow.
+  MlpStepBuffers buffers{.barrier = ctx.inputs[state],
+                         .shadow = ctx.inputs[state + 3],
+                         .skipped_steps = ctx.inputs[state + 1],
+                         .record = ctx.inputs[state + 2]};
   for (int l = 0; l < plan->layers(); ++l) {
     const int first = kFixedInputs + 4 * l;  // W, b, W's velocity, b's.
     buffers.layers.push_back(

@@ -18,14 +18,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> DoubleBufferedMlpStep::Create(
         "parameters and velocities of its ", plan.layers(), " layers"));
   }
   const codegen::GeneratedKernel settle = codegen::MlpStepSettleKernel(plan);
-  auto args = [&](int clear) {
+  auto args = [&](int mode) {
     KernelArgs a;
     a.Add(buffers.barrier);
     for (const std::array<void*, 4>& layer : buffers.layers) {
       for (void* tensor : layer) a.Add(tensor);
     }
     a.Add(buffers.shadow);
-    a.Add(clear);
+    a.Add(buffers.skipped_steps);
+    a.Add(buffers.record);
+    a.Add(mode);
     return a;
   };
   // The copy's grid: a thread per float of the largest layer, at most four blocks per SM.
@@ -45,6 +47,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> DoubleBufferedMlpStep::Create(
                                        dim3(kThreads), 0, args(0)));
   ASSIGN_OR_RETURN(kernel->clear_, NvrtcKernel::Create(ctx, absl::StrCat(node_name, ".settle"),
                                                        settle, dim3(1), dim3(1), 0, args(1)));
+  if (plan.deferred_verdict) {
+    if (buffers.skipped_steps == nullptr || buffers.record == nullptr) {
+      return absl::InternalError(absl::StrCat(
+          "node '", node_name, "': a deferred verdict needs the guard's counters to fold into"));
+    }
+    ASSIGN_OR_RETURN(kernel->fold_, NvrtcKernel::Create(ctx, absl::StrCat(node_name, ".settle"),
+                                                        settle, dim3(1), dim3(1), 0, args(2)));
+  }
   return std::unique_ptr<GpuKernel>(std::move(kernel));
 }
 
@@ -55,6 +65,10 @@ std::string DoubleBufferedMlpStep::Describe() const {
 absl::Status DoubleBufferedMlpStep::Settle(cudaStream_t stream) const {
   RETURN_IF_ERROR(copy_->Launch(stream));
   return clear_->Launch(stream);
+}
+
+absl::Status DoubleBufferedMlpStep::SettleCounters(cudaStream_t stream) const {
+  return fold_ == nullptr ? absl::OkStatus() : fold_->Launch(stream);
 }
 
 }  // namespace reprise::ops

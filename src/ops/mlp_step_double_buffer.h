@@ -2,7 +2,9 @@
 // MlpStepPlan::double_buffered): the step itself, and its Settle, which brings the parameters and
 // velocities back to their own buffers where the parity word says the shadow holds them (two
 // launches of codegen::MlpStepSettleKernel: the copy, then the word cleared). Between steps only
-// Settle makes those buffers current; every reader outside the step must call it first.
+// Settle makes those buffers current; every reader outside the step must call it first. With a
+// deferred verdict the guard's counters lag one step behind too: Settle, or SettleCounters alone,
+// brings them up to date.
 #ifndef REPRISE_SRC_OPS_MLP_STEP_DOUBLE_BUFFER_H_
 #define REPRISE_SRC_OPS_MLP_STEP_DOUBLE_BUFFER_H_
 
@@ -22,7 +24,9 @@ struct MlpStepBuffers {
   void* barrier = nullptr;
   // Per layer: W_l, b_l, W_l's velocity and b_l's, the step kernel's parameters in its order.
   std::vector<std::array<void*, 4>> layers;
-  void* shadow = nullptr;  // The step's shadow input (MlpStepTarget::shadow).
+  void* shadow = nullptr;         // The step's shadow input (MlpStepTarget::shadow).
+  void* skipped_steps = nullptr;  // The guard's counters, which a deferred verdict folds into.
+  void* record = nullptr;
 };
 
 class DoubleBufferedMlpStep : public GpuKernel {
@@ -41,11 +45,14 @@ class DoubleBufferedMlpStep : public GpuKernel {
   }
   size_t WorkspaceBytes() const override { return step_->WorkspaceBytes(); }
   absl::Status Settle(cudaStream_t stream) const override;
+  absl::Status SettleCounters(cudaStream_t stream) const override;
   bool NeedsSettle() const override { return true; }
 
  private:
   DoubleBufferedMlpStep() = default;
-  std::unique_ptr<GpuKernel> step_, copy_, clear_;
+  // clear_ folds the verdict too, and fold_ only folds it (MlpStepPlan::deferred_verdict; else
+  // null: the counters are always current).
+  std::unique_ptr<GpuKernel> step_, copy_, clear_, fold_;
 };
 
 }  // namespace reprise::ops

@@ -1,10 +1,11 @@
 // The double-buffered guarded MLP step (MlpGuard in src/codegen/mlp_step_kernel.h), as generated
 // source: guarded layer-phase, row-chain and group plans read each parameter and velocity from the
-// buffer the parity word names and write the update to the other, copy and restore nothing, and
-// write the flipped word when the step is applied; the settle kernel copies the shadow's buffers
-// back. Only a plan given a shadow (MlpStepTarget::shadow, which the fuse passes add as persistent
-// state) double-buffers. All compile for sm_90 without warnings. The GPU side:
-// tests/gpu/mlp_step_guard_gpu_test.cc.
+// buffer the parity names and write the update to the other, copy and restore nothing; the
+// group plans' last block writes the flipped word when the step is applied, the others' next step
+// reads the verdict (the deferred verdict); the settle kernel copies the shadow's buffers back and
+// folds a deferred verdict into the counters. Only a plan given a shadow (MlpStepTarget::shadow,
+// which the fuse passes add as persistent state) double-buffers. All compile for sm_90 without
+// warnings. The GPU side: tests/gpu/mlp_step_guard_gpu_test.cc.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -109,6 +110,7 @@ TEST(MlpDoubleBufferTest, GroupStepReadsOneBufferWritesTheOtherAndCopiesNothing)
   EXPECT_THAT(code, HasSubstr("BiasSgdGuarded<false, "));
   EXPECT_THAT(code, Not(HasSubstr("mlpg::Restore<"))) << "no restore";
   EXPECT_THAT(code, HasSubstr("record, barrier + 62, flip))"));
+  EXPECT_FALSE(plan.deferred_verdict) << "no grid barrier to defer the verdict past";
   ExpectCompilesCleanly(kernel);
 }
 
@@ -123,8 +125,16 @@ TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesNothing) {
           models == 1 ? codegen::MlpStepKernel(plan)
                       : codegen::BatchedMlpStepKernel(plan, false, false);
       const std::string& code = kernel.code;
-      // One body for both parities, reading the word once.
-      EXPECT_THAT(code, HasSubstr("  const bool flip = barrier[62] != 0u;\n"));
+      // One body for both parities, reading the verdict words once; the next step decides
+      // (no block arrives on the guard word).
+      EXPECT_TRUE(plan.deferred_verdict);
+      EXPECT_THAT(code, HasSubstr("mlpg::VerdictBegin<kGuardSticky>(barrier + 60, record);\n"));
+      EXPECT_THAT(code, HasSubstr("  const bool flip = verdict.flip;\n"));
+      EXPECT_THAT(code,
+                  HasSubstr("  mlpg::VerdictEnd(barrier + 60, verdict, skipped_steps, record);"));
+      EXPECT_THAT(code, Not(HasSubstr("mlpg::GuardFinish(")));
+      EXPECT_THAT(code, Not(HasSubstr("mlpg::GuardBegin<")));
+      EXPECT_THAT(code, HasSubstr("constexpr int kBadFlag = 3;"));
       EXPECT_THAT(code, Not(HasSubstr("constexpr bool flip")));
       for (int l = 0; l < plan.layers(); ++l) {
         const std::string n = std::to_string(l), w = "w" + n, vw = "vw" + n, b = "b" + n,
@@ -143,7 +153,6 @@ TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesNothing) {
       }
       EXPECT_THAT(code, Not(HasSubstr("mlpg::CopyStart<"))) << "no step-start copies";
       EXPECT_THAT(code, Not(HasSubstr("mlpg::Restore<"))) << "no restore";
-      EXPECT_THAT(code, HasSubstr("record, barrier + 62, flip))"));
       EXPECT_THAT(code, HasSubstr("int* record, float* shadow, float* loss"));
       ExpectCompilesCleanly(kernel);
     }
@@ -159,10 +168,16 @@ TEST(MlpDoubleBufferTest, StepReadsOneBufferWritesTheOtherAndCopiesNothing) {
 TEST(MlpDoubleBufferTest, SettleCopiesEveryParameterAndVelocityBackThenClears) {
   const codegen::MlpStepPlan plan =
       Plan(4, codegen::MlpSchedule::kLayerPhases, codegen::MlpGuard::kSkip);
+  ASSERT_TRUE(plan.deferred_verdict);
   const codegen::GeneratedKernel settle = codegen::MlpStepSettleKernel(plan);
   EXPECT_EQ(settle.name, "reprise_mlp_step_settle");
-  EXPECT_THAT(settle.code, HasSubstr("if (barrier[62] == 0u) return;"));
-  EXPECT_THAT(settle.code, HasSubstr("barrier[62] = 0u;"));
+  // The parity the next step would take: the previous step's, flipped where the last step ran
+  // clean; modes 1 and 2 fold the last verdict and the step count into the counters.
+  EXPECT_THAT(settle.code, HasSubstr("const bool flip = ((w.x & 1u) != 0u) != (last == 2u);"));
+  EXPECT_THAT(settle.code, HasSubstr("if (!flip) return;"));
+  EXPECT_THAT(settle.code, HasSubstr("if (record[1] == 0) record[1] = record[0] + "));
+  EXPECT_THAT(settle.code, HasSubstr("record[0] += static_cast<int>(w.y);"));
+  EXPECT_THAT(settle.code, HasSubstr("words[0] = mode == 2 && flip ? 1u : 0u;"));
   for (int l = 0; l < plan.layers(); ++l) {
     const std::string n = std::to_string(l);
     const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
@@ -179,7 +194,19 @@ TEST(MlpDoubleBufferTest, SettleCopiesEveryParameterAndVelocityBackThenClears) {
                                        std::to_string(plan.shadow_vb_offset[l]) + " + i];"));
   }
   EXPECT_THAT(settle.code, HasSubstr("float* w0, float* b0, float* vw0, float* vb0, float* w1"));
+  EXPECT_THAT(settle.code,
+              HasSubstr("const float* shadow, int* skipped_steps, int* record, int mode"));
   ExpectCompilesCleanly(settle);
+  // The group schedule's verdict is the last block's, in the step: its settle reads the parity
+  // word alone.
+  const codegen::MlpStepPlan groups =
+      Plan(32, codegen::MlpSchedule::kGroups, codegen::MlpGuard::kSkip);
+  ASSERT_FALSE(groups.deferred_verdict);
+  const codegen::GeneratedKernel group_settle = codegen::MlpStepSettleKernel(groups);
+  EXPECT_THAT(group_settle.code, HasSubstr("if (barrier[62] == 0u || mode == 2) return;"));
+  EXPECT_THAT(group_settle.code, HasSubstr("barrier[62] = 0u;"));
+  EXPECT_THAT(group_settle.code, Not(HasSubstr("record[")));
+  ExpectCompilesCleanly(group_settle);
   // Nothing to settle in a plan that is not double-buffered.
   const codegen::GeneratedKernel none = codegen::MlpStepSettleKernel(
       Plan(4, codegen::MlpSchedule::kLayerPhases, codegen::MlpGuard::kNone));

@@ -305,9 +305,12 @@ TEST_P(GuardedKernelsCompileTest, ForSm90) {
           const codegen::GeneratedKernel kernel =
               c.models == 1 ? codegen::MlpStepKernel(*plan)
                             : codegen::BatchedMlpStepKernel(*plan, false, c.models == 3);
-          // No grid-wide wait for the check: each block arrives on the guard word and leaves;
-          // with copies, the last restores a skipped step.
-          EXPECT_THAT(kernel.code, HasSubstr("GuardFinish"));
+          // No grid-wide wait for the check: with copies each block arrives on the guard word
+          // and leaves, the last restoring a skipped step; double-buffered, no block arrives and
+          // the next step reads the verdict.
+          EXPECT_THAT(kernel.code,
+                      HasSubstr(shadow ? "mlpg::VerdictEnd(barrier" : "mlpg::GuardFinish(barrier"));
+          EXPECT_EQ(plan->deferred_verdict, shadow);
           EXPECT_EQ(kernel.code.find("mlpg::Restore<") != std::string::npos, !shadow);
           EXPECT_THAT(kernel.code, Not(HasSubstr("GuardBarrier(")));
           auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");

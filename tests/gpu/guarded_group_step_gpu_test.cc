@@ -166,7 +166,10 @@ class DeviceStep {
                                            codegen::BatchedMlpStepKernel(plan, false, false),
                                            std::move(args), grid));
     if (!plan.double_buffered) return step;
-    ops::MlpStepBuffers buffers{.barrier = data(kBarrier), .shadow = data(kBarrier + 3)};
+    ops::MlpStepBuffers buffers{.barrier = data(kBarrier),
+                                .shadow = data(kBarrier + 3),
+                                .skipped_steps = data(kBarrier + 1),
+                                .record = data(kBarrier + 2)};
     for (int l = 0; l < kLayers; ++l) {
       const int first = 6 + 4 * l;  // W, b, W's velocity and b's.
       buffers.layers.push_back({data(first), data(first + 1), data(first + 2), data(first + 3)});

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,15 @@ std::unique_ptr<Trainer> Make(int models, TrainOptions options) {
   // Input copies + the one whole-step launch.
   EXPECT_LE((*t)->stats().launches_per_step, 1 + 2 * models) << "not the whole step";
   return *std::move(t);
+}
+
+// Two trainers of the same models and initial weights: guarded (kSkipStep, the default) and not.
+std::pair<std::unique_ptr<Trainer>, std::unique_ptr<Trainer>> MakeGuardedAndIgnored(int models,
+                                                                                    bool tf32) {
+  TrainOptions guarded_options, ignored_options;
+  guarded_options.numerics.allow_tf32 = ignored_options.numerics.allow_tf32 = tf32;
+  ignored_options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
+  return {Make(models, guarded_options), Make(models, ignored_options)};
 }
 
 // Batch `step` for every model; with `nan`, model models - 1's row 5, feature 17 is a NaN.
@@ -103,6 +113,84 @@ TEST(MlpStepGuardGpuTest, NanFeatureIsSkippedCountedAndTheNextStepTrains) {
   }
 }
 
+// Steps back to back with nothing read between them, two non-finite ones in the middle: each
+// step's verdict is counted by the next step's kernel (MlpStepPlan::deferred_verdict), the last
+// one's by the read after it. The weights are those of an unguarded trainer that ran only the
+// clean steps, bit for bit, whatever the parity the skipped steps left.
+TEST(MlpStepGuardGpuTest, SkippedStepsBetweenUnreadStepsAreCountedAndLeftOut) {
+  REPRISE_REQUIRE_GPU();
+  for (int models : {1, 4}) {
+    for (bool tf32 : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
+      auto [guarded, ignored] = MakeGuardedAndIgnored(models, tf32);
+      ASSERT_TRUE(guarded && ignored);
+      for (int s = 0; s < 7; ++s) {
+        const bool nan = s == 2 || s == 3;
+        REPRISE_ASSERT_OK(Feed(*guarded, models, s, nan));
+        REPRISE_ASSERT_OK(guarded->Step());
+        if (nan) continue;
+        REPRISE_ASSERT_OK(Feed(*ignored, models, s));
+        REPRISE_ASSERT_OK(ignored->Step());
+      }
+      REPRISE_ASSERT_OK_AND_ASSIGN(int64_t skipped, guarded->SkippedSteps());
+      EXPECT_EQ(skipped, 2);
+      TrainerReport report = guarded->Report();
+      ASSERT_TRUE(report.non_finite.has_value());
+      EXPECT_EQ(report.non_finite->steps_checked, 7);
+      EXPECT_EQ(report.non_finite->first_non_finite_step, 2);
+      EXPECT_EQ(ParameterValues(*guarded), ParameterValues(*ignored));
+      // A skipped step last, read at once: its verdict is still pending when the read folds it.
+      REPRISE_ASSERT_OK(Feed(*guarded, models, 7, /*nan=*/true));
+      REPRISE_ASSERT_OK(guarded->Step());
+      EXPECT_EQ(*guarded->SkippedSteps(), 3);
+      report = guarded->Report();
+      ASSERT_TRUE(report.non_finite.has_value());
+      EXPECT_EQ(report.non_finite->steps_checked, 8);
+      EXPECT_EQ(report.non_finite->first_non_finite_step, 2);
+      EXPECT_EQ(ParameterValues(*guarded), ParameterValues(*ignored));
+    }
+  }
+}
+
+// kStop with steps queued after the non-finite one and nothing read between them: the step after
+// it records it (its verdict deferred to the next step), and every later step is skipped.
+TEST(MlpStepGuardGpuTest, StopWithUnreadStepsAfterItNamesTheStep) {
+  REPRISE_REQUIRE_GPU();
+  for (int models : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat(models, " models"));
+    TrainOptions options;
+    options.numerics.non_finite.policy = NonFinitePolicy::kStop;
+    auto t = Make(models, options);
+    ASSERT_TRUE(t);
+    REPRISE_ASSERT_OK(Feed(*t, models, 0));
+    REPRISE_ASSERT_OK(t->Step());
+    const auto before = ParameterValues(*t);
+    for (int s = 1; s < 5; ++s) {
+      REPRISE_ASSERT_OK(Feed(*t, models, s, /*nan=*/s == 2));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    const absl::Status stopped = t->Loss().status();
+    EXPECT_EQ(stopped.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(stopped.message(), HasSubstr("step 2 "));
+    // Steps 0 and 1 applied, 2 to 4 skipped: the weights of an unguarded run of steps 0 and 1.
+    TrainOptions ignored_options;
+    ignored_options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
+    auto ignored = Make(models, ignored_options);
+    ASSERT_TRUE(ignored);
+    for (int s = 0; s < 2; ++s) {
+      REPRISE_ASSERT_OK(Feed(*ignored, models, s));
+      REPRISE_ASSERT_OK(ignored->Step());
+    }
+    const auto after = ParameterValues(*t);
+    EXPECT_NE(after, before);
+    EXPECT_EQ(after, ParameterValues(*ignored));
+    const TrainerReport report = t->Report();
+    ASSERT_TRUE(report.non_finite.has_value());
+    EXPECT_EQ(report.non_finite->skipped_steps, 3);
+    EXPECT_EQ(report.non_finite->steps_checked, 5);
+  }
+}
+
 // Clean steps: the guarded kernel's bits are the unguarded one's (the same gradients, the same
 // SGD arithmetic, only later), for the schedules both pick.
 TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
@@ -110,11 +198,7 @@ TEST(MlpStepGuardGpuTest, CleanStepsGiveTheUnguardedBits) {
   for (int models : {1, 4}) {
     for (bool tf32 : {false, true}) {
       SCOPED_TRACE(absl::StrCat(models, " models", tf32 ? ", TF32" : ""));
-      TrainOptions guarded_options, ignored_options;
-      guarded_options.numerics.allow_tf32 = ignored_options.numerics.allow_tf32 = tf32;
-      ignored_options.numerics.non_finite.policy = NonFinitePolicy::kIgnore;
-      auto guarded = Make(models, guarded_options);
-      auto ignored = Make(models, ignored_options);
+      auto [guarded, ignored] = MakeGuardedAndIgnored(models, tf32);
       ASSERT_TRUE(guarded && ignored);
       for (int s = 0; s < 5; ++s) {
         for (Trainer* t : {guarded.get(), ignored.get()}) {
