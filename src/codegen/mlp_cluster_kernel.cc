@@ -32,7 +32,7 @@ class ClusterBody {
         s_(LayoutFor(plan, plan.cluster)),
         d_(plan.widths),
         groups_(plan.groups > 0),
-        guarded_(plan.groups > 0 && plan.target.guard != MlpGuard::kNone),
+        guarded_(plan.target.guard != MlpGuard::kNone),
         copies_(guarded_ && !plan.double_buffered),
         double_buffered_(guarded_ && plan.double_buffered),
         exchanges_per_model_(exchanges),
@@ -182,7 +182,7 @@ class ClusterBody {
   const Layout s_;
   const std::vector<int>& d_;
   const bool groups_;           // kGroups: exchanges through the workspace, group barriers.
-  const bool guarded_;          // kGroups under the non-finite guard.
+  const bool guarded_;          // Under the non-finite guard (kCluster: double-buffered only).
   const bool copies_;           // Guarded, not double-buffered: step-start copies to the workspace.
   const bool double_buffered_;  // Guarded, with a shadow: updates to the other buffers.
   const int exchanges_per_model_;
@@ -447,6 +447,14 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
   const int64_t batch = plan_.batch;
   Line("using namespace mlpc;");
   Line("float* const sm = SharedBase();");
+  if (guarded_) {
+    if (double_buffered_) absl::StrAppend(&code_, ParityPointersSource(plan_));
+    Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
+    Line(absl::StrCat("const mlpg::Counters counters = mlpg::GuardBegin<",
+                      B(plan_.target.guard == MlpGuard::kStop),
+                      ">(bad, nullptr, skipped_steps, record);"));
+    Line("const int stopped = counters.stopped;");
+  }
   if (groups_) {
     // Group g trains models g, g + groups, ...: the grid is a multiple of kRanks.
     Line("const int rank = blockIdx.x % kRanks, group = blockIdx.x / kRanks;");
@@ -454,14 +462,6 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
     Line(absl::StrCat("float* const area = ws + ", plan_.area_offset,
                       " + static_cast<size_t>(group) * ",
                       plan_.exchange_areas * GroupAreaFloats(plan_), ";"));
-    if (guarded_) {
-      if (double_buffered_) absl::StrAppend(&code_, ParityPointersSource(plan_));
-      Line(absl::StrCat("int* const bad = reinterpret_cast<int*>(", Smem(s_.guard), ");"));
-      Line(absl::StrCat("const mlpg::Counters counters = mlpg::GuardBegin<",
-                        B(plan_.target.guard == MlpGuard::kStop),
-                        ">(bad, nullptr, skipped_steps, record);"));
-      Line("const int stopped = counters.stopped;");
-    }
     Line("for (int k = group; k < kModels; k += gridDim.x / kRanks) {");
   } else {
     Line("const int rank = static_cast<int>(Rank());");
@@ -539,6 +539,8 @@ void ClusterBody::Emit(bool batched, bool shared_features, bool shared_labels, b
   }
   Line("// No block leaves while another may still read its shared memory.");
   ClusterSync();
+  // Every block of every cluster, later waves' too, arrives before the last one flips the parity.
+  if (guarded_) GuardEnd();
 }
 
 void ClusterBody::GuardEnd() {
@@ -567,7 +569,7 @@ GeneratedKernel ClusterStepKernel(const MlpStepPlan& plan, bool batched, bool sh
                   "  const int v = total - start;\n  return v < 0 ? 0 : v > size ? size : v;\n}\n"
                   "}  // namespace mlpc\n",
                   kMlpClusterLibrary);
-  const bool guarded = plan.groups > 0 && plan.target.guard != MlpGuard::kNone;
+  const bool guarded = plan.target.guard != MlpGuard::kNone;
   if (guarded) absl::StrAppend(&code, kMlpClusterGuardLibrary, kMlpGuardLibrary);
   const char* name = batched ? "reprise_batched_mlp_step" : "reprise_mlp_step";
   absl::StrAppend(&code, "\n",

@@ -22,9 +22,11 @@
 // slot, L2 only) and meets at a barrier word of its own, so models are not limited to one wave of
 // hardware clusters, and each group trains models k, k + groups, ... in turn. The sums are the
 // clusters' in the same order: the same bits for the same blocks per model. Under the non-finite
-// guard (kGroups only) the SGD epilogues first copy the step-start values they overwrite to the
-// workspace, flagging a non-finite gradient, and the last block to finish restores every
-// parameter where the step skips (mlp_cluster_guard_device.inc, mlp_guard_device.inc).
+// guard the SGD epilogues flag a non-finite gradient and write the new values to the other of
+// each parameter's two buffers (double-buffered), which the last block to finish, of any wave,
+// makes current unless some block flagged; without a shadow (kGroups only) they copy the
+// step-start values to the workspace first, and that block restores them where the step skips
+// (mlp_cluster_guard_device.inc, mlp_guard_device.inc).
 //
 // With TF32 products the hidden activations are stored rounded to TF32: only products (which
 // round their operands anyway), copies and ReLU masks read them, so their products skip the

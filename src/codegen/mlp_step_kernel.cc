@@ -519,17 +519,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
     }
   }
 
-  // The cluster schedule updates inside each model's cluster, which cannot wait for the others'
-  // gradients (a later wave's): not under the guard. kGroups' areas avoid the step-start copies.
-  if (guarded && target.schedule == MlpSchedule::kCluster) {
-    return absl::UnimplementedError(
-        "the cluster schedule of the fused MLP step does not run the non-finite guard (each "
-        "model's cluster updates its weights without waiting for the other models)");
-  }
   // kGroups' exchange areas: where the workspace has the most room that the copies do not
   // take, before them (the other schedules' activations, unused by the groups) or after them.
   if (copies && plan.workspace_floats - offset >= plan.grad_w_offset[0]) plan.area_offset = offset;
-  const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !guarded && target.tf32 &&
+  const bool auto_cluster = target.schedule == MlpSchedule::kAuto && !copies && target.tf32 &&
                             models >= kClusterMinModels;
   const bool auto_groups = target.schedule == MlpSchedule::kAuto && models >= kGroupsMinModels;
   if (target.schedule == MlpSchedule::kGroups || auto_groups) {
@@ -543,7 +536,10 @@ absl::StatusOr<MlpStepPlan> SearchMlpStepPlan(int64_t batch, const std::vector<i
   }
   if (target.schedule == MlpSchedule::kCluster || auto_cluster) {
     const absl::Status clustered = PlanCluster(plan);
-    if (clustered.ok()) return plan;
+    if (clustered.ok()) {
+      if (guarded) LayOutShadow(plan);
+      return plan;
+    }
     if (target.schedule == MlpSchedule::kCluster) return clustered;
   }
   const int64_t scratch = LossScratch(models) + (guarded ? kGuardScratch : 0);

@@ -78,8 +78,8 @@ inline constexpr int kRowChainMinModels = 32;
 // to the guard word, and the last block to arrive counts the step and, where it skips, alone copies
 // every parameter and velocity back (kStop: once stopped, no task writes any). A clean step so
 // costs the copies and one atomic per block; only a skipped step pays for the restore. kCluster
-// cannot guard (a model's cluster may run in a later wave than another's, after the restore), so a
-// guarded plan never picks it.
+// guards double-buffered only (a model's cluster may run in a later wave than another's, after a
+// restore), so a guarded plan without a shadow never picks it.
 //
 // Double-buffered (MlpStepPlan::double_buffered: a guarded plan with a shadow input,
 // MlpStepTarget::shadow, which the fuse pass always gives), nothing is copied: every weight, bias
@@ -88,12 +88,12 @@ inline constexpr int kRowChainMinModels = 32;
 // the two holds the current values. The step reads that one and writes its update to the other;
 // an applied step flips the parity and a skipped one leaves it, so a skipped step needs no
 // restore, and the forward phases are the unguarded kernel's (measured on an H200, the bias copies
-// there cost each forward phase ~0.2 us). kGroups: the last block to arrive flips barrier word
-// kMlpStepParityWord. kLayerPhases and kRowChain defer the verdict (MlpStepPlan::
-// deferred_verdict): no block arrives; the next step reads it with the parity and counts it.
-// Between steps the parameters' own buffers are therefore current only where the parity is 0:
-// MlpStepSettleKernel copies the second buffers back and clears it, and must run before anything
-// else reads or writes the weights or velocities.
+// there cost each forward phase ~0.2 us). kGroups and kCluster: the last block to arrive (of
+// any wave) flips barrier word kMlpStepParityWord. kLayerPhases and kRowChain defer the verdict
+// (MlpStepPlan::deferred_verdict): no block arrives; the next step reads it with the parity and
+// counts it. Between steps the parameters' own buffers are therefore current only where the parity
+// is 0: MlpStepSettleKernel copies the second buffers back and clears it, and must run before
+// anything else reads or writes the weights or velocities.
 enum class MlpGuard : uint8_t { kNone, kSkip, kStop };
 inline constexpr int kClusterMinModels = 8;
 inline constexpr int kGroupsMinModels = 32;

@@ -177,7 +177,7 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
 // losses, apart; the flag word in shared memory; 32 models keep the group schedule, its exchange
 // areas clear of the gradients; never the cluster schedule (whose later waves of models cannot be
 // waited for before updating).
-TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
+TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndClusterOnlyDoubleBuffered) {
   const std::vector<int64_t> widths = {64, 256, 256, 10};
   for (int64_t models : {1, 4, 32}) {
     for (codegen::MlpSchedule schedule :
@@ -230,13 +230,30 @@ TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndSkipTheClusters) {
                 grads - models * widths.back());
     }
   }
+  // The cluster schedule guards only double-buffered: a model's cluster may run in a wave after
+  // the last block's restore. Without a shadow, asked for, it is refused, and kAuto plans another.
   codegen::MlpStepTarget cluster;
   cluster.tf32 = true;
   cluster.schedule = codegen::MlpSchedule::kCluster;
   cluster.guard = codegen::MlpGuard::kStop;
   auto refused = codegen::PlanMlpStep(64, widths, cluster, 8);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(refused.status().message(), HasSubstr("non-finite guard"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("only double-buffered"));
+  cluster.schedule = codegen::MlpSchedule::kAuto;
+  auto copied = codegen::PlanMlpStep(64, widths, cluster, 8);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_EQ(copied->cluster, 0);
+  cluster.shadow = true;
+  for (auto schedule : {codegen::MlpSchedule::kCluster, codegen::MlpSchedule::kAuto}) {
+    cluster.schedule = schedule;
+    auto clustered = codegen::PlanMlpStep(64, widths, cluster, 8);
+    ASSERT_TRUE(clustered.ok()) << clustered.status();
+    EXPECT_GT(clustered->cluster, 0);
+    EXPECT_EQ(clustered->groups, 0);
+    EXPECT_TRUE(clustered->double_buffered);
+    EXPECT_FALSE(clustered->deferred_verdict);
+    EXPECT_EQ(clustered->shadow_w_offset.size(), widths.size() - 1);
+  }
 }
 
 // The guard's launches per step on a mixed-precision ResNet-50 (the plan a Trainer runs): it reads
@@ -330,9 +347,10 @@ INSTANTIATE_TEST_SUITE_P(MlpStepGuardTest, GuardedKernelsCompileTest,
                                            GuardedKernelCase{4, 64, {64, 256, 256, 10}, true},
                                            GuardedKernelCase{3, 5, {3, 7, 7, 3}, false}));
 
-// The group schedule's guarded kernels (updates in place with step-start copies, no grid barrier,
-// the restore by the last block), deep and shallow, padded and not, single and batched.
-TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
+// The group and cluster schedules' guarded kernels (no grid barrier; the last block to arrive
+// decides: restores a skipped step's copies, or flips the double-buffered parity), deep and
+// shallow, padded and not, single and batched. The cluster schedule is double-buffered only.
+TEST(MlpStepGuardTest, GuardedGroupAndClusterKernelsCompileForSm90) {
   struct Case {
     int64_t models, batch;
     std::vector<int64_t> widths;
@@ -345,17 +363,20 @@ TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
   for (const Case& c : cases) {
     for (bool tf32 : {false, true}) {
       for (codegen::MlpGuard guard : {codegen::MlpGuard::kSkip, codegen::MlpGuard::kStop}) {
-        codegen::MlpStepTarget target;
-        target.aligned = c.aligned;
-        target.tf32 = tf32;
-        target.schedule = codegen::MlpSchedule::kGroups;
-        target.guard = guard;
         // Without a shadow the updates copy the step-start values; with one they double-buffer.
-        for (bool shadow : {false, true}) {
+        for (auto [schedule, shadow] : {std::pair{codegen::MlpSchedule::kGroups, false},
+                                        std::pair{codegen::MlpSchedule::kGroups, true},
+                                        std::pair{codegen::MlpSchedule::kCluster, true}}) {
+          codegen::MlpStepTarget target;
+          target.aligned = c.aligned;
+          target.tf32 = tf32;
+          target.schedule = schedule;
+          target.guard = guard;
           target.shadow = shadow;
           auto plan = codegen::PlanMlpStep(c.batch, c.widths, target, c.models);
           ASSERT_TRUE(plan.ok()) << plan.status();
-          ASSERT_GT(plan->groups, 0);
+          ASSERT_GT(plan->cluster, 0);
+          ASSERT_EQ(plan->groups > 0, schedule == codegen::MlpSchedule::kGroups);
           EXPECT_EQ(plan->double_buffered, shadow);
           const codegen::GeneratedKernel kernel =
               c.models == 1 ? codegen::MlpStepKernel(*plan)
@@ -369,7 +390,8 @@ TEST(MlpStepGuardTest, GuardedGroupKernelsCompileForSm90) {
           auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
           ASSERT_TRUE(compiled.ok())
               << c.models << " models, layers " << plan->layers() << (tf32 ? " tf32" : "")
-              << (shadow ? " shadow" : "") << ": " << compiled.status();
+              << (plan->groups > 0 ? " groups" : " clusters") << (shadow ? " shadow" : "") << ": "
+              << compiled.status();
         }
       }
     }

@@ -6,8 +6,9 @@
 // counts it; the clean steps around it train bit for bit as the unguarded group kernel fed only
 // the clean batches; one group or three, each training many models in turn, give the full grid's
 // bits; kStop skips every step from the first non-finite one and records it. The layer phases
-// and the row chain skip a step on any grid too. Every schedule double-buffers (the fused node's
-// shadow): the parameters are read after the op's Settle.
+// and the row chain skip a step on any grid too, and the cluster schedule across its two waves of
+// clusters. Every schedule double-buffers (the fused node's shadow): the parameters are read after
+// the op's Settle.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -365,12 +366,54 @@ TEST_F(GuardedGroupStepGpuTest, StopSkipsEveryStepFromTheFirstNonFiniteOne) {
   EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
 }
 
-// The layer phases and the row chain under the guard, which adds no grid barrier to them (each
-// block counts itself out on the guard word; the last to finish decides, counts, and flips the
-// parity word of an applied step), on their full grid and on 1 or 3 blocks (many tasks per block;
-// the last block to finish differs): a NaN feature or a label outside the classes leaves every
-// parameter and velocity as it was, bit for bit, and is counted; the clean steps around them give
-// the bits of the unguarded kernel of the same schedule and grid.
+// `schedule` under the guard, which adds no grid barrier to it, on `grid` blocks (0: its plan's):
+// a NaN feature or a label outside the classes leaves every parameter and velocity as it was, bit
+// for bit, and is counted; the clean steps around them give the bits of the unguarded kernel of
+// the same schedule and grid.
+void ExpectSkippedStepsLeaveTheBits(codegen::MlpSchedule schedule, int grid,
+                                    const runtime::DeviceInfo& device,
+                                    runtime::KernelStore* kernels, cudaStream_t stream) {
+  DeviceStep guarded, plain;
+  REPRISE_ASSERT_OK(guarded.Init(NonFinitePolicy::kSkipStep, device, kernels));
+  REPRISE_ASSERT_OK(plain.Init(NonFinitePolicy::kIgnore, device, kernels));
+  for (int i = 0; i < kBarrier; ++i) REPRISE_ASSERT_OK(plain.CopyInput(i, guarded));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan, guarded.Plan(schedule, true));
+  ASSERT_EQ(plan.cluster > 0, schedule == codegen::MlpSchedule::kCluster);
+  ASSERT_EQ(plan.groups, 0);
+  const int blocks = grid == 0 ? plan.grid() : grid;
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto guarded_kernel, guarded.LowerOnGrid(blocks, schedule, true));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto plain_kernel, plain.LowerOnGrid(blocks, schedule, false));
+  auto launch = [&](const ops::GpuKernel& kernel) {
+    REPRISE_ASSERT_OK(kernel.Launch(stream));
+    REPRISE_ASSERT_OK(kernel.Settle(stream));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream));
+    REPRISE_ASSERT_OK(cudaGetLastError());
+  };
+  std::vector<std::string> before = guarded.Parameters();
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const Poison poison = step == 1   ? Poison::kNanFeature
+                          : step == 2 ? Poison::kBadLabel
+                                      : Poison::kNone;
+    REPRISE_ASSERT_OK(Feed(guarded, step, poison));
+    ASSERT_NO_FATAL_FAILURE(launch(*guarded_kernel));
+    if (poison == Poison::kNone) {
+      REPRISE_ASSERT_OK(Feed(plain, step));
+      ASSERT_NO_FATAL_FAILURE(launch(*plain_kernel));
+      EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
+      EXPECT_EQ(guarded.Bytes(guarded.inputs()), plain.Bytes(plain.inputs())) << "loss";
+    } else {
+      EXPECT_TRUE(guarded.Parameters() == before) << "a parameter moved on a skipped step";
+    }
+    before = guarded.Parameters();
+    const int skipped = step < 1 ? 0 : step == 1 ? 1 : 2;
+    EXPECT_EQ(guarded.Ints(kBarrier + 1), std::vector<int32_t>{skipped});
+    EXPECT_EQ(guarded.Ints(kBarrier + 2), (std::vector<int32_t>{step + 1, step < 1 ? 0 : 2}));
+  }
+}
+
+// The layer phases and the row chain (each step's verdict deferred to the next one's blocks) on
+// their full grid and on 1 or 3 blocks (many tasks per block).
 TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid) {
   for (codegen::MlpSchedule schedule :
        {codegen::MlpSchedule::kLayerPhases, codegen::MlpSchedule::kRowChain}) {
@@ -378,39 +421,38 @@ TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid
       SCOPED_TRACE(
           absl::StrCat(schedule == codegen::MlpSchedule::kRowChain ? "row chain" : "layer phases",
                        ", grid ", grid));
-      DeviceStep guarded, plain;
-      REPRISE_ASSERT_OK(guarded.Init(NonFinitePolicy::kSkipStep, device_, kernels_));
-      REPRISE_ASSERT_OK(plain.Init(NonFinitePolicy::kIgnore, device_, kernels_));
-      for (int i = 0; i < kBarrier; ++i) REPRISE_ASSERT_OK(plain.CopyInput(i, guarded));
-      REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan, guarded.Plan(schedule, true));
-      ASSERT_EQ(plan.cluster, 0);
-      const int blocks = grid == 0 ? plan.grid() : grid;
-      REPRISE_ASSERT_OK_AND_ASSIGN(auto guarded_kernel,
-                                   guarded.LowerOnGrid(blocks, schedule, true));
-      REPRISE_ASSERT_OK_AND_ASSIGN(auto plain_kernel, plain.LowerOnGrid(blocks, schedule, false));
-      std::vector<std::string> before = guarded.Parameters();
-      for (int step = 0; step < 4; ++step) {
-        SCOPED_TRACE(absl::StrCat("step ", step));
-        const Poison poison = step == 1   ? Poison::kNanFeature
-                              : step == 2 ? Poison::kBadLabel
-                                          : Poison::kNone;
-        REPRISE_ASSERT_OK(Feed(guarded, step, poison));
-        ASSERT_NO_FATAL_FAILURE(Launch(*guarded_kernel));
-        if (poison == Poison::kNone) {
-          REPRISE_ASSERT_OK(Feed(plain, step));
-          ASSERT_NO_FATAL_FAILURE(Launch(*plain_kernel));
-          EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
-          EXPECT_EQ(guarded.Bytes(guarded.inputs()), plain.Bytes(plain.inputs())) << "loss";
-        } else {
-          EXPECT_TRUE(guarded.Parameters() == before) << "a parameter moved on a skipped step";
-        }
-        before = guarded.Parameters();
-        const int skipped = step < 1 ? 0 : step == 1 ? 1 : 2;
-        EXPECT_EQ(guarded.Ints(kBarrier + 1), std::vector<int32_t>{skipped});
-        EXPECT_EQ(guarded.Ints(kBarrier + 2), (std::vector<int32_t>{step + 1, step < 1 ? 0 : 2}));
-      }
+      ExpectSkippedStepsLeaveTheBits(schedule, grid, device_, kernels_, stream_->get());
     }
   }
+}
+
+// The cluster schedule, double-buffered: no launch-wide wait, and the 32 models' clusters (of 4
+// blocks, 30 to a wave on an H100 or H200) run in two waves. Every block, of either wave, arrives
+// on the guard word; the last one decides and flips the parity, so a later wave still reads and
+// writes the buffers the step started with.
+TEST_F(GuardedGroupStepGpuTest, ClusterScheduleSkipsAStepAcrossItsWaves) {
+  ExpectSkippedStepsLeaveTheBits(codegen::MlpSchedule::kCluster, 0, device_, kernels_,
+                                 stream_->get());
+}
+
+// kStop on the cluster schedule: every step from the first non-finite one skipped and counted.
+TEST_F(GuardedGroupStepGpuTest, ClusterScheduleStopsFromTheFirstNonFiniteStep) {
+  DeviceStep s;
+  REPRISE_ASSERT_OK(s.Init(NonFinitePolicy::kStop, device_, kernels_));
+  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
+                               s.Plan(codegen::MlpSchedule::kCluster, true));
+  REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel,
+                               s.LowerOnGrid(plan.grid(), codegen::MlpSchedule::kCluster, true));
+  REPRISE_ASSERT_OK(Feed(s, 0));
+  ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
+  const std::vector<std::string> before = s.Parameters();
+  for (int step = 1; step < 3; ++step) {
+    REPRISE_ASSERT_OK(Feed(s, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
+    ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
+  }
+  EXPECT_TRUE(s.Parameters() == before);
+  EXPECT_EQ(s.Ints(kBarrier + 1), std::vector<int32_t>{2});
+  EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
 }
 
 }  // namespace
