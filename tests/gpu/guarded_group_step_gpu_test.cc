@@ -84,6 +84,7 @@ class DeviceStep {
   absl::Status Init(NonFinitePolicy policy, const runtime::DeviceInfo& device,
                     runtime::KernelStore* kernels) {
     ASSIGN_OR_RETURN(fused_, Fuse(policy));
+    policy_ = policy;
     device_ = &device;
     kernels_ = kernels;
     ir::ReferenceExecutor init(fused_.graph, false, 13);
@@ -140,12 +141,15 @@ class DeviceStep {
     return ops::BatchedMlpTrainStepOp().lower(Context(), node());
   }
 
-  // The plan of the op's lowering for `schedule`, under this step's guard.
+  // The plan of the op's lowering for `schedule`, under this step's guard (`guarded`: its policy,
+  // kSkipStep or kStop).
   absl::StatusOr<codegen::MlpStepPlan> Plan(codegen::MlpSchedule schedule, bool guarded) const {
     codegen::MlpStepTarget target = ops::MlpTrainStepTargetFor(*device_);
     target.tf32 = true;
     target.schedule = schedule;
-    target.guard = guarded ? codegen::MlpGuard::kSkip : codegen::MlpGuard::kNone;
+    target.guard = !guarded                            ? codegen::MlpGuard::kNone
+                   : policy_ == NonFinitePolicy::kStop ? codegen::MlpGuard::kStop
+                                                       : codegen::MlpGuard::kSkip;
     target.shadow = guarded;  // The fused node's shadow input.
     std::vector<int64_t> widths = {kConfig.input_features};
     for (int l = 0; l <= kConfig.depth; ++l)
@@ -200,6 +204,7 @@ class DeviceStep {
 
  private:
   FusedStep fused_;
+  NonFinitePolicy policy_ = NonFinitePolicy::kSkipStep;
   const runtime::DeviceInfo* device_ = nullptr;
   runtime::KernelStore* kernels_ = nullptr;
   std::vector<TensorSpec> specs_;
