@@ -9,11 +9,9 @@
 # default (the whole-step kernels inside themselves, double-buffering the parameters and their
 # velocities, with no grid barrier added: docs/engine.md, "The non-finite guard").
 # GUARD_ENSEMBLES="8 16 24 32 48" adds the issue-9 ensemble at each of those sizes
-# ("ensemble<K>_sweep_tf32_whole"; GUARD_ONLY=sweep keeps only them): the double buffer doubles the
-# parameters' and velocities' bytes a step touches (0.68 MB a model, 1.36 guarded: 21.7 and 43.5
-# MB at 32 models, against the H200's 50 MB L2), so a guard cost that jumps where that passes the
-# L2's share would point at the cache, not at the guard's code (the schedule may change with the
-# size too: 4 models take the layer phases, 32 the groups).
+# ("ensemble<K>_sweep_tf32_whole"; GUARD_ONLY=sweep keeps only them): the plan's schedule changes
+# with the size (4 models take the layer phases, 8 to 31 the clusters, 32 on the groups), and so
+# does what the guard costs (docs/benchmarks_guard.md).
 set -uo pipefail
 bench=${1:?reprise-bench}; rounds=${2:-2}
 # The issue-9 ensemble's flags, all but its size (--ensemble K).
