@@ -175,8 +175,8 @@ TEST(MlpStepGuardTest, DefaultPlansOfWholeStepKernelsAreGuarded) {
 // A guarded plan: one more stamped section (the guard's, after the last phase) and no more grid
 // barriers; each layer's step-start parameters and velocities in the workspace after the row
 // losses, apart; the flag word in shared memory; 32 models keep the group schedule, its exchange
-// areas clear of the gradients; never the cluster schedule (whose later waves of models cannot be
-// waited for before updating).
+// areas clear of the gradients; the cluster schedule only double-buffered (a restore by the last
+// block could come before a later wave of models has written its updates).
 TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndClusterOnlyDoubleBuffered) {
   const std::vector<int64_t> widths = {64, 256, 256, 10};
   for (int64_t models : {1, 4, 32}) {
