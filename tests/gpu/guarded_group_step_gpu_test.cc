@@ -239,6 +239,46 @@ absl::Status Feed(DeviceStep& s, int step, Poison poison = Poison::kNone) {
   return runtime::CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 }
 
+// Steps 0 and 3 clean, 1 a NaN feature of model 5, 2 a label of model 5 outside the classes (its
+// loss NaN, every gradient finite), each followed by the kernel's Settle: a skipped step leaves
+// every parameter and velocity as it was, bit for bit, and is counted; the clean steps give the
+// unguarded kernel's bits (parameters, the losses and the logits: outputs 0 to 2), which sees them
+// only.
+void ExpectSkippedStepsLeaveTheBits(DeviceStep& guarded, const ops::GpuKernel& guarded_kernel,
+                                    DeviceStep& plain, const ops::GpuKernel& plain_kernel,
+                                    cudaStream_t stream) {
+  auto launch = [&](const ops::GpuKernel& kernel) {
+    REPRISE_ASSERT_OK(kernel.Launch(stream));
+    REPRISE_ASSERT_OK(kernel.Settle(stream));
+    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream));
+    REPRISE_ASSERT_OK(cudaGetLastError());
+  };
+  std::vector<std::string> before = guarded.Parameters();
+  for (int step = 0; step < 4; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const Poison poison = step == 1   ? Poison::kNanFeature
+                          : step == 2 ? Poison::kBadLabel
+                                      : Poison::kNone;
+    REPRISE_ASSERT_OK(Feed(guarded, step, poison));
+    ASSERT_NO_FATAL_FAILURE(launch(guarded_kernel));
+    if (poison == Poison::kNone) {
+      REPRISE_ASSERT_OK(Feed(plain, step));
+      ASSERT_NO_FATAL_FAILURE(launch(plain_kernel));
+      EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
+      for (int out = 0; out < 3; ++out) {
+        EXPECT_EQ(guarded.Bytes(guarded.inputs() + out), plain.Bytes(plain.inputs() + out))
+            << "output " << out;
+      }
+    } else {
+      EXPECT_TRUE(guarded.Parameters() == before) << "a parameter moved on a skipped step";
+    }
+    before = guarded.Parameters();
+    const int skipped = step < 1 ? 0 : step == 1 ? 1 : 2;
+    EXPECT_EQ(guarded.Ints(kBarrier + 1), std::vector<int32_t>{skipped});
+    EXPECT_EQ(guarded.Ints(kBarrier + 2), (std::vector<int32_t>{step + 1, step < 1 ? 0 : 2}));
+  }
+}
+
 class GuardedGroupStepGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -293,34 +333,7 @@ TEST_F(GuardedGroupStepGpuTest, PoisonedModelSkipsTheStepAndCleanStepsMatchTheUn
               HasSubstr(absl::StrCat("grid=", plain_plan.grid(), " block=256")));
   ASSERT_EQ(plain_plan.cluster, groups.cluster);
 
-  // Steps 0, 1 clean; 2 a NaN feature of model 5; 3 a label of model 5 outside the classes (its
-  // loss NaN, every gradient finite); 4 clean. The unguarded kernel sees 0, 1 and 4 only.
-  const int skipped_steps = kBarrier + 1, record = kBarrier + 2;
-  std::vector<std::string> before;
-  for (int step = 0; step < 5; ++step) {
-    SCOPED_TRACE(absl::StrCat("step ", step));
-    const Poison poison = step == 2   ? Poison::kNanFeature
-                          : step == 3 ? Poison::kBadLabel
-                                      : Poison::kNone;
-    REPRISE_ASSERT_OK(Feed(guarded, step, poison));
-    ASSERT_NO_FATAL_FAILURE(Launch(*guarded_kernel));
-    if (poison == Poison::kNone) {
-      REPRISE_ASSERT_OK(Feed(plain, step));
-      ASSERT_NO_FATAL_FAILURE(Launch(*plain_kernel));
-      EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
-      // The losses and logits too (outputs 0, 1, 2).
-      for (int out = 0; out < 3; ++out) {
-        EXPECT_EQ(guarded.Bytes(guarded.inputs() + out), plain.Bytes(plain.inputs() + out))
-            << "output " << out;
-      }
-    } else {
-      EXPECT_TRUE(guarded.Parameters() == before) << "a weight moved on a skipped step";
-    }
-    before = guarded.Parameters();
-    const int skipped = step < 2 ? 0 : step == 2 ? 1 : 2;
-    EXPECT_EQ(guarded.Ints(skipped_steps), std::vector<int32_t>{skipped});
-    EXPECT_EQ(guarded.Ints(record), (std::vector<int32_t>{step + 1, step < 2 ? 0 : 3}));
-  }
+  ExpectSkippedStepsLeaveTheBits(guarded, *guarded_kernel, plain, *plain_kernel, stream_->get());
 }
 
 // One group training all 32 models in turn, or three groups: the full grid's bits, the skipped
@@ -353,31 +366,40 @@ TEST_F(GuardedGroupStepGpuTest, OneOrThreeGroupsGiveTheFullGridsBits) {
   }
 }
 
-// kStop: the first non-finite step and every one after it are skipped and counted; the record
-// names the first.
+// kStop, on the op's own lowering (the group schedule) and on the cluster schedule: the first
+// non-finite step and every one after it are skipped and counted; the record names the first.
 TEST_F(GuardedGroupStepGpuTest, StopSkipsEveryStepFromTheFirstNonFiniteOne) {
-  DeviceStep s;
-  REPRISE_ASSERT_OK(s.Init(NonFinitePolicy::kStop, device_, kernels_));
-  REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel, s.Lower());
-  REPRISE_ASSERT_OK(Feed(s, 0));
-  ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
-  const std::vector<std::string> before = s.Parameters();
-  for (int step = 1; step < 3; ++step) {
-    REPRISE_ASSERT_OK(Feed(s, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
+  for (bool clusters : {false, true}) {
+    SCOPED_TRACE(clusters ? "clusters" : "groups");
+    DeviceStep s;
+    REPRISE_ASSERT_OK(s.Init(NonFinitePolicy::kStop, device_, kernels_));
+    std::unique_ptr<ops::GpuKernel> kernel;
+    if (clusters) {
+      REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
+                                   s.Plan(codegen::MlpSchedule::kCluster, true));
+      REPRISE_ASSERT_OK_AND_ASSIGN(
+          kernel, s.LowerOnGrid(plan.grid(), codegen::MlpSchedule::kCluster, true));
+    } else {
+      REPRISE_ASSERT_OK_AND_ASSIGN(kernel, s.Lower());
+    }
+    REPRISE_ASSERT_OK(Feed(s, 0));
     ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
+    const std::vector<std::string> before = s.Parameters();
+    for (int step = 1; step < 3; ++step) {
+      REPRISE_ASSERT_OK(Feed(s, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
+      ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
+    }
+    EXPECT_TRUE(s.Parameters() == before);
+    EXPECT_EQ(s.Ints(kBarrier + 1), std::vector<int32_t>{2});
+    EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
   }
-  EXPECT_TRUE(s.Parameters() == before);
-  EXPECT_EQ(s.Ints(kBarrier + 1), std::vector<int32_t>{2});
-  EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
 }
 
-// `schedule` under the guard, which adds no grid barrier to it, on `grid` blocks (0: its plan's):
-// a NaN feature or a label outside the classes leaves every parameter and velocity as it was, bit
-// for bit, and is counted; the clean steps around them give the bits of the unguarded kernel of
-// the same schedule and grid.
-void ExpectSkippedStepsLeaveTheBits(codegen::MlpSchedule schedule, int grid,
-                                    const runtime::DeviceInfo& device,
-                                    runtime::KernelStore* kernels, cudaStream_t stream) {
+// `schedule` under the guard, which adds no grid barrier to it, on `grid` blocks (0: its plan's),
+// against the unguarded kernel of the same schedule and grid.
+void ExpectScheduleSkipsSteps(codegen::MlpSchedule schedule, int grid,
+                              const runtime::DeviceInfo& device, runtime::KernelStore* kernels,
+                              cudaStream_t stream) {
   DeviceStep guarded, plain;
   REPRISE_ASSERT_OK(guarded.Init(NonFinitePolicy::kSkipStep, device, kernels));
   REPRISE_ASSERT_OK(plain.Init(NonFinitePolicy::kIgnore, device, kernels));
@@ -388,33 +410,7 @@ void ExpectSkippedStepsLeaveTheBits(codegen::MlpSchedule schedule, int grid,
   const int blocks = grid == 0 ? plan.grid() : grid;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto guarded_kernel, guarded.LowerOnGrid(blocks, schedule, true));
   REPRISE_ASSERT_OK_AND_ASSIGN(auto plain_kernel, plain.LowerOnGrid(blocks, schedule, false));
-  auto launch = [&](const ops::GpuKernel& kernel) {
-    REPRISE_ASSERT_OK(kernel.Launch(stream));
-    REPRISE_ASSERT_OK(kernel.Settle(stream));
-    REPRISE_ASSERT_OK(cudaStreamSynchronize(stream));
-    REPRISE_ASSERT_OK(cudaGetLastError());
-  };
-  std::vector<std::string> before = guarded.Parameters();
-  for (int step = 0; step < 4; ++step) {
-    SCOPED_TRACE(absl::StrCat("step ", step));
-    const Poison poison = step == 1   ? Poison::kNanFeature
-                          : step == 2 ? Poison::kBadLabel
-                                      : Poison::kNone;
-    REPRISE_ASSERT_OK(Feed(guarded, step, poison));
-    ASSERT_NO_FATAL_FAILURE(launch(*guarded_kernel));
-    if (poison == Poison::kNone) {
-      REPRISE_ASSERT_OK(Feed(plain, step));
-      ASSERT_NO_FATAL_FAILURE(launch(*plain_kernel));
-      EXPECT_TRUE(guarded.Parameters() == plain.Parameters()) << "not the unguarded bits";
-      EXPECT_EQ(guarded.Bytes(guarded.inputs()), plain.Bytes(plain.inputs())) << "loss";
-    } else {
-      EXPECT_TRUE(guarded.Parameters() == before) << "a parameter moved on a skipped step";
-    }
-    before = guarded.Parameters();
-    const int skipped = step < 1 ? 0 : step == 1 ? 1 : 2;
-    EXPECT_EQ(guarded.Ints(kBarrier + 1), std::vector<int32_t>{skipped});
-    EXPECT_EQ(guarded.Ints(kBarrier + 2), (std::vector<int32_t>{step + 1, step < 1 ? 0 : 2}));
-  }
+  ExpectSkippedStepsLeaveTheBits(guarded, *guarded_kernel, plain, *plain_kernel, stream);
 }
 
 // The layer phases and the row chain (each step's verdict deferred to the next one's blocks) on
@@ -426,7 +422,7 @@ TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid
       SCOPED_TRACE(
           absl::StrCat(schedule == codegen::MlpSchedule::kRowChain ? "row chain" : "layer phases",
                        ", grid ", grid));
-      ExpectSkippedStepsLeaveTheBits(schedule, grid, device_, kernels_, stream_->get());
+      ExpectScheduleSkipsSteps(schedule, grid, device_, kernels_, stream_->get());
     }
   }
 }
@@ -436,28 +432,7 @@ TEST_F(GuardedGroupStepGpuTest, CooperativeSchedulesRestoreASkippedStepOnAnyGrid
 // on the guard word; the last one decides and flips the parity, so a later wave still reads and
 // writes the buffers the step started with.
 TEST_F(GuardedGroupStepGpuTest, ClusterScheduleSkipsAStepAcrossItsWaves) {
-  ExpectSkippedStepsLeaveTheBits(codegen::MlpSchedule::kCluster, 0, device_, kernels_,
-                                 stream_->get());
-}
-
-// kStop on the cluster schedule: every step from the first non-finite one skipped and counted.
-TEST_F(GuardedGroupStepGpuTest, ClusterScheduleStopsFromTheFirstNonFiniteStep) {
-  DeviceStep s;
-  REPRISE_ASSERT_OK(s.Init(NonFinitePolicy::kStop, device_, kernels_));
-  REPRISE_ASSERT_OK_AND_ASSIGN(const codegen::MlpStepPlan plan,
-                               s.Plan(codegen::MlpSchedule::kCluster, true));
-  REPRISE_ASSERT_OK_AND_ASSIGN(auto kernel,
-                               s.LowerOnGrid(plan.grid(), codegen::MlpSchedule::kCluster, true));
-  REPRISE_ASSERT_OK(Feed(s, 0));
-  ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
-  const std::vector<std::string> before = s.Parameters();
-  for (int step = 1; step < 3; ++step) {
-    REPRISE_ASSERT_OK(Feed(s, step, step == 1 ? Poison::kNanFeature : Poison::kNone));
-    ASSERT_NO_FATAL_FAILURE(Launch(*kernel));
-  }
-  EXPECT_TRUE(s.Parameters() == before);
-  EXPECT_EQ(s.Ints(kBarrier + 1), std::vector<int32_t>{2});
-  EXPECT_EQ(s.Ints(kBarrier + 2), (std::vector<int32_t>{3, 2}));
+  ExpectScheduleSkipsSteps(codegen::MlpSchedule::kCluster, 0, device_, kernels_, stream_->get());
 }
 
 }  // namespace
