@@ -145,6 +145,13 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
                        : plan.area_offset > 0 ? plan.workspace_floats - plan.area_offset
                                               : plan.grad_w_offset[0];
   while (groups && ranks > fewest && AreaFloats(plan, ranks) > room) ranks /= 2;
+  // The guard word counts finished blocks in 16 bits (mlpg::GuardFinish); a cooperative grid of
+  // groups is far below that.
+  if (!groups && plan.target.guard != MlpGuard::kNone && int64_t{plan.models} * ranks > 0xffff) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the guarded cluster schedule launches at most 65535 blocks; ", plan.models,
+        " models take ", int64_t{plan.models} * ranks));
+  }
   plan.cluster = ranks;
   plan.shared_bytes = LayoutFor(plan, ranks).floats * 4;
   plan.phases = 2 * plan.layers();  // Stamped sections: loads, each forward, head, each backward.

@@ -254,6 +254,16 @@ TEST(MlpStepGuardTest, GuardedPlansAddTheCheckKeepTheGroupsAndClusterOnlyDoubleB
     EXPECT_FALSE(clustered->deferred_verdict);
     EXPECT_EQ(clustered->shadow_w_offset.size(), widths.size() - 1);
   }
+  // The guard word counts at most 65535 finished blocks: 8192 models of 8 blocks are refused
+  // guarded (unguarded, the same clusters launch 65536 blocks).
+  cluster.schedule = codegen::MlpSchedule::kCluster;
+  auto too_many = codegen::PlanMlpStep(16, {512, 512, 4}, cluster, 8192);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(too_many.status().message(), HasSubstr("at most 65535 blocks"));
+  cluster.guard = codegen::MlpGuard::kNone;
+  auto unguarded = codegen::PlanMlpStep(16, {512, 512, 4}, cluster, 8192);
+  ASSERT_TRUE(unguarded.ok()) << unguarded.status();
+  EXPECT_GT(unguarded->grid(), 0xffff) << "the case no longer reaches the limit";
 }
 
 // The guard's launches per step on a mixed-precision ResNet-50 (the plan a Trainer runs): it reads
