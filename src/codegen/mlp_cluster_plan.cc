@@ -148,9 +148,9 @@ absl::Status PlanCluster(MlpStepPlan& plan, bool groups) {
   // The guard word counts finished blocks in 16 bits (mlpg::GuardFinish); a cooperative grid of
   // groups is far below that.
   if (!groups && plan.target.guard != MlpGuard::kNone && int64_t{plan.models} * ranks > 0xffff) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the guarded cluster schedule launches at most 65535 blocks; ", plan.models,
-        " models take ", int64_t{plan.models} * ranks));
+    return absl::UnimplementedError(
+        absl::StrCat("the guarded cluster schedule launches at most 65535 blocks; ", plan.models,
+                     " models take ", int64_t{plan.models} * ranks));
   }
   plan.cluster = ranks;
   plan.shared_bytes = LayoutFor(plan, ranks).floats * 4;
