@@ -399,22 +399,15 @@ GeneratedKernel MlpStepSettleKernel(const MlpStepPlan& plan) {
   // A plan that is not double-buffered keeps every weight in its own buffer: nothing to do.
   if (!plan.double_buffered) return {name, absl::StrCat(code, "}\n")};
   if (plan.deferred_verdict) {
-    // The parity the next step would compute (mlpg::VerdictBegin); mode 1 and 2 fold the last
-    // step's verdict and the step count into the counters (as mlpg::VerdictEnd would have), and
-    // leave the words settled: all zero, or (mode 2) only the parity where the shadow holds the
-    // values.
-    absl::StrAppend(
-        &code, "  unsigned* const words = barrier + ", kMlpStepVerdictWord, ";\n",
-        "  const uint4 w = *reinterpret_cast<const uint4*>(words);\n",
-        "  const unsigned last = ((w.x >> 1) & 1u) != 0u ? w.w : w.z;\n",
-        "  const bool flip = ((w.x & 1u) != 0u) != (last == 2u);\n", "  if (mode != 0) {\n",
-        "    if (blockIdx.x != 0 || threadIdx.x != 0) return;\n",
-        "    if ((last & 1u) != 0u) {\n      skipped_steps[0] += 1;\n",
-        "      if (record[1] == 0) record[1] = record[0] + static_cast<int>(w.y);\n    }\n",
-        "    record[0] += static_cast<int>(w.y);\n",
-        "    words[0] = mode == 2 && flip ? 1u : 0u;\n",
-        "    words[1] = 0u;\n    words[2] = 0u;\n    words[3] = 0u;\n    return;\n  }\n",
-        "  if (!flip) return;  // Already in their own buffers.\n");
+    // Mode 1 and 2 fold the last step's verdict into the counters and settle the words; mode 0
+    // copies the values back where the step that would come next reads them from the shadow.
+    code = absl::StrCat(kMlpPrimitives, kMlpGuardLibrary, code);
+    absl::StrAppend(&code, "  unsigned* const words = barrier + ", kMlpStepVerdictWord, ";\n",
+                    "  if (mode != 0) {\n    if (blockIdx.x == 0 && threadIdx.x == 0) {\n",
+                    "      mlpg::VerdictFold(words, skipped_steps, record, mode == 2);\n    }\n",
+                    "    return;\n  }\n",
+                    "  if (!mlpg::VerdictBegin<false>(words, record).flip) return;  // In their "
+                    "own buffers.\n");
   } else {
     absl::StrAppend(
         &code, "  if (barrier[", kMlpStepParityWord,

@@ -171,13 +171,14 @@ TEST(MlpDoubleBufferTest, SettleCopiesEveryParameterAndVelocityBackThenClears) {
   ASSERT_TRUE(plan.deferred_verdict);
   const codegen::GeneratedKernel settle = codegen::MlpStepSettleKernel(plan);
   EXPECT_EQ(settle.name, "reprise_mlp_step_settle");
-  // The parity the next step would take: the previous step's, flipped where the last step ran
-  // clean; modes 1 and 2 fold the last verdict and the step count into the counters.
-  EXPECT_THAT(settle.code, HasSubstr("const bool flip = ((w.x & 1u) != 0u) != (last == 2u);"));
-  EXPECT_THAT(settle.code, HasSubstr("if (!flip) return;"));
-  EXPECT_THAT(settle.code, HasSubstr("if (record[1] == 0) record[1] = record[0] + "));
-  EXPECT_THAT(settle.code, HasSubstr("record[0] += static_cast<int>(w.y);"));
-  EXPECT_THAT(settle.code, HasSubstr("words[0] = mode == 2 && flip ? 1u : 0u;"));
+  // The parity and the fold are the step's own device library (mlpg::VerdictBegin decodes the
+  // words as the next step would): mode 0 copies back where the current values are in the
+  // shadow, modes 1 and 2 fold the last verdict and the step count into the counters.
+  EXPECT_THAT(settle.code, HasSubstr("MLP_DEV void VerdictFold("));
+  EXPECT_THAT(settle.code,
+              HasSubstr("if (!mlpg::VerdictBegin<false>(words, record).flip) return;"));
+  EXPECT_THAT(settle.code,
+              HasSubstr("mlpg::VerdictFold(words, skipped_steps, record, mode == 2);"));
   for (int l = 0; l < plan.layers(); ++l) {
     const std::string n = std::to_string(l);
     const int64_t weights = int64_t{plan.models} * plan.widths[l + 1] * plan.widths[l];
