@@ -216,6 +216,15 @@ struct TrainerStats {
   int64_t conv_plan_records_discarded = 0;
   int64_t conv_candidates_timed = 0;
   double conv_measure_ms = 0;
+  // Convolutions left to cuDNN's legacy calls (the in-place data-gradient sums, or conv_api =
+  // kLegacy) whose algorithm this Create chose with measure_conv_algorithms: timed by
+  // cudnnFind*AlgorithmEx, or taken from a record of an earlier measurement in the kernel cache;
+  // records that did not decode or no longer apply (measured again and replaced); the wall time of
+  // the searches.
+  int64_t conv_legacy_measured = 0;
+  int64_t conv_legacy_from_records = 0;
+  int64_t conv_legacy_records_discarded = 0;
+  double conv_legacy_measure_ms = 0;
   // cuBLASLt products whose algorithm this trainer's Create chose by measurement
   // (KernelTuning::measure_matmul_algorithms): timed (each distinct product once per process), or
   // named by a record of an earlier measurement in the kernel cache; records that did not decode

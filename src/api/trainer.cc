@@ -155,6 +155,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   const absl::Time acquire_start = absl::Now();
   kernel_stats_at_create_ = kernels_->stats();
   const runtime::ConvGraphStats conv_before = runtime::CudnnConvGraph::Stats();
+  const runtime::ConvLegacyStats legacy_before = runtime::LegacyConvStats();
   const ops::MatmulChoiceStats matmul_before = ops::MatmulChoices();
   ASSIGN_OR_RETURN(std::vector<runtime::KernelSource> prefetch, KernelsToPrefetch(plan_.graph()));
   std::function<void(int64_t, int64_t)> on_ready;
@@ -202,6 +203,7 @@ absl::Status Trainer::Impl::Start(const DeviceShare* share) {
   kernel_acquire_ms_ = absl::ToDoubleMilliseconds(absl::Now() - acquire_start);
   kernel_stats_after_create_ = kernels_->stats();
   conv_plans_built_ = runtime::CudnnConvGraph::Stats().Since(conv_before);
+  conv_legacy_built_ = runtime::LegacyConvStats().Since(legacy_before);
   matmul_choices_ = ops::MatmulChoices().Since(matmul_before);
   ASSIGN_OR_RETURN(lanes_, capture::Lanes::Create(launches_));
   RETURN_IF_ERROR(WarmUpCollectives());

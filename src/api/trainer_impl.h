@@ -20,6 +20,7 @@
 #include "src/passes/channels_last.h"
 #include "src/passes/plan.h"
 #include "src/runtime/cudnn_conv_graph.h"
+#include "src/runtime/cudnn_conv_record.h"
 #include "src/runtime/cudnn_handle.h"
 #include "src/runtime/device.h"
 #include "src/runtime/kernel_store.h"
@@ -227,6 +228,7 @@ class Trainer::Impl {
   runtime::KernelStore::Stats kernel_stats_at_create_, kernel_stats_after_create_;
   // The convolution plans Create built (the process-wide counts' growth during it).
   runtime::ConvGraphStats conv_plans_built_;
+  runtime::ConvLegacyStats conv_legacy_built_;
   // The cuBLASLt choices Create measured or took from records (the process-wide counts' growth).
   ops::MatmulChoiceStats matmul_choices_;
   double kernel_acquire_ms_ = 0;

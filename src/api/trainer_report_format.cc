@@ -96,6 +96,13 @@ std::string TrainerReport::ToText() const {
                           s.conv_measure_ms, s.conv_plans_from_records,
                           s.conv_plan_records_discarded);
   }
+  if (MeasuredLegacyConvs(s)) {
+    absl::StrAppendFormat(&text,
+                          "  convolution algorithms (cuDNN legacy calls): measured %d (%.0f ms), "
+                          "from records %d, records discarded %d\n",
+                          s.conv_legacy_measured, s.conv_legacy_measure_ms,
+                          s.conv_legacy_from_records, s.conv_legacy_records_discarded);
+  }
   if (MeasuredMatmulChoices(s)) {
     absl::StrAppendFormat(&text,
                           "  cuBLASLt choices: measured %d (%d candidates timed, %.0f ms), from "
@@ -201,6 +208,12 @@ std::string TrainerReport::ToJson() const {
   w.Key("records_discarded").Int(s.conv_plan_records_discarded);
   w.Key("candidates_timed").Int(s.conv_candidates_timed);
   w.Key("measure_ms").Double(s.conv_measure_ms);
+  w.EndObject();
+  w.Key("conv_legacy_algorithms").BeginObject(util::JsonWriter::kInline);
+  w.Key("measured").Int(s.conv_legacy_measured);
+  w.Key("from_records").Int(s.conv_legacy_from_records);
+  w.Key("records_discarded").Int(s.conv_legacy_records_discarded);
+  w.Key("measure_ms").Double(s.conv_legacy_measure_ms);
   w.EndObject();
   w.Key("matmul_choices").BeginObject(util::JsonWriter::kInline);
   w.Key("measured").Int(s.matmul_choices_measured);

@@ -19,6 +19,14 @@ inline bool BuiltConvPlans(const TrainerStats& stats) {
          0;
 }
 
+// Whether `stats`' Create measured a legacy-call convolution algorithm, took one from a record or
+// discarded a record.
+inline bool MeasuredLegacyConvs(const TrainerStats& stats) {
+  return stats.conv_legacy_measured + stats.conv_legacy_from_records +
+             stats.conv_legacy_records_discarded >
+         0;
+}
+
 // Whether `stats`' Create chose any cuBLASLt algorithm by measurement or from a record, or
 // discarded a record.
 inline bool MeasuredMatmulChoices(const TrainerStats& stats) {

@@ -64,6 +64,10 @@ TrainerStats Trainer::Impl::stats() const {
   s.conv_plan_records_discarded = conv_plans_built_.records_discarded;
   s.conv_candidates_timed = conv_plans_built_.candidates_timed;
   s.conv_measure_ms = conv_plans_built_.measure_ms;
+  s.conv_legacy_measured = conv_legacy_built_.measured;
+  s.conv_legacy_from_records = conv_legacy_built_.from_records;
+  s.conv_legacy_records_discarded = conv_legacy_built_.records_discarded;
+  s.conv_legacy_measure_ms = conv_legacy_built_.measure_ms;
   s.matmul_choices_measured = matmul_choices_.measured;
   s.matmul_choices_from_records = matmul_choices_.from_records;
   s.matmul_records_discarded = matmul_choices_.records_discarded;
@@ -108,6 +112,12 @@ std::string TrainerStats::ToString() const {
                                 "records discarded %d",
                                 conv_plans_heuristic, conv_plans_measured, conv_plans_from_records,
                                 conv_plan_records_discarded)
+              : std::string()) +
+         (MeasuredLegacyConvs(*this)
+              ? absl::StrFormat(" | legacy conv algorithms: measured %d, from records %d, "
+                                "records discarded %d",
+                                conv_legacy_measured, conv_legacy_from_records,
+                                conv_legacy_records_discarded)
               : std::string()) +
          (MeasuredMatmulChoices(*this)
               ? absl::StrFormat(" | cuBLASLt choices: measured %d, from records %d, records "

@@ -303,7 +303,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
                                      .deterministic = ctx.options.deterministic,
                                      .measure = ctx.options.measure_conv_algorithms,
                                      .workspace_limit = ctx.workspace_bytes,
-                                     .device = DeviceChoiceKey(ctx.device)};
+                                     .device = DeviceChoiceKey(ctx.device),
+                                     .records = ctx.kernels};
   const runtime::CudnnConv::Buffers buffers{ctx.inputs[0], ctx.inputs[1], ctx.outputs[0],
                                             ctx.workspace};
   ASSIGN_OR_RETURN(runtime::CudnnConv conv,

@@ -1,11 +1,20 @@
 #include "src/runtime/cudnn_conv.h"
 
+#include <algorithm>
 #include <climits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/runtime/cuda_status.h"
+#include "src/runtime/cudnn_conv_record.h"
+#include "src/runtime/kernel_store.h"
+#include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 
 // cuDNN 9 marks its legacy convolution API deprecated; it is still the shortest path to a fixed,
@@ -97,21 +106,57 @@ bool TransformDomain(ConvKind kind, int algo) {
   return false;
 }
 
-// The first of cuDNN's ranked candidates that qualifies. `workspace_of` asks cuDNN for the exact
-// workspace of an algorithm with its math type set on the descriptor. The three perf structs of
-// the three kinds have the same fields.
+struct Descriptors {
+  const ConvTensorDescriptor& x;
+  const ConvFilterDescriptor& w;
+  const ConvTensorDescriptor& y;
+  const ConvDescriptor& conv;
+  bool strict_fp32;      // StrictFloat32: no tensor cores, no transform-domain algorithms.
+  bool tensor_op_first;  // 16-bit: tensor-core candidates before any other (FirstQualifying).
+};
+
+// The workspace cuDNN asks of `algo` (its enum of `kind`) with the descriptor's math type.
+absl::StatusOr<size_t> WorkspaceOf(cudnnHandle_t h, const Descriptors& d, ConvKind kind, int algo,
+                                   absl::string_view context) {
+  size_t bytes = 0;
+  switch (kind) {
+    case ConvKind::kForward:
+      RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionForwardWorkspaceSize(
+                                     h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes),
+                                 "cudnnGetConvolutionForwardWorkspaceSize", context));
+      return bytes;
+    case ConvKind::kBackwardData:
+      RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                     h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes),
+                                 "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
+      return bytes;
+    case ConvKind::kBackwardFilter:
+      RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                     h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes),
+                                 "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
+      return bytes;
+  }
+  return absl::InternalError(absl::StrCat(context, ": unknown convolution kind"));
+}
+
+// The first of cuDNN's ranked candidates that qualifies, its exact workspace asked of cuDNN with
+// its math type set on the descriptor. The three perf structs of the three kinds have the same
+// fields.
 //
 // With 16-bit data the candidates that run on tensor cores (CUDNN_TENSOR_OP_MATH) are tried
 // first, whatever their rank: the legacy API uses tensor cores only with that math type, and its
 // CUDNN_DEFAULT_MATH bfloat16 kernels ran ResNet-50's convolutions 40x slower than TF32 on an H100
 // (2026-11-23, docs/results/history/2026-11-23_d971053.md). The others stay as a last resort, for
 // shapes without one.
-template <typename Perf, typename WorkspaceOf>
-absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates,
-                                              const ConvDescriptor& conv,
-                                              const ConvOptions& options, bool strict,
-                                              bool tensor_op_first, ConvKind kind,
-                                              WorkspaceOf workspace_of, absl::string_view context) {
+template <typename Perf>
+absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidates, cudnnHandle_t h,
+                                              const Descriptors& d, const ConvOptions& options,
+                                              ConvKind kind, absl::string_view context) {
+  const ConvDescriptor& conv = d.conv;
+  const bool strict = d.strict_fp32, tensor_op_first = d.tensor_op_first;
   std::vector<std::string> seen;
   for (const Perf& perf : candidates) {
     seen.push_back(
@@ -129,9 +174,14 @@ absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidate
       if (options.deterministic && perf.determinism != CUDNN_DETERMINISTIC) continue;
       if (perf.memory > options.workspace_limit) continue;
       RETURN_IF_ERROR(conv.SetMathType(perf.mathType, context));
-      ASSIGN_OR_RETURN(const size_t workspace, workspace_of(perf.algo));
+      ASSIGN_OR_RETURN(const size_t workspace,
+                       WorkspaceOf(h, d, kind, static_cast<int>(perf.algo), context));
       if (workspace > options.workspace_limit) continue;
-      return ConvAlgorithm{static_cast<int>(perf.algo), perf.mathType, workspace};
+      return ConvAlgorithm{.algo = static_cast<int>(perf.algo),
+                           .math = perf.mathType,
+                           .workspace_bytes = workspace,
+                           .candidates = static_cast<int64_t>(candidates.size()),
+                           .measured_ms = perf.time};
     }
   }
   return absl::NotFoundError(absl::StrCat(
@@ -187,6 +237,11 @@ ConvAlgorithm ConvAlgorithmCache::Insert(const ConvAlgorithmKey& key,
                                          const ConvAlgorithm& algorithm) {
   absl::MutexLock lock(&mu_);
   return entries_.try_emplace(key, algorithm).first->second;
+}
+
+void ConvAlgorithmCache::Clear() {
+  absl::MutexLock lock(&mu_);
+  entries_.clear();
 }
 
 size_t ConvAlgorithmCache::size() const {
@@ -282,15 +337,6 @@ void ConvDescriptor::Deleter::operator()(cudnnConvolutionStruct* desc) const {
 
 namespace {
 
-struct Descriptors {
-  const ConvTensorDescriptor& x;
-  const ConvFilterDescriptor& w;
-  const ConvTensorDescriptor& y;
-  const ConvDescriptor& conv;
-  bool strict_fp32;      // StrictFloat32: no tensor cores, no transform-domain algorithms.
-  bool tensor_op_first;  // 16-bit: tensor-core candidates before any other (FirstQualifying).
-};
-
 absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& d,
                                             const ConvOptions& options,
                                             const CudnnConv::Buffers& buffers,
@@ -313,15 +359,7 @@ absl::StatusOr<ConvAlgorithm> SearchForward(cudnnHandle_t h, const Descriptors& 
         "cudnnGetConvolutionForwardAlgorithm_v7", context));
   }
   perfs.resize(returned);
-  const auto workspace_of = [&](cudnnConvolutionFwdAlgo_t algo) -> absl::StatusOr<size_t> {
-    size_t bytes = 0;
-    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionForwardWorkspaceSize(
-                                   h, d.x.get(), d.w.get(), d.conv.get(), d.y.get(), algo, &bytes),
-                               "cudnnGetConvolutionForwardWorkspaceSize", context));
-    return bytes;
-  };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
-                         ConvKind::kForward, workspace_of, context);
+  return FirstQualifying(perfs, h, d, options, ConvKind::kForward, context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descriptors& d,
@@ -346,15 +384,7 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardData(cudnnHandle_t h, const Descript
         "cudnnGetConvolutionBackwardDataAlgorithm_v7", context));
   }
   perfs.resize(returned);
-  const auto workspace_of = [&](cudnnConvolutionBwdDataAlgo_t algo) -> absl::StatusOr<size_t> {
-    size_t bytes = 0;
-    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                   h, d.w.get(), d.y.get(), d.conv.get(), d.x.get(), algo, &bytes),
-                               "cudnnGetConvolutionBackwardDataWorkspaceSize", context));
-    return bytes;
-  };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
-                         ConvKind::kBackwardData, workspace_of, context);
+  return FirstQualifying(perfs, h, d, options, ConvKind::kBackwardData, context);
 }
 
 absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descriptors& d,
@@ -379,15 +409,34 @@ absl::StatusOr<ConvAlgorithm> SearchBackwardFilter(cudnnHandle_t h, const Descri
         "cudnnGetConvolutionBackwardFilterAlgorithm_v7", context));
   }
   perfs.resize(returned);
-  const auto workspace_of = [&](cudnnConvolutionBwdFilterAlgo_t algo) -> absl::StatusOr<size_t> {
-    size_t bytes = 0;
-    RETURN_IF_ERROR(CudaStatus(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                                   h, d.x.get(), d.y.get(), d.conv.get(), d.w.get(), algo, &bytes),
-                               "cudnnGetConvolutionBackwardFilterWorkspaceSize", context));
-    return bytes;
-  };
-  return FirstQualifying(perfs, d.conv, options, d.strict_fp32, d.tensor_op_first,
-                         ConvKind::kBackwardFilter, workspace_of, context);
+  return FirstQualifying(perfs, h, d, options, ConvKind::kBackwardFilter, context);
+}
+
+// The algorithm a measured record names where it still applies: a name that parses, a math type
+// these options allow (strict float32: no tensor cores, no transform-domain algorithm), and a
+// workspace cuDNN gives for these descriptors within the limit. Otherwise why not, for the caller
+// to say before it measures again.
+absl::StatusOr<ConvAlgorithm> AlgorithmFromRecord(cudnnHandle_t h, const Descriptors& d,
+                                                  ConvKind kind, const ConvOptions& options,
+                                                  absl::string_view text,
+                                                  absl::string_view context) {
+  ASSIGN_OR_RETURN(const PlanRecord record, DecodeConvPlanRecord(text));
+  ASSIGN_OR_RETURN(ConvAlgorithm algorithm, ParseConvAlgorithmRecordName(kind, record.name));
+  if (!MathAllowed(algorithm.math, !d.strict_fp32) ||
+      (d.strict_fp32 && TransformDomain(kind, algorithm.algo))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("names ", record.name, ", which these options do not allow"));
+  }
+  RETURN_IF_ERROR(d.conv.SetMathType(algorithm.math, context));
+  ASSIGN_OR_RETURN(algorithm.workspace_bytes, WorkspaceOf(h, d, kind, algorithm.algo, context));
+  if (algorithm.workspace_bytes > options.workspace_limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("names ", record.name, ", which needs ", algorithm.workspace_bytes,
+                     " bytes of workspace; the limit is ", options.workspace_limit));
+  }
+  algorithm.candidates = record.candidates;
+  algorithm.measured_ms = record.median_ms;
+  return algorithm;
 }
 
 }  // namespace
@@ -447,10 +496,28 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
                              .workspace_limit = options.workspace_limit,
                              .device = options.device};
   std::optional<ConvAlgorithm> algorithm = ConvAlgorithmCache::Global().Find(key);
+  const Descriptors d{
+      planned.x_,   planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options),
+      low_precision};
+  const bool recorded = options.measure && options.records != nullptr;
+  const std::string record_key = recorded ? ConvAlgorithmRecordKey(key) : "";
+  if (!algorithm.has_value() && recorded) {
+    if (std::optional<std::string> text =
+            options.records->FindRecord(record_key, kConvAlgorithmRecordKind)) {
+      absl::StatusOr<ConvAlgorithm> from_record =
+          AlgorithmFromRecord(handle.get(), d, kind, options, *text, context);
+      if (from_record.ok()) {
+        algorithm = ConvAlgorithmCache::Global().Insert(key, *from_record);
+        CountLegacyConvChoice({.from_records = 1});
+      } else {
+        CountLegacyConvChoice({.records_discarded = 1});
+        absl::FPrintF(stderr, "reprise: measuring %s again: its algorithm record %s\n", context,
+                      from_record.status().ToString());
+      }
+    }
+  }
   if (!algorithm.has_value()) {
-    const Descriptors d{
-        planned.x_,   planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options),
-        low_precision};
+    const absl::Time start = absl::Now();
     if (options.measure) {
       // Timing runs on the handle's stream: a stream of our own choosing that is alive now,
       // synchronised before the lanes use the buffers it wrote.
@@ -466,6 +533,17 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
     }
     RETURN_IF_ERROR(found.status());
     algorithm = ConvAlgorithmCache::Global().Insert(key, *found);
+    if (options.measure) {
+      CountLegacyConvChoice(
+          {.measured = 1, .measure_ms = absl::ToDoubleMilliseconds(absl::Now() - start)});
+    }
+    if (recorded) {
+      const PlanRecord record{.name = ConvAlgorithmRecordName(*algorithm),
+                              .candidates = std::max<int64_t>(algorithm->candidates, 1),
+                              .median_ms = std::max(algorithm->measured_ms, 1e-6)};
+      options.records->StoreRecord(record_key, kConvAlgorithmRecordKind,
+                                   EncodeConvPlanRecord(record));
+    }
   }
   planned.algorithm_ = *algorithm;
   RETURN_IF_ERROR(planned.conv_.SetMathType(algorithm->math, context));

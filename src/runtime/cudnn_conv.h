@@ -33,6 +33,8 @@
 
 namespace reprise::runtime {
 
+class KernelStore;
+
 // Which of the three convolutions: y = conv(x, w); dx from (dy, w); dw from (x, dy).
 enum class ConvKind : uint8_t { kForward, kBackwardData, kBackwardFilter };
 absl::string_view ConvKindName(ConvKind kind);  // "fwd", "dgrad", "wgrad"
@@ -69,6 +71,9 @@ struct ConvOptions {
   bool measure = false;        // Time candidates on the device (cudnnFind*AlgorithmEx).
   size_t workspace_limit = 0;  // Bytes of workspace the algorithm may use.
   std::string device;          // Which GPU (name, compute capability): part of the cache key.
+  // With `measure`: where measured choices are recorded and looked up first (cudnn_conv_record.h),
+  // so that a later process does not time the algorithms again; nullptr keeps none.
+  KernelStore* records = nullptr;
 };
 
 // One algorithm choice: the cuDNN algorithm enum of its kind, the math type it runs with and the
@@ -77,6 +82,10 @@ struct ConvAlgorithm {
   int algo = -1;
   cudnnMathType_t math = CUDNN_FMA_MATH;
   size_t workspace_bytes = 0;
+  // Measured: how many algorithms cudnnFind*AlgorithmEx ranked and its time for this one (what
+  // its record keeps); 0 for a heuristic choice.
+  int64_t candidates = 0;
+  double measured_ms = 0;
 };
 
 // Everything that determines the choice of algorithm.
@@ -108,6 +117,8 @@ class ConvAlgorithmCache {
   // Keeps the first choice for a key: runs agree on one algorithm even if two searches raced.
   ConvAlgorithm Insert(const ConvAlgorithmKey& key, const ConvAlgorithm& algorithm);
   size_t size() const;
+  // Drops every choice (planned convolutions keep theirs): for tests of the measured records.
+  void Clear();
 
  private:
   mutable absl::Mutex mu_;

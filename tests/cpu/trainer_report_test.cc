@@ -110,6 +110,31 @@ TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson
   EXPECT_EQ((*none)["conv_plans"]["measured"].integer, 0);
 }
 
+TEST(TrainerReportTest, LegacyConvAlgorithmCountsAreInTheTextWhereAnyAndAlwaysInJson) {
+  TrainerReport r = SampleReport();
+  EXPECT_THAT(r.ToText(), ::testing::Not(HasSubstr("cuDNN legacy calls")));
+  EXPECT_THAT(r.stats.ToString(), ::testing::Not(HasSubstr("legacy conv algorithms")));
+  r.stats.conv_legacy_measured = 4;
+  r.stats.conv_legacy_measure_ms = 2512.6;
+  r.stats.conv_legacy_from_records = 12;
+  r.stats.conv_legacy_records_discarded = 1;
+  EXPECT_THAT(r.ToText(), HasSubstr("convolution algorithms (cuDNN legacy calls): measured 4 "
+                                    "(2513 ms), from records 12, records discarded 1"));
+  EXPECT_THAT(
+      r.stats.ToString(),
+      HasSubstr("legacy conv algorithms: measured 4, from records 12, records discarded 1"));
+  const absl::StatusOr<testing::JsonValue> json = testing::ParseJson(r.ToJson());
+  ASSERT_TRUE(json.ok()) << json.status();
+  const testing::JsonValue& legacy = (*json)["conv_legacy_algorithms"];
+  EXPECT_EQ(legacy["measured"].integer, 4);
+  EXPECT_EQ(legacy["from_records"].integer, 12);
+  EXPECT_EQ(legacy["records_discarded"].integer, 1);
+  EXPECT_EQ(legacy["measure_ms"].number, 2512.6);
+  const absl::StatusOr<testing::JsonValue> none = testing::ParseJson(SampleReport().ToJson());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ((*none)["conv_legacy_algorithms"]["measured"].integer, 0);
+}
+
 TEST(TrainerReportTest, MatmulChoiceCountsAreInTheTextWhereAnyAndAlwaysInJson) {
   TrainerReport r = SampleReport();
   EXPECT_THAT(r.ToText(), ::testing::Not(HasSubstr("cuBLASLt choices")));

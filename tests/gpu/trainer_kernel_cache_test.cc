@@ -19,6 +19,7 @@
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/runtime/cache_folder.h"
+#include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/util/status_macros.h"
 #include "tests/cpu/cache_test_util.h"
@@ -141,6 +142,7 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   testing::ScopedTempDir dir;
   ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
   runtime::CudnnConvGraph::ForgetPlans();
+  runtime::ConvAlgorithmCache::Global().Clear();
   REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredRun measured, TrainWithMeasuredConvPlans());
   const int64_t plans = measured.after.measured_plans - measured.before.measured_plans;
   std::cout << "measured " << plans << " plans in "
@@ -152,8 +154,13 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   EXPECT_EQ(measured.stats.conv_candidates_timed,
             measured.after.candidates_timed - measured.before.candidates_timed);
   EXPECT_GT(measured.stats.conv_measure_ms, 0);
-  // A later process: the plans from the records, nothing timed, the same losses bit for bit.
+  // The residual blocks' in-place sums stay on the legacy call: measured by cudnnFind, recorded.
+  EXPECT_GT(measured.stats.conv_legacy_measured, 0);
+  EXPECT_EQ(measured.stats.conv_legacy_from_records, 0);
+  // A later process: the plans and algorithms from the records, nothing timed, the same losses
+  // bit for bit.
   runtime::CudnnConvGraph::ForgetPlans();
+  runtime::ConvAlgorithmCache::Global().Clear();
   REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredRun recorded, TrainWithMeasuredConvPlans());
   EXPECT_EQ(recorded.after.measured_plans, recorded.before.measured_plans);
   EXPECT_EQ(recorded.after.record_plans - recorded.before.record_plans, plans);
@@ -161,6 +168,9 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   EXPECT_EQ(recorded.stats.conv_plans_from_records, plans);
   EXPECT_EQ(recorded.stats.conv_plans_measured, 0);
   EXPECT_EQ(recorded.stats.conv_plan_records_discarded, 0);
+  EXPECT_EQ(recorded.stats.conv_legacy_from_records, measured.stats.conv_legacy_measured);
+  EXPECT_EQ(recorded.stats.conv_legacy_measured, 0);
+  EXPECT_EQ(recorded.stats.conv_legacy_records_discarded, 0);
   EXPECT_EQ(recorded.losses, measured.losses);
   for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
   runtime::CudnnConvGraph::ForgetPlans();
