@@ -414,6 +414,12 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
         reprise::ops::MatmulChoices().MeasuredSince(matmul_choices_before)}) {
     if (!measured.empty()) absl::StrAppend(&result.create_breakdown, "; ", measured);
   }
+  if (stats.conv_legacy_measured + stats.conv_legacy_from_records > 0) {
+    absl::StrAppendFormat(&result.create_breakdown,
+                          "; cuDNN legacy conv algorithms measured %d (%.0f ms), from records %d",
+                          stats.conv_legacy_measured, stats.conv_legacy_measure_ms,
+                          stats.conv_legacy_from_records);
+  }
   if (!host_us_after_input.empty()) {
     result.host_us_after_input = reprise::tools::Percentile(host_us_after_input, 0.5);
   }
