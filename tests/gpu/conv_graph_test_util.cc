@@ -1,15 +1,18 @@
 #include "tests/gpu/conv_graph_test_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "reprise/graph.h"
 #include "src/ir/low_precision.h"
 #include "src/ir/reference_executor.h"
 #include "src/ops/conv.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/device.h"
+#include "src/runtime/disk_cache.h"
 #include "src/util/status_macros.h"
 #include "tests/gpu/device_upload.h"
 
@@ -183,6 +186,21 @@ absl::Status ConvDevice::Clear(ConvKind kind, size_t count) const {
 std::string DeviceKeyForTests() {
   absl::StatusOr<runtime::DeviceInfo> device = runtime::UseDevice(0);
   return device.ok() ? absl::StrCat(device->name, " sm_", device->cc_major, device->cc_minor) : "";
+}
+
+std::unique_ptr<runtime::KernelStore> StoreOn(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<runtime::DiskCache>> disk = runtime::DiskCache::Open({.dir = dir});
+  EXPECT_TRUE(disk.ok()) << disk.status();
+  return std::make_unique<runtime::KernelStore>("sm_90", disk.ok() ? *std::move(disk) : nullptr);
+}
+
+std::vector<std::string> EntryKeysIn(const std::string& dir) {
+  std::vector<std::string> keys;
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    std::string key;
+    if (runtime::IsCacheEntryName(file.path().filename().string(), &key)) keys.push_back(key);
+  }
+  return keys;
 }
 
 }  // namespace reprise::testing

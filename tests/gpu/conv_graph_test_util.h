@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/cudnn_handle.h"
+#include "src/runtime/kernel_store.h"
 #include "src/runtime/owners.h"
 
 namespace reprise::testing {
@@ -98,6 +100,11 @@ class ConvDevice {
 
 // "<GPU name> sm_<major><minor>", the device part of the plan caches' keys; "" without a device.
 std::string DeviceKeyForTests();
+
+// A kernel store on the cache folder `dir`, as a new process would open it (for the measured
+// choices' records), and the keys of the entries in `dir`.
+std::unique_ptr<runtime::KernelStore> StoreOn(const std::string& dir);
+std::vector<std::string> EntryKeysIn(const std::string& dir);
 
 }  // namespace reprise::testing
 

@@ -4,7 +4,6 @@
 // rebuilds the recorded engine without timing anything and gives the same bits; a record naming a
 // configuration cuDNN no longer offers is measured again, replaced and counted; measuring without
 // buffers to run on is refused.
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -13,7 +12,6 @@
 #include "gtest/gtest.h"
 #include "src/runtime/cudnn_conv_graph.h"
 #include "src/runtime/device.h"
-#include "src/runtime/disk_cache.h"
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
@@ -31,22 +29,6 @@ using testing::ConvCase;
 ConvCase Case() {
   return {
       "MeasuredDgrad", Layout::kNHWC, DType::kBFloat16, false, 4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1};
-}
-
-std::unique_ptr<runtime::KernelStore> StoreOn(const std::string& dir) {
-  absl::StatusOr<std::unique_ptr<runtime::DiskCache>> disk = runtime::DiskCache::Open({.dir = dir});
-  EXPECT_TRUE(disk.ok()) << disk.status();
-  return std::make_unique<runtime::KernelStore>("sm_90", disk.ok() ? *std::move(disk) : nullptr);
-}
-
-// The keys of the record entries in `dir`.
-std::vector<std::string> RecordKeys(const std::string& dir) {
-  std::vector<std::string> keys;
-  for (const auto& file : std::filesystem::directory_iterator(dir)) {
-    std::string key;
-    if (runtime::IsCacheEntryName(file.path().filename().string(), &key)) keys.push_back(key);
-  }
-  return keys;
 }
 
 class MeasuredConvPlan {
@@ -91,7 +73,7 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
 
   // Measured now: timed candidates, one record written.
   runtime::CudnnConvGraph::ForgetPlans();
-  std::unique_ptr<runtime::KernelStore> store = StoreOn(dir.path());
+  std::unique_ptr<runtime::KernelStore> store = testing::StoreOn(dir.path());
   runtime::ConvGraphStats before = runtime::CudnnConvGraph::Stats();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::CudnnConvGraph measured,
@@ -104,14 +86,14 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
   EXPECT_LE(after.candidates_timed, before.candidates_timed + runtime::kConvMeasuredCandidates);
   EXPECT_NE(measured.Describe().find(" measured "), std::string::npos) << measured.Describe();
   EXPECT_EQ(measured.Describe().find("(record)"), std::string::npos) << measured.Describe();
-  ASSERT_EQ(RecordKeys(dir.path()).size(), 1u);
+  ASSERT_EQ(testing::EntryKeysIn(dir.path()).size(), 1u);
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<double> first,
                                RunOnce(dev, measured, m.ref().dx.size()));
   EXPECT_LE(testing::RelativeL2(first, m.ref().dx), testing::Tolerance(m.t()));
 
   // A later process: the same engine from the record, nothing timed, the same bits.
   runtime::CudnnConvGraph::ForgetPlans();
-  store = StoreOn(dir.path());
+  store = testing::StoreOn(dir.path());
   before = runtime::CudnnConvGraph::Stats();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::CudnnConvGraph recorded,
@@ -131,14 +113,14 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
 
   // A record naming a configuration that is not among the candidates: measured again, replaced,
   // counted.
-  const std::string key = RecordKeys(dir.path()).front();
+  const std::string key = testing::EntryKeysIn(dir.path()).front();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::PlanRecord bad,
       runtime::DecodeConvPlanRecord(*store->FindRecord(key, runtime::kConvPlanRecordKind)));
   bad.name = "eng100000_k2=1";
   store->StoreRecord(key, runtime::kConvPlanRecordKind, runtime::EncodeConvPlanRecord(bad));
   runtime::CudnnConvGraph::ForgetPlans();
-  store = StoreOn(dir.path());
+  store = testing::StoreOn(dir.path());
   before = runtime::CudnnConvGraph::Stats();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::CudnnConvGraph remeasured,

@@ -3,7 +3,6 @@
 // recorded; a later process (the process's algorithm cache cleared, a new kernel store on the same
 // folder) takes the recorded algorithm without running cudnnFind and gives the same bits; a record
 // that does not parse is measured again, replaced and counted.
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -14,7 +13,6 @@
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_record.h"
 #include "src/runtime/device.h"
-#include "src/runtime/disk_cache.h"
 #include "src/runtime/kernel_store.h"
 #include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
@@ -35,21 +33,6 @@ ConvCase Case() {
       "LegacyDgrad", Layout::kNHWC, DType::kBFloat16, false, 4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1};
 }
 
-std::unique_ptr<runtime::KernelStore> StoreOn(const std::string& dir) {
-  absl::StatusOr<std::unique_ptr<runtime::DiskCache>> disk = runtime::DiskCache::Open({.dir = dir});
-  EXPECT_TRUE(disk.ok()) << disk.status();
-  return std::make_unique<runtime::KernelStore>("sm_90", disk.ok() ? *std::move(disk) : nullptr);
-}
-
-std::vector<std::string> RecordKeys(const std::string& dir) {
-  std::vector<std::string> keys;
-  for (const auto& file : std::filesystem::directory_iterator(dir)) {
-    std::string key;
-    if (runtime::IsCacheEntryName(file.path().filename().string(), &key)) keys.push_back(key);
-  }
-  return keys;
-}
-
 class LegacyMeasureTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -63,7 +46,7 @@ class LegacyMeasureTest : public ::testing::Test {
   // A Create as a new process would make it: the process's choices forgotten, a store on `dir`.
   absl::StatusOr<runtime::CudnnConv> Create(const std::string& dir, absl::string_view context) {
     runtime::ConvAlgorithmCache::Global().Clear();
-    store_ = StoreOn(dir);
+    store_ = testing::StoreOn(dir);
     const runtime::ConvOptions options{.measure = true,
                                        .workspace_limit = testing::kConvWorkspace,
                                        .device = testing::DeviceKeyForTests(),
@@ -101,7 +84,7 @@ TEST_F(LegacyMeasureTest, MeasuredAlgorithmIsRecordedAndTakenFromTheRecordLater)
   EXPECT_EQ(since.from_records, 0);
   EXPECT_GT(since.measure_ms, 0);
   EXPECT_GE(measured.algorithm().candidates, 1);
-  ASSERT_EQ(RecordKeys(dir.path()).size(), 1u);
+  ASSERT_EQ(testing::EntryKeysIn(dir.path()).size(), 1u);
   REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<double> first, RunOnce(measured));
   EXPECT_LE(testing::RelativeL2(first, ref_.dx), testing::Tolerance(Case()));
 
@@ -117,7 +100,7 @@ TEST_F(LegacyMeasureTest, MeasuredAlgorithmIsRecordedAndTakenFromTheRecordLater)
   EXPECT_EQ(again, first);
 
   // A record whose name does not parse: measured again, replaced, counted.
-  const std::string key = RecordKeys(dir.path()).front();
+  const std::string key = testing::EntryKeysIn(dir.path()).front();
   REPRISE_ASSERT_OK_AND_ASSIGN(
       runtime::PlanRecord bad,
       runtime::DecodeConvPlanRecord(*store_->FindRecord(key, runtime::kConvAlgorithmRecordKind)));
