@@ -180,8 +180,8 @@ absl::StatusOr<ConvAlgorithm> FirstQualifying(const std::vector<Perf>& candidate
       return ConvAlgorithm{.algo = static_cast<int>(perf.algo),
                            .math = perf.mathType,
                            .workspace_bytes = workspace,
-                           .candidates = static_cast<int64_t>(candidates.size()),
-                           .measured_ms = perf.time};
+                           .candidates = options.measure ? std::ssize(candidates) : 0,
+                           .measured_ms = options.measure ? perf.time : 0.0};
     }
   }
   return absl::NotFoundError(absl::StrCat(
