@@ -500,7 +500,9 @@ absl::StatusOr<CudnnConv> CudnnConv::Create(const CudnnHandle& handle, ConvKind 
       planned.x_,   planned.w_, planned.y_, planned.conv_, StrictFloat32(shape, options),
       low_precision};
   const bool recorded = options.measure && options.records != nullptr;
-  const std::string record_key = recorded ? ConvAlgorithmRecordKey(key) : "";
+  // Hashed only where the process has no choice yet (a record is looked up or written).
+  const std::string record_key =
+      recorded && !algorithm.has_value() ? ConvAlgorithmRecordKey(key) : "";
   if (!algorithm.has_value() && recorded) {
     if (std::optional<std::string> text =
             options.records->FindRecord(record_key, kConvAlgorithmRecordKind)) {
