@@ -411,6 +411,7 @@ absl::StatusOr<BenchResult> Measure(reprise::ExecMode mode, Fusion fusion,
   result.create_breakdown = stats.CreateBreakdown();
   for (const std::string& measured :
        {reprise::runtime::CudnnConvGraph::Stats().MeasuredSince(conv_plans_before),
+        reprise::runtime::CudnnConvGraph::Stats().TimingSince(conv_plans_before),
         reprise::ops::MatmulChoices().MeasuredSince(matmul_choices_before)}) {
     if (!measured.empty()) absl::StrAppend(&result.create_breakdown, "; ", measured);
   }

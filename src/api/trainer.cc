@@ -342,6 +342,10 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
       phases.Mark(kUpload);
       continue;
     }
+    if (b->cls == passes::BufferClass::kInput && stacked == stacked_leaves_.end() &&
+        ir::WritesZeroBits(node.init)) {
+      continue;  // The staging memset above wrote its bits (ResNet-50's b256 images: 77 MB).
+    }
     const TensorSpec& spec = node.outputs[0];
     if (own_arena_leaf && spec.dtype == DType::kFloat32 &&
         spec.NumElements() >= InitialUpload::kMinElements) {

@@ -76,6 +76,25 @@ absl::StatusOr<std::shared_ptr<CudnnConvGraph::Plan>> Prepare(const CudnnHandle&
   return plan;
 }
 
+// Adds the wall time since `start` to `ms`.
+void Lap(absl::Time start, double& ms) { ms += absl::ToDoubleMilliseconds(absl::Now() - start); }
+
+// Builds candidate `index` of `plan`, booking its wall time (and the slowest build) in `stats`.
+fe::error_t BuildTimed(CudnnConvGraph::Plan& plan, int64_t index, absl::string_view what,
+                       ConvGraphStats& stats) {
+  const absl::Time start = absl::Now();
+  fe::error_t built = plan.graph->build_plan_at_index(index);
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  stats.build_ms += ms;
+  if (ms > stats.slowest_build_ms) {
+    std::string engine;
+    (void)plan.graph->get_plan_name_at_index(index, engine);
+    stats.slowest_build_ms = ms;
+    stats.slowest_build = absl::StrCat(what, " ", engine);
+  }
+  return built;
+}
+
 // The engine configurations to choose from: mode A ranks the engines cuDNN expects to be
 // fastest; the fallback list adds the ones that take any shape, so that a filter leaving none of
 // A's still finds a plan.
@@ -87,6 +106,18 @@ absl::Status ListCandidates(const Key& key, fe::graph::Graph& g, absl::string_vi
   g.deselect_numeric_notes(BarredNotes(key));
   g.deselect_workspace_greater_than(static_cast<int64_t>(key.workspace_limit));
   return FrontendStatus(g.check_support(), "check_support", what, context);
+}
+
+// Prepare, then ListCandidates, their wall time booked as lowering.
+absl::StatusOr<std::shared_ptr<CudnnConvGraph::Plan>> PrepareAndList(const CudnnHandle& handle,
+                                                                     const Key& key,
+                                                                     absl::string_view what,
+                                                                     ConvGraphStats& stats) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+  RETURN_IF_ERROR(ListCandidates(key, *plan->graph, what, ""));
+  Lap(start, stats.lower_ms);
+  return plan;
 }
 
 // The chosen plan's workspace (within the lane's) and name.
@@ -107,13 +138,13 @@ absl::Status DescribeChoice(const Key& key, CudnnConvGraph::Plan& plan, absl::st
 
 // The heuristics' first candidate that builds.
 absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildByHeuristics(
-    const CudnnHandle& handle, const Key& key, absl::string_view what) {
-  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+    const CudnnHandle& handle, const Key& key, absl::string_view what, ConvGraphStats& stats) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan,
+                   PrepareAndList(handle, key, what, stats));
   fe::graph::Graph& g = *plan->graph;
-  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
   std::string failures;
   for (plan->index = 0; plan->index < g.get_execution_plan_count(); ++plan->index) {
-    fe::error_t built = g.build_plan_at_index(plan->index);
+    fe::error_t built = BuildTimed(*plan, plan->index, what, stats);
     if (built.is_good()) break;
     absl::StrAppend(&failures, failures.empty() ? "" : "; ", built.get_message());
   }
@@ -168,10 +199,10 @@ struct MeasuredPlan {
 // the options' buffers, and keeps the one of least median time (the first of equals).
 absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const Key& key,
                                               const ConvGraphOptions& options,
-                                              absl::string_view what) {
-  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+                                              absl::string_view what, ConvGraphStats& stats) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan,
+                   PrepareAndList(handle, key, what, stats));
   fe::graph::Graph& g = *plan->graph;
-  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudnnGetStream(handle.get(), &stream), "cudnnGetStream", what));
   struct Events {
@@ -230,10 +261,11 @@ absl::StatusOr<MeasuredPlan> BuildByMeasuring(const CudnnHandle& handle, const K
 // The one plan a record names, found among the candidates the measurement chose from (same key,
 // same filters) and built alone.
 absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
-    const CudnnHandle& handle, const Key& key, const PlanRecord& record, absl::string_view what) {
-  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan, Prepare(handle, key, what, ""));
+    const CudnnHandle& handle, const Key& key, const PlanRecord& record, absl::string_view what,
+    ConvGraphStats& stats) {
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnConvGraph::Plan> plan,
+                   PrepareAndList(handle, key, what, stats));
   fe::graph::Graph& g = *plan->graph;
-  RETURN_IF_ERROR(ListCandidates(key, g, what, ""));
   for (plan->index = 0; plan->index < g.get_execution_plan_count(); ++plan->index) {
     std::string name;
     if (g.get_plan_name_at_index(plan->index, name).is_good() && name == record.name) break;
@@ -242,8 +274,8 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
     return absl::NotFoundError(
         absl::StrCat("names ", record.name, ", which is not among the candidates for ", what));
   }
-  RETURN_IF_ERROR(
-      FrontendStatus(g.build_plan_at_index(plan->index), "build_plan_at_index", what, ""));
+  RETURN_IF_ERROR(FrontendStatus(BuildTimed(*plan, plan->index, what, stats),
+                                 "build_plan_at_index", what, ""));
   RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
   plan->chosen_by =
       absl::StrFormat("measured %.4f ms of %d (record)", record.median_ms, record.candidates);
@@ -258,7 +290,7 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHan
   const std::string what = What(key);
   if (!key.measured) {
     absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> plan =
-        BuildByHeuristics(handle, key, what);
+        BuildByHeuristics(handle, key, what, stats);
     if (plan.ok()) ++stats.heuristic_plans;
     return plan;
   }
@@ -270,7 +302,7 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHan
             options.records->FindRecord(record_key, kConvPlanRecordKind)) {
       absl::StatusOr<PlanRecord> record = DecodeConvPlanRecord(*text);
       absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> plan =
-          record.ok() ? BuildFromRecord(handle, key, *record, what) : record.status();
+          record.ok() ? BuildFromRecord(handle, key, *record, what, stats) : record.status();
       if (plan.ok()) {
         ++stats.record_plans;
         return plan;
@@ -281,7 +313,7 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHan
     }
   }
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(MeasuredPlan measured, BuildByMeasuring(handle, key, options, what));
+  ASSIGN_OR_RETURN(MeasuredPlan measured, BuildByMeasuring(handle, key, options, what, stats));
   ++stats.measured_plans;
   stats.candidates_timed += measured.record.candidates;
   stats.measure_ms += absl::ToDoubleMilliseconds(absl::Now() - start);
@@ -294,10 +326,21 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> Build(const CudnnHan
 
 size_t ElementBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
-// The plan's first run, ahead of the step's capture (WarmUpInThrowawayCapture), with one
-// allocation as large as any operand or the workspace standing in for all of them.
+// The plan's first run, ahead of the step's capture (WarmUpInThrowawayCapture), on the buffers
+// the options name where they name all the plan reads and writes (nothing runs in the throwaway
+// capture), else on one allocation as large as any operand or the workspace standing in for all.
 absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnConvGraph::Plan& plan,
-                    absl::string_view context) {
+                    const ConvGraphOptions& options, absl::string_view context) {
+  const auto first_run = [&](const ConvGraphBuffers& b, void* workspace) {
+    std::unordered_map<int64_t, void*> pack = Pack(key.fusion, b);
+    (void)plan.graph->execute_plan_at_index(handle.get(), pack, workspace, plan.index);
+  };
+  if (MissingBuffers(key.fusion, options.measure_buffers).empty() &&
+      (plan.workspace_bytes == 0 || options.measure_workspace != nullptr)) {
+    return WarmUpInThrowawayCapture(
+        handle, 0, [&](void*) { first_run(options.measure_buffers, options.measure_workspace); },
+        context);
+  }
   const ConvShape& s = key.shape;
   const int64_t largest =
       std::max({s.n * s.c * s.h * s.w, s.n * s.k * s.p * s.q, s.k * (s.c / s.groups) * s.r * s.s});
@@ -305,16 +348,15 @@ absl::Status WarmUp(const CudnnHandle& handle, const Key& key, const CudnnConvGr
   return WarmUpInThrowawayCapture(
       handle, bytes,
       [&](void* placeholder) {
-        const ConvGraphBuffers b{.a = placeholder,
-                                 .b = placeholder,
-                                 .out = placeholder,
-                                 .acc = placeholder,
-                                 .scale = placeholder,
-                                 .bias = placeholder,
-                                 .sum = placeholder,
-                                 .sq_sum = placeholder};
-        std::unordered_map<int64_t, void*> pack = Pack(key.fusion, b);
-        (void)plan.graph->execute_plan_at_index(handle.get(), pack, placeholder, plan.index);
+        first_run({.a = placeholder,
+                   .b = placeholder,
+                   .out = placeholder,
+                   .acc = placeholder,
+                   .scale = placeholder,
+                   .bias = placeholder,
+                   .sum = placeholder,
+                   .sq_sum = placeholder},
+                  placeholder);
       },
       context);
 }
@@ -384,7 +426,11 @@ absl::StatusOr<CudnnConvGraph> CudnnConvGraph::Create(const CudnnHandle& handle,
   auto it = entries.find(key);
   if (it == entries.end()) {
     Entry entry = Build(handle, key, options, cache.stats());
-    if (entry.ok()) RETURN_IF_ERROR(WarmUp(handle, key, **entry, context));
+    if (entry.ok()) {
+      const absl::Time start = absl::Now();
+      RETURN_IF_ERROR(WarmUp(handle, key, **entry, options, context));
+      Lap(start, cache.stats().warm_up_ms);
+    }
     it = entries.emplace(key, std::move(entry)).first;
   }
   if (!it->second.ok()) {
@@ -406,7 +452,12 @@ ConvGraphStats ConvGraphStats::Since(const ConvGraphStats& before) const {
           .record_plans = record_plans - before.record_plans,
           .records_discarded = records_discarded - before.records_discarded,
           .candidates_timed = candidates_timed - before.candidates_timed,
-          .measure_ms = measure_ms - before.measure_ms};
+          .measure_ms = measure_ms - before.measure_ms,
+          .lower_ms = lower_ms - before.lower_ms,
+          .build_ms = build_ms - before.build_ms,
+          .warm_up_ms = warm_up_ms - before.warm_up_ms,
+          .slowest_build = slowest_build,
+          .slowest_build_ms = slowest_build_ms};
 }
 
 std::string ConvGraphStats::MeasuredSince(const ConvGraphStats& before) const {
@@ -414,6 +465,15 @@ std::string ConvGraphStats::MeasuredSince(const ConvGraphStats& before) const {
   if (d.measured_plans + d.record_plans == 0) return "";
   return absl::StrFormat("cuDNN conv plans measured %d (%.0f ms), from records %d",
                          d.measured_plans, d.measure_ms, d.record_plans);
+}
+
+std::string ConvGraphStats::TimingSince(const ConvGraphStats& before) const {
+  const ConvGraphStats d = Since(before);
+  const int64_t plans = d.heuristic_plans + d.measured_plans + d.record_plans;
+  if (plans == 0) return "";
+  return absl::StrFormat(
+      "cuDNN conv plans %d: lowering %.0f ms, builds %.0f (slowest %.0f: %s), warm-ups %.0f", plans,
+      d.lower_ms, d.build_ms, d.slowest_build_ms, d.slowest_build, d.warm_up_ms);
 }
 
 void CudnnConvGraph::ForgetPlans() {

@@ -69,7 +69,8 @@ struct ConvGraphOptions {
   // median time, instead of the heuristics' first (TrainOptions::kernels.measure_conv_algorithms).
   // The runs read and overwrite measure_buffers (every buffer the fusion needs) and
   // measure_workspace (workspace_limit bytes), on the stream the handle is bound to, which they
-  // synchronise: never under capture.
+  // synchronise: never under capture. The plan's first run, captured and discarded ahead of the
+  // step's capture, names the same buffers where they are all given (else an allocation of its own).
   bool measure = false;
   ConvGraphBuffers measure_buffers;
   void* measure_workspace = nullptr;
@@ -91,12 +92,25 @@ struct ConvGraphStats {
   int64_t records_discarded = 0;  // Records that did not decode or no longer built.
   int64_t candidates_timed = 0;
   double measure_ms = 0;  // Wall time spent building and timing candidates.
+  // Where the plans' wall time went outside measuring, for the warm start's budget: the graphs
+  // validated, lowered and their candidates listed; the chosen plans built (where cuDNN compiles
+  // a runtime-fused engine); the first runs in a throwaway capture (WarmUpInThrowawayCapture).
+  double lower_ms = 0;
+  double build_ms = 0;
+  double warm_up_ms = 0;
+  // The one plan whose build took longest, e.g. "conv wgrad ... eng0 (12 ms)".
+  std::string slowest_build;
+  double slowest_build_ms = 0;
 
-  // The counts since `before` (an earlier Stats()): each field's difference.
+  // The counts since `before` (an earlier Stats()): each field's difference (the slowest build
+  // is this object's).
   ConvGraphStats Since(const ConvGraphStats& before) const;
   // What was chosen since `before` (an earlier Stats()), e.g. "cuDNN conv plans measured 59
   // (506 ms), from records 0"; "" when no plan was measured or taken from a record.
   std::string MeasuredSince(const ConvGraphStats& before) const;
+  // Where the plans' time went since `before`, e.g. "cuDNN conv plans 59: lowering 180 ms,
+  // builds 240 (slowest: conv fwd ... eng0 31 ms), warm-ups 90"; "" when none was built.
+  std::string TimingSince(const ConvGraphStats& before) const;
 };
 
 // What a convolution computes besides its product. The first two need cuDNN's fused engines

@@ -19,7 +19,8 @@ absl::Status WarmUpInThrowawayCapture(const CudnnHandle& handle, size_t placehol
     return absl::OkStatus();
   }
   void* placeholder = nullptr;
-  if (cudaMalloc(&placeholder, placeholder_bytes + (1 << 20)) == cudaSuccess &&
+  if ((placeholder_bytes == 0 ||
+       cudaMalloc(&placeholder, placeholder_bytes + (1 << 20)) == cudaSuccess) &&
       cudnnSetStream(handle.get(), stream) == CUDNN_STATUS_SUCCESS &&
       cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
     first_run(placeholder);

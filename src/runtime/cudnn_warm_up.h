@@ -18,7 +18,10 @@ namespace reprise::runtime {
 // and not inside the Trainer's capture of the step, whose thread-local capture mode refuses module
 // loads. Nothing reaches the device: the capture is discarded. Best effort: a warm-up that fails
 // leaves the first run to the step itself, which reports its own errors; only failing to give the
-// handle its stream back is an error, named with `context`.
+// handle its stream back is an error, named with `context`. With `placeholder_bytes` 0 nothing is
+// allocated and `first_run` gets nullptr: for a caller that hands the plan real buffers (a
+// ResNet-50 at batch 256 allocated and freed 400 MB for each of its plans).
+
 absl::Status WarmUpInThrowawayCapture(const CudnnHandle& handle, size_t placeholder_bytes,
                                       absl::FunctionRef<void(void* placeholder)> first_run,
                                       absl::string_view context);

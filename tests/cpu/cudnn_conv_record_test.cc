@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "src/runtime/cudnn_conv_graph.h"
 
 namespace reprise::runtime {
 namespace {
@@ -115,6 +116,21 @@ TEST(ConvAlgorithmRecordTest, ProcessCountsAddUp) {
   EXPECT_EQ(since.from_records, 2);
   EXPECT_EQ(since.records_discarded, 1);
   EXPECT_DOUBLE_EQ(since.measure_ms, 12.5);
+}
+
+TEST(ConvGraphStatsTest, TimingSinceSaysWhereThePlansTimeWent) {
+  const ConvGraphStats before{.heuristic_plans = 3, .lower_ms = 10, .build_ms = 5, .warm_up_ms = 1};
+  EXPECT_EQ(before.TimingSince(before), "");
+  const ConvGraphStats after{.heuristic_plans = 4,
+                             .record_plans = 2,
+                             .lower_ms = 40,
+                             .build_ms = 35,
+                             .warm_up_ms = 7,
+                             .slowest_build = "conv wgrad eng0",
+                             .slowest_build_ms = 21};
+  EXPECT_EQ(after.TimingSince(before),
+            "cuDNN conv plans 3: lowering 30 ms, builds 30 (slowest 21: conv wgrad eng0), "
+            "warm-ups 6");
 }
 
 }  // namespace

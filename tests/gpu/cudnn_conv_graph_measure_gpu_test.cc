@@ -104,6 +104,12 @@ TEST(ConvGraphMeasureGpuTest, MeasuredPlanIsRecordedAndRebuiltFromTheRecord) {
   EXPECT_EQ(after.record_plans, before.record_plans + 1);
   EXPECT_EQ(after.measured_plans, before.measured_plans);
   EXPECT_EQ(after.candidates_timed, before.candidates_timed);
+  // Its time booked by phase: the graph lowered, the one plan built, its first run.
+  EXPECT_GT(after.lower_ms, before.lower_ms);
+  EXPECT_GT(after.build_ms, before.build_ms);
+  EXPECT_GT(after.warm_up_ms, before.warm_up_ms);
+  EXPECT_EQ(after.TimingSince(before).rfind("cuDNN conv plans 1: lowering ", 0), 0u)
+      << after.TimingSince(before);
   EXPECT_NE(recorded.Describe().find("(record)"), std::string::npos) << recorded.Describe();
   const std::string engine = measured.Describe().substr(0, measured.Describe().find(" measured"));
   EXPECT_EQ(recorded.Describe().rfind(engine, 0), 0u) << recorded.Describe() << " vs " << engine;
