@@ -274,8 +274,8 @@ absl::StatusOr<std::shared_ptr<const CudnnConvGraph::Plan>> BuildFromRecord(
     return absl::NotFoundError(
         absl::StrCat("names ", record.name, ", which is not among the candidates for ", what));
   }
-  RETURN_IF_ERROR(FrontendStatus(BuildTimed(*plan, plan->index, what, stats),
-                                 "build_plan_at_index", what, ""));
+  RETURN_IF_ERROR(
+      FrontendStatus(BuildTimed(*plan, plan->index, what, stats), "build_plan_at_index", what, ""));
   RETURN_IF_ERROR(DescribeChoice(key, *plan, what, ""));
   plan->chosen_by =
       absl::StrFormat("measured %.4f ms of %d (record)", record.median_ms, record.candidates);

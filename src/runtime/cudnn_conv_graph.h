@@ -70,7 +70,8 @@ struct ConvGraphOptions {
   // The runs read and overwrite measure_buffers (every buffer the fusion needs) and
   // measure_workspace (workspace_limit bytes), on the stream the handle is bound to, which they
   // synchronise: never under capture. The plan's first run, captured and discarded ahead of the
-  // step's capture, names the same buffers where they are all given (else an allocation of its own).
+  // step's capture, names the same buffers where they are all given (else an allocation of its
+  // own).
   bool measure = false;
   ConvGraphBuffers measure_buffers;
   void* measure_workspace = nullptr;
