@@ -27,14 +27,14 @@ ABSL_FLAG(bool, conv_bn_stats, false,
           "TrainOptions::kernels.conv_batch_norm_stats: with --conv_api=graph, batch-norm "
           "statistics summed in the convolution's epilogue (float16 NHWC models: cuDNN has no "
           "engine for it in bfloat16 or float32)");
-ABSL_FLAG(bool, conv_sums_in_place, true,
+ABSL_FLAG(bool, conv_sums_in_place, reprise::KernelTuning{}.conv_sums_in_place,
           "TrainOptions::kernels.conv_sums_in_place: residual blocks' input gradients summed in "
           "place by cuDNN's legacy call; false: with --conv_api=graph, the graph API's fused sum "
           "written apart");
-ABSL_FLAG(bool, residual_sums_in_bn, false,
+ABSL_FLAG(bool, residual_sums_in_bn, reprise::KernelTuning{}.residual_sums_in_batch_norm,
           "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
           "summed by the batch-norm gradients that read them, as they load them");
-ABSL_FLAG(int64_t, residual_sums_min_elements, 0,
+ABSL_FLAG(int64_t, residual_sums_min_elements, reprise::KernelTuning{}.residual_sums_min_elements,
           "TrainOptions::kernels.residual_sums_min_elements: with --residual_sums_in_bn, only "
           "sums of at least this many elements (the smaller ones summed by their convolution)");
 ABSL_FLAG(bool, measure_matmul, false,
@@ -114,21 +114,21 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
 }
 
 std::string KernelFlagsText() {
-  return absl::StrCat(absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
-                      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
-                      absl::GetFlag(FLAGS_conv_sums_in_place) ? "" : " conv_sums_apart",
-                      absl::GetFlag(FLAGS_residual_sums_in_bn) ? " residual_sums_in_bn=1" : "",
-                      absl::GetFlag(FLAGS_residual_sums_min_elements) != 0
-                          ? absl::StrCat(" residual_sums_min_elements=",
-                                         absl::GetFlag(FLAGS_residual_sums_min_elements))
-                          : "",
-                      absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
-                      absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
-                      absl::GetFlag(FLAGS_dependent_launch_after_libraries)
-                          ? " dependent_launch_after_libraries=1"
-                          : "",
-                      absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
-                      absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0");
+  return absl::StrCat(
+      absl::GetFlag(FLAGS_narrow_conv) ? "" : " narrow_conv=0",
+      absl::GetFlag(FLAGS_own_wgrad) ? " own_wgrad=1" : "",
+      absl::GetFlag(FLAGS_conv_sums_in_place) ? " conv_sums_in_place=1" : "",
+      absl::GetFlag(FLAGS_residual_sums_in_bn) ? "" : " residual_sums_in_bn=0",
+      absl::GetFlag(FLAGS_residual_sums_min_elements) != KernelTuning{}.residual_sums_min_elements
+          ? absl::StrCat(" residual_sums_min_elements=",
+                         absl::GetFlag(FLAGS_residual_sums_min_elements))
+          : "",
+      absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
+      absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",
+      absl::GetFlag(FLAGS_dependent_launch_after_libraries) ? " dependent_launch_after_libraries=1"
+                                                            : "",
+      absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
+      absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0");
 }
 
 }  // namespace reprise::tools

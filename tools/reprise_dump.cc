@@ -58,10 +58,10 @@ ABSL_FLAG(bool, sgd_one_launch, true,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one sgd_multi "
           "launch, which in mixed precision also writes the 16-bit parameter copies (stages plan "
           "and cuda-graph)");
-ABSL_FLAG(bool, residual_sums_in_bn, false,
+ABSL_FLAG(bool, residual_sums_in_bn, reprise::KernelTuning{}.residual_sums_in_batch_norm,
           "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
           "summed by the batch-norm gradients that read them (stages plan and cuda-graph)");
-ABSL_FLAG(int64_t, residual_sums_min_elements, 0,
+ABSL_FLAG(int64_t, residual_sums_min_elements, reprise::KernelTuning{}.residual_sums_min_elements,
           "TrainOptions::kernels.residual_sums_min_elements: with --residual_sums_in_bn, only "
           "sums of at least this many elements (stages plan and cuda-graph)");
 ABSL_FLAG(std::string, mirror, "off",

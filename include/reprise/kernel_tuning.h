@@ -74,26 +74,27 @@ struct KernelTuning {
   // 5.666 ms, docs/benchmarks_resnet.md).
   enum class ConvApi : uint8_t { kLegacy, kGraph };
   ConvApi conv_api = ConvApi::kGraph;
-  // A residual block's input gradient (data gradient + the skip's) written over the skip's by the
-  // legacy call's beta = 1, the one in-place sum cuDNN promises. False, with kGraph: the graph
-  // API's fused sum into memory of its own (conv2d_dgrad_add), so no legacy call runs where cuDNN
-  // has plans. True by default: on an H200 ResNet-50 stepped 1.2 to 1.7% slower without it.
-  bool conv_sums_in_place = true;
+  // A residual block's input gradient (data gradient + the skip's) that a convolution sums: true,
+  // written over the skip's by the legacy call's beta = 1, the one in-place sum cuDNN promises;
+  // false (the default), with kGraph, the graph API's fused sum into memory of its own
+  // (conv2d_dgrad_add; where cuDNN has no fused plan, as for strict float32, its plain plan and
+  // then our add kernel), so that no legacy call runs. Few sums are left to the convolutions by
+  // default (residual_sums_in_batch_norm below).
+  bool conv_sums_in_place = false;
   // A residual block's input gradient (data gradient + the skip's) not summed by a convolution
   // at all: the batch-norm gradient that reads it (the previous block's ReLU and batch norm, which
   // writes its masked gradient anyway) loads both summands and adds them, so the sum is never
-  // written and the data gradient runs with no epilogue. With conv_api kGraph, the sums it cannot
-  // take (the stem's pooling gradient reads one) are written apart, as conv_sums_in_place = false
-  // writes them, so no legacy call runs. The same bytes moved as the in-place sums. Off: on an H200
-  // ResNet-50 stepped 1.2 to 1.6% faster with it at batch 256 but 0.2 to 0.6% slower at 32
-  // (2026-12-05, docs/benchmarks_resnet.md).
-  bool residual_sums_in_batch_norm = false;
+  // written and the data gradient runs with no epilogue; the sums it cannot take (the stem's
+  // pooling gradient reads one) are the convolution's, as conv_sums_in_place says. The same bytes
+  // moved as the in-place sums. On by default, from residual_sums_min_elements on.
+  bool residual_sums_in_batch_norm = true;
   // With residual_sums_in_batch_norm: only the sums of at least this many elements; the smaller
-  // ones are summed by their convolution as without the option (in place where
-  // conv_sums_in_place), where the statistics kernel's second stream of loads costs more than
-  // the sum's own pass. 0: every sum, and, with conv_api kGraph, the ones no batch norm can take
-  // written apart, so that no legacy call runs. At least 0.
-  int64_t residual_sums_min_elements = 0;
+  // ones are summed by their convolution, where the statistics kernel's second stream of loads
+  // costs more than the sum's own pass. At least 0 (0: every sum). 4M by default: with it and the
+  // two defaults above, ResNet-50 runs no legacy call, and on an H100 (2026-12-06) stepped 1.0%
+  // faster at b256 bf16 than with the legacy in-place sums, the same in TF32 at b32 (+0.06%) and
+  // 0.4% slower in bf16 at b32 (docs/benchmarks_resnet.md, "No legacy call by default").
+  int64_t residual_sums_min_elements = 4'000'000;
   // With conv_api kGraph and fuse: a convolution followed by a training batch norm (and its
   // residual add and ReLU) runs as one node whose batch-norm statistics cuDNN sums in the
   // convolution's epilogue, where cuDNN has a plan for that and training is not deterministic

@@ -13,6 +13,7 @@
 #include "src/ops/narrow_conv.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/wgrad3x3.h"
+#include "src/runtime/add_into_kernel.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_conv.h"
 #include "src/runtime/cudnn_conv_graph.h"
@@ -193,34 +194,59 @@ class CudnnConvKernel : public GpuKernel {
   void* workspace_;
 };
 
-// One cuDNN graph-API plan built at lowering; Launch only binds the stream and executes it.
+// One cuDNN graph-API plan built at lowering; Launch only binds the stream and executes it. A
+// data gradient's sum apart whose plan has no fused add (`add_note` says why: strict float32 has
+// none) runs the plain plan, then our kernel adds the accumulator in (runtime::LaunchAddInto).
 class CudnnConvGraphKernel : public GpuKernel {
  public:
-  CudnnConvGraphKernel(std::string where, runtime::CudnnConvGraph conv, const LoweringContext& ctx)
+  CudnnConvGraphKernel(std::string where, runtime::CudnnConvGraph conv, const LoweringContext& ctx,
+                       std::string add_note = "")
       : where_(std::move(where)),
         conv_(std::move(conv)),
+        add_note_(std::move(add_note)),
         cudnn_(ctx.cudnn),
-        buffers_{.a = ctx.inputs[0],
-                 .b = ctx.inputs[1],
-                 .out = ctx.outputs[0],
-                 .acc = conv_.fusion().add_to_output ? ctx.inputs[2] : nullptr},
+        buffers_{
+            .a = ctx.inputs[0],
+            .b = ctx.inputs[1],
+            .out = ctx.outputs[0],
+            .acc = conv_.fusion().add_to_output || !add_note_.empty() ? ctx.inputs[2] : nullptr},
+        elements_(add_note_.empty() ? 0 : ctx.input_specs[2].NumElements()),
         workspace_(ctx.workspace) {}
 
   absl::Status Launch(cudaStream_t stream) const override {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
-    return conv_.Run(*cudnn_, buffers_, workspace_, where_);
+    RETURN_IF_ERROR(conv_.Run(*cudnn_, buffers_, workspace_, where_));
+    if (add_note_.empty()) return absl::OkStatus();
+    const runtime::AddIntoType type =
+        conv_.shape().dtype == DType::kFloat32    ? runtime::AddIntoType::kFloat32
+        : conv_.shape().dtype == DType::kBFloat16 ? runtime::AddIntoType::kBFloat16
+                                                  : runtime::AddIntoType::kFloat16;
+    return runtime::CudaStatus(
+        runtime::LaunchAddInto(buffers_.out, buffers_.acc, static_cast<uint64_t>(elements_), type,
+                               stream),
+        "add-into kernel launch", where_);
   }
-  std::string Describe() const override { return conv_.Describe(); }
+  std::string Describe() const override {
+    return add_note_.empty() ? conv_.Describe()
+                             : absl::StrCat(conv_.Describe(), " + add kernel (", add_note_, ")");
+  }
   size_t WorkspaceBytes() const override { return conv_.workspace_bytes(); }
   bool LetsDependentsStartEarly() const override { return true; }  // As CudnnConvKernel.
 
  private:
   std::string where_;  // "node '<name>'", for errors.
   runtime::CudnnConvGraph conv_;
+  std::string add_note_;  // Why the sum is our kernel's, not the plan's; "" when it is not.
   const runtime::CudnnHandle* cudnn_;
   runtime::ConvGraphBuffers buffers_;
+  int64_t elements_;  // The accumulator's (the output's shape), where our kernel adds it.
   void* workspace_;
 };
+
+// cuDNN's message, cut to 200 characters for a plan dump's line.
+std::string Shortened(absl::string_view why) {
+  return why.size() > 200 ? absl::StrCat(why.substr(0, 200), " ...") : std::string(why);
+}
 
 template <ConvKind kind, DgradSum sum = DgradSum::kNone>
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx, const Node& node) {
@@ -265,8 +291,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
   // tensor its output aliases is not promised for every engine (split or multi-pass ones; PyTorch
   // met cuDNN's fused convolution + add going wrong when the added tensor aliased an operand,
   // pytorch#62926), and with it a bfloat16 ResNet-50's losses left the legacy API's at the second
-  // step (H200, 2026-12-02). Where asked (kernels.conv_sums_in_place = false), the fuse pass
-  // gives the graph API conv2d_dgrad_add instead, whose sum has memory of its own
+  // step (H200, 2026-12-02). Unless asked (kernels.conv_sums_in_place), the fuse pass gives
+  // the graph API conv2d_dgrad_add instead, whose sum has memory of its own
   // (tests/gpu/resnet50_conv_graph_gpu_test.cc checks each of ResNet-50's shapes in place and
   // into another output).
   std::string note;
@@ -276,28 +302,32 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         "API does not promise; the legacy call's beta = 1 does";
   } else if (ctx.options.conv_api == LoweringOptions::ConvApi::kGraph) {
     const bool add = sum == DgradSum::kApart;
-    const runtime::ConvGraphOptions options{
-        .allow_tf32 = ctx.options.allow_tf32,
-        .deterministic = ctx.options.deterministic,
-        .workspace_limit = ctx.workspace_bytes,
-        .device = DeviceChoiceKey(ctx.device),
-        .measure = ctx.options.measure_conv_algorithms,
-        .measure_buffers = {.a = ctx.inputs[0],
-                            .b = ctx.inputs[1],
-                            .out = ctx.outputs[0],
-                            .acc = add ? ctx.inputs[2] : nullptr},
-        .measure_workspace = ctx.workspace,
-        .records = ctx.kernels};
+    runtime::ConvGraphOptions options{.allow_tf32 = ctx.options.allow_tf32,
+                                      .deterministic = ctx.options.deterministic,
+                                      .workspace_limit = ctx.workspace_bytes,
+                                      .device = DeviceChoiceKey(ctx.device),
+                                      .measure = ctx.options.measure_conv_algorithms,
+                                      .measure_buffers = {.a = ctx.inputs[0],
+                                                          .b = ctx.inputs[1],
+                                                          .out = ctx.outputs[0],
+                                                          .acc = add ? ctx.inputs[2] : nullptr},
+                                      .measure_workspace = ctx.workspace,
+                                      .records = ctx.kernels};
     absl::StatusOr<runtime::CudnnConvGraph> conv = runtime::CudnnConvGraph::Create(
         *ctx.cudnn, kind, shape, {.add_to_output = add}, options, where);
+    std::string add_note;
+    if (add && absl::IsUnimplemented(conv.status())) {
+      // No fused add (strict float32 has none): the plain plan, and our kernel adds.
+      add_note = absl::StrCat("no fused add plan: ", Shortened(conv.status().message()));
+      options.measure_buffers.acc = nullptr;
+      conv = runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where);
+    }
     if (conv.ok()) {
       return std::unique_ptr<GpuKernel>(
-          new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx));
+          new CudnnConvGraphKernel(std::move(where), *std::move(conv), ctx, std::move(add_note)));
     }
     if (!absl::IsUnimplemented(conv.status())) return conv.status();
-    std::string why(conv.status().message());
-    if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
-    note = absl::StrCat("graph API: ", why);
+    note = absl::StrCat("graph API: ", Shortened(conv.status().message()));
   }
   const runtime::ConvOptions options{.allow_tf32 = ctx.options.allow_tf32,
                                      .deterministic = ctx.options.deterministic,

@@ -38,9 +38,11 @@ const ir::OpDef& Conv2dDgradAccumulateOp();
 // conv2d_dgrad_add: (dy, w, acc) -> acc + conv2d_dgrad(dy, w) into an output of its own: the same
 // sum for cuDNN's graph API, whose fused add reads acc as an operand and does not promise to read
 // every element of it before writing an output that aliases it. The fuse pass makes it instead of
-// conv2d_dgrad_accumulate where asked (TrainOptions::kernels.conv_sums_in_place = false, with the
-// graph API). Where cuDNN has no fused plan, acc is copied to the output and the legacy call adds
-// into it (beta = 1); the plan dump says which ran.
+// conv2d_dgrad_accumulate with the graph API unless TrainOptions::kernels.conv_sums_in_place.
+// Where cuDNN has no fused plan (strict float32), its plain plan writes the data gradient and our
+// kernel adds acc into it (in 16 bits a second rounding, as the unfused ops'); with the legacy
+// API, acc is copied to the output and the legacy call adds into it (beta = 1). The plan dump
+// says which ran.
 const ir::OpDef& Conv2dDgradAddOp();
 // conv2d_wgrad: (x, dy) -> dw. The forward's attributes plus kernel_h, kernel_w (R and S); attr
 // role "wgrad", which the scheduler puts on the second lane.

@@ -110,7 +110,7 @@ struct FuseOptions {
   bool conv_dgrad_accumulate = true;
   // With conv_dgrad_accumulate: the sum written into memory of its own instead
   // (conv2d_dgrad_add), for cuDNN's graph API, which promises no in-place sum
-  // (TrainOptions::kernels.conv_sums_in_place = false).
+  // (unless TrainOptions::kernels.conv_sums_in_place).
   bool conv_dgrad_add_apart = false;
   bool pointwise_chains = true;
   bool multi_tensor_optimizer = true;

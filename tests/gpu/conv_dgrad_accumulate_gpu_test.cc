@@ -1,6 +1,6 @@
 // conv2d_dgrad_accumulate on the GPU (cuDNN's data gradient with beta = 1, written over its
 // accumulator) and conv2d_dgrad_add (the same sum written apart, through cuDNN's graph API: its
-// fused add where cuDNN has a plan, else the accumulator copied and the legacy call adding to it)
+// fused add where cuDNN has a plan, else its plain plan and our add kernel)
 // against the CPU reference, in both layouts, strided and not, float32 and bfloat16. The
 // trainer-level agreement (ResNets, whose residual blocks use them by default) is in the ResNet
 // GPU tests.
@@ -79,10 +79,14 @@ TEST_P(ConvDgradAccumulateGpuTest, MatchesTheCpuReference) {
   });
   ASSERT_NE(conv, described.end());
   std::cout << c.name << ": " << *conv << "\n";
-  // cuDNN has a fused plan for the bfloat16 channels-last sums (ResNet's); the legacy call's
-  // fallback is for what it has none for, and says why.
-  if (c.apart && c.dtype == DType::kBFloat16) {
-    EXPECT_NE(conv->find("cudnn graph conv dgrad acc"), std::string::npos) << *conv;
+  // Apart, no legacy call: cuDNN 9.19 has a fused plan for the bfloat16 channels-last sums
+  // (ResNet's) and none in strict float32, where the plain plan runs and our kernel adds.
+  if (c.apart) {
+    EXPECT_EQ(conv->rfind("cudnn graph conv dgrad", 0), 0u) << *conv;
+    const bool fused = c.dtype == DType::kBFloat16;
+    EXPECT_EQ(conv->find("cudnn graph conv dgrad acc") == 0, fused) << *conv;
+    EXPECT_EQ(conv->find(" + add kernel (no fused add plan: ") != std::string::npos, !fused)
+        << *conv;
   }
 }
 

@@ -92,13 +92,15 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert options.numerics.compute_dtype == reprise.DType.bfloat16
     assert options.launch.lanes == 3 and options.launch.graph_launch == reprise.GraphLaunch.host
     assert not options.kernels.whole_step and options.kernels.fuse
-    kernels = reprise.KernelTuning(conv_sums_in_place=False, conv_api=reprise.ConvApi.legacy)
-    assert not kernels.conv_sums_in_place and kernels.conv_api == reprise.ConvApi.legacy
+    kernels = reprise.KernelTuning(conv_sums_in_place=True, conv_api=reprise.ConvApi.legacy)
+    assert kernels.conv_sums_in_place and kernels.conv_api == reprise.ConvApi.legacy
+    # The defaults run no legacy cuDNN call: sums in the batch norms, the rest apart.
     assert reprise.KernelTuning().conv_api == reprise.ConvApi.graph
+    assert not reprise.KernelTuning().conv_sums_in_place
     assert not reprise.KernelTuning().conv_batch_norm_stats
-    assert not reprise.KernelTuning().residual_sums_in_batch_norm
-    assert reprise.KernelTuning(residual_sums_in_batch_norm=True).residual_sums_in_batch_norm
-    assert reprise.KernelTuning().residual_sums_min_elements == 0
+    assert reprise.KernelTuning().residual_sums_in_batch_norm
+    assert not reprise.KernelTuning(residual_sums_in_batch_norm=False).residual_sums_in_batch_norm
+    assert reprise.KernelTuning().residual_sums_min_elements == 4_000_000
     assert reprise.KernelTuning(residual_sums_min_elements=1 << 23).residual_sums_min_elements == 1 << 23
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
         reprise.TrainOptions(launch={"lane": 2})
