@@ -29,6 +29,7 @@ struct CudaGraphDump {
   // Edges that let the later kernel be scheduled before the earlier one ends (programmatic
   // dependent launch: TrainOptions::kernels.dependent_launch).
   int64_t programmatic_edges = 0;
+  std::vector<std::pair<int, int>> programmatic;  // Those edges, (from, to) as in `edges`.
 
   int64_t NumNodesOfType(absl::string_view type) const;
   // The reprise node a CUDA graph node came from: the launch's node name, or "unknown".

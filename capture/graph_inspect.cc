@@ -168,6 +168,7 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(
   absl::flat_hash_map<cudaGraphNode_t, int> created;  // Handle -> index in creation order.
   for (int i = 0; i < n; ++i) created[handles[i]] = i;
   std::vector<std::pair<int, int>> edges;
+  std::vector<bool> programmatic;  // Per edge, in the order of `edges` before sorting.
   for (size_t e = 0; e < num_edges; ++e) {
     auto f = created.find(from[e]);
     auto t = created.find(to[e]);
@@ -175,6 +176,7 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(
       return absl::InternalError(absl::StrCat(context, ": an edge names a node not in the graph"));
     }
     edges.emplace_back(f->second, t->second);
+    programmatic.push_back(edge_data[e].type == cudaGraphDependencyTypeProgrammatic);
   }
   const std::vector<int> position = CaptureOrder(n, edges);
   // Exact owners from the capture's record of where each launch ended (index in creation order).
@@ -220,10 +222,13 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(
     node.handle = reinterpret_cast<uintptr_t>(handles[i]);
     if (type == cudaGraphNodeTypeKernel) node.kernel_name = KernelName(handles[i]);
   }
-  for (auto& [f, t] : edges) {
+  for (size_t e = 0; e < edges.size(); ++e) {
+    auto& [f, t] = edges[e];
     f = position[f];
     t = position[t];
+    if (programmatic[e]) dump.programmatic.push_back(edges[e]);
   }
+  std::sort(dump.programmatic.begin(), dump.programmatic.end());
   std::sort(edges.begin(), edges.end());
   std::vector<NodeOrigin> origins = AttributeNodes(nodes, dump.launches);
   for (int i = 0; i < n; ++i) {
@@ -231,9 +236,7 @@ absl::StatusOr<CudaGraphDump> InspectCudaGraph(
   }
   for (int i = 0; i < n; ++i) dump.nodes.push_back({std::move(nodes[i]), origins[i]});
   dump.edges = std::move(edges);
-  for (const cudaGraphEdgeData& data : edge_data) {
-    dump.programmatic_edges += data.type == cudaGraphDependencyTypeProgrammatic ? 1 : 0;
-  }
+  dump.programmatic_edges = static_cast<int64_t>(dump.programmatic.size());
   return dump;
 }
 

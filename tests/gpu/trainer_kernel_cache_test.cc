@@ -100,9 +100,9 @@ TEST(TrainerKernelCacheTest, DamagedEntryIsCompiledAgainAndCounted) {
   EXPECT_TRUE(verified.bad.empty());
 }
 
-// A small bfloat16 ResNet-18, its convolutions on the graph API with measured plans: how its
-// Create chose them (CudnnConvGraph's process-wide counts, before and after) and the losses of
-// three steps on fixed batches.
+// A small bfloat16 ResNet-18, its convolutions on the graph API with measured plans (its residual
+// sums on the legacy call, with measured algorithms): how its Create chose them (CudnnConvGraph's
+// process-wide counts, before and after) and the losses of three steps on fixed batches.
 struct MeasuredRun {
   runtime::ConvGraphStats before, after;
   TrainerStats stats;  // The trainer's own counts of the same.
@@ -118,6 +118,10 @@ absl::StatusOr<MeasuredRun> TrainWithMeasuredConvPlans() {
   options.numerics.compute_dtype = DType::kBFloat16;
   options.kernels.conv_api = KernelTuning::ConvApi::kGraph;
   options.kernels.measure_conv_algorithms = true;
+  // The residual blocks' sums in place, on the legacy call, whose measured algorithms are
+  // recorded too (by default no legacy call runs).
+  options.kernels.conv_sums_in_place = true;
+  options.kernels.residual_sums_in_batch_norm = false;
   options.seed = 7;
   MeasuredRun run{.before = runtime::CudnnConvGraph::Stats()};
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::Create(net.graph, net.loss, options));
