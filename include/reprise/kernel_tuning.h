@@ -77,8 +77,8 @@ struct KernelTuning {
   // A residual block's input gradient (data gradient + the skip's) that a convolution sums: true,
   // written over the skip's by the legacy call's beta = 1, the one in-place sum cuDNN promises;
   // false (the default), with kGraph, the graph API's fused sum into memory of its own
-  // (conv2d_dgrad_add; where cuDNN has no fused plan, as for strict float32, its plain plan and
-  // then our add kernel), so that no legacy call runs. Few sums are left to the convolutions by
+  // (conv2d_dgrad_add; where cuDNN has no fused plan, as for strict float32 NCHW, its plain plan
+  // and then our add kernel), so that no legacy call runs. Few sums are left to the convolutions by
   // default (residual_sums_in_batch_norm below).
   bool conv_sums_in_place = false;
   // A residual block's input gradient (data gradient + the skip's) not summed by a convolution

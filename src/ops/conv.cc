@@ -195,8 +195,9 @@ class CudnnConvKernel : public GpuKernel {
 };
 
 // One cuDNN graph-API plan built at lowering; Launch only binds the stream and executes it. A
-// data gradient's sum apart whose plan has no fused add (`add_note` says why: strict float32 has
-// none) runs the plain plan, then our kernel adds the accumulator in (runtime::LaunchAddInto).
+// data gradient's sum apart whose plan has no fused add (`add_note` says why: strict float32
+// NCHW has none) runs the plain plan, then our kernel adds the accumulator in
+// (runtime::LaunchAddInto).
 class CudnnConvGraphKernel : public GpuKernel {
  public:
   CudnnConvGraphKernel(std::string where, runtime::CudnnConvGraph conv, const LoweringContext& ctx,
@@ -317,7 +318,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerConv(const LoweringContext& ctx,
         *ctx.cudnn, kind, shape, {.add_to_output = add}, options, where);
     std::string add_note;
     if (add && absl::IsUnimplemented(conv.status())) {
-      // No fused add (strict float32 has none): the plain plan, and our kernel adds.
+      // No fused add (strict float32 NCHW has none): the plain plan, and our kernel adds.
       add_note = absl::StrCat("no fused add plan: ", Shortened(conv.status().message()));
       options.measure_buffers.acc = nullptr;
       conv = runtime::CudnnConvGraph::Create(*ctx.cudnn, kind, shape, {}, options, where);

@@ -39,8 +39,8 @@ const ir::OpDef& Conv2dDgradAccumulateOp();
 // sum for cuDNN's graph API, whose fused add reads acc as an operand and does not promise to read
 // every element of it before writing an output that aliases it. The fuse pass makes it instead of
 // conv2d_dgrad_accumulate with the graph API unless TrainOptions::kernels.conv_sums_in_place.
-// Where cuDNN has no fused plan (strict float32), its plain plan writes the data gradient and our
-// kernel adds acc into it (in 16 bits a second rounding, as the unfused ops'); with the legacy
+// Where cuDNN has no fused plan (strict float32 NCHW), its plain plan writes the data gradient and
+// our kernel adds acc into it (in 16 bits a second rounding, as the unfused ops'); with the legacy
 // API, acc is copied to the output and the legacy call adds into it (beta = 1). The plan dump
 // says which ran.
 const ir::OpDef& Conv2dDgradAddOp();
