@@ -216,6 +216,12 @@ struct TrainerStats {
   int64_t conv_plan_records_discarded = 0;
   int64_t conv_candidates_timed = 0;
   double conv_measure_ms = 0;
+  // Where the rest of those plans' wall time went, for a Create's budget: their graphs validated
+  // and lowered and their candidates listed; the chosen plans built (where cuDNN compiles a
+  // runtime-fused engine); their first runs, captured and discarded ahead of the step's capture.
+  double conv_plan_lower_ms = 0;
+  double conv_plan_build_ms = 0;
+  double conv_plan_warm_up_ms = 0;
   // Convolutions left to cuDNN's legacy calls (the in-place data-gradient sums, or conv_api =
   // kLegacy) whose algorithm this Create chose with measure_conv_algorithms: timed by
   // cudnnFind*AlgorithmEx, or taken from a record of an earlier measurement in the kernel cache;

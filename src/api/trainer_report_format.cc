@@ -91,10 +91,12 @@ std::string TrainerReport::ToText() const {
   if (BuiltConvPlans(s)) {
     absl::StrAppendFormat(&text,
                           "  convolution plans (cuDNN graph API): heuristic %d, measured %d (%d "
-                          "candidates timed, %.0f ms), from records %d, records discarded %d\n",
+                          "candidates timed, %.0f ms), from records %d, records discarded %d; "
+                          "lowering %.0f ms, builds %.0f, first runs %.0f\n",
                           s.conv_plans_heuristic, s.conv_plans_measured, s.conv_candidates_timed,
                           s.conv_measure_ms, s.conv_plans_from_records,
-                          s.conv_plan_records_discarded);
+                          s.conv_plan_records_discarded, s.conv_plan_lower_ms,
+                          s.conv_plan_build_ms, s.conv_plan_warm_up_ms);
   }
   if (MeasuredLegacyConvs(s)) {
     absl::StrAppendFormat(&text,
@@ -208,6 +210,9 @@ std::string TrainerReport::ToJson() const {
   w.Key("records_discarded").Int(s.conv_plan_records_discarded);
   w.Key("candidates_timed").Int(s.conv_candidates_timed);
   w.Key("measure_ms").Double(s.conv_measure_ms);
+  w.Key("lower_ms").Double(s.conv_plan_lower_ms);
+  w.Key("build_ms").Double(s.conv_plan_build_ms);
+  w.Key("warm_up_ms").Double(s.conv_plan_warm_up_ms);
   w.EndObject();
   w.Key("conv_legacy_algorithms").BeginObject(util::JsonWriter::kInline);
   w.Key("measured").Int(s.conv_legacy_measured);

@@ -64,6 +64,9 @@ TrainerStats Trainer::Impl::stats() const {
   s.conv_plan_records_discarded = conv_plans_built_.records_discarded;
   s.conv_candidates_timed = conv_plans_built_.candidates_timed;
   s.conv_measure_ms = conv_plans_built_.measure_ms;
+  s.conv_plan_lower_ms = conv_plans_built_.lower_ms;
+  s.conv_plan_build_ms = conv_plans_built_.build_ms;
+  s.conv_plan_warm_up_ms = conv_plans_built_.warm_up_ms;
   s.conv_legacy_measured = conv_legacy_built_.measured;
   s.conv_legacy_from_records = conv_legacy_built_.from_records;
   s.conv_legacy_records_discarded = conv_legacy_built_.records_discarded;

@@ -90,9 +90,12 @@ TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson
   r.stats.conv_measure_ms = 412.4;
   r.stats.conv_plans_from_records = 3;
   r.stats.conv_plan_records_discarded = 1;
+  r.stats.conv_plan_lower_ms = 380.2;
+  r.stats.conv_plan_build_ms = 2.4;
+  r.stats.conv_plan_warm_up_ms = 171.6;
   EXPECT_THAT(r.ToText(), HasSubstr("convolution plans (cuDNN graph API): heuristic 2, measured 5 "
                                     "(37 candidates timed, 412 ms), from records 3, records "
-                                    "discarded 1"));
+                                    "discarded 1; lowering 380 ms, builds 2, first runs 172"));
   EXPECT_THAT(
       r.stats.ToString(),
       HasSubstr("conv plans: heuristic 2, measured 5, from records 3, records discarded 1"));
@@ -105,6 +108,9 @@ TEST(TrainerReportTest, ConvolutionPlanCountsAreInTheTextWhereAnyAndAlwaysInJson
   EXPECT_EQ(plans["records_discarded"].integer, 1);
   EXPECT_EQ(plans["candidates_timed"].integer, 37);
   EXPECT_EQ(plans["measure_ms"].number, 412.4);
+  EXPECT_EQ(plans["lower_ms"].number, 380.2);
+  EXPECT_EQ(plans["build_ms"].number, 2.4);
+  EXPECT_EQ(plans["warm_up_ms"].number, 171.6);
   const absl::StatusOr<testing::JsonValue> none = testing::ParseJson(SampleReport().ToJson());
   ASSERT_TRUE(none.ok());
   EXPECT_EQ((*none)["conv_plans"]["measured"].integer, 0);
