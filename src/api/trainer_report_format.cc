@@ -95,8 +95,8 @@ std::string TrainerReport::ToText() const {
                           "lowering %.0f ms, builds %.0f, first runs %.0f\n",
                           s.conv_plans_heuristic, s.conv_plans_measured, s.conv_candidates_timed,
                           s.conv_measure_ms, s.conv_plans_from_records,
-                          s.conv_plan_records_discarded, s.conv_plan_lower_ms,
-                          s.conv_plan_build_ms, s.conv_plan_warm_up_ms);
+                          s.conv_plan_records_discarded, s.conv_plan_lower_ms, s.conv_plan_build_ms,
+                          s.conv_plan_warm_up_ms);
   }
   if (MeasuredLegacyConvs(s)) {
     absl::StrAppendFormat(&text,
