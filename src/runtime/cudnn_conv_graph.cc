@@ -472,8 +472,8 @@ std::string ConvGraphStats::TimingSince(const ConvGraphStats& before) const {
   const int64_t plans = d.heuristic_plans + d.measured_plans + d.record_plans;
   if (plans == 0) return "";
   return absl::StrFormat(
-      "cuDNN conv plans %d: lowering %.0f ms, builds %.0f (slowest %.0f: %s), warm-ups %.0f", plans,
-      d.lower_ms, d.build_ms, d.slowest_build_ms, d.slowest_build, d.warm_up_ms);
+      "cuDNN conv plans %d: lowering %.0f ms, builds %.0f (slowest %.0f: %s), first runs %.0f",
+      plans, d.lower_ms, d.build_ms, d.slowest_build_ms, d.slowest_build, d.warm_up_ms);
 }
 
 void CudnnConvGraph::ForgetPlans() {

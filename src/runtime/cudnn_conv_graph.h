@@ -110,7 +110,7 @@ struct ConvGraphStats {
   // (506 ms), from records 0"; "" when no plan was measured or taken from a record.
   std::string MeasuredSince(const ConvGraphStats& before) const;
   // Where the plans' time went since `before`, e.g. "cuDNN conv plans 59: lowering 180 ms,
-  // builds 240 (slowest: conv fwd ... eng0 31 ms), warm-ups 90"; "" when none was built.
+  // builds 240 (slowest 31: conv fwd ... eng0), first runs 90"; "" when none was built.
   std::string TimingSince(const ConvGraphStats& before) const;
 };
 

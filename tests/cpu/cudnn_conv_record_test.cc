@@ -130,7 +130,7 @@ TEST(ConvGraphStatsTest, TimingSinceSaysWhereThePlansTimeWent) {
                              .slowest_build_ms = 21};
   EXPECT_EQ(after.TimingSince(before),
             "cuDNN conv plans 3: lowering 30 ms, builds 30 (slowest 21: conv wgrad eng0), "
-            "warm-ups 6");
+            "first runs 6");
 }
 
 }  // namespace
