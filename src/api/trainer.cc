@@ -334,17 +334,15 @@ absl::Status Trainer::Impl::InitPersistentTensors() {
     // A leaf of the arena with an initialiser of its own (not an input, not an ensemble's slice).
     const bool own_arena_leaf =
         b->cls != passes::BufferClass::kInput && stacked == stacked_leaves_.end();
-    if (own_arena_leaf && ir::WritesZeroBits(node.init)) {
-      // Optimizer moments, biases, ...: the bits FillInitial would write, without drawing them on
-      // the host and copying them over (GPT-2 124M's Adam moments alone are 1 GB).
+    if (stacked == stacked_leaves_.end() && ir::WritesZeroBits(node.init)) {
+      // The bits FillInitial would write, without drawing them on the host and copying them
+      // over: an input's are the staging memset's above (ResNet-50's b256 images: 77 MB);
+      // optimizer moments, biases, ... are set on the device (GPT-2 124M's Adam moments: 1 GB).
+      if (b->cls == passes::BufferClass::kInput) continue;
       RETURN_IF_ERROR(runtime::CudaStatus(cudaMemset(device, 0, b->bytes), "cudaMemset",
                                           absl::StrCat("initialising '", node.name, "'")));
       phases.Mark(kUpload);
       continue;
-    }
-    if (b->cls == passes::BufferClass::kInput && stacked == stacked_leaves_.end() &&
-        ir::WritesZeroBits(node.init)) {
-      continue;  // The staging memset above wrote its bits (ResNet-50's b256 images: 77 MB).
     }
     const TensorSpec& spec = node.outputs[0];
     if (own_arena_leaf && spec.dtype == DType::kFloat32 &&

@@ -212,19 +212,18 @@ class CudnnConvGraphKernel : public GpuKernel {
             .out = ctx.outputs[0],
             .acc = conv_.fusion().add_to_output || !add_note_.empty() ? ctx.inputs[2] : nullptr},
         elements_(add_note_.empty() ? 0 : ctx.input_specs[2].NumElements()),
+        add_type_(conv_.shape().dtype == DType::kFloat32    ? runtime::AddIntoType::kFloat32
+                  : conv_.shape().dtype == DType::kBFloat16 ? runtime::AddIntoType::kBFloat16
+                                                            : runtime::AddIntoType::kFloat16),
         workspace_(ctx.workspace) {}
 
   absl::Status Launch(cudaStream_t stream) const override {
     RETURN_IF_ERROR(cudnn_->Bind(stream, where_));
     RETURN_IF_ERROR(conv_.Run(*cudnn_, buffers_, workspace_, where_));
     if (add_note_.empty()) return absl::OkStatus();
-    const runtime::AddIntoType type =
-        conv_.shape().dtype == DType::kFloat32    ? runtime::AddIntoType::kFloat32
-        : conv_.shape().dtype == DType::kBFloat16 ? runtime::AddIntoType::kBFloat16
-                                                  : runtime::AddIntoType::kFloat16;
     return runtime::CudaStatus(
-        runtime::LaunchAddInto(buffers_.out, buffers_.acc, static_cast<uint64_t>(elements_), type,
-                               stream),
+        runtime::LaunchAddInto(buffers_.out, buffers_.acc, static_cast<uint64_t>(elements_),
+                               add_type_, stream),
         "add-into kernel launch", where_);
   }
   std::string Describe() const override {
@@ -241,6 +240,7 @@ class CudnnConvGraphKernel : public GpuKernel {
   const runtime::CudnnHandle* cudnn_;
   runtime::ConvGraphBuffers buffers_;
   int64_t elements_;  // The accumulator's (the output's shape), where our kernel adds it.
+  runtime::AddIntoType add_type_;
   void* workspace_;
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,13 @@ struct ConvCase {
   bool deterministic = false;
 };
 inline void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+// A 3x3 bfloat16 NHWC data gradient of ResNet-50's layer2 at batch 4 (a residual block's sum's
+// shape): the measured-choice tests' case, legacy call and graph API alike.
+inline ConvCase Layer2DgradCase(std::string name) {
+  return {
+      std::move(name), Layout::kNHWC, DType::kBFloat16, false, 4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1};
+}
 
 // Relative L2 error against the float64 reference: strict float32 differs by its summation
 // order; TF32 rounds inputs to 10 bits; 16-bit data rounds the outputs (8 or 11 bits) of float32

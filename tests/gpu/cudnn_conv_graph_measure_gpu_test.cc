@@ -25,11 +25,7 @@ namespace {
 using runtime::ConvKind;
 using testing::ConvCase;
 
-// A 3x3 bfloat16 NHWC data gradient of ResNet-50's layer2, at a small batch.
-ConvCase Case() {
-  return {
-      "MeasuredDgrad", Layout::kNHWC, DType::kBFloat16, false, 4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1};
-}
+ConvCase Case() { return testing::Layer2DgradCase("MeasuredDgrad"); }
 
 class MeasuredConvPlan {
  public:

@@ -26,12 +26,9 @@ namespace {
 using runtime::ConvKind;
 using testing::ConvCase;
 
-// A 3x3 bfloat16 NHWC data gradient of ResNet-50's layer2 at a small batch: the shape of the
-// residual blocks' in-place sums, which stay on the legacy call.
-ConvCase Case() {
-  return {
-      "LegacyDgrad", Layout::kNHWC, DType::kBFloat16, false, 4, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1};
-}
+// The shape of a residual block's sum, which runs in place on the legacy call with
+// kernels.conv_sums_in_place.
+ConvCase Case() { return testing::Layer2DgradCase("LegacyDgrad"); }
 
 class LegacyMeasureTest : public ::testing::Test {
  protected:
