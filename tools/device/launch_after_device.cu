@@ -98,6 +98,13 @@ int main(int argc, char** argv) {
   row("host exec, stream 1, before any device launch", host, s1);
   row("host exec, stream 0, before any device launch", host, s0);
   row("host exec, stream 1, again", host, s1);
+  // kAuto's trial uploads its host executable with cudaGraphUpload before its first launch; a
+  // kHost trainer's executable is uploaded by its first launch.
+  cudaGraphExec_t uploaded = ForHost(g);
+  CK(cudaGraphUpload(uploaded, s1));
+  row("host exec uploaded explicitly (cudaGraphUpload), stream 1", uploaded, s1);
+  row("host exec uploaded explicitly, stream 0", uploaded, s0);
+  row("host exec, stream 1, beside the uploaded one", host, s1);
 
   cudaGraphExec_t device;
   cudaGraphInstantiateParams params = {};
@@ -142,6 +149,10 @@ int main(int argc, char** argv) {
   CK(cudaGraphClone(&clone, g));
   cudaGraphExec_t cloned = ForHost(clone);
   row("host exec of a clone, stream 1", cloned, s1);
+  cudaGraphExec_t uploaded_later = ForHost(g);
+  CK(cudaGraphUpload(uploaded_later, s1));
+  row("new host exec uploaded explicitly, stream 1", uploaded_later, s1);
+  row("first uploaded host exec, stream 1, last", uploaded, s1);
   row("first host exec, stream 1, last", host, s1);
   return 0;
 }
