@@ -12,12 +12,12 @@
 // block's first step, the one after a switch of launch, is not timed (it waits on the other
 // launch's last step, which the steady loop never does): events after each block's first and last
 // steps time the rest. Not solved: a trainer set up for both launches runs its host launches slower
-// than a trainer that only launches from the host (ResNet-50 at batch 32 on an H200: 5.52 against
-// 5.39 ms a step; MLP 4x1024 at batch 256 0.190 against 0.180, also after the trial kept the host's
-// launch), which another trainer's device launch in the same process does not cause
-// (tests/gpu/launch_process_gpu_test.cc), nor does a fresh host executable instantiated after the
-// device's executable and its launcher are destroyed escape it (docs/benchmarks_resnet.md,
-// 2026-12-05); so kAuto keeps the device's launch for ResNet-50 at batch 32 in bfloat16, 1% slower
+// than a trainer that only launches from the host (ResNet-50 at batch 32 on an H100: 6.08 against
+// 5.95 ms a step; MLP 4x1024 at batch 256 0.196 against 0.188, also after the trial kept the host's
+// launch). The cause is the explicit cudaGraphUpload that a device launch needs: a kHost trainer
+// whose executable is uploaded so runs as slowly, and neither a new executable, a new capture nor
+// an upload on another stream escapes it afterwards (docs/benchmarks.md, 2026-12-06); so kAuto
+// keeps the device's launch for ResNet-50 at batch 32 in bfloat16, 1.6% slower
 // than kHost there (in TF32 and at batch 256 the device's launch is the faster). Nothing waits for
 // the events: each later replay asks whether the last one has been reached, and once it has, the
 // launch of less time per step is kept for good (the host's only where it is faster by more than
