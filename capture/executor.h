@@ -70,9 +70,12 @@ class CapturedStep {
     kAuto,
   };
   // Below this many nodes kAuto launches from the host: cudaGraphLaunch costs the host ~0.1 to
-  // 0.15 us per node (a few us here), while a device launch adds the launcher's kernel to every
-  // step's device time, which a step this small would feel.
-  static constexpr int64_t kAutoDeviceLaunchMinNodes = 32;
+  // 0.15 us per node (at most ~8 us here), while a device launch adds the launcher's kernel to
+  // every step's device time, which a step this small feels; and the trial would slow the host's
+  // launches for good, since the device's executable must be uploaded (capture/launch_trial.h).
+  // MLP 4x1024 at batch 256 (34 nodes) on an H100: 0.188 ms a step launched from the host alone,
+  // 0.196 after the trial kept the host's launch (docs/benchmarks.md, 2026-12-06).
+  static constexpr int64_t kAutoDeviceLaunchMinNodes = 64;
 
   // Records `launches` on `stream` and the lanes' streams (no work runs) and instantiates the
   // graph. A launch that cannot be captured fails with its node's name; capture is then ended and

@@ -118,9 +118,9 @@ struct LaunchOptions {
   //     launch (a host or event node, a copy from pageable host memory) fails Create with
   //     FailedPrecondition naming the node.
   //   kHost: cudaGraphLaunch from the host.
-  //   kAuto: where the device can launch the step's graph and it has at least 32 nodes, the first
+  //   kAuto: where the device can launch the step's graph and it has at least 64 nodes, the first
   //     18 steps launch it from both, timed as they run (no wait), and the launch of less time a
-  //     step is kept (capture/launch_trial.h); below 32 nodes kHost (the host launch costs a few
+  //     step is kept (capture/launch_trial.h); below 64 nodes kHost (the host launch costs a few
   //     us, less than the launcher's kernel costs the device); kHost from then on where a binding
   //     the device cannot copy from turns up, with parallel.data_parallel and in a
   //     BucketedTrainer's buckets (a device-launched graph holds device memory per bucket).

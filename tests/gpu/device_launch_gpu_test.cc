@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "capture/device_launch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -401,7 +402,9 @@ TEST(DeviceLaunchAutoGpuTest, SmallStepIsLaunchedFromTheHostSayingWhy) {
   const TrainerStats s = trainer->stats();
   EXPECT_FALSE(s.device_graph_launch);
   EXPECT_LT(s.graph_nodes, capture::CapturedStep::kAutoDeviceLaunchMinNodes);
-  EXPECT_THAT(s.host_launch_reason, HasSubstr("nodes, fewer than 32"));
+  EXPECT_THAT(s.host_launch_reason,
+              HasSubstr(absl::StrCat("nodes, fewer than ",
+                                     capture::CapturedStep::kAutoDeviceLaunchMinNodes)));
   EXPECT_EQ(s.graph_uploads, 0);
   EXPECT_THAT(trainer->Report().ToText(), HasSubstr("launched from the host ("));
 }
@@ -458,8 +461,9 @@ class MemsetKernel : public ops::GpuKernel {
   void* target_;
 };
 
-// kAuto's trial on a step of 32 nodes: it measures and decides within its 18 replays and one that
-// finds them done, replaying throughout; a re-capture during a trial starts it over.
+// kAuto's trial on a step of kAutoDeviceLaunchMinNodes nodes: it measures and decides within its
+// 18 replays and one that finds them done, replaying throughout; a re-capture during a trial
+// starts it over.
 TEST(DeviceLaunchAutoGpuTest, TrialDecidesAndARecaptureStartsItOver) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(runtime::Stream stream, runtime::Stream::Create());

@@ -89,7 +89,7 @@ TEST(SixteenBitGradientsGpuTest, CastMultiGivesTheCpuBits) {
 
 // An MLP in bfloat16 and float16 with AdamW, clipping, a schedule and the guard: the plan's
 // updates read the 16-bit gradients, and graph replays give the eager steps' bits, with the step
-// launched from the host and from the device (kAuto launches a step of 32 nodes or more from the
+// launched from the host and from the device (kAuto launches a step of 64 nodes or more from the
 // device).
 class SixteenBitReplayGpuTest : public ::testing::TestWithParam<GraphLaunch> {};
 
