@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_check.cuh"
+#include "graph_timing.cuh"
 
 // A few microseconds of work on every block, so that the lanes' kernels share the GPU.
 __global__ void Work(long long cycles, float* sink) {
@@ -56,28 +57,6 @@ cudaStream_t HighestPriorityStream() {
   return s;
 }
 
-// Median over 7 batches of ms per step, each batch 20 launches back to back after 3 untimed.
-double MsPerStep(cudaGraphExec_t exec, cudaStream_t s) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> batches;
-  for (int r = 0; r < 7; ++r) {
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    batches.push_back(ms / 20);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
-
 cudaGraphExec_t ForHost(cudaGraph_t g) {
   cudaGraphExec_t e;
   CK(cudaGraphInstantiateWithFlags(&e, g, cudaGraphInstantiateFlagUseNodePriority));
@@ -93,7 +72,7 @@ int main(int argc, char** argv) {
   cudaStream_t s1 = HighestPriorityStream(), s0 = HighestPriorityStream();
   cudaGraphExec_t host = ForHost(g);
   auto row = [&](const char* what, cudaGraphExec_t e, cudaStream_t s) {
-    printf("%-62s %.4f ms a step\n", what, MsPerStep(e, s));
+    printf("%-62s %.4f ms a step\n", what, MsPerLaunch(e, s));
   };
   row("host exec, stream 1, before any device launch", host, s1);
   row("host exec, stream 0, before any device launch", host, s0);

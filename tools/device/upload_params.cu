@@ -7,12 +7,11 @@
 // upload_params tools/device/upload_params.cu && ./upload_params [NODES]`.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
 
 #include "cuda_check.cuh"
+#include "graph_timing.cuh"
 
 template <int kBytes>
 struct Block {
@@ -45,28 +44,6 @@ cudaGraph_t Chain(int nodes, float* sink) {
     last = node;
   }
   return g;
-}
-
-// Median over 7 batches of ms per launch, each batch 20 launches back to back after 3 untimed.
-double MsPerLaunch(cudaGraphExec_t exec, cudaStream_t s) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> batches;
-  for (int r = 0; r < 7; ++r) {
-    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(exec, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    batches.push_back(ms / 20);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
 }
 
 template <int kBytes>
