@@ -9,7 +9,6 @@
 // -lcudadevrt`, then `./launch_after_device [NODES] [SPIN_CYCLES]`.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
