@@ -53,7 +53,8 @@ struct KernelTuning {
   // With fuse: a hidden ReLU layer's backward (ReLU gradient and bias gradient) in the cuBLASLt
   // epilogue of the data-gradient GEMM before it (DRELU_BGRAD, reading a bit mask the forward GEMM
   // keeps). Off by default: on an H100 those epilogue GEMMs made MLP steps slower, not faster
-  // (docs/results/history/2026-11-23_b8916d1.md).
+  // (docs/results/history/2026-11-23_b8916d1.md; again on 2026-12-06, MLP 4x1024 b256 TF32 +3.6%,
+  // docs/benchmarks.md).
   bool relu_backward_epilogues = false;
   // Sum a linear layer's bias gradient in the epilogue of its weight-gradient product (cuBLASLt's
   // BGRADB) instead of a column sum beside it: 48 launches fewer for GPT-2 124M, but each product

@@ -249,7 +249,7 @@ int XentOnePassThreads(int64_t cols, DType dtype) {
 }
 
 bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype) {
-  return IsLowPrecision(dtype) || cols >= 1024 || rows > 12288;
+  return IsLowPrecision(dtype) || cols >= 1024 || rows > kOneBlockLossMaxRows;
 }
 
 GeneratedKernel XentRows(DType dtype, XentOutputs outputs) {

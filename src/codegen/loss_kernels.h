@@ -36,8 +36,14 @@ inline constexpr int kXentRowThreads = 1024;
 // Threads of the one-block mean kernel.
 inline constexpr int kXentMeanThreads = 1024;
 
+// The most rows a float32 loss of one model takes the one-block kernels for (generated_kernel.h):
+// their 16 warps take the rows in turn, a row's dependent loads and reductions after another's,
+// and thread 0 then adds every row's loss, so past a few rows a warp the row-per-block kernels
+// below, with the mean in a launch of its own, finish first.
+inline constexpr int64_t kOneBlockLossMaxRows = 64;
+
 // Whether a [rows, cols] loss of `dtype` logits runs on the row-per-block kernels below: 16-bit
-// logits always, float32 ones from 1024 classes, or past the one-block kernels' 12288 rows.
+// logits always, float32 ones from 1024 classes or past kOneBlockLossMaxRows rows.
 bool UseRowPerBlockLoss(int64_t rows, int64_t cols, DType dtype);
 
 // What a row kernel writes.

@@ -94,8 +94,9 @@ TEST(LossTest, RowPerBlockKernelsTakeWideAndSixteenBitRows) {
   EXPECT_TRUE(codegen::UseRowPerBlockLoss(16384, 50257, kBf16));
   EXPECT_TRUE(codegen::UseRowPerBlockLoss(4, 10, DType::kFloat16));
   EXPECT_TRUE(codegen::UseRowPerBlockLoss(8, 50257, DType::kFloat32));
-  EXPECT_TRUE(codegen::UseRowPerBlockLoss(16384, 10, DType::kFloat32));  // Past one block's rows.
-  EXPECT_FALSE(codegen::UseRowPerBlockLoss(256, 10, DType::kFloat32));
+  EXPECT_TRUE(codegen::UseRowPerBlockLoss(256, 10, DType::kFloat32));  // Past one block's rows.
+  EXPECT_FALSE(codegen::UseRowPerBlockLoss(64, 10, DType::kFloat32));
+  EXPECT_FALSE(codegen::UseRowPerBlockLoss(32, 1000, DType::kFloat32));
 }
 
 TEST(LossTest, RowKernelsCompileForSm90) {
