@@ -5,13 +5,13 @@
 // row twice (statistics online, then the gradient); XentRowsOnePass, where a row fits shared
 // memory in whole 16-byte vectors, reads it once.
 //
-// The small-vocabulary float32 losses of one model keep the one-block kernels of
-// generated_kernel.h; UseRowPerBlockLoss says which family a shape takes. An ensemble's losses
-// (src/ops/batched.h: logits [K, B, C]) always take these kernels: its K·B rows are rows like any
-// other, each model's gradient scaled by its own dloss[k] / B, and the mean taken per model. So
-// model k of an ensemble gets the bits a single model's row kernels give its [B, C] slice, where
-// that slice starts on a 4-element boundary (XentRows splits a row at such boundaries, counted
-// from the tensor's start, and the split orders the row's sums).
+// The small-vocabulary float32 losses of one model of at most kOneBlockLossMaxRows rows keep the
+// one-block kernels of generated_kernel.h; UseRowPerBlockLoss says which family a shape takes.
+// An ensemble's losses (src/ops/batched.h: logits [K, B, C]) always take these kernels: its K·B
+// rows are rows like any other, each model's gradient scaled by its own dloss[k] / B, and the mean
+// taken per model. So model k of an ensemble gets the bits a single model's row kernels give its
+// [B, C] slice, where that slice starts on a 4-element boundary (XentRows splits a row at such
+// boundaries, counted from the tensor's start, and the split orders the row's sums).
 //
 // Determinism: each row's statistics combine the threads' partial (max, sum) pairs in a fixed
 // tree, and the mean adds the row losses in a fixed order, so every run gives the same bits. The
