@@ -156,16 +156,6 @@ absl::Status CpuXentFamily(const Node& node, absl::Span<ir::HostTensor* const> i
   return ModelSumOp().cpu(Node(), out.subspan(0, 1), out.subspan(1, 1));
 }
 
-// Shared memory of the one-block loss kernels: one float per row, at most the default 48 KiB.
-absl::StatusOr<unsigned> RowLossBytes(int64_t rows, const Node& node) {
-  const unsigned shared = static_cast<unsigned>(rows) * sizeof(float);
-  if (rows > 12288) {
-    return absl::UnimplementedError(absl::StrCat("node '", node.name, "': batch ", rows,
-                                                 " exceeds the loss kernel's limit of 12288 rows"));
-  }
-  return shared;
-}
-
 // One model's one-block float32 kernels (generated_kernel.h, fused_kernels.h): the loss one block
 // of 512 threads, the gradient a warp per row. Arguments (z, labels[, dloss], [loss,] [dz,] rows,
 // cols).
@@ -187,8 +177,9 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOneBlockLoss(const LoweringConte
                                dim3((rows + warps_per_block - 1) / warps_per_block),
                                dim3(32 * warps_per_block), 0, std::move(args));
   }
-  ASSIGN_OR_RETURN(const unsigned shared, RowLossBytes(rows, node));
-  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(1), dim3(512), shared, std::move(args));
+  // A float of shared memory per row, at most kOneBlockLossMaxRows of them (UseRowPerBlockLoss).
+  return NvrtcKernel::Create(ctx, node.name, kernel, dim3(1), dim3(512),
+                             static_cast<unsigned>(rows) * sizeof(float), std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentFamily(const LoweringContext& ctx,
