@@ -44,6 +44,14 @@ TEST(ColumnSumSplitTest, GptBiasGradientsFillAnH200) {
   ExpectCovers(wide, 16384);
 }
 
+TEST(ColumnSumSplitTest, TheMlpsBatchOf256FillsMoreThanSixteenBlocks) {
+  // [256, 1024]: 8 column blocks; rows split down to kColumnSumMinRowsPerBlock.
+  const codegen::ColumnSumSplit s = codegen::ColumnSumSplitFor(256, 1024, 132);
+  EXPECT_EQ(s.column_blocks, 8);
+  EXPECT_EQ(s.row_blocks, 256 / codegen::kColumnSumMinRowsPerBlock);
+  ExpectCovers(s, 256);
+}
+
 TEST(ColumnSumSplitTest, RaggedRowsAreCoveredOnce) {
   for (int64_t rows : {257, 1000, 4099, 100003}) {
     for (int64_t cols : {1, 41, 771, 5000}) {
@@ -57,7 +65,7 @@ TEST(ColumnSumSplitTest, RaggedRowsAreCoveredOnce) {
 
 TEST(ColumnSumSplitTest, FewRowsOrManyColumnsStayInOneRowBlock) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {0, 768}, {1, 768}, {200, 768}, {255, 41}, {4096, 200000}}) {
+           {0, 768}, {1, 768}, {63, 768}, {40, 41}, {4096, 200000}}) {
     const codegen::ColumnSumSplit s = codegen::ColumnSumSplitFor(rows, cols, 132);
     EXPECT_EQ(s.row_blocks, 1) << rows << "x" << cols;
     EXPECT_EQ(s.PartialBytes(cols), 0);
