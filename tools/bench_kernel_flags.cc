@@ -65,6 +65,9 @@ ABSL_FLAG(bool, bn_finalize_in_stats, false,
 ABSL_FLAG(bool, sgd_one_launch, true,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one chunked "
           "launch that also writes mixed precision's 16-bit parameter copies");
+ABSL_FLAG(bool, sgd_checks_in_launch, true,
+          "TrainOptions::kernels.sgd_checks_in_launch: the non-finite guard's check and verdict "
+          "in that SGD launch (a cooperative launch with a grid barrier), not two launches before");
 
 namespace reprise::tools {
 
@@ -110,6 +113,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.dependent_launch_after_libraries = absl::GetFlag(FLAGS_dependent_launch_after_libraries);
   kernels.batch_norm_finalize_in_stats = absl::GetFlag(FLAGS_bn_finalize_in_stats);
   kernels.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
+  kernels.sgd_checks_in_launch = absl::GetFlag(FLAGS_sgd_checks_in_launch);
   return kernels;
 }
 
@@ -128,7 +132,8 @@ std::string KernelFlagsText() {
       absl::GetFlag(FLAGS_dependent_launch_after_libraries) ? " dependent_launch_after_libraries=1"
                                                             : "",
       absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
-      absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0");
+      absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0",
+      absl::GetFlag(FLAGS_sgd_checks_in_launch) ? "" : " sgd_checks_in_launch=0");
 }
 
 }  // namespace reprise::tools

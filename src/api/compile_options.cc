@@ -38,6 +38,7 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.weight_gradient_bias_sums = options.kernels.weight_gradient_bias_sums;
   compile.plan.fusion.update_writes_copies = options.kernels.update_writes_parameter_copies;
   compile.plan.fusion.sgd_one_launch = options.kernels.sgd_one_launch;
+  compile.plan.fusion.sgd_checks_in_launch = options.kernels.sgd_checks_in_launch;
   compile.plan.fusion.conv_dgrad_add_apart =
       options.kernels.conv_api == KernelTuning::ConvApi::kGraph &&
       (!options.kernels.conv_sums_in_place || (options.kernels.residual_sums_in_batch_norm &&

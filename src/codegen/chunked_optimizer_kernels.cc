@@ -235,6 +235,83 @@ __device__ __forceinline__ void SgdChunk(const SgdScalars& s, float decay, float
 }
 )";
 
+// SgdMulti's own check (REPRISE_CHECKS: the non-finite guard's check and verdict in the update's
+// launch), after ChunkedHelpers. The kernel is launched cooperatively: every block is resident, so
+// blocks may wait for each other on the barrier words.
+constexpr char kSgdChecks[] = R"(
+__device__ __forceinline__ int NotFiniteBits(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
+// Whether any of the n elements at g (a chunk, or the loss) is an inf or a NaN: every thread tests
+// its quads, widened exactly (a widened inf or NaN stays one); missing elements read as 0.
+template <typename G>
+__device__ __forceinline__ int NotFiniteIn(const G* __restrict__ g, long long n, bool aligned) {
+  int bad = 0;
+  const long long quads = (n + 3) / 4;
+#pragma unroll 4
+  for (long long q = threadIdx.x; q < quads; q += REPRISE_NORM_BLOCK) {
+    const int rest = (int)min(n - 4 * q, 4ll);
+    const float4 x = LoadQuad(g + 4 * q, 0, rest, aligned);
+    bad |= NotFiniteBits(x.x) | NotFiniteBits(x.y) | NotFiniteBits(x.z) | NotFiniteBits(x.w);
+  }
+  return bad;
+}
+__device__ __forceinline__ int NotFiniteOfKind(const void* g, int kind, long long n) {
+  const bool aligned = ((unsigned long long)g & 15ull) == 0ull;
+  if (kind == 1) return NotFiniteIn((const Bf16Grad*)g, n, aligned);
+  if (kind == 2) return NotFiniteIn((const F16Grad*)g, n, aligned);
+  return NotFiniteIn((const float*)g, n, aligned);
+}
+__device__ __forceinline__ unsigned LoadAcquireWord(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned AddReleaseWord(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;\n"
+               : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+// The guard's verdict before the update (loss_scale_check's with attr count, in this launch),
+// once each block has tested, as `bad`, the chunks it updates after this (the same walk) and
+// block 0 also the extra tensor (the loss). Every block arrives on words[0], a split grid barrier
+// that is never reset (block 0 adds 2^31 - (blocks - 1), every other block 1, so bit 31 flips when
+// the last arrives), having set words[1 + p] where it found a non-finite value, p being bit 31 as
+// the launch started (`parity`, read then); block 0 clears the other parity's word, last read by
+// the launch before. After the barrier every block reads the verdict (found, or under kStop a step
+// found before: the record is read before the barrier and written by block 0 only after it);
+// block 0 writes check = [1, found] and moves the counters on as loss_scale_check does. Returns,
+// in every thread, whether to skip.
+__device__ __forceinline__ bool CheckedStepSkips(int bad, unsigned parity, int* skipped_steps,
+                                                 int* record, int sticky, unsigned* words,
+                                                 float* check) {
+  __shared__ int skip;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) {
+    const int steps = record[0], first_found = record[1];
+    if (blockIdx.x == 0) words[2 - parity] = 0u;
+    if (bad) atomicOr(words + 1 + parity, 1u);
+    const unsigned old = AddReleaseWord(words, blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u);
+    while (((old ^ LoadAcquireWord(words)) & 0x80000000u) == 0u) {
+    }
+    const int found = LoadAcquireWord(words + 1 + parity) != 0u || (sticky && first_found != 0);
+    if (blockIdx.x == 0) {
+      check[0] = 1.0f;
+      check[1] = found ? 1.0f : 0.0f;
+      if (found) {
+        skipped_steps[0] = skipped_steps[0] + 1;
+        if (first_found == 0) record[1] = steps + 1;
+      }
+      record[0] = steps + 1;
+    }
+    skip = found;
+  }
+  __syncthreads();
+  return skip != 0;
+}
+)";
+
 }  // namespace
 
 GeneratedKernel AdamMulti(int capacity, bool copies) {
@@ -313,10 +390,12 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 )")};
 }
 
-GeneratedKernel SgdMulti(int capacity, bool copies) {
-  const std::string name = copies ? "reprise_sgd_multi_copies" : "reprise_sgd_multi";
+GeneratedKernel SgdMulti(int capacity, bool copies, bool checks) {
+  const std::string name = absl::StrCat("reprise_sgd_multi", checks ? "_checked" : "",
+                                        copies ? "_copies" : "");
   return {name,
-          absl::StrCat(ChunkedHelpers(capacity), kSgdChunk, "#define REPRISE_COPIES ",
+          absl::StrCat(ChunkedHelpers(capacity), kSgdChunk, checks ? kSgdChecks : "",
+                       "#define REPRISE_CHECKS ", checks ? 1 : 0, "\n#define REPRISE_COPIES ",
                        copies ? 1 : 0, R"(
 struct SgdMultiTable {
   float* w[REPRISE_CAPACITY];
@@ -338,12 +417,34 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 #if REPRISE_COPIES
                    , int* __restrict__ stale
 #endif
+#if REPRISE_CHECKS
+                   , const void* __restrict__ extra, long long extra_n, int extra_kind,
+                   int* __restrict__ skipped_steps, int* __restrict__ record, int sticky,
+                   unsigned* __restrict__ words, float* __restrict__ check
+#endif
 ) {
 #if REPRISE_COPIES
   // As adam_multi's: the copies are current after this launch, whether it updates or skips.
   if (blockIdx.x == 0 && threadIdx.x == 0) *stale = 0;
 #endif
+#if REPRISE_CHECKS
+  {
+    // Thread 0's, read before its block arrives, so before the barrier can flip it.
+    const unsigned parity = threadIdx.x == 0 ? LoadAcquireWord(words) >> 31 : 0u;
+    int bad = 0, t = count - 1;
+    for (int c = table.first[count] - 1 - (int)blockIdx.x; c >= 0; c -= (int)gridDim.x) {
+      while (c < table.first[t]) --t;
+      const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
+      const int kind = kinds.kind[t] & 3;
+      const char* base = (const char*)table.g[t] + start * (kind == 0 ? 4 : 2);
+      bad |= NotFiniteOfKind(base, kind, min((long long)REPRISE_NORM_CHUNK, table.n[t] - start));
+    }
+    if (blockIdx.x == 0 && extra != nullptr) bad |= NotFiniteOfKind(extra, extra_kind, extra_n);
+    if (CheckedStepSkips(bad, parity, skipped_steps, record, sticky, words, check)) return;
+  }
+#else
   if (Skipped(unscale)) return;
+#endif
   const SgdScalars s{lr[0], mu[0], clip != nullptr ? clip[0] : 1.0f, InverseScale(unscale),
                      nesterov};
   int t = count - 1;

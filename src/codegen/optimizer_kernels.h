@@ -155,8 +155,15 @@ GeneratedKernel AdamMulti(int capacity, bool copies = false);
 // weight_decay[C]; long long n[C]; int first[C + 1]; } (ops::ChunkTable(C, 4)). With `copies`
 // (kernel "reprise_sgd_multi_copies"): `unsigned short* copy[C]` after weight_decay (null for a
 // tensor without one; ops::ChunkTable(C, 5)), the copies' types in GradKinds' bits 2-3, and a
-// last argument `int* stale` set to 0, as AdamMulti's.
-GeneratedKernel SgdMulti(int capacity, bool copies = false);
+// last argument `int* stale` set to 0, as AdamMulti's. With `checks` (kernel
+// "reprise_sgd_multi_checked[_copies]", launched cooperatively; unscale null): the non-finite
+// guard's check and verdict in the launch, before any update (grad_nonfinite and loss_scale_check
+// with attr count): last arguments (const void* extra, long long extra_n, int extra_kind,
+// int* skipped_steps, int* record, int sticky, unsigned* words, float* check): an extra tensor
+// checked too (the loss; may be null; kind as GradKinds'), the guard's counters, moved on as
+// loss_scale_check moves them, three barrier words (zero before the first launch, left consistent
+// by every launch) and the check [1, found] written for the step's other readers.
+GeneratedKernel SgdMulti(int capacity, bool copies = false, bool checks = false);
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table with first_partial + c < partial_count, blocks of kNormBlock

@@ -192,6 +192,7 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
     return {};
   int64_t tensors = static_cast<int64_t>(node.inputs.size());
   const bool copies = (adam || sgd) && ir::IntAttr(node.attrs, "copies").value_or(0) > 0;
+  const bool checks = sgd && node.attrs.contains("checks");  // One launch, whatever the count.
   if (adam || sgd) {
     tensors = ir::IntAttr(node.attrs, "tensors").value_or(0);
   } else if (refresh) {
@@ -208,7 +209,7 @@ std::vector<codegen::GeneratedKernel> ChunkedKernelsOf(const Node& node) {
   std::vector<codegen::GeneratedKernel> kernels;
   for (int capacity : capacities) {
     kernels.push_back(adam        ? codegen::AdamMulti(capacity, copies)
-                      : sgd       ? codegen::SgdMulti(capacity, copies)
+                      : sgd       ? codegen::SgdMulti(capacity, copies, checks)
                       : nonfinite ? codegen::GradNonfinite(capacity)
                       : cast      ? codegen::CastMulti(capacity, node.outputs[0].dtype)
                       : refresh

@@ -106,6 +106,11 @@ const ir::OpDef& SgdMomentumMultiOp();
 // its gradient of its own type (float32 or a 16-bit float), in one launch per
 // codegen::kMaxMultiTensorCapacity tensors. Attrs tensors, nesterov, loss_scaled; attr copies = K:
 // after those inputs, the first K tensors' 16-bit copies and the stale flag, written too.
+// Attr checks = E (the non-finite guard's check in the launch, written by the fuse pass; no clip,
+// not loss_scaled): after momentum, E more tensors checked with the gradients (the loss), the
+// guard's skipped_steps i32[] and record i32[2] (moved on as loss_scale_check with attr count
+// moves them; attr sticky as its) and its barrier words i32[4] (state, zero at first); one
+// output, the check f32[2] = [1, found], and a found step updates nothing. One launch.
 const ir::OpDef& SgdMultiOp();
 inline constexpr int kSgdMultiInputsPerTensor = 4;  // w, g, v, weight_decay
 // fused_pointwise.h: a chain of pointwise ops in one kernel.

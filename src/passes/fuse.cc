@@ -8,6 +8,7 @@
 #include "src/ops/cast.h"
 #include "src/ops/conv.h"
 #include "src/passes/fuse_batched.h"
+#include "src/passes/fuse_checked_sgd.h"
 #include "src/passes/fuse_mlp_step.h"
 #include "src/passes/fuse_rules.h"
 #include "src/passes/parameter_copies.h"
@@ -141,7 +142,7 @@ std::optional<NodeGroup> MatchWholeStep(Graph& source, const autodiff::TrainingG
 absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
                                    absl::Span<const Value> kept, const FuseOptions& options) {
   FusedTraining fused;
-  Graph source = training.graph;  // The whole-step match adds its barrier state here.
+  Graph source = training.graph;  // The whole-step match and the checked update add state here.
   std::vector<NodeGroup> groups;
   if (options.whole_mlp_step) {
     std::optional<NodeGroup> whole =
@@ -155,6 +156,9 @@ absl::StatusOr<FusedTraining> Fuse(const autodiff::TrainingGraph& training,
     }
     groups = finder.TakeGroups();
     AddBatchedGroups(training.graph, kept, options, groups);  // Ensembles' batched layers.
+    if (options.multi_tensor_optimizer && options.sgd_checks_in_launch) {
+      FoldGuardIntoSgdLaunch(source, training.graph, groups);  // Its barrier state into source.
+    }
   }
   ASSIGN_OR_RETURN(RewrittenGraph rewritten, ReplaceGroups(source, groups, kept));
 

@@ -22,6 +22,8 @@
 //   chains of pointwise ops [+ column_sum]   => fused_pointwise (one generated kernel)
 //   grad_nonfinite + grad_sum_squares of the same gradients => grad_sum_squares_nonfinite
 //   every sgd_momentum sharing hyperparameters => sgd_momentum_multi (one launch per 32 tensors)
+//   or, checked by the guard (sgd_one_launch), => sgd_multi, and with grad_nonfinite and
+//   loss_scale_check => sgd_multi with attr checks (the check in the update's launch)
 //   every adam sharing hyperparameters but the weight decay, with the lr_schedule and
 //     clip_coefficient that only they read  => adam_multi (one launch; the scheduled rate and the
 //                                              clip coefficient computed in it)
@@ -122,6 +124,10 @@ struct FuseOptions {
   // weight decays and gradient types, instead of sgd_momentum_multi's launch per 32 tensors
   // (TrainOptions::kernels.sgd_one_launch).
   bool sgd_one_launch = true;
+  // With sgd_one_launch: the non-finite guard's check and verdict (grad_nonfinite,
+  // loss_scale_check) in that update's own launch (src/passes/fuse_checked_sgd.h;
+  // TrainOptions::kernels.sgd_checks_in_launch).
+  bool sgd_checks_in_launch = true;
   // In mixed precision: the float32 parameters' 16-bit copies made in one launch (cast_multi)
   // where the first was made, instead of one launch per parameter.
   bool multi_tensor_casts = true;

@@ -30,6 +30,8 @@ TEST(OptimizerKernelsTest, ChunkedTablesMatchTheHostLayout) {
                                          std::pair{codegen::AdamMulti(capacity, true), 6},
                                          std::pair{codegen::SgdMulti(capacity), 4},
                                          std::pair{codegen::SgdMulti(capacity, true), 5},
+                                         std::pair{codegen::SgdMulti(capacity, false, true), 4},
+                                         std::pair{codegen::SgdMulti(capacity, true, true), 5},
                                          std::pair{codegen::GradSumSquares(capacity), 1}}) {
       auto compiled = runtime::CompileWithNvrtc(ops::ToKernelSource(kernel), "sm_90");
       ASSERT_TRUE(compiled.ok()) << kernel.name << ": " << compiled.status();

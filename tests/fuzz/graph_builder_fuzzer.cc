@@ -160,6 +160,7 @@ passes::CompileOptions RandomCompileOptions(FuzzedDataProvider& in) {
   o.plan.fusion.update_writes_copies = in.ConsumeBool();
   o.plan.fusion.sgd_one_launch = in.ConsumeBool();
   o.plan.fusion.batch_norm_grad_sums = in.ConsumeBool();
+  o.plan.fusion.sgd_checks_in_launch = in.ConsumeBool();
   return o;
 }
 
