@@ -391,8 +391,8 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 }
 
 GeneratedKernel SgdMulti(int capacity, bool copies, bool checks) {
-  const std::string name = absl::StrCat("reprise_sgd_multi", checks ? "_checked" : "",
-                                        copies ? "_copies" : "");
+  const std::string name =
+      absl::StrCat("reprise_sgd_multi", checks ? "_checked" : "", copies ? "_copies" : "");
   return {name,
           absl::StrCat(ChunkedHelpers(capacity), kSgdChunk, checks ? kSgdChecks : "",
                        "#define REPRISE_CHECKS ", checks ? 1 : 0, "\n#define REPRISE_COPIES ",

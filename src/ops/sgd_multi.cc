@@ -62,12 +62,13 @@ absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
     if (extras < 0 || extras > num_inputs || scaled) {
       return absl::InvalidArgumentError(absl::StrCat(
           "attr checks must count the extra tensors checked (at least 0), without loss_scaled; "
-          "got ", extras, scaled ? " with loss_scaled" : ""));
+          "got ",
+          extras, scaled ? " with loss_scaled" : ""));
     }
   }
   // tensors and copies are bounded first, so that kPerTensor * tensors cannot overflow.
   const bool fits = tensors >= 1 && tensors <= num_inputs && copies >= 0 && copies <= tensors;
-  const int64_t copy_inputs = copies > 0 ? copies + 1 : 0;  // The copies, then the flag.
+  const int64_t copy_inputs = copies > 0 ? copies + 1 : 0;    // The copies, then the flag.
   const int64_t check_inputs = extras >= 0 ? extras + 3 : 0;  // Extras, counters, words.
   const int64_t shared = fits ? num_inputs - kPerTensor * tensors - copy_inputs : -1;
   const int64_t fixed = kFixedShared + (scaled ? 1 : 0) + check_inputs;
@@ -139,11 +140,11 @@ absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
       words{Shape{kCheckWords}, DType::kInt32};
   if (!(in[h + layout.skipped] == skipped) || !(in[h + layout.record] == record) ||
       !(in[h + layout.words] == words)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the skipped-step count, the non-finite record and the barrier words must be ",
-        skipped.ToString(), ", ", record.ToString(), " and ", words.ToString(), ", got ",
-        in[h + layout.skipped].ToString(), ", ", in[h + layout.record].ToString(), " and ",
-        in[h + layout.words].ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the skipped-step count, the non-finite record and the barrier words must be ",
+                     skipped.ToString(), ", ", record.ToString(), " and ", words.ToString(),
+                     ", got ", in[h + layout.skipped].ToString(), ", ",
+                     in[h + layout.record].ToString(), " and ", in[h + layout.words].ToString()));
   }
   return std::vector<TensorSpec>{{Shape{2}, DType::kFloat32}};
 }
@@ -212,10 +213,10 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheckedSgdMulti(const LoweringCo
                                                                 const Node& node,
                                                                 const Layout& layout) {
   if (layout.tensors > codegen::kMaxMultiTensorCapacity || layout.extras > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "sgd_multi '", node.name, "' checks in its launch at most ",
-        codegen::kMaxMultiTensorCapacity, " tensors and 1 extra tensor, got ", layout.tensors,
-        " and ", layout.extras));
+    return absl::UnimplementedError(
+        absl::StrCat("sgd_multi '", node.name, "' checks in its launch at most ",
+                     codegen::kMaxMultiTensorCapacity, " tensors and 1 extra tensor, got ",
+                     layout.tensors, " and ", layout.extras));
   }
   const size_t h = kPerTensor * layout.tensors;
   const int capacity = codegen::MultiTensorCapacity(layout.tensors);
@@ -231,16 +232,15 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheckedSgdMulti(const LoweringCo
   const bool extra = layout.extras == 1;
   const DType extra_dtype = extra ? ctx.input_specs[h + layout.first_extra].dtype : DType::kFloat32;
   args.Add(extra ? ctx.inputs[h + layout.first_extra] : nullptr);
-  args.Add(static_cast<long long>(
-      extra ? ctx.input_specs[h + layout.first_extra].NumElements() : 0));
+  args.Add(
+      static_cast<long long>(extra ? ctx.input_specs[h + layout.first_extra].NumElements() : 0));
   args.Add(extra_dtype == DType::kBFloat16 ? 1 : extra_dtype == DType::kFloat16 ? 2 : 0);
   args.Add(ctx.inputs[h + layout.skipped]).Add(ctx.inputs[h + layout.record]);
   args.Add(layout.sticky ? 1 : 0).Add(ctx.inputs[h + layout.words]).Add(ctx.outputs[0]);
   const dim3 grid = UpdateGrid(ctx, update.table.chunks());
-  return CooperativeKernel::Create(ctx, node.name,
-                                   codegen::SgdMulti(capacity, layout.copies > 0, true),
-                                   static_cast<int>(grid.x), dim3(codegen::kNormBlock), 0,
-                                   std::move(args));
+  return CooperativeKernel::Create(
+      ctx, node.name, codegen::SgdMulti(capacity, layout.copies > 0, true),
+      static_cast<int>(grid.x), dim3(codegen::kNormBlock), 0, std::move(args));
 }
 
 // One launch per codegen::kMaxMultiTensorCapacity tensors (one for any model below that), its

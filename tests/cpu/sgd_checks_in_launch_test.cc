@@ -94,8 +94,8 @@ Checked RunChecked(double g0, double loss, bool sticky, std::vector<int32_t> rec
   const Value words = *g.AddState("words", {Shape{4}, DType::kInt32}, Initializer::Zeros());
   Attrs attrs = {{"tensors", int64_t{1}}, {"checks", int64_t{1}}};
   if (sticky) attrs["sticky"] = true;
-  auto check = g.AddOp(ops::SgdMultiOp(), "sgd", {w, grad, v, wd, lr, mu, l, skipped, rec, words},
-                       attrs);
+  auto check =
+      g.AddOp(ops::SgdMultiOp(), "sgd", {w, grad, v, wd, lr, mu, l, skipped, rec, words}, attrs);
   EXPECT_TRUE(check.ok()) << check.status();
   ir::ReferenceExecutor cpu(g, /*float64=*/false, 1);
   EXPECT_TRUE(cpu.SetLeaf("g", std::vector<double>{g0, 0.5, 0.5}).ok());
@@ -108,7 +108,8 @@ Checked RunChecked(double g0, double loss, bool sticky, std::vector<int32_t> rec
   };
   auto floats = [](const ir::HostTensor& t) {
     std::vector<double> out;
-    for (int64_t i = 0; i < t.spec().shape.NumElements(); ++i) out.push_back(ir::FloatElement(t, i));
+    for (int64_t i = 0; i < t.spec().shape.NumElements(); ++i)
+      out.push_back(ir::FloatElement(t, i));
     return out;
   };
   auto out = cpu.Tensor((*check)[0]);

@@ -39,7 +39,8 @@ absl::Status Feed(Trainer& t, int step, bool nan) {
   std::vector<float> x(kBatch * kFeatures);
   for (float& v : x) v = normal(rng);
   std::vector<int32_t> y(kBatch);
-  for (int i = 0; i < kBatch; ++i) y[i] = static_cast<int32_t>((x[i * kFeatures] > 0) + 2 * (i % 3));
+  for (int i = 0; i < kBatch; ++i)
+    y[i] = static_cast<int32_t>((x[i * kFeatures] > 0) + 2 * (i % 3));
   if (nan) x[7 * kFeatures + 3] = std::numeric_limits<float>::quiet_NaN();
   RETURN_IF_ERROR(t.SetInput("features", x));
   return t.SetInput("labels", y);
@@ -65,8 +66,9 @@ std::unique_ptr<Trainer> Make(const Graph& g, Value loss, const TrainOptions& op
 TEST(SgdChecksInLaunchGpuTest, MlpTrainsBitForBitAsWithTheCheckLaunchesThroughANanStep) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(
-      models::Mlp mlp, models::BuildMlp({.batch = kBatch, .input_features = kFeatures, .depth = 3,
-                                         .width = 96, .classes = 6}));
+      models::Mlp mlp,
+      models::BuildMlp(
+          {.batch = kBatch, .input_features = kFeatures, .depth = 3, .width = 96, .classes = 6}));
   for (ExecMode mode : {ExecMode::kGraph, ExecMode::kBulked}) {
     SCOPED_TRACE(ExecModeName(mode));
     auto in_launch = Make(mlp.graph, mlp.loss, MlpOptions(true, NonFinitePolicy::kSkipStep, mode));
@@ -97,10 +99,11 @@ TEST(SgdChecksInLaunchGpuTest, MlpTrainsBitForBitAsWithTheCheckLaunchesThroughAN
 TEST(SgdChecksInLaunchGpuTest, ReplayGivesTheEagerBitsAndKStopStopsAtTheFirstNan) {
   REPRISE_REQUIRE_GPU();
   REPRISE_ASSERT_OK_AND_ASSIGN(
-      models::Mlp mlp, models::BuildMlp({.batch = kBatch, .input_features = kFeatures, .depth = 2,
-                                         .width = 80, .classes = 6}));
-  auto graph = Make(mlp.graph, mlp.loss,
-                    MlpOptions(true, NonFinitePolicy::kSkipStep, ExecMode::kGraph));
+      models::Mlp mlp,
+      models::BuildMlp(
+          {.batch = kBatch, .input_features = kFeatures, .depth = 2, .width = 80, .classes = 6}));
+  auto graph =
+      Make(mlp.graph, mlp.loss, MlpOptions(true, NonFinitePolicy::kSkipStep, ExecMode::kGraph));
   ASSERT_TRUE(graph);
   for (int s = 0; s < 4; ++s) {
     REPRISE_ASSERT_OK(Feed(*graph, s, s == 1));
