@@ -58,6 +58,10 @@ ABSL_FLAG(bool, sgd_one_launch, true,
           "TrainOptions::kernels.sgd_one_launch: SGD's checked or clipped updates in one sgd_multi "
           "launch, which in mixed precision also writes the 16-bit parameter copies (stages plan "
           "and cuda-graph)");
+ABSL_FLAG(bool, sgd_checks_in_launch, true,
+          "TrainOptions::kernels.sgd_checks_in_launch: the non-finite guard's check and verdict "
+          "in that sgd_multi launch, not grad_nonfinite and loss_scale_check before it (stages "
+          "plan and cuda-graph)");
 ABSL_FLAG(bool, residual_sums_in_bn, reprise::KernelTuning{}.residual_sums_in_batch_norm,
           "TrainOptions::kernels.residual_sums_in_batch_norm: residual blocks' input gradients "
           "summed by the batch-norm gradients that read them (stages plan and cuda-graph)");
@@ -127,6 +131,7 @@ reprise::DumpRequest RequestFromFlags() {
   request.whole_step = absl::GetFlag(FLAGS_whole_step);
   request.update_copies = absl::GetFlag(FLAGS_update_copies);
   request.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
+  request.sgd_checks_in_launch = absl::GetFlag(FLAGS_sgd_checks_in_launch);
   request.residual_sums_in_batch_norm = absl::GetFlag(FLAGS_residual_sums_in_bn);
   request.residual_sums_min_elements = absl::GetFlag(FLAGS_residual_sums_min_elements);
   request.mirror = absl::GetFlag(FLAGS_mirror);

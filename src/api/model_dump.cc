@@ -142,6 +142,7 @@ absl::StatusOr<TrainOptions> TrainOptionsOf(const DumpRequest& request) {
   options.kernels.whole_step = request.whole_step;
   options.kernels.update_writes_parameter_copies = request.update_copies;
   options.kernels.sgd_one_launch = request.sgd_one_launch;
+  options.kernels.sgd_checks_in_launch = request.sgd_checks_in_launch;
   options.kernels.residual_sums_in_batch_norm = request.residual_sums_in_batch_norm;
   options.kernels.residual_sums_min_elements = request.residual_sums_min_elements;
   options.parallel.batch_ensembles = request.batch_ensembles;

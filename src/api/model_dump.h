@@ -41,6 +41,7 @@ struct DumpRequest {
   bool whole_step = true;       // Allow the whole-step MLP kernel (stages plan and cuda-graph).
   bool update_copies = true;    // KernelTuning::update_writes_parameter_copies.
   bool sgd_one_launch = true;   // KernelTuning::sgd_one_launch.
+  bool sgd_checks_in_launch = true;  // KernelTuning::sgd_checks_in_launch.
   bool residual_sums_in_batch_norm = KernelTuning{}.residual_sums_in_batch_norm;
   int64_t residual_sums_min_elements = KernelTuning{}.residual_sums_min_elements;
   std::string mirror = "off";  // off, auto or a byte budget (stages plan and cuda-graph).
