@@ -164,6 +164,8 @@ GeneratedKernel AdamMulti(int capacity, bool copies = false);
 // loss_scale_check moves them, three barrier words (zero before the first launch, left consistent
 // by every launch) and the check [1, found] written for the step's other readers.
 GeneratedKernel SgdMulti(int capacity, bool copies = false, bool checks = false);
+// The i32 words the checked kernel takes: the barrier, two verdicts, one spare.
+inline constexpr int64_t kSgdCheckWords = 4;
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table with first_partial + c < partial_count, blocks of kNormBlock

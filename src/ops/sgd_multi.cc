@@ -47,8 +47,6 @@ struct Layout {
   bool sticky = false;
 };
 
-inline constexpr int64_t kCheckWords = 4;  // The barrier word, two verdicts, one spare.
-
 absl::StatusOr<Layout> LayoutOf(const Attrs& attrs, int num_inputs) {
   ASSIGN_OR_RETURN(const int64_t tensors, ir::IntAttr(attrs, "tensors"));
   int64_t copies = 0;
@@ -137,7 +135,7 @@ absl::StatusOr<std::vector<TensorSpec>> InferSgdMulti(const Attrs& attrs,
     }
   }
   const TensorSpec skipped{Shape{}, DType::kInt32}, record{Shape{2}, DType::kInt32},
-      words{Shape{kCheckWords}, DType::kInt32};
+      words{Shape{codegen::kSgdCheckWords}, DType::kInt32};
   if (!(in[h + layout.skipped] == skipped) || !(in[h + layout.record] == record) ||
       !(in[h + layout.words] == words)) {
     return absl::InvalidArgumentError(

@@ -13,7 +13,6 @@ namespace reprise::passes {
 namespace {
 
 constexpr int kPerTensor = ops::kSgdMultiInputsPerTensor;
-constexpr int64_t kWords = 4;  // sgd_multi's barrier words with attr checks.
 
 // The group's fused form, its barrier words still to be added; or false where the rule declines.
 bool CheckedGroup(const Graph& graph, const Consumers& consumers, const NodeGroup& group,
@@ -80,8 +79,8 @@ void FoldGuardIntoSgdLaunch(Graph& source, const Graph& graph, std::vector<NodeG
     // moves those names on by one.
     const int32_t first_new = source.num_nodes();
     const absl::StatusOr<Value> words =
-        source.AddState(absl::StrCat(checked.name, ".barrier"), {Shape{kWords}, DType::kInt32},
-                        Initializer::Zeros());
+        source.AddState(absl::StrCat(checked.name, ".barrier"),
+                        {Shape{codegen::kSgdCheckWords}, DType::kInt32}, Initializer::Zeros());
     if (!words.ok()) return;  // The name is taken: leave the group as it was.
     group = std::move(checked);
     for (NodeGroup& g : groups) {
