@@ -18,6 +18,10 @@ std::string ChunkedHelpers(int capacity) {
 struct GradKinds {
   unsigned char kind[REPRISE_CAPACITY];
 };
+// An inf or a NaN: every exponent bit set.
+__device__ __forceinline__ int NotFiniteFloat(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
+}
 // The elements 4q .. 4q + 3 of a chunk of n: one load where the chunk is aligned and the quad
 // whole, else one by one; missing elements read as 0.
 template <typename G>
@@ -239,9 +243,6 @@ __device__ __forceinline__ void SgdChunk(const SgdScalars& s, float decay, float
 // launch), after ChunkedHelpers. The kernel is launched cooperatively: every block is resident, so
 // blocks may wait for each other on the barrier words.
 constexpr char kSgdChecks[] = R"(
-__device__ __forceinline__ int NotFiniteBits(float x) {
-  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
-}
 // Whether any of the n elements at g (a chunk, or the loss) is an inf or a NaN: every thread tests
 // its quads, widened exactly (a widened inf or NaN stays one); missing elements read as 0.
 template <typename G>
@@ -252,7 +253,7 @@ __device__ __forceinline__ int NotFiniteIn(const G* __restrict__ g, long long n,
   for (long long q = threadIdx.x; q < quads; q += REPRISE_NORM_BLOCK) {
     const int rest = (int)min(n - 4 * q, 4ll);
     const float4 x = LoadQuad(g + 4 * q, 0, rest, aligned);
-    bad |= NotFiniteBits(x.x) | NotFiniteBits(x.y) | NotFiniteBits(x.z) | NotFiniteBits(x.w);
+    bad |= NotFiniteFloat(x.x) | NotFiniteFloat(x.y) | NotFiniteFloat(x.z) | NotFiniteFloat(x.w);
   }
   return bad;
 }
@@ -484,9 +485,6 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 
 GeneratedKernel GradSumSquares(int capacity) {
   return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
-__device__ __forceinline__ int NotFiniteFloat(float x) {
-  return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
-}
 struct NormTable {
   const void* g[REPRISE_CAPACITY];
   long long n[REPRISE_CAPACITY];

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "src/codegen/gradient_loads.h"
 #include "src/codegen/optimizer_kernels.h"
 #include "src/ir/low_precision.h"
 #include "src/ops/cast.h"
@@ -206,6 +207,22 @@ std::vector<int> MultiMutated(const Attrs& attrs, int num_inputs) {
   return mutated;
 }
 
+// The arguments every SGD kernel takes, up to the stale flag: the table, the kinds, the shared
+// scalars (a clip and a check where the node has them, else null) and Nesterov.
+KernelArgs SgdArgs(const LoweringContext& ctx, const Node& node, const Layout& layout,
+                   const UpdateTable& update) {
+  const size_t h = kPerTensor * layout.tensors;
+  auto shared = [&](int i) -> void* { return i >= 0 ? ctx.inputs[h + i] : nullptr; };
+  KernelArgs args;
+  args.AddBytes(update.table.data(), update.table.bytes())
+      .AddBytes(update.kinds.data(), update.kinds.size());
+  args.Add(update.table.count());
+  args.Add(shared(0)).Add(shared(1)).Add(shared(layout.clip)).Add(shared(layout.check));
+  args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
+  if (layout.copies > 0) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
+  return args;
+}
+
 // With attr checks: one cooperative launch over every tensor, the checks before the barrier.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheckedSgdMulti(const LoweringContext& ctx,
                                                                 const Node& node,
@@ -220,19 +237,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheckedSgdMulti(const LoweringCo
   const int capacity = codegen::MultiTensorCapacity(layout.tensors);
   ASSIGN_OR_RETURN(const UpdateTable update, UpdateTableOf(ctx, kPerTensor, 0, layout.tensors,
                                                            layout.copies, layout.first_copy));
-  KernelArgs args;
-  args.AddBytes(update.table.data(), update.table.bytes())
-      .AddBytes(update.kinds.data(), update.kinds.size());
-  args.Add(update.table.count()).Add(ctx.inputs[h]).Add(ctx.inputs[h + 1]);
-  args.Add(static_cast<void*>(nullptr)).Add(static_cast<void*>(nullptr));  // No clip, no scale.
-  args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
-  if (layout.copies > 0) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
+  KernelArgs args = SgdArgs(ctx, node, layout, update);  // No clip, no loss scaling.
   const bool extra = layout.extras == 1;
-  const DType extra_dtype = extra ? ctx.input_specs[h + layout.first_extra].dtype : DType::kFloat32;
+  const TensorSpec none{Shape{0}, DType::kFloat32};
+  const TensorSpec& extra_spec = extra ? ctx.input_specs[h + layout.first_extra] : none;
   args.Add(extra ? ctx.inputs[h + layout.first_extra] : nullptr);
-  args.Add(
-      static_cast<long long>(extra ? ctx.input_specs[h + layout.first_extra].NumElements() : 0));
-  args.Add(extra_dtype == DType::kBFloat16 ? 1 : extra_dtype == DType::kFloat16 ? 2 : 0);
+  args.Add(static_cast<long long>(extra_spec.shape.NumElements()));
+  args.Add(static_cast<int>(codegen::GradientKind(extra_spec.dtype)));  // The kernel's int.
   args.Add(ctx.inputs[h + layout.skipped]).Add(ctx.inputs[h + layout.record]);
   args.Add(layout.sticky ? 1 : 0).Add(ctx.inputs[h + layout.words]).Add(ctx.outputs[0]);
   const dim3 grid = UpdateGrid(ctx, update.table.chunks());
@@ -246,8 +257,6 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCheckedSgdMulti(const LoweringCo
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& ctx,
                                                          const Node& node) {
   ASSIGN_OR_RETURN(const Layout layout, LayoutOf(node.attrs, static_cast<int>(ctx.inputs.size())));
-  const size_t h = kPerTensor * layout.tensors;
-  auto shared = [&](int i) -> void* { return i >= 0 ? ctx.inputs[h + i] : nullptr; };
   const bool copies = layout.copies > 0;
   if (layout.extras >= 0) return LowerCheckedSgdMulti(ctx, node, layout);
   std::vector<std::unique_ptr<GpuKernel>> parts;
@@ -257,13 +266,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerSgdMulti(const LoweringContext& 
     const int capacity = codegen::MultiTensorCapacity(count);
     ASSIGN_OR_RETURN(const UpdateTable update, UpdateTableOf(ctx, kPerTensor, first, count,
                                                              layout.copies, layout.first_copy));
-    KernelArgs args;
-    args.AddBytes(update.table.data(), update.table.bytes())
-        .AddBytes(update.kinds.data(), update.kinds.size());
-    args.Add(update.table.count());
-    args.Add(shared(0)).Add(shared(1)).Add(shared(layout.clip)).Add(shared(layout.check));
-    args.Add(static_cast<int>(ir::BoolAttrOr(node.attrs, "nesterov", false)));
-    if (copies) args.Add(ctx.inputs[layout.first_copy + layout.copies]);
+    KernelArgs args = SgdArgs(ctx, node, layout, update);
     const dim3 grid = UpdateGrid(ctx, update.table.chunks());
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::SgdMulti(capacity, copies), grid,
