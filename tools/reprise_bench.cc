@@ -126,7 +126,7 @@ ABSL_FLAG(int, total_steps, 10000, "steps of the cosine schedule; step size of t
 ABSL_FLAG(
     std::string, non_finite, "skip",
     "the non-finite guard (TrainOptions::numerics.non_finite): skip (the default), stop or ignore "
-    "(no check; the whole-step MLP kernel runs only then)");
+    "(no check, for speed runs; the whole-step MLP kernels check inside themselves otherwise)");
 ABSL_FLAG(bool, compare_torch, false,
           "also run tools/bench/torch_mlp.py (python3) for this configuration and print ratios");
 
