@@ -135,11 +135,12 @@ TEST_P(ColumnSumGpuTest, FusedSumEqualsUnfusedSumAndRunsRepeatBitwise) {
 INSTANTIATE_TEST_SUITE_P(
     TypesAndShapes, ColumnSumGpuTest,
     ::testing::Combine(::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
-                       ::testing::Values(Case{200, 41, false},    // One row block, ragged columns.
+                       ::testing::Values(Case{200, 41, true},     // 6 row blocks, ragged columns.
                                          Case{4098, 768, true},   // GPT-2's width, ragged rows.
                                          Case{5000, 771, true},   // Columns not a multiple of 4.
                                          Case{2048, 3072, true},  // The MLP's first layer.
-                                         Case{130, 8, false})),   // Too few rows to split.
+                                         Case{130, 8, true},      // 4 row blocks, the last short.
+                                         Case{62, 41, false})),   // Too few rows to split (< 64).
     [](const auto& info) {
       const Case& c = std::get<1>(info.param);
       return absl::StrCat(DTypeName(std::get<0>(info.param)), "_", c.rows, "x", c.cols);
