@@ -40,7 +40,7 @@ def parse_args():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--iters", type=int, default=200, help="timed steps")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps before timing")
-    p.add_argument("--modes", default="jit", help="comma list; only 'jit'")
+    p.add_argument("--modes", default="jit", help="comma list of " + ", ".join(MODES))
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)

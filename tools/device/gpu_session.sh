@@ -43,7 +43,7 @@ if [[ $what == bench || $what == all ]]; then
     python3 tools/bench/torch_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 $tf32 \
       --json "$out/torch_$tag.json" 2>&1 | grep -E '^torch|rror' | tail -n 5
     save
-    python3 tools/bench/jax_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 $tf32 \
+    python3 tools/bench/jax_mlp.py --depth "$1" --width "$2" --batch "$3" --iters 1000 $tf32 --modes jit,jit_queued \
       --json "$out/jax_$tag.json" 2>&1 | grep -E '^jax|rror' | tail -n 3
     save
   done
