@@ -8,12 +8,13 @@
 namespace reprise::codegen {
 namespace {
 
+// `device_code` (helper functions) goes before the kernel.
 GeneratedKernel Make(const char* base, DType dtype, const std::string& signature,
-                     const std::string& body) {
+                     const std::string& body, const char* device_code = "") {
   const std::string name = ElementKernelName(base, dtype);
-  return {name, absl::StrCat(ElementTypeSource(dtype), "#define CHUNK ", kEmbeddingChunk,
-                             "\nextern \"C\" __global__ void ", name, "(", signature, ") {\n", body,
-                             "}\n")};
+  return {name, absl::StrCat(ElementTypeSource(dtype), "#define CHUNK ", kEmbeddingChunk, "\n",
+                             device_code, "extern \"C\" __global__ void ", name, "(", signature,
+                             ") {\n", body, "}\n")};
 }
 
 }  // namespace
@@ -62,39 +63,36 @@ GeneratedKernel EmbeddingSortChunks() {
 )");
 }
 
-GeneratedKernel EmbeddingGrad(DType dtype) {
-  return Make("reprise_embedding_grad", dtype,
-              "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
-              "const elem_t* __restrict__ base, elem_t* __restrict__ dtable, int chunks, "
-              "int cols, int vocab, int vector",
-              absl::StrCat("#define ROWS_PER_BLOCK ", kEmbeddingGradRowsPerBlock, R"(
-  // x rounded to elem_t and back: what a stored gradient would hold.
-  auto Rounded = [](float x) { return ToFloat(FromFloat(x)); };
-  // [ROWS_PER_BLOCK][chunks][2]: each warp's row's first and end position in every chunk.
-  extern __shared__ int range[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long v = (long long)blockIdx.x * ROWS_PER_BLOCK + warp;
-  if (v >= vocab) return;  // Warps share nothing but their own slice of `range`.
-  int* const r = range + warp * 2 * chunks;
-  const unsigned first_key = (unsigned)v * CHUNK, end_key = first_key + CHUNK;
-  // The row's 2·chunks binary searches side by side, one per lane (they used to run one after
-  // another in one thread per chunk: a chain of dependent loads that bounded the kernel).
-  for (int s = lane; s < 2 * chunks; s += 32) {
-    const unsigned* chunk = keys + (long long)(s / 2) * CHUNK;
-    const unsigned key = (s & 1) == 0 ? first_key : end_key;
-    int lo = 0, hi = CHUNK;  // The first position whose key is >= key.
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (chunk[mid] < key) lo = mid + 1; else hi = mid;
-    }
-    r[s] = lo;
+namespace {
+
+// Device code both gradient kernels share: the search for a row's tokens in a sorted chunk, and
+// the sum of a row's tokens over chunks [first, chunks) in (chunk, position) order.
+const char kRowSums[] = R"(
+// The first position in the sorted chunk whose key is >= key (CHUNK where there is none).
+__device__ __forceinline__ int FirstAtLeast(const unsigned* chunk, unsigned key) {
+  int lo = 0, hi = CHUNK;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (chunk[mid] < key) lo = mid + 1; else hi = mid;
   }
-  __syncwarp();
-  // Each column's sum runs over the row's tokens in (chunk, position) order, as the CPU's.
-  if (vector) {  // Four adjacent columns per lane: cols % 4 == 0, dy, base and dtable aligned.
+  return lo;
+}
+
+// x rounded to elem_t and back: what a stored gradient would hold.
+__device__ __forceinline__ float Rounded(float x) { return ToFloat(FromFloat(x)); }
+
+// Row v of dtable: the sum of the dy rows of its tokens, chunk k's from r[2k] to r[2k + 1], for k
+// in [first, chunks); where base is not null the sum is rounded to elem_t, then base's row added
+// (as embedding_grad, then add, would round). base may be dtable itself: a lane reads each of its
+// columns before it writes them. `vector`: four adjacent columns a lane (cols % 4 == 0, all
+// three aligned to four elements).
+__device__ void SumRow(const unsigned* __restrict__ keys, const int* r, int first, int chunks,
+                       const elem_t* __restrict__ dy, const elem_t* base, elem_t* dtable,
+                       long long v, int cols, int vector, int lane) {
+  if (vector) {
     for (int c = 4 * lane; c < cols; c += 128) {
       float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int k = 0; k < chunks; ++k) {
+      for (int k = first; k < chunks; ++k) {
         const unsigned* chunk = keys + (long long)k * CHUNK;
         for (int j = r[2 * k]; j < r[2 * k + 1]; ++j) {
           const long long t = (long long)k * CHUNK + (chunk[j] % CHUNK);
@@ -105,7 +103,7 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
           sum.w += g.w;
         }
       }
-      if (base != nullptr) {  // Rounded as the gradient alone, then as add rounds its sum.
+      if (base != nullptr) {
         const float4 b = Load4(base + v * cols + c);
         sum = make_float4(Rounded(sum.x) + b.x, Rounded(sum.y) + b.y, Rounded(sum.z) + b.z,
                           Rounded(sum.w) + b.w);
@@ -116,7 +114,7 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
   }
   for (int c = lane; c < cols; c += 32) {
     float sum = 0.0f;
-    for (int k = 0; k < chunks; ++k) {
+    for (int k = first; k < chunks; ++k) {
       const unsigned* chunk = keys + (long long)k * CHUNK;
       for (int j = r[2 * k]; j < r[2 * k + 1]; ++j) {
         const long long t = (long long)k * CHUNK + (chunk[j] % CHUNK);
@@ -126,7 +124,67 @@ GeneratedKernel EmbeddingGrad(DType dtype) {
     if (base != nullptr) sum = Rounded(sum) + ToFloat(base[v * cols + c]);
     dtable[v * cols + c] = FromFloat(sum);
   }
-)"));
+}
+)";
+
+}  // namespace
+
+GeneratedKernel EmbeddingGrad(DType dtype) {
+  return Make("reprise_embedding_grad", dtype,
+              "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
+              "const elem_t* __restrict__ base, elem_t* __restrict__ dtable, int chunks, "
+              "int cols, int vocab, int vector",
+              absl::StrCat("#define ROWS_PER_BLOCK ", kEmbeddingGradRowsPerBlock, R"(
+  // [ROWS_PER_BLOCK][chunks][2]: each warp's row's first and end position in every chunk.
+  extern __shared__ int range[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long v = (long long)blockIdx.x * ROWS_PER_BLOCK + warp;
+  if (v >= vocab) return;  // Warps share nothing but their own slice of `range`.
+  int* const r = range + warp * 2 * chunks;
+  const unsigned first_key = (unsigned)v * CHUNK, end_key = first_key + CHUNK;
+  // The row's 2·chunks binary searches side by side, one per lane (they used to run one after
+  // another in one thread per chunk: a chain of dependent loads that bounded the kernel).
+  for (int s = lane; s < 2 * chunks; s += 32) {
+    r[s] = FirstAtLeast(keys + (long long)(s / 2) * CHUNK, (s & 1) == 0 ? first_key : end_key);
+  }
+  __syncwarp();
+  SumRow(keys, r, 0, chunks, dy, base, dtable, v, cols, vector, lane);
+)"),
+              kRowSums);
+}
+
+GeneratedKernel EmbeddingGradInPlace(DType dtype) {
+  return Make("reprise_embedding_grad_in_place", dtype,
+              "const unsigned* __restrict__ keys, const elem_t* __restrict__ dy, "
+              "elem_t* table, int chunks, int cols, int vector",
+              absl::StrCat("#define WARPS ", kEmbeddingGradRowsPerBlock, R"(
+  // [WARPS][chunks][2]: each warp's row's first and end position in every chunk.
+  extern __shared__ int range[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long slot = (long long)blockIdx.x * WARPS + warp;  // k·CHUNK + position
+  if (slot >= (long long)chunks * CHUNK) return;
+  const int k = (int)(slot / CHUNK), p = (int)(slot % CHUNK);
+  const unsigned* const chunk = keys + (long long)k * CHUNK;
+  const unsigned key = chunk[p];
+  // Padding sorts last; a row is summed by the warp of its first token in its first chunk.
+  if (key == 0xffffffffu || (p > 0 && chunk[p - 1] / CHUNK == key / CHUNK)) return;
+  const unsigned v = key / CHUNK, first_key = v * CHUNK, end_key = first_key + CHUNK;
+  bool earlier = false;
+  for (int j = lane; j < k; j += 32) {
+    const unsigned* other = keys + (long long)j * CHUNK;
+    const int at = FirstAtLeast(other, first_key);
+    earlier = earlier || (at < CHUNK && other[at] < end_key);
+  }
+  if (__any_sync(0xffffffffu, earlier)) return;
+  int* const r = range + warp * 2 * chunks;
+  for (int s = 2 * k + lane; s < 2 * chunks; s += 32) {
+    r[s] = s == 2 * k ? p : FirstAtLeast(keys + (long long)(s / 2) * CHUNK,
+                                         (s & 1) == 0 ? first_key : end_key);
+  }
+  __syncwarp();
+  SumRow(keys, r, k, chunks, dy, table, table, v, cols, vector, lane);
+)"),
+              kRowSums);
 }
 
 GeneratedKernel AddPositions(DType dtype) {
@@ -165,7 +223,7 @@ std::vector<GeneratedKernel> EmbeddingKernels() {
   std::vector<GeneratedKernel> kernels = {EmbeddingSortChunks()};
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
-         {EmbeddingForward, EmbeddingGrad, AddPositions, AddPositionsGrad}) {
+         {EmbeddingForward, EmbeddingGrad, EmbeddingGradInPlace, AddPositions, AddPositionsGrad}) {
       kernels.push_back(make(dtype));
     }
   }

@@ -54,6 +54,18 @@ inline constexpr int64_t EmbeddingGradSharedBytes(int64_t chunks) {
 }
 GeneratedKernel EmbeddingGrad(DType dtype);
 
+// EmbeddingGrad with a base, written over the base: table[v, c] += Σ dy[t, c] (the sum rounded
+// to elem_t first, as EmbeddingGrad's) only for the rows v some token names, in place; every
+// other row keeps the base's value (which the out-of-place sum gives too, bar a -0.0 there that
+// 0 + -0.0 makes +0.0). One warp per key slot of the sorted chunks, kEmbeddingGradRowsPerBlock a
+// block (grid = ceil(chunks·kEmbeddingChunk / kEmbeddingGradRowsPerBlock)), with
+// EmbeddingGradSharedBytes(chunks) of dynamic shared memory: the warp of a row's first token in
+// the row's first chunk sums it; the others return at once. So its work is the tokens' dy rows
+// and their table rows, not the whole table. `vector` as EmbeddingGrad's. Name
+// reprise_embedding_grad_in_place. Signature: (const unsigned* keys, const elem_t* dy,
+// elem_t* table, int chunks, int cols, int vector).
+GeneratedKernel EmbeddingGradInPlace(DType dtype);
+
 // y[r, c] = x[r, c] + table[r % positions, c]: position rows added to every sequence of a
 // [rows = batch·positions, cols] activation. Grid-stride. Name reprise_add_positions. Signature:
 // (const elem_t* x, const elem_t* table, elem_t* y, long long rows, int cols, int positions).

@@ -50,9 +50,10 @@ std::vector<const ir::OpDef*> AllOps() {
           &Conv2dBatchNormTrainOp(),
           // Transformers (src/ops/transformer_ops.h, src/ops/attention.h).
           &LayerNormOp(), &LayerNormGradOp(), &GeluOp(), &GeluGradOp(), &EmbeddingOp(),
-          &EmbeddingGradOp(), &EmbeddingGradAddOp(), &AddPositionsOp(), &AddPositionsGradOp(),
-          &CausalAttentionOp(), &CausalAttentionGradOp(), &MatmulBiasGeluAuxOp(), &MatmulDGeluOp(),
-          &MatmulBiasGradOp(), &MatmulBiasResidualOp(), &LayerNormGradAddOp(), &AddLayerNormOp(),
+          &EmbeddingGradOp(), &EmbeddingGradAddOp(), &EmbeddingGradAccumulateOp(),
+          &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(), &CausalAttentionGradOp(),
+          &MatmulBiasGeluAuxOp(), &MatmulDGeluOp(), &MatmulBiasGradOp(), &MatmulBiasResidualOp(),
+          &LayerNormGradAddOp(), &AddLayerNormOp(),
           // Decoding with a key/value cache (src/ops/decode_attention.h).
           &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp(),
           // A table padded with zero rows (GPT-2's vocabulary; src/ops/resize_rows.h).

@@ -180,11 +180,21 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbedding(const LoweringContext&
                              std::move(args));
 }
 
-// Two launches: the chunk sort into the lane's workspace, then one warp per vocabulary row, which
-// adds `base`'s row where it is not null (embedding_grad_add).
+// Where embedding_grad's sum goes: a table of its own (zeros where no token names a row), that
+// plus a base's first rows, or the base itself, only the rows tokens name.
+enum class GradTable { kAlone, kAddBase, kOverBase };
+
+// Two launches: the chunk sort into the lane's workspace, then the sums: one warp per vocabulary
+// row (kAlone, kAddBase), or one per sorted token, summing the rows tokens name (kOverBase).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradInto(const LoweringContext& ctx,
                                                                   const Node& node,
-                                                                  const void* base) {
+                                                                  GradTable table) {
+  const void* base = table == GradTable::kAlone ? nullptr : ctx.inputs[2];
+  if (table == GradTable::kOverBase && ctx.outputs[0] != ctx.inputs[2]) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node '", node.name, "': ", node.op_name(),
+                     " writes its gradient over its base, but the plan placed them apart"));
+  }
   ASSIGN_OR_RETURN(const DType dtype, KernelType(node, ctx.input_specs[0], ctx.input_specs[1]));
   ASSIGN_OR_RETURN(const int64_t vocab, VocabOf(node.attrs));
   const int64_t tokens = ctx.input_specs[1].NumElements();
@@ -218,34 +228,53 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradInto(const Lowering
                    NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingSortChunks(),
                                        dim3(static_cast<unsigned>(chunks)),
                                        dim3(codegen::kEmbeddingChunk), 0, std::move(sort_args)));
-  KernelArgs grad_args;
-  grad_args.Add(ctx.workspace).Add(ctx.inputs[0]).Add(base).Add(ctx.outputs[0]);
   const uintptr_t alignment = 4 * codegen::ElementBytes(dtype);
   const bool vector = cols % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(ctx.inputs[0]) % alignment == 0 &&
                       reinterpret_cast<uintptr_t>(base) % alignment == 0 &&
                       reinterpret_cast<uintptr_t>(ctx.outputs[0]) % alignment == 0;
-  grad_args.Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
-  grad_args.Add(static_cast<int>(vocab)).Add(vector ? 1 : 0);
   constexpr int64_t kRows = codegen::kEmbeddingGradRowsPerBlock;
-  ASSIGN_OR_RETURN(kernels.emplace_back(),
-                   NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGrad(dtype),
-                                       dim3(static_cast<unsigned>((vocab + kRows - 1) / kRows)),
-                                       dim3(static_cast<unsigned>(32 * kRows)),
-                                       static_cast<unsigned>(shared_bytes), std::move(grad_args)));
+  KernelArgs grad_args;
+  grad_args.Add(ctx.workspace).Add(ctx.inputs[0]);
+  if (table == GradTable::kOverBase) {
+    grad_args.Add(ctx.outputs[0]).Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
+    grad_args.Add(vector ? 1 : 0);
+    const int64_t slots = chunks * codegen::kEmbeddingChunk;
+    ASSIGN_OR_RETURN(
+        kernels.emplace_back(),
+        NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGradInPlace(dtype),
+                            dim3(static_cast<unsigned>((slots + kRows - 1) / kRows)),
+                            dim3(static_cast<unsigned>(32 * kRows)),
+                            static_cast<unsigned>(shared_bytes), std::move(grad_args)));
+  } else {
+    grad_args.Add(base).Add(ctx.outputs[0]);
+    grad_args.Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
+    grad_args.Add(static_cast<int>(vocab)).Add(vector ? 1 : 0);
+    ASSIGN_OR_RETURN(
+        kernels.emplace_back(),
+        NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGrad(dtype),
+                            dim3(static_cast<unsigned>((vocab + kRows - 1) / kRows)),
+                            dim3(static_cast<unsigned>(32 * kRows)),
+                            static_cast<unsigned>(shared_bytes), std::move(grad_args)));
+  }
   return std::unique_ptr<GpuKernel>(
       new KernelSequence(std::move(kernels), static_cast<size_t>(key_bytes)));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGrad(const LoweringContext& ctx,
                                                               const Node& node) {
-  return LowerEmbeddingGradInto(ctx, node, nullptr);
+  return LowerEmbeddingGradInto(ctx, node, GradTable::kAlone);
 }
 
 // The base's dtype and width are dy's (InferEmbeddingGradAdd).
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradAdd(const LoweringContext& ctx,
                                                                  const Node& node) {
-  return LowerEmbeddingGradInto(ctx, node, ctx.inputs[2]);
+  return LowerEmbeddingGradInto(ctx, node, GradTable::kAddBase);
+}
+
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradAccumulate(const LoweringContext& ctx,
+                                                                        const Node& node) {
+  return LowerEmbeddingGradInto(ctx, node, GradTable::kOverBase);
 }
 
 }  // namespace
@@ -275,6 +304,16 @@ const ir::OpDef& EmbeddingGradAddOp() {
                             .infer = InferEmbeddingGradAdd,
                             .cpu = CpuEmbeddingGradAdd,
                             .lower = LowerEmbeddingGradAdd,
+                            .low_precision_lowering = true};
+  return op;
+}
+const ir::OpDef& EmbeddingGradAccumulateOp() {
+  static const ir::OpDef op{.name = "embedding_grad_accumulate",
+                            .kind = ir::OpKind::kReduction,
+                            .infer = InferEmbeddingGradAdd,
+                            .cpu = CpuEmbeddingGradAdd,
+                            .lower = LowerEmbeddingGradAccumulate,
+                            .output_overwrites_input = 2,
                             .low_precision_lowering = true};
   return op;
 }

@@ -50,6 +50,11 @@ const ir::OpDef& EmbeddingGradOp();
 // (src/passes/fuse_embedding_rules.cc), also over a resize_rows that only cut the base's padding
 // rows.
 const ir::OpDef& EmbeddingGradAddOp();
+// embedding_grad_accumulate: embedding_grad_add written over its base (the memory plan gives the
+// output the base's place, so the base must be a transient value nothing reads afterwards): the
+// GPU touches only the rows tokens name, where embedding_grad_add writes the whole table. The
+// same values; the fuse pass picks it where it may (FuseOptions::embedding_gradient_in_place).
+const ir::OpDef& EmbeddingGradAccumulateOp();
 
 // add_positions: (x [..., T, C] viewed as [R, C], table [P, C]) -> y like x, attr positions
 // (int, T: 1 <= T <= P, R % T == 0): y[r] = x[r] + table[r % T], a position embedding's first T

@@ -100,7 +100,9 @@ absl::Span<const FusionRule> FusionRules() {
          f.LayerNormResidualAdds();
        }},
       {"embedding gradient sums", [](const FuseOptions& o) { return o.embedding_gradient_sums; },
-       [](GroupFinder& f, const FuseOptions&) { f.EmbeddingGradientSums(); }},
+       [](GroupFinder& f, const FuseOptions& o) {
+         f.EmbeddingGradientSums(o.embedding_gradient_in_place);
+       }},
       {"GEMM epilogues", [](const FuseOptions& o) { return o.gemm_epilogues; },
        [](GroupFinder& f, const FuseOptions& o) { f.GemmEpilogues(o.relu_backward_epilogues); }},
       {"data gradient accumulation", [](const FuseOptions& o) { return o.conv_dgrad_accumulate; },

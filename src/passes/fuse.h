@@ -82,6 +82,10 @@ struct FuseOptions {
   // A tied embedding's two gradients summed in the embedding gradient's kernel
   // (embedding_grad_add, src/passes/fuse_embedding_rules.cc).
   bool embedding_gradient_sums = true;
+  // With embedding_gradient_sums: where nothing else reads the other gradient after it, the sum
+  // is written over it (embedding_grad_accumulate), touching only the rows tokens name, instead
+  // of a pass over the whole table.
+  bool embedding_gradient_in_place = true;
   // With multi_tensor_optimizer: the non-finite guard's check in the gradient norm's pass over the
   // gradients (grad_sum_squares_nonfinite).
   bool nonfinite_check_with_norm = true;

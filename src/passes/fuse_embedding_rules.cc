@@ -11,8 +11,10 @@ namespace reprise::passes {
 // add(embedding_grad, other), where the add alone reads the embedding gradient, becomes
 // embedding_grad_add reading `other`; where `other` is a resize_rows that only drops rows (a
 // padded vocabulary's gradient cut back to the table) and only the add reads it, the resize goes
-// too and the fused node reads its input's first rows.
-void GroupFinder::EmbeddingGradientSums() {
+// too and the fused node reads its input's first rows. With `in_place`, where CanWriteOver allows
+// it (nothing reads the gradient added to afterwards), the sum is written over that gradient
+// (embedding_grad_accumulate): only the rows tokens name are touched.
+void GroupFinder::EmbeddingGradientSums(bool in_place) {
   for (const Node& add : g_.nodes()) {
     if (add.op != &ops::AddOp() || taken_[add.id]) continue;
     for (int side = 0; side < 2; ++side) {
@@ -23,16 +25,20 @@ void GroupFinder::EmbeddingGradientSums() {
         continue;
       std::vector<int32_t> members = {grad.id, add.id};
       Value base = other;
+      const Node* base_reader = &add;  // The member that reads `base`.
       const Node& resize = g_.node(other.node);
       if (resize.op == &ops::ResizeRowsOp() && !taken_[resize.id] && SoleReader(other) == &add) {
         const TensorSpec& padded = g_.spec(resize.inputs[0]);
         if (padded.shape.rank() == 2 && padded.shape.dim(0) >= g_.spec(other).shape.dim(0)) {
           members.push_back(resize.id);
           base = resize.inputs[0];
+          base_reader = &resize;
         }
       }
+      const bool over =
+          in_place && !kept_.contains(Value{add.id, 0}) && CanWriteOver(base, grad, *base_reader);
       if (TryAdd({.members = std::move(members),
-                  .op = &ops::EmbeddingGradAddOp(),
+                  .op = over ? &ops::EmbeddingGradAccumulateOp() : &ops::EmbeddingGradAddOp(),
                   .name = absl::StrCat(grad.name, "+", add.name),
                   .attrs = grad.attrs,
                   .inputs = {grad.inputs[0], grad.inputs[1], base},

@@ -64,7 +64,7 @@ class GroupFinder {
   void LayerNormResidualAdds();
   // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add
   // (fuse_embedding_rules.cc).
-  void EmbeddingGradientSums();
+  void EmbeddingGradientSums(bool in_place);
   // add(conv2d_dgrad, acc) as conv2d_dgrad_accumulate (in place) or, `apart`, conv2d_dgrad_add
   // (fuse_library_rules.cc).
   void ConvDgradAccumulations(bool apart);

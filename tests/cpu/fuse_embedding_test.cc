@@ -1,7 +1,9 @@
 // The tied embedding's gradient sum (src/passes/fuse_embedding_rules.cc): GPT-2's two gradients of
 // transformer.wte.weight, the embedding's and the padded output product's cut back to the table,
-// become one embedding_grad_add that reads the padded gradient; the fused step gives the unfused
-// step's bits on the CPU reference; the op's shape rule refuses a base that cannot hold the table.
+// become one embedding_grad_accumulate written over the padded gradient (embedding_grad_add, which
+// reads it, where the sum may not be written over it); the fused step gives the unfused step's
+// bits on the CPU reference; the compiled step gives the sum the padded gradient's place; the op's
+// shape rule refuses a base that cannot hold the table.
 #include <map>
 #include <string>
 #include <vector>
@@ -9,10 +11,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/models.h"
+#include "src/api/compile_options.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/passes/fuse.h"
+#include "src/passes/pipeline.h"
 #include "tests/cpu/token_steps.h"
 
 namespace reprise {
@@ -46,7 +51,7 @@ testing::CpuSteps RunCpu(const Graph& g, Value loss, int steps) {
   return testing::RunTokenSteps(g, loss, steps, "tokens", "targets", kBatch * kSeq, 13, kVocab);
 }
 
-TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneEmbeddingGradAddWithTheUnfusedBits) {
+TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneSumWrittenOverThePaddedGradient) {
   auto gpt = models::BuildGpt2(Tiny());
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   ASSERT_EQ(models::Gpt2LogitsWidth(Tiny()), 128);  // The output product reads a padded table.
@@ -56,31 +61,88 @@ TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneEmbeddingGradAddWithTheUnfused
   ASSERT_EQ(before.at("embedding_grad"), 1);
   ASSERT_EQ(before.at("resize_rows"), 2);  // The padding, and its gradient cut back.
 
-  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  const Graph& g = fused->training.graph;
-  const std::map<std::string, int> counts = OpCounts(g);
-  EXPECT_EQ(counts.at("embedding_grad_add"), 1);
-  EXPECT_EQ(counts.count("embedding_grad"), 0u);
-  EXPECT_EQ(counts.at("resize_rows"), 1);  // Only the forward padding is left.
-  for (const Node& n : g.nodes()) {
-    if (n.op_name() != "embedding_grad_add") continue;
-    EXPECT_EQ(g.spec(n.inputs[2]).shape, (Shape{128, 16}));  // The padded product's gradient.
-    EXPECT_EQ(n.outputs[0].shape, (Shape{kVocab, 16}));
-  }
-
-  passes::FuseOptions without;
-  without.whole_mlp_step = false;
+  passes::FuseOptions apart;
+  apart.whole_mlp_step = false;
+  apart.embedding_gradient_in_place = false;
+  passes::FuseOptions without = apart;
   without.embedding_gradient_sums = false;
   auto unfused = passes::Fuse(*t, {t->loss}, without);
   ASSERT_TRUE(unfused.ok()) << unfused.status();
   EXPECT_EQ(OpCounts(unfused->training.graph).count("embedding_grad_add"), 0u);
   const auto plain = RunCpu(unfused->training.graph, unfused->training.loss, 3);
-  const auto merged = RunCpu(g, fused->training.loss, 3);
-  EXPECT_EQ(plain.first, merged.first);
-  for (const auto& [name, values] : plain.second) {
-    EXPECT_EQ(values, merged.second.at(name)) << name;
+
+  for (const bool in_place : {true, false}) {
+    SCOPED_TRACE(in_place);
+    const std::string op = in_place ? "embedding_grad_accumulate" : "embedding_grad_add";
+    auto fused = passes::Fuse(*t, {t->loss},
+                              in_place ? passes::FuseOptions{.whole_mlp_step = false} : apart);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    const Graph& g = fused->training.graph;
+    const std::map<std::string, int> counts = OpCounts(g);
+    EXPECT_EQ(counts.at(op), 1);
+    EXPECT_EQ(counts.count("embedding_grad"), 0u);
+    EXPECT_EQ(counts.count(in_place ? "embedding_grad_add" : "embedding_grad_accumulate"), 0u);
+    EXPECT_EQ(counts.at("resize_rows"), 1);  // Only the forward padding is left.
+    for (const Node& n : g.nodes()) {
+      if (n.op_name() != op) continue;
+      EXPECT_EQ(g.spec(n.inputs[2]).shape, (Shape{128, 16}));  // The padded product's gradient.
+      EXPECT_EQ(n.outputs[0].shape, (Shape{kVocab, 16}));
+    }
+    const auto merged = RunCpu(g, fused->training.loss, 3);
+    EXPECT_EQ(plain.first, merged.first);
+    for (const auto& [name, values] : plain.second) {
+      EXPECT_EQ(values, merged.second.at(name)) << name;
+    }
   }
+}
+
+// The whole compiler, as a Trainer calls it, in both precisions and on one and two lanes: the sum
+// is written over the padded product's gradient, and the memory plan gives both one place.
+TEST(FuseEmbeddingTest, CompiledGpt2StepGivesTheSumThePaddedGradientsPlace) {
+  auto gpt = models::BuildGpt2(Tiny());
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (const int lanes : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), ", lanes ", lanes));
+      TrainOptions options;
+      options.numerics.compute_dtype = dtype;
+      options.launch.lanes = lanes;
+      auto step = passes::CompileStep(gpt->graph, gpt->loss,
+                                      CompileOptionsFor(options, codegen::MlpStepTarget{}));
+      ASSERT_TRUE(step.ok()) << step.status();
+      const passes::Plan& plan = step->plan;
+      int found = 0;
+      for (const Node& n : plan.graph().nodes()) {
+        if (n.op_name() != "embedding_grad_accumulate") continue;
+        ++found;
+        const passes::Buffer* base = plan.memory.Find(n.inputs[2]);
+        const passes::Buffer* sum = plan.memory.Find(Value{n.id, 0});
+        ASSERT_NE(base, nullptr);
+        ASSERT_NE(sum, nullptr);
+        EXPECT_EQ(base->offset, sum->offset);
+        EXPECT_TRUE(plan.memory.SharePlace(*base, *sum));
+      }
+      EXPECT_EQ(found, 1);
+    }
+  }
+}
+
+// Where the gradient added to is read after the sum, the sum keeps memory of its own.
+TEST(FuseEmbeddingTest, SumStaysApartWhereTheOtherGradientIsReadAfterIt) {
+  autodiff::TrainingGraph t;
+  Graph& g = t.graph;
+  Value dy = *g.AddInput("dy", {Shape{6, 4}});
+  Value ids = *g.AddInput("ids", {Shape{6}, DType::kInt32});
+  Value x = *g.AddInput("x", {Shape{10, 4}});
+  Value other = *g.AddOp1(ops::ReluOp(), "other", {x});
+  Value grad = *g.AddOp1(ops::EmbeddingGradOp(), "grad", {dy, ids}, {{"vocab", int64_t{10}}});
+  Value sum = *g.AddOp1(ops::AddOp(), "sum", {grad, other});
+  t.loss = *g.AddOp1(ops::AddOp(), "late", {sum, other});  // `other`, read after the sum.
+  auto fused = passes::Fuse(t, {t.loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const std::map<std::string, int> counts = OpCounts(fused->training.graph);
+  EXPECT_EQ(counts.at("embedding_grad_add"), 1);
+  EXPECT_EQ(counts.count("embedding_grad_accumulate"), 0u);
 }
 
 TEST(FuseEmbeddingTest, EmbeddingGradAddRefusesABaseThatCannotHoldTheTable) {

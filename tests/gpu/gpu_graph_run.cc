@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "capture/executor.h"
 #include "capture/lowered_step.h"
@@ -21,10 +22,25 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
                                                      absl::Span<const Value> fetch,
                                                      bool deterministic) {
   ASSIGN_OR_RETURN(std::vector<passes::ScheduledLaunch> schedule, passes::Schedule(g));
-  // Every value stays alive to the end, so any of them can be fetched.
+  // Every value stays alive to the end, so any of them can be fetched, bar one a node writes its
+  // output over (OpDef::output_overwrites_input): that one's place is its writer's.
+  absl::flat_hash_set<Value> written_over;
+  for (const Node& n : g.nodes()) {
+    if (n.op != nullptr && n.op->output_overwrites_input >= 0) {
+      written_over.insert(n.inputs.at(n.op->output_overwrites_input));
+    }
+  }
   std::vector<Value> everything;
   for (const Node& n : g.nodes()) {
-    for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) everything.push_back({n.id, o});
+    for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) {
+      if (!written_over.contains(Value{n.id, o})) everything.push_back({n.id, o});
+    }
+  }
+  for (const Value& v : fetch) {
+    if (written_over.contains(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", g.node(v.node).name, "' is written over by a later node: it cannot be fetched"));
+    }
   }
   ASSIGN_OR_RETURN(passes::MemoryPlan memory,
                    passes::PlanMemory(g, absl::MakeSpan(schedule), everything));

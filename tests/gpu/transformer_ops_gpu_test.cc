@@ -8,11 +8,13 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "tests/gpu/gpu_graph_run.h"
 #include "tests/gpu/gpu_op_check.h"
@@ -111,6 +113,42 @@ TEST_P(TransformerOpsGpuTest, EmbeddingGradAddMatchesCpuReference) {
     ir::ReferenceExecutor cpu(g, false, 8);
     ASSERT_TRUE(cpu.SetLeaf("ids", SkewedIds(kTokens, kVocab, 9)).ok());
     ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
+  }
+}
+
+// The sum written over its base (embedding_grad_accumulate; the base a transient add of two
+// tables, as a product's gradient is): the same bits as embedding_grad_add's table of its own, and
+// the CPU reference's values, with a vocabulary most of whose rows no token names (they keep the
+// base's values), over one, three and sixteen sorted chunks (rows in several of them).
+TEST_P(TransformerOpsGpuTest, EmbeddingGradAccumulateGivesEmbeddingGradAddsBits) {
+  REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  constexpr int64_t kVocab = 3001, kPadded = 3072;
+  for (const int64_t tokens : {int64_t{700}, int64_t{2500}, int64_t{16384}}) {
+    for (const int64_t width : {96, 50}) {
+      SCOPED_TRACE(absl::StrCat(tokens, " tokens, width ", width));
+      std::vector<ir::HostTensor> sums;
+      for (const bool in_place : {true, false}) {
+        Graph g;
+        Value ids = *g.AddInput("ids", {Shape{tokens}, DType::kInt32});
+        Value dy = *g.AddConstant("dy", {Shape{tokens, width}, dtype}, Initializer::Uniform(-1, 1));
+        const TensorSpec padded{Shape{kPadded, width}, dtype};
+        Value a = *g.AddConstant("a", padded, Initializer::Uniform(-1, 1));
+        Value b = *g.AddConstant("b", padded, Initializer::Uniform(-1, 1));
+        Value base = *g.AddOp1(ops::AddOp(), "base", {a, b});
+        auto sum = g.AddOp1(in_place ? ops::EmbeddingGradAccumulateOp() : ops::EmbeddingGradAddOp(),
+                            "tied_grad", {dy, ids, base}, {{"vocab", kVocab}});
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ir::ReferenceExecutor cpu(g, false, 8);
+        ASSERT_TRUE(cpu.SetLeaf("ids", SkewedIds(tokens, kVocab / 4, 9)).ok());
+        auto run = RunOnGpu(g, cpu, {*sum});
+        ASSERT_TRUE(run.ok()) << run.status();
+        sums.push_back(std::move((*run)[0]));
+        if (in_place) ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype), {base});
+      }
+      ASSERT_EQ(sums[0].spec(), sums[1].spec());
+      EXPECT_EQ(std::memcmp(sums[0].raw(), sums[1].raw(), sums[0].spec().bytes()), 0);
+    }
   }
 }
 
