@@ -233,30 +233,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbeddingGradInto(const Lowering
                       reinterpret_cast<uintptr_t>(ctx.inputs[0]) % alignment == 0 &&
                       reinterpret_cast<uintptr_t>(base) % alignment == 0 &&
                       reinterpret_cast<uintptr_t>(ctx.outputs[0]) % alignment == 0;
-  constexpr int64_t kRows = codegen::kEmbeddingGradRowsPerBlock;
+  // Warps: one per vocabulary row, or (over the base) one per key slot of the sorted chunks.
+  const bool over = table == GradTable::kOverBase;
+  const int64_t warps = over ? chunks * codegen::kEmbeddingChunk : vocab;
   KernelArgs grad_args;
   grad_args.Add(ctx.workspace).Add(ctx.inputs[0]);
-  if (table == GradTable::kOverBase) {
-    grad_args.Add(ctx.outputs[0]).Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
-    grad_args.Add(vector ? 1 : 0);
-    const int64_t slots = chunks * codegen::kEmbeddingChunk;
-    ASSIGN_OR_RETURN(
-        kernels.emplace_back(),
-        NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGradInPlace(dtype),
-                            dim3(static_cast<unsigned>((slots + kRows - 1) / kRows)),
-                            dim3(static_cast<unsigned>(32 * kRows)),
-                            static_cast<unsigned>(shared_bytes), std::move(grad_args)));
-  } else {
-    grad_args.Add(base).Add(ctx.outputs[0]);
-    grad_args.Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
-    grad_args.Add(static_cast<int>(vocab)).Add(vector ? 1 : 0);
-    ASSIGN_OR_RETURN(
-        kernels.emplace_back(),
-        NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingGrad(dtype),
-                            dim3(static_cast<unsigned>((vocab + kRows - 1) / kRows)),
-                            dim3(static_cast<unsigned>(32 * kRows)),
-                            static_cast<unsigned>(shared_bytes), std::move(grad_args)));
-  }
+  if (!over) grad_args.Add(base);
+  grad_args.Add(ctx.outputs[0]).Add(static_cast<int>(chunks)).Add(static_cast<int>(cols));
+  if (!over) grad_args.Add(static_cast<int>(vocab));
+  grad_args.Add(vector ? 1 : 0);
+  constexpr int64_t kRows = codegen::kEmbeddingGradRowsPerBlock;
+  ASSIGN_OR_RETURN(kernels.emplace_back(),
+                   NvrtcKernel::Create(
+                       ctx, node.name,
+                       over ? codegen::EmbeddingGradInPlace(dtype) : codegen::EmbeddingGrad(dtype),
+                       dim3(static_cast<unsigned>((warps + kRows - 1) / kRows)),
+                       dim3(static_cast<unsigned>(32 * kRows)), static_cast<unsigned>(shared_bytes),
+                       std::move(grad_args)));
   return std::unique_ptr<GpuKernel>(
       new KernelSequence(std::move(kernels), static_cast<size_t>(key_bytes)));
 }
