@@ -17,7 +17,9 @@
 #include "src/ops/ops.h"
 #include "src/ops/transformer_ops.h"
 #include "src/passes/fuse.h"
+#include "src/passes/memory_plan.h"
 #include "src/passes/pipeline.h"
+#include "src/passes/schedule.h"
 #include "tests/cpu/token_steps.h"
 
 namespace reprise {
@@ -148,6 +150,30 @@ TEST(FuseEmbeddingTest, SumStaysApartWhereTheOtherGradientIsReadAfterIt) {
   const std::map<std::string, int> counts = OpCounts(fused->training.graph);
   EXPECT_EQ(counts.at("embedding_grad_add"), 1);
   EXPECT_EQ(counts.count("embedding_grad_accumulate"), 0u);
+}
+
+// embedding_grad_accumulate's output takes its base's place: the memory plan gives both one offset
+// where both are transient, and refuses to keep the sum after the step (or to write over a kept
+// base), naming the node.
+TEST(FuseEmbeddingTest, EmbeddingGradAccumulateTakesItsBasesPlace) {
+  Graph g;
+  Value dy = *g.AddInput("dy", {Shape{6, 4}});
+  Value ids = *g.AddInput("ids", {Shape{6}, DType::kInt32});
+  Value a = *g.AddInput("a", {Shape{12, 4}});
+  Value base = *g.AddOp1(ops::AddOp(), "base", {a, a});
+  Value sum =
+      *g.AddOp1(ops::EmbeddingGradAccumulateOp(), "sum", {dy, ids, base}, {{"vocab", int64_t{10}}});
+  Value doubled = *g.AddOp1(ops::AddOp(), "doubled", {sum, sum});
+  auto schedule = passes::Schedule(g);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  auto memory = passes::PlanMemory(g, absl::MakeSpan(*schedule), {doubled});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_EQ(memory->Find(base)->offset, memory->Find(sum)->offset);
+  EXPECT_GE(memory->Find(base)->bytes, memory->Find(sum)->bytes);
+  for (Value kept : {sum, base}) {
+    auto refused = passes::PlanMemory(g, absl::MakeSpan(*schedule), {kept, doubled});
+    EXPECT_THAT(refused.status().message(), HasSubstr("'sum' writes its output over input 2"));
+  }
 }
 
 TEST(FuseEmbeddingTest, EmbeddingGradAddRefusesABaseThatCannotHoldTheTable) {

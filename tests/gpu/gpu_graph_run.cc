@@ -22,24 +22,27 @@ absl::StatusOr<std::vector<ir::HostTensor>> RunOnGpu(const Graph& g, ir::Referen
                                                      absl::Span<const Value> fetch,
                                                      bool deterministic) {
   ASSIGN_OR_RETURN(std::vector<passes::ScheduledLaunch> schedule, passes::Schedule(g));
-  // Every value stays alive to the end, so any of them can be fetched, bar one a node writes its
-  // output over (OpDef::output_overwrites_input): that one's place is its writer's.
-  absl::flat_hash_set<Value> written_over;
+  // Every value stays alive to the end, so any of them can be fetched, bar a value a node writes
+  // its output over (OpDef::output_overwrites_input) and that output: the memory plan shares a
+  // place only between values it may treat as transient.
+  absl::flat_hash_set<Value> shared;
   for (const Node& n : g.nodes()) {
     if (n.op != nullptr && n.op->output_overwrites_input >= 0) {
-      written_over.insert(n.inputs.at(n.op->output_overwrites_input));
+      shared.insert(n.inputs.at(n.op->output_overwrites_input));
+      shared.insert(Value{n.id, 0});
     }
   }
   std::vector<Value> everything;
   for (const Node& n : g.nodes()) {
     for (int o = 0; o < static_cast<int>(n.outputs.size()); ++o) {
-      if (!written_over.contains(Value{n.id, o})) everything.push_back({n.id, o});
+      if (!shared.contains(Value{n.id, o})) everything.push_back({n.id, o});
     }
   }
   for (const Value& v : fetch) {
-    if (written_over.contains(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", g.node(v.node).name, "' is written over by a later node: it cannot be fetched"));
+    if (shared.contains(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", g.node(v.node).name,
+                       "' shares its place with a value written over: fetch a value read from it"));
     }
   }
   ASSIGN_OR_RETURN(passes::MemoryPlan memory,

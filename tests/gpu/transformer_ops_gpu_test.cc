@@ -118,8 +118,9 @@ TEST_P(TransformerOpsGpuTest, EmbeddingGradAddMatchesCpuReference) {
 
 // The sum written over its base (embedding_grad_accumulate; the base a transient add of two
 // tables, as a product's gradient is): the same bits as embedding_grad_add's table of its own, and
-// the CPU reference's values, with a vocabulary most of whose rows no token names (they keep the
-// base's values), over one, three and sixteen sorted chunks (rows in several of them).
+// the CPU reference's values (both read through the sum's exact double), with a vocabulary most of
+// whose rows no token names (they keep the base's values), over one, three and sixteen sorted
+// chunks (rows in several of them).
 TEST_P(TransformerOpsGpuTest, EmbeddingGradAccumulateGivesEmbeddingGradAddsBits) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();
@@ -139,12 +140,15 @@ TEST_P(TransformerOpsGpuTest, EmbeddingGradAccumulateGivesEmbeddingGradAddsBits)
         auto sum = g.AddOp1(in_place ? ops::EmbeddingGradAccumulateOp() : ops::EmbeddingGradAddOp(),
                             "tied_grad", {dy, ids, base}, {{"vocab", kVocab}});
         ASSERT_TRUE(sum.ok()) << sum.status();
+        // Written over the base, the sum is transient too (it cannot be kept): it is read through
+        // its double, which is exact.
+        Value doubled = *g.AddOp1(ops::AddOp(), "doubled", {*sum, *sum});
         ir::ReferenceExecutor cpu(g, false, 8);
         ASSERT_TRUE(cpu.SetLeaf("ids", SkewedIds(tokens, kVocab / 4, 9)).ok());
-        auto run = RunOnGpu(g, cpu, {*sum});
+        auto run = RunOnGpu(g, cpu, {doubled});
         ASSERT_TRUE(run.ok()) << run.status();
         sums.push_back(std::move((*run)[0]));
-        if (in_place) ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype), {base});
+        if (in_place) ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype), {base, *sum});
       }
       ASSERT_EQ(sums[0].spec(), sums[1].spec());
       EXPECT_EQ(std::memcmp(sums[0].raw(), sums[1].raw(), sums[0].spec().bytes()), 0);
