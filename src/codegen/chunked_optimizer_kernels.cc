@@ -153,27 +153,44 @@ __device__ __forceinline__ void AdamTensorChunk(const AdamStep& a, float* __rest
               aligned && GradAligned(gf));
   }
 }
-// Thread j's Σ (x·inv)² over the quads j, j + REPRISE_NORM_BLOCK, ... of a chunk of n, all loads
-// in flight before the first add.
+// ChunkSumSquares of a chunk of n, by one warp, valid in lane 0: the block tree's order with no
+// block barrier. Thread j of a kNormBlock-thread block summed the quads j, j + kNormBlock, ...;
+// here lane l keeps those sums for the block's threads j = l + 32k (k < 8) in registers, adds
+// them pairwise as the tree's levels 128, 64 and 32 do (k and k + 4, then k + 2, then k + 1: the
+// same pairs), and the last five levels are shuffles pairing the same lanes. Each of the 32
+// loads of a pass over k reads 32 consecutive quads across the warp.
 template <typename G>
-__device__ __forceinline__ float ThreadSumSquares(const G* __restrict__ g, int n, bool aligned,
-                                                  float inv) {
-  constexpr int kQuads = REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK / 4;  // Per thread and chunk.
-  float4 x[kQuads];
+__device__ __forceinline__ float WarpChunkSumSquares(const G* __restrict__ g, int n, bool aligned,
+                                                     float inv, int lane) {
+  constexpr int kPerLane = REPRISE_NORM_BLOCK / 32;                   // Threads j per lane.
+  constexpr int kQuads = REPRISE_NORM_CHUNK / REPRISE_NORM_BLOCK / 4;  // Quads per thread j.
+  float acc[kPerLane];
 #pragma unroll
-  for (int k = 0; k < kQuads; ++k) {
-    x[k] = LoadQuad(g, k * REPRISE_NORM_BLOCK + (int)threadIdx.x, n, aligned);
-  }
-  float acc = 0.0f;
+  for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kQuads; ++k) {
-    const int i = 4 * (k * REPRISE_NORM_BLOCK + (int)threadIdx.x);
-    acc = AddSquare(acc, x[k].x, i, n, inv);
-    acc = AddSquare(acc, x[k].y, i + 1, n, inv);
-    acc = AddSquare(acc, x[k].z, i + 2, n, inv);
-    acc = AddSquare(acc, x[k].w, i + 3, n, inv);
+  for (int m = 0; m < kQuads; ++m) {
+    float4 x[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      x[k] = LoadQuad(g, m * REPRISE_NORM_BLOCK + 32 * k + lane, n, aligned);
+    }
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int i = 4 * (m * REPRISE_NORM_BLOCK + 32 * k + lane);
+      acc[k] = AddSquare(acc[k], x[k].x, i, n, inv);
+      acc[k] = AddSquare(acc[k], x[k].y, i + 1, n, inv);
+      acc[k] = AddSquare(acc[k], x[k].z, i + 2, n, inv);
+      acc[k] = AddSquare(acc[k], x[k].w, i + 3, n, inv);
+    }
   }
-  return acc;
+#pragma unroll
+  for (int s = kPerLane / 2; s > 0; s /= 2) {
+#pragma unroll
+    for (int k = 0; k < s; ++k) acc[k] = __fadd_rn(acc[k], acc[k + s]);
+  }
+  float v = acc[0];
+  for (int s = 16; s > 0; s /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, s));
+  return v;
 }
 )");
 }
@@ -484,60 +501,65 @@ extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_ADAM_BL
 }
 
 GeneratedKernel GradSumSquares(int capacity) {
-  return {"reprise_grad_sum_squares", ChunkedHelpers(capacity) + R"(
+  return {"reprise_grad_sum_squares",
+          absl::StrCat(ChunkedHelpers(capacity), "#define REPRISE_SUM_SQUARES_BLOCKS_PER_SM ",
+                       kSumSquaresBlocksPerSm, R"(
 struct NormTable {
   const void* g[REPRISE_CAPACITY];
   long long n[REPRISE_CAPACITY];
   int first[REPRISE_CAPACITY + 1];
 };
-extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_NORM_BLOCKS_PER_SM)
+extern "C" __global__ void __launch_bounds__(REPRISE_NORM_BLOCK, REPRISE_SUM_SQUARES_BLOCKS_PER_SM)
 reprise_grad_sum_squares(NormTable table, const __grid_constant__ GradKinds kinds, int count,
                          float* __restrict__ partials, long long first_partial,
                          const float* __restrict__ unscale, float* __restrict__ flags,
                          long long partial_count) {
-  __shared__ float sums[REPRISE_NORM_BLOCK];
+  // A warp a chunk, the warps of the grid striding over the chunks: no block barrier, so one
+  // warp's loads are in flight while another adds.
+  constexpr int kWarps = REPRISE_NORM_BLOCK / 32;
+  const int lane = (int)threadIdx.x % 32;
   const float inv = InverseScale(unscale);
   int t = 0;
-  for (int c = blockIdx.x; c < table.first[count]; c += gridDim.x) {
+  for (int c = (int)blockIdx.x * kWarps + (int)threadIdx.x / 32; c < table.first[count];
+       c += (int)gridDim.x * kWarps) {
     while (c >= table.first[t + 1]) ++t;
     const long long start = (long long)(c - table.first[t]) * REPRISE_NORM_CHUNK;
     const int n = (int)min((long long)REPRISE_NORM_CHUNK, table.n[t] - start);
     const int kind = kinds.kind[t];
-    float acc;
+    float total;
     if (kind == 1) {
       const Bf16Grad* g = (const Bf16Grad*)table.g[t];
-      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+      total = WarpChunkSumSquares(g + start, n, GradAligned(g), inv, lane);
     } else if (kind == 2) {
       const F16Grad* g = (const F16Grad*)table.g[t];
-      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+      total = WarpChunkSumSquares(g + start, n, GradAligned(g), inv, lane);
     } else {
       const float* g = (const float*)table.g[t];
-      acc = ThreadSumSquares(g + start, n, GradAligned(g), inv);
+      total = WarpChunkSumSquares(g + start, n, GradAligned(g), inv, lane);
     }
-    const float total = BlockTreeSum(acc, sums);
     const long long at = first_partial + c;
-    if (threadIdx.x == 0 && at < partial_count) partials[at] = total;
+    if (lane == 0 && at < partial_count) partials[at] = total;
     if (flags == nullptr) continue;
     // The non-finite flag of the chunk: a finite sum of squares has only finite terms; a sum that
     // is not finite is read again element by element, since a finite value past ~1.8e19 overflows
     // its square.
-    if (__syncthreads_or(threadIdx.x == 0 && NotFiniteFloat(total))) {
+    if (NotFiniteFloat(__shfl_sync(0xffffffffu, total, 0))) {
       int bad = 0;
-      for (int i = threadIdx.x; i < n; i += REPRISE_NORM_BLOCK) {
+      for (int i = lane; i < n; i += 32) {
         const long long e = start + i;
         const float x = kind == 1   ? GradValue((const Bf16Grad*)table.g[t], e)
                         : kind == 2 ? GradValue((const F16Grad*)table.g[t], e)
                                     : ((const float*)table.g[t])[e];
         bad |= NotFiniteFloat(x);
       }
-      bad = __syncthreads_or(bad);
-      if (threadIdx.x == 0) flags[at] = bad ? 1.0f : 0.0f;
-    } else if (threadIdx.x == 0) {
+      bad = __any_sync(0xffffffffu, bad);
+      if (lane == 0) flags[at] = bad ? 1.0f : 0.0f;
+    } else if (lane == 0) {
       flags[at] = 0.0f;
     }
   }
 }
-)"};
+)")};
 }
 
 }  // namespace reprise::codegen

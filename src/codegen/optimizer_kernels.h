@@ -98,6 +98,8 @@ int MultiTensorCapacity(int64_t tensors);
 // this many blocks per multiprocessor runs in one wave.
 inline constexpr int kNormBlocksPerSm = 8;
 inline constexpr int kAdamBlocksPerSm = 4;
+// GradSumSquares' blocks (kNormBlock threads, a warp a chunk, each lane's loads in registers).
+inline constexpr int kSumSquaresBlocksPerSm = 4;
 
 // out[0] = lr[0] · LrFactor(step). One thread. Signature: (const float* lr, const int* step,
 // float* out, long long warmup_steps, int decay, long long total_steps, double min_factor,
@@ -168,8 +170,8 @@ GeneratedKernel SgdMulti(int capacity, bool copies = false, bool checks = false)
 inline constexpr int64_t kSgdCheckWords = 4;
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
-// for every chunk c of the table with first_partial + c < partial_count, blocks of kNormBlock
-// threads striding over the chunks. Where `flags` is not null, also the non-finite guard's check
+// for every chunk c of the table with first_partial + c < partial_count, a warp a chunk, the
+// warps of blocks of kNormBlock threads striding over the chunks. Where `flags` is not null, also the non-finite guard's check
 // in the same pass: flags[first_partial + c] = 1 where chunk c holds an inf or a NaN, else 0
 // (grad_nonfinite's flags; the table's tensors past the gradients, the loss, only have flags).
 // Signature: (NormTable table, GradKinds kinds, int count, float* partials,

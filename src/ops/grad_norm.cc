@@ -103,8 +103,11 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerChunkSums(const LoweringContext&
     args.Add(table.count());
     args.Add(ctx.outputs[0]).Add(static_cast<long long>(first_partial)).Add(check);
     args.Add(flags).Add(static_cast<long long>(partial_count));
-    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kNormBlocksPerSm;
-    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(table.chunks(), most))));
+    // A warp a chunk (codegen::GradSumSquares), at most one wave of blocks.
+    const int64_t warps_per_block = codegen::kNormBlock / 32;
+    const int64_t most = int64_t{ctx.device->sm_count} * codegen::kSumSquaresBlocksPerSm;
+    const int64_t blocks = (table.chunks() + warps_per_block - 1) / warps_per_block;
+    const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, most))));
     ASSIGN_OR_RETURN(std::unique_ptr<GpuKernel> part,
                      NvrtcKernel::Create(ctx, node.name, codegen::GradSumSquares(capacity), grid,
                                          dim3(codegen::kNormBlock), 0, std::move(args)));
