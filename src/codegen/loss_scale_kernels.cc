@@ -98,8 +98,19 @@ extern "C" __global__ void reprise_loss_scale_check(const float* __restrict__ fl
                                                     int* __restrict__ record, int sticky,
                                                     int* __restrict__ skipped_steps,
                                                     float* __restrict__ check) {
+  // Sixteen loads in flight before their tests (the flags are in L2: latency, not bandwidth).
+  constexpr int kBatch = 16;
   int found = 0;
-  for (long long p = threadIdx.x; p < count; p += REPRISE_NORM_BLOCK) found |= flags[p] != 0.0f;
+  for (long long base = threadIdx.x; base < count; base += kBatch * REPRISE_NORM_BLOCK) {
+    float f[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const long long p = base + (long long)k * REPRISE_NORM_BLOCK;
+      f[k] = p < count ? flags[p] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) found |= f[k] != 0.0f;
+  }
   found = __syncthreads_or(found);
   if (threadIdx.x == 0) {
     found = found || (sticky && record[1] != 0);
