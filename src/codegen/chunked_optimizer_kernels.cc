@@ -153,6 +153,35 @@ __device__ __forceinline__ void AdamTensorChunk(const AdamStep& a, float* __rest
               aligned && GradAligned(gf));
   }
 }
+// A quad of a chunk of n as loaded (missing elements 0): float32's as LoadQuad gives it, a 16-bit
+// gradient's four elements' bits packed in a uint2, widened by Widen as they are used.
+__device__ __forceinline__ float4 RawQuad(const float* g, int q, int n, bool aligned) {
+  return LoadQuad(g, q, n, aligned);
+}
+template <typename G16>
+__device__ __forceinline__ uint2 RawQuad16(const G16* g, int q, int n, bool aligned) {
+  if (aligned && 4 * q + 4 <= n) return __ldg((const uint2*)g + q);
+  unsigned int b[4] = {0u, 0u, 0u, 0u};
+  for (int e = 0; e < 4; ++e) {
+    if (4 * q + e < n) b[e] = g[4 * q + e].bits;
+  }
+  return make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
+}
+__device__ __forceinline__ uint2 RawQuad(const Bf16Grad* g, int q, int n, bool aligned) {
+  return RawQuad16(g, q, n, aligned);
+}
+__device__ __forceinline__ uint2 RawQuad(const F16Grad* g, int q, int n, bool aligned) {
+  return RawQuad16(g, q, n, aligned);
+}
+__device__ __forceinline__ float4 Widen(const float*, float4 r) { return r; }
+__device__ __forceinline__ float4 Widen(const Bf16Grad*, uint2 u) {
+  return make_float4(Bf16Value(u.x & 0xffffu), Bf16Value(u.x >> 16), Bf16Value(u.y & 0xffffu),
+                     Bf16Value(u.y >> 16));
+}
+__device__ __forceinline__ float4 Widen(const F16Grad*, uint2 u) {
+  return make_float4(F16Value(u.x & 0xffffu), F16Value(u.x >> 16), F16Value(u.y & 0xffffu),
+                     F16Value(u.y >> 16));
+}
 // ChunkSumSquares of a chunk of n, by one warp, valid in lane 0: the block tree's order with no
 // block barrier. Thread j of a kNormBlock-thread block summed the quads j, j + kNormBlock, ...;
 // here lane l keeps those sums for the block's threads j = l + 32k (k < 8) in registers, adds
@@ -167,20 +196,30 @@ __device__ __forceinline__ float WarpChunkSumSquares(const G* __restrict__ g, in
   float acc[kPerLane];
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) acc[k] = 0.0f;
+  // All of a pass's loads in flight before its first add: the whole chunk for 16-bit gradients
+  // (kept as loaded, 2 registers a quad, widened as they are added), half of it for float32.
+  constexpr int kPassQuads = sizeof(G) == 4 ? kQuads / 2 : kQuads;
 #pragma unroll
-  for (int m = 0; m < kQuads; ++m) {
-    float4 x[kPerLane];
+  for (int m0 = 0; m0 < kQuads; m0 += kPassQuads) {
+    decltype(RawQuad(g, 0, n, aligned)) x[kPassQuads][kPerLane];
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      x[k] = LoadQuad(g, m * REPRISE_NORM_BLOCK + 32 * k + lane, n, aligned);
+    for (int m = 0; m < kPassQuads; ++m) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        x[m][k] = RawQuad(g, (m0 + m) * REPRISE_NORM_BLOCK + 32 * k + lane, n, aligned);
+      }
     }
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int i = 4 * (m * REPRISE_NORM_BLOCK + 32 * k + lane);
-      acc[k] = AddSquare(acc[k], x[k].x, i, n, inv);
-      acc[k] = AddSquare(acc[k], x[k].y, i + 1, n, inv);
-      acc[k] = AddSquare(acc[k], x[k].z, i + 2, n, inv);
-      acc[k] = AddSquare(acc[k], x[k].w, i + 3, n, inv);
+    for (int m = 0; m < kPassQuads; ++m) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int i = 4 * ((m0 + m) * REPRISE_NORM_BLOCK + 32 * k + lane);
+        const float4 v = Widen(g, x[m][k]);
+        acc[k] = AddSquare(acc[k], v.x, i, n, inv);
+        acc[k] = AddSquare(acc[k], v.y, i + 1, n, inv);
+        acc[k] = AddSquare(acc[k], v.z, i + 2, n, inv);
+        acc[k] = AddSquare(acc[k], v.w, i + 3, n, inv);
+      }
     }
   }
 #pragma unroll

@@ -99,7 +99,7 @@ int MultiTensorCapacity(int64_t tensors);
 inline constexpr int kNormBlocksPerSm = 8;
 inline constexpr int kAdamBlocksPerSm = 4;
 // GradSumSquares' blocks (kNormBlock threads, a warp a chunk, each lane's loads in registers).
-inline constexpr int kSumSquaresBlocksPerSm = 4;
+inline constexpr int kSumSquaresBlocksPerSm = 2;
 
 // out[0] = lr[0] · LrFactor(step). One thread. Signature: (const float* lr, const int* step,
 // float* out, long long warmup_steps, int decay, long long total_steps, double min_factor,
