@@ -154,24 +154,19 @@ __device__ __forceinline__ void AdamTensorChunk(const AdamStep& a, float* __rest
   }
 }
 // A quad of a chunk of n as loaded (missing elements 0): float32's as LoadQuad gives it, a 16-bit
-// gradient's four elements' bits packed in a uint2, widened by Widen as they are used.
+// gradient's four elements' bits packed in a uint2 (the template: Bf16Grad, F16Grad), widened by
+// Widen as they are used.
 __device__ __forceinline__ float4 RawQuad(const float* g, int q, int n, bool aligned) {
   return LoadQuad(g, q, n, aligned);
 }
 template <typename G16>
-__device__ __forceinline__ uint2 RawQuad16(const G16* g, int q, int n, bool aligned) {
+__device__ __forceinline__ uint2 RawQuad(const G16* g, int q, int n, bool aligned) {
   if (aligned && 4 * q + 4 <= n) return __ldg((const uint2*)g + q);
   unsigned int b[4] = {0u, 0u, 0u, 0u};
   for (int e = 0; e < 4; ++e) {
     if (4 * q + e < n) b[e] = g[4 * q + e].bits;
   }
   return make_uint2(b[0] | (b[1] << 16), b[2] | (b[3] << 16));
-}
-__device__ __forceinline__ uint2 RawQuad(const Bf16Grad* g, int q, int n, bool aligned) {
-  return RawQuad16(g, q, n, aligned);
-}
-__device__ __forceinline__ uint2 RawQuad(const F16Grad* g, int q, int n, bool aligned) {
-  return RawQuad16(g, q, n, aligned);
 }
 __device__ __forceinline__ float4 Widen(const float*, float4 r) { return r; }
 __device__ __forceinline__ float4 Widen(const Bf16Grad*, uint2 u) {

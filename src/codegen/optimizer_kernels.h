@@ -171,10 +171,10 @@ inline constexpr int64_t kSgdCheckWords = 4;
 
 // Stage 1 of the global norm: partials[first_partial + c] = ChunkSumSquares(chunk c, unscale[0])
 // for every chunk c of the table with first_partial + c < partial_count, a warp a chunk, the
-// warps of blocks of kNormBlock threads striding over the chunks. Where `flags` is not null, also the non-finite guard's check
-// in the same pass: flags[first_partial + c] = 1 where chunk c holds an inf or a NaN, else 0
-// (grad_nonfinite's flags; the table's tensors past the gradients, the loss, only have flags).
-// Signature: (NormTable table, GradKinds kinds, int count, float* partials,
+// warps of blocks of kNormBlock threads striding over the chunks. Where `flags` is not null, also
+// the non-finite guard's check in the same pass: flags[first_partial + c] = 1 where chunk c holds
+// an inf or a NaN, else 0 (grad_nonfinite's flags; the table's tensors past the gradients, the
+// loss, only have flags). Signature: (NormTable table, GradKinds kinds, int count, float* partials,
 // long long first_partial, const float* unscale, float* flags, long long partial_count),
 // NormTable { const void* g[C]; long long n[C]; int first[C + 1]; } as AdamMulti's; unscale may
 // be null (1).
