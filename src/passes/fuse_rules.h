@@ -62,7 +62,8 @@ class GroupFinder {
   void LayerNormResidualGradients();
   // add -> layer_norm as one add_layer_norm (the adds no product epilogue took).
   void LayerNormResidualAdds();
-  // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add
+  // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add, or, with
+  // `in_place` where the memory plan may, embedding_grad_accumulate written over `other`
   // (fuse_embedding_rules.cc).
   void EmbeddingGradientSums(bool in_place);
   // add(conv2d_dgrad, acc) as conv2d_dgrad_accumulate (in place) or, `apart`, conv2d_dgrad_add
