@@ -12,7 +12,7 @@ namespace reprise::passes {
 // embedding_grad_add reading `other`; where `other` is a resize_rows that only drops rows (a
 // padded vocabulary's gradient cut back to the table) and only the add reads it, the resize goes
 // too and the fused node reads its input's first rows. With `in_place`, where CanWriteOver allows
-// it (nothing reads the gradient added to afterwards) and no collective averages the sum, the sum
+// it (nothing reads the gradient added to afterwards, no collective averages the sum), the sum
 // is written over that gradient (embedding_grad_accumulate): only the rows tokens name are
 // touched.
 void GroupFinder::EmbeddingGradientSums(bool in_place) {
@@ -36,13 +36,7 @@ void GroupFinder::EmbeddingGradientSums(bool in_place) {
           base_reader = &resize;
         }
       }
-      // A collective places the gradients it averages side by side: not over another value.
-      bool averaged = false;
-      for (int32_t r : Readers(Value{add.id, 0})) {
-        averaged = averaged || g_.node(r).op->kind == ir::OpKind::kCommunication;
-      }
-      const bool over = in_place && !averaged && !kept_.contains(Value{add.id, 0}) &&
-                        CanWriteOver(base, grad, *base_reader);
+      const bool over = in_place && CanWriteOver(base, Value{add.id, 0}, grad, *base_reader);
       if (TryAdd({.members = std::move(members),
                   .op = over ? &ops::EmbeddingGradAccumulateOp() : &ops::EmbeddingGradAddOp(),
                   .name = absl::StrCat(grad.name, "+", add.name),

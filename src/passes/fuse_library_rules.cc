@@ -28,7 +28,7 @@ void GroupFinder::ConvDgradAccumulations(bool apart) {
           acc == d || g_.spec(acc) != g_.spec(d)) {
         continue;
       }
-      if (!apart && !CanWriteOver(acc, dgrad, add)) continue;
+      if (!apart && !CanWriteOver(acc, Value{add.id, 0}, dgrad, add)) continue;
       if (TryAdd({.members = {dgrad.id, add.id},
                   .op = apart ? &ops::Conv2dDgradAddOp() : &ops::Conv2dDgradAccumulateOp(),
                   .name = absl::StrCat(dgrad.name, "+", add.name),
@@ -40,14 +40,18 @@ void GroupFinder::ConvDgradAccumulations(bool apart) {
   }
 }
 
-// Whether the sum of `dgrad` and acc may be written over acc: a transient value, not kept, whose
-// readers other than `add` all come before the data gradient.
-bool GroupFinder::CanWriteOver(Value acc, const Node& dgrad, const Node& add) const {
-  if (ir::IsLeaf(g_.node(acc.node)) || kept_.contains(acc) || kept_.contains(Value{add.id, 0})) {
-    return false;
-  }
+// Whether `sum` may be written over acc: both transient and not kept, acc's readers other than
+// `reader` all before `first`, and neither placed by a collective (which lays the values it
+// reduces side by side, as the memory plan does not lay a value written over another).
+bool GroupFinder::CanWriteOver(Value acc, Value sum, const Node& first, const Node& reader) const {
+  if (ir::IsLeaf(g_.node(acc.node)) || kept_.contains(acc) || kept_.contains(sum)) return false;
   for (int32_t r : Readers(acc)) {
-    if (r != add.id && !DependsOn(dgrad.id, r)) return false;
+    if (r != reader.id && !DependsOn(first.id, r)) return false;
+  }
+  for (Value v : {acc, sum}) {
+    for (int32_t r : Readers(v)) {
+      if (g_.node(r).op->kind == ir::OpKind::kCommunication) return false;
+    }
   }
   return true;
 }

@@ -161,8 +161,10 @@ class GroupFinder {
   std::optional<NodeGroup> GeluBackward(Value pre) const;
   // Whether `ancestor` is `node` or one of the nodes it depends on.
   bool DependsOn(int32_t node, int32_t ancestor) const;
-  // Whether add(dgrad, acc) may write over acc (ConvDgradAccumulations).
-  bool CanWriteOver(Value acc, const Node& dgrad, const Node& add) const;
+  // Whether a fused node that starts with `first` may write its output `sum` over `acc`, which
+  // its member `reader` reads, as the memory plan requires (ConvDgradAccumulations,
+  // EmbeddingGradientSums).
+  bool CanWriteOver(Value acc, Value sum, const Node& first, const Node& reader) const;
   // The beta of the batch norm whose statistics `grad` (batch_norm_grad) reads, where `act` is a
   // ReLU applied right to that batch norm's output (batch_norm_train's, or the mirror pass's
   // batch_norm_apply of the same x and statistics): its mask can then come from x.
