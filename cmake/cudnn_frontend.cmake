@@ -1,11 +1,13 @@
 # NVIDIA's header-only cudnn-frontend (the cuDNN graph API in C++), for fused attention and
 # convolutions. The PyPI package nvidia-cudnn-frontend ships its headers;
-# -DCUDNN_FRONTEND_INCLUDE_DIR=... overrides. Its headers are large: only src/runtime/cudnn_sdpa.cc
-# and src/runtime/cudnn_conv_graph{,_describe}.cc include them (behind headers of our own), so the
-# include directory and the warnings it needs silenced are set on those three sources.
+# -DCUDNN_FRONTEND_INCLUDE_DIR=... overrides. Its headers are large: only src/runtime/cudnn_sdpa.cc,
+# src/runtime/cudnn_conv_graph{,_describe}.cc and src/runtime/cudnn_gelu_product.cc include them
+# (behind headers of our own), so the include directory and the warnings it needs silenced are set
+# on those four sources.
 set(REPRISE_CUDNN_FRONTEND_SOURCE ${PROJECT_SOURCE_DIR}/src/runtime/cudnn_sdpa.cc
     ${PROJECT_SOURCE_DIR}/src/runtime/cudnn_conv_graph.cc
-    ${PROJECT_SOURCE_DIR}/src/runtime/cudnn_conv_graph_describe.cc)
+    ${PROJECT_SOURCE_DIR}/src/runtime/cudnn_conv_graph_describe.cc
+    ${PROJECT_SOURCE_DIR}/src/runtime/cudnn_gelu_product.cc)
 if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
   # The Python that pip installed into: CMake's choice, else the first python3 on PATH.
   find_package(Python3 COMPONENTS Interpreter QUIET)

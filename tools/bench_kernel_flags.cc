@@ -68,6 +68,9 @@ ABSL_FLAG(bool, sgd_one_launch, true,
 ABSL_FLAG(bool, sgd_checks_in_launch, true,
           "TrainOptions::kernels.sgd_checks_in_launch: the non-finite guard's check and verdict "
           "in that SGD launch (a cooperative launch with a grid barrier), not two launches before");
+ABSL_FLAG(bool, gelu_products_cudnn, false,
+          "TrainOptions::kernels.gelu_products_in_cudnn: GELU layers' forward and data-gradient "
+          "products as cuDNN graph-API plans instead of cuBLASLt's GELU epilogues");
 
 namespace reprise::tools {
 
@@ -114,6 +117,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.batch_norm_finalize_in_stats = absl::GetFlag(FLAGS_bn_finalize_in_stats);
   kernels.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
   kernels.sgd_checks_in_launch = absl::GetFlag(FLAGS_sgd_checks_in_launch);
+  kernels.gelu_products_in_cudnn = absl::GetFlag(FLAGS_gelu_products_cudnn);
   return kernels;
 }
 
@@ -133,7 +137,8 @@ std::string KernelFlagsText() {
                                                             : "",
       absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
       absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0",
-      absl::GetFlag(FLAGS_sgd_checks_in_launch) ? "" : " sgd_checks_in_launch=0");
+      absl::GetFlag(FLAGS_sgd_checks_in_launch) ? "" : " sgd_checks_in_launch=0",
+      absl::GetFlag(FLAGS_gelu_products_cudnn) ? " gelu_products_cudnn=1" : "");
 }
 
 }  // namespace reprise::tools

@@ -132,6 +132,13 @@ struct KernelTuning {
   // 4x1024 b256 TF32 step took 6% less with it (0.1762 -> 0.1654 ms), ResNet-50 b32 the same
   // (2026-12-06, docs/benchmarks_guard.md).
   bool sgd_checks_in_launch = true;
+  // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) and its
+  // backward data-gradient product (times GELU's derivative) as cuDNN graph-API plans
+  // (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS and DGELU epilogues,
+  // which run at about two-thirds of the plain product's rate; where cuDNN has no plan for a
+  // shape, cuBLASLt's epilogue runs and the plan dump says why. Chosen by timing where
+  // measure_matmul_algorithms is set. Off by default: not yet measured faster.
+  bool gelu_products_in_cudnn = false;
 };
 
 }  // namespace reprise

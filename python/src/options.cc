@@ -130,7 +130,8 @@ void BindOptions(nb::module_& m) {
       .def_rw("dependent_launch_after_libraries", &KernelTuning::dependent_launch_after_libraries)
       .def_rw("batch_norm_finalize_in_stats", &KernelTuning::batch_norm_finalize_in_stats)
       .def_rw("sgd_one_launch", &KernelTuning::sgd_one_launch)
-      .def_rw("sgd_checks_in_launch", &KernelTuning::sgd_checks_in_launch);
+      .def_rw("sgd_checks_in_launch", &KernelTuning::sgd_checks_in_launch)
+      .def_rw("gelu_products_in_cudnn", &KernelTuning::gelu_products_in_cudnn);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

@@ -66,7 +66,8 @@ ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
                           : ops::LoweringOptions::ConvApi::kLegacy,
           .dependent_launch = options.kernels.dependent_launch,
           .dependent_launch_after_libraries = options.kernels.dependent_launch_after_libraries,
-          .batch_norm_finalize_in_stats = options.kernels.batch_norm_finalize_in_stats};
+          .batch_norm_finalize_in_stats = options.kernels.batch_norm_finalize_in_stats,
+          .gelu_products_in_cudnn = options.kernels.gelu_products_in_cudnn};
 }
 
 }  // namespace reprise

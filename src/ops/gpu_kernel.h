@@ -92,6 +92,9 @@ struct LoweringOptions {
   // The tiled batch norms' statistics kernels finalize in their last blocks, given the lane's
   // tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
   bool batch_norm_finalize_in_stats = false;
+  // matmul_bias_gelu_aux and matmul_dgelu as cuDNN graph-API plans where cuDNN has one
+  // (TrainOptions::kernels.gelu_products_in_cudnn; src/ops/gelu_product_cudnn.h).
+  bool gelu_products_in_cudnn = false;
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.

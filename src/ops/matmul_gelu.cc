@@ -11,6 +11,7 @@
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/column_sum_launch.h"
+#include "src/ops/gelu_product_cudnn.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -166,6 +167,47 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasGradApart(const LoweringCont
       new KernelSequence(std::move(kernels), std::max(workspace, launches.workspace_bytes)));
 }
 
+// A kernel whose description adds why it runs instead of the one asked for.
+class NotedKernel : public KernelSequence {
+ public:
+  NotedKernel(std::unique_ptr<GpuKernel> kernel, std::string note)
+      : KernelSequence(One(std::move(kernel)), 0), note_(std::move(note)) {}
+  std::string Describe() const override {
+    return absl::StrCat(KernelSequence::Describe(), " (", note_, ")");
+  }
+  size_t WorkspaceBytes() const override { return kernels().front()->WorkspaceBytes(); }
+
+ private:
+  static std::vector<std::unique_ptr<GpuKernel>> One(std::unique_ptr<GpuKernel> kernel) {
+    std::vector<std::unique_ptr<GpuKernel>> kernels;
+    kernels.push_back(std::move(kernel));
+    return kernels;
+  }
+  std::string note_;
+};
+
+// The GELU products on cuBLASLt's epilogue, or where asked on cuDNN's graph API; where cuDNN has
+// no plan for the shape, cuBLASLt's, described with cuDNN's reason.
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGeluProduct(
+    const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape,
+    const runtime::MatmulEpilogue& epilogue) {
+  std::string cudnn_note;
+  if (ctx.options.gelu_products_in_cudnn) {
+    absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn =
+        LowerCudnnGeluProduct(ctx, node, shape, node.op == &MatmulBiasGeluAuxOp());
+    if (cudnn.ok() || !absl::IsUnimplemented(cudnn.status())) return cudnn;
+    std::string why(cudnn.status().message());
+    if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
+    cudnn_note = absl::StrCat("cuDNN: ", why);
+  }
+  absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
+  if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) {
+    fused = LowerUnfusedGelu(ctx, node, shape);
+  }
+  if (!fused.ok() || cudnn_note.empty()) return fused;
+  return std::unique_ptr<GpuKernel>(new NotedKernel(*std::move(fused), std::move(cudnn_note)));
+}
+
 absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(ProductDims d,
                    ProductDimsOf(node.attrs, ctx.input_specs[0], ctx.input_specs[1], 2));
@@ -191,9 +233,7 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> Lower(const LoweringContext& ctx, con
     epilogue.residual = ctx.inputs[3];
     return LowerLtMatmul(ctx, node, shape, epilogue);
   }
-  absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
-  if (fused.ok() || fused.status().code() != absl::StatusCode::kNotFound) return fused;
-  return LowerUnfusedGelu(ctx, node, shape);
+  return LowerGeluProduct(ctx, node, shape, epilogue);
 }
 
 }  // namespace

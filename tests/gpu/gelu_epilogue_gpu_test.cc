@@ -55,6 +55,37 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
 }
 
+// The GELU products as cuDNN graph-API plans (KernelTuning::gelu_products_in_cudnn), both
+// operand layouts GPT-2 reads: in 16-bit types cuDNN's plans run (their descriptions say so, so
+// that a quiet fall back to cuBLASLt fails the test); in float32 cuDNN takes none, and cuBLASLt's
+// epilogues run, described with cuDNN's reason.
+TEST_P(GeluEpilogueGpuTest, CudnnGeluProductsMatchCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const DType dtype = GetParam();
+  constexpr int64_t kM = 77, kK = 48, kN = 136;
+  Graph g;
+  Value x = *g.AddConstant("x", {Shape{kM, kK}, dtype}, Initializer::Uniform(-1, 1));
+  Value w = *g.AddConstant("w", {Shape{kN, kK}, dtype}, Initializer::Uniform(-0.5, 0.5));
+  Value bias = *g.AddConstant("bias", {Shape{kN}, dtype}, Initializer::Uniform(-1, 1));
+  Value dy = *g.AddConstant("dy", {Shape{kM, kK}, dtype}, Initializer::Uniform(-1, 1));
+  Value w2 = *g.AddConstant("w2", {Shape{kK, kN}, dtype}, Initializer::Uniform(-0.5, 0.5));
+  std::vector<Value> fwd =
+      *g.AddOp(ops::MatmulBiasGeluAuxOp(), "fc", {x, w, bias}, {{"transpose_b", true}});
+  ASSERT_TRUE(g.AddOp(ops::MatmulDGeluOp(), "back", {dy, w2, fwd[1]}).ok());
+  ir::ReferenceExecutor cpu(g, false, 23);
+  std::vector<std::string> described;
+  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(dtype), {.gelu_products_in_cudnn = true},
+                             &described);
+  ASSERT_EQ(described.size(), 2u);
+  for (const std::string& line : described) {
+    if (dtype == DType::kFloat32) {
+      EXPECT_NE(line.find("cuDNN: "), std::string::npos) << line;
+    } else {
+      EXPECT_EQ(line.rfind("cudnn gelu ", 0), 0u) << line;
+    }
+  }
+}
+
 // add_layer_norm and layer_norm_grad_add.
 TEST_P(GeluEpilogueGpuTest, LayerNormGradientPlusResidualMatchesCpuReference) {
   REPRISE_REQUIRE_GPU();
@@ -111,14 +142,13 @@ void MakeBatch(int step, std::vector<int32_t>& ids, std::vector<int32_t>& labels
 // replayed step gives eager's bits (Trainer::Verify).
 class GeluBlockTrainerGpuTest : public ::testing::TestWithParam<DType> {};
 
-TEST_P(GeluBlockTrainerGpuTest, FusedBlockFollowsCpuReferenceAndReplaysEagerBits) {
-  REPRISE_REQUIRE_GPU();
-  const DType compute = GetParam();
+void ExpectBlockFollowsCpu(DType compute, bool gelu_products_in_cudnn) {
   const double tol = compute == DType::kFloat32 ? 1e-4 : 3e-2;
   Block b = BuildBlock();
   TrainOptions options;
   options.seed = 42;
   options.numerics.compute_dtype = compute;
+  options.kernels.gelu_products_in_cudnn = gelu_products_in_cudnn;
   options.optimizer.learning_rate = 0.1f;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> gpu,
                                Trainer::Create(b.graph, b.loss, options));
@@ -146,6 +176,17 @@ TEST_P(GeluBlockTrainerGpuTest, FusedBlockFollowsCpuReferenceAndReplaysEagerBits
   }
   REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, gpu->Verify(5));
   EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+TEST_P(GeluBlockTrainerGpuTest, FusedBlockFollowsCpuReferenceAndReplaysEagerBits) {
+  REPRISE_REQUIRE_GPU();
+  ExpectBlockFollowsCpu(GetParam(), /*gelu_products_in_cudnn=*/false);
+}
+
+// The same block in bfloat16 with the GELU products on cuDNN's plans.
+TEST(GeluBlockCudnnTrainerGpuTest, CudnnProductsFollowCpuReferenceAndReplayEagerBits) {
+  REPRISE_REQUIRE_GPU();
+  ExpectBlockFollowsCpu(DType::kBFloat16, /*gelu_products_in_cudnn=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, GeluBlockTrainerGpuTest,

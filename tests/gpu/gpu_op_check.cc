@@ -15,10 +15,11 @@
 
 namespace reprise {
 
-void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
-                         const absl::flat_hash_set<Value>& unchecked, bool deterministic,
-                         bool allow_tf32, std::vector<std::string>* described,
-                         bool graph_conv_api) {
+namespace {
+
+void Check(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
+           const absl::flat_hash_set<Value>& unchecked, const ops::LoweringOptions& lowering,
+           std::vector<std::string>* described) {
   auto schedule = passes::Schedule(g);
   ASSERT_TRUE(schedule.ok());
   std::vector<Value> everything;
@@ -62,24 +63,17 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
   plan.training.graph = g;
   plan.launches = *schedule;
   plan.memory = *memory;
-  capture::StepResources res{
-      .device = &*device,
-      .kernels = &kernels,
-      .lt = &*lt,
-      .cudnn = &*cudnn,
-      .arena = base,
-      .workspace = workspace->data(),
-      .workspace_bytes = workspace->bytes(),
-      .input_staging = staging->data(),
-      // Every lowering we have, our own weight gradients too.
-      .lowering = {.allow_tf32 = allow_tf32,
-                   .deterministic = deterministic,
-                   .own_weight_gradients = true,
-                   .conv_api = graph_conv_api ? ops::LoweringOptions::ConvApi::kGraph
-                                              : ops::LoweringOptions::ConvApi::kLegacy,
-                   .batch_norm_finalize_in_stats = true},
-      .lane_tickets = {static_cast<unsigned*>(tickets->data())},
-      .ticket_words = kTicketWords};
+  capture::StepResources res{.device = &*device,
+                             .kernels = &kernels,
+                             .lt = &*lt,
+                             .cudnn = &*cudnn,
+                             .arena = base,
+                             .workspace = workspace->data(),
+                             .workspace_bytes = workspace->bytes(),
+                             .input_staging = staging->data(),
+                             .lowering = lowering,
+                             .lane_tickets = {static_cast<unsigned*>(tickets->data())},
+                             .ticket_words = kTicketWords};
   auto launches = capture::LowerPlan(plan, res);
   ASSERT_TRUE(launches.ok()) << launches.status();
   if (described != nullptr) {
@@ -118,6 +112,29 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
       EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), tolerance) << n.name << ": " << kernel;
     }
   }
+}
+
+}  // namespace
+
+void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
+                         const absl::flat_hash_set<Value>& unchecked, bool deterministic,
+                         bool allow_tf32, std::vector<std::string>* described,
+                         bool graph_conv_api) {
+  // Every lowering we have, our own weight gradients too.
+  const ops::LoweringOptions lowering{.allow_tf32 = allow_tf32,
+                                      .deterministic = deterministic,
+                                      .own_weight_gradients = true,
+                                      .conv_api = graph_conv_api
+                                                      ? ops::LoweringOptions::ConvApi::kGraph
+                                                      : ops::LoweringOptions::ConvApi::kLegacy,
+                                      .batch_norm_finalize_in_stats = true};
+  Check(g, cpu, tolerance, unchecked, lowering, described);
+}
+
+void ExpectGpuMatchesCpuLowered(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
+                                const ops::LoweringOptions& lowering,
+                                std::vector<std::string>* described) {
+  Check(g, cpu, tolerance, {}, lowering, described);
 }
 
 }  // namespace reprise

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "reprise/graph.h"
 #include "src/ir/reference_executor.h"
+#include "src/ops/gpu_kernel.h"
 
 namespace reprise {
 
@@ -26,6 +27,11 @@ void ExpectGpuMatchesCpu(const Graph& g, ir::ReferenceExecutor& cpu, double tole
                          bool deterministic = false, bool allow_tf32 = false,
                          std::vector<std::string>* described = nullptr,
                          bool graph_conv_api = false);
+
+// The same with the lowering options given whole (for options the form above has no switch for).
+void ExpectGpuMatchesCpuLowered(const Graph& g, ir::ReferenceExecutor& cpu, double tolerance,
+                                const ops::LoweringOptions& lowering,
+                                std::vector<std::string>* described = nullptr);
 
 }  // namespace reprise
 

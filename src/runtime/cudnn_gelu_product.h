@@ -1,0 +1,103 @@
+// A GELU layer's two products through cuDNN's graph API (cudnn-frontend), where cuBLASLt's GELU
+// epilogues (src/runtime/lt_matmul.h: GELU_AUX_BIAS, DGELU) run at about two-thirds of the plain
+// product's rate in every configuration cuBLASLt offers (docs/benchmarks_gpt2.md):
+//
+//   kForward:  pre = op(A)·op(B) + bias, out = gelu(pre)      (both written: the backward reads
+//   pre) kBackward: out = (op(A)·op(B)) · gelu'(pre)               (pre read)
+//
+// row-major, out and pre [m, n], op(A) [m, k], op(B) [k, n] (transpose_a: A stored [k, m];
+// transpose_b: B stored [n, k]), the bias n values; bfloat16 or float16 in and out, accumulated and
+// activated in float32; GELU is the tanh form (cuDNN's GELU_APPROX_TANH). This header exposes none
+// of the frontend's types: only cudnn_gelu_product.cc includes them.
+//
+// Create() builds the graph for one shape, or finds it built in a process-wide cache: execution
+// plans from heuristics mode A then the fallback list, the first that builds (or, with `measure`,
+// the fastest of the first kMeasuredCandidates on the caller's buffers), its first run made in a
+// throw-away capture. Run() only enqueues, so it is safe under CUDA graph capture, and one plan
+// per shape gives the same bits on every run. Unimplemented where cuDNN has no plan for the
+// graph: the caller then runs cuBLASLt's epilogue.
+#ifndef REPRISE_SRC_RUNTIME_CUDNN_GELU_PRODUCT_H_
+#define REPRISE_SRC_RUNTIME_CUDNN_GELU_PRODUCT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "reprise/tensor.h"
+#include "src/runtime/cudnn_handle.h"
+
+namespace reprise::runtime {
+
+enum class GeluProductPass : uint8_t { kForward, kBackward };
+
+struct GeluProductShape {
+  GeluProductPass pass = GeluProductPass::kForward;
+  int64_t m = 0, n = 0, k = 0;
+  bool transpose_a = false, transpose_b = false;
+  DType dtype = DType::kBFloat16;  // kBFloat16 or kFloat16.
+
+  std::string ToString() const;  // "gelu fwd bf16 [16384x768]·[3072x768]^T"
+  bool operator==(const GeluProductShape& other) const = default;
+};
+
+// The device addresses of one run. kForward reads a, b, bias and writes pre and out; kBackward
+// reads a, b, pre and writes out (bias unused).
+struct GeluProductBuffers {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* bias = nullptr;
+  void* pre = nullptr;
+  void* out = nullptr;
+};
+
+struct GeluProductOptions {
+  std::string device;  // Which GPU (name, compute capability): part of the cache key.
+  // Time the first kMeasuredCandidates plans that build on `buffers` (three alternating rounds)
+  // and keep the fastest, instead of the first that builds. The buffers' contents are overwritten.
+  bool measure = false;
+  GeluProductBuffers buffers;
+  void* workspace = nullptr;   // For measuring; at least workspace_limit bytes.
+  size_t workspace_limit = 0;  // Plans needing more are passed over.
+};
+
+inline constexpr int kMeasuredGeluProductCandidates = 8;
+
+// Unimplemented unless cuDNN's fused graph can take the shape at all (16-bit types, n and k
+// multiples of 8, nothing empty).
+absl::Status GeluProductShapeSupported(const GeluProductShape& shape);
+
+class CudnnGeluProduct {
+ public:
+  struct Plan;
+
+  static absl::StatusOr<CudnnGeluProduct> Create(const CudnnHandle& handle,
+                                                 const GeluProductShape& shape,
+                                                 const GeluProductOptions& options,
+                                                 absl::string_view context);
+
+  // Enqueues the product on the handle's stream (CudnnHandle::Bind).
+  absl::Status Run(const CudnnHandle& handle, const GeluProductBuffers& buffers, void* workspace,
+                   absl::string_view context) const;
+
+  size_t workspace_bytes() const;
+  // "cudnn gelu fwd bf16 [..]·[..] engine <name> ws <bytes>[ measured <ms> ms of <n>]"
+  std::string Describe() const;
+
+  // Plans built so far in this process (for tests).
+  static size_t CacheSize();
+
+ private:
+  CudnnGeluProduct(GeluProductShape shape, std::shared_ptr<const Plan> plan)
+      : shape_(shape), plan_(std::move(plan)) {}
+
+  GeluProductShape shape_;
+  std::shared_ptr<const Plan> plan_;
+};
+
+}  // namespace reprise::runtime
+
+#endif  // REPRISE_SRC_RUNTIME_CUDNN_GELU_PRODUCT_H_
