@@ -69,8 +69,8 @@ ABSL_FLAG(bool, sgd_checks_in_launch, true,
           "TrainOptions::kernels.sgd_checks_in_launch: the non-finite guard's check and verdict "
           "in that SGD launch (a cooperative launch with a grid barrier), not two launches before");
 ABSL_FLAG(bool, gelu_products_cudnn, false,
-          "TrainOptions::kernels.gelu_products_in_cudnn: GELU layers' forward and data-gradient "
-          "products as cuDNN graph-API plans instead of cuBLASLt's GELU epilogues");
+          "TrainOptions::kernels.gelu_products_in_cudnn: GELU layers' forward products as cuDNN "
+          "graph-API plans instead of cuBLASLt's GELU_AUX_BIAS epilogue");
 
 namespace reprise::tools {
 

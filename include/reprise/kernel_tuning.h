@@ -132,12 +132,15 @@ struct KernelTuning {
   // 4x1024 b256 TF32 step took 6% less with it (0.1762 -> 0.1654 ms), ResNet-50 b32 the same
   // (2026-12-06, docs/benchmarks_guard.md).
   bool sgd_checks_in_launch = true;
-  // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) and its
-  // backward data-gradient product (times GELU's derivative) as cuDNN graph-API plans
-  // (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS and DGELU epilogues,
-  // which run at about two-thirds of the plain product's rate; where cuDNN has no plan for a
-  // shape, cuBLASLt's epilogue runs and the plan dump says why. Chosen by timing where
-  // measure_matmul_algorithms is set. Off by default: not yet measured faster.
+  // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) as a cuDNN
+  // graph-API plan (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS
+  // epilogue; where cuDNN has no plan for a shape, cuBLASLt's epilogue runs and the plan dump says
+  // why. The plan is chosen by timing cuDNN's candidates where measure_matmul_algorithms is set,
+  // else it is cuDNN's first. At GPT-2 124M's B=16 shape on an H100 (2026-12-07,
+  // tools/device/matmul_gelu_probe.cu) cuDNN's fastest plan took 0.1325 ms against cuBLASLt's
+  // 0.1609, its first 0.1650; its data-gradient form (times GELU's derivative) took 0.1819 against
+  // cuBLASLt's DGELU 0.1542, so the backward stays on cuBLASLt. Off by default: not yet measured
+  // in a whole step (docs/benchmarks_gpt2.md).
   bool gelu_products_in_cudnn = false;
 };
 

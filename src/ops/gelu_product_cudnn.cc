@@ -38,35 +38,28 @@ class CudnnGeluProductKernel : public GpuKernel {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCudnnGeluProduct(const LoweringContext& ctx,
-                                                                 const Node& node,
-                                                                 const runtime::MatmulShape& shape,
-                                                                 bool forward) {
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCudnnGeluProduct(
+    const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape) {
   const std::string where = absl::StrCat("node '", node.name, "'");
   if (shape.batch != 1) {
     return absl::UnimplementedError(
         absl::StrCat(where, ": batched GELU products stay on cuBLASLt"));
   }
-  const runtime::GeluProductShape product_shape{
-      .pass = forward ? runtime::GeluProductPass::kForward : runtime::GeluProductPass::kBackward,
-      .m = shape.m,
-      .n = shape.n,
-      .k = shape.k,
-      .transpose_a = shape.transpose_a,
-      .transpose_b = shape.transpose_b,
-      .dtype = shape.dtype};
+  const runtime::GeluProductShape product_shape{.m = shape.m,
+                                                .n = shape.n,
+                                                .k = shape.k,
+                                                .transpose_a = shape.transpose_a,
+                                                .transpose_b = shape.transpose_b,
+                                                .dtype = shape.dtype};
   RETURN_IF_ERROR(runtime::GeluProductShapeSupported(product_shape));
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(where, ": needs a cuDNN handle to lower"));
   }
-  runtime::GeluProductBuffers buffers{.a = ctx.inputs[0], .b = ctx.inputs[1]};
-  if (forward) {
-    buffers.bias = ctx.inputs[2];
-    buffers.pre = ctx.outputs[1];
-  } else {
-    buffers.pre = ctx.inputs[2];
-  }
-  buffers.out = ctx.outputs[0];
+  const runtime::GeluProductBuffers buffers{.a = ctx.inputs[0],
+                                            .b = ctx.inputs[1],
+                                            .bias = ctx.inputs[2],
+                                            .pre = ctx.outputs[1],
+                                            .out = ctx.outputs[0]};
   const runtime::GeluProductOptions options{.device = DeviceChoiceKey(ctx.device),
                                             .measure = ctx.options.measure_matmul_algorithms,
                                             .buffers = buffers,

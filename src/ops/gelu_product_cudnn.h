@@ -1,5 +1,5 @@
-// matmul_bias_gelu_aux and matmul_dgelu (src/ops/matmul_gelu.h) through cuDNN's graph API
-// (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU epilogues, where
+// matmul_bias_gelu_aux (src/ops/matmul_gelu.h) through cuDNN's graph API
+// (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS epilogue, where
 // LoweringOptions::gelu_products_in_cudnn asks it.
 #ifndef REPRISE_SRC_OPS_GELU_PRODUCT_CUDNN_H_
 #define REPRISE_SRC_OPS_GELU_PRODUCT_CUDNN_H_
@@ -16,12 +16,10 @@ namespace reprise::ops {
 // The node's product on cuDNN's plan for its shape (chosen by timing where
 // options.measure_matmul_algorithms says so). Unimplemented where cuDNN takes neither the types nor
 // the shape, or has no plan that fits the lane's workspace: the caller then runs cuBLASLt's
-// epilogue and says why in its description. `forward`: matmul_bias_gelu_aux (inputs A, B, bias;
-// outputs gelu, pre), else matmul_dgelu (inputs A, B, pre; output dz).
+// epilogue and says why in its description. Inputs A, B, bias; outputs gelu, pre.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCudnnGeluProduct(const LoweringContext& ctx,
                                                                  const Node& node,
-                                                                 const runtime::MatmulShape& shape,
-                                                                 bool forward);
+                                                                 const runtime::MatmulShape& shape);
 
 }  // namespace reprise::ops
 

@@ -186,15 +186,16 @@ class NotedKernel : public KernelSequence {
   std::string note_;
 };
 
-// The GELU products on cuBLASLt's epilogue, or where asked on cuDNN's graph API; where cuDNN has
-// no plan for the shape, cuBLASLt's, described with cuDNN's reason.
+// The GELU products on cuBLASLt's epilogues, or where asked the forward one on cuDNN's graph API
+// (cuDNN's data-gradient form measured slower than cuBLASLt's DGELU: KernelTuning::
+// gelu_products_in_cudnn); where cuDNN has no plan for the shape, cuBLASLt's, described with
+// cuDNN's reason.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGeluProduct(
     const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape,
     const runtime::MatmulEpilogue& epilogue) {
   std::string cudnn_note;
-  if (ctx.options.gelu_products_in_cudnn) {
-    absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn =
-        LowerCudnnGeluProduct(ctx, node, shape, node.op == &MatmulBiasGeluAuxOp());
+  if (ctx.options.gelu_products_in_cudnn && node.op == &MatmulBiasGeluAuxOp()) {
+    absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn = LowerCudnnGeluProduct(ctx, node, shape);
     if (cudnn.ok() || !absl::IsUnimplemented(cudnn.status())) return cudnn;
     std::string why(cudnn.status().message());
     if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");

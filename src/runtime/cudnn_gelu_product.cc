@@ -50,7 +50,7 @@ struct Key {
   template <typename H>
   friend H AbslHashValue(H h, const Key& key) {
     const GeluProductShape& s = key.shape;
-    return H::combine(std::move(h), s.pass, s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.dtype,
+    return H::combine(std::move(h), s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.dtype,
                       key.device, key.workspace_limit, key.measured);
   }
 };
@@ -88,7 +88,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> Tensor(fe::graph::Graph& g, const 
 }
 
 // The graph of one shape, not built yet: one matmul of op(A) [1, m, k] and op(B) [1, k, n] (a
-// transposed operand is the same dims with swapped strides), then the pointwise ops.
+// transposed operand is the same dims with swapped strides), the bias added into pre, and GELU.
 std::shared_ptr<fe::graph::Graph> Describe(const GeluProductShape& s) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(s.dtype == DType::kFloat16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
@@ -110,26 +110,20 @@ std::shared_ptr<fe::graph::Graph> Describe(const GeluProductShape& s) {
     return fe::graph::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(
         fe::DataType_t::FLOAT);
   };
-  std::shared_ptr<fe::graph::Tensor_attributes> out;
-  if (s.pass == GeluProductPass::kForward) {
-    auto bias = Tensor(*g, "bias", kBias, {1, 1, n}, {n, n, 1});
-    auto pre = g->pointwise(product, bias, pointwise("bias", fe::PointwiseMode_t::ADD));
-    pre->set_output(true).set_uid(kPre).set_dim(out_dim).set_stride(out_stride);
-    out = g->pointwise(pre, pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
-  } else {
-    auto pre = Tensor(*g, "pre", kPre, out_dim, out_stride);
-    // The backward mode's first input is the incoming gradient, its second the forward's input.
-    out = g->pointwise(product, pre, pointwise("dgelu", fe::PointwiseMode_t::GELU_APPROX_TANH_BWD));
-  }
+  auto bias = Tensor(*g, "bias", kBias, {1, 1, n}, {n, n, 1});
+  auto pre = g->pointwise(product, bias, pointwise("bias", fe::PointwiseMode_t::ADD));
+  pre->set_output(true).set_uid(kPre).set_dim(out_dim).set_stride(out_stride);
+  auto out = g->pointwise(pre, pointwise("gelu", fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
   out->set_output(true).set_uid(kOut).set_dim(out_dim).set_stride(out_stride);
   return g;
 }
 
-std::unordered_map<int64_t, void*> Pack(GeluProductPass pass, const GeluProductBuffers& b) {
-  std::unordered_map<int64_t, void*> pack = {
-      {kA, const_cast<void*>(b.a)}, {kB, const_cast<void*>(b.b)}, {kPre, b.pre}, {kOut, b.out}};
-  if (pass == GeluProductPass::kForward) pack[kBias] = const_cast<void*>(b.bias);
-  return pack;
+std::unordered_map<int64_t, void*> Pack(const GeluProductBuffers& b) {
+  return {{kA, const_cast<void*>(b.a)},
+          {kB, const_cast<void*>(b.b)},
+          {kBias, const_cast<void*>(b.bias)},
+          {kPre, b.pre},
+          {kOut, b.out}};
 }
 
 // The fastest of the first kMeasuredGeluProductCandidates plans that build, fit the workspace
@@ -145,7 +139,7 @@ absl::Status ChooseByMeasuring(const CudnnHandle& handle, const Key& key,
     ASSIGN_OR_RETURN(Event event, Event::Create(cudaEventDefault));
     events.push_back(std::move(event));
   }
-  std::unordered_map<int64_t, void*> pack = Pack(key.shape.pass, options.buffers);
+  std::unordered_map<int64_t, void*> pack = Pack(options.buffers);
   int candidates = 0;
   double best = -1;
   for (int64_t i = 0;
@@ -245,8 +239,7 @@ absl::StatusOr<std::shared_ptr<const CudnnGeluProduct::Plan>> Build(
       handle, bytes,
       [&](void* placeholder) {
         std::unordered_map<int64_t, void*> pack;
-        for (Uid uid : {kA, kB, kPre, kOut}) pack[uid] = placeholder;
-        if (s.pass == GeluProductPass::kForward) pack[kBias] = placeholder;
+        for (Uid uid : {kA, kB, kBias, kPre, kOut}) pack[uid] = placeholder;
         (void)g.execute_plan_at_index(handle.get(), pack, placeholder, plan->index);
       },
       context));
@@ -256,10 +249,9 @@ absl::StatusOr<std::shared_ptr<const CudnnGeluProduct::Plan>> Build(
 }  // namespace
 
 std::string GeluProductShape::ToString() const {
-  return absl::StrCat("gelu ", pass == GeluProductPass::kForward ? "fwd " : "bwd ",
-                      DTypeName(dtype), " [", transpose_a ? k : m, "x", transpose_a ? m : k, "]",
-                      transpose_a ? "^T" : "", "·[", transpose_b ? n : k, "x", transpose_b ? k : n,
-                      "]", transpose_b ? "^T" : "");
+  return absl::StrCat("gelu ", DTypeName(dtype), " [", transpose_a ? k : m, "x",
+                      transpose_a ? m : k, "]", transpose_a ? "^T" : "", "·[", transpose_b ? n : k,
+                      "x", transpose_b ? k : n, "]", transpose_b ? "^T" : "");
 }
 
 absl::Status GeluProductShapeSupported(const GeluProductShape& s) {
@@ -296,7 +288,7 @@ absl::StatusOr<CudnnGeluProduct> CudnnGeluProduct::Create(const CudnnHandle& han
 
 absl::Status CudnnGeluProduct::Run(const CudnnHandle& handle, const GeluProductBuffers& buffers,
                                    void* workspace, absl::string_view context) const {
-  std::unordered_map<int64_t, void*> pack = Pack(shape_.pass, buffers);
+  std::unordered_map<int64_t, void*> pack = Pack(buffers);
   return FrontendStatus(
       plan_->graph->execute_plan_at_index(handle.get(), pack, workspace, plan_->index), "execute",
       Describe(), context);

@@ -1,21 +1,21 @@
-// A GELU layer's two products through cuDNN's graph API (cudnn-frontend), where cuBLASLt's GELU
-// epilogues (src/runtime/lt_matmul.h: GELU_AUX_BIAS, DGELU) run at about two-thirds of the plain
-// product's rate in every configuration cuBLASLt offers (docs/benchmarks_gpt2.md):
+// A GELU layer's forward product through cuDNN's graph API (cudnn-frontend), where cuBLASLt's
+// GELU_AUX_BIAS epilogue (src/runtime/lt_matmul.h) runs well below the plain product's rate:
 //
-//   kForward:  pre = op(A)·op(B) + bias, out = gelu(pre)      (both written: the backward reads
-//   pre) kBackward: out = (op(A)·op(B)) · gelu'(pre)               (pre read)
+//   pre = op(A)·op(B) + bias,  out = gelu(pre)     (both written: the backward reads pre)
 //
 // row-major, out and pre [m, n], op(A) [m, k], op(B) [k, n] (transpose_a: A stored [k, m];
 // transpose_b: B stored [n, k]), the bias n values; bfloat16 or float16 in and out, accumulated and
-// activated in float32; GELU is the tanh form (cuDNN's GELU_APPROX_TANH). This header exposes none
-// of the frontend's types: only cudnn_gelu_product.cc includes them.
+// activated in float32; GELU is the tanh form (cuDNN's GELU_APPROX_TANH_FWD). The backward's form
+// (the data gradient times gelu'(pre), GELU_APPROX_TANH_BWD) measured slower in cuDNN than
+// cuBLASLt's DGELU (tools/device/matmul_gelu_probe.cu), so it stays there. This header exposes
+// none of the frontend's types: only cudnn_gelu_product.cc includes them.
 //
 // Create() builds the graph for one shape, or finds it built in a process-wide cache: execution
 // plans from heuristics mode A then the fallback list, the first that builds (or, with `measure`,
-// the fastest of the first kMeasuredCandidates on the caller's buffers), its first run made in a
-// throw-away capture. Run() only enqueues, so it is safe under CUDA graph capture, and one plan
-// per shape gives the same bits on every run. Unimplemented where cuDNN has no plan for the
-// graph: the caller then runs cuBLASLt's epilogue.
+// the fastest of the first kMeasuredGeluProductCandidates on the caller's buffers), its first run
+// made in a throw-away capture. Run() only enqueues, so it is safe under CUDA graph capture, and
+// one plan per shape gives the same bits on every run. Unimplemented where cuDNN has no plan for
+// the graph: the caller then runs cuBLASLt's epilogue.
 #ifndef REPRISE_SRC_RUNTIME_CUDNN_GELU_PRODUCT_H_
 #define REPRISE_SRC_RUNTIME_CUDNN_GELU_PRODUCT_H_
 
@@ -32,20 +32,16 @@
 
 namespace reprise::runtime {
 
-enum class GeluProductPass : uint8_t { kForward, kBackward };
-
 struct GeluProductShape {
-  GeluProductPass pass = GeluProductPass::kForward;
   int64_t m = 0, n = 0, k = 0;
   bool transpose_a = false, transpose_b = false;
   DType dtype = DType::kBFloat16;  // kBFloat16 or kFloat16.
 
-  std::string ToString() const;  // "gelu fwd bf16 [16384x768]·[3072x768]^T"
+  std::string ToString() const;  // "gelu bf16 [16384x768]·[3072x768]^T"
   bool operator==(const GeluProductShape& other) const = default;
 };
 
-// The device addresses of one run. kForward reads a, b, bias and writes pre and out; kBackward
-// reads a, b, pre and writes out (bias unused).
+// The device addresses of one run: reads a, b and bias, writes pre and out.
 struct GeluProductBuffers {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -84,7 +80,7 @@ class CudnnGeluProduct {
                    absl::string_view context) const;
 
   size_t workspace_bytes() const;
-  // "cudnn gelu fwd bf16 [..]·[..] engine <name> ws <bytes>[ measured <ms> ms of <n>]"
+  // "cudnn gelu bf16 [..]·[..] engine <name> ws <bytes>[ measured <ms> ms of <n>]"
   std::string Describe() const;
 
   // Plans built so far in this process (for tests).

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "reprise/reprise.h"
 #include "src/autodiff/autodiff.h"
@@ -55,11 +56,12 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
 }
 
-// The GELU products as cuDNN graph-API plans (KernelTuning::gelu_products_in_cudnn), both
-// operand layouts GPT-2 reads: in 16-bit types cuDNN's plans run (their descriptions say so, so
-// that a quiet fall back to cuBLASLt fails the test); in float32 cuDNN takes none, and cuBLASLt's
-// epilogues run, described with cuDNN's reason.
-TEST_P(GeluEpilogueGpuTest, CudnnGeluProductsMatchCpuReference) {
+// The GELU layer's forward product as a cuDNN graph-API plan (KernelTuning::gelu_products_in_cudnn)
+// in the layout GPT-2 reads (the weight [n, k]), with cuBLASLt's DGELU reading its pre-activation:
+// in 16-bit types cuDNN's plan runs (its description says so, so that a quiet fall back to
+// cuBLASLt fails the test); in float32 cuDNN takes none, and cuBLASLt's epilogue runs, described
+// with cuDNN's reason.
+TEST_P(GeluEpilogueGpuTest, CudnnGeluProductMatchesCpuReference) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();
   constexpr int64_t kM = 77, kK = 48, kN = 136;
@@ -76,14 +78,13 @@ TEST_P(GeluEpilogueGpuTest, CudnnGeluProductsMatchCpuReference) {
   std::vector<std::string> described;
   ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(dtype), {.gelu_products_in_cudnn = true},
                              &described);
-  ASSERT_EQ(described.size(), 2u);
+  int cudnn_plans = 0, noted = 0;
   for (const std::string& line : described) {
-    if (dtype == DType::kFloat32) {
-      EXPECT_NE(line.find("cuDNN: "), std::string::npos) << line;
-    } else {
-      EXPECT_EQ(line.rfind("cudnn gelu ", 0), 0u) << line;
-    }
+    cudnn_plans += line.rfind("cudnn gelu ", 0) == 0;
+    noted += line.find("(cuDNN: ") != std::string::npos;
   }
+  EXPECT_EQ(cudnn_plans, dtype == DType::kFloat32 ? 0 : 1) << absl::StrJoin(described, "\n");
+  EXPECT_EQ(noted, dtype == DType::kFloat32 ? 1 : 0) << absl::StrJoin(described, "\n");
 }
 
 // add_layer_norm and layer_norm_grad_add.
