@@ -3,7 +3,8 @@
 // gradient times gelu'(h)) run at 500-540 TFLOP/s in every configuration it offers, where the plain
 // product of the same shape runs at 735-770 (docs/benchmarks_gpt2.md). This times, at one shape
 // (default GPT-2 124M at B=16, T=1024: M = 16384 rows, K = 768, N = 3072; bfloat16 in and out,
-// float32 accumulation), with CUDA events, the median of 7 batches of 20 runs after 3 untimed:
+// float32 accumulation), with CUDA events, the median of 7 batches of 20 runs after 3 untimed
+// (graph_timing.cuh's MedianMsPerRun):
 //   cuBLASLt: the plain product, + bias, + bias + GELU (no aux), + bias + GELU_AUX, DGELU; each
 //   with
 //     the weight read as [K, N] rows and as [N, K] rows (transposed), the heuristic's first choice;
@@ -29,13 +30,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda_check.cuh"
+#include "graph_timing.cuh"
 
 namespace fe = cudnn_frontend;
 
@@ -53,29 +54,6 @@ namespace {
 int64_t M = 16384, K = 768, N = 3072;
 constexpr size_t kWorkspace = 64u << 20;
 constexpr int64_t kMaxPlans = 12;  // Timed per graph, in the list's order.
-
-double MedianMs(cudaStream_t s, const std::function<bool()>& run) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> batches;
-  for (int r = 0; r < 7; ++r) {
-    for (int i = 0; i < 3; ++i) {
-      if (!run()) return -1;
-    }
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 20; ++i) run();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    batches.push_back(ms / 20);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
 
 double Tflops(double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; }
 
@@ -170,7 +148,7 @@ double RunLt(cublasLtHandle_t lt, cudaStream_t s, const Buffers& b, const LtForm
   double ms = -1;
   if (found > 0) {
     const float one = 1, zero = 0;
-    ms = MedianMs(s, [&] {
+    ms = MedianMsPerRun(s, [&] {
       return cublasLtMatmul(lt, desc, &one, b.w, la, a, lb, &zero, d, ld, d, ld, &result.algo,
                             b.workspace, kWorkspace, s) == CUBLAS_STATUS_SUCCESS;
     });
@@ -317,7 +295,7 @@ void ProbeCudnn(cudnnHandle_t handle, cudaStream_t s, const Buffers& b, CudnnFor
              static_cast<long long>(ws));
       continue;
     }
-    const double ms = MedianMs(
+    const double ms = MedianMsPerRun(
         s, [&] { return g->execute_plan_at_index(handle, pack, b.workspace, i).is_good(); });
     if (ms < 0) {
       printf("  plan %lld %s: execute failed\n", static_cast<long long>(i), name.c_str());
