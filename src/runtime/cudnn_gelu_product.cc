@@ -11,15 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_conv_graph_internal.h"
 #include "src/runtime/cudnn_warm_up.h"
 #include "src/runtime/owners.h"
+#include "src/runtime/plan_cache.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -53,28 +51,6 @@ struct Key {
     return H::combine(std::move(h), s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.dtype,
                       key.device, key.workspace_limit, key.measured);
   }
-};
-
-class PlanCache {
- public:
-  static PlanCache& Global() {
-    static PlanCache* cache = new PlanCache();
-    return *cache;
-  }
-  absl::Mutex& mu() { return mu_; }
-  absl::flat_hash_map<Key, std::shared_ptr<const CudnnGeluProduct::Plan>>& entries()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return entries_;
-  }
-  size_t size() {
-    absl::MutexLock lock(&mu_);
-    return entries_.size();
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<Key, std::shared_ptr<const CudnnGeluProduct::Plan>> entries_
-      ABSL_GUARDED_BY(mu_);
 };
 
 std::shared_ptr<fe::graph::Tensor_attributes> Tensor(fe::graph::Graph& g, const char* name, Uid uid,
@@ -277,12 +253,9 @@ absl::StatusOr<CudnnGeluProduct> CudnnGeluProduct::Create(const CudnnHandle& han
     return absl::Status(supported.code(), absl::StrCat(context, ": ", supported.message()));
   }
   const Key key{shape, options.device, options.workspace_limit, options.measure};
-  PlanCache& cache = PlanCache::Global();
-  absl::MutexLock lock(&cache.mu());
-  auto& entries = cache.entries();
-  if (auto it = entries.find(key); it != entries.end()) return CudnnGeluProduct(shape, it->second);
-  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Build(handle, key, options, context));
-  entries.emplace(key, plan);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan,
+                   (PlanCache<Key, Plan>::Global().FindOrBuild(
+                       key, [&] { return Build(handle, key, options, context); })));
   return CudnnGeluProduct(shape, std::move(plan));
 }
 
@@ -298,7 +271,7 @@ size_t CudnnGeluProduct::workspace_bytes() const {
   return static_cast<size_t>(plan_->workspace_bytes);
 }
 
-size_t CudnnGeluProduct::CacheSize() { return PlanCache::Global().size(); }
+size_t CudnnGeluProduct::CacheSize() { return PlanCache<Key, Plan>::Global().size(); }
 
 std::string CudnnGeluProduct::Describe() const {
   return absl::StrCat("cudnn ", shape_.ToString(), " engine ", plan_->engine, " ws ",

@@ -11,13 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "src/runtime/cuda_status.h"
 #include "src/runtime/cudnn_warm_up.h"
 #include "src/runtime/owners.h"
+#include "src/runtime/plan_cache.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -47,27 +45,6 @@ struct Key {
     return H::combine(std::move(h), key.pass, s.batch, s.heads, s.seq, s.head_dim, s.dtype,
                       s.row_stride, key.deterministic, key.device);
   }
-};
-
-class PlanCache {
- public:
-  static PlanCache& Global() {
-    static PlanCache* cache = new PlanCache();
-    return *cache;
-  }
-  absl::Mutex& mu() { return mu_; }
-  absl::flat_hash_map<Key, std::shared_ptr<const CudnnSdpa::Plan>>& entries()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return entries_;
-  }
-  size_t size() {
-    absl::MutexLock lock(&mu_);
-    return entries_.size();
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<Key, std::shared_ptr<const CudnnSdpa::Plan>> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 // "<context>: cudnn-frontend <step> failed for <what>: <message>". GRAPH_NOT_SUPPORTED (a shape
@@ -234,23 +211,21 @@ absl::StatusOr<CudnnSdpa> CudnnSdpa::Create(const CudnnHandle& handle, SdpaPass 
   }
   const bool deterministic = pass == SdpaPass::kBackward && options.deterministic;
   const Key key{pass, shape, deterministic, options.device};
-  PlanCache& cache = PlanCache::Global();
-  // Builds run under the lock: two lowerings of one shape build it once, and cuDNN's graph
-  // builds are not worth running side by side.
-  absl::MutexLock lock(&cache.mu());
-  auto& entries = cache.entries();
-  if (auto it = entries.find(key); it != entries.end()) {
-    return CudnnSdpa(pass, shape, deterministic, it->second);
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, Build(handle, key, context));
-  RETURN_IF_ERROR(WarmUp(handle, key, *plan, context));
-  entries.emplace(key, plan);
+  // Builds run under the cache's lock: two lowerings of one shape build it once.
+  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan,
+                   (PlanCache<Key, Plan>::Global().FindOrBuild(
+                       key, [&]() -> absl::StatusOr<std::shared_ptr<const Plan>> {
+                         ASSIGN_OR_RETURN(std::shared_ptr<const Plan> built,
+                                          Build(handle, key, context));
+                         RETURN_IF_ERROR(WarmUp(handle, key, *built, context));
+                         return built;
+                       })));
   return CudnnSdpa(pass, shape, deterministic, std::move(plan));
 }
 
 size_t CudnnSdpa::workspace_bytes() const { return static_cast<size_t>(plan_->workspace_bytes); }
 
-size_t CudnnSdpa::CacheSize() { return PlanCache::Global().size(); }
+size_t CudnnSdpa::CacheSize() { return PlanCache<Key, Plan>::Global().size(); }
 
 std::string CudnnSdpa::Describe() const {
   return absl::StrCat("cudnn sdpa ", pass_ == SdpaPass::kForward ? "fwd " : "bwd ",
