@@ -138,8 +138,8 @@ struct KernelTuning {
   // why. The plan is chosen by timing cuDNN's candidates where measure_matmul_algorithms is set,
   // else it is cuDNN's first. At GPT-2 124M's B=16 shape on an H100 (2026-12-07,
   // tools/device/matmul_gelu_probe.cu) cuDNN's fastest plan took 0.1325 ms against cuBLASLt's
-  // 0.1609, its first 0.1650; its data-gradient form (times GELU's derivative) took 0.1819 against
-  // cuBLASLt's DGELU 0.1542, so the backward stays on cuBLASLt. Off by default: not yet measured
+  // 0.1609, its first 0.1650; its data-gradient form (times GELU's derivative) took 0.1828 against
+  // cuBLASLt's DGELU 0.1532, so the backward stays on cuBLASLt. Off by default: not yet measured
   // in a whole step (docs/benchmarks_gpt2.md).
   bool gelu_products_in_cudnn = false;
 };
