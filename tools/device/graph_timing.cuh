@@ -19,8 +19,12 @@ double MedianMsPerRun(cudaStream_t s, Run&& run) {
   CK(cudaEventCreate(&b));
   std::vector<double> batches;
   for (int r = 0; r < 7; ++r) {
-    for (int i = 0; i < 3; ++i) {
-      if (!run()) return -1;
+    bool ran = true;
+    for (int i = 0; i < 3 && ran; ++i) ran = run();
+    if (!ran) {
+      CK(cudaEventDestroy(a));
+      CK(cudaEventDestroy(b));
+      return -1;
     }
     CK(cudaEventRecord(a, s));
     for (int i = 0; i < 20; ++i) run();
