@@ -70,7 +70,8 @@ ABSL_FLAG(bool, sgd_checks_in_launch, true,
           "in that SGD launch (a cooperative launch with a grid barrier), not two launches before");
 ABSL_FLAG(bool, gelu_products_cudnn, false,
           "TrainOptions::kernels.gelu_products_in_cudnn: GELU layers' forward products as cuDNN "
-          "graph-API plans instead of cuBLASLt's GELU_AUX_BIAS epilogue");
+          "graph-API plans instead of cuBLASLt's GELU_AUX_BIAS epilogue; with --measure_matmul, "
+          "whichever of the two measures faster for each node");
 
 namespace reprise::tools {
 

@@ -135,8 +135,9 @@ struct KernelTuning {
   // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) as a cuDNN
   // graph-API plan (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS
   // epilogue; where cuDNN has no plan for a shape, cuBLASLt's epilogue runs and the plan dump says
-  // why. The plan is chosen by timing cuDNN's candidates where measure_matmul_algorithms is set,
-  // else it is cuDNN's first. At GPT-2 124M's B=16 shape on an H100 (2026-12-07,
+  // why. Where measure_matmul_algorithms is set, cuDNN's fastest candidate and cuBLASLt's measured
+  // epilogue are timed in turns on the node's buffers and the faster runs (the plan dump gives
+  // both times); else cuDNN's first plan runs. At GPT-2 124M's B=16 shape on an H100 (2026-12-07,
   // tools/device/matmul_gelu_probe.cu) cuDNN's fastest plan took 0.1325 ms against cuBLASLt's
   // 0.1609, its first 0.1650; its data-gradient form (times GELU's derivative) took 0.1828 against
   // cuBLASLt's DGELU 0.1532, so the backward stays on cuBLASLt. Off by default: not yet measured

@@ -92,7 +92,8 @@ struct LoweringOptions {
   // The tiled batch norms' statistics kernels finalize in their last blocks, given the lane's
   // tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
   bool batch_norm_finalize_in_stats = false;
-  // matmul_bias_gelu_aux as a cuDNN graph-API plan where cuDNN has one
+  // matmul_bias_gelu_aux as a cuDNN graph-API plan where cuDNN has one, or with
+  // measure_matmul_algorithms where it runs faster than cuBLASLt's epilogue
   // (TrainOptions::kernels.gelu_products_in_cudnn; src/ops/gelu_product_cudnn.h).
   bool gelu_products_in_cudnn = false;
 };

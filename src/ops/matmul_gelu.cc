@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/column_sum_launch.h"
 #include "src/ops/gelu_product_cudnn.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/ops/kernel_timing.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -186,22 +189,48 @@ class NotedKernel : public KernelSequence {
   std::string note_;
 };
 
+// Under measure_matmul_algorithms, cuDNN's measured plan and cuBLASLt's measured epilogue for one
+// node, timed in turns on its buffers: the faster runs, its description saying by how much.
+absl::StatusOr<std::unique_ptr<GpuKernel>> FasterGeluProduct(const Node& node,
+                                                             std::unique_ptr<GpuKernel> cudnn,
+                                                             std::unique_ptr<GpuKernel> lt) {
+  const GpuKernel* const kernels[] = {cudnn.get(), lt.get()};
+  ASSIGN_OR_RETURN(std::vector<double> ms,
+                   TimeKernelsInTurns(kernels, {}, absl::StrCat("node '", node.name, "'")));
+  const bool cudnn_faster = ms[0] < ms[1];
+  std::string note =
+      absl::StrFormat("timed in turns: cuDNN %.4f ms, cuBLASLt %.4f ms", ms[0], ms[1]);
+  return std::unique_ptr<GpuKernel>(
+      new NotedKernel(cudnn_faster ? std::move(cudnn) : std::move(lt), std::move(note)));
+}
+
 // The GELU products on cuBLASLt's epilogues, or where asked the forward one on cuDNN's graph API
 // (cuDNN's data-gradient form measured slower than cuBLASLt's DGELU: KernelTuning::
-// gelu_products_in_cudnn); where cuDNN has no plan for the shape, cuBLASLt's, described with
+// gelu_products_in_cudnn): its first plan, or where measuring, the faster of its measured plan and
+// cuBLASLt's measured epilogue. Where cuDNN has no plan for the shape, cuBLASLt's, described with
 // cuDNN's reason.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGeluProduct(
     const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape,
     const runtime::MatmulEpilogue& epilogue) {
   std::string cudnn_note;
+  absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn = absl::UnimplementedError("not asked for");
   if (ctx.options.gelu_products_in_cudnn && node.op == &MatmulBiasGeluAuxOp()) {
-    absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn = LowerCudnnGeluProduct(ctx, node, shape);
-    if (cudnn.ok() || !absl::IsUnimplemented(cudnn.status())) return cudnn;
-    std::string why(cudnn.status().message());
-    if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
-    cudnn_note = absl::StrCat("cuDNN: ", why);
+    cudnn = LowerCudnnGeluProduct(ctx, node, shape);
+    if (cudnn.ok() && !ctx.options.measure_matmul_algorithms) return cudnn;
+    if (!cudnn.ok() && !absl::IsUnimplemented(cudnn.status())) return cudnn;
+    if (!cudnn.ok()) {
+      std::string why(cudnn.status().message());
+      if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
+      cudnn_note = absl::StrCat("cuDNN: ", why);
+    }
   }
   absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
+  if (cudnn.ok()) {
+    // cuBLASLt offering no epilogue algorithm leaves cuDNN's plan without a rival.
+    if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) return cudnn;
+    if (!fused.ok()) return fused;
+    return FasterGeluProduct(node, *std::move(cudnn), *std::move(fused));
+  }
   if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) {
     fused = LowerUnfusedGelu(ctx, node, shape);
   }

@@ -87,6 +87,30 @@ TEST_P(GeluEpilogueGpuTest, CudnnGeluProductMatchesCpuReference) {
   EXPECT_EQ(noted, dtype == DType::kFloat32 ? 1 : 0) << absl::StrJoin(described, "\n");
 }
 
+// Measuring (LoweringOptions::measure_matmul_algorithms), the node runs the faster of cuDNN's
+// measured plan and cuBLASLt's measured epilogue, timed in turns; either gives the reference.
+TEST(GeluProductRaceGpuTest, FasterOfCudnnAndCublasLtMatchesCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  constexpr int64_t kM = 256, kK = 128, kN = 384;
+  constexpr DType kDType = DType::kBFloat16;
+  Graph g;
+  Value x = *g.AddConstant("x", {Shape{kM, kK}, kDType}, Initializer::Uniform(-1, 1));
+  Value w = *g.AddConstant("w", {Shape{kN, kK}, kDType}, Initializer::Uniform(-0.5, 0.5));
+  Value bias = *g.AddConstant("bias", {Shape{kN}, kDType}, Initializer::Uniform(-1, 1));
+  ASSERT_TRUE(
+      g.AddOp(ops::MatmulBiasGeluAuxOp(), "fc", {x, w, bias}, {{"transpose_b", true}}).ok());
+  ir::ReferenceExecutor cpu(g, false, 29);
+  std::vector<std::string> described;
+  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(kDType),
+                             {.measure_matmul_algorithms = true, .gelu_products_in_cudnn = true},
+                             &described);
+  int raced = 0;
+  for (const std::string& line : described) {
+    raced += line.find("(timed in turns: cuDNN ") != std::string::npos;
+  }
+  EXPECT_EQ(raced, 1) << absl::StrJoin(described, "\n");
+}
+
 // add_layer_norm and layer_norm_grad_add.
 TEST_P(GeluEpilogueGpuTest, LayerNormGradientPlusResidualMatchesCpuReference) {
   REPRISE_REQUIRE_GPU();
