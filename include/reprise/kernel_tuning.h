@@ -135,13 +135,15 @@ struct KernelTuning {
   // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) as a cuDNN
   // graph-API plan (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS
   // epilogue; where cuDNN has no plan for a shape, cuBLASLt's epilogue runs and the plan dump says
-  // why. Where measure_matmul_algorithms is set, cuDNN's fastest candidate and cuBLASLt's measured
-  // epilogue are timed in turns on the node's buffers and the faster runs (the plan dump gives
-  // both times); else cuDNN's first plan runs. At GPT-2 124M's B=16 shape on an H100 (2026-12-07,
-  // tools/device/matmul_gelu_probe.cu) cuDNN's fastest plan took 0.1325 ms against cuBLASLt's
-  // 0.1609, its first 0.1650; its data-gradient form (times GELU's derivative) took 0.1828 against
-  // cuBLASLt's DGELU 0.1532, so the backward stays on cuBLASLt. Off by default: not yet measured
-  // in a whole step (docs/benchmarks_gpt2.md).
+  // why. Without measure_matmul_algorithms cuDNN's first plan runs. With it, cuDNN's fastest of
+  // its first 8 and cuBLASLt's measured epilogue are timed in turns on the node's buffers and the
+  // faster runs, the plan dump giving both times. That choice is fixed for the Trainer's life but,
+  // unlike cuBLASLt's own, not yet recorded: a later process times the two again and may choose
+  // otherwise, and so give other bits. On an H100 (2026-12-07, docs/benchmarks_gpt2.md) at GPT-2
+  // 124M's B=16 shape cuDNN's plan took 0.122 ms against cuBLASLt's 0.150 and the step 0.5% less;
+  // at B=4 the two tie. cuDNN's first plan ran slower than cuBLASLt's (0.1650 against 0.1609 ms).
+  // Its data-gradient form (times GELU's derivative) took 0.1828 ms against cuBLASLt's DGELU
+  // 0.1532, so the backward stays on cuBLASLt. Off by default.
   bool gelu_products_in_cudnn = false;
 };
 
