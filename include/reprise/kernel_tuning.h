@@ -137,9 +137,9 @@ struct KernelTuning {
   // epilogue; where cuDNN has no plan for a shape, cuBLASLt's epilogue runs and the plan dump says
   // why. Without measure_matmul_algorithms cuDNN's first plan runs. With it, cuDNN's fastest of
   // its first 8 and cuBLASLt's measured epilogue are timed in turns on the node's buffers and the
-  // faster runs, the plan dump giving both times. That choice is fixed for the Trainer's life but,
-  // unlike cuBLASLt's own, not yet recorded: a later process times the two again and may choose
-  // otherwise, and so give other bits. On an H100 (2026-12-07, docs/benchmarks_gpt2.md) at GPT-2
+  // faster runs, the plan dump giving both times; the outcome is recorded beside cuBLASLt's
+  // measured choices, so a later process runs the same library's same plan untimed
+  // (src/ops/gelu_product_race.h). On an H100 (2026-12-07, docs/benchmarks_gpt2.md) at GPT-2
   // 124M's B=16 shape cuDNN's plan took 0.122 ms against cuBLASLt's 0.150 and the step 0.5% less;
   // at B=4 the two tie. cuDNN's first plan ran slower than cuBLASLt's (0.1650 against 0.1609 ms).
   // Its data-gradient form (times GELU's derivative) took 0.1828 ms against cuBLASLt's DGELU

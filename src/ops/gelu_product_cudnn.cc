@@ -38,8 +38,10 @@ class CudnnGeluProductKernel : public GpuKernel {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCudnnGeluProduct(
-    const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape) {
+absl::StatusOr<CudnnGeluLowering> LowerCudnnGeluProduct(const LoweringContext& ctx,
+                                                        const Node& node,
+                                                        const runtime::MatmulShape& shape,
+                                                        absl::string_view plan_name) {
   const std::string where = absl::StrCat("node '", node.name, "'");
   if (shape.batch != 1) {
     return absl::UnimplementedError(
@@ -62,13 +64,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerCudnnGeluProduct(
                                             .out = ctx.outputs[0]};
   const runtime::GeluProductOptions options{.device = DeviceChoiceKey(ctx.device),
                                             .measure = ctx.options.measure_matmul_algorithms,
+                                            .plan_name = std::string(plan_name),
                                             .buffers = buffers,
                                             .workspace = ctx.workspace,
                                             .workspace_limit = ctx.workspace_bytes};
   ASSIGN_OR_RETURN(runtime::CudnnGeluProduct product,
                    runtime::CudnnGeluProduct::Create(*ctx.cudnn, product_shape, options, where));
-  return std::unique_ptr<GpuKernel>(
-      new CudnnGeluProductKernel(where, std::move(product), ctx, buffers));
+  std::string engine = product.engine();
+  return CudnnGeluLowering{.kernel = std::unique_ptr<GpuKernel>(
+                               new CudnnGeluProductKernel(where, std::move(product), ctx, buffers)),
+                           .engine = std::move(engine)};
 }
 
 }  // namespace reprise::ops

@@ -272,6 +272,10 @@ std::string KernelSequence::Describe() const {
   return absl::StrCat(out, " ws ", workspace_bytes_);
 }
 
+std::string NotedKernel::Describe() const {
+  return absl::StrCat(kernel_->Describe(), " (", note_, ")");
+}
+
 std::vector<std::string> KernelSequence::GeneratedKernelNames() const {
   std::vector<std::string> names;
   for (const auto& kernel : kernels_) {

@@ -254,6 +254,31 @@ class KernelSequence : public GpuKernel {
   size_t workspace_bytes_;
 };
 
+// A kernel whose description ends with a note saying why it runs (a library chosen over
+// another, and by how much); everything else is the wrapped kernel's.
+class NotedKernel : public GpuKernel {
+ public:
+  NotedKernel(std::unique_ptr<GpuKernel> kernel, std::string note)
+      : kernel_(std::move(kernel)), note_(std::move(note)) {}
+  absl::Status Launch(cudaStream_t stream) const override { return kernel_->Launch(stream); }
+  std::string Describe() const override;  // "<the kernel's> (<note>)"
+  std::vector<std::string> GeneratedKernelNames() const override {
+    return kernel_->GeneratedKernelNames();
+  }
+  size_t WorkspaceBytes() const override { return kernel_->WorkspaceBytes(); }
+  absl::Status Settle(cudaStream_t stream) const override { return kernel_->Settle(stream); }
+  absl::Status SettleCounters(cudaStream_t stream) const override {
+    return kernel_->SettleCounters(stream);
+  }
+  bool NeedsSettle() const override { return kernel_->NeedsSettle(); }
+  bool LetsDependentsStartEarly() const override { return kernel_->LetsDependentsStartEarly(); }
+  void SetDependentStart(bool allowed) override { kernel_->SetDependentStart(allowed); }
+
+ private:
+  std::unique_ptr<GpuKernel> kernel_;
+  std::string note_;
+};
+
 // Grid for a grid-stride loop over n elements: enough blocks to fill the device, no more.
 dim3 GridFor(int64_t n, int block, const runtime::DeviceInfo& device);
 

@@ -158,6 +158,15 @@ std::string MatmulChoiceStats::MeasuredSince(const MatmulChoiceStats& before) co
                          d.measure_ms, d.from_records);
 }
 
+void CountMatmulChoice(const MatmulChoiceStats& choice) {
+  absl::MutexLock lock(&stats_mu);
+  stats.measured += choice.measured;
+  stats.from_records += choice.from_records;
+  stats.records_discarded += choice.records_discarded;
+  stats.candidates_timed += choice.candidates_timed;
+  stats.measure_ms += choice.measure_ms;
+}
+
 MatmulChoiceStats MatmulChoices() {
   absl::MutexLock lock(&stats_mu);
   return stats;

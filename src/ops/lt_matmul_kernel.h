@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLtMatmul(const LoweringContext& 
                                                          const runtime::MatmulShape& shape,
                                                          const runtime::MatmulEpilogue& epilogue);
 
-// How this process's measured cuBLASLt choices were made, summed over all lowerings.
+// How this process's measured cuBLASLt choices were made, summed over all lowerings; a GELU
+// product's race between cuDNN and cuBLASLt (src/ops/gelu_product_race.h) counts as one more.
 struct MatmulChoiceStats {
   int64_t measured = 0;           // Timed: the candidates' fastest chosen.
   int64_t from_records = 0;       // Named by a record of an earlier measurement.
@@ -55,6 +56,8 @@ struct MatmulChoiceStats {
   std::string MeasuredSince(const MatmulChoiceStats& before) const;
 };
 MatmulChoiceStats MatmulChoices();
+// Adds a choice made beside LtMatmul's own (the GELU products' race) to MatmulChoices().
+void CountMatmulChoice(const MatmulChoiceStats& choice);
 
 // c[m, n] = op(a)·op(b), all row-major (a stored [k, m] when ta, b stored [n, k] when tb), each
 // entry summed in double: far below the GPU's float32 error.

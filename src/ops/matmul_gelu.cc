@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "src/codegen/gelu_kernels.h"
 #include "src/codegen/generated_kernel.h"
 #include "src/ops/column_sum_launch.h"
 #include "src/ops/gelu_product_cudnn.h"
+#include "src/ops/gelu_product_race.h"
 #include "src/ops/gpu_kernel.h"
-#include "src/ops/kernel_timing.h"
 #include "src/ops/lt_matmul_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -170,67 +169,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasGradApart(const LoweringCont
       new KernelSequence(std::move(kernels), std::max(workspace, launches.workspace_bytes)));
 }
 
-// A kernel whose description adds why it runs instead of the one asked for.
-class NotedKernel : public KernelSequence {
- public:
-  NotedKernel(std::unique_ptr<GpuKernel> kernel, std::string note)
-      : KernelSequence(One(std::move(kernel)), 0), note_(std::move(note)) {}
-  std::string Describe() const override {
-    return absl::StrCat(KernelSequence::Describe(), " (", note_, ")");
-  }
-  size_t WorkspaceBytes() const override { return kernels().front()->WorkspaceBytes(); }
-
- private:
-  static std::vector<std::unique_ptr<GpuKernel>> One(std::unique_ptr<GpuKernel> kernel) {
-    std::vector<std::unique_ptr<GpuKernel>> kernels;
-    kernels.push_back(std::move(kernel));
-    return kernels;
-  }
-  std::string note_;
-};
-
-// Under measure_matmul_algorithms, cuDNN's measured plan and cuBLASLt's measured epilogue for one
-// node, timed in turns on its buffers: the faster runs, its description saying by how much.
-absl::StatusOr<std::unique_ptr<GpuKernel>> FasterGeluProduct(const Node& node,
-                                                             std::unique_ptr<GpuKernel> cudnn,
-                                                             std::unique_ptr<GpuKernel> lt) {
-  const GpuKernel* const kernels[] = {cudnn.get(), lt.get()};
-  ASSIGN_OR_RETURN(std::vector<double> ms,
-                   TimeKernelsInTurns(kernels, {}, absl::StrCat("node '", node.name, "'")));
-  const bool cudnn_faster = ms[0] < ms[1];
-  std::string note =
-      absl::StrFormat("timed in turns: cuDNN %.4f ms, cuBLASLt %.4f ms", ms[0], ms[1]);
-  return std::unique_ptr<GpuKernel>(
-      new NotedKernel(cudnn_faster ? std::move(cudnn) : std::move(lt), std::move(note)));
-}
-
 // The GELU products on cuBLASLt's epilogues, or where asked the forward one on cuDNN's graph API
 // (cuDNN's data-gradient form measured slower than cuBLASLt's DGELU: KernelTuning::
-// gelu_products_in_cudnn): its first plan, or where measuring, the faster of its measured plan and
-// cuBLASLt's measured epilogue. Where cuDNN has no plan for the shape, cuBLASLt's, described with
-// cuDNN's reason.
+// gelu_products_in_cudnn): cuDNN's first plan, or where measuring, the faster of cuDNN's and
+// cuBLASLt's (src/ops/gelu_product_race.h). Where cuDNN has no plan for the shape, cuBLASLt's,
+// described with cuDNN's reason.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGeluProduct(
     const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape,
     const runtime::MatmulEpilogue& epilogue) {
   std::string cudnn_note;
-  absl::StatusOr<std::unique_ptr<GpuKernel>> cudnn = absl::UnimplementedError("not asked for");
   if (ctx.options.gelu_products_in_cudnn && node.op == &MatmulBiasGeluAuxOp()) {
-    cudnn = LowerCudnnGeluProduct(ctx, node, shape);
-    if (cudnn.ok() && !ctx.options.measure_matmul_algorithms) return cudnn;
-    if (!cudnn.ok() && !absl::IsUnimplemented(cudnn.status())) return cudnn;
-    if (!cudnn.ok()) {
-      std::string why(cudnn.status().message());
-      if (why.size() > 200) why = absl::StrCat(why.substr(0, 200), " ...");
-      cudnn_note = absl::StrCat("cuDNN: ", why);
-    }
+    if (ctx.options.measure_matmul_algorithms) return RaceGeluProduct(ctx, node, shape, epilogue);
+    absl::StatusOr<CudnnGeluLowering> cudnn = LowerCudnnGeluProduct(ctx, node, shape);
+    if (cudnn.ok()) return std::move(cudnn->kernel);
+    if (!absl::IsUnimplemented(cudnn.status())) return cudnn.status();
+    cudnn_note = CudnnRefusalNote(cudnn.status());
   }
   absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
-  if (cudnn.ok()) {
-    // cuBLASLt offering no epilogue algorithm leaves cuDNN's plan without a rival.
-    if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) return cudnn;
-    if (!fused.ok()) return fused;
-    return FasterGeluProduct(node, *std::move(cudnn), *std::move(fused));
-  }
   if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) {
     fused = LowerUnfusedGelu(ctx, node, shape);
   }

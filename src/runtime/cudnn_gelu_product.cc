@@ -18,6 +18,7 @@
 #include "src/runtime/cudnn_warm_up.h"
 #include "src/runtime/owners.h"
 #include "src/runtime/plan_cache.h"
+#include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 
 namespace reprise::runtime {
@@ -43,13 +44,14 @@ struct Key {
   std::string device;
   size_t workspace_limit;
   bool measured;
+  std::string plan_name;
 
   bool operator==(const Key& other) const = default;
   template <typename H>
   friend H AbslHashValue(H h, const Key& key) {
     const GeluProductShape& s = key.shape;
     return H::combine(std::move(h), s.m, s.n, s.k, s.transpose_a, s.transpose_b, s.dtype,
-                      key.device, key.workspace_limit, key.measured);
+                      key.device, key.workspace_limit, key.measured, key.plan_name);
   }
 };
 
@@ -156,6 +158,28 @@ absl::Status ChooseByMeasuring(const CudnnHandle& handle, const Key& key,
   return absl::OkStatus();
 }
 
+// The candidate named key.plan_name, where it builds and fits the workspace.
+absl::Status ChooseNamed(const Key& key, CudnnGeluProduct::Plan& plan, absl::string_view what) {
+  fe::graph::Graph& g = *plan.graph;
+  for (int64_t i = 0; i < g.get_execution_plan_count(); ++i) {
+    std::string name;
+    if (!g.get_plan_name_at_index(i, name).is_good() || name != key.plan_name) continue;
+    int64_t workspace = 0;
+    if (!g.build_plan_at_index(i).is_good() ||
+        !g.get_workspace_size_plan_at_index(i, workspace).is_good() ||
+        workspace > static_cast<int64_t>(key.workspace_limit)) {
+      return absl::NotFoundError(absl::StrCat("cudnn-frontend: the plan ", key.plan_name, " for ",
+                                              what, " does not build or fit the workspace (",
+                                              key.workspace_limit, " bytes)"));
+    }
+    plan.index = i;
+    plan.chosen_by = "named";
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("cudnn-frontend: no plan named ", key.plan_name,
+                                          " among the candidates for ", what));
+}
+
 // The first plan in the list that builds and fits the workspace.
 absl::Status ChooseFirst(const Key& key, CudnnGeluProduct::Plan& plan, absl::string_view what) {
   fe::graph::Graph& g = *plan.graph;
@@ -193,8 +217,9 @@ absl::StatusOr<std::shared_ptr<const CudnnGeluProduct::Plan>> Build(
       FrontendStatus(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
                      "create_execution_plans", what, context));
   RETURN_IF_ERROR(FrontendStatus(g.check_support(), "check_support", what, context));
-  absl::Status chosen = key.measured ? ChooseByMeasuring(handle, key, options, *plan, what)
-                                     : ChooseFirst(key, *plan, what);
+  absl::Status chosen = !key.plan_name.empty() ? ChooseNamed(key, *plan, what)
+                        : key.measured ? ChooseByMeasuring(handle, key, options, *plan, what)
+                                       : ChooseFirst(key, *plan, what);
   if (!chosen.ok()) {
     return absl::Status(chosen.code(), absl::StrCat(context, ": ", chosen.message()));
   }
@@ -252,7 +277,9 @@ absl::StatusOr<CudnnGeluProduct> CudnnGeluProduct::Create(const CudnnHandle& han
   if (absl::Status supported = GeluProductShapeSupported(shape); !supported.ok()) {
     return absl::Status(supported.code(), absl::StrCat(context, ": ", supported.message()));
   }
-  const Key key{shape, options.device, options.workspace_limit, options.measure};
+  const bool named = !options.plan_name.empty();
+  const Key key{shape, options.device, options.workspace_limit, options.measure && !named,
+                options.plan_name};
   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan,
                    (PlanCache<Key, Plan>::Global().FindOrBuild(
                        key, [&] { return Build(handle, key, options, context); })));
@@ -269,6 +296,15 @@ absl::Status CudnnGeluProduct::Run(const CudnnHandle& handle, const GeluProductB
 
 size_t CudnnGeluProduct::workspace_bytes() const {
   return static_cast<size_t>(plan_->workspace_bytes);
+}
+
+const std::string& CudnnGeluProduct::engine() const { return plan_->engine; }
+
+std::string GeluProductRaceRecordKey(const GeluProductShape& shape, size_t workspace_limit,
+                                     absl::string_view device, int64_t cublaslt_version) {
+  return runtime::GeluProductRecordKey(absl::StrCat(shape.ToString(), " ws ", workspace_limit),
+                                       device, static_cast<int64_t>(cudnnGetVersion()),
+                                       CUDNN_FRONTEND_VERSION, cublaslt_version);
 }
 
 size_t CudnnGeluProduct::CacheSize() { return PlanCache<Key, Plan>::Global().size(); }

@@ -55,6 +55,9 @@ struct GeluProductOptions {
   // Time the first kMeasuredCandidates plans that build on `buffers` (three alternating rounds)
   // and keep the fastest, instead of the first that builds. The buffers' contents are overwritten.
   bool measure = false;
+  // Build cuDNN's candidate of this name (CudnnGeluProduct::engine(), as a record keeps it),
+  // neither the first nor a measured one: kNotFound where no candidate has it.
+  std::string plan_name;
   GeluProductBuffers buffers;
   void* workspace = nullptr;   // For measuring; at least workspace_limit bytes.
   size_t workspace_limit = 0;  // Plans needing more are passed over.
@@ -65,6 +68,12 @@ inline constexpr int kMeasuredGeluProductCandidates = 8;
 // Unimplemented unless cuDNN's fused graph can take the shape at all (16-bit types, n and k
 // multiples of 8, nothing empty).
 absl::Status GeluProductShapeSupported(const GeluProductShape& shape);
+
+// The key of the record of a race between cuDNN's plan and cuBLASLt's epilogue for this product
+// (src/ops/gelu_product_race.h): the shape, the workspace limit, the device and both libraries'
+// versions.
+std::string GeluProductRaceRecordKey(const GeluProductShape& shape, size_t workspace_limit,
+                                     absl::string_view device, int64_t cublaslt_version);
 
 class CudnnGeluProduct {
  public:
@@ -80,6 +89,8 @@ class CudnnGeluProduct {
                    absl::string_view context) const;
 
   size_t workspace_bytes() const;
+  // cuDNN's name for the plan, e.g. eng4_k24=2 (what GeluProductOptions::plan_name asks for).
+  const std::string& engine() const;
   // "cudnn gelu bf16 [..]·[..] engine <name> ws <bytes>[ measured <ms> ms of <n>]"
   std::string Describe() const;
 

@@ -17,6 +17,7 @@ namespace {
 
 constexpr absl::string_view kConvHeader = "reprise conv plan 1";
 constexpr absl::string_view kMatmulHeader = "reprise matmul plan 1";
+constexpr absl::string_view kGeluHeader = "reprise gelu product 1";
 
 // A record's form: its first line, and what its errors call it.
 struct Form {
@@ -25,6 +26,7 @@ struct Form {
 };
 constexpr Form kConv{kConvHeader, "conv plan record"};
 constexpr Form kMatmul{kMatmulHeader, "matmul plan record"};
+constexpr Form kGelu{kGeluHeader, "gelu product record"};
 
 absl::Status Bad(const Form& form, size_t line, absl::string_view why) {
   return absl::DataLossError(absl::StrCat(form.what, ", line ", line + 1, ": ", why));
@@ -82,12 +84,16 @@ std::string Key(absl::string_view text) { return ToHex(Sha256(text)); }
 
 std::string EncodeConvPlanRecord(const PlanRecord& record) { return Encode(kConv, record); }
 std::string EncodeMatmulPlanRecord(const PlanRecord& record) { return Encode(kMatmul, record); }
+std::string EncodeGeluProductRecord(const PlanRecord& record) { return Encode(kGelu, record); }
 
 absl::StatusOr<PlanRecord> DecodeConvPlanRecord(absl::string_view text) {
   return Decode(kConv, text);
 }
 absl::StatusOr<PlanRecord> DecodeMatmulPlanRecord(absl::string_view text) {
   return Decode(kMatmul, text);
+}
+absl::StatusOr<PlanRecord> DecodeGeluProductRecord(absl::string_view text) {
+  return Decode(kGelu, text);
 }
 
 std::string ConvPlanRecordKey(absl::string_view what, absl::string_view device,
@@ -100,6 +106,13 @@ std::string MatmulPlanRecordKey(absl::string_view what, absl::string_view device
                                 int64_t cublaslt_version) {
   return Key(absl::StrCat(kMatmulHeader, "\n", what, "\ndevice ", device, "\ncublaslt ",
                           cublaslt_version, "\n"));
+}
+
+std::string GeluProductRecordKey(absl::string_view what, absl::string_view device,
+                                 int64_t cudnn_version, int64_t frontend_version,
+                                 int64_t cublaslt_version) {
+  return Key(absl::StrCat(kGeluHeader, "\n", what, "\ndevice ", device, "\ncudnn ", cudnn_version,
+                          "\nfrontend ", frontend_version, "\ncublaslt ", cublaslt_version, "\n"));
 }
 
 }  // namespace reprise::runtime

@@ -103,6 +103,33 @@ TEST(PlanRecordTest, MatmulKeyCoversWhatTheChoiceDependsOn) {
   EXPECT_NE(key, ConvPlanRecordKey("matmul [16x8]·[8x4] bf16", "H200 sm_90", 130100, 0));
 }
 
+TEST(PlanRecordTest, GeluProductRecordsRoundTripAndAreNoOtherForm) {
+  const PlanRecord gelu{.name = "cudnn:eng4_k24=2", .candidates = 2, .median_ms = 0.1223};
+  const std::string text = EncodeGeluProductRecord(gelu);
+  EXPECT_EQ(text.rfind("reprise gelu product 1\nname cudnn:eng4_k24=2\n", 0), 0u) << text;
+  absl::StatusOr<PlanRecord> back = DecodeGeluProductRecord(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, gelu);
+  absl::StatusOr<PlanRecord> as_matmul = DecodeMatmulPlanRecord(text);
+  EXPECT_EQ(as_matmul.status().code(), absl::StatusCode::kDataLoss);
+  absl::StatusOr<PlanRecord> as_gelu = DecodeGeluProductRecord(EncodeMatmulPlanRecord(gelu));
+  EXPECT_EQ(as_gelu.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(as_gelu.status().message().find("gelu product record, line 1"), std::string::npos)
+      << as_gelu.status();
+}
+
+TEST(PlanRecordTest, GeluProductKeyCoversBothLibraries) {
+  const std::string key =
+      GeluProductRecordKey("gelu bf16 [64x64]", "H100 sm_90", 91900, 13200, 130100);
+  EXPECT_EQ(key.size(), 64u);
+  EXPECT_EQ(key, GeluProductRecordKey("gelu bf16 [64x64]", "H100 sm_90", 91900, 13200, 130100));
+  EXPECT_NE(key, GeluProductRecordKey("gelu bf16 [64x72]", "H100 sm_90", 91900, 13200, 130100));
+  EXPECT_NE(key, GeluProductRecordKey("gelu bf16 [64x64]", "H200 sm_90", 91900, 13200, 130100));
+  EXPECT_NE(key, GeluProductRecordKey("gelu bf16 [64x64]", "H100 sm_90", 91901, 13200, 130100));
+  EXPECT_NE(key, GeluProductRecordKey("gelu bf16 [64x64]", "H100 sm_90", 91900, 13201, 130100));
+  EXPECT_NE(key, GeluProductRecordKey("gelu bf16 [64x64]", "H100 sm_90", 91900, 13200, 130101));
+}
+
 TEST(ConvPlanRecordTest, KeyCoversWhatTheChoiceDependsOn) {
   const std::string key = ConvPlanRecordKey("conv fwd x", "H200 sm_90", 91900, 13200);
   EXPECT_EQ(key.size(), 64u);

@@ -1,8 +1,8 @@
-// libFuzzer target: the measured-choice records' decoders (cuDNN conv plans and cuBLASLt matmul
-// configurations, src/runtime/plan_record.h) on arbitrary bytes: a record comes from the shared
-// cache folder, which may hold anything. Either a Status, or a record whose encoding decodes to
-// the same record (the text form may differ: "08" candidates, digits past a double's precision)
-// and is refused by the other form's decoder.
+// libFuzzer target: the measured-choice records' decoders (cuDNN conv plans, cuBLASLt matmul
+// configurations and GELU products' raced libraries, src/runtime/plan_record.h) on arbitrary bytes:
+// a record comes from the shared cache folder, which may hold anything. Either a Status, or a
+// record whose encoding decodes to the same record (the text form may differ: "08" candidates,
+// digits past a double's precision) and is refused by the other form's decoder.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,5 +30,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   Check(text, rt::DecodeConvPlanRecord, rt::EncodeConvPlanRecord, rt::DecodeMatmulPlanRecord);
   Check(text, rt::DecodeMatmulPlanRecord, rt::EncodeMatmulPlanRecord, rt::DecodeConvPlanRecord);
+  Check(text, rt::DecodeGeluProductRecord, rt::EncodeGeluProductRecord, rt::DecodeMatmulPlanRecord);
   return 0;
 }

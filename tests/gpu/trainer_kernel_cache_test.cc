@@ -180,14 +180,15 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   runtime::CudnnConvGraph::ForgetPlans();
 }
 
-// A small bfloat16 GPT-2 with measured cuBLASLt configurations: how many its Create measured or
+// A small bfloat16 GPT-2 with measured cuBLASLt configurations (and with gelu_products_in_cudnn,
+// its GELU products raced between cuDNN and cuBLASLt): how many choices its Create measured or
 // took from records (ops::MatmulChoices, before and after), and the losses of three steps.
 struct MeasuredProducts {
   ops::MatmulChoiceStats before, after;
   TrainerStats stats;  // The trainer's own counts of the same.
   std::vector<float> losses;
 };
-absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
+absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts(bool gelu_products_in_cudnn = false) {
   ASSIGN_OR_RETURN(models::Gpt2 model, models::BuildGpt2({.batch = 2,
                                                           .seq = 32,
                                                           .max_positions = 32,
@@ -198,6 +199,7 @@ absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
   TrainOptions options;
   options.numerics.compute_dtype = DType::kBFloat16;
   options.kernels.measure_matmul_algorithms = true;
+  options.kernels.gelu_products_in_cudnn = gelu_products_in_cudnn;
   options.seed = 11;
   MeasuredProducts run{.before = ops::MatmulChoices()};
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
@@ -219,11 +221,13 @@ absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts() {
   return run;
 }
 
-TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReusesThem) {
-  REPRISE_REQUIRE_GPU();
+// Measured choices recorded, and a later process (the records on disk) taking every one from its
+// record, timing nothing and giving the same losses bit for bit.
+void ExpectMeasuredChoicesRecordedAndReused(bool gelu_products_in_cudnn) {
   testing::ScopedTempDir dir;
   ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
-  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts measured, TrainWithMeasuredProducts());
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts measured,
+                               TrainWithMeasuredProducts(gelu_products_in_cudnn));
   const ops::MatmulChoiceStats first = measured.after.Since(measured.before);
   std::cout << first.MeasuredSince({}) << "\n";
   // Each distinct product is timed once; the layers' products of the same shape after the first
@@ -235,9 +239,8 @@ TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReu
   EXPECT_EQ(measured.stats.matmul_choices_from_records, first.from_records);
   EXPECT_EQ(measured.stats.matmul_candidates_timed, first.candidates_timed);
   EXPECT_GT(measured.stats.matmul_measure_ms, 0);
-  // A later process (the records on disk): every choice from a record, nothing timed, the same
-  // losses bit for bit.
-  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded, TrainWithMeasuredProducts());
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded,
+                               TrainWithMeasuredProducts(gelu_products_in_cudnn));
   const ops::MatmulChoiceStats later = recorded.after.Since(recorded.before);
   EXPECT_EQ(later.measured, 0);
   EXPECT_EQ(later.from_records, first.measured + first.from_records);
@@ -247,6 +250,18 @@ TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReu
   EXPECT_EQ(recorded.stats.matmul_records_discarded, 0);
   EXPECT_EQ(recorded.losses, measured.losses);
   for (float loss : measured.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
+}
+
+TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReusesThem) {
+  REPRISE_REQUIRE_GPU();
+  ExpectMeasuredChoicesRecordedAndReused(/*gelu_products_in_cudnn=*/false);
+}
+
+// The race between cuDNN's plan and cuBLASLt's epilogue for each GELU product is one more
+// recorded choice: a later process runs the recorded winner (cuDNN's plan by its name) untimed.
+TEST(TrainerKernelCacheTest, RacedGeluProductsAreRecordedAndALaterProcessReusesThem) {
+  REPRISE_REQUIRE_GPU();
+  ExpectMeasuredChoicesRecordedAndReused(/*gelu_products_in_cudnn=*/true);
 }
 
 TEST(TrainerKernelCacheTest, OffLeavesTheDiskAlone) {
