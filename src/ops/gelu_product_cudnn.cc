@@ -38,11 +38,8 @@ class CudnnGeluProductKernel : public GpuKernel {
 
 }  // namespace
 
-absl::StatusOr<CudnnGeluLowering> LowerCudnnGeluProduct(const LoweringContext& ctx,
-                                                        const Node& node,
-                                                        const runtime::MatmulShape& shape,
-                                                        absl::string_view plan_name) {
-  const std::string where = absl::StrCat("node '", node.name, "'");
+absl::StatusOr<runtime::GeluProductShape> CudnnGeluProductShape(const runtime::MatmulShape& shape,
+                                                                absl::string_view where) {
   if (shape.batch != 1) {
     return absl::UnimplementedError(
         absl::StrCat(where, ": batched GELU products stay on cuBLASLt"));
@@ -54,6 +51,16 @@ absl::StatusOr<CudnnGeluLowering> LowerCudnnGeluProduct(const LoweringContext& c
                                                 .transpose_b = shape.transpose_b,
                                                 .dtype = shape.dtype};
   RETURN_IF_ERROR(runtime::GeluProductShapeSupported(product_shape));
+  return product_shape;
+}
+
+absl::StatusOr<CudnnGeluLowering> LowerCudnnGeluProduct(const LoweringContext& ctx,
+                                                        const Node& node,
+                                                        const runtime::MatmulShape& shape,
+                                                        absl::string_view plan_name) {
+  const std::string where = absl::StrCat("node '", node.name, "'");
+  ASSIGN_OR_RETURN(const runtime::GeluProductShape product_shape,
+                   CudnnGeluProductShape(shape, where));
   if (ctx.cudnn == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(where, ": needs a cuDNN handle to lower"));
   }

@@ -11,9 +11,15 @@
 #include "absl/strings/string_view.h"
 #include "src/ir/op_def.h"
 #include "src/ops/gpu_kernel.h"
+#include "src/runtime/cudnn_gelu_product.h"
 #include "src/runtime/lt_matmul.h"
 
 namespace reprise::ops {
+
+// The product as cuDNN's GELU graph takes it; Unimplemented (naming `where`) for a batched product
+// or a shape or type cuDNN's graph cannot take (runtime::GeluProductShapeSupported).
+absl::StatusOr<runtime::GeluProductShape> CudnnGeluProductShape(const runtime::MatmulShape& shape,
+                                                                absl::string_view where);
 
 // The node's product on cuDNN's plan for its shape: the one named `plan_name` (a record's), else
 // chosen by timing where options.measure_matmul_algorithms says so, else cuDNN's first.

@@ -15,7 +15,6 @@
 #include "src/ops/gelu_product_cudnn.h"
 #include "src/ops/kernel_timing.h"
 #include "src/ops/lt_matmul_kernel.h"
-#include "src/runtime/cudnn_gelu_product.h"
 #include "src/runtime/plan_record.h"
 #include "src/util/status_macros.h"
 
@@ -24,15 +23,6 @@ namespace {
 
 constexpr absl::string_view kCublasLtName = "cublaslt";
 constexpr absl::string_view kCudnnPrefix = "cudnn:";
-
-runtime::GeluProductShape GeluShape(const runtime::MatmulShape& shape) {
-  return {.m = shape.m,
-          .n = shape.n,
-          .k = shape.k,
-          .transpose_a = shape.transpose_a,
-          .transpose_b = shape.transpose_b,
-          .dtype = shape.dtype};
-}
 
 std::unique_ptr<GpuKernel> Noted(std::unique_ptr<GpuKernel> kernel, std::string note) {
   return std::unique_ptr<GpuKernel>(new NotedKernel(std::move(kernel), std::move(note)));
@@ -72,15 +62,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> RaceGeluProduct(
   absl::StatusOr<std::unique_ptr<GpuKernel>> lt = LowerLtMatmul(ctx, node, shape, epilogue);
   const bool lt_has_none = !lt.ok() && lt.status().code() == absl::StatusCode::kNotFound;
   if (!lt.ok() && !lt_has_none) return lt.status();
-  const absl::Status supported =
-      shape.batch != 1 ? absl::UnimplementedError("batched GELU products stay on cuBLASLt")
-                       : runtime::GeluProductShapeSupported(GeluShape(shape));
-  if (!supported.ok()) {
+  absl::StatusOr<runtime::GeluProductShape> gelu_shape =
+      CudnnGeluProductShape(shape, absl::StrCat("node '", node.name, "'"));
+  if (!gelu_shape.ok()) {
     if (lt_has_none) return lt.status();
-    return Noted(*std::move(lt), CudnnRefusalNote(supported));
+    return Noted(*std::move(lt), CudnnRefusalNote(gelu_shape.status()));
   }
   const std::string key = runtime::GeluProductRaceRecordKey(
-      GeluShape(shape), ctx.workspace_bytes, DeviceChoiceKey(ctx.device), cublasLtGetVersion());
+      *gelu_shape, ctx.workspace_bytes, DeviceChoiceKey(ctx.device), cublasLtGetVersion());
   if (ctx.kernels != nullptr && !lt_has_none) {
     if (std::optional<std::string> text =
             ctx.kernels->FindRecord(key, runtime::kGeluProductRecordKind)) {
