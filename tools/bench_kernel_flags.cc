@@ -68,10 +68,10 @@ ABSL_FLAG(bool, sgd_one_launch, true,
 ABSL_FLAG(bool, sgd_checks_in_launch, true,
           "TrainOptions::kernels.sgd_checks_in_launch: the non-finite guard's check and verdict "
           "in that SGD launch (a cooperative launch with a grid barrier), not two launches before");
-ABSL_FLAG(bool, gelu_products_cudnn, false,
-          "TrainOptions::kernels.gelu_products_in_cudnn: GELU layers' forward products as cuDNN "
-          "graph-API plans instead of cuBLASLt's GELU_AUX_BIAS epilogue; with --measure_matmul, "
-          "whichever of the two measures faster for each node");
+ABSL_FLAG(std::string, gelu_product_library, "fastest",
+          "TrainOptions::kernels.gelu_product_library for GELU layers' forward products: fastest "
+          "(with --measure_matmul cuDNN's graph-API plan raced against cuBLASLt's GELU_AUX_BIAS "
+          "epilogue for each node; without, cuBLASLt's), cublaslt, or cudnn");
 
 namespace reprise::tools {
 
@@ -84,6 +84,15 @@ absl::StatusOr<KernelTuning::ConvApi> ConvApiFlag() {
   if (value == "graph") return KernelTuning::ConvApi::kGraph;
   return absl::InvalidArgumentError(
       absl::StrCat("--conv_api must be legacy or graph, not '", value, "'"));
+}
+
+absl::StatusOr<KernelTuning::GeluProductLibrary> GeluProductLibraryFlag() {
+  const std::string value = absl::GetFlag(FLAGS_gelu_product_library);
+  if (value == "fastest") return KernelTuning::GeluProductLibrary::kFastest;
+  if (value == "cublaslt") return KernelTuning::GeluProductLibrary::kCublasLt;
+  if (value == "cudnn") return KernelTuning::GeluProductLibrary::kCudnn;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--gelu_product_library must be fastest, cublaslt or cudnn, not '", value, "'"));
 }
 
 }  // namespace
@@ -118,7 +127,9 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.batch_norm_finalize_in_stats = absl::GetFlag(FLAGS_bn_finalize_in_stats);
   kernels.sgd_one_launch = absl::GetFlag(FLAGS_sgd_one_launch);
   kernels.sgd_checks_in_launch = absl::GetFlag(FLAGS_sgd_checks_in_launch);
-  kernels.gelu_products_in_cudnn = absl::GetFlag(FLAGS_gelu_products_cudnn);
+  auto gelu_library = GeluProductLibraryFlag();
+  if (!gelu_library.ok()) return gelu_library.status();
+  kernels.gelu_product_library = *gelu_library;
   return kernels;
 }
 
@@ -139,7 +150,9 @@ std::string KernelFlagsText() {
       absl::GetFlag(FLAGS_bn_finalize_in_stats) ? " bn_finalize_in_stats=1" : "",
       absl::GetFlag(FLAGS_sgd_one_launch) ? "" : " sgd_one_launch=0",
       absl::GetFlag(FLAGS_sgd_checks_in_launch) ? "" : " sgd_checks_in_launch=0",
-      absl::GetFlag(FLAGS_gelu_products_cudnn) ? " gelu_products_cudnn=1" : "");
+      absl::GetFlag(FLAGS_gelu_product_library) == "fastest"
+          ? ""
+          : absl::StrCat(" gelu_product_library=", absl::GetFlag(FLAGS_gelu_product_library)));
 }
 
 }  // namespace reprise::tools

@@ -43,7 +43,9 @@ struct KernelTuning {
   // steps keep repeating the same bits, and is recorded in the kernel cache's folder (beside the
   // kernels, keyed by the product, the GPU and cuBLASLt's version): a later Trainer with the same
   // products takes it from the record and times nothing. GPT-2 124M at B=16, T=1024 on an H200:
-  // 1.3% faster per step, 1.8 s more for the first Create (docs/benchmarks_gpt2.md).
+  // 1.3% faster per step, 1.8 s more for the first Create (docs/benchmarks_gpt2.md). With
+  // gelu_product_library's default it also times cuDNN's plan against cuBLASLt's for the GELU
+  // layers' forward products.
   bool measure_matmul_algorithms = false;
   // With whole_step: an ensemble's whole step only up to this many models; larger ensembles run
   // the batched per-layer step. -1 (the default): 128 with numerics.allow_tf32, else 64: the whole
@@ -132,19 +134,23 @@ struct KernelTuning {
   // 4x1024 b256 TF32 step took 6% less with it (0.1762 -> 0.1654 ms), ResNet-50 b32 the same
   // (2026-12-06, docs/benchmarks_guard.md).
   bool sgd_checks_in_launch = true;
-  // With fuse: a GELU layer's forward product (bias, GELU, and its pre-activation kept) as a cuDNN
-  // graph-API plan (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS
-  // epilogue; where cuDNN has no plan for a shape, cuBLASLt's epilogue runs and the plan dump says
-  // why. Without measure_matmul_algorithms cuDNN's first plan runs. With it, cuDNN's fastest of
-  // its first 8 and cuBLASLt's measured epilogue are timed in turns on the node's buffers and the
-  // faster runs, the plan dump giving both times; the outcome is recorded beside cuBLASLt's
-  // measured choices, so a later process runs the same library's same plan untimed
-  // (src/ops/gelu_product_race.h). On an H100 (2026-12-07, docs/benchmarks_gpt2.md) at GPT-2
-  // 124M's B=16 shape cuDNN's plan took 0.122 ms against cuBLASLt's 0.150 and the step 0.5% less;
-  // at B=4 the two tie. cuDNN's first plan ran slower than cuBLASLt's (0.1650 against 0.1609 ms).
-  // Its data-gradient form (times GELU's derivative) took 0.1828 ms against cuBLASLt's DGELU
-  // 0.1532, so the backward stays on cuBLASLt. Off by default.
-  bool gelu_products_in_cudnn = false;
+  // Which library runs a GELU layer's forward product (bias, GELU, and its pre-activation kept),
+  // with fuse. kFastest, the default: with measure_matmul_algorithms, cuDNN's graph-API plan
+  // (src/runtime/cudnn_gelu_product.h; the fastest of its first 8) and cuBLASLt's measured
+  // GELU_AUX_BIAS epilogue are timed in turns on the node's buffers and the faster runs, the plan
+  // dump giving both times; the outcome is recorded beside cuBLASLt's measured choices, so a later
+  // process runs the same library's same plan untimed (src/ops/gelu_product_race.h). Where cuDNN
+  // has no plan for the shape or fails to build one, cuBLASLt's runs and the plan dump says why.
+  // Without measuring, cuBLASLt's epilogue (cuDNN's first plan ran slower: 0.1650 against 0.1609
+  // ms). kCublasLt: cuBLASLt's epilogue always. kCudnn: cuDNN's plan wherever cuDNN has one (its
+  // first, or where measuring its fastest of 8, not raced); where it has none, cuBLASLt's with
+  // cuDNN's reason in the plan dump; any other cuDNN error fails the build of the step. On an H100
+  // (2026-12-07, docs/benchmarks_gpt2.md) at GPT-2 124M's B=16 shape cuDNN's measured plan took
+  // 0.122 ms against cuBLASLt's 0.150 and the step 0.5% less; at B=4 the two tie. cuDNN's
+  // data-gradient form (times GELU's derivative) took 0.1828 ms against cuBLASLt's DGELU 0.1532,
+  // so the backward stays on cuBLASLt.
+  enum class GeluProductLibrary { kFastest, kCublasLt, kCudnn };
+  GeluProductLibrary gelu_product_library = GeluProductLibrary::kFastest;
 };
 
 }  // namespace reprise

@@ -40,6 +40,7 @@ from ._reprise import (  # noqa: F401  (the public names)
     ExecMode,
     ForwardRunner,
     ForwardStats,
+    GeluProductLibrary,
     Graph,
     GraphLaunch,
     Layout,
@@ -60,8 +61,8 @@ from ._reprise import (  # noqa: F401  (the public names)
 )
 
 __all__ = [
-    "ChannelsLast", "ConvApi", "DType", "ExecMode", "ForwardRunner", "ForwardStats", "Graph",
-    "GraphLaunch", "KernelTuning",
+    "ChannelsLast", "ConvApi", "DType", "ExecMode", "ForwardRunner", "ForwardStats",
+    "GeluProductLibrary", "Graph", "GraphLaunch", "KernelTuning",
     "LaunchOptions", "Layout", "LossScaleOptions", "LossScaling", "LrDecay", "LrSchedule",
     "MirrorOptions", "MirrorPolicy", "NonFiniteOptions", "NonFinitePolicy", "NumericsOptions",
     "OptimizerKind", "OptimizerOptions", "ParallelOptions", "SgdOptions", "TrainOptions",

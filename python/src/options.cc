@@ -28,6 +28,10 @@ void BindEnums(nb::module_& m) {
   nb::enum_<KernelTuning::ConvApi>(m, "ConvApi")
       .value("legacy", KernelTuning::ConvApi::kLegacy)
       .value("graph", KernelTuning::ConvApi::kGraph);
+  nb::enum_<KernelTuning::GeluProductLibrary>(m, "GeluProductLibrary")
+      .value("fastest", KernelTuning::GeluProductLibrary::kFastest)
+      .value("cublaslt", KernelTuning::GeluProductLibrary::kCublasLt)
+      .value("cudnn", KernelTuning::GeluProductLibrary::kCudnn);
   nb::enum_<ChannelsLast>(m, "ChannelsLast")
       .value("auto", ChannelsLast::kAuto)
       .value("on", ChannelsLast::kOn)
@@ -131,7 +135,7 @@ void BindOptions(nb::module_& m) {
       .def_rw("batch_norm_finalize_in_stats", &KernelTuning::batch_norm_finalize_in_stats)
       .def_rw("sgd_one_launch", &KernelTuning::sgd_one_launch)
       .def_rw("sgd_checks_in_launch", &KernelTuning::sgd_checks_in_launch)
-      .def_rw("gelu_products_in_cudnn", &KernelTuning::gelu_products_in_cudnn);
+      .def_rw("gelu_product_library", &KernelTuning::gelu_product_library);
   nb::class_<NumericsOptions>(m, "NumericsOptions")
       .def(nb::init<>())
       .def_rw("compute_dtype", &NumericsOptions::compute_dtype)

@@ -13,6 +13,20 @@ int64_t WholeStepMaxModels(const TrainOptions& options) {
   return options.numerics.allow_tf32 ? 128 : 64;
 }
 
+ops::LoweringOptions::GeluProductLibrary LoweringGeluProductLibrary(
+    KernelTuning::GeluProductLibrary library) {
+  using Lowering = ops::LoweringOptions::GeluProductLibrary;
+  switch (library) {
+    case KernelTuning::GeluProductLibrary::kCublasLt:
+      return Lowering::kCublasLt;
+    case KernelTuning::GeluProductLibrary::kCudnn:
+      return Lowering::kCudnn;
+    case KernelTuning::GeluProductLibrary::kFastest:
+      break;
+  }
+  return Lowering::kFastest;
+}
+
 }  // namespace
 
 passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
@@ -67,7 +81,7 @@ ops::LoweringOptions LoweringOptionsFor(const TrainOptions& options) {
           .dependent_launch = options.kernels.dependent_launch,
           .dependent_launch_after_libraries = options.kernels.dependent_launch_after_libraries,
           .batch_norm_finalize_in_stats = options.kernels.batch_norm_finalize_in_stats,
-          .gelu_products_in_cudnn = options.kernels.gelu_products_in_cudnn};
+          .gelu_product_library = LoweringGeluProductLibrary(options.kernels.gelu_product_library)};
 }
 
 }  // namespace reprise

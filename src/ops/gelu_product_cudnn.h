@@ -1,6 +1,6 @@
 // matmul_bias_gelu_aux (src/ops/matmul_gelu.h) through cuDNN's graph API
 // (src/runtime/cudnn_gelu_product.h) instead of cuBLASLt's GELU_AUX_BIAS epilogue, where
-// LoweringOptions::gelu_products_in_cudnn asks it.
+// LoweringOptions::gelu_product_library asks it or a race chooses it (src/ops/gelu_product_race.h).
 #ifndef REPRISE_SRC_OPS_GELU_PRODUCT_CUDNN_H_
 #define REPRISE_SRC_OPS_GELU_PRODUCT_CUDNN_H_
 

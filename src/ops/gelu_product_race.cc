@@ -88,7 +88,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> RaceGeluProduct(
   const absl::Time start = absl::Now();
   absl::StatusOr<CudnnGeluLowering> cudnn = LowerCudnnGeluProduct(ctx, node, shape);
   if (!cudnn.ok()) {
-    if (!absl::IsUnimplemented(cudnn.status()) || lt_has_none) return cudnn.status();
+    // The race was not asked for by name: cuBLASLt's runs, the plan dump saying why. A failure
+    // other than cuDNN having no plan is also said on stderr.
+    if (!absl::IsUnimplemented(cudnn.status())) {
+      absl::FPrintF(stderr, "reprise: node '%s' runs cuBLASLt's GELU product: cuDNN's failed: %s\n",
+                    node.name, cudnn.status().ToString());
+    }
+    if (lt_has_none) return lt.status();
     return Noted(*std::move(lt), CudnnRefusalNote(cudnn.status()));
   }
   // cuBLASLt offering no epilogue algorithm leaves cuDNN's plan without a rival.

@@ -1,5 +1,6 @@
 // A GELU layer's forward product (matmul_bias_gelu_aux) where both libraries can run it and the
-// lowering measures (KernelTuning::gelu_products_in_cudnn with measure_matmul_algorithms): cuDNN's
+// lowering measures (measure_matmul_algorithms, with KernelTuning::gelu_product_library's default
+// kFastest): cuDNN's
 // measured graph-API plan (src/ops/gelu_product_cudnn.h) and cuBLASLt's measured GELU_AUX_BIAS
 // epilogue, timed in turns on the node's own buffers (src/ops/kernel_timing.h); the faster runs.
 // The outcome is recorded beside cuBLASLt's measured choices (runtime::kGeluProductRecordKind,
@@ -21,8 +22,9 @@
 namespace reprise::ops {
 
 // The node's product on the faster library, its description ending with both times (or, from a
-// record, the winner's). Where cuDNN has no plan for the shape, cuBLASLt's epilogue with cuDNN's
-// reason; where cuBLASLt has no epilogue algorithm, cuDNN's plan.
+// record, the winner's). Where cuDNN has no plan for the shape or fails to build one, cuBLASLt's
+// epilogue with cuDNN's reason; where cuBLASLt has no epilogue algorithm, cuDNN's plan; where
+// neither has one, cuBLASLt's kNotFound (the caller then runs the product and GELU apart).
 absl::StatusOr<std::unique_ptr<GpuKernel>> RaceGeluProduct(const LoweringContext& ctx,
                                                            const Node& node,
                                                            const runtime::MatmulShape& shape,

@@ -92,10 +92,12 @@ struct LoweringOptions {
   // The tiled batch norms' statistics kernels finalize in their last blocks, given the lane's
   // tickets (TrainOptions::kernels.batch_norm_finalize_in_stats).
   bool batch_norm_finalize_in_stats = false;
-  // matmul_bias_gelu_aux as a cuDNN graph-API plan where cuDNN has one, or with
-  // measure_matmul_algorithms where it runs faster than cuBLASLt's epilogue
-  // (TrainOptions::kernels.gelu_products_in_cudnn; src/ops/gelu_product_cudnn.h).
-  bool gelu_products_in_cudnn = false;
+  // Which library runs matmul_bias_gelu_aux (TrainOptions::kernels.gelu_product_library):
+  // kFastest races cuDNN's graph-API plan against cuBLASLt's epilogue where measuring
+  // (src/ops/gelu_product_race.h); kCudnn takes cuDNN's wherever it has a plan
+  // (src/ops/gelu_product_cudnn.h).
+  enum class GeluProductLibrary { kFastest, kCublasLt, kCudnn };
+  GeluProductLibrary gelu_product_library = GeluProductLibrary::kFastest;
 };
 
 // What a lowering needs: shared device resources and this node's device addresses.

@@ -169,23 +169,31 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerBiasGradApart(const LoweringCont
       new KernelSequence(std::move(kernels), std::max(workspace, launches.workspace_bytes)));
 }
 
-// The GELU products on cuBLASLt's epilogues, or where asked the forward one on cuDNN's graph API
-// (cuDNN's data-gradient form measured slower than cuBLASLt's DGELU: KernelTuning::
-// gelu_products_in_cudnn): cuDNN's first plan, or where measuring, the faster of cuDNN's and
-// cuBLASLt's (src/ops/gelu_product_race.h). Where cuDNN has no plan for the shape, cuBLASLt's,
-// described with cuDNN's reason.
+// The GELU products on cuBLASLt's epilogues, or the forward one on cuDNN's graph API where the
+// options say so (cuDNN's data-gradient form measured slower than cuBLASLt's DGELU:
+// KernelTuning::gelu_product_library): raced against cuBLASLt's where measuring
+// (src/ops/gelu_product_race.h), or cuDNN's plan asked for. Where cuDNN has no plan for the
+// shape, cuBLASLt's, described with cuDNN's reason; where cuBLASLt has no epilogue algorithm
+// either, the plain product and our GELU kernel.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGeluProduct(
     const LoweringContext& ctx, const Node& node, const runtime::MatmulShape& shape,
     const runtime::MatmulEpilogue& epilogue) {
+  using Library = LoweringOptions::GeluProductLibrary;
+  const Library library = ctx.options.gelu_product_library;
+  absl::StatusOr<std::unique_ptr<GpuKernel>> fused;
   std::string cudnn_note;
-  if (ctx.options.gelu_products_in_cudnn && node.op == &MatmulBiasGeluAuxOp()) {
-    if (ctx.options.measure_matmul_algorithms) return RaceGeluProduct(ctx, node, shape, epilogue);
+  if (node.op != &MatmulBiasGeluAuxOp() || library == Library::kCublasLt ||
+      (library == Library::kFastest && !ctx.options.measure_matmul_algorithms)) {
+    fused = LowerLtMatmul(ctx, node, shape, epilogue);
+  } else if (library == Library::kFastest) {
+    fused = RaceGeluProduct(ctx, node, shape, epilogue);
+  } else {
     absl::StatusOr<CudnnGeluLowering> cudnn = LowerCudnnGeluProduct(ctx, node, shape);
     if (cudnn.ok()) return std::move(cudnn->kernel);
     if (!absl::IsUnimplemented(cudnn.status())) return cudnn.status();
     cudnn_note = CudnnRefusalNote(cudnn.status());
+    fused = LowerLtMatmul(ctx, node, shape, epilogue);
   }
-  absl::StatusOr<std::unique_ptr<GpuKernel>> fused = LowerLtMatmul(ctx, node, shape, epilogue);
   if (!fused.ok() && fused.status().code() == absl::StatusCode::kNotFound) {
     fused = LowerUnfusedGelu(ctx, node, shape);
   }

@@ -31,6 +31,8 @@ namespace {
 
 double Tolerance(DType dtype) { return dtype == DType::kFloat32 ? 2e-5 : 1e-2; }
 
+using GeluLibrary = ops::LoweringOptions::GeluProductLibrary;
+
 class GeluEpilogueGpuTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
@@ -56,11 +58,11 @@ TEST_P(GeluEpilogueGpuTest, FusedProductsMatchCpuReference) {
   ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
 }
 
-// The GELU layer's forward product as a cuDNN graph-API plan (KernelTuning::gelu_products_in_cudnn)
-// in the layout GPT-2 reads (the weight [n, k]), with cuBLASLt's DGELU reading its pre-activation:
-// in 16-bit types cuDNN's plan runs (its description says so, so that a quiet fall back to
-// cuBLASLt fails the test); in float32 cuDNN takes none, and cuBLASLt's epilogue runs, described
-// with cuDNN's reason.
+// The GELU layer's forward product as a cuDNN graph-API plan (KernelTuning::gelu_product_library
+// kCudnn) in the layout GPT-2 reads (the weight [n, k]), with cuBLASLt's DGELU reading its
+// pre-activation: in 16-bit types cuDNN's plan runs (its description says so, so that a quiet fall
+// back to cuBLASLt fails the test); in float32 cuDNN takes none, and cuBLASLt's epilogue runs,
+// described with cuDNN's reason.
 TEST_P(GeluEpilogueGpuTest, CudnnGeluProductMatchesCpuReference) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();
@@ -76,8 +78,8 @@ TEST_P(GeluEpilogueGpuTest, CudnnGeluProductMatchesCpuReference) {
   ASSERT_TRUE(g.AddOp(ops::MatmulDGeluOp(), "back", {dy, w2, fwd[1]}).ok());
   ir::ReferenceExecutor cpu(g, false, 23);
   std::vector<std::string> described;
-  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(dtype), {.gelu_products_in_cudnn = true},
-                             &described);
+  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(dtype),
+                             {.gelu_product_library = GeluLibrary::kCudnn}, &described);
   int cudnn_plans = 0, noted = 0;
   for (const std::string& line : described) {
     cudnn_plans += line.rfind("cudnn gelu ", 0) == 0;
@@ -87,28 +89,54 @@ TEST_P(GeluEpilogueGpuTest, CudnnGeluProductMatchesCpuReference) {
   EXPECT_EQ(noted, dtype == DType::kFloat32 ? 1 : 0) << absl::StrJoin(described, "\n");
 }
 
-// Measuring (LoweringOptions::measure_matmul_algorithms), the node runs the faster of cuDNN's
-// measured plan and cuBLASLt's measured epilogue, timed in turns; either gives the reference.
-TEST(GeluProductRaceGpuTest, FasterOfCudnnAndCublasLtMatchesCpuReference) {
-  REPRISE_REQUIRE_GPU();
+// One GELU forward product (bias, GELU, pre-activation kept) of GPT-2's layout, lowered with
+// `options` and checked against the CPU reference; how many of its descriptions were raced, and
+// how many carry cuDNN's reason for not running.
+struct GeluProductLowered {
+  int raced = 0, cudnn_refused = 0;
+};
+GeluProductLowered ExpectGeluProductMatchesCpu(DType dtype, const ops::LoweringOptions& options) {
   constexpr int64_t kM = 256, kK = 128, kN = 384;
-  constexpr DType kDType = DType::kBFloat16;
   Graph g;
-  Value x = *g.AddConstant("x", {Shape{kM, kK}, kDType}, Initializer::Uniform(-1, 1));
-  Value w = *g.AddConstant("w", {Shape{kN, kK}, kDType}, Initializer::Uniform(-0.5, 0.5));
-  Value bias = *g.AddConstant("bias", {Shape{kN}, kDType}, Initializer::Uniform(-1, 1));
-  ASSERT_TRUE(
+  Value x = *g.AddConstant("x", {Shape{kM, kK}, dtype}, Initializer::Uniform(-1, 1));
+  Value w = *g.AddConstant("w", {Shape{kN, kK}, dtype}, Initializer::Uniform(-0.5, 0.5));
+  Value bias = *g.AddConstant("bias", {Shape{kN}, dtype}, Initializer::Uniform(-1, 1));
+  EXPECT_TRUE(
       g.AddOp(ops::MatmulBiasGeluAuxOp(), "fc", {x, w, bias}, {{"transpose_b", true}}).ok());
   ir::ReferenceExecutor cpu(g, false, 29);
   std::vector<std::string> described;
-  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(kDType),
-                             {.measure_matmul_algorithms = true, .gelu_products_in_cudnn = true},
-                             &described);
-  int raced = 0;
+  ExpectGpuMatchesCpuLowered(g, cpu, Tolerance(dtype), options, &described);
+  GeluProductLowered lowered;
   for (const std::string& line : described) {
-    raced += line.find("(timed in turns: cuDNN ") != std::string::npos;
+    lowered.raced += line.find("(timed in turns: cuDNN ") != std::string::npos;
+    lowered.cudnn_refused += line.find("(cuDNN: ") != std::string::npos;
   }
-  EXPECT_EQ(raced, 1) << absl::StrJoin(described, "\n");
+  return lowered;
+}
+
+// Measuring (LoweringOptions::measure_matmul_algorithms) with the default library choice, the
+// node runs the faster of cuDNN's measured plan and cuBLASLt's measured epilogue, timed in turns;
+// either gives the reference.
+TEST(GeluProductRaceGpuTest, FasterOfCudnnAndCublasLtMatchesCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  const GeluProductLowered lowered =
+      ExpectGeluProductMatchesCpu(DType::kBFloat16, {.measure_matmul_algorithms = true});
+  EXPECT_EQ(lowered.raced, 1);
+  EXPECT_EQ(lowered.cudnn_refused, 0);
+}
+
+// Where cuDNN has no plan (its GELU graph takes no float32), the race leaves cuBLASLt's epilogue
+// running, described with cuDNN's reason; where cuBLASLt is named, nothing is raced.
+TEST(GeluProductRaceGpuTest, CublasLtRunsWhereCudnnHasNoPlanOrIsNotAskedFor) {
+  REPRISE_REQUIRE_GPU();
+  GeluProductLowered lowered =
+      ExpectGeluProductMatchesCpu(DType::kFloat32, {.measure_matmul_algorithms = true});
+  EXPECT_EQ(lowered.raced, 0);
+  EXPECT_EQ(lowered.cudnn_refused, 1);
+  lowered = ExpectGeluProductMatchesCpu(
+      DType::kBFloat16,
+      {.measure_matmul_algorithms = true, .gelu_product_library = GeluLibrary::kCublasLt});
+  EXPECT_EQ(lowered.raced + lowered.cudnn_refused, 0);
 }
 
 // add_layer_norm and layer_norm_grad_add.
@@ -167,13 +195,13 @@ void MakeBatch(int step, std::vector<int32_t>& ids, std::vector<int32_t>& labels
 // replayed step gives eager's bits (Trainer::Verify).
 class GeluBlockTrainerGpuTest : public ::testing::TestWithParam<DType> {};
 
-void ExpectBlockFollowsCpu(DType compute, bool gelu_products_in_cudnn) {
+void ExpectBlockFollowsCpu(DType compute, KernelTuning::GeluProductLibrary gelu_library) {
   const double tol = compute == DType::kFloat32 ? 1e-4 : 3e-2;
   Block b = BuildBlock();
   TrainOptions options;
   options.seed = 42;
   options.numerics.compute_dtype = compute;
-  options.kernels.gelu_products_in_cudnn = gelu_products_in_cudnn;
+  options.kernels.gelu_product_library = gelu_library;
   options.optimizer.learning_rate = 0.1f;
   REPRISE_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Trainer> gpu,
                                Trainer::Create(b.graph, b.loss, options));
@@ -205,13 +233,13 @@ void ExpectBlockFollowsCpu(DType compute, bool gelu_products_in_cudnn) {
 
 TEST_P(GeluBlockTrainerGpuTest, FusedBlockFollowsCpuReferenceAndReplaysEagerBits) {
   REPRISE_REQUIRE_GPU();
-  ExpectBlockFollowsCpu(GetParam(), /*gelu_products_in_cudnn=*/false);
+  ExpectBlockFollowsCpu(GetParam(), KernelTuning::GeluProductLibrary::kFastest);
 }
 
 // The same block in bfloat16 with the GELU products on cuDNN's plans.
 TEST(GeluBlockCudnnTrainerGpuTest, CudnnProductsFollowCpuReferenceAndReplayEagerBits) {
   REPRISE_REQUIRE_GPU();
-  ExpectBlockFollowsCpu(DType::kBFloat16, /*gelu_products_in_cudnn=*/true);
+  ExpectBlockFollowsCpu(DType::kBFloat16, KernelTuning::GeluProductLibrary::kCudnn);
 }
 
 INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, GeluBlockTrainerGpuTest,

@@ -180,15 +180,17 @@ TEST(TrainerKernelCacheTest, MeasuredConvPlansAreRecordedAndALaterProcessReusesT
   runtime::CudnnConvGraph::ForgetPlans();
 }
 
-// A small bfloat16 GPT-2 with measured cuBLASLt configurations (and with gelu_products_in_cudnn,
-// its GELU products raced between cuDNN and cuBLASLt): how many choices its Create measured or
-// took from records (ops::MatmulChoices, before and after), and the losses of three steps.
+// A small bfloat16 GPT-2 with measured cuBLASLt configurations (with gelu_product_library's
+// default, its GELU products raced between cuDNN and cuBLASLt): how many choices its Create
+// measured or took from records (ops::MatmulChoices, before and after), and the losses of three
+// steps.
 struct MeasuredProducts {
   ops::MatmulChoiceStats before, after;
   TrainerStats stats;  // The trainer's own counts of the same.
   std::vector<float> losses;
 };
-absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts(bool gelu_products_in_cudnn = false) {
+absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts(
+    KernelTuning::GeluProductLibrary gelu_library) {
   ASSIGN_OR_RETURN(models::Gpt2 model, models::BuildGpt2({.batch = 2,
                                                           .seq = 32,
                                                           .max_positions = 32,
@@ -199,7 +201,7 @@ absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts(bool gelu_products_in
   TrainOptions options;
   options.numerics.compute_dtype = DType::kBFloat16;
   options.kernels.measure_matmul_algorithms = true;
-  options.kernels.gelu_products_in_cudnn = gelu_products_in_cudnn;
+  options.kernels.gelu_product_library = gelu_library;
   options.seed = 11;
   MeasuredProducts run{.before = ops::MatmulChoices()};
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
@@ -223,11 +225,10 @@ absl::StatusOr<MeasuredProducts> TrainWithMeasuredProducts(bool gelu_products_in
 
 // Measured choices recorded, and a later process (the records on disk) taking every one from its
 // record, timing nothing and giving the same losses bit for bit.
-void ExpectMeasuredChoicesRecordedAndReused(bool gelu_products_in_cudnn) {
+void ExpectMeasuredChoicesRecordedAndReused(KernelTuning::GeluProductLibrary gelu_library) {
   testing::ScopedTempDir dir;
   ScopedEnv env("REPRISE_CACHE_DIR", dir.path());
-  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts measured,
-                               TrainWithMeasuredProducts(gelu_products_in_cudnn));
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts measured, TrainWithMeasuredProducts(gelu_library));
   const ops::MatmulChoiceStats first = measured.after.Since(measured.before);
   std::cout << first.MeasuredSince({}) << "\n";
   // Each distinct product is timed once; the layers' products of the same shape after the first
@@ -239,8 +240,7 @@ void ExpectMeasuredChoicesRecordedAndReused(bool gelu_products_in_cudnn) {
   EXPECT_EQ(measured.stats.matmul_choices_from_records, first.from_records);
   EXPECT_EQ(measured.stats.matmul_candidates_timed, first.candidates_timed);
   EXPECT_GT(measured.stats.matmul_measure_ms, 0);
-  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded,
-                               TrainWithMeasuredProducts(gelu_products_in_cudnn));
+  REPRISE_ASSERT_OK_AND_ASSIGN(MeasuredProducts recorded, TrainWithMeasuredProducts(gelu_library));
   const ops::MatmulChoiceStats later = recorded.after.Since(recorded.before);
   EXPECT_EQ(later.measured, 0);
   EXPECT_EQ(later.from_records, first.measured + first.from_records);
@@ -254,14 +254,15 @@ void ExpectMeasuredChoicesRecordedAndReused(bool gelu_products_in_cudnn) {
 
 TEST(TrainerKernelCacheTest, MeasuredMatmulChoicesAreRecordedAndALaterProcessReusesThem) {
   REPRISE_REQUIRE_GPU();
-  ExpectMeasuredChoicesRecordedAndReused(/*gelu_products_in_cudnn=*/false);
+  ExpectMeasuredChoicesRecordedAndReused(KernelTuning::GeluProductLibrary::kCublasLt);
 }
 
-// The race between cuDNN's plan and cuBLASLt's epilogue for each GELU product is one more
-// recorded choice: a later process runs the recorded winner (cuDNN's plan by its name) untimed.
+// The race between cuDNN's plan and cuBLASLt's epilogue for each GELU product (the default where
+// measuring) is one more recorded choice: a later process runs the recorded winner (cuDNN's plan
+// by its name) untimed.
 TEST(TrainerKernelCacheTest, RacedGeluProductsAreRecordedAndALaterProcessReusesThem) {
   REPRISE_REQUIRE_GPU();
-  ExpectMeasuredChoicesRecordedAndReused(/*gelu_products_in_cudnn=*/true);
+  ExpectMeasuredChoicesRecordedAndReused(KernelTuning::GeluProductLibrary::kFastest);
 }
 
 TEST(TrainerKernelCacheTest, OffLeavesTheDiskAlone) {

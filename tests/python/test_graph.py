@@ -98,6 +98,10 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert reprise.KernelTuning().conv_api == reprise.ConvApi.graph
     assert not reprise.KernelTuning().conv_sums_in_place
     assert not reprise.KernelTuning().conv_batch_norm_stats
+    # GELU products raced between cuDNN and cuBLASLt where measuring, unless one is named.
+    assert reprise.KernelTuning().gelu_product_library == reprise.GeluProductLibrary.fastest
+    assert (reprise.KernelTuning(gelu_product_library=reprise.GeluProductLibrary.cudnn)
+            .gelu_product_library == reprise.GeluProductLibrary.cudnn)
     assert reprise.KernelTuning().residual_sums_in_batch_norm
     assert not reprise.KernelTuning(residual_sums_in_batch_norm=False).residual_sums_in_batch_norm
     assert reprise.KernelTuning().residual_sums_min_elements == 4_000_000
@@ -134,8 +138,8 @@ def test_every_kernel_option_is_settable():
         header = f.read()
     body = header[header.index("struct KernelTuning {"):]
     body = body[:body.index("\n};")]
-    fields = re.findall(r"^  (?:bool|int|int64_t|ChannelsLast|ConvApi)\s+(\w+)\s*=", body, re.M)
+    fields = re.findall(r"^  (?:bool|int|int64_t|ChannelsLast|ConvApi|GeluProductLibrary)\s+(\w+)\s*=", body, re.M)
     assert {"fuse", "conv_api", "residual_sums_in_batch_norm", "residual_sums_min_elements",
-            "sgd_one_launch"} <= set(fields)
+            "sgd_one_launch", "gelu_product_library"} <= set(fields)
     missing = [name for name in fields if not hasattr(reprise.KernelTuning(), name)]
     assert not missing, missing
