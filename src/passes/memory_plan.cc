@@ -415,7 +415,22 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLa
       }
       std::sort(live.begin(), live.end());
       const int64_t size = AlignedSize(units[i].block);
-      const int64_t offset = FirstFit(live, size);
+      int64_t offset = FirstFit(live, size);
+      // A wait for another lane is taken only where it lowers the peak: where the block fits
+      // below the peak so far without the places of values another lane may still read, it goes
+      // there. (GPT-2 124M B=16: 13 such waits held lane 0 up 0.9 ms a step on lane 1's weight
+      // gradients for the same peak.)
+      if (!separable.empty()) {
+        std::vector<std::pair<int64_t, int64_t>> all = live;
+        for (const auto& [j, waits] : separable) {
+          all.emplace_back(layout.offsets[j], AlignedSize(units[j].block));
+        }
+        std::sort(all.begin(), all.end());
+        if (const int64_t apart_offset = FirstFit(all, size); apart_offset + size <= layout.peak) {
+          offset = apart_offset;
+          separable.clear();
+        }
+      }
       layout.offsets[i] = offset;
       layout.peak = std::max(layout.peak, offset + size);
       placed.push_back(i);

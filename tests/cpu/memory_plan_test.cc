@@ -12,6 +12,7 @@
 #include "reprise/nn.h"
 #include "src/autodiff/autodiff.h"
 #include "src/ops/ops.h"
+#include "src/passes/pipeline.h"
 #include "src/passes/plan.h"
 #include "src/passes/schedule.h"
 
@@ -148,6 +149,29 @@ TEST(MemoryPlanTest, WaitsLetLanesReuseWhatTheWeightGradientLaneRead) {
     ASSERT_TRUE(live.ok()) << live.status();
     EXPECT_LE(plan->memory.transient_peak, *live + *live / 200) << lanes << " lanes";
   }
+}
+
+// A wait for the weight-gradient lane is taken only where it lowers the peak: that lane runs
+// behind (GPT-2 124M at B=16 on an H100: 13 waits of lane 0 for its products, 1.0 ms a step, for
+// no lower peak). This 4-layer GPT-2 took 16 such waits for the peak it now reaches with one.
+TEST(MemoryPlanTest, WaitsForAnotherLaneOnlyWhereTheyLowerThePeak) {
+  auto gpt = models::BuildGpt2({.batch = 8,
+                                .seq = 128,
+                                .max_positions = 128,
+                                .vocab = 512,
+                                .layers = 4,
+                                .heads = 4,
+                                .width = 128});
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  passes::CompileOptions options;
+  options.compute_dtype = DType::kBFloat16;
+  auto step = passes::CompileStep(gpt->graph, gpt->loss, options);
+  ASSERT_TRUE(step.ok()) << step.status();
+  const passes::Plan& plan = step->plan;
+  EXPECT_LE(plan.memory.reuse_waits, 1);
+  auto live = passes::LiveTransientBytes(plan.graph(), plan.launches, plan.kept);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_LE(plan.memory.transient_peak, *live + *live / 200);
 }
 
 TEST(MemoryPlanTest, BuffersWhoseTotalPassesInt64AreRefusedNamingTheNode) {
