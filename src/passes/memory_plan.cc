@@ -418,7 +418,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLa
       int64_t offset = FirstFit(live, size);
       // A wait for another lane is taken only where it lowers the peak: where the block fits
       // below the peak so far without the places of values another lane may still read, it goes
-      // there. (GPT-2 124M B=16: 13 such waits held lane 0 up 0.9 ms a step on lane 1's weight
+      // there. (GPT-2 124M B=16: 13 such waits held lane 0 up 1.0 ms a step on lane 1's weight
       // gradients for the same peak.)
       if (!separable.empty()) {
         std::vector<std::pair<int64_t, int64_t>> all = live;
