@@ -74,7 +74,8 @@ struct MemoryPlan {
 // such waits, the weight gradients' lane would keep every activation it reads from being reused
 // by the data-gradient lane (ResNet-50 b64, two or three lanes: 543 MiB more than one lane). It
 // does so only where the buffer would not fit below the peak so far without that space, since the
-// weight-gradient lane often runs behind. `reuse_waits` counts them; the communication lane neither waits nor is waited for this way.
+// weight-gradient lane often runs behind. `reuse_waits` counts them; the communication lane neither
+// waits nor is waited for this way.
 absl::StatusOr<MemoryPlan> PlanMemory(const Graph& graph, absl::Span<ScheduledLaunch> schedule,
                                       absl::Span<const Value> kept);
 
