@@ -149,7 +149,7 @@ struct KernelTuning {
   // 0.122 ms against cuBLASLt's 0.150 and the step 0.5% less; at B=4 the two tie. cuDNN's
   // data-gradient form (times GELU's derivative) took 0.1828 ms against cuBLASLt's DGELU 0.1532,
   // so the backward stays on cuBLASLt.
-  enum class GeluProductLibrary { kFastest, kCublasLt, kCudnn };
+  enum class GeluProductLibrary : uint8_t { kFastest, kCublasLt, kCudnn };
   GeluProductLibrary gelu_product_library = GeluProductLibrary::kFastest;
 };
 

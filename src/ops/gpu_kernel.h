@@ -96,7 +96,7 @@ struct LoweringOptions {
   // kFastest races cuDNN's graph-API plan against cuBLASLt's epilogue where measuring
   // (src/ops/gelu_product_race.h); kCudnn takes cuDNN's wherever it has a plan
   // (src/ops/gelu_product_cudnn.h).
-  enum class GeluProductLibrary { kFastest, kCublasLt, kCudnn };
+  enum class GeluProductLibrary : uint8_t { kFastest, kCublasLt, kCudnn };
   GeluProductLibrary gelu_product_library = GeluProductLibrary::kFastest;
 };
 

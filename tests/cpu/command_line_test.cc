@@ -148,6 +148,8 @@ TEST_P(CommandLineTest, StrayArgumentIsAUsageError) {
 TEST(CommandLineBenchTest, KernelFlagsAreCheckedBeforeAnyDeviceWork) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"--conv_api foo", "--conv_api must be legacy or graph, not 'foo'"},
+           {"--gelu_product_library cudann",
+            "--gelu_product_library must be fastest, cublaslt or cudnn, not 'cudann'"},
            {"--residual_sums_min_elements -1",
             "--residual_sums_min_elements must be at least 0"}}) {
     const ProgramRun run = RunProgram("reprise-bench", args);
