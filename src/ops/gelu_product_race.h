@@ -1,8 +1,8 @@
 // A GELU layer's forward product (matmul_bias_gelu_aux) where both libraries can run it and the
 // lowering measures (measure_matmul_algorithms, with KernelTuning::gelu_product_library's default
-// kFastest): cuDNN's
-// measured graph-API plan (src/ops/gelu_product_cudnn.h) and cuBLASLt's measured GELU_AUX_BIAS
-// epilogue, timed in turns on the node's own buffers (src/ops/kernel_timing.h); the faster runs.
+// kFastest): cuDNN's measured graph-API plan (src/ops/gelu_product_cudnn.h) and cuBLASLt's
+// measured GELU_AUX_BIAS epilogue, timed in turns on the node's own buffers
+// (src/ops/kernel_timing.h); the faster runs.
 // The outcome is recorded beside cuBLASLt's measured choices (runtime::kGeluProductRecordKind,
 // keyed by the product, the workspace limit, the GPU and both libraries' versions), so that a
 // later process with the same product takes it from the record, times nothing and gives the same
