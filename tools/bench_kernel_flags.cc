@@ -45,6 +45,9 @@ ABSL_FLAG(bool, relu_epilogues, false,
 ABSL_FLAG(bool, bias_sum_epilogues, false,
           "with fusion: linear layers' bias gradients in their weight-gradient products' BGRADB "
           "epilogues (TrainOptions::kernels.weight_gradient_bias_sums)");
+ABSL_FLAG(bool, layer_norm_bias_sums, true,
+          "with fusion: a transformer's projection bias gradients summed in the layer norm "
+          "backward that writes their dY (TrainOptions::kernels.layer_norm_bias_sums)");
 ABSL_FLAG(bool, update_copies, true,
           "mixed precision with Adam(W): the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies)");
@@ -101,6 +104,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   KernelTuning kernels;
   kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
   kernels.weight_gradient_bias_sums = absl::GetFlag(FLAGS_bias_sum_epilogues);
+  kernels.layer_norm_bias_sums = absl::GetFlag(FLAGS_layer_norm_bias_sums);
   kernels.update_writes_parameter_copies = absl::GetFlag(FLAGS_update_copies);
   kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);

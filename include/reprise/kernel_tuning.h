@@ -63,6 +63,12 @@ struct KernelTuning {
   // slower (c_fc's weight gradient 0.101 -> 0.141 ms alone). Off by default: on an H200 the B=16,
   // T=1024 step took 3.7% longer with it, B=4, T=256 within noise (docs/benchmarks_gpt2.md).
   bool weight_gradient_bias_sums = false;
+  // Sum the bias gradient of a linear layer whose output gradient a layer norm's backward writes
+  // (a pre-norm transformer's attn.c_proj and mlp.c_proj: the residual stream's gradient) in that
+  // kernel as it stores dx, instead of a column sum reading dx again on the weight-gradient lane
+  // (layer_norm_grad_column_sum, src/ops/layer_norm_residual.h). Taken before the BGRADB epilogues
+  // above.
+  bool layer_norm_bias_sums = true;
   // In mixed precision with Adam or AdamW: keep the parameters' 16-bit copies between steps and
   // write them in the update, instead of casting every weight at the start of each step
   // (src/passes/parameter_copies.h). Same bits either way (the CPU reference's); a host write of

@@ -124,9 +124,14 @@ constexpr char kBackwardBody[] = R"(
 // above. See the header for the layout.
 constexpr char kWarpBody[] = R"(
   __shared__ __align__(16) float weights[LNW_PER * 32 * VEC];
-  __shared__ float stage[LNW_WARPS][LNW_PER * 32 * VEC];
+  __shared__ __align__(16) float stage[LNW_WARPS][LNW_PER * 32 * VEC];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) weights[c] = weight[c];
+#if LNB_SUM
+  // The column sums of dx as stored build up in the warp's own row of the stage (not in
+  // registers, which hold the rows in flight): each lane adds to its own columns only.
+  for (int c = lane; c < LNW_PER * 32 * VEC; c += 32) stage[warp][c] = 0.0f;
+#endif
   __syncthreads();
   float dw[LNW_PER][VEC], db[LNW_PER][VEC];
 #pragma unroll
@@ -189,8 +194,30 @@ constexpr char kWarpBody[] = R"(
 #endif
       }
       StoreVec(dx + base + c0, o);
+#if LNB_SUM
+      float4* const s = reinterpret_cast<float4*>(&stage[warp][c0]);
+#pragma unroll
+      for (int q = 0; q < VEC / 4; ++q) {
+        float4 t = s[q];
+        t.x += ToFloat(FromFloat(o[4 * q]));
+        t.y += ToFloat(FromFloat(o[4 * q + 1]));
+        t.z += ToFloat(FromFloat(o[4 * q + 2]));
+        t.w += ToFloat(FromFloat(o[4 * q + 3]));
+        s[q] = t;
+      }
+#endif
     }
   }
+#if LNB_SUM
+  // The block's column sums of dx, its warps' in warp order, into partial[2].
+  __syncthreads();
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    float t = 0.0f;
+    for (int k = 0; k < LNW_WARPS; ++k) t += stage[k][c];
+    partial[(2LL * gridDim.x + blockIdx.x) * cols + c] = t;
+  }
+  __syncthreads();
+#endif
   // The block's parameter sums: its warps' in warp order, dweight then dbias through one stage.
   for (int which = 0; which < 2; ++which) {
 #pragma unroll
@@ -244,35 +271,33 @@ GeneratedKernel LayerNormBackward(DType dtype, bool add) {
   return LayerNormBackwardWith(dtype, add, 0);
 }
 
-GeneratedKernel LayerNormBackwardWith(DType dtype, bool add, int lane_vectors) {
+namespace {
+
+// The backward kernel of either form, with the column sums of dx where `sum` (warp form only).
+GeneratedKernel BackwardKernel(DType dtype, bool add, int lane_vectors, bool sum) {
   const bool warp = lane_vectors > 0;
   const std::string name = ElementKernelName(
       absl::StrCat("reprise_layer_norm_bwd", warp ? absl::StrCat("_w", lane_vectors) : "",
-                   add ? "_add" : ""),
+                   add ? "_add" : "", sum ? "_sum" : ""),
       dtype);
   const int threads = warp ? 32 * kLayerNormBackwardWarps : kLayerNormBackwardThreads;
-  return {
-      name,
-      absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define LNB_ADD ", add ? 1 : 0,
-                   "\n#define LNB_THREADS ", kLayerNormBackwardThreads, "\n#define LNW_PER ",
-                   lane_vectors, "\n#define LNW_WARPS ", kLayerNormBackwardWarps, "\n",
-                   "extern \"C\" __global__ void __launch_bounds__(", threads, ", 2) ", name,
-                   "(const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
-                   "const float* __restrict__ weight, const float* __restrict__ mean, "
-                   "const float* __restrict__ rstd, ",
-                   add ? "const elem_t* __restrict__ dres, " : "",
-                   "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, "
-                   "int cols, int team, long long rows_per_chunk) {\n",
-                   warp ? kWarpBody : kBackwardBody, "}\n")};
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), Vector16Source(dtype), "#define LNB_ADD ",
+                       add ? 1 : 0, "\n#define LNB_SUM ", sum ? 1 : 0, "\n#define LNB_THREADS ",
+                       kLayerNormBackwardThreads, "\n#define LNW_PER ", lane_vectors,
+                       "\n#define LNW_WARPS ", kLayerNormBackwardWarps, "\n",
+                       "extern \"C\" __global__ void __launch_bounds__(", threads, ", 2) ", name,
+                       "(const elem_t* __restrict__ dy, const elem_t* __restrict__ x, "
+                       "const float* __restrict__ weight, const float* __restrict__ mean, "
+                       "const float* __restrict__ rstd, ",
+                       add ? "const elem_t* __restrict__ dres, " : "",
+                       "elem_t* __restrict__ dx, float* __restrict__ partial, long long rows, "
+                       "int cols, int team, long long rows_per_chunk) {\n",
+                       warp ? kWarpBody : kBackwardBody, "}\n")};
 }
 
-GeneratedKernel LayerNormParamTotal() {
-  return {"reprise_layer_norm_dparams_total",
-          absl::StrCat("#define LNT_ROWS ", kLayerNormTotalRowThreads, R"(
-extern "C" __global__ void reprise_layer_norm_dparams_total(const float* __restrict__ partial,
-                                                            int chunks, int cols,
-                                                            float* __restrict__ dweight,
-                                                            float* __restrict__ dbias) {
+// The totals' body: blockIdx.y picks the partial slab and its output (LNT_SUM: a third, dsum).
+constexpr char kTotalBody[] = R"(
   __shared__ float sums[LNT_ROWS][33];
   const int c = blockIdx.x * 32 + threadIdx.x, which = blockIdx.y;
   const float* p = partial + (long long)which * chunks * cols;
@@ -285,10 +310,43 @@ extern "C" __global__ void reprise_layer_norm_dparams_total(const float* __restr
   if (threadIdx.y == 0 && c < cols) {
     float total = 0.0f;
     for (int k = 0; k < LNT_ROWS; ++k) total += sums[k][threadIdx.x];
+#if LNT_SUM
+    if (which == 2) {
+      dsum[c] = FromFloat(total);
+      return;
+    }
+#endif
     (which == 0 ? dweight : dbias)[c] = total;
   }
 }
-)")};
+)";
+
+}  // namespace
+
+GeneratedKernel LayerNormBackwardWith(DType dtype, bool add, int lane_vectors) {
+  return BackwardKernel(dtype, add, lane_vectors, /*sum=*/false);
+}
+
+GeneratedKernel LayerNormBackwardWithSum(DType dtype, bool add, int lane_vectors) {
+  return BackwardKernel(dtype, add, lane_vectors, /*sum=*/true);
+}
+
+GeneratedKernel LayerNormParamTotal() {
+  return {"reprise_layer_norm_dparams_total",
+          absl::StrCat("#define LNT_ROWS ", kLayerNormTotalRowThreads, "\n#define LNT_SUM 0\n",
+                       "extern \"C\" __global__ void reprise_layer_norm_dparams_total(",
+                       "const float* __restrict__ partial, int chunks, int cols, ",
+                       "float* __restrict__ dweight, float* __restrict__ dbias) {", kTotalBody)};
+}
+
+GeneratedKernel LayerNormParamTotalWithSum(DType dtype) {
+  const std::string name = ElementKernelName("reprise_layer_norm_dparams_total_sum", dtype);
+  return {name,
+          absl::StrCat(ElementTypeSource(dtype), "#define LNT_ROWS ", kLayerNormTotalRowThreads,
+                       "\n#define LNT_SUM 1\n", "extern \"C\" __global__ void ", name,
+                       "(const float* __restrict__ partial, int chunks, int cols, ",
+                       "float* __restrict__ dweight, float* __restrict__ dbias, ",
+                       "elem_t* __restrict__ dsum) {", kTotalBody)};
 }
 
 std::vector<GeneratedKernel> LayerNormBackwardKernels() {
@@ -296,6 +354,7 @@ std::vector<GeneratedKernel> LayerNormBackwardKernels() {
   for (DType dtype : kKernelElementTypes) {
     kernels.push_back(LayerNormBackward(dtype, false));
     kernels.push_back(LayerNormBackward(dtype, true));
+    kernels.push_back(LayerNormParamTotalWithSum(dtype));
   }
   return kernels;
 }

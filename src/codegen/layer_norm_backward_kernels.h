@@ -56,6 +56,8 @@ struct LayerNormBackwardLaunch {
   int64_t rows_per_chunk = 0;  // A multiple of slots.
   int64_t chunks = 0;          // Blocks.
   int64_t partial_bytes = 0;   // float partial[2][chunks][cols] in the lane's workspace.
+  // With the column sums of dx (LayerNormBackwardWithSum): partial[3][chunks][cols].
+  int64_t partial_bytes_with_sum() const { return partial_bytes / 2 * 3; }
   int block() const { return team * slots; }
 };
 LayerNormBackwardLaunch LayerNormBackwardLaunchFor(int64_t rows, int64_t cols, DType dtype);
@@ -71,11 +73,23 @@ GeneratedKernel LayerNormBackward(DType dtype, bool add);
 // unused by the warp form). Grid: chunks blocks of 32·kLayerNormBackwardWarps threads.
 GeneratedKernel LayerNormBackwardWith(DType dtype, bool add, int lane_vectors);
 
+// The warp form (lane_vectors >= 1) that also sums dx's columns as stored (each element rounded
+// to elem_t, then widened), for a linear layer's bias gradient that reads this dx
+// (ops::LayerNormGradColumnSumOp): each warp adds its rows into its own row of shared memory,
+// and the block adds its warps' in warp order into partial[2][k][c]. Named
+// reprise_layer_norm_bwd_w<lane_vectors>[_add]_sum; the signature and grid as above, with
+// partial[3][chunks][cols].
+GeneratedKernel LayerNormBackwardWithSum(DType dtype, bool add, int lane_vectors);
+
 // dweight[c] = Σ_k partial[0][k][c] and dbias[c] = Σ_k partial[1][k][c]: thread y of a column
 // sums k = y, y + 16, ... in order, then the 16 sums add in order. Grid (ceil(cols / 32), 2),
 // blocks (32, kLayerNormTotalRowThreads). Name reprise_layer_norm_dparams_total. Signature:
 // (const float* partial, int chunks, int cols, float* dweight, float* dbias).
 GeneratedKernel LayerNormParamTotal();
+// The same totals and dsum[c] = Σ_k partial[2][k][c] rounded to elem_t, over grid (ceil(cols /
+// 32), 3). Name reprise_layer_norm_dparams_total_sum (+ the type suffix). Signature: (const float*
+// partial, int chunks, int cols, float* dweight, float* dbias, elem_t* dsum).
+GeneratedKernel LayerNormParamTotalWithSum(DType dtype);
 
 // Every kernel above for every kernel element type, but the warp form's (one per width: see
 // ops::SizedLayerNormKernelsOf).

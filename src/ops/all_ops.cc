@@ -53,7 +53,7 @@ std::vector<const ir::OpDef*> AllOps() {
           &EmbeddingGradOp(), &EmbeddingGradAddOp(), &EmbeddingGradAccumulateOp(),
           &AddPositionsOp(), &AddPositionsGradOp(), &CausalAttentionOp(), &CausalAttentionGradOp(),
           &MatmulBiasGeluAuxOp(), &MatmulDGeluOp(), &MatmulBiasGradOp(), &MatmulBiasResidualOp(),
-          &LayerNormGradAddOp(), &AddLayerNormOp(),
+          &LayerNormGradAddOp(), &LayerNormGradColumnSumOp(), &AddLayerNormOp(),
           // Decoding with a key/value cache (src/ops/decode_attention.h).
           &DecodeAttentionOp(), &AddPositionAtOp(), &AdvancePositionOp(),
           // A table padded with zero rows (GPT-2's vocabulary; src/ops/resize_rows.h).

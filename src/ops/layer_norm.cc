@@ -231,11 +231,12 @@ absl::Status CheckScratch(const LoweringContext& ctx, const Node& node, const Ro
 
 // Two launches (src/codegen/layer_norm_backward_kernels.h): dx (plus the residual gradient,
 // input 5, with `add`) and per-block partial parameter sums in one pass over the rows, then
-// their fixed-order total.
+// their fixed-order total. With `sum` (the warp form only), dx's column sums too, into output 3.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOnePassGrad(
     const LoweringContext& ctx, const Node& node, bool add, DType dtype, const Rows& r,
-    const codegen::LayerNormBackwardLaunch& l) {
-  RETURN_IF_ERROR(CheckScratch(ctx, node, r, l.partial_bytes));
+    const codegen::LayerNormBackwardLaunch& l, bool sum) {
+  const int64_t partial_bytes = sum ? l.partial_bytes_with_sum() : l.partial_bytes;
+  RETURN_IF_ERROR(CheckScratch(ctx, node, r, partial_bytes));
   RETURN_IF_ERROR(CheckKernelStore(ctx, node));
   void* partial = ctx.workspace;
   std::vector<std::unique_ptr<GpuKernel>> kernels;
@@ -246,18 +247,37 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOnePassGrad(
   args.Add(static_cast<long long>(l.rows_per_chunk));
   ASSIGN_OR_RETURN(kernels.emplace_back(),
                    NvrtcKernel::Create(
-                       ctx, node.name, codegen::LayerNormBackwardWith(dtype, add, l.lane_vectors),
+                       ctx, node.name,
+                       sum ? codegen::LayerNormBackwardWithSum(dtype, add, l.lane_vectors)
+                           : codegen::LayerNormBackwardWith(dtype, add, l.lane_vectors),
                        dim3(static_cast<unsigned>(l.chunks)), dim3(l.block()), 0, std::move(args)));
   KernelArgs total_args;
   total_args.Add(partial).Add(static_cast<int>(l.chunks)).Add(static_cast<int>(r.cols));
   total_args.Add(ctx.outputs[1]).Add(ctx.outputs[2]);
+  if (sum) total_args.Add(ctx.outputs[3]);
   ASSIGN_OR_RETURN(
       kernels.emplace_back(),
-      NvrtcKernel::Create(ctx, node.name, codegen::LayerNormParamTotal(),
-                          dim3(static_cast<unsigned>((r.cols + 31) / 32), 2),
-                          dim3(32, codegen::kLayerNormTotalRowThreads), 0, std::move(total_args)));
+      NvrtcKernel::Create(
+          ctx, node.name,
+          sum ? codegen::LayerNormParamTotalWithSum(dtype) : codegen::LayerNormParamTotal(),
+          dim3(static_cast<unsigned>((r.cols + 31) / 32), sum ? 3 : 2),
+          dim3(32, codegen::kLayerNormTotalRowThreads), 0, std::move(total_args)));
   return std::unique_ptr<GpuKernel>(
-      new KernelSequence(std::move(kernels), static_cast<size_t>(l.partial_bytes)));
+      new KernelSequence(std::move(kernels), static_cast<size_t>(partial_bytes)));
+}
+
+// The one-pass kernels apply: the width splits into 16-byte vectors (a team or warp form exists),
+// the tensors are aligned, and the two-pass kernels are not forced.
+bool OnePassApplies(const LoweringContext& ctx, bool add,
+                    const codegen::LayerNormBackwardLaunch& l) {
+  return l.team > 0 && !TwoPassRowKernelsForced() &&
+         codegen::Aligned16({ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0],
+                             add ? ctx.inputs[5] : nullptr});
+}
+
+absl::StatusOr<DType> GradDataType(const LoweringContext& ctx, const Node& node, bool add) {
+  return NhwcDataType(node, ctx.input_specs,
+                      add ? std::vector<int>{0, 1, 5} : std::vector<int>{0, 1});
 }
 
 // The one-pass kernels where the width splits into 16-byte vectors and the tensors are aligned
@@ -266,16 +286,12 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerOnePassGrad(
 // lane's workspace) and their fixed-order total.
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradOf(const LoweringContext& ctx, const Node& node,
                                                        bool add) {
-  ASSIGN_OR_RETURN(const DType dtype,
-                   NhwcDataType(node, ctx.input_specs,
-                                add ? std::vector<int>{0, 1, 5} : std::vector<int>{0, 1}));
+  ASSIGN_OR_RETURN(const DType dtype, GradDataType(ctx, node, add));
   ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
   const codegen::LayerNormBackwardLaunch one_pass =
       codegen::LayerNormBackwardLaunchFor(r.rows, r.cols, dtype);
-  if (one_pass.team > 0 && !TwoPassRowKernelsForced() &&
-      codegen::Aligned16({ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0],
-                          add ? ctx.inputs[5] : nullptr})) {
-    return LowerOnePassGrad(ctx, node, add, dtype, r, one_pass);
+  if (OnePassApplies(ctx, add, one_pass)) {
+    return LowerOnePassGrad(ctx, node, add, dtype, r, one_pass, /*sum=*/false);
   }
   const codegen::LayerNormChunking k = codegen::LayerNormChunkingFor(r.rows, r.cols);
   RETURN_IF_ERROR(CheckScratch(ctx, node, r, k.partial_bytes));
@@ -394,6 +410,16 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGradAdd(const LoweringContext& c
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLayerNormGradWithSumInOnePass(
+    const LoweringContext& ctx, const Node& node, bool add) {
+  ASSIGN_OR_RETURN(const DType dtype, GradDataType(ctx, node, add));
+  ASSIGN_OR_RETURN(const Rows r, RowsOf(ctx.input_specs[1]));
+  const codegen::LayerNormBackwardLaunch l =
+      codegen::LayerNormBackwardLaunchFor(r.rows, r.cols, dtype);
+  if (l.lane_vectors == 0 || !OnePassApplies(ctx, add, l)) return nullptr;
+  return LowerOnePassGrad(ctx, node, add, dtype, r, l, /*sum=*/true);
+}
+
 const ir::OpDef& AddLayerNormOp() {
   static const ir::OpDef op{.name = "add_layer_norm",
                             .kind = ir::OpKind::kReduction,
@@ -436,14 +462,18 @@ const ir::OpDef& LayerNormGradOp() {
 
 std::vector<codegen::GeneratedKernel> SizedLayerNormKernelsOf(const Graph& graph,
                                                               const Node& node) {
-  const bool add = node.op == &LayerNormGradAddOp();
-  if ((node.op != &LayerNormGradOp() && !add) || node.inputs.size() < 2) return {};
+  const bool with_sum = node.op == &LayerNormGradColumnSumOp();
+  const bool add = node.op == &LayerNormGradAddOp() || (with_sum && node.inputs.size() == 6);
+  if ((node.op != &LayerNormGradOp() && node.op != &LayerNormGradAddOp() && !with_sum) ||
+      node.inputs.size() < 2)
+    return {};
   const TensorSpec& x = graph.spec(node.inputs[1]);
   const absl::StatusOr<Rows> r = RowsOf(x);
   if (!r.ok()) return {};
   const codegen::LayerNormBackwardLaunch l =
       codegen::LayerNormBackwardLaunchFor(r->rows, r->cols, x.dtype);
   if (l.lane_vectors == 0) return {};
+  if (with_sum) return {codegen::LayerNormBackwardWithSum(x.dtype, add, l.lane_vectors)};
   return {codegen::LayerNormBackwardWith(x.dtype, add, l.lane_vectors)};
 }
 

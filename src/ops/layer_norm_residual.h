@@ -6,7 +6,11 @@
 #ifndef REPRISE_SRC_OPS_LAYER_NORM_RESIDUAL_H_
 #define REPRISE_SRC_OPS_LAYER_NORM_RESIDUAL_H_
 
+#include <memory>
+
+#include "absl/status/statusor.h"
 #include "src/ir/op_def.h"
+#include "src/ops/gpu_kernel.h"
 
 namespace reprise::ops {
 
@@ -19,6 +23,19 @@ const ir::OpDef& AddLayerNormOp();
 // first five inputs, the attrs and the last two outputs as layer_norm_grad's
 // (src/ops/transformer_ops.h); dres has x's spec. The reference runs layer_norm_grad's, then add's.
 const ir::OpDef& LayerNormGradAddOp();
+
+// layer_norm_grad_column_sum: layer_norm_grad's five inputs or layer_norm_grad_add's six -> that
+// op's three outputs and dsum, column_sum of the first (dx [R, C] -> [C], dx's dtype): the bias
+// gradient of the linear layer whose output gradient dx is, summed as the kernel writes dx
+// instead of read again by a column_sum launch (src/ops/layer_norm_column_sum.cc). The reference
+// runs the layer norm's, then column_sum's.
+const ir::OpDef& LayerNormGradColumnSumOp();
+
+// The one-pass, warp-per-row lowering of layer_norm_grad_column_sum (with the residual gradient,
+// input 5, where `add`), or null where that kernel does not apply (a width past the warp form, a
+// tensor not 16-byte aligned, the two-pass kernels forced).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerLayerNormGradWithSumInOnePass(
+    const LoweringContext& ctx, const Node& node, bool add);
 
 }  // namespace reprise::ops
 

@@ -95,8 +95,9 @@ absl::Span<const FusionRule> FusionRules() {
          if (o.residual_epilogues) f.ResidualEpilogues();
        }},
       {"layer norm residual adds", [](const FuseOptions& o) { return o.layer_norm_residual; },
-       [](GroupFinder& f, const FuseOptions&) {
-         f.LayerNormResidualGradients();
+       [](GroupFinder& f, const FuseOptions& o) {
+         f.LayerNormResidualGradients(o.layer_norm_bias_sums);
+         if (o.layer_norm_bias_sums) f.LayerNormGradientColumnSums();
          f.LayerNormResidualAdds();
        }},
       {"embedding gradient sums", [](const FuseOptions& o) { return o.embedding_gradient_sums; },

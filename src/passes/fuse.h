@@ -79,6 +79,9 @@ struct FuseOptions {
   // A layer norm fused with the residual add before it, and its input gradient summed with the
   // residual stream's, each in the layer norm's kernel.
   bool layer_norm_residual = true;
+  // With layer_norm_residual: a column_sum of a layer norm's dx (a projection's bias gradient) in
+  // the layer norm's backward kernel (layer_norm_grad_column_sum).
+  bool layer_norm_bias_sums = true;
   // A tied embedding's two gradients summed in the embedding gradient's kernel
   // (embedding_grad_add, src/passes/fuse_embedding_rules.cc).
   bool embedding_gradient_sums = true;

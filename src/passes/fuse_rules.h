@@ -57,9 +57,11 @@ class GroupFinder {
   // A weight gradient dYᵀ·X and the column_sum of the same dY (its layer's bias gradient) as one
   // product with cuBLASLt's BGRADB epilogue (matmul_bgrad, fuse_gelu_rules.cc).
   void WeightGradientBiasSums();
-  // layer_norm_grad whose dx is added to another gradient: the add in the same kernel
-  // (fuse_layer_norm_rules.cc).
-  void LayerNormResidualGradients();
+  // layer_norm_grad whose dx is added to another gradient: the add in the same kernel, and with
+  // `bias_sums` a column sum of the result too (fuse_layer_norm_rules.cc).
+  void LayerNormResidualGradients(bool bias_sums);
+  // layer_norm_grad and a column sum of its dx as one layer_norm_grad_column_sum.
+  void LayerNormGradientColumnSums();
   // add -> layer_norm as one add_layer_norm (the adds no product epilogue took).
   void LayerNormResidualAdds();
   // add(embedding_grad, other [resize_rows that drops rows]) as one embedding_grad_add, or, with
@@ -92,6 +94,8 @@ class GroupFinder {
     if (kept_.contains(v) || readers.size() != 1 || taken_[readers[0]]) return nullptr;
     return &g_.node(readers[0]);
   }
+  // A column_sum reading `v` that no group has taken, if any.
+  const Node* FreeColumnSumOf(Value v) const;
   bool NeededOutside(Value v, const absl::flat_hash_set<int32_t>& members) const {
     if (kept_.contains(v)) return true;
     for (int32_t r : Readers(v)) {

@@ -78,10 +78,12 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   EXPECT_EQ(counts.at("matmul_bias_gelu_aux"), 1);
   EXPECT_EQ(counts.at("matmul_dgelu"), 1);
   EXPECT_EQ(counts.at("matmul_bias_residual"), 1);
-  // c_fc's, c_proj's and head's bias gradients, each summed by its weight gradient.
-  EXPECT_EQ(counts.at("matmul_bgrad"), 3);
+  // c_fc's and head's bias gradients, each summed by its weight gradient; c_proj's by ln_f's
+  // backward, which writes its dY (the layer norm's rule runs first).
+  EXPECT_EQ(counts.at("matmul_bgrad"), 2);
   EXPECT_EQ(counts.count("column_sum"), 0u);
   EXPECT_EQ(counts.at("layer_norm_grad_add"), 1);  // ln_1's dx plus the residual path's gradient.
+  EXPECT_EQ(counts.at("layer_norm_grad_column_sum"), 1);
   EXPECT_EQ(counts.count("gelu"), 0u);
   EXPECT_EQ(counts.count("gelu_grad"), 0u);
   // The backward reads the pre-activation the forward kept.
@@ -109,7 +111,8 @@ TEST(FuseGeluTest, FusedStepGivesTheUnfusedStepsBitsOnTheCpuReference) {
   auto fused = passes::Fuse(*t, {t->loss}, only_ours);
   ASSERT_TRUE(fused.ok()) << fused.status();
   EXPECT_EQ(OpCounts(fused->training.graph).count("matmul_dgelu"), 1u);
-  EXPECT_EQ(OpCounts(fused->training.graph).at("matmul_bgrad"), 3);
+  EXPECT_EQ(OpCounts(fused->training.graph).at("matmul_bgrad"), 2);
+  EXPECT_EQ(OpCounts(fused->training.graph).at("layer_norm_grad_column_sum"), 1);
   const auto plain = RunCpu(t->graph, t->loss, 3);
   const auto merged = RunCpu(fused->training.graph, fused->training.loss, 3);
   EXPECT_EQ(plain.first, merged.first);
@@ -207,8 +210,8 @@ TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   ASSERT_TRUE(step.ok()) << step.status();
   const Graph& g = step->plan.graph();
   const std::map<std::string, int> counts = OpCounts(g);
-  for (const char* op :
-       {"matmul_bias_gelu_aux", "matmul_dgelu", "matmul_bias_residual", "layer_norm_grad_add"}) {
+  for (const char* op : {"matmul_bias_gelu_aux", "matmul_dgelu", "matmul_bias_residual",
+                         "layer_norm_grad_add", "layer_norm_grad_column_sum"}) {
     EXPECT_EQ(counts.count(op), 1u) << op;
   }
   for (const Node& n : g.nodes()) {
@@ -218,15 +221,16 @@ TEST(FuseGeluTest, Bf16PlanHoldsTheFusedNodes) {
   }
 }
 
-// With FuseOptions::weight_gradient_bias_sums each bias gradient joins its weight gradient, though
-// the widening casts of the two 16-bit gradients lie between them in the training graph (the node
-// goes where the first was).
+// With FuseOptions::weight_gradient_bias_sums (and the layer norm's sums off, which would take
+// c_proj's first) each bias gradient joins its weight gradient, though the widening casts of the
+// two 16-bit gradients lie between them in the training graph (the node goes where the first was).
 TEST(FuseGeluTest, Bf16BiasGradientsJoinTheirWeightGradientsAcrossTheCasts) {
   Block b = BuildBlock();
   TrainOptions options;
   options.numerics.compute_dtype = DType::kBFloat16;
   passes::CompileOptions compile = CompileOptionsFor(options, codegen::MlpStepTarget{});
   compile.plan.fusion.weight_gradient_bias_sums = true;
+  compile.plan.fusion.layer_norm_bias_sums = false;
   auto step = passes::CompileStep(b.graph, b.loss, compile);
   ASSERT_TRUE(step.ok()) << step.status();
   const std::map<std::string, int> counts = OpCounts(step->plan.graph());
@@ -234,6 +238,49 @@ TEST(FuseGeluTest, Bf16BiasGradientsJoinTheirWeightGradientsAcrossTheCasts) {
   EXPECT_EQ(counts.count("column_sum"), 0u);
   for (const Node& n : step->plan.graph().nodes()) {
     if (n.op == &ops::MatmulBiasGradOp()) EXPECT_TRUE(passes::IsWeightGradient(n)) << n.name;
+  }
+}
+
+// By default c_proj's bias gradient, the column sum of the residual stream's gradient that ln_f's
+// backward writes, is summed in that backward (layer_norm_grad_column_sum), whose output 3 is what
+// the optimizer reads; without FuseOptions::layer_norm_bias_sums the column_sum stays a node.
+TEST(FuseGeluTest, ProjectionBiasGradientIsSummedInTheLayerNormBackward) {
+  Block b = BuildBlock();
+  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  const Graph& g = fused->training.graph;
+  const std::map<std::string, int> counts = OpCounts(g);
+  ASSERT_EQ(counts.at("layer_norm_grad_column_sum"), 1);
+  EXPECT_EQ(counts.at("column_sum"), 2);  // c_fc's and head's.
+  const Node* fused_sum = nullptr;
+  for (const Node& n : g.nodes()) {
+    if (n.op == &ops::LayerNormGradColumnSumOp()) fused_sum = &n;
+  }
+  ASSERT_NE(fused_sum, nullptr);
+  EXPECT_THAT(fused_sum->name, HasSubstr("ln_f"));
+  EXPECT_THAT(fused_sum->name, HasSubstr("c_proj"));
+  EXPECT_EQ(fused_sum->inputs.size(), 5u);  // ln_f's dx has no residual gradient to add.
+  ASSERT_EQ(fused_sum->outputs.size(), 4u);
+  EXPECT_EQ(fused_sum->outputs[3].shape, Shape{kWidth});
+  bool read = false;  // The bias gradient reaches the update.
+  for (const Node& n : g.nodes()) {
+    for (const Value& v : n.inputs) read = read || v == Value{fused_sum->id, 3};
+  }
+  EXPECT_TRUE(read);
+  auto apart =
+      passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false, .layer_norm_bias_sums = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  const std::map<std::string, int> apart_counts = OpCounts(apart->training.graph);
+  EXPECT_EQ(apart_counts.count("layer_norm_grad_column_sum"), 0u);
+  EXPECT_EQ(apart_counts.at("column_sum"), 3);
+  // The fused step keeps the unfused step's bits on the CPU reference.
+  const auto plain = RunCpu(t->graph, t->loss, 3);
+  const auto merged = RunCpu(g, fused->training.loss, 3);
+  EXPECT_EQ(plain.first, merged.first);
+  for (const auto& [name, values] : plain.second) {
+    EXPECT_EQ(values, merged.second.at(name)) << name;
   }
 }
 
@@ -291,6 +338,20 @@ TEST(FuseGeluTest, FusedOpsRefuseMismatchedOperandsByName) {
                   .status()
                   .message(),
               AllOf(HasSubstr("ln_grad2"), HasSubstr("residual gradient")));
+  // layer_norm_grad_column_sum: either op's inputs, dx's column sums as a fourth output.
+  const std::vector<Value> with_sum =
+      *g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_sum", {pre, x, wln, stat, stat, x});
+  ASSERT_EQ(with_sum.size(), 4u);
+  EXPECT_EQ(g.spec(with_sum[3]), (TensorSpec{Shape{16}}));
+  EXPECT_EQ(g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_sum1", {pre, x, wln, stat, stat})->size(),
+            4u);
+  EXPECT_THAT(
+      g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_sum2", {pre, x, wln, stat}).status().message(),
+      AllOf(HasSubstr("ln_sum2"), HasSubstr("5 inputs or")));
+  EXPECT_THAT(g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_sum3", {pre, x, wln, stat, stat, wrong})
+                  .status()
+                  .message(),
+              HasSubstr("residual gradient"));
 }
 
 }  // namespace

@@ -132,12 +132,14 @@ TEST(RowKernelsTest, EveryOnePassKernelCompilesForSm90WithDistinctNames) {
       kernels.push_back(codegen::XentRowsOnePass(dtype, outputs, 50304));
     }
   }
-  EXPECT_EQ(kernels.size(), 1u + 2u * 3u + 3u * 3u);
+  // The total, then per type the team form's two and the total with the column sums.
+  EXPECT_EQ(kernels.size(), 1u + 3u * 3u + 3u * 3u);
   for (DType dtype : {DType::kFloat32, kBf16, DType::kFloat16}) {  // The warp form's widths.
     for (int lane_vectors = 1; lane_vectors <= codegen::kLayerNormBackwardMaxLaneVectors;
          ++lane_vectors) {
       for (bool add : {false, true}) {
         kernels.push_back(codegen::LayerNormBackwardWith(dtype, add, lane_vectors));
+        kernels.push_back(codegen::LayerNormBackwardWithSum(dtype, add, lane_vectors));
       }
     }
   }

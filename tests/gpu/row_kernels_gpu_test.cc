@@ -48,9 +48,12 @@ class RowKernelsGpuTest : public ::testing::TestWithParam<DType> {};
 struct LayerNormGradGraph {
   Graph g;
   std::vector<Value> grad, grad_add;  // (dx, dweight, dbias) of each op.
+  // layer_norm_grad_column_sum's (dx, dweight, dbias, dsum) over each one's inputs.
+  std::vector<Value> grad_sum, grad_add_sum;
 };
 
-// layer_norm's statistics feed layer_norm_grad and layer_norm_grad_add (dres a third tensor).
+// layer_norm's statistics feed layer_norm_grad and layer_norm_grad_add (dres a third tensor), and
+// layer_norm_grad_column_sum over the inputs of each.
 LayerNormGradGraph BuildLayerNormGrad(int64_t rows, int64_t cols, DType dtype) {
   LayerNormGradGraph l;
   Graph& g = l.g;
@@ -62,6 +65,9 @@ LayerNormGradGraph BuildLayerNormGrad(int64_t rows, int64_t cols, DType dtype) {
   std::vector<Value> ln = *g.AddOp(ops::LayerNormOp(), "ln", {x, w, b});
   l.grad = *g.AddOp(ops::LayerNormGradOp(), "ln_grad", {dy, x, w, ln[1], ln[2]});
   l.grad_add = *g.AddOp(ops::LayerNormGradAddOp(), "ln_grad_add", {dy, x, w, ln[1], ln[2], dres});
+  l.grad_sum = *g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_grad_sum", {dy, x, w, ln[1], ln[2]});
+  l.grad_add_sum =
+      *g.AddOp(ops::LayerNormGradColumnSumOp(), "ln_grad_add_sum", {dy, x, w, ln[1], ln[2], dres});
   return l;
 }
 
@@ -98,14 +104,33 @@ TEST_P(RowKernelsGpuTest, LayerNormBackwardMatchesCpuReferenceAndRepeatsBits) {
     EXPECT_EQ(
         AnyMentions(described, Suffixed(absl::StrCat("reprise_layer_norm_bwd", form), dtype) + " "),
         one_pass);
+    // The column sums ride in the warp form's kernel; elsewhere a column_sum launch follows.
+    const bool sum_in_pass = one_pass && lane_vectors > 0;
+    for (const char* add : {"", "_add"}) {
+      EXPECT_EQ(
+          AnyMentions(
+              described,
+              Suffixed(absl::StrCat("reprise_layer_norm_bwd", form, add, "_sum"), dtype) + " "),
+          sum_in_pass)
+          << add;
+    }
+    EXPECT_EQ(AnyMentions(described, Suffixed("reprise_layer_norm_dparams_total_sum", dtype)),
+              sum_in_pass);
     std::vector<Value> fetch = l.grad;
-    fetch.insert(fetch.end(), l.grad_add.begin(), l.grad_add.end());
+    for (const std::vector<Value>* more : {&l.grad_add, &l.grad_sum, &l.grad_add_sum}) {
+      fetch.insert(fetch.end(), more->begin(), more->end());
+    }
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> first, RunOnGpu(l.g, cpu, fetch));
     REPRISE_ASSERT_OK_AND_ASSIGN(std::vector<ir::HostTensor> second, RunOnGpu(l.g, cpu, fetch));
     for (size_t i = 0; i < fetch.size(); ++i) EXPECT_TRUE(SameBits(first[i], second[i])) << i;
     // The add variant's parameter gradients are the plain one's, bit for bit: same sums.
     EXPECT_TRUE(SameBits(first[1], first[4]));
     EXPECT_TRUE(SameBits(first[2], first[5]));
+    // With the column sums, dx and the parameter gradients keep the bits of the forms without.
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(SameBits(first[i], first[6 + i])) << i;
+      EXPECT_TRUE(SameBits(first[3 + i], first[10 + i])) << i;
+    }
   }
 }
 
