@@ -95,6 +95,22 @@ TEST(FuseGeluTest, BlockBecomesGeluResidualAndLayerNormGradientNodes) {
   EXPECT_EQ(g.node(residual.inputs[3].node).op_name(), "embedding");
 }
 
+struct FusedBlock {
+  autodiff::TrainingGraph training;
+  passes::FusedTraining fused;
+};
+
+// BuildBlock's training graph and what the fuse pass makes of it with `options`.
+absl::StatusOr<FusedBlock> FuseBlock(const passes::FuseOptions& options) {
+  Block b = BuildBlock();
+  absl::StatusOr<autodiff::TrainingGraph> t =
+      autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
+  if (!t.ok()) return t.status();
+  absl::StatusOr<passes::FusedTraining> fused = passes::Fuse(*t, {t->loss}, options);
+  if (!fused.ok()) return fused.status();
+  return FusedBlock{*std::move(t), *std::move(fused)};
+}
+
 // `steps` steps on the CPU reference with fixed batches: the losses and the parameters.
 testing::CpuSteps RunCpu(const Graph& g, Value loss, int steps) {
   return testing::RunTokenSteps(g, loss, steps, "ids", "labels", kTokens, kVocab, kVocab);
@@ -156,12 +172,9 @@ TEST(FuseGeluTest, WithoutTheResidualEpilogueTheAddJoinsTheLayerNorm) {
 // epilogue it is a product plus one fused pointwise kernel (GELU's derivative and the bias
 // gradient), which reads the pre-activation the fused forward kept.
 TEST(FuseGeluTest, DefaultBackwardIsTheEpilogueNode) {
-  Block b = BuildBlock();
-  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
-  ASSERT_TRUE(t.ok()) << t.status();
-  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  const Graph& g = fused->training.graph;
+  absl::StatusOr<FusedBlock> block = FuseBlock({.whole_mlp_step = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  const Graph& g = block->fused.training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
   EXPECT_EQ(counts.at("matmul_dgelu"), 1);
   EXPECT_EQ(counts.count("gelu_grad"), 0u);
@@ -245,12 +258,10 @@ TEST(FuseGeluTest, Bf16BiasGradientsJoinTheirWeightGradientsAcrossTheCasts) {
 // backward writes, is summed in that backward (layer_norm_grad_column_sum), whose output 3 is what
 // the optimizer reads; without FuseOptions::layer_norm_bias_sums the column_sum stays a node.
 TEST(FuseGeluTest, ProjectionBiasGradientIsSummedInTheLayerNormBackward) {
-  Block b = BuildBlock();
-  auto t = autodiff::BuildTrainingGraph(b.graph, b.loss, {0.1f, 0.9f, 0.0f});
-  ASSERT_TRUE(t.ok()) << t.status();
-  auto fused = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
-  ASSERT_TRUE(fused.ok()) << fused.status();
-  const Graph& g = fused->training.graph;
+  absl::StatusOr<FusedBlock> block = FuseBlock({.whole_mlp_step = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  const autodiff::TrainingGraph& t = block->training;
+  const Graph& g = block->fused.training.graph;
   const std::map<std::string, int> counts = OpCounts(g);
   ASSERT_EQ(counts.at("layer_norm_grad_column_sum"), 1);
   EXPECT_EQ(counts.at("column_sum"), 2);  // c_fc's and head's.
@@ -269,15 +280,15 @@ TEST(FuseGeluTest, ProjectionBiasGradientIsSummedInTheLayerNormBackward) {
     for (const Value& v : n.inputs) read = read || v == Value{fused_sum->id, 3};
   }
   EXPECT_TRUE(read);
-  auto apart =
-      passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false, .layer_norm_bias_sums = false});
+  absl::StatusOr<FusedBlock> apart =
+      FuseBlock({.whole_mlp_step = false, .layer_norm_bias_sums = false});
   ASSERT_TRUE(apart.ok()) << apart.status();
-  const std::map<std::string, int> apart_counts = OpCounts(apart->training.graph);
+  const std::map<std::string, int> apart_counts = OpCounts(apart->fused.training.graph);
   EXPECT_EQ(apart_counts.count("layer_norm_grad_column_sum"), 0u);
   EXPECT_EQ(apart_counts.at("column_sum"), 3);
   // The fused step keeps the unfused step's bits on the CPU reference.
-  const auto plain = RunCpu(t->graph, t->loss, 3);
-  const auto merged = RunCpu(g, fused->training.loss, 3);
+  const auto plain = RunCpu(t.graph, t.loss, 3);
+  const auto merged = RunCpu(g, block->fused.training.loss, 3);
   EXPECT_EQ(plain.first, merged.first);
   for (const auto& [name, values] : plain.second) {
     EXPECT_EQ(values, merged.second.at(name)) << name;
