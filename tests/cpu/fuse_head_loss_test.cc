@@ -24,17 +24,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 100;
-
-models::Gpt2Config Tiny() {
-  return {.batch = kBatch,
-          .seq = kSeq,
-          .max_positions = kSeq,
-          .vocab = kVocab,
-          .layers = 1,
-          .heads = 2,
-          .width = 16};
-}
+constexpr int64_t kRows = testing::kTinyGpt2Batch * testing::kTinyGpt2Seq;
+constexpr int64_t kVocab = testing::kTinyGpt2Vocab;
 
 int Count(const Graph& g, absl::string_view op) {
   int n = 0;
@@ -43,11 +34,11 @@ int Count(const Graph& g, absl::string_view op) {
 }
 
 testing::CpuSteps RunCpu(const Graph& g, Value loss) {
-  return testing::RunTokenSteps(g, loss, 3, "tokens", "targets", kBatch * kSeq, 13, kVocab);
+  return testing::RunTinyGpt2Steps(g, loss, 3);
 }
 
 TEST(FuseHeadLossTest, Gpt2OutputLayerBecomesOneNodeWithTheUnfusedBits) {
-  auto gpt = models::BuildGpt2(Tiny());
+  auto gpt = models::BuildGpt2(testing::TinyGpt2());
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   auto t = autodiff::BuildTrainingGraph(gpt->graph, gpt->loss, {0.1f, 0.9f, 0.0f});
   ASSERT_TRUE(t.ok()) << t.status();
@@ -70,8 +61,8 @@ TEST(FuseHeadLossTest, Gpt2OutputLayerBecomesOneNodeWithTheUnfusedBits) {
       EXPECT_EQ(std::get<int64_t>(n.attrs.at(ops::kHeadLossChunksAttr)), chunks);
       EXPECT_EQ(std::get<int64_t>(n.attrs.at("classes")), kVocab);  // Of the padded 128.
       ASSERT_EQ(n.outputs.size(), 3u);
-      EXPECT_EQ(n.outputs[1].shape, (Shape{kBatch * kSeq, 128}));
-      EXPECT_EQ(n.outputs[2].shape, (Shape{kBatch * kSeq, 16}));
+      EXPECT_EQ(n.outputs[1].shape, (Shape{kRows, 128}));
+      EXPECT_EQ(n.outputs[2].shape, (Shape{kRows, 16}));
       EXPECT_THAT(n.name, HasSubstr("lm_head"));
     }
     const testing::CpuSteps merged = RunCpu(g, fused->training.loss);
@@ -85,7 +76,7 @@ TEST(FuseHeadLossTest, Gpt2OutputLayerBecomesOneNodeWithTheUnfusedBits) {
 // In a bfloat16 plan the reference rounds the logits and their gradient as the unfused nodes
 // store them: the same bits.
 TEST(FuseHeadLossTest, BFloat16PlanKeepsTheUnfusedBits) {
-  auto gpt = models::BuildGpt2(Tiny());
+  auto gpt = models::BuildGpt2(testing::TinyGpt2());
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   std::vector<testing::CpuSteps> runs;
   for (const int chunks : {0, 2}) {
@@ -106,7 +97,7 @@ TEST(FuseHeadLossTest, BFloat16PlanKeepsTheUnfusedBits) {
 
 // The logits' place is written over by their gradient: fetched logits keep the nodes apart.
 TEST(FuseHeadLossTest, FetchedLogitsStayApart) {
-  auto gpt = models::BuildGpt2(Tiny());
+  auto gpt = models::BuildGpt2(testing::TinyGpt2());
   ASSERT_TRUE(gpt.ok()) << gpt.status();
   auto t = autodiff::BuildTrainingGraph(gpt->graph, gpt->loss, {0.1f, 0.9f, 0.0f});
   ASSERT_TRUE(t.ok()) << t.status();

@@ -24,30 +24,12 @@
 
 #include "cuda_check.cuh"
 #include "graph_timing.cuh"
+#include "lt_probe_util.cuh"
 
 namespace {
 
-#define LT(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t st_ = (x);                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                \
-      printf("%s:%d cublasLt status %d\n", __FILE__, __LINE__, static_cast<int>(st_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
-
 constexpr int64_t kWidth = 768, kVocab = 50304;
 constexpr size_t kWorkspace = 256u << 20;
-
-__global__ void Fill(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u + seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2bfloat16(scale * (static_cast<float>(x & 0xffff) / 32768.0f - 1.0f));
-  }
-}
 
 // One block per row: the row into shared memory (16-byte loads), its maximum and sum of
 // exponentials, softmax written back in place. 512 threads, kVocab * 2 bytes of shared memory.
@@ -143,8 +125,8 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dx, rows * kWidth * 2));
   void* workspace[2];
   for (void*& p : workspace) CK(cudaMalloc(&p, kWorkspace));
-  Fill<<<1024, 256>>>(x, rows * kWidth, 1, 1.0f);
-  Fill<<<1024, 256>>>(w, kVocab * kWidth, 2, 0.05f);
+  FillBf16<<<1024, 256>>>(x, rows * kWidth, 1, 1.0f);
+  FillBf16<<<1024, 256>>>(w, kVocab * kWidth, 2, 0.05f);
   CK(cudaFuncSetAttribute(SoftmaxRows, cudaFuncAttributeMaxDynamicSharedMemorySize, kVocab * 2));
   CK(cudaDeviceSynchronize());
   cublasLtHandle_t lt;
