@@ -48,6 +48,9 @@ ABSL_FLAG(bool, bias_sum_epilogues, false,
 ABSL_FLAG(bool, layer_norm_bias_sums, true,
           "with fusion: a transformer's projection bias gradients summed in the layer norm "
           "backward that writes their dY (TrainOptions::kernels.layer_norm_bias_sums)");
+ABSL_FLAG(int, head_loss_chunks, 0,
+          "At 2 or more: the output layer's product, loss and data gradient in this many row "
+          "slices, the loss passes on a second stream (TrainOptions::kernels.head_loss_chunks)");
 ABSL_FLAG(bool, update_copies, true,
           "mixed precision with Adam(W): the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies)");
@@ -105,6 +108,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   kernels.relu_backward_epilogues = absl::GetFlag(FLAGS_relu_epilogues);
   kernels.weight_gradient_bias_sums = absl::GetFlag(FLAGS_bias_sum_epilogues);
   kernels.layer_norm_bias_sums = absl::GetFlag(FLAGS_layer_norm_bias_sums);
+  kernels.head_loss_chunks = absl::GetFlag(FLAGS_head_loss_chunks);
   kernels.update_writes_parameter_copies = absl::GetFlag(FLAGS_update_copies);
   kernels.measure_conv_algorithms = absl::GetFlag(FLAGS_measure_conv);
   kernels.narrow_convolutions = absl::GetFlag(FLAGS_narrow_conv);
@@ -115,6 +119,10 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
   }
   if (absl::Status at_least =
           cli::AtLeast("residual_sums_min_elements", FLAGS_residual_sums_min_elements, 0);
+      !at_least.ok()) {
+    return at_least;
+  }
+  if (absl::Status at_least = cli::AtLeast("head_loss_chunks", FLAGS_head_loss_chunks, 0);
       !at_least.ok()) {
     return at_least;
   }
@@ -146,6 +154,9 @@ std::string KernelFlagsText() {
       absl::GetFlag(FLAGS_residual_sums_min_elements) != KernelTuning{}.residual_sums_min_elements
           ? absl::StrCat(" residual_sums_min_elements=",
                          absl::GetFlag(FLAGS_residual_sums_min_elements))
+          : "",
+      absl::GetFlag(FLAGS_head_loss_chunks) > 1
+          ? absl::StrCat(" head_loss_chunks=", absl::GetFlag(FLAGS_head_loss_chunks))
           : "",
       absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",
       absl::GetFlag(FLAGS_dependent_launch) ? "" : " dependent_launch=0",

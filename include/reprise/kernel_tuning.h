@@ -69,6 +69,11 @@ struct KernelTuning {
   // (layer_norm_grad_column_sum, src/ops/layer_norm_residual.h). Taken before the BGRADB epilogues
   // above.
   bool layer_norm_bias_sums = true;
+  // At 2 or more: a language model's output layer (the product x·wᵀ read only by the softmax
+  // cross-entropy, the loss with its gradient, and the data gradient dz·w) in this many row slices,
+  // each slice's loss pass on a second stream beside the next slices' products
+  // (head_loss_chunks, src/ops/ops.h). 0 or 1: one launch each, one after another.
+  int head_loss_chunks = 0;
   // In mixed precision with Adam or AdamW: keep the parameters' 16-bit copies between steps and
   // write them in the update, instead of casting every weight at the start of each step
   // (src/passes/parameter_copies.h). Same bits either way (the CPU reference's); a host write of

@@ -124,6 +124,7 @@ void BindOptions(nb::module_& m) {
       .def_rw("relu_backward_epilogues", &KernelTuning::relu_backward_epilogues)
       .def_rw("weight_gradient_bias_sums", &KernelTuning::weight_gradient_bias_sums)
       .def_rw("layer_norm_bias_sums", &KernelTuning::layer_norm_bias_sums)
+      .def_rw("head_loss_chunks", &KernelTuning::head_loss_chunks)
       .def_rw("update_writes_parameter_copies", &KernelTuning::update_writes_parameter_copies)
       .def_rw("conv_api", &KernelTuning::conv_api)
       .def_rw("conv_sums_in_place", &KernelTuning::conv_sums_in_place)

@@ -51,6 +51,7 @@ passes::CompileOptions CompileOptionsFor(const TrainOptions& options,
   compile.plan.fusion.relu_backward_epilogues = options.kernels.relu_backward_epilogues;
   compile.plan.fusion.weight_gradient_bias_sums = options.kernels.weight_gradient_bias_sums;
   compile.plan.fusion.layer_norm_bias_sums = options.kernels.layer_norm_bias_sums;
+  compile.plan.fusion.head_loss_chunks = options.kernels.head_loss_chunks;
   compile.plan.fusion.update_writes_copies = options.kernels.update_writes_parameter_copies;
   compile.plan.fusion.sgd_one_launch = options.kernels.sgd_one_launch;
   compile.plan.fusion.sgd_checks_in_launch = options.kernels.sgd_checks_in_launch;

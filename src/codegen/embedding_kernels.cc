@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/element_type.h"
+#include "src/codegen/vector16.h"
 
 namespace reprise::codegen {
 namespace {
@@ -219,11 +220,78 @@ GeneratedKernel AddPositionsGrad(DType dtype) {
 )");
 }
 
+// The 16-byte vector forms: each thread takes VEC consecutive elements of a row (cols % VEC == 0,
+// the tensors 16-byte aligned), with the scalar forms' arithmetic element by element.
+GeneratedKernel EmbeddingForwardVec(DType dtype) {
+  return Make("reprise_embedding_vec", dtype,
+              "const int* __restrict__ ids, const elem_t* __restrict__ table, "
+              "elem_t* __restrict__ out, long long tokens, int cols, int vocab",
+              R"(
+  const long long n = tokens * cols / VEC;
+  for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < n;
+       v += (long long)gridDim.x * blockDim.x) {
+    const long long i = v * VEC;
+    const int id = ids[i / cols];
+    // The row's bits as they are: a copy, not a widening and a rounding.
+    *reinterpret_cast<vec_t*>(out + i) =
+        (id >= 0 && id < vocab) ? LoadVec(table + (long long)id * cols + i % cols) : ZeroVec();
+  }
+)",
+              Vector16Source(dtype).c_str());
+}
+
+GeneratedKernel AddPositionsVec(DType dtype) {
+  return Make("reprise_add_positions_vec", dtype,
+              "const elem_t* __restrict__ x, const elem_t* __restrict__ table, "
+              "elem_t* __restrict__ y, long long rows, int cols, int positions",
+              R"(
+  const long long n = rows * cols / VEC;
+  for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < n;
+       v += (long long)gridDim.x * blockDim.x) {
+    const long long i = v * VEC, p = (i / cols) % positions;
+    const vec_t a = LoadVec(x + i), b = LoadVec(table + p * cols + i % cols);
+    float o[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) o[k] = VecAt(a, k) + VecAt(b, k);
+    StoreVec(y + i, o);
+  }
+)",
+              Vector16Source(dtype).c_str());
+}
+
+GeneratedKernel AddPositionsGradVec(DType dtype) {
+  return Make("reprise_add_positions_grad_vec", dtype,
+              "const elem_t* __restrict__ dy, elem_t* __restrict__ dtable, long long rows, "
+              "int cols, int positions, int table_rows",
+              R"(
+  const long long n = (long long)table_rows * cols / VEC;
+  for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < n;
+       v += (long long)gridDim.x * blockDim.x) {
+    const long long i = v * VEC, p = i / cols;
+    float sum[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) sum[k] = 0.0f;
+    if (p < positions) {
+      // Several rows' loads in flight at once; each element still adds its rows in order.
+#pragma unroll 4
+      for (long long r = p; r < rows; r += positions) {
+        const vec_t d = LoadVec(dy + r * cols + i % cols);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) sum[k] += VecAt(d, k);
+      }
+    }
+    StoreVec(dtable + i, sum);
+  }
+)",
+              Vector16Source(dtype).c_str());
+}
+
 std::vector<GeneratedKernel> EmbeddingKernels() {
   std::vector<GeneratedKernel> kernels = {EmbeddingSortChunks()};
   for (DType dtype : kKernelElementTypes) {
     for (GeneratedKernel (*make)(DType) :
-         {EmbeddingForward, EmbeddingGrad, EmbeddingGradInPlace, AddPositions, AddPositionsGrad}) {
+         {EmbeddingForward, EmbeddingGrad, EmbeddingGradInPlace, AddPositions, AddPositionsGrad,
+          EmbeddingForwardVec, AddPositionsVec, AddPositionsGradVec}) {
       kernels.push_back(make(dtype));
     }
   }

@@ -76,6 +76,15 @@ GeneratedKernel AddPositions(DType dtype);
 // (const elem_t* dy, elem_t* dtable, long long rows, int cols, int positions, int table_rows).
 GeneratedKernel AddPositionsGrad(DType dtype);
 
+// The same three with 16-byte loads and stores, VEC elements a thread (src/codegen/vector16.h):
+// only where cols % VEC == 0 and the tensors they load or store (table and out; x, table and y;
+// dy and dtable) are 16-byte aligned (Aligned16). Each element's arithmetic and order are the
+// scalar kernel's, so are its bits. Grid-stride over the vectors. Names reprise_embedding_vec,
+// reprise_add_positions_vec and reprise_add_positions_grad_vec; signatures as above.
+GeneratedKernel EmbeddingForwardVec(DType dtype);
+GeneratedKernel AddPositionsVec(DType dtype);
+GeneratedKernel AddPositionsGradVec(DType dtype);
+
 // Every kernel above for every kernel element type, for compile checks and the kernel store.
 std::vector<GeneratedKernel> EmbeddingKernels();
 

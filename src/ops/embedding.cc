@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/codegen/element_type.h"
 #include "src/codegen/embedding_kernels.h"
+#include "src/codegen/vector16.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
 #include "src/ops/ops.h"
@@ -175,9 +176,14 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerEmbedding(const LoweringContext&
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(tokens)).Add(static_cast<int>(cols));
   args.Add(static_cast<int>(table.shape.dim(0)));
-  return NvrtcKernel::Create(ctx, node.name, codegen::EmbeddingForward(dtype),
-                             GridFor(tokens * cols, 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  // A row's 16-byte vectors a thread where the width and the addresses allow.
+  const int64_t vec = codegen::Vector16Elements(dtype);
+  const bool vectors = cols % vec == 0 && codegen::Aligned16({ctx.inputs[1], ctx.outputs[0]});
+  return NvrtcKernel::Create(
+      ctx, node.name,
+      vectors ? codegen::EmbeddingForwardVec(dtype) : codegen::EmbeddingForward(dtype),
+      GridFor(vectors ? tokens * cols / vec : tokens * cols, 256, *ctx.device), dim3(256), 0,
+      std::move(args));
 }
 
 // Where embedding_grad's sum goes: a table of its own (zeros where no token names a row), that

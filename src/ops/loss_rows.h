@@ -26,6 +26,23 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerRowPerBlockLoss(const LoweringCo
                                                                 const Node& node,
                                                                 codegen::XentOutputs outputs);
 
+// Which rows one row kernel takes: [first, first + count) of all models' rows (count -1: all of
+// them), its row losses written from row_loss + first (one float a row; null unless `outputs`
+// has the loss). A range short of all rows is one model's.
+struct XentRowRange {
+  int64_t first = 0;
+  int64_t count = -1;
+  void* row_loss = nullptr;
+};
+
+// LowerRowPerBlockLoss's row kernel alone, over `range`: no mean. Each row's loss and gradient
+// have the bits the whole node's kernel gives that row (the gradient's scale is still dloss over
+// all of the model's rows), so a node's rows may run in several launches (head_loss_chunks).
+absl::StatusOr<std::unique_ptr<GpuKernel>> LowerXentRowRange(const LoweringContext& ctx,
+                                                             const Node& node,
+                                                             codegen::XentOutputs outputs,
+                                                             const XentRowRange& range);
+
 }  // namespace reprise::ops
 
 #endif  // REPRISE_SRC_OPS_LOSS_ROWS_H_

@@ -97,6 +97,12 @@ const ir::OpDef& MatmulBiasReluMaskOp();
 const ir::OpDef& MatmulDReluBiasGradOp();
 // loss.cc. (logits, labels, dloss) -> (loss, dlogits): both loss kernels in one.
 const ir::OpDef& SoftmaxCrossEntropyWithGradOp();
+// head_loss_chunks.cc. (x [R, C], w [V, C], labels, dloss) -> (loss, dz [R, V], dx [R, C]): the
+// output layer's product x·wᵀ, the loss with its gradient and the data gradient dz·w, in row
+// slices whose loss passes run on a second stream beside the other slices' products. Attrs
+// chunks (the slices), classes (as the loss's). Written by the fuse pass.
+inline constexpr char kHeadLossChunksAttr[] = "chunks";
+const ir::OpDef& HeadLossChunksOp();
 // optimizer.cc. (w0, g0, v0, w1, g1, v1, ..., lr, momentum, weight_decay[, clip][, check]) ->
 // nothing; every (w, v) updated in place as sgd_momentum does, in one launch per kSgdTableSize
 // tensors. Attrs tensors, nesterov, loss_scaled.

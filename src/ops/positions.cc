@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/codegen/embedding_kernels.h"
+#include "src/codegen/vector16.h"
 #include "src/ops/gpu_element_type.h"
 #include "src/ops/gpu_kernel.h"
 #include "src/ops/op_helpers.h"
@@ -116,9 +117,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerAdd(const LoweringContext& ctx, 
   args.Add(ctx.inputs[0]).Add(ctx.inputs[1]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(p.rows)).Add(static_cast<int>(p.cols));
   args.Add(static_cast<int>(p.positions));
-  return NvrtcKernel::Create(ctx, node.name, codegen::AddPositions(dtype),
-                             GridFor(p.rows * p.cols, 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  const int64_t vec = codegen::Vector16Elements(dtype);
+  const bool vectors =
+      p.cols % vec == 0 && codegen::Aligned16({ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]});
+  return NvrtcKernel::Create(
+      ctx, node.name, vectors ? codegen::AddPositionsVec(dtype) : codegen::AddPositions(dtype),
+      GridFor(vectors ? p.rows * p.cols / vec : p.rows * p.cols, 256, *ctx.device), dim3(256), 0,
+      std::move(args));
 }
 
 absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx, const Node& node) {
@@ -129,9 +134,13 @@ absl::StatusOr<std::unique_ptr<GpuKernel>> LowerGrad(const LoweringContext& ctx,
   args.Add(ctx.inputs[0]).Add(ctx.outputs[0]);
   args.Add(static_cast<long long>(p.rows)).Add(static_cast<int>(p.cols));
   args.Add(static_cast<int>(p.positions)).Add(static_cast<int>(table_rows));
-  return NvrtcKernel::Create(ctx, node.name, codegen::AddPositionsGrad(dtype),
-                             GridFor(table_rows * p.cols, 256, *ctx.device), dim3(256), 0,
-                             std::move(args));
+  const int64_t vec = codegen::Vector16Elements(dtype);
+  const bool vectors = p.cols % vec == 0 && codegen::Aligned16({ctx.inputs[0], ctx.outputs[0]});
+  return NvrtcKernel::Create(
+      ctx, node.name,
+      vectors ? codegen::AddPositionsGradVec(dtype) : codegen::AddPositionsGrad(dtype),
+      GridFor(vectors ? table_rows * p.cols / vec : table_rows * p.cols, 256, *ctx.device),
+      dim3(256), 0, std::move(args));
 }
 
 }  // namespace

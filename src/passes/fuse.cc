@@ -75,7 +75,10 @@ bool GroupFinder::OnlyReadBy(const Node& node, const absl::flat_hash_set<int32_t
 absl::Span<const FusionRule> FusionRules() {
   static constexpr FusionRule kRules[] = {
       {"loss with its gradient", [](const FuseOptions& o) { return o.loss_with_grad; },
-       [](GroupFinder& f, const FuseOptions&) { f.LossWithGrad(); }},
+       [](GroupFinder& f, const FuseOptions& o) {
+         if (o.head_loss_chunks > 1) f.HeadLossChunks(o.head_loss_chunks);
+         f.LossWithGrad();
+       }},
       {"batch norm activations", [](const FuseOptions& o) { return o.batch_norm_activations; },
        [](GroupFinder& f, const FuseOptions& o) {
          if (o.conv_batch_norm_stats) f.ConvBatchNormStats();

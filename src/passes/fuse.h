@@ -93,6 +93,10 @@ struct FuseOptions {
   // gradients (grad_sum_squares_nonfinite).
   bool nonfinite_check_with_norm = true;
   bool loss_with_grad = true;
+  // With loss_with_grad, at 2 or more: an output layer's product, its loss with the gradient and
+  // its data gradient as one head_loss_chunks of this many row slices, whose loss passes run on a
+  // second stream beside the other slices' products (src/ops/ops.h). 0 or 1: apart.
+  int head_loss_chunks = 0;
   bool batch_norm_activations = true;
   // With batch_norm_activations: a residual block's ReLU (channels-last, channels a multiple of
   // 16) writes a keep mask (a bit per element, four to a byte) beside its output, which its

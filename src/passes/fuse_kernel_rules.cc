@@ -32,6 +32,52 @@ void GroupFinder::LossWithGrad() {
   }
 }
 
+void GroupFinder::HeadLossChunks(int chunks) {
+  for (const Node& loss : g_.nodes()) {
+    if (loss.op != &ops::SoftmaxCrossEntropyOp() || taken_[loss.id]) continue;
+    const Value z = loss.inputs[0];
+    const Node& product = g_.node(z.node);
+    if (product.op != &ops::MatmulOp() || taken_[product.id] ||
+        product.outputs[0].shape.rank() != 2 ||
+        ir::BoolAttrOr(product.attrs, "transpose_a", false) ||
+        !ir::BoolAttrOr(product.attrs, "transpose_b", false) ||
+        product.outputs[0].shape.dim(0) < chunks) {
+      continue;
+    }
+    const Node* grad = nullptr;
+    for (int32_t r : Readers(z)) {
+      const Node& reader = g_.node(r);
+      if (reader.op == &ops::SoftmaxCrossEntropyGradOp() && !taken_[r] &&
+          reader.inputs[1] == loss.inputs[1] && reader.attrs == loss.attrs) {
+        grad = &reader;
+      }
+    }
+    if (grad == nullptr) continue;
+    // The data gradient dz·w of the same w, no transposes.
+    const Node* dgrad = nullptr;
+    for (int32_t r : Readers(Value{grad->id, 0})) {
+      const Node& reader = g_.node(r);
+      if (reader.op == &ops::MatmulOp() && !taken_[r] && reader.inputs[0] == Value{grad->id, 0} &&
+          reader.inputs[1] == product.inputs[1] &&
+          !ir::BoolAttrOr(reader.attrs, "transpose_a", false) &&
+          !ir::BoolAttrOr(reader.attrs, "transpose_b", false)) {
+        dgrad = &reader;
+      }
+    }
+    if (dgrad == nullptr) continue;
+    // The logits are written over by their gradient: nothing else may read them.
+    if (NeededOutside(z, {loss.id, grad->id})) continue;
+    Attrs attrs = loss.attrs;
+    attrs[ops::kHeadLossChunksAttr] = int64_t{chunks};
+    TryAdd({.members = {product.id, loss.id, grad->id, dgrad->id},
+            .op = &ops::HeadLossChunksOp(),
+            .name = absl::StrCat(product.name, "+", loss.name, "+grad+dgrad"),
+            .attrs = std::move(attrs),
+            .inputs = {product.inputs[0], product.inputs[1], loss.inputs[1], grad->inputs[2]},
+            .outputs = {Value{loss.id, 0}, Value{grad->id, 0}, Value{dgrad->id, 0}}});
+  }
+}
+
 void GroupFinder::GrowChain(int32_t seed, absl::flat_hash_set<int32_t>& members,
                             int32_t& column_sum) const {
   const TensorSpec element = g_.node(seed).outputs[0];

@@ -39,6 +39,9 @@ class GroupFinder {
       : g_(graph), consumers_(graph), kept_(kept.begin(), kept.end()), taken_(graph.num_nodes()) {}
 
   void LossWithGrad();
+  // z = x·wᵀ read only by a softmax_cross_entropy and its gradient, and the data gradient dz·w,
+  // as one head_loss_chunks of `chunks` row slices (fuse_kernel_rules.cc).
+  void HeadLossChunks(int chunks);
   void ConvBatchNormStats();
   // With `relu_bits`, residual ReLUs keep 1-bit masks for their gradients
   // (FuseOptions::batch_norm_relu_bits); with `grad_sums`, a gradient whose dy is an add of at

@@ -27,17 +27,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kBatch = 2, kSeq = 8, kVocab = 100;
+constexpr int64_t kVocab = testing::kTinyGpt2Vocab;
 
-models::Gpt2Config Tiny() {
-  return {.batch = kBatch,
-          .seq = kSeq,
-          .max_positions = kSeq,
-          .vocab = kVocab,
-          .layers = 1,
-          .heads = 2,
-          .width = 16};
-}
+models::Gpt2Config Tiny() { return testing::TinyGpt2(); }
 
 std::map<std::string, int> OpCounts(const Graph& g) {
   std::map<std::string, int> counts;
@@ -50,7 +42,7 @@ std::map<std::string, int> OpCounts(const Graph& g) {
 // `steps` steps on the CPU reference with fixed batches (ids repeat: rows with several tokens):
 // the losses and the parameters.
 testing::CpuSteps RunCpu(const Graph& g, Value loss, int steps) {
-  return testing::RunTokenSteps(g, loss, steps, "tokens", "targets", kBatch * kSeq, 13, kVocab);
+  return testing::RunTinyGpt2Steps(g, loss, steps);
 }
 
 TEST(FuseEmbeddingTest, Gpt2TiedGradientsBecomeOneSumWrittenOverThePaddedGradient) {

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "reprise/graph.h"
+#include "reprise/models.h"
 #include "src/ir/reference_executor.h"
 
 namespace reprise::testing {
@@ -42,6 +43,25 @@ inline CpuSteps RunTokenSteps(const Graph& g, Value loss, int steps, const char*
     parameters[g.node(id).name].assign(values.begin(), values.end());
   }
   return {losses, parameters};
+}
+
+// The fusion tests' GPT-2: one layer, 2 x 8 tokens, a vocabulary of 100 (its logits padded to
+// 128 columns), 16 wide, 2 heads.
+inline constexpr int64_t kTinyGpt2Batch = 2, kTinyGpt2Seq = 8, kTinyGpt2Vocab = 100;
+inline models::Gpt2Config TinyGpt2() {
+  return {.batch = kTinyGpt2Batch,
+          .seq = kTinyGpt2Seq,
+          .max_positions = kTinyGpt2Seq,
+          .vocab = kTinyGpt2Vocab,
+          .layers = 1,
+          .heads = 2,
+          .width = 16};
+}
+
+// RunTokenSteps for a TinyGpt2 graph (ids up to 13, so that rows repeat tokens).
+inline CpuSteps RunTinyGpt2Steps(const Graph& g, Value loss, int steps) {
+  return RunTokenSteps(g, loss, steps, "tokens", "targets", kTinyGpt2Batch * kTinyGpt2Seq, 13,
+                       kTinyGpt2Vocab);
 }
 
 }  // namespace reprise::testing

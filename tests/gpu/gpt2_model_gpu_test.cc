@@ -4,7 +4,8 @@
 // captured step replays the eager one bit for bit, as GPT-2 124M's does over 50 steps; weights go
 // out and back in by name; token ids outside the vocabulary are refused. With a vocabulary of 500
 // (the logits padded to 512 columns) the float32 and bfloat16 steps match the CPU reference too,
-// and the forward logits are the reference's with exactly zero padding columns.
+// and the forward logits are the reference's with exactly zero padding columns. The output layer
+// in row slices (KernelTuning::head_loss_chunks) matches the reference and replays bitwise.
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,12 +95,13 @@ Gpt2Config SmallPadded() {
 
 // Five steps in float32 (no TF32) as captured replays against the CPU reference of the same
 // training graph from the same initial weights: the losses agree to 1e-4 and the parameters to
-// 1e-4 (relative L2 per tensor).
-void ExpectFloat32StepsMatchTheCpuReference(const Gpt2Config& c) {
+// 1e-4 (relative L2 per tensor). `head_loss_chunks` as KernelTuning's.
+void ExpectFloat32StepsMatchTheCpuReference(const Gpt2Config& c, int head_loss_chunks = 0) {
   REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
   TrainOptions options;
   options.seed = 42;
   options.optimizer = NanoGptAdamW(1e-3f);
+  options.kernels.head_loss_chunks = head_loss_chunks;
   REPRISE_ASSERT_OK_AND_ASSIGN(auto gpu, Trainer::Create(gpt.graph, gpt.loss, options));
   REPRISE_ASSERT_OK_AND_ASSIGN(
       autodiff::TrainingGraph training,
@@ -148,6 +150,13 @@ TEST(Gpt2ModelGpuTest, PaddedVocabFloat32StepsMatchTheCpuReference) {
 // The forward logits (ForwardRunner on the trainer's initial weights) against the CPU reference:
 // the vocabulary's 500 columns within 1e-4 (float32) or 2e-2 (bfloat16) relative L2, the 12
 // padding columns exactly 0, and the loss as the reference's.
+// The output layer in three row slices, their loss passes on a second stream
+// (KernelTuning::head_loss_chunks), against the same CPU reference.
+TEST(Gpt2ModelGpuTest, PaddedVocabFloat32HeadInSlicesMatchesTheCpuReference) {
+  REPRISE_REQUIRE_GPU();
+  ExpectFloat32StepsMatchTheCpuReference(SmallPadded(), /*head_loss_chunks=*/3);
+}
+
 TEST(Gpt2ModelGpuTest, PaddedVocabLogitsMatchTheCpuReferenceWithZeroPadding) {
   REPRISE_REQUIRE_GPU();
   const Gpt2Config c = SmallPadded();
@@ -198,9 +207,10 @@ TEST(Gpt2ModelGpuTest, PaddedVocabLogitsMatchTheCpuReferenceWithZeroPadding) {
 
 std::unique_ptr<Trainer> BFloat16Trainer(const models::Gpt2& gpt, float learning_rate,
                                          bool deterministic, uint64_t seed = 42,
-                                         MirrorOptions mirror = {}) {
+                                         MirrorOptions mirror = {}, int head_loss_chunks = 0) {
   TrainOptions options;
   options.mirror = mirror;
+  options.kernels.head_loss_chunks = head_loss_chunks;
   options.seed = seed;
   options.numerics.compute_dtype = DType::kBFloat16;
   options.numerics.deterministic = deterministic;
@@ -372,6 +382,34 @@ TEST(Gpt2ModelGpuTest, MirroredStepsReplayBitwiseAndFollowTheUnmirroredLosses) {
     EXPECT_NEAR(loss, expected, 1e-2 * std::abs(expected)) << "step " << s;
   }
   REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, mirrored->Verify(5));
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+// The output layer in row slices in bfloat16: the step's graph holds each slice's product, loss
+// pass and data gradient (more nodes than the unsliced step), the losses follow the unsliced
+// run's (a slice's product may round apart from the whole one's), and a captured step replays the
+// eager one bit for bit.
+TEST(Gpt2ModelGpuTest, HeadInSlicesFollowsTheUnslicedLossesAndReplaysBitwise) {
+  REPRISE_REQUIRE_GPU();
+  const Gpt2Config c = SmallPadded();
+  REPRISE_ASSERT_OK_AND_ASSIGN(models::Gpt2 gpt, models::BuildGpt2(c));
+  constexpr int kSlices = 3;
+  std::unique_ptr<Trainer> plain = BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true);
+  std::unique_ptr<Trainer> sliced =
+      BFloat16Trainer(gpt, 1e-3f, /*deterministic=*/true, 42, {}, kSlices);
+  ASSERT_TRUE(plain && sliced);
+  for (int s = 0; s < 10; ++s) {
+    const Batch b = MakeBatch(c, s);
+    for (Trainer* t : {plain.get(), sliced.get()}) {
+      REPRISE_ASSERT_OK(Feed(*t, b));
+      REPRISE_ASSERT_OK(t->Step());
+    }
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float expected, plain->Loss());
+    REPRISE_ASSERT_OK_AND_ASSIGN(const float loss, sliced->Loss());
+    EXPECT_NEAR(loss, expected, 1e-2 * std::abs(expected)) << "step " << s;
+  }
+  EXPECT_GT(sliced->stats().graph_nodes, plain->stats().graph_nodes);
+  REPRISE_ASSERT_OK_AND_ASSIGN(const VerifyResult result, sliced->Verify(5));
   EXPECT_TRUE(result.ok()) << result.ToString();
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +91,14 @@ TEST_P(TransformerOpsGpuTest, EmbeddingAndGradientMatchCpuReference) {
     ASSERT_TRUE(g.AddOp1(ops::EmbeddingGradOp(), "wte_grad", {dy, ids}, {{"vocab", kVocab}}).ok());
     ir::ReferenceExecutor cpu(g, false, 3);
     ASSERT_TRUE(cpu.SetLeaf("ids", SkewedIds(kB * kT, kVocab, 4)).ok());
-    ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
+    std::vector<std::string> described;
+    ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype), {}, false, false, &described);
+    // The forward copies 16-byte vectors where the width is whole vectors.
+    bool vector_forward = false;
+    for (const std::string& d : described) {
+      vector_forward = vector_forward || d.find("reprise_embedding_vec") != std::string::npos;
+    }
+    EXPECT_EQ(vector_forward, width == 96);
   }
 }
 
@@ -177,19 +185,29 @@ TEST_P(TransformerOpsGpuTest, EmbeddingGradientIsBitIdenticalAcrossRuns) {
   EXPECT_LT(RelativeL2(a, **cpu.Tensor(dt)), Tolerance(dtype));
 }
 
+// A width of whole 16-byte vectors (the vector kernels) and one that is not (the scalar ones).
 TEST_P(TransformerOpsGpuTest, AddPositionsAndGradientMatchCpuReference) {
   REPRISE_REQUIRE_GPU();
   const DType dtype = GetParam();
-  Graph g;
-  Value x = *g.AddConstant("x", {Shape{6 * 5, 40}, dtype}, Initializer::Uniform(-1, 1));
-  Value table = *g.AddConstant("table", {Shape{8, 40}, dtype}, Initializer::Uniform(-1, 1));
-  Value dy = *g.AddConstant("dy", {Shape{6 * 5, 40}, dtype}, Initializer::Uniform(-1, 1));
-  ASSERT_TRUE(g.AddOp1(ops::AddPositionsOp(), "wpe", {x, table}, {{"positions", int64_t{5}}}).ok());
-  ASSERT_TRUE(g.AddOp1(ops::AddPositionsGradOp(), "wpe_grad", {dy},
-                       {{"positions", int64_t{5}}, {"table_rows", int64_t{8}}})
-                  .ok());
-  ir::ReferenceExecutor cpu(g, false, 7);
-  ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype));
+  for (const int64_t width : {40, 42}) {
+    SCOPED_TRACE(width);
+    Graph g;
+    Value x = *g.AddConstant("x", {Shape{6 * 5, width}, dtype}, Initializer::Uniform(-1, 1));
+    Value table = *g.AddConstant("table", {Shape{8, width}, dtype}, Initializer::Uniform(-1, 1));
+    Value dy = *g.AddConstant("dy", {Shape{6 * 5, width}, dtype}, Initializer::Uniform(-1, 1));
+    ASSERT_TRUE(
+        g.AddOp1(ops::AddPositionsOp(), "wpe", {x, table}, {{"positions", int64_t{5}}}).ok());
+    ASSERT_TRUE(g.AddOp1(ops::AddPositionsGradOp(), "wpe_grad", {dy},
+                         {{"positions", int64_t{5}}, {"table_rows", int64_t{8}}})
+                    .ok());
+    ir::ReferenceExecutor cpu(g, false, 7);
+    std::vector<std::string> described;
+    ExpectGpuMatchesCpu(g, cpu, Tolerance(dtype), {}, false, false, &described);
+    const bool vectors = width % (dtype == DType::kFloat32 ? 4 : 8) == 0;
+    int vector_kernels = 0;
+    for (const std::string& d : described) vector_kernels += d.find("_vec") != std::string::npos;
+    EXPECT_EQ(vector_kernels, vectors ? 2 : 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Float32AndBFloat16, TransformerOpsGpuTest,

@@ -37,19 +37,11 @@
 
 #include "cuda_check.cuh"
 #include "graph_timing.cuh"
+#include "lt_probe_util.cuh"
 
 namespace fe = cudnn_frontend;
 
 namespace {
-
-#define LT(x)                                                                          \
-  do {                                                                                 \
-    cublasStatus_t st_ = (x);                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                \
-      printf("%s:%d cublasLt status %d\n", __FILE__, __LINE__, static_cast<int>(st_)); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
 
 int64_t M = 16384, K = 768, N = 3072;
 constexpr size_t kWorkspace = 64u << 20;
@@ -57,20 +49,10 @@ constexpr int64_t kMaxPlans = 12;  // Timed per graph, in the list's order.
 
 double Tflops(double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; }
 
-__global__ void FillKernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u + seed;
-    x ^= x >> 13;
-    x *= 0x5bd1e995u;
-    x ^= x >> 15;
-    p[i] = __float2bfloat16(scale * (static_cast<float>(x & 0xffff) / 32768.0f - 1.0f));
-  }
-}
-
 __nv_bfloat16* Alloc(size_t n, uint32_t seed, float scale) {
   __nv_bfloat16* p = nullptr;
   CK(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
-  FillKernel<<<1024, 256>>>(p, n, seed, scale);
+  FillBf16<<<1024, 256>>>(p, n, seed, scale);
   CK(cudaGetLastError());
   return p;
 }
