@@ -48,9 +48,10 @@ ABSL_FLAG(bool, bias_sum_epilogues, false,
 ABSL_FLAG(bool, layer_norm_bias_sums, true,
           "with fusion: a transformer's projection bias gradients summed in the layer norm "
           "backward that writes their dY (TrainOptions::kernels.layer_norm_bias_sums)");
-ABSL_FLAG(int, head_loss_chunks, 0,
+ABSL_FLAG(int, head_loss_chunks, -1,
           "At 2 or more: the output layer's product, loss and data gradient in this many row "
-          "slices, the loss passes on a second stream (TrainOptions::kernels.head_loss_chunks)");
+          "slices, the loss passes on a second stream; 0 or 1 apart; -1 two slices for logits of "
+          "at least 2^28 elements (TrainOptions::kernels.head_loss_chunks)");
 ABSL_FLAG(bool, update_copies, true,
           "mixed precision with Adam(W): the parameters' 16-bit copies kept between steps and "
           "written by the update (TrainOptions::kernels.update_writes_parameter_copies)");
@@ -122,7 +123,7 @@ absl::StatusOr<KernelTuning> KernelTuningFromFlags() {
       !at_least.ok()) {
     return at_least;
   }
-  if (absl::Status at_least = cli::AtLeast("head_loss_chunks", FLAGS_head_loss_chunks, 0);
+  if (absl::Status at_least = cli::AtLeast("head_loss_chunks", FLAGS_head_loss_chunks, -1);
       !at_least.ok()) {
     return at_least;
   }
@@ -155,7 +156,7 @@ std::string KernelFlagsText() {
           ? absl::StrCat(" residual_sums_min_elements=",
                          absl::GetFlag(FLAGS_residual_sums_min_elements))
           : "",
-      absl::GetFlag(FLAGS_head_loss_chunks) > 1
+      absl::GetFlag(FLAGS_head_loss_chunks) != KernelTuning{}.head_loss_chunks
           ? absl::StrCat(" head_loss_chunks=", absl::GetFlag(FLAGS_head_loss_chunks))
           : "",
       absl::GetFlag(FLAGS_relu_bits) ? "" : " relu_bits=0",

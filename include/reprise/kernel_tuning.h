@@ -72,12 +72,12 @@ struct KernelTuning {
   // At 2 or more: a language model's output layer (the product x·wᵀ read only by the softmax
   // cross-entropy, the loss with its gradient, and the data gradient dz·w) in this many row
   // slices, each slice's loss pass on a second stream beside the next slices' products
-  // (head_loss_chunks, src/ops/ops.h). 0 or 1: one launch each, one after another. The slices
-  // write the logits' gradient over the logits. On an H100, two slices took GPT-2 124M's B=16,
-  // T=1024 step 0.7% faster and 1.4 GiB smaller, B=4, T=256 unchanged
-  // (docs/benchmarks_gpt2_h100.md); off by default until an H200 and the whole GPU suite have
-  // run it.
-  int head_loss_chunks = 0;
+  // (head_loss_chunks, src/ops/ops.h). 0 or 1: one launch each, one after another. -1 (the
+  // default): two slices where the logits hold at least 2^28 elements, one launch each below.
+  // The slices write the logits' gradient over the logits. On an H100, two slices took GPT-2
+  // 124M's B=16, T=1024 step (logits of 2^29.6 elements) 0.7% faster and 1.4 GiB smaller, and
+  // left B=4, T=256 (2^25.6) unchanged (docs/benchmarks_gpt2_h100.md).
+  int head_loss_chunks = -1;
   // In mixed precision with Adam or AdamW: keep the parameters' 16-bit copies between steps and
   // write them in the update, instead of casting every weight at the start of each step
   // (src/passes/parameter_copies.h). Same bits either way (the CPU reference's); a host write of

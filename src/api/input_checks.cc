@@ -166,10 +166,10 @@ absl::Status ValidateTrainOptions(const TrainOptions& o) {
         absl::StrCat("TrainOptions::kernels.residual_sums_min_elements must be at least 0, got ",
                      o.kernels.residual_sums_min_elements));
   }
-  if (o.kernels.head_loss_chunks < 0 || o.kernels.head_loss_chunks > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TrainOptions::kernels.head_loss_chunks must be in [0, 64], got ",
-                     o.kernels.head_loss_chunks));
+  if (o.kernels.head_loss_chunks < -1 || o.kernels.head_loss_chunks > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainOptions::kernels.head_loss_chunks must be -1 (chosen) or in [0, 64], got ",
+        o.kernels.head_loss_chunks));
   }
   if (o.device < 0) {
     return absl::InvalidArgumentError(

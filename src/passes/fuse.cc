@@ -76,7 +76,9 @@ absl::Span<const FusionRule> FusionRules() {
   static constexpr FusionRule kRules[] = {
       {"loss with its gradient", [](const FuseOptions& o) { return o.loss_with_grad; },
        [](GroupFinder& f, const FuseOptions& o) {
-         if (o.head_loss_chunks > 1) f.HeadLossChunks(o.head_loss_chunks);
+         if (o.head_loss_chunks != 0 && o.head_loss_chunks != 1) {
+           f.HeadLossChunks(o.head_loss_chunks, o.head_loss_chunks_min_elements);
+         }
          f.LossWithGrad();
        }},
       {"batch norm activations", [](const FuseOptions& o) { return o.batch_norm_activations; },

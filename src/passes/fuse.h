@@ -95,8 +95,10 @@ struct FuseOptions {
   bool loss_with_grad = true;
   // With loss_with_grad, at 2 or more: an output layer's product, its loss with the gradient and
   // its data gradient as one head_loss_chunks of this many row slices, whose loss passes run on a
-  // second stream beside the other slices' products (src/ops/ops.h). 0 or 1: apart.
-  int head_loss_chunks = 0;
+  // second stream beside the other slices' products (src/ops/ops.h). 0 or 1: apart. -1: two
+  // slices where the logits hold at least head_loss_chunks_min_elements, apart below.
+  int head_loss_chunks = -1;
+  int64_t head_loss_chunks_min_elements = int64_t{1} << 28;
   bool batch_norm_activations = true;
   // With batch_norm_activations: a residual block's ReLU (channels-last, channels a multiple of
   // 16) writes a keep mask (a bit per element, four to a byte) beside its output, which its

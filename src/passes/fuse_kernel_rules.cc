@@ -32,7 +32,7 @@ void GroupFinder::LossWithGrad() {
   }
 }
 
-void GroupFinder::HeadLossChunks(int chunks) {
+void GroupFinder::HeadLossChunks(int chunks, int64_t auto_min_elements) {
   for (const Node& loss : g_.nodes()) {
     if (loss.op != &ops::SoftmaxCrossEntropyOp() || taken_[loss.id]) continue;
     const Value z = loss.inputs[0];
@@ -40,10 +40,15 @@ void GroupFinder::HeadLossChunks(int chunks) {
     if (product.op != &ops::MatmulOp() || taken_[product.id] ||
         product.outputs[0].shape.rank() != 2 ||
         ir::BoolAttrOr(product.attrs, "transpose_a", false) ||
-        !ir::BoolAttrOr(product.attrs, "transpose_b", false) ||
-        product.outputs[0].shape.dim(0) < chunks) {
+        !ir::BoolAttrOr(product.attrs, "transpose_b", false)) {
       continue;
     }
+    // Chosen (chunks < 0): two slices for logits large enough that the loss pass beside the
+    // products pays (measured on GPT-2 124M, KernelTuning::head_loss_chunks).
+    const int slices = chunks >= 0
+                           ? chunks
+                           : (product.outputs[0].shape.NumElements() >= auto_min_elements ? 2 : 0);
+    if (slices < 2 || product.outputs[0].shape.dim(0) < slices) continue;
     const Node* grad = nullptr;
     for (int32_t r : Readers(z)) {
       const Node& reader = g_.node(r);
@@ -68,7 +73,7 @@ void GroupFinder::HeadLossChunks(int chunks) {
     // The logits are written over by their gradient: nothing else may read them.
     if (NeededOutside(z, {loss.id, grad->id})) continue;
     Attrs attrs = loss.attrs;
-    attrs[ops::kHeadLossChunksAttr] = int64_t{chunks};
+    attrs[ops::kHeadLossChunksAttr] = int64_t{slices};
     TryAdd({.members = {product.id, loss.id, grad->id, dgrad->id},
             .op = &ops::HeadLossChunksOp(),
             .name = absl::StrCat(product.name, "+", loss.name, "+grad+dgrad"),

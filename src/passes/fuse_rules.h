@@ -40,8 +40,9 @@ class GroupFinder {
 
   void LossWithGrad();
   // z = x·wᵀ read only by a softmax_cross_entropy and its gradient, and the data gradient dz·w,
-  // as one head_loss_chunks of `chunks` row slices (fuse_kernel_rules.cc).
-  void HeadLossChunks(int chunks);
+  // as one head_loss_chunks of `chunks` row slices; chunks < 0: two where z holds at least
+  // auto_min_elements, none below (fuse_kernel_rules.cc).
+  void HeadLossChunks(int chunks, int64_t auto_min_elements);
   void ConvBatchNormStats();
   // With `relu_bits`, residual ReLUs keep 1-bit masks for their gradients
   // (FuseOptions::batch_norm_relu_bits); with `grad_sums`, a gradient whose dy is an add of at

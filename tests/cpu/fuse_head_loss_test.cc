@@ -95,6 +95,35 @@ TEST(FuseHeadLossTest, BFloat16PlanKeepsTheUnfusedBits) {
   }
 }
 
+// Chosen (-1, the default): two slices from head_loss_chunks_min_elements logits on, apart
+// below. The tiny model's logits hold kRows * 128 (its padded vocabulary) elements.
+TEST(FuseHeadLossTest, ChosenSlicesFollowTheLogitsSize) {
+  auto gpt = models::BuildGpt2(testing::TinyGpt2());
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  auto t = autodiff::BuildTrainingGraph(gpt->graph, gpt->loss, {0.1f, 0.9f, 0.0f});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(passes::FuseOptions{}.head_loss_chunks, -1);
+  EXPECT_EQ(TrainOptions{}.kernels.head_loss_chunks, -1);
+  for (const int64_t min_elements : {kRows * 128, kRows * 128 + 1}) {
+    SCOPED_TRACE(min_elements);
+    auto fused = passes::Fuse(*t, {t->loss},
+                              {.whole_mlp_step = false,
+                               .head_loss_chunks = -1,
+                               .head_loss_chunks_min_elements = min_elements});
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    const bool sliced = min_elements <= kRows * 128;
+    EXPECT_EQ(Count(fused->training.graph, "head_loss_chunks"), sliced ? 1 : 0);
+    for (const Node& n : fused->training.graph.nodes()) {
+      if (n.op != &ops::HeadLossChunksOp()) continue;
+      EXPECT_EQ(std::get<int64_t>(n.attrs.at(ops::kHeadLossChunksAttr)), 2);
+    }
+  }
+  // At the default threshold the tiny model stays apart.
+  auto apart = passes::Fuse(*t, {t->loss}, {.whole_mlp_step = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_EQ(Count(apart->training.graph, "head_loss_chunks"), 0);
+}
+
 // The logits' place is written over by their gradient: fetched logits keep the nodes apart.
 TEST(FuseHeadLossTest, FetchedLogitsStayApart) {
   auto gpt = models::BuildGpt2(testing::TinyGpt2());
@@ -129,11 +158,11 @@ TEST(FuseHeadLossTest, ShapeRuleAndOptionsRefuseWhatCannotRun) {
   EXPECT_FALSE(g.AddOp(ops::HeadLossChunksOp(), "none", {x, w, labels, dloss}).ok());
   EXPECT_FALSE(g.AddOp(ops::HeadLossChunksOp(), "labels", {x, w, dloss, dloss}, two).ok());
 
-  for (const int chunks : {-1, 65}) {
+  for (const int chunks : {-2, 65}) {
     TrainOptions options;
     options.kernels.head_loss_chunks = chunks;
     EXPECT_THAT(ValidateTrainOptions(options).message(),
-                HasSubstr("kernels.head_loss_chunks must be in [0, 64]"));
+                HasSubstr("kernels.head_loss_chunks must be -1 (chosen) or in [0, 64]"));
   }
 }
 

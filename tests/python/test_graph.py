@@ -107,7 +107,7 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert reprise.KernelTuning().residual_sums_min_elements == 4_000_000
     assert reprise.KernelTuning(residual_sums_min_elements=1 << 23).residual_sums_min_elements == 1 << 23
     # The output layer apart unless asked in row slices.
-    assert reprise.KernelTuning().head_loss_chunks == 0
+    assert reprise.KernelTuning().head_loss_chunks == -1
     assert reprise.KernelTuning(head_loss_chunks=2).head_loss_chunks == 2
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
         reprise.TrainOptions(launch={"lane": 2})
