@@ -106,7 +106,7 @@ def test_train_options_take_groups_as_structs_or_dicts():
     assert not reprise.KernelTuning(residual_sums_in_batch_norm=False).residual_sums_in_batch_norm
     assert reprise.KernelTuning().residual_sums_min_elements == 4_000_000
     assert reprise.KernelTuning(residual_sums_min_elements=1 << 23).residual_sums_min_elements == 1 << 23
-    # The output layer apart unless asked in row slices.
+    # The output layer in two row slices where its logits are large (-1), or as asked.
     assert reprise.KernelTuning().head_loss_chunks == -1
     assert reprise.KernelTuning(head_loss_chunks=2).head_loss_chunks == 2
     with pytest.raises(TypeError, match="TrainOptions.launch has no field 'lane'"):
