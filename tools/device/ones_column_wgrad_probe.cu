@@ -8,7 +8,10 @@
 //   the plain weight gradient, m = in;
 //   the product over [X 1] at m = in + 1 and m = in + 8 (lda and ldd in + 8);
 //   a column-sum kernel over dY (float32 sums), what the ones column would replace;
-// and checks the ones column's sums against that kernel's.
+// and checks the ones column's sums against that kernel's. Then the other half of the form's
+// cost: the layers' forward products reading X at a leading dimension of in + 8 instead of in
+// (c_attn with cuBLASLt's BIAS epilogue, c_fc with GELU_AUX_BIAS), best of eight each, and
+// whether they give the same bits.
 // Not part of the build:
 //   nvcc -O2 -std=c++20 -arch=sm_90 -Itools/device -o ones_column_wgrad_probe \
 //     tools/device/ones_column_wgrad_probe.cu -lcublasLt
@@ -20,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "cuda_check.cuh"
@@ -96,6 +100,113 @@ __global__ void BiasColumnToFloat(const __nv_bfloat16* dw, int64_t out, int64_t 
   if (o < out) bias[o] = __bfloat162float(dw[o * ld + column]);
 }
 
+// Column-major Y[out, rows] = Wᵀ·X + bias (GELU'd with its pre-activation kept when `gelu`):
+// a linear layer's forward, W stored row-major [out, in] (column-major [in, out], transposed)
+// and X row-major [rows, in] at leading dimension `ldx` (column-major [in, rows]).
+struct ForwardProduct {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulHeuristicResult_t choices[8];
+  int found = 0;
+
+  ForwardProduct(cublasLtHandle_t lt, int64_t out, int64_t rows, int64_t in, int64_t ldx,
+                 const void* bias, void* pre, bool gelu) {
+    LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_t = CUBLAS_OP_T;
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+    const cublasLtEpilogue_t epilogue =
+        gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                      sizeof(epilogue)));
+    const cudaDataType_t bias_type = CUDA_R_16BF;
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                      sizeof(bias_type)));
+    LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                      sizeof(bias)));
+    if (gelu) {
+      LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+                                        sizeof(pre)));
+      LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &out,
+                                        sizeof(out)));
+    }
+    LT(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, in, out, in));
+    LT(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, in, rows, ldx));
+    LT(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, out, rows, out));
+    cublasLtMatmulPreference_t pref;
+    LT(cublasLtMatmulPreferenceCreate(&pref));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                            &kWorkspace, sizeof(kWorkspace)));
+    LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, 8, choices, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  bool Run(cublasLtHandle_t lt, int choice, const void* w, const void* x, void* y, void* workspace,
+           cudaStream_t s) const {
+    const float one = 1, zero = 0;
+    return cublasLtMatmul(lt, desc, &one, w, a, x, b, &zero, y, d, y, d, &choices[choice].algo,
+                          workspace, kWorkspace, s) == CUBLAS_STATUS_SUCCESS;
+  }
+  // The best configuration's median ms; `best` gets its index.
+  double Time(cublasLtHandle_t lt, const void* w, const void* x, void* y, void* workspace,
+              cudaStream_t s, int& best) const {
+    double fastest = -1;
+    for (int i = 0; i < found; ++i) {
+      const double t = MedianMsPerRun(s, [&] { return Run(lt, i, w, x, y, workspace, s); });
+      if (t > 0 && (fastest < 0 || t < fastest)) fastest = t, best = i;
+    }
+    return fastest;
+  }
+};
+
+// c_attn's and c_fc's forward products at ldx = in and in + 8: times, and whether the padded
+// read gives the unpadded one's bits (each with its own fastest configuration).
+void TimeForwardProducts(cublasLtHandle_t lt, void* workspace, cudaStream_t s, int64_t rows,
+                         int64_t in) {
+  const int64_t padded = in + 8;
+  for (const auto& [out, gelu] :
+       {std::pair{int64_t{2304}, false}, std::pair{int64_t{3072}, true}}) {
+    __nv_bfloat16 *x, *x_padded, *w, *bias, *y[2], *pre;
+    CK(cudaMalloc(&x, rows * in * 2));
+    CK(cudaMalloc(&x_padded, rows * padded * 2));
+    CK(cudaMalloc(&w, out * in * 2));
+    CK(cudaMalloc(&bias, out * 2));
+    CK(cudaMalloc(&y[0], rows * out * 2));
+    CK(cudaMalloc(&y[1], rows * out * 2));
+    CK(cudaMalloc(&pre, rows * out * 2));
+    FillBf16<<<1024, 256>>>(x, rows * in, 3, 1.0f);
+    FillBf16<<<1024, 256>>>(w, out * in, 4, 0.05f);
+    FillBf16<<<64, 256>>>(bias, out, 5, 0.1f);
+    CK(cudaMemset(x_padded, 0, rows * padded * 2));
+    CK(cudaMemcpy2D(x_padded, padded * 2, x, in * 2, in * 2, rows, cudaMemcpyDeviceToDevice));
+    SetOnesColumn<<<256, 256>>>(x_padded, rows, padded, in);
+    CK(cudaDeviceSynchronize());
+    double t[2];
+    for (int v = 0; v < 2; ++v) {
+      const ForwardProduct product(lt, out, rows, in, v == 0 ? in : padded, bias, pre, gelu);
+      int best = 0;
+      t[v] = product.Time(lt, w, v == 0 ? x : x_padded, y[v], workspace, s, best);
+      if (t[v] < 0 || !product.Run(lt, best, w, v == 0 ? x : x_padded, y[v], workspace, s)) {
+        printf("forward out %lld, ld %lld: no configuration ran\n", static_cast<long long>(out),
+               static_cast<long long>(v == 0 ? in : padded));
+        t[v] = -1;
+      }
+    }
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> a(rows * out), b(rows * out);
+    CK(cudaMemcpy(a.data(), y[0], rows * out * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(b.data(), y[1], rows * out * 2, cudaMemcpyDeviceToHost));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < rows * out; ++i) differ += a[i] != b[i];
+    printf(
+        "forward out %lld (%s): ld %lld %.4f ms, ld %lld %.4f ms (%+.4f); %lld of %lld values "
+        "differ\n",
+        static_cast<long long>(out), gelu ? "GELU_AUX_BIAS" : "BIAS", static_cast<long long>(in),
+        t[0], static_cast<long long>(padded), t[1], t[1] - t[0], static_cast<long long>(differ),
+        static_cast<long long>(rows * out));
+    void* buffers[] = {x, x_padded, w, bias, y[0], y[1], pre};
+    for (void* p : buffers) CK(cudaFree(p));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,5 +280,6 @@ int main(int argc, char** argv) {
   }
   printf("per layer: plain + sums %.4f ms; ones column m = in + 1 %.4f, m = in + 8 %.4f\n",
          total_plain + total_sums, total_ones[0], total_ones[1]);
+  TimeForwardProducts(lt, workspace, s, rows, in);
   return 0;
 }
