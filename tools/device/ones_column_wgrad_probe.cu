@@ -53,6 +53,32 @@ __global__ void ColumnSums(const __nv_bfloat16* dy, int64_t rows, int64_t cols, 
   atomicAdd(&sums[c], s);
 }
 
+// cuBLASLt's first eight configurations for the product (C = D), within kWorkspace; how many.
+int HeuristicChoices(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
+                     cublasLtMatmulHeuristicResult_t (&choices)[8]) {
+  cublasLtMatmulPreference_t pref;
+  LT(cublasLtMatmulPreferenceCreate(&pref));
+  LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                          &kWorkspace, sizeof(kWorkspace)));
+  int found = 0;
+  LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, 8, choices, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  return found;
+}
+
+// The median ms of the fastest of `found` configurations, each run by `run(i)`; -1 when none
+// ran. `best` gets its index.
+template <typename Run>
+double FastestConfiguration(cudaStream_t s, int found, int& best, Run&& run) {
+  double fastest = -1;
+  for (int i = 0; i < found; ++i) {
+    const double t = MedianMsPerRun(s, [&] { return run(i); });
+    if (t > 0 && (fastest < 0 || t < fastest)) fastest = t, best = i;
+  }
+  return fastest;
+}
+
 // Column-major D[m, n] = A[m, k]·op(B) with B stored [n, k] (ld ldb) and transposed: the
 // weight gradient dWᵀ = Xᵀ·dY in cuBLASLt's terms, X row-major [k, lda], dY row-major [k, n].
 struct WeightGradient {
@@ -69,12 +95,7 @@ struct WeightGradient {
     LT(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, m, k, lda));
     LT(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, n, k, n));
     LT(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &kWorkspace, sizeof(kWorkspace)));
-    LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, 8, choices, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
+    found = HeuristicChoices(lt, desc, a, b, d, choices);
   }
   bool Run(cublasLtHandle_t lt, int choice, const void* x, const void* dy, void* dw,
            void* workspace, cudaStream_t s) const {
@@ -85,12 +106,8 @@ struct WeightGradient {
   // The best configuration's median ms (and sets `best`).
   double Time(cublasLtHandle_t lt, const void* x, const void* dy, void* dw, void* workspace,
               cudaStream_t s) {
-    double fastest = -1;
-    for (int i = 0; i < found; ++i) {
-      const double t = MedianMsPerRun(s, [&] { return Run(lt, i, x, dy, dw, workspace, s); });
-      if (t > 0 && (fastest < 0 || t < fastest)) fastest = t, best = i;
-    }
-    return fastest;
+    return FastestConfiguration(s, found, best,
+                                [&](int i) { return Run(lt, i, x, dy, dw, workspace, s); });
   }
 };
 
@@ -132,12 +149,7 @@ struct ForwardProduct {
     LT(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, in, out, in));
     LT(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, in, rows, ldx));
     LT(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, out, rows, out));
-    cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &kWorkspace, sizeof(kWorkspace)));
-    LT(cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, d, d, pref, 8, choices, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
+    found = HeuristicChoices(lt, desc, a, b, d, choices);
   }
   bool Run(cublasLtHandle_t lt, int choice, const void* w, const void* x, void* y, void* workspace,
            cudaStream_t s) const {
@@ -148,12 +160,8 @@ struct ForwardProduct {
   // The best configuration's median ms; `best` gets its index.
   double Time(cublasLtHandle_t lt, const void* w, const void* x, void* y, void* workspace,
               cudaStream_t s, int& best) const {
-    double fastest = -1;
-    for (int i = 0; i < found; ++i) {
-      const double t = MedianMsPerRun(s, [&] { return Run(lt, i, w, x, y, workspace, s); });
-      if (t > 0 && (fastest < 0 || t < fastest)) fastest = t, best = i;
-    }
-    return fastest;
+    return FastestConfiguration(s, found, best,
+                                [&](int i) { return Run(lt, i, w, x, y, workspace, s); });
   }
 };
 
