@@ -42,8 +42,8 @@ struct KernelTuning {
   // instead of taking its heuristic's first. The choice is fixed for the Trainer's life, so its
   // steps keep repeating the same bits, and is recorded in the kernel cache's folder (beside the
   // kernels, keyed by the product, the GPU and cuBLASLt's version): a later Trainer with the same
-  // products takes it from the record and times nothing. GPT-2 124M at B=16, T=1024 on an H200:
-  // 1.3% faster per step, 1.8 s more for the first Create (docs/benchmarks_gpt2.md). With
+  // products takes it from the record and times nothing. GPT-2 124M at B=16, T=1024: 1.3% faster
+  // on an H200 (1.8 s more for the first Create), 3.7% on an H100 (docs/benchmarks_gpt2*.md). With
   // gelu_product_library's default it also times cuDNN's plan against cuBLASLt's for the GELU
   // layers' forward products.
   bool measure_matmul_algorithms = false;
